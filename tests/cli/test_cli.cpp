@@ -1,0 +1,240 @@
+// The zinc binary as a user runs it: exit status, stdout (the result) and stderr (diagnostics) kept
+// apart. Facts about stories260K come from its published description, not from zinc's output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "raw_gguf.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct RunResult {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+RunResult zinc(const std::vector<std::string>& args) {
+  zinc::test::TempDir tmp;
+  std::string cmd = quote(ZINC_BINARY);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote(tmp.file("out").string()) + " 2>" + quote(tmp.file("err").string()) + " </dev/null";
+  const int rc = std::system(cmd.c_str());
+  RunResult r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(tmp.file("out"));
+  r.err = slurp(tmp.file("err"));
+  return r;
+}
+
+std::string stories() { return (zinc::test::testdata_dir() / "models/stories260K.gguf").string(); }
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+TEST(Cli, InspectSummarisesStories260K) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"inspect", stories()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string first_line = r.out.substr(0, r.out.find('\n'));
+  for (const char* fact : {"llama", "5 blocks", "dim 64", "8 heads / 4 KV", "vocab 512", "48 tensors", "F32"}) {
+    EXPECT_TRUE(contains(first_line, fact)) << "missing '" << fact << "' in: " << first_line;
+  }
+  EXPECT_TRUE(contains(r.out, "chat template none")) << r.out;
+}
+
+TEST(Cli, InspectJsonHasEverything) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"inspect", "--json", stories()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["version"], 3);
+  EXPECT_EQ(j["hyperparameters"]["block_count"], 5);
+  EXPECT_EQ(j["hyperparameters"]["embedding_length"], 64);
+  EXPECT_EQ(j["hyperparameters"]["attention.head_count"], 8);
+  EXPECT_EQ(j["hyperparameters"]["attention.head_count_kv"], 4);
+  EXPECT_EQ(j["tokenizer"]["model"], "llama");
+  EXPECT_EQ(j["tokenizer"]["vocab_size"], 512);
+  EXPECT_EQ(j["tokenizer"]["special"]["bos"]["text"], "<s>");
+  EXPECT_EQ(j["tensor_count"], 48);
+  ASSERT_EQ(j["tensor_types"].size(), 1u);
+  EXPECT_EQ(j["tensor_types"][0]["type"], "F32");
+  EXPECT_EQ(j["tensor_types"][0]["count"], 48);
+  ASSERT_EQ(j["tensors"].size(), 48u);
+  uint64_t params = 0, bytes = 0;
+  for (const auto& t : j["tensors"]) {
+    params += t["elements"].get<uint64_t>();
+    bytes += t["bytes"].get<uint64_t>();
+    EXPECT_EQ(t["bytes"].get<uint64_t>(), 4 * t["elements"].get<uint64_t>());  // F32
+  }
+  EXPECT_EQ(j["parameters"], params);
+  EXPECT_EQ(j["size"], std::filesystem::file_size(stories()));
+  EXPECT_LE(j["data_offset"].get<uint64_t>() + bytes, j["size"].get<uint64_t>());
+  // The token array is cut to its first elements unless asked for in full.
+  bool found = false;
+  for (const auto& m : j["metadata"]) {
+    if (m["key"] == "tokenizer.ggml.tokens") {
+      found = true;
+      EXPECT_EQ(m["count"], 512);
+      EXPECT_EQ(m["truncated"], true);
+      EXPECT_EQ(m["value"].size(), 16u);
+    }
+  }
+  EXPECT_TRUE(found);
+  const json full = json::parse(zinc({"inspect", "--json", "--full-arrays", stories()}).out);
+  for (const auto& m : full["metadata"]) {
+    if (m["key"] == "tokenizer.ggml.tokens") {
+      EXPECT_EQ(m["value"].size(), 512u);
+    }
+  }
+}
+
+TEST(Cli, InspectListsTensors) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"inspect", "--tensors", stories()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  int listed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (contains(line, ".weight")) ++listed;
+    if (contains(line, "token_embd.weight")) {
+      EXPECT_TRUE(contains(line, "[64, 512]")) << line;
+    }
+  }
+  EXPECT_EQ(listed, 48);
+}
+
+TEST(Cli, InspectMetadataListsEveryKey) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"inspect", "--metadata", stories()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "general.architecture"));
+  EXPECT_TRUE(contains(r.out, "[512 × string]"));
+}
+
+TEST(Cli, MissingFileIsOneClearError) {
+  const RunResult r = zinc({"inspect", "/no/such/model.gguf"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: cannot open '/no/such/model.gguf': No such file or directory\n");
+}
+
+TEST(Cli, MalformedFileNamesTheOffset) {
+  zinc::test::TempDir tmp;
+  zinc::test::RawGguf g;
+  g.header(0, 1).key("general.alignment", zinc::test::U32).u32(3);
+  const auto path = tmp.file("bad.gguf");
+  zinc::test::write_bytes(path, g.b);
+  const RunResult r = zinc({"inspect", path.string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: " + path.string() + ": byte 24: general.alignment is 3, which is not a power of two\n");
+  const RunResult dir = zinc({"inspect", tmp.path().string()});
+  EXPECT_EQ(dir.status, 1);
+  EXPECT_TRUE(contains(dir.err, "is not a regular file")) << dir.err;
+}
+
+TEST(Cli, CheckReportsCpuAndBackends) {
+  const RunResult r = zinc({"check", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_FALSE(j["cpu"]["name"].get<std::string>().empty());
+  EXPECT_GT(j["memory"]["total_bytes"].get<uint64_t>(), 0u);
+  ASSERT_GE(j["backends"].size(), 2u);
+  EXPECT_EQ(j["backends"][0]["name"], "cpu");
+  EXPECT_EQ(j["backends"][0]["ready"], true);
+  for (const auto& b : j["backends"]) {
+    EXPECT_FALSE(b["status"].get<std::string>().empty()) << b.dump();
+    EXPECT_EQ(b["ready"].get<bool>(), !b["devices"].empty()) << b.dump();
+    if (!b["compiled"].get<bool>()) {
+      EXPECT_TRUE(contains(b["status"], "not compiled in")) << b.dump();
+    }
+  }
+  const RunResult text = zinc({"check"});
+  ASSERT_EQ(text.status, 0);
+  EXPECT_TRUE(contains(text.out, "cpu     READY")) << text.out;
+  for (const auto& b : j["backends"]) {
+    std::string line_start = "\n";
+    line_start += b["name"].get<std::string>();
+    EXPECT_TRUE(contains(text.out, line_start)) << text.out;
+  }
+}
+
+TEST(Cli, CheckRequireFailsForAnUnavailableBackend) {
+  const json j = json::parse(zinc({"check", "--json"}).out);
+  for (const auto& b : j["backends"]) {
+    const RunResult r = zinc({"check", "--require", b["name"]});
+    EXPECT_EQ(r.status, b["ready"].get<bool>() ? 0 : 1) << b.dump();
+  }
+  const RunResult bad = zinc({"check", "--require", "abacus"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "unknown backend 'abacus'")) << bad.err;
+}
+
+TEST(Cli, VulkanSeesLavapipeWhenInstalled) {
+  // CI installs mesa-vulkan-drivers, whose lavapipe is a real Vulkan device on the CPU.
+  const json j = json::parse(zinc({"check", "--json"}).out);
+  for (const auto& b : j["backends"]) {
+    if (b["name"] != "vulkan") continue;
+    if (!b["compiled"].get<bool>()) GTEST_SKIP() << "Vulkan backend not compiled in: " << b["status"];
+    if (!std::filesystem::exists("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"))
+      GTEST_SKIP() << "lavapipe (mesa-vulkan-drivers) is not installed";
+    ASSERT_TRUE(b["ready"].get<bool>()) << b.dump();
+    bool lavapipe = false;
+    for (const auto& d : b["devices"]) lavapipe |= contains(d["name"], "llvmpipe") && d["kind"] == "CPU";
+    EXPECT_TRUE(lavapipe) << b.dump();
+    return;
+  }
+  GTEST_SKIP() << "no vulkan entry";
+}
+
+TEST(Cli, VersionMatchesTheBuild) {
+  const RunResult r = zinc({"version"});
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind(std::string("zinc ") + ZINC_EXPECTED_VERSION + " (", 0), 0u) << r.out;
+  const json j = json::parse(zinc({"--json", "version"}).out);
+  EXPECT_EQ(j["version"], ZINC_EXPECTED_VERSION);
+}
+
+TEST(Cli, LoggingStaysOffStdout) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"-v", "inspect", "--json", stories()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(json::accept(r.out)) << r.out;
+  EXPECT_TRUE(contains(r.err, "debug: parsed")) << r.err;
+  const RunResult bad = zinc({"--log-level", "loud", "version"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "unknown log level 'loud'")) << bad.err;
+}
+
+TEST(Cli, UsageErrors) {
+  const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
+  EXPECT_EQ(none.status, 0);
+  for (const char* sub : {"inspect", "check", "version"}) EXPECT_TRUE(contains(none.out, sub)) << none.out;
+  const RunResult unknown = zinc({"frobnicate"});
+  EXPECT_NE(unknown.status, 0);
+  const RunResult missing_arg = zinc({"inspect"});
+  EXPECT_NE(missing_arg.status, 0);
+  EXPECT_TRUE(contains(missing_arg.err, "file is required")) << missing_arg.err;
+}
+
+}  // namespace
