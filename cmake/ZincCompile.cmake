@@ -12,8 +12,12 @@ if(ZINC_SANITIZE)
   target_link_options(zinc_options INTERFACE ${_zinc_san})
 endif()
 
-if(ZINC_FUZZ AND NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-  message(FATAL_ERROR "ZINC_FUZZ needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++")
+if(ZINC_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "ZINC_FUZZ needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  # Coverage instrumentation for everything the fuzz targets link; the targets add -fsanitize=fuzzer.
+  target_compile_options(zinc_options INTERFACE -fsanitize=fuzzer-no-link)
 endif()
 
 # zinc_library(NAME SOURCES... [DEPS ...]): one static library per concern.

@@ -57,7 +57,7 @@ unsigned count_physical_cores() {
 void detect_x86(CpuInfo& info) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   char brand[49] = {};
-  if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000004) {
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000004u) {
     for (unsigned i = 0; i < 3; ++i) {
       __get_cpuid(0x80000002 + i, &a, &b, &c, &d);
       const unsigned regs[4] = {a, b, c, d};
@@ -83,7 +83,7 @@ void detect_x86(CpuInfo& info) {
   info.avx = cpu_avx && os_avx;
   info.fma = cpu_fma && os_avx;
   info.f16c = cpu_f16c && os_avx;
-  if (__get_cpuid_max(0, nullptr) < 7) return;
+  if (static_cast<unsigned>(__get_cpuid_max(0, nullptr)) < 7u) return;
   __cpuid_count(7, 0, a, b, c, d);
   info.avx2 = (b & (1u << 5)) && os_avx;
   info.avx512f = (b & (1u << 16)) && os_avx512;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages ZINC needs, and nothing when they are all present.
+# Usage: scripts/deps.sh [--test]   (--test adds what the test suite needs: GoogleTest, clang, libFuzzer)
+set -euo pipefail
+
+pkgs=(cmake ninja-build g++ pkg-config git
+      libvulkan-dev libvulkan-volk-dev glslang-dev glslang-tools mesa-vulkan-drivers
+      libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev)
+if [ "${1:-}" = "--test" ]; then
+  pkgs+=(libgtest-dev libgmock-dev clang)
+fi
+
+missing() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install() {
+  [ $# -eq 0 ] && return 0
+  echo "zinc: installing $*" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v dpkg-query >/dev/null; then
+  echo "zinc: this script needs a Debian or Ubuntu system (dpkg/apt); install the packages by hand: ${pkgs[*]}" >&2
+  exit 1
+fi
+
+mapfile -t todo < <(missing "${pkgs[@]}")
+install "${todo[@]}"
+
+# libFuzzer ships with the compiler-rt package that matches the installed clang's major version.
+if [ "${1:-}" = "--test" ]; then
+  major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n1)
+  mapfile -t todo < <(missing "libclang-rt-${major}-dev")
+  install "${todo[@]}"
+fi

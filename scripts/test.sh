@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Quick start, command 2: install what is missing, build, and run every test:
+#   1. Release build (g++): unit tests and CLI tests through the real binary;
+#   2. sanitizer build (clang, ASan + UBSan): the pure-CPU unit tests again, and the GGUF fuzzer for
+#      ZINC_FUZZ_SECONDS (default 60) seconds.
+# Exits non-zero on any failure. Build directories: build/ and build-san/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fuzz_seconds=${ZINC_FUZZ_SECONDS:-60}
+
+scripts/deps.sh --test
+
+echo "== release build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZINC_BUILD_TESTS=ON >/dev/null
+cmake --build build -j "$jobs"
+
+echo "== sanitizer build"
+CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
+  -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
+cmake --build build-san -j "$jobs" --target zinc_unit_tests zinc_fuzz_gguf_reader zinc_fuzz_seeds
+
+status=0
+echo "== tests (release)"
+(cd build && ctest -j "$jobs" --output-on-failure) | tee build/ctest.log || status=1
+echo "== tests (ASan + UBSan) and fuzzing (${fuzz_seconds}s)"
+(cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest -j "$jobs" -L 'unit|fuzz' --output-on-failure) | tee build-san/ctest.log || status=1
+grep -h "Done [0-9]* runs" build-san/Testing/Temporary/LastTest.log 2>/dev/null | sed 's/^/fuzz: /' || true
+
+# One closing line over both runs.
+passed=0 failed=0 skipped=0
+for log in build/ctest.log build-san/ctest.log; do
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -n1 || true)
+  total=$(sed -n 's/.*out of \([0-9]*\).*/\1/p' <<<"$line")
+  bad=$(sed -n 's/.*passed, \([0-9]*\) tests\? failed.*/\1/p' <<<"$line")
+  if [ -z "$total" ]; then status=1; continue; fi
+  skip=$(grep -c "\*\*\*Skipped" "$log" || true)
+  passed=$((passed + total - bad - skip)) failed=$((failed + bad)) skipped=$((skipped + skip))
+done
+[ "$failed" -eq 0 ] || status=1
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+exit $status
