@@ -36,6 +36,11 @@ fi
 mapfile -t todo < <(missing "${pkgs[@]}")
 install "${todo[@]}"
 
+# Node.js runs the test oracles (tests/oracle); any installed node >= 18 will do.
+if [ "${1:-}" = "--test" ] && ! { command -v node && command -v npm; } >/dev/null; then
+  install nodejs npm
+fi
+
 # libFuzzer ships with the compiler-rt package that matches the installed clang's major version.
 if [ "${1:-}" = "--test" ]; then
   major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quick start, command 2: install what is missing, build, and run every test:
-#   1. Release build (g++): unit tests and CLI tests through the real binary;
+#   1. Release build (g++): unit tests, CLI tests through the real binary, and oracle tests that
+#      compare zinc with independent implementations from npm (tests/oracle);
 #   2. sanitizer build (clang, ASan + UBSan): the pure-CPU unit tests again, and the GGUF fuzzer for
 #      ZINC_FUZZ_SECONDS (default 60) seconds.
 # Exits non-zero on any failure. Build directories: build/ and build-san/.
@@ -10,6 +11,8 @@ jobs=$(nproc)
 fuzz_seconds=${ZINC_FUZZ_SECONDS:-60}
 
 scripts/deps.sh --test
+echo "== test oracles (npm, pinned)"
+npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
 
 echo "== release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZINC_BUILD_TESTS=ON >/dev/null
@@ -18,7 +21,7 @@ cmake --build build -j "$jobs"
 echo "== sanitizer build"
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
   -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
-cmake --build build-san -j "$jobs" --target zinc_unit_tests zinc_fuzz_gguf_reader zinc_fuzz_seeds
+cmake --build build-san -j "$jobs" --target zinc_unit_tests zinc_fuzz_gguf_reader zinc_gguf_samples
 
 status=0
 echo "== tests (release)"

@@ -15,6 +15,18 @@ std::string version_string(uint32_t v) {
   return fmt::format("{}.{}.{}", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
 }
 
+const char* result_name(VkResult r) {
+  switch (r) {
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    default: return "VkResult";
+  }
+}
+
 const char* kind_name(VkPhysicalDeviceType t) {
   switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
@@ -99,8 +111,11 @@ BackendReport probe_vulkan() {
   VkInstance instance = VK_NULL_HANDLE;
   const VkResult res = vkCreateInstance(&ci, nullptr, &instance);
   if (res != VK_SUCCESS) {
-    r.status = fmt::format("creating a Vulkan instance failed (VkResult {}): is a Vulkan driver installed?",
-                           static_cast<int>(res));
+    r.status = fmt::format("creating a Vulkan instance failed ({} {})", result_name(res), static_cast<int>(res));
+    if (res == VK_ERROR_INCOMPATIBLE_DRIVER) {
+      r.status += ": no usable Vulkan driver was found; install one (mesa-vulkan-drivers, or your GPU vendor's), "
+                  "or point VK_DRIVER_FILES at its ICD json (VK_LOADER_DEBUG=error shows why drivers were skipped)";
+    }
     return r;
   }
   volkLoadInstanceOnly(instance);

@@ -1,5 +1,6 @@
-// Writes a small seed corpus for the GGUF fuzzer: valid files (v2 and v3, every value type, nested
-// arrays, several tensor types, a custom alignment, no tensors) small enough for fast mutation.
+// Writes small GGUF files with zinc's writer: v2 and v3, every value type, nested arrays, several
+// tensor types, a custom alignment, no tensors. They seed the fuzzer and are read back by an
+// independent parser in the oracle test, so the writer's output is checked outside zinc too.
 #include <cstdio>
 #include <string>
 #include <vector>
