@@ -12,7 +12,7 @@ fuzz_seconds=${ZINC_FUZZ_SECONDS:-60}
 
 scripts/deps.sh --test
 echo "== test oracles (npm, pinned)"
-npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
+npm ci --prefix tests/oracle --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
 
 echo "== release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZINC_BUILD_TESTS=ON >/dev/null
@@ -21,7 +21,7 @@ cmake --build build -j "$jobs"
 echo "== sanitizer build"
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
   -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
-cmake --build build-san -j "$jobs" --target zinc_unit_tests zinc_fuzz_gguf_reader zinc_gguf_samples
+cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_gguf_reader zinc_gguf_samples
 
 status=0
 echo "== tests (release)"

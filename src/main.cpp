@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -10,6 +11,15 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "zinc/version.h"
+
+namespace zinc::cli {
+
+std::vector<CommandEntry>& command_registry() {
+  static std::vector<CommandEntry> entries;
+  return entries;
+}
+
+}  // namespace zinc::cli
 
 int main(int argc, char** argv) {
   zinc::cli::GlobalOptions global;
@@ -24,9 +34,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", global.json, "Structured output as JSON on stdout");
 
-  zinc::cli::add_inspect_command(app, global, run);
-  zinc::cli::add_check_command(app, global, run);
-  zinc::cli::add_version_command(app, global, run);
+  auto commands = zinc::cli::command_registry();
+  std::stable_sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  for (const auto& c : commands) c.add(app, global, run);
 
   if (argc == 1) {
     fmt::print("{}", app.help());

@@ -1,12 +1,14 @@
-// Subcommand registration. Each cli_*.cpp adds one subcommand to the CLI11 app; its callback stores
-// the work to run in `run`, which main() calls after logging is set up. Results go to stdout (text,
-// or JSON with --json); diagnostics go to stderr through spdlog.
+// Subcommand registration. Each src/cli/cli_*.cpp registers its subcommands with ZINC_COMMAND; main()
+// adds them to the CLI11 app in `order`. A subcommand's callback stores the work to run in `run`, which
+// main() calls after logging is set up. Results go to stdout (text, or JSON with --json); diagnostics
+// go to stderr through spdlog.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace zinc::cli {
 
@@ -17,9 +19,19 @@ struct GlobalOptions {
 };
 
 using Runner = std::function<int()>;
+using CommandAdder = void (*)(CLI::App& app, const GlobalOptions& global, Runner& run);
 
-void add_inspect_command(CLI::App& app, const GlobalOptions& global, Runner& run);
-void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run);
-void add_version_command(CLI::App& app, const GlobalOptions& global, Runner& run);
+struct CommandEntry {
+  int order;  // position in `zinc --help`
+  CommandAdder add;
+};
+std::vector<CommandEntry>& command_registry();
+
+struct CommandRegistration {
+  CommandRegistration(int order, CommandAdder add) { command_registry().push_back({order, add}); }
+};
+
+// The CLI sources are compiled into the executable itself, so these registrations are always linked.
+#define ZINC_COMMAND(order, adder) static const ::zinc::cli::CommandRegistration zinc_command_##adder(order, adder)
 
 }  // namespace zinc::cli

@@ -24,6 +24,8 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 }  // namespace
 
+namespace {
+
 void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto require = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("check", "Report CPU features, memory and which backends and devices are usable");
@@ -89,5 +91,9 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
     };
   });
 }
+
+}  // namespace
+
+ZINC_COMMAND(90, add_check_command);
 
 }  // namespace zinc::cli

@@ -294,6 +294,8 @@ int print_text(const File& f, const Summary& s, const InspectOptions& o) {
 
 }  // namespace
 
+namespace {
+
 void add_inspect_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto opts = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show what a GGUF file holds: architecture, hyper-parameters, "
@@ -311,5 +313,9 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& global, Runner& run
     };
   });
 }
+
+}  // namespace
+
+ZINC_COMMAND(10, add_inspect_command);
 
 }  // namespace zinc::cli

@@ -8,6 +8,8 @@
 
 namespace zinc::cli {
 
+namespace {
+
 void add_version_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   CLI::App* cmd = app.add_subcommand("version", "Print the version and build configuration");
   cmd->callback([&global, &run] {
@@ -25,5 +27,9 @@ void add_version_command(CLI::App& app, const GlobalOptions& global, Runner& run
     };
   });
 }
+
+}  // namespace
+
+ZINC_COMMAND(100, add_version_command);
 
 }  // namespace zinc::cli
