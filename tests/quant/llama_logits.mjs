@@ -11,7 +11,7 @@ const args = process.argv.slice(2);
 const allPositions = args[0] === "--all-positions";
 if (allPositions) args.shift();
 const [oracleDir, mode, ...files] = args;
-const require = createRequire(path.join(oracleDir, "package.json"));
+const require = createRequire(path.resolve(oracleDir, "package.json"));
 const { getLlama, LlamaLogLevel } = await import(require.resolve("node-llama-cpp"));
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });

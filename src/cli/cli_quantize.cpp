@@ -1,0 +1,131 @@
+// `zinc quantize IN.gguf OUT.gguf TYPE`: convert a model's weights to a quantization mixture.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/json_util.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "core/log.h"
+#include "quant/model_quantize.h"
+
+namespace zinc::cli {
+
+namespace {
+
+struct QuantizeArgs {
+  std::string in, out, type;
+  unsigned threads = 0;
+  bool allow_requantize = false;
+};
+
+// A one-line progress bar on stderr, redrawn at most ten times a second.
+class ProgressBar {
+ public:
+  void update(const quant::QuantizeProgress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (p.bytes_done < p.bytes_total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+    const int width = 30, filled = static_cast<int>(frac * width);
+    fmt::print(stderr, "\r[{}{}] {:5.1f}%  {}/{}  {:<40.40} → {:<7}", std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(width - filled), '.'), 100.0 * frac, p.tensor_index + 1,
+               p.tensor_count, p.tensor_name, gguf::tensor_type_name(p.to));
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) fmt::print(stderr, "\r{:120}\r", "");
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_{};
+  bool drawn_ = false;
+};
+
+int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
+  const auto mixture = quant::mixture_by_name(a.type);
+  if (!mixture) {
+    std::string names;
+    for (const auto& n : quant::mixture_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(fmt::format("unknown quantization type '{}' (choose one of: {})", a.type, names));
+  }
+  if (std::filesystem::exists(a.out) && std::filesystem::equivalent(a.in, a.out)) {
+    throw Error("the output file must differ from the input file");
+  }
+  const gguf::File in = gguf::File::open(a.in);
+  quant::QuantizeOptions opts;
+  opts.mixture = *mixture;
+  opts.threads = a.threads;
+  opts.allow_requantize = a.allow_requantize;
+  ProgressBar bar;
+  if (::isatty(STDERR_FILENO) && !global.json) opts.progress = [&](const quant::QuantizeProgress& p) { bar.update(p); };
+  quant::QuantizeReport report;
+  try {
+    report = quant::quantize_model(in, a.out, opts);
+  } catch (...) {
+    bar.finish();
+    throw;
+  }
+  bar.finish();
+
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  for (const auto& t : report.tensors) {
+    auto& e = by_type[std::string(gguf::tensor_type_name(t.to))];
+    e.first++;
+    e.second += t.bytes_out;
+  }
+  if (global.json) {
+    nlohmann::json j;
+    j["input"] = a.in;
+    j["output"] = a.out;
+    j["mixture"] = mixture->name;
+    j["file_size"] = report.file_size;
+    j["tensor_bytes_in"] = report.bytes_in;
+    j["tensor_bytes_out"] = report.bytes_out;
+    j["seconds"] = report.seconds;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : report.tensors) {
+      nlohmann::json e = {{"name", t.name},
+                          {"from", gguf::tensor_type_name(t.from)},
+                          {"to", gguf::tensor_type_name(t.to)},
+                          {"bytes_in", t.bytes_in},
+                          {"bytes_out", t.bytes_out}};
+      if (!t.fallback.empty()) e["fallback"] = t.fallback;
+      tensors.push_back(std::move(e));
+    }
+    j["tensors"] = tensors;
+    fmt::print("{}\n", dump_json(j));
+    return 0;
+  }
+  fmt::print("{} → {} ({}): {} → {} of tensor data in {:.1f} s\n", a.in, a.out, mixture->name,
+             format_bytes(report.bytes_in), format_bytes(report.bytes_out), report.seconds);
+  for (const auto& [type, e] : by_type) fmt::print("  {:<8}{:>6} tensors {:>12}\n", type, e.first, format_bytes(e.second));
+  for (const auto& t : report.tensors) {
+    if (!t.fallback.empty()) fmt::print("  fallback: {}: {}\n", t.name, t.fallback);
+  }
+  return 0;
+}
+
+void add_quantize_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
+  auto a = std::make_shared<QuantizeArgs>();
+  std::string types;
+  for (const auto& n : quant::mixture_names()) types += (types.empty() ? "" : ", ") + n;
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a GGUF model to a mixture (" + types + ")");
+  cmd->add_option("input", a->in, "Source GGUF (F32, F16 or BF16 weights)")->required();
+  cmd->add_option("output", a->out, "GGUF file to write")->required();
+  cmd->add_option("type", a->type, "Mixture: " + types)->required();
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all)");
+  cmd->add_flag("--allow-requantize", a->allow_requantize, "Accept already-quantized source tensors");
+  cmd->callback([a, &global, &run] { run = [a, &global] { return run_quantize(*a, global); }; });
+}
+
+}  // namespace
+
+ZINC_COMMAND(40, add_quantize_command);
+
+}  // namespace zinc::cli

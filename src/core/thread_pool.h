@@ -1,0 +1,43 @@
+// A fixed set of worker threads for data-parallel loops (quantizing rows, matrix-vector products).
+// parallel_for splits [0, n) into contiguous chunks, one per worker, and returns when all are done;
+// the calling thread works too. Exceptions thrown by a chunk are rethrown to the caller.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace zinc {
+
+class ThreadPool {
+ public:
+  // n_threads counts the caller: 1 means no worker threads. 0 picks the hardware thread count.
+  explicit ThreadPool(unsigned n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) on disjoint chunks covering [0, n), at most size() at once.
+  void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+ private:
+  void worker_loop(unsigned index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  uint64_t generation_ = 0;
+  unsigned pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace zinc

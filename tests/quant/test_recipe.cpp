@@ -1,0 +1,130 @@
+// Quantization mixtures on a model described by its facts (a 32-layer Llama-shaped model with 4096-wide
+// rows), with the expected types taken from the published recipe definitions.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "quant/recipe.h"
+
+namespace zinc::quant {
+namespace {
+
+using gguf::TensorType;
+
+gguf::TensorInfo info(const std::string& storage, uint64_t ne0, uint64_t ne1, TensorType t = TensorType::F16) {
+  gguf::TensorInfo ti;
+  ti.name = storage;
+  ti.type = t;
+  ti.n_dims = ne1 ? 2 : 1;
+  ti.ne = {ne0, ne1 ? ne1 : 1, 1, 1};
+  ti.n_elements = ne0 * (ne1 ? ne1 : 1);
+  return ti;
+}
+
+ModelFacts llama32(int gqa = 4) {
+  ModelFacts f;
+  f.arch = "llama";
+  f.n_layer = 32;
+  f.n_gqa = gqa;
+  f.n_attn_v = 32;
+  f.n_ffn_down = 32;
+  return f;
+}
+
+// Types chosen for every attn_v (or ffn_down) tensor of the 32 layers, in order.
+std::vector<TensorType> per_layer(TypeSelector& s, const char* which) {
+  std::vector<TensorType> out;
+  std::vector<std::string> names;
+  for (int i = 0; i < 32; ++i) names.push_back("blk." + std::to_string(i) + "." + which + ".weight");
+  for (const auto& n : names) out.push_back(s.choose(info(n, 4096, 1024)).type);
+  return out;
+}
+
+TEST(Recipe, Q4_K_M) {
+  TypeSelector s(*mixture_by_name("q4_k_m"), llama32());
+  EXPECT_EQ(s.choose(info("output.weight", 4096, 128256)).type, TensorType::Q6_K);
+  EXPECT_EQ(s.choose(info("token_embd.weight", 4096, 128256)).type, TensorType::Q4_K);
+  EXPECT_EQ(s.choose(info("blk.0.attn_q.weight", 4096, 4096)).type, TensorType::Q4_K);
+  EXPECT_EQ(s.choose(info("blk.0.attn_output.weight", 4096, 4096)).type, TensorType::Q4_K);
+  EXPECT_EQ(s.choose(info("blk.0.ffn_up.weight", 4096, 14336)).type, TensorType::Q4_K);
+  EXPECT_FALSE(s.choose(info("blk.0.attn_norm.weight", 4096, 0, TensorType::F32)).convert);
+  // "More bits" layers for n = 32: the first and last eighth (0-3, 28-31) and every third layer
+  // between them starting at 6 (6, 9, ..., 27) get Q6_K; the rest Q4_K. Same for attn_v and ffn_down.
+  const std::set<int> more = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+  for (const char* which : {"attn_v", "ffn_down"}) {
+    const auto types = per_layer(s, which);
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(types[i], more.count(i) ? TensorType::Q6_K : TensorType::Q4_K) << which << " layer " << i;
+    }
+  }
+}
+
+TEST(Recipe, Q4_K_S) {
+  TypeSelector s(*mixture_by_name("Q4_K_S"), llama32());
+  const auto v = per_layer(s, "attn_v");
+  const auto d = per_layer(s, "ffn_down");
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(v[i], i < 4 ? TensorType::Q5_K : TensorType::Q4_K) << i;
+    EXPECT_EQ(d[i], i < 4 ? TensorType::Q5_K : TensorType::Q4_K) << i;  // first eighth
+  }
+}
+
+TEST(Recipe, Q5_K_MAndQ6_K) {
+  TypeSelector s5(*mixture_by_name("Q5_K_M"), llama32());
+  EXPECT_EQ(s5.choose(info("blk.0.attn_q.weight", 4096, 4096)).type, TensorType::Q5_K);
+  EXPECT_EQ(per_layer(s5, "attn_v")[5], TensorType::Q5_K);
+  TypeSelector s5b(*mixture_by_name("Q5_K_M"), llama32());
+  EXPECT_EQ(per_layer(s5b, "attn_v")[6], TensorType::Q6_K);
+  TypeSelector s6(*mixture_by_name("Q6_K"), llama32());
+  EXPECT_EQ(s6.choose(info("output.weight", 4096, 32000)).type, TensorType::Q6_K);
+  EXPECT_EQ(s6.choose(info("blk.3.ffn_gate.weight", 4096, 14336)).type, TensorType::Q6_K);
+}
+
+TEST(Recipe, SimpleTypesKeepOutputAtLeastQ6K) {
+  TypeSelector q8(*mixture_by_name("Q8_0"), llama32());
+  EXPECT_EQ(q8.choose(info("output.weight", 4096, 32000)).type, TensorType::Q8_0);
+  EXPECT_EQ(q8.choose(info("blk.0.attn_v.weight", 4096, 1024)).type, TensorType::Q8_0);
+  TypeSelector q4(*mixture_by_name("Q4_0"), llama32());
+  EXPECT_EQ(q4.choose(info("output.weight", 4096, 32000)).type, TensorType::Q6_K);
+  EXPECT_EQ(q4.choose(info("token_embd.weight", 4096, 32000)).type, TensorType::Q4_0);
+}
+
+TEST(Recipe, TiedEmbeddingsTakeTheOutputType) {
+  ModelFacts f = llama32();
+  f.tied_embeddings = true;
+  TypeSelector s(*mixture_by_name("Q4_K_M"), f);
+  EXPECT_EQ(s.choose(info("token_embd.weight", 4096, 151936)).type, TensorType::Q6_K);
+}
+
+TEST(Recipe, FloatMixturesConvertEveryMatrix) {
+  TypeSelector s(*mixture_by_name("BF16"), llama32());
+  const auto c = s.choose(info("output.weight", 4096, 32000, TensorType::F32));
+  EXPECT_TRUE(c.convert);
+  EXPECT_EQ(c.type, TensorType::BF16);
+  EXPECT_FALSE(s.choose(info("output_norm.weight", 4096, 0, TensorType::F32)).convert);
+  TypeSelector f16(*mixture_by_name("F16"), llama32());
+  EXPECT_FALSE(f16.choose(info("blk.0.attn_q.weight", 4096, 4096, TensorType::F16)).convert);  // already F16
+}
+
+TEST(Recipe, RowsThatDoNotFillBlocksFallBack) {
+  TypeSelector s(*mixture_by_name("Q4_K_M"), llama32());
+  auto c = s.choose(info("blk.0.attn_q.weight", 4160, 4096));  // 4160 = 130 * 32, not a multiple of 256
+  EXPECT_EQ(c.type, TensorType::Q5_0);
+  EXPECT_NE(c.fallback.find("4160 columns"), std::string::npos) << c.fallback;
+  TypeSelector q8(*mixture_by_name("Q8_0"), llama32());
+  c = q8.choose(info("blk.0.ffn_down.weight", 172, 64));  // not a multiple of 32 either
+  EXPECT_EQ(c.type, TensorType::F16);
+  TypeSelector q6(*mixture_by_name("Q6_K"), llama32());
+  EXPECT_EQ(q6.choose(info("blk.0.ffn_up.weight", 96, 64)).type, TensorType::Q8_0);
+  TypeSelector iq(*mixture_by_name("IQ4_XS"), llama32());
+  EXPECT_EQ(iq.choose(info("blk.0.ffn_up.weight", 96, 64)).type, TensorType::IQ4_NL);
+}
+
+TEST(Recipe, UnknownMixture) {
+  EXPECT_FALSE(mixture_by_name("Q4_K_Z").has_value());
+  EXPECT_EQ(mixture_by_name("q4_k_m")->file_type, 15u);
+  EXPECT_EQ(mixture_by_name("Q8_0")->file_type, 7u);
+}
+
+}  // namespace
+}  // namespace zinc::quant
