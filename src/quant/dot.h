@@ -1,0 +1,42 @@
+// Dot products of a quantized weight row with an activation row, the inner loop of every CPU
+// matrix-vector and matrix-matrix product. Activations are quantized once per row to the format the
+// weight type pairs with (integer products per block, one float multiply per block):
+//   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 → Q8_0;  Q4_1, Q5_1 → Q8_1;  K-quants and IQ4_XS → Q8_K;
+//   F32, F16, BF16 → F32 (no activation quantization).
+// dot_ref() is the scalar definition; dot_kernel() returns the fastest implementation this CPU runs
+// (AVX2, AVX-512/VNNI or NEON where compiled and supported), tested against dot_ref().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/types.h"
+
+namespace zinc::quant {
+
+using gguf::TensorType;
+
+bool has_dot(TensorType weight);
+TensorType dot_activation_type(TensorType weight);
+size_t activation_row_size(TensorType weight, int64_t n);
+// Quantizes x[0..n) into the activation format paired with `weight` (F32 activations are copied).
+void quantize_activation(TensorType weight, const float* x, void* act, int64_t n);
+
+float dot_ref(TensorType weight, const void* w, const void* act, int64_t n);
+
+using DotFn = float (*)(const void* w, const void* act, int64_t n);
+struct DotKernel {
+  DotFn fn = nullptr;
+  const char* isa = "scalar";  // which implementation: "scalar", "avx2", "avx512", "neon"
+};
+// Throws zinc::Error when the weight type has no dot product.
+DotKernel dot_kernel(TensorType weight);
+
+// Kernel tables of each instruction set (nullptr where a type has no fast path). Defined in the
+// per-ISA translation units; the dispatcher picks the best table the CPU supports.
+DotFn dot_fn_scalar(TensorType weight);
+DotFn dot_fn_avx2(TensorType weight);
+DotFn dot_fn_avx512(TensorType weight);
+DotFn dot_fn_neon(TensorType weight);
+
+}  // namespace zinc::quant
