@@ -1,0 +1,48 @@
+// The backend interface: compile a static graph against a model's weights into an Executable, then
+// run it step by step. The core never names a concrete backend; each one implements these two classes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "gguf/reader.h"
+#include "graph/graph.h"
+
+namespace zinc::backend {
+
+enum class KvType { F32, F16 };
+
+struct ExecOptions {
+  int32_t n_ctx = 2048;       // KV cache capacity in tokens
+  int32_t max_tokens = 512;   // most tokens one step may carry (prefill chunk size)
+  KvType kv_type = KvType::F16;
+  unsigned threads = 0;       // CPU threads; 0 = all physical cores
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs one step: the step's tokens are appended to the KV cache at positions n_past... Throws
+  // zinc::Error when the step does not fit (too many tokens, context full).
+  virtual void run(const graph::StepParams& step) = 0;
+  // Logits of the last step: one row of n_vocab floats per requested token (the last token only,
+  // unless the step asked for all).
+  virtual std::span<const float> logits() const = 0;
+  virtual int64_t n_vocab() const = 0;
+  virtual const ExecOptions& options() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // `weights` must outlive the executable (CPU backends read tensors in place from the mapped file).
+  virtual std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights,
+                                              const ExecOptions& opts) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace zinc::backend

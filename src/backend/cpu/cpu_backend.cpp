@@ -1,0 +1,319 @@
+// The CPU backend: the reference executor every other backend is compared with, and the fallback
+// that always runs. Weights are read in place from the mapped GGUF; activations live in buffers
+// planned once per graph (a buffer is reused once the last node reading its tensor has run); the KV
+// cache is one contiguous arena per layer.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "core/system_info.h"
+#include "core/thread_pool.h"
+#include "quant/fp16.h"
+#include "quant/matmul.h"
+#include "quant/quant.h"
+
+namespace zinc::backend {
+
+namespace {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+using graph::TensorKind;
+
+class CpuExecutable final : public Executable {
+ public:
+  CpuExecutable(const graph::Graph& g, const gguf::File& file, const ExecOptions& opts)
+      : g_(g), file_(file), opts_(opts), pool_(opts.threads ? opts.threads : std::max(1u, cpu_info().physical_cores)) {
+    if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
+    bind_weights();
+    plan_buffers();
+    const size_t kv_elems = static_cast<size_t>(g_.kv_width) * static_cast<size_t>(opts_.n_ctx);
+    for (int l = 0; l < g_.n_layer; ++l) {
+      if (opts_.kv_type == KvType::F16) {
+        k16_.emplace_back(kv_elems);
+        v16_.emplace_back(kv_elems);
+      } else {
+        k32_.emplace_back(kv_elems);
+        v32_.emplace_back(kv_elems);
+      }
+    }
+  }
+
+  void run(const graph::StepParams& step) override {
+    const auto n = static_cast<int64_t>(step.tokens.size());
+    if (n == 0) throw Error("a step needs at least one token");
+    if (n > opts_.max_tokens) {
+      throw Error(fmt::format("a step of {} tokens exceeds the executable's limit of {}", n, opts_.max_tokens));
+    }
+    if (step.n_past < 0 || step.n_past + n > opts_.n_ctx) {
+      throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", step.n_past, n,
+                              opts_.n_ctx));
+    }
+    for (int32_t t : step.tokens) {
+      if (t < 0 || t >= g_.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g_.n_vocab - 1));
+    }
+    std::vector<int64_t> rows(g_.tensors.size(), 0);  // rows held by each activation this step
+    for (const Node& node : g_.nodes) exec(node, step, rows);
+    logit_rows_ = rows[static_cast<size_t>(g_.logits)];
+  }
+
+  std::span<const float> logits() const override {
+    return {buf(g_.logits), static_cast<size_t>(logit_rows_ * g_.n_vocab)};
+  }
+  int64_t n_vocab() const override { return g_.n_vocab; }
+  const ExecOptions& options() const override { return opts_; }
+
+ private:
+  void bind_weights() {
+    weights_.resize(g_.tensors.size(), nullptr);
+    for (size_t i = 0; i < g_.tensors.size(); ++i) {
+      const auto& t = g_.tensors[i];
+      if (t.kind != TensorKind::Weight) continue;
+      const gguf::TensorInfo& info = file_.tensor(t.name);
+      weights_[i] = file_.tensor_data(info).data();
+    }
+  }
+
+  // Assigns every activation a buffer of width * max_tokens floats, reusing buffers whose tensors
+  // are no longer read by later nodes.
+  void plan_buffers() {
+    std::vector<int> last_use(g_.tensors.size(), -1);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      for (TensorId i : g_.nodes[n].in) last_use[static_cast<size_t>(i)] = static_cast<int>(n);
+    }
+    slot_.assign(g_.tensors.size(), -1);
+    std::vector<size_t> slot_size;
+    std::vector<int> free_slots;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      const size_t need = static_cast<size_t>(g_.tensor(node.out).ne[0] * opts_.max_tokens);
+      // Pick the smallest free slot that fits, or grow one, or make a new one.
+      int best = -1;
+      for (int s : free_slots) {
+        if (slot_size[static_cast<size_t>(s)] >= need &&
+            (best < 0 || slot_size[static_cast<size_t>(s)] < slot_size[static_cast<size_t>(best)])) {
+          best = s;
+        }
+      }
+      if (best < 0 && !free_slots.empty()) best = free_slots.back();
+      if (best < 0) {
+        best = static_cast<int>(slot_size.size());
+        slot_size.push_back(0);
+      } else {
+        free_slots.erase(std::find(free_slots.begin(), free_slots.end(), best));
+      }
+      slot_size[static_cast<size_t>(best)] = std::max(slot_size[static_cast<size_t>(best)], need);
+      slot_[static_cast<size_t>(node.out)] = best;
+      for (TensorId i : node.in) {
+        if (g_.tensor(i).kind == TensorKind::Act && last_use[static_cast<size_t>(i)] == static_cast<int>(n) &&
+            i != g_.logits && std::find(free_slots.begin(), free_slots.end(), slot_[static_cast<size_t>(i)]) == free_slots.end()) {
+          free_slots.push_back(slot_[static_cast<size_t>(i)]);
+        }
+      }
+    }
+    for (size_t s : slot_size) buffers_.emplace_back(s);
+  }
+
+  float* buf(TensorId id) { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
+  const float* buf(TensorId id) const { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
+  const void* w(TensorId id) const { return weights_[static_cast<size_t>(id)]; }
+
+  void exec(const Node& node, const graph::StepParams& step, std::vector<int64_t>& rows) {
+    const auto& out_t = g_.tensor(node.out);
+    const int64_t width = out_t.ne[0];
+    const auto in_rows = [&](size_t k) { return rows[static_cast<size_t>(node.in[k])]; };
+    const auto n_step = static_cast<int64_t>(step.tokens.size());
+    float* out = buf(node.out);
+    int64_t n = n_step;
+    switch (node.op) {
+      case Op::Embed: {
+        const auto& wt = g_.tensor(node.in[0]);
+        const size_t rs = quant::row_size(wt.type, wt.ne[0]);
+        const auto* base = static_cast<const uint8_t*>(w(node.in[0]));
+        for (int64_t t = 0; t < n; ++t) {
+          quant::dequantize_row(wt.type, base + rs * static_cast<size_t>(step.tokens[static_cast<size_t>(t)]), out + t * width, width);
+          if (node.scale != 1.0f) {
+            for (int64_t i = 0; i < width; ++i) out[t * width + i] *= node.scale;
+          }
+        }
+        break;
+      }
+      case Op::RmsNorm: {
+        n = in_rows(0);
+        const float* wv = nullptr;
+        std::vector<float> wbuf;
+        if (node.in.size() > 1) wv = f32_weight(node.in[1], wbuf);
+        const int64_t group = node.head_dim > 0 ? node.head_dim : width;
+        cpu::rms_norm(buf(node.in[0]), wv, out, width, group, n, node.eps, node.offset);
+        break;
+      }
+      case Op::MatMul: {
+        const auto& wt = g_.tensor(node.in[0]);
+        n = in_rows(1);
+        quant::matmul(wt.type, w(node.in[0]), wt.ne[1], wt.ne[0], buf(node.in[1]), n, out, pool_);
+        if (node.in.size() > 2) {
+          std::vector<float> bbuf;
+          const float* bias = f32_weight(node.in[2], bbuf);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t i = 0; i < width; ++i) out[t * width + i] += bias[i];
+        }
+        break;
+      }
+      case Op::Add: case Op::Mul: {
+        n = in_rows(0);
+        const float* a = buf(node.in[0]);
+        const float* b = buf(node.in[1]);
+        const int64_t count = n * width;
+        if (node.op == Op::Add) for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+        else for (int64_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
+        break;
+      }
+      case Op::Rope:
+        n = in_rows(0);
+        cpu::rope(buf(node.in[0]), out, n, node.n_head, node.head_dim, node.n_rot, node.rope_mode, node.freq_base,
+                  node.freq_scale, step.n_past);
+        break;
+      case Op::Attention:
+        n = in_rows(0);
+        attention(node, step, n, out);
+        break;
+      case Op::SwiGLU:
+        n = in_rows(0);
+        cpu::swiglu(buf(node.in[0]), buf(node.in[1]), out, n * width);
+        break;
+      case Op::GeGLU:
+        n = in_rows(0);
+        cpu::geglu(buf(node.in[0]), buf(node.in[1]), out, n * width);
+        break;
+      case Op::Softcap:
+        n = in_rows(0);
+        cpu::softcap(buf(node.in[0]), out, n * width, node.cap);
+        break;
+      case Op::SelectLast: {
+        const int64_t have = in_rows(0);
+        const float* src = buf(node.in[0]);
+        if (step.all_logits) {
+          std::memmove(out, src, static_cast<size_t>(have * width) * sizeof(float));
+          n = have;
+        } else {
+          std::memmove(out, src + (have - 1) * width, static_cast<size_t>(width) * sizeof(float));
+          n = 1;
+        }
+        break;
+      }
+    }
+    rows[static_cast<size_t>(node.out)] = n;
+  }
+
+  // A small weight (norm, bias) as floats: in place when stored as F32, converted otherwise.
+  const float* f32_weight(TensorId id, std::vector<float>& scratch) const {
+    const auto& t = g_.tensor(id);
+    if (t.type == gguf::TensorType::F32) return static_cast<const float*>(w(id));
+    scratch.resize(static_cast<size_t>(t.ne[0]));
+    quant::dequantize_row(t.type, w(id), scratch.data(), t.ne[0]);
+    return scratch.data();
+  }
+
+  void store_kv(int layer, int64_t pos, const float* k, const float* v) {
+    const int64_t kw = g_.kv_width;
+    const auto l = static_cast<size_t>(layer);
+    if (opts_.kv_type == KvType::F16) {
+      for (int64_t i = 0; i < kw; ++i) {
+        k16_[l][static_cast<size_t>(pos * kw + i)] = quant::f32_to_fp16(k[i]);
+        v16_[l][static_cast<size_t>(pos * kw + i)] = quant::f32_to_fp16(v[i]);
+      }
+    } else {
+      std::memcpy(k32_[l].data() + pos * kw, k, static_cast<size_t>(kw) * sizeof(float));
+      std::memcpy(v32_[l].data() + pos * kw, v, static_cast<size_t>(kw) * sizeof(float));
+    }
+  }
+
+  // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
+  // [max(0, pos - window + 1), pos]. Scores in float, softmax with the maximum subtracted.
+  void attention(const Node& node, const graph::StepParams& step, int64_t n, float* out) {
+    const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width;
+    const float* q = buf(node.in[0]);
+    const float* k = buf(node.in[1]);
+    const float* v = buf(node.in[2]);
+    for (int64_t t = 0; t < n; ++t) store_kv(node.layer, step.n_past + t, k + t * kw, v + t * kw);
+    const auto l = static_cast<size_t>(node.layer);
+    const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
+    const bool f16 = opts_.kv_type == KvType::F16;
+    pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
+      std::vector<float> scores(static_cast<size_t>(step.n_past + n)), acc(static_cast<size_t>(hd)),
+          kv_row(static_cast<size_t>(hd));
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t t = job / node.n_head;
+        const int h = static_cast<int>(job % node.n_head);
+        const int kvh = h / group;
+        const int64_t pos = step.n_past + t;
+        const int64_t lo = node.sliding_window > 0 ? std::max<int64_t>(0, pos - node.sliding_window + 1) : 0;
+        const float* qh = q + t * qw + static_cast<int64_t>(h) * hd;
+        float mx = -INFINITY;
+        for (int64_t j = lo; j <= pos; ++j) {
+          const float* kr = kv_at(f16, k16_, k32_, l, j * kw + static_cast<int64_t>(kvh) * hd, hd, kv_row);
+          float s = 0;
+          for (int i = 0; i < hd; ++i) s += qh[i] * kr[i];
+          s *= node.scale;
+          if (node.cap > 0) s = node.cap * std::tanh(s / node.cap);
+          scores[static_cast<size_t>(j)] = s;
+          mx = std::max(mx, s);
+        }
+        float sum = 0;
+        for (int64_t j = lo; j <= pos; ++j) {
+          scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - mx);
+          sum += scores[static_cast<size_t>(j)];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j = lo; j <= pos; ++j) {
+          const float* vr = kv_at(f16, v16_, v32_, l, j * kw + static_cast<int64_t>(kvh) * hd, hd, kv_row);
+          const float p = scores[static_cast<size_t>(j)] / sum;
+          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p * vr[i];
+        }
+        std::memcpy(out + t * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
+      }
+    });
+  }
+
+  static const float* kv_at(bool f16, const std::vector<std::vector<uint16_t>>& c16,
+                            const std::vector<std::vector<float>>& c32, size_t layer, int64_t offset, int hd,
+                            std::vector<float>& scratch) {
+    if (!f16) return c32[layer].data() + offset;
+    for (int i = 0; i < hd; ++i) scratch[static_cast<size_t>(i)] = quant::fp16_to_f32(c16[layer][static_cast<size_t>(offset + i)]);
+    return scratch.data();
+  }
+
+  const graph::Graph& g_;
+  const gguf::File& file_;
+  ExecOptions opts_;
+  ThreadPool pool_;
+  std::vector<const void*> weights_;
+  std::vector<int> slot_;
+  std::vector<std::vector<float>> buffers_;
+  std::vector<std::vector<uint16_t>> k16_, v16_;
+  std::vector<std::vector<float>> k32_, v32_;
+  int64_t logit_rows_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights,
+                                      const ExecOptions& opts) override {
+    return std::make_unique<CpuExecutable>(g, weights, opts);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace zinc::backend

@@ -1,0 +1,72 @@
+#include "backend/cpu/cpu_ops.h"
+
+#include <cmath>
+#include <vector>
+
+namespace zinc::backend::cpu {
+
+void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t group, int64_t n_tokens, float eps,
+              float offset) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xr = x + t * width;
+    float* orow = out + t * width;
+    for (int64_t g0 = 0; g0 < width; g0 += group) {
+      double sum = 0;  // accumulate in double: rows of thousands of squares
+      for (int64_t i = 0; i < group; ++i) sum += static_cast<double>(xr[g0 + i]) * xr[g0 + i];
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(group)) + eps);
+      for (int64_t i = 0; i < group; ++i) {
+        const float v = xr[g0 + i] * scale;
+        orow[g0 + i] = w ? v * (w[g0 + i] + offset) : v;
+      }
+    }
+  }
+}
+
+void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
+          float freq_base, float freq_scale, int32_t pos0) {
+  const int64_t width = static_cast<int64_t>(n_head) * head_dim;
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  std::vector<float> cs(static_cast<size_t>(n_rot));  // cos, sin per pair
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // theta_i = pos * scale * base^(-2i/n_rot), built by repeated multiplication as the reference does.
+    float theta = static_cast<float>(pos0 + t) * freq_scale;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      cs[2 * i] = std::cos(theta);
+      cs[2 * i + 1] = std::sin(theta);
+      theta *= theta_scale;
+    }
+    const float* xr = x + t * width;
+    float* orow = out + t * width;
+    for (int h = 0; h < n_head; ++h) {
+      const float* xh = xr + h * head_dim;
+      float* oh = orow + h * head_dim;
+      for (int i = 0; i < n_rot / 2; ++i) {
+        const int a = mode == graph::RopeMode::Normal ? 2 * i : i;
+        const int b = mode == graph::RopeMode::Normal ? 2 * i + 1 : i + n_rot / 2;
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = xh[a], x1 = xh[b];
+        oh[a] = x0 * c - x1 * s;
+        oh[b] = x0 * s + x1 * c;
+      }
+      for (int i = n_rot; i < head_dim; ++i) oh[i] = xh[i];
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + 0.044715f * g * g))) * up[i];
+  }
+}
+
+void softcap(const float* x, float* out, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(x[i] / cap);
+}
+
+}  // namespace zinc::backend::cpu

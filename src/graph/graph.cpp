@@ -1,0 +1,177 @@
+#include "graph/graph.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace zinc::graph {
+
+namespace {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Embed: return "embed";
+    case Op::RmsNorm: return "rms_norm";
+    case Op::MatMul: return "matmul";
+    case Op::Add: return "add";
+    case Op::Mul: return "mul";
+    case Op::Rope: return "rope";
+    case Op::Attention: return "attention";
+    case Op::SwiGLU: return "swiglu";
+    case Op::GeGLU: return "geglu";
+    case Op::Softcap: return "softcap";
+    case Op::SelectLast: return "select_last";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Graph::dump() const {
+  std::string out;
+  for (const Node& n : nodes) {
+    out += fmt::format("{:<12} {:<28} <-", op_name(n.op), tensor(n.out).name);
+    for (TensorId i : n.in) out += " " + tensor(i).name;
+    out += "\n";
+  }
+  return out;
+}
+
+TensorId Builder::weight(const std::string& name, gguf::TensorType type, std::array<int64_t, 4> ne, int layer) {
+  g_.tensors.push_back({name, TensorKind::Weight, type, ne, layer});
+  return static_cast<TensorId>(g_.tensors.size() - 1);
+}
+
+TensorId Builder::act(const std::string& name, int64_t w, int layer) {
+  g_.tensors.push_back({name, TensorKind::Act, gguf::TensorType::F32, {w, 1, 1, 1}, layer});
+  return static_cast<TensorId>(g_.tensors.size() - 1);
+}
+
+int64_t Builder::width(TensorId id) const { return g_.tensor(id).ne[0]; }
+
+Node& Builder::emit(Op op, TensorId out, std::vector<TensorId> in) {
+  Node n{};
+  n.op = op;
+  n.out = out;
+  n.in = std::move(in);
+  n.layer = g_.tensor(out).layer;
+  g_.nodes.push_back(std::move(n));
+  return g_.nodes.back();
+}
+
+TensorId Builder::embed(TensorId w, float scale) {
+  const TensorId out = act("inp_embd", g_.tensor(w).ne[0]);
+  emit(Op::Embed, out, {w}).scale = scale;
+  return out;
+}
+
+TensorId Builder::rms_norm(TensorId x, TensorId w, float eps, float offset, const std::string& name, int layer) {
+  if (w >= 0 && g_.tensor(w).ne[0] != width(x)) {
+    throw Error(fmt::format("{}: norm weight has {} elements, the input row {}", name, g_.tensor(w).ne[0], width(x)));
+  }
+  const TensorId out = act(name, width(x), layer);
+  Node& n = emit(Op::RmsNorm, out, w >= 0 ? std::vector<TensorId>{x, w} : std::vector<TensorId>{x});
+  n.eps = eps;
+  n.offset = offset;
+  return out;
+}
+
+TensorId Builder::rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps, const std::string& name, int layer) {
+  if (head_dim <= 0 || width(x) % head_dim != 0 || g_.tensor(w).ne[0] != head_dim) {
+    throw Error(fmt::format("{}: per-head norm of width {} over rows of {}", name, head_dim, width(x)));
+  }
+  const TensorId out = act(name, width(x), layer);
+  Node& n = emit(Op::RmsNorm, out, {x, w});
+  n.eps = eps;
+  n.head_dim = head_dim;
+  return out;
+}
+
+TensorId Builder::matmul(TensorId w, TensorId x, const std::string& name, int layer, TensorId bias) {
+  const Tensor& wt = g_.tensor(w);
+  if (wt.ne[0] != width(x)) {
+    throw Error(fmt::format("{}: weight '{}' has rows of {} but its input has {}", name, wt.name, wt.ne[0], width(x)));
+  }
+  const TensorId out = act(name, wt.ne[1], layer);
+  emit(Op::MatMul, out, bias >= 0 ? std::vector<TensorId>{w, x, bias} : std::vector<TensorId>{w, x});
+  return out;
+}
+
+TensorId Builder::add(TensorId a, TensorId b, const std::string& name, int layer) {
+  if (width(a) != width(b)) throw Error(fmt::format("{}: adding rows of {} and {}", name, width(a), width(b)));
+  const TensorId out = act(name, width(a), layer);
+  emit(Op::Add, out, {a, b});
+  return out;
+}
+
+TensorId Builder::mul(TensorId a, TensorId b, const std::string& name, int layer) {
+  if (width(a) != width(b)) throw Error(fmt::format("{}: multiplying rows of {} and {}", name, width(a), width(b)));
+  const TensorId out = act(name, width(a), layer);
+  emit(Op::Mul, out, {a, b});
+  return out;
+}
+
+TensorId Builder::rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, float base, float scale,
+                       const std::string& name, int layer) {
+  if (width(x) != static_cast<int64_t>(n_head) * head_dim || n_rot > head_dim || n_rot % 2) {
+    throw Error(fmt::format("{}: rope over {} heads of {} (rotating {}) does not fit rows of {}", name, n_head,
+                            head_dim, n_rot, width(x)));
+  }
+  const TensorId out = act(name, width(x), layer);
+  Node& n = emit(Op::Rope, out, {x});
+  n.n_head = n_head;
+  n.head_dim = head_dim;
+  n.n_rot = n_rot;
+  n.rope_mode = mode;
+  n.freq_base = base;
+  n.freq_scale = scale;
+  return out;
+}
+
+TensorId Builder::attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
+                            int sliding_window, float softcap, const std::string& name, int layer) {
+  if (width(q) != static_cast<int64_t>(n_head) * head_dim || width(k) != static_cast<int64_t>(n_head_kv) * head_dim ||
+      width(v) != width(k) || n_head_kv <= 0 || n_head % n_head_kv) {
+    throw Error(fmt::format("{}: q/k/v rows {}/{}/{} do not match {} heads ({} KV) of {}", name, width(q), width(k),
+                            width(v), n_head, n_head_kv, head_dim));
+  }
+  g_.kv_width = width(k);
+  const TensorId out = act(name, width(q), layer);
+  Node& n = emit(Op::Attention, out, {q, k, v});
+  n.n_head = n_head;
+  n.n_head_kv = n_head_kv;
+  n.head_dim = head_dim;
+  n.scale = scale;
+  n.sliding_window = sliding_window;
+  n.cap = softcap;
+  n.layer = layer;
+  return out;
+}
+
+TensorId Builder::swiglu(TensorId gate, TensorId up, const std::string& name, int layer) {
+  if (width(gate) != width(up)) throw Error(fmt::format("{}: gate {} and up {} differ", name, width(gate), width(up)));
+  const TensorId out = act(name, width(gate), layer);
+  emit(Op::SwiGLU, out, {gate, up});
+  return out;
+}
+
+TensorId Builder::geglu(TensorId gate, TensorId up, const std::string& name, int layer) {
+  if (width(gate) != width(up)) throw Error(fmt::format("{}: gate {} and up {} differ", name, width(gate), width(up)));
+  const TensorId out = act(name, width(gate), layer);
+  emit(Op::GeGLU, out, {gate, up});
+  return out;
+}
+
+TensorId Builder::softcap(TensorId x, float cap, const std::string& name, int layer) {
+  const TensorId out = act(name, width(x), layer);
+  emit(Op::Softcap, out, {x}).cap = cap;
+  return out;
+}
+
+TensorId Builder::select_last(TensorId x, const std::string& name) {
+  const TensorId out = act(name, width(x));
+  emit(Op::SelectLast, out, {x});
+  return out;
+}
+
+}  // namespace zinc::graph

@@ -1,0 +1,116 @@
+// The static decode graph: a model's forward pass, emitted once by model/<arch>.cpp as an ordered list
+// of ops over named tensors. Everything that changes from step to step (token ids, positions, number of
+// tokens, KV length) lives in StepParams, so a backend compiles the graph once and replays it.
+//
+// Shapes follow GGUF: ne[0] is the contiguous dimension. Activations are [width, n_tokens]: one row of
+// `width` floats per token of the step, at most `max_tokens` rows. Every tensor name carries its layer
+// ("blk.3.attn_out") so any node can be dumped and compared across backends.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/types.h"
+
+namespace zinc::graph {
+
+using TensorId = int32_t;
+
+enum class TensorKind : uint8_t {
+  Weight,   // bound to a GGUF tensor of the same name (read-only)
+  Act,      // per-step activation [width, n_tokens]
+  Logits,   // the output: [n_vocab, n_tokens] (or the last token only, see Graph::logits_last_only)
+};
+
+struct Tensor {
+  std::string name;
+  TensorKind kind = TensorKind::Act;
+  gguf::TensorType type = gguf::TensorType::F32;  // storage type of weights; activations are F32
+  std::array<int64_t, 4> ne{1, 1, 1, 1};         // weights: their GGUF shape; activations: {width, 1, 1, 1}
+  int layer = -1;
+};
+
+enum class RopeMode : uint8_t { Normal, NeoX };  // Normal rotates (x[2i], x[2i+1]); NeoX (x[i], x[i+d/2])
+
+enum class Op : uint8_t {
+  Embed,       // out[t] = dequant(W row token[t]) * scale                   in: W
+  RmsNorm,     // out = x / sqrt(mean(x^2) + eps) * (w + offset)              in: x, w (w optional)
+  MatMul,      // out[t] = W · in[t] (+ bias)                                 in: W, x [, bias]
+  Add,         // out = a + b                                                 in: a, b
+  Mul,         // out = a * b                                                 in: a, b
+  Rope,        // rotates the first n_rot dims of every head in place-by-copy in: x
+  Attention,   // causal attention of q over this layer's KV cache, after appending k and v
+               //                                                              in: q, k, v
+  SwiGLU,      // out = silu(gate) * up                                       in: gate, up
+  GeGLU,       // out = gelu_tanh(gate) * up                                  in: gate, up
+  Softcap,     // out = cap * tanh(x / cap)                                   in: x
+  SelectLast,  // out = the last token's row only, unless the step asks for all logits  in: x
+};
+
+struct Node {
+  Op op;
+  TensorId out = -1;
+  std::vector<TensorId> in;
+  // Op parameters (only those of the op are meaningful).
+  float eps = 0, offset = 0, scale = 1, cap = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;  // Rope, Attention: heads in the row; RmsNorm: group width
+  int n_rot = 0;
+  RopeMode rope_mode = RopeMode::Normal;
+  float freq_base = 10000.0f, freq_scale = 1.0f;
+  int sliding_window = 0;  // Attention: 0 = full causal
+  int layer = -1;          // Attention: which KV cache
+};
+
+struct Graph {
+  std::vector<Tensor> tensors;
+  std::vector<Node> nodes;
+  TensorId tokens = -1;  // the step's token ids feed Embed
+  TensorId logits = -1;
+  int n_layer = 0;
+  int64_t kv_width = 0;  // per layer: n_head_kv * head_dim (K and V rows)
+  int64_t n_vocab = 0;
+
+  const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
+  // Human-readable listing, one node per line.
+  std::string dump() const;
+};
+
+// What changes from step to step. tokens[i] sits at position n_past + i.
+struct StepParams {
+  std::vector<int32_t> tokens;
+  int32_t n_past = 0;
+  bool all_logits = false;  // logits for every token of the step, not only the last
+};
+
+// Helpers used by model files to emit graphs with checked shapes.
+class Builder {
+ public:
+  explicit Builder(Graph& g) : g_(g) {}
+  TensorId weight(const std::string& name, gguf::TensorType type, std::array<int64_t, 4> ne, int layer = -1);
+  TensorId act(const std::string& name, int64_t width, int layer = -1);
+
+  TensorId embed(TensorId w, float scale = 1.0f);
+  TensorId rms_norm(TensorId x, TensorId w, float eps, float offset, const std::string& name, int layer);
+  // RMSNorm of each head_dim-wide group of the row (per-head q/k norms).
+  TensorId rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps, const std::string& name, int layer);
+  TensorId matmul(TensorId w, TensorId x, const std::string& name, int layer, TensorId bias = -1);
+  TensorId add(TensorId a, TensorId b, const std::string& name, int layer);
+  TensorId mul(TensorId a, TensorId b, const std::string& name, int layer);
+  TensorId rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, float base, float scale,
+                const std::string& name, int layer);
+  TensorId attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
+                     int sliding_window, float softcap, const std::string& name, int layer);
+  TensorId swiglu(TensorId gate, TensorId up, const std::string& name, int layer);
+  TensorId geglu(TensorId gate, TensorId up, const std::string& name, int layer);
+  TensorId softcap(TensorId x, float cap, const std::string& name, int layer);
+  TensorId select_last(TensorId x, const std::string& name);
+
+ private:
+  int64_t width(TensorId id) const;
+  Node& emit(Op op, TensorId out, std::vector<TensorId> in);
+  Graph& g_;
+};
+
+}  // namespace zinc::graph

@@ -1,0 +1,98 @@
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace zinc::model {
+
+namespace {
+
+struct ArchEntry {
+  const char* name;
+  graph::Graph (*build)(const gguf::File&, HParams&);
+};
+
+const ArchEntry kArchitectures[] = {
+    {"llama", build_llama},
+    {"qwen2", build_qwen2},
+    {"qwen3", build_qwen3},
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const auto& a : kArchitectures) out.emplace_back(a.name);
+  return out;
+}
+
+HParams read_common_hparams(const gguf::File& f, const std::string& arch) {
+  HParams hp;
+  hp.arch = arch;
+  const std::string p = arch + ".";
+  hp.n_layer = static_cast<int>(f.get<uint32_t>(p + "block_count"));
+  hp.n_embd = f.get<uint32_t>(p + "embedding_length");
+  hp.n_ff = f.get_or<uint32_t>(p + "feed_forward_length", 0);
+  hp.n_head = static_cast<int>(f.get<uint32_t>(p + "attention.head_count"));
+  hp.n_head_kv = static_cast<int>(f.get_or<uint32_t>(p + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head)));
+  if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
+    throw Error(fmt::format("{}: inconsistent hyper-parameters: {} layers, width {}, {} heads, {} KV heads", f.name(),
+                            hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv));
+  }
+  hp.head_dim = static_cast<int>(f.get_or<uint32_t>(p + "attention.key_length", static_cast<uint32_t>(hp.n_embd / hp.n_head)));
+  hp.n_rot = static_cast<int>(f.get_or<uint32_t>(p + "rope.dimension_count", static_cast<uint32_t>(hp.head_dim)));
+  hp.n_ctx_train = f.get_or<uint32_t>(p + "context_length", 2048);
+  hp.rms_eps = f.get_or<float>(p + "attention.layer_norm_rms_epsilon", 1e-5f);
+  hp.rope_base = f.get_or<float>(p + "rope.freq_base", 10000.0f);
+  const float scale = f.get_or<float>(p + "rope.scale_linear", 1.0f);
+  hp.rope_scale = scale > 0 ? 1.0f / scale : 1.0f;
+  const auto tokens = f.get<gguf::ArrayView>("tokenizer.ggml.tokens");
+  hp.n_vocab = static_cast<int64_t>(tokens.size());
+  return hp;
+}
+
+graph::TensorId optional_weight(graph::Builder& b, const gguf::File& f, const std::string& name,
+                                std::vector<int64_t> shape, int layer) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return -1;
+  std::vector<int64_t> have;
+  for (uint32_t d = 0; d < t->n_dims; ++d) have.push_back(static_cast<int64_t>(t->ne[d]));
+  while (have.size() > 1 && have.back() == 1) have.pop_back();
+  if (have != shape) {
+    throw Error(fmt::format("{}: tensor '{}' has shape {}, the architecture needs {}", f.name(), name,
+                            shape_str(have), shape_str(shape)));
+  }
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  for (size_t d = 0; d < shape.size() && d < 4; ++d) ne[d] = shape[d];
+  return b.weight(name, t->type, ne, layer);
+}
+
+graph::TensorId require_weight(graph::Builder& b, const gguf::File& f, const std::string& name,
+                               std::vector<int64_t> shape, int layer) {
+  const graph::TensorId id = optional_weight(b, f, name, std::move(shape), layer);
+  if (id < 0) throw Error(fmt::format("{}: required tensor '{}' is missing", f.name(), name));
+  return id;
+}
+
+Model load(const gguf::File& f) {
+  const auto arch = f.get<std::string>("general.architecture");
+  for (const auto& a : kArchitectures) {
+    if (arch == a.name) {
+      Model m;
+      m.graph = a.build(f, m.hp);
+      return m;
+    }
+  }
+  std::string names;
+  for (const auto& n : supported_architectures()) names += (names.empty() ? "" : ", ") + n;
+  throw Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", f.name(), arch, names));
+}
+
+}  // namespace zinc::model

@@ -1,0 +1,60 @@
+// Models: hyper-parameters read from GGUF metadata, tensors checked against the shapes the architecture
+// needs, and the architecture's static graph. One file per architecture emits the graph; this header
+// is the registry they plug into.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/reader.h"
+#include "graph/graph.h"
+
+namespace zinc::model {
+
+struct HParams {
+  std::string arch;
+  int n_layer = 0;
+  int64_t n_embd = 0, n_ff = 0, n_vocab = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int64_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f, rope_scale = 1.0f;
+};
+
+struct Model {
+  HParams hp;
+  graph::Graph graph;
+};
+
+// Reads hyper-parameters, checks every tensor the architecture uses (presence, shape) and emits the
+// graph. Throws zinc::Error naming the file and what is wrong (unsupported architecture, missing key,
+// missing tensor, wrong shape).
+Model load(const gguf::File& file);
+
+std::vector<std::string> supported_architectures();
+
+// For architecture files: reads the common hyper-parameters under "<arch>.".
+HParams read_common_hparams(const gguf::File& f, const std::string& arch);
+
+// For architecture files: declares a weight the graph reads, checking it exists with the given shape
+// (ne[0] first, trailing 1s omitted).
+graph::TensorId require_weight(graph::Builder& b, const gguf::File& f, const std::string& name,
+                               std::vector<int64_t> shape, int layer = -1);
+// Same, or -1 when the file has no such tensor.
+graph::TensorId optional_weight(graph::Builder& b, const gguf::File& f, const std::string& name,
+                                std::vector<int64_t> shape, int layer = -1);
+
+// The standard decoder (standard.cpp) that Llama-like architectures configure.
+struct StandardOptions {
+  graph::RopeMode rope_mode = graph::RopeMode::Normal;
+  bool qk_norm = false;  // per-head RMSNorm of q and k before the rotation (attn_q_norm / attn_k_norm)
+};
+graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string& arch, const StandardOptions& opt);
+
+// Architecture builders (one file each).
+graph::Graph build_llama(const gguf::File& f, HParams& hp);
+graph::Graph build_qwen2(const gguf::File& f, HParams& hp);
+graph::Graph build_qwen3(const gguf::File& f, HParams& hp);
+
+}  // namespace zinc::model

@@ -1,0 +1,54 @@
+// The decoder block shared by Llama-like architectures: pre-norm grouped-query attention with rotary
+// embeddings (optionally with q/k/v biases and per-head q/k RMSNorm), a SwiGLU feed-forward network,
+// final RMSNorm and an output projection (tied to the embeddings when output.weight is absent).
+#include <cmath>
+
+#include "model/model.h"
+
+namespace zinc::model {
+
+graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string& arch, const StandardOptions& opt) {
+  hp = read_common_hparams(f, arch);
+  graph::Graph g;
+  graph::Builder b(g);
+  const int64_t d = hp.n_embd, hd = hp.head_dim, q_w = hp.n_head * hd, kv_w = hp.n_head_kv * hd, ff = hp.n_ff;
+  g.n_layer = hp.n_layer;
+  g.n_vocab = hp.n_vocab;
+  const auto tok = require_weight(b, f, "token_embd.weight", {d, hp.n_vocab});
+  graph::TensorId x = b.embed(tok);
+  for (int l = 0; l < hp.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    auto h = b.rms_norm(x, require_weight(b, f, p + "attn_norm.weight", {d}, l), hp.rms_eps, 0.0f, p + "attn_norm", l);
+    auto q = b.matmul(require_weight(b, f, p + "attn_q.weight", {d, q_w}, l), h, p + "q", l,
+                      optional_weight(b, f, p + "attn_q.bias", {q_w}, l));
+    auto k = b.matmul(require_weight(b, f, p + "attn_k.weight", {d, kv_w}, l), h, p + "k", l,
+                      optional_weight(b, f, p + "attn_k.bias", {kv_w}, l));
+    auto v = b.matmul(require_weight(b, f, p + "attn_v.weight", {d, kv_w}, l), h, p + "v", l,
+                      optional_weight(b, f, p + "attn_v.bias", {kv_w}, l));
+    if (opt.qk_norm) {
+      q = b.rms_norm_heads(q, require_weight(b, f, p + "attn_q_norm.weight", {hd}, l), hp.head_dim, hp.rms_eps, p + "q_norm", l);
+      k = b.rms_norm_heads(k, require_weight(b, f, p + "attn_k_norm.weight", {hd}, l), hp.head_dim, hp.rms_eps, p + "k_norm", l);
+    }
+    q = b.rope(q, hp.n_head, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope_base, hp.rope_scale, p + "q_rope", l);
+    k = b.rope(k, hp.n_head_kv, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope_base, hp.rope_scale, p + "k_rope", l);
+    auto a = b.attention(q, k, v, hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f,
+                         p + "attn", l);
+    x = b.add(x, b.matmul(require_weight(b, f, p + "attn_output.weight", {q_w, d}, l), a, p + "attn_out", l),
+              p + "attn_residual", l);
+    h = b.rms_norm(x, require_weight(b, f, p + "ffn_norm.weight", {d}, l), hp.rms_eps, 0.0f, p + "ffn_norm", l);
+    auto act = b.swiglu(b.matmul(require_weight(b, f, p + "ffn_gate.weight", {d, ff}, l), h, p + "ffn_gate", l),
+                        b.matmul(require_weight(b, f, p + "ffn_up.weight", {d, ff}, l), h, p + "ffn_up", l),
+                        p + "ffn_act", l);
+    x = b.add(x, b.matmul(require_weight(b, f, p + "ffn_down.weight", {ff, d}, l), act, p + "ffn_out", l),
+              p + "ffn_residual", l);
+  }
+  x = b.select_last(x, "result_last");
+  x = b.rms_norm(x, require_weight(b, f, "output_norm.weight", {d}), hp.rms_eps, 0.0f, "result_norm", -1);
+  auto out_w = optional_weight(b, f, "output.weight", {d, hp.n_vocab});
+  if (out_w < 0) out_w = tok;
+  g.logits = b.matmul(out_w, x, "result_output", -1);
+  return g;
+}
+
+
+}  // namespace zinc::model

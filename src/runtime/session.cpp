@@ -1,0 +1,42 @@
+#include "runtime/session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace zinc::runtime {
+
+Session::Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts)
+    : model_(model::load(file)) {
+  exe_ = backend.compile(model_.graph, file, opts);
+}
+
+std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
+  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx()) {
+    throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", n_past_,
+                            tokens.size(), n_ctx()));
+  }
+  logits_.clear();
+  const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
+  for (size_t i = 0; i < tokens.size(); i += chunk) {
+    graph::StepParams step;
+    step.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                       tokens.begin() + static_cast<std::ptrdiff_t>(std::min(tokens.size(), i + chunk)));
+    step.n_past = n_past_;
+    step.all_logits = all_logits;
+    exe_->run(step);
+    n_past_ += static_cast<int32_t>(step.tokens.size());
+    const auto l = exe_->logits();
+    if (all_logits || i + chunk >= tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
+  }
+  return logits_;
+}
+
+int32_t argmax(std::span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace zinc::runtime

@@ -1,0 +1,41 @@
+// A session: one model compiled on one backend, with its KV cache and position. Feeds tokens in
+// chunks no larger than the executable's step size and returns logits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "gguf/reader.h"
+#include "model/model.h"
+
+namespace zinc::runtime {
+
+class Session {
+ public:
+  // `file` must outlive the session.
+  Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts);
+
+  // Appends tokens to the context. Returns the logits of the last token, or with all_logits one row
+  // of n_vocab per token. Throws zinc::Error when the context would overflow (nothing is appended).
+  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+  int32_t n_past() const { return n_past_; }
+  int32_t n_ctx() const { return exe_->options().n_ctx; }
+  int64_t n_vocab() const { return exe_->n_vocab(); }
+  void reset() { n_past_ = 0; }
+  const model::Model& model() const { return model_; }
+
+ private:
+  model::Model model_;
+  std::unique_ptr<backend::Executable> exe_;
+  int32_t n_past_ = 0;
+  std::vector<float> logits_;
+};
+
+// Index of the largest value (the first one on ties).
+int32_t argmax(std::span<const float> v);
+
+}  // namespace zinc::runtime

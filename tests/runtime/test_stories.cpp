@@ -1,0 +1,117 @@
+// End to end on real weights: stories260K on the CPU backend reproduces the model's published greedy
+// text from BOS. Tokens are turned into text with the vocabulary's own pieces (SentencePiece '▁' is a
+// space, <0xNN> a byte), independently of the tokenizer library.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "raw_gguf.h"
+#include "runtime/session.h"
+
+namespace zinc::runtime {
+namespace {
+
+std::string piece_text(const std::string& piece) {
+  if (piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece.back() == '>') {
+    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  }
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += piece[i++];
+    }
+  }
+  return out;
+}
+
+std::string published_text() {
+  std::ifstream in(test::testdata_dir() / "models/stories260K.greedy200.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Stories260K, GreedyFromBosReproducesThePublishedText) {
+  ZINC_REQUIRE_TESTDATA();
+  const gguf::File f = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  const auto pieces = f.get<std::vector<std::string>>("tokenizer.ggml.tokens");
+  const std::string expected = published_text();
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 256;
+  opts.max_tokens = 32;
+  Session s(f, *backend, opts);
+
+  std::string text;
+  int32_t tok = 1;  // BOS
+  int forced = 0;
+  for (int step = 0; step < 200; ++step) {
+    const auto logits = s.eval(std::span<const int32_t>(&tok, 1));
+    int32_t next = argmax(logits);
+    std::string piece = piece_text(pieces[static_cast<size_t>(next)]);
+    if (step == 0 && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);  // no leading space after BOS
+    if (expected.compare(text.size(), piece.size(), piece) != 0) {
+      // The published run and this one may part at a near-tie late in the text (the model description
+      // notes two tokens within 0.004 in logit near step 185). Only there, and only for a near-tie, follow
+      // the published token: the best-scoring token that continues the published text.
+      ASSERT_GE(step, 180) << "diverged at step " << step << " after: " << text;
+      int32_t alt = -1;
+      for (size_t id = 0; id < pieces.size(); ++id) {
+        const std::string p = piece_text(pieces[id]);
+        if (!p.empty() && expected.compare(text.size(), p.size(), p) == 0 &&
+            (alt < 0 || logits[id] > logits[static_cast<size_t>(alt)])) {
+          alt = static_cast<int32_t>(id);
+        }
+      }
+      ASSERT_GE(alt, 0) << "no token continues the published text at step " << step;
+      EXPECT_LT(logits[static_cast<size_t>(next)] - logits[static_cast<size_t>(alt)], 0.01f) << "step " << step;
+      next = alt;
+      piece = piece_text(pieces[static_cast<size_t>(next)]);
+      ++forced;
+    }
+    text += piece;
+    tok = next;
+  }
+  EXPECT_LE(forced, 2);
+  EXPECT_EQ(text, expected.substr(0, text.size()));
+  EXPECT_GE(text.size() + 8, expected.size());
+}
+
+TEST(Stories260K, PrefillInChunksMatchesTokenByToken) {
+  ZINC_REQUIRE_TESTDATA();
+  const gguf::File f = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 7;  // the 16-token prompt runs as three chunks
+  opts.kv_type = backend::KvType::F32;
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 275, 300, 350, 302, 267, 412, 290, 305, 311, 376, 339};
+  Session chunked(f, *backend, opts);
+  const auto chunked_logits = chunked.eval(prompt, true);
+  const std::vector<float> all(chunked_logits.begin(), chunked_logits.end());
+  const auto nv = static_cast<size_t>(chunked.n_vocab());
+  ASSERT_EQ(all.size(), prompt.size() * nv);
+  EXPECT_EQ(chunked.n_past(), 16);
+  Session single(f, *backend, opts);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const auto l = single.eval(std::span<const int32_t>(&prompt[i], 1));
+    ASSERT_EQ(l.size(), nv);
+    for (size_t v = 0; v < nv; ++v) ASSERT_NEAR(all[i * nv + v], l[v], 1e-4f * (1.0f + std::fabs(l[v]))) << i << "," << v;
+  }
+  // A prompt that overflows the context is refused whole.
+  const std::vector<int32_t> too_many(60, 5);
+  EXPECT_THROW(chunked.eval(too_many), Error);
+  EXPECT_EQ(chunked.n_past(), 16);
+  const std::vector<int32_t> bad_id = {100000};
+  EXPECT_THROW(chunked.eval(bad_id), Error);
+}
+
+}  // namespace
+}  // namespace zinc::runtime
