@@ -5,7 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tool=$1 work=$2 testdata=$3 oracle=$4
 if [ ! -d "$oracle/node_modules/node-llama-cpp" ]; then
-  echo "oracle not installed: run 'npm ci --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
+  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
   exit 1
 fi
 rm -rf "$work" && mkdir -p "$work"
