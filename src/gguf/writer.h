@@ -49,7 +49,10 @@ class Writer {
   const Metadata& metadata() const { return metadata_; }
 
   // ne[0] is the row length. Throws zinc::Error for an invalid name, shape or duplicate.
+  // `data` is borrowed until write(): it must outlive the writer's use of it.
   void add_tensor(std::string name, TensorType type, std::span<const uint64_t> ne, std::span<const uint8_t> data);
+  // A temporary buffer would dangle before write(): refuse it at compile time.
+  void add_tensor(std::string name, TensorType type, std::span<const uint64_t> ne, std::vector<uint8_t>&& data) = delete;
   void add_tensor(std::string name, TensorType type, std::span<const uint64_t> ne, TensorSource source);
 
   // Alignment from general.alignment (uint32, power of two) or the default 32.

@@ -99,7 +99,8 @@ TEST(ModelQuantize, UnreadableSourceTypeIsAClearError) {
   gguf::Writer w;
   w.metadata().set("general.architecture", gguf::Value::str("llama"));
   const std::vector<uint64_t> ne = {256, 2};
-  w.add_tensor("blk.0.attn_q.weight", TensorType::IQ2_XXS, ne, std::vector<uint8_t>(2 * 66));
+  const std::vector<uint8_t> data(2 * 66);
+  w.add_tensor("blk.0.attn_q.weight", TensorType::IQ2_XXS, ne, data);
   w.write_file(tmp.file("iq2.gguf"));
   const gguf::File in = gguf::File::open(tmp.file("iq2.gguf"));
   auto opts = options("Q8_0");

@@ -124,8 +124,9 @@ TEST(GgufWriter, RejectsInvalidTensors) {
   EXPECT_THROW(w.add_tensor("", TensorType::Q8_0, ne, q80), Error);
   EXPECT_THROW(w.add_tensor(std::string(64, 'n'), TensorType::Q8_0, ne, q80), Error);
   const std::vector<uint64_t> odd = {33};
-  EXPECT_THROW(w.add_tensor("odd", TensorType::Q8_0, odd, std::vector<uint8_t>(36)), Error);
-  EXPECT_THROW(w.add_tensor("short", TensorType::Q8_0, ne, std::vector<uint8_t>(33)), Error);
+  const std::vector<uint8_t> b36(36), b33(33);
+  EXPECT_THROW(w.add_tensor("odd", TensorType::Q8_0, odd, b36), Error);
+  EXPECT_THROW(w.add_tensor("short", TensorType::Q8_0, ne, b33), Error);
   const std::vector<uint64_t> five = {32, 1, 1, 1, 1};
   EXPECT_THROW(w.add_tensor("five", TensorType::Q8_0, five, q80), Error);
   EXPECT_THROW(Writer{1}, Error);
