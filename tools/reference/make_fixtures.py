@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Tiny random-weight checkpoints and their reference outputs, made with Hugging Face transformers.
+
+Run on a machine with torch + transformers (the GPU machine; the work itself runs on its CPU):
+    python3 tools/reference/make_fixtures.py OUT_DIR
+For each architecture it writes OUT_DIR/<arch>/ with a bf16 safetensors checkpoint, config.json, a
+small byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json) and reference.json: fixed token
+sequences, the float64 logits at every position of each (logits_<i>.f32, float32 little-endian,
+[tokens x vocab]) and a 32-token greedy continuation. Dimensions are multiples of 256 so K-quants
+apply; output weights are scaled so the top-1 margin is visible after quantization.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+VOCAB = 512
+SEQ_LEN = 16
+GREEDY = 32
+
+
+def corpus():
+    words = ("the a little cat dog sat on mat ran fast slow big small red blue green house tree river "
+             "and but then when where who what is was were be been have has had do does did say said "
+             "one two three four five six seven eight nine ten hello world model token zinc quantum").split()
+    rng = np.random.default_rng(7)
+    lines = []
+    for _ in range(4000):
+        n = int(rng.integers(4, 14))
+        lines.append(" ".join(words[int(i)] for i in rng.integers(0, len(words), n)).capitalize() + ".")
+    lines += ["Numbers: 12345 678 90.", "Code: for (int i = 0; i < n; ++i) { x += y; }", "Émoji 🙂 and 中文 text."]
+    return lines
+
+
+def make_tokenizer(out):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|bos|>", "<|eos|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    # The corpus yields fewer merges than VOCAB allows: the model's vocab_size stays VOCAB, so the
+    # embedding has rows no token uses, as many released models do (the converter pads the list).
+    assert tok.get_vocab_size() <= VOCAB, tok.get_vocab_size()
+    tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|bos|>", "eos_token": "<|eos|>", "add_bos_token": False,
+                   "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"}, f, indent=2)
+
+
+def configs():
+    common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=0, eos_token_id=1)
+    return {
+        "llama": transformers.LlamaConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False),
+        "qwen2": transformers.Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True),
+        "qwen3": transformers.Qwen3Config(**common, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                          tie_word_embeddings=False),
+        "gemma3": transformers.Gemma3TextConfig(**common, head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                                rope_local_base_freq=10000.0, sliding_window=8,
+                                                query_pre_attn_scalar=64, tie_word_embeddings=True,
+                                                layer_types=["sliding_attention", "full_attention"]),
+    }
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    gemma = "gemma" in type(model).__name__.lower()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norms (and biases): around their neutral value, perturbed
+                base = 0.0 if ("bias" in name or gemma) else 1.0  # Gemma's norms scale by (1 + w)
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+            elif "lm_head" in name or "embed_tokens" in name:
+                # Gemma multiplies embeddings by sqrt(hidden) and ties the output to them: smaller values
+                # keep its logits in the same range as the others'.
+                p.copy_((0.06 if gemma else 0.25) * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def main(out_root):
+    for arch, cfg in configs().items():
+        out = os.path.join(out_root, arch)
+        os.makedirs(out, exist_ok=True)
+        make_tokenizer(out)
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        randomize(model, seed=1234)
+        # Stored weights are bf16 (small files); the reference runs the same bf16 values in float64.
+        model = model.to(torch.bfloat16)
+        model.save_pretrained(out, safe_serialization=True)
+        model = model.to(torch.float64).eval()
+        rng = np.random.default_rng(11)
+        seqs = [[0] + [int(t) for t in rng.integers(2, VOCAB, SEQ_LEN - 1)] for _ in range(3)]
+        ref = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch,
+               "sequences": seqs, "logits": [], "greedy_prompt": seqs[0], "margins": []}
+        with torch.no_grad():
+            for i, s in enumerate(seqs):
+                logits = model(torch.tensor([s])).logits[0].to(torch.float64).numpy()
+                logits.astype("<f4").tofile(os.path.join(out, f"logits_{i}.f32"))
+                ref["logits"].append({"file": f"logits_{i}.f32", "shape": list(logits.shape)})
+                top2 = np.sort(logits, axis=-1)[:, -2:]
+                ref["margins"].append(float(np.median(top2[:, 1] - top2[:, 0])))
+            gen = model.generate(torch.tensor([seqs[0]]), max_new_tokens=GREEDY, do_sample=False,
+                                 min_new_tokens=GREEDY, pad_token_id=1)
+            ref["greedy"] = [int(t) for t in gen[0][len(seqs[0]):]]
+        with open(os.path.join(out, "reference.json"), "w") as f:
+            json.dump(ref, f, indent=1)
+        size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
+        print(f"{arch}: {size / 1e6:.2f} MB, median top-1 margin {ref['margins']}, greedy {ref['greedy'][:8]}...")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "fixtures")
