@@ -58,13 +58,16 @@ def configs():
                   bos_token_id=0, eos_token_id=1)
     return {
         "llama": transformers.LlamaConfig(**common, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False),
-        "qwen2": transformers.Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True),
+        "qwen2": transformers.Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
         "qwen3": transformers.Qwen3Config(**common, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                           tie_word_embeddings=False),
-        "gemma3": transformers.Gemma3TextConfig(**common, head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
-                                                rope_local_base_freq=10000.0, sliding_window=8,
-                                                query_pre_attn_scalar=64, tie_word_embeddings=True,
-                                                layer_types=["sliding_attention", "full_attention"]),
+        # Gemma 3's released layout: five sliding-window layers, then one global layer. Narrower than the
+        # others so six layers stay small; a 4-token window matters within the 16-token sequences.
+        "gemma3": transformers.Gemma3TextConfig(**dict(common, intermediate_size=256, num_hidden_layers=6,
+                                                       num_attention_heads=2, num_key_value_heads=1),
+                                                head_dim=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                                rope_local_base_freq=10000.0, sliding_window=4,
+                                                query_pre_attn_scalar=64, tie_word_embeddings=True),
     }
 
 
@@ -81,7 +84,10 @@ def randomize(model, seed):
                 # keep its logits in the same range as the others'.
                 p.copy_((0.06 if gemma else 0.25) * torch.randn(p.shape, generator=g))
             else:
-                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+                # Small enough that each block perturbs the residual stream rather than replacing it, as
+                # in trained models; larger values make these random models chaotic, amplifying
+                # quantization noise tenfold.
+                p.copy_(0.04 * torch.randn(p.shape, generator=g))
 
 
 def main(out_root):
@@ -90,12 +96,17 @@ def main(out_root):
         os.makedirs(out, exist_ok=True)
         make_tokenizer(out)
         torch.manual_seed(0)
-        model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         randomize(model, seed=1234)
-        # Stored weights are bf16 (small files); the reference runs the same bf16 values in float64.
+        # Stored weights are bf16 (small files); the reference runs the same bf16 values in float64. The
+        # float64 model is built fresh and loaded from the bf16 weights: converting the bf16 model back
+        # would keep bf16-rounded rotary frequencies (a buffer, not a weight), which real models lack.
         model = model.to(torch.bfloat16)
         model.save_pretrained(out, safe_serialization=True)
-        model = model.to(torch.float64).eval()
+        weights = model.state_dict()
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float64)
+        model.load_state_dict({k: v.to(torch.float64) for k, v in weights.items()})
+        model = model.eval()
         rng = np.random.default_rng(11)
         seqs = [[0] + [int(t) for t in rng.integers(2, VOCAB, SEQ_LEN - 1)] for _ in range(3)]
         ref = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch,

@@ -16,7 +16,7 @@ void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t
       const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(group)) + eps);
       for (int64_t i = 0; i < group; ++i) {
         const float v = xr[g0 + i] * scale;
-        orow[g0 + i] = w ? v * (w[g0 + i] + offset) : v;
+        orow[g0 + i] = w ? v * (w[i] + offset) : v;  // the weight spans one group
       }
     }
   }

@@ -10,7 +10,8 @@
 namespace zinc::backend::cpu {
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * (w + offset), normalising groups of `group` elements
-// (group = width for a whole-row norm, head_dim for per-head norms). w may be null.
+// (group = width for a whole-row norm, head_dim for per-head norms); w has `group` elements and
+// may be null.
 void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t group, int64_t n_tokens,
               float eps, float offset);
 
