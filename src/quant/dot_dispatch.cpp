@@ -25,7 +25,7 @@ int isa_cap() {
 DotKernel dot_kernel(TensorType w) {
   static const CpuInfo cpu = cpu_info();
   static const int cap = isa_cap();
-  if (cap >= 2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.fma && cpu.f16c) {
+  if (cap >= 2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512vnni && cpu.fma && cpu.f16c) {
     if (DotFn f = dot_fn_avx512(w)) return {f, "avx512"};
   }
   if (cap >= 1 && cpu.avx2 && cpu.fma && cpu.f16c) {
