@@ -17,6 +17,7 @@ const ArchEntry kArchitectures[] = {
     {"llama", build_llama},
     {"qwen2", build_qwen2},
     {"qwen3", build_qwen3},
+    {"gemma3", build_gemma3},
 };
 
 std::string shape_str(const std::vector<int64_t>& s) {

@@ -56,5 +56,6 @@ graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string&
 graph::Graph build_llama(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen2(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3(const gguf::File& f, HParams& hp);
+graph::Graph build_gemma3(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model

@@ -226,6 +226,29 @@ TEST(Cli, LoggingStaysOffStdout) {
   EXPECT_TRUE(contains(bad.err, "unknown log level 'loud'")) << bad.err;
 }
 
+TEST(Cli, RunContinuesAPromptGreedily) {
+  ZINC_REQUIRE_TESTDATA();
+  // stories260K's published greedy text from BOS starts with "Once upon a time": continuing that prompt
+  // greedily must follow the published text.
+  std::ifstream in(zinc::test::testdata_dir() / "models/stories260K.greedy200.txt");
+  std::stringstream published;
+  published << in.rdbuf();
+  const RunResult r = zinc({"run", "-m", stories(), "-p", "Once upon a time", "-n", "40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_GT(r.out.size(), 100u);
+  const std::string text = r.out.substr(0, r.out.size() - 1);  // the final newline
+  EXPECT_EQ(text, published.str().substr(0, text.size()));
+  EXPECT_TRUE(contains(r.err, "tok/s")) << r.err;
+  const json j = json::parse(zinc({"run", "--json", "-m", stories(), "-p", "Once upon a time", "-n", "8"}).out);
+  EXPECT_EQ(j["tokens"].size(), 8u);
+  EXPECT_EQ(j["prompt_tokens"], 5);  // BOS + 4
+  EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(published.str().rfind("Once upon a time" + j["text"].get<std::string>(), 0), 0u) << j["text"];
+  const RunResult full = zinc({"run", "-m", stories(), "-p", "Once upon a time", "-n", "5000", "-c", "256"});
+  EXPECT_EQ(full.status, 1);
+  EXPECT_TRUE(contains(full.err, "do not fit the context of 256")) << full.err;
+}
+
 TEST(Cli, UsageErrors) {
   const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
   EXPECT_EQ(none.status, 0);

@@ -47,9 +47,11 @@ def make_tokenizer(out):
     # embedding has rows no token uses, as many released models do (the converter pads the list).
     assert tok.get_vocab_size() <= VOCAB, tok.get_vocab_size()
     tok.save(os.path.join(out, "tokenizer.json"))
+    n_tokens = tok.get_vocab_size()
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<|bos|>", "eos_token": "<|eos|>", "add_bos_token": False,
                    "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"}, f, indent=2)
+    return n_tokens
 
 
 def configs():
@@ -94,7 +96,7 @@ def main(out_root):
     for arch, cfg in configs().items():
         out = os.path.join(out_root, arch)
         os.makedirs(out, exist_ok=True)
-        make_tokenizer(out)
+        n_tokens = make_tokenizer(out)
         torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
         randomize(model, seed=1234)
@@ -108,8 +110,11 @@ def main(out_root):
         model.load_state_dict({k: v.to(torch.float64) for k, v in weights.items()})
         model = model.eval()
         rng = np.random.default_rng(11)
-        seqs = [[0] + [int(t) for t in rng.integers(2, VOCAB, SEQ_LEN - 1)] for _ in range(3)]
+        # Real tokens only: ids past the tokenizer's list exist in the embedding but not in every GGUF
+        # (Gemma's converter drops those rows).
+        seqs = [[0] + [int(t) for t in rng.integers(2, n_tokens, SEQ_LEN - 1)] for _ in range(3)]
         ref = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch,
+               "n_tokens": n_tokens,
                "sequences": seqs, "logits": [], "greedy_prompt": seqs[0], "margins": []}
         with torch.no_grad():
             for i, s in enumerate(seqs):
@@ -118,8 +123,10 @@ def main(out_root):
                 ref["logits"].append({"file": f"logits_{i}.f32", "shape": list(logits.shape)})
                 top2 = np.sort(logits, axis=-1)[:, -2:]
                 ref["margins"].append(float(np.median(top2[:, 1] - top2[:, 0])))
+            # Greedy over real tokens only, for the same reason.
             gen = model.generate(torch.tensor([seqs[0]]), max_new_tokens=GREEDY, do_sample=False,
-                                 min_new_tokens=GREEDY, pad_token_id=1)
+                                 min_new_tokens=GREEDY, pad_token_id=1,
+                                 suppress_tokens=list(range(n_tokens, VOCAB)) or None)
             ref["greedy"] = [int(t) for t in gen[0][len(seqs[0]):]]
         with open(os.path.join(out, "reference.json"), "w") as f:
             json.dump(ref, f, indent=1)

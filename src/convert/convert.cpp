@@ -1,0 +1,300 @@
+#include "convert/convert.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "convert/safetensors.h"
+#include "core/error.h"
+#include "gguf/writer.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace zinc::convert {
+
+namespace {
+
+using gguf::TensorType;
+using gguf::Value;
+using nlohmann::json;
+
+struct ArchSpec {
+  const char* hf;    // config.json "architectures" entry
+  const char* gguf;  // general.architecture
+  bool permute_qk;   // Llama: q/k rows reordered for the pairwise rotary form
+  bool qk_norm;      // Qwen3, Gemma 3: per-head q/k norms
+  bool gemma;        // Gemma 3: sandwich norms stored with their "+1", embeddings cut to the real vocabulary
+};
+
+const ArchSpec kArchs[] = {
+    {"LlamaForCausalLM", "llama", true, false, false},
+    {"MistralForCausalLM", "llama", true, false, false},
+    {"Qwen2ForCausalLM", "qwen2", false, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true, true},
+};
+
+json read_json(const std::filesystem::path& p, bool required) {
+  if (!std::filesystem::exists(p)) {
+    if (required) throw Error(fmt::format("{}: file not found", p.string()));
+    return nullptr;
+  }
+  std::ifstream in(p);
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
+  }
+}
+
+template <class T>
+T cfg(const json& c, const char* key, const std::filesystem::path& file) {
+  if (!c.contains(key) || c[key].is_null()) throw Error(fmt::format("{}: missing '{}'", file.string(), key));
+  try {
+    return c[key].get<T>();
+  } catch (const json::exception&) {
+    throw Error(fmt::format("{}: '{}' has the wrong type", file.string(), key));
+  }
+}
+
+template <class T>
+std::optional<T> cfg_opt(const json& c, const char* key) {
+  if (!c.contains(key) || c[key].is_null()) return std::nullopt;
+  try {
+    return c[key].get<T>();
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Source element i of a tensor as float.
+float load_element(const StTensor& t, int64_t i) {
+  const uint8_t* p = t.data.data();
+  switch (t.dtype) {
+    case StDType::F32: {
+      float v;
+      std::memcpy(&v, p + i * 4, 4);
+      return v;
+    }
+    case StDType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p + i * 2, 2);
+      return quant::fp16_to_f32(h);
+    }
+    case StDType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p + i * 2, 2);
+      return quant::bf16_to_f32(h);
+    }
+    case StDType::F64: {
+      double v;
+      std::memcpy(&v, p + i * 8, 8);
+      return static_cast<float>(v);
+    }
+    default:
+      throw Error(fmt::format("tensor '{}' has dtype {}, which is not a floating-point weight", t.name,
+                              st_dtype_name(t.dtype)));
+  }
+}
+
+struct PlannedTensor {
+  std::string gguf_name;
+  const StTensor* src;
+  int permute_heads = 0;  // > 0: reorder rows head by head for the pairwise rotary form
+  float add = 0.0f;       // added to every element (Gemma's norm weights are stored as 1 + w)
+  int64_t max_rows = -1;  // >= 0: keep only the first rows (embeddings cut to the real vocabulary)
+};
+
+}  // namespace
+
+std::vector<std::string> convertible_architectures() {
+  std::vector<std::string> out;
+  for (const auto& a : kArchs) out.emplace_back(a.hf);
+  return out;
+}
+
+ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem::path& out, const ConvertOptions& opts) {
+  const auto config_path = dir / "config.json";
+  const json config = read_json(config_path, true);
+  const json tok_json = read_json(dir / "tokenizer.json", true);
+  const json tok_config = read_json(dir / "tokenizer_config.json", false);
+  if (!config.contains("architectures") || !config["architectures"].is_array() || config["architectures"].empty()) {
+    throw Error(fmt::format("{}: no 'architectures' list", config_path.string()));
+  }
+  const std::string hf_arch = config["architectures"][0].is_string() ? config["architectures"][0].get<std::string>() : "";
+  const ArchSpec* spec = nullptr;
+  for (const auto& a : kArchs) {
+    if (hf_arch == a.hf) spec = &a;
+  }
+  if (!spec) {
+    std::string names;
+    for (const auto& n : convertible_architectures()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(fmt::format("{}: architecture '{}' cannot be converted (supported: {})", config_path.string(), hf_arch, names));
+  }
+  const Checkpoint ckpt = Checkpoint::open(dir);
+
+  const auto n_layer = cfg<uint32_t>(config, "num_hidden_layers", config_path);
+  const auto n_embd = cfg<uint32_t>(config, "hidden_size", config_path);
+  const auto n_head = cfg<uint32_t>(config, "num_attention_heads", config_path);
+  const auto n_head_kv = cfg_opt<uint32_t>(config, "num_key_value_heads").value_or(n_head);
+  const auto head_dim = cfg_opt<uint32_t>(config, "head_dim").value_or(n_embd / n_head);
+  const std::string a = spec->gguf;
+
+  gguf::Writer w;
+  auto& m = w.metadata();
+  m.set("general.architecture", Value::str(a));
+  m.set("general.name", Value::str(opts.name.empty() ? dir.filename().string() : opts.name));
+  m.set("general.file_type", Value::u32(0));  // set once the tensor types are known
+  m.set(a + ".context_length", Value::u32(cfg_opt<uint32_t>(config, "max_position_embeddings").value_or(2048)));
+  m.set(a + ".embedding_length", Value::u32(n_embd));
+  m.set(a + ".block_count", Value::u32(n_layer));
+  m.set(a + ".feed_forward_length", Value::u32(cfg<uint32_t>(config, "intermediate_size", config_path)));
+  m.set(a + ".attention.head_count", Value::u32(n_head));
+  m.set(a + ".attention.head_count_kv", Value::u32(n_head_kv));
+  // transformers 5 nests rope settings under rope_parameters (per layer type for some models).
+  std::optional<float> theta = cfg_opt<float>(config, "rope_theta");
+  if (!theta && config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
+    const json& rp = config["rope_parameters"];
+    theta = cfg_opt<float>(rp, "rope_theta");
+    if (!theta && rp.contains("full_attention")) theta = cfg_opt<float>(rp["full_attention"], "rope_theta");
+  }
+  m.set(a + ".rope.freq_base", Value::f32(theta.value_or(10000.0f)));
+  m.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(cfg_opt<float>(config, "rms_norm_eps").value_or(1e-6f)));
+  if (config.contains("head_dim") && head_dim != n_embd / n_head) {
+    m.set(a + ".attention.key_length", Value::u32(head_dim));
+    m.set(a + ".attention.value_length", Value::u32(head_dim));
+  }
+  if (a == "llama") m.set(a + ".rope.dimension_count", Value::u32(head_dim));
+  if (spec->gemma) {
+    m.set(a + ".attention.key_length", Value::u32(head_dim));
+    m.set(a + ".attention.value_length", Value::u32(head_dim));
+    if (const auto window = cfg_opt<uint32_t>(config, "sliding_window")) {
+      m.set(a + ".attention.sliding_window", Value::u32(*window));
+    }
+    if (const auto cap = cfg_opt<float>(config, "final_logit_softcapping")) {
+      m.set(a + ".final_logit_softcapping", Value::f32(*cap));
+    }
+  }
+
+  tokenizer::HfTokenizerOptions topts;
+  // Gemma's embedding keeps only the rows of real tokens; others pad the token list to vocab_size.
+  if (const auto vs = cfg_opt<uint32_t>(config, "vocab_size"); vs && !spec->gemma) topts.vocab_size = *vs;
+  auto tok = tokenizer::convert_hf_tokenizer(tok_json, tok_config, config, topts, (dir / "tokenizer.json").string());
+  for (const auto& [k, v] : tok.metadata.items()) m.set(k, v);
+  ConvertReport report;
+  report.architecture = a;
+  report.notes = tok.notes;
+
+  // Which tensors go where, in the order the file will hold them.
+  std::vector<PlannedTensor> plan;
+  const float norm_add = spec->gemma ? 1.0f : 0.0f;
+  auto need = [&](const std::string& hf, const std::string& g, int permute = 0) {
+    const bool norm = g.ends_with("norm.weight");
+    plan.push_back({g, &ckpt.get(hf), permute, norm ? norm_add : 0.0f});
+  };
+  auto maybe = [&](const std::string& hf, const std::string& g) {
+    if (const StTensor* t = ckpt.find(hf)) plan.push_back({g, t, 0});
+  };
+  need("model.embed_tokens.weight", "token_embd.weight");
+  const auto n_tokens = static_cast<int64_t>(tok.metadata.find("tokenizer.ggml.tokens")->view().array().size());
+  if (spec->gemma) plan.back().max_rows = n_tokens;
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
+    need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
+    need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", spec->permute_qk ? static_cast<int>(n_head) : 0);
+    need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", spec->permute_qk ? static_cast<int>(n_head_kv) : 0);
+    need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
+    need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
+    maybe(hp + "self_attn.q_proj.bias", gp + "attn_q.bias");
+    maybe(hp + "self_attn.k_proj.bias", gp + "attn_k.bias");
+    maybe(hp + "self_attn.v_proj.bias", gp + "attn_v.bias");
+    if (spec->qk_norm) {
+      need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
+      need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
+    }
+    if (spec->gemma) {
+      need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
+      need(hp + "pre_feedforward_layernorm.weight", gp + "ffn_norm.weight");
+      need(hp + "post_feedforward_layernorm.weight", gp + "post_ffw_norm.weight");
+    } else {
+      need(hp + "post_attention_layernorm.weight", gp + "ffn_norm.weight");
+    }
+    need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
+    need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
+    need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
+  }
+  need("model.norm.weight", "output_norm.weight");
+  if (!spec->gemma && !cfg_opt<bool>(config, "tie_word_embeddings").value_or(false)) {
+    maybe("lm_head.weight", "output.weight");
+  }
+
+  // Target type per tensor.
+  std::string outtype = opts.outtype;
+  for (auto& ch : outtype) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (outtype != "auto" && outtype != "f32" && outtype != "f16" && outtype != "bf16" && outtype != "q8_0") {
+    throw Error(fmt::format("unknown --outtype '{}' (f32, f16, bf16, q8_0 or auto; use zinc quantize for other mixtures)",
+                            opts.outtype));
+  }
+  uint32_t file_type = 0;
+  if (outtype == "f16" || outtype == "auto") file_type = 1;
+  if (outtype == "bf16") file_type = 32;
+  if (outtype == "q8_0") file_type = 7;
+  for (const auto& p : plan) {
+    const StTensor& t = *p.src;
+    if (t.shape.empty() || t.shape.size() > 4) {
+      throw Error(fmt::format("{}: tensor '{}' has {} dimensions", dir.string(), t.name, t.shape.size()));
+    }
+    std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // GGUF lists the contiguous dimension first
+    const auto cols = static_cast<int64_t>(ne[0]);
+    int64_t rows = t.n_elements() / std::max<int64_t>(1, cols);
+    if (p.max_rows >= 0 && ne.size() == 2 && p.max_rows < rows) {
+      rows = p.max_rows;
+      ne[1] = static_cast<uint64_t>(rows);
+    }
+    TensorType type = TensorType::F32;
+    if (t.shape.size() >= 2) {
+      if (outtype == "f32") type = TensorType::F32;
+      else if (outtype == "bf16") type = TensorType::BF16;
+      else if (outtype == "f16") type = TensorType::F16;
+      else if (outtype == "q8_0") type = cols % 32 == 0 ? TensorType::Q8_0 : TensorType::F16;
+      else type = t.dtype == StDType::BF16 ? TensorType::BF16 : TensorType::F16;
+      if (outtype == "auto" && t.dtype == StDType::BF16) file_type = 32;
+    }
+    if (p.permute_heads > 0 && rows % (2 * p.permute_heads) != 0) {
+      throw Error(fmt::format("{}: tensor '{}' has {} rows, not divisible into {} heads of pairs", dir.string(), t.name,
+                              rows, p.permute_heads));
+    }
+    const StTensor* src = p.src;
+    const int heads = p.permute_heads;
+    const float add = p.add;
+    w.add_tensor(p.gguf_name, type, ne, [src, type, cols, rows, heads, add](const auto& emit) {
+      const size_t rs = quant::row_size(type, cols);
+      std::vector<float> row(static_cast<size_t>(cols));
+      std::vector<uint8_t> packed(rs);
+      const int64_t per_head = heads > 0 ? rows / heads : 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        // Pairwise rotary layout: within each head, row 2i+j comes from row j*half + i.
+        int64_t from = r;
+        if (heads > 0) {
+          const int64_t h = r / per_head, k = r % per_head, half = per_head / 2;
+          from = h * per_head + (k % 2) * half + k / 2;
+        }
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = load_element(*src, from * cols + c) + add;
+        quant::quantize_row(type, row.data(), packed.data(), cols);
+        emit(std::span<const uint8_t>(packed));
+      }
+    });
+  }
+  m.set("general.file_type", Value::u32(file_type));
+  if (file_type == 7) m.set("general.quantization_version", Value::u32(2));
+  report.tensor_count = plan.size();
+  report.file_size = w.file_size();
+  w.write_file(out);
+  return report;
+}
+
+}  // namespace zinc::convert
