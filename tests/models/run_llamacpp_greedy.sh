@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Converts every fixture with zinc convert (F32) and checks llama.cpp's greedy continuation.
+# Usage: run_llamacpp_greedy.sh ZINC FIXTURES_DIR WORKDIR ORACLE_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+zinc=$1 fixtures=$2 work=$3 oracle=$4
+if [ ! -d "$oracle/node_modules/node-llama-cpp" ]; then
+  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
+  exit 1
+fi
+rm -rf "$work" && mkdir -p "$work"
+archs=()
+for d in "$fixtures"/*/; do
+  a=$(basename "$d")
+  "$zinc" convert "$d" "$work/$a.gguf" --outtype f32 >/dev/null
+  archs+=("$a")
+done
+node "$here/llamacpp_greedy.mjs" "$oracle" "$fixtures" "$work" "${archs[@]}"
