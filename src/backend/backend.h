@@ -12,12 +12,12 @@
 
 namespace zinc::backend {
 
-enum class KvType { F32, F16 };
+enum class KvType { F32, F16, Q8_0 };
 
 struct ExecOptions {
   int32_t n_ctx = 2048;       // KV cache capacity in tokens
   int32_t max_tokens = 512;   // most tokens one step may carry (prefill chunk size)
-  KvType kv_type = KvType::F16;
+  KvType kv_type = KvType::F16;  // Q8_0 halves the cache again (head_dim must be a multiple of 32)
   unsigned threads = 0;       // CPU threads; 0 = all physical cores
 };
 

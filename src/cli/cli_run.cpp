@@ -25,6 +25,7 @@ struct RunArgs {
   int ctx = 2048;
   unsigned threads = 0;
   bool no_bos = false;
+  std::string kv_type = "f16";
 };
 
 int run_generate(const RunArgs& a, const GlobalOptions& global) {
@@ -37,6 +38,7 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
   opts.n_ctx = a.ctx;
   opts.max_tokens = 256;
   opts.threads = a.threads;
+  opts.kv_type = a.kv_type == "f32" ? backend::KvType::F32 : a.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
   runtime::Session session(file, *backend, opts);
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
 
@@ -109,6 +111,9 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   cmd->add_option("-c,--ctx", a->ctx, "Context size in tokens")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: physical cores)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add the model's beginning-of-sequence token");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache storage: f16, f32 or q8_0")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_generate(*a, global); }; });
 }
 

@@ -194,6 +194,35 @@ TEST_P(Fixture, MatchesTransformers) {
   }
 }
 
+TEST(KvCache, Q8_0CacheStaysCloseToF32) {
+  // K and V rows stored as Q8_0 (relative rounding ~0.5%) must move the logits of the fixture's
+  // 16-token sequences by well under the quantization noise of the weights themselves (~2%).
+  const auto dir = kFixtures / "qwen3";
+  const Reference ref = load_reference(dir);
+  test::TempDir tmp;
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(dir, tmp.file("m.gguf"), copts);
+  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  auto backend = backend::make_cpu_backend();
+  std::vector<std::vector<float>> out;
+  for (auto kv : {backend::KvType::F32, backend::KvType::Q8_0}) {
+    backend::ExecOptions opts;
+    opts.n_ctx = 64;
+    opts.kv_type = kv;
+    runtime::Session s(f, *backend, opts);
+    const auto l = s.eval(ref.sequences[1], true);
+    out.emplace_back(l.begin(), l.end());
+  }
+  double d = 0, n = 0;
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    d += (out[1][i] - out[0][i]) * (out[1][i] - out[0][i]);
+    n += out[0][i] * out[0][i];
+  }
+  EXPECT_GT(std::sqrt(d / n), 0.0);
+  EXPECT_LT(std::sqrt(d / n), 1e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3"));
 
 }  // namespace

@@ -35,16 +35,17 @@ class CpuExecutable final : public Executable {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
     bind_weights();
     plan_buffers();
-    const size_t kv_elems = static_cast<size_t>(g_.kv_width) * static_cast<size_t>(opts_.n_ctx);
-    for (int l = 0; l < g_.n_layer; ++l) {
-      if (opts_.kv_type == KvType::F16) {
-        k16_.emplace_back(kv_elems);
-        v16_.emplace_back(kv_elems);
-      } else {
-        k32_.emplace_back(kv_elems);
-        v32_.emplace_back(kv_elems);
-      }
+    kv_type_ = opts_.kv_type == KvType::F32 ? gguf::TensorType::F32
+               : opts_.kv_type == KvType::F16 ? gguf::TensorType::F16
+                                              : gguf::TensorType::Q8_0;
+    if (g_.kv_width % quant::block_size(kv_type_) != 0 || kv_head_dim() % quant::block_size(kv_type_) != 0) {
+      throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
+                              gguf::tensor_type_name(kv_type_), quant::block_size(kv_type_)));
     }
+    kv_row_bytes_ = quant::row_size(kv_type_, g_.kv_width);
+    const size_t layer_bytes = kv_row_bytes_ * static_cast<size_t>(opts_.n_ctx);
+    k_.assign(static_cast<size_t>(g_.n_layer), std::vector<uint8_t>(layer_bytes));
+    v_.assign(static_cast<size_t>(g_.n_layer), std::vector<uint8_t>(layer_bytes));
   }
 
   void run(const graph::StepParams& step) override {
@@ -222,18 +223,29 @@ class CpuExecutable final : public Executable {
     return scratch.data();
   }
 
-  void store_kv(int layer, int64_t pos, const float* k, const float* v) {
-    const int64_t kw = g_.kv_width;
-    const auto l = static_cast<size_t>(layer);
-    if (opts_.kv_type == KvType::F16) {
-      for (int64_t i = 0; i < kw; ++i) {
-        k16_[l][static_cast<size_t>(pos * kw + i)] = quant::f32_to_fp16(k[i]);
-        v16_[l][static_cast<size_t>(pos * kw + i)] = quant::f32_to_fp16(v[i]);
-      }
-    } else {
-      std::memcpy(k32_[l].data() + pos * kw, k, static_cast<size_t>(kw) * sizeof(float));
-      std::memcpy(v32_[l].data() + pos * kw, v, static_cast<size_t>(kw) * sizeof(float));
+  // Head dimension of the attention nodes (all layers share it).
+  int kv_head_dim() const {
+    for (const Node& n : g_.nodes) {
+      if (n.op == Op::Attention) return n.head_dim;
     }
+    return static_cast<int>(g_.kv_width);
+  }
+
+  // The cache holds one row of kv_width elements per position, stored in kv_type_.
+  void store_kv(int layer, int64_t pos, const float* k, const float* v) {
+    const auto l = static_cast<size_t>(layer);
+    const size_t at = static_cast<size_t>(pos) * kv_row_bytes_;
+    quant::quantize_row(kv_type_, k, k_[l].data() + at, g_.kv_width);
+    quant::quantize_row(kv_type_, v, v_[l].data() + at, g_.kv_width);
+  }
+
+  // Elements [offset, offset + n) of the cached row at `pos`, as floats (in place when stored as F32).
+  const float* kv_at(const std::vector<uint8_t>& cache, int64_t pos, int64_t offset, int n,
+                     std::vector<float>& scratch) const {
+    const uint8_t* row = cache.data() + static_cast<size_t>(pos) * kv_row_bytes_;
+    if (kv_type_ == gguf::TensorType::F32) return reinterpret_cast<const float*>(row) + offset;
+    quant::dequantize_row(kv_type_, row + quant::row_size(kv_type_, offset), scratch.data(), n);
+    return scratch.data();
   }
 
   // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
@@ -246,7 +258,6 @@ class CpuExecutable final : public Executable {
     for (int64_t t = 0; t < n; ++t) store_kv(node.layer, step.n_past + t, k + t * kw, v + t * kw);
     const auto l = static_cast<size_t>(node.layer);
     const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
-    const bool f16 = opts_.kv_type == KvType::F16;
     pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
       std::vector<float> scores(static_cast<size_t>(step.n_past + n)), acc(static_cast<size_t>(hd)),
           kv_row(static_cast<size_t>(hd));
@@ -259,7 +270,7 @@ class CpuExecutable final : public Executable {
         const float* qh = q + t * qw + static_cast<int64_t>(h) * hd;
         float mx = -INFINITY;
         for (int64_t j = lo; j <= pos; ++j) {
-          const float* kr = kv_at(f16, k16_, k32_, l, j * kw + static_cast<int64_t>(kvh) * hd, hd, kv_row);
+          const float* kr = kv_at(k_[l], j, static_cast<int64_t>(kvh) * hd, hd, kv_row);
           float s = 0;
           for (int i = 0; i < hd; ++i) s += qh[i] * kr[i];
           s *= node.scale;
@@ -274,21 +285,13 @@ class CpuExecutable final : public Executable {
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t j = lo; j <= pos; ++j) {
-          const float* vr = kv_at(f16, v16_, v32_, l, j * kw + static_cast<int64_t>(kvh) * hd, hd, kv_row);
+          const float* vr = kv_at(v_[l], j, static_cast<int64_t>(kvh) * hd, hd, kv_row);
           const float p = scores[static_cast<size_t>(j)] / sum;
           for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p * vr[i];
         }
         std::memcpy(out + t * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
       }
     });
-  }
-
-  static const float* kv_at(bool f16, const std::vector<std::vector<uint16_t>>& c16,
-                            const std::vector<std::vector<float>>& c32, size_t layer, int64_t offset, int hd,
-                            std::vector<float>& scratch) {
-    if (!f16) return c32[layer].data() + offset;
-    for (int i = 0; i < hd; ++i) scratch[static_cast<size_t>(i)] = quant::fp16_to_f32(c16[layer][static_cast<size_t>(offset + i)]);
-    return scratch.data();
   }
 
   const graph::Graph& g_;
@@ -298,8 +301,9 @@ class CpuExecutable final : public Executable {
   std::vector<const void*> weights_;
   std::vector<int> slot_;
   std::vector<std::vector<float>> buffers_;
-  std::vector<std::vector<uint16_t>> k16_, v16_;
-  std::vector<std::vector<float>> k32_, v32_;
+  gguf::TensorType kv_type_ = gguf::TensorType::F16;
+  size_t kv_row_bytes_ = 0;
+  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx rows of kv_width elements
   int64_t logit_rows_ = 0;
 };
 
