@@ -21,17 +21,23 @@ namespace {
 
 int nearest_int(float f) { return static_cast<int>(std::lrintf(f)); }
 
+// The element of largest magnitude, with its sign (the first one on ties).
+float signed_absmax(const float* x, int n) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
 // ---- simple formats (reference rounding) ----
 
 void q_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = signed_absmax(x, kQK);
     const float d = max / -8;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
@@ -80,13 +86,7 @@ void store_q5(uint8_t* qs, uint8_t* qh_bytes, const uint8_t* q) {
 
 void q_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < kQK; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = signed_absmax(x, kQK);
     const float d = max / -16;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
@@ -155,13 +155,8 @@ void q_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
 // Symmetric codes q in [qmin, qmax] with x ≈ d*q: tries scales that map the largest magnitude to
 // each end of the range (and nudged variants), refits d by least squares, returns the best d.
 float fit_symmetric(const float* x, int n, int qmin, int qmax, int8_t* q) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
+  const float max = signed_absmax(x, n);
+  const float amax = std::fabs(max);
   if (amax < 1e-30f) {
     std::fill(q, q + n, 0);
     return 0.0f;
@@ -360,13 +355,8 @@ void q_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
 
 // Signed sub-block scales (Q3_K, Q6_K): quantized against the largest magnitude.
 float quantize_scales_signed(const float* s, int n, int lo, int hi, int* out) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(s[j]) > amax) {
-      amax = std::fabs(s[j]);
-      max = s[j];
-    }
-  }
+  const float max = signed_absmax(s, n);
+  const float amax = std::fabs(max);
   if (amax <= 0) {
     std::fill(out, out + n, 0);
     return 0.0f;
@@ -472,13 +462,8 @@ int iq4_index(float v) {
 }
 
 float fit_iq4(const float* x, int n, uint8_t* q) {
-  float amax = 0, max = 0;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
+  const float max = signed_absmax(x, n);
+  const float amax = std::fabs(max);
   if (amax < 1e-30f) {
     std::fill(q, q + n, 8);  // code 8 is +1, the smallest magnitude; d = 0 makes it zero
     return 0.0f;
