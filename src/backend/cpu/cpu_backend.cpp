@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/system_info.h"
 #include "core/thread_pool.h"
+#include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/matmul.h"
 #include "quant/quant.h"
@@ -239,17 +240,9 @@ class CpuExecutable final : public Executable {
     quant::quantize_row(kv_type_, v, v_[l].data() + at, g_.kv_width);
   }
 
-  // Elements [offset, offset + n) of the cached row at `pos`, as floats (in place when stored as F32).
-  const float* kv_at(const std::vector<uint8_t>& cache, int64_t pos, int64_t offset, int n,
-                     std::vector<float>& scratch) const {
-    const uint8_t* row = cache.data() + static_cast<size_t>(pos) * kv_row_bytes_;
-    if (kv_type_ == gguf::TensorType::F32) return reinterpret_cast<const float*>(row) + offset;
-    quant::dequantize_row(kv_type_, row + quant::row_size(kv_type_, offset), scratch.data(), n);
-    return scratch.data();
-  }
-
   // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
-  // [max(0, pos - window + 1), pos]. Scores in float, softmax with the maximum subtracted.
+  // [max(0, pos - window + 1), pos]. The cache rows the step can see are decoded to floats once (not
+  // once per query and head); scores use the vectorized float dot product, softmax subtracts the max.
   void attention(const Node& node, const graph::StepParams& step, int64_t n, float* out) {
     const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width;
     const float* q = buf(node.in[0]);
@@ -258,40 +251,57 @@ class CpuExecutable final : public Executable {
     for (int64_t t = 0; t < n; ++t) store_kv(node.layer, step.n_past + t, k + t * kw, v + t * kw);
     const auto l = static_cast<size_t>(node.layer);
     const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
+    const int64_t first = node.sliding_window > 0 ? std::max<int64_t>(0, step.n_past - node.sliding_window + 1) : 0;
+    const int64_t rows = step.n_past + n - first;
+    const float* kf = decoded_rows(k_[l], first, rows, kf_);
+    const float* vf = decoded_rows(v_[l], first, rows, vf_);
+    const quant::DotFn dot = dot_f32_;
     pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
-      std::vector<float> scores(static_cast<size_t>(step.n_past + n)), acc(static_cast<size_t>(hd)),
-          kv_row(static_cast<size_t>(hd));
+      std::vector<float> scores(static_cast<size_t>(rows)), acc(static_cast<size_t>(hd));
       for (int64_t job = b; job < e; ++job) {
         const int64_t t = job / node.n_head;
         const int h = static_cast<int>(job % node.n_head);
-        const int kvh = h / group;
+        const int64_t koff = static_cast<int64_t>(h / group) * hd;
         const int64_t pos = step.n_past + t;
         const int64_t lo = node.sliding_window > 0 ? std::max<int64_t>(0, pos - node.sliding_window + 1) : 0;
         const float* qh = q + t * qw + static_cast<int64_t>(h) * hd;
         float mx = -INFINITY;
         for (int64_t j = lo; j <= pos; ++j) {
-          const float* kr = kv_at(k_[l], j, static_cast<int64_t>(kvh) * hd, hd, kv_row);
-          float s = 0;
-          for (int i = 0; i < hd; ++i) s += qh[i] * kr[i];
-          s *= node.scale;
-          if (node.cap > 0) s = node.cap * std::tanh(s / node.cap);
-          scores[static_cast<size_t>(j)] = s;
-          mx = std::max(mx, s);
+          float sc = dot(kf + (j - first) * kw + koff, qh, hd) * node.scale;
+          if (node.cap > 0) sc = node.cap * std::tanh(sc / node.cap);
+          scores[static_cast<size_t>(j - first)] = sc;
+          mx = std::max(mx, sc);
         }
         float sum = 0;
         for (int64_t j = lo; j <= pos; ++j) {
-          scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - mx);
-          sum += scores[static_cast<size_t>(j)];
+          float& sc = scores[static_cast<size_t>(j - first)];
+          sc = std::exp(sc - mx);
+          sum += sc;
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
+        const float inv = 1.0f / sum;
         for (int64_t j = lo; j <= pos; ++j) {
-          const float* vr = kv_at(v_[l], j, static_cast<int64_t>(kvh) * hd, hd, kv_row);
-          const float p = scores[static_cast<size_t>(j)] / sum;
-          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += p * vr[i];
+          const float* vr = vf + (j - first) * kw + koff;
+          const float pj = scores[static_cast<size_t>(j - first)] * inv;
+          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += pj * vr[i];
         }
         std::memcpy(out + t * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
       }
     });
+  }
+
+  // Cache rows [first, first + rows) as floats: in place for an F32 cache, else decoded into `scratch`.
+  const float* decoded_rows(const std::vector<uint8_t>& cache, int64_t first, int64_t rows, std::vector<float>& scratch) {
+    const uint8_t* base = cache.data() + static_cast<size_t>(first) * kv_row_bytes_;
+    if (kv_type_ == gguf::TensorType::F32) return reinterpret_cast<const float*>(base);
+    scratch.resize(static_cast<size_t>(rows * g_.kv_width));
+    pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        quant::dequantize_row(kv_type_, base + static_cast<size_t>(r) * kv_row_bytes_, scratch.data() + r * g_.kv_width,
+                              g_.kv_width);
+      }
+    });
+    return scratch.data();
   }
 
   const graph::Graph& g_;
@@ -304,6 +314,8 @@ class CpuExecutable final : public Executable {
   gguf::TensorType kv_type_ = gguf::TensorType::F16;
   size_t kv_row_bytes_ = 0;
   std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx rows of kv_width elements
+  std::vector<float> kf_, vf_;                // decoded cache rows of the layer being attended
+  quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
 };
 
