@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "runtime/session.h"
+#include "sample/sampler.h"
+#include "sample/stop_matcher.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +28,15 @@ struct RunArgs {
   unsigned threads = 0;
   bool no_bos = false;
   std::string kv_type = "f16";
+  // Sampling: greedy unless a temperature is given; the other knobs use llama.cpp's defaults.
+  float temperature = 0.0f;
+  int32_t top_k = 40;
+  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int32_t repeat_last_n = 64;
+  float dry_multiplier = 0.0f, dry_base = 1.75f;
+  int32_t dry_allowed_length = 2;
+  uint64_t seed = sample::SamplerParams::kRandomSeed;
+  std::vector<std::string> stop;
 };
 
 int run_generate(const RunArgs& a, const GlobalOptions& global) {
@@ -48,6 +59,24 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     throw Error(fmt::format("the prompt ({} tokens) plus {} new tokens do not fit the context of {} (use --ctx)",
                             prompt.size(), a.n_predict, session.n_ctx()));
   }
+  sample::SamplerParams sp;
+  sp.temperature = a.temperature;
+  sp.top_k = a.top_k;
+  sp.top_p = a.top_p;
+  sp.min_p = a.min_p;
+  sp.repeat_penalty = a.repeat_penalty;
+  sp.presence_penalty = a.presence_penalty;
+  sp.frequency_penalty = a.frequency_penalty;
+  sp.penalty_last_n = a.repeat_last_n;
+  sp.dry_multiplier = a.dry_multiplier;
+  sp.dry_base = a.dry_base;
+  sp.dry_allowed_length = a.dry_allowed_length;
+  sp.seed = a.seed;
+  sp.n_ctx = session.n_ctx();
+  sample::Sampler sampler(sp, &tok);
+  for (int32_t t : prompt) sampler.accept(t);  // penalties see the prompt too
+  sample::StopMatcher stops(a.stop);
+
   const auto t0 = Clock::now();
   auto logits = session.eval(prompt);
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -63,25 +92,41 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     std::fflush(stdout);
   }
   const auto t1 = Clock::now();
-  for (int i = 0; i < a.n_predict; ++i) {
-    const int32_t next = runtime::argmax(logits);
-    if (tok.vocab().is_eog(next)) break;
-    out.push_back(next);
-    const std::string piece = detok.push(next);
+  auto show = [&](const std::string& piece) {
     text += piece;
-    if (!global.json) {
+    if (!global.json && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
+  };
+  int32_t stop_hit = -1;
+  for (int i = 0; i < a.n_predict; ++i) {
+    const int32_t next = sampler.sample(logits);
+    sampler.accept(next);
+    if (tok.vocab().is_eog(next)) break;
+    out.push_back(next);
+    const auto shown = stops.push(detok.push(next));
+    show(shown.text);
+    if (shown.stopped) {
+      stop_hit = shown.stop_index;
+      break;
+    }
     if (i + 1 < a.n_predict) logits = session.eval(std::span<const int32_t>(&out.back(), 1));
   }
-  const std::string tail = detok.flush();
-  text += tail;
+  if (!stops.stopped()) {
+    const auto last = stops.push(detok.flush());
+    show(last.text);
+    if (last.stopped) stop_hit = last.stop_index;
+    else show(stops.flush());
+  }
+  const std::string tail;
   const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
   const double prefill_tps = static_cast<double>(prompt.size()) / prefill_s;
   const double decode_tps = out.empty() ? 0.0 : static_cast<double>(out.size()) / decode_s;
   if (global.json) {
     nlohmann::json j = {{"model", a.model},
+                        {"seed", sampler.seed()},
+                        {"stopped_by", stop_hit >= 0 ? nlohmann::json(a.stop[static_cast<size_t>(stop_hit)]) : nlohmann::json()},
                         {"prompt_tokens", prompt.size()},
                         {"tokens", out},
                         {"text", text},
@@ -111,6 +156,20 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   cmd->add_option("-c,--ctx", a->ctx, "Context size in tokens")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: physical cores)");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add the model's beginning-of-sequence token");
+  cmd->add_option("--temp", a->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Nucleus mass (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", a->min_p, "Drop tokens below this fraction of the top probability")->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->repeat_penalty, "Penalty for tokens in the last window (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", a->repeat_last_n, "Window of the repetition penalties")->capture_default_str();
+  cmd->add_option("--presence-penalty", a->presence_penalty, "Subtracted once from tokens in the window");
+  cmd->add_option("--frequency-penalty", a->frequency_penalty, "Subtracted per occurrence in the window");
+  cmd->add_option("--dry-multiplier", a->dry_multiplier, "DRY repetition penalty strength (0 = off)");
+  cmd->add_option("--dry-base", a->dry_base, "DRY exponential base")->capture_default_str();
+  cmd->add_option("--dry-allowed-length", a->dry_allowed_length, "DRY: repeats this long are free")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Random seed (default: random, reported with --json)");
+  cmd->add_option("--stop", a->stop, "Stop when this text appears (repeatable); it is not printed");
   cmd->add_option("--kv-type", a->kv_type, "KV cache storage: f16, f32 or q8_0")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}));

@@ -249,6 +249,29 @@ TEST(Cli, RunContinuesAPromptGreedily) {
   EXPECT_TRUE(contains(full.err, "do not fit the context of 256")) << full.err;
 }
 
+TEST(Cli, RunSamplesReproduciblyAndStops) {
+  ZINC_REQUIRE_TESTDATA();
+  const std::vector<std::string> base = {"run", "--json", "-m", stories(), "-p", "Once upon a time", "-n", "40"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return json::parse(zinc(args).out);
+  };
+  const json a = with({"--temp", "1.0", "--seed", "42"});
+  const json b = with({"--temp", "1.0", "--seed", "42"});
+  const json c = with({"--temp", "1.0", "--seed", "43", "--top-k", "0", "--top-p", "1", "--min-p", "0"});
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["seed"], 42);
+  EXPECT_NE(a["tokens"], c["tokens"]);  // a different seed over the full distribution
+  // Greedy text is ", there was a little girl named Lily. ...": stopping at "Lily" ends right before it.
+  const json s = with({"--stop", "Lily"});
+  EXPECT_EQ(s["text"], ", there was a little girl named ");
+  EXPECT_EQ(s["stopped_by"], "Lily");
+  const RunResult bad = zinc({"run", "-m", stories(), "-p", "x", "--temp", "-1"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "temperature")) << bad.err;
+}
+
 TEST(Cli, UsageErrors) {
   const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
   EXPECT_EQ(none.status, 0);
