@@ -29,10 +29,25 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     step.all_logits = all_logits;
     exe_->run(step);
     n_past_ += static_cast<int32_t>(step.tokens.size());
+    tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
+    history_.insert(history_.end(), step.tokens.begin(), step.tokens.end());
     const auto l = exe_->logits();
     if (all_logits || i + chunk >= tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
   }
   return logits_;
+}
+
+std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens) {
+  if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
+  size_t common = 0;
+  while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
+  // Keep at least the last token to evaluate: its logits are the answer.
+  if (common == tokens.size()) --common;
+  // Rows past the kept prefix stay in the cache but are never read again: attention only looks at
+  // positions before the one being written, and the next tokens overwrite them.
+  n_past_ = static_cast<int32_t>(common);
+  history_.resize(common);
+  return eval(tokens.subspan(common));
 }
 
 int32_t argmax(std::span<const float> v) {

@@ -22,16 +22,30 @@ class Session {
   // of n_vocab per token. Throws zinc::Error when the context would overflow (nothing is appended).
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
 
+  // Makes the context hold exactly `tokens`, reusing the longest common prefix with what it holds
+  // now (only the rest is evaluated), and returns the last token's logits. This is how a chat's second
+  // turn prefills only its new tokens. At least one token is always evaluated to produce logits.
+  std::span<const float> eval_reusing_prefix(std::span<const int32_t> tokens);
+
+  // Tokens evaluated since construction (prompt and generated), for counters and tests.
+  int64_t tokens_evaluated() const { return tokens_evaluated_; }
+
   int32_t n_past() const { return n_past_; }
+  const std::vector<int32_t>& history() const { return history_; }
   int32_t n_ctx() const { return exe_->options().n_ctx; }
   int64_t n_vocab() const { return exe_->n_vocab(); }
-  void reset() { n_past_ = 0; }
+  void reset() {
+    n_past_ = 0;
+    history_.clear();
+  }
   const model::Model& model() const { return model_; }
 
  private:
   model::Model model_;
   std::unique_ptr<backend::Executable> exe_;
   int32_t n_past_ = 0;
+  std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order
+  int64_t tokens_evaluated_ = 0;
   std::vector<float> logits_;
 };
 

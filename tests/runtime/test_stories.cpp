@@ -113,6 +113,38 @@ TEST(Stories260K, PrefillInChunksMatchesTokenByToken) {
   EXPECT_THROW(chunked.eval(bad_id), Error);
 }
 
+TEST(Stories260K, SecondTurnPrefillsOnlyNewTokens) {
+  ZINC_REQUIRE_TESTDATA();
+  const gguf::File f = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 8;
+  opts.kv_type = backend::KvType::F32;
+  const std::vector<int32_t> turn1 = {1, 403, 407, 261, 378, 275, 300};
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), {350, 302, 267});
+  Session s(f, *backend, opts);
+  s.eval_reusing_prefix(turn1);
+  EXPECT_EQ(s.tokens_evaluated(), 7);
+  const auto reused = s.eval_reusing_prefix(turn2);
+  const std::vector<float> second(reused.begin(), reused.end());
+  EXPECT_EQ(s.tokens_evaluated(), 10);  // only the three new tokens
+  Session fresh(f, *backend, opts);
+  const auto all = fresh.eval(turn2);
+  ASSERT_EQ(all.size(), second.size());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], second[i], 1e-5f * (1.0f + std::fabs(all[i])));
+  // An edited earlier turn reuses only the part before the edit.
+  std::vector<int32_t> edited = turn2;
+  edited[5] = 290;
+  s.eval_reusing_prefix(edited);
+  EXPECT_EQ(s.tokens_evaluated(), 15);  // positions 5..9
+  EXPECT_EQ(s.history(), edited);
+  // The same tokens again: one token is re-evaluated to produce logits.
+  s.eval_reusing_prefix(edited);
+  EXPECT_EQ(s.tokens_evaluated(), 16);
+}
+
 TEST(Stories260K, KvCacheTypesAgree) {
   ZINC_REQUIRE_TESTDATA();
   // The cache stores K and V rows; F16 rounds them (relative error ~5e-4), which must barely move the
