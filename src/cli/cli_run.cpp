@@ -119,7 +119,6 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     if (last.stopped) stop_hit = last.stop_index;
     else show(stops.flush());
   }
-  const std::string tail;
   const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
   const double prefill_tps = static_cast<double>(prompt.size()) / prefill_s;
   const double decode_tps = out.empty() ? 0.0 : static_cast<double>(out.size()) / decode_s;
@@ -138,7 +137,6 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
                           {"decode_tokens_per_s", decode_tps}}}};
     fmt::print("{}\n", dump_json(j));
   } else {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
     fmt::print("\n");
     std::fflush(stdout);
     fmt::print(stderr, "prompt {} tokens at {:.1f} tok/s · generated {} tokens at {:.1f} tok/s · load {:.2f} s\n",

@@ -19,6 +19,12 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", n_past_,
                             tokens.size(), n_ctx()));
   }
+  // Check every id before the first chunk runs, so a bad id leaves the context as it was.
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab()) {
+      throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab() - 1));
+    }
+  }
   logits_.clear();
   const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
   for (size_t i = 0; i < tokens.size(); i += chunk) {
