@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -109,6 +110,63 @@ struct PlannedTensor {
   int64_t max_rows = -1;  // >= 0: keep only the first rows (embeddings cut to the real vocabulary)
 };
 
+// Rotary settings: top-level keys (older configs: rope_theta, rope_scaling) or transformers 5's
+// rope_parameters, which some models nest per layer type (the full-attention entry applies).
+struct RopeScaling {
+  float theta = 10000.0f;
+  std::string type = "default";
+  float factor = 1.0f;
+  std::optional<uint32_t> original_ctx;
+  std::optional<float> beta_fast, beta_slow;
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
+};
+
+RopeScaling read_rope_scaling(const json& config, const std::filesystem::path& file) {
+  RopeScaling r;
+  json params = config.contains("rope_parameters") && config["rope_parameters"].is_object() ? config["rope_parameters"]
+                                                                                             : json::object();
+  if (params.contains("full_attention") && params["full_attention"].is_object()) params = params["full_attention"];
+  if (config.contains("rope_scaling") && config["rope_scaling"].is_object()) params.update(config["rope_scaling"]);
+  r.theta = cfg_opt<float>(config, "rope_theta").value_or(cfg_opt<float>(params, "rope_theta").value_or(10000.0f));
+  r.type = cfg_opt<std::string>(params, "rope_type").value_or(cfg_opt<std::string>(params, "type").value_or("default"));
+  r.factor = cfg_opt<float>(params, "factor").value_or(1.0f);
+  r.original_ctx = cfg_opt<uint32_t>(params, "original_max_position_embeddings");
+  r.beta_fast = cfg_opt<float>(params, "beta_fast");
+  r.beta_slow = cfg_opt<float>(params, "beta_slow");
+  r.low_freq_factor = cfg_opt<float>(params, "low_freq_factor").value_or(1.0f);
+  r.high_freq_factor = cfg_opt<float>(params, "high_freq_factor").value_or(4.0f);
+  if (r.type != "default" && r.type != "linear" && r.type != "yarn" && r.type != "llama3") {
+    throw Error(fmt::format("{}: rope scaling type '{}' is not supported (default, linear, yarn, llama3)", file.string(),
+                            r.type));
+  }
+  if (!(r.theta > 0) || !(r.factor > 0) || (r.type == "llama3" && !(r.high_freq_factor > r.low_freq_factor))) {
+    throw Error(fmt::format("{}: rope settings out of range (theta {}, factor {}, low/high frequency factors {}/{})",
+                            file.string(), r.theta, r.factor, r.low_freq_factor, r.high_freq_factor));
+  }
+  return r;
+}
+
+// Llama 3.1's long-context frequency divisors, one per rotary pair, as the reference converter
+// computes them (float32 arithmetic): wavelengths shorter than original_ctx / high_freq_factor keep their
+// frequency, those longer than original_ctx / low_freq_factor are divided by the factor, with a smooth
+// blend between.
+std::vector<float> llama3_rope_factors(const RopeScaling& r, uint32_t head_dim) {
+  const float old_ctx = static_cast<float>(r.original_ctx.value_or(8192));
+  const float low_wavelen = old_ctx / r.low_freq_factor, high_wavelen = old_ctx / r.high_freq_factor;
+  std::vector<float> out;
+  for (uint32_t i = 0; i < head_dim; i += 2) {
+    const float freq = 1.0f / std::pow(r.theta, static_cast<float>(i) / static_cast<float>(head_dim));
+    const float wavelen = 2.0f * 3.14159265358979f / freq;
+    if (wavelen < high_wavelen) out.push_back(1.0f);
+    else if (wavelen > low_wavelen) out.push_back(r.factor);
+    else {
+      const float smooth = (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(1.0f / ((1.0f - smooth) / r.factor + smooth));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> convertible_architectures() {
@@ -155,14 +213,17 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
   m.set(a + ".feed_forward_length", Value::u32(cfg<uint32_t>(config, "intermediate_size", config_path)));
   m.set(a + ".attention.head_count", Value::u32(n_head));
   m.set(a + ".attention.head_count_kv", Value::u32(n_head_kv));
-  // transformers 5 nests rope settings under rope_parameters (per layer type for some models).
-  std::optional<float> theta = cfg_opt<float>(config, "rope_theta");
-  if (!theta && config.contains("rope_parameters") && config["rope_parameters"].is_object()) {
-    const json& rp = config["rope_parameters"];
-    theta = cfg_opt<float>(rp, "rope_theta");
-    if (!theta && rp.contains("full_attention")) theta = cfg_opt<float>(rp["full_attention"], "rope_theta");
+  const RopeScaling rope = read_rope_scaling(config, config_path);
+  m.set(a + ".rope.freq_base", Value::f32(rope.theta));
+  if (rope.type == "linear" || rope.type == "yarn") {
+    m.set(a + ".rope.scaling.type", Value::str(rope.type));
+    m.set(a + ".rope.scaling.factor", Value::f32(rope.factor));
   }
-  m.set(a + ".rope.freq_base", Value::f32(theta.value_or(10000.0f)));
+  if (rope.type == "yarn") {
+    if (rope.original_ctx) m.set(a + ".rope.scaling.original_context_length", Value::u32(*rope.original_ctx));
+    if (rope.beta_fast) m.set(a + ".rope.scaling.yarn_beta_fast", Value::f32(*rope.beta_fast));
+    if (rope.beta_slow) m.set(a + ".rope.scaling.yarn_beta_slow", Value::f32(*rope.beta_slow));
+  }
   m.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(cfg_opt<float>(config, "rms_norm_eps").value_or(1e-6f)));
   if (config.contains("head_dim") && head_dim != n_embd / n_head) {
     m.set(a + ".attention.key_length", Value::u32(head_dim));
@@ -287,6 +348,13 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
         quant::quantize_row(type, row.data(), packed.data(), cols);
         emit(std::span<const uint8_t>(packed));
       }
+    });
+  }
+  if (rope.type == "llama3") {
+    const auto factors = std::make_shared<std::vector<float>>(llama3_rope_factors(rope, head_dim));
+    const std::vector<uint64_t> ne{factors->size()};
+    w.add_tensor("rope_freqs.weight", TensorType::F32, ne, [factors](const auto& emit) {
+      emit(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors->data()), factors->size() * sizeof(float)));
     });
   }
   m.set("general.file_type", Value::u32(file_type));

@@ -111,20 +111,27 @@ TensorId Builder::mul(TensorId a, TensorId b, const std::string& name, int layer
   return out;
 }
 
-TensorId Builder::rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, float base, float scale,
-                       const std::string& name, int layer) {
+TensorId Builder::rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, const RopeParams& params,
+                       const std::string& name, int layer, TensorId factors) {
   if (width(x) != static_cast<int64_t>(n_head) * head_dim || n_rot > head_dim || n_rot % 2) {
     throw Error(fmt::format("{}: rope over {} heads of {} (rotating {}) does not fit rows of {}", name, n_head,
                             head_dim, n_rot, width(x)));
   }
+  if (factors >= 0 && g_.tensor(factors).ne[0] != n_rot / 2) {
+    throw Error(fmt::format("{}: rope frequency factors '{}' must hold {} values", name, g_.tensor(factors).name,
+                            n_rot / 2));
+  }
+  if (!(params.base > 0) || !(params.freq_scale > 0) || (params.ext_factor != 0 && params.n_ctx_orig <= 0)) {
+    throw Error(fmt::format("{}: rope base {} / frequency scale {} / YaRN context {} are not usable", name, params.base,
+                            params.freq_scale, params.n_ctx_orig));
+  }
   const TensorId out = act(name, width(x), layer);
-  Node& n = emit(Op::Rope, out, {x});
+  Node& n = emit(Op::Rope, out, factors >= 0 ? std::vector<TensorId>{x, factors} : std::vector<TensorId>{x});
   n.n_head = n_head;
   n.head_dim = head_dim;
   n.n_rot = n_rot;
   n.rope_mode = mode;
-  n.freq_base = base;
-  n.freq_scale = scale;
+  n.rope = params;
   return out;
 }
 

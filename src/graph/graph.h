@@ -34,13 +34,27 @@ struct Tensor {
 
 enum class RopeMode : uint8_t { Normal, NeoX };  // Normal rotates (x[2i], x[2i+1]); NeoX (x[i], x[i+d/2])
 
+// Rotary position embedding, llama.cpp's formulation: the angle of pair i at position p is
+// p * base^(-2i/n_rot) / factor_i (factor_i from an optional per-pair tensor, 1 without), multiplied by
+// freq_scale (linear interpolation). YaRN (ext_factor > 0) blends interpolated and original angles over
+// the pairs between its correction bounds. cos and sin are multiplied by attn_factor (YaRN's magnitude
+// correction, 1 + 0.1 ln(factor), is folded in by whoever reads the model's settings).
+struct RopeParams {
+  float base = 10000.0f;
+  float freq_scale = 1.0f;  // 1 / the scaling factor
+  float ext_factor = 0.0f;  // YaRN extrapolation mix: 1 with YaRN, 0 otherwise
+  float attn_factor = 1.0f;  // multiplies cos and sin
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  int n_ctx_orig = 0;  // YaRN: the context length the model was trained with before extension
+};
+
 enum class Op : uint8_t {
   Embed,       // out[t] = dequant(W row token[t]) * scale                   in: W
   RmsNorm,     // out = x / sqrt(mean(x^2) + eps) * (w + offset)              in: x, w (w optional)
   MatMul,      // out[t] = W · in[t] (+ bias)                                 in: W, x [, bias]
   Add,         // out = a + b                                                 in: a, b
   Mul,         // out = a * b                                                 in: a, b
-  Rope,        // rotates the first n_rot dims of every head in place-by-copy in: x
+  Rope,        // rotates the first n_rot dims of every head                 in: x [, factors]
   Attention,   // causal attention of q over this layer's KV cache, after appending k and v
                //                                                              in: q, k, v
   SwiGLU,      // out = silu(gate) * up                                       in: gate, up
@@ -58,7 +72,7 @@ struct Node {
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // Rope, Attention: heads in the row; RmsNorm: group width
   int n_rot = 0;
   RopeMode rope_mode = RopeMode::Normal;
-  float freq_base = 10000.0f, freq_scale = 1.0f;
+  RopeParams rope;
   int sliding_window = 0;  // Attention: 0 = full causal
   int layer = -1;          // Attention: which KV cache
 };
@@ -98,8 +112,9 @@ class Builder {
   TensorId matmul(TensorId w, TensorId x, const std::string& name, int layer, TensorId bias = -1);
   TensorId add(TensorId a, TensorId b, const std::string& name, int layer);
   TensorId mul(TensorId a, TensorId b, const std::string& name, int layer);
-  TensorId rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, float base, float scale,
-                const std::string& name, int layer);
+  // `factors` (optional): an F32 weight of n_rot/2 per-pair frequency divisors (Llama 3's rope_freqs).
+  TensorId rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, const RopeParams& params,
+                const std::string& name, int layer, TensorId factors = -1);
   TensorId attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
                      int sliding_window, float softcap, const std::string& name, int layer);
   TensorId swiglu(TensorId gate, TensorId up, const std::string& name, int layer);

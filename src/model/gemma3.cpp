@@ -1,7 +1,7 @@
 // Gemma 3 (text): the embedding is scaled by sqrt(width); each block normalises q and k per head, runs
 // attention and a GEGLU feed-forward network, and normalises both sub-layer outputs again before adding
 // them to the residual stream. Five of every six layers attend within a sliding window with their own
-// rotary base (10000); every sixth layer is global with the file's rope.freq_base. As stored in GGUF the
+// rotary base (10000) and no scaling; every sixth layer is global with the file's rope settings. As stored in GGUF the
 // norm weights already include Gemma's "+1", so they scale directly. The output projection is tied to
 // the embeddings.
 #include <cmath>
@@ -26,7 +26,9 @@ graph::Graph build_gemma3(const gguf::File& f, HParams& hp) {
   for (int l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const bool global = (l + 1) % 6 == 0 || window == 0;
-    const float base = global ? hp.rope_base : local_base;
+    // Local layers rotate with their own base and no scaling; global ones with the file's settings.
+    graph::RopeParams rope = hp.rope;
+    if (!global) rope = graph::RopeParams{.base = local_base};
     const float eps = hp.rms_eps;
     auto h = b.rms_norm(x, require_weight(b, f, p + "attn_norm.weight", {d}, l), eps, 0.0f, p + "attn_norm", l);
     auto q = b.matmul(require_weight(b, f, p + "attn_q.weight", {d, q_w}, l), h, p + "q", l);
@@ -34,8 +36,8 @@ graph::Graph build_gemma3(const gguf::File& f, HParams& hp) {
     auto v = b.matmul(require_weight(b, f, p + "attn_v.weight", {d, kv_w}, l), h, p + "v", l);
     q = b.rms_norm_heads(q, require_weight(b, f, p + "attn_q_norm.weight", {hd}, l), hp.head_dim, eps, p + "q_norm", l);
     k = b.rms_norm_heads(k, require_weight(b, f, p + "attn_k_norm.weight", {hd}, l), hp.head_dim, eps, p + "k_norm", l);
-    q = b.rope(q, hp.n_head, hp.head_dim, hp.n_rot, graph::RopeMode::NeoX, base, hp.rope_scale, p + "q_rope", l);
-    k = b.rope(k, hp.n_head_kv, hp.head_dim, hp.n_rot, graph::RopeMode::NeoX, base, hp.rope_scale, p + "k_rope", l);
+    q = b.rope(q, hp.n_head, hp.head_dim, hp.n_rot, graph::RopeMode::NeoX, rope, p + "q_rope", l);
+    k = b.rope(k, hp.n_head_kv, hp.head_dim, hp.n_rot, graph::RopeMode::NeoX, rope, p + "k_rope", l);
     auto a = b.attention(q, k, v, hp.n_head, hp.n_head_kv, hp.head_dim, attn_scale, global ? 0 : window, 0.0f,
                          p + "attn", l);
     auto o = b.matmul(require_weight(b, f, p + "attn_output.weight", {q_w, d}, l), a, p + "attn_out", l);

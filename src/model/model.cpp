@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace zinc::model {
@@ -34,6 +36,34 @@ std::vector<std::string> supported_architectures() {
   return out;
 }
 
+graph::RopeParams read_rope_params(const gguf::File& f, const std::string& arch, int64_t n_ctx_train) {
+  const std::string p = arch + ".rope.";
+  graph::RopeParams r;
+  r.base = f.get_or<float>(p + "freq_base", 10000.0f);
+  // As llama.cpp reads them: the factor (or the older scale_linear key) sets the frequency scale for any
+  // scaling type; the type defaults to linear; YaRN adds the extrapolation blend.
+  float factor = f.get_or<float>(p + "scaling.factor", 0.0f);
+  if (factor == 0.0f) factor = f.get_or<float>(p + "scale_linear", 0.0f);
+  if (factor < 0.0f || !std::isfinite(factor) || !(r.base > 0.0f)) {
+    throw Error(fmt::format("{}: rope base {} / scaling factor {} are not usable", f.name(), r.base, factor));
+  }
+  const auto type = f.get_or<std::string>(p + "scaling.type", "linear");
+  r.freq_scale = factor == 0.0f || type == "none" ? 1.0f : 1.0f / factor;
+  r.attn_factor = f.get_or<float>(p + "scaling.attn_factor", 1.0f);
+  if (type == "yarn") {
+    r.n_ctx_orig = static_cast<int>(f.get_or<uint32_t>(p + "scaling.original_context_length", 0));
+    if (r.n_ctx_orig <= 0) r.n_ctx_orig = static_cast<int>(n_ctx_train);
+    // YaRN's magnitude correction of the rotated vectors (attention temperature).
+    if (factor > 1.0f) r.attn_factor *= 1.0f + 0.1f * std::log(factor);
+    r.beta_fast = f.get_or<float>(p + "scaling.yarn_beta_fast", 32.0f);
+    r.beta_slow = f.get_or<float>(p + "scaling.yarn_beta_slow", 1.0f);
+    r.ext_factor = f.get_or<float>(p + "scaling.yarn_ext_factor", 1.0f);
+  } else if (type != "none" && type != "linear") {
+    throw Error(fmt::format("{}: rope scaling type '{}' is not supported (none, linear, yarn)", f.name(), type));
+  }
+  return r;
+}
+
 HParams read_common_hparams(const gguf::File& f, const std::string& arch) {
   HParams hp;
   hp.arch = arch;
@@ -51,9 +81,7 @@ HParams read_common_hparams(const gguf::File& f, const std::string& arch) {
   hp.n_rot = static_cast<int>(f.get_or<uint32_t>(p + "rope.dimension_count", static_cast<uint32_t>(hp.head_dim)));
   hp.n_ctx_train = f.get_or<uint32_t>(p + "context_length", 2048);
   hp.rms_eps = f.get_or<float>(p + "attention.layer_norm_rms_epsilon", 1e-5f);
-  hp.rope_base = f.get_or<float>(p + "rope.freq_base", 10000.0f);
-  const float scale = f.get_or<float>(p + "rope.scale_linear", 1.0f);
-  hp.rope_scale = scale > 0 ? 1.0f / scale : 1.0f;
+  hp.rope = read_rope_params(f, arch, hp.n_ctx_train);
   const auto tokens = f.get<gguf::ArrayView>("tokenizer.ggml.tokens");
   hp.n_vocab = static_cast<int64_t>(tokens.size());
   return hp;

@@ -19,7 +19,7 @@ struct HParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
-  float rope_base = 10000.0f, rope_scale = 1.0f;
+  graph::RopeParams rope;
 };
 
 struct Model {
@@ -36,6 +36,9 @@ std::vector<std::string> supported_architectures();
 
 // For architecture files: reads the common hyper-parameters under "<arch>.".
 HParams read_common_hparams(const gguf::File& f, const std::string& arch);
+
+// Rotary settings under "<arch>.rope.": base, linear or YaRN scaling (clear error for other types).
+graph::RopeParams read_rope_params(const gguf::File& f, const std::string& arch, int64_t n_ctx_train);
 
 // For architecture files: declares a weight the graph reads, checking it exists with the given shape
 // (ne[0] first, trailing 1s omitted).

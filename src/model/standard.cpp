@@ -16,6 +16,8 @@ graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string&
   g.n_vocab = hp.n_vocab;
   const auto tok = require_weight(b, f, "token_embd.weight", {d, hp.n_vocab});
   graph::TensorId x = b.embed(tok);
+  // Llama 3.1+ stores its long-context frequency divisors as one tensor shared by every layer.
+  const auto rope_factors = optional_weight(b, f, "rope_freqs.weight", {hp.n_rot / 2});
   for (int l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     auto h = b.rms_norm(x, require_weight(b, f, p + "attn_norm.weight", {d}, l), hp.rms_eps, 0.0f, p + "attn_norm", l);
@@ -29,8 +31,8 @@ graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string&
       q = b.rms_norm_heads(q, require_weight(b, f, p + "attn_q_norm.weight", {hd}, l), hp.head_dim, hp.rms_eps, p + "q_norm", l);
       k = b.rms_norm_heads(k, require_weight(b, f, p + "attn_k_norm.weight", {hd}, l), hp.head_dim, hp.rms_eps, p + "k_norm", l);
     }
-    q = b.rope(q, hp.n_head, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope_base, hp.rope_scale, p + "q_rope", l);
-    k = b.rope(k, hp.n_head_kv, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope_base, hp.rope_scale, p + "k_rope", l);
+    q = b.rope(q, hp.n_head, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope, p + "q_rope", l, rope_factors);
+    k = b.rope(k, hp.n_head_kv, hp.head_dim, hp.n_rot, opt.rope_mode, hp.rope, p + "k_rope", l, rope_factors);
     auto a = b.attention(q, k, v, hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f,
                          p + "attn", l);
     x = b.add(x, b.matmul(require_weight(b, f, p + "attn_output.weight", {q_w, d}, l), a, p + "attn_out", l),

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "convert/convert.h"
+#include "gguf/writer.h"
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
 #include "runtime/session.h"
@@ -173,8 +174,15 @@ TEST_P(Fixture, MatchesTransformers) {
     bool same_greedy;
     double min_forced;
   };
-  for (const Level& lv : {Level{"F16", 1e-6, 1.0, true, 1.0}, Level{"Q8_0", 5e-3, 0.95, false, 0.9},
-                          Level{"Q6_K", 3e-2, 0.85, false, 0.75}, Level{"Q4_K_M", 0.35, 0.6, false, 0.5}}) {
+  // The rotary-scaling variants (Llama 3.1 frequency factors, YaRN) test conversion and rotation: F16
+  // only; how quantization moves an architecture's logits is measured on its base fixture.
+  const bool rope_variant = GetParam() == "llama_rope_llama3" || GetParam() == "qwen3_yarn";
+  std::vector<Level> levels{{"F16", 1e-6, 1.0, true, 1.0}};
+  if (!rope_variant) {
+    levels.insert(levels.end(), {{"Q8_0", 5e-3, 0.95, false, 0.9}, {"Q6_K", 3e-2, 0.85, false, 0.75},
+                                 {"Q4_K_M", 0.35, 0.6, false, 0.5}});
+  }
+  for (const Level& lv : levels) {
     quant::QuantizeOptions qo;
     qo.mixture = *quant::mixture_by_name(lv.mixture);
     qo.threads = 2;
@@ -223,7 +231,48 @@ TEST(KvCache, Q8_0CacheStaysCloseToF32) {
   EXPECT_LT(std::sqrt(d / n), 1e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3"));
+TEST(Convert, RejectsRopeScalingItCannotRepresent) {
+  // A checkpoint whose config asks for a rotary scheme GGUF has no keys for: a clear error, no file.
+  test::TempDir tmp;
+  const auto dir = tmp.file("ckpt");
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(kFixtures / "qwen3_yarn" / name, dir / name);
+  }
+  std::ifstream in(kFixtures / "qwen3_yarn" / "config.json");
+  auto config = nlohmann::json::parse(in);
+  config["rope_parameters"]["rope_type"] = "longrope";
+  std::ofstream(dir / "config.json") << config.dump();
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  try {
+    convert::convert_hf(dir, tmp.file("out.gguf"), copts);
+    FAIL() << "converted an unsupported rope type";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope scaling type 'longrope' is not supported"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("out.gguf")));
+}
+
+TEST(ModelLoad, RejectsUnknownRopeScalingType) {
+  test::TempDir tmp;
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(kFixtures / "qwen3", tmp.file("m.gguf"), copts);
+  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  auto w = gguf::Writer::copy_of(f);
+  w.metadata().set("qwen3.rope.scaling.type", gguf::Value::str("longrope"));
+  w.write_file(tmp.file("bad.gguf"));
+  const gguf::File bad = gguf::File::open(tmp.file("bad.gguf"));
+  try {
+    model::load(bad);
+    FAIL() << "loaded an unsupported rope type";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope scaling type 'longrope' is not supported"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn"));
 
 }  // namespace
 }  // namespace zinc

@@ -2,8 +2,8 @@
 """Tiny random-weight checkpoints and their reference outputs, made with Hugging Face transformers.
 
 Run on a machine with torch + transformers (the GPU machine; the work itself runs on its CPU):
-    python3 tools/reference/make_fixtures.py OUT_DIR
-For each architecture it writes OUT_DIR/<arch>/ with a bf16 safetensors checkpoint, config.json, a
+    python3 tools/reference/make_fixtures.py OUT_DIR [NAME ...]
+For each architecture (or only the named fixtures) it writes OUT_DIR/<arch>/ with a bf16 safetensors checkpoint, config.json, a
 small byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json) and reference.json: fixed token
 sequences, the float64 logits at every position of each (logits_<i>.f32, float32 little-endian,
 [tokens x vocab]) and a 32-token greedy continuation. Dimensions are multiples of 256 so K-quants
@@ -63,6 +63,16 @@ def configs():
         "qwen2": transformers.Qwen2Config(**common, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
         "qwen3": transformers.Qwen3Config(**common, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                           tie_word_embeddings=False),
+        # Long-context rotary schemes, with original contexts short enough to matter within 48 positions:
+        # Llama 3.1's per-frequency divisors and YaRN (max_position_embeddings = factor * original).
+        "llama_rope_llama3": transformers.LlamaConfig(
+            **common, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+        "qwen3_yarn": transformers.Qwen3Config(
+            **common, head_dim=128, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 64}),
         # Gemma 3's released layout: five sliding-window layers, then one global layer. Narrower than the
         # others so six layers stay small; a 4-token window matters within the 16-token sequences.
         "gemma3": transformers.Gemma3TextConfig(**dict(common, intermediate_size=256, num_hidden_layers=6,
@@ -92,8 +102,11 @@ def randomize(model, seed):
                 p.copy_(0.04 * torch.randn(p.shape, generator=g))
 
 
-def main(out_root):
+def main(out_root, names):
     for arch, cfg in configs().items():
+        if names and arch not in names:
+            continue
+        print(arch, "rope:", getattr(cfg, "rope_parameters", None))
         out = os.path.join(out_root, arch)
         os.makedirs(out, exist_ok=True)
         n_tokens = make_tokenizer(out)
@@ -135,4 +148,4 @@ def main(out_root):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "fixtures")
+    main(sys.argv[1] if len(sys.argv) > 1 else "fixtures", sys.argv[2:])

@@ -178,11 +178,14 @@ class CpuExecutable final : public Executable {
         else for (int64_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
         break;
       }
-      case Op::Rope:
+      case Op::Rope: {
         n = in_rows(0);
-        cpu::rope(buf(node.in[0]), out, n, node.n_head, node.head_dim, node.n_rot, node.rope_mode, node.freq_base,
-                  node.freq_scale, step.n_past);
+        std::vector<float> fbuf;
+        const float* factors = node.in.size() > 1 ? f32_weight(node.in[1], fbuf) : nullptr;
+        cpu::rope(buf(node.in[0]), out, n, node.n_head, node.head_dim, node.n_rot, node.rope_mode, node.rope, factors,
+                  step.n_past);
         break;
+      }
       case Op::Attention:
         n = in_rows(0);
         attention(node, step, n, out);

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -23,17 +24,36 @@ void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t
 }
 
 void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
-          float freq_base, float freq_scale, int32_t pos0) {
+          const graph::RopeParams& p, const float* factors, int32_t pos0) {
   const int64_t width = static_cast<int64_t>(n_head) * head_dim;
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(n_rot));
+  // YaRN: pairs below `low` keep their original angle, pairs above `high` are interpolated, a linear
+  // ramp in between.
+  float low = 0, high = 0;
+  const float mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    const auto corr_dim = [&](float beta) {
+      return static_cast<float>(n_rot) * std::log(static_cast<float>(p.n_ctx_orig) / (beta * 2.0f * 3.14159265358979f)) /
+             (2.0f * std::log(p.base));
+    };
+    low = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
+    high = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
+  }
   std::vector<float> cs(static_cast<size_t>(n_rot));  // cos, sin per pair
   for (int64_t t = 0; t < n_tokens; ++t) {
-    // theta_i = pos * scale * base^(-2i/n_rot), built by repeated multiplication as the reference does.
-    float theta = static_cast<float>(pos0 + t) * freq_scale;
+    // The unscaled angle pos * base^(-2i/n_rot), built by repeated multiplication as the reference does.
+    float theta_extrap = static_cast<float>(pos0 + t);
     for (int i = 0; i < n_rot / 2; ++i) {
-      cs[2 * i] = std::cos(theta);
-      cs[2 * i + 1] = std::sin(theta);
-      theta *= theta_scale;
+      const float extrap = factors ? theta_extrap / factors[i] : theta_extrap;
+      float theta = p.freq_scale * extrap;
+      if (p.ext_factor != 0.0f) {
+        const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+        theta = theta * (1.0f - mix) + extrap * mix;
+      }
+      cs[2 * i] = std::cos(theta) * mscale;
+      cs[2 * i + 1] = std::sin(theta) * mscale;
+      theta_extrap *= theta_scale;
     }
     const float* xr = x + t * width;
     float* orow = out + t * width;

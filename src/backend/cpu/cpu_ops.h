@@ -17,7 +17,7 @@ void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t
 
 // Rotary embedding of the first n_rot dims of each head; token t sits at position pos0 + t.
 void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
-          float freq_base, float freq_scale, int32_t pos0);
+          const graph::RopeParams& params, const float* factors, int32_t pos0);
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);

@@ -1,0 +1,48 @@
+// Test tool: copies a llama-architecture GGUF with rotary scaling added, so the same weights can be run
+// by zinc and by llama.cpp under each scaling scheme.
+// Usage: zinc_make_rope_variant IN.gguf OUT.gguf linear|yarn|freqs
+//   linear: rope.scaling.type linear, factor 4
+//   yarn:   rope.scaling.type yarn, factor 4, original context 16 (short, so a 30-token prompt crosses it)
+//   freqs:  a rope_freqs.weight tensor of per-pair divisors 1, 1.5, 2, ... (Llama 3.1's form)
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/reader.h"
+#include "gguf/writer.h"
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s IN.gguf OUT.gguf linear|yarn|freqs\n", argv[0]);
+    return 2;
+  }
+  using zinc::gguf::Value;
+  try {
+    const auto f = zinc::gguf::File::open(argv[1]);
+    auto w = zinc::gguf::Writer::copy_of(f);
+    const std::string a = f.get<std::string>("general.architecture"), kind = argv[3];
+    auto& m = w.metadata();
+    if (kind == "linear" || kind == "yarn") {
+      m.set(a + ".rope.scaling.type", Value::str(kind));
+      m.set(a + ".rope.scaling.factor", Value::f32(4.0f));
+      if (kind == "yarn") m.set(a + ".rope.scaling.original_context_length", Value::u32(16));
+    } else if (kind == "freqs") {
+      const uint32_t n_rot = f.get_or<uint32_t>(a + ".rope.dimension_count", 0);
+      auto factors = std::make_shared<std::vector<float>>();
+      for (uint32_t i = 0; i < n_rot / 2; ++i) factors->push_back(1.0f + 0.5f * static_cast<float>(i));
+      const std::vector<uint64_t> ne{factors->size()};
+      w.add_tensor("rope_freqs.weight", zinc::gguf::TensorType::F32, ne, [factors](const auto& emit) {
+        emit(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors->data()), factors->size() * 4));
+      });
+    } else {
+      std::fprintf(stderr, "unknown variant '%s'\n", argv[3]);
+      return 2;
+    }
+    w.write_file(argv[2]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
