@@ -12,7 +12,7 @@ ThreadPool::ThreadPool(unsigned n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -26,33 +26,43 @@ void chunk_of(int64_t n, unsigned parts, unsigned index, int64_t* begin, int64_t
   *end = *begin + per + (static_cast<int64_t>(index) < extra ? 1 : 0);
 }
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// About a millisecond of polling before a worker sleeps, or before a waiting caller yields its core.
+constexpr int kSpins = 1 << 14;
+
 }  // namespace
 
 void ThreadPool::worker_loop(unsigned index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    for (int i = 0; g == seen && !stop_.load(std::memory_order_relaxed) && i < kSpins; ++i) {
+      cpu_relax();
+      g = generation_.load(std::memory_order_acquire);
     }
+    if (g == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (stop_.load()) return;
+    seen = g;
     int64_t b, e;
-    chunk_of(n, size(), index, &b, &e);
+    chunk_of(job_n_, size(), index, &b, &e);
     try {
-      if (b < e) (*job)(b, e);
+      if (b < e) (*job_)(b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -62,13 +72,14 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
+  job_ = &fn;
+  job_n_ = n;
+  error_ = nullptr;
+  pending_.store(static_cast<unsigned>(workers_.size()), std::memory_order_relaxed);
   {
+    // Under the lock, so a worker between its last check and its sleep cannot miss the bump.
     std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    job_n_ = n;
-    pending_ = static_cast<unsigned>(workers_.size());
-    error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   int64_t b, e;
@@ -79,10 +90,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   } catch (...) {
     mine = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < kSpins) cpu_relax();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
 }
 

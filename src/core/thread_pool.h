@@ -1,8 +1,11 @@
 // A fixed set of worker threads for data-parallel loops (quantizing rows, matrix-vector products).
 // parallel_for splits [0, n) into contiguous chunks, one per worker, and returns when all are done;
 // the calling thread works too. Exceptions thrown by a chunk are rethrown to the caller.
+// Workers spin briefly on the job counter before sleeping: a decode step issues hundreds of small
+// loops a few microseconds apart, and waking a sleeping thread costs more than most of them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -30,13 +33,14 @@ class ThreadPool {
   void worker_loop(unsigned index);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
+  std::mutex mutex_;  // guards sleeping (wake_) and error_
+  std::condition_variable wake_;
+  // Written by the caller before generation_ is bumped (release), read by workers after (acquire).
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  unsigned pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<unsigned> pending_{0};  // workers still running the current job
+  std::atomic<bool> stop_{false};
   std::exception_ptr error_;
 };
 
