@@ -1,8 +1,10 @@
 // A fixed set of worker threads for data-parallel loops (quantizing rows, matrix-vector products).
 // parallel_for splits [0, n) into contiguous chunks, one per worker, and returns when all are done;
 // the calling thread works too. Exceptions thrown by a chunk are rethrown to the caller.
-// Workers spin briefly on the job counter before sleeping: a decode step issues hundreds of small
-// loops a few microseconds apart, and waking a sleeping thread costs more than most of them.
+// Workers spin briefly on the job counter before sleeping, and the caller briefly on the count of
+// running chunks before blocking: a decode step issues hundreds of small loops a few microseconds
+// apart, and waking a sleeping thread costs more than most of them. The spins are short so that a
+// busy machine (more threads than free cores) still hands the core to whoever has work.
 #pragma once
 
 #include <atomic>
@@ -33,8 +35,9 @@ class ThreadPool {
   void worker_loop(unsigned index);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;  // guards sleeping (wake_) and error_
-  std::condition_variable wake_;
+  std::mutex mutex_;  // guards sleeping (wake_, done_) and error_
+  std::condition_variable wake_, done_;
+  std::atomic<bool> caller_waiting_{false};
   // Written by the caller before generation_ is bumped (release), read by workers after (acquire).
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;

@@ -53,7 +53,18 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   // positions before the one being written, and the next tokens overwrite them.
   n_past_ = static_cast<int32_t>(common);
   history_.resize(common);
+  reused_ = static_cast<int32_t>(common);
   return eval(tokens.subspan(common));
+}
+
+void Session::shift(int32_t n_keep, int32_t n_discard) {
+  if (n_keep < 0 || n_discard <= 0 || static_cast<int64_t>(n_keep) + n_discard > n_past_) {
+    throw Error(fmt::format("cannot drop {} tokens after the first {}: the context holds {}", n_discard, n_keep, n_past_));
+  }
+  std::vector<int32_t> moved(history_.begin() + n_keep + n_discard, history_.end());
+  n_past_ = n_keep;
+  history_.resize(static_cast<size_t>(n_keep));
+  if (!moved.empty()) eval(moved);
 }
 
 int32_t argmax(std::span<const float> v) {

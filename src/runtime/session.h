@@ -29,6 +29,13 @@ class Session {
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
+  // How many leading tokens the last eval_reusing_prefix() found already in the context.
+  int32_t reused_tokens() const { return reused_; }
+
+  // Makes room in a full context: keeps the first n_keep tokens, drops the n_discard after them and
+  // moves the rest down, recomputing the moved tokens at their new positions (exact, unlike rotating
+  // cached keys). Throws zinc::Error for a range outside the context.
+  void shift(int32_t n_keep, int32_t n_discard);
 
   int32_t n_past() const { return n_past_; }
   const std::vector<int32_t>& history() const { return history_; }
@@ -36,6 +43,7 @@ class Session {
   int64_t n_vocab() const { return exe_->n_vocab(); }
   void reset() {
     n_past_ = 0;
+    reused_ = 0;
     history_.clear();
   }
   const model::Model& model() const { return model_; }
@@ -46,6 +54,7 @@ class Session {
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order
   int64_t tokens_evaluated_ = 0;
+  int32_t reused_ = 0;
   std::vector<float> logits_;
 };
 

@@ -1,0 +1,63 @@
+// Options shared by the commands that generate text (run, chat, and later serve): model loading,
+// context, threads, KV cache type, sampling, stop strings, chat-template switches; and the loading
+// itself, timed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "gguf/reader.h"
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace zinc::cli {
+
+struct GenerationArgs {
+  std::string model;
+  int n_predict = -1;  // per answer; < 0: until the context is full (run sets its own default)
+  int ctx = 4096;
+  unsigned threads = 0;
+  std::string kv_type = "f16";
+  bool context_shift = false;
+  int n_keep = 0;
+  // Sampling: llama.cpp's defaults; greedy when temperature is 0.
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int32_t repeat_last_n = 64;
+  float dry_multiplier = 0.0f, dry_base = 1.75f;
+  int32_t dry_allowed_length = 2;
+  uint64_t seed = sample::SamplerParams::kRandomSeed;
+  std::vector<std::string> stop;
+  // Chat templates.
+  std::string system;
+  bool think = false, no_think = false;
+  bool drop_old_turns = false;
+
+  std::optional<bool> enable_thinking() const;
+  sample::SamplerParams sampler_params(int32_t n_ctx) const;
+  runtime::GenerateOptions generate_options() const;
+};
+
+// Adds the model, context, sampling and stop options to `cmd`. `chat` adds --system/--think/--no-think
+// and the context policy.
+void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options);
+
+struct LoadedModel {
+  gguf::File file;
+  tokenizer::Tokenizer tok;
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<runtime::Session> session;
+  double load_s = 0;
+};
+
+std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a);
+
+}  // namespace zinc::cli

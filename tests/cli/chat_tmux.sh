@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# zinc chat in a real terminal (a private tmux server): the answer streams, Ctrl-C stops it and the
+# prompt returns, /reset clears the context, multi-line input, /save, Ctrl-C at the prompt, /exit; on
+# stories260K and on a model converted from a transformers fixture. Then the same binary with piped
+# input and output: plain text, no terminal styles.
+# Usage: chat_tmux.sh ZINC STORIES.gguf FIXTURE_DIR WORKDIR
+set -euo pipefail
+zinc=$1 stories=$2 fixture=$3 work=$4
+if ! command -v tmux >/dev/null; then
+  echo "FAIL: tmux is not installed (scripts/deps.sh --test installs it)"
+  exit 1
+fi
+rm -rf "$work" && mkdir -p "$work"
+sock="$work/tmux.sock"
+T() { tmux -S "$sock" "$@"; }
+trap 'tmux -S "$sock" kill-server 2>/dev/null || true' EXIT
+
+session=chat0
+pane() { T capture-pane -p -J -t "$session" -S -1000; }
+fail() {
+  echo "FAIL: $*"
+  echo "---- pane ----"
+  pane | grep -v '^$' | tail -40
+  exit 1
+}
+wait_for() {  # PATTERN [SECONDS]
+  local i=0 limit=$(( ${2:-30} * 10 ))
+  until pane | grep -qE -- "$1"; do
+    sleep 0.1
+    i=$((i + 1))
+    [ $i -lt $limit ] || fail "no /$1/ on screen"
+  done
+}
+last_line() { pane | grep -v '^[[:space:]]*$' | tail -1; }
+wait_for_prompt() {
+  local i=0
+  until last_line | grep -qE '^>[[:space:]]*$'; do
+    sleep 0.1
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "the prompt did not come back"
+  done
+}
+keys() { T send-keys -t "$session" "$@"; }
+send() { keys -l "$1"; keys Enter; }
+start() {  # a new session (the earlier one, exited, stays until the end)
+  session=chat$((${session#chat} + 1))
+  T new-session -d -s "$session" -x 150 -y 40 "$(printf '%q ' "$@"); echo \"[exited \$?]\"; sleep 60"
+  wait_for_prompt
+}
+
+# 1. stories260K, generating without end (the context shifts when full): only Ctrl-C stops it.
+start "$zinc" chat -m "$stories" -c 256 --context-shift -n -1 --temp 0
+send "Once upon a time"
+wait_for "Lily" 10
+before=$(pane | md5sum)
+sleep 0.5
+[ "$(pane | md5sum)" != "$before" ] || fail "the answer is not streaming"
+pane | grep -q "tok/s" && fail "a status line appeared before the answer ended"
+keys C-c
+wait_for "\[stopped\]" 10
+wait_for "tok/s · [0-9]+ tokens · context [0-9]+/256"
+wait_for_prompt
+echo "ok streaming, Ctrl-C stops the answer and the prompt returns"
+
+send "/stats"
+wait_for "context [1-9][0-9]*/256 tokens · 2 messages · 1 answers"
+send "/reset"
+wait_for "\(conversation cleared\)"
+send "/stats"
+wait_for "context 0/256 tokens · 0 messages"
+echo "ok /reset clears the context"
+
+# Multi-line input, saved and checked in the file.
+keys -l 'first line\'
+keys Enter
+send "second line"
+keys C-c
+wait_for "\[stopped\]" 10
+wait_for_prompt
+send "/save $work/conv.json"
+wait_for "saved 2 messages"
+grep -q '"content": "first line\\nsecond line"' "$work/conv.json" || fail "multi-line message not kept: $(cat "$work/conv.json")"
+echo "ok multi-line input and /save"
+
+keys C-c
+wait_for "type /exit or press Ctrl-D"
+send "/exit"
+wait_for "\[exited 0\]"
+echo "ok Ctrl-C at the prompt keeps the program, /exit quits"
+
+# 2. A model converted from a transformers fixture: a bounded answer, /load, /reset.
+"$zinc" convert "$fixture" "$work/fixture.gguf" --outtype f16 >/dev/null
+start "$zinc" chat -m "$work/fixture.gguf" -n 12 --temp 0 --system "Be brief."
+send "hello world"
+wait_for "12 tokens · context [0-9]+/4096"
+wait_for_prompt
+send "/load $work/conv.json"
+wait_for "loaded 2 messages"
+send "/system"
+wait_for "\(no system prompt\)"
+send "/reset"
+wait_for "\(conversation cleared\)"
+send "/stats"
+wait_for "context 0/4096 tokens"
+send "/exit"
+wait_for "\[exited 0\]"
+echo "ok fixture model: answer, /load, /system, /reset"
+
+# 3. Not a terminal: plain text on stdout, remarks on stderr, no escape sequences.
+printf 'Once upon a time\n/stats\n' | "$zinc" chat -m "$stories" -n 20 --temp 0 >"$work/out.txt" 2>"$work/err.txt"
+grep -q "[A-Za-z]" "$work/out.txt" || { cat "$work/out.txt"; echo "FAIL: no answer on stdout"; exit 1; }
+if grep -q $'\x1b' "$work/out.txt"; then echo "FAIL: escape sequences in piped output"; exit 1; fi
+grep -q "tok/s" "$work/err.txt" || { echo "FAIL: no status on stderr"; exit 1; }
+grep -q "tok/s" "$work/out.txt" && { echo "FAIL: status mixed into stdout"; exit 1; }
+echo "ok piped: plain stdout"

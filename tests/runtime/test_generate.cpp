@@ -1,0 +1,233 @@
+// The generation loop and multi-turn chat on real weights (stories260K): every way generation ends,
+// context shifting (checked against evaluating the shifted context from scratch), prefix reuse between
+// chat turns (asserted on the session's counters) and the context-limit policy.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "raw_gguf.h"
+#include "runtime/chat_session.h"
+#include "runtime/generate.h"
+
+namespace zinc::runtime {
+namespace {
+
+struct Stories {
+  gguf::File file = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
+  std::unique_ptr<backend::Backend> backend = backend::make_cpu_backend();
+
+  std::unique_ptr<Session> session(int32_t n_ctx) {
+    backend::ExecOptions opts;
+    opts.n_ctx = n_ctx;
+    opts.max_tokens = 64;
+    opts.kv_type = backend::KvType::F32;
+    return std::make_unique<Session>(file, *backend, opts);
+  }
+};
+
+sample::Sampler greedy() { return sample::Sampler(sample::SamplerParams::greedy()); }
+
+TEST(Generate, EndsAtTheTokenLimitAStopStringOrACancel) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  auto s = m.session(256);
+  auto sampler = greedy();
+  GenerateOptions o;
+  o.max_tokens = 12;
+  o.decode.at_start = false;
+  std::string streamed;
+  const auto r = generate(*s, m.tok, sampler, prompt, o, [&](std::string_view t) { streamed += t; });
+  EXPECT_EQ(r.reason, StopReason::Length);
+  EXPECT_EQ(r.tokens.size(), 12u);
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_EQ(r.text.rfind(", there was a little girl", 0), 0u) << r.text;  // the published greedy text
+  EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(prompt.size()));
+  EXPECT_GT(r.first_token_s, 0.0);
+  EXPECT_GE(r.decode_s, 0.0);
+
+  // The same prompt again: everything but its last token is reused from the context.
+  o.stop = {"girl"};
+  auto sampler2 = greedy();
+  const auto stopped = generate(*s, m.tok, sampler2, prompt, o, nullptr);
+  EXPECT_EQ(stopped.reason, StopReason::StopString);
+  EXPECT_EQ(stopped.stop_index, 0);
+  EXPECT_EQ(stopped.text, ", there was a little ");
+  EXPECT_EQ(stopped.cached_tokens, static_cast<int64_t>(prompt.size()) - 1);
+
+  std::atomic<bool> cancel{true};
+  o.stop.clear();
+  o.cancel = &cancel;
+  const auto cancelled = generate(*s, m.tok, sampler2, prompt, o, nullptr);
+  EXPECT_EQ(cancelled.reason, StopReason::Cancelled);
+  EXPECT_TRUE(cancelled.tokens.empty());
+}
+
+TEST(Generate, AFullContextStopsOrShifts) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  auto s = m.session(48);
+  auto sampler = greedy();
+  GenerateOptions o;
+  o.max_tokens = -1;
+  const auto full = generate(*s, m.tok, sampler, prompt, o, nullptr);
+  EXPECT_EQ(full.reason, StopReason::ContextFull);
+  EXPECT_EQ(s->n_past(), 48);
+  EXPECT_EQ(full.tokens.size(), 48u - prompt.size() + 1);  // the last token is sampled, not evaluated
+
+  // With shifting, generation goes past the context size, keeping the first 5 tokens.
+  auto s2 = m.session(48);
+  auto sampler2 = greedy();
+  o.max_tokens = 100;
+  o.context_shift = true;
+  o.n_keep = 5;
+  const auto shifted = generate(*s2, m.tok, sampler2, prompt, o, nullptr);
+  EXPECT_EQ(shifted.reason, StopReason::Length);
+  EXPECT_EQ(shifted.tokens.size(), 100u);
+  EXPECT_GE(shifted.context_shifts, 2);
+  EXPECT_LE(s2->n_past(), 48);
+  // The context is the first 5 tokens and then the most recent ones, in order.
+  const auto& h = s2->history();
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), h.begin()));
+  std::vector<int32_t> all(prompt.begin(), prompt.end());
+  all.insert(all.end(), shifted.tokens.begin(), shifted.tokens.end() - 1);
+  EXPECT_TRUE(std::equal(h.begin() + 5, h.end(), all.end() - static_cast<std::ptrdiff_t>(h.size() - 5)));
+}
+
+TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto ids = m.tok.encode("Once upon a time, there was a little girl named Lily. She loved to play outside.", true, false);
+  ASSERT_GT(ids.size(), 20u);
+  auto a = m.session(64);
+  a->eval(ids);
+  a->shift(3, 7);
+  std::vector<int32_t> kept(ids.begin(), ids.begin() + 3);
+  kept.insert(kept.end(), ids.begin() + 10, ids.end());
+  EXPECT_EQ(a->history(), kept);
+  const int32_t next = 42;
+  const auto la = a->eval(std::span<const int32_t>(&next, 1));
+  const std::vector<float> after_shift(la.begin(), la.end());
+  auto b = m.session(64);
+  kept.push_back(next);
+  const auto lb = b->eval(kept);
+  ASSERT_EQ(after_shift.size(), lb.size());
+  for (size_t i = 0; i < lb.size(); ++i) ASSERT_NEAR(after_shift[i], lb[i], 1e-5f) << i;
+  EXPECT_THROW(a->shift(10, 100), Error);
+  EXPECT_THROW(a->shift(0, 0), Error);
+}
+
+TEST(ChatSession, SecondTurnPrefillsOnlyTheNewTokens) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  auto s = m.session(512);
+  auto sampler = greedy();
+  ChatOptions o;
+  o.system = "You tell stories.";
+  o.generate.max_tokens = 20;
+  ChatSession chat(*s, m.tok, sampler, chatml_template(m.tok), o);
+  const auto first = chat.send("Once upon a time", nullptr);
+  EXPECT_EQ(first.result.cached_tokens, 0);
+  EXPECT_FALSE(first.message.content.empty());
+  const int64_t in_context = s->n_past();
+  const int64_t evaluated = s->tokens_evaluated();
+
+  const auto second = chat.send("Tell me more", nullptr);
+  // Everything the context held after the first answer is a prefix of the second prompt: only the
+  // rest was evaluated (and the second answer's tokens, all but the last).
+  EXPECT_EQ(second.result.cached_tokens, in_context);
+  const int64_t new_prompt = second.result.prompt_tokens - in_context;
+  EXPECT_GT(new_prompt, 3);
+  EXPECT_EQ(s->tokens_evaluated() - evaluated,
+            new_prompt + static_cast<int64_t>(second.result.tokens.size()) - 1);
+  const auto msgs = chat.messages();
+  ASSERT_EQ(msgs.size(), 5u);
+  EXPECT_EQ(msgs[0]["role"], "system");
+  EXPECT_EQ(msgs[3]["content"], "Tell me more");
+  EXPECT_EQ(msgs[4]["content"], second.message.content);
+  // ChatML's markers are not tokens of this vocabulary: they end the answer as stop strings.
+  EXPECT_EQ(first.message.content.find("<|im_end|>"), std::string::npos);
+
+  chat.reset();
+  EXPECT_EQ(s->n_past(), 0);
+  EXPECT_EQ(chat.messages().size(), 1u);  // the system prompt stays
+}
+
+TEST(ChatSession, RendersChatMlForModelsWithoutATemplate) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  auto s = m.session(64);
+  auto sampler = greedy();
+  ChatOptions o;
+  o.system = "S";
+  ChatSession chat(*s, m.tok, sampler, chat_template_for(m.file, m.tok), o);
+  chat.load(nlohmann::ordered_json::parse(R"([{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}])"));
+  EXPECT_EQ(chat.system(), "");  // a loaded conversation brings its own system prompt, or none
+  chat.set_system("S");
+  EXPECT_EQ(chat.render(true),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  for (const char* bad : {R"({"role":"user"})", R"([{"role":"user"}])", R"([{"role":"tool","content":"x"}])",
+                          R"([{"role":"user","content":"a"},{"role":"system","content":"late"}])"}) {
+    EXPECT_THROW(chat.load(nlohmann::ordered_json::parse(bad)), Error) << bad;
+  }
+}
+
+TEST(ChatSession, ContextLimitIsAClearErrorOrDropsTheOldestTurns) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const std::vector<std::string> messages = {"Once upon a time there was a dog.", "The dog was big and brown.",
+                                             "Then the dog ran to the park.", "It played with a ball all day long.",
+                                             "At night the dog went home to sleep."};
+  for (bool drop : {false, true}) {
+    auto s = m.session(200);
+    auto sampler = greedy();
+    ChatOptions o;
+    o.drop_oldest_turns = drop;
+    o.generate.max_tokens = 30;
+    ChatSession chat(*s, m.tok, sampler, chatml_template(m.tok), o);
+    bool refused = false;
+    int dropped = 0;
+    for (const auto& text : messages) {
+      const auto before = chat.messages();
+      if (!drop) {
+        try {
+          chat.send(text, nullptr);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("--drop-old-turns"), std::string::npos) << e.what();
+          EXPECT_EQ(chat.messages(), before);  // nothing changed
+          refused = true;
+          break;
+        }
+      } else {
+        dropped += chat.send(text, nullptr).dropped_messages;
+        EXPECT_LE(s->n_past(), 200);
+      }
+    }
+    if (!drop) {
+      EXPECT_TRUE(refused) << "five exchanges of ~45 tokens cannot fit 200";
+    } else {
+      EXPECT_GE(dropped, 2);
+      const auto after = chat.messages();
+      EXPECT_NE(after[0]["content"], messages[0]);
+      EXPECT_EQ(after[after.size() - 2]["content"], messages.back());
+    }
+  }
+  // One message larger than the whole context is an error even when dropping turns.
+  auto s = m.session(64);
+  auto sampler = greedy();
+  ChatOptions o;
+  o.drop_oldest_turns = true;
+  ChatSession chat(*s, m.tok, sampler, chatml_template(m.tok), o);
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "The cat sat. ";
+  EXPECT_THROW(chat.send(long_text, nullptr), Error);
+  EXPECT_TRUE(chat.messages().empty());
+}
+
+}  // namespace
+}  // namespace zinc::runtime
