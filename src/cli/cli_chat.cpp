@@ -249,6 +249,7 @@ int run_chat(const ChatArgs& a) {
 
 void add_chat_command(CLI::App& app, const GlobalOptions&, Runner& run) {
   auto a = std::make_shared<ChatArgs>();
+  a->gen.sampling = sample::SamplerParams::chat();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal");
   add_generation_options(cmd, a->gen, true);
   cmd->add_flag("--hide-thinking", a->hide_thinking, "Do not print the model's reasoning, only that it is thinking");

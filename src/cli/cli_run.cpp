@@ -113,7 +113,7 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
 void add_run_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto a = std::make_shared<RunArgs>();
   a->gen.n_predict = 128;
-  a->gen.temperature = 0.0f;  // one-shot runs are greedy unless asked otherwise
+  a->gen.sampling = sample::SamplerParams::greedy();  // one-shot runs are greedy unless asked otherwise
   a->gen.ctx = 2048;
   CLI::App* cmd = app.add_subcommand("run", "Continue a prompt (or answer it with --chat), streaming the text");
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();

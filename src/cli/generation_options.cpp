@@ -1,6 +1,10 @@
 #include "cli/generation_options.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <climits>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -13,20 +17,35 @@ std::optional<bool> GenerationArgs::enable_thinking() const {
 }
 
 sample::SamplerParams GenerationArgs::sampler_params(int32_t n_ctx) const {
-  sample::SamplerParams sp;
-  sp.temperature = temperature;
-  sp.top_k = top_k;
-  sp.top_p = top_p;
-  sp.min_p = min_p;
-  sp.repeat_penalty = repeat_penalty;
-  sp.presence_penalty = presence_penalty;
-  sp.frequency_penalty = frequency_penalty;
-  sp.penalty_last_n = repeat_last_n;
-  sp.dry_multiplier = dry_multiplier;
-  sp.dry_base = dry_base;
-  sp.dry_allowed_length = dry_allowed_length;
-  sp.seed = seed;
+  sample::SamplerParams sp = sampling;
   sp.n_ctx = n_ctx;
+  if (!samplers.empty()) {
+    sp.order.clear();
+    std::string name;
+    for (char c : samplers + ";") {
+      if (c == ';' || c == ',') {
+        if (!name.empty()) sp.order.push_back(name);
+        name.clear();
+      } else if (c != ' ') {
+        name += c;
+      }
+    }
+  }
+  for (const auto& b : logit_bias) {
+    // TOKEN+BIAS or TOKEN-BIAS; the bias may be "inf" (-inf bans the token).
+    const size_t sign = b.find_first_of("+-", 1);
+    try {
+      if (sign == std::string::npos) throw std::invalid_argument(b);
+      size_t used = 0;
+      const long id = std::stol(b.substr(0, sign), &used);
+      if (used != sign || id < 0 || id > INT32_MAX) throw std::invalid_argument(b);
+      const float bias = std::stof(b.substr(sign));
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("--logit-bias '{}': expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 2-inf)", b));
+    }
+  }
+  sp.validate();
   return sp;
 }
 
@@ -53,19 +72,33 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
                 "When the context fills, drop the older half (after --keep tokens) and go on instead of stopping");
   cmd->add_option("--keep", a.n_keep, "Tokens at the start that a context shift keeps")->capture_default_str()->check(
       CLI::NonNegativeNumber);
-  cmd->add_option("--temp", a.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", a.top_p, "Nucleus mass (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", a.min_p, "Drop tokens below this fraction of the top probability")->capture_default_str();
-  cmd->add_option("--repeat-penalty", a.repeat_penalty, "Penalty for tokens in the last window (1 = off)")
+  auto& sp = a.sampling;
+  cmd->add_option("--temp", sp.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", sp.top_p, "Nucleus mass (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", sp.min_p, "Drop tokens below this fraction of the top probability (0 = off)")
       ->capture_default_str();
-  cmd->add_option("--repeat-last-n", a.repeat_last_n, "Window of the repetition penalties")->capture_default_str();
-  cmd->add_option("--presence-penalty", a.presence_penalty, "Subtracted once from tokens in the window");
-  cmd->add_option("--frequency-penalty", a.frequency_penalty, "Subtracted per occurrence in the window");
-  cmd->add_option("--dry-multiplier", a.dry_multiplier, "DRY repetition penalty strength (0 = off)");
-  cmd->add_option("--dry-base", a.dry_base, "DRY exponential base")->capture_default_str();
-  cmd->add_option("--dry-allowed-length", a.dry_allowed_length, "DRY: repeats this long are free")->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Random seed (default: random, reported with --json)");
+  cmd->add_option("--typical-p", sp.typical_p, "Locally typical mass (1 = off)")->capture_default_str();
+  cmd->add_option("--xtc-probability", sp.xtc_probability, "Chance that XTC removes the top choices in a step (0 = off)");
+  cmd->add_option("--xtc-threshold", sp.xtc_threshold, "XTC: tokens above this probability count as top choices")
+      ->capture_default_str();
+  cmd->add_option("--min-keep", sp.min_keep, "Tokens the truncating samplers always keep")->capture_default_str();
+  cmd->add_option("--repeat-penalty", sp.repeat_penalty, "Penalty for tokens in the last window (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", sp.penalty_last_n, "Window of the repetition penalties (-1 = context)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", sp.presence_penalty, "Subtracted once from tokens in the window");
+  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "Subtracted per occurrence in the window");
+  cmd->add_option("--dry-multiplier", sp.dry_multiplier, "DRY repetition penalty strength (0 = off)");
+  cmd->add_option("--dry-base", sp.dry_base, "DRY exponential base")->capture_default_str();
+  cmd->add_option("--dry-allowed-length", sp.dry_allowed_length, "DRY: repeats this long are free")->capture_default_str();
+  cmd->add_option("--dry-penalty-last-n", sp.dry_penalty_last_n, "DRY window (-1 = context)")->capture_default_str();
+  cmd->add_option("--dry-sequence-breaker", sp.dry_sequence_breakers,
+                  "DRY: text that ends a repeated sequence (repeatable; replaces the defaults)");
+  cmd->add_option("--logit-bias", a.logit_bias, "Add to a token's logit: TOKEN_ID+BIAS or TOKEN_ID-BIAS (repeatable)");
+  cmd->add_option("--samplers", a.samplers,
+                  "Stage order, e.g. \"penalties;dry;top_k;typical_p;top_p;min_p;xtc;temperature\"");
+  cmd->add_option("--seed", sp.seed, "Random seed (default: random, reported with --json)");
   cmd->add_option("--stop", a.stop, "Stop when this text appears (repeatable); it is not printed");
   if (chat_options) {
     cmd->add_option("--system", a.system, "System prompt");

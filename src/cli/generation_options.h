@@ -27,14 +27,10 @@ struct GenerationArgs {
   std::string kv_type = "f16";
   bool context_shift = false;
   int n_keep = 0;
-  // Sampling: llama.cpp's defaults; greedy when temperature is 0.
-  float temperature = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  int32_t repeat_last_n = 64;
-  float dry_multiplier = 0.0f, dry_base = 1.75f;
-  int32_t dry_allowed_length = 2;
-  uint64_t seed = sample::SamplerParams::kRandomSeed;
+  // Sampling: the command's preset (run: greedy; chat: SamplerParams::chat()), changed by the options.
+  sample::SamplerParams sampling;
+  std::string samplers;                 // --samplers: stage names separated by ';' or ','
+  std::vector<std::string> logit_bias;  // --logit-bias TOKEN+BIAS / TOKEN-BIAS
   std::vector<std::string> stop;
   // Chat templates.
   std::string system;
