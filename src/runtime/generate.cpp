@@ -48,8 +48,13 @@ GenerateResult generate(Session& session, const tokenizer::Tokenizer& tok, sampl
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
 
   const auto t0 = Clock::now();
-  auto logits = session.eval_reusing_prefix(prompt);
+  auto logits = session.eval_reusing_prefix(prompt, opts.cancel);
   r.cached_tokens = session.reused_tokens();
+  if (logits.empty()) {  // cancelled between chunks of a long prompt
+    r.reason = StopReason::Cancelled;
+    r.prefill_s = seconds(t0, Clock::now());
+    return r;
+  }
   if (opts.sampler_sees_prompt) {
     for (size_t i = static_cast<size_t>(r.cached_tokens); i < prompt.size(); ++i) sampler.accept(prompt[i]);
   }

@@ -13,7 +13,8 @@ Session::Session(const gguf::File& file, backend::Backend& backend, const backen
   exe_ = backend.compile(model_.graph, file, opts);
 }
 
-std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits,
+                                     const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
   if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx()) {
     throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", n_past_,
@@ -28,6 +29,10 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   logits_.clear();
   const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
   for (size_t i = 0; i < tokens.size(); i += chunk) {
+    if (i > 0 && cancel && cancel->load()) {
+      logits_.clear();
+      break;
+    }
     graph::StepParams step;
     step.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
                        tokens.begin() + static_cast<std::ptrdiff_t>(std::min(tokens.size(), i + chunk)));
@@ -43,7 +48,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
-std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens) {
+std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
   size_t common = 0;
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
@@ -54,7 +59,7 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   n_past_ = static_cast<int32_t>(common);
   history_.resize(common);
   reused_ = static_cast<int32_t>(common);
-  return eval(tokens.subspan(common));
+  return eval(tokens.subspan(common), false, cancel);
 }
 
 void Session::shift(int32_t n_keep, int32_t n_discard) {

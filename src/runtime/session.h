@@ -2,6 +2,7 @@
 // chunks no larger than the executable's step size and returns logits.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,12 +21,15 @@ class Session {
 
   // Appends tokens to the context. Returns the logits of the last token, or with all_logits one row
   // of n_vocab per token. Throws zinc::Error when the context would overflow (nothing is appended).
-  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // `cancel`, when set between two chunks of a long prompt, stops there: the context keeps the chunks
+  // evaluated so far and the result is empty.
+  std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false,
+                              const std::atomic<bool>* cancel = nullptr);
 
   // Makes the context hold exactly `tokens`, reusing the longest common prefix with what it holds
   // now (only the rest is evaluated), and returns the last token's logits. This is how a chat's second
   // turn prefills only its new tokens. At least one token is always evaluated to produce logits.
-  std::span<const float> eval_reusing_prefix(std::span<const int32_t> tokens);
+  std::span<const float> eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr);
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }

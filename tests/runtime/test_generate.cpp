@@ -66,6 +66,23 @@ TEST(Generate, EndsAtTheTokenLimitAStopStringOrACancel) {
   EXPECT_TRUE(cancelled.tokens.empty());
 }
 
+TEST(Generate, ACancelDuringALongPromptStopsBetweenChunks) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  std::vector<int32_t> prompt = m.tok.encode("Once upon a time", true, false);
+  while (prompt.size() < 150) prompt.push_back(prompt.back());  // three chunks of at most 64
+  auto s = m.session(256);
+  auto sampler = greedy();
+  std::atomic<bool> cancel{true};
+  GenerateOptions o;
+  o.cancel = &cancel;
+  const auto r = generate(*s, m.tok, sampler, prompt, o, nullptr);
+  EXPECT_EQ(r.reason, StopReason::Cancelled);
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(s->n_past(), 64);  // the first chunk always runs; the context holds exactly what ran
+  EXPECT_EQ(s->history(), std::vector<int32_t>(prompt.begin(), prompt.begin() + 64));
+}
+
 TEST(Generate, AFullContextStopsOrShifts) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;
