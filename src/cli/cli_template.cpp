@@ -14,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
 #include "cli/cli.h"
+#include "cli/json_util.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 
@@ -30,17 +31,6 @@ struct TemplateOptions {
   bool add_generation_prompt = false;
   bool no_think = false;
 };
-
-std::string read_text(const std::string& path, const char* what) {
-  if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot read the {} file", path, what));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Shown when no --messages is given, so `zinc template -m MODEL` previews the prompt format.
 ordered_json sample_conversation() {

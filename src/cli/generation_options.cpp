@@ -6,7 +6,9 @@
 #include <climits>
 #include <stdexcept>
 
+#include "cli/json_util.h"
 #include "core/error.h"
+#include "runtime/chat_session.h"
 
 namespace zinc::cli {
 
@@ -104,6 +106,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
     cmd->add_option("--system", a.system, "System prompt");
     auto* think = cmd->add_flag("--think", a.think, "Ask the chat template to enable the model's reasoning");
     cmd->add_flag("--no-think", a.no_think, "Ask the chat template to disable the model's reasoning")->excludes(think);
+    cmd->add_option("--chat-template", a.chat_template_file, "Jinja chat template file to use instead of the model's");
     cmd->add_flag("--drop-old-turns", a.drop_old_turns,
                   "When the conversation outgrows the context, drop the oldest turns instead of stopping");
   }
@@ -123,6 +126,14 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts);
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;
+}
+
+chat::ChatTemplate chat_template(const GenerationArgs& a, const LoadedModel& m) {
+  if (a.chat_template_file.empty()) return runtime::chat_template_for(m.file, m.tok);
+  const auto& v = m.tok.vocab();
+  return chat::ChatTemplate(read_text(a.chat_template_file, "chat template"),
+                            v.bos() >= 0 ? std::string(v.text(v.bos())) : "", v.eos() >= 0 ? std::string(v.text(v.eos())) : "",
+                            a.chat_template_file);
 }
 
 }  // namespace zinc::cli

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "chat/chat_template.h"
 #include "gguf/reader.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
@@ -36,6 +37,7 @@ struct GenerationArgs {
   std::string system;
   bool think = false, no_think = false;
   bool drop_old_turns = false;
+  std::string chat_template_file;  // overrides the model's template
 
   std::optional<bool> enable_thinking() const;
   sample::SamplerParams sampler_params(int32_t n_ctx) const;
@@ -55,5 +57,8 @@ struct LoadedModel {
 };
 
 std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a);
+
+// The chat template: --chat-template's file, else the model's, else ChatML.
+chat::ChatTemplate chat_template(const GenerationArgs& a, const LoadedModel& m);
 
 }  // namespace zinc::cli

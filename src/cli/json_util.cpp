@@ -1,6 +1,13 @@
 #include "cli/json_util.h"
 
+#include "core/error.h"
+
 #include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
 
 namespace zinc::cli {
 
@@ -88,6 +95,17 @@ std::string value_to_text(const ValueView& v, size_t max_elements, size_t max_ch
 
 std::string dump_json(const nlohmann::json& j) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string read_text(const std::string& path, const char* what) {
+  if (path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot read the {} file", path, what));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace zinc::cli

@@ -1,4 +1,5 @@
-// Rendering GGUF metadata values for people (one line) and for programs (JSON).
+// Helpers shared by commands: GGUF metadata values for people (one line) and for programs (JSON),
+// JSON output, reading a text input file.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,5 +20,8 @@ std::string value_to_text(const gguf::ValueView& v, size_t max_elements, size_t 
 
 // JSON text that tolerates invalid UTF-8 from untrusted files (replaced with U+FFFD).
 std::string dump_json(const nlohmann::json& j);
+
+// A whole text file ("-": standard input). Throws zinc::Error "PATH: cannot read the WHAT file".
+std::string read_text(const std::string& path, const char* what);
 
 }  // namespace zinc::cli

@@ -31,6 +31,14 @@ wait_for() {  # PATTERN [SECONDS]
     [ $i -lt $limit ] || fail "no /$1/ on screen"
   done
 }
+wait_count() {  # PATTERN N: until the pattern is on at least N lines
+  local i=0
+  until [ "$(pane | grep -cE -- "$1")" -ge "$2" ]; do
+    sleep 0.1
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "fewer than $2 lines with /$1/"
+  done
+}
 last_line() { pane | grep -v '^[[:space:]]*$' | tail -1; }
 wait_for_prompt() {
   local i=0
@@ -74,8 +82,15 @@ echo "ok /reset clears the context"
 keys -l 'first line\'
 keys Enter
 send "second line"
+# Ctrl-C before the program has read the line would make the terminal discard it: wait for the answer.
+i=0
+until [ "$(pane | sed -n '/^\.\.\. second line/,$p' | grep -cv '^[[:space:]]*$')" -ge 2 ]; do
+  sleep 0.1
+  i=$((i + 1))
+  [ $i -lt 100 ] || fail "no answer to the multi-line message"
+done
 keys C-c
-wait_for "\[stopped\]" 10
+wait_count "\[stopped\]" 2
 wait_for_prompt
 send "/save $work/conv.json"
 wait_for "saved 2 messages"
@@ -106,7 +121,26 @@ send "/exit"
 wait_for "\[exited 0\]"
 echo "ok fixture model: answer, /load, /system, /reset"
 
-# 3. Not a terminal: plain text on stdout, remarks on stderr, no escape sequences.
+# 3. A template that opens the model's reasoning: the answer is reasoning, shown dimmed, or hidden.
+printf '%s' '{%- for m in messages -%}{{ m.role }}: {{ m.content }}
+{% endfor -%}{%- if add_generation_prompt -%}assistant: <think>
+{% endif -%}' >"$work/think.jinja"
+start "$zinc" chat -m "$stories" -n 16 --temp 0 --chat-template "$work/think.jinja"
+send "Once upon a time"
+wait_for "16 tokens · context"
+T capture-pane -p -e -t "$session" | grep -q $'\e\\[2m[A-Za-z]' || fail "the reasoning is not dimmed"
+send "/exit"
+wait_for "\[exited 0\]"
+start "$zinc" chat -m "$stories" -n 16 --temp 0 --chat-template "$work/think.jinja" --hide-thinking
+send "Once upon a time"
+wait_for "16 tokens · context"
+pane | grep -q "(thinking)" || fail "no thinking marker"
+[ "$(pane | grep -c "Lily\|Once upon a time")" -le 1 ] || fail "hidden reasoning was printed"
+send "/exit"
+wait_for "\[exited 0\]"
+echo "ok reasoning dimmed, or hidden with --hide-thinking"
+
+# 4. Not a terminal: plain text on stdout, remarks on stderr, no escape sequences.
 printf 'Once upon a time\n/stats\n' | "$zinc" chat -m "$stories" -n 20 --temp 0 >"$work/out.txt" 2>"$work/err.txt"
 grep -q "[A-Za-z]" "$work/out.txt" || { cat "$work/out.txt"; echo "FAIL: no answer on stdout"; exit 1; }
 if grep -q $'\x1b' "$work/out.txt"; then echo "FAIL: escape sequences in piped output"; exit 1; fi
