@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "sample/stop_matcher.h"
@@ -30,90 +31,158 @@ double GenerateResult::decode_tokens_per_s() const {
   return decode_s > 0 && !tokens.empty() ? static_cast<double>(tokens.size()) / decode_s : 0.0;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// log softmax of the chosen token and the k largest (computed in double: a 150k-entry sum).
+TokenLogprobs logprobs_of(std::span<const float> logits, int32_t chosen, int32_t k) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  const double log_z = static_cast<double>(mx) + std::log(sum);
+  auto lp = [&](int32_t t) { return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - log_z); };
+  TokenLogprobs out;
+  out.chosen = {chosen, lp(chosen)};
+  if (k > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const auto kk = std::min<size_t>(static_cast<size_t>(k), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(kk), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    });
+    for (size_t i = 0; i < kk; ++i) out.top.push_back({ids[i], lp(ids[i])});
+  }
+  return out;
+}
+
+}  // namespace
+
+struct Generation::Impl {
+  sample::StopMatcher stops;
+  tokenizer::Detokenizer detok;
+  Clock::time_point t0, t1;
+};
+
+Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
+                       std::span<const int32_t> prompt, GenerateOptions options, TextSink on_text)
+    : session_(session),
+      tok_(tok),
+      sampler_(sampler),
+      prompt_(prompt.begin(), prompt.end()),
+      opts_(std::move(options)),
+      on_text_(std::move(on_text)) {
+  if (prompt_.empty()) throw Error("nothing to generate from: the prompt has no tokens");
+  if (static_cast<int64_t>(prompt_.size()) >= session_.n_ctx()) {
+    throw Error(fmt::format("the prompt ({} tokens) does not fit the context of {} tokens (raise --ctx)", prompt_.size(),
+                            session_.n_ctx()));
+  }
+  if (opts_.context_shift && (opts_.n_keep < 0 || opts_.n_keep >= session_.n_ctx() - 1)) {
+    throw Error(fmt::format("cannot keep {} tokens when shifting a context of {}", opts_.n_keep, session_.n_ctx()));
+  }
+  impl_ = std::make_unique<Impl>(Impl{sample::StopMatcher(opts_.stop), tokenizer::Detokenizer(tok_, opts_.decode), {}, {}});
+  r_.prompt_tokens = static_cast<int64_t>(prompt_.size());
+}
+
+Generation::~Generation() = default;
+
+bool Generation::step() {
+  if (done_) return false;
+  const bool more = started_ ? decode_one() : prefill();
+  started_ = true;
+  if (!more) finish();
+  return more;
+}
+
+bool Generation::prefill() {
+  impl_->t0 = Clock::now();
+  logits_ = session_.eval_reusing_prefix(prompt_, opts_.cancel);
+  r_.cached_tokens = session_.reused_tokens();
+  r_.prefill_s = since(impl_->t0);
+  impl_->t1 = Clock::now();
+  if (logits_.empty()) {  // cancelled between chunks of a long prompt
+    r_.reason = StopReason::Cancelled;
+    return false;
+  }
+  if (opts_.sampler_sees_prompt) {
+    for (size_t i = static_cast<size_t>(r_.cached_tokens); i < prompt_.size(); ++i) sampler_.accept(prompt_[i]);
+  }
+  if (opts_.max_tokens == 0) {
+    r_.reason = StopReason::Length;
+    return false;
+  }
+  return true;
+}
+
+bool Generation::emit_text(std::string text) {
+  const auto out = impl_->stops.push(text);
+  if (!out.text.empty()) {
+    r_.text += out.text;
+    if (on_text_) on_text_(out.text);
+  }
+  if (out.stopped) {
+    r_.reason = StopReason::StopString;
+    r_.stop_index = out.stop_index;
+  }
+  return out.stopped;
+}
+
+bool Generation::decode_one() {
+  if (opts_.cancel && opts_.cancel->load()) {
+    r_.reason = StopReason::Cancelled;
+    return false;
+  }
+  const int32_t next = sampler_.sample(logits_);
+  sampler_.accept(next);
+  if (first_) {
+    r_.first_token_s = since(impl_->t0);
+    first_ = false;
+  }
+  if (tok_.vocab().is_eog(next)) {
+    r_.reason = StopReason::EndOfGeneration;
+    return false;
+  }
+  if (opts_.top_logprobs >= 0) r_.logprobs.push_back(logprobs_of(logits_, next, opts_.top_logprobs));
+  r_.tokens.push_back(next);
+  if (emit_text(impl_->detok.push(next))) return false;
+  if (opts_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= opts_.max_tokens) {
+    r_.reason = StopReason::Length;
+    return false;  // the last token needs no evaluation
+  }
+  if (session_.n_past() >= session_.n_ctx()) {
+    if (!opts_.context_shift) {
+      r_.reason = StopReason::ContextFull;
+      return false;
+    }
+    const int32_t n_discard = (session_.n_past() - opts_.n_keep) / 2;
+    session_.shift(opts_.n_keep, std::max(1, n_discard));
+    ++r_.context_shifts;
+  }
+  logits_ = session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));
+  return true;
+}
+
+void Generation::finish() {
+  done_ = true;
+  if (r_.reason != StopReason::StopString && !emit_text(impl_->detok.flush())) {
+    const std::string held = impl_->stops.flush();
+    if (!held.empty()) {
+      r_.text += held;
+      if (on_text_) on_text_(held);
+    }
+  }
+  r_.decode_s = first_ ? 0.0 : since(impl_->t1);
+}
+
 GenerateResult generate(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
-                        std::span<const int32_t> prompt, const GenerateOptions& opts, const TextSink& on_text) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  if (prompt.empty()) throw Error("nothing to generate from: the prompt has no tokens");
-  if (static_cast<int64_t>(prompt.size()) >= session.n_ctx()) {
-    throw Error(fmt::format("the prompt ({} tokens) does not fit the context of {} tokens (raise --ctx)", prompt.size(),
-                            session.n_ctx()));
+                        std::span<const int32_t> prompt, const GenerateOptions& options, const TextSink& on_text) {
+  Generation g(session, tok, sampler, prompt, options, on_text);
+  while (g.step()) {
   }
-  if (opts.context_shift && (opts.n_keep < 0 || opts.n_keep >= session.n_ctx() - 1)) {
-    throw Error(fmt::format("cannot keep {} tokens when shifting a context of {}", opts.n_keep, session.n_ctx()));
-  }
-  sample::StopMatcher stops(opts.stop);
-  tokenizer::Detokenizer detok(tok, opts.decode);
-  GenerateResult r;
-  r.prompt_tokens = static_cast<int64_t>(prompt.size());
-
-  const auto t0 = Clock::now();
-  auto logits = session.eval_reusing_prefix(prompt, opts.cancel);
-  r.cached_tokens = session.reused_tokens();
-  if (logits.empty()) {  // cancelled between chunks of a long prompt
-    r.reason = StopReason::Cancelled;
-    r.prefill_s = seconds(t0, Clock::now());
-    return r;
-  }
-  if (opts.sampler_sees_prompt) {
-    for (size_t i = static_cast<size_t>(r.cached_tokens); i < prompt.size(); ++i) sampler.accept(prompt[i]);
-  }
-  const auto t1 = Clock::now();
-  r.prefill_s = seconds(t0, t1);
-
-  auto emit = [&](const sample::StopMatcher::Out& out) {
-    if (!out.text.empty()) {
-      r.text += out.text;
-      if (on_text) on_text(out.text);
-    }
-    if (out.stopped) {
-      r.reason = StopReason::StopString;
-      r.stop_index = out.stop_index;
-    }
-    return out.stopped;
-  };
-  bool first = true;
-  for (;;) {
-    if (opts.max_tokens >= 0 && static_cast<int64_t>(r.tokens.size()) >= opts.max_tokens) {
-      r.reason = StopReason::Length;
-      break;
-    }
-    if (opts.cancel && opts.cancel->load()) {
-      r.reason = StopReason::Cancelled;
-      break;
-    }
-    const int32_t next = sampler.sample(logits);
-    sampler.accept(next);
-    if (first) {
-      r.first_token_s = seconds(t0, Clock::now());
-      first = false;
-    }
-    if (tok.vocab().is_eog(next)) {
-      r.reason = StopReason::EndOfGeneration;
-      break;
-    }
-    r.tokens.push_back(next);
-    if (emit(stops.push(detok.push(next)))) break;
-    if (opts.max_tokens >= 0 && static_cast<int64_t>(r.tokens.size()) >= opts.max_tokens) {
-      r.reason = StopReason::Length;
-      break;  // the last token needs no evaluation
-    }
-    if (session.n_past() >= session.n_ctx()) {
-      if (!opts.context_shift) {
-        r.reason = StopReason::ContextFull;
-        break;
-      }
-      const int32_t n_discard = (session.n_past() - opts.n_keep) / 2;
-      session.shift(opts.n_keep, std::max(1, n_discard));
-      ++r.context_shifts;
-    }
-    logits = session.eval(std::span<const int32_t>(&r.tokens.back(), 1));
-  }
-  if (r.reason != StopReason::StopString) {
-    if (!emit(stops.push(detok.flush()))) emit({stops.flush(), false, -1});
-  }
-  r.decode_s = seconds(t1, Clock::now());
-  return r;
+  return g.take_result();
 }
 
 }  // namespace zinc::runtime

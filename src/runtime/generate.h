@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,19 @@ struct GenerateOptions {
   const std::atomic<bool>* cancel = nullptr;  // polled between tokens (set from a signal handler)
   tokenizer::DecodeOptions decode;            // at_start = false when the text continues shown text
   bool sampler_sees_prompt = true;            // penalties include the prompt tokens not already accepted
+  // Log-probabilities of each generated token under the model (softmax of its logits, before any
+  // sampling stage), with this many most likely alternatives; -1: not collected.
+  int32_t top_logprobs = -1;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // most likely first
 };
 
 struct GenerateResult {
@@ -46,12 +60,49 @@ struct GenerateResult {
   double prefill_s = 0;         // evaluating the uncached prompt tokens
   double first_token_s = 0;     // from the call to the first token's text (time to first token)
   double decode_s = 0;          // from the first sampled token to the end
+  std::vector<TokenLogprobs> logprobs;  // one per generated token when asked for
 
   double prefill_tokens_per_s() const;
   double decode_tokens_per_s() const;
 };
 
 using TextSink = std::function<void(std::string_view text)>;
+
+// Generation one step at a time, so a scheduler can interleave several on one model: the first step()
+// prefills the prompt, each later one samples a token and evaluates it. The session, tokenizer and
+// sampler must outlive it; `prompt` is copied.
+class Generation {
+ public:
+  Generation(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
+             std::span<const int32_t> prompt, GenerateOptions options, TextSink on_text);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // Does the next piece of work; returns false once generation has ended (then result() is final).
+  bool step();
+  bool done() const { return done_; }
+  const GenerateResult& result() const { return r_; }
+  GenerateResult take_result() { return std::move(r_); }
+
+ private:
+  struct Impl;
+  bool prefill();
+  bool decode_one();
+  void finish();
+  bool emit_text(std::string text);
+
+  Session& session_;
+  const tokenizer::Tokenizer& tok_;
+  sample::Sampler& sampler_;
+  std::vector<int32_t> prompt_;
+  GenerateOptions opts_;
+  TextSink on_text_;
+  std::unique_ptr<Impl> impl_;
+  GenerateResult r_;
+  std::span<const float> logits_;
+  bool started_ = false, done_ = false, first_ = true;
+};
 
 // Prefills `prompt` (the whole context wanted: tokens the session already holds as a prefix are
 // reused) and generates. on_text receives the text as it becomes certain (never part of a stop string).

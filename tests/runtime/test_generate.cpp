@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -64,6 +65,36 @@ TEST(Generate, EndsAtTheTokenLimitAStopStringOrACancel) {
   const auto cancelled = generate(*s, m.tok, sampler2, prompt, o, nullptr);
   EXPECT_EQ(cancelled.reason, StopReason::Cancelled);
   EXPECT_TRUE(cancelled.tokens.empty());
+}
+
+TEST(Generate, LogprobsAreTheModelsLogSoftmax) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  auto s = m.session(64);
+  auto sampler = greedy();
+  GenerateOptions o;
+  o.max_tokens = 3;
+  o.top_logprobs = 4;
+  const auto r = generate(*s, m.tok, sampler, prompt, o, nullptr);
+  ASSERT_EQ(r.logprobs.size(), 3u);
+  // The first token's distribution, recomputed here from the prompt's logits in double precision.
+  auto fresh = m.session(64);
+  const auto logits = fresh->eval(prompt);
+  double mx = -1e30, sum = 0;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const auto& first = r.logprobs[0];
+  EXPECT_EQ(first.chosen.token, r.tokens[0]);
+  EXPECT_NEAR(first.chosen.logprob, static_cast<double>(logits[static_cast<size_t>(r.tokens[0])]) - mx - std::log(sum), 1e-5);
+  for (const auto& lp : r.logprobs) {
+    ASSERT_EQ(lp.top.size(), 4u);
+    EXPECT_EQ(lp.top[0].token, lp.chosen.token);  // greedy picks the most likely
+    for (size_t i = 1; i < lp.top.size(); ++i) EXPECT_LE(lp.top[i].logprob, lp.top[i - 1].logprob);
+    double mass = 0;
+    for (const auto& t : lp.top) mass += std::exp(static_cast<double>(t.logprob));
+    EXPECT_LE(mass, 1.0 + 1e-6);
+  }
 }
 
 TEST(Generate, ACancelDuringALongPromptStopsBetweenChunks) {
