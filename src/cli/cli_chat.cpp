@@ -242,7 +242,7 @@ int run_chat(const ChatArgs& a) {
   copts.drop_oldest_turns = a.gen.drop_old_turns;
   copts.generate = a.gen.generate_options();
   copts.generate.cancel = &interrupted;
-  runtime::ChatSession chat(*m->session, m->tok, sampler, chat_template(a.gen, *m), copts);
+  runtime::ChatSession chat(*m->session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
   ChatUi ui(a, *m, chat, interrupted);
   return ui.loop();
 }

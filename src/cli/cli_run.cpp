@@ -43,7 +43,7 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     copts.system = a.gen.system;
     copts.enable_thinking = a.gen.enable_thinking();
     copts.generate = a.gen.generate_options();
-    runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, *m), copts);
+    runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
     bool in_reasoning = false;
     auto turn = chat.send(a.prompt, [&](const chat::ParsedOutput& d) {
       if (global.json) return;

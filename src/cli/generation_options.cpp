@@ -128,9 +128,9 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   return m;
 }
 
-chat::ChatTemplate chat_template(const GenerationArgs& a, const LoadedModel& m) {
-  if (a.chat_template_file.empty()) return runtime::chat_template_for(m.file, m.tok);
-  const auto& v = m.tok.vocab();
+chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {
+  if (a.chat_template_file.empty()) return runtime::chat_template_for(file, tok);
+  const auto& v = tok.vocab();
   return chat::ChatTemplate(read_text(a.chat_template_file, "chat template"),
                             v.bos() >= 0 ? std::string(v.text(v.bos())) : "", v.eos() >= 0 ? std::string(v.text(v.eos())) : "",
                             a.chat_template_file);

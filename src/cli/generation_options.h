@@ -59,6 +59,6 @@ struct LoadedModel {
 std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a);
 
 // The chat template: --chat-template's file, else the model's, else ChatML.
-chat::ChatTemplate chat_template(const GenerationArgs& a, const LoadedModel& m);
+chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok);
 
 }  // namespace zinc::cli

@@ -65,11 +65,9 @@ std::string ChatSession::render(bool add_generation_prompt) const {
   return template_.render(req);
 }
 
-std::vector<int32_t> ChatSession::tokenize(const std::string& text) const {
-  // Special tokens written by the template are parsed as such; BOS is added when the vocabulary asks
-  // for it and the template did not write it already.
-  std::vector<int32_t> ids = tok_.encode(text, false, true);
-  const auto& v = tok_.vocab();
+std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids = tok.encode(text, false, true);
+  const auto& v = tok.vocab();
   if (v.add_bos() && v.bos() >= 0 && (ids.empty() || ids.front() != v.bos())) ids.insert(ids.begin(), v.bos());
   return ids;
 }
@@ -86,7 +84,7 @@ ChatTurn ChatSession::send(const std::string& user_text, const DeltaSink& on_del
     const int64_t room = std::min<int64_t>(n_ctx / 4, options_.generate.max_tokens >= 0 ? options_.generate.max_tokens : 256);
     for (;;) {
       prompt_text = render(true);
-      prompt = tokenize(prompt_text);
+      prompt = tokenize_prompt(tok_, prompt_text);
       if (static_cast<int64_t>(prompt.size()) + std::max<int64_t>(1, room) <= n_ctx) break;
       if (!options_.drop_oldest_turns) {
         throw Error(fmt::format("the conversation needs {} tokens plus room for an answer, the context holds {}: "

@@ -61,8 +61,6 @@ class ChatSession {
   const Session& session() const { return session_; }
 
  private:
-  std::vector<int32_t> tokenize(const std::string& text) const;
-
   Session& session_;
   const tokenizer::Tokenizer& tok_;
   sample::Sampler& sampler_;
@@ -71,6 +69,10 @@ class ChatSession {
   ChatOptions options_;
   nlohmann::ordered_json turns_ = nlohmann::ordered_json::array();  // user and assistant messages
 };
+
+// A rendered chat prompt as tokens: special tokens the template wrote are parsed as such, and BOS is
+// added when the vocabulary asks for it and the template did not write it already.
+std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const std::string& text);
 
 // ChatML, for models whose GGUF carries no chat template.
 chat::ChatTemplate chatml_template(const tokenizer::Tokenizer& tok);

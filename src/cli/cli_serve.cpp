@@ -1,0 +1,84 @@
+// `zinc serve -m MODEL`: the OpenAI-compatible HTTP server with the web chat page. Ctrl-C (or SIGTERM)
+// stops it cleanly.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "cli/cli.h"
+#include "cli/generation_options.h"
+#include "core/error.h"
+#include "server/server.h"
+
+namespace zinc::cli {
+
+namespace {
+
+struct ServeArgs {
+  GenerationArgs gen;
+  server::ServerOptions server;
+  int parallel = 1, queue = 32;
+  std::string alias;
+};
+
+std::atomic<server::Server*> g_server{nullptr};
+
+extern "C" void on_stop_signal(int) {
+  // httplib's stop() only flips flags and shuts the socket down: safe enough from a handler, and
+  // the alternative (a watcher thread) would need the same call.
+  if (auto* s = g_server.load()) s->stop();
+}
+
+int run_serve(ServeArgs& a) {
+  auto file = gguf::File::open(a.gen.model);
+  auto tok = tokenizer::Tokenizer::from_gguf(file);
+  server::EngineOptions eo;
+  eo.n_slots = a.parallel;
+  eo.queue_limit = a.queue;
+  eo.exec.n_ctx = a.gen.ctx;
+  eo.exec.max_tokens = 256;
+  eo.exec.threads = a.gen.threads;
+  eo.exec.kv_type = a.gen.kv_type == "f32" ? backend::KvType::F32 : a.gen.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
+  auto& so = a.server;
+  so.model_id = !a.alias.empty() ? a.alias : std::filesystem::path(a.gen.model).stem().string();
+  so.defaults = a.gen.sampler_params(a.gen.ctx);
+  so.enable_thinking = a.gen.enable_thinking();
+  server::Server srv(file, tok, chat_template(a.gen, file, tok), eo, so);
+  const int port = srv.bind();
+  g_server.store(&srv);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens; OpenAI API at /v1)\n", so.model_id,
+             so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx);
+  srv.run();
+  g_server.store(nullptr);
+  fmt::print(stderr, "zinc serve: stopped\n");
+  return 0;
+}
+
+void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
+  auto a = std::make_shared<ServeArgs>();
+  a->gen.sampling = sample::SamplerParams::chat();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API, with a web chat page");
+  add_generation_options(cmd, a->gen, true);
+  cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY on the API");
+  cmd->add_option("--cors-origin", a->server.cors_origins, "Browser origin allowed to call the API (repeatable; * for any)");
+  cmd->add_option("--max-body", a->server.max_body_bytes, "Largest request body in bytes")->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Requests generated at once (slots, each with its own context)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--alias", a->alias, "Model name clients use (default: the file name without .gguf)");
+  cmd->callback([a, &run] { run = [a] { return run_serve(*a); }; });
+}
+
+}  // namespace
+
+ZINC_COMMAND(7, add_serve_command);
+
+}  // namespace zinc::cli

@@ -1,0 +1,179 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace zinc::server {
+
+bool Job::next(std::string& piece, int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  piece.clear();
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !pieces_.empty() || finished_; });
+  if (!pieces_.empty()) {
+    // Hand over everything pending at once: fewer, larger writes when the client reads slowly.
+    while (!pieces_.empty()) {
+      piece += pieces_.front();
+      pieces_.pop_front();
+    }
+    return true;
+  }
+  return !finished_;
+}
+
+bool Job::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_ && pieces_.empty();
+}
+
+void Job::push(std::string_view text) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pieces_.emplace_back(text);
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(runtime::GenerateResult r) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result_ = std::move(r);
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Job::fail(int status, std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(message);
+    error_status_ = status;
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+struct Engine::Slot {
+  std::unique_ptr<runtime::Session> session;
+  std::shared_ptr<Job> job;
+  std::unique_ptr<sample::Sampler> sampler;
+  std::unique_ptr<runtime::Generation> generation;
+};
+
+Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOptions options)
+    : tok_(tok), options_(std::move(options)), backend_(backend::make_cpu_backend()) {
+  if (options_.n_slots < 1) throw Error("the server needs at least one slot (--parallel)");
+  for (int i = 0; i < options_.n_slots; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->session = std::make_unique<runtime::Session>(file, *backend_, options_.exec);
+    slots_.push_back(std::move(slot));
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& job : queue_) job->fail(503, "the server is shutting down");
+  for (auto& slot : slots_) {
+    if (slot->job) slot->job->fail(503, "the server is shutting down");
+  }
+}
+
+bool Engine::submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int>(queue_.size()) >= options_.queue_limit) return false;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EngineStats s;
+  s.n_slots = static_cast<int>(slots_.size());
+  s.queued = static_cast<int>(queue_.size());
+  for (const auto& slot : slots_) s.busy_slots += slot->job != nullptr;
+  return s;
+}
+
+// Called with mutex_ held.
+void Engine::start_job(Slot& slot, std::shared_ptr<Job> job) {
+  slot.job = std::move(job);
+  Job* j = slot.job.get();
+  try {
+    slot.sampler = std::make_unique<sample::Sampler>(j->sampling_, &tok_);
+    slot.generation = std::make_unique<runtime::Generation>(*slot.session, tok_, *slot.sampler, j->prompt_, j->options_,
+                                                            [j](std::string_view text) { j->push(text); });
+  } catch (const Error& e) {
+    j->fail(400, e.what());
+    slot.job.reset();
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] {
+        if (stop_ || !queue_.empty()) return true;
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job != nullptr; });
+      });
+      if (stop_) return;
+      // Fill free slots, each waiting job (oldest first) going to the free slot whose context shares
+      // the longest prefix with its prompt: a conversation's next turn lands where its last one was.
+      while (!queue_.empty()) {
+        Slot* best = nullptr;
+        size_t best_common = 0;
+        const auto& prompt = queue_.front()->prompt_;
+        for (auto& s : slots_) {
+          if (s->job) continue;
+          const auto& h = s->session->history();
+          size_t c = 0;
+          while (c < h.size() && c < prompt.size() && h[c] == prompt[c]) ++c;
+          if (!best || c > best_common) {
+            best = s.get();
+            best_common = c;
+          }
+        }
+        if (!best) break;
+        auto job = queue_.front();
+        queue_.pop_front();
+        if (job->cancel_.load()) {
+          job->fail(499, "cancelled before it started");
+          continue;
+        }
+        start_job(*best, std::move(job));  // cheap: the prefill runs in the first step
+      }
+    }
+    // One step for every active slot, in turn.
+    for (auto& s : slots_) {
+      if (!s->job) continue;
+      bool more = false;
+      try {
+        more = s->generation->step();
+      } catch (const Error& e) {
+        s->job->fail(400, e.what());
+        s->generation.reset();
+        std::lock_guard<std::mutex> lock(mutex_);
+        s->job.reset();
+        continue;
+      }
+      if (!more) {
+        s->job->finish(s->generation->take_result());
+        s->generation.reset();
+        std::lock_guard<std::mutex> lock(mutex_);
+        s->job.reset();
+      }
+    }
+  }
+}
+
+}  // namespace zinc::server

@@ -1,0 +1,98 @@
+// The server's engine: N slots (each a session with its own context) over one model, a bounded queue
+// of waiting requests, and one scheduler thread that interleaves the active slots one step at a time
+// (a prefill, or one token each), so concurrent requests share the model fairly. A request's text
+// reaches its HTTP handler through the job's channel; a handler that loses its client cancels the job
+// and the slot is freed at the next step.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace zinc::server {
+
+struct EngineOptions {
+  int n_slots = 1;
+  int queue_limit = 32;  // waiting requests beyond the busy slots; more are refused
+  backend::ExecOptions exec;
+};
+
+class Job {
+ public:
+  Job(std::vector<int32_t> prompt, sample::SamplerParams sampling, runtime::GenerateOptions options)
+      : prompt_(std::move(prompt)), sampling_(std::move(sampling)), options_(std::move(options)) {
+    options_.cancel = &cancel_;
+  }
+
+  // Handler side: waits for text (returns true with `piece`), or the end (returns false; then result()
+  // or error() tells how it went). Gives up waiting after `timeout_ms` with an empty piece.
+  bool next(std::string& piece, int timeout_ms = 1000);
+  void cancel() { cancel_.store(true); }
+  bool finished() const;
+  const runtime::GenerateResult& result() const { return result_; }  // after next() returned false
+  const std::string& error() const { return error_; }                // non-empty when it failed
+  int error_status() const { return error_status_; }
+
+ private:
+  friend class Engine;
+  void push(std::string_view text);
+  void finish(runtime::GenerateResult r);
+  void fail(int status, std::string message);
+
+  std::vector<int32_t> prompt_;
+  sample::SamplerParams sampling_;
+  runtime::GenerateOptions options_;
+  std::atomic<bool> cancel_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::string> pieces_;
+  bool finished_ = false;
+  runtime::GenerateResult result_;
+  std::string error_;
+  int error_status_ = 0;
+};
+
+struct EngineStats {
+  int busy_slots = 0, queued = 0, n_slots = 0;
+};
+
+class Engine {
+ public:
+  // `file` and `tok` must outlive the engine.
+  Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOptions options);
+  ~Engine();
+
+  // Queues a job; false when the queue is full (the caller answers 503).
+  bool submit(const std::shared_ptr<Job>& job);
+  EngineStats stats() const;
+  int32_t n_ctx() const { return options_.exec.n_ctx; }
+
+ private:
+  struct Slot;
+  void loop();
+  void start_job(Slot& slot, std::shared_ptr<Job> job);
+
+  const tokenizer::Tokenizer& tok_;
+  EngineOptions options_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zinc::server

@@ -1,0 +1,83 @@
+// The OpenAI API's request and response shapes: requests are parsed and checked into what the engine
+// needs (a wrong type or a value out of range is an ApiError with status 400 and the parameter's
+// name; unknown fields are ignored), and results are written back as completion objects, stream
+// chunks and error bodies that the official clients accept.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/output_parser.h"
+#include "core/error.h"
+#include "runtime/generate.h"
+#include "sample/sampler.h"
+
+namespace zinc::server {
+
+using nlohmann::ordered_json;
+
+// An error for the client: HTTP status and OpenAI's error object.
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string message, std::string type = "invalid_request_error", std::string param = "",
+           std::string code = "");
+  int status() const { return status_; }
+  // {"error": {"message", "type", "param", "code"}} (param and code null when empty).
+  ordered_json body() const;
+
+ private:
+  int status_;
+  std::string type_, param_, code_;
+};
+
+struct CompletionRequest {
+  bool chat = true;  // /v1/chat/completions; false: /v1/completions
+  std::string model;
+  ordered_json messages = ordered_json::array();  // chat: content as strings (text parts joined)
+  std::string prompt;                              // completions
+  ordered_json tools;                              // null, or the function tools the template sees
+  bool stream = false, include_usage = false;
+  int32_t max_tokens = -1;  // -1: until the context is full
+  sample::SamplerParams sampling;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  std::optional<bool> enable_thinking;             // chat_template_kwargs.enable_thinking
+  ordered_json template_vars = ordered_json::object();  // other chat_template_kwargs, reasoning_effort
+};
+
+// Parses a request body. `defaults` are the server's sampling settings, which the request's fields
+// override. Throws ApiError (400) for anything malformed or unsupported.
+CompletionRequest parse_chat_request(const nlohmann::json& body, const sample::SamplerParams& defaults);
+CompletionRequest parse_completion_request(const nlohmann::json& body, const sample::SamplerParams& defaults);
+
+// Everything about one finished request that a response needs.
+struct CompletionResult {
+  std::string id, model;
+  int64_t created = 0;
+  runtime::GenerateResult gen;
+  chat::ParsedOutput message;                           // chat: the parsed answer
+  std::vector<std::string> token_texts;                 // logprobs: the text of each generated token
+  std::vector<std::vector<std::string>> top_texts;      // and of each alternative
+};
+
+// "stop", "length" or "tool_calls".
+std::string finish_reason(const runtime::GenerateResult& r, const chat::ParsedOutput& message);
+
+ordered_json usage_json(const runtime::GenerateResult& r);
+ordered_json chat_completion_json(const CompletionResult& c, bool logprobs);
+ordered_json text_completion_json(const CompletionResult& c, bool logprobs);
+
+// Stream chunks. A chat stream is: role chunk, delta chunks, finish chunk, optional usage chunk.
+ordered_json chat_chunk(const CompletionResult& c, const ordered_json& delta, const std::optional<std::string>& finish);
+ordered_json chat_delta(const chat::ParsedOutput& d, size_t first_tool_index, const std::string& id_prefix);
+ordered_json text_chunk(const CompletionResult& c, const std::string& text, const std::optional<std::string>& finish);
+ordered_json usage_chunk(const CompletionResult& c, bool chat);
+
+// A random id with the given prefix ("chatcmpl-", "cmpl-", "call_").
+std::string random_id(const std::string& prefix);
+
+}  // namespace zinc::server

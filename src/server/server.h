@@ -1,0 +1,48 @@
+// `zinc serve`'s HTTP side: OpenAI-compatible endpoints (chat completions, completions, models),
+// tokenize/detokenize, health, Prometheus metrics and the web chat page, over an Engine.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "gguf/reader.h"
+#include "sample/sampler.h"
+#include "server/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace zinc::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                    // 0: any free port (bind() returns it)
+  std::string api_key;                // when set, /v1/*, /tokenize, /detokenize and /metrics need "Bearer KEY"
+  std::vector<std::string> cors_origins;  // allowed browser origins ("*" for any)
+  size_t max_body_bytes = 8u << 20;
+  std::string model_id;               // the name clients ask for
+  sample::SamplerParams defaults = sample::SamplerParams::chat();
+  std::optional<bool> enable_thinking;  // default for chat requests that do not say
+  int http_threads = 64;              // connections served at once (streams hold one each)
+};
+
+class Server {
+ public:
+  // `file` and `tok` must outlive the server.
+  Server(const gguf::File& file, const tokenizer::Tokenizer& tok, chat::ChatTemplate tmpl, EngineOptions engine,
+         ServerOptions options);
+  ~Server();
+
+  // Binds the listening socket; returns the port. Throws zinc::Error when the address is unusable.
+  int bind();
+  // Serves until stop() (from another thread or a signal handler's thread).
+  void run();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zinc::server
