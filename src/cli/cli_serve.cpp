@@ -44,6 +44,8 @@ int run_serve(ServeArgs& a) {
   so.model_id = !a.alias.empty() ? a.alias : std::filesystem::path(a.gen.model).stem().string();
   so.defaults = a.gen.sampler_params(a.gen.ctx);
   so.enable_thinking = a.gen.enable_thinking();
+  so.context_shift = a.gen.context_shift;
+  so.n_keep = a.gen.n_keep;
   server::Server srv(file, tok, chat_template(a.gen, file, tok), eo, so);
   const int port = srv.bind();
   g_server.store(&srv);

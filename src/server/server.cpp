@@ -154,7 +154,6 @@ struct Server::Impl {
     std::lock_guard<std::mutex> lock(metrics.mutex);
     metrics.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
     metrics.generated_tokens += r.tokens.size();
-    if (r.reason == runtime::StopReason::Cancelled) ++metrics.cancelled;
     if (!r.tokens.empty()) {
       metrics.ttft.observe(r.first_token_s);
       metrics.per_token.observe(r.decode_s / static_cast<double>(r.tokens.size()));
@@ -175,6 +174,8 @@ struct Server::Impl {
     g.max_tokens = r.max_tokens;
     g.stop = r.stop;
     g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+    g.context_shift = opts.context_shift;
+    g.n_keep = opts.n_keep;
     g.decode.at_start = chat;  // a completion continues its prompt's text
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!engine.submit(job)) {
@@ -210,11 +211,19 @@ struct Server::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto sent_role = std::make_shared<bool>(false);
+    // The client went away: stop generating (the slot frees at its next step) and count it once.
+    auto gone = std::make_shared<std::function<void()>>([this, job, counted = std::make_shared<std::atomic<bool>>(false)] {
+      job->cancel();
+      if (!counted->exchange(true)) {
+        std::lock_guard<std::mutex> lock(metrics.mutex);
+        ++metrics.cancelled;
+      }
+    });
     auto tool_index = std::make_shared<size_t>(0);
     const bool include_usage = r.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, result, parser, sent_role, tool_index, chat, include_usage](size_t, httplib::DataSink& sink) {
+        [this, job, result, parser, sent_role, tool_index, chat, include_usage, gone](size_t, httplib::DataSink& sink) {
           auto write = [&](const json& j) {
             const std::string s = sse(j);
             return sink.write(s.data(), s.size());
@@ -231,18 +240,14 @@ struct Server::Impl {
           if (chat && !*sent_role) {
             *sent_role = true;
             if (!write(chat_chunk(*result, {{"role", "assistant"}, {"content", ""}}, std::nullopt))) {
-              job->cancel();
+              (*gone)();
               return false;
             }
           }
           std::string piece;
           if (job->next(piece, 200)) {
-            if (!piece.empty() && !send_delta(parser->push(piece))) {
-              job->cancel();
-              return false;
-            }
-            if (sink.is_writable && !sink.is_writable()) {
-              job->cancel();
+            if ((!piece.empty() && !send_delta(parser->push(piece))) || (sink.is_writable && !sink.is_writable())) {
+              (*gone)();
               return false;
             }
             return true;
@@ -263,8 +268,8 @@ struct Server::Impl {
           sink.done();
           return true;
         },
-        [job](bool success) {
-          if (!success) job->cancel();  // the client went away: free the slot
+        [job, gone](bool success) {
+          if (!success && !job->finished()) (*gone)();
         });
   }
 

@@ -24,6 +24,8 @@ struct ServerOptions {
   std::string model_id;               // the name clients ask for
   sample::SamplerParams defaults = sample::SamplerParams::chat();
   std::optional<bool> enable_thinking;  // default for chat requests that do not say
+  bool context_shift = false;           // a full context drops old tokens instead of ending the answer
+  int32_t n_keep = 0;
   int http_threads = 64;              // connections served at once (streams hold one each)
 };
 

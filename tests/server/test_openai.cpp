@@ -1,0 +1,178 @@
+// The OpenAI request parser and response writers, on hand-written requests: every field the server
+// honours lands where it should, every malformed one is a 400 naming the parameter, and responses
+// carry the fields (and nulls) the API defines.
+#include <gtest/gtest.h>
+
+#include "server/openai.h"
+
+namespace zinc::server {
+namespace {
+
+using nlohmann::json;
+
+CompletionRequest chat(const std::string& body) {
+  return parse_chat_request(json::parse(body), sample::SamplerParams::chat());
+}
+
+void expect_400(const std::string& body, const std::string& param, bool is_chat = true) {
+  try {
+    if (is_chat) chat(body);
+    else parse_completion_request(json::parse(body), sample::SamplerParams::chat());
+    FAIL() << "accepted: " << body;
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.body()["error"]["param"], param.empty() ? ordered_json() : ordered_json(param)) << e.what();
+    EXPECT_EQ(e.body()["error"]["type"], "invalid_request_error");
+  }
+}
+
+TEST(OpenAiRequest, ReadsEveryHonouredField) {
+  const auto r = chat(R"({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+      "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1,
+      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": 42,
+      "stop": "END", "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+      "logit_bias": {"15": -100}, "chat_template_kwargs": {"enable_thinking": false, "x": 1},
+      "reasoning_effort": "low", "unknown_field": {"ignored": true}})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.messages[0]["role"], "system");  // developer is the system role
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.1f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 2);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r.sampling.logit_bias[0].first, 15);
+  EXPECT_EQ(r.enable_thinking, false);
+  EXPECT_EQ(r.template_vars["x"], 1);
+  EXPECT_EQ(r.template_vars["reasoning_effort"], "low");
+}
+
+TEST(OpenAiRequest, DefaultsComeFromTheServer) {
+  auto defaults = sample::SamplerParams::chat();
+  defaults.temperature = 0.3f;
+  const auto r = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), defaults);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.3f);
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.tools.is_null());
+  const auto c = parse_completion_request(json::parse(R"({"prompt": ["once"]})"), defaults);
+  EXPECT_EQ(c.prompt, "once");
+  EXPECT_EQ(c.max_tokens, 16);  // the completions API's default
+}
+
+TEST(OpenAiRequest, ToolsAndToolResults) {
+  const auto r = chat(R"({"messages": [{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+      "tools": [{"type": "function", "function": {"name": "get", "parameters": {"type": "object"}}}]})");
+  EXPECT_EQ(r.tools.size(), 1u);
+  // Templates read arguments as an object; the API sends a JSON string.
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "c1");
+  const auto none = chat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none",
+      "tools": [{"type": "function", "function": {"name": "get"}}]})");
+  EXPECT_TRUE(none.tools.is_null());  // tool_choice none: the model is not told about them
+}
+
+TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
+  expect_400(R"([1, 2])", "");
+  expect_400(R"({})", "messages");
+  expect_400(R"({"messages": []})", "messages");
+  expect_400(R"({"messages": [{"role": "user"}], "model": 5})", "model");
+  expect_400(R"({"messages": [{"content": "x"}]})", "messages[0].role");
+  expect_400(R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role");
+  expect_400(R"({"messages": [{"role": "user", "content": 7}]})", "messages[0].content");
+  expect_400(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0]");
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  expect_400("{" + m + R"(, "temperature": 3})", "temperature");
+  expect_400("{" + m + R"(, "temperature": "hot"})", "temperature");
+  expect_400("{" + m + R"(, "top_p": 1.5})", "top_p");
+  expect_400("{" + m + R"(, "top_k": 2.5})", "top_k");
+  expect_400("{" + m + R"(, "max_tokens": -3})", "max_tokens");
+  expect_400("{" + m + R"(, "n": 2})", "n");
+  expect_400("{" + m + R"(, "stop": [1]})", "stop");
+  expect_400("{" + m + R"(, "stop": [""]})", "stop");
+  expect_400("{" + m + R"(, "stream": "yes"})", "stream");
+  expect_400("{" + m + R"(, "seed": "x"})", "seed");
+  expect_400("{" + m + R"(, "top_logprobs": 21})", "top_logprobs");
+  expect_400("{" + m + R"(, "logit_bias": {"abc": 1}})", "logit_bias");
+  expect_400("{" + m + R"(, "tools": [{"type": "retrieval"}]})", "tools[0]");
+  expect_400("{" + m + R"(, "tool_choice": "always"})", "tool_choice");
+  expect_400("{" + m + R"(, "response_format": {"type": "json_schema"}})", "response_format");
+  expect_400("{" + m + R"(, "chat_template_kwargs": {"enable_thinking": "no"}})", "chat_template_kwargs.enable_thinking");
+  expect_400(R"({"prompt": 5})", "prompt", false);
+  expect_400(R"({"prompt": ["a", "b"]})", "prompt", false);
+  expect_400(R"({"max_tokens": 5})", "prompt", false);
+}
+
+TEST(OpenAiResponse, ChatCompletionFields) {
+  CompletionResult c;
+  c.id = "chatcmpl-abcdefgh12345678";
+  c.model = "m";
+  c.created = 1700000000;
+  c.gen.prompt_tokens = 10;
+  c.gen.cached_tokens = 4;
+  c.gen.tokens = {1, 2, 3};
+  c.gen.reason = runtime::StopReason::Length;
+  c.message.content = "hi";
+  c.message.reasoning = "thinking";
+  auto j = chat_completion_json(c, false);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "thinking");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 13);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  // A tool call: content null when there is no text, finish_reason tool_calls, arguments as a string.
+  c.message = {};
+  c.message.tool_calls.push_back({"get", ordered_json{{"city", "Paris"}}});
+  c.gen.reason = runtime::StopReason::EndOfGeneration;
+  j = chat_completion_json(c, false);
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  const auto& call = j["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get");
+  EXPECT_EQ(ordered_json::parse(call["function"]["arguments"].get<std::string>())["city"], "Paris");
+  // Stream deltas: tool calls carry their index.
+  const auto delta = chat_delta(c.message, 2, "call_x_");
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 2);
+  EXPECT_EQ(delta["tool_calls"][0]["id"], "call_x_2");
+  const auto chunk = chat_chunk(c, delta, std::nullopt);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  const auto usage = usage_chunk(c, true);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
+}
+
+TEST(OpenAiResponse, StopReasonsMapToFinishReasons) {
+  runtime::GenerateResult r;
+  for (auto [reason, want] : std::vector<std::pair<runtime::StopReason, std::string>>{
+           {runtime::StopReason::EndOfGeneration, "stop"}, {runtime::StopReason::StopString, "stop"},
+           {runtime::StopReason::Length, "length"}, {runtime::StopReason::ContextFull, "length"}}) {
+    r.reason = reason;
+    EXPECT_EQ(finish_reason(r, {}), want);
+  }
+  EXPECT_EQ(random_id("cmpl-").rfind("cmpl-", 0), 0u);
+  EXPECT_NE(random_id("x"), random_id("x"));
+}
+
+}  // namespace
+}  // namespace zinc::server
