@@ -421,6 +421,35 @@ ordered_json usage_chunk(const CompletionResult& c, bool chat) {
           {"timings", timings_json(c.gen)}};
 }
 
+StreamTranslator::StreamTranslator(CompletionResult& result, bool chat, chat::OutputParserOptions parser)
+    : result_(result), chat_(chat), parser_(parser) {}
+
+std::vector<ordered_json> StreamTranslator::start() {
+  if (!chat_) return {};
+  return {chat_chunk(result_, {{"role", "assistant"}, {"content", ""}}, std::nullopt)};
+}
+
+std::vector<ordered_json> StreamTranslator::deltas(const chat::ParsedOutput& d) {
+  if (d.empty()) return {};
+  result_.message += d;
+  if (!chat_) return {text_chunk(result_, d.content, std::nullopt)};
+  const std::string prefix = "call_" + result_.id.substr(result_.id.size() - 8) + "_";
+  ordered_json delta = chat_delta(d, tool_index_, prefix);
+  tool_index_ += d.tool_calls.size();
+  return {chat_chunk(result_, delta, std::nullopt)};
+}
+
+std::vector<ordered_json> StreamTranslator::push(std::string_view text) { return deltas(parser_.push(text)); }
+
+std::vector<ordered_json> StreamTranslator::finish(runtime::GenerateResult gen, bool include_usage) {
+  auto out = deltas(parser_.finish());
+  result_.gen = std::move(gen);
+  const std::string reason = finish_reason(result_.gen, result_.message);
+  out.push_back(chat_ ? chat_chunk(result_, ordered_json::object(), reason) : text_chunk(result_, "", reason));
+  if (include_usage) out.push_back(usage_chunk(result_, chat_));
+  return out;
+}
+
 std::string random_id(const std::string& prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

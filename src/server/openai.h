@@ -77,6 +77,26 @@ ordered_json chat_delta(const chat::ParsedOutput& d, size_t first_tool_index, co
 ordered_json text_chunk(const CompletionResult& c, const std::string& text, const std::optional<std::string>& finish);
 ordered_json usage_chunk(const CompletionResult& c, bool chat);
 
+// A streamed answer as API chunks: text pieces from the engine in, chunks out. Chat output goes through
+// the model's output parser (content, reasoning_content and tool-call deltas); completions pass text
+// through. The caller frames each chunk as an SSE event and ends with "data: [DONE]".
+class StreamTranslator {
+ public:
+  StreamTranslator(CompletionResult& result, bool chat, chat::OutputParserOptions parser);
+  std::vector<ordered_json> start();                   // chat: the role chunk
+  std::vector<ordered_json> push(std::string_view text);
+  // After the engine finished: what the parser still held, the finish chunk, and the usage chunk when
+  // asked for. Fills result.gen and result.message.
+  std::vector<ordered_json> finish(runtime::GenerateResult gen, bool include_usage);
+
+ private:
+  std::vector<ordered_json> deltas(const chat::ParsedOutput& d);
+  CompletionResult& result_;
+  bool chat_;
+  chat::OutputParser parser_;
+  size_t tool_index_ = 0;
+};
+
 // A random id with the given prefix ("chatcmpl-", "cmpl-", "call_").
 std::string random_id(const std::string& prefix);
 

@@ -47,7 +47,7 @@ struct Metrics {
   Histogram per_token{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
 };
 
-std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+std::string sse(const ordered_json& j) { return "data: " + j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n\n"; }
 
 }  // namespace
 
@@ -189,16 +189,15 @@ struct Server::Impl {
     result->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     chat::OutputParserOptions popts;
     popts.format = chat ? format : chat::OutputFormat::Plain;
-    // A template that opened the reasoning block leaves the answer starting inside it.
-    popts.starts_in_reasoning = opens_reasoning;
-    auto parser = std::make_shared<chat::OutputParser>(popts);
+    popts.starts_in_reasoning = opens_reasoning;  // the template opened the reasoning block
 
     if (!r.stream) {
+      chat::OutputParser parser(popts);
       std::string piece;
       while (job->next(piece)) {
-        if (!piece.empty()) result->message += parser->push(piece);
+        if (!piece.empty()) result->message += parser.push(piece);
       }
-      result->message += parser->finish();
+      result->message += parser.finish();
       if (!job->error().empty()) throw ApiError(job->error_status() == 499 ? 400 : job->error_status(), job->error());
       result->gen = job->result();
       record(result->gen);
@@ -210,7 +209,8 @@ struct Server::Impl {
 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    auto sent_role = std::make_shared<bool>(false);
+    auto stream = std::make_shared<StreamTranslator>(*result, chat, popts);
+    auto started = std::make_shared<bool>(false);
     // The client went away: stop generating (the slot frees at its next step) and count it once.
     auto gone = std::make_shared<std::function<void()>>([this, job, counted = std::make_shared<std::atomic<bool>>(false)] {
       job->cancel();
@@ -219,49 +219,38 @@ struct Server::Impl {
         ++metrics.cancelled;
       }
     });
-    auto tool_index = std::make_shared<size_t>(0);
     const bool include_usage = r.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, result, parser, sent_role, tool_index, chat, include_usage, gone](size_t, httplib::DataSink& sink) {
-          auto write = [&](const json& j) {
-            const std::string s = sse(j);
-            return sink.write(s.data(), s.size());
+        [this, job, result, stream, started, gone, include_usage](size_t, httplib::DataSink& sink) {
+          auto write_all = [&](const std::vector<ordered_json>& chunks) {
+            for (const auto& c : chunks) {
+              const std::string s = sse(c);
+              if (!sink.write(s.data(), s.size())) return false;
+            }
+            return true;
           };
-          auto send_delta = [&](const chat::ParsedOutput& d) {
-            if (d.empty()) return true;
-            result->message += d;
-            if (!chat) return write(text_chunk(*result, d.content, std::nullopt));
-            const std::string prefix = "call_" + result->id.substr(result->id.size() - 8) + "_";
-            const json delta = chat_delta(d, *tool_index, prefix);
-            *tool_index += d.tool_calls.size();
-            return write(chat_chunk(*result, delta, std::nullopt));
-          };
-          if (chat && !*sent_role) {
-            *sent_role = true;
-            if (!write(chat_chunk(*result, {{"role", "assistant"}, {"content", ""}}, std::nullopt))) {
+          if (!*started) {
+            *started = true;
+            if (!write_all(stream->start())) {
               (*gone)();
               return false;
             }
           }
           std::string piece;
           if (job->next(piece, 200)) {
-            if ((!piece.empty() && !send_delta(parser->push(piece))) || (sink.is_writable && !sink.is_writable())) {
+            if ((!piece.empty() && !write_all(stream->push(piece))) || (sink.is_writable && !sink.is_writable())) {
               (*gone)();
               return false;
             }
             return true;
           }
-          if (!send_delta(parser->finish())) return false;
           if (!job->error().empty()) {
             const int status = job->error_status() == 499 ? 400 : job->error_status();
-            write(ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body());
+            write_all({ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body()});
           } else {
-            result->gen = job->result();
+            write_all(stream->finish(job->result(), include_usage));
             record(result->gen);
-            const std::string finish = finish_reason(result->gen, result->message);
-            write(chat ? chat_chunk(*result, json::object(), finish) : text_chunk(*result, "", finish));
-            if (include_usage) write(usage_chunk(*result, chat));
           }
           const std::string done = "data: [DONE]\n\n";
           sink.write(done.data(), done.size());

@@ -162,6 +162,59 @@ TEST(OpenAiResponse, ChatCompletionFields) {
   EXPECT_EQ(usage["usage"]["completion_tokens"], 3);
 }
 
+TEST(OpenAiStream, ToolCallsStreamAsIndexedDeltasAndFinishWithToolCalls) {
+  // A Hermes-format answer with reasoning, text and two tool calls, cut into small pieces.
+  const std::string text =
+      "<think>need weather</think>Let me check.<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call><tool_call>{\"name\": \"get\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
+  CompletionResult c;
+  c.id = "chatcmpl-0123456789abcdef";
+  c.model = "m";
+  chat::OutputParserOptions po;
+  po.format = chat::OutputFormat::Hermes;
+  StreamTranslator st(c, true, po);
+  std::vector<ordered_json> chunks = st.start();
+  for (size_t i = 0; i < text.size(); i += 3) {
+    for (auto& ch : st.push(std::string_view(text).substr(i, 3))) chunks.push_back(ch);
+  }
+  runtime::GenerateResult gen;
+  gen.reason = runtime::StopReason::EndOfGeneration;
+  gen.tokens = {1, 2, 3};
+  for (auto& ch : st.finish(gen, true)) chunks.push_back(ch);
+
+  ASSERT_GE(chunks.size(), 5u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string reasoning, content;
+  std::vector<ordered_json> calls;
+  int finishes = 0;
+  for (const auto& ch : chunks) {
+    if (ch["choices"].empty()) continue;
+    const auto& d = ch["choices"][0]["delta"];
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (d.contains("tool_calls")) {
+      for (const auto& call : d["tool_calls"]) calls.push_back(call);
+    }
+    if (!ch["choices"][0]["finish_reason"].is_null()) {
+      ++finishes;
+      EXPECT_EQ(ch["choices"][0]["finish_reason"], "tool_calls");
+    }
+  }
+  EXPECT_EQ(reasoning, "need weather");
+  EXPECT_EQ(content, "Let me check.");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[1]["index"], 1);
+  EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+  EXPECT_EQ(calls[1]["function"]["name"], "get");
+  EXPECT_EQ(ordered_json::parse(calls[1]["function"]["arguments"].get<std::string>())["city"], "Rome");
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 3);  // the usage chunk comes last
+  EXPECT_TRUE(chunks.back()["choices"].empty());
+  // No tag ever leaks into the content deltas.
+  for (const auto& ch : chunks) EXPECT_EQ(ch.dump().find("tool_call>"), std::string::npos) << ch.dump();
+}
+
 TEST(OpenAiResponse, StopReasonsMapToFinishReasons) {
   runtime::GenerateResult r;
   for (auto [reason, want] : std::vector<std::pair<runtime::StopReason, std::string>>{
