@@ -88,7 +88,10 @@ Engine::~Engine() {
 bool Engine::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (static_cast<int>(queue_.size()) >= options_.queue_limit) return false;
+    // Room: the free slots (the scheduler has not picked their jobs up yet) plus the queue limit.
+    int free_slots = 0;
+    for (const auto& slot : slots_) free_slots += slot->job == nullptr;
+    if (static_cast<int>(queue_.size()) >= options_.queue_limit + free_slots) return false;
     queue_.push_back(job);
   }
   cv_.notify_all();

@@ -172,6 +172,21 @@ try {
         roundTrip.usage.prompt_tokens > withTools.usage.prompt_tokens, "tools and tool results reach the template",
         `${plain.usage.prompt_tokens} ${withTools.usage.prompt_tokens} ${roundTrip.usage.prompt_tokens}`);
 
+  // A full queue: one slot busy with an endless answer, no waiting room: the next request is a 503.
+  const q = await startServer(["--parallel", "1", "--queue", "0", "-c", "256", "--context-shift"]);
+  const busy = new AbortController();
+  const qc = new OpenAI({ baseURL: q.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const endlessStream = await qc.chat.completions.create({ messages, temperature: 0, stream: true }, { signal: busy.signal });
+  const iterator = endlessStream[Symbol.asyncIterator]();
+  await iterator.next();  // the slot is working
+  await expectError("a full queue is 503", qc.chat.completions.create({ messages, max_tokens: 2 }), 503);
+  busy.abort();
+  await iterator.next().catch(() => {});
+  const big = await fetch(q.base + "/v1/completions", { method: "POST", body: "x".repeat(9 << 20) });
+  const bigBody = await big.json().catch(() => ({}));
+  check(big.status === 413 && bigBody.error?.message?.includes("larger than the server accepts"), "a body over --max-body is 413",
+        `${big.status} ${JSON.stringify(bigBody)}`);
+
   // An API key: required on the API, not on the page or health.
   const k = await startServer(["--api-key", "sesame"]);
   await expectError("a missing API key is 401", new OpenAI({ baseURL: k.base + "/v1", apiKey: "wrong", maxRetries: 0 })
