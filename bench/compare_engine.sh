@@ -15,7 +15,7 @@ echo "| model | mixture | size | zinc prefill tok/s | llama.cpp prefill tok/s | 
 echo "|---|---|---|---|---|---|---|---|---|"
 for mix in ${mixtures//,/ }; do
   f="$work/$preset-$mix.gguf"
-  "$build/bench/zinc_synth_model" "$preset" "$mix" "$tok" "$f" >/dev/null
+  "$build/src/zinc" synth "$preset" "$f" --type "$mix" --tokenizer "$tok" >/dev/null
   size=$(du -m "$f" | cut -f1)
   ours=$("$build/src/zinc" run --json -m "$f" -p "$prompt" -n 64 -c 1024 -t "$threads")
   theirs=$(node "$root/bench/llamacpp_speed.mjs" "$root/tests/oracle" "$f" 256 64 "$threads")

@@ -1,0 +1,261 @@
+#include "convert/synth.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "gguf/writer.h"
+#include "quant/quant.h"
+#include "quant/recipe.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace zinc::convert {
+
+namespace {
+
+using gguf::TensorType;
+using gguf::Value;
+using nlohmann::json;
+
+struct Preset {
+  const char* name;
+  const char* arch;
+  int n_layer;
+  int64_t n_embd, n_ff, n_vocab;
+  int n_head, n_head_kv, head_dim;
+  float rope_base, eps;
+  bool tied;
+  uint32_t n_ctx;
+  const char* pre;  // tokenizer.ggml.pre of the real model
+  float rope_linear = 0;  // Gemma 3: linear scaling factor of the global layers
+  uint32_t sliding_window = 0;
+};
+
+// Shapes and settings of the released models.
+const Preset kPresets[] = {
+    {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 151936, 16, 8, 128, 1e6f, 1e-6f, true, 40960, "qwen2"},
+    {"qwen3-1.7b", "qwen3", 28, 2048, 6144, 151936, 16, 8, 128, 1e6f, 1e-6f, true, 40960, "qwen2"},
+    {"qwen3-4b", "qwen3", 36, 2560, 9728, 151936, 32, 8, 128, 1e6f, 1e-6f, true, 40960, "qwen2"},
+    {"qwen3-8b", "qwen3", 36, 4096, 12288, 151936, 32, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
+    {"qwen3-14b", "qwen3", 40, 5120, 17408, 151936, 40, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
+    {"qwen3-32b", "qwen3", 64, 5120, 25600, 151936, 64, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
+    {"llama3-8b", "llama", 32, 4096, 14336, 128256, 32, 8, 128, 5e5f, 1e-5f, false, 131072, "llama-bpe"},
+    {"gemma3-1b", "gemma3", 26, 1152, 6912, 262144, 4, 1, 256, 1e6f, 1e-6f, true, 32768, "default", 0, 512},
+    {"gemma3-12b", "gemma3", 48, 3840, 15360, 262144, 16, 8, 256, 1e6f, 1e-6f, true, 131072, "default", 8, 1024},
+};
+
+const Preset& find_preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) return p;
+  }
+  std::string names;
+  for (const auto& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  throw Error(fmt::format("unknown preset '{}' (presets: {})", name, names));
+}
+
+// GPT-2's byte-to-character table: printable bytes map to themselves, the rest to U+0100 onwards.
+std::string byte_char(int b) {
+  int cp = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    int n = 0;
+    for (int x = 0; x < b; ++x) {
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    }
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) s += static_cast<char>(cp);
+  else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A byte-level BPE tokenizer.json: the 256 byte tokens, a few merges of common English pairs and the
+// chat special tokens (the rest of the real vocabulary size is padding).
+std::pair<json, json> builtin_tokenizer() {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  json merges = json::array();
+  int id = 256;
+  const std::string space = byte_char(' ');
+  for (const char* pair : {"th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ou", "ed", "is", "it", "or"}) {
+    merges.push_back(std::string(1, pair[0]) + " " + std::string(1, pair[1]));
+    vocab[pair] = id++;
+  }
+  for (char c : std::string("tasowbcmfhdlp")) {
+    merges.push_back(space + " " + std::string(1, c));
+    vocab[space + std::string(1, c)] = id++;
+  }
+  json added = json::array();
+  for (const char* t : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    added.push_back({{"id", id++}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  }
+  json tok = {{"version", "1.0"},
+              {"added_tokens", added},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}}},
+              {"post_processor", nullptr},
+              {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}}},
+              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  json config = {{"eos_token", "<|im_end|>"}, {"bos_token", nullptr}, {"add_bos_token", false}};
+  return {tok, config};
+}
+
+json read_json(const std::filesystem::path& p, bool required) {
+  std::ifstream in(p);
+  if (!in) {
+    if (required) throw Error(fmt::format("{}: cannot read", p.string()));
+    return nullptr;
+  }
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> synth_presets() {
+  std::vector<std::string> out;
+  for (const auto& p : kPresets) out.emplace_back(p.name);
+  return out;
+}
+
+SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) {
+  const Preset& p = find_preset(o.preset);
+  const auto mixture = quant::mixture_by_name(o.mixture);
+  if (!mixture) throw Error(fmt::format("unknown mixture '{}'", o.mixture));
+  const int n_layer = o.layers > 0 ? o.layers : p.n_layer;
+  const std::string a = p.arch;
+  const bool gemma = a == "gemma3";
+
+  gguf::Writer w;
+  auto& m = w.metadata();
+  m.set("general.architecture", Value::str(a));
+  m.set("general.name", Value::str(fmt::format("synthetic {}", p.name)));
+  m.set("general.file_type", Value::u32(mixture->file_type));
+  m.set(a + ".context_length", Value::u32(p.n_ctx));
+  m.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(p.n_embd)));
+  m.set(a + ".block_count", Value::u32(static_cast<uint32_t>(n_layer)));
+  m.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff)));
+  m.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(p.n_head)));
+  m.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(p.n_head_kv)));
+  m.set(a + ".rope.freq_base", Value::f32(p.rope_base));
+  m.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(p.eps));
+  m.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(p.head_dim)));
+  m.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(p.head_dim)));
+  if (a == "llama") m.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(p.head_dim)));
+  if (p.sliding_window) m.set(a + ".attention.sliding_window", Value::u32(p.sliding_window));
+  if (p.rope_linear > 0) {
+    m.set(a + ".rope.scaling.type", Value::str("linear"));
+    m.set(a + ".rope.scaling.factor", Value::f32(p.rope_linear));
+  }
+  if (mixture->quantized) m.set("general.quantization_version", Value::u32(2));
+
+  tokenizer::HfTokenizerOptions topts;
+  topts.vocab_size = static_cast<uint32_t>(p.n_vocab);
+  json tok_json, tok_config;
+  if (o.tokenizer_dir.empty()) {
+    std::tie(tok_json, tok_config) = builtin_tokenizer();
+    topts.pre = p.pre;
+  } else {
+    tok_json = read_json(o.tokenizer_dir / "tokenizer.json", true);
+    tok_config = read_json(o.tokenizer_dir / "tokenizer_config.json", false);
+  }
+  const auto tok = tokenizer::convert_hf_tokenizer(tok_json, tok_config, nullptr, topts,
+                                                   o.tokenizer_dir.empty() ? "built-in tokenizer" : o.tokenizer_dir.string());
+  for (const auto& [k, v] : tok.metadata.items()) m.set(k, v);
+
+  // Tensors in the order the standard converter writes them.
+  struct T {
+    std::string name;
+    std::vector<uint64_t> ne;
+    bool norm;
+  };
+  std::vector<T> ts;
+  const auto d = static_cast<uint64_t>(p.n_embd), ff = static_cast<uint64_t>(p.n_ff);
+  const auto qw = static_cast<uint64_t>(p.n_head * p.head_dim), kvw = static_cast<uint64_t>(p.n_head_kv * p.head_dim);
+  const auto hd = static_cast<uint64_t>(p.head_dim);
+  ts.push_back({"token_embd.weight", {d, static_cast<uint64_t>(p.n_vocab)}, false});
+  for (int l = 0; l < n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    ts.push_back({b + "attn_norm.weight", {d}, true});
+    ts.push_back({b + "attn_q.weight", {d, qw}, false});
+    ts.push_back({b + "attn_k.weight", {d, kvw}, false});
+    ts.push_back({b + "attn_v.weight", {d, kvw}, false});
+    ts.push_back({b + "attn_output.weight", {qw, d}, false});
+    if (a != "llama") {
+      ts.push_back({b + "attn_q_norm.weight", {hd}, true});
+      ts.push_back({b + "attn_k_norm.weight", {hd}, true});
+    }
+    if (gemma) ts.push_back({b + "post_attention_norm.weight", {d}, true});
+    ts.push_back({b + "ffn_norm.weight", {d}, true});
+    ts.push_back({b + "ffn_gate.weight", {d, ff}, false});
+    ts.push_back({b + "ffn_up.weight", {d, ff}, false});
+    ts.push_back({b + "ffn_down.weight", {ff, d}, false});
+    if (gemma) ts.push_back({b + "post_ffw_norm.weight", {d}, true});
+  }
+  ts.push_back({"output_norm.weight", {d}, true});
+  if (!p.tied) ts.push_back({"output.weight", {d, static_cast<uint64_t>(p.n_vocab)}, false});
+
+  quant::ModelFacts facts;
+  facts.arch = a;
+  facts.n_layer = n_layer;
+  facts.n_gqa = p.n_head / p.n_head_kv;
+  facts.tied_embeddings = p.tied;
+  facts.n_attn_v = facts.n_ffn_down = n_layer;
+  quant::TypeSelector selector(*mixture, facts);
+  auto pool = std::make_shared<ThreadPool>(0);
+  SynthReport report;
+  report.architecture = a;
+  report.layers = n_layer;
+  uint32_t tensor_seed = o.seed * 1000003u;
+  for (const auto& t : ts) {
+    gguf::TensorInfo info;
+    info.name = t.name;
+    info.type = TensorType::F32;
+    info.n_dims = static_cast<uint32_t>(t.ne.size());
+    info.ne = {t.ne[0], t.ne.size() > 1 ? t.ne[1] : 1, 1, 1};
+    const auto choice = selector.choose(info);
+    const TensorType type = choice.convert ? choice.type : TensorType::F32;
+    const auto cols = static_cast<int64_t>(t.ne[0]);
+    const int64_t rows = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+    report.parameters += static_cast<uint64_t>(cols * rows);
+    const bool norm = t.norm;
+    const uint32_t s = tensor_seed++;
+    w.add_tensor(t.name, type, t.ne, [=](const auto& emit) {
+      const size_t rs = quant::row_size(type, cols);
+      const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / rs));
+      std::vector<uint8_t> buf;
+      for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t nr = std::min(chunk, rows - r0);
+        buf.resize(rs * static_cast<size_t>(nr));
+        pool->parallel_for(nr, [&](int64_t b0, int64_t e0) {
+          // Each row from its own seed: the file is the same whatever the thread count.
+          std::vector<float> row(static_cast<size_t>(cols));
+          for (int64_t i = b0; i < e0; ++i) {
+            std::mt19937 rng(s * 2654435761u + static_cast<uint32_t>(r0 + i));
+            std::normal_distribution<float> g(0.0f, 0.02f);
+            for (auto& v : row) v = norm ? 1.0f : g(rng);
+            quant::quantize_row(type, row.data(), buf.data() + static_cast<size_t>(i) * rs, cols);
+          }
+        });
+        emit(std::span<const uint8_t>(buf));
+      }
+    });
+  }
+  report.file_size = w.file_size();
+  w.write_file(out);
+  return report;
+}
+
+}  // namespace zinc::convert

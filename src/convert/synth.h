@@ -1,0 +1,35 @@
+// Synthetic models: random weights with the exact tensor names, shapes and metadata of a real model,
+// stored with a quantization mixture's per-tensor types, so throughput can be measured anywhere
+// without downloading weights. Written as a stream (no tensor is held whole in memory).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace zinc::convert {
+
+struct SynthOptions {
+  std::string preset;            // synth_presets()
+  std::string mixture = "Q4_K_M";
+  int layers = 0;                // > 0: this many blocks instead of the real count (every shape kept)
+  uint32_t seed = 1;
+  // A directory with the real model's tokenizer.json (+ tokenizer_config.json); empty: a built-in
+  // byte-level vocabulary padded to the real size (the text is meaningless, the shapes are right).
+  std::filesystem::path tokenizer_dir;
+};
+
+struct SynthReport {
+  std::string architecture;
+  int layers = 0;
+  uint64_t file_size = 0;
+  uint64_t parameters = 0;
+};
+
+std::vector<std::string> synth_presets();
+
+// Throws zinc::Error for an unknown preset or mixture, or a tokenizer that cannot be read.
+SynthReport synthesize(const SynthOptions& options, const std::filesystem::path& out);
+
+}  // namespace zinc::convert
