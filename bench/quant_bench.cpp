@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bandwidth.h"
 #include "core/system_info.h"
 #include "core/thread_pool.h"
 #include "quant/dot.h"
@@ -28,28 +29,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Memory read bandwidth: every thread XOR-reduces its slice of a buffer far larger than the caches
-// (XOR is associative, so the compiler vectorizes it and the loop is bound by memory alone); best of 5.
-double measure_read_bandwidth(ThreadPool& pool) {
-  const size_t n = size_t{1} << 26;  // 512 MiB of 64-bit words
-  std::vector<uint64_t> buf(n, 0x0123456789abcdefull);
-  std::vector<uint64_t> partial(pool.size() * 8, 0);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    pool.parallel_for(static_cast<int64_t>(pool.size()), [&](int64_t b, int64_t e) {
-      for (int64_t part = b; part < e; ++part) {
-        const size_t lo = n / pool.size() * static_cast<size_t>(part), hi = lo + n / pool.size();
-        uint64_t acc = 0;
-        for (size_t i = lo; i < hi; ++i) acc ^= buf[i];
-        partial[static_cast<size_t>(part) * 8] = acc;
-      }
-    });
-    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / seconds_since(t0) / 1e9);
-  }
-  return best;
-}
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -296,6 +297,61 @@ TEST(Cli, RunChatAppliesATemplateAndSamplerOptions) {
   EXPECT_TRUE(contains(bad_order.err, "unknown stage \"nope\"")) << bad_order.err;
   const RunResult both = zinc({"run", "-m", stories(), "-p", "x", "--chat", "--think", "--no-think"});
   EXPECT_NE(both.status, 0);
+}
+
+TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
+  ZINC_REQUIRE_TESTDATA();
+  zinc::test::TempDir home;
+  setenv("ZINC_HOME", home.file("zinc").c_str(), 1);  // the bandwidth cache goes there
+  const RunResult r = zinc({"bench", "--json", "-m", stories(), "-p", "16", "-n", "8", "--runs", "2", "--warmup", "0"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_GT(j["read_bandwidth_gb_per_s"].get<double>(), 0.1);
+  ASSERT_EQ(j["results"].size(), 2u);
+  const json& pp = j["results"][0];
+  const json& tg = j["results"][1];
+  EXPECT_EQ(pp["test"], "pp16");
+  EXPECT_EQ(tg["test"], "tg8");
+  for (const json& t : {pp, tg}) {
+    EXPECT_EQ(t["samples"].size(), 2u);
+    EXPECT_GT(t["min"].get<double>(), 0.0);
+    EXPECT_LE(t["min"].get<double>(), t["tokens_per_s"].get<double>());
+    EXPECT_LE(t["tokens_per_s"].get<double>(), t["max"].get<double>());
+  }
+  EXPECT_GT(pp["first_token_ms"].get<double>(), 0.0);
+  // Bytes per decoded token, from the file's tensor table: every weight except the (untied) embedding,
+  // one embedding row, and F16 K and V rows of every layer for the 5 tokens attended mid-run.
+  const json info = json::parse(zinc({"inspect", "--json", "--tensors", stories()}).out);
+  uint64_t weights = 0;
+  for (const auto& t : info["tensors"]) {
+    const uint64_t bytes = t["bytes"].get<uint64_t>();
+    weights += t["name"] == "token_embd.weight" ? bytes / t["shape"][1].get<uint64_t>() : bytes;
+  }
+  const auto& hp = info["hyperparameters"];
+  const uint64_t kv_width = hp["attention.head_count_kv"].get<uint64_t>() * hp["embedding_length"].get<uint64_t>() /
+                            hp["attention.head_count"].get<uint64_t>();
+  const uint64_t kv = hp["block_count"].get<uint64_t>() * 2 * kv_width * 2 * 5;
+  EXPECT_EQ(tg["bytes_per_token"].get<uint64_t>(), weights + kv);
+  EXPECT_NEAR(tg["gb_per_s"].get<double>(), tg["bytes_per_token"].get<double>() * tg["tokens_per_s"].get<double>() / 1e9, 1e-6);
+
+  // --compare against the run above; --vs-llama-cpp with a stand-in that prints llama-bench's JSON.
+  std::ofstream(home.file("base.json")) << r.out;
+  std::ofstream(home.file("llama-bench")) << "#!/bin/sh\necho '[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1000.0},"
+                                             " {\"n_prompt\": 0, \"n_gen\": 8, \"avg_ts\": 50.0}]'\n";
+  std::filesystem::permissions(home.file("llama-bench"), std::filesystem::perms::owner_all);
+  const json c = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "16", "-n", "8", "--runs", "1", "--warmup",
+                                   "0", "--compare", home.file("base.json").string(), "--vs-llama-cpp",
+                                   home.file("llama-bench").string()}).out);
+  for (const auto& t : c["results"]) {
+    EXPECT_GT(t["ratio_to_baseline"].get<double>(), 0.0) << t;
+    const double theirs = t["test"] == "pp16" ? 1000.0 : 50.0;
+    EXPECT_EQ(t["llama_cpp_tokens_per_s"].get<double>(), theirs);
+    EXPECT_NEAR(t["ratio_to_llama_cpp"].get<double>(), t["tokens_per_s"].get<double>() / theirs, 1e-9);
+  }
+  const RunResult table = zinc({"bench", "-m", stories(), "-p", "16", "-n", "8", "--runs", "1", "--warmup", "0"});
+  EXPECT_TRUE(contains(table.out, "| tg8 |")) << table.out;
+  EXPECT_TRUE(contains(table.out, "% of read BW")) << table.out;
+  unsetenv("ZINC_HOME");
 }
 
 TEST(Cli, UsageErrors) {

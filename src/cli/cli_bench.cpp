@@ -1,0 +1,193 @@
+// `zinc bench -m MODEL`: prefill and decode throughput (median, min, max over runs), time to first
+// token, and for decode the bytes read per token, achieved GB/s and % of this machine's measured read
+// bandwidth. A table, or --json; --compare prints ratios against an earlier --json result;
+// --vs-llama-cpp runs the user's llama-bench on the same file and shows its figures beside ours.
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "cli/json_util.h"
+#include "core/bandwidth.h"
+#include "core/error.h"
+#include "core/system_info.h"
+#include "runtime/bench.h"
+
+namespace zinc::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct BenchArgs {
+  std::string model;
+  std::vector<int> prompts{512};
+  std::vector<int> gens{128};
+  int depth = 0, runs = 3, warmup = 1;
+  unsigned threads = 0;
+  std::string kv_type = "f16";
+  std::string compare, llama_bench;
+  uint32_t seed = 1;
+  bool remeasure = false;
+};
+
+// llama-bench's JSON lines for the same tests: {"n_prompt", "n_gen", "avg_ts"} per test.
+std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
+  std::string cmd = fmt::format("'{}' -m '{}' -t {} -r {} -o json", a.llama_bench, a.model, threads, a.runs);
+  std::string p, n;
+  for (int x : a.prompts) p += (p.empty() ? "" : ",") + std::to_string(x);
+  for (int x : a.gens) n += (n.empty() ? "" : ",") + std::to_string(x);
+  cmd += fmt::format(" -p {} -n {}", p.empty() ? "0" : p, n.empty() ? "0" : n);
+  if (a.depth > 0) cmd += fmt::format(" -d {}", a.depth);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((cmd + " 2>/dev/null").c_str(), "r"), pclose);
+  if (!pipe) throw Error(fmt::format("cannot run {}", a.llama_bench));
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t got = fread(buf.data(), 1, buf.size(), pipe.get())) out.append(buf.data(), got);
+  try {
+    const json j = json::parse(out);
+    return j.is_array() ? j.get<std::vector<json>>() : std::vector<json>{};
+  } catch (const json::exception&) {
+    throw Error(fmt::format("{} did not print llama-bench JSON (-o json)", a.llama_bench));
+  }
+}
+
+int run_bench(const BenchArgs& a, const GlobalOptions& global) {
+  const auto file = gguf::File::open(a.model);
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  int max_p = 0, max_n = 0;
+  for (int p : a.prompts) max_p = std::max(max_p, p);
+  for (int n : a.gens) max_n = std::max(max_n, n);
+  opts.n_ctx = a.depth + max_p + max_n + 8;
+  opts.max_tokens = 512;
+  opts.threads = a.threads;
+  opts.kv_type = a.kv_type == "f32" ? backend::KvType::F32 : a.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
+  runtime::Session session(file, *backend, opts);
+  const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
+  ThreadPool pool(threads);
+  const double bandwidth = a.remeasure ? refresh_read_bandwidth(pool) : cached_read_bandwidth(pool);
+
+  json results = json::array();
+  auto add = [&](const std::string& test, const runtime::BenchSpread& s, const std::vector<double>& samples,
+                 const runtime::BenchSpread* ttft, uint64_t bytes) {
+    json r = {{"test", test}, {"tokens_per_s", s.median}, {"min", s.min}, {"max", s.max}, {"samples", samples}};
+    if (ttft) r["first_token_ms"] = ttft->median * 1e3;
+    if (bytes) {
+      const double gbs = static_cast<double>(bytes) * s.median / 1e9;
+      r["bytes_per_token"] = bytes;
+      r["gb_per_s"] = gbs;
+      r["percent_of_bandwidth"] = 100.0 * gbs / bandwidth;
+    }
+    results.push_back(r);
+  };
+  for (int p : a.prompts) {
+    if (p <= 0) continue;
+    const auto r = runtime::run_bench_case(session, {p, 0, a.depth}, a.runs, a.warmup, a.seed);
+    add(fmt::format("pp{}{}", p, a.depth ? fmt::format("@d{}", a.depth) : ""), r.prefill, r.prefill_tps, &r.first_token, 0);
+  }
+  for (int n : a.gens) {
+    if (n <= 0) continue;
+    const auto r = runtime::run_bench_case(session, {0, n, a.depth}, a.runs, a.warmup, a.seed);
+    // Bytes at the middle of the generated span: the cache grows by one row per token.
+    const auto bytes = runtime::decode_bytes_per_token(session.model().graph, file, opts.kv_type, a.depth + n / 2 + 1);
+    add(fmt::format("tg{}{}", n, a.depth ? fmt::format("@d{}", a.depth) : ""), r.decode, r.decode_tps, nullptr, bytes);
+  }
+
+  if (!a.compare.empty()) {
+    std::ifstream in(a.compare);
+    json base;
+    try {
+      base = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(fmt::format("{}: not a zinc bench --json result: {}", a.compare, e.what()));
+    }
+    for (auto& r : results) {
+      for (const auto& b : base.value("results", json::array())) {
+        if (b.value("test", "") == r["test"] && b.value("tokens_per_s", 0.0) > 0) {
+          r["ratio_to_baseline"] = r["tokens_per_s"].get<double>() / b["tokens_per_s"].get<double>();
+        }
+      }
+    }
+  }
+  if (!a.llama_bench.empty()) {
+    for (const auto& l : run_llama_bench(a, threads)) {
+      const int np = l.value("n_prompt", 0), ng = l.value("n_gen", 0);
+      const std::string test = np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng);
+      for (auto& r : results) {
+        const std::string t = r["test"].get<std::string>();
+        if (t.substr(0, t.find('@')) == test && l.value("avg_ts", 0.0) > 0) {
+          r["llama_cpp_tokens_per_s"] = l["avg_ts"];
+          r["ratio_to_llama_cpp"] = r["tokens_per_s"].get<double>() / l["avg_ts"].get<double>();
+        }
+      }
+    }
+  }
+
+  const std::string name = file.get_or<std::string>("general.name", a.model);
+  if (global.json) {
+    fmt::print("{}\n", dump_json(json{{"model", a.model},
+                                      {"name", name},
+                                      {"backend", "cpu"},
+                                      {"threads", threads},
+                                      {"kv_type", a.kv_type},
+                                      {"runs", a.runs},
+                                      {"read_bandwidth_gb_per_s", bandwidth},
+                                      {"results", results}}));
+    return 0;
+  }
+  fmt::print("zinc bench · {} · cpu, {} threads · measured read bandwidth {:.1f} GB/s · {} runs\n\n", name, threads,
+             bandwidth, a.runs);
+  const bool cmp = !a.compare.empty(), llama = !a.llama_bench.empty();
+  fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of read BW |{}{}\n", cmp ? " vs baseline |" : "",
+             llama ? " llama.cpp tok/s | ratio |" : "");
+  fmt::print("|---|---|---|---|---|---|---|{}{}\n", cmp ? "---|" : "", llama ? "---|---|" : "");
+  for (const auto& r : results) {
+    auto num = [&](const char* k, const char* f) {
+      return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("–");
+    };
+    fmt::print("| {} | {} | {} | {} | {} | {} | {} |", r["test"].get<std::string>(), num("tokens_per_s", "{:.1f}"),
+               num("min", "{:.1f}"), num("max", "{:.1f}"), num("first_token_ms", "{:.0f}"), num("gb_per_s", "{:.1f}"),
+               num("percent_of_bandwidth", "{:.0f}%"));
+    if (cmp) fmt::print(" {} |", num("ratio_to_baseline", "{:.2f}x"));
+    if (llama) fmt::print(" {} | {} |", num("llama_cpp_tokens_per_s", "{:.1f}"), num("ratio_to_llama_cpp", "{:.2f}x"));
+    fmt::print("\n");
+  }
+  return 0;
+}
+
+void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed of a model");
+  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt-tokens", a->prompts, "Prefill sizes (comma-separated; 0 = none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-n,--gen-tokens", a->gens, "Decode lengths (comma-separated; 0 = none)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--depth", a->depth, "Tokens already in the context before each test")->capture_default_str()->check(
+      CLI::NonNegativeNumber);
+  cmd->add_option("--runs", a->runs, "Timed repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", a->warmup, "Untimed repetitions first")->capture_default_str()->check(CLI::Range(0, 100));
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: physical cores)");
+  cmd->add_option("--kv-type", a->kv_type, "KV cache storage: f16, f32 or q8_0")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+  cmd->add_option("--compare", a->compare, "An earlier `zinc bench --json` result: print ratios to it")->check(
+      CLI::ExistingFile);
+  cmd->add_option("--vs-llama-cpp", a->llama_bench, "Path to a llama-bench binary to run on the same file")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
+  cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
+  cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });
+}
+
+}  // namespace
+
+ZINC_COMMAND(50, add_bench_command);
+
+}  // namespace zinc::cli

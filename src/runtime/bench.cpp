@@ -1,0 +1,107 @@
+#include "runtime/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+BenchSpread spread(std::vector<double> v) {
+  BenchSpread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return s;
+}
+
+BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, int warmup, uint32_t seed) {
+  if (c.prompt < 0 || c.generate < 0 || c.depth < 0 || c.prompt + c.generate == 0) {
+    throw Error("a benchmark case needs a prompt or tokens to generate");
+  }
+  const int64_t need = static_cast<int64_t>(c.depth) + c.prompt + c.generate + 1;
+  if (need > session.n_ctx()) {
+    throw Error(fmt::format("the case needs a context of {} tokens, the session has {}", need, session.n_ctx()));
+  }
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(session.n_vocab() - 1));
+  auto random_tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = any(rng);
+    return t;
+  };
+  BenchCaseResult r;
+  r.c = c;
+  for (int i = 0; i < warmup + runs; ++i) {
+    const bool timed = i >= warmup;
+    session.reset();
+    if (c.depth > 0) session.eval(random_tokens(c.depth));
+    // Prefill (or, with no prompt, one token to have logits to start decoding from).
+    const auto prompt = random_tokens(std::max(1, c.prompt));
+    const auto t0 = Clock::now();
+    auto logits = session.eval(prompt);
+    const double prefill_s = since(t0);
+    int32_t next = argmax(logits);
+    const double first_s = since(t0);
+    if (timed && c.prompt > 0) {
+      r.prefill_tps.push_back(c.prompt / prefill_s);
+      r.first_token_s.push_back(first_s);
+    }
+    if (c.generate > 0) {
+      const auto t1 = Clock::now();
+      for (int32_t k = 0; k < c.generate; ++k) {
+        logits = session.eval(std::span<const int32_t>(&next, 1));
+        next = argmax(logits);
+      }
+      if (timed) r.decode_tps.push_back(c.generate / since(t1));
+    }
+  }
+  r.prefill = spread(r.prefill_tps);
+  r.decode = spread(r.decode_tps);
+  r.first_token = spread(r.first_token_s);
+  return r;
+}
+
+uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context) {
+  std::vector<bool> matmul_input(g.tensors.size(), false);
+  for (const auto& n : g.nodes) {
+    if (n.op != graph::Op::Embed) {
+      for (auto id : n.in) matmul_input[static_cast<size_t>(id)] = true;
+    }
+  }
+  uint64_t bytes = 0;
+  std::set<std::string> seen;  // a weight used by several nodes is read once per step
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    const auto& t = g.tensors[i];
+    if (t.kind != graph::TensorKind::Weight || !seen.insert(t.name).second) continue;
+    const auto& info = file.tensor(t.name);
+    // A lookup-only embedding costs one row per token.
+    bytes += matmul_input[i] ? info.n_bytes : quant::row_size(info.type, static_cast<int64_t>(info.ne[0]));
+  }
+  const auto kv_type = kv == backend::KvType::F32 ? gguf::TensorType::F32
+                       : kv == backend::KvType::F16 ? gguf::TensorType::F16
+                                                    : gguf::TensorType::Q8_0;
+  const uint64_t kv_row = quant::row_size(kv_type, g.kv_width);
+  for (const auto& n : g.nodes) {
+    if (n.op != graph::Op::Attention) continue;
+    const int64_t rows = n.sliding_window > 0 ? std::min<int64_t>(context, n.sliding_window) : context;
+    bytes += 2 * kv_row * static_cast<uint64_t>(rows);
+  }
+  return bytes;
+}
+
+}  // namespace zinc::runtime

@@ -1,0 +1,40 @@
+// Throughput measurement of a session: prefill and decode tok/s over repeated runs with random token
+// ids (the speed of a model does not depend on what the tokens say), time to first token, and the bytes
+// a decode step must read, from which achieved bandwidth follows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "runtime/session.h"
+
+namespace zinc::runtime {
+
+struct BenchCase {
+  int32_t prompt = 512;    // prefill this many tokens (0: no prefill test)
+  int32_t generate = 128;  // then decode this many (0: no decode test)
+  int32_t depth = 0;       // tokens already in the context before the timed part
+};
+
+struct BenchSpread {
+  double median = 0, min = 0, max = 0;
+};
+
+struct BenchCaseResult {
+  BenchCase c;
+  std::vector<double> prefill_tps, decode_tps, first_token_s;
+  BenchSpread prefill, decode, first_token;
+};
+
+// Runs `warmup` untimed and `runs` timed repetitions of the case, each from an empty context. The
+// session's context must hold depth + prompt + generate tokens.
+BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, int warmup, uint32_t seed);
+
+// Bytes one decode step reads with `context` tokens attended: every weight once (an embedding only
+// used for lookup: one row) and, per attention layer, the cached K and V rows it attends.
+uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context);
+
+BenchSpread spread(std::vector<double> v);
+
+}  // namespace zinc::runtime
