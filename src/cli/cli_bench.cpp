@@ -16,6 +16,7 @@
 #include "core/bandwidth.h"
 #include "core/error.h"
 #include "core/system_info.h"
+#include "hub/store.h"
 #include "runtime/bench.h"
 
 namespace zinc::cli {
@@ -38,7 +39,7 @@ struct BenchArgs {
 
 // llama-bench's JSON lines for the same tests: {"n_prompt", "n_gen", "avg_ts"} per test.
 std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
-  std::string cmd = fmt::format("'{}' -m '{}' -t {} -r {} -o json", a.llama_bench, a.model, threads, a.runs);
+  std::string cmd = fmt::format("'{}' -m '{}' -t {} -r {} -o json", a.llama_bench, hub::resolve_model_path(a.model), threads, a.runs);
   std::string p, n;
   for (int x : a.prompts) p += (p.empty() ? "" : ",") + std::to_string(x);
   for (int x : a.gens) n += (n.empty() ? "" : ",") + std::to_string(x);
@@ -58,7 +59,7 @@ std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
 }
 
 int run_bench(const BenchArgs& a, const GlobalOptions& global) {
-  const auto file = gguf::File::open(a.model);
+  const auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto backend = backend::make_cpu_backend();
   backend::ExecOptions opts;
   int max_p = 0, max_n = 0;
@@ -164,7 +165,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
 void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed of a model");
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", a->model, "GGUF model file, or an installed model id")->required();
   cmd->add_option("-p,--prompt-tokens", a->prompts, "Prefill sizes (comma-separated; 0 = none)")
       ->delimiter(',')
       ->capture_default_str();

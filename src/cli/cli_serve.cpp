@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/generation_options.h"
 #include "core/error.h"
+#include "hub/store.h"
 #include "server/server.h"
 
 namespace zinc::cli {
@@ -31,7 +32,8 @@ extern "C" void on_stop_signal(int) {
 }
 
 int run_serve(ServeArgs& a) {
-  auto file = gguf::File::open(a.gen.model);
+  const std::string path = hub::resolve_model_path(a.gen.model);
+  auto file = gguf::File::open(path);
   auto tok = tokenizer::Tokenizer::from_gguf(file);
   server::EngineOptions eo;
   eo.n_slots = a.parallel;
@@ -41,7 +43,10 @@ int run_serve(ServeArgs& a) {
   eo.exec.threads = a.gen.threads;
   eo.exec.kv_type = a.gen.kv_type == "f32" ? backend::KvType::F32 : a.gen.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
   auto& so = a.server;
-  so.model_id = !a.alias.empty() ? a.alias : std::filesystem::path(a.gen.model).stem().string();
+  // Clients name the model by its alias, its installed id, or the file's name without .gguf.
+  so.model_id = !a.alias.empty()                 ? a.alias
+                : path != a.gen.model            ? a.gen.model
+                                                 : std::filesystem::path(a.gen.model).stem().string();
   so.defaults = a.gen.sampler_params(a.gen.ctx);
   so.enable_thinking = a.gen.enable_thinking();
   so.context_shift = a.gen.context_shift;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "cli/json_util.h"
+#include "hub/store.h"
 #include "core/error.h"
 #include "runtime/chat_session.h"
 
@@ -61,7 +62,7 @@ runtime::GenerateOptions GenerationArgs::generate_options() const {
 }
 
 void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options) {
-  cmd->add_option("-m,--model", a.model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", a.model, "GGUF model file, or an installed model id (zinc list)")->required();
   cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate per answer (-1 = until the context is full)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));
@@ -115,7 +116,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
 std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  auto file = gguf::File::open(a.model);
+  auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
   auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_cpu_backend(), nullptr, 0});
   backend::ExecOptions opts;

@@ -1,0 +1,167 @@
+// Managed models: `zinc pull` (download with progress, resume and verification), `zinc list` (installed,
+// or --available: the catalog with what fits this machine) and `zinc rm`.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.h"
+#include "cli/json_util.h"
+#include "cli/terminal.h"
+#include "core/system_info.h"
+#include "hub/catalog.h"
+#include "hub/store.h"
+
+namespace zinc::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct PullArgs {
+  std::string spec;
+  int retries = 5, stall_seconds = 30, retry_delay_ms = 1000;
+};
+
+std::string mb(uint64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
+int run_pull(const PullArgs& a, const GlobalOptions& global) {
+  hub::DownloadOptions o;
+  o.retries = a.retries;
+  o.stall_seconds = a.stall_seconds;
+  o.retry_delay_ms = a.retry_delay_ms;
+  if (const char* t = std::getenv("HF_TOKEN"); t && *t) o.token = t;
+  const bool tty = is_terminal(stderr);
+  int last_decile = -1;
+  auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  o.progress = [&](uint64_t done, uint64_t total, double rate) {
+    if (tty) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_draw < std::chrono::milliseconds(100) && done != total) return;
+      last_draw = now;
+      std::string eta = "";
+      if (rate > 0 && total > done) {
+        const auto s = static_cast<int>(static_cast<double>(total - done) / rate);
+        eta = fmt::format("  ETA {}:{:02}", s / 60, s % 60);
+      }
+      const std::string pct = total ? fmt::format("{:3}%", done * 100 / total) : "   ";
+      fmt::print(stderr, "\r\x1b[K  {}  {} / {}  {:.1f} MB/s{}", pct, mb(done), total ? mb(total) : "?", rate / 1e6, eta);
+    } else if (total) {
+      const int decile = static_cast<int>(done * 10 / total);
+      if (decile != last_decile) {
+        last_decile = decile;
+        fmt::print(stderr, "pull: {}% ({} of {})\n", decile * 10, mb(done), mb(total));
+      }
+    }
+  };
+  hub::PullResult r;
+  try {
+    r = hub::pull(a.spec, o);
+  } catch (...) {
+    if (tty) fmt::print(stderr, "\n");
+    throw;
+  }
+  if (tty && !r.already_installed) fmt::print(stderr, "\n");
+  if (global.json) {
+    fmt::print("{}\n", dump_json(json{{"id", r.model.id},
+                                      {"file", r.model.file.string()},
+                                      {"size", r.model.size},
+                                      {"architecture", r.model.architecture},
+                                      {"sha256", r.model.sha256},
+                                      {"verified", r.model.verified},
+                                      {"already_installed", r.already_installed},
+                                      {"resumed_from", r.download.resumed_from},
+                                      {"retries", r.download.retries}}));
+  } else if (r.already_installed) {
+    fmt::print("{} is already installed: {}\n", r.model.id, r.model.file.string());
+  } else {
+    fmt::print("{}: installed at {} ({}, {}{}{})\n", r.model.id, r.model.file.string(), mb(r.model.size),
+               r.model.verified ? "SHA-256 verified" : "no published digest to verify",
+               r.download.resumed_from ? fmt::format(", resumed from {}", mb(r.download.resumed_from)) : "",
+               r.download.retries ? fmt::format(", {} retries", r.download.retries) : "");
+  }
+  return 0;
+}
+
+int run_list(bool available, const GlobalOptions& global) {
+  const auto installed = hub::installed_models();
+  if (!available) {
+    if (global.json) {
+      json out = json::array();
+      for (const auto& m : installed) {
+        out.push_back({{"id", m.id}, {"file", m.file.string()}, {"size", m.size}, {"architecture", m.architecture},
+                       {"source", m.source}, {"sha256", m.sha256}, {"verified", m.verified}});
+      }
+      fmt::print("{}\n", dump_json(out));
+      return 0;
+    }
+    if (installed.empty()) {
+      fmt::print("no models installed in {} (zinc list --available shows the catalog; zinc pull ID)\n",
+                 hub::models_dir().string());
+      return 0;
+    }
+    fmt::print("| model | size | architecture | file |\n|---|---|---|---|\n");
+    for (const auto& m : installed) fmt::print("| {} | {} | {} | {} |\n", m.id, mb(m.size), m.architecture, m.file.string());
+    return 0;
+  }
+  const uint64_t memory = memory_info().total_bytes;
+  json out = json::array();
+  for (const auto& e : hub::catalog()) {
+    const bool is_installed = hub::find_installed(e.id).has_value();
+    out.push_back({{"id", e.id},
+                   {"repo", e.repo},
+                   {"file", e.file},
+                   {"quant", e.quant},
+                   {"size", e.size_bytes},
+                   {"architecture", e.architecture},
+                   {"min_memory", e.min_memory_bytes},
+                   {"fits_cpu_memory", e.min_memory_bytes <= memory},
+                   {"installed", is_installed}});
+  }
+  if (global.json) {
+    fmt::print("{}\n", dump_json(out));
+    return 0;
+  }
+  fmt::print("| model | quant | download | memory needed | fits here (CPU, {:.0f} GB) | installed |\n", static_cast<double>(memory) / 1e9);
+  fmt::print("|---|---|---|---|---|---|\n");
+  for (const auto& e : out) {
+    fmt::print("| {} | {} | {:.1f} GB | {:.0f} GB | {} | {} |\n", e["id"].get<std::string>(), e["quant"].get<std::string>(),
+               e["size"].get<double>() / 1e9, e["min_memory"].get<double>() / 1e9, e["fits_cpu_memory"].get<bool>() ? "yes" : "no",
+               e["installed"].get<bool>() ? "yes" : "");
+  }
+  return 0;
+}
+
+void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
+  auto p = std::make_shared<PullArgs>();
+  CLI::App* pull = app.add_subcommand("pull", "Download a model: a catalog id, hf://owner/repo/file.gguf or an https:// URL");
+  pull->add_option("model", p->spec, "What to download")->required();
+  pull->add_option("--retries", p->retries, "Attempts after a failure, each resuming")->capture_default_str();
+  pull->add_option("--stall-timeout", p->stall_seconds, "Seconds without data before reconnecting")->capture_default_str();
+  pull->add_option("--retry-delay-ms", p->retry_delay_ms, "Wait before the first retry (doubles each time)")
+      ->capture_default_str();
+  pull->callback([p, &global, &run] { run = [p, &global] { return run_pull(*p, global); }; });
+
+  auto available = std::make_shared<bool>(false);
+  CLI::App* list = app.add_subcommand("list", "Installed models (--available: the catalog)");
+  list->add_flag("--available", *available, "Show the catalog of managed models and what fits this machine");
+  list->callback([available, &global, &run] { run = [available, &global] { return run_list(*available, global); }; });
+
+  auto id = std::make_shared<std::string>();
+  CLI::App* rm = app.add_subcommand("rm", "Remove an installed model");
+  rm->add_option("model", *id, "Installed model id")->required();
+  rm->callback([id, &run] {
+    run = [id] {
+      hub::remove_installed(*id);
+      fmt::print("removed {}\n", *id);
+      return 0;
+    };
+  });
+}
+
+}  // namespace
+
+ZINC_COMMAND(3, add_hub_commands);
+
+}  // namespace zinc::cli

@@ -1,0 +1,249 @@
+#include "hub/download.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+
+namespace zinc::hub {
+
+namespace {
+
+struct Url {
+  std::string origin;  // scheme://host[:port]
+  std::string path;    // /path?query
+  std::string host;
+};
+
+Url parse_url(const std::string& url) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) throw Error(fmt::format("'{}' is not a URL", url));
+  const auto path_start = url.find('/', scheme_end + 3);
+  Url u;
+  u.origin = url.substr(0, path_start);
+  u.path = path_start == std::string::npos ? "/" : url.substr(path_start);
+  u.host = url.substr(scheme_end + 3, (path_start == std::string::npos ? url.size() : path_start) - scheme_end - 3);
+  return u;
+}
+
+std::string resolve_location(const Url& base, const std::string& location) {
+  if (location.find("://") != std::string::npos) return location;
+  if (!location.empty() && location[0] == '/') return base.origin + location;
+  const auto slash = base.path.rfind('/');
+  return base.origin + base.path.substr(0, slash + 1) + location;
+}
+
+std::unique_ptr<httplib::Client> client_for(const Url& u, int stall_seconds) {
+  auto c = std::make_unique<httplib::Client>(u.origin);
+  c->set_connection_timeout(stall_seconds, 0);
+  c->set_read_timeout(stall_seconds, 0);
+  c->set_follow_location(false);
+  return c;
+}
+
+// A 64-hex-digit digest in a header value (quotes and a W/ prefix allowed), or "".
+std::string sha256_in(std::string v) {
+  if (v.rfind("W/", 0) == 0) v = v.substr(2);
+  v.erase(std::remove(v.begin(), v.end(), '"'), v.end());
+  if (v.size() != 64) return "";
+  for (char& c : v) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return v;
+}
+
+struct Target {
+  std::string url;     // after redirects
+  std::string digest;  // published SHA-256, or ""
+  uint64_t size = 0;   // 0 if unknown
+};
+
+httplib::Headers auth_headers(const Url& u, const Url& hub, const std::string& token) {
+  httplib::Headers h{{"User-Agent", "zinc"}};
+  if (!token.empty() && u.host == hub.host) h.emplace("Authorization", "Bearer " + token);
+  return h;
+}
+
+std::string status_error(const std::string& url, int status) {
+  if (status == 401 || status == 403) {
+    return fmt::format("{}: access denied ({}); for gated models set HF_TOKEN to a token that has access", url, status);
+  }
+  if (status == 404) return fmt::format("{}: not found (404)", url);
+  return fmt::format("{}: the server answered {}", url, status);
+}
+
+// Follows redirects with HEAD requests, collecting the hub's digest and size on the way.
+Target locate(const std::string& url, const DownloadOptions& o) {
+  const Url hub = parse_url(url);
+  Target t;
+  std::string current = url;
+  for (int hop = 0; hop < 10; ++hop) {
+    const Url u = parse_url(current);
+    auto c = client_for(u, o.stall_seconds);
+    auto res = c->Head(u.path, auth_headers(u, hub, o.token));
+    if (!res) throw Error(fmt::format("{}: {}", current, httplib::to_string(res.error())));
+    if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("X-Linked-Etag"));
+    if (t.size == 0 && res->has_header("X-Linked-Size")) t.size = std::stoull(res->get_header_value("X-Linked-Size"));
+    if (res->status >= 300 && res->status < 400 && res->has_header("Location")) {
+      current = resolve_location(u, res->get_header_value("Location"));
+      continue;
+    }
+    if (res->status != 200) throw Error(status_error(current, res->status));
+    if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("ETag"));
+    if (t.size == 0 && res->has_header("Content-Length")) t.size = std::stoull(res->get_header_value("Content-Length"));
+    t.url = current;
+    return t;
+  }
+  throw Error(fmt::format("{}: too many redirects", url));
+}
+
+}  // namespace
+
+std::string sha256_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot read", path.string()));
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
+DownloadResult download(const std::string& url, const std::filesystem::path& dest, const DownloadOptions& o) {
+  namespace fs = std::filesystem;
+  const Target t = locate(url, o);
+  const fs::path part = dest.string() + ".part", meta = dest.string() + ".part.json";
+  fs::create_directories(dest.parent_path());
+  // A partial file resumes only if it is the same content (same digest and size).
+  const nlohmann::json want = {{"url", url}, {"sha256", t.digest}, {"size", t.size}};
+  {
+    std::ifstream in(meta);
+    nlohmann::json have;
+    try {
+      if (in) have = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (have != want) {
+      fs::remove(part);
+      std::ofstream(meta) << want.dump();
+    }
+  }
+  DownloadResult r;
+  uint64_t offset = fs::exists(part) ? fs::file_size(part) : 0;
+  r.resumed_from = offset;
+  if (t.size > 0) {
+    if (offset > t.size) {
+      fs::remove(part);
+      offset = r.resumed_from = 0;
+    }
+    const auto space = fs::space(dest.parent_path());
+    const uint64_t need = t.size - offset;
+    if (space.available < need + (64u << 20)) {
+      throw Error(fmt::format("not enough free disk space in {}: {:.1f} GB needed, {:.1f} GB free", dest.parent_path().string(),
+                              static_cast<double>(need) / 1e9, static_cast<double>(space.available) / 1e9));
+    }
+  }
+  const Url hub = parse_url(url), target = parse_url(t.url);
+  int delay = o.retry_delay_ms;
+  for (int attempt = 0;; ++attempt) {
+    offset = fs::exists(part) ? fs::file_size(part) : 0;
+    if (t.size > 0 && offset == t.size) break;
+    auto c = client_for(target, o.stall_seconds);
+    httplib::Headers h = auth_headers(target, hub, o.token);
+    if (offset > 0) h.emplace("Range", fmt::format("bytes={}-", offset));
+    std::ofstream out(part, std::ios::binary | std::ios::app);
+    int status = 0;
+    bool restart = false;
+    uint64_t done = offset;
+    auto window_start = std::chrono::steady_clock::now();
+    uint64_t window_bytes = 0;
+    double rate = 0;
+    auto res = c->Get(
+        target.path, h,
+        [&](const httplib::Response& resp) {
+          status = resp.status;
+          if (status == 200 && offset > 0) restart = true;  // the server ignored the range: start over
+          return status == 200 || status == 206;
+        },
+        [&](const char* data, size_t n) {
+          if (restart) {
+            out.close();
+            out.open(part, std::ios::binary | std::ios::trunc);
+            done = 0;
+            restart = false;
+          }
+          out.write(data, static_cast<std::streamsize>(n));
+          done += n;
+          window_bytes += n;
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+          if (s >= 0.5) {
+            rate = static_cast<double>(window_bytes) / s;
+            window_bytes = 0;
+            window_start = std::chrono::steady_clock::now();
+          }
+          if (o.progress) o.progress(done, t.size, rate);
+          return static_cast<bool>(out);
+        });
+    out.close();
+    if (res && (res->status == 200 || res->status == 206) && (t.size == 0 || done == t.size)) break;
+    if (res && status != 0 && status != 200 && status != 206) {
+      if (status == 416 && t.size > 0 && offset >= t.size) break;  // already complete
+      fs::remove(part);
+      fs::remove(meta);
+      throw Error(status_error(t.url, status));
+    }
+    if (attempt >= o.retries) {
+      throw Error(fmt::format("{}: the download keeps failing ({}; {} of {} bytes kept, run the same pull again to resume)",
+                              t.url, res ? "connection closed early" : httplib::to_string(res.error()), done, t.size));
+    }
+    ++r.retries;
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    delay *= 2;
+  }
+  r.size = fs::file_size(part);
+  if (t.size > 0 && r.size != t.size) {
+    throw Error(fmt::format("{}: got {} bytes, expected {}", t.url, r.size, t.size));
+  }
+  r.sha256 = sha256_file(part);
+  if (!t.digest.empty()) {
+    if (r.sha256 != t.digest) {
+      fs::remove(part);
+      fs::remove(meta);
+      throw Error(fmt::format("{}: SHA-256 mismatch (published {}, downloaded {}); the file was discarded", t.url,
+                              t.digest, r.sha256));
+    }
+    r.verified = true;
+  }
+  if (o.validate) {
+    try {
+      o.validate(part);
+    } catch (...) {
+      fs::remove(part);
+      fs::remove(meta);
+      throw;
+    }
+  }
+  fs::rename(part, dest);
+  fs::remove(meta);
+  return r;
+}
+
+}  // namespace zinc::hub
