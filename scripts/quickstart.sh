@@ -14,15 +14,15 @@ zinc=./build/src/zinc
 $zinc check
 echo
 model=${1:-qwen3:0.6b}
-chat=--chat
+chat=(--chat --no-think)
 if [ ! -f "$model" ] && ! $zinc pull "$model"; then
   fallback=../shared/testdata/models/stories260K.gguf
   [ -f "$fallback" ] || exit 1
   echo "zinc: could not pull $model; running the test model instead" >&2
   model=$fallback
-  chat=
+  chat=()
 fi
 echo
-$zinc run -m "$model" $chat -p "Once upon a time" -n 64 --no-think 2>/dev/null || $zinc run -m "$model" $chat -p "Once upon a time" -n 64
+$zinc run -m "$model" "${chat[@]}" -p "Once upon a time" -n 64
 echo
 echo "Chat with it: $zinc chat -m $model    Serve it: $zinc serve -m $model (then open http://127.0.0.1:8080/)"
