@@ -91,7 +91,10 @@ Target locate(const std::string& url, const DownloadOptions& o) {
     const Url u = parse_url(current);
     auto c = client_for(u, o.stall_seconds);
     auto res = c->Head(u.path, auth_headers(u, hub, o.token));
-    if (!res) throw Error(fmt::format("{}: {}", current, httplib::to_string(res.error())));
+    if (!res) {
+      throw Error(fmt::format("{}: cannot reach the server ({} error); check the network or HF_ENDPOINT", current,
+                              httplib::to_string(res.error())));
+    }
     if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("X-Linked-Etag"));
     if (t.size == 0 && res->has_header("X-Linked-Size")) t.size = std::stoull(res->get_header_value("X-Linked-Size"));
     if (res->status >= 300 && res->status < 400 && res->has_header("Location")) {
