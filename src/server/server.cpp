@@ -210,7 +210,7 @@ struct Server::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto stream = std::make_shared<StreamTranslator>(*result, chat, popts);
-    auto started = std::make_shared<bool>(false);
+    auto role_sent = std::make_shared<bool>(false);
     // The client went away: stop generating (the slot frees at its next step) and count it once.
     auto gone = std::make_shared<std::function<void()>>([this, job, counted = std::make_shared<std::atomic<bool>>(false)] {
       job->cancel();
@@ -222,7 +222,7 @@ struct Server::Impl {
     const bool include_usage = r.include_usage;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, result, stream, started, gone, include_usage](size_t, httplib::DataSink& sink) {
+        [this, job, result, stream, role_sent, gone, include_usage](size_t, httplib::DataSink& sink) {
           auto write_all = [&](const std::vector<ordered_json>& chunks) {
             for (const auto& c : chunks) {
               const std::string s = sse(c);
@@ -230,8 +230,8 @@ struct Server::Impl {
             }
             return true;
           };
-          if (!*started) {
-            *started = true;
+          if (!*role_sent) {
+            *role_sent = true;
             if (!write_all(stream->start())) {
               (*gone)();
               return false;

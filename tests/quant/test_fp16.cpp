@@ -15,7 +15,8 @@ namespace {
 #if defined(__x86_64__)
 __attribute__((target("f16c"))) float hw_h2f(uint16_t h) { return _cvtsh_ss(h); }
 __attribute__((target("f16c"))) uint16_t hw_f2h(float f) {
-  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+  // The vector form: the scalar macro expands to a compound literal that -Wpedantic rejects.
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
 }
 #endif
 
