@@ -35,7 +35,48 @@ struct BenchArgs {
   std::string compare, llama_bench;
   uint32_t seed = 1;
   bool remeasure = false;
+  std::string suite;
 };
+
+// --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
+//                          {"chat": {"system": 1024, "turns": 4, "user": 64, "answer": 64}}]}
+struct Suite {
+  std::vector<runtime::BenchCase> cases;
+  std::vector<runtime::ChatBenchCase> chats;
+};
+
+Suite read_suite(const std::string& path) {
+  std::ifstream in(path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  if (!j.is_object() || !j.contains("tests") || !j["tests"].is_array() || j["tests"].empty()) {
+    throw Error(fmt::format("{}: expected {{\"tests\": [...]}} with at least one test", path));
+  }
+  Suite s;
+  for (size_t i = 0; i < j["tests"].size(); ++i) {
+    const json& t = j["tests"][i];
+    try {
+      if (t.contains("chat")) {
+        const json& c = t["chat"];
+        s.chats.push_back({c.value("system", 1024), c.value("turns", 4), c.value("user", 64), c.value("answer", 64)});
+      } else {
+        s.cases.push_back({t.value("prompt", 0), t.value("generate", 0), t.value("depth", 0)});
+        if (s.cases.back().prompt > 0 && s.cases.back().generate > 0) {
+          throw Error("a test measures a prompt or a generation, not both (make two tests)");
+        }
+      }
+    } catch (const json::exception& e) {
+      throw Error(fmt::format("{}: test {}: {}", path, i + 1, e.what()));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: test {}: {}", path, i + 1, e.what()));
+    }
+  }
+  return s;
+}
 
 // llama-bench's JSON lines for the same tests: {"n_prompt", "n_gen", "avg_ts"} per test.
 std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
@@ -62,10 +103,21 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto backend = backend::make_cpu_backend();
   backend::ExecOptions opts;
-  int max_p = 0, max_n = 0;
-  for (int p : a.prompts) max_p = std::max(max_p, p);
-  for (int n : a.gens) max_n = std::max(max_n, n);
-  opts.n_ctx = a.depth + max_p + max_n + 8;
+  Suite suite;
+  if (!a.suite.empty()) {
+    suite = read_suite(a.suite);
+  } else {
+    for (int p : a.prompts) {
+      if (p > 0) suite.cases.push_back({p, 0, a.depth});
+    }
+    for (int n : a.gens) {
+      if (n > 0) suite.cases.push_back({0, n, a.depth});
+    }
+  }
+  int64_t need = 8;
+  for (const auto& c : suite.cases) need = std::max<int64_t>(need, int64_t{c.depth} + c.prompt + c.generate + 8);
+  for (const auto& c : suite.chats) need = std::max<int64_t>(need, int64_t{c.system} + int64_t{c.turns} * (c.user + c.answer) + 8);
+  opts.n_ctx = static_cast<int32_t>(need);
   opts.max_tokens = 512;
   opts.threads = a.threads;
   opts.kv_type = a.kv_type == "f32" ? backend::KvType::F32 : a.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
@@ -87,17 +139,27 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     }
     results.push_back(r);
   };
-  for (int p : a.prompts) {
-    if (p <= 0) continue;
-    const auto r = runtime::run_bench_case(session, {p, 0, a.depth}, a.runs, a.warmup, a.seed);
-    add(fmt::format("pp{}{}", p, a.depth ? fmt::format("@d{}", a.depth) : ""), r.prefill, r.prefill_tps, &r.first_token, 0);
+  for (const auto& c : suite.cases) {
+    const auto r = runtime::run_bench_case(session, c, a.runs, a.warmup, a.seed);
+    const std::string at = c.depth ? fmt::format("@d{}", c.depth) : "";
+    if (c.prompt > 0) {
+      add(fmt::format("pp{}{}", c.prompt, at), r.prefill, r.prefill_tps, &r.first_token, 0);
+    } else {
+      // Bytes at the middle of the generated span: the cache grows by one row per token.
+      const auto bytes = runtime::decode_bytes_per_token(session.model().graph, file, opts.kv_type, c.depth + c.generate / 2 + 1);
+      add(fmt::format("tg{}{}", c.generate, at), r.decode, r.decode_tps, nullptr, bytes);
+    }
   }
-  for (int n : a.gens) {
-    if (n <= 0) continue;
-    const auto r = runtime::run_bench_case(session, {0, n, a.depth}, a.runs, a.warmup, a.seed);
-    // Bytes at the middle of the generated span: the cache grows by one row per token.
-    const auto bytes = runtime::decode_bytes_per_token(session.model().graph, file, opts.kv_type, a.depth + n / 2 + 1);
-    add(fmt::format("tg{}{}", n, a.depth ? fmt::format("@d{}", a.depth) : ""), r.decode, r.decode_tps, nullptr, bytes);
+  json chats = json::array();
+  for (const auto& c : suite.chats) {
+    json turns = json::array();
+    for (const auto& t : runtime::run_chat_bench(session, c, a.seed)) {
+      turns.push_back({{"prompt_tokens", t.prompt_tokens},
+                       {"evaluated_tokens", t.evaluated_tokens},
+                       {"first_token_ms", t.first_token_s * 1e3},
+                       {"decode_tokens_per_s", t.decode_tps}});
+    }
+    chats.push_back({{"test", fmt::format("chat s{} x{} u{} a{}", c.system, c.turns, c.user, c.answer)}, {"turns", turns}});
   }
 
   if (!a.compare.empty()) {
@@ -139,7 +201,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                       {"kv_type", a.kv_type},
                                       {"runs", a.runs},
                                       {"read_bandwidth_gb_per_s", bandwidth},
-                                      {"results", results}}));
+                                      {"results", results},
+                                      {"chats", chats}}));
     return 0;
   }
   fmt::print("zinc bench · {} · cpu, {} threads · measured read bandwidth {:.1f} GB/s · {} runs\n\n", name, threads,
@@ -158,6 +221,17 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     if (cmp) fmt::print(" {} |", num("ratio_to_baseline", "{:.2f}x"));
     if (llama) fmt::print(" {} | {} |", num("llama_cpp_tokens_per_s", "{:.1f}"), num("ratio_to_llama_cpp", "{:.2f}x"));
     fmt::print("\n");
+  }
+  for (const auto& c : chats) {
+    fmt::print("\n{}: each turn evaluates only what is new\n\n| turn | conversation tokens | evaluated | first token ms | "
+               "decode tok/s |\n|---|---|---|---|---|\n",
+               c["test"].get<std::string>());
+    int n = 0;
+    for (const auto& t : c["turns"]) {
+      fmt::print("| {} | {} | {} | {:.0f} | {:.1f} |\n", ++n, t["prompt_tokens"].get<int64_t>(),
+                 t["evaluated_tokens"].get<int64_t>(), t["first_token_ms"].get<double>(),
+                 t["decode_tokens_per_s"].get<double>());
+    }
   }
   return 0;
 }
@@ -184,6 +258,8 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::ExistingFile);
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
+  cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
+      ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });
 }
 

@@ -76,6 +76,39 @@ BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, i
   return r;
 }
 
+std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase& c, uint32_t seed) {
+  const int64_t need = static_cast<int64_t>(c.system) + static_cast<int64_t>(c.turns) * (c.user + c.answer) + 1;
+  if (c.system < 1 || c.turns < 1 || c.user < 1 || c.answer < 1 || need > session.n_ctx()) {
+    throw Error(fmt::format("the chat case needs a context of {} tokens and positive sizes; the session has {}", need,
+                            session.n_ctx()));
+  }
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(session.n_vocab() - 1));
+  std::vector<int32_t> conversation(static_cast<size_t>(c.system));
+  for (auto& t : conversation) t = any(rng);
+  session.reset();
+  std::vector<ChatTurnResult> out;
+  for (int32_t turn = 0; turn < c.turns; ++turn) {
+    for (int32_t i = 0; i < c.user; ++i) conversation.push_back(any(rng));
+    ChatTurnResult r;
+    r.prompt_tokens = static_cast<int64_t>(conversation.size());
+    const int64_t before = session.tokens_evaluated();
+    const auto t0 = Clock::now();
+    auto logits = session.eval_reusing_prefix(conversation);
+    int32_t next = argmax(logits);
+    r.first_token_s = since(t0);
+    r.evaluated_tokens = session.tokens_evaluated() - before;
+    const auto t1 = Clock::now();
+    for (int32_t k = 0; k < c.answer; ++k) {
+      conversation.push_back(next);
+      if (k + 1 < c.answer) next = argmax(session.eval(std::span<const int32_t>(&next, 1)));
+    }
+    r.decode_tps = c.answer / since(t1);
+    out.push_back(r);
+  }
+  return out;
+}
+
 uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context) {
   std::vector<bool> matmul_input(g.tensors.size(), false);
   for (const auto& n : g.nodes) {

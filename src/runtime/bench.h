@@ -31,6 +31,20 @@ struct BenchCaseResult {
 // session's context must hold depth + prompt + generate tokens.
 BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, int warmup, uint32_t seed);
 
+// A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
+// an answer; the context keeps what it holds, so a turn evaluates only its new tokens.
+struct ChatBenchCase {
+  int32_t system = 1024, turns = 4, user = 64, answer = 64;
+};
+
+struct ChatTurnResult {
+  int64_t prompt_tokens = 0;     // the whole conversation so far
+  int64_t evaluated_tokens = 0;  // of which evaluated this turn (the rest reused)
+  double first_token_s = 0, decode_tps = 0;
+};
+
+std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase& c, uint32_t seed);
+
 // Bytes one decode step reads with `context` tokens attended: every weight once (an embedding only
 // used for lookup: one row) and, per attention layer, the cached K and V rows it attends.
 uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context);

@@ -348,6 +348,23 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
     EXPECT_EQ(t["llama_cpp_tokens_per_s"].get<double>(), theirs);
     EXPECT_NEAR(t["ratio_to_llama_cpp"].get<double>(), t["tokens_per_s"].get<double>() / theirs, 1e-9);
   }
+  // A suite with a multi-turn chat: after the first turn, only the new user tokens (and the last answer
+  // token, sampled but never evaluated) are evaluated.
+  std::ofstream(home.file("suite.json"))
+      << R"({"tests": [{"generate": 4, "depth": 8}, {"chat": {"system": 100, "turns": 3, "user": 10, "answer": 5}}]})";
+  const json s = json::parse(
+      zinc({"bench", "--json", "-m", stories(), "--suite", home.file("suite.json").string(), "--runs", "1"}).out);
+  EXPECT_EQ(s["results"][0]["test"], "tg4@d8");
+  const auto& turns = s["chats"][0]["turns"];
+  ASSERT_EQ(turns.size(), 3u);
+  EXPECT_EQ(turns[0]["evaluated_tokens"], 110);
+  EXPECT_EQ(turns[1]["prompt_tokens"], 125);
+  EXPECT_EQ(turns[1]["evaluated_tokens"], 11);
+  EXPECT_EQ(turns[2]["evaluated_tokens"], 11);
+  std::ofstream(home.file("bad.json")) << R"({"tests": [{"prompt": 8, "generate": 8}]})";
+  const RunResult bad = zinc({"bench", "-m", stories(), "--suite", home.file("bad.json").string()});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "test 1: a test measures a prompt or a generation")) << bad.err;
   const RunResult table = zinc({"bench", "-m", stories(), "-p", "16", "-n", "8", "--runs", "1", "--warmup", "0"});
   EXPECT_TRUE(contains(table.out, "| tg8 |")) << table.out;
   EXPECT_TRUE(contains(table.out, "% of read BW")) << table.out;
