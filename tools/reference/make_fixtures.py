@@ -83,6 +83,59 @@ def configs():
     }
 
 
+def sparse_configs():
+    """Issue 9's families: MoE, hybrid gated-DeltaNet, GPT-OSS, Gemma 4. Two or six layers, four experts,
+    so each checkpoint stays under ~4 MB while every kind of layer appears."""
+    common = dict(vocab_size=VOCAB, hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                  max_position_embeddings=256, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    hybrid = dict(common, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                  linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64,
+                  linear_num_key_heads=2, linear_num_value_heads=4, partial_rotary_factor=0.25,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                  rms_norm_eps=1e-6)
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128, shared_expert_intermediate_size=128,
+               norm_topk_prob=True)
+    out = {}
+    out["qwen3_moe"] = lambda: transformers.Qwen3MoeConfig(
+        **dict(common, num_hidden_layers=2), intermediate_size=512, moe_intermediate_size=256, num_local_experts=4,
+        num_experts_per_tok=2, norm_topk_prob=True, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    out["qwen3_next"] = lambda: transformers.Qwen3NextConfig(**hybrid, intermediate_size=512, **moe)
+    out["qwen3_5"] = lambda: transformers.Qwen3_5TextConfig(**hybrid, intermediate_size=512)
+    out["qwen3_5_moe"] = lambda: transformers.Qwen3_5MoeTextConfig(**hybrid, **{k: v for k, v in moe.items() if k != "norm_topk_prob"})
+    out["gpt_oss"] = lambda: transformers.GptOssConfig(
+        **dict(common, num_hidden_layers=2), intermediate_size=256, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"], attention_bias=True, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 64, "rope_theta": 150000.0})
+    g4 = dict(common, num_attention_heads=2, num_key_value_heads=1, sliding_window=4, rms_norm_eps=1e-6,
+              hidden_size_per_layer_input=0, vocab_size_per_layer_input=VOCAB, final_logit_softcapping=30.0)
+    out["gemma4"] = lambda: transformers.Gemma4TextConfig(
+        **dict(g4, num_hidden_layers=6, intermediate_size=256,
+               layer_types=["sliding_attention"] * 5 + ["full_attention"]))
+    out["gemma4_moe"] = lambda: transformers.Gemma4TextConfig(
+        **dict(g4, num_hidden_layers=2, intermediate_size=256, layer_types=["sliding_attention", "full_attention"]),
+        enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=128)
+    return out
+
+
+def randomize_sparse(model, seed):
+    """Perturbs the model's own initialisation: norms keep their convention (1 or 0 centred), DeltaNet's
+    A_log and dt_bias their ranges; routers get larger weights so expert choices have visible margins."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.dim() == 1 or "A_log" in name or "dt_bias" in name:
+                p.copy_(p + 0.1 * noise)
+            elif "router" in name or name.endswith("mlp.gate.weight") or ".gate.weight" in name and "proj" not in name:
+                p.copy_(0.5 * noise)
+            elif "lm_head" in name or "embed_tokens" in name:
+                p.copy_(0.25 * noise)
+            else:
+                p.copy_(0.04 * noise)
+
+
 def randomize(model, seed):
     g = torch.Generator().manual_seed(seed)
     gemma = "gemma" in type(model).__name__.lower()
@@ -103,48 +156,79 @@ def randomize(model, seed):
 
 
 def main(out_root, names):
-    for arch, cfg in configs().items():
+    all_configs = dict(configs())
+    for arch, make in sparse_configs().items():
         if names and arch not in names:
             continue
-        print(arch, "rope:", getattr(cfg, "rope_parameters", None))
-        out = os.path.join(out_root, arch)
-        os.makedirs(out, exist_ok=True)
-        n_tokens = make_tokenizer(out)
-        torch.manual_seed(0)
+        try:
+            all_configs[arch] = make()
+        except Exception as e:  # report and go on: one family's config must not stop the others
+            print(f"{arch}: config failed: {type(e).__name__}: {e}")
+    for arch, cfg in all_configs.items():
+        if names and arch not in names:
+            continue
+        try:
+            make_one(arch, cfg, out_root)
+        except Exception as e:  # the other families still get their fixtures
+            import traceback
+            traceback.print_exc()
+            print(f"{arch}: failed: {type(e).__name__}: {e}")
+
+
+def make_one(arch, cfg, out_root):
+    print(arch, "rope:", getattr(cfg, "rope_parameters", None))
+    out = os.path.join(out_root, arch)
+    os.makedirs(out, exist_ok=True)
+    n_tokens = make_tokenizer(out)
+    torch.manual_seed(0)
+    sparse = arch in sparse_configs()
+    try:
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        randomize(model, seed=1234)
-        # Stored weights are bf16 (small files); the reference runs the same bf16 values in float64. The
-        # float64 model is built fresh and loaded from the bf16 weights: converting the bf16 model back
-        # would keep bf16-rounded rotary frequencies (a buffer, not a weight), which real models lack.
-        model = model.to(torch.bfloat16)
-        model.save_pretrained(out, safe_serialization=True)
-        weights = model.state_dict()
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float64)
-        model.load_state_dict({k: v.to(torch.float64) for k, v in weights.items()})
-        model = model.eval()
-        rng = np.random.default_rng(11)
-        # Real tokens only: ids past the tokenizer's list exist in the embedding but not in every GGUF
-        # (Gemma's converter drops those rows).
-        seqs = [[0] + [int(t) for t in rng.integers(2, n_tokens, SEQ_LEN - 1)] for _ in range(3)]
-        ref = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch,
-               "n_tokens": n_tokens,
-               "sequences": seqs, "logits": [], "greedy_prompt": seqs[0], "margins": []}
-        with torch.no_grad():
-            for i, s in enumerate(seqs):
-                logits = model(torch.tensor([s])).logits[0].to(torch.float64).numpy()
-                logits.astype("<f4").tofile(os.path.join(out, f"logits_{i}.f32"))
-                ref["logits"].append({"file": f"logits_{i}.f32", "shape": list(logits.shape)})
-                top2 = np.sort(logits, axis=-1)[:, -2:]
-                ref["margins"].append(float(np.median(top2[:, 1] - top2[:, 0])))
-            # Greedy over real tokens only, for the same reason.
-            gen = model.generate(torch.tensor([seqs[0]]), max_new_tokens=GREEDY, do_sample=False,
-                                 min_new_tokens=GREEDY, pad_token_id=1,
-                                 suppress_tokens=list(range(n_tokens, VOCAB)) or None)
-            ref["greedy"] = [int(t) for t in gen[0][len(seqs[0]):]]
-        with open(os.path.join(out, "reference.json"), "w") as f:
-            json.dump(ref, f, indent=1)
-        size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
-        print(f"{arch}: {size / 1e6:.2f} MB, median top-1 margin {ref['margins']}, greedy {ref['greedy'][:8]}...")
+    except Exception as e:
+        print(f"{arch}: model failed: {type(e).__name__}: {e}")
+        return
+    (randomize_sparse if sparse else randomize)(model, seed=1234)
+    if sparse:
+        with open(os.path.join(out, "parameters.txt"), "w") as f:
+            for name, p in model.named_parameters():
+                f.write(f"{name} {list(p.shape)}\n")
+    # Stored weights are bf16 (small files); the reference runs the same bf16 values in float64. The
+    # float64 model is built fresh and loaded from the bf16 weights: converting the bf16 model back
+    # would keep bf16-rounded rotary frequencies (a buffer, not a weight), which real models lack.
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    weights = model.state_dict()
+    if sparse:
+        # The grouped expert kernels have no float64 path: run the experts one by one.
+        cfg._experts_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float64)
+    if sparse and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")
+    model.load_state_dict({k: v.to(torch.float64) for k, v in weights.items()})
+    model = model.eval()
+    rng = np.random.default_rng(11)
+    # Real tokens only: ids past the tokenizer's list exist in the embedding but not in every GGUF
+    # (Gemma's converter drops those rows).
+    seqs = [[0] + [int(t) for t in rng.integers(2, n_tokens, SEQ_LEN - 1)] for _ in range(3)]
+    ref = {"transformers": transformers.__version__, "torch": torch.__version__, "architecture": arch,
+           "n_tokens": n_tokens,
+           "sequences": seqs, "logits": [], "greedy_prompt": seqs[0], "margins": []}
+    with torch.no_grad():
+        for i, s in enumerate(seqs):
+            logits = model(torch.tensor([s])).logits[0].to(torch.float64).numpy()
+            logits.astype("<f4").tofile(os.path.join(out, f"logits_{i}.f32"))
+            ref["logits"].append({"file": f"logits_{i}.f32", "shape": list(logits.shape)})
+            top2 = np.sort(logits, axis=-1)[:, -2:]
+            ref["margins"].append(float(np.median(top2[:, 1] - top2[:, 0])))
+        # Greedy over real tokens only, for the same reason.
+        gen = model.generate(torch.tensor([seqs[0]]), max_new_tokens=GREEDY, do_sample=False,
+                             min_new_tokens=GREEDY, pad_token_id=1,
+                             suppress_tokens=list(range(n_tokens, VOCAB)) or None)
+        ref["greedy"] = [int(t) for t in gen[0][len(seqs[0]):]]
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
+    print(f"{arch}: {size / 1e6:.2f} MB, median top-1 margin {ref['margins']}, greedy {ref['greedy'][:8]}...")
 
 
 if __name__ == "__main__":
