@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/json_util.h"
+#include "backend/probe.h"
 #include "cli/terminal.h"
 #include "core/system_info.h"
 #include "hub/catalog.h"
@@ -105,10 +106,24 @@ int run_list(bool available, const GlobalOptions& global) {
     for (const auto& m : installed) fmt::print("| {} | {} | {} | {} |\n", m.id, mb(m.size), m.architecture, m.file.string());
     return 0;
   }
-  const uint64_t memory = memory_info().total_bytes;
+  // Where a model could run: system memory for the CPU, and each GPU the backends see.
+  struct Place {
+    std::string name;
+    uint64_t bytes;
+  };
+  std::vector<Place> places{{"CPU", memory_info().total_bytes}};
+  for (const auto& b : backend::probe_all()) {
+    if (!b.ready) continue;
+    for (size_t i = 0; i < b.devices.size(); ++i) {
+      const auto& d = b.devices[i];
+      if (d.kind.find("GPU") == std::string::npos || d.memory_bytes == 0) continue;
+      places.push_back({fmt::format("{}:{} {}", b.name, i, d.name), d.memory_bytes});
+    }
+  }
   json out = json::array();
   for (const auto& e : hub::catalog()) {
-    const bool is_installed = hub::find_installed(e.id).has_value();
+    json fits = json::object();
+    for (const auto& p : places) fits[p.name] = e.min_memory_bytes <= p.bytes;
     out.push_back({{"id", e.id},
                    {"repo", e.repo},
                    {"file", e.file},
@@ -116,19 +131,24 @@ int run_list(bool available, const GlobalOptions& global) {
                    {"size", e.size_bytes},
                    {"architecture", e.architecture},
                    {"min_memory", e.min_memory_bytes},
-                   {"fits_cpu_memory", e.min_memory_bytes <= memory},
-                   {"installed", is_installed}});
+                   {"fits", fits},
+                   {"installed", hub::find_installed(e.id).has_value()}});
   }
   if (global.json) {
     fmt::print("{}\n", dump_json(out));
     return 0;
   }
-  fmt::print("| model | quant | download | memory needed | fits here (CPU, {:.0f} GB) | installed |\n", static_cast<double>(memory) / 1e9);
-  fmt::print("|---|---|---|---|---|---|\n");
+  std::string head = "| model | quant | download | memory needed |", rule = "|---|---|---|---|";
+  for (const auto& p : places) {
+    head += fmt::format(" fits {} ({:.0f} GB) |", p.name, static_cast<double>(p.bytes) / 1e9);
+    rule += "---|";
+  }
+  fmt::print("{} installed |\n{}---|\n", head, rule);
   for (const auto& e : out) {
-    fmt::print("| {} | {} | {:.1f} GB | {:.0f} GB | {} | {} |\n", e["id"].get<std::string>(), e["quant"].get<std::string>(),
-               e["size"].get<double>() / 1e9, e["min_memory"].get<double>() / 1e9, e["fits_cpu_memory"].get<bool>() ? "yes" : "no",
-               e["installed"].get<bool>() ? "yes" : "");
+    std::string row = fmt::format("| {} | {} | {:.1f} GB | {:.0f} GB |", e["id"].get<std::string>(), e["quant"].get<std::string>(),
+                                  e["size"].get<double>() / 1e9, e["min_memory"].get<double>() / 1e9);
+    for (const auto& p : places) row += e["fits"][p.name].get<bool>() ? " yes |" : " no |";
+    fmt::print("{} {} |\n", row, e["installed"].get<bool>() ? "yes" : "");
   }
   return 0;
 }

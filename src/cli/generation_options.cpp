@@ -66,7 +66,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
   cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate per answer (-1 = until the context is full)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));
-  cmd->add_option("-c,--ctx", a.ctx, "Context size in tokens")->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  cmd->add_option("-c,--ctx,--ctx-size", a.ctx, "Context size in tokens (per slot for serve)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)");
   cmd->add_option("--kv-type", a.kv_type, "KV cache storage: f16, f32 or q8_0")
       ->capture_default_str()

@@ -116,6 +116,10 @@ r = await zincRun(["run", "-m", "qwen3:0.6b", "-p", "Once upon a time", "-n", "4
 check(r.status === 0 && r.out.startsWith("Once upon a time,"), "-m takes the installed id", r.err);
 r = await zincRun(["list", "--json"]);
 check(r.status === 0 && JSON.parse(r.out).some((m) => m.id === "qwen3:0.6b" && m.verified), "zinc list shows it");
+r = await zincRun(["list", "--available", "--json"]);
+const entry = r.status === 0 ? JSON.parse(r.out).find((m) => m.id === "qwen3:0.6b") : null;
+check(entry && entry.installed === true && typeof entry.fits.CPU === "boolean" &&
+      JSON.parse(r.out).filter((m) => m.installed).length === 1, "the catalog marks it installed and says where it fits");
 
 // A dropped connection: the next attempt asks for the rest with Range.
 r = await zincRun(["pull", "hf://owner/repo/drop.gguf", ...fast]);
