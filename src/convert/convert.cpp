@@ -29,6 +29,7 @@ struct ArchSpec {
   bool permute_qk;   // Llama: q/k rows reordered for the pairwise rotary form
   bool qk_norm;      // Qwen3, Gemma 3: per-head q/k norms
   bool gemma;        // Gemma 3: sandwich norms stored with their "+1", embeddings cut to the real vocabulary
+  bool moe = false;  // Qwen3 MoE: router and stacked experts instead of one feed-forward network
 };
 
 const ArchSpec kArchs[] = {
@@ -37,6 +38,7 @@ const ArchSpec kArchs[] = {
     {"Qwen2ForCausalLM", "qwen2", false, false, false},
     {"Qwen3ForCausalLM", "qwen3", false, true, false},
     {"Gemma3ForCausalLM", "gemma3", false, true, true},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, true, false, true},
 };
 
 json read_json(const std::filesystem::path& p, bool required) {
@@ -108,6 +110,12 @@ struct PlannedTensor {
   int permute_heads = 0;  // > 0: reorder rows head by head for the pairwise rotary form
   float add = 0.0f;       // added to every element (Gemma's norm weights are stored as 1 + w)
   int64_t max_rows = -1;  // >= 0: keep only the first rows (embeddings cut to the real vocabulary)
+  // Experts: per-expert 2-D tensors stacked into one (rows concatenated), or one half of a fused
+  // gate/up tensor [experts, 2 * width, in] (half 0: gate, 1: up).
+  std::vector<const StTensor*> stack;
+  int64_t half_rows = 0;
+  int half = 0;
+  std::vector<uint64_t> ne;  // the GGUF shape when it differs from the source's reversed shape
 };
 
 // Rotary settings: top-level keys (older configs: rope_theta, rope_scaling) or transformers 5's
@@ -211,6 +219,22 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
   m.set(a + ".embedding_length", Value::u32(n_embd));
   m.set(a + ".block_count", Value::u32(n_layer));
   m.set(a + ".feed_forward_length", Value::u32(cfg<uint32_t>(config, "intermediate_size", config_path)));
+  uint32_t n_expert = 0, n_ff_exp = 0;
+  if (spec->moe) {
+    n_expert = cfg_opt<uint32_t>(config, "num_experts").value_or(cfg_opt<uint32_t>(config, "num_local_experts").value_or(0));
+    n_ff_exp = cfg<uint32_t>(config, "moe_intermediate_size", config_path);
+    const auto used = cfg<uint32_t>(config, "num_experts_per_tok", config_path);
+    if (n_expert == 0 || used == 0 || used > n_expert) {
+      throw Error(fmt::format("{}: {} experts with {} per token is not a mixture", config_path.string(), n_expert, used));
+    }
+    if (cfg_opt<bool>(config, "norm_topk_prob").value_or(true) == false) {
+      throw Error(fmt::format("{}: norm_topk_prob false is not supported for {} (the GGUF form renormalises)",
+                              config_path.string(), hf_arch));
+    }
+    m.set(a + ".expert_count", Value::u32(n_expert));
+    m.set(a + ".expert_used_count", Value::u32(used));
+    m.set(a + ".expert_feed_forward_length", Value::u32(n_ff_exp));
+  }
   m.set(a + ".attention.head_count", Value::u32(n_head));
   m.set(a + ".attention.head_count_kv", Value::u32(n_head_kv));
   const RopeScaling rope = read_rope_scaling(config, config_path);
@@ -284,9 +308,32 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     } else {
       need(hp + "post_attention_layernorm.weight", gp + "ffn_norm.weight");
     }
-    need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
-    need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
-    need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
+    if (spec->moe) {
+      need(hp + "mlp.gate.weight", gp + "ffn_gate_inp.weight");
+      const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
+      if (const StTensor* fused = ckpt.find(hp + "mlp.experts.gate_up_proj")) {
+        // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
+        plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, ff_, 0, {d_, ff_, ne_}});
+        plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, ff_, 1, {d_, ff_, ne_}});
+        plan.push_back({gp + "ffn_down_exps.weight", &ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
+                        {ff_, d_, ne_}});
+      } else {
+        // One tensor per expert, stacked.
+        for (const char* w : {"gate", "up", "down"}) {
+          std::vector<const StTensor*> parts;
+          for (uint32_t e = 0; e < n_expert; ++e) {
+            parts.push_back(&ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, w)));
+          }
+          const bool down = std::string(w) == "down";
+          plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, w), parts[0], 0, 0.0f, -1, parts, 0, 0,
+                          down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
+        }
+      }
+    } else {
+      need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
+      need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
+      need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
+    }
   }
   need("model.norm.weight", "output_norm.weight");
   if (!spec->gemma && !cfg_opt<bool>(config, "tie_word_embeddings").value_or(false)) {
@@ -310,8 +357,20 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
       throw Error(fmt::format("{}: tensor '{}' has {} dimensions", dir.string(), t.name, t.shape.size()));
     }
     std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // GGUF lists the contiguous dimension first
+    if (!p.ne.empty()) ne = p.ne;
     const auto cols = static_cast<int64_t>(ne[0]);
-    int64_t rows = t.n_elements() / std::max<int64_t>(1, cols);
+    int64_t rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) rows *= static_cast<int64_t>(ne[i]);
+    // The source must hold what the target shape reads.
+    int64_t available = 0;
+    for (const StTensor* part : p.stack.empty() ? std::vector<const StTensor*>{p.src} : p.stack) {
+      available += part->n_elements();
+    }
+    if (p.half_rows > 0) available /= 2;
+    if (available < rows * cols && p.max_rows < 0) {
+      throw Error(fmt::format("{}: tensor '{}' has {} elements, '{}' needs {}", dir.string(), t.name, available, p.gguf_name,
+                              rows * cols));
+    }
     if (p.max_rows >= 0 && ne.size() == 2 && p.max_rows < rows) {
       rows = p.max_rows;
       ne[1] = static_cast<uint64_t>(rows);
@@ -332,7 +391,10 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     const StTensor* src = p.src;
     const int heads = p.permute_heads;
     const float add = p.add;
-    w.add_tensor(p.gguf_name, type, ne, [src, type, cols, rows, heads, add](const auto& emit) {
+    const auto stack = p.stack;
+    const int64_t half_rows = p.half_rows;
+    const int half = p.half;
+    w.add_tensor(p.gguf_name, type, ne, [src, stack, half_rows, half, type, cols, rows, heads, add](const auto& emit) {
       const size_t rs = quant::row_size(type, cols);
       std::vector<float> row(static_cast<size_t>(cols));
       std::vector<uint8_t> packed(rs);
@@ -344,7 +406,15 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
           const int64_t h = r / per_head, k = r % per_head, half = per_head / 2;
           from = h * per_head + (k % 2) * half + k / 2;
         }
-        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = load_element(*src, from * cols + c) + add;
+        const StTensor* from_tensor = src;
+        if (!stack.empty()) {  // rows of the stacked parts, one part after another
+          const int64_t per = rows / static_cast<int64_t>(stack.size());
+          from_tensor = stack[static_cast<size_t>(r / per)];
+          from = r % per;
+        } else if (half_rows > 0) {  // one half of each expert's fused rows
+          from = (r / half_rows) * 2 * half_rows + half * half_rows + r % half_rows;
+        }
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = load_element(*from_tensor, from * cols + c) + add;
         quant::quantize_row(type, row.data(), packed.data(), cols);
         emit(std::span<const uint8_t>(packed));
       }

@@ -34,6 +34,8 @@ struct Preset {
   const char* pre;  // tokenizer.ggml.pre of the real model
   float rope_linear = 0;  // Gemma 3: linear scaling factor of the global layers
   uint32_t sliding_window = 0;
+  int n_expert = 0, n_expert_used = 0;  // mixtures of experts
+  int64_t n_ff_exp = 0;
 };
 
 // Shapes and settings of the released models.
@@ -44,6 +46,7 @@ const Preset kPresets[] = {
     {"qwen3-8b", "qwen3", 36, 4096, 12288, 151936, 32, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
     {"qwen3-14b", "qwen3", 40, 5120, 17408, 151936, 40, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
     {"qwen3-32b", "qwen3", 64, 5120, 25600, 151936, 64, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 151936, 32, 4, 128, 1e6f, 1e-6f, false, 40960, "qwen2", 0, 0, 128, 8, 768},
     {"llama3-8b", "llama", 32, 4096, 14336, 128256, 32, 8, 128, 5e5f, 1e-5f, false, 131072, "llama-bpe"},
     {"gemma3-1b", "gemma3", 26, 1152, 6912, 262144, 4, 1, 256, 1e6f, 1e-6f, true, 32768, "default", 0, 512},
     {"gemma3-12b", "gemma3", 48, 3840, 15360, 262144, 16, 8, 256, 1e6f, 1e-6f, true, 131072, "default", 8, 1024},
@@ -155,6 +158,11 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   m.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(p.head_dim)));
   if (a == "llama") m.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(p.head_dim)));
   if (p.sliding_window) m.set(a + ".attention.sliding_window", Value::u32(p.sliding_window));
+  if (p.n_expert > 0) {
+    m.set(a + ".expert_count", Value::u32(static_cast<uint32_t>(p.n_expert)));
+    m.set(a + ".expert_used_count", Value::u32(static_cast<uint32_t>(p.n_expert_used)));
+    m.set(a + ".expert_feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff_exp)));
+  }
   if (p.rope_linear > 0) {
     m.set(a + ".rope.scaling.type", Value::str("linear"));
     m.set(a + ".rope.scaling.factor", Value::f32(p.rope_linear));
@@ -199,9 +207,17 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     }
     if (gemma) ts.push_back({b + "post_attention_norm.weight", {d}, true});
     ts.push_back({b + "ffn_norm.weight", {d}, true});
-    ts.push_back({b + "ffn_gate.weight", {d, ff}, false});
-    ts.push_back({b + "ffn_up.weight", {d, ff}, false});
-    ts.push_back({b + "ffn_down.weight", {ff, d}, false});
+    if (p.n_expert > 0) {
+      const auto ne = static_cast<uint64_t>(p.n_expert), fe = static_cast<uint64_t>(p.n_ff_exp);
+      ts.push_back({b + "ffn_gate_inp.weight", {d, ne}, false});
+      ts.push_back({b + "ffn_gate_exps.weight", {d, fe, ne}, false});
+      ts.push_back({b + "ffn_up_exps.weight", {d, fe, ne}, false});
+      ts.push_back({b + "ffn_down_exps.weight", {fe, d, ne}, false});
+    } else {
+      ts.push_back({b + "ffn_gate.weight", {d, ff}, false});
+      ts.push_back({b + "ffn_up.weight", {d, ff}, false});
+      ts.push_back({b + "ffn_down.weight", {ff, d}, false});
+    }
     if (gemma) ts.push_back({b + "post_ffw_norm.weight", {d}, true});
   }
   ts.push_back({"output_norm.weight", {d}, true});
@@ -224,11 +240,12 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     info.name = t.name;
     info.type = TensorType::F32;
     info.n_dims = static_cast<uint32_t>(t.ne.size());
-    info.ne = {t.ne[0], t.ne.size() > 1 ? t.ne[1] : 1, 1, 1};
+    info.ne = {t.ne[0], t.ne.size() > 1 ? t.ne[1] : 1, t.ne.size() > 2 ? t.ne[2] : 1, 1};
     const auto choice = selector.choose(info);
     const TensorType type = choice.convert ? choice.type : TensorType::F32;
     const auto cols = static_cast<int64_t>(t.ne[0]);
-    const int64_t rows = t.ne.size() > 1 ? static_cast<int64_t>(t.ne[1]) : 1;
+    int64_t rows = 1;
+    for (size_t i = 1; i < t.ne.size(); ++i) rows *= static_cast<int64_t>(t.ne[i]);
     report.parameters += static_cast<uint64_t>(cols * rows);
     const bool norm = t.norm;
     const uint32_t s = tensor_seed++;

@@ -21,6 +21,7 @@ const char* op_name(Op op) {
     case Op::GeGLU: return "geglu";
     case Op::Softcap: return "softcap";
     case Op::SelectLast: return "select_last";
+    case Op::MoE: return "moe";
   }
   return "?";
 }
@@ -178,6 +179,27 @@ TensorId Builder::softcap(TensorId x, float cap, const std::string& name, int la
 TensorId Builder::select_last(TensorId x, const std::string& name) {
   const TensorId out = act(name, width(x));
   emit(Op::SelectLast, out, {x});
+  return out;
+}
+
+TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps,
+                      int n_expert_used, bool norm_topk, const std::string& name, int layer) {
+  const auto& r = g_.tensor(router);
+  const auto& gt = g_.tensor(gate_exps);
+  const auto& ut = g_.tensor(up_exps);
+  const auto& dt = g_.tensor(down_exps);
+  const int64_t d = width(x), n_expert = r.ne[1], ff = gt.ne[1];
+  if (r.ne[0] != d || gt.ne[0] != d || gt.ne[2] != n_expert || ut.ne != gt.ne || dt.ne[0] != ff || dt.ne[1] != d ||
+      dt.ne[2] != n_expert || n_expert_used < 1 || n_expert_used > n_expert) {
+    throw Error(fmt::format("{}: experts do not fit: router {}x{}, gate {}x{}x{}, down {}x{}x{}, {} of {} used", name,
+                            r.ne[0], r.ne[1], gt.ne[0], gt.ne[1], gt.ne[2], dt.ne[0], dt.ne[1], dt.ne[2], n_expert_used,
+                            n_expert));
+  }
+  const TensorId out = act(name, d, layer);
+  Node& n = emit(Op::MoE, out, {x, router, gate_exps, up_exps, down_exps});
+  n.n_expert = static_cast<int>(n_expert);
+  n.n_expert_used = n_expert_used;
+  n.norm_topk = norm_topk;
   return out;
 }
 

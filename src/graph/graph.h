@@ -61,6 +61,9 @@ enum class Op : uint8_t {
   GeGLU,       // out = gelu_tanh(gate) * up                                  in: gate, up
   Softcap,     // out = cap * tanh(x / cap)                                   in: x
   SelectLast,  // out = the last token's row only, unless the step asks for all logits  in: x
+  MoE,         // mixture of experts with SwiGLU experts: router softmax over n_expert, the top
+               // n_expert_used (renormalised when norm_topk), out = sum of w_e * down_e(silu(gate_e x) * up_e x)
+               //                                             in: x, router, gate_exps, up_exps, down_exps
 };
 
 struct Node {
@@ -74,6 +77,8 @@ struct Node {
   RopeMode rope_mode = RopeMode::Normal;
   RopeParams rope;
   int sliding_window = 0;  // Attention: 0 = full causal
+  int n_expert = 0, n_expert_used = 0;  // MoE
+  bool norm_topk = false;               // MoE: renormalise the selected experts' weights to sum to 1
   int layer = -1;          // Attention: which KV cache
 };
 
@@ -121,6 +126,9 @@ class Builder {
   TensorId geglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId softcap(TensorId x, float cap, const std::string& name, int layer);
   TensorId select_last(TensorId x, const std::string& name);
+  // Experts are 3-D weights {in, out, n_expert}; the router is {width, n_expert}.
+  TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
+               bool norm_topk, const std::string& name, int layer);
 
  private:
   int64_t width(TensorId id) const;

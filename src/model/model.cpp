@@ -19,6 +19,7 @@ const ArchEntry kArchitectures[] = {
     {"llama", build_llama},
     {"qwen2", build_qwen2},
     {"qwen3", build_qwen3},
+    {"qwen3moe", build_qwen3moe},
     {"gemma3", build_gemma3},
 };
 

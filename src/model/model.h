@@ -20,6 +20,8 @@ struct HParams {
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   graph::RopeParams rope;
+  int n_expert = 0, n_expert_used = 0;  // mixture-of-experts models
+  int64_t n_ff_exp = 0;
 };
 
 struct Model {
@@ -52,6 +54,8 @@ graph::TensorId optional_weight(graph::Builder& b, const gguf::File& f, const st
 struct StandardOptions {
   graph::RopeMode rope_mode = graph::RopeMode::Normal;
   bool qk_norm = false;  // per-head RMSNorm of q and k before the rotation (attn_q_norm / attn_k_norm)
+  bool moe = false;      // the feed-forward network is a mixture of SwiGLU experts (ffn_*_exps)
+  bool moe_norm_topk = true;
 };
 graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string& arch, const StandardOptions& opt);
 
@@ -59,6 +63,7 @@ graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string&
 graph::Graph build_llama(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen2(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3(const gguf::File& f, HParams& hp);
+graph::Graph build_qwen3moe(const gguf::File& f, HParams& hp);
 graph::Graph build_gemma3(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model

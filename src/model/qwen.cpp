@@ -14,4 +14,12 @@ graph::Graph build_qwen3(const gguf::File& f, HParams& hp) {
   return build_standard(f, hp, "qwen3", {graph::RopeMode::NeoX, true});
 }
 
+// Qwen3 MoE: Qwen3's attention with every feed-forward network a mixture of SwiGLU experts, the
+// selected experts' weights renormalised (as the released models configure).
+graph::Graph build_qwen3moe(const gguf::File& f, HParams& hp) {
+  StandardOptions o{graph::RopeMode::NeoX, true};
+  o.moe = true;
+  return build_standard(f, hp, "qwen3moe", o);
+}
+
 }  // namespace zinc::model

@@ -16,10 +16,11 @@ for (const arch of archs) {
   const model = await llama.loadModel({ modelPath: path.join(ggufDir, `${arch}.gguf`) });
   const ctx = await model.createContext({ contextSize: 128, threads: 1 });
   const seq = ctx.getSequence();
-  // The reference chose among real tokens only (padding ids suppressed): so does this.
+  // The reference chose among real tokens only (padding ids suppressed), and never the end-of-sequence
+  // token 1 (generated with min_new_tokens): so does this.
   const pick = (logits) => {
     let best = -1, bestV = -Infinity;
-    for (const [t, v] of logits) if (t < ref.n_tokens && v > bestV) { best = t; bestV = v; }
+    for (const [t, v] of logits) if (t < ref.n_tokens && t !== 1 && v > bestV) { best = t; bestV = v; }
     return best;
   };
   const prompt = ref.greedy_prompt;

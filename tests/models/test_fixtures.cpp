@@ -100,9 +100,12 @@ Agreement compare(const gguf::File& f, const Reference& ref) {
   return a;
 }
 
-// Greedy choice among the real tokens (the reference suppressed the padding ids).
+// Greedy choice among the real tokens (the reference suppressed the padding ids), never the fixtures'
+// end-of-sequence token 1: the reference generated with min_new_tokens, which suppresses it.
 int32_t pick(std::span<const float> logits, int64_t n_tokens) {
-  return runtime::argmax(logits.first(static_cast<size_t>(std::min<int64_t>(n_tokens, static_cast<int64_t>(logits.size())))));
+  std::vector<float> l(logits.begin(), logits.begin() + std::min<int64_t>(n_tokens, static_cast<int64_t>(logits.size())));
+  l[1] = -INFINITY;
+  return runtime::argmax(l);
 }
 
 std::vector<int32_t> greedy(const gguf::File& f, const std::vector<int32_t>& prompt, size_t n, int64_t n_tokens) {
@@ -182,6 +185,9 @@ TEST_P(Fixture, MatchesTransformers) {
     levels.insert(levels.end(), {{"Q8_0", 5e-3, 0.95, false, 0.9}, {"Q6_K", 3e-2, 0.85, false, 0.75},
                                  {"Q4_K_M", 0.35, 0.6, false, 0.5}});
   }
+  // Mixtures of experts route each token by its router's top choices: quantization noise that flips one
+  // (measured: 0.33 at Q4_K_M on this fixture) moves the logits further than in a dense model.
+  if (GetParam().find("moe") != std::string::npos) levels.back().max_kl = 0.6;
   for (const Level& lv : levels) {
     quant::QuantizeOptions qo;
     qo.mixture = *quant::mixture_by_name(lv.mixture);
@@ -272,7 +278,7 @@ TEST(ModelLoad, RejectsUnknownRopeScalingType) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn"));
+INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe"));
 
 }  // namespace
 }  // namespace zinc

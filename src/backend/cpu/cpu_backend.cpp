@@ -202,6 +202,10 @@ class CpuExecutable final : public Executable {
         n = in_rows(0);
         cpu::softcap(buf(node.in[0]), out, n * width, node.cap);
         break;
+      case Op::MoE:
+        n = in_rows(0);
+        moe(node, buf(node.in[0]), n, out);
+        break;
       case Op::SelectLast: {
         const int64_t have = in_rows(0);
         const float* src = buf(node.in[0]);
@@ -216,6 +220,67 @@ class CpuExecutable final : public Executable {
       }
     }
     rows[static_cast<size_t>(node.out)] = n;
+  }
+
+  // Mixture of experts. Routing per token (softmax over all experts, top-k, optional renormalisation),
+  // then each expert runs once over the tokens routed to it (a matrix-matrix product in prefill),
+  // its outputs added back scaled by their routing weights.
+  void moe(const Node& node, const float* x, int64_t n, float* out) {
+    const auto& rt = g_.tensor(node.in[1]);
+    const auto& gt = g_.tensor(node.in[2]);
+    const auto& dt = g_.tensor(node.in[4]);
+    const int64_t d = rt.ne[0], ff = gt.ne[1];
+    const int ne = node.n_expert, k = node.n_expert_used;
+    std::vector<float> logits(static_cast<size_t>(n * ne));
+    quant::matmul(rt.type, w(node.in[1]), ne, d, x, n, logits.data(), pool_);
+    std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(ne));  // (token, weight)
+    std::vector<int> order(static_cast<size_t>(ne));
+    for (int64_t t = 0; t < n; ++t) {
+      float* l = logits.data() + t * ne;
+      const float mx = *std::max_element(l, l + ne);
+      float sum = 0;
+      for (int e = 0; e < ne; ++e) sum += l[e] = std::exp(l[e] - mx);
+      for (int e = 0; e < ne; ++e) l[e] /= sum;
+      for (int e = 0; e < ne; ++e) order[static_cast<size_t>(e)] = e;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      float top = 0;
+      for (int i = 0; i < k; ++i) top += l[order[static_cast<size_t>(i)]];
+      for (int i = 0; i < k; ++i) {
+        const int e = order[static_cast<size_t>(i)];
+        routed[static_cast<size_t>(e)].emplace_back(t, node.norm_topk ? l[e] / top : l[e]);
+      }
+    }
+    std::fill(out, out + n * d, 0.0f);
+    const size_t gate_bytes = quant::row_size(gt.type, d) * static_cast<size_t>(ff);
+    const auto up_type = g_.tensor(node.in[3]).type;
+    const size_t up_bytes = quant::row_size(up_type, d) * static_cast<size_t>(ff);
+    const size_t down_bytes = quant::row_size(dt.type, ff) * static_cast<size_t>(d);
+    const auto* gate_base = static_cast<const uint8_t*>(w(node.in[2]));
+    const auto* up_base = static_cast<const uint8_t*>(w(node.in[3]));
+    const auto* down_base = static_cast<const uint8_t*>(w(node.in[4]));
+    std::vector<float> xs, g, u, y;
+    for (int e = 0; e < ne; ++e) {
+      const auto& tokens = routed[static_cast<size_t>(e)];
+      if (tokens.empty()) continue;
+      const auto m = static_cast<int64_t>(tokens.size());
+      xs.resize(static_cast<size_t>(m * d));
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(xs.data() + i * d, x + tokens[static_cast<size_t>(i)].first * d, static_cast<size_t>(d) * sizeof(float));
+      }
+      g.resize(static_cast<size_t>(m * ff));
+      u.resize(static_cast<size_t>(m * ff));
+      y.resize(static_cast<size_t>(m * d));
+      quant::matmul(gt.type, gate_base + gate_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, g.data(), pool_);
+      quant::matmul(up_type, up_base + up_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, u.data(), pool_);
+      cpu::swiglu(g.data(), u.data(), g.data(), m * ff);
+      quant::matmul(dt.type, down_base + down_bytes * static_cast<size_t>(e), d, ff, g.data(), m, y.data(), pool_);
+      for (int64_t i = 0; i < m; ++i) {
+        const auto [t, wt] = tokens[static_cast<size_t>(i)];
+        float* o = out + t * d;
+        const float* yr = y.data() + i * d;
+        for (int64_t j = 0; j < d; ++j) o[j] += wt * yr[j];
+      }
+    }
   }
 
   // A small weight (norm, bias) as floats: in place when stored as F32, converted otherwise.
