@@ -208,6 +208,38 @@ TEST_P(Fixture, MatchesTransformers) {
   }
 }
 
+TEST_P(Fixture, PrefillThenDecodeEqualsOnePrefill) {
+  // Prefilling 8 tokens then decoding the rest one at a time must give the logits of prefilling the
+  // whole sequence at once: the cache (and any other per-session state) carries between steps.
+  const Reference ref = load_reference(kFixtures / GetParam());
+  test::TempDir tmp;
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(kFixtures / GetParam(), tmp.file("m.gguf"), copts);
+  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.kv_type = backend::KvType::F32;
+  const auto& seq = ref.sequences[2];
+  runtime::Session whole(f, *backend, opts);
+  const auto all = whole.eval(seq, true);
+  const std::vector<float> expected(all.begin(), all.end());
+  runtime::Session steps(f, *backend, opts);
+  const auto nv = static_cast<size_t>(steps.n_vocab());
+  std::vector<float> got;
+  const auto first = steps.eval(std::span<const int32_t>(seq.data(), 8), true);
+  got.assign(first.begin(), first.end());
+  for (size_t i = 8; i < seq.size(); ++i) {
+    const auto l = steps.eval(std::span<const int32_t>(&seq[i], 1));
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  ASSERT_EQ(got.size(), expected.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expected[i]));
+  EXPECT_LT(worst, 1e-4) << GetParam() << " over " << got.size() / nv << " positions";
+}
+
 TEST(KvCache, Q8_0CacheStaysCloseToF32) {
   // K and V rows stored as Q8_0 (relative rounding ~0.5%) must move the logits of the fixture's
   // 16-token sequences by well under the quantization noise of the weights themselves (~2%).
