@@ -23,6 +23,8 @@ using nlohmann::json;
 struct PullArgs {
   std::string spec;
   int retries = 5, stall_seconds = 30, retry_delay_ms = 1000;
+  int connections = 4;
+  uint64_t parallel_min_mb = 256;
 };
 
 std::string mb(uint64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
@@ -32,6 +34,8 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
   o.retries = a.retries;
   o.stall_seconds = a.stall_seconds;
   o.retry_delay_ms = a.retry_delay_ms;
+  o.connections = a.connections;
+  o.parallel_min_bytes = a.parallel_min_mb << 20;
   if (const char* t = std::getenv("HF_TOKEN"); t && *t) o.token = t;
   const bool tty = is_terminal(stderr);
   int last_decile = -1;
@@ -73,7 +77,8 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
                                       {"verified", r.model.verified},
                                       {"already_installed", r.already_installed},
                                       {"resumed_from", r.download.resumed_from},
-                                      {"retries", r.download.retries}}));
+                                      {"retries", r.download.retries},
+                                      {"connections", r.download.connections}}));
   } else if (r.already_installed) {
     fmt::print("{} is already installed: {}\n", r.model.id, r.model.file.string());
   } else {
@@ -160,6 +165,11 @@ void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
   pull->add_option("--retries", p->retries, "Attempts after a failure, each resuming")->capture_default_str();
   pull->add_option("--stall-timeout", p->stall_seconds, "Seconds without data before reconnecting")->capture_default_str();
   pull->add_option("--retry-delay-ms", p->retry_delay_ms, "Wait before the first retry (doubles each time)")
+      ->capture_default_str();
+  pull->add_option("--connections", p->connections, "Byte ranges fetched at once for large files")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 32));
+  pull->add_option("--parallel-min-mb", p->parallel_min_mb, "Files at least this large use several connections")
       ->capture_default_str();
   pull->callback([p, &global, &run] { run = [p, &global] { return run_pull(*p, global); }; });
 

@@ -7,6 +7,12 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -66,6 +72,7 @@ struct Target {
   std::string url;     // after redirects
   std::string digest;  // published SHA-256, or ""
   uint64_t size = 0;   // 0 if unknown
+  bool ranges = false; // the server said it serves byte ranges
 };
 
 httplib::Headers auth_headers(const Url& u, const Url& hub, const std::string& token) {
@@ -104,10 +111,166 @@ Target locate(const std::string& url, const DownloadOptions& o) {
     if (res->status != 200) throw Error(status_error(current, res->status));
     if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("ETag"));
     if (t.size == 0 && res->has_header("Content-Length")) t.size = std::stoull(res->get_header_value("Content-Length"));
+    t.ranges = res->get_header_value("Accept-Ranges") == "bytes";
     t.url = current;
     return t;
   }
   throw Error(fmt::format("{}: too many redirects", url));
+}
+
+DownloadResult finish_download(const Target& t, const std::filesystem::path& part, const std::filesystem::path& meta,
+                               const std::filesystem::path& dest, const DownloadOptions& o, DownloadResult r) {
+  namespace fs = std::filesystem;
+  r.size = fs::file_size(part);
+  if (t.size > 0 && r.size != t.size) {
+    throw Error(fmt::format("{}: got {} bytes, expected {}", t.url, r.size, t.size));
+  }
+  r.sha256 = sha256_file(part);
+  if (!t.digest.empty()) {
+    if (r.sha256 != t.digest) {
+      fs::remove(part);
+      fs::remove(meta);
+      throw Error(fmt::format("{}: SHA-256 mismatch (published {}, downloaded {}); the file was discarded", t.url,
+                              t.digest, r.sha256));
+    }
+    r.verified = true;
+  }
+  if (o.validate) {
+    try {
+      o.validate(part);
+    } catch (...) {
+      fs::remove(part);
+      fs::remove(meta);
+      throw;
+    }
+  }
+  fs::rename(part, dest);
+  fs::remove(meta);
+  return r;
+}
+
+
+// Fetches the file as o.connections byte ranges at once into a preallocated `part`, each range resumed
+// on its own after a drop or a stall; `state` (the meta file's content) records each range's progress
+// so a later run continues where this one stopped.
+void fetch_parallel(const Target& t, const std::string& url, const std::filesystem::path& part,
+                    const std::filesystem::path& meta, nlohmann::json state, const DownloadOptions& o, DownloadResult& r) {
+  struct Segment {
+    uint64_t start = 0, end = 0;  // [start, end)
+    std::atomic<uint64_t> done{0};
+  };
+  std::vector<std::unique_ptr<Segment>> segs;
+  if (state.contains("segments")) {
+    for (const auto& sg : state["segments"]) {
+      auto seg = std::make_unique<Segment>();
+      seg->start = sg.at(0).get<uint64_t>();
+      seg->end = sg.at(1).get<uint64_t>();
+      seg->done = std::min(sg.at(2).get<uint64_t>(), seg->end - seg->start);
+      segs.push_back(std::move(seg));
+    }
+  } else {
+    const uint64_t n = static_cast<uint64_t>(o.connections), per = (t.size + n - 1) / n;
+    for (uint64_t s0 = 0; s0 < t.size; s0 += per) {
+      auto seg = std::make_unique<Segment>();
+      seg->start = s0;
+      seg->end = std::min(t.size, s0 + per);
+      segs.push_back(std::move(seg));
+    }
+  }
+  const int fd = ::open(part.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) throw Error(fmt::format("{}: cannot write", part.string()));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::ftruncate(fd, static_cast<off_t>(t.size)) != 0) throw Error(fmt::format("{}: cannot allocate", part.string()));
+  uint64_t resumed = 0;
+  for (const auto& sg : segs) resumed += sg->done;
+  r.resumed_from = resumed;
+  r.connections = static_cast<int>(segs.size());
+  auto save = [&] {
+    nlohmann::json j = state;
+    j["segments"] = nlohmann::json::array();
+    for (const auto& sg : segs) j["segments"].push_back({sg->start, sg->end, sg->done.load()});
+    const auto tmp = meta.string() + ".tmp";
+    std::ofstream(tmp) << j.dump();
+    std::filesystem::rename(tmp, meta);
+  };
+  save();
+  const Url hub = parse_url(url), target = parse_url(t.url);
+  std::atomic<bool> failed{false};
+  std::atomic<int> retries{0};
+  std::string failure;
+  std::mutex failure_mutex;
+  std::vector<std::thread> workers;
+  for (auto& segp : segs) {
+    workers.emplace_back([&, seg = segp.get()] {
+      int delay = o.retry_delay_ms;
+      for (int attempt = 0; seg->done < seg->end - seg->start && !failed; ++attempt) {
+        auto c = client_for(target, o.stall_seconds);
+        httplib::Headers h = auth_headers(target, hub, o.token);
+        h.emplace("Range", fmt::format("bytes={}-{}", seg->start + seg->done, seg->end - 1));
+        int status = 0;
+        auto res = c->Get(
+            target.path, h,
+            [&](const httplib::Response& resp) {
+              status = resp.status;
+              return status == 206;
+            },
+            [&](const char* data, size_t n) {
+              const uint64_t room = seg->end - seg->start - seg->done;
+              const size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+              if (::pwrite(fd, data, take, static_cast<off_t>(seg->start + seg->done)) != static_cast<ssize_t>(take)) return false;
+              seg->done += take;
+              return !failed.load();
+            });
+        if (seg->done >= seg->end - seg->start) break;
+        if (status != 0 && status != 206) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          failure = status == 200 ? fmt::format("{}: the server ignored a byte range", t.url) : status_error(t.url, status);
+          failed = true;
+          break;
+        }
+        if (attempt >= o.retries) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          failure = fmt::format("{}: a range keeps failing ({})", t.url, res ? "connection closed early" : httplib::to_string(res.error()));
+          failed = true;
+          break;
+        }
+        ++retries;
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+        delay *= 2;
+      }
+    });
+  }
+  // Progress and the resume record from this thread, while the ranges come in.
+  auto last = std::chrono::steady_clock::now();
+  uint64_t last_done = resumed;
+  for (;;) {
+    bool running = false;
+    uint64_t done = 0;
+    for (const auto& sg : segs) {
+      done += sg->done;
+      running = running || sg->done < sg->end - sg->start;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last).count();
+    if (o.progress) o.progress(done, t.size, s > 0 ? static_cast<double>(done - last_done) / s : 0.0);
+    if (!running || failed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (s >= 1.0) {
+      save();
+      last = now;
+      last_done = done;
+    }
+  }
+  for (auto& w : workers) w.join();
+  save();
+  r.retries = retries;
+  if (failed) {
+    throw Error(fmt::format("{} ({} of {} bytes kept; run the same pull again to resume)", failure,
+                            [&] { uint64_t d = 0; for (const auto& sg : segs) d += sg->done; return d; }(), t.size));
+  }
 }
 
 }  // namespace
@@ -135,21 +298,39 @@ DownloadResult download(const std::string& url, const std::filesystem::path& des
   const Target t = locate(url, o);
   const fs::path part = dest.string() + ".part", meta = dest.string() + ".part.json";
   fs::create_directories(dest.parent_path());
-  // A partial file resumes only if it is the same content (same digest and size).
+  // A partial file resumes only if it is the same content (same digest and size); a parallel one also
+  // records how far each of its ranges got.
   const nlohmann::json want = {{"url", url}, {"sha256", t.digest}, {"size", t.size}};
+  nlohmann::json have;
   {
     std::ifstream in(meta);
-    nlohmann::json have;
     try {
       if (in) have = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception&) {
     }
-    if (have != want) {
+    if (!have.is_object() || have.value("url", "") != url || have.value("sha256", "") != t.digest ||
+        have.value("size", uint64_t{0}) != t.size) {
       fs::remove(part);
+      have = want;
       std::ofstream(meta) << want.dump();
     }
   }
   DownloadResult r;
+  const bool resume_parallel = have.contains("segments") && fs::exists(part);
+  const bool start_parallel = !fs::exists(part) && o.connections > 1 && t.ranges && t.size >= o.parallel_min_bytes &&
+                              t.size >= static_cast<uint64_t>(o.connections);
+  if (resume_parallel || start_parallel) {
+    if (t.size > 0) {
+      const auto space = fs::space(dest.parent_path());
+      if (!resume_parallel && space.available < t.size + (64u << 20)) {
+        throw Error(fmt::format("not enough free disk space in {}: {:.1f} GB needed, {:.1f} GB free",
+                                dest.parent_path().string(), static_cast<double>(t.size) / 1e9,
+                                static_cast<double>(space.available) / 1e9));
+      }
+    }
+    fetch_parallel(t, url, part, meta, resume_parallel ? have : want, o, r);
+    return finish_download(t, part, meta, dest, o, r);
+  }
   uint64_t offset = fs::exists(part) ? fs::file_size(part) : 0;
   r.resumed_from = offset;
   if (t.size > 0) {
@@ -221,32 +402,8 @@ DownloadResult download(const std::string& url, const std::filesystem::path& des
     std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     delay *= 2;
   }
-  r.size = fs::file_size(part);
-  if (t.size > 0 && r.size != t.size) {
-    throw Error(fmt::format("{}: got {} bytes, expected {}", t.url, r.size, t.size));
-  }
-  r.sha256 = sha256_file(part);
-  if (!t.digest.empty()) {
-    if (r.sha256 != t.digest) {
-      fs::remove(part);
-      fs::remove(meta);
-      throw Error(fmt::format("{}: SHA-256 mismatch (published {}, downloaded {}); the file was discarded", t.url,
-                              t.digest, r.sha256));
-    }
-    r.verified = true;
-  }
-  if (o.validate) {
-    try {
-      o.validate(part);
-    } catch (...) {
-      fs::remove(part);
-      fs::remove(meta);
-      throw;
-    }
-  }
-  fs::rename(part, dest);
-  fs::remove(meta);
-  return r;
+  return finish_download(t, part, meta, dest, o, r);
 }
+
 
 }  // namespace zinc::hub

@@ -17,6 +17,9 @@ struct DownloadOptions {
   int stall_seconds = 30;       // no byte for this long: drop the connection and retry
   int retry_delay_ms = 1000;    // before the first retry; doubles each time
   std::string token;            // bearer token for the hub's own host (HF_TOKEN)
+  // Large files come down over several connections at once (each a byte range, resumed on its own).
+  int connections = 4;
+  uint64_t parallel_min_bytes = 256ull << 20;
   // Called as bytes arrive: done, total (0 if unknown), bytes/s over the last seconds.
   std::function<void(uint64_t done, uint64_t total, double rate)> progress;
   // Checked before the file is renamed into place (e.g. that it parses as GGUF); throw to reject it.
@@ -29,6 +32,7 @@ struct DownloadResult {
   bool verified = false;   // the server published a digest and it matched
   uint64_t resumed_from = 0;
   int retries = 0;
+  int connections = 1;      // ranges fetched at once
 };
 
 // Throws zinc::Error saying what failed (status, digest mismatch, no space, too many stalls).

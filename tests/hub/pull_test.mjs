@@ -20,13 +20,13 @@ const notGgufSha = crypto.createHash("sha256").update(notGguf).digest("hex");
 const seen = { ranges: [], cdnAuth: 0, firstGet: {} };
 
 function serveBytes(req, res, data, { ignoreRange = false } = {}) {
-  const m = /^bytes=(\d+)-$/.exec(req.headers.range || "");
+  const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range || "");
   if (m && !ignoreRange) {
-    const start = Number(m[1]);
+    const start = Number(m[1]), end = m[2] ? Math.min(Number(m[2]), data.length - 1) : data.length - 1;
     if (start >= data.length) { res.writeHead(416); res.end(); return; }
-    res.writeHead(206, { "Content-Length": data.length - start, "Content-Range": `bytes ${start}-${data.length - 1}/${data.length}` });
+    res.writeHead(206, { "Content-Length": end - start + 1, "Content-Range": `bytes ${start}-${end}/${data.length}` });
     if (req.method === "HEAD") return res.end();
-    res.end(data.subarray(start));
+    res.end(data.subarray(start, end + 1));
     return;
   }
   res.writeHead(200, { "Content-Length": data.length, "Accept-Ranges": "bytes", ETag: '"not-a-sha-etag"' });
@@ -42,6 +42,21 @@ const server = http.createServer((req, res) => {
     const name = url.split("/")[2];
     const first = req.method === "GET" && !seen.firstGet[name];
     if (req.method === "GET") seen.firstGet[name] = true;
+    if ((name === "pdrop" || name === "pdrop2") && req.method === "GET") {
+      // Every range's first request dies half way (a range is known by its end: a retry asks for
+      // the rest of it).
+      const m = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range || "");
+      const key = name + (m ? m[2] : "");
+      if (!seen.firstGet[key]) {
+        seen.firstGet[key] = true;
+        if (m) {
+          const a = Number(m[1]), b = Number(m[2]);
+          res.writeHead(206, { "Content-Length": b - a + 1, "Content-Range": `bytes ${a}-${b}/${body.length}` });
+          res.write(body.subarray(a, a + ((b - a + 1) >> 1)), () => setTimeout(() => res.destroy(), 50));
+          return;
+        }
+      }
+    }
     if ((name === "drop" || name === "norange" || name === "partial") && first) {
       // Half the file, then the connection dies.
       res.writeHead(200, { "Content-Length": body.length });
@@ -63,6 +78,9 @@ const server = http.createServer((req, res) => {
   const routes = {
     "/Qwen/Qwen3-0.6B-GGUF/resolve/main/Qwen3-0.6B-Q8_0.gguf": () => redirect("/cdn/ok/model.gguf"),
     "/owner/repo/resolve/main/drop.gguf": () => redirect("/cdn/drop/model.gguf"),
+    "/owner/repo/resolve/main/parallel.gguf": () => redirect("/cdn/parallel/model.gguf"),
+    "/owner/repo/resolve/main/pdrop.gguf": () => redirect("/cdn/pdrop/model.gguf"),
+    "/owner/repo/resolve/main/pdrop2.gguf": () => redirect("/cdn/pdrop2/model.gguf"),
     "/owner/repo/resolve/main/partial.gguf": () => redirect("/cdn/partial/model.gguf"),
     "/owner/repo/resolve/main/norange.gguf": () => redirect("/cdn/norange/model.gguf"),
     "/owner/repo/resolve/main/stall.gguf": () => redirect("/cdn/stall/model.gguf"),
@@ -146,6 +164,22 @@ r = await zincRun(["pull", "hf://owner/repo/partial.gguf", ...fast]);
 j = r.status === 0 ? JSON.parse(r.out) : {};
 check(r.status === 0 && j.resumed_from === partial && j.verified, "the next pull resumes from the partial size",
       `${r.err} resumed_from ${j.resumed_from}, partial ${partial}`);
+
+// Large files over several connections: four byte ranges, each resumed on its own after a drop.
+r = await zincRun(["pull", "hf://owner/repo/parallel.gguf", "--connections", "4", "--parallel-min-mb", "0", ...fast]);
+j = r.status === 0 ? JSON.parse(r.out) : {};
+const parallelRanges = seen.ranges.filter((x) => x.startsWith("/cdn/parallel/") && /bytes=\d+-\d+$/.test(x));
+check(r.status === 0 && j.verified && j.connections === 4 && parallelRanges.length === 4,
+      "a large file comes over four ranges, verified", `${r.err} ${JSON.stringify(parallelRanges)}`);
+r = await zincRun(["pull", "hf://owner/repo/pdrop.gguf", "--connections", "3", "--parallel-min-mb", "0", ...fast]);
+j = r.status === 0 ? JSON.parse(r.out) : {};
+check(r.status === 0 && j.verified && j.retries >= 3, "each dropped range resumes on its own", `${r.err} ${r.out}`);
+r = await zincRun(["pull", "hf://owner/repo/pdrop2.gguf", "--connections", "3", "--parallel-min-mb", "0", "--retries", "0", ...fast]);
+check(r.status === 1 && r.err.includes("resume"), "an interrupted parallel pull says how to resume", r.err);
+r = await zincRun(["pull", "hf://owner/repo/pdrop2.gguf", "--connections", "3", "--parallel-min-mb", "0", ...fast]);
+j = r.status === 0 ? JSON.parse(r.out) : {};
+check(r.status === 0 && j.verified && j.resumed_from > body.length / 3 && j.retries === 0,
+      "the next pull continues every range where it stopped", `${r.err} ${r.out}`);
 
 // Failures that leave nothing behind.
 const before = leftovers().length;
