@@ -313,19 +313,20 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
       const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
       if (const StTensor* fused = ckpt.find(hp + "mlp.experts.gate_up_proj")) {
         // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
-        plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, ff_, 0, {d_, ff_, ne_}});
-        plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, ff_, 1, {d_, ff_, ne_}});
+        const auto rows_each = static_cast<int64_t>(ff_);
+        plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 0, {d_, ff_, ne_}});
+        plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 1, {d_, ff_, ne_}});
         plan.push_back({gp + "ffn_down_exps.weight", &ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
                         {ff_, d_, ne_}});
       } else {
         // One tensor per expert, stacked.
-        for (const char* w : {"gate", "up", "down"}) {
+        for (const char* proj : {"gate", "up", "down"}) {
           std::vector<const StTensor*> parts;
           for (uint32_t e = 0; e < n_expert; ++e) {
-            parts.push_back(&ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, w)));
+            parts.push_back(&ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, proj)));
           }
-          const bool down = std::string(w) == "down";
-          plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, w), parts[0], 0, 0.0f, -1, parts, 0, 0,
+          const bool down = std::string(proj) == "down";
+          plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, proj), parts[0], 0, 0.0f, -1, parts, 0, 0,
                           down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
         }
       }
@@ -393,8 +394,8 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     const float add = p.add;
     const auto stack = p.stack;
     const int64_t half_rows = p.half_rows;
-    const int half = p.half;
-    w.add_tensor(p.gguf_name, type, ne, [src, stack, half_rows, half, type, cols, rows, heads, add](const auto& emit) {
+    const int fused_half = p.half;
+    w.add_tensor(p.gguf_name, type, ne, [src, stack, half_rows, fused_half, type, cols, rows, heads, add](const auto& emit) {
       const size_t rs = quant::row_size(type, cols);
       std::vector<float> row(static_cast<size_t>(cols));
       std::vector<uint8_t> packed(rs);
@@ -412,7 +413,7 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
           from_tensor = stack[static_cast<size_t>(r / per)];
           from = r % per;
         } else if (half_rows > 0) {  // one half of each expert's fused rows
-          from = (r / half_rows) * 2 * half_rows + half * half_rows + r % half_rows;
+          from = (r / half_rows) * 2 * half_rows + fused_half * half_rows + r % half_rows;
         }
         for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = load_element(*from_tensor, from * cols + c) + add;
         quant::quantize_row(type, row.data(), packed.data(), cols);
