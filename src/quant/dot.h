@@ -25,8 +25,20 @@ void quantize_activation(TensorType weight, const float* x, void* act, int64_t n
 float dot_ref(TensorType weight, const void* w, const void* act, int64_t n);
 
 using DotFn = float (*)(const void* w, const void* act, int64_t n);
+
+// A tile of the matrix product: kDotTileRows weight rows (w_stride bytes apart) against kDotTileTokens
+// activation rows (act_stride bytes apart), out[r·kDotTileTokens + t] = W_r · act_t. Each weight block is
+// unpacked once for all activation rows (and, where it pays, each activation block once for both weight
+// rows), which is what makes a product over many tokens (prefill) cheaper than one call per row pair.
+// Same results as the single-row kernel up to float summation order.
+inline constexpr int kDotTileRows = 2;
+inline constexpr int kDotTileTokens = 8;
+using DotTileFn = void (*)(const void* w, size_t w_stride, const void* act, size_t act_stride, int64_t n,
+                           float* out);
+
 struct DotKernel {
   DotFn fn = nullptr;
+  DotTileFn tile = nullptr;    // optional, same instruction set as fn; where absent, call fn per pair
   const char* isa = "scalar";  // which implementation: "scalar", "avx2", "avx512", "neon"
 };
 // Throws zinc::Error when the weight type has no dot product.
@@ -38,5 +50,8 @@ DotFn dot_fn_scalar(TensorType weight);
 DotFn dot_fn_avx2(TensorType weight);
 DotFn dot_fn_avx512(TensorType weight);
 DotFn dot_fn_neon(TensorType weight);
+// Tile kernels, where an instruction set has one for the type (else nullptr).
+DotTileFn dot_tile_fn_avx2(TensorType weight);
+DotTileFn dot_tile_fn_avx512(TensorType weight);
 
 }  // namespace zinc::quant

@@ -1,5 +1,6 @@
-// AVX2 dot products: one weight row (any type in dot.h) against one activation row, same results as
-// dot_ref() up to float summation order. Compiled with -mavx2 -mfma -mf16c; the dispatcher calls these
+// AVX2 dot products: one weight row (any type in dot.h) against one activation row, and tiles of several
+// weight and activation rows for prefill (see the tile section); same results as dot_ref() up to float
+// summation order. Compiled with -mavx2 -mfma -mf16c; the dispatcher calls these
 // only when the CPU has all three.
 //
 // Layout: rows of packed blocks exactly as in blocks.h (no alignment: every load is unaligned);
@@ -475,7 +476,162 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
   return hsum(acc);
 }
 
+// ---- tiles of weight rows × activation rows (prefill) -------------------------------------------
+//
+// A tile runs as passes of one weight row × kPassTokens activation rows (sixteen registers hold the
+// sums of no more): each weight block is unpacked once per pass (codes, scales and their shuffled
+// copies) and used for every activation row of the pass. Bytes moved per pass: one weight row and
+// kPassTokens activation rows.
+
+constexpr int kPassTokens = 4;
+static_assert(kDotTileTokens % kPassTokens == 0);
+using PassFn = void (*)(const void* w, const void* a, size_t a_stride, int64_t n, float* out);
+
+// Row k of a pass: the k-th block array, `stride` bytes after the previous one.
+template <class B>
+inline const B* tile_row(const void* base, size_t stride, int k) {
+  return reinterpret_cast<const B*>(static_cast<const uint8_t*>(base) + stride * static_cast<size_t>(k));
+}
+
+template <PassFn kPass>
+void dot_tile_by_passes(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
+  for (int r = 0; r < kDotTileRows; ++r) {
+    for (int t0 = 0; t0 < kDotTileTokens; t0 += kPassTokens) {
+      kPass(tile_row<uint8_t>(w, w_stride, r), tile_row<uint8_t>(a, a_stride, t0), a_stride, n, out + r * kDotTileTokens + t0);
+    }
+  }
+}
+
+template <class D>
+void dot_q8_0_family_pass(const void* w, const void* a, size_t a_stride, int64_t n, float* out) {
+  using B = typename D::Block;
+  const int64_t nb = n / kQK;
+  const B* x = static_cast<const B*>(w);
+  __m256 acc[kPassTokens];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 4 <= nb; i += 4) {
+    const __m128 dx = D::scales4(x + i);
+    __m128 d[kPassTokens];
+    for (int t = 0; t < kPassTokens; ++t) d[t] = _mm_mul_ps(dx, fp16_scales4(tile_row<BlockQ8_0>(a, a_stride, t) + i));
+    for (int k = 0; k < 4; ++k) {
+      const __m256i code = D::codes(x[i + k]);
+      const __m256i mag = _mm256_sign_epi8(code, code);
+      for (int t = 0; t < kPassTokens; ++t) {
+        // Sign trick as in dot_i8: |w| times (a with the sign of w).
+        const __m256i av = _mm256_sign_epi8(load256(tile_row<BlockQ8_0>(a, a_stride, t)[i + k].qs), code);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, av), _mm256_set1_epi16(1));
+        acc[t] = _mm256_fmadd_ps(splat(d[t], k), _mm256_cvtepi32_ps(s), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < kPassTokens; ++t) {
+    out[t] = hsum(acc[t]);
+    if (i < nb) out[t] += dot_q8_0_family<D>(x + i, tile_row<BlockQ8_0>(a, a_stride, t) + i, (nb - i) * kQK);
+  }
+}
+
+template <bool kFive, class B>
+void dot_q45_k_pass(const void* w, const void* a, size_t a_stride, int64_t n, float* out) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+  const B* x = static_cast<const B*>(w);
+  __m256 acc[kPassTokens];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m128i sm = kquant_scales_mins(x[i].scales);
+    const __m256i scm = _mm256_cvtepu8_epi16(sm);
+    const __m256i sc = _mm256_permute2x128_si256(scm, scm, 0x00);  // the 8 scales in both lanes
+    // Mins, each twice: sub-block sb meets the 16-element activation sums 2sb and 2sb+1.
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+    __m256i sumi[kPassTokens];
+    for (auto& v : sumi) v = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q4 = load256(x[i].qs + 32 * c);
+      __m256i q_lo = _mm256_and_si256(q4, m15);
+      __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
+      if constexpr (kFive) {
+        const __m256i qh = load256(x[i].qh);
+        const int b = 2 * c;  // bit 2c (and 2c+1) of each qh byte becomes bit 4 of the code
+        const __m256i h_lo = b <= 4 ? _mm256_slli_epi16(qh, 4 - b) : _mm256_srli_epi16(qh, b - 4);
+        const __m256i h_hi = b + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - b) : _mm256_srli_epi16(qh, b - 3);
+        q_lo = _mm256_or_si256(q_lo, _mm256_and_si256(h_lo, m16));
+        q_hi = _mm256_or_si256(q_hi, _mm256_and_si256(h_hi, m16));
+      }
+      const __m256i s_lo = _mm256_shuffle_epi8(sc, word_splat(2 * c)), s_hi = _mm256_shuffle_epi8(sc, word_splat(2 * c + 1));
+      for (int t = 0; t < kPassTokens; ++t) {
+        const int8_t* q8 = tile_row<BlockQ8_K>(a, a_stride, t)[i].qs + 64 * c;
+        const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(q_lo, load256(q8)), s_lo);
+        const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(q_hi, load256(q8 + 32)), s_hi);
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
+      }
+    }
+    const __m256 dx = _mm256_set1_ps(h2f(x[i].d)), mx = _mm256_set1_ps(h2f(x[i].dmin));
+    for (int t = 0; t < kPassTokens; ++t) {
+      const BlockQ8_K& y = tile_row<BlockQ8_K>(a, a_stride, t)[i];
+      // dy·(dx·Σ s·q·a − dmin·Σ m·bsum): the activation scale is applied once, to both terms.
+      const __m256 min_term = _mm256_mul_ps(mx, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(y.bsums))));
+      const __m256 block = _mm256_fmsub_ps(dx, _mm256_cvtepi32_ps(sumi[t]), min_term);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d), block, acc[t]);
+    }
+  }
+  for (int t = 0; t < kPassTokens; ++t) out[t] = hsum(acc[t]);
+}
+
+void dot_q6_k_pass(const void* w, const void* a, size_t a_stride, int64_t n, float* out) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), m48 = _mm256_set1_epi8(0x30);
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(w);
+  __m256 acc[kPassTokens];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m256i scales = _mm256_cvtepi8_epi16(load128(x[i].scales));
+    // Codes are q - 32 with q in 0..63: Σ(q-32)·a = Σq·a - 32·bsum per 16-element sub-block.
+    __m256i sumi[kPassTokens];
+    for (int t = 0; t < kPassTokens; ++t) {
+      const __m256i bias = _mm256_madd_epi16(scales, load256(tile_row<BlockQ8_K>(a, a_stride, t)[i].bsums));
+      sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bias, 5));
+    }
+    const __m256i sc_halves[2] = {_mm256_permute2x128_si256(scales, scales, 0x00), _mm256_permute2x128_si256(scales, scales, 0x11)};
+    for (int nn = 0; nn < 2; ++nn) {
+      const __m256i sc = sc_halves[nn];
+      const __m256i ql0 = load256(x[i].ql + 64 * nn), ql1 = load256(x[i].ql + 64 * nn + 32);
+      const __m256i qh = load256(x[i].qh + 32 * nn);
+      for (int k = 0; k < 4; ++k) {
+        // k = 0, 1: low nibbles of ql0, ql1 with qh bits 0-1, 2-3; k = 2, 3: high nibbles, bits 4-5, 6-7.
+        const __m256i ql = k % 2 == 0 ? ql0 : ql1;
+        const __m256i lo = k < 2 ? _mm256_and_si256(ql, m15) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m15);
+        const __m256i hi = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2) : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+        const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, m48));
+        const __m256i s = word_pair_splat(sc, 2 * k);
+        for (int t = 0; t < kPassTokens; ++t) {
+          const int8_t* q8 = tile_row<BlockQ8_K>(a, a_stride, t)[i].qs + 128 * nn + 32 * k;
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(q8)), s));
+        }
+      }
+    }
+    const __m256 dx = _mm256_set1_ps(h2f(x[i].d));
+    for (int t = 0; t < kPassTokens; ++t) {
+      const float dy = tile_row<BlockQ8_K>(a, a_stride, t)[i].d;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy), _mm256_mul_ps(dx, _mm256_cvtepi32_ps(sumi[t])), acc[t]);
+    }
+  }
+  for (int t = 0; t < kPassTokens; ++t) out[t] = hsum(acc[t]);
+}
+
 }  // namespace
+
+DotTileFn dot_tile_fn_avx2(TensorType w) {
+  switch (w) {
+    case TensorType::Q4_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ4_0>>;
+    case TensorType::Q5_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ5_0>>;
+    case TensorType::Q8_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ8_0>>;
+    case TensorType::IQ4_NL: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeIQ4_NL>>;
+    case TensorType::MXFP4: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeMXFP4>>;
+    case TensorType::Q4_K: return dot_tile_by_passes<dot_q45_k_pass<false, BlockQ4_K>>;
+    case TensorType::Q5_K: return dot_tile_by_passes<dot_q45_k_pass<true, BlockQ5_K>>;
+    case TensorType::Q6_K: return dot_tile_by_passes<dot_q6_k_pass>;
+    default: return nullptr;
+  }
+}
 
 DotFn dot_fn_avx2(TensorType w) {
   switch (w) {
@@ -506,6 +662,7 @@ DotFn dot_fn_avx2(TensorType w) {
 namespace zinc::quant {
 
 DotFn dot_fn_avx2(TensorType) { return nullptr; }
+DotTileFn dot_tile_fn_avx2(TensorType) { return nullptr; }
 
 }  // namespace zinc::quant
 

@@ -1,4 +1,5 @@
-// AVX-512 dot products (F, BW, VL, VNNI, DQ): one weight row against one activation row, the same
+// AVX-512 dot products (F, BW, VL, VNNI, DQ): one weight row against one activation row, and tiles of
+// kDotTileRows weight rows × kDotTileTokens activation rows for prefill (see the tile section), the same
 // results as dot_ref() up to float summation order. Only used when the CPU also has AVX512-VNNI
 // (checked here, since the dispatcher tests F/BW/VL only); otherwise the AVX2 kernels run.
 //
@@ -554,7 +555,186 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// ---- tiles of weight rows × activation rows (prefill) -------------------------------------------
+//
+// Each weight block is unpacked once (codes, scales and their shuffled copies), then only the part
+// that touches activations runs for each activation row. The integer cores differ from the
+// single-row kernels where sharing makes another split cheaper per row pair:
+//  - 32-element formats: activations are made unsigned (a + 128, once per activation block for both
+//    weight rows) and meet the signed codes in one _mm512_dpbusd_epi32 per pair of blocks, whose
+//    accumulator starts at −128·Σcode (once per weight block for all activation rows).
+//  - K-quants: _mm512_dpbusd_epi32 sums four products per int32 lane; those sums fit in int16
+//    (Q4_K 4·15·127, Q5_K 4·31·127, Q6_K 4·63·127 ≤ 32767), so _mm512_packs_epi32 narrows two registers
+//    of them into one, which a single _mm512_dpwssd_epi32 multiplies by the sub-block scales: six
+//    multiplies per row pair and 256 elements instead of eight. Both weight rows run one after the
+//    other: there is no activation-side work left to share.
+// Bytes moved per call: the kDotTileRows weight rows once, the kDotTileTokens activation rows once
+// (32-element formats) or once per weight row (K-quants; from L1 the second time).
+
+// Row k of a tile: the k-th block array, `stride` bytes after the previous one.
+template <class B>
+inline const B* tile_row(const void* base, size_t stride, int k) {
+  return reinterpret_cast<const B*>(static_cast<const uint8_t*>(base) + stride * static_cast<size_t>(k));
+}
+
+template <class D>
+void dot_q8_0_family_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
+  using B = typename D::Block;
+  const int64_t nb = n / kQK;
+  const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[kDotTileRows][kDotTileTokens];
+  for (auto& row : acc)
+    for (auto& v : row) v = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m512 dx[kDotTileRows];
+    __m512i code[kDotTileRows][4], bias[kDotTileRows][4];  // block pair k: signed codes, −128·Σcode per lane
+    for (int r = 0; r < kDotTileRows; ++r) {
+      const B* x = tile_row<B>(w, w_stride, r) + i;
+      dx[r] = D::scales8(x);
+      for (int k = 0; k < 4; ++k) {
+        code[r][k] = _mm512_sub_epi8(D::codes2(x[2 * k], x[2 * k + 1]), _mm512_set1_epi8(static_cast<char>(D::kOffset)));
+        bias[r][k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, code[r][k]));
+      }
+    }
+    for (int t = 0; t < kDotTileTokens; ++t) {
+      const BlockQ8_0* y = tile_row<BlockQ8_0>(a, a_stride, t) + i;
+      const __m512 dy = fp16_8<offsetof(BlockQ8_0, d)>(y);
+      __m512 d[kDotTileRows];
+      for (int r = 0; r < kDotTileRows; ++r) d[r] = _mm512_mul_ps(dx[r], dy);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i a_u8 = _mm512_xor_si512(load_pair256(y[2 * k].qs, y[2 * k + 1].qs), k80);
+        for (int r = 0; r < kDotTileRows; ++r) {
+          const __m512i s = _mm512_dpbusd_epi32(bias[r][k], a_u8, code[r][k]);
+          acc[r][t] = _mm512_fmadd_ps(pair_splat(d[r], k), _mm512_cvtepi32_ps(s), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < kDotTileRows; ++r) {
+    for (int t = 0; t < kDotTileTokens; ++t) {
+      float& o = out[r * kDotTileTokens + t];
+      o = _mm512_reduce_add_ps(acc[r][t]);
+      if (i < nb) o += dot_q8_0_family<D>(tile_row<B>(w, w_stride, r) + i, tile_row<BlockQ8_0>(a, a_stride, t) + i, (nb - i) * kQK);
+    }
+  }
+}
+
+// Scale words for a register of _mm512_packs_epi32(P, Q), whose 128-bit lane L holds four sums of P
+// then four of Q: lane L takes word p[L] of w8 (the same 8 words in every lane) four times, then word
+// q[L] four times.
+inline __m512i packs_scales(__m512i w8, std::array<int, 4> p, std::array<int, 4> q) {
+  auto pattern = [](int w) {
+    return static_cast<long long>(static_cast<uint64_t>(((2 * w + 1) << 8) | (2 * w)) * 0x0001000100010001ull);
+  };
+  return _mm512_shuffle_epi8(w8, _mm512_set_epi64(pattern(q[3]), pattern(p[3]), pattern(q[2]), pattern(p[2]),
+                                                  pattern(q[1]), pattern(p[1]), pattern(q[0]), pattern(p[0])));
+}
+
+template <bool kFive, class B>
+void dot_q45_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
+  const __m512i m15 = _mm512_set1_epi8(0x0f), m16 = _mm512_set1_epi8(0x10);
+  // Mins, each twice: sub-block sb meets the 16-element activation sums 2sb and 2sb+1.
+  const __m256i mins_twice = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  for (int r = 0; r < kDotTileRows; ++r) {
+    const B* x = tile_row<B>(w, w_stride, r);
+    __m512 acc[kDotTileTokens];
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+      const __m256i scm = _mm256_cvtepu8_epi16(kquant_scales_mins(x[i].scales));  // 8 scales, 8 mins
+      const __m256i mins = _mm256_permutexvar_epi16(mins_twice, scm);
+      // q[c]: codes of elements 64c..64c+63, sub-block 2c in lanes 0-1, 2c+1 in lanes 2-3; so in
+      // packs(dpbusd(q[0]), dpbusd(q[1])) lanes 0-1 hold sub-blocks 0 and 2, lanes 2-3 sub-blocks 1, 3.
+      const __m512i w8 = bcast_lo(scm);
+      const __m512i sc01 = packs_scales(w8, {0, 0, 1, 1}, {2, 2, 3, 3});
+      const __m512i sc23 = packs_scales(w8, {4, 4, 5, 5}, {6, 6, 7, 7});
+      __m512i qh;
+      if constexpr (kFive) qh = _mm512_broadcast_i64x4(load256(x[i].qh));
+      __m512i q[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m512i q4 = _mm512_broadcast_i64x4(load256(x[i].qs + 32 * c));
+        q[c] = _mm512_and_si512(_mm512_srlv_epi64(q4, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), m15);
+        if constexpr (kFive) {
+          const int b = 2 * c;  // bit 2c (low half) and 2c+1 (high half) of each qh byte → bit 4
+          const __m512i h = b + 1 <= 4 ? _mm512_sllv_epi64(qh, _mm512_set_epi64(3 - b, 3 - b, 3 - b, 3 - b, 4 - b, 4 - b, 4 - b, 4 - b))
+                                       : _mm512_srlv_epi64(qh, _mm512_set_epi64(b - 3, b - 3, b - 3, b - 3, b - 4, b - 4, b - 4, b - 4));
+          q[c] = _mm512_or_si512(q[c], _mm512_and_si512(h, m16));
+        }
+      }
+      const __m512 dx = _mm512_set1_ps(h2f(x[i].d));
+      const __m256 mx = _mm256_set1_ps(h2f(x[i].dmin));
+      for (int t = 0; t < kDotTileTokens; ++t) {
+        const BlockQ8_K& y = tile_row<BlockQ8_K>(a, a_stride, t)[i];
+        __m512i p[4];
+        for (int c = 0; c < 4; ++c) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], load512(y.qs + 64 * c));
+        __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), sc01);
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sc23);
+        // dy·(dx·Σ s·q·a − dmin·Σ m·bsum): the activation scale is applied once, to both terms.
+        const __m256 min_term = _mm256_mul_ps(mx, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(y.bsums))));
+        const __m512 block = _mm512_fmsub_ps(dx, _mm512_cvtepi32_ps(sumi), _mm512_zextps256_ps512(min_term));
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y.d), block, acc[t]);
+      }
+    }
+    for (int t = 0; t < kDotTileTokens; ++t) out[r * kDotTileTokens + t] = _mm512_reduce_add_ps(acc[t]);
+  }
+}
+
+void dot_q6_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
+  const __m512i m15 = _mm512_set1_epi8(0x0f), m48 = _mm512_set1_epi8(0x30);
+  for (int r = 0; r < kDotTileRows; ++r) {
+    const BlockQ6_K* x = tile_row<BlockQ6_K>(w, w_stride, r);
+    __m512 acc[kDotTileTokens];
+    for (auto& v : acc) v = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+      const __m256i scales = _mm256_cvtepi8_epi16(load128(x[i].scales));
+      // q[2nn] covers elements 128nn..128nn+63, q[2nn+1] the next 64; 16-element sub-blocks, one per
+      // 128-bit lane, so packs(dpbusd(q[2nn]), dpbusd(q[2nn+1])) lane L holds sub-blocks 8nn+L, 8nn+4+L.
+      __m512i q[4], sc[2];
+      for (int nn = 0; nn < 2; ++nn) {
+        const __m512i ql = load512(x[i].ql + 64 * nn);
+        const __m512i qh = _mm512_broadcast_i64x4(load256(x[i].qh + 32 * nn));
+        const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4)), m48);
+        const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)), m48);
+        q[2 * nn] = _mm512_or_si512(_mm512_and_si512(ql, m15), h01);
+        q[2 * nn + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15), h23);
+        sc[nn] = packs_scales(nn == 0 ? bcast_lo(scales) : bcast_hi(scales), {0, 1, 2, 3}, {4, 5, 6, 7});
+      }
+      const __m512 dx = _mm512_set1_ps(h2f(x[i].d));
+      for (int t = 0; t < kDotTileTokens; ++t) {
+        const BlockQ8_K& y = tile_row<BlockQ8_K>(a, a_stride, t)[i];
+        __m512i sumi = _mm512_setzero_si512();
+        for (int nn = 0; nn < 2; ++nn) {
+          const __m512i p01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * nn], load512(y.qs + 128 * nn));
+          const __m512i p23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * nn + 1], load512(y.qs + 128 * nn + 64));
+          sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p01, p23), sc[nn]);
+        }
+        // Codes q - 32: Σ(q-32)·a = Σq·a - 32·bsum per sub-block (|sums| < 2^29, no int32 overflow).
+        const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(scales, load256(y.bsums)), 5);
+        sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(bias));
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y.d), _mm512_mul_ps(dx, _mm512_cvtepi32_ps(sumi)), acc[t]);
+      }
+    }
+    for (int t = 0; t < kDotTileTokens; ++t) out[r * kDotTileTokens + t] = _mm512_reduce_add_ps(acc[t]);
+  }
+}
+
 }  // namespace
+
+DotTileFn dot_tile_fn_avx512(TensorType w) {
+  static const bool vnni = cpu_info().avx512vnni;
+  if (!vnni) return nullptr;
+  switch (w) {
+    case TensorType::Q4_0: return dot_q8_0_family_tile<DecodeQ4_0>;
+    case TensorType::Q5_0: return dot_q8_0_family_tile<DecodeQ5_0>;
+    case TensorType::Q8_0: return dot_q8_0_family_tile<DecodeQ8_0>;
+    case TensorType::IQ4_NL: return dot_q8_0_family_tile<DecodeIQ4_NL>;
+    case TensorType::MXFP4: return dot_q8_0_family_tile<DecodeMXFP4>;
+    case TensorType::Q4_K: return dot_q45_k_tile<false, BlockQ4_K>;
+    case TensorType::Q5_K: return dot_q45_k_tile<true, BlockQ5_K>;
+    case TensorType::Q6_K: return dot_q6_k_tile;
+    default: return nullptr;
+  }
+}
 
 DotFn dot_fn_avx512(TensorType w) {
   // This file is compiled with VNNI (and DQ, which every VNNI CPU has); without VNNI use AVX2.
@@ -588,6 +768,7 @@ DotFn dot_fn_avx512(TensorType w) {
 namespace zinc::quant {
 
 DotFn dot_fn_avx512(TensorType) { return nullptr; }
+DotTileFn dot_tile_fn_avx512(TensorType) { return nullptr; }
 
 }  // namespace zinc::quant
 

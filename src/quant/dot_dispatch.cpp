@@ -26,15 +26,15 @@ DotKernel dot_kernel(TensorType w) {
   static const CpuInfo cpu = cpu_info();
   static const int cap = isa_cap();
   if (cap >= 2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512vnni && cpu.fma && cpu.f16c) {
-    if (DotFn f = dot_fn_avx512(w)) return {f, "avx512"};
+    if (DotFn f = dot_fn_avx512(w)) return {f, dot_tile_fn_avx512(w), "avx512"};
   }
   if (cap >= 1 && cpu.avx2 && cpu.fma && cpu.f16c) {
-    if (DotFn f = dot_fn_avx2(w)) return {f, "avx2"};
+    if (DotFn f = dot_fn_avx2(w)) return {f, dot_tile_fn_avx2(w), "avx2"};
   }
   if (cap >= 1 && cpu.neon) {
-    if (DotFn f = dot_fn_neon(w)) return {f, "neon"};
+    if (DotFn f = dot_fn_neon(w)) return {f, nullptr, "neon"};
   }
-  if (DotFn f = dot_fn_scalar(w)) return {f, "scalar"};
+  if (DotFn f = dot_fn_scalar(w)) return {f, nullptr, "scalar"};
   throw Error(fmt::format("no dot product for {} weights", gguf::tensor_type_name(w)));
 }
 

@@ -10,6 +10,7 @@
 #include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "quant/rounding.h"
 
 namespace zinc::quant {
 
@@ -221,13 +222,12 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
 
 void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float amax = abs_max(x, kQK);
     const float d = amax / 127;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+      y[i].qs[j] = static_cast<int8_t>(code_round_away(x[j] * id));
       sum += y[i].qs[j];
     }
     y[i].d = f32_to_fp16(d);

@@ -14,6 +14,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "quant/rounding.h"
 
 namespace zinc::quant {
 
@@ -114,12 +115,11 @@ void q_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
 
 void q_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float amax = abs_max(x, kQK);
     const float d = amax / 127;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(code_round_away(x[j] * id));
   }
 }
 
@@ -432,12 +432,11 @@ void q_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 void q_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
-    float amax = 0;
-    for (int j = 0; j < kQKK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float amax = abs_max(x, kQKK);
     const float d = amax / 127;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[i].d = d;
-    for (int j = 0; j < kQKK; ++j) y[i].qs[j] = static_cast<int8_t>(std::clamp(nearest_int(x[j] * id), -127, 127));
+    for (int j = 0; j < kQKK; ++j) y[i].qs[j] = static_cast<int8_t>(code_round_even(x[j] * id));
     for (int g = 0; g < kQKK / 16; ++g) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += y[i].qs[16 * g + j];

@@ -120,7 +120,39 @@ TEST(Dot, MatmulMatchesPerRowDots) {
       }
     }
     matvec(t, w.data(), rows, cols, x.data(), yv.data(), pool);
-    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(yv[r], y[r]);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(yv[r], y[r], 1e-4f * (1.0f + std::fabs(y[r])));
+  }
+}
+
+// Over several tokens, matmul runs tile kernels (kDotTileRows weight rows × kDotTileTokens tokens per
+// call) where the type has them, and the single-row kernel for the rows and tokens left over (odd row
+// counts, token counts that are not multiples of kDotTileTokens). Every token must get what matvec
+// gives it, up to float summation order.
+TEST(Dot, MatmulOverTokensMatchesPerTokenMatvec) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q5_0, TensorType::Q8_0, TensorType::IQ4_NL, TensorType::Q4_K,
+                       TensorType::Q5_K, TensorType::Q6_K, TensorType::Q3_K, TensorType::F16}) {
+    const int64_t cols = 512;
+    for (int64_t rows : {37, 64}) {
+      std::vector<uint8_t> w(row_size(t, cols) * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto v = random_row(cols, rng);
+        quantize_row(t, v.data(), w.data() + r * row_size(t, cols), cols);
+      }
+      for (int64_t tokens : {5, 8, 13}) {
+        const auto x = random_row(cols * tokens, rng);
+        std::vector<float> y(static_cast<size_t>(rows * tokens)), yv(static_cast<size_t>(rows));
+        matmul(t, w.data(), rows, cols, x.data(), tokens, y.data(), pool);
+        for (int64_t tok = 0; tok < tokens; ++tok) {
+          matvec(t, w.data(), rows, cols, x.data() + tok * cols, yv.data(), pool);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_NEAR(y[tok * rows + r], yv[r], 1e-4f * (1.0f + std::fabs(yv[r])))
+                << gguf::tensor_type_name(t) << " rows=" << rows << " tokens=" << tokens << " token " << tok << " row " << r;
+          }
+        }
+      }
+    }
   }
 }
 

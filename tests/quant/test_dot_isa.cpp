@@ -3,7 +3,8 @@
 // quantizers: codes take every value their bits allow (including patterns no quantizer writes, such as
 // Q8_0 -128 or Q6_K scale -128), scales may be zero, activations sit at ±127. The allowed difference is
 // float summation order: 1e-5 × Σ|w·a| (plus Σ|min terms| for formats that subtract a minimum).
-// A table that returns nullptr for a type is reported as skipped, never as passed.
+// A table that returns nullptr for a type is reported as skipped, never as passed. The tile kernels
+// (several weight and activation rows per call) are held to the same reference, pair by pair.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,15 +28,16 @@ using gguf::TensorType;
 struct Isa {
   const char* name;
   DotFn (*table)(TensorType);
+  DotTileFn (*tile_table)(TensorType);  // nullptr: the instruction set has no tile kernels
   bool (*runs_here)(const CpuInfo&);
 };
 
 const Isa kIsas[] = {
-    {"avx2", dot_fn_avx2, [](const CpuInfo& c) { return c.avx2 && c.fma && c.f16c; }},
+    {"avx2", dot_fn_avx2, dot_tile_fn_avx2, [](const CpuInfo& c) { return c.avx2 && c.fma && c.f16c; }},
     // The AVX-512 file is compiled with VNNI and DQ as well; every CPU with AVX512-VNNI has DQ.
-    {"avx512", dot_fn_avx512,
+    {"avx512", dot_fn_avx512, dot_tile_fn_avx512,
      [](const CpuInfo& c) { return c.avx512f && c.avx512bw && c.avx512vl && c.avx512vnni && c.fma && c.f16c; }},
-    {"neon", dot_fn_neon, [](const CpuInfo& c) { return c.neon; }},
+    {"neon", dot_fn_neon, nullptr, [](const CpuInfo& c) { return c.neon; }},
 };
 
 const TensorType kTypes[] = {TensorType::F32,  TensorType::F16,    TensorType::BF16,   TensorType::Q4_0,
@@ -339,6 +341,138 @@ TEST_P(DotKernels, ExtremeCodesAndScalesMatchTheReference) {
   }
 }
 
+// ---- tile kernels: kDotTileRows weight rows × kDotTileTokens activation rows -------------------------
+//
+// Every (weight row, activation row) result is compared with dot_ref on that pair. The rows of a tile
+// differ from each other (each is drawn separately, and the extreme cases give each row another
+// pattern), and they sit in buffers with garbage between them (the strides are larger than a row), so
+// a kernel that mixes up rows, or steps by the row size instead of the stride, gets wrong answers.
+
+struct Tile {
+  std::vector<uint8_t> w, act;  // rows at w_stride / act_stride bytes
+  size_t w_stride = 0, act_stride = 0;
+  std::vector<Row> pairs;       // pairs[r * kDotTileTokens + t]: weight row r with activation row t
+};
+
+// gen_w(r) and gen_act(t) make row r / t; gaps between rows are filled with 0xa5.
+template <class GenW, class GenAct>
+Tile make_tile(TensorType t, int64_t n, GenW gen_w, GenAct gen_act) {
+  Tile tile;
+  tile.w_stride = row_size(t, n) + 48;
+  tile.act_stride = activation_row_size(t, n) + 80;
+  tile.w.assign(tile.w_stride * kDotTileRows, 0xa5);
+  tile.act.assign(tile.act_stride * kDotTileTokens, 0xa5);
+  std::vector<std::vector<uint8_t>> ws, as;
+  for (int r = 0; r < kDotTileRows; ++r) {
+    ws.push_back(gen_w(r));
+    std::memcpy(tile.w.data() + tile.w_stride * static_cast<size_t>(r), ws.back().data(), ws.back().size());
+  }
+  for (int k = 0; k < kDotTileTokens; ++k) {
+    as.push_back(gen_act(k));
+    std::memcpy(tile.act.data() + tile.act_stride * static_cast<size_t>(k), as.back().data(), as.back().size());
+  }
+  for (int r = 0; r < kDotTileRows; ++r)
+    for (int k = 0; k < kDotTileTokens; ++k) tile.pairs.push_back(Row{ws[static_cast<size_t>(r)], as[static_cast<size_t>(k)]});
+  return tile;
+}
+
+void expect_tile_matches_reference(const Isa& isa, DotTileFn fn, TensorType t, const Tile& tile, int64_t n,
+                                   const std::string& what) {
+  float out[kDotTileRows * kDotTileTokens];
+  fn(tile.w.data(), tile.w_stride, tile.act.data(), tile.act_stride, n, out);
+  for (int r = 0; r < kDotTileRows; ++r) {
+    for (int k = 0; k < kDotTileTokens; ++k) {
+      const Row& pair = tile.pairs[static_cast<size_t>(r * kDotTileTokens + k)];
+      const double ref = dot_ref(t, pair.w.data(), pair.act.data(), n);
+      const double tol = 1e-5 * magnitude(t, pair, n) + 1e-6;
+      ASSERT_TRUE(std::isfinite(ref)) << what;
+      EXPECT_NEAR(out[r * kDotTileTokens + k], ref, tol)
+          << isa.name << " " << gguf::tensor_type_name(t) << " tile n=" << n << " weight row " << r << " activation row " << k
+          << " " << what;
+    }
+  }
+}
+
+class DotTileKernels : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    const Isa& isa = kIsas[GetParam().isa];
+    if (!isa.runs_here(cpu_info())) GTEST_SKIP() << "this CPU does not run " << isa.name;
+    if (!isa.tile_table) GTEST_SKIP() << isa.name << " has no tile kernels";
+    fn_ = isa.tile_table(GetParam().type);
+    if (!fn_) GTEST_SKIP() << isa.name << " has no tile kernel for " << gguf::tensor_type_name(GetParam().type);
+  }
+  DotTileFn fn_ = nullptr;
+};
+
+TEST_P(DotTileKernels, RandomCodesMatchTheReference) {
+  const Isa& isa = kIsas[GetParam().isa];
+  const TensorType t = GetParam().type;
+  for (unsigned seed : {1u, 2u}) {
+    std::mt19937 rng(seed * 1000 + static_cast<unsigned>(t));
+    // Lengths that leave block tails after groups of 4 and 8 blocks as well as exact multiples.
+    for (int64_t blocks : {1, 2, 3, 5, 7, 8, 16, 33}) {
+      const int64_t n = blocks * block_size(t);
+      const Tile tile = make_tile(
+          t, n, [&](int) { return make_weights(t, n, Codes::kRandom, Scales::kRandom, rng); },
+          [&](int) { return make_activations(t, n, Acts::kRandom, rng); });
+      expect_tile_matches_reference(isa, fn_, t, tile, n, "random seed " + std::to_string(seed));
+    }
+  }
+}
+
+TEST_P(DotTileKernels, QuantizedRowsMatchTheReference) {
+  const Isa& isa = kIsas[GetParam().isa];
+  const TensorType t = GetParam().type;
+  if (!can_quantize(t)) GTEST_SKIP() << "no quantizer for " << gguf::tensor_type_name(t);
+  std::mt19937 rng(78);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t blocks : {1, 9, 16}) {
+    const int64_t n = blocks * block_size(t);
+    auto gaussian = [&](float scale) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (auto& e : v) e = scale * g(rng);
+      return v;
+    };
+    const Tile tile = make_tile(
+        t, n,
+        [&](int) {
+          std::vector<uint8_t> w(row_size(t, n));
+          quantize_row(t, gaussian(1.0f).data(), w.data(), n);
+          return w;
+        },
+        [&](int) {
+          std::vector<uint8_t> a(activation_row_size(t, n));
+          quantize_activation(t, gaussian(0.5f).data(), a.data(), n);
+          return a;
+        });
+    expect_tile_matches_reference(isa, fn_, t, tile, n, "quantized");
+  }
+}
+
+TEST_P(DotTileKernels, ExtremeCodesAndScalesMatchTheReference) {
+  const Isa& isa = kIsas[GetParam().isa];
+  const TensorType t = GetParam().type;
+  std::mt19937 rng(12);
+  const Codes codes[] = {Codes::kRandom, Codes::kAllZeroBits, Codes::kAllOneBits, Codes::kAlternating};
+  const Scales scales[] = {Scales::kRandom, Scales::kZero, Scales::kUnit};
+  const Acts acts[] = {Acts::kRandom, Acts::kPlus127, Acts::kMinus127, Acts::kAlternating127};
+  for (int64_t n : {33 * block_size(t), 8 * block_size(t), block_size(t)}) {
+    // Every combination of patterns appears, and within a tile each row has a pattern of its own.
+    for (int c = 0; c < 4; ++c) {
+      for (int s = 0; s < 3; ++s) {
+        for (int a = 0; a < 4; ++a) {
+          const Tile tile = make_tile(
+              t, n, [&](int r) { return make_weights(t, n, codes[(c + r) % 4], scales[(s + r) % 3], rng); },
+              [&](int k) { return make_activations(t, n, acts[(a + k) % 4], rng); });
+          expect_tile_matches_reference(isa, fn_, t, tile, n,
+                                        "codes " + std::to_string(c) + " scales " + std::to_string(s) + " acts " + std::to_string(a));
+        }
+      }
+    }
+  }
+}
+
 std::vector<Param> all_params() {
   std::vector<Param> out;
   for (int i = 0; i < static_cast<int>(std::size(kIsas)); ++i)
@@ -346,9 +480,20 @@ std::vector<Param> all_params() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(DotIsa, DotKernels, ::testing::ValuesIn(all_params()), [](const ::testing::TestParamInfo<Param>& tp) {
+std::vector<Param> block_params() {
+  std::vector<Param> out;
+  for (const Param& p : all_params())
+    if (!is_float(p.type)) out.push_back(p);
+  return out;
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& tp) {
   return std::string(kIsas[tp.param.isa].name) + "_" + std::string(gguf::tensor_type_name(tp.param.type));
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(DotIsa, DotKernels, ::testing::ValuesIn(all_params()), param_name);
+// Float types have no tile kernels; they are left out rather than listed as skipped.
+INSTANTIATE_TEST_SUITE_P(DotIsa, DotTileKernels, ::testing::ValuesIn(block_params()), param_name);
 
 }  // namespace
 }  // namespace zinc::quant

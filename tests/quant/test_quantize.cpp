@@ -2,6 +2,7 @@
 // reference rounding of the simple formats on hand-picked inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "quant/rounding.h"
 
 namespace zinc::quant {
 namespace {
@@ -135,6 +137,43 @@ TEST(Quantize, ReferenceRoundingOfSimpleFormats) {
   EXPECT_EQ(bm.e, 127);                  // floor(log2 6) = 2
   EXPECT_EQ(bm.qs[0] & 15, 7);           // 6 = 12 * 0.5
   EXPECT_EQ(bm.qs[1] & 15, 9);           // -0.5 = -1 * 0.5
+}
+
+// The activation quantizers' vectorizable rounding (rounding.h) against the libm functions it replaces:
+// every multiple of 1/64 in [-130, 130] (all ties included) and random values of every magnitude
+// that x·(127/amax) can take.
+TEST(Quantize, CodeRoundingMatchesLibm) {
+  std::vector<float> values;
+  for (int k = -130 * 64; k <= 130 * 64; ++k) values.push_back(static_cast<float>(k) / 64.0f);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-127.5f, 127.5f);
+  for (int k = 0; k < 100000; ++k) values.push_back(u(rng));
+  for (float v : {0.5f, -0.5f, 1.5f, -1.5f, 126.5f, -126.5f, 127.49999f, 0.49999997f, -0.49999997f, 1e-30f, -0.0f})
+    values.push_back(v);
+  for (float v : values) {
+    EXPECT_EQ(code_round_even(v), static_cast<float>(std::clamp(std::lrintf(v), -127l, 127l))) << v;
+    if (std::fabs(v) <= 127.5f) {
+      EXPECT_EQ(code_round_away(v), std::clamp(std::roundf(v), -127.0f, 127.0f)) << v;
+    }
+  }
+  EXPECT_EQ(code_round_even(NAN), -127.0f);
+}
+
+TEST(Quantize, AbsMaxSkipsNaNLikeStdMax) {
+  std::mt19937 rng(10);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> x(37);
+    for (auto& v : x) v = g(rng);
+    if (trial % 5 == 1) x[static_cast<size_t>(trial) % x.size()] = NAN;
+    if (trial % 5 == 2) x[static_cast<size_t>(trial) % x.size()] = -INFINITY;
+    if (trial % 5 == 3) std::fill(x.begin(), x.end(), -0.0f);
+    float expected = 0;
+    for (float v : x) expected = std::max(expected, std::fabs(v));
+    const float got = abs_max(x.data(), static_cast<int>(x.size()));
+    EXPECT_EQ(got, expected) << trial;
+    EXPECT_FALSE(std::signbit(got));
+  }
 }
 
 TEST(Quantize, BadArgumentsAreErrors) {
