@@ -36,6 +36,7 @@ struct BenchArgs {
   uint32_t seed = 1;
   bool remeasure = false;
   std::string suite;
+  std::string backend = "cpu";
 };
 
 // --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
@@ -100,6 +101,10 @@ std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
 }
 
 int run_bench(const BenchArgs& a, const GlobalOptions& global) {
+  if (a.backend != "cpu") {
+    throw Error(fmt::format("backend '{}' cannot run models yet (zinc check lists the backends; cpu runs everything)",
+                            a.backend));
+  }
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto backend = backend::make_cpu_backend();
   backend::ExecOptions opts;
@@ -258,6 +263,7 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::ExistingFile);
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
+  cmd->add_option("--backend", a->backend, "Backend to measure")->capture_default_str();
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

@@ -9,6 +9,7 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "gguf/reader.h"
+#include "hub/store.h"
 
 namespace zinc::cli {
 
@@ -306,7 +307,7 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& global, Runner& run
   cmd->add_flag("--full-arrays", opts->full_arrays, "Print arrays in full instead of their first elements");
   cmd->callback([opts, &global, &run] {
     run = [opts, &global] {
-      const File f = File::open(opts->path);
+      const File f = File::open(hub::resolve_model_path(opts->path));
       spdlog::debug("parsed {}: {} keys, {} tensors", f.name(), f.metadata().size(), f.tensors().size());
       const Summary s = summarize(f);
       return global.json ? print_json(f, s, *opts) : print_text(f, s, *opts);

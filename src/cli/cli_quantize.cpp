@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
+#include "hub/store.h"
 #include "quant/model_quantize.h"
 
 namespace zinc::cli {
@@ -57,7 +58,7 @@ int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
   if (std::filesystem::exists(a.out) && std::filesystem::equivalent(a.in, a.out)) {
     throw Error("the output file must differ from the input file");
   }
-  const gguf::File in = gguf::File::open(a.in);
+  const gguf::File in = gguf::File::open(hub::resolve_model_path(a.in));
   quant::QuantizeOptions opts;
   opts.mixture = *mixture;
   opts.threads = a.threads;

@@ -17,6 +17,7 @@
 #include "cli/json_util.h"
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "hub/store.h"
 
 namespace zinc::cli {
 
@@ -45,7 +46,7 @@ int run_template(const TemplateOptions& o, const GlobalOptions& global) {
   std::optional<chat::ChatTemplate> tmpl;
   std::string bos, eos;
   std::optional<gguf::File> file;
-  if (!o.model.empty()) file.emplace(gguf::File::open(o.model));
+  if (!o.model.empty()) file.emplace(gguf::File::open(hub::resolve_model_path(o.model)));
   if (!o.template_file.empty()) {
     if (file) {
       // Keep the model's BOS/EOS texts when only the template is overridden.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "gguf/reader.h"
+#include "hub/store.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -46,7 +47,7 @@ std::string read_stdin() {
 
 Tokenizer load_tokenizer(const std::string& path) {
   const auto start = std::chrono::steady_clock::now();
-  const gguf::File file = gguf::File::open(path);
+  const gguf::File file = gguf::File::open(hub::resolve_model_path(path));
   Tokenizer tok = Tokenizer::from_gguf(file);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   spdlog::debug("{}: {} tokenizer, pre {}, {} tokens, {} merges, loaded in {:.1f} ms", path, tok.vocab().model_name(),

@@ -118,12 +118,12 @@ PullResult pull(const std::string& spec, const DownloadOptions& options) {
 
 std::string resolve_model_path(const std::string& arg) {
   std::error_code ec;
-  if (fs::is_regular_file(arg, ec)) return arg;
+  if (fs::exists(arg, ec)) return arg;  // a path: opening it reports any problem
   if (auto m = find_installed(arg)) return m->file.string();
   if (find_in_catalog(arg)) {
     throw Error(fmt::format("model '{}' is not installed: zinc pull {}", arg, arg));
   }
-  throw Error(fmt::format("'{}': no such file, and no installed model of that name (zinc list)", arg));
+  return arg;  // neither: the file open says it does not exist
 }
 
 }  // namespace zinc::hub

@@ -36,7 +36,9 @@ struct PullResult {
 // parse as GGUF before it is installed.
 PullResult pull(const std::string& spec, const DownloadOptions& options);
 
-// A model argument: an existing file, or an installed id. Throws zinc::Error with a hint otherwise.
+// A model argument: an existing path as is, an installed id as its file; a catalog id that is not
+// installed throws zinc::Error saying to pull it; anything else comes back unchanged (opening it
+// reports the missing file).
 std::string resolve_model_path(const std::string& arg);
 
 }  // namespace zinc::hub
