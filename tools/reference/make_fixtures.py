@@ -110,9 +110,12 @@ def sparse_configs():
                          "original_max_position_embeddings": 64, "rope_theta": 150000.0})
     g4 = dict(common, num_attention_heads=2, num_key_value_heads=1, sliding_window=4, rms_norm_eps=1e-6,
               hidden_size_per_layer_input=0, vocab_size_per_layer_input=VOCAB, final_logit_softcapping=30.0)
+    # The global layer keeps a head width of its own (released models double it), at 128 so the file
+    # stays small.
     out["gemma4"] = lambda: transformers.Gemma4TextConfig(
         **dict(g4, num_hidden_layers=6, intermediate_size=256,
-               layer_types=["sliding_attention"] * 5 + ["full_attention"]))
+               layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+        per_layer_config={"5": {"head_dim": 128}})
     out["gemma4_moe"] = lambda: transformers.Gemma4TextConfig(
         **dict(g4, num_hidden_layers=2, intermediate_size=256, layer_types=["sliding_attention", "full_attention"]),
         enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=128)
