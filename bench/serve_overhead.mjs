@@ -3,8 +3,9 @@
 // first token to its last (completions API, greedy, one slot). Prints a markdown table; repeats each
 // side and keeps the best, so a busy moment on the machine does not decide the ratio.
 // Usage: node bench/serve_overhead.mjs ZINC MODEL.gguf [TOKENS] [THREADS] [REPEATS]
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import path from "node:path";
+import { startServer } from "../tests/server/start_server.mjs";
 
 const [zinc, model, tokensArg = "128", threadsArg = "0", repeatsArg = "3"] = process.argv.slice(2);
 const n = Number(tokensArg), repeats = Number(repeatsArg);
@@ -19,16 +20,7 @@ for (let i = 0; i < repeats; i++) {
   direct = Math.max(direct, out.timings.decode_tokens_per_s);
 }
 
-const server = spawn(zinc, ["serve", "-m", model, "--port", "0", "-c", "1024", ...threads], { stdio: ["ignore", "ignore", "pipe"] });
-let err = "";
-const port = await new Promise((resolve, reject) => {
-  server.stderr.on("data", (d) => {
-    err += d;
-    const m = err.match(/http:\/\/[^:]+:(\d+)\//);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on("exit", () => reject(new Error(err)));
-});
+const { port, proc: server } = await startServer(zinc, model, ["-c", "1024", ...threads]);
 let http = 0, tokens = 0;
 for (let i = 0; i < repeats; i++) {
   const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {

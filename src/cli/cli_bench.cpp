@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "cli/generation_options.h"
 #include "cli/json_util.h"
 #include "core/bandwidth.h"
 #include "core/error.h"
@@ -125,7 +126,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   opts.n_ctx = static_cast<int32_t>(need);
   opts.max_tokens = 512;
   opts.threads = a.threads;
-  opts.kv_type = a.kv_type == "f32" ? backend::KvType::F32 : a.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
+  opts.kv_type = kv_type_from_name(a.kv_type);
   runtime::Session session(file, *backend, opts);
   const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
   ThreadPool pool(threads);

@@ -10,6 +10,7 @@
 #include "cli/json_util.h"
 #include "backend/probe.h"
 #include "cli/terminal.h"
+#include "core/format.h"
 #include "core/system_info.h"
 #include "hub/catalog.h"
 #include "hub/store.h"
@@ -26,8 +27,6 @@ struct PullArgs {
   int connections = 4;
   uint64_t parallel_min_mb = 256;
 };
-
-std::string mb(uint64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
 
 int run_pull(const PullArgs& a, const GlobalOptions& global) {
   hub::DownloadOptions o;
@@ -51,12 +50,12 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
         eta = fmt::format("  ETA {}:{:02}", s / 60, s % 60);
       }
       const std::string pct = total ? fmt::format("{:3}%", done * 100 / total) : "   ";
-      fmt::print(stderr, "\r\x1b[K  {}  {} / {}  {:.1f} MB/s{}", pct, mb(done), total ? mb(total) : "?", rate / 1e6, eta);
+      fmt::print(stderr, "\r\x1b[K  {}  {} / {}  {:.1f} MB/s{}", pct, format_bytes(done), total ? format_bytes(total) : "?", rate / 1e6, eta);
     } else if (total) {
       const int decile = static_cast<int>(done * 10 / total);
       if (decile != last_decile) {
         last_decile = decile;
-        fmt::print(stderr, "pull: {}% ({} of {})\n", decile * 10, mb(done), mb(total));
+        fmt::print(stderr, "pull: {}% ({} of {})\n", decile * 10, format_bytes(done), format_bytes(total));
       }
     }
   };
@@ -82,9 +81,9 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
   } else if (r.already_installed) {
     fmt::print("{} is already installed: {}\n", r.model.id, r.model.file.string());
   } else {
-    fmt::print("{}: installed at {} ({}, {}{}{})\n", r.model.id, r.model.file.string(), mb(r.model.size),
+    fmt::print("{}: installed at {} ({}, {}{}{})\n", r.model.id, r.model.file.string(), format_bytes(r.model.size),
                r.model.verified ? "SHA-256 verified" : "no published digest to verify",
-               r.download.resumed_from ? fmt::format(", resumed from {}", mb(r.download.resumed_from)) : "",
+               r.download.resumed_from ? fmt::format(", resumed from {}", format_bytes(r.download.resumed_from)) : "",
                r.download.retries ? fmt::format(", {} retries", r.download.retries) : "");
   }
   return 0;
@@ -108,7 +107,7 @@ int run_list(bool available, const GlobalOptions& global) {
       return 0;
     }
     fmt::print("| model | size | architecture | file |\n|---|---|---|---|\n");
-    for (const auto& m : installed) fmt::print("| {} | {} | {} | {} |\n", m.id, mb(m.size), m.architecture, m.file.string());
+    for (const auto& m : installed) fmt::print("| {} | {} | {} | {} |\n", m.id, format_bytes(m.size), m.architecture, m.file.string());
     return 0;
   }
   // Where a model could run: system memory for the CPU, and each GPU the backends see.

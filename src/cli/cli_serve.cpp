@@ -38,10 +38,7 @@ int run_serve(ServeArgs& a) {
   server::EngineOptions eo;
   eo.n_slots = a.parallel;
   eo.queue_limit = a.queue;
-  eo.exec.n_ctx = a.gen.ctx;
-  eo.exec.max_tokens = 256;
-  eo.exec.threads = a.gen.threads;
-  eo.exec.kv_type = a.gen.kv_type == "f32" ? backend::KvType::F32 : a.gen.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
+  eo.exec = a.gen.exec_options();
   auto& so = a.server;
   // Clients name the model by its alias, its installed id, or the file's name without .gguf.
   so.model_id = !a.alias.empty()                 ? a.alias

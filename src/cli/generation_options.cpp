@@ -19,6 +19,22 @@ std::optional<bool> GenerationArgs::enable_thinking() const {
   return std::nullopt;
 }
 
+backend::KvType kv_type_from_name(const std::string& name) {
+  if (name == "f32") return backend::KvType::F32;
+  if (name == "q8_0") return backend::KvType::Q8_0;
+  if (name == "f16") return backend::KvType::F16;
+  throw Error(fmt::format("unknown KV cache type '{}' (f16, f32 or q8_0)", name));
+}
+
+backend::ExecOptions GenerationArgs::exec_options() const {
+  backend::ExecOptions opts;
+  opts.n_ctx = ctx;
+  opts.max_tokens = 256;
+  opts.threads = threads;
+  opts.kv_type = kv_type_from_name(kv_type);
+  return opts;
+}
+
 sample::SamplerParams GenerationArgs::sampler_params(int32_t n_ctx) const {
   sample::SamplerParams sp = sampling;
   sp.n_ctx = n_ctx;
@@ -119,22 +135,14 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
   auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_cpu_backend(), nullptr, 0});
-  backend::ExecOptions opts;
-  opts.n_ctx = a.ctx;
-  opts.max_tokens = 256;
-  opts.threads = a.threads;
-  opts.kv_type = a.kv_type == "f32" ? backend::KvType::F32 : a.kv_type == "q8_0" ? backend::KvType::Q8_0 : backend::KvType::F16;
-  m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts);
+  m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;
 }
 
 chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {
   if (a.chat_template_file.empty()) return runtime::chat_template_for(file, tok);
-  const auto& v = tok.vocab();
-  return chat::ChatTemplate(read_text(a.chat_template_file, "chat template"),
-                            v.bos() >= 0 ? std::string(v.text(v.bos())) : "", v.eos() >= 0 ? std::string(v.text(v.eos())) : "",
-                            a.chat_template_file);
+  return runtime::chat_template_from_source(tok, read_text(a.chat_template_file, "chat template"), a.chat_template_file);
 }
 
 }  // namespace zinc::cli

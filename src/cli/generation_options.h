@@ -40,9 +40,13 @@ struct GenerationArgs {
   std::string chat_template_file;  // overrides the model's template
 
   std::optional<bool> enable_thinking() const;
+  backend::ExecOptions exec_options() const;  // context, threads, KV type; 256-token prefill steps
   sample::SamplerParams sampler_params(int32_t n_ctx) const;
   runtime::GenerateOptions generate_options() const;
 };
+
+// "f16", "f32" or "q8_0" (the choices --kv-type accepts).
+backend::KvType kv_type_from_name(const std::string& name);
 
 // Adds the model, context, sampling and stop options to `cmd`. `chat` adds --system/--think/--no-think
 // and the context policy.

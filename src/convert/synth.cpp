@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -112,19 +111,6 @@ std::pair<json, json> builtin_tokenizer() {
   return {tok, config};
 }
 
-json read_json(const std::filesystem::path& p, bool required) {
-  std::ifstream in(p);
-  if (!in) {
-    if (required) throw Error(fmt::format("{}: cannot read", p.string()));
-    return nullptr;
-  }
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> synth_presets() {
@@ -171,16 +157,14 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
 
   tokenizer::HfTokenizerOptions topts;
   topts.vocab_size = static_cast<uint32_t>(p.n_vocab);
-  json tok_json, tok_config;
+  tokenizer::HfTokenizerResult tok;
   if (o.tokenizer_dir.empty()) {
-    std::tie(tok_json, tok_config) = builtin_tokenizer();
     topts.pre = p.pre;
+    const auto [tok_json, tok_config] = builtin_tokenizer();
+    tok = tokenizer::convert_hf_tokenizer(tok_json, tok_config, nullptr, topts, "built-in tokenizer");
   } else {
-    tok_json = read_json(o.tokenizer_dir / "tokenizer.json", true);
-    tok_config = read_json(o.tokenizer_dir / "tokenizer_config.json", false);
+    tok = tokenizer::convert_hf_tokenizer_dir(o.tokenizer_dir, topts);
   }
-  const auto tok = tokenizer::convert_hf_tokenizer(tok_json, tok_config, nullptr, topts,
-                                                   o.tokenizer_dir.empty() ? "built-in tokenizer" : o.tokenizer_dir.string());
   for (const auto& [k, v] : tok.metadata.items()) m.set(k, v);
 
   // Tensors in the order the standard converter writes them.

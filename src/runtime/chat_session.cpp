@@ -20,11 +20,15 @@ const char* const kChatMl =
 
 }  // namespace
 
-chat::ChatTemplate chatml_template(const tokenizer::Tokenizer& tok) {
+chat::ChatTemplate chat_template_from_source(const tokenizer::Tokenizer& tok, std::string source, std::string name) {
   const auto& v = tok.vocab();
-  const std::string bos = v.bos() >= 0 ? std::string(v.text(v.bos())) : "";
-  const std::string eos = v.eos() >= 0 ? std::string(v.text(v.eos())) : "";
-  return chat::ChatTemplate(kChatMl, bos, eos, "ChatML (built in)");
+  std::string bos = v.bos() >= 0 ? std::string(v.text(v.bos())) : "";
+  std::string eos = v.eos() >= 0 ? std::string(v.text(v.eos())) : "";
+  return chat::ChatTemplate(std::move(source), std::move(bos), std::move(eos), std::move(name));
+}
+
+chat::ChatTemplate chatml_template(const tokenizer::Tokenizer& tok) {
+  return chat_template_from_source(tok, kChatMl, "ChatML (built in)");
 }
 
 chat::ChatTemplate chat_template_for(const gguf::File& file, const tokenizer::Tokenizer& tok) {

@@ -74,6 +74,10 @@ class ChatSession {
 // added when the vocabulary asks for it and the template did not write it already.
 std::vector<int32_t> tokenize_prompt(const tokenizer::Tokenizer& tok, const std::string& text);
 
+// A template from text (a --chat-template file, or the built-in ChatML), with the vocabulary's BOS and
+// EOS texts as bos_token and eos_token.
+chat::ChatTemplate chat_template_from_source(const tokenizer::Tokenizer& tok, std::string source, std::string name);
+
 // ChatML, for models whose GGUF carries no chat template.
 chat::ChatTemplate chatml_template(const tokenizer::Tokenizer& tok);
 

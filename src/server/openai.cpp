@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -315,6 +316,11 @@ ordered_json chat_logprobs(const CompletionResult& c) {
   return {{"content", content}};
 }
 
+// Tool-call ids of a completion: "call_" + the end of its id + "_" + the call's index.
+std::string tool_call_prefix(const std::string& completion_id) {
+  return "call_" + completion_id.substr(completion_id.size() - std::min<size_t>(8, completion_id.size())) + "_";
+}
+
 ordered_json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index, const std::string& id_prefix,
                              bool with_index) {
   ordered_json out = ordered_json::array();
@@ -338,7 +344,7 @@ ordered_json chat_completion_json(const CompletionResult& c, bool logprobs) {
   const bool calls = !c.message.tool_calls.empty();
   message["content"] = calls && c.message.content.empty() ? ordered_json() : ordered_json(c.message.content);
   if (!c.message.reasoning.empty()) message["reasoning_content"] = c.message.reasoning;
-  if (calls) message["tool_calls"] = tool_calls_json(c.message.tool_calls, 0, "call_" + c.id.substr(c.id.size() - 8) + "_", false);
+  if (calls) message["tool_calls"] = tool_calls_json(c.message.tool_calls, 0, tool_call_prefix(c.id), false);
   return {{"id", c.id},
           {"object", "chat.completion"},
           {"created", c.created},
@@ -433,8 +439,7 @@ std::vector<ordered_json> StreamTranslator::deltas(const chat::ParsedOutput& d) 
   if (d.empty()) return {};
   result_.message += d;
   if (!chat_) return {text_chunk(result_, d.content, std::nullopt)};
-  const std::string prefix = "call_" + result_.id.substr(result_.id.size() - 8) + "_";
-  ordered_json delta = chat_delta(d, tool_index_, prefix);
+  ordered_json delta = chat_delta(d, tool_index_, tool_call_prefix(result_.id));
   tool_index_ += d.tool_calls.size();
   return {chat_chunk(result_, delta, std::nullopt)};
 }

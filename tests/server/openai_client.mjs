@@ -5,10 +5,11 @@
 // its published greedy text is the oracle for the completions endpoint, and `zinc run` (the same
 // engine without HTTP) for chat.
 // Usage: node openai_client.mjs ORACLE_DIR ZINC STORIES.gguf PUBLISHED_TEXT TEMPLATES_DIR
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { startServer as startZinc } from "./start_server.mjs";
 
 const [oracleDir, zinc, model, publishedFile, templates] = process.argv.slice(2);
 const require = createRequire(path.resolve(oracleDir, "package.json"));
@@ -22,19 +23,9 @@ function check(ok, what, detail = "") {
 
 const servers = [];
 async function startServer(args) {
-  const proc = spawn(zinc, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
-  servers.push(proc);
-  let err = "";
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 20000);
-    proc.stderr.on("data", (d) => {
-      err += d;
-      const m = err.match(/http:\/\/[^:]+:(\d+)\//);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    proc.on("exit", (code) => reject(new Error(`server exited (${code}): ${err}`)));
-  });
-  return { port, base: `http://127.0.0.1:${port}`, proc };
+  const s = await startZinc(zinc, model, args);
+  servers.push(s.proc);
+  return s;
 }
 
 async function expectError(what, promise, status, param, code) {

@@ -3,10 +3,10 @@
 // a second message gets a complete answer with a tok/s figure, New chat clears the page. A screenshot
 // is saved and its path printed.
 // Usage: node web_page.mjs ORACLE_DIR ZINC MODEL.gguf WORKDIR
-import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { startServer } from "./start_server.mjs";
 
 const [oracleDir, zinc, model, work] = process.argv.slice(2);
 const require = createRequire(path.resolve(oracleDir, "package.json"));
@@ -25,18 +25,11 @@ if (!executablePath) {
   process.exit(1);
 }
 
-const server = spawn(zinc, ["serve", "-m", model, "--port", "0", "-c", "2048"], { stdio: ["ignore", "ignore", "pipe"] });
+let server = null;
 let browser;
 try {
-  let err = "";
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 20000);
-    server.stderr.on("data", (d) => {
-      err += d;
-      const m = err.match(/http:\/\/[^:]+:(\d+)\//);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-  });
+  server = await startServer(zinc, model, ["-c", "2048"]);
+  const port = server.port;
   browser = await chromium.launch({ executablePath, args: ["--no-sandbox", "--headless=new"] });
   const page = await browser.newPage({ viewport: { width: 900, height: 700 } });
   await page.goto(`http://127.0.0.1:${port}/`);
@@ -75,6 +68,6 @@ try {
   check(false, "web page run", e.stack || String(e));
 } finally {
   if (browser) await browser.close();
-  server.kill("SIGTERM");
+  if (server) server.proc.kill("SIGTERM");
 }
 process.exit(failures ? 1 : 0);
