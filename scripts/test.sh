@@ -42,5 +42,14 @@ for log in build/ctest.log build-san/ctest.log; do
   passed=$((passed + total - bad - skip)) failed=$((failed + bad)) skipped=$((skipped + skip))
 done
 [ "$failed" -eq 0 ] || status=1
+# The failed tests' own output once more, last, where a short tail of the log still shows it.
+for dir in build build-san; do
+  [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] || continue
+  while IFS=: read -r _ name; do
+    echo "== output of $name ($dir)"
+    awk -v t="Testing: $name" '$0 ~ t"$" {on=1} on {print} on && /<end of output>/ {exit}' \
+      "$dir/Testing/Temporary/LastTest.log" | tail -n 40
+  done <"$dir/Testing/Temporary/LastTestsFailed.log"
+done
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit $status

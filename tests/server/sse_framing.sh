@@ -18,9 +18,11 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ -n "$port" ] || { echo "FAIL: the server did not start"; cat "$work/server.log"; exit 1; }
-curl -sS -N -D "$work/headers" -o "$work/body" "http://127.0.0.1:$port/v1/chat/completions" \
-  -H 'Content-Type: application/json' \
-  -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
+# --noproxy: a machine whose environment names an HTTP proxy must still reach its own loopback.
+curl -sS -N --noproxy '*' --max-time 60 -D "$work/headers" -o "$work/body" \
+  "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' \
+  || { echo "FAIL: curl could not fetch the stream"; cat "$work/server.log"; exit 1; }
 grep -qi '^content-type: text/event-stream' "$work/headers" || { echo "FAIL: content type"; cat "$work/headers"; exit 1; }
 node - "$work/body" <<'JS'
 const fs = require("fs");
@@ -32,9 +34,14 @@ for (const e of events) if (!/^data: [^\n]+$/.test(e)) fail("an event is not a s
 const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
 if (chunks[0].choices[0].delta.role !== "assistant") fail("the first chunk does not carry the role");
 const finishes = chunks.filter((c) => c.choices.length && c.choices[0].finish_reason);
-if (finishes.length !== 1 || finishes[0].choices[0].finish_reason !== "length") fail("not exactly one finish chunk");
+if (finishes.length !== 1) fail("not exactly one finish chunk");
+// Greedy text may reach the end-of-text token early on some instruction sets: then "stop" and fewer tokens.
+const reason = finishes[0].choices[0].finish_reason;
 const last = chunks[chunks.length - 1];
-if (last.choices.length !== 0 || last.usage.completion_tokens !== 12) fail("no usage chunk before [DONE]");
+if (last.choices.length !== 0 || !last.usage) fail("no usage chunk before [DONE]");
+const n = last.usage.completion_tokens;
+if (!(reason === "length" ? n === 12 : reason === "stop" && n >= 1 && n < 12))
+  fail(`finish reason ${reason} with ${n} completion tokens of at most 12`);
 if (new Set(chunks.map((c) => c.id)).size !== 1) fail("chunks of one stream have different ids");
 console.log(`ok ${events.length} events, role first, one finish chunk, usage, [DONE]`);
 JS
