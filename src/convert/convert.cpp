@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "convert/convert_plan.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
 #include "gguf/writer.h"
@@ -17,64 +18,8 @@
 
 namespace zinc::convert {
 
-namespace {
+namespace detail {
 
-using gguf::TensorType;
-using gguf::Value;
-using nlohmann::json;
-
-struct ArchSpec {
-  const char* hf;    // config.json "architectures" entry
-  const char* gguf;  // general.architecture
-  bool permute_qk;   // Llama: q/k rows reordered for the pairwise rotary form
-  bool qk_norm;      // Qwen3, Gemma 3: per-head q/k norms
-  bool gemma;        // Gemma 3: sandwich norms stored with their "+1", embeddings cut to the real vocabulary
-  bool moe = false;  // Qwen3 MoE: router and stacked experts instead of one feed-forward network
-};
-
-const ArchSpec kArchs[] = {
-    {"LlamaForCausalLM", "llama", true, false, false},
-    {"MistralForCausalLM", "llama", true, false, false},
-    {"Qwen2ForCausalLM", "qwen2", false, false, false},
-    {"Qwen3ForCausalLM", "qwen3", false, true, false},
-    {"Gemma3ForCausalLM", "gemma3", false, true, true},
-    {"Qwen3MoeForCausalLM", "qwen3moe", false, true, false, true},
-};
-
-json read_json(const std::filesystem::path& p, bool required) {
-  if (!std::filesystem::exists(p)) {
-    if (required) throw Error(fmt::format("{}: file not found", p.string()));
-    return nullptr;
-  }
-  std::ifstream in(p);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
-  }
-}
-
-template <class T>
-T cfg(const json& c, const char* key, const std::filesystem::path& file) {
-  if (!c.contains(key) || c[key].is_null()) throw Error(fmt::format("{}: missing '{}'", file.string(), key));
-  try {
-    return c[key].get<T>();
-  } catch (const json::exception&) {
-    throw Error(fmt::format("{}: '{}' has the wrong type", file.string(), key));
-  }
-}
-
-template <class T>
-std::optional<T> cfg_opt(const json& c, const char* key) {
-  if (!c.contains(key) || c[key].is_null()) return std::nullopt;
-  try {
-    return c[key].get<T>();
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
-}
-
-// Source element i of a tensor as float.
 float load_element(const StTensor& t, int64_t i) {
   const uint8_t* p = t.data.data();
   switch (t.dtype) {
@@ -104,19 +49,66 @@ float load_element(const StTensor& t, int64_t i) {
   }
 }
 
-struct PlannedTensor {
-  std::string gguf_name;
-  const StTensor* src;
-  int permute_heads = 0;  // > 0: reorder rows head by head for the pairwise rotary form
-  float add = 0.0f;       // added to every element (Gemma's norm weights are stored as 1 + w)
-  int64_t max_rows = -1;  // >= 0: keep only the first rows (embeddings cut to the real vocabulary)
-  // Experts: per-expert 2-D tensors stacked into one (rows concatenated), or one half of a fused
-  // gate/up tensor [experts, 2 * width, in] (half 0: gate, 1: up).
-  std::vector<const StTensor*> stack;
-  int64_t half_rows = 0;
-  int half = 0;
-  std::vector<uint64_t> ne;  // the GGUF shape when it differs from the source's reversed shape
+void Job::set(const std::string& key_after_arch, gguf::Value v) const { meta.set(arch + "." + key_after_arch, std::move(v)); }
+
+PlannedTensor& Job::need(const std::string& hf, const std::string& g, int permute) {
+  const bool norm = g.ends_with("norm.weight");
+  plan.push_back({g, &ckpt.get(hf), permute, norm ? norm_add : 0.0f});
+  return plan.back();
+}
+
+void Job::maybe(const std::string& hf, const std::string& g) {
+  if (const StTensor* t = ckpt.find(hf)) plan.push_back({g, t, 0});
+}
+
+PlannedTensor& Job::computed(const std::string& g, const StTensor& src, std::vector<uint64_t> ne,
+                             std::function<void(int64_t, float*)> make_row) {
+  PlannedTensor t{g, &src};
+  t.ne = std::move(ne);
+  t.make_row = std::move(make_row);
+  plan.push_back(std::move(t));
+  return plan.back();
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+using gguf::TensorType;
+using gguf::Value;
+struct ArchSpec {
+  const char* hf;    // config.json "architectures" entry
+  const char* gguf;  // general.architecture
+  bool permute_qk;   // Llama: q/k rows reordered for the pairwise rotary form
+  bool qk_norm;      // Qwen3, Gemma 3: per-head q/k norms
+  bool gemma;        // Gemma 3: sandwich norms stored with their "+1", embeddings cut to the real vocabulary
+  bool moe = false;  // Qwen3 MoE: router and stacked experts instead of one feed-forward network
+  void (*plan)(Job&) = nullptr;  // other families: their metadata and every layer's tensors
 };
+
+const ArchSpec kArchs[] = {
+    {"LlamaForCausalLM", "llama", true, false, false},
+    {"MistralForCausalLM", "llama", true, false, false},
+    {"Qwen2ForCausalLM", "qwen2", false, false, false},
+    {"Qwen3ForCausalLM", "qwen3", false, true, false},
+    {"Gemma3ForCausalLM", "gemma3", false, true, true},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false, true, false, true},
+};
+
+json read_json(const std::filesystem::path& p, bool required) {
+  if (!std::filesystem::exists(p)) {
+    if (required) throw Error(fmt::format("{}: file not found", p.string()));
+    return nullptr;
+  }
+  std::ifstream in(p);
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
+  }
+}
 
 // Rotary settings: top-level keys (older configs: rope_theta, rope_scaling) or transformers 5's
 // rope_parameters, which some models nest per layer type (the full-attention entry applies).
@@ -173,6 +165,62 @@ std::vector<float> llama3_rope_factors(const RopeScaling& r, uint32_t head_dim) 
     }
   }
   return out;
+}
+
+// The Llama-like families: attention with optional biases and q/k norms, then one SwiGLU (or GEGLU)
+// network or a mixture of experts.
+void plan_standard_layers(Job& job, const ArchSpec& spec_, uint32_t n_expert, uint32_t n_ff_exp) {
+  const ArchSpec* spec = &spec_;
+  const uint32_t n_layer = job.n_layer, n_embd = job.n_embd, n_head = job.n_head, n_head_kv = job.n_head_kv;
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
+    job.need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
+    job.need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", spec->permute_qk ? static_cast<int>(n_head) : 0);
+    job.need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", spec->permute_qk ? static_cast<int>(n_head_kv) : 0);
+    job.need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
+    job.need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
+    job.maybe(hp + "self_attn.q_proj.bias", gp + "attn_q.bias");
+    job.maybe(hp + "self_attn.k_proj.bias", gp + "attn_k.bias");
+    job.maybe(hp + "self_attn.v_proj.bias", gp + "attn_v.bias");
+    if (spec->qk_norm) {
+      job.need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
+      job.need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
+    }
+    if (spec->gemma) {
+      job.need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
+      job.need(hp + "pre_feedforward_layernorm.weight", gp + "ffn_norm.weight");
+      job.need(hp + "post_feedforward_layernorm.weight", gp + "post_ffw_norm.weight");
+    } else {
+      job.need(hp + "post_attention_layernorm.weight", gp + "ffn_norm.weight");
+    }
+    if (spec->moe) {
+      job.need(hp + "mlp.gate.weight", gp + "ffn_gate_inp.weight");
+      const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
+      if (const StTensor* fused = job.ckpt.find(hp + "mlp.experts.gate_up_proj")) {
+        // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
+        const auto rows_each = static_cast<int64_t>(ff_);
+        job.plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 0, {d_, ff_, ne_}});
+        job.plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 1, {d_, ff_, ne_}});
+        job.plan.push_back({gp + "ffn_down_exps.weight", &job.ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
+                        {ff_, d_, ne_}});
+      } else {
+        // One tensor per expert, stacked.
+        for (const char* proj : {"gate", "up", "down"}) {
+          std::vector<const StTensor*> parts;
+          for (uint32_t e = 0; e < n_expert; ++e) {
+            parts.push_back(&job.ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, proj)));
+          }
+          const bool down = std::string(proj) == "down";
+          job.plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, proj), parts[0], 0, 0.0f, -1, parts, 0, 0,
+                          down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
+        }
+      }
+    } else {
+      job.need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
+      job.need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
+      job.need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
+    }
+  }
 }
 
 }  // namespace
@@ -275,71 +323,17 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
   report.notes = tok.notes;
 
   // Which tensors go where, in the order the file will hold them.
-  std::vector<PlannedTensor> plan;
-  const float norm_add = spec->gemma ? 1.0f : 0.0f;
-  auto need = [&](const std::string& hf, const std::string& g, int permute = 0) {
-    const bool norm = g.ends_with("norm.weight");
-    plan.push_back({g, &ckpt.get(hf), permute, norm ? norm_add : 0.0f});
-  };
-  auto maybe = [&](const std::string& hf, const std::string& g) {
-    if (const StTensor* t = ckpt.find(hf)) plan.push_back({g, t, 0});
-  };
-  need("model.embed_tokens.weight", "token_embd.weight");
+  Job job{config, config_path, ckpt, m, a, n_layer, n_embd, n_head, n_head_kv, head_dim, spec->gemma ? 1.0f : 0.0f, {}};
+  job.need("model.embed_tokens.weight", "token_embd.weight");
   const auto n_tokens = static_cast<int64_t>(tok.metadata.find("tokenizer.ggml.tokens")->view().array().size());
-  if (spec->gemma) plan.back().max_rows = n_tokens;
-  for (uint32_t l = 0; l < n_layer; ++l) {
-    const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
-    need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
-    need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", spec->permute_qk ? static_cast<int>(n_head) : 0);
-    need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", spec->permute_qk ? static_cast<int>(n_head_kv) : 0);
-    need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
-    need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
-    maybe(hp + "self_attn.q_proj.bias", gp + "attn_q.bias");
-    maybe(hp + "self_attn.k_proj.bias", gp + "attn_k.bias");
-    maybe(hp + "self_attn.v_proj.bias", gp + "attn_v.bias");
-    if (spec->qk_norm) {
-      need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
-      need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
-    }
-    if (spec->gemma) {
-      need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
-      need(hp + "pre_feedforward_layernorm.weight", gp + "ffn_norm.weight");
-      need(hp + "post_feedforward_layernorm.weight", gp + "post_ffw_norm.weight");
-    } else {
-      need(hp + "post_attention_layernorm.weight", gp + "ffn_norm.weight");
-    }
-    if (spec->moe) {
-      need(hp + "mlp.gate.weight", gp + "ffn_gate_inp.weight");
-      const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
-      if (const StTensor* fused = ckpt.find(hp + "mlp.experts.gate_up_proj")) {
-        // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
-        const auto rows_each = static_cast<int64_t>(ff_);
-        plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 0, {d_, ff_, ne_}});
-        plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 1, {d_, ff_, ne_}});
-        plan.push_back({gp + "ffn_down_exps.weight", &ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
-                        {ff_, d_, ne_}});
-      } else {
-        // One tensor per expert, stacked.
-        for (const char* proj : {"gate", "up", "down"}) {
-          std::vector<const StTensor*> parts;
-          for (uint32_t e = 0; e < n_expert; ++e) {
-            parts.push_back(&ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, proj)));
-          }
-          const bool down = std::string(proj) == "down";
-          plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, proj), parts[0], 0, 0.0f, -1, parts, 0, 0,
-                          down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
-        }
-      }
-    } else {
-      need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
-      need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
-      need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
-    }
-  }
-  need("model.norm.weight", "output_norm.weight");
+  if (spec->gemma) job.plan.back().max_rows = n_tokens;
+  if (spec->plan) spec->plan(job);
+  else plan_standard_layers(job, *spec, n_expert, n_ff_exp);
+  job.need("model.norm.weight", "output_norm.weight");
   if (!spec->gemma && !cfg_opt<bool>(config, "tie_word_embeddings").value_or(false)) {
-    maybe("lm_head.weight", "output.weight");
+    job.maybe("lm_head.weight", "output.weight");
   }
+  const std::vector<PlannedTensor>& plan = job.plan;
 
   // Target type per tensor.
   std::string outtype = opts.outtype;
@@ -368,7 +362,7 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
       available += part->n_elements();
     }
     if (p.half_rows > 0) available /= 2;
-    if (available < rows * cols && p.max_rows < 0) {
+    if (available < rows * cols && p.max_rows < 0 && !p.make_row) {
       throw Error(fmt::format("{}: tensor '{}' has {} elements, '{}' needs {}", dir.string(), t.name, available, p.gguf_name,
                               rows * cols));
     }
@@ -377,7 +371,7 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
       ne[1] = static_cast<uint64_t>(rows);
     }
     TensorType type = TensorType::F32;
-    if (t.shape.size() >= 2) {
+    if (ne.size() >= 2 && !p.keep_f32) {
       if (outtype == "f32") type = TensorType::F32;
       else if (outtype == "bf16") type = TensorType::BF16;
       else if (outtype == "f16") type = TensorType::F16;
@@ -395,12 +389,19 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     const auto stack = p.stack;
     const int64_t half_rows = p.half_rows;
     const int fused_half = p.half;
-    w.add_tensor(p.gguf_name, type, ne, [src, stack, half_rows, fused_half, type, cols, rows, heads, add](const auto& emit) {
+    const auto make_row = p.make_row;
+    w.add_tensor(p.gguf_name, type, ne, [src, stack, half_rows, fused_half, make_row, type, cols, rows, heads, add](const auto& emit) {
       const size_t rs = quant::row_size(type, cols);
       std::vector<float> row(static_cast<size_t>(cols));
       std::vector<uint8_t> packed(rs);
       const int64_t per_head = heads > 0 ? rows / heads : 0;
       for (int64_t r = 0; r < rows; ++r) {
+        if (make_row) {
+          make_row(r, row.data());
+          quant::quantize_row(type, row.data(), packed.data(), cols);
+          emit(std::span<const uint8_t>(packed));
+          continue;
+        }
         // Pairwise rotary layout: within each head, row 2i+j comes from row j*half + i.
         int64_t from = r;
         if (heads > 0) {
