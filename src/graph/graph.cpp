@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zinc::graph {
@@ -27,6 +29,7 @@ const char* op_name(Op op) {
     case Op::SigmoidMul: return "sigmoid_mul";
     case Op::SsmConv: return "ssm_conv";
     case Op::DeltaNet: return "delta_net";
+    case Op::Scale: return "scale";
   }
   return "?";
 }
@@ -83,11 +86,11 @@ TensorId Builder::rms_norm(TensorId x, TensorId w, float eps, float offset, cons
 }
 
 TensorId Builder::rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps, const std::string& name, int layer) {
-  if (head_dim <= 0 || width(x) % head_dim != 0 || g_.tensor(w).ne[0] != head_dim) {
+  if (head_dim <= 0 || width(x) % head_dim != 0 || (w >= 0 && g_.tensor(w).ne[0] != head_dim)) {
     throw Error(fmt::format("{}: per-head norm of width {} over rows of {}", name, head_dim, width(x)));
   }
   const TensorId out = act(name, width(x), layer);
-  Node& n = emit(Op::RmsNorm, out, {x, w});
+  Node& n = emit(Op::RmsNorm, out, w >= 0 ? std::vector<TensorId>{x, w} : std::vector<TensorId>{x});
   n.eps = eps;
   n.head_dim = head_dim;
   return out;
@@ -148,7 +151,11 @@ TensorId Builder::attention(TensorId q, TensorId k, TensorId v, int n_head, int 
     throw Error(fmt::format("{}: q/k/v rows {}/{}/{} do not match {} heads ({} KV) of {}", name, width(q), width(k),
                             width(v), n_head, n_head_kv, head_dim));
   }
-  g_.kv_width = width(k);
+  g_.kv_width = std::max(g_.kv_width, width(k));
+  if (layer >= 0) {
+    if (g_.layer_kv_width.size() <= static_cast<size_t>(layer)) g_.layer_kv_width.resize(static_cast<size_t>(layer) + 1, 0);
+    g_.layer_kv_width[static_cast<size_t>(layer)] = width(k);
+  }
   const TensorId out = act(name, width(q), layer);
   Node& n = emit(Op::Attention, out, {q, k, v});
   n.n_head = n_head;
@@ -189,22 +196,52 @@ TensorId Builder::select_last(TensorId x, const std::string& name) {
 
 TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps,
                       int n_expert_used, bool norm_topk, const std::string& name, int layer) {
+  return moe(x, router, gate_exps, up_exps, down_exps, n_expert_used, norm_topk, MoeRouting{}, name, layer);
+}
+
+TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps,
+                      int n_expert_used, bool norm_topk, const MoeRouting& routing, const std::string& name, int layer) {
   const auto& r = g_.tensor(router);
   const auto& gt = g_.tensor(gate_exps);
   const auto& ut = g_.tensor(up_exps);
   const auto& dt = g_.tensor(down_exps);
-  const int64_t d = width(x), n_expert = r.ne[1], ff = gt.ne[1];
+  // gate_exps == up_exps: one fused tensor {in, 2 * ff, n_expert}, each expert's gate rows first.
+  const bool fused = gate_exps == up_exps;
+  const int64_t d = width(x), n_expert = r.ne[1], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
   if (r.ne[0] != d || gt.ne[0] != d || gt.ne[2] != n_expert || ut.ne != gt.ne || dt.ne[0] != ff || dt.ne[1] != d ||
+      (fused && gt.ne[1] != 2 * ff) ||
       dt.ne[2] != n_expert || n_expert_used < 1 || n_expert_used > n_expert) {
     throw Error(fmt::format("{}: experts do not fit: router {}x{}, gate {}x{}x{}, down {}x{}x{}, {} of {} used", name,
                             r.ne[0], r.ne[1], gt.ne[0], gt.ne[1], gt.ne[2], dt.ne[0], dt.ne[1], dt.ne[2], n_expert_used,
                             n_expert));
   }
+  if (routing.router_in >= 0 && width(routing.router_in) != d) {
+    throw Error(fmt::format("{}: the router's input has rows of {}, the experts' {}", name, width(routing.router_in), d));
+  }
+  if (routing.expert_scale >= 0 && g_.tensor(routing.expert_scale).ne[0] != n_expert) {
+    throw Error(fmt::format("{}: per-expert scale '{}' must hold {} values", name, g_.tensor(routing.expert_scale).name,
+                            n_expert));
+  }
   const TensorId out = act(name, d, layer);
-  Node& n = emit(Op::MoE, out, {x, router, gate_exps, up_exps, down_exps});
+  std::vector<TensorId> in{x, router, gate_exps, up_exps, down_exps};
+  if (routing.router_in >= 0 || routing.expert_scale >= 0) in.push_back(routing.router_in >= 0 ? routing.router_in : x);
+  if (routing.expert_scale >= 0) in.push_back(routing.expert_scale);
+  Node& n = emit(Op::MoE, out, std::move(in));
   n.n_expert = static_cast<int>(n_expert);
   n.n_expert_used = n_expert_used;
   n.norm_topk = norm_topk;
+  n.scale = routing.logit_scale;
+  n.moe_gelu = routing.gelu;
+  return out;
+}
+
+TensorId Builder::scale(TensorId x, TensorId w, const std::string& name, int layer) {
+  const int64_t n = g_.tensor(w).ne[0] * g_.tensor(w).ne[1] * g_.tensor(w).ne[2] * g_.tensor(w).ne[3];
+  if (n != 1 && n != width(x)) {
+    throw Error(fmt::format("{}: scale '{}' has {} elements for rows of {}", name, g_.tensor(w).name, n, width(x)));
+  }
+  const TensorId out = act(name, width(x), layer);
+  emit(Op::Scale, out, {x, w});
   return out;
 }
 

@@ -64,6 +64,7 @@ enum class Op : uint8_t {
   MoE,         // mixture of experts with SwiGLU experts: router softmax over n_expert, the top
                // n_expert_used (renormalised when norm_topk), out = sum of w_e * down_e(silu(gate_e x) * up_e x)
                //                                             in: x, router, gate_exps, up_exps, down_exps
+               // Gemma 4's variant (see MoeRouting) adds [router_in [, expert_scale]].
   Split,       // n_head groups of group_stride per row; out = each group's [group_offset, +width/n_head)  in: x
   Concat,      // out = the inputs' rows side by side                                  in: a, b, ...
   SigmoidMul,  // out = a * sigmoid(b); b is as wide as a, or one value per token       in: a, b
@@ -73,6 +74,7 @@ enum class Op : uint8_t {
                // beta = sigmoid(b), g = A * softplus(a + dt_bias), q and k L2-normalised, q scaled by
                // 1/sqrt(dk); S = exp(g) S + k (beta (v - S^T k))^T, out = S^T q
                //                                                in: q, k, v, a, b, A, dt_bias
+  Scale,       // out = x * w, w a weight of width floats or of one float (broadcast)       in: x, w
 };
 
 struct Graph;
@@ -90,6 +92,7 @@ struct Node {
   int sliding_window = 0;  // Attention: 0 = full causal
   int n_expert = 0, n_expert_used = 0;  // MoE
   bool norm_topk = false;               // MoE: renormalise the selected experts' weights to sum to 1
+  bool moe_gelu = false;                // MoE: GEGLU experts (gelu_tanh(gate) * up) instead of SwiGLU
   int layer = -1;          // Attention: which KV cache
   int64_t group_stride = 0, group_offset = 0;  // Split
   // DeltaNet: n_head q/k heads of head_dim, n_head_kv v heads of head_dim_v; v head h reads q/k head
@@ -107,10 +110,16 @@ struct Graph {
   TensorId tokens = -1;  // the step's token ids feed Embed
   TensorId logits = -1;
   int n_layer = 0;
-  int64_t kv_width = 0;  // per layer: n_head_kv * head_dim (K and V rows)
+  int64_t kv_width = 0;  // per layer: n_head_kv * head_dim (K and V rows); the widest when layers differ
+  std::vector<int64_t> layer_kv_width;  // (n_layer) each layer's K/V row width, 0 where it has no attention
   int64_t n_vocab = 0;
 
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
+  // The K/V row width of one layer's cache (Gemma 4's global layers have wider heads than its local ones).
+  int64_t kv_width_of(int layer) const {
+    const auto l = static_cast<size_t>(layer);
+    return layer >= 0 && l < layer_kv_width.size() && layer_kv_width[l] > 0 ? layer_kv_width[l] : kv_width;
+  }
   // Human-readable listing, one node per line.
   std::string dump() const;
 };
@@ -122,6 +131,16 @@ struct StepParams {
   bool all_logits = false;  // logits for every token of the step, not only the last
 };
 
+// Gemma 4's mixture of experts: the router reads its own input (RMS-normalised residual times a learned
+// scale), its logits are scaled before the softmax, each selected expert's weight is multiplied by a
+// learned per-expert factor after the top-k renormalisation, and the experts are GEGLU networks.
+struct MoeRouting {
+  TensorId router_in = -1;     // the router reads this activation instead of the experts' input
+  TensorId expert_scale = -1;  // weight {n_expert}: multiplies each selected expert's routing weight
+  float logit_scale = 1.0f;    // multiplies the router logits before the softmax
+  bool gelu = false;           // GEGLU experts instead of SwiGLU
+};
+
 // Helpers used by model files to emit graphs with checked shapes.
 class Builder {
  public:
@@ -131,7 +150,7 @@ class Builder {
 
   TensorId embed(TensorId w, float scale = 1.0f);
   TensorId rms_norm(TensorId x, TensorId w, float eps, float offset, const std::string& name, int layer);
-  // RMSNorm of each head_dim-wide group of the row (per-head q/k norms).
+  // RMSNorm of each head_dim-wide group of the row (per-head q/k norms); w = -1: no weight.
   TensorId rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps, const std::string& name, int layer);
   TensorId matmul(TensorId w, TensorId x, const std::string& name, int layer, TensorId bias = -1);
   TensorId add(TensorId a, TensorId b, const std::string& name, int layer);
@@ -153,9 +172,14 @@ class Builder {
   TensorId ssm_conv(TensorId x, TensorId w, const std::string& name, int layer);
   TensorId delta_net(TensorId q, TensorId k, TensorId v, TensorId a, TensorId b, TensorId A, TensorId dt_bias,
                      int n_head_k, int n_head_v, int dk, int dv, bool tiled_heads, const std::string& name, int layer);
-  // Experts are 3-D weights {in, out, n_expert}; the router is {width, n_expert}.
+  // Experts are 3-D weights {in, out, n_expert}; the router is {width, n_expert}. Passing the same
+  // tensor as gate_exps and up_exps means a fused {in, 2 * ff, n_expert} tensor, gate rows first.
   TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
                bool norm_topk, const std::string& name, int layer);
+  TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
+               bool norm_topk, const MoeRouting& routing, const std::string& name, int layer);
+  // x times a weight of x's width, or times a one-element weight (Gemma 4's per-layer output scalar).
+  TensorId scale(TensorId x, TensorId w, const std::string& name, int layer);
 
  private:
   int64_t width(TensorId id) const;

@@ -128,9 +128,9 @@ uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, b
   const auto kv_type = kv == backend::KvType::F32 ? gguf::TensorType::F32
                        : kv == backend::KvType::F16 ? gguf::TensorType::F16
                                                     : gguf::TensorType::Q8_0;
-  const uint64_t kv_row = quant::row_size(kv_type, g.kv_width);
   for (const auto& n : g.nodes) {
     if (n.op != graph::Op::Attention) continue;
+    const uint64_t kv_row = quant::row_size(kv_type, g.kv_width_of(n.layer));
     const int64_t rows = n.sliding_window > 0 ? std::min<int64_t>(context, n.sliding_window) : context;
     bytes += 2 * kv_row * static_cast<uint64_t>(rows);
   }

@@ -39,21 +39,26 @@ class CpuExecutable final : public Executable {
     kv_type_ = opts_.kv_type == KvType::F32 ? gguf::TensorType::F32
                : opts_.kv_type == KvType::F16 ? gguf::TensorType::F16
                                               : gguf::TensorType::Q8_0;
-    if (g_.kv_width % quant::block_size(kv_type_) != 0 || kv_head_dim() % quant::block_size(kv_type_) != 0) {
-      throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
-                              gguf::tensor_type_name(kv_type_), quant::block_size(kv_type_)));
+    // Each layer's cache has its own row width (layers may differ in head size or KV heads).
+    const auto n_layer = static_cast<size_t>(g_.n_layer);
+    kv_row_bytes_.assign(n_layer, 0);
+    k_.resize(n_layer);
+    v_.resize(n_layer);
+    for (const Node& node : g_.nodes) {
+      if (node.op != Op::Attention) continue;
+      const int64_t kw = g_.kv_width_of(node.layer);
+      if (kw % quant::block_size(kv_type_) != 0 || node.head_dim % quant::block_size(kv_type_) != 0) {
+        throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
+                                gguf::tensor_type_name(kv_type_), quant::block_size(kv_type_)));
+      }
+      const auto l = static_cast<size_t>(node.layer);
+      kv_row_bytes_[l] = quant::row_size(kv_type_, kw);
+      const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx);
+      k_[l].assign(layer_bytes, 0);
+      v_[l].assign(layer_bytes, 0);
     }
-    kv_row_bytes_ = quant::row_size(kv_type_, g_.kv_width);
-    const size_t layer_bytes = kv_row_bytes_ * static_cast<size_t>(opts_.n_ctx);
-    // A cache only for the layers that attend (hybrid models keep recurrent state in the others).
-    k_.resize(static_cast<size_t>(g_.n_layer));
-    v_.resize(static_cast<size_t>(g_.n_layer));
     state_.resize(g_.nodes.size());
     for (const Node& node : g_.nodes) {
-      if (node.op == Op::Attention && k_[static_cast<size_t>(node.layer)].empty()) {
-        k_[static_cast<size_t>(node.layer)].resize(layer_bytes);
-        v_[static_cast<size_t>(node.layer)].resize(layer_bytes);
-      }
       if (const int64_t st = graph::state_size(g_, node); st > 0) {
         state_[static_cast<size_t>(&node - g_.nodes.data())].assign(static_cast<size_t>(st), 0.0f);
         recurrent_ = true;
@@ -282,6 +287,17 @@ class CpuExecutable final : public Executable {
         n = in_rows(0);
         delta_net(node, n, out);
         break;
+      case Op::Scale: {
+        n = in_rows(0);
+        std::vector<float> sbuf;
+        const auto& st = g_.tensor(node.in[1]);
+        const float* sv = f32_weight(node.in[1], sbuf);
+        const float* a = buf(node.in[0]);
+        const bool one = st.ne[0] * st.ne[1] * st.ne[2] * st.ne[3] == 1;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t i = 0; i < width; ++i) out[t * width + i] = a[t * width + i] * sv[one ? 0 : i];
+        break;
+      }
       case Op::SelectLast: {
         const int64_t have = in_rows(0);
         const float* src = buf(node.in[0]);
@@ -300,15 +316,23 @@ class CpuExecutable final : public Executable {
 
   // Mixture of experts. Routing per token (softmax over all experts, top-k, optional renormalisation),
   // then each expert runs once over the tokens routed to it (a matrix-matrix product in prefill),
-  // its outputs added back scaled by their routing weights.
+  // its outputs added back scaled by their routing weights. Gemma 4's variant routes from its own
+  // input (in[5]), scales the logits, multiplies the final weights per expert (in[6]) and uses GEGLU.
   void moe(const Node& node, const float* x, int64_t n, float* out) {
     const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
     const auto& dt = g_.tensor(node.in[4]);
-    const int64_t d = rt.ne[0], ff = gt.ne[1];
+    const bool fused = node.in[2] == node.in[3];  // one {d, 2 * ff, n_expert} tensor, gate rows first
+    const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
     const int ne = node.n_expert, k = node.n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
-    quant::matmul(rt.type, w(node.in[1]), ne, d, x, n, logits.data(), pool_);
+    const float* router_x = node.in.size() > 5 ? buf(node.in[5]) : x;
+    quant::matmul(rt.type, w(node.in[1]), ne, d, router_x, n, logits.data(), pool_);
+    if (node.scale != 1.0f) {
+      for (float& l : logits) l *= node.scale;
+    }
+    std::vector<float> ebuf;
+    const float* expert_scale = node.in.size() > 6 ? f32_weight(node.in[6], ebuf) : nullptr;
     std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(ne));  // (token, weight)
     std::vector<int> order(static_cast<size_t>(ne));
     for (int64_t t = 0; t < n; ++t) {
@@ -323,16 +347,18 @@ class CpuExecutable final : public Executable {
       for (int i = 0; i < k; ++i) top += l[order[static_cast<size_t>(i)]];
       for (int i = 0; i < k; ++i) {
         const int e = order[static_cast<size_t>(i)];
-        routed[static_cast<size_t>(e)].emplace_back(t, node.norm_topk ? l[e] / top : l[e]);
+        const float wt = node.norm_topk ? l[e] / top : l[e];
+        routed[static_cast<size_t>(e)].emplace_back(t, expert_scale ? wt * expert_scale[e] : wt);
       }
     }
     std::fill(out, out + n * d, 0.0f);
-    const size_t gate_bytes = quant::row_size(gt.type, d) * static_cast<size_t>(ff);
+    const size_t gate_bytes = quant::row_size(gt.type, d) * static_cast<size_t>(fused ? 2 * ff : ff);
     const auto up_type = g_.tensor(node.in[3]).type;
-    const size_t up_bytes = quant::row_size(up_type, d) * static_cast<size_t>(ff);
+    const size_t up_bytes = fused ? gate_bytes : quant::row_size(up_type, d) * static_cast<size_t>(ff);
     const size_t down_bytes = quant::row_size(dt.type, ff) * static_cast<size_t>(d);
     const auto* gate_base = static_cast<const uint8_t*>(w(node.in[2]));
-    const auto* up_base = static_cast<const uint8_t*>(w(node.in[3]));
+    const auto* up_base = static_cast<const uint8_t*>(w(node.in[3])) +
+                          (fused ? quant::row_size(gt.type, d) * static_cast<size_t>(ff) : 0);
     const auto* down_base = static_cast<const uint8_t*>(w(node.in[4]));
     std::vector<float> xs, g, u, y;
     for (int e = 0; e < ne; ++e) {
@@ -348,7 +374,8 @@ class CpuExecutable final : public Executable {
       y.resize(static_cast<size_t>(m * d));
       quant::matmul(gt.type, gate_base + gate_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, g.data(), pool_);
       quant::matmul(up_type, up_base + up_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, u.data(), pool_);
-      cpu::swiglu(g.data(), u.data(), g.data(), m * ff);
+      if (node.moe_gelu) cpu::geglu(g.data(), u.data(), g.data(), m * ff);
+      else cpu::swiglu(g.data(), u.data(), g.data(), m * ff);
       quant::matmul(dt.type, down_base + down_bytes * static_cast<size_t>(e), d, ff, g.data(), m, y.data(), pool_);
       for (int64_t i = 0; i < m; ++i) {
         const auto [t, wt] = tokens[static_cast<size_t>(i)];
@@ -392,27 +419,19 @@ class CpuExecutable final : public Executable {
     return scratch.data();
   }
 
-  // Head dimension of the attention nodes (all layers share it).
-  int kv_head_dim() const {
-    for (const Node& n : g_.nodes) {
-      if (n.op == Op::Attention) return n.head_dim;
-    }
-    return static_cast<int>(g_.kv_width);
-  }
-
-  // The cache holds one row of kv_width elements per position, stored in kv_type_.
+  // A layer's cache holds one row of its kv width per position, stored in kv_type_.
   void store_kv(int layer, int64_t pos, const float* k, const float* v) {
     const auto l = static_cast<size_t>(layer);
-    const size_t at = static_cast<size_t>(pos) * kv_row_bytes_;
-    quant::quantize_row(kv_type_, k, k_[l].data() + at, g_.kv_width);
-    quant::quantize_row(kv_type_, v, v_[l].data() + at, g_.kv_width);
+    const size_t at = static_cast<size_t>(pos) * kv_row_bytes_[l];
+    quant::quantize_row(kv_type_, k, k_[l].data() + at, g_.kv_width_of(layer));
+    quant::quantize_row(kv_type_, v, v_[l].data() + at, g_.kv_width_of(layer));
   }
 
   // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
   // [max(0, pos - window + 1), pos]. The cache rows the step can see are decoded to floats once (not
   // once per query and head); scores use the vectorized float dot product, softmax subtracts the max.
   void attention(const Node& node, const graph::StepParams& step, int64_t n, float* out) {
-    const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width;
+    const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width_of(node.layer);
     const float* q = buf(node.in[0]);
     const float* k = buf(node.in[1]);
     const float* v = buf(node.in[2]);
@@ -421,8 +440,8 @@ class CpuExecutable final : public Executable {
     const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
     const int64_t first = node.sliding_window > 0 ? std::max<int64_t>(0, step.n_past - node.sliding_window + 1) : 0;
     const int64_t rows = step.n_past + n - first;
-    const float* kf = decoded_rows(k_[l], first, rows, kf_);
-    const float* vf = decoded_rows(v_[l], first, rows, vf_);
+    const float* kf = decoded_rows(k_[l], kv_row_bytes_[l], kw, first, rows, kf_);
+    const float* vf = decoded_rows(v_[l], kv_row_bytes_[l], kw, first, rows, vf_);
     const quant::DotFn dot = dot_f32_;
     pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
       std::vector<float> scores(static_cast<size_t>(rows)), acc(static_cast<size_t>(hd));
@@ -458,15 +477,16 @@ class CpuExecutable final : public Executable {
     });
   }
 
-  // Cache rows [first, first + rows) as floats: in place for an F32 cache, else decoded into `scratch`.
-  const float* decoded_rows(const std::vector<uint8_t>& cache, int64_t first, int64_t rows, std::vector<float>& scratch) {
-    const uint8_t* base = cache.data() + static_cast<size_t>(first) * kv_row_bytes_;
+  // Cache rows [first, first + rows) of `width` elements as floats: in place for an F32 cache, else
+  // decoded into `scratch`.
+  const float* decoded_rows(const std::vector<uint8_t>& cache, size_t row_bytes, int64_t width, int64_t first,
+                            int64_t rows, std::vector<float>& scratch) {
+    const uint8_t* base = cache.data() + static_cast<size_t>(first) * row_bytes;
     if (kv_type_ == gguf::TensorType::F32) return reinterpret_cast<const float*>(base);
-    scratch.resize(static_cast<size_t>(rows * g_.kv_width));
+    scratch.resize(static_cast<size_t>(rows * width));
     pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        quant::dequantize_row(kv_type_, base + static_cast<size_t>(r) * kv_row_bytes_, scratch.data() + r * g_.kv_width,
-                              g_.kv_width);
+        quant::dequantize_row(kv_type_, base + static_cast<size_t>(r) * row_bytes, scratch.data() + r * width, width);
       }
     });
     return scratch.data();
@@ -480,8 +500,8 @@ class CpuExecutable final : public Executable {
   std::vector<int> slot_;
   std::vector<std::vector<float>> buffers_;
   gguf::TensorType kv_type_ = gguf::TensorType::F16;
-  size_t kv_row_bytes_ = 0;
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx rows of kv_width elements
+  std::vector<size_t> kv_row_bytes_;          // per layer
+  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx rows of that layer's kv width
   std::vector<float> kf_, vf_;                // decoded cache rows of the layer being attended
   quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
