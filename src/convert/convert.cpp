@@ -124,6 +124,7 @@ const ArchSpec kArchs[] = {
     {"Qwen3NextForCausalLM", "qwen3next", false, true, false, true, plan_qwen3next},
     {"Qwen3_5ForCausalLM", "qwen35", false, true, false, false, plan_qwen3next},
     {"Qwen3_5MoeForCausalLM", "qwen35moe", false, true, false, true, plan_qwen3next},
+    {"Gemma4ForCausalLM", "gemma4", false, true, false, false, plan_gemma4},
 };
 
 json read_json(const std::filesystem::path& p, bool required) {
@@ -164,7 +165,8 @@ RopeScaling read_rope_scaling(const json& config, const std::filesystem::path& f
   r.beta_slow = cfg_opt<float>(params, "beta_slow");
   r.low_freq_factor = cfg_opt<float>(params, "low_freq_factor").value_or(1.0f);
   r.high_freq_factor = cfg_opt<float>(params, "high_freq_factor").value_or(4.0f);
-  if (r.type != "default" && r.type != "linear" && r.type != "yarn" && r.type != "llama3") {
+  // "proportional" (Gemma 4) is described by the family's planner.
+  if (r.type != "default" && r.type != "linear" && r.type != "yarn" && r.type != "llama3" && r.type != "proportional") {
     throw Error(fmt::format("{}: rope scaling type '{}' is not supported (default, linear, yarn, llama3)", file.string(),
                             r.type));
   }
@@ -260,6 +262,9 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     throw Error(fmt::format("{}: architecture '{}' cannot be converted (supported: {})", config_path.string(), hf_arch, names));
   }
   const Checkpoint ckpt = Checkpoint::open(dir);
+  if (!spec->plan && read_rope_scaling(config, config_path).type == "proportional") {
+    throw Error(fmt::format("{}: rope type 'proportional' is not supported for {}", config_path.string(), hf_arch));
+  }
 
   const auto n_layer = cfg<uint32_t>(config, "num_hidden_layers", config_path);
   const auto n_embd = cfg<uint32_t>(config, "hidden_size", config_path);

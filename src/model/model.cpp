@@ -24,6 +24,7 @@ const ArchEntry kArchitectures[] = {
     {"qwen3next", build_qwen3next},
     {"qwen35", build_qwen35},
     {"qwen35moe", build_qwen35moe},
+    {"gemma4", build_gemma4},
 };
 
 std::string shape_str(const std::vector<int64_t>& s) {

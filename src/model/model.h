@@ -68,5 +68,6 @@ graph::Graph build_gemma3(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3next(const gguf::File& f, HParams& hp);  // also qwen35, qwen35moe (qwen3next.cpp)
 graph::Graph build_qwen35(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen35moe(const gguf::File& f, HParams& hp);
+graph::Graph build_gemma4(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model
