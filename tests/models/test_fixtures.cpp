@@ -163,6 +163,8 @@ TEST_P(Fixture, MatchesTransformers) {
   EXPECT_EQ(exact.top1, 1.0) << GetParam();
   EXPECT_EQ(greedy(f32, ref.greedy_prompt, ref.greedy.size(), ref.n_tokens), ref.greedy) << GetParam();
   EXPECT_EQ(forced_agreement(f32, ref), 1.0) << GetParam();
+  std::printf("%s F32     KL %.2e top-1 %.3f max rel err %.2e\n", GetParam().c_str(), exact.mean_kl, exact.top1,
+              exact.max_rel_err);
 
   // Quantized. Random weights pass rounding noise on more freely than trained ones: on these fixtures
   // Q8_0 weights and activations (0.5% relative RMSE each) move the logits by about 2% relative, and the
@@ -190,6 +192,13 @@ TEST_P(Fixture, MatchesTransformers) {
   // Mixtures of experts route each token by its router's top choices: quantization noise that flips one
   // (measured: 0.33 at Q4_K_M on this fixture) moves the logits further than in a dense model.
   if (GetParam().find("moe") != std::string::npos) levels.back().max_kl = 0.6;
+  // Gemma 4's fixtures lose more top-1 positions to the same noise: measured top-1 0.94 / 0.90 (gemma4 /
+  // gemma4_moe) at Q8_0 and 0.58 / 0.65 at Q4_K_M, where the prebuilt llama.cpp, run on the same
+  // quantized files, measures 0.96 / 0.92 and 0.63 / 0.65, with KL within 10% of ours at every level.
+  if (GetParam().starts_with("gemma4")) {
+    levels[1].min_top1 = 0.85;
+    levels[3].min_top1 = 0.5;
+  }
   for (const Level& lv : levels) {
     quant::QuantizeOptions qo;
     qo.mixture = *quant::mixture_by_name(lv.mixture);
@@ -365,7 +374,7 @@ TEST(ModelLoad, RejectsUnknownRopeScalingType) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe",
-                                                                  "qwen3_next", "qwen3_5", "qwen3_5_moe"));
+                                                                  "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma4", "gemma4_moe"));
 
 }  // namespace
 }  // namespace zinc
