@@ -35,6 +35,11 @@ struct Preset {
   uint32_t sliding_window = 0;
   int n_expert = 0, n_expert_used = 0;  // mixtures of experts
   int64_t n_ff_exp = 0;
+  // Hybrid linear attention (qwen35moe): key/value heads and head width of the DeltaNet layers, every
+  // full_every-th layer full attention, the shared expert's width, rotated fraction of each head.
+  int lin_hk = 0, lin_hv = 0, lin_d = 0, full_every = 0;
+  int64_t n_ff_shexp = 0;
+  float partial_rotary = 1.0f;
 };
 
 // Shapes and settings of the released models.
@@ -46,6 +51,10 @@ const Preset kPresets[] = {
     {"qwen3-14b", "qwen3", 40, 5120, 17408, 151936, 40, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
     {"qwen3-32b", "qwen3", 64, 5120, 25600, 151936, 64, 8, 128, 1e6f, 1e-6f, false, 40960, "qwen2"},
     {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 6144, 151936, 32, 4, 128, 1e6f, 1e-6f, false, 40960, "qwen2", 0, 0, 128, 8, 768},
+    // Qwen3.6-35B-A3B (the Qwen3.5-35B-A3B layout): 40 layers, three gated-DeltaNet layers to one
+    // gated full-attention layer, 256 experts (8 used) plus a shared one.
+    {"qwen3.6-35b-a3b", "qwen35moe", 40, 2048, 0, 248320, 16, 2, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 256,
+     8, 512, 16, 32, 128, 4, 512, 0.25f},
     {"llama3-8b", "llama", 32, 4096, 14336, 128256, 32, 8, 128, 5e5f, 1e-5f, false, 131072, "llama-bpe"},
     {"gemma3-1b", "gemma3", 26, 1152, 6912, 262144, 4, 1, 256, 1e6f, 1e-6f, true, 32768, "default", 0, 512},
     {"gemma3-12b", "gemma3", 48, 3840, 15360, 262144, 16, 8, 256, 1e6f, 1e-6f, true, 131072, "default", 8, 1024},
@@ -126,6 +135,7 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   const int n_layer = o.layers > 0 ? o.layers : p.n_layer;
   const std::string a = p.arch;
   const bool gemma = a == "gemma3";
+  const bool hybrid = p.lin_hk > 0;
 
   gguf::Writer w;
   auto& m = w.metadata();
@@ -135,7 +145,7 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   m.set(a + ".context_length", Value::u32(p.n_ctx));
   m.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(p.n_embd)));
   m.set(a + ".block_count", Value::u32(static_cast<uint32_t>(n_layer)));
-  m.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff)));
+  if (p.n_ff > 0) m.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff)));
   m.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(p.n_head)));
   m.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(p.n_head_kv)));
   m.set(a + ".rope.freq_base", Value::f32(p.rope_base));
@@ -148,6 +158,19 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     m.set(a + ".expert_count", Value::u32(static_cast<uint32_t>(p.n_expert)));
     m.set(a + ".expert_used_count", Value::u32(static_cast<uint32_t>(p.n_expert_used)));
     m.set(a + ".expert_feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff_exp)));
+  }
+  if (hybrid) {
+    m.set(a + ".expert_shared_feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff_shexp)));
+    m.set(a + ".ssm.conv_kernel", Value::u32(4));
+    m.set(a + ".ssm.state_size", Value::u32(static_cast<uint32_t>(p.lin_d)));
+    m.set(a + ".ssm.group_count", Value::u32(static_cast<uint32_t>(p.lin_hk)));
+    m.set(a + ".ssm.time_step_rank", Value::u32(static_cast<uint32_t>(p.lin_hv)));
+    m.set(a + ".ssm.inner_size", Value::u32(static_cast<uint32_t>(p.lin_hv * p.lin_d)));
+    m.set(a + ".full_attention_interval", Value::u32(static_cast<uint32_t>(p.full_every)));
+    m.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(static_cast<float>(p.head_dim) * p.partial_rotary)));
+    std::vector<Value> sections;
+    for (int v : {11, 11, 10, 0}) sections.push_back(Value::i32(v));
+    m.set(a + ".rope.dimension_sections", Value::array(gguf::ValueType::INT32, sections));
   }
   if (p.rope_linear > 0) {
     m.set(a + ".rope.scaling.type", Value::str("linear"));
@@ -181,22 +204,43 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   for (int l = 0; l < n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     ts.push_back({b + "attn_norm.weight", {d}, true});
-    ts.push_back({b + "attn_q.weight", {d, qw}, false});
-    ts.push_back({b + "attn_k.weight", {d, kvw}, false});
-    ts.push_back({b + "attn_v.weight", {d, kvw}, false});
-    ts.push_back({b + "attn_output.weight", {qw, d}, false});
-    if (a != "llama") {
-      ts.push_back({b + "attn_q_norm.weight", {hd}, true});
-      ts.push_back({b + "attn_k_norm.weight", {hd}, true});
+    if (hybrid && (l + 1) % p.full_every != 0) {
+      const auto kd = static_cast<uint64_t>(p.lin_hk * p.lin_d), vd = static_cast<uint64_t>(p.lin_hv * p.lin_d);
+      const auto hv = static_cast<uint64_t>(p.lin_hv);
+      ts.push_back({b + "attn_qkv.weight", {d, 2 * kd + vd}, false});
+      ts.push_back({b + "attn_gate.weight", {d, vd}, false});
+      ts.push_back({b + "ssm_conv1d.weight", {4, 2 * kd + vd}, false});
+      ts.push_back({b + "ssm_dt.bias", {hv}, false});
+      ts.push_back({b + "ssm_a", {hv}, false});
+      ts.push_back({b + "ssm_beta.weight", {d, hv}, false});
+      ts.push_back({b + "ssm_alpha.weight", {d, hv}, false});
+      ts.push_back({b + "ssm_norm.weight", {static_cast<uint64_t>(p.lin_d)}, true});
+      ts.push_back({b + "ssm_out.weight", {vd, d}, false});
+    } else {
+      ts.push_back({b + "attn_q.weight", {d, hybrid ? 2 * qw : qw}, false});  // hybrid: query and output gate
+      ts.push_back({b + "attn_k.weight", {d, kvw}, false});
+      ts.push_back({b + "attn_v.weight", {d, kvw}, false});
+      ts.push_back({b + "attn_output.weight", {qw, d}, false});
+      if (a != "llama") {
+        ts.push_back({b + "attn_q_norm.weight", {hd}, true});
+        ts.push_back({b + "attn_k_norm.weight", {hd}, true});
+      }
     }
     if (gemma) ts.push_back({b + "post_attention_norm.weight", {d}, true});
-    ts.push_back({b + "ffn_norm.weight", {d}, true});
+    ts.push_back({b + (hybrid ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, true});
     if (p.n_expert > 0) {
       const auto ne = static_cast<uint64_t>(p.n_expert), fe = static_cast<uint64_t>(p.n_ff_exp);
       ts.push_back({b + "ffn_gate_inp.weight", {d, ne}, false});
       ts.push_back({b + "ffn_gate_exps.weight", {d, fe, ne}, false});
       ts.push_back({b + "ffn_up_exps.weight", {d, fe, ne}, false});
       ts.push_back({b + "ffn_down_exps.weight", {fe, d, ne}, false});
+      if (hybrid) {
+        const auto fs = static_cast<uint64_t>(p.n_ff_shexp);
+        ts.push_back({b + "ffn_gate_inp_shexp.weight", {d}, false});
+        ts.push_back({b + "ffn_gate_shexp.weight", {d, fs}, false});
+        ts.push_back({b + "ffn_up_shexp.weight", {d, fs}, false});
+        ts.push_back({b + "ffn_down_shexp.weight", {fs, d}, false});
+      }
     } else {
       ts.push_back({b + "ffn_gate.weight", {d, ff}, false});
       ts.push_back({b + "ffn_up.weight", {d, ff}, false});

@@ -116,6 +116,14 @@ uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, b
       for (auto id : n.in) matmul_input[static_cast<size_t>(id)] = true;
     }
   }
+  // A token reads only its selected experts: n_expert_used of each stacked expert tensor's n_expert.
+  std::vector<double> share(g.tensors.size(), 1.0);
+  for (const auto& n : g.nodes) {
+    if (n.op != graph::Op::MoE || n.n_expert <= 0) continue;
+    for (size_t k = 2; k < n.in.size() && k <= 4; ++k) {
+      share[static_cast<size_t>(n.in[k])] = static_cast<double>(n.n_expert_used) / n.n_expert;
+    }
+  }
   uint64_t bytes = 0;
   std::set<std::string> seen;  // a weight used by several nodes is read once per step
   for (size_t i = 0; i < g.tensors.size(); ++i) {
@@ -123,8 +131,11 @@ uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, b
     if (t.kind != graph::TensorKind::Weight || !seen.insert(t.name).second) continue;
     const auto& info = file.tensor(t.name);
     // A lookup-only embedding costs one row per token.
-    bytes += matmul_input[i] ? info.n_bytes : quant::row_size(info.type, static_cast<int64_t>(info.ne[0]));
+    bytes += matmul_input[i] ? static_cast<uint64_t>(static_cast<double>(info.n_bytes) * share[i])
+                             : quant::row_size(info.type, static_cast<int64_t>(info.ne[0]));
   }
+  // Recurrent state (linear-attention layers) is read and written once per token.
+  for (const auto& n : g.nodes) bytes += 2 * sizeof(float) * static_cast<uint64_t>(graph::state_size(g, n));
   const auto kv_type = kv == backend::KvType::F32 ? gguf::TensorType::F32
                        : kv == backend::KvType::F16 ? gguf::TensorType::F16
                                                     : gguf::TensorType::Q8_0;
