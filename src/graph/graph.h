@@ -46,6 +46,9 @@ struct RopeParams {
   float attn_factor = 1.0f;  // multiplies cos and sin
   float beta_fast = 32.0f, beta_slow = 1.0f;
   int n_ctx_orig = 0;  // YaRN: the context length the model was trained with before extension
+  // YaRN: round the correction range outwards to whole pairs (llama.cpp always does; transformers does
+  // unless the config says "truncate": false, as GPT-OSS's does).
+  bool yarn_truncate = true;
 };
 
 enum class Op : uint8_t {
@@ -55,15 +58,27 @@ enum class Op : uint8_t {
   Add,         // out = a + b                                                 in: a, b
   Mul,         // out = a * b                                                 in: a, b
   Rope,        // rotates the first n_rot dims of every head                 in: x [, factors]
-  Attention,   // causal attention of q over this layer's KV cache, after appending k and v
-               //                                                              in: q, k, v
+  Attention,   // causal attention of q over this layer's KV cache, after appending k and v; with
+               // sinks, each head's softmax denominator also holds exp(sink[h])  in: q, k, v [, sinks]
   SwiGLU,      // out = silu(gate) * up                                       in: gate, up
   GeGLU,       // out = gelu_tanh(gate) * up                                  in: gate, up
   Softcap,     // out = cap * tanh(x / cap)                                   in: x
   SelectLast,  // out = the last token's row only, unless the step asks for all logits  in: x
   MoE,         // mixture of experts with SwiGLU experts: router softmax over n_expert, the top
                // n_expert_used (renormalised when norm_topk), out = sum of w_e * down_e(silu(gate_e x) * up_e x)
-               //                                             in: x, router, gate_exps, up_exps, down_exps
+               // (Node::moe_routing and moe_glu select the variants below; with biases every projection
+               // adds its own)      in: x, router, gate_exps, up_exps, down_exps
+               //                      [, router_b {n_expert}, gate_b {ff, n_expert}, up_b {ff, n_expert}, down_b {d, n_expert}]
+};
+
+enum class MoeRouting : uint8_t {
+  SoftmaxTopK,  // softmax over all experts, then the top k (optionally renormalised)
+  TopKSoftmax,  // the top k router logits, then a softmax over those k only (GPT-OSS)
+};
+
+enum class MoeGlu : uint8_t {
+  SwiGLU,         // silu(gate) * up
+  SwiGLUClamped,  // g = min(gate, limit), u = clamp(up, -limit, limit): g * sigmoid(alpha * g) * (u + 1) (GPT-OSS)
 };
 
 struct Node {
@@ -79,6 +94,9 @@ struct Node {
   int sliding_window = 0;  // Attention: 0 = full causal
   int n_expert = 0, n_expert_used = 0;  // MoE
   bool norm_topk = false;               // MoE: renormalise the selected experts' weights to sum to 1
+  MoeRouting moe_routing = MoeRouting::SoftmaxTopK;
+  MoeGlu moe_glu = MoeGlu::SwiGLU;
+  float glu_alpha = 0, glu_limit = 0;   // MoeGlu::SwiGLUClamped
   int layer = -1;          // Attention: which KV cache
 };
 
@@ -120,8 +138,10 @@ class Builder {
   // `factors` (optional): an F32 weight of n_rot/2 per-pair frequency divisors (Llama 3's rope_freqs).
   TensorId rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, const RopeParams& params,
                 const std::string& name, int layer, TensorId factors = -1);
+  // `sinks` (optional): an F32 weight of n_head logits, one extra softmax column per head whose value
+  // is dropped (GPT-OSS's attention sinks).
   TensorId attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
-                     int sliding_window, float softcap, const std::string& name, int layer);
+                     int sliding_window, float softcap, const std::string& name, int layer, TensorId sinks = -1);
   TensorId swiglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId geglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId softcap(TensorId x, float cap, const std::string& name, int layer);
@@ -129,6 +149,16 @@ class Builder {
   // Experts are 3-D weights {in, out, n_expert}; the router is {width, n_expert}.
   TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
                bool norm_topk, const std::string& name, int layer);
+  // The variants: routing, expert activation and per-projection biases (all four or none).
+  struct MoeVariant {
+    MoeRouting routing = MoeRouting::SoftmaxTopK;
+    bool norm_topk = false;
+    MoeGlu glu = MoeGlu::SwiGLU;
+    float glu_alpha = 0, glu_limit = 0;
+    TensorId router_b = -1, gate_b = -1, up_b = -1, down_b = -1;
+  };
+  TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
+               const MoeVariant& variant, const std::string& name, int layer);
 
  private:
   int64_t width(TensorId id) const;
