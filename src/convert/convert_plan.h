@@ -87,5 +87,6 @@ struct Job {
 
 // Family planners: metadata beyond the common keys, and every tensor of every layer.
 void plan_qwen3next(Job& job);  // qwen3next, qwen35, qwen35moe (convert_qwen3next.cpp)
+void plan_gpt_oss(Job& job);    // gpt-oss (convert_gpt_oss.cpp)
 
 }  // namespace zinc::convert::detail

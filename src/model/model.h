@@ -65,5 +65,6 @@ graph::Graph build_qwen2(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3moe(const gguf::File& f, HParams& hp);
 graph::Graph build_gemma3(const gguf::File& f, HParams& hp);
+graph::Graph build_gpt_oss(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model
