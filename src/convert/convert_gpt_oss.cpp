@@ -4,11 +4,56 @@
 // [experts, 2 * ff] (interleaved the same way) and [experts, width]. GGUF wants one row per output:
 // ffn_{gate,up}_exps {width, ff, experts}, ffn_down_exps {ff, width, experts}, biases {ff or width,
 // experts} in F32. The attention sinks (one logit per head) become attn_sinks.weight.
+//
+// The released checkpoints store the expert matrices in MXFP4 instead: gate_up_proj_blocks
+// [experts, 2 * ff, width / 32, 16] and down_proj_blocks [experts, width, ff / 32, 16] (rows are
+// outputs, gate/up interleaved row by row; byte k of a 32-element block holds element 2k in its low
+// nibble and 2k + 1 in its high one), with *_scales [experts, rows, blocks] as E8M0 exponents
+// (2^(s - 127)). Those rows are decoded exactly (a 4-bit value times a power of two fits BF16 and F32;
+// F16, which --outtype auto picks for them, unless the scale leaves its range), and zinc quantize
+// MXFP4_MOE encodes exactly the same values again (its block scale, 2^(floor(log2 amax) - 2), keeps
+// every value of the block representable).
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "convert/convert_plan.h"
 
 namespace zinc::convert::detail {
+
+namespace {
+
+// MXFP4 row `row` (n elements) of a blocks/scales pair, decoded to floats.
+void decode_mxfp4_row(const StTensor& blocks, const StTensor& scales, int64_t row, int64_t n, float* out) {
+  static constexpr float kValues[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const int64_t nb = n / 32;
+  const uint8_t* b = blocks.data.data() + row * nb * 16;
+  const uint8_t* s = scales.data.data() + row * nb;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const float d = std::ldexp(1.0f, static_cast<int>(s[ib]) - 127);
+    for (int k = 0; k < 16; ++k) {
+      out[ib * 32 + 2 * k] = kValues[b[ib * 16 + k] & 0xf] * d;
+      out[ib * 32 + 2 * k + 1] = kValues[b[ib * 16 + k] >> 4] * d;
+    }
+  }
+}
+
+// The blocks and scales of `name` (…_blocks, …_scales), checked against `rows` rows of `n` elements.
+std::pair<const StTensor*, const StTensor*> mxfp4_pair(const Job& job, const std::string& name, int64_t experts,
+                                                       int64_t rows, int64_t n) {
+  const StTensor& blocks = job.ckpt.get(name + "_blocks");
+  const StTensor& scales = job.ckpt.get(name + "_scales");
+  if (n % 32 != 0 || blocks.dtype != StDType::U8 || scales.dtype != StDType::U8 ||
+      blocks.shape != std::vector<int64_t>{experts, rows, n / 32, 16} ||
+      scales.shape != std::vector<int64_t>{experts, rows, n / 32}) {
+    throw Error(fmt::format("{}: '{}' is not MXFP4 blocks/scales of {} experts x {} rows of {}", job.config_path.string(),
+                            name, experts, rows, n));
+  }
+  return {&blocks, &scales};
+}
+
+}  // namespace
 
 void plan_gpt_oss(Job& job) {
   const auto n_expert = job.get<uint32_t>("num_local_experts");
@@ -55,36 +100,52 @@ void plan_gpt_oss(Job& job) {
     job.need(hp + "mlp.router.weight", gp + "ffn_gate_inp.weight");
     job.need(hp + "mlp.router.bias", gp + "ffn_gate_inp.bias");
 
-    const StTensor& gate_up = job.ckpt.get(hp + "mlp.experts.gate_up_proj");
+    const auto D = static_cast<int64_t>(d), F = static_cast<int64_t>(f), E = static_cast<int64_t>(ne);
     const StTensor& gate_up_b = job.ckpt.get(hp + "mlp.experts.gate_up_proj_bias");
-    const StTensor& down = job.ckpt.get(hp + "mlp.experts.down_proj");
-    const std::vector<int64_t> gu_shape{static_cast<int64_t>(ne), static_cast<int64_t>(d), static_cast<int64_t>(2 * f)};
-    const std::vector<int64_t> down_shape{static_cast<int64_t>(ne), static_cast<int64_t>(f), static_cast<int64_t>(d)};
-    if (gate_up.shape != gu_shape || down.shape != down_shape ||
-        gate_up_b.shape != std::vector<int64_t>{static_cast<int64_t>(ne), static_cast<int64_t>(2 * f)}) {
-      throw Error(fmt::format("{}: layer {} experts do not have the shapes of {} experts of width {} and {}",
-                              job.config_path.string(), l, ne, d, f));
+    if (gate_up_b.shape != std::vector<int64_t>{E, 2 * F}) {
+      throw Error(fmt::format("{}: layer {} gate_up_proj_bias is not [{}, {}]", job.config_path.string(), l, E, 2 * F));
     }
-    const auto D = static_cast<int64_t>(d), F = static_cast<int64_t>(f);
-    // Target row r = e * ff + i of gate (half 0) or up (half 1) is column 2i + half of expert e.
+    // Gate (half 0) or up (half 1): target row r = e * ff + i is output 2i + half of expert e.
     for (int half = 0; half < 2; ++half) {
-      const char* name = half == 0 ? "gate" : "up";
-      const StTensor* src = &gate_up;
-      job.computed(fmt::format("{}ffn_{}_exps.weight", gp, name), gate_up, {d, f, ne}, [src, D, F, half](int64_t r, float* row) {
-        const int64_t e = r / F, i = r % F;
-        for (int64_t c = 0; c < D; ++c) row[c] = load_element(*src, (e * D + c) * 2 * F + 2 * i + half);
-      });
+      const std::string g = fmt::format("{}ffn_{}_exps.weight", gp, half == 0 ? "gate" : "up");
+      if (const StTensor* gate_up = job.ckpt.find(hp + "mlp.experts.gate_up_proj")) {
+        if (gate_up->shape != std::vector<int64_t>{E, D, 2 * F}) {
+          throw Error(fmt::format("{}: layer {} gate_up_proj is not [{}, {}, {}]", job.config_path.string(), l, E, D, 2 * F));
+        }
+        job.computed(g, *gate_up, {d, f, ne}, [gate_up, D, F, half](int64_t r, float* row) {
+          const int64_t e = r / F, i = r % F;
+          for (int64_t c = 0; c < D; ++c) row[c] = load_element(*gate_up, (e * D + c) * 2 * F + 2 * i + half);
+        });
+      } else {
+        const auto [b, s] = mxfp4_pair(job, hp + "mlp.experts.gate_up_proj", E, 2 * F, D);
+        const StTensor *blocks = b, *scales = s;
+        job.computed(g, *blocks, {d, f, ne}, [blocks, scales, D, F, half](int64_t r, float* row) {
+          decode_mxfp4_row(*blocks, *scales, (r / F) * 2 * F + 2 * (r % F) + half, D, row);
+        });
+      }
       const StTensor* bsrc = &gate_up_b;
-      job.computed(fmt::format("{}ffn_{}_exps.bias", gp, name), gate_up_b, {f, ne}, [bsrc, F, half](int64_t e, float* row) {
-        for (int64_t i = 0; i < F; ++i) row[i] = load_element(*bsrc, e * 2 * F + 2 * i + half);
-      }).keep_f32 = true;
+      job.computed(fmt::format("{}ffn_{}_exps.bias", gp, half == 0 ? "gate" : "up"), gate_up_b, {f, ne},
+                   [bsrc, F, half](int64_t e, float* row) {
+                     for (int64_t i = 0; i < F; ++i) row[i] = load_element(*bsrc, e * 2 * F + 2 * i + half);
+                   })
+          .keep_f32 = true;
     }
-    // Target row r = e * width + j of down is column j of expert e's [ff, width] matrix.
-    const StTensor* dsrc = &down;
-    job.computed(gp + "ffn_down_exps.weight", down, {f, d, ne}, [dsrc, D, F](int64_t r, float* row) {
-      const int64_t e = r / D, j = r % D;
-      for (int64_t i = 0; i < F; ++i) row[i] = load_element(*dsrc, (e * F + i) * D + j);
-    });
+    // Down: target row r = e * width + j is output j of expert e.
+    const std::string g_down = gp + "ffn_down_exps.weight";
+    if (const StTensor* down = job.ckpt.find(hp + "mlp.experts.down_proj")) {
+      if (down->shape != std::vector<int64_t>{E, F, D}) {
+        throw Error(fmt::format("{}: layer {} down_proj is not [{}, {}, {}]", job.config_path.string(), l, E, F, D));
+      }
+      job.computed(g_down, *down, {f, d, ne}, [down, D, F](int64_t r, float* row) {
+        const int64_t e = r / D, j = r % D;
+        for (int64_t i = 0; i < F; ++i) row[i] = load_element(*down, (e * F + i) * D + j);
+      });
+    } else {
+      const auto [b, s] = mxfp4_pair(job, hp + "mlp.experts.down_proj", E, D, F);
+      const StTensor *blocks = b, *scales = s;
+      job.computed(g_down, *blocks, {f, d, ne},
+                   [blocks, scales, F](int64_t r, float* row) { decode_mxfp4_row(*blocks, *scales, r, F, row); });
+    }
     job.need(hp + "mlp.experts.down_proj_bias", gp + "ffn_down_exps.bias").keep_f32 = true;
   }
 }
