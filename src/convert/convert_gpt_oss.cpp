@@ -97,7 +97,9 @@ void plan_gpt_oss(Job& job) {
     job.need(hp + "self_attn.o_proj.bias", gp + "attn_output.bias");
     job.need(hp + "self_attn.sinks", gp + "attn_sinks.weight");
     job.need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
-    job.need(hp + "mlp.router.weight", gp + "ffn_gate_inp.weight");
+    // The router stays F32 whatever the output type, as in the reference converter: routing picks the
+    // top k of its logits, and rounding them can swap a near tie.
+    job.need(hp + "mlp.router.weight", gp + "ffn_gate_inp.weight").keep_f32 = true;
     job.need(hp + "mlp.router.bias", gp + "ffn_gate_inp.bias");
 
     const auto D = static_cast<int64_t>(d), F = static_cast<int64_t>(f), E = static_cast<int64_t>(ne);
