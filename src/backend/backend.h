@@ -32,6 +32,9 @@ class Executable {
   virtual std::span<const float> logits() const = 0;
   virtual int64_t n_vocab() const = 0;
   virtual const ExecOptions& options() const = 0;
+  // False for graphs with recurrent state (linear-attention layers): a step must then start at
+  // position 0 (which resets the state) or where the previous step ended.
+  virtual bool can_rewind() const { return true; }
 };
 
 class Backend {

@@ -70,6 +70,31 @@ PlannedTensor& Job::computed(const std::string& g, const StTensor& src, std::vec
   return plan.back();
 }
 
+// Experts of one layer: a fused gate/up tensor split in halves, or per-expert tensors stacked.
+void plan_experts(Job& job, const std::string& hp, const std::string& gp, uint32_t n_expert, uint32_t n_ff_exp) {
+  const uint32_t n_embd = job.n_embd;
+  const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
+  if (const StTensor* fused = job.ckpt.find(hp + "mlp.experts.gate_up_proj")) {
+    // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
+    const auto rows_each = static_cast<int64_t>(ff_);
+    job.plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 0, {d_, ff_, ne_}});
+    job.plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 1, {d_, ff_, ne_}});
+    job.plan.push_back({gp + "ffn_down_exps.weight", &job.ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
+                    {ff_, d_, ne_}});
+  } else {
+    // One tensor per expert, stacked.
+    for (const char* proj : {"gate", "up", "down"}) {
+      std::vector<const StTensor*> parts;
+      for (uint32_t e = 0; e < n_expert; ++e) {
+        parts.push_back(&job.ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, proj)));
+      }
+      const bool down = std::string(proj) == "down";
+      job.plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, proj), parts[0], 0, 0.0f, -1, parts, 0, 0,
+                      down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
+    }
+  }
+}
+
 }  // namespace detail
 
 namespace {
@@ -78,6 +103,7 @@ using namespace detail;
 
 using gguf::TensorType;
 using gguf::Value;
+
 struct ArchSpec {
   const char* hf;    // config.json "architectures" entry
   const char* gguf;  // general.architecture
@@ -95,6 +121,9 @@ const ArchSpec kArchs[] = {
     {"Qwen3ForCausalLM", "qwen3", false, true, false},
     {"Gemma3ForCausalLM", "gemma3", false, true, true},
     {"Qwen3MoeForCausalLM", "qwen3moe", false, true, false, true},
+    {"Qwen3NextForCausalLM", "qwen3next", false, true, false, true, plan_qwen3next},
+    {"Qwen3_5ForCausalLM", "qwen35", false, true, false, false, plan_qwen3next},
+    {"Qwen3_5MoeForCausalLM", "qwen35moe", false, true, false, true, plan_qwen3next},
     {"GptOssForCausalLM", "gpt-oss", false, false, false, false, plan_gpt_oss},
 };
 
@@ -174,7 +203,7 @@ std::vector<float> llama3_rope_factors(const RopeScaling& r, uint32_t head_dim) 
 // network or a mixture of experts.
 void plan_standard_layers(Job& job, const ArchSpec& spec_, uint32_t n_expert, uint32_t n_ff_exp) {
   const ArchSpec* spec = &spec_;
-  const uint32_t n_layer = job.n_layer, n_embd = job.n_embd, n_head = job.n_head, n_head_kv = job.n_head_kv;
+  const uint32_t n_layer = job.n_layer, n_head = job.n_head, n_head_kv = job.n_head_kv;
   for (uint32_t l = 0; l < n_layer; ++l) {
     const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
     job.need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
@@ -198,26 +227,7 @@ void plan_standard_layers(Job& job, const ArchSpec& spec_, uint32_t n_expert, ui
     }
     if (spec->moe) {
       job.need(hp + "mlp.gate.weight", gp + "ffn_gate_inp.weight");
-      const uint64_t ne_ = n_expert, ff_ = n_ff_exp, d_ = n_embd;
-      if (const StTensor* fused = job.ckpt.find(hp + "mlp.experts.gate_up_proj")) {
-        // transformers 5: [experts, 2 * width, in], gate rows first in each expert.
-        const auto rows_each = static_cast<int64_t>(ff_);
-        job.plan.push_back({gp + "ffn_gate_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 0, {d_, ff_, ne_}});
-        job.plan.push_back({gp + "ffn_up_exps.weight", fused, 0, 0.0f, -1, {}, rows_each, 1, {d_, ff_, ne_}});
-        job.plan.push_back({gp + "ffn_down_exps.weight", &job.ckpt.get(hp + "mlp.experts.down_proj"), 0, 0.0f, -1, {}, 0, 0,
-                        {ff_, d_, ne_}});
-      } else {
-        // One tensor per expert, stacked.
-        for (const char* proj : {"gate", "up", "down"}) {
-          std::vector<const StTensor*> parts;
-          for (uint32_t e = 0; e < n_expert; ++e) {
-            parts.push_back(&job.ckpt.get(fmt::format("{}mlp.experts.{}.{}_proj.weight", hp, e, proj)));
-          }
-          const bool down = std::string(proj) == "down";
-          job.plan.push_back({fmt::format("{}ffn_{}_exps.weight", gp, proj), parts[0], 0, 0.0f, -1, parts, 0, 0,
-                          down ? std::vector<uint64_t>{ff_, d_, ne_} : std::vector<uint64_t>{d_, ff_, ne_}});
-        }
-      }
+      plan_experts(job, hp, gp, n_expert, n_ff_exp);
     } else {
       job.need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");
       job.need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
@@ -269,7 +279,10 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
   m.set(a + ".context_length", Value::u32(cfg_opt<uint32_t>(config, "max_position_embeddings").value_or(2048)));
   m.set(a + ".embedding_length", Value::u32(n_embd));
   m.set(a + ".block_count", Value::u32(n_layer));
-  m.set(a + ".feed_forward_length", Value::u32(cfg<uint32_t>(config, "intermediate_size", config_path)));
+  // Families with their own planner may have no dense feed-forward network.
+  if (const auto ff = cfg_opt<uint32_t>(config, "intermediate_size"); ff || !spec->plan) {
+    m.set(a + ".feed_forward_length", Value::u32(ff ? *ff : cfg<uint32_t>(config, "intermediate_size", config_path)));
+  }
   uint32_t n_expert = 0, n_ff_exp = 0;
   if (spec->moe) {
     n_expert = cfg_opt<uint32_t>(config, "num_experts").value_or(cfg_opt<uint32_t>(config, "num_local_experts").value_or(0));

@@ -85,6 +85,9 @@ struct Job {
                           std::function<void(int64_t, float*)> make_row);
 };
 
+// The experts of one layer (HF prefix hp, GGUF prefix gp) as ffn_{gate,up,down}_exps.
+void plan_experts(Job& job, const std::string& hp, const std::string& gp, uint32_t n_expert, uint32_t n_ff_exp);
+
 // Family planners: metadata beyond the common keys, and every tensor of every layer.
 void plan_qwen3next(Job& job);  // qwen3next, qwen35, qwen35moe (convert_qwen3next.cpp)
 void plan_gpt_oss(Job& job);    // gpt-oss (convert_gpt_oss.cpp)

@@ -24,6 +24,11 @@ const char* op_name(Op op) {
     case Op::Softcap: return "softcap";
     case Op::SelectLast: return "select_last";
     case Op::MoE: return "moe";
+    case Op::Split: return "split";
+    case Op::Concat: return "concat";
+    case Op::SigmoidMul: return "sigmoid_mul";
+    case Op::SsmConv: return "ssm_conv";
+    case Op::DeltaNet: return "delta_net";
   }
   return "?";
 }
@@ -235,6 +240,75 @@ TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId 
   n.glu_alpha = variant.glu_alpha;
   n.glu_limit = variant.glu_limit;
   return out;
+}
+
+TensorId Builder::split(TensorId x, int n_groups, int64_t stride, int64_t offset, int64_t w, const std::string& name,
+                        int layer) {
+  if (n_groups <= 0 || stride * n_groups != width(x) || offset < 0 || w <= 0 || offset + w > stride) {
+    throw Error(fmt::format("{}: columns {}..{} of {} groups of {} do not fit rows of {}", name, offset, offset + w,
+                            n_groups, stride, width(x)));
+  }
+  const TensorId out = act(name, w * n_groups, layer);
+  Node& n = emit(Op::Split, out, {x});
+  n.n_head = n_groups;
+  n.group_stride = stride;
+  n.group_offset = offset;
+  return out;
+}
+
+TensorId Builder::concat(std::vector<TensorId> parts, const std::string& name, int layer) {
+  int64_t total = 0;
+  for (TensorId p : parts) total += width(p);
+  if (parts.size() < 2) throw Error(fmt::format("{}: concatenation of fewer than two rows", name));
+  const TensorId out = act(name, total, layer);
+  emit(Op::Concat, out, std::move(parts));
+  return out;
+}
+
+TensorId Builder::sigmoid_mul(TensorId a, TensorId b, const std::string& name, int layer) {
+  if (width(b) != width(a) && width(b) != 1) {
+    throw Error(fmt::format("{}: gating rows of {} by rows of {}", name, width(a), width(b)));
+  }
+  const TensorId out = act(name, width(a), layer);
+  emit(Op::SigmoidMul, out, {a, b});
+  return out;
+}
+
+TensorId Builder::ssm_conv(TensorId x, TensorId w, const std::string& name, int layer) {
+  const Tensor& wt = g_.tensor(w);
+  if (wt.ne[1] != width(x) || wt.ne[0] < 1 || wt.type != gguf::TensorType::F32) {
+    throw Error(fmt::format("{}: convolution weight '{}' must be F32 {{kernel, {}}}", name, wt.name, width(x)));
+  }
+  const TensorId out = act(name, width(x), layer);
+  emit(Op::SsmConv, out, {x, w});
+  return out;
+}
+
+TensorId Builder::delta_net(TensorId q, TensorId k, TensorId v, TensorId a, TensorId b, TensorId A, TensorId dt_bias,
+                            int n_head_k, int n_head_v, int dk, int dv, bool tiled_heads, const std::string& name,
+                            int layer) {
+  if (n_head_k <= 0 || n_head_v % n_head_k || width(q) != int64_t{n_head_k} * dk || width(k) != width(q) ||
+      width(v) != int64_t{n_head_v} * dv || width(a) != n_head_v || width(b) != n_head_v ||
+      g_.tensor(A).ne[0] != n_head_v || g_.tensor(dt_bias).ne[0] != n_head_v) {
+    throw Error(fmt::format("{}: q/k/v/a/b rows {}/{}/{}/{}/{} do not match {} key heads of {} and {} value heads of {}",
+                            name, width(q), width(k), width(v), width(a), width(b), n_head_k, dk, n_head_v, dv));
+  }
+  const TensorId out = act(name, width(v), layer);
+  Node& n = emit(Op::DeltaNet, out, {q, k, v, a, b, A, dt_bias});
+  n.n_head = n_head_k;
+  n.n_head_kv = n_head_v;
+  n.head_dim = dk;
+  n.head_dim_v = dv;
+  n.tiled_heads = tiled_heads;
+  return out;
+}
+
+int64_t state_size(const Graph& g, const Node& n) {
+  switch (n.op) {
+    case Op::SsmConv: return (g.tensor(n.in[1]).ne[0] - 1) * g.tensor(n.in[1]).ne[1];
+    case Op::DeltaNet: return int64_t{n.n_head_kv} * n.head_dim * n.head_dim_v;
+    default: return 0;
+  }
 }
 
 }  // namespace zinc::graph

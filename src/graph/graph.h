@@ -69,6 +69,15 @@ enum class Op : uint8_t {
                // (Node::moe_routing and moe_glu select the variants below; with biases every projection
                // adds its own)      in: x, router, gate_exps, up_exps, down_exps
                //                      [, router_b {n_expert}, gate_b {ff, n_expert}, up_b {ff, n_expert}, down_b {d, n_expert}]
+  Split,       // n_head groups of group_stride per row; out = each group's [group_offset, +width/n_head)  in: x
+  Concat,      // out = the inputs' rows side by side                                  in: a, b, ...
+  SigmoidMul,  // out = a * sigmoid(b); b is as wide as a, or one value per token       in: a, b
+  SsmConv,     // causal depthwise convolution over time, then SiLU: out[t][c] = silu(sum_j w[c][j] x[t-K+1+j][c])
+               // with the K-1 inputs before the step kept as recurrent state          in: x, w {K, width}
+  DeltaNet,    // gated delta rule (linear attention with a decaying recurrent state S per v head):
+               // beta = sigmoid(b), g = A * softplus(a + dt_bias), q and k L2-normalised, q scaled by
+               // 1/sqrt(dk); S = exp(g) S + k (beta (v - S^T k))^T, out = S^T q
+               //                                                in: q, k, v, a, b, A, dt_bias
 };
 
 enum class MoeRouting : uint8_t {
@@ -80,6 +89,8 @@ enum class MoeGlu : uint8_t {
   SwiGLU,         // silu(gate) * up
   SwiGLUClamped,  // g = min(gate, limit), u = clamp(up, -limit, limit): g * sigmoid(alpha * g) * (u + 1) (GPT-OSS)
 };
+
+struct Graph;
 
 struct Node {
   Op op;
@@ -98,7 +109,15 @@ struct Node {
   MoeGlu moe_glu = MoeGlu::SwiGLU;
   float glu_alpha = 0, glu_limit = 0;   // MoeGlu::SwiGLUClamped
   int layer = -1;          // Attention: which KV cache
+  int64_t group_stride = 0, group_offset = 0;  // Split
+  // DeltaNet: n_head q/k heads of head_dim, n_head_kv v heads of head_dim_v; v head h reads q/k head
+  // h / (n_head_kv / n_head), or h % n_head when tiled_heads.
+  int head_dim_v = 0;
+  bool tiled_heads = false;
 };
+
+// Floats of recurrent state a node keeps between steps (SsmConv, DeltaNet), 0 for the others.
+int64_t state_size(const Graph& g, const Node& n);
 
 struct Graph {
   std::vector<Tensor> tensors;
@@ -146,6 +165,14 @@ class Builder {
   TensorId geglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId softcap(TensorId x, float cap, const std::string& name, int layer);
   TensorId select_last(TensorId x, const std::string& name);
+  // Columns [offset, offset + width) of each of n_groups groups of `stride` columns, side by side.
+  TensorId split(TensorId x, int n_groups, int64_t stride, int64_t offset, int64_t width, const std::string& name, int layer);
+  TensorId concat(std::vector<TensorId> parts, const std::string& name, int layer);
+  TensorId sigmoid_mul(TensorId a, TensorId b, const std::string& name, int layer);
+  // Depthwise causal convolution with a {kernel, width} weight, then SiLU.
+  TensorId ssm_conv(TensorId x, TensorId w, const std::string& name, int layer);
+  TensorId delta_net(TensorId q, TensorId k, TensorId v, TensorId a, TensorId b, TensorId A, TensorId dt_bias,
+                     int n_head_k, int n_head_v, int dk, int dv, bool tiled_heads, const std::string& name, int layer);
   // Experts are 3-D weights {in, out, n_expert}; the router is {width, n_expert}.
   TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
                bool norm_topk, const std::string& name, int layer);

@@ -21,6 +21,9 @@ const ArchEntry kArchitectures[] = {
     {"qwen3", build_qwen3},
     {"qwen3moe", build_qwen3moe},
     {"gemma3", build_gemma3},
+    {"qwen3next", build_qwen3next},
+    {"qwen35", build_qwen35},
+    {"qwen35moe", build_qwen35moe},
     {"gpt-oss", build_gpt_oss},
 };
 

@@ -65,6 +65,9 @@ graph::Graph build_qwen2(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen3moe(const gguf::File& f, HParams& hp);
 graph::Graph build_gemma3(const gguf::File& f, HParams& hp);
+graph::Graph build_qwen3next(const gguf::File& f, HParams& hp);  // also qwen35, qwen35moe (qwen3next.cpp)
+graph::Graph build_qwen35(const gguf::File& f, HParams& hp);
+graph::Graph build_qwen35moe(const gguf::File& f, HParams& hp);
 graph::Graph build_gpt_oss(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model

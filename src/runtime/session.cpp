@@ -54,6 +54,8 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
   // Keep at least the last token to evaluate: its logits are the answer.
   if (common == tokens.size()) --common;
+  // A recurrent state cannot forget tokens: anything but a pure continuation starts again.
+  if (!exe_->can_rewind() && common != history_.size()) common = 0;
   // Rows past the kept prefix stay in the cache but are never read again: attention only looks at
   // positions before the one being written, and the next tokens overwrite them.
   n_past_ = static_cast<int32_t>(common);
@@ -67,6 +69,11 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
     throw Error(fmt::format("cannot drop {} tokens after the first {}: the context holds {}", n_discard, n_keep, n_past_));
   }
   std::vector<int32_t> moved(history_.begin() + n_keep + n_discard, history_.end());
+  if (!exe_->can_rewind()) {
+    // A recurrent state is recomputed from the start over what remains.
+    moved.insert(moved.begin(), history_.begin(), history_.begin() + n_keep);
+    n_keep = 0;
+  }
   n_past_ = n_keep;
   history_.resize(static_cast<size_t>(n_keep));
   if (!moved.empty()) eval(moved);

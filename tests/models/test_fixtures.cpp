@@ -247,6 +247,58 @@ TEST_P(Fixture, PrefillThenDecodeEqualsOnePrefill) {
   EXPECT_LT(worst, 1e-4) << GetParam() << " over " << got.size() / nv << " positions";
 }
 
+TEST(RecurrentState, ResetAndDivergingPromptsStartAgain) {
+  // A linear-attention state cannot forget tokens: after reset(), or when a new prompt shares only
+  // part of what the session holds, the session must start from position 0 and give exactly the
+  // logits of a fresh session; a prompt that extends what it holds continues from the state.
+  const auto dir = kFixtures / "qwen3_next";
+  const Reference ref = load_reference(dir);
+  test::TempDir tmp;
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(dir, tmp.file("m.gguf"), copts);
+  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.kv_type = backend::KvType::F32;
+  const auto& a = ref.sequences[0];
+  const auto& other = ref.sequences[1];
+  runtime::Session fresh(f, *backend, opts);
+  const auto want_span = fresh.eval(a);
+  const std::vector<float> want(want_span.begin(), want_span.end());
+  const auto same = [&](std::span<const float> got) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+  };
+
+  runtime::Session s(f, *backend, opts);
+  s.eval(other);
+  s.reset();
+  same(s.eval(a));
+
+  // Shares the first token with `a` only: starts again.
+  runtime::Session d(f, *backend, opts);
+  d.eval(other);
+  same(d.eval_reusing_prefix(a));
+  EXPECT_EQ(d.reused_tokens(), 0);
+
+  // A continuation keeps the state.
+  runtime::Session c(f, *backend, opts);
+  c.eval_reusing_prefix(std::span<const int32_t>(a.data(), 10));
+  same(c.eval_reusing_prefix(a));
+  EXPECT_EQ(c.reused_tokens(), 10);
+
+  // The executable refuses to resume anywhere else.
+  const model::Model m = model::load(f);  // the executable reads the graph it was compiled from
+  auto exe = backend->compile(m.graph, f, opts);
+  graph::StepParams step;
+  step.tokens = {a[0], a[1]};
+  exe->run(step);
+  step.n_past = 1;
+  EXPECT_THROW(exe->run(step), Error);
+}
+
 TEST(KvCache, Q8_0CacheStaysCloseToF32) {
   // K and V rows stored as Q8_0 (relative rounding ~0.5%) must move the logits of the fixture's
   // 16-token sequences by well under the quantization noise of the weights themselves (~2%).
@@ -340,7 +392,8 @@ TEST(GptOss, KeepsTheUnroundedYarnRange) {
   EXPECT_GT(off.max_rel_err, 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe", "gpt_oss"));
+INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe",
+                                                                  "qwen3_next", "qwen3_5", "qwen3_5_moe", "gpt_oss"));
 
 }  // namespace
 }  // namespace zinc

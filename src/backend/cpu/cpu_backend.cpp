@@ -45,9 +45,23 @@ class CpuExecutable final : public Executable {
     }
     kv_row_bytes_ = quant::row_size(kv_type_, g_.kv_width);
     const size_t layer_bytes = kv_row_bytes_ * static_cast<size_t>(opts_.n_ctx);
-    k_.assign(static_cast<size_t>(g_.n_layer), std::vector<uint8_t>(layer_bytes));
-    v_.assign(static_cast<size_t>(g_.n_layer), std::vector<uint8_t>(layer_bytes));
+    // A cache only for the layers that attend (hybrid models keep recurrent state in the others).
+    k_.resize(static_cast<size_t>(g_.n_layer));
+    v_.resize(static_cast<size_t>(g_.n_layer));
+    state_.resize(g_.nodes.size());
+    for (const Node& node : g_.nodes) {
+      if (node.op == Op::Attention && k_[static_cast<size_t>(node.layer)].empty()) {
+        k_[static_cast<size_t>(node.layer)].resize(layer_bytes);
+        v_[static_cast<size_t>(node.layer)].resize(layer_bytes);
+      }
+      if (const int64_t st = graph::state_size(g_, node); st > 0) {
+        state_[static_cast<size_t>(&node - g_.nodes.data())].assign(static_cast<size_t>(st), 0.0f);
+        recurrent_ = true;
+      }
+    }
   }
+
+  bool can_rewind() const override { return !recurrent_; }
 
   void run(const graph::StepParams& step) override {
     const auto n = static_cast<int64_t>(step.tokens.size());
@@ -62,9 +76,24 @@ class CpuExecutable final : public Executable {
     for (int32_t t : step.tokens) {
       if (t < 0 || t >= g_.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g_.n_vocab - 1));
     }
+    if (recurrent_) {
+      // The recurrent state summarises every token before it: it restarts at position 0 and can
+      // only continue from where the last step ended.
+      if (step.n_past == 0) {
+        for (auto& st : state_) std::fill(st.begin(), st.end(), 0.0f);
+      } else if (step.n_past != state_pos_) {
+        throw Error(fmt::format("the recurrent state holds {} tokens; a step cannot resume at position {}",
+                                std::max<int64_t>(state_pos_, 0), step.n_past));
+      }
+      state_pos_ = -1;  // until this step completes
+    }
     std::vector<int64_t> rows(g_.tensors.size(), 0);  // rows held by each activation this step
-    for (const Node& node : g_.nodes) exec(node, step, rows);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      cur_ = i;
+      exec(g_.nodes[i], step, rows);
+    }
     logit_rows_ = rows[static_cast<size_t>(g_.logits)];
+    if (recurrent_) state_pos_ = step.n_past + n;
   }
 
   std::span<const float> logits() const override {
@@ -206,6 +235,53 @@ class CpuExecutable final : public Executable {
         n = in_rows(0);
         moe(node, buf(node.in[0]), n, out);
         break;
+      case Op::Split: {
+        n = in_rows(0);
+        const int64_t in_w = g_.tensor(node.in[0]).ne[0], piece = width / node.n_head;
+        const float* x = buf(node.in[0]);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int gi = 0; gi < node.n_head; ++gi) {
+            std::memcpy(out + t * width + gi * piece, x + t * in_w + gi * node.group_stride + node.group_offset,
+                        static_cast<size_t>(piece) * sizeof(float));
+          }
+        }
+        break;
+      }
+      case Op::Concat: {
+        n = in_rows(0);
+        int64_t at = 0;
+        for (TensorId part : node.in) {
+          const int64_t pw = g_.tensor(part).ne[0];
+          const float* x = buf(part);
+          for (int64_t t = 0; t < n; ++t) std::memcpy(out + t * width + at, x + t * pw, static_cast<size_t>(pw) * sizeof(float));
+          at += pw;
+        }
+        break;
+      }
+      case Op::SigmoidMul: {
+        n = in_rows(0);
+        const float* a = buf(node.in[0]);
+        const float* b = buf(node.in[1]);
+        const int64_t bw = g_.tensor(node.in[1]).ne[0];
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t i = 0; i < width; ++i) {
+            const float gate = b[t * bw + (bw == 1 ? 0 : i)];
+            out[t * width + i] = a[t * width + i] / (1.0f + std::exp(-gate));
+          }
+        }
+        break;
+      }
+      case Op::SsmConv: {
+        n = in_rows(0);
+        const auto& wt = g_.tensor(node.in[1]);
+        cpu::ssm_conv(buf(node.in[0]), static_cast<const float*>(w(node.in[1])), state_[cur_].data(), out, width,
+                      static_cast<int>(wt.ne[0]), n);
+        break;
+      }
+      case Op::DeltaNet:
+        n = in_rows(0);
+        delta_net(node, n, out);
+        break;
       case Op::SelectLast: {
         const int64_t have = in_rows(0);
         const float* src = buf(node.in[0]);
@@ -313,6 +389,29 @@ class CpuExecutable final : public Executable {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < width; ++i) rows[r * width + i] += bias[i];
   }
+  // The gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) per token and v head, then the delta rule:
+  // chunked for prompts, token by token for single-token steps.
+  void delta_net(const Node& node, int64_t n, float* out) {
+    const int hv = node.n_head_kv;
+    const float* a = buf(node.in[3]);
+    const float* b = buf(node.in[4]);
+    std::vector<float> abuf, dbuf;
+    const float* A = f32_weight(node.in[5], abuf);
+    const float* dt = f32_weight(node.in[6], dbuf);
+    std::vector<float> g(static_cast<size_t>(n * hv)), beta(static_cast<size_t>(n * hv));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int h = 0; h < hv; ++h) {
+        const float x = a[t * hv + h] + dt[h];
+        const float softplus = x > 20.0f ? x : std::log1p(std::exp(x));
+        g[static_cast<size_t>(t * hv + h)] = A[h] * softplus;
+        beta[static_cast<size_t>(t * hv + h)] = 1.0f / (1.0f + std::exp(-b[t * hv + h]));
+      }
+    }
+    const cpu::DeltaNetShape shape{node.n_head, node.n_head_kv, node.head_dim, node.head_dim_v, node.tiled_heads};
+    cpu::gated_delta_rule(buf(node.in[0]), buf(node.in[1]), buf(node.in[2]), g.data(), beta.data(), state_[cur_].data(),
+                          out, n, shape, n > 1 ? kDeltaChunk : 0, pool_);
+  }
+  static constexpr int kDeltaChunk = 64;
 
   // A small weight (norm, bias) as floats: in place when stored as F32, converted otherwise.
   const float* f32_weight(TensorId id, std::vector<float>& scratch) const {
@@ -420,6 +519,10 @@ class CpuExecutable final : public Executable {
   std::vector<float> kf_, vf_;                // decoded cache rows of the layer being attended
   quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
+  std::vector<std::vector<float>> state_;  // per node: the recurrent state of SsmConv and DeltaNet nodes
+  bool recurrent_ = false;
+  int64_t state_pos_ = 0;  // tokens the state has absorbed (-1: a step failed part-way)
+  size_t cur_ = 0;         // the node being executed
 };
 
 class CpuBackend final : public Backend {

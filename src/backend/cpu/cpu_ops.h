@@ -26,4 +26,22 @@ void geglu(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 void softcap(const float* x, float* out, int64_t n, float cap);
 
+// Depthwise causal convolution over time then SiLU (Op::SsmConv). w: `width` rows of `kernel` taps,
+// oldest first; state: the kernel - 1 rows of inputs before this step, oldest first, replaced by the
+// last kernel - 1 rows of (state, x).
+void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens);
+
+struct DeltaNetShape {
+  int n_head_k = 0, n_head_v = 0, dk = 0, dv = 0;
+  bool tiled = false;  // v head h reads q/k head h % n_head_k (else h / (n_head_v / n_head_k))
+};
+
+// The gated delta rule over n_tokens rows (Op::DeltaNet after its gates): q, k [n][n_head_k * dk] as
+// projected (L2-normalised here, q also scaled by 1/sqrt(dk)), v [n][n_head_v * dv], g (log decay) and
+// beta [n][n_head_v]. state: n_head_v matrices of dk x dv, carried across calls. chunk = 0 runs the
+// recurrence token by token; chunk > 0 processes blocks of that many tokens in the parallel form
+// (within a block, matrix products; between blocks, the state), the same function up to rounding.
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
+                      float* out, int64_t n_tokens, const DeltaNetShape& shape, int chunk, ThreadPool& pool);
+
 }  // namespace zinc::backend::cpu
