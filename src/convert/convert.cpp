@@ -125,6 +125,7 @@ const ArchSpec kArchs[] = {
     {"Qwen3_5ForCausalLM", "qwen35", false, true, false, false, plan_qwen3next},
     {"Qwen3_5MoeForCausalLM", "qwen35moe", false, true, false, true, plan_qwen3next},
     {"Gemma4ForCausalLM", "gemma4", false, true, false, false, plan_gemma4},
+    {"GptOssForCausalLM", "gpt-oss", false, false, false, false, plan_gpt_oss},
 };
 
 json read_json(const std::filesystem::path& p, bool required) {
@@ -149,6 +150,7 @@ struct RopeScaling {
   std::optional<uint32_t> original_ctx;
   std::optional<float> beta_fast, beta_slow;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
+  bool truncate = true;  // yarn: round the correction range outwards (transformers' "truncate")
 };
 
 RopeScaling read_rope_scaling(const json& config, const std::filesystem::path& file) {
@@ -165,6 +167,7 @@ RopeScaling read_rope_scaling(const json& config, const std::filesystem::path& f
   r.beta_slow = cfg_opt<float>(params, "beta_slow");
   r.low_freq_factor = cfg_opt<float>(params, "low_freq_factor").value_or(1.0f);
   r.high_freq_factor = cfg_opt<float>(params, "high_freq_factor").value_or(4.0f);
+  r.truncate = cfg_opt<bool>(params, "truncate").value_or(true);
   // "proportional" (Gemma 4) is described by the family's planner.
   if (r.type != "default" && r.type != "linear" && r.type != "yarn" && r.type != "llama3" && r.type != "proportional") {
     throw Error(fmt::format("{}: rope scaling type '{}' is not supported (default, linear, yarn, llama3)", file.string(),
@@ -313,6 +316,8 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     if (rope.original_ctx) m.set(a + ".rope.scaling.original_context_length", Value::u32(*rope.original_ctx));
     if (rope.beta_fast) m.set(a + ".rope.scaling.yarn_beta_fast", Value::f32(*rope.beta_fast));
     if (rope.beta_slow) m.set(a + ".rope.scaling.yarn_beta_slow", Value::f32(*rope.beta_slow));
+    // No GGUF reader but zinc knows this key: llama.cpp always rounds the range (see RopeParams).
+    if (!rope.truncate) m.set(a + ".rope.scaling.yarn_truncate", Value::boolean(false));
   }
   m.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(cfg_opt<float>(config, "rms_norm_eps").value_or(1e-6f)));
   if (config.contains("head_dim") && head_dim != n_embd / n_head) {

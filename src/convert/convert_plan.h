@@ -91,5 +91,6 @@ void plan_experts(Job& job, const std::string& hp, const std::string& gp, uint32
 // Family planners: metadata beyond the common keys, and every tensor of every layer.
 void plan_qwen3next(Job& job);  // qwen3next, qwen35, qwen35moe (convert_qwen3next.cpp)
 void plan_gemma4(Job& job);     // gemma4, dense and MoE (convert_gemma4.cpp)
+void plan_gpt_oss(Job& job);    // gpt-oss (convert_gpt_oss.cpp)
 
 }  // namespace zinc::convert::detail

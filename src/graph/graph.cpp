@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -145,11 +146,14 @@ TensorId Builder::rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode
 }
 
 TensorId Builder::attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
-                            int sliding_window, float softcap, const std::string& name, int layer) {
+                            int sliding_window, float softcap, const std::string& name, int layer, TensorId sinks) {
   if (width(q) != static_cast<int64_t>(n_head) * head_dim || width(k) != static_cast<int64_t>(n_head_kv) * head_dim ||
       width(v) != width(k) || n_head_kv <= 0 || n_head % n_head_kv) {
     throw Error(fmt::format("{}: q/k/v rows {}/{}/{} do not match {} heads ({} KV) of {}", name, width(q), width(k),
                             width(v), n_head, n_head_kv, head_dim));
+  }
+  if (sinks >= 0 && (g_.tensor(sinks).ne[0] != n_head || g_.tensor(sinks).type != gguf::TensorType::F32)) {
+    throw Error(fmt::format("{}: attention sinks '{}' must be {} F32 values", name, g_.tensor(sinks).name, n_head));
   }
   g_.kv_width = std::max(g_.kv_width, width(k));
   if (layer >= 0) {
@@ -157,7 +161,7 @@ TensorId Builder::attention(TensorId q, TensorId k, TensorId v, int n_head, int 
     g_.layer_kv_width[static_cast<size_t>(layer)] = width(k);
   }
   const TensorId out = act(name, width(q), layer);
-  Node& n = emit(Op::Attention, out, {q, k, v});
+  Node& n = emit(Op::Attention, out, sinks >= 0 ? std::vector<TensorId>{q, k, v, sinks} : std::vector<TensorId>{q, k, v});
   n.n_head = n_head;
   n.n_head_kv = n_head_kv;
   n.head_dim = head_dim;
@@ -196,11 +200,13 @@ TensorId Builder::select_last(TensorId x, const std::string& name) {
 
 TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps,
                       int n_expert_used, bool norm_topk, const std::string& name, int layer) {
-  return moe(x, router, gate_exps, up_exps, down_exps, n_expert_used, norm_topk, MoeRouting{}, name, layer);
+  MoeVariant v;
+  v.norm_topk = norm_topk;
+  return moe(x, router, gate_exps, up_exps, down_exps, n_expert_used, v, name, layer);
 }
 
 TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps,
-                      int n_expert_used, bool norm_topk, const MoeRouting& routing, const std::string& name, int layer) {
+                      int n_expert_used, const MoeVariant& variant, const std::string& name, int layer) {
   const auto& r = g_.tensor(router);
   const auto& gt = g_.tensor(gate_exps);
   const auto& ut = g_.tensor(up_exps);
@@ -215,23 +221,54 @@ TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId 
                             r.ne[0], r.ne[1], gt.ne[0], gt.ne[1], gt.ne[2], dt.ne[0], dt.ne[1], dt.ne[2], n_expert_used,
                             n_expert));
   }
-  if (routing.router_in >= 0 && width(routing.router_in) != d) {
-    throw Error(fmt::format("{}: the router's input has rows of {}, the experts' {}", name, width(routing.router_in), d));
+  const int n_bias = (variant.router_b >= 0) + (variant.gate_b >= 0) + (variant.up_b >= 0) + (variant.down_b >= 0);
+  if (n_bias != 0 && n_bias != 4) throw Error(fmt::format("{}: expert biases come all four or none", name));
+  if (variant.router_in >= 0 && width(variant.router_in) != d) {
+    throw Error(fmt::format("{}: the router's input has rows of {}, the experts' {}", name, width(variant.router_in), d));
   }
-  if (routing.expert_scale >= 0 && g_.tensor(routing.expert_scale).ne[0] != n_expert) {
-    throw Error(fmt::format("{}: per-expert scale '{}' must hold {} values", name, g_.tensor(routing.expert_scale).name,
+  if (variant.expert_scale >= 0 && g_.tensor(variant.expert_scale).ne[0] != n_expert) {
+    throw Error(fmt::format("{}: per-expert scale '{}' must hold {} values", name, g_.tensor(variant.expert_scale).name,
                             n_expert));
   }
-  const TensorId out = act(name, d, layer);
   std::vector<TensorId> in{x, router, gate_exps, up_exps, down_exps};
-  if (routing.router_in >= 0 || routing.expert_scale >= 0) in.push_back(routing.router_in >= 0 ? routing.router_in : x);
-  if (routing.expert_scale >= 0) in.push_back(routing.expert_scale);
+  int8_t router_in_at = -1, expert_scale_at = -1, bias_at = -1;
+  if (variant.router_in >= 0) {
+    router_in_at = static_cast<int8_t>(in.size());
+    in.push_back(variant.router_in);
+  }
+  if (variant.expert_scale >= 0) {
+    expert_scale_at = static_cast<int8_t>(in.size());
+    in.push_back(variant.expert_scale);
+  }
+  if (n_bias == 4) {
+    bias_at = static_cast<int8_t>(in.size());
+    const std::pair<TensorId, std::array<int64_t, 2>> biases[] = {
+        {variant.router_b, {n_expert, 1}}, {variant.gate_b, {ff, n_expert}}, {variant.up_b, {ff, n_expert}},
+        {variant.down_b, {d, n_expert}}};
+    for (const auto& [id, shape] : biases) {
+      const auto& t = g_.tensor(id);
+      if (t.type != gguf::TensorType::F32 || t.ne[0] != shape[0] || t.ne[1] != shape[1]) {
+        throw Error(fmt::format("{}: bias '{}' must be F32 of {}x{}", name, t.name, shape[0], shape[1]));
+      }
+      in.push_back(id);
+    }
+  }
+  if (variant.glu == MoeGlu::SwiGLUClamped && !(variant.glu_limit > 0 && variant.glu_alpha > 0)) {
+    throw Error(fmt::format("{}: the clamped SwiGLU needs a positive alpha and limit", name));
+  }
+  const TensorId out = act(name, d, layer);
   Node& n = emit(Op::MoE, out, std::move(in));
   n.n_expert = static_cast<int>(n_expert);
   n.n_expert_used = n_expert_used;
-  n.norm_topk = norm_topk;
-  n.scale = routing.logit_scale;
-  n.moe_gelu = routing.gelu;
+  n.norm_topk = variant.norm_topk;
+  n.moe_routing = variant.routing;
+  n.moe_glu = variant.glu;
+  n.glu_alpha = variant.glu_alpha;
+  n.glu_limit = variant.glu_limit;
+  n.scale = variant.logit_scale;
+  n.moe_router_in = router_in_at;
+  n.moe_expert_scale = expert_scale_at;
+  n.moe_bias = bias_at;
   return out;
 }
 

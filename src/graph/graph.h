@@ -46,6 +46,9 @@ struct RopeParams {
   float attn_factor = 1.0f;  // multiplies cos and sin
   float beta_fast = 32.0f, beta_slow = 1.0f;
   int n_ctx_orig = 0;  // YaRN: the context length the model was trained with before extension
+  // YaRN: round the correction range outwards to whole pairs (llama.cpp always does; transformers does
+  // unless the config says "truncate": false, as GPT-OSS's does).
+  bool yarn_truncate = true;
 };
 
 enum class Op : uint8_t {
@@ -55,16 +58,18 @@ enum class Op : uint8_t {
   Add,         // out = a + b                                                 in: a, b
   Mul,         // out = a * b                                                 in: a, b
   Rope,        // rotates the first n_rot dims of every head                 in: x [, factors]
-  Attention,   // causal attention of q over this layer's KV cache, after appending k and v
-               //                                                              in: q, k, v
+  Attention,   // causal attention of q over this layer's KV cache, after appending k and v; with
+               // sinks, each head's softmax denominator also holds exp(sink[h])  in: q, k, v [, sinks]
   SwiGLU,      // out = silu(gate) * up                                       in: gate, up
   GeGLU,       // out = gelu_tanh(gate) * up                                  in: gate, up
   Softcap,     // out = cap * tanh(x / cap)                                   in: x
   SelectLast,  // out = the last token's row only, unless the step asks for all logits  in: x
   MoE,         // mixture of experts with SwiGLU experts: router softmax over n_expert, the top
                // n_expert_used (renormalised when norm_topk), out = sum of w_e * down_e(silu(gate_e x) * up_e x)
-               //                                             in: x, router, gate_exps, up_exps, down_exps
-               // Gemma 4's variant (see MoeRouting) adds [router_in [, expert_scale]].
+               // (Node::moe_routing and moe_glu select the variants below)
+               //     in: x, router, gate_exps, up_exps, down_exps, then at the positions the node records:
+               //     [router_in] [expert_scale {n_expert}]
+               //     [router_b {n_expert}, gate_b {ff, n_expert}, up_b {ff, n_expert}, down_b {d, n_expert}]
   Split,       // n_head groups of group_stride per row; out = each group's [group_offset, +width/n_head)  in: x
   Concat,      // out = the inputs' rows side by side                                  in: a, b, ...
   SigmoidMul,  // out = a * sigmoid(b); b is as wide as a, or one value per token       in: a, b
@@ -75,6 +80,17 @@ enum class Op : uint8_t {
                // 1/sqrt(dk); S = exp(g) S + k (beta (v - S^T k))^T, out = S^T q
                //                                                in: q, k, v, a, b, A, dt_bias
   Scale,       // out = x * w, w a weight of width floats or of one float (broadcast)       in: x, w
+};
+
+enum class MoeRouting : uint8_t {
+  SoftmaxTopK,  // softmax over all experts, then the top k (optionally renormalised)
+  TopKSoftmax,  // the top k router logits, then a softmax over those k only (GPT-OSS)
+};
+
+enum class MoeGlu : uint8_t {
+  SwiGLU,         // silu(gate) * up
+  SwiGLUClamped,  // g = min(gate, limit), u = clamp(up, -limit, limit): g * sigmoid(alpha * g) * (u + 1) (GPT-OSS)
+  GeGLU,          // gelu_tanh(gate) * up (Gemma 4)
 };
 
 struct Graph;
@@ -92,7 +108,13 @@ struct Node {
   int sliding_window = 0;  // Attention: 0 = full causal
   int n_expert = 0, n_expert_used = 0;  // MoE
   bool norm_topk = false;               // MoE: renormalise the selected experts' weights to sum to 1
-  bool moe_gelu = false;                // MoE: GEGLU experts (gelu_tanh(gate) * up) instead of SwiGLU
+  MoeRouting moe_routing = MoeRouting::SoftmaxTopK;
+  MoeGlu moe_glu = MoeGlu::SwiGLU;
+  float glu_alpha = 0, glu_limit = 0;   // MoeGlu::SwiGLUClamped
+  // MoE: where the optional inputs sit in `in` (-1: absent); the router's logits are multiplied by
+  // `scale`. router_in: the router reads this activation instead of x; expert_scale: multiplies each
+  // selected expert's final weight; bias: the first of the four biases.
+  int8_t moe_router_in = -1, moe_expert_scale = -1, moe_bias = -1;
   int layer = -1;          // Attention: which KV cache
   int64_t group_stride = 0, group_offset = 0;  // Split
   // DeltaNet: n_head q/k heads of head_dim, n_head_kv v heads of head_dim_v; v head h reads q/k head
@@ -131,16 +153,6 @@ struct StepParams {
   bool all_logits = false;  // logits for every token of the step, not only the last
 };
 
-// Gemma 4's mixture of experts: the router reads its own input (RMS-normalised residual times a learned
-// scale), its logits are scaled before the softmax, each selected expert's weight is multiplied by a
-// learned per-expert factor after the top-k renormalisation, and the experts are GEGLU networks.
-struct MoeRouting {
-  TensorId router_in = -1;     // the router reads this activation instead of the experts' input
-  TensorId expert_scale = -1;  // weight {n_expert}: multiplies each selected expert's routing weight
-  float logit_scale = 1.0f;    // multiplies the router logits before the softmax
-  bool gelu = false;           // GEGLU experts instead of SwiGLU
-};
-
 // Helpers used by model files to emit graphs with checked shapes.
 class Builder {
  public:
@@ -158,8 +170,10 @@ class Builder {
   // `factors` (optional): an F32 weight of n_rot/2 per-pair frequency divisors (Llama 3's rope_freqs).
   TensorId rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode mode, const RopeParams& params,
                 const std::string& name, int layer, TensorId factors = -1);
+  // `sinks` (optional): an F32 weight of n_head logits, one extra softmax column per head whose value
+  // is dropped (GPT-OSS's attention sinks).
   TensorId attention(TensorId q, TensorId k, TensorId v, int n_head, int n_head_kv, int head_dim, float scale,
-                     int sliding_window, float softcap, const std::string& name, int layer);
+                     int sliding_window, float softcap, const std::string& name, int layer, TensorId sinks = -1);
   TensorId swiglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId geglu(TensorId gate, TensorId up, const std::string& name, int layer);
   TensorId softcap(TensorId x, float cap, const std::string& name, int layer);
@@ -176,8 +190,20 @@ class Builder {
   // tensor as gate_exps and up_exps means a fused {in, 2 * ff, n_expert} tensor, gate rows first.
   TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
                bool norm_topk, const std::string& name, int layer);
+  // The variants: routing, expert activation, per-projection biases (all four or none), and Gemma 4's
+  // router (its own input, scaled logits, a per-expert factor after the renormalisation).
+  struct MoeVariant {
+    MoeRouting routing = MoeRouting::SoftmaxTopK;
+    bool norm_topk = false;
+    MoeGlu glu = MoeGlu::SwiGLU;
+    float glu_alpha = 0, glu_limit = 0;
+    TensorId router_b = -1, gate_b = -1, up_b = -1, down_b = -1;
+    TensorId router_in = -1;     // the router reads this activation instead of the experts' input
+    TensorId expert_scale = -1;  // weight {n_expert}: multiplies each selected expert's routing weight
+    float logit_scale = 1.0f;    // multiplies the router logits before the softmax
+  };
   TensorId moe(TensorId x, TensorId router, TensorId gate_exps, TensorId up_exps, TensorId down_exps, int n_expert_used,
-               bool norm_topk, const MoeRouting& routing, const std::string& name, int layer);
+               const MoeVariant& variant, const std::string& name, int layer);
   // x times a weight of x's width, or times a one-element weight (Gemma 4's per-layer output scalar).
   TensorId scale(TensorId x, TensorId w, const std::string& name, int layer);
 

@@ -96,11 +96,12 @@ graph::Graph build_gemma4(const gguf::File& f, HParams& hp) {
                                 hp.n_expert_used, fe));
       }
       ffn = norm(ffn, "post_ffw_norm_1.weight", "post_ffw_norm_1");
-      graph::MoeRouting routing;
+      graph::Builder::MoeVariant routing;
+      routing.norm_topk = true;
       routing.router_in = norm(x, "ffn_gate_inp.scale", "router_in");
       routing.expert_scale = require_weight(b, f, p + "ffn_down_exps.scale", {ne}, l);
       routing.logit_scale = 1.0f / std::sqrt(static_cast<float>(d));
-      routing.gelu = true;
+      routing.glu = graph::MoeGlu::GeGLU;
       // The experts' gate and up projections come fused (as llama.cpp converts them) or apart.
       graph::TensorId gate = optional_weight(b, f, p + "ffn_gate_up_exps.weight", {d, 2 * fe, ne}, l), up = gate;
       if (gate < 0) {
@@ -108,7 +109,7 @@ graph::Graph build_gemma4(const gguf::File& f, HParams& hp) {
         up = require_weight(b, f, p + "ffn_up_exps.weight", {d, fe, ne}, l);
       }
       auto moe = b.moe(norm(x, "pre_ffw_norm_2.weight", "pre_ffw_norm_2"), router, gate, up,
-                       require_weight(b, f, p + "ffn_down_exps.weight", {fe, d, ne}, l), hp.n_expert_used, true, routing,
+                       require_weight(b, f, p + "ffn_down_exps.weight", {fe, d, ne}, l), hp.n_expert_used, routing,
                        p + "ffn_moe", l);
       ffn = b.add(ffn, norm(moe, "post_ffw_norm_2.weight", "post_ffw_norm_2"), p + "ffn_mlp_moe", l);
     }

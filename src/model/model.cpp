@@ -25,6 +25,7 @@ const ArchEntry kArchitectures[] = {
     {"qwen35", build_qwen35},
     {"qwen35moe", build_qwen35moe},
     {"gemma4", build_gemma4},
+    {"gpt-oss", build_gpt_oss},
 };
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -63,6 +64,9 @@ graph::RopeParams read_rope_params(const gguf::File& f, const std::string& arch,
     r.beta_fast = f.get_or<float>(p + "scaling.yarn_beta_fast", 32.0f);
     r.beta_slow = f.get_or<float>(p + "scaling.yarn_beta_slow", 1.0f);
     r.ext_factor = f.get_or<float>(p + "scaling.yarn_ext_factor", 1.0f);
+    // Written by zinc convert for configs that ask for an unrounded correction range (GPT-OSS); files
+    // without it round outwards, as llama.cpp does.
+    r.yarn_truncate = f.get_or<bool>(p + "scaling.yarn_truncate", true);
   } else if (type != "none" && type != "linear") {
     throw Error(fmt::format("{}: rope scaling type '{}' is not supported (none, linear, yarn)", f.name(), type));
   }

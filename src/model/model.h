@@ -69,5 +69,6 @@ graph::Graph build_qwen3next(const gguf::File& f, HParams& hp);  // also qwen35,
 graph::Graph build_qwen35(const gguf::File& f, HParams& hp);
 graph::Graph build_qwen35moe(const gguf::File& f, HParams& hp);
 graph::Graph build_gemma4(const gguf::File& f, HParams& hp);
+graph::Graph build_gpt_oss(const gguf::File& f, HParams& hp);
 
 }  // namespace zinc::model

@@ -26,6 +26,8 @@ const Mixture kMixtures[] = {
     {"Q5_K_S", 16, TensorType::Q5_K, true},  {"Q5_K_M", 17, TensorType::Q5_K, true},
     {"Q6_K", 18, TensorType::Q6_K, true},    {"IQ4_NL", 25, TensorType::IQ4_NL, true},
     {"IQ4_XS", 30, TensorType::IQ4_XS, true},
+    // Experts (3-D tensors) in MXFP4, every other matrix in Q8_0: the released GPT-OSS files' layout.
+    {"MXFP4_MOE", 38, TensorType::MXFP4, true},
 };
 
 bool iequal(std::string_view a, std::string_view b) {
@@ -102,6 +104,7 @@ ModelFacts model_facts(const gguf::File& model) {
 TensorType TypeSelector::recipe_type(const std::string& name, const gguf::TensorInfo& t) {
   TensorType type = mix_.base;
   const std::string& m = mix_.name;
+  if (m == "MXFP4_MOE") return t.n_dims >= 3 && t.ne[2] > 1 ? TensorType::MXFP4 : TensorType::Q8_0;
   if (name == "output.weight" || (f_.tied_embeddings && name == "token_embd.weight")) {
     // The output projection gets at least Q6_K, or Q8_0 when its rows do not fit the base type's blocks.
     if (f_.arch == "falcon" || static_cast<int64_t>(t.ne[0]) % block_of(type) != 0) return TensorType::Q8_0;

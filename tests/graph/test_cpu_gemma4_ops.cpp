@@ -90,13 +90,14 @@ TEST(CpuGemma4Ops, RoutedGegluExpertsWithFusedGateUp) {
   g.n_vocab = d;
   const TensorId x = b.embed(weight(b, w, "emb"));
   const TensorId rx = b.mul(x, x, "router_in", 0);  // the router reads x^2, the experts x
-  graph::MoeRouting routing;
+  graph::Builder::MoeVariant routing;
+  routing.norm_topk = true;
   routing.router_in = rx;
   routing.expert_scale = weight(b, w, "escale");
   routing.logit_scale = 0.35f;
-  routing.gelu = true;
+  routing.glu = graph::MoeGlu::GeGLU;
   const TensorId gu = weight(b, w, "gate_up");
-  g.logits = b.moe(x, weight(b, w, "router"), gu, gu, weight(b, w, "down"), k, true, routing, "moe", 0);
+  g.logits = b.moe(x, weight(b, w, "router"), gu, gu, weight(b, w, "down"), k, routing, "moe", 0);
   const std::vector<int32_t> tokens{0, 3, 1, 4};
   const auto got = run(g, f, tokens);
 

@@ -40,6 +40,28 @@ std::vector<TensorType> per_layer(TypeSelector& s, const char* which) {
   return out;
 }
 
+TEST(Recipe, MXFP4_MOE) {
+  // Experts (3-D, more than one) in MXFP4; every other matrix, the output and embeddings included, Q8_0.
+  ModelFacts f;
+  f.arch = "gpt-oss";
+  f.n_layer = 24;
+  f.n_expert = 32;
+  TypeSelector s(*mixture_by_name("mxfp4_moe"), f);
+  const std::string gate_exps = "blk.0.ffn_gate_exps.weight", down_exps = "blk.0.ffn_down_exps.weight";
+  auto exps = info(gate_exps, 2880, 2880);
+  exps.n_dims = 3;
+  exps.ne[2] = 32;
+  EXPECT_EQ(s.choose(exps).type, TensorType::MXFP4);
+  exps.name = down_exps;
+  EXPECT_EQ(s.choose(exps).type, TensorType::MXFP4);
+  EXPECT_EQ(s.choose(info("output.weight", 2880, 201088)).type, TensorType::Q8_0);
+  EXPECT_EQ(s.choose(info("token_embd.weight", 2880, 201088)).type, TensorType::Q8_0);
+  EXPECT_EQ(s.choose(info("blk.0.attn_v.weight", 2880, 512)).type, TensorType::Q8_0);
+  EXPECT_EQ(s.choose(info("blk.0.attn_output.weight", 4096, 2880)).type, TensorType::Q8_0);
+  EXPECT_FALSE(s.choose(info("blk.0.ffn_gate_inp.weight", 2880, 32, TensorType::F32)).convert);
+  EXPECT_EQ(mixture_by_name("MXFP4_MOE")->file_type, 38u);
+}
+
 TEST(Recipe, Q4_K_M) {
   TypeSelector s(*mixture_by_name("q4_k_m"), llama32());
   EXPECT_EQ(s.choose(info("output.weight", 4096, 128256)).type, TensorType::Q6_K);

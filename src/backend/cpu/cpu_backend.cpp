@@ -314,10 +314,11 @@ class CpuExecutable final : public Executable {
     rows[static_cast<size_t>(node.out)] = n;
   }
 
-  // Mixture of experts. Routing per token (softmax over all experts, top-k, optional renormalisation),
-  // then each expert runs once over the tokens routed to it (a matrix-matrix product in prefill),
-  // its outputs added back scaled by their routing weights. Gemma 4's variant routes from its own
-  // input (in[5]), scales the logits, multiplies the final weights per expert (in[6]) and uses GEGLU.
+  // Mixture of experts. Routing per token (softmax over all experts, top-k, optional renormalisation;
+  // or top-k logits, softmax over those), then each expert runs once over the tokens routed to it (a
+  // matrix-matrix product in prefill), its outputs added back scaled by their routing weights. The
+  // optional inputs (Node::moe_*): the router's own input and logit scale, a per-expert factor on the
+  // final weights (Gemma 4), biases on the router and every projection (GPT-OSS).
   void moe(const Node& node, const float* x, int64_t n, float* out) {
     const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
@@ -326,23 +327,42 @@ class CpuExecutable final : public Executable {
     const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
     const int ne = node.n_expert, k = node.n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
-    const float* router_x = node.in.size() > 5 ? buf(node.in[5]) : x;
+    const float* router_x = node.moe_router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe_router_in)]) : x;
     quant::matmul(rt.type, w(node.in[1]), ne, d, router_x, n, logits.data(), pool_);
     if (node.scale != 1.0f) {
       for (float& l : logits) l *= node.scale;
     }
     std::vector<float> ebuf;
-    const float* expert_scale = node.in.size() > 6 ? f32_weight(node.in[6], ebuf) : nullptr;
+    const float* expert_scale =
+        node.moe_expert_scale >= 0 ? f32_weight(node.in[static_cast<size_t>(node.moe_expert_scale)], ebuf) : nullptr;
+    // Biases (all four or none): router {ne}, gate and up {ff, ne}, down {d, ne}, F32.
+    const bool biased = node.moe_bias >= 0;
+    const auto bias = [&](int k_in) {
+      return biased ? static_cast<const float*>(w(node.in[static_cast<size_t>(node.moe_bias + k_in)])) : nullptr;
+    };
+    const float *router_b = bias(0), *gate_b = bias(1), *up_b = bias(2), *down_b = bias(3);
+    const bool topk_first = node.moe_routing == graph::MoeRouting::TopKSoftmax;
     std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(ne));  // (token, weight)
     std::vector<int> order(static_cast<size_t>(ne));
     for (int64_t t = 0; t < n; ++t) {
       float* l = logits.data() + t * ne;
-      const float mx = *std::max_element(l, l + ne);
-      float sum = 0;
-      for (int e = 0; e < ne; ++e) sum += l[e] = std::exp(l[e] - mx);
-      for (int e = 0; e < ne; ++e) l[e] /= sum;
+      if (router_b) {
+        for (int e = 0; e < ne; ++e) l[e] += router_b[e];
+      }
+      if (!topk_first) {
+        const float mx = *std::max_element(l, l + ne);
+        float sum = 0;
+        for (int e = 0; e < ne; ++e) sum += l[e] = std::exp(l[e] - mx);
+        for (int e = 0; e < ne; ++e) l[e] /= sum;
+      }
       for (int e = 0; e < ne; ++e) order[static_cast<size_t>(e)] = e;
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      if (topk_first) {  // softmax over the k selected logits (the largest is order[0])
+        const float mx = l[order[0]];
+        float sum = 0;
+        for (int i = 0; i < k; ++i) sum += l[order[static_cast<size_t>(i)]] = std::exp(l[order[static_cast<size_t>(i)]] - mx);
+        for (int i = 0; i < k; ++i) l[order[static_cast<size_t>(i)]] /= sum;
+      }
       float top = 0;
       for (int i = 0; i < k; ++i) top += l[order[static_cast<size_t>(i)]];
       for (int i = 0; i < k; ++i) {
@@ -374,9 +394,19 @@ class CpuExecutable final : public Executable {
       y.resize(static_cast<size_t>(m * d));
       quant::matmul(gt.type, gate_base + gate_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, g.data(), pool_);
       quant::matmul(up_type, up_base + up_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, u.data(), pool_);
-      if (node.moe_gelu) cpu::geglu(g.data(), u.data(), g.data(), m * ff);
-      else cpu::swiglu(g.data(), u.data(), g.data(), m * ff);
+      if (biased) {
+        add_row_bias(g.data(), gate_b + e * ff, m, ff);
+        add_row_bias(u.data(), up_b + e * ff, m, ff);
+      }
+      switch (node.moe_glu) {
+        case graph::MoeGlu::SwiGLUClamped:
+          cpu::swiglu_clamped(g.data(), u.data(), g.data(), m * ff, node.glu_alpha, node.glu_limit);
+          break;
+        case graph::MoeGlu::GeGLU: cpu::geglu(g.data(), u.data(), g.data(), m * ff); break;
+        case graph::MoeGlu::SwiGLU: cpu::swiglu(g.data(), u.data(), g.data(), m * ff); break;
+      }
       quant::matmul(dt.type, down_base + down_bytes * static_cast<size_t>(e), d, ff, g.data(), m, y.data(), pool_);
+      if (biased) add_row_bias(y.data(), down_b + e * d, m, d);
       for (int64_t i = 0; i < m; ++i) {
         const auto [t, wt] = tokens[static_cast<size_t>(i)];
         float* o = out + t * d;
@@ -386,6 +416,11 @@ class CpuExecutable final : public Executable {
     }
   }
 
+  // rows[r] += bias for each of n rows of `width` floats.
+  static void add_row_bias(float* rows, const float* bias, int64_t n, int64_t width) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < width; ++i) rows[r * width + i] += bias[i];
+  }
   // The gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) per token and v head, then the delta rule:
   // chunked for prompts, token by token for single-token steps.
   void delta_net(const Node& node, int64_t n, float* out) {
@@ -428,8 +463,9 @@ class CpuExecutable final : public Executable {
   }
 
   // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
-  // [max(0, pos - window + 1), pos]. The cache rows the step can see are decoded to floats once (not
-  // once per query and head); scores use the vectorized float dot product, softmax subtracts the max.
+  // [max(0, pos - window + 1), pos]; with sinks, head h's softmax also counts exp(sinks[h]). The cache
+  // rows the step can see are decoded to floats once (not once per query and head); scores use the
+  // vectorized float dot product, softmax subtracts the max.
   void attention(const Node& node, const graph::StepParams& step, int64_t n, float* out) {
     const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width_of(node.layer);
     const float* q = buf(node.in[0]);
@@ -442,6 +478,7 @@ class CpuExecutable final : public Executable {
     const int64_t rows = step.n_past + n - first;
     const float* kf = decoded_rows(k_[l], kv_row_bytes_[l], kw, first, rows, kf_);
     const float* vf = decoded_rows(v_[l], kv_row_bytes_[l], kw, first, rows, vf_);
+    const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
     const quant::DotFn dot = dot_f32_;
     pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
       std::vector<float> scores(static_cast<size_t>(rows)), acc(static_cast<size_t>(hd));
@@ -459,7 +496,9 @@ class CpuExecutable final : public Executable {
           scores[static_cast<size_t>(j - first)] = sc;
           mx = std::max(mx, sc);
         }
-        float sum = 0;
+        // A sink is one more logit in the softmax whose value row is zero: it only enlarges the sum.
+        if (sinks) mx = std::max(mx, sinks[h]);
+        float sum = sinks ? std::exp(sinks[h] - mx) : 0.0f;
         for (int64_t j = lo; j <= pos; ++j) {
           float& sc = scores[static_cast<size_t>(j - first)];
           sc = std::exp(sc - mx);

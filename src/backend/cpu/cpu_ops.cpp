@@ -36,8 +36,14 @@ void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim
       return static_cast<float>(n_rot) * std::log(static_cast<float>(p.n_ctx_orig) / (beta * 2.0f * 3.14159265358979f)) /
              (2.0f * std::log(p.base));
     };
-    low = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
-    high = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(p.beta_slow)));
+    low = corr_dim(p.beta_fast);
+    high = corr_dim(p.beta_slow);
+    if (p.yarn_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(0.0f, low);
+    high = std::min(static_cast<float>(n_rot - 1), high);
   }
   std::vector<float> cs(static_cast<size_t>(n_rot));  // cos, sin per pair
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -82,6 +88,14 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + 0.044715f * g * g))) * up[i];
+  }
+}
+
+void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
   }
 }
 

@@ -21,6 +21,9 @@ void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void geglu(const float* gate, const float* up, float* out, int64_t n);
+// GPT-OSS's expert activation: g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1). `out` may alias `gate` or `up`.
+void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 void softcap(const float* x, float* out, int64_t n, float cap);
 
 // Depthwise causal convolution over time then SiLU (Op::SsmConv). w: `width` rows of `kernel` taps,
