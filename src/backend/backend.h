@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gguf/reader.h"
 #include "graph/graph.h"
@@ -35,6 +36,11 @@ class Executable {
   // False for graphs with recurrent state (linear-attention layers): a step must then start at
   // position 0 (which resets the state) or where the previous step ended.
   virtual bool can_rewind() const { return true; }
+  // The context after n_past tokens as bytes (the first n_past rows of every KV cache and any recurrent
+  // state), and back: a session set aside and resumed continues exactly where it was. load_state()
+  // throws zinc::Error for bytes saved by another model, backend or option set.
+  virtual std::vector<uint8_t> save_state(int32_t n_past) const = 0;
+  virtual void load_state(std::span<const uint8_t> bytes) = 0;
 };
 
 class Backend {

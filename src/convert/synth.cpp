@@ -55,6 +55,10 @@ const Preset kPresets[] = {
     // gated full-attention layer, 256 experts (8 used) plus a shared one.
     {"qwen3.6-35b-a3b", "qwen35moe", 40, 2048, 0, 248320, 16, 2, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 256,
      8, 512, 16, 32, 128, 4, 512, 0.25f},
+    // GPT-OSS-20B: 24 layers alternating 128-token windows and full attention, sinks, biases, YaRN
+    // (factor 32 over 4096), 32 experts (4 used) with the clamped SwiGLU.
+    {"gpt-oss-20b", "gpt-oss", 24, 2880, 2880, 201088, 64, 8, 64, 150000.0f, 1e-5f, false, 131072, "gpt-4o", 0, 128,
+     32, 4, 2880},
     {"llama3-8b", "llama", 32, 4096, 14336, 128256, 32, 8, 128, 5e5f, 1e-5f, false, 131072, "llama-bpe"},
     {"gemma3-1b", "gemma3", 26, 1152, 6912, 262144, 4, 1, 256, 1e6f, 1e-6f, true, 32768, "default", 0, 512},
     {"gemma3-12b", "gemma3", 48, 3840, 15360, 262144, 16, 8, 256, 1e6f, 1e-6f, true, 131072, "default", 8, 1024},
@@ -136,6 +140,7 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   const std::string a = p.arch;
   const bool gemma = a == "gemma3";
   const bool hybrid = p.lin_hk > 0;
+  const bool gpt_oss = a == "gpt-oss";
 
   gguf::Writer w;
   auto& m = w.metadata();
@@ -171,6 +176,11 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     std::vector<Value> sections;
     for (int v : {11, 11, 10, 0}) sections.push_back(Value::i32(v));
     m.set(a + ".rope.dimension_sections", Value::array(gguf::ValueType::INT32, sections));
+  }
+  if (gpt_oss) {
+    m.set(a + ".rope.scaling.type", Value::str("yarn"));
+    m.set(a + ".rope.scaling.factor", Value::f32(32.0f));
+    m.set(a + ".rope.scaling.original_context_length", Value::u32(4096));
   }
   if (p.rope_linear > 0) {
     m.set(a + ".rope.scaling.type", Value::str("linear"));
@@ -221,19 +231,31 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
       ts.push_back({b + "attn_k.weight", {d, kvw}, false});
       ts.push_back({b + "attn_v.weight", {d, kvw}, false});
       ts.push_back({b + "attn_output.weight", {qw, d}, false});
-      if (a != "llama") {
+      if (gpt_oss) {
+        ts.push_back({b + "attn_q.bias", {qw}, false});
+        ts.push_back({b + "attn_k.bias", {kvw}, false});
+        ts.push_back({b + "attn_v.bias", {kvw}, false});
+        ts.push_back({b + "attn_output.bias", {d}, false});
+        ts.push_back({b + "attn_sinks.weight", {static_cast<uint64_t>(p.n_head)}, false});
+      } else if (a != "llama") {
         ts.push_back({b + "attn_q_norm.weight", {hd}, true});
         ts.push_back({b + "attn_k_norm.weight", {hd}, true});
       }
     }
     if (gemma) ts.push_back({b + "post_attention_norm.weight", {d}, true});
-    ts.push_back({b + (hybrid ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, true});
+    ts.push_back({b + (hybrid || gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, true});
     if (p.n_expert > 0) {
       const auto ne = static_cast<uint64_t>(p.n_expert), fe = static_cast<uint64_t>(p.n_ff_exp);
       ts.push_back({b + "ffn_gate_inp.weight", {d, ne}, false});
       ts.push_back({b + "ffn_gate_exps.weight", {d, fe, ne}, false});
       ts.push_back({b + "ffn_up_exps.weight", {d, fe, ne}, false});
       ts.push_back({b + "ffn_down_exps.weight", {fe, d, ne}, false});
+      if (gpt_oss) {
+        ts.push_back({b + "ffn_gate_inp.bias", {ne}, false});
+        ts.push_back({b + "ffn_gate_exps.bias", {fe, ne}, false});
+        ts.push_back({b + "ffn_up_exps.bias", {fe, ne}, false});
+        ts.push_back({b + "ffn_down_exps.bias", {d, ne}, false});
+      }
       if (hybrid) {
         const auto fs = static_cast<uint64_t>(p.n_ff_shexp);
         ts.push_back({b + "ffn_gate_inp_shexp.weight", {d}, false});

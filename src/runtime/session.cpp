@@ -79,6 +79,15 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
   if (!moved.empty()) eval(moved);
 }
 
+Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_)}; }
+
+void Session::restore(const Snapshot& s) {
+  exe_->load_state(s.state);
+  history_ = s.history;
+  n_past_ = static_cast<int32_t>(history_.size());
+  reused_ = 0;
+}
+
 int32_t argmax(std::span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }

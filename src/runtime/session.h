@@ -41,6 +41,16 @@ class Session {
   // cached keys). Throws zinc::Error for a range outside the context.
   void shift(int32_t n_keep, int32_t n_discard);
 
+  // The whole context (tokens, cache, recurrent state) set aside, and restored later into this
+  // session or another of the same model and options: evaluation continues exactly where it was,
+  // which is how a model with recurrent state resumes a conversation it has moved away from.
+  struct Snapshot {
+    std::vector<int32_t> history;
+    std::vector<uint8_t> state;
+  };
+  Snapshot save() const;
+  void restore(const Snapshot& s);
+
   int32_t n_past() const { return n_past_; }
   const std::vector<int32_t>& history() const { return history_; }
   int32_t n_ctx() const { return exe_->options().n_ctx; }

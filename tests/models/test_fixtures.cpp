@@ -255,6 +255,50 @@ TEST_P(Fixture, PrefillThenDecodeEqualsOnePrefill) {
   EXPECT_LT(worst, 1e-4) << GetParam() << " over " << got.size() / nv << " positions";
 }
 
+TEST_P(Fixture, SavedContextResumesExactly) {
+  // A session's context saved after 8 tokens, then overwritten, then restored (into the same session
+  // and into a new one) must continue exactly like a session that never left: KV rows and recurrent
+  // state alike.
+  const Reference ref = load_reference(kFixtures / GetParam());
+  test::TempDir tmp;
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(kFixtures / GetParam(), tmp.file("m.gguf"), copts);
+  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  auto backend = backend::make_cpu_backend();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.kv_type = backend::KvType::F32;
+  const auto& seq = ref.sequences[2];
+  const std::span<const int32_t> head(seq.data(), 8), tail(seq.data() + 8, seq.size() - 8);
+  runtime::Session whole(f, *backend, opts);
+  const auto w = whole.eval(seq);
+  const std::vector<float> want(w.begin(), w.end());
+  runtime::Session s(f, *backend, opts);
+  s.eval(head);
+  const auto snap = s.save();
+  s.eval(ref.sequences[0]);  // moves on: the cache rows and the state change
+  for (int target = 0; target < 2; ++target) {
+    runtime::Session fresh(f, *backend, opts);
+    runtime::Session& r = target == 0 ? s : fresh;
+    r.restore(snap);
+    EXPECT_EQ(r.n_past(), 8);
+    const auto got = r.eval(tail);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    EXPECT_LT(worst, 1e-4) << GetParam() << (target == 0 ? " same session" : " new session");
+  }
+  // Bytes of another shape are refused.
+  auto cut = snap;
+  cut.state.pop_back();
+  EXPECT_THROW(s.restore(cut), Error);
+  backend::ExecOptions other = opts;
+  other.n_ctx = 32;
+  runtime::Session small(f, *backend, other);
+  EXPECT_THROW(small.restore(snap), Error);
+}
+
 TEST(RecurrentState, ResetAndDivergingPromptsStartAgain) {
   // A linear-attention state cannot forget tokens: after reset(), or when a new prompt shares only
   // part of what the session holds, the session must start from position 0 and give exactly the
