@@ -116,6 +116,19 @@ def sparse_configs():
         **dict(g4, num_hidden_layers=6, intermediate_size=256,
                layer_types=["sliding_attention"] * 5 + ["full_attention"]),
         per_layer_config={"5": {"head_dim": 128}})
+    # The released 31B's global layers: more KV heads than the local ones, and values that are the keys
+    # (attention_k_eq_v, no v_proj).
+    def gemma4_global_kv():
+        base = dict(g4, num_hidden_layers=6, intermediate_size=256,
+                    layer_types=["sliding_attention"] * 5 + ["full_attention"], attention_k_eq_v=True)
+        try:
+            cfg = transformers.Gemma4TextConfig(**base, per_layer_config={"5": {"head_dim": 128, "num_key_value_heads": 2}})
+            print("gemma4_global_kv: per_layer_config", cfg.to_dict().get("per_layer_config"))
+            return cfg
+        except Exception as e:
+            print(f"gemma4_global_kv: per_layer_config refused ({e}); global_* keys instead")
+            return transformers.Gemma4TextConfig(**base, global_head_dim=128, num_global_key_value_heads=2)
+    out["gemma4_global_kv"] = gemma4_global_kv
     out["gemma4_moe"] = lambda: transformers.Gemma4TextConfig(
         **dict(g4, num_hidden_layers=2, intermediate_size=256, layer_types=["sliding_attention", "full_attention"]),
         enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=128)
