@@ -61,7 +61,7 @@ graph::Graph build_gemma4(const gguf::File& f, HParams& hp) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const bool local = swa[static_cast<size_t>(l)];
     const int hd = local ? hd_swa : hp.head_dim, n_rot = local ? n_rot_swa : hp.n_rot;
-    const int64_t q_w = static_cast<int64_t>(hp.n_head) * hd, kv_w = static_cast<int64_t>(hp.n_head_kv) * hd;
+    const int64_t q_w = static_cast<int64_t>(hp.n_head) * hd, kv_w = static_cast<int64_t>(hp.kv_heads(l)) * hd;
     const auto norm = [&](graph::TensorId in, const std::string& w, const std::string& name) {
       return b.rms_norm(in, require_weight(b, f, p + w, {d}, l), eps, 0.0f, p + name, l);
     };
@@ -78,8 +78,8 @@ graph::Graph build_gemma4(const gguf::File& f, HParams& hp) {
     const graph::RopeParams& rope = local ? rope_swa : hp.rope;
     const graph::TensorId factors = local ? -1 : rope_factors;
     q = b.rope(q, hp.n_head, hd, n_rot, graph::RopeMode::NeoX, rope, p + "q_rope", l, factors);
-    k = b.rope(k, hp.n_head_kv, hd, n_rot, graph::RopeMode::NeoX, rope, p + "k_rope", l, factors);
-    auto att = b.attention(q, k, v, hp.n_head, hp.n_head_kv, hd, 1.0f, local ? window : 0, 0.0f, p + "attn", l);
+    k = b.rope(k, hp.kv_heads(l), hd, n_rot, graph::RopeMode::NeoX, rope, p + "k_rope", l, factors);
+    auto att = b.attention(q, k, v, hp.n_head, hp.kv_heads(l), hd, 1.0f, local ? window : 0, 0.0f, p + "attn", l);
     auto o = b.matmul(require_weight(b, f, p + "attn_output.weight", {q_w, d}, l), att, p + "attn_out", l);
     x = b.add(x, norm(o, "post_attention_norm.weight", "post_attn_norm"), p + "attn_residual", l);
 

@@ -81,8 +81,22 @@ HParams read_common_hparams(const gguf::File& f, const std::string& arch) {
   hp.n_embd = f.get<uint32_t>(p + "embedding_length");
   hp.n_ff = f.get_or<uint32_t>(p + "feed_forward_length", 0);
   hp.n_head = static_cast<int>(f.get<uint32_t>(p + "attention.head_count"));
-  hp.n_head_kv = static_cast<int>(f.get_or<uint32_t>(p + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head)));
-  if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
+  const auto* kv = f.find(p + "attention.head_count_kv");
+  if (kv && kv->value.type() == gguf::ValueType::ARRAY) {
+    // One count per layer (models whose global layers have more KV heads than their local ones).
+    const auto counts = f.get<std::vector<uint32_t>>(p + "attention.head_count_kv");
+    if (counts.size() != static_cast<size_t>(std::max(hp.n_layer, 0))) {
+      throw Error(fmt::format("{}: attention.head_count_kv lists {} layers, the model has {}", f.name(), counts.size(),
+                              hp.n_layer));
+    }
+    for (uint32_t c : counts) hp.n_head_kv_layer.push_back(static_cast<int>(c));
+    hp.n_head_kv = hp.n_head_kv_layer.empty() ? 0 : hp.n_head_kv_layer[0];
+  } else {
+    hp.n_head_kv = static_cast<int>(f.get_or<uint32_t>(p + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head)));
+  }
+  bool heads_ok = hp.n_head > 0 && hp.n_head_kv > 0 && hp.n_head % hp.n_head_kv == 0;
+  for (int c : hp.n_head_kv_layer) heads_ok = heads_ok && c > 0 && hp.n_head % c == 0;
+  if (hp.n_layer <= 0 || hp.n_embd <= 0 || !heads_ok) {
     throw Error(fmt::format("{}: inconsistent hyper-parameters: {} layers, width {}, {} heads, {} KV heads", f.name(),
                             hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv));
   }

@@ -17,6 +17,13 @@ struct HParams {
   int n_layer = 0;
   int64_t n_embd = 0, n_ff = 0, n_vocab = 0;
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  // KV heads per layer when the file lists them (attention.head_count_kv as an array); n_head_kv is
+  // then the first layer's.
+  std::vector<int> n_head_kv_layer;
+  int kv_heads(int layer) const {
+    return layer >= 0 && static_cast<size_t>(layer) < n_head_kv_layer.size() ? n_head_kv_layer[static_cast<size_t>(layer)]
+                                                                              : n_head_kv;
+  }
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   graph::RopeParams rope;

@@ -195,8 +195,10 @@ TEST_P(Fixture, MatchesTransformers) {
   // Gemma 4's fixtures lose more top-1 positions to the same noise: measured top-1 0.94 / 0.90 (gemma4 /
   // gemma4_moe) at Q8_0 and 0.58 / 0.65 at Q4_K_M, where the prebuilt llama.cpp, run on the same
   // quantized files, measures 0.96 / 0.92 and 0.63 / 0.65, with KL within 10% of ours at every level.
+  // gemma4_global_kv at Q8_0 predicts 28 of the 32 greedy steps, as does llama.cpp on the same file.
   if (GetParam().starts_with("gemma4")) {
     levels[1].min_top1 = 0.85;
+    levels[1].min_forced = 0.85;
     levels[3].min_top1 = 0.5;
   }
   // GPT-OSS as released: experts in MXFP4 (4-bit values sharing a power-of-two scale per 32), the rest
@@ -445,7 +447,7 @@ TEST(GptOss, KeepsTheUnroundedYarnRange) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, Fixture, ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe",
-                                                                  "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma4", "gemma4_moe",
+                                                                  "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma4", "gemma4_moe", "gemma4_global_kv",
                                                                   "gpt_oss"));
 
 }  // namespace
