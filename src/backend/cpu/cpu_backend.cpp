@@ -103,7 +103,7 @@ class CpuExecutable final : public Executable {
     if (bytes.size() != need) throw Error(fmt::format("saved state: {} bytes, expected {}", bytes.size(), need));
     size_t at = sizeof(header);
     const auto get = [&](void* p, size_t n) {
-      std::memcpy(p, bytes.data() + at, n);
+      if (n > 0) std::memcpy(p, bytes.data() + at, n);
       at += n;
     };
     for (size_t l = 0; l < k_.size(); ++l) {

@@ -166,7 +166,7 @@ void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t 
   // The new state: the last hist rows of (state, x).
   std::vector<float> keep(static_cast<size_t>(hist * width));
   for (int64_t r = 0; r < hist; ++r) std::memcpy(keep.data() + r * width, row(n_tokens + r), static_cast<size_t>(width) * sizeof(float));
-  std::memcpy(state, keep.data(), keep.size() * sizeof(float));
+  if (!keep.empty()) std::memcpy(state, keep.data(), keep.size() * sizeof(float));
 }
 
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, float* state,
