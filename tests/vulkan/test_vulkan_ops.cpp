@@ -1,0 +1,80 @@
+// Vulkan kernels against the CPU backend's implementation of the same op (the reference for every
+// backend), on random data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/vulkan/vk_context.h"
+#include "core/error.h"
+
+namespace zinc::backend::vk {
+namespace {
+
+class VulkanOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      ctx_ = Context::create();
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    }
+  }
+  std::unique_ptr<Context> ctx_;
+};
+
+TEST_F(VulkanOps, ContextNamesItsDevice) {
+  EXPECT_FALSE(ctx_->device_name().empty());
+  std::printf("device: %s\n", ctx_->device_name().c_str());
+}
+
+TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
+  struct Case {
+    uint32_t width, group, rows;
+    bool weight;
+    float offset;
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  Kernel k = ctx_->kernel("rms_norm", 3, 16);
+  for (const Case c : {Case{64, 64, 3, true, 0.0f}, Case{1000, 1000, 2, false, 0.0f}, Case{4096, 4096, 4, true, 1.0f},
+                       Case{512, 128, 5, true, 0.0f}, Case{300, 300, 1, true, 0.0f}}) {
+    std::vector<float> x(static_cast<size_t>(c.width) * c.rows), w(c.group), want(x.size());
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : w) v = nd(rng);
+    cpu::rms_norm(x.data(), c.weight ? w.data() : nullptr, want.data(), c.width, c.group, c.rows, 1e-6f, c.offset);
+    Buffer bx = ctx_->host_buffer(x.size() * 4), bw = ctx_->host_buffer(w.size() * 4), by = ctx_->host_buffer(x.size() * 4);
+    std::memcpy(bx.mapped, x.data(), x.size() * 4);
+    std::memcpy(bw.mapped, w.data(), w.size() * 4);
+    struct {
+      uint32_t group, has_weight;
+      float eps, offset;
+    } push{c.group, c.weight ? 1u : 0u, 1e-6f, c.offset};
+    const Buffer* bindings[] = {&bx, &bw, &by};
+    ctx_->run(k, bindings, &push, c.rows * (c.width / c.group));
+    const auto* got = static_cast<const float*>(by.mapped);
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
+    EXPECT_LT(worst, 1e-5) << c.width << " wide, groups of " << c.group;
+    ctx_->release(bx);
+    ctx_->release(bw);
+    ctx_->release(by);
+  }
+  ctx_->release(k);
+}
+
+TEST_F(VulkanOps, UnknownShaderAndWrongDeviceAreClearErrors) {
+  EXPECT_THROW(ctx_->kernel("no_such_shader", 1, 0), Error);
+  try {
+    Context::create(1000);
+    FAIL() << "device 1000 opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device 1000 requested"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zinc::backend::vk
