@@ -172,6 +172,56 @@ TEST_F(VulkanOps, ElementwiseOpsMatchTheCpu) {
   }
 }
 
+TEST_F(VulkanOps, RopeMatchesTheCpu) {
+  // Normal and NeoX pairs, whole and partial rotation, plain, YaRN and per-pair factors, at positions
+  // far from 0; the angles come from the CPU's table, so the results agree to float rounding.
+  struct Case {
+    graph::RopeMode mode;
+    int n_head, head_dim, n_rot;
+    bool yarn, factors;
+  };
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Kernel k = ctx_->kernel("rope", 3, 20);
+  for (const Case c : {Case{graph::RopeMode::Normal, 4, 64, 64, false, false}, Case{graph::RopeMode::NeoX, 3, 128, 128, true, false},
+                       Case{graph::RopeMode::NeoX, 2, 256, 64, false, false}, Case{graph::RopeMode::Normal, 2, 128, 128, false, true}}) {
+    const int n_tok = 5;
+    const int32_t pos0 = 12345;
+    graph::RopeParams rp;
+    rp.base = 1e6f;
+    if (c.yarn) {
+      rp.freq_scale = 0.25f;
+      rp.ext_factor = 1.0f;
+      rp.attn_factor = 1.1386f;
+      rp.n_ctx_orig = 4096;
+    }
+    std::vector<float> factors(static_cast<size_t>(c.n_rot / 2));
+    for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + static_cast<float>(i % 7);
+    const uint32_t width = static_cast<uint32_t>(c.n_head * c.head_dim), n = width * n_tok;
+    std::vector<float> x(n), want(n), cs(static_cast<size_t>(c.n_rot) * n_tok);
+    for (auto& v : x) v = nd(rng);
+    const float* f = c.factors ? factors.data() : nullptr;
+    cpu::rope(x.data(), want.data(), n_tok, c.n_head, c.head_dim, c.n_rot, c.mode, rp, f, pos0);
+    for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(c.n_rot, rp, f, pos0 + t, cs.data() + t * c.n_rot);
+    Buffer bx = ctx_->host_buffer(n * 4), bc = ctx_->host_buffer(cs.size() * 4), bo = ctx_->host_buffer(n * 4);
+    std::memcpy(bx.mapped, x.data(), n * 4);
+    std::memcpy(bc.mapped, cs.data(), cs.size() * 4);
+    const uint32_t push[] = {width, static_cast<uint32_t>(c.head_dim), static_cast<uint32_t>(c.n_rot),
+                             c.mode == graph::RopeMode::NeoX ? 1u : 0u, n};
+    const Buffer* bindings[] = {&bx, &bc, &bo};
+    ctx_->run(k, bindings, push, (n + 255) / 256);
+    const auto* got = static_cast<const float*>(bo.mapped);
+    double worst = 0;
+    for (uint32_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    EXPECT_LT(worst, 1e-5) << (c.mode == graph::RopeMode::NeoX ? "neox" : "normal") << " head " << c.head_dim
+                           << " rotating " << c.n_rot;
+    ctx_->release(bx);
+    ctx_->release(bc);
+    ctx_->release(bo);
+  }
+  ctx_->release(k);
+}
+
 TEST_F(VulkanOps, UnknownShaderAndWrongDeviceAreClearErrors) {
   EXPECT_THROW(ctx_->kernel("no_such_shader", 1, 0), Error);
   try {

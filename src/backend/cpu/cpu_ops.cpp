@@ -23,14 +23,11 @@ void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t
   }
 }
 
-void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
-          const graph::RopeParams& p, const float* factors, int32_t pos0) {
-  const int64_t width = static_cast<int64_t>(n_head) * head_dim;
+void rope_cos_sin(int n_rot, const graph::RopeParams& p, const float* factors, int32_t pos, float* cs) {
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(n_rot));
   // YaRN: pairs below `low` keep their original angle, pairs above `high` are interpolated, a linear
   // ramp in between.
   float low = 0, high = 0;
-  const float mscale = p.attn_factor;
   if (p.ext_factor != 0.0f) {
     const auto corr_dim = [&](float beta) {
       return static_cast<float>(n_rot) * std::log(static_cast<float>(p.n_ctx_orig) / (beta * 2.0f * 3.14159265358979f)) /
@@ -45,22 +42,28 @@ void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim
     low = std::max(0.0f, low);
     high = std::min(static_cast<float>(n_rot - 1), high);
   }
+  // The unscaled angle pos * base^(-2i/n_rot), built by repeated multiplication as the reference does.
+  float theta_extrap = static_cast<float>(pos);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float extrap = factors ? theta_extrap / factors[i] : theta_extrap;
+    float theta = p.freq_scale * extrap;
+    if (p.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      theta = theta * (1.0f - mix) + extrap * mix;
+    }
+    cs[2 * i] = std::cos(theta) * p.attn_factor;
+    cs[2 * i + 1] = std::sin(theta) * p.attn_factor;
+    theta_extrap *= theta_scale;
+  }
+}
+
+void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
+          const graph::RopeParams& p, const float* factors, int32_t pos0) {
+  const int64_t width = static_cast<int64_t>(n_head) * head_dim;
   std::vector<float> cs(static_cast<size_t>(n_rot));  // cos, sin per pair
   for (int64_t t = 0; t < n_tokens; ++t) {
-    // The unscaled angle pos * base^(-2i/n_rot), built by repeated multiplication as the reference does.
-    float theta_extrap = static_cast<float>(pos0 + t);
-    for (int i = 0; i < n_rot / 2; ++i) {
-      const float extrap = factors ? theta_extrap / factors[i] : theta_extrap;
-      float theta = p.freq_scale * extrap;
-      if (p.ext_factor != 0.0f) {
-        const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
-        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
-        theta = theta * (1.0f - mix) + extrap * mix;
-      }
-      cs[2 * i] = std::cos(theta) * mscale;
-      cs[2 * i + 1] = std::sin(theta) * mscale;
-      theta_extrap *= theta_scale;
-    }
+    rope_cos_sin(n_rot, p, factors, pos0 + static_cast<int32_t>(t), cs.data());
     const float* xr = x + t * width;
     float* orow = out + t * width;
     for (int h = 0; h < n_head; ++h) {

@@ -15,6 +15,10 @@ namespace zinc::backend::cpu {
 void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t group, int64_t n_tokens,
               float eps, float offset);
 
+// The rotation of position `pos`: (cos, sin) of each of the n_rot / 2 pairs, times attn_factor. Other
+// backends take this table from the host so every backend rotates by the same angles.
+void rope_cos_sin(int n_rot, const graph::RopeParams& p, const float* factors, int32_t pos, float* cs);
+
 // Rotary embedding of the first n_rot dims of each head; token t sits at position pos0 + t.
 void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim, int n_rot, graph::RopeMode mode,
           const graph::RopeParams& params, const float* factors, int32_t pos0);
