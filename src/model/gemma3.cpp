@@ -51,12 +51,7 @@ graph::Graph build_gemma3(const gguf::File& f, HParams& hp) {
     down = b.rms_norm(down, require_weight(b, f, p + "post_ffw_norm.weight", {d}, l), eps, 0.0f, p + "post_ffw_norm", l);
     x = b.add(x, down, p + "ffn_residual", l);
   }
-  x = b.select_last(x, "result_last");
-  x = b.rms_norm(x, require_weight(b, f, "output_norm.weight", {d}), hp.rms_eps, 0.0f, "result_norm", -1);
-  auto out_w = optional_weight(b, f, "output.weight", {d, hp.n_vocab});
-  if (out_w < 0) out_w = tok;
-  g.logits = b.matmul(out_w, x, "result_output", -1);
-  if (final_cap > 0) g.logits = b.softcap(g.logits, final_cap, "result_softcap", -1);
+  build_output(b, g, f, hp, x, tok, final_cap);
   return g;
 }
 

@@ -118,12 +118,7 @@ graph::Graph build_gemma4(const gguf::File& f, HParams& hp) {
       x = b.scale(x, s, p + "layer_out", l);
     }
   }
-  x = b.select_last(x, "result_last");
-  x = b.rms_norm(x, require_weight(b, f, "output_norm.weight", {d}), eps, 0.0f, "result_norm", -1);
-  auto out_w = optional_weight(b, f, "output.weight", {d, hp.n_vocab});
-  if (out_w < 0) out_w = tok;
-  g.logits = b.matmul(out_w, x, "result_output", -1);
-  if (final_cap > 0) g.logits = b.softcap(g.logits, final_cap, "result_softcap", -1);
+  build_output(b, g, f, hp, x, tok, final_cap);
   return g;
 }
 

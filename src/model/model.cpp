@@ -133,6 +133,16 @@ graph::TensorId require_weight(graph::Builder& b, const gguf::File& f, const std
   return id;
 }
 
+void build_output(graph::Builder& b, graph::Graph& g, const gguf::File& f, const HParams& hp, graph::TensorId x,
+                  graph::TensorId tok, float softcap) {
+  x = b.select_last(x, "result_last");
+  x = b.rms_norm(x, require_weight(b, f, "output_norm.weight", {hp.n_embd}), hp.rms_eps, 0.0f, "result_norm", -1);
+  auto out_w = optional_weight(b, f, "output.weight", {hp.n_embd, hp.n_vocab});
+  if (out_w < 0) out_w = tok;
+  g.logits = b.matmul(out_w, x, "result_output", -1);
+  if (softcap > 0) g.logits = b.softcap(g.logits, softcap, "result_softcap", -1);
+}
+
 Model load(const gguf::File& f) {
   const auto arch = f.get<std::string>("general.architecture");
   for (const auto& a : kArchitectures) {

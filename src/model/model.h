@@ -57,6 +57,12 @@ graph::TensorId require_weight(graph::Builder& b, const gguf::File& f, const std
 graph::TensorId optional_weight(graph::Builder& b, const gguf::File& f, const std::string& name,
                                 std::vector<int64_t> shape, int layer = -1);
 
+// The end of every decoder: the last token's row (every row when the step asks), the final RMSNorm
+// (output_norm.weight), the output projection (output.weight, or the embeddings `tok` when tied) and
+// an optional soft-cap. Sets g.logits.
+void build_output(graph::Builder& b, graph::Graph& g, const gguf::File& f, const HParams& hp, graph::TensorId x,
+                  graph::TensorId tok, float softcap = 0.0f);
+
 // The standard decoder (standard.cpp) that Llama-like architectures configure.
 struct StandardOptions {
   graph::RopeMode rope_mode = graph::RopeMode::Normal;

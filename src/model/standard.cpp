@@ -67,11 +67,7 @@ graph::Graph build_standard(const gguf::File& f, HParams& hp, const std::string&
     }
     x = b.add(x, ffn_out, p + "ffn_residual", l);
   }
-  x = b.select_last(x, "result_last");
-  x = b.rms_norm(x, require_weight(b, f, "output_norm.weight", {d}), hp.rms_eps, 0.0f, "result_norm", -1);
-  auto out_w = optional_weight(b, f, "output.weight", {d, hp.n_vocab});
-  if (out_w < 0) out_w = tok;
-  g.logits = b.matmul(out_w, x, "result_output", -1);
+  build_output(b, g, f, hp, x, tok);
   return g;
 }
 
