@@ -61,6 +61,21 @@ void Job::maybe(const std::string& hf, const std::string& g) {
   if (const StTensor* t = ckpt.find(hf)) plan.push_back({g, t, 0});
 }
 
+void Job::attention(const std::string& hp, const std::string& gp, bool qk_norm, bool permute, bool v_optional) {
+  need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", permute ? static_cast<int>(n_head) : 0);
+  need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", permute ? static_cast<int>(n_head_kv) : 0);
+  if (v_optional) maybe(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
+  else need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
+  need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
+  maybe(hp + "self_attn.q_proj.bias", gp + "attn_q.bias");
+  maybe(hp + "self_attn.k_proj.bias", gp + "attn_k.bias");
+  maybe(hp + "self_attn.v_proj.bias", gp + "attn_v.bias");
+  if (qk_norm) {
+    need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
+    need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
+  }
+}
+
 PlannedTensor& Job::computed(const std::string& g, const StTensor& src, std::vector<uint64_t> ne,
                              std::function<void(int64_t, float*)> make_row) {
   PlannedTensor t{g, &src};
@@ -205,21 +220,10 @@ std::vector<float> llama3_rope_factors(const RopeScaling& r, uint32_t head_dim) 
 // network or a mixture of experts.
 void plan_standard_layers(Job& job, const ArchSpec& spec_, uint32_t n_expert, uint32_t n_ff_exp) {
   const ArchSpec* spec = &spec_;
-  const uint32_t n_layer = job.n_layer, n_head = job.n_head, n_head_kv = job.n_head_kv;
-  for (uint32_t l = 0; l < n_layer; ++l) {
+  for (uint32_t l = 0; l < job.n_layer; ++l) {
     const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
     job.need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
-    job.need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight", spec->permute_qk ? static_cast<int>(n_head) : 0);
-    job.need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight", spec->permute_qk ? static_cast<int>(n_head_kv) : 0);
-    job.need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
-    job.need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
-    job.maybe(hp + "self_attn.q_proj.bias", gp + "attn_q.bias");
-    job.maybe(hp + "self_attn.k_proj.bias", gp + "attn_k.bias");
-    job.maybe(hp + "self_attn.v_proj.bias", gp + "attn_v.bias");
-    if (spec->qk_norm) {
-      job.need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
-      job.need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
-    }
+    job.attention(hp, gp, spec->qk_norm, spec->permute_qk);
     if (spec->gemma) {
       job.need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
       job.need(hp + "pre_feedforward_layernorm.weight", gp + "ffn_norm.weight");

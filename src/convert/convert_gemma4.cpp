@@ -117,12 +117,7 @@ void plan_gemma4(Job& job) {
   for (uint32_t l = 0; l < job.n_layer; ++l) {
     const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
     job.need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
-    job.need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight");
-    job.need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight");
-    job.maybe(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");  // absent: values are the keys
-    job.need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
-    job.need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
-    job.need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
+    job.attention(hp, gp, true, false, true);  // no v_proj: the values are the keys
     job.need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
     job.need(hp + "pre_feedforward_layernorm.weight", gp + "ffn_norm.weight");
     job.need(hp + "mlp.gate_proj.weight", gp + "ffn_gate.weight");

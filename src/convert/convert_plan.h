@@ -80,6 +80,11 @@ struct Job {
   // The HF tensor `hf` becomes the GGUF tensor `g` (norm weights take norm_add).
   PlannedTensor& need(const std::string& hf, const std::string& g, int permute = 0);
   void maybe(const std::string& hf, const std::string& g);
+  // One layer's self-attention: q, k, v and o projections (and their biases where the checkpoint has
+  // them), q/k rows reordered for the pairwise rotary form when `permute`, per-head q/k norms when
+  // `qk_norm`. v may be absent when `v_optional` (models whose values are the keys).
+  void attention(const std::string& hp, const std::string& gp, bool qk_norm, bool permute = false,
+                 bool v_optional = false);
   // A tensor computed row by row (see PlannedTensor::make_row); `src` gives the dtype-independent name.
   PlannedTensor& computed(const std::string& g, const StTensor& src, std::vector<uint64_t> ne,
                           std::function<void(int64_t, float*)> make_row);

@@ -165,12 +165,7 @@ void plan_qwen3next(Job& job) {
       plan_linear_attention(job, hp, gp, d, qwen35);
     } else {
       // q_proj keeps its per-head [query | gate] rows.
-      job.need(hp + "self_attn.q_proj.weight", gp + "attn_q.weight");
-      job.need(hp + "self_attn.k_proj.weight", gp + "attn_k.weight");
-      job.need(hp + "self_attn.v_proj.weight", gp + "attn_v.weight");
-      job.need(hp + "self_attn.o_proj.weight", gp + "attn_output.weight");
-      job.need(hp + "self_attn.q_norm.weight", gp + "attn_q_norm.weight");
-      job.need(hp + "self_attn.k_norm.weight", gp + "attn_k_norm.weight");
+      job.attention(hp, gp, true);
     }
     job.need(hp + "post_attention_layernorm.weight", gp + "post_attention_norm.weight");
     if (moe) {
