@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/probe.h"
+#include "backend/vulkan/vk_instance.h"
 
 namespace zinc::backend {
 
@@ -91,14 +92,11 @@ DeviceReport describe(VkPhysicalDevice dev) {
 
 }  // namespace
 
-BackendReport probe_vulkan() {
-  BackendReport r;
-  r.name = "vulkan";
-  r.compiled = true;
+bool vk::open_instance(VkInstance* instance, std::string* why) {
   if (volkInitialize() != VK_SUCCESS) {
-    r.status = "no Vulkan loader (libvulkan.so.1) found: install libvulkan1 and a driver (mesa-vulkan-drivers, "
-               "or your GPU vendor's)";
-    return r;
+    *why = "no Vulkan loader (libvulkan.so.1) found: install libvulkan1 and a driver (mesa-vulkan-drivers, or your GPU "
+           "vendor's)";
+    return false;
   }
   const uint32_t loader_version = volkGetInstanceVersion();
   VkApplicationInfo app{};
@@ -108,17 +106,25 @@ BackendReport probe_vulkan() {
   VkInstanceCreateInfo ci{};
   ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
   ci.pApplicationInfo = &app;
-  VkInstance instance = VK_NULL_HANDLE;
-  const VkResult res = vkCreateInstance(&ci, nullptr, &instance);
+  const VkResult res = vkCreateInstance(&ci, nullptr, instance);
   if (res != VK_SUCCESS) {
-    r.status = fmt::format("creating a Vulkan instance failed ({} {})", result_name(res), static_cast<int>(res));
+    *why = fmt::format("creating a Vulkan instance failed ({} {})", result_name(res), static_cast<int>(res));
     if (res == VK_ERROR_INCOMPATIBLE_DRIVER) {
-      r.status += ": no usable Vulkan driver was found; install one (mesa-vulkan-drivers, or your GPU vendor's), "
-                  "or point VK_DRIVER_FILES at its ICD json (VK_LOADER_DEBUG=error shows why drivers were skipped)";
+      *why += ": no usable Vulkan driver was found; install one (mesa-vulkan-drivers, or your GPU vendor's), "
+              "or point VK_DRIVER_FILES at its ICD json (VK_LOADER_DEBUG=error shows why drivers were skipped)";
     }
-    return r;
+    return false;
   }
-  volkLoadInstanceOnly(instance);
+  volkLoadInstanceOnly(*instance);
+  return true;
+}
+
+BackendReport probe_vulkan() {
+  BackendReport r;
+  r.name = "vulkan";
+  r.compiled = true;
+  VkInstance instance = VK_NULL_HANDLE;
+  if (!vk::open_instance(&instance, &r.status)) return r;
   uint32_t n = 0;
   vkEnumeratePhysicalDevices(instance, &n, nullptr);
   std::vector<VkPhysicalDevice> devs(n);

@@ -1,4 +1,5 @@
 #include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_instance.h"
 
 #include <fmt/format.h>
 
@@ -18,21 +19,8 @@ void check(VkResult r, const char* what) {
 }  // namespace
 
 std::unique_ptr<Context> Context::create(int device) {
-  if (volkInitialize() != VK_SUCCESS) {
-    throw Error("Vulkan: no loader (libvulkan.so.1) found: install libvulkan1 and a driver (mesa-vulkan-drivers, or "
-                "your GPU vendor's)");
-  }
   std::unique_ptr<Context> c(new Context());
-  const uint32_t loader = volkGetInstanceVersion();
-  VkApplicationInfo app{};
-  app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
-  app.pApplicationName = "zinc";
-  app.apiVersion = loader >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : VK_API_VERSION_1_1;
-  VkInstanceCreateInfo ici{};
-  ici.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
-  ici.pApplicationInfo = &app;
-  check(vkCreateInstance(&ici, nullptr, &c->instance_), "creating an instance (is a Vulkan driver installed?)");
-  volkLoadInstanceOnly(c->instance_);
+  if (std::string why; !open_instance(&c->instance_, &why)) throw Error("Vulkan: " + why);
   uint32_t n = 0;
   vkEnumeratePhysicalDevices(c->instance_, &n, nullptr);
   std::vector<VkPhysicalDevice> devs(n);
