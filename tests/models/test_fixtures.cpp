@@ -47,6 +47,22 @@ Reference load_reference(const std::filesystem::path& dir) {
   return r;
 }
 
+// A fixture converted to F32 GGUF in `tmp` (file `name`) and opened.
+gguf::File convert_f32(const std::filesystem::path& dir, const test::TempDir& tmp, const std::string& name = "m.gguf") {
+  convert::ConvertOptions copts;
+  copts.outtype = "f32";
+  convert::convert_hf(dir, tmp.file(name), copts);
+  return gguf::File::open(tmp.file(name));
+}
+
+// A small context with an exact (F32) cache, for comparing logits between sessions.
+backend::ExecOptions exact_options() {
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.kv_type = backend::KvType::F32;
+  return opts;
+}
+
 std::vector<float> softmax(const float* x, int64_t n) {
   std::vector<float> p(static_cast<size_t>(n));
   const float m = *std::max_element(x, x + n);
@@ -151,11 +167,7 @@ TEST_P(Fixture, MatchesTransformers) {
   const auto dir = kFixtures / GetParam();
   const Reference ref = load_reference(dir);
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  const auto f32_path = tmp.file("f32.gguf");
-  convert::convert_hf(dir, f32_path, copts);
-  const gguf::File f32 = gguf::File::open(f32_path);
+  const gguf::File f32 = convert_f32(dir, tmp, "f32.gguf");
 
   // F32: the same function as the reference, up to float32 rounding.
   const Agreement exact = compare(f32, ref);
@@ -230,14 +242,9 @@ TEST_P(Fixture, PrefillThenDecodeEqualsOnePrefill) {
   // whole sequence at once: the cache (and any other per-session state) carries between steps.
   const Reference ref = load_reference(kFixtures / GetParam());
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(kFixtures / GetParam(), tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(kFixtures / GetParam(), tmp);
   auto backend = backend::make_cpu_backend();
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.kv_type = backend::KvType::F32;
+  const backend::ExecOptions opts = exact_options();
   const auto& seq = ref.sequences[2];
   runtime::Session whole(f, *backend, opts);
   const auto all = whole.eval(seq, true);
@@ -263,14 +270,9 @@ TEST_P(Fixture, SavedContextResumesExactly) {
   // state alike.
   const Reference ref = load_reference(kFixtures / GetParam());
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(kFixtures / GetParam(), tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(kFixtures / GetParam(), tmp);
   auto backend = backend::make_cpu_backend();
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.kv_type = backend::KvType::F32;
+  const backend::ExecOptions opts = exact_options();
   const auto& seq = ref.sequences[2];
   const std::span<const int32_t> head(seq.data(), 8), tail(seq.data() + 8, seq.size() - 8);
   runtime::Session whole(f, *backend, opts);
@@ -308,14 +310,9 @@ TEST(RecurrentState, ResetAndDivergingPromptsStartAgain) {
   const auto dir = kFixtures / "qwen3_next";
   const Reference ref = load_reference(dir);
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(dir, tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(dir, tmp);
   auto backend = backend::make_cpu_backend();
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.kv_type = backend::KvType::F32;
+  const backend::ExecOptions opts = exact_options();
   const auto& a = ref.sequences[0];
   const auto& other = ref.sequences[1];
   runtime::Session fresh(f, *backend, opts);
@@ -359,10 +356,7 @@ TEST(KvCache, Q8_0CacheStaysCloseToF32) {
   const auto dir = kFixtures / "qwen3";
   const Reference ref = load_reference(dir);
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(dir, tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(dir, tmp);
   auto backend = backend::make_cpu_backend();
   std::vector<std::vector<float>> out;
   for (auto kv : {backend::KvType::F32, backend::KvType::Q8_0}) {
@@ -407,10 +401,7 @@ TEST(Convert, RejectsRopeScalingItCannotRepresent) {
 
 TEST(ModelLoad, RejectsUnknownRopeScalingType) {
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(kFixtures / "qwen3", tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(kFixtures / "qwen3", tmp);
   auto w = gguf::Writer::copy_of(f);
   w.metadata().set("qwen3.rope.scaling.type", gguf::Value::str("longrope"));
   w.write_file(tmp.file("bad.gguf"));
@@ -430,10 +421,7 @@ TEST(GptOss, KeepsTheUnroundedYarnRange) {
   const auto dir = kFixtures / "gpt_oss";
   const Reference ref = load_reference(dir);
   test::TempDir tmp;
-  convert::ConvertOptions copts;
-  copts.outtype = "f32";
-  convert::convert_hf(dir, tmp.file("m.gguf"), copts);
-  const gguf::File f = gguf::File::open(tmp.file("m.gguf"));
+  const gguf::File f = convert_f32(dir, tmp);
   EXPECT_EQ(f.get<bool>("gpt-oss.rope.scaling.yarn_truncate"), false);
   auto w = gguf::Writer::copy_of(f);
   w.metadata().set("gpt-oss.rope.scaling.yarn_truncate", gguf::Value::boolean(true));
