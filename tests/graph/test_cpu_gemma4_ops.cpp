@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
 
 #include "backend/backend.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
+#include "graph_test_util.h"
 #include "raw_gguf.h"
 
 namespace zinc {
@@ -19,9 +19,8 @@ namespace {
 
 using graph::TensorId;
 
-// F32 weights with deterministic pseudo-random values, written to a GGUF file and opened again.
-struct Weights {
-  std::map<std::string, std::pair<std::vector<uint64_t>, std::vector<float>>> tensors;
+// F32 weights with deterministic pseudo-random values.
+struct Weights : test::GraphWeights {
   uint32_t seed = 12345;
 
   const std::vector<float>& add(const std::string& name, std::vector<uint64_t> ne, float lo = -1.0f, float hi = 1.0f) {
@@ -32,43 +31,14 @@ struct Weights {
       seed = seed * 1664525u + 1013904223u;
       x = lo + (hi - lo) * static_cast<float>(seed >> 8) / static_cast<float>(1u << 24);
     }
-    return (tensors[name] = {std::move(ne), std::move(v)}).second;
-  }
-  gguf::File write(const std::filesystem::path& path) const {
-    gguf::Writer w;
-    w.metadata().set("general.architecture", gguf::Value::str("test"));
-    for (const auto& [name, t] : tensors) {
-      const auto& data = t.second;
-      w.add_tensor(name, gguf::TensorType::F32, t.first,
-                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size() * sizeof(float)));
-    }
-    w.write_file(path);
-    return gguf::File::open(path);
+    return put(name, std::move(ne), std::move(v));
   }
 };
 
-TensorId weight(graph::Builder& b, const Weights& w, const std::string& name) {
-  const auto& ne = w.tensors.at(name).first;
-  std::array<int64_t, 4> shape{1, 1, 1, 1};
-  for (size_t i = 0; i < ne.size(); ++i) shape[i] = static_cast<int64_t>(ne[i]);
-  return b.weight(name, gguf::TensorType::F32, shape);
-}
+TensorId weight(graph::Builder& b, const Weights& w, const std::string& name) { return w.bind(b, name); }
 
-// Runs the graph over `tokens` in one step and returns every token's output row.
 std::vector<float> run(const graph::Graph& g, const gguf::File& f, const std::vector<int32_t>& tokens) {
-  auto backend = backend::make_cpu_backend();
-  backend::ExecOptions opts;
-  opts.n_ctx = 16;
-  opts.max_tokens = 8;
-  opts.kv_type = backend::KvType::F32;
-  opts.threads = 1;
-  auto exe = backend->compile(g, f, opts);
-  graph::StepParams step;
-  step.tokens = tokens;
-  step.all_logits = true;
-  exe->run(step);
-  const auto l = exe->logits();
-  return {l.begin(), l.end()};
+  return test::run_graph(g, f, tokens);
 }
 
 double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
@@ -144,7 +114,7 @@ TEST(CpuGemma4Ops, ScaleAndWeightlessHeadNorm) {
   constexpr int64_t d = 6, head = 3, vocab = 3;
   Weights w;
   const auto& emb = w.add("emb", {d, vocab});
-  w.tensors["one"] = {{1}, {2.5f}};
+  w.put("one", {1}, {2.5f});
   const auto& each = w.add("each", {d});
   test::TempDir tmp;
   const gguf::File f = w.write(tmp.file("w.gguf"));

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <random>
 
 #include "backend/backend.h"
@@ -15,6 +14,7 @@
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
+#include "graph_test_util.h"
 #include "raw_gguf.h"
 
 namespace zinc {
@@ -22,47 +22,21 @@ namespace {
 
 using graph::TensorId;
 
-// F32 tensors written to one GGUF file, then opened for the backend to bind by name.
-struct Weights {
-  std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes;
-  std::deque<std::vector<float>> data;  // stable references as tensors are added
-
+// F32 tensors from a seeded generator.
+struct Weights : test::GraphWeights {
   std::vector<float>& add(const std::string& name, std::vector<uint64_t> ne, std::mt19937& rng, float lo, float hi) {
     uint64_t n = 1;
     for (uint64_t d : ne) n *= d;
     std::uniform_real_distribution<float> u(lo, hi);
     std::vector<float> v(n);
     for (auto& x : v) x = u(rng);
-    shapes.emplace_back(name, std::move(ne));
-    data.push_back(std::move(v));
-    return data.back();
+    return put(name, std::move(ne), std::move(v));
   }
-  gguf::File write(const test::TempDir& tmp) const {
-    gguf::Writer w;
-    w.metadata().set("general.architecture", gguf::Value::str("test"));
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto& d = data[i];
-      w.add_tensor(shapes[i].first, gguf::TensorType::F32, shapes[i].second,
-                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size() * sizeof(float)));
-    }
-    w.write_file(tmp.file("w.gguf"));
-    return gguf::File::open(tmp.file("w.gguf"));
-  }
+  gguf::File write(const test::TempDir& tmp) const { return GraphWeights::write(tmp.file("w.gguf")); }
 };
 
 std::vector<float> run_all(const graph::Graph& g, const gguf::File& f, const std::vector<int32_t>& tokens) {
-  auto backend = backend::make_cpu_backend();
-  backend::ExecOptions opts;
-  opts.n_ctx = 16;
-  opts.max_tokens = 16;
-  opts.kv_type = backend::KvType::F32;
-  opts.threads = 2;
-  auto exe = backend->compile(g, f, opts);
-  graph::StepParams step;
-  step.tokens = tokens;
-  exe->run(step);
-  const auto l = exe->logits();
-  return {l.begin(), l.end()};
+  return test::run_graph(g, f, tokens);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
