@@ -1,4 +1,11 @@
 #version 450
+//! variant add OP_ADD
+//! variant mul OP_MUL
+//! variant swiglu OP_SWIGLU
+//! variant geglu OP_GEGLU
+//! variant sigmoid_mul OP_SIGMOID_MUL
+//! variant softcap OP_SOFTCAP
+//! variant swiglu_clamped OP_SWIGLU_CLAMPED
 // Element-wise ops (one variant per OP_* define): out[i] = f(a[i], b[i]) over n elements, one
 // invocation per element. b is read as b[(i / a_width) * b_width + i % b_width] so a one-column b
 // (b_width = 1) broadcasts one value per row (the per-token gates). Moves 12 bytes per element.

@@ -1,4 +1,8 @@
 #version 450
+//! variant f32 TYPE_F32
+//! variant f16 TYPE_F16
+//! variant q8_0 TYPE_Q8_0
+//! variant q4_k TYPE_Q4_K
 // Matrix-vector product for decode (graph Op::MatMul with few tokens): y[t][r] = W[r] . x[t] for
 // every row r of a weight stored in one GGUF type (one variant per TYPE_* define), x in float. One
 // workgroup per (row, token): its invocations take the row's blocks in turn, dequantize them in

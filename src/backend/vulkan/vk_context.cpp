@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -14,6 +18,27 @@ namespace {
 
 void check(VkResult r, const char* what) {
   if (r != VK_SUCCESS) throw Error(fmt::format("Vulkan: {} failed (VkResult {})", what, static_cast<int>(r)));
+}
+
+constexpr size_t kStagingBytes = size_t{64} << 20;
+
+bool has_extension(VkPhysicalDevice dev, const char* name) {
+  uint32_t n = 0;
+  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateDeviceExtensionProperties(dev, nullptr, &n, exts.data());
+  return std::any_of(exts.begin(), exts.end(), [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
+}
+
+// The on-disk pipeline cache: $ZINC_CACHE_DIR or $XDG_CACHE_HOME/zinc or ~/.cache/zinc, one file per
+// device and driver version ("" when no directory can be named).
+std::string pipeline_cache_file(const VkPhysicalDeviceProperties& p) {
+  std::filesystem::path dir;
+  if (const char* z = std::getenv("ZINC_CACHE_DIR"); z && *z) dir = z;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::filesystem::path(x) / "zinc";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "zinc";
+  else return "";
+  return (dir / fmt::format("vulkan-pipelines-{:04x}-{:04x}-{:08x}.bin", p.vendorID, p.deviceID, p.driverVersion)).string();
 }
 
 }  // namespace
@@ -47,7 +72,90 @@ std::unique_ptr<Context> Context::create(int device) {
   VkPhysicalDeviceProperties props{};
   vkGetPhysicalDeviceProperties(c->physical_, &props);
   c->name_ = props.deviceName;
+  if (props.apiVersion < VK_API_VERSION_1_2) {
+    throw Error(fmt::format("Vulkan: {} offers Vulkan {}.{}; zinc needs 1.2 (timeline semaphores)", c->name_,
+                            VK_API_VERSION_MAJOR(props.apiVersion), VK_API_VERSION_MINOR(props.apiVersion)));
+  }
   vkGetPhysicalDeviceMemoryProperties(c->physical_, &c->memory_);
+
+  // Features: query what is there, enable what is used.
+  Features& f = c->features_;
+  VkPhysicalDeviceVulkan11Features f11{};
+  f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  VkPhysicalDeviceVulkan12Features f12{};
+  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  VkPhysicalDeviceVulkan13Features f13{};
+  f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm{};
+  fcm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &f11;
+  f11.pNext = &f12;
+  const bool v13 = props.apiVersion >= VK_API_VERSION_1_3;
+  const bool nv_coopmat = has_extension(c->physical_, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  void** tail = &f12.pNext;
+  if (v13) {
+    *tail = &f13;
+    tail = &f13.pNext;
+  }
+  if (nv_coopmat) *tail = &fcm;
+  vkGetPhysicalDeviceFeatures2(c->physical_, &f2);
+  f.fp16 = f12.shaderFloat16 && f11.storageBuffer16BitAccess;
+  f.int8 = f12.shaderInt8 && f12.storageBuffer8BitAccess;
+  f.int_dot = v13 && f13.shaderIntegerDotProduct;
+  f.subgroup_control = v13 && f13.subgroupSizeControl && f13.computeFullSubgroups;
+  f.coopmat_nv = nv_coopmat && fcm.cooperativeMatrix && f.fp16 && std::getenv("ZINC_VULKAN_NO_COOPMAT") == nullptr;
+  if (!f12.timelineSemaphore) throw Error(fmt::format("Vulkan: {} has no timeline semaphores", c->name_));
+  // Enable exactly those (and nothing else the device happens to offer).
+  VkPhysicalDeviceVulkan11Features e11{};
+  e11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  e11.storageBuffer16BitAccess = f.fp16;
+  VkPhysicalDeviceVulkan12Features e12{};
+  e12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  e12.shaderFloat16 = f.fp16;
+  e12.shaderInt8 = f.int8;
+  e12.storageBuffer8BitAccess = f.int8;
+  e12.timelineSemaphore = VK_TRUE;
+  e12.vulkanMemoryModel = f12.vulkanMemoryModel;
+  VkPhysicalDeviceVulkan13Features e13{};
+  e13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+  e13.shaderIntegerDotProduct = f.int_dot;
+  e13.subgroupSizeControl = f.subgroup_control;
+  e13.computeFullSubgroups = f.subgroup_control;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV ecm{};
+  ecm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  ecm.cooperativeMatrix = f.coopmat_nv;
+  e11.pNext = &e12;
+  tail = &e12.pNext;
+  if (v13) {
+    *tail = &e13;
+    tail = &e13.pNext;
+  }
+  std::vector<const char*> extensions;
+  if (f.coopmat_nv) {
+    *tail = &ecm;
+    extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
+
+  VkPhysicalDeviceSubgroupProperties sub{};
+  sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+  VkPhysicalDeviceProperties2 p2{};
+  p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  p2.pNext = &sub;
+  vkGetPhysicalDeviceProperties2(c->physical_, &p2);
+  f.subgroup_size = sub.subgroupSize;
+  f.max_groups_x = props.limits.maxComputeWorkGroupCount[0];
+  f.max_storage_range = props.limits.maxStorageBufferRange;
+  f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
+  f.shared_memory = props.limits.maxComputeSharedMemorySize;
+  f.unified_memory = true;
+  for (uint32_t i = 0; i < c->memory_.memoryTypeCount; ++i) {
+    const auto flags = c->memory_.memoryTypes[i].propertyFlags;
+    if ((flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !(flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
+      f.unified_memory = false;
+    }
+  }
 
   uint32_t nq = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(c->physical_, &nq, nullptr);
@@ -69,8 +177,11 @@ std::unique_ptr<Context> Context::create(int device) {
   qci.pQueuePriorities = &priority;
   VkDeviceCreateInfo dci{};
   dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+  dci.pNext = &e11;
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
+  dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  dci.ppEnabledExtensionNames = extensions.data();
   check(vkCreateDevice(c->physical_, &dci, nullptr, &c->device_), "creating the device");
   volkLoadDevice(c->device_);
   vkGetDeviceQueue(c->device_, c->queue_family_, 0, &c->queue_);
@@ -80,39 +191,80 @@ std::unique_ptr<Context> Context::create(int device) {
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = c->queue_family_;
   check(vkCreateCommandPool(c->device_, &pci, nullptr, &c->pool_), "creating a command pool");
-  const VkDescriptorPoolSize sizes{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4096};
-  VkDescriptorPoolCreateInfo dpci{};
-  dpci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
-  dpci.flags = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT;
-  dpci.maxSets = 1024;
-  dpci.poolSizeCount = 1;
-  dpci.pPoolSizes = &sizes;
-  check(vkCreateDescriptorPool(c->device_, &dpci, nullptr, &c->descriptors_), "creating a descriptor pool");
-  VkFenceCreateInfo fci{};
-  fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-  check(vkCreateFence(c->device_, &fci, nullptr, &c->fence_), "creating a fence");
+  VkSemaphoreTypeCreateInfo stci{};
+  stci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+  stci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  VkSemaphoreCreateInfo sci{};
+  sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+  sci.pNext = &stci;
+  check(vkCreateSemaphore(c->device_, &sci, nullptr, &c->timeline_), "creating a timeline semaphore");
+
+  // The pipeline cache: loaded from disk when a file for this device and driver exists (the driver
+  // checks the header and ignores data it did not write).
+  c->pipeline_cache_path_ = pipeline_cache_file(props);
+  std::vector<char> cached;
+  if (!c->pipeline_cache_path_.empty()) {
+    std::ifstream in(c->pipeline_cache_path_, std::ios::binary);
+    if (in) cached.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  VkPipelineCacheCreateInfo pcci{};
+  pcci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
+  pcci.initialDataSize = cached.size();
+  pcci.pInitialData = cached.empty() ? nullptr : cached.data();
+  if (vkCreatePipelineCache(c->device_, &pcci, nullptr, &c->pipeline_cache_) != VK_SUCCESS) {
+    pcci.initialDataSize = 0;
+    pcci.pInitialData = nullptr;
+    check(vkCreatePipelineCache(c->device_, &pcci, nullptr, &c->pipeline_cache_), "creating a pipeline cache");
+  }
   return c;
 }
 
 Context::~Context() {
   if (device_) {
     vkDeviceWaitIdle(device_);
-    vkDestroyFence(device_, fence_, nullptr);
-    vkDestroyDescriptorPool(device_, descriptors_, nullptr);
+    for (auto& [name, k] : pipelines_) release(k);
+    save_pipeline_cache();
+    release(staging_);
+    vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);
+    vkDestroySemaphore(device_, timeline_, nullptr);
     vkDestroyCommandPool(device_, pool_, nullptr);
     vkDestroyDevice(device_, nullptr);
   }
   if (instance_) vkDestroyInstance(instance_, nullptr);
 }
 
-uint32_t Context::memory_type(uint32_t bits, VkMemoryPropertyFlags want) const {
-  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
-    if ((bits & (1u << i)) && (memory_.memoryTypes[i].propertyFlags & want) == want) return i;
+void Context::save_pipeline_cache() {
+  if (!pipeline_cache_dirty_ || pipeline_cache_path_.empty()) return;
+  size_t size = 0;
+  if (vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
+  std::vector<char> data(size);
+  if (vkGetPipelineCacheData(device_, pipeline_cache_, &size, data.data()) != VK_SUCCESS) return;
+  // Written beside and renamed, so a reader never sees half a file; failures only cost a rebuild.
+  std::error_code ec;
+  const std::filesystem::path path(pipeline_cache_path_);
+  std::filesystem::create_directories(path.parent_path(), ec);
+  const auto tmp = path.string() + fmt::format(".{}.tmp", static_cast<const void*>(this));
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) return;
+    out.write(data.data(), static_cast<std::streamsize>(size));
+    if (!out) return;
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+uint32_t Context::memory_type(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid) const {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+      const auto flags = memory_.memoryTypes[i].propertyFlags;
+      if ((bits & (1u << i)) && (flags & want) == want && (pass == 1 || (flags & avoid) == 0)) return i;
+    }
   }
   throw Error(fmt::format("Vulkan: {} has no memory type with the flags {:#x}", name_, want));
 }
 
-Buffer Context::host_buffer(size_t bytes) {
+Buffer Context::make_buffer(size_t bytes, bool host) {
   Buffer b;
   b.size = bytes;
   VkBufferCreateInfo bci{};
@@ -126,27 +278,134 @@ Buffer Context::host_buffer(size_t bytes) {
   VkMemoryAllocateInfo mai{};
   mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
   mai.allocationSize = req.size;
+  // Host buffers: coherent, preferably not device-local (that is scarce BAR memory on discrete GPUs).
   mai.memoryTypeIndex =
-      memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+      host ? memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                         VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+           : memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   if (vkAllocateMemory(device_, &mai, nullptr, &b.memory) != VK_SUCCESS) {
     vkDestroyBuffer(device_, b.buffer, nullptr);
-    throw Error(fmt::format("Vulkan: out of memory allocating {} bytes on {}", bytes, name_));
+    throw Error(fmt::format("Vulkan: out of {} memory allocating {:.1f} MiB on {}", host ? "host-visible" : "device",
+                            static_cast<double>(bytes) / (1 << 20), name_));
   }
   check(vkBindBufferMemory(device_, b.buffer, b.memory, 0), "binding buffer memory");
-  check(vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped), "mapping a buffer");
+  if (host || (memory_.memoryTypes[mai.memoryTypeIndex].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
+    check(vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped), "mapping a buffer");
+  }
   return b;
 }
 
+Buffer Context::host_buffer(size_t bytes) { return make_buffer(bytes, true); }
+Buffer Context::device_buffer(size_t bytes) { return make_buffer(bytes, false); }
+
 void Context::release(Buffer& b) {
   if (b.memory) {
-    vkUnmapMemory(device_, b.memory);
+    if (b.mapped) vkUnmapMemory(device_, b.memory);
     vkFreeMemory(device_, b.memory, nullptr);
   }
   if (b.buffer) vkDestroyBuffer(device_, b.buffer, nullptr);
   b = Buffer{};
 }
 
-Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes) {
+VkCommandBuffer Context::begin_one_shot() {
+  VkCommandBufferAllocateInfo cbai{};
+  cbai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  cbai.commandPool = pool_;
+  cbai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cbai.commandBufferCount = 1;
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  check(vkAllocateCommandBuffers(device_, &cbai, &cb), "allocating a command buffer");
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  vkBeginCommandBuffer(cb, &bi);
+  return cb;
+}
+
+void Context::submit(VkCommandBuffer cb) {
+  const uint64_t value = ++timeline_value_;
+  VkTimelineSemaphoreSubmitInfo tsi{};
+  tsi.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+  tsi.signalSemaphoreValueCount = 1;
+  tsi.pSignalSemaphoreValues = &value;
+  VkSubmitInfo si{};
+  si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+  si.pNext = &tsi;
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cb;
+  si.signalSemaphoreCount = 1;
+  si.pSignalSemaphores = &timeline_;
+  check(vkQueueSubmit(queue_, 1, &si, VK_NULL_HANDLE), "submitting work");
+  VkSemaphoreWaitInfo wi{};
+  wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+  wi.semaphoreCount = 1;
+  wi.pSemaphores = &timeline_;
+  wi.pValues = &value;
+  check(vkWaitSemaphores(device_, &wi, UINT64_MAX), "waiting for the device");
+}
+
+void Context::submit_one_shot(VkCommandBuffer cb) {
+  vkEndCommandBuffer(cb);
+  try {
+    submit(cb);
+  } catch (...) {
+    vkFreeCommandBuffers(device_, pool_, 1, &cb);
+    throw;
+  }
+  vkFreeCommandBuffers(device_, pool_, 1, &cb);
+}
+
+void Context::upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst.mapped) {
+    std::memcpy(static_cast<uint8_t*>(dst.mapped) + offset, src, bytes);
+    return;
+  }
+  if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
+  for (size_t done = 0; done < bytes; done += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - done);
+    std::memcpy(staging_.mapped, static_cast<const uint8_t*>(src) + done, n);
+    VkCommandBuffer cb = begin_one_shot();
+    const VkBufferCopy region{0, offset + done, n};
+    vkCmdCopyBuffer(cb, staging_.buffer, dst.buffer, 1, &region);
+    submit_one_shot(cb);
+  }
+}
+
+void Context::download(const Buffer& src, size_t offset, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  if (src.mapped) {
+    std::memcpy(dst, static_cast<const uint8_t*>(src.mapped) + offset, bytes);
+    return;
+  }
+  if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
+  for (size_t done = 0; done < bytes; done += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - done);
+    VkCommandBuffer cb = begin_one_shot();
+    const VkBufferCopy region{offset + done, 0, n};
+    vkCmdCopyBuffer(cb, src.buffer, staging_.buffer, 1, &region);
+    VkMemoryBarrier mb{};
+    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    submit_one_shot(cb);
+    std::memcpy(static_cast<uint8_t*>(dst) + done, staging_.mapped, n);
+  }
+}
+
+void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst.mapped) {
+    std::memset(static_cast<uint8_t*>(dst.mapped) + offset, 0, bytes);
+    return;
+  }
+  VkCommandBuffer cb = begin_one_shot();
+  vkCmdFillBuffer(cb, dst.buffer, offset, (bytes + 3) & ~size_t{3}, 0);
+  submit_one_shot(cb);
+}
+
+Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes, std::span<const uint32_t> spec) {
   const auto code = spirv(shader);
   if (code.empty()) throw Error(fmt::format("Vulkan: no shader named '{}' is built in", shader));
   std::vector<uint32_t> words(code.size() / 4);
@@ -179,14 +438,23 @@ Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t pu
   plci.pushConstantRangeCount = push_bytes > 0 ? 1 : 0;
   plci.pPushConstantRanges = &range;
   check(vkCreatePipelineLayout(device_, &plci, nullptr, &k.layout), "creating a pipeline layout");
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4, 4};
+  VkSpecializationInfo si{};
+  si.mapEntryCount = static_cast<uint32_t>(entries.size());
+  si.pMapEntries = entries.data();
+  si.dataSize = spec.size() * 4;
+  si.pData = spec.data();
   VkComputePipelineCreateInfo cpci{};
   cpci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
   cpci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
   cpci.stage.module = k.module;
   cpci.stage.pName = "main";
+  cpci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
   cpci.layout = k.layout;
-  check(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpci, nullptr, &k.pipeline), "creating a compute pipeline");
+  check(vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, &k.pipeline), "creating a compute pipeline");
+  pipeline_cache_dirty_ = true;
   return k;
 }
 
@@ -198,22 +466,23 @@ void Context::release(Kernel& k) {
   k = Kernel{};
 }
 
-void Context::run(const Kernel& k, std::span<const Buffer* const> bindings, const void* push, uint32_t gx,
-                  uint32_t gy, uint32_t gz) {
-  if (bindings.size() != k.n_bindings) {
-    throw Error(fmt::format("Vulkan: a kernel with {} bindings was given {} buffers", k.n_bindings, bindings.size()));
-  }
-  VkDescriptorSetAllocateInfo dsai{};
-  dsai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
-  dsai.descriptorPool = descriptors_;
-  dsai.descriptorSetCount = 1;
-  dsai.pSetLayouts = &k.set_layout;
-  VkDescriptorSet set = VK_NULL_HANDLE;
-  check(vkAllocateDescriptorSets(device_, &dsai, &set), "allocating a descriptor set");
+const Kernel& Context::pipeline(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes,
+                                std::span<const uint32_t> spec) {
+  std::string key(shader);
+  for (uint32_t s : spec) key += fmt::format(":{}", s);
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+  return pipelines_.emplace(key, kernel(shader, n_bindings, push_bytes, spec)).first->second;
+}
+
+namespace {
+
+// Descriptor writes for a dispatch's bindings.
+void write_set(VkDevice device, VkDescriptorSet set, std::span<const View> bindings) {
   std::vector<VkDescriptorBufferInfo> infos(bindings.size());
   std::vector<VkWriteDescriptorSet> writes(bindings.size());
   for (size_t i = 0; i < bindings.size(); ++i) {
-    infos[i] = {bindings[i]->buffer, 0, VK_WHOLE_SIZE};
+    const View& v = bindings[i];
+    infos[i] = {v.buffer->buffer, v.offset, v.bytes > 0 ? v.bytes : VK_WHOLE_SIZE};
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
     writes[i].dstSet = set;
     writes[i].dstBinding = static_cast<uint32_t>(i);
@@ -221,41 +490,134 @@ void Context::run(const Kernel& k, std::span<const Buffer* const> bindings, cons
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  vkUpdateDescriptorSets(device_, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
-  VkCommandBufferAllocateInfo cbai{};
-  cbai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-  cbai.commandPool = pool_;
-  cbai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  cbai.commandBufferCount = 1;
-  VkCommandBuffer cb = VK_NULL_HANDLE;
-  check(vkAllocateCommandBuffers(device_, &cbai, &cb), "allocating a command buffer");
-  VkCommandBufferBeginInfo bi{};
-  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  vkBeginCommandBuffer(cb, &bi);
+  vkUpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+}
+
+VkDescriptorPool make_pool(VkDevice device, size_t sets, size_t buffers) {
+  const VkDescriptorPoolSize sizes{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, static_cast<uint32_t>(std::max<size_t>(buffers, 1))};
+  VkDescriptorPoolCreateInfo dpci{};
+  dpci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+  dpci.maxSets = static_cast<uint32_t>(std::max<size_t>(sets, 1));
+  dpci.poolSizeCount = 1;
+  dpci.pPoolSizes = &sizes;
+  VkDescriptorPool pool = VK_NULL_HANDLE;
+  check(vkCreateDescriptorPool(device, &dpci, nullptr, &pool), "creating a descriptor pool");
+  return pool;
+}
+
+VkDescriptorSet allocate_set(VkDevice device, VkDescriptorPool pool, const Kernel& k) {
+  VkDescriptorSetAllocateInfo dsai{};
+  dsai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+  dsai.descriptorPool = pool;
+  dsai.descriptorSetCount = 1;
+  dsai.pSetLayouts = &k.set_layout;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  check(vkAllocateDescriptorSets(device, &dsai, &set), "allocating a descriptor set");
+  return set;
+}
+
+void record_dispatch(VkCommandBuffer cb, const Kernel& k, VkDescriptorSet set, const void* push, uint32_t gx, uint32_t gy,
+                     uint32_t gz) {
   vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k.pipeline);
   vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k.layout, 0, 1, &set, 0, nullptr);
   if (k.push_bytes > 0) vkCmdPushConstants(cb, k.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, k.push_bytes, push);
   vkCmdDispatch(cb, gx, gy, gz);
-  // Shader writes visible to the host once the fence signals.
+}
+
+void host_barrier(VkCommandBuffer cb) {
   VkMemoryBarrier mb{};
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-  vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0,
-                       nullptr);
-  vkEndCommandBuffer(cb);
-  VkSubmitInfo si{};
-  si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
-  si.commandBufferCount = 1;
-  si.pCommandBuffers = &cb;
-  const VkResult submitted = vkQueueSubmit(queue_, 1, &si, fence_);
-  const VkResult waited = submitted == VK_SUCCESS ? vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX) : submitted;
-  vkResetFences(device_, 1, &fence_);
-  vkFreeCommandBuffers(device_, pool_, 1, &cb);
-  vkFreeDescriptorSets(device_, descriptors_, 1, &set);
-  check(submitted, "submitting work");
-  check(waited, "waiting for the device");
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT;
+  vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+void check_bindings(const Kernel& k, size_t n) {
+  if (n != k.n_bindings) throw Error(fmt::format("Vulkan: a kernel with {} bindings was given {} buffers", k.n_bindings, n));
+}
+
+// Runs every dispatch at once and waits for it.
+class Immediate final : public Dispatcher {
+ public:
+  explicit Immediate(Context& ctx) : ctx_(ctx) {}
+  void dispatch(const Kernel& k, std::span<const View> bindings, const void* push, uint32_t gx, uint32_t gy,
+                uint32_t gz) override {
+    Recording r(ctx_, 1);
+    r.dispatch(k, bindings, push, gx, gy, gz);
+    r.finish();
+    r.submit_and_wait();
+  }
+  void barrier() override {}
+
+ private:
+  Context& ctx_;
+};
+
+}  // namespace
+
+void Context::run(const Kernel& k, std::span<const Buffer* const> bindings, const void* push, uint32_t gx, uint32_t gy,
+                  uint32_t gz) {
+  std::vector<View> views;
+  for (const Buffer* b : bindings) views.push_back(View{b, 0, 0});
+  immediate().dispatch(k, views, push, gx, gy, gz);
+}
+
+Dispatcher& Context::immediate() {
+  if (!immediate_) immediate_ = std::make_unique<Immediate>(*this);
+  return *immediate_;
+}
+
+Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispatch_(max_dispatches) {
+  pool_ = make_pool(ctx_.device_, max_dispatches, max_dispatches * 12);
+  VkCommandBufferAllocateInfo cbai{};
+  cbai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  cbai.commandPool = ctx_.pool_;
+  cbai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  cbai.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(ctx_.device_, &cbai, &cb_), "allocating a command buffer");
+  VkCommandBufferBeginInfo bi{};
+  bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  vkBeginCommandBuffer(cb_, &bi);
+  barrier();  // the previous submission's writes, visible to this one's reads
+}
+
+Recording::~Recording() {
+  vkFreeCommandBuffers(ctx_.device_, ctx_.pool_, 1, &cb_);
+  vkDestroyDescriptorPool(ctx_.device_, pool_, nullptr);
+}
+
+void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const void* push, uint32_t gx, uint32_t gy,
+                         uint32_t gz) {
+  check_bindings(k, bindings.size());
+  if (n_dispatch_ >= max_dispatch_ || finished_) throw Error("Vulkan: a recording was given more dispatches than planned");
+  if (bindings.size() > 12) throw Error("Vulkan: a kernel binds at most 12 buffers");
+  if (gx == 0 || gy == 0 || gz == 0) return;
+  const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
+  write_set(ctx_.device_, set, bindings);
+  record_dispatch(cb_, k, set, push, gx, gy, gz);
+  ++n_dispatch_;
+}
+
+void Recording::barrier() {
+  VkMemoryBarrier mb{};
+  mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+                       nullptr, 0, nullptr);
+}
+
+void Recording::finish() {
+  if (finished_) return;
+  host_barrier(cb_);
+  check(vkEndCommandBuffer(cb_), "ending a command buffer");
+  finished_ = true;
+}
+
+void Recording::submit_and_wait() {
+  finish();
+  ctx_.submit(cb_);
 }
 
 }  // namespace zinc::backend::vk

@@ -1,11 +1,14 @@
-// The Vulkan compute context: instance and device through volk, one compute queue, buffers, and
-// compute kernels built from the SPIR-V embedded at build time (shaders/vulkan). The first layer of
-// the Vulkan backend; the graph executor records its dispatches on top of it.
+// The Vulkan compute context: instance and device through volk, one compute queue, device-local and
+// host-visible buffers with staging uploads, compute kernels built from the SPIR-V embedded at build
+// time (shaders/vulkan) and cached (in memory, and on disk through a pipeline cache), and the two ways
+// to issue dispatches: at once (tests) or recorded into a command buffer that is replayed (the graph
+// executor).
 #pragma once
 
 #include <volk.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,7 +17,7 @@
 
 namespace zinc::backend::vk {
 
-// SPIR-V of an embedded shader by name (the .comp file's name), empty when there is none.
+// SPIR-V of an embedded shader by name (the .comp file's name, plus _variant), empty when there is none.
 std::span<const uint8_t> spirv(std::string_view name);
 
 struct Buffer {
@@ -24,6 +27,14 @@ struct Buffer {
   void* mapped = nullptr;  // host-visible buffers: their bytes
 };
 
+// A range of a buffer bound to one binding (bytes = 0: to the end). Offsets must be multiples of
+// Features::offset_alignment.
+struct View {
+  const Buffer* buffer = nullptr;
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
 struct Kernel {
   VkShaderModule module = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
@@ -31,6 +42,59 @@ struct Kernel {
   VkPipeline pipeline = VK_NULL_HANDLE;
   uint32_t n_bindings = 0;
   uint32_t push_bytes = 0;
+};
+
+// What the device offers beyond Vulkan 1.1 (each enabled when present) and the limits kernels plan by.
+struct Features {
+  bool fp16 = false;            // shaderFloat16 + 16-bit storage
+  bool int8 = false;            // shaderInt8 + 8-bit storage
+  bool int_dot = false;         // shaderIntegerDotProduct
+  bool subgroup_control = false;  // subgroupSizeControl + computeFullSubgroups
+  bool coopmat_nv = false;      // VK_NV_cooperative_matrix (fp16 x fp16 -> fp32)
+  uint32_t subgroup_size = 32;
+  uint32_t max_groups_x = 65535;     // maxComputeWorkGroupCount[0]
+  uint64_t max_storage_range = 1u << 27;
+  uint64_t offset_alignment = 256;  // minStorageBufferOffsetAlignment, at least 16
+  uint32_t shared_memory = 16384;   // maxComputeSharedMemorySize
+  bool unified_memory = false;      // every device-local type is also host-visible (lavapipe, APUs)
+};
+
+// Where dispatches go: run at once (Context::immediate) or recorded into a command buffer (Recording).
+class Dispatcher {
+ public:
+  virtual ~Dispatcher() = default;
+  // bindings in binding order; push: k.push_bytes bytes.
+  virtual void dispatch(const Kernel& k, std::span<const View> bindings, const void* push, uint32_t groups_x,
+                        uint32_t groups_y = 1, uint32_t groups_z = 1) = 0;
+  // Makes the writes of every earlier dispatch visible to later ones.
+  virtual void barrier() = 0;
+};
+
+class Context;
+
+// A command buffer recorded once and submitted any number of times (the graph executor's step). Its
+// descriptor sets live as long as it does, so the buffers it binds must too.
+class Recording final : public Dispatcher {
+ public:
+  Recording(Context& ctx, size_t max_dispatches);
+  ~Recording() override;
+  Recording(const Recording&) = delete;
+  Recording& operator=(const Recording&) = delete;
+  void dispatch(const Kernel& k, std::span<const View> bindings, const void* push, uint32_t groups_x,
+                uint32_t groups_y = 1, uint32_t groups_z = 1) override;
+  void barrier() override;
+  // Ends recording (with a barrier that makes shader writes visible to the host and to transfers).
+  void finish();
+  // Submits and waits until the device has run it (a timeline semaphore value per submission).
+  void submit_and_wait();
+  size_t dispatches() const { return n_dispatch_; }
+
+ private:
+  Context& ctx_;
+  VkCommandBuffer cb_ = VK_NULL_HANDLE;
+  VkDescriptorPool pool_ = VK_NULL_HANDLE;
+  size_t n_dispatch_ = 0, max_dispatch_ = 0;
+  bool finished_ = false;
 };
 
 class Context {
@@ -44,23 +108,44 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const std::string& device_name() const { return name_; }
+  const Features& features() const { return features_; }
 
   // A host-visible, coherent buffer, mapped for its lifetime.
   Buffer host_buffer(size_t bytes);
+  // A device-local buffer (filled through upload(), read back through download()).
+  Buffer device_buffer(size_t bytes);
   void release(Buffer& b);
+  // Copies through a staging buffer (or directly where the buffer is mapped), waiting until done.
+  void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
+  void download(const Buffer& src, size_t offset, void* dst, size_t bytes);
+  void fill_zero(const Buffer& dst, size_t offset, size_t bytes);
 
-  // A compute pipeline from an embedded shader with n_bindings storage buffers (binding 0..n-1) and
-  // push_bytes of push constants. Throws for an unknown shader.
-  Kernel kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes);
+  // A compute pipeline from an embedded shader with n_bindings storage buffers (binding 0..n-1),
+  // push_bytes of push constants and specialization constants 0..spec.size()-1. The caller owns it.
+  // Throws for an unknown shader.
+  Kernel kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes, std::span<const uint32_t> spec = {});
   void release(Kernel& k);
+  // The same, built once per (shader, spec) and owned by the context.
+  const Kernel& pipeline(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes,
+                         std::span<const uint32_t> spec = {});
 
-  // Runs one dispatch and waits for it (bindings in binding order).
+  // Runs one dispatch and waits for it (bindings in binding order, whole buffers).
   void run(const Kernel& k, std::span<const Buffer* const> bindings, const void* push, uint32_t groups_x,
            uint32_t groups_y = 1, uint32_t groups_z = 1);
+  // A dispatcher that runs each dispatch at once and waits (tests, one-off work).
+  Dispatcher& immediate();
+
+  VkDevice device() const { return device_; }
 
  private:
+  friend class Recording;
   Context() = default;
-  uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want) const;
+  uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid = 0) const;
+  Buffer make_buffer(size_t bytes, bool host);
+  VkCommandBuffer begin_one_shot();
+  void submit_one_shot(VkCommandBuffer cb);
+  void submit(VkCommandBuffer cb);  // signals and waits for the next timeline value
+  void save_pipeline_cache();
 
   VkInstance instance_ = VK_NULL_HANDLE;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
@@ -68,10 +153,17 @@ class Context {
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   VkCommandPool pool_ = VK_NULL_HANDLE;
-  VkDescriptorPool descriptors_ = VK_NULL_HANDLE;
-  VkFence fence_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint64_t timeline_value_ = 0;
+  VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
+  std::string pipeline_cache_path_;
+  bool pipeline_cache_dirty_ = false;
   VkPhysicalDeviceMemoryProperties memory_{};
+  Features features_;
   std::string name_;
+  Buffer staging_;
+  std::map<std::string, Kernel, std::less<>> pipelines_;
+  std::unique_ptr<Dispatcher> immediate_;
 };
 
 }  // namespace zinc::backend::vk
