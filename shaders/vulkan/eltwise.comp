@@ -7,8 +7,9 @@
 //! variant softcap OP_SOFTCAP
 //! variant swiglu_clamped OP_SWIGLU_CLAMPED
 // Element-wise ops (one variant per OP_* define): out[i] = f(a[i], b[i]) over n elements, one
-// invocation per element. b is read as b[(i / a_width) * b_width + i % b_width] so a one-column b
-// (b_width = 1) broadcasts one value per row (the per-token gates). Moves 12 bytes per element.
+// invocation per element. b is read as b[(i / a_width) * b_row_stride + i % b_width] so a one-column b
+// (b_width = 1) broadcasts one value per row (the per-token gates) and b_row_stride = 0 one row of b to
+// every row (biases, scale vectors). Moves 12 bytes per element.
 //   OP_ADD a + b   OP_MUL a * b   OP_SWIGLU silu(a) * b   OP_GEGLU gelu_tanh(a) * b
 //   OP_SIGMOID_MUL a * sigmoid(b)   OP_SOFTCAP cap * tanh(a / cap)   OP_SWIGLU_CLAMPED (GPT-OSS)
 layout(local_size_x = 256) in;
@@ -19,6 +20,7 @@ layout(push_constant) uniform Params {
   uint n;
   uint a_width;
   uint b_width;
+  uint b_row_stride;  // floats between rows of b: b_width, or 0 when every row of a reads the same b row
   float p0;  // OP_SOFTCAP: cap; OP_SWIGLU_CLAMPED: alpha
   float p1;  // OP_SWIGLU_CLAMPED: limit
 } p;
@@ -28,7 +30,7 @@ void main() {
   if (i >= p.n) return;
   const float x = a[i];
 #if !defined(OP_SOFTCAP)
-  const float y = b[(i / p.a_width) * p.b_width + (p.b_width == 1u ? 0u : i % p.a_width)];
+  const float y = b[(i / p.a_width) * p.b_row_stride + (p.b_width == 1u ? 0u : i % p.a_width)];
 #endif
 #if defined(OP_ADD)
   o[i] = x + y;

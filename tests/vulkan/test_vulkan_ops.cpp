@@ -149,14 +149,14 @@ TEST_F(VulkanOps, ElementwiseOpsMatchTheCpu) {
     }
     if (name == "eltwise_softcap") cpu::softcap(a.data(), want.data(), n, 5.0f);
     if (name == "eltwise_swiglu_clamped") cpu::swiglu_clamped(a.data(), b.data(), want.data(), n, 1.702f, 7.0f);
-    Kernel k = ctx_->kernel(c.shader, 3, 20);
+    Kernel k = ctx_->kernel(c.shader, 3, 24);
     Buffer ba = ctx_->host_buffer(n * 4), bb = ctx_->host_buffer(bv.size() * 4), bo = ctx_->host_buffer(n * 4);
     std::memcpy(ba.mapped, a.data(), n * 4);
     std::memcpy(bb.mapped, bv.data(), bv.size() * 4);
     struct {
-      uint32_t n, a_width, b_width;
+      uint32_t n, a_width, b_width, b_row_stride;
       float p0, p1;
-    } push{n, width, c.per_row_b ? 1u : width, name == "eltwise_softcap" ? 5.0f : 1.702f, 7.0f};
+    } push{n, width, c.per_row_b ? 1u : width, c.per_row_b ? 1u : width, name == "eltwise_softcap" ? 5.0f : 1.702f, 7.0f};
     const Buffer* bindings[] = {&ba, &bb, &bo};
     const uint32_t groups = (n + 255) / 256;  // 274: as 137 x 2 so the second row is used
     ctx_->run(k, bindings, &push, (groups + 1) / 2, 2);
