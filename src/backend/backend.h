@@ -2,6 +2,7 @@
 // run it step by step. The core never names a concrete backend; each one implements these two classes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +33,13 @@ class Executable {
   // unless the step asked for all).
   virtual std::span<const float> logits() const = 0;
   virtual int64_t n_vocab() const = 0;
+  // The index of the largest logit of the last row (the first on ties): greedy decoding's next token.
+  // Backends that compute it on the device return it without reading the logits back.
+  virtual int32_t argmax() const {
+    const auto l = logits();
+    const auto row = l.subspan(l.size() - static_cast<size_t>(n_vocab()));
+    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  }
   virtual const ExecOptions& options() const = 0;
   // False for graphs with recurrent state (linear-attention layers): a step must then start at
   // position 0 (which resets the state) or where the previous step ended.
@@ -53,5 +61,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The Vulkan backend on device `device` (-1: ZINC_VULKAN_DEVICE, else the first discrete GPU). Throws
+// zinc::Error saying why when there is no usable device or this build has no Vulkan.
+std::unique_ptr<Backend> make_vulkan_backend(int device = -1);
+// A backend by name: "cpu", "vulkan", or "auto" (Vulkan when a GPU offers it, else the CPU). Throws
+// zinc::Error for an unknown name or a backend that cannot start.
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1);
 
 }  // namespace zinc::backend

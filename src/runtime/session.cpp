@@ -28,24 +28,33 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   }
   logits_.clear();
   const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
+  // One step: its logits are returned where the executable keeps them (no copy; a GPU backend's are
+  // read only if the caller reads them).
+  if (tokens.size() <= chunk) {
+    run_step(tokens, all_logits);
+    return exe_->logits();
+  }
   for (size_t i = 0; i < tokens.size(); i += chunk) {
     if (i > 0 && cancel && cancel->load()) {
       logits_.clear();
       break;
     }
-    graph::StepParams step;
-    step.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i),
-                       tokens.begin() + static_cast<std::ptrdiff_t>(std::min(tokens.size(), i + chunk)));
-    step.n_past = n_past_;
-    step.all_logits = all_logits;
-    exe_->run(step);
-    n_past_ += static_cast<int32_t>(step.tokens.size());
-    tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
-    history_.insert(history_.end(), step.tokens.begin(), step.tokens.end());
+    run_step(tokens.subspan(i, std::min(chunk, tokens.size() - i)), all_logits);
     const auto l = exe_->logits();
     if (all_logits || i + chunk >= tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
   }
   return logits_;
+}
+
+void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
+  graph::StepParams step;
+  step.tokens.assign(tokens.begin(), tokens.end());
+  step.n_past = n_past_;
+  step.all_logits = all_logits;
+  exe_->run(step);
+  n_past_ += static_cast<int32_t>(step.tokens.size());
+  tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
+  history_.insert(history_.end(), step.tokens.begin(), step.tokens.end());
 }
 
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {

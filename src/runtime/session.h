@@ -31,6 +31,10 @@ class Session {
   // turn prefills only its new tokens. At least one token is always evaluated to produce logits.
   std::span<const float> eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel = nullptr);
 
+  // The largest logit's index in the last row of the last eval() (greedy decoding; on a GPU backend
+  // this reads one id instead of the logits).
+  int32_t last_argmax() const { return exe_->argmax(); }
+
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
   // How many leading tokens the last eval_reusing_prefix() found already in the context.
@@ -63,6 +67,8 @@ class Session {
   const model::Model& model() const { return model_; }
 
  private:
+  void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
+
   model::Model model_;
   std::unique_ptr<backend::Executable> exe_;
   int32_t n_past_ = 0;
