@@ -136,6 +136,7 @@ class Context {
   Dispatcher& immediate();
 
   VkDevice device() const { return device_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
 
  private:
   friend class Recording;

@@ -1,0 +1,129 @@
+#include "backend/vulkan/vk_gemm.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+
+namespace zinc::backend::vk {
+
+namespace {
+
+// Output tile (W rows x tokens) of each kernel; the shaders hold the same constants.
+constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
+constexpr uint32_t kCoopRows = 128, kCoopTokens = 128;
+// mul_mm_coopmat's shared memory: two buffers of W's and X's 128 x 80-byte tiles, and 4 KiB of
+// accumulators on their way out.
+constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 4096;
+
+// mul_mm.glsl's push constants.
+struct MulMmPush {
+  uint32_t ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, pad;
+};
+
+// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
+  const uint32_t max_x = ctx.features().max_groups_x;
+  *gy = (groups + max_x - 1) / max_x;
+  *gx = (groups + *gy - 1) / *gy;
+}
+
+// Whether the driver lists the shape mul_mm_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
+// subgroup: NVIDIA does; the query guards against a driver that does not) and has the Vulkan memory
+// model that glslang declares for GL_KHR_memory_scope_semantics (Context::create enables it wherever
+// it is present). Asked once per device.
+bool driver_has_coopmat(const Context& ctx) {
+  static std::mutex mutex;
+  static std::map<VkPhysicalDevice, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const VkPhysicalDevice dev = ctx.physical_device();
+  if (auto it = known.find(dev); it != known.end()) return it->second;
+  VkPhysicalDeviceVulkan12Features f12{};
+  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &f12;
+  vkGetPhysicalDeviceFeatures2(dev, &f2);
+  bool found = false;
+  if (f12.vulkanMemoryModel && vkGetPhysicalDeviceCooperativeMatrixPropertiesNV != nullptr) {
+    uint32_t n = 0;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(dev, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> props(n);
+    for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(dev, &n, props.data());
+    for (uint32_t i = 0; i < n; ++i) {
+      const auto& p = props[i];
+      found = found || (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                        p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                        p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV);
+    }
+  }
+  known.emplace(dev, found);
+  return found;
+}
+
+bool coopmat_usable(const Context& ctx) {
+  const Features& f = ctx.features();
+  return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= kCoopSharedBytes && driver_has_coopmat(ctx);
+}
+
+}  // namespace
+
+MulMmKernel mul_mm_kernel(const Context& ctx) {
+  return coopmat_usable(ctx) ? MulMmKernel::CoopMatNV : MulMmKernel::Tiled;
+}
+
+const char* mul_mm_kernel_name(MulMmKernel k) {
+  return k == MulMmKernel::CoopMatNV ? "mul_mm_coopmat (NV cooperative matrix, f16 x f16 -> f32)"
+                                     : "mul_mm (tiled, float)";
+}
+
+size_t mul_mm_scratch_bytes(uint32_t ncols, uint32_t n_tokens) { return size_t{ncols} * n_tokens * 2; }
+
+void mul_mm(Context& ctx, Dispatcher& d, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows, uint32_t n_tokens,
+            uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
+  mul_mm(ctx, d, mul_mm_kernel(ctx), w_f16, x, y, ncols, nrows, n_tokens, y_stride, y_offset, x_f16_scratch);
+}
+
+void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows,
+            uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
+  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 32", ncols));
+  if (uint64_t{y_offset} + nrows > y_stride) {
+    throw Error(fmt::format("Vulkan mul_mm: rows [{}, {}) do not fit in output rows of {}", y_offset,
+                            uint64_t{y_offset} + nrows, y_stride));
+  }
+  if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
+  const bool coop = kernel == MulMmKernel::CoopMatNV;
+  if (coop && !coopmat_usable(ctx)) {
+    throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
+  }
+  const uint32_t tile_rows = coop ? kCoopRows : kTiledRows, tile_tokens = coop ? kCoopTokens : kTiledTokens;
+  const uint32_t token_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
+  const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
+  const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, tiles, &gx, &gy);
+  if (!coop) {
+    const View bindings[] = {w_f16, x, y};
+    d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
+    return;
+  }
+  const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
+  const View& s = x_f16_scratch;
+  if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
+    throw Error(fmt::format("Vulkan mul_mm: the f16 scratch view holds fewer than the {} bytes needed", scratch));
+  }
+  const uint32_t n4 = ncols / 4 * n_tokens;
+  uint32_t cx = 0, cy = 0;
+  grid(ctx, (n4 + 255) / 256, &cx, &cy);
+  const View convert[] = {x, x_f16_scratch};
+  d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
+  d.barrier();
+  const View bindings[] = {w_f16, x_f16_scratch, y};
+  d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
+}
+
+}  // namespace zinc::backend::vk

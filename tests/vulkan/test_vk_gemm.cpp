@@ -1,0 +1,262 @@
+// The Vulkan matrix-matrix product (vk_gemm.h) against a float64 product of the same f16 weights and
+// float activations (the graph's Op::MatMul: out[t] = W · x[t]), over ragged tiles, output slabs
+// and view offsets, with every kernel the device has. ZINC_VULKAN_BENCH=1 adds a throughput table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_gemm.h"
+#include "core/error.h"
+#include "quant/fp16.h"
+
+namespace zinc::backend::vk {
+namespace {
+
+class VulkanGemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      ctx_ = Context::create();
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    }
+  }
+  // The kernels to test here: the portable one always, the tensor-core one where the device has it.
+  std::vector<MulMmKernel> kernels() const {
+    std::vector<MulMmKernel> out{MulMmKernel::Tiled};
+    if (mul_mm_kernel(*ctx_) == MulMmKernel::CoopMatNV) out.push_back(MulMmKernel::CoopMatNV);
+    return out;
+  }
+  std::unique_ptr<Context> ctx_;
+};
+
+struct Shape {
+  uint32_t ncols, nrows, n_tokens, y_stride, y_offset;
+};
+
+constexpr float kUntouched = -12345.0f;  // Y's value wherever the product must not write
+
+// One product's operands and its float64 reference: W rounded to f16, X float, and (for the
+// tensor-core kernel, which rounds X to f16) the reference with X rounded too.
+struct Problem {
+  Shape s;
+  std::vector<uint16_t> w;  // (nrows, ncols) f16 bits: two to a uint, the even column low
+  std::vector<float> x;     // (n_tokens, ncols)
+  std::vector<double> want, want_x16, mag;  // (n_tokens, nrows); mag: sum of |W[r][c] X[t][c]|
+
+  Problem(Shape shape, std::mt19937& rng) : s(shape) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    w.resize(size_t{s.nrows} * s.ncols);
+    x.resize(size_t{s.n_tokens} * s.ncols);
+    for (auto& v : w) v = quant::f32_to_fp16(nd(rng));
+    for (auto& v : x) v = nd(rng);
+    std::vector<double> wf(w.size()), xf(x.size()), xh(x.size());
+    for (size_t i = 0; i < w.size(); ++i) wf[i] = quant::fp16_to_f32(w[i]);
+    for (size_t i = 0; i < x.size(); ++i) {
+      xf[i] = x[i];
+      xh[i] = quant::fp16_to_f32(quant::f32_to_fp16(x[i]));
+    }
+    want.assign(size_t{s.n_tokens} * s.nrows, 0.0);
+    want_x16 = want;
+    mag = want;
+    for (uint32_t t = 0; t < s.n_tokens; ++t) {
+      for (uint32_t r = 0; r < s.nrows; ++r) {
+        const double* wr = &wf[size_t{r} * s.ncols];
+        const size_t xo = size_t{t} * s.ncols, o = size_t{t} * s.nrows + r;
+        for (uint32_t c = 0; c < s.ncols; ++c) {
+          want[o] += wr[c] * xf[xo + c];
+          want_x16[o] += wr[c] * xh[xo + c];
+          mag[o] += std::fabs(wr[c] * xf[xo + c]);
+        }
+      }
+    }
+  }
+};
+
+// Device buffers of a problem, each view `pad` bytes into its buffer; Y holds one token row more than
+// the product writes, all kUntouched.
+struct Operands {
+  Context& ctx;
+  Buffer w, x, y, scratch;
+  View vw, vx, vy, vs;
+  size_t y_floats;
+
+  Operands(Context& c, const Problem& p) : ctx(c) {
+    const size_t pad = ctx.features().offset_alignment;
+    const size_t wb = p.w.size() * 2, xb = p.x.size() * 4, sb = std::max<size_t>(mul_mm_scratch_bytes(p.s.ncols, p.s.n_tokens), 16);
+    y_floats = size_t{p.s.n_tokens + 1} * p.s.y_stride;
+    w = ctx.host_buffer(pad + wb);
+    x = ctx.host_buffer(pad + xb);
+    y = ctx.host_buffer(pad + y_floats * 4);
+    scratch = ctx.host_buffer(pad + sb);
+    std::memcpy(static_cast<uint8_t*>(w.mapped) + pad, p.w.data(), wb);
+    std::memcpy(static_cast<uint8_t*>(x.mapped) + pad, p.x.data(), xb);
+    std::fill_n(reinterpret_cast<float*>(static_cast<uint8_t*>(y.mapped) + pad), y_floats, kUntouched);
+    vw = View{&w, pad, wb};
+    vx = View{&x, pad, xb};
+    vy = View{&y, pad, y_floats * 4};
+    vs = View{&scratch, pad, sb};
+  }
+  ~Operands() {
+    ctx.release(w);
+    ctx.release(x);
+    ctx.release(y);
+    ctx.release(scratch);
+  }
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+  const float* got() const { return reinterpret_cast<const float*>(static_cast<const uint8_t*>(y.mapped) + vy.offset); }
+};
+
+// Worst |got - want| / sum |terms| over the product, and whether every other float of Y is untouched.
+struct Verdict {
+  double worst = 0, worst_x16 = 0;
+  size_t stray = 0;  // floats outside the product that changed
+};
+
+Verdict judge(const Problem& p, const float* got, size_t y_floats) {
+  Verdict v;
+  const Shape& s = p.s;
+  for (size_t i = 0; i < y_floats; ++i) {
+    const size_t t = i / s.y_stride, col = i % s.y_stride;
+    if (t < s.n_tokens && col >= s.y_offset && col < s.y_offset + s.nrows) {
+      const size_t o = t * s.nrows + (col - s.y_offset);
+      v.worst = std::max(v.worst, std::fabs(got[i] - p.want[o]) / (p.mag[o] + 1e-30));
+      v.worst_x16 = std::max(v.worst_x16, std::fabs(got[i] - p.want_x16[o]) / (p.mag[o] + 1e-30));
+      if (std::isnan(got[i])) v.worst = v.worst_x16 = INFINITY;
+    } else if (std::memcmp(&got[i], &kUntouched, 4) != 0) {
+      ++v.stray;
+    }
+  }
+  return v;
+}
+
+// Float sums of 16-bit-exact products: a few float roundings of the terms' magnitude. The tensor-core
+// kernel rounds X to f16 (2^-11 relative per element; the device may round differently from the
+// host's nearest-even), so it is held to its own reference and loosely to the float one.
+void expect_close(MulMmKernel k, const Verdict& v, const char* what) {
+  if (k == MulMmKernel::Tiled) {
+    EXPECT_LT(v.worst, 1e-5) << what;
+  } else {
+    EXPECT_LT(v.worst_x16, 2e-4) << what;
+    EXPECT_LT(v.worst, 2e-3) << what;
+  }
+  EXPECT_EQ(v.stray, 0u) << what << ": floats of Y outside the product changed";
+}
+
+TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
+  std::printf("mul_mm picks %s on %s\n", mul_mm_kernel_name(mul_mm_kernel(*ctx_)), ctx_->device_name().c_str());
+  std::mt19937 rng(11);
+  // 200 rows: a partial last tile for both kernels; 1, 7, 130 tokens: partial token tiles (130: a
+  // third tile of 2 for the tiled kernel, a second of 2 for the tensor-core one); 96 columns: an odd
+  // number of the tensor-core kernel's K-steps (its double buffer ends on the other half).
+  const Shape shapes[] = {{256, 200, 1, 200, 0},  {256, 200, 7, 200, 0},  {256, 200, 64, 331, 17},
+                          {256, 200, 130, 200, 0}, {96, 129, 33, 300, 171}, {512, 64, 128, 64, 0}};
+  for (const Shape& s : shapes) {
+    const Problem p(s, rng);
+    for (MulMmKernel k : kernels()) {
+      Operands o(*ctx_, p);
+      mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
+      const Verdict v = judge(p, o.got(), o.y_floats);
+      char what[160];
+      std::snprintf(what, sizeof what, "%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u",
+                    mul_mm_kernel_name(k), s.ncols, s.nrows, s.n_tokens, s.y_offset, s.y_offset + s.nrows, s.y_stride);
+      expect_close(k, v, what);
+    }
+  }
+}
+
+TEST_F(VulkanGemm, DefaultLauncherUsesThePickedKernelInARecording) {
+  // The executor's path: the kernel mul_mm picks, recorded once and replayed, the scratch reused.
+  std::mt19937 rng(12);
+  const Shape s{128, 70, 20, 70, 0};
+  const Problem p(s, rng);
+  Operands o(*ctx_, p);
+  Recording rec(*ctx_, 2);
+  mul_mm(*ctx_, rec, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
+  rec.finish();
+  for (int i = 0; i < 2; ++i) {
+    rec.submit_and_wait();
+    expect_close(mul_mm_kernel(*ctx_), judge(p, o.got(), o.y_floats), "recorded product");
+  }
+}
+
+TEST_F(VulkanGemm, GridSplitIntoRowsSkipsTheWorkgroupsPastTheEnd) {
+  // The launcher splits a grid past Features::max_groups_x into y; the shader numbers workgroups
+  // x-fastest and returns from those past the last tile. 5 row tiles x 3 token tiles = 15 tiles as
+  // 8 x 2 workgroups, so the last one has no tile.
+  std::mt19937 rng(13);
+  const Shape s{64, 300, 130, 300, 0};
+  const Problem p(s, rng);
+  Operands o(*ctx_, p);
+  const uint32_t push[8] = {s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, 3, 15, 0};
+  const View bindings[] = {o.vw, o.vx, o.vy};
+  ctx_->immediate().dispatch(ctx_->pipeline("mul_mm", 3, 32), bindings, push, 8, 2);
+  expect_close(MulMmKernel::Tiled, judge(p, o.got(), o.y_floats), "tiled kernel on an 8 x 2 grid");
+}
+
+TEST_F(VulkanGemm, BadShapesAndMissingKernelsAreClearErrors) {
+  Buffer b = ctx_->host_buffer(1 << 16);
+  const View v{&b, 0, 0};
+  EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 48, 4, 2, 4, 0, v), Error);    // 48 columns
+  EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 64, 4, 2, 10, 7, v), Error);   // rows 7..11 of 10
+  if (mul_mm_kernel(*ctx_) != MulMmKernel::CoopMatNV) {
+    EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), MulMmKernel::CoopMatNV, v, v, v, 64, 4, 2, 4, 0, v), Error);
+  } else {
+    const View small{&b, 0, 64};
+    EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 64, 4, 2, 4, 0, small), Error);  // scratch too small
+  }
+  ctx_->release(b);
+}
+
+TEST_F(VulkanGemm, Throughput) {
+  // Prefill-sized products (512 tokens, K 4096): wall time of a recording of 10 products, best of 3.
+  if (!std::getenv("ZINC_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_VULKAN_BENCH=1 for the throughput table";
+  const uint32_t m = 512, k = 4096;
+  std::mt19937 rng(14);
+  std::uniform_int_distribution<int> bits(0x2c00, 0x3800);  // f16 in [1/16, 1/2]
+  std::printf("| kernel | tokens | rows | cols | ms | TFLOPS |\n|---|---|---|---|---|---|\n");
+  for (const uint32_t n : {4096u, 12288u}) {
+    std::vector<uint16_t> w(size_t{n} * k);
+    for (auto& v : w) v = static_cast<uint16_t>(bits(rng) | (rng() & 1 ? 0x8000 : 0));
+    std::vector<float> x(size_t{m} * k);
+    for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+    Buffer bw = ctx_->device_buffer(w.size() * 2), bx = ctx_->device_buffer(x.size() * 4),
+           by = ctx_->device_buffer(size_t{m} * n * 4), bs = ctx_->device_buffer(mul_mm_scratch_bytes(k, m));
+    ctx_->upload(bw, 0, w.data(), w.size() * 2);
+    ctx_->upload(bx, 0, x.data(), x.size() * 4);
+    for (MulMmKernel kern : kernels()) {
+      const int reps = 10;
+      Recording rec(*ctx_, 2 * reps);
+      for (int i = 0; i < reps; ++i) {
+        mul_mm(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, k, n, m, n, 0, View{&bs});
+        rec.barrier();
+      }
+      rec.finish();
+      rec.submit_and_wait();  // warm-up
+      double best = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        rec.submit_and_wait();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+      }
+      std::printf("| %s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), m, n, k, best * 1e3,
+                  2.0 * m * n * k / best / 1e12);
+    }
+    ctx_->release(bw);
+    ctx_->release(bx);
+    ctx_->release(by);
+    ctx_->release(bs);
+  }
+}
+
+}  // namespace
+}  // namespace zinc::backend::vk
