@@ -55,6 +55,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device it computes on ("" for the CPU) and its measured memory bandwidth in GB/s (bytes read
+  // plus bytes written per second by a large device-to-device copy; 0 where the caller measures it,
+  // as for the CPU).
+  virtual std::string device_name() const { return ""; }
+  virtual double measured_bandwidth_gbs() { return 0; }
   // `weights` must outlive the executable (CPU backends read tensors in place from the mapped file).
   virtual std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights,
                                               const ExecOptions& opts) = 0;

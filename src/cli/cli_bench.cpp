@@ -37,7 +37,8 @@ struct BenchArgs {
   uint32_t seed = 1;
   bool remeasure = false;
   std::string suite;
-  std::string backend = "cpu";
+  std::string backend = "auto";
+  int device = -1;
 };
 
 // --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
@@ -102,12 +103,8 @@ std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
 }
 
 int run_bench(const BenchArgs& a, const GlobalOptions& global) {
-  if (a.backend != "cpu") {
-    throw Error(fmt::format("backend '{}' cannot run models yet (zinc check lists the backends; cpu runs everything)",
-                            a.backend));
-  }
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
-  auto backend = backend::make_cpu_backend();
+  auto backend = backend::make_backend(a.backend, a.device);
   backend::ExecOptions opts;
   Suite suite;
   if (!a.suite.empty()) {
@@ -130,7 +127,12 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   runtime::Session session(file, *backend, opts);
   const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
   ThreadPool pool(threads);
-  const double bandwidth = a.remeasure ? refresh_read_bandwidth(pool) : cached_read_bandwidth(pool);
+  // The roofline: the GPU's measured copy bandwidth, or the CPU's measured read bandwidth.
+  const bool gpu = backend->name() != "cpu";
+  const double bandwidth = gpu ? backend->measured_bandwidth_gbs()
+                           : a.remeasure ? refresh_read_bandwidth(pool) : cached_read_bandwidth(pool);
+  const std::string where = gpu ? fmt::format("{} on {}", backend->name(), backend->device_name())
+                                : fmt::format("cpu, {} threads", threads);
 
   json results = json::array();
   auto add = [&](const std::string& test, const runtime::BenchSpread& s, const std::vector<double>& samples,
@@ -202,19 +204,20 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   if (global.json) {
     fmt::print("{}\n", dump_json(json{{"model", a.model},
                                       {"name", name},
-                                      {"backend", "cpu"},
+                                      {"backend", backend->name()},
+                                      {"device", backend->device_name()},
                                       {"threads", threads},
                                       {"kv_type", a.kv_type},
                                       {"runs", a.runs},
-                                      {"read_bandwidth_gb_per_s", bandwidth},
+                                      {gpu ? "copy_bandwidth_gb_per_s" : "read_bandwidth_gb_per_s", bandwidth},
                                       {"results", results},
                                       {"chats", chats}}));
     return 0;
   }
-  fmt::print("zinc bench · {} · cpu, {} threads · measured read bandwidth {:.1f} GB/s · {} runs\n\n", name, threads,
+  fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", name, where, gpu ? "copy" : "read",
              bandwidth, a.runs);
   const bool cmp = !a.compare.empty(), llama = !a.llama_bench.empty();
-  fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of read BW |{}{}\n", cmp ? " vs baseline |" : "",
+  fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of BW roofline |{}{}\n", cmp ? " vs baseline |" : "",
              llama ? " llama.cpp tok/s | ratio |" : "");
   fmt::print("|---|---|---|---|---|---|---|{}{}\n", cmp ? "---|" : "", llama ? "---|---|" : "");
   for (const auto& r : results) {
@@ -264,7 +267,8 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::ExistingFile);
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
-  cmd->add_option("--backend", a->backend, "Backend to measure")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "Backend to measure: auto, cpu or vulkan")->capture_default_str();
+  cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

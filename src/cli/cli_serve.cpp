@@ -39,6 +39,8 @@ int run_serve(ServeArgs& a) {
   eo.n_slots = a.parallel;
   eo.queue_limit = a.queue;
   eo.exec = a.gen.exec_options();
+  eo.backend = a.gen.backend;
+  eo.device = a.gen.device;
   auto& so = a.server;
   // Clients name the model by its alias, its installed id, or the file's name without .gguf.
   so.model_id = !a.alias.empty()                 ? a.alias

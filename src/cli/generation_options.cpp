@@ -84,6 +84,8 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
       ->check(CLI::Range(-1, 1 << 24));
   cmd->add_option("-c,--ctx,--ctx-size", a.ctx, "Context size in tokens (per slot for serve)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)");
+  cmd->add_option("--backend", a.backend, "Compute backend: auto, cpu or vulkan")->capture_default_str();
+  cmd->add_option("--device", a.device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("--kv-type", a.kv_type, "KV cache storage: f16, f32 or q8_0")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
@@ -134,7 +136,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   const auto t0 = Clock::now();
   auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
-  auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_cpu_backend(), nullptr, 0});
+  auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_backend(a.backend, a.device), nullptr, 0});
   m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;

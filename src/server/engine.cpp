@@ -62,7 +62,7 @@ struct Engine::Slot {
 };
 
 Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOptions options)
-    : tok_(tok), options_(std::move(options)), backend_(backend::make_cpu_backend()) {
+    : tok_(tok), options_(std::move(options)), backend_(backend::make_backend(options_.backend, options_.device)) {
   if (options_.n_slots < 1) throw Error("the server needs at least one slot (--parallel)");
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();

@@ -27,6 +27,8 @@ struct EngineOptions {
   int n_slots = 1;
   int queue_limit = 32;  // waiting requests beyond the busy slots; more are refused
   backend::ExecOptions exec;
+  std::string backend = "cpu";  // cpu, vulkan or auto
+  int device = -1;
 };
 
 class Job {

@@ -367,7 +367,7 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   EXPECT_TRUE(contains(bad.err, "test 1: a test measures a prompt or a generation")) << bad.err;
   const RunResult table = zinc({"bench", "-m", stories(), "-p", "16", "-n", "8", "--runs", "1", "--warmup", "0"});
   EXPECT_TRUE(contains(table.out, "| tg8 |")) << table.out;
-  EXPECT_TRUE(contains(table.out, "% of read BW")) << table.out;
+  EXPECT_TRUE(contains(table.out, "% of BW roofline")) << table.out;
   unsetenv("ZINC_HOME");
 }
 

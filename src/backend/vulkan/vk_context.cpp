@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -403,6 +404,41 @@ void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
   VkCommandBuffer cb = begin_one_shot();
   vkCmdFillBuffer(cb, dst.buffer, offset, (bytes + 3) & ~size_t{3}, 0);
   submit_one_shot(cb);
+}
+
+double Context::copy_bandwidth_gbs() {
+  if (copy_bandwidth_ > 0) return copy_bandwidth_;
+  // 256 MiB each way (far beyond any cache), copied back and forth; the best of three rounds.
+  const size_t bytes = features_.unified_memory ? size_t{64} << 20 : size_t{256} << 20;
+  Buffer a = device_buffer(bytes), b = device_buffer(bytes);
+  double best = 0;
+  try {
+    for (int round = 0; round < 3; ++round) {
+      VkCommandBuffer cb = begin_one_shot();
+      const VkBufferCopy region{0, 0, bytes};
+      constexpr int kCopies = 8;
+      for (int i = 0; i < kCopies; ++i) {
+        vkCmdCopyBuffer(cb, i % 2 ? b.buffer : a.buffer, i % 2 ? a.buffer : b.buffer, 1, &region);
+        VkMemoryBarrier mb{};
+        mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                             nullptr);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      submit_one_shot(cb);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, 2.0 * static_cast<double>(bytes) * kCopies / s / 1e9);
+    }
+  } catch (...) {
+    release(a);
+    release(b);
+    throw;
+  }
+  release(a);
+  release(b);
+  return copy_bandwidth_ = best;
 }
 
 Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes, std::span<const uint32_t> spec) {

@@ -136,6 +136,10 @@ class Context {
   Dispatcher& immediate();
 
   VkDevice device() const { return device_; }
+
+  // Device memory bandwidth in GB/s: bytes read plus bytes written per second by device-to-device
+  // copies of a large buffer (the roofline decode speed is measured against). Measured once.
+  double copy_bandwidth_gbs();
   VkPhysicalDevice physical_device() const { return physical_; }
 
  private:
@@ -165,6 +169,7 @@ class Context {
   Buffer staging_;
   std::map<std::string, Kernel, std::less<>> pipelines_;
   std::unique_ptr<Dispatcher> immediate_;
+  double copy_bandwidth_ = 0;
 };
 
 }  // namespace zinc::backend::vk
