@@ -1,0 +1,117 @@
+#version 450
+// Gated delta rule (graph Op::DeltaNet, CpuExecutable::delta_net then cpu::gated_delta_rule), token by
+// token: per token t and v head h, with beta = sigmoid(b), g = A[h] * softplus(a + dt_bias[h]), k and q
+// L2-normalised (x / sqrt(sum x^2 + 1e-6)), q also scaled by 1/sqrt(dk):
+//   S = exp(g) S;  delta = beta (v - S^T k);  S += k delta^T;  out = S^T q
+// S is h's dk x dv state (row i: key dimension i), the CPU's layout: state[h][i][j], float.
+// Every column j of S evolves on its own given k and q, so a workgroup owns one (v head, block of 32
+// columns) and keeps that block in registers for all the tokens: invocation (c, r) holds rows
+// r, r + 8, r + 16, ... of column c (RPT = ceil(dk / 8) of them). The two dot products over i per token
+// (S^T k, S^T q) and the norms of k and q are each a partial sum per invocation and one pass over 8
+// partials in shared memory, so a token costs two barriers. A warp (32 lanes = 32 columns of one row)
+// reads and writes 128 contiguous bytes of the state; the whole state moves once per call (8 * dk * dv
+// bytes per head) plus 4 * (2 dk + 2 dv + 2) bytes per token and head. Decode: dv / 32 * n_head_v
+// workgroups (128 for Qwen3.5's 32 heads of 128); prefill walks the tokens inside the workgroup.
+// Bindings: 0 q, 1 k [n][n_head_k * dk]; 2 v [n][n_head_v * dv]; 3 a, 4 b [n][n_head_v]; 5 A, 6 dt_bias
+// {n_head_v} F32; 7 state [n_head_v][dk][dv], updated in place; 8 out [n][n_head_v * dv].
+// Grid: (ceil(dv / 32), n_head_v). Specialisation constant 0: RPT = ceil(dk / 8).
+#define COLS 32
+#define RG 8
+layout(local_size_x = COLS, local_size_y = RG) in;
+layout(constant_id = 0) const uint RPT = 16;
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer K { float k[]; };
+layout(std430, binding = 2) readonly buffer V { float v[]; };
+layout(std430, binding = 3) readonly buffer Ga { float a[]; };
+layout(std430, binding = 4) readonly buffer Gb { float b[]; };
+layout(std430, binding = 5) readonly buffer GA { float A[]; };
+layout(std430, binding = 6) readonly buffer Gd { float dt_bias[]; };
+layout(std430, binding = 7) buffer St { float state[]; };
+layout(std430, binding = 8) writeonly buffer O { float o[]; };
+layout(push_constant) uniform Params {
+  uint n_head_k;
+  uint n_head_v;
+  uint dk;
+  uint dv;
+  uint tiled;  // 1: v head h reads q/k head h % n_head_k, else h / (n_head_v / n_head_k)
+  uint n_tokens;
+} p;
+
+shared float part_k[RG][COLS], part_q[RG][COLS];  // per row group: S^T k, S^T q partial sums
+shared float norm_k[RG], norm_q[RG];               // per row group: sum of k^2, of q^2
+
+// log(1 + u) without losing small u (GLSL has no log1p).
+float log1p_(float u) {
+  const float w = 1.0 + u;
+  return w == 1.0 ? u : log(w) * (u / (w - 1.0));
+}
+
+void main() {
+  const uint c = gl_LocalInvocationID.x, r = gl_LocalInvocationID.y;
+  const uint h = gl_WorkGroupID.y, col = gl_WorkGroupID.x * COLS + c;
+  const bool live = col < p.dv;
+  const uint kh = p.tiled != 0u ? h % p.n_head_k : h / (p.n_head_v / p.n_head_k);
+  const uint s_base = h * p.dk * p.dv + col;
+  const float q_scale = inversesqrt(float(p.dk));
+
+  float S[RPT];
+  for (uint m = 0u; m < RPT; ++m) {
+    const uint i = m * RG + r;
+    S[m] = live && i < p.dk ? state[s_base + i * p.dv] : 0.0;
+  }
+  const float A_h = A[h], dt_h = dt_bias[h];
+  for (uint t = 0u; t < p.n_tokens; ++t) {
+    const uint gate = t * p.n_head_v + h, qk_base = (t * p.n_head_k + kh) * p.dk;
+    const float x = a[gate] + dt_h;
+    const float decay = exp(A_h * (x > 20.0 ? x : log1p_(exp(x))));
+    const float beta = 1.0 / (1.0 + exp(-b[gate]));
+    float kr[RPT];
+    float sk = 0.0, nk = 0.0;
+    for (uint m = 0u; m < RPT; ++m) {
+      const uint i = m * RG + r;
+      kr[m] = i < p.dk ? k[qk_base + i] : 0.0;
+      S[m] *= decay;
+      sk += S[m] * kr[m];
+      nk += kr[m] * kr[m];
+    }
+    part_k[r][c] = sk;
+    if (c == 0u) norm_k[r] = nk;
+    barrier();
+    sk = 0.0;
+    nk = 0.0;
+    for (uint g = 0u; g < RG; ++g) {
+      sk += part_k[g][c];
+      nk += norm_k[g];
+    }
+    const float inv_k = inversesqrt(nk + 1e-6);
+    const uint out_at = (t * p.n_head_v + h) * p.dv + col;
+    const float delta = ((live ? v[out_at] : 0.0) - sk * inv_k) * beta;
+    const float dk_ = inv_k * delta;
+    float sq = 0.0, nq = 0.0;
+    for (uint m = 0u; m < RPT; ++m) {
+      const uint i = m * RG + r;
+      const float qi = i < p.dk ? q[qk_base + i] : 0.0;
+      S[m] += kr[m] * dk_;
+      sq += S[m] * qi;
+      nq += qi * qi;
+    }
+    part_q[r][c] = sq;
+    if (c == 0u) norm_q[r] = nq;
+    barrier();
+    // part_k is free again (all reads of it precede this barrier); part_q is read here and written
+    // next only after the next token's first barrier.
+    if (r == 0u && live) {
+      sq = 0.0;
+      nq = 0.0;
+      for (uint g = 0u; g < RG; ++g) {
+        sq += part_q[g][c];
+        nq += norm_q[g];
+      }
+      o[out_at] = sq * (q_scale * inversesqrt(nq + 1e-6));
+    }
+  }
+  for (uint m = 0u; m < RPT; ++m) {
+    const uint i = m * RG + r;
+    if (live && i < p.dk) state[s_base + i * p.dv] = S[m];
+  }
+}

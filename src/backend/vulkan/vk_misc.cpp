@@ -1,0 +1,113 @@
+#include "backend/vulkan/vk_misc.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace zinc::backend::vk {
+
+namespace {
+
+// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
+  const uint32_t max_x = ctx.features().max_groups_x;
+  *gy = (groups + max_x - 1) / max_x;
+  *gx = (groups + *gy - 1) / *gy;
+}
+
+}  // namespace
+
+void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
+               uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
+               float logit_scale) {
+  if (n_expert == 0 || n_expert > 256 || n_used == 0 || n_used > 16 || n_used > n_expert) {
+    throw Error(fmt::format("Vulkan moe_route: {} of {} experts is outside the kernel's limits (n_expert <= 256, "
+                            "n_used <= 16)", n_used, n_expert));
+  }
+  if (n_tokens == 0) return;
+  const Kernel& k = ctx.pipeline("moe_route", 5, 20);
+  struct {
+    uint32_t n_expert, n_used, n_tokens, flags;
+    float logit_scale;
+  } push{n_expert, n_used, n_tokens,
+         (topk_softmax ? 1u : 0u) | (norm_topk ? 2u : 0u) | (bias.buffer ? 4u : 0u) | (expert_scale.buffer ? 8u : 0u),
+         logit_scale};
+  const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
+                           weights};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, n_tokens, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy);
+}
+
+void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,
+                 uint32_t n_tokens) {
+  if (n_tokens == 0 || width == 0) return;
+  const bool vec4 = width % 4 == 0;
+  const Kernel& k = ctx.pipeline(vec4 ? "moe_combine_vec4" : "moe_combine_f32", 3, 12);
+  const uint32_t w = vec4 ? width / 4 : width, n = w * n_tokens;
+  const uint32_t push[] = {w, n_used, n};
+  const View bindings[] = {y, weights, out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 255) / 256, &gx, &gy);
+  d.dispatch(k, bindings, push, gx, gy);
+}
+
+void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out, uint32_t width, uint32_t kernel,
+              uint32_t n_tokens) {
+  if (kernel == 0) throw Error("Vulkan ssm_conv: a kernel of 0 taps");
+  if (n_tokens == 0 || width == 0) return;
+  const Kernel& k = ctx.pipeline("ssm_conv", 4, 16);
+  // Blocks of at least kernel - 1 tokens (only block 0 then reads the state; see the shader).
+  const uint32_t block = std::max(8u, kernel - 1);
+  const uint32_t push[] = {width, kernel, n_tokens, block};
+  const View bindings[] = {x, w, state, out};
+  d.dispatch(k, bindings, push, (width + 127) / 128, (n_tokens + block - 1) / block);
+}
+
+void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
+               View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
+               uint32_t n_tokens) {
+  if (n_head_k == 0 || (!tiled && n_head_v % n_head_k != 0) || dk == 0 || dk > 1024 || dv == 0) {
+    throw Error(fmt::format("Vulkan delta_net: {} v heads over {} q/k heads of {} x {} is not supported", n_head_v,
+                            n_head_k, dk, dv));
+  }
+  if (n_tokens == 0) return;
+  // Rows of the state each invocation holds in registers (8 row groups per workgroup).
+  const uint32_t spec[] = {(dk + 7) / 8};
+  const Kernel& kn = ctx.pipeline("delta_net", 9, 24, spec);
+  const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens};
+  const View bindings[] = {q, k, v, a, b, A, dt_bias, state, out};
+  d.dispatch(kn, bindings, push, (dv + 31) / 32, n_head_v);
+}
+
+void copy_rows(Context& ctx, Dispatcher& d, View in, View out, uint32_t n_tokens, uint32_t in_row0, uint32_t in_stride,
+               uint32_t in_offset, uint32_t group_stride, uint32_t n_groups, uint32_t piece, uint32_t out_stride,
+               uint32_t out_offset) {
+  if (n_tokens == 0 || n_groups == 0 || piece == 0) return;
+  const bool vec4 = (in_stride | in_offset | group_stride | piece | out_stride | out_offset) % 4 == 0;
+  const uint32_t vw = vec4 ? 4 : 1;
+  const Kernel& k = ctx.pipeline(vec4 ? "copy_rows_vec4" : "copy_rows_f32", 2, 36);
+  const uint32_t n = n_tokens * n_groups * (piece / vw);
+  const uint32_t push[] = {n,           in_row0,  in_stride / vw,  in_offset / vw, group_stride / vw,
+                           n_groups,    piece / vw, out_stride / vw, out_offset / vw};
+  const View bindings[] = {in, out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 255) / 256, &gx, &gy);
+  d.dispatch(k, bindings, push, gx, gy);
+}
+
+void argmax(Context& ctx, Dispatcher& d, View x, View out, View scratch, uint32_t n) {
+  const uint32_t groups = (n + 2047) / 2048;
+  if (groups > ctx.features().max_groups_x) throw Error(fmt::format("Vulkan argmax: {} values are too many", n));
+  if (n == 0) throw Error("Vulkan argmax: no values");
+  const Kernel& partial = ctx.pipeline("argmax_partial", 2, 4);
+  const Kernel& last = ctx.pipeline("argmax_final", 2, 4);
+  const View first[] = {x, scratch}, second[] = {scratch, out};
+  d.dispatch(partial, first, &n, groups);
+  d.barrier();
+  d.dispatch(last, second, &groups, 1);
+}
+
+}  // namespace zinc::backend::vk

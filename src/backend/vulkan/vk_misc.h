@@ -1,0 +1,62 @@
+// Launchers of the remaining graph ops' kernels: mixture-of-experts routing and combining, the
+// recurrent ops of linear-attention layers (short convolution, gated delta rule), strided row copies
+// (Split, Concat, SelectLast) and greedy argmax. Each records one op's dispatches on a Dispatcher and
+// leaves the barrier after the op to the caller. Activations are float rows [n_tokens][width], packed;
+// views start at Features::offset_alignment; outputs never alias inputs. Small weights (router bias,
+// expert scale, conv taps, A, dt_bias) are F32. The CPU backend (cpu_backend.cpp, cpu_ops.h) is the
+// reference for every one of them. moe_route and argmax use subgroup arithmetic in compute shaders
+// (subgroupSupportedOperations BASIC | ARITHMETIC: every desktop driver and lavapipe) and are correct
+// for any subgroup size the driver picks; the others use none.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/vulkan/vk_context.h"
+
+namespace zinc::backend::vk {
+
+// MoE routing from the router's logits [n_tokens][n_expert] (before logit_scale and bias):
+// ids [n_tokens][n_used] uint32 and weights [n_tokens][n_used] float in selection order (larger first,
+// ties by lower expert index), as CpuExecutable::moe: l = logits * logit_scale + bias, then
+// softmax-then-top-k (topk_softmax false) or top-k-then-softmax (true), then / top-k sum when
+// norm_topk, then * expert_scale[e]. bias and expert_scale ({n_expert} F32) may be empty views.
+// n_expert <= 256, n_used <= 16 (throws otherwise).
+void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
+               uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
+               float logit_scale);
+
+// out[t][i] = sum_k weights[t][k] * y[t][k][i]; y [n_tokens][n_used][width], out [n_tokens][width].
+void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,
+                 uint32_t n_tokens);
+
+// Op::SsmConv: out = silu(causal depthwise conv of (state, x) with w [width][kernel]), state float
+// [kernel - 1][width] updated in place (cpu::ssm_conv). One dispatch; out must not alias x.
+void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out, uint32_t width, uint32_t kernel,
+              uint32_t n_tokens);
+
+// Op::DeltaNet: the gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) and the gated delta rule
+// token by token, state [n_head_v][dk][dv] float updated in place (cpu::gated_delta_rule's layout).
+// q, k [n_tokens][n_head_k * dk]; v, out [n_tokens][n_head_v * dv]; a, b [n_tokens][n_head_v]; A,
+// dt_bias {n_head_v} F32. v head h reads q/k head h % n_head_k when tiled, else h / (n_head_v / n_head_k).
+// One dispatch of ceil(dv / 32) * n_head_v workgroups of 256; dk <= 1024 (throws otherwise).
+void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
+               View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
+               uint32_t n_tokens);
+
+// out[t * out_stride + out_offset + g * piece + i] = in[(t + in_row0) * in_stride + in_offset + g * group_stride + i]
+// for t < n_tokens, g < n_groups, i < piece (all in floats). Split: one call; Concat: one call per
+// part (n_groups 1); SelectLast: in_row0 = the last row, n_tokens 1.
+void copy_rows(Context& ctx, Dispatcher& d, View in, View out, uint32_t n_tokens, uint32_t in_row0, uint32_t in_stride,
+               uint32_t in_offset, uint32_t group_stride, uint32_t n_groups, uint32_t piece, uint32_t out_stride,
+               uint32_t out_offset);
+
+// Bytes of scratch argmax needs for n floats.
+inline size_t argmax_scratch_bytes(uint32_t n) { return 8 * ((size_t{n} + 2047) / 2048); }
+
+// out[0] (uint32) = the index of the largest of x[0, n), as the CPU's greedy sampler picks it: the
+// lowest of equal maxima, NaN never; 0xffffffff when none is above -inf (where Sampler::sample throws:
+// nothing to draw). Two dispatches with a barrier
+// between them; scratch: argmax_scratch_bytes(n) bytes (8 per 2048 floats).
+void argmax(Context& ctx, Dispatcher& d, View x, View out, View scratch, uint32_t n);
+
+}  // namespace zinc::backend::vk

@@ -1,0 +1,372 @@
+// The launchers of vk_misc.h (MoE routing and combining, SsmConv, DeltaNet, strided row copies,
+// argmax) against the CPU backend: its functions where it has them (cpu::ssm_conv,
+// cpu::gated_delta_rule, the greedy sampler), else the CPU executor's inline code (MoE routing, Split,
+// Concat, SelectLast) restated here. Every buffer is bound at an offset of Features::offset_alignment,
+// as the executor's views are.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_misc.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "sample/sampler.h"
+
+namespace zinc::backend::vk {
+namespace {
+
+// A host-visible buffer holding `bytes` after a leading pad of the device's offset alignment, bound
+// through a view that starts past the pad.
+class Buf {
+ public:
+  Buf(Context& ctx, size_t bytes) : ctx_(ctx), pad_(ctx.features().offset_alignment) {
+    b_ = ctx.host_buffer(pad_ + std::max<size_t>(bytes, 4));
+    std::memset(b_.mapped, 0, b_.size);
+  }
+  template <class T>
+  Buf(Context& ctx, const std::vector<T>& v) : Buf(ctx, v.size() * sizeof(T)) {
+    std::memcpy(data(), v.data(), v.size() * sizeof(T));
+  }
+  ~Buf() { ctx_.release(b_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  View view() const { return View{&b_, pad_, b_.size - pad_}; }
+  uint8_t* data() const { return static_cast<uint8_t*>(b_.mapped) + pad_; }
+  template <class T>
+  std::vector<T> read(size_t n) const {
+    std::vector<T> v(n);
+    std::memcpy(v.data(), data(), n * sizeof(T));
+    return v;
+  }
+
+ private:
+  Context& ctx_;
+  size_t pad_;
+  Buffer b_;
+};
+
+// The largest |got - want| over the largest |want| (outputs whose scale is set by the data).
+double scaled_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return worst / scale;
+}
+
+class VulkanMisc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      ctx_ = Context::create();
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    }
+  }
+  std::unique_ptr<Context> ctx_;
+};
+
+// CpuExecutable::moe's routing of one token, restated: ids and weights in selection order.
+void route_on_cpu(const float* logits, const float* bias, const float* expert_scale, int ne, int k, bool topk_first,
+                  bool norm_topk, float scale, uint32_t* ids, float* weights) {
+  std::vector<float> l(logits, logits + ne);
+  if (scale != 1.0f) {
+    for (float& x : l) x *= scale;
+  }
+  if (bias) {
+    for (int e = 0; e < ne; ++e) l[static_cast<size_t>(e)] += bias[e];
+  }
+  if (!topk_first) {
+    const float mx = *std::max_element(l.begin(), l.end());
+    float sum = 0;
+    for (float& x : l) sum += x = std::exp(x - mx);
+    for (float& x : l) x /= sum;
+  }
+  std::vector<int> order(static_cast<size_t>(ne));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)] || (l[static_cast<size_t>(a)] == l[static_cast<size_t>(b)] && a < b);
+  });
+  std::vector<float> w(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) w[static_cast<size_t>(i)] = l[static_cast<size_t>(order[static_cast<size_t>(i)])];
+  if (topk_first) {
+    const float mx = w[0];
+    float sum = 0;
+    for (float& x : w) sum += x = std::exp(x - mx);
+    for (float& x : w) x /= sum;
+  }
+  float top = 0;
+  for (float x : w) top += x;
+  for (int i = 0; i < k; ++i) {
+    const int e = order[static_cast<size_t>(i)];
+    const float wt = norm_topk ? w[static_cast<size_t>(i)] / top : w[static_cast<size_t>(i)];
+    ids[i] = static_cast<uint32_t>(e);
+    weights[i] = expert_scale ? wt * expert_scale[e] : wt;
+  }
+}
+
+TEST_F(VulkanMisc, MoeRoutingMatchesTheCpu) {
+  // Both routings with and without renormalisation, bias, expert scale and logit scale; expert counts
+  // below, at and between multiples of the workgroup; one case of logits rounded to a few values, so
+  // that equal weights must be ordered by expert index as the CPU orders them.
+  struct Case {
+    uint32_t n_expert, n_used;
+    bool topk_first, norm, bias, scale, coarse;
+    float logit_scale;
+  };
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_real_distribution<float> ud(0.5f, 1.5f);
+  const uint32_t n_tok = 5;
+  for (const Case c : {Case{8, 2, false, true, false, false, false, 1.0f}, Case{60, 4, false, false, true, false, false, 1.0f},
+                       Case{128, 8, false, true, false, true, false, 0.5f}, Case{256, 8, false, true, true, false, false, 1.0f},
+                       Case{32, 4, true, false, true, false, false, 1.0f}, Case{128, 16, true, true, false, true, false, 1.0f},
+                       Case{256, 16, false, false, false, false, true, 1.0f}, Case{100, 6, true, false, false, false, true, 2.0f}}) {
+    std::vector<float> logits(static_cast<size_t>(c.n_expert) * n_tok), bias(c.n_expert), es(c.n_expert);
+    for (auto& v : logits) v = c.coarse ? std::round(nd(rng) * 0.5f) : nd(rng);
+    for (auto& v : bias) v = nd(rng) * 0.1f;
+    for (auto& v : es) v = ud(rng);
+    std::vector<uint32_t> want_ids(static_cast<size_t>(c.n_used) * n_tok);
+    std::vector<float> want_w(want_ids.size());
+    for (uint32_t t = 0; t < n_tok; ++t) {
+      route_on_cpu(logits.data() + t * c.n_expert, c.bias ? bias.data() : nullptr, c.scale ? es.data() : nullptr,
+                   static_cast<int>(c.n_expert), static_cast<int>(c.n_used), c.topk_first, c.norm, c.logit_scale,
+                   want_ids.data() + t * c.n_used, want_w.data() + t * c.n_used);
+    }
+    Buf bl(*ctx_, logits), bb(*ctx_, bias), bs(*ctx_, es), bi(*ctx_, want_ids.size() * 4), bw(*ctx_, want_w.size() * 4);
+    moe_route(*ctx_, ctx_->immediate(), bl.view(), c.bias ? bb.view() : View{}, c.scale ? bs.view() : View{}, bi.view(),
+              bw.view(), c.n_expert, c.n_used, n_tok, c.topk_first, c.norm, c.logit_scale);
+    const auto ids = bi.read<uint32_t>(want_ids.size());
+    const auto w = bw.read<float>(want_w.size());
+    EXPECT_EQ(ids, want_ids) << c.n_expert << " experts, top " << c.n_used << (c.topk_first ? " (top-k first)" : "")
+                             << (c.coarse ? " (tied logits)" : "");
+    double worst = 0;
+    for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(w[i]) - want_w[i]));
+    EXPECT_LT(worst, 2e-6) << c.n_expert << " experts, top " << c.n_used;
+  }
+  std::vector<float> one(4);
+  Buf b(*ctx_, one);
+  EXPECT_THROW(moe_route(*ctx_, ctx_->immediate(), b.view(), {}, {}, b.view(), b.view(), 300, 8, 1, false, false, 1.0f),
+               Error);
+}
+
+TEST_F(VulkanMisc, MoeCombineIsTheWeightedSumOfTheExperts) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const uint32_t width : {64u, 30u, 2880u}) {
+    const uint32_t n_used = 4, n_tok = 3;
+    std::vector<float> y(static_cast<size_t>(width) * n_used * n_tok), w(static_cast<size_t>(n_used) * n_tok);
+    for (auto& v : y) v = nd(rng);
+    for (auto& v : w) v = nd(rng);
+    std::vector<float> want(static_cast<size_t>(width) * n_tok);
+    for (uint32_t t = 0; t < n_tok; ++t) {
+      for (uint32_t i = 0; i < width; ++i) {
+        double s = 0;
+        for (uint32_t k = 0; k < n_used; ++k) s += static_cast<double>(w[t * n_used + k]) * y[(static_cast<size_t>(t) * n_used + k) * width + i];
+        want[static_cast<size_t>(t) * width + i] = static_cast<float>(s);
+      }
+    }
+    Buf by(*ctx_, y), bw(*ctx_, w), bo(*ctx_, want.size() * 4);
+    moe_combine(*ctx_, ctx_->immediate(), by.view(), bw.view(), bo.view(), width, n_used, n_tok);
+    EXPECT_LT(scaled_error(bo.read<float>(want.size()), want), 1e-6) << width << " wide";
+  }
+}
+
+TEST_F(VulkanMisc, SsmConvMatchesTheCpuAcrossSteps) {
+  // A prompt longer than one block of tokens, then single-token steps (fewer tokens than the state
+  // holds rows), then a two-token step: outputs and the carried state against cpu::ssm_conv.
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const uint32_t kernel : {4u, 2u}) {
+    const uint32_t width = 200;
+    std::vector<float> w(static_cast<size_t>(width) * kernel), state(static_cast<size_t>(kernel - 1) * width);
+    for (auto& v : w) v = nd(rng);
+    for (auto& v : state) v = nd(rng);
+    Buf bw(*ctx_, w), bs(*ctx_, state);
+    for (const uint32_t n_tok : {19u, 1u, 1u, 2u}) {
+      std::vector<float> x(static_cast<size_t>(width) * n_tok), want(x.size());
+      for (auto& v : x) v = nd(rng);
+      cpu::ssm_conv(x.data(), w.data(), state.data(), want.data(), width, static_cast<int>(kernel), n_tok);
+      Buf bx(*ctx_, x), bo(*ctx_, x.size() * 4);
+      ssm_conv(*ctx_, ctx_->immediate(), bx.view(), bw.view(), bs.view(), bo.view(), width, kernel, n_tok);
+      EXPECT_LT(scaled_error(bo.read<float>(want.size()), want), 1e-6) << "kernel " << kernel << ", " << n_tok << " tokens";
+      EXPECT_EQ(bs.read<float>(state.size()), state) << "kernel " << kernel << ", " << n_tok << " tokens";
+    }
+  }
+}
+
+TEST_F(VulkanMisc, DeltaNetMatchesTheCpuChunkedAndRecurrent) {
+  // Prompts against cpu::gated_delta_rule in both its chunked form (64, as the CPU executor runs
+  // prompts) and token by token, then a decode step continuing from the state each side kept. Shapes:
+  // grouped and tiled heads, full 128 x 128 heads and sizes that leave partial column blocks and row
+  // groups, a prompt that spans two chunks, and an a + dt_bias past softplus's linear cut.
+  struct Case {
+    int n_head_k, n_head_v, dk, dv;
+    bool tiled;
+    int n_tok;
+  };
+  std::mt19937 rng(24);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  ThreadPool pool(1);
+  for (const Case c : {Case{2, 4, 128, 128, false, 6}, Case{2, 6, 40, 48, true, 70}, Case{1, 2, 64, 32, false, 3}}) {
+    const cpu::DeltaNetShape shape{c.n_head_k, c.n_head_v, c.dk, c.dv, c.tiled};
+    const size_t qw = static_cast<size_t>(c.n_head_k * c.dk), vw = static_cast<size_t>(c.n_head_v * c.dv);
+    const auto hv = static_cast<size_t>(c.n_head_v);
+    std::vector<float> A(hv), dt(hv), state0(hv * static_cast<size_t>(c.dk * c.dv));
+    for (auto& v : A) v = -std::exp(ud(rng));
+    for (auto& v : dt) v = ud(rng);
+    for (auto& v : state0) v = nd(rng) * 0.1f;
+    std::vector<float> st_chunk = state0, st_rec = state0;
+    Buf bA(*ctx_, A), bdt(*ctx_, dt), bst(*ctx_, state0);
+    for (const int n : {c.n_tok, 1}) {
+      const auto un = static_cast<size_t>(n);
+      std::vector<float> q(un * qw), k(un * qw), v(un * vw), a(un * hv), b(un * hv);
+      for (auto& x : q) x = nd(rng);
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      for (auto& x : a) x = nd(rng);
+      for (auto& x : b) x = nd(rng);
+      a[0] = 25.0f;
+      // CpuExecutable::delta_net's gates.
+      std::vector<float> g(un * hv), beta(un * hv);
+      for (size_t i = 0; i < un * hv; ++i) {
+        const float x = a[i] + dt[i % hv];
+        g[i] = A[i % hv] * (x > 20.0f ? x : std::log1p(std::exp(x)));
+        beta[i] = 1.0f / (1.0f + std::exp(-b[i]));
+      }
+      std::vector<float> want_chunk(un * vw), want_rec(un * vw);
+      cpu::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), st_chunk.data(), want_chunk.data(), n,
+                            shape, n > 1 ? 64 : 0, pool);
+      cpu::gated_delta_rule(q.data(), k.data(), v.data(), g.data(), beta.data(), st_rec.data(), want_rec.data(), n, shape,
+                            0, pool);
+      Buf bq(*ctx_, q), bk(*ctx_, k), bv(*ctx_, v), ba(*ctx_, a), bb(*ctx_, b), bo(*ctx_, un * vw * 4);
+      delta_net(*ctx_, ctx_->immediate(), bq.view(), bk.view(), bv.view(), ba.view(), bb.view(), bA.view(), bdt.view(),
+                bst.view(), bo.view(), static_cast<uint32_t>(c.n_head_k), static_cast<uint32_t>(c.n_head_v),
+                static_cast<uint32_t>(c.dk), static_cast<uint32_t>(c.dv), c.tiled, static_cast<uint32_t>(n));
+      const auto got = bo.read<float>(un * vw);
+      const auto st = bst.read<float>(state0.size());
+      const std::string what = std::to_string(c.n_head_v) + " heads of " + std::to_string(c.dk) + " x " +
+                               std::to_string(c.dv) + ", " + std::to_string(n) + " tokens";
+      EXPECT_LT(scaled_error(got, want_chunk), 1e-4) << what << " (chunked)";
+      EXPECT_LT(scaled_error(got, want_rec), 1e-4) << what << " (recurrent)";
+      EXPECT_LT(scaled_error(st, st_chunk), 1e-4) << what << " (chunked state)";
+      EXPECT_LT(scaled_error(st, st_rec), 1e-4) << what << " (recurrent state)";
+    }
+  }
+}
+
+TEST_F(VulkanMisc, CopyRowsDoesSplitConcatAndSelectLast) {
+  std::mt19937 rng(25);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const uint32_t n_tok = 7;
+  // Split as the CPU executor does it: n_head groups of group_stride per row, each group's
+  // [group_offset, + piece); once with 4-aligned sizes (16-byte copies), once without.
+  struct Split {
+    uint32_t in_w, n_head, group_stride, group_offset, piece;
+  };
+  for (const Split s : {Split{96, 4, 24, 8, 16}, Split{90, 3, 30, 5, 7}}) {
+    std::vector<float> x(static_cast<size_t>(s.in_w) * n_tok);
+    for (auto& v : x) v = nd(rng);
+    const uint32_t width = s.n_head * s.piece;
+    std::vector<float> want(static_cast<size_t>(width) * n_tok);
+    for (uint32_t t = 0; t < n_tok; ++t) {
+      for (uint32_t gi = 0; gi < s.n_head; ++gi) {
+        std::memcpy(want.data() + t * width + gi * s.piece, x.data() + t * s.in_w + gi * s.group_stride + s.group_offset,
+                    s.piece * sizeof(float));
+      }
+    }
+    Buf bx(*ctx_, x), bo(*ctx_, want.size() * 4);
+    copy_rows(*ctx_, ctx_->immediate(), bx.view(), bo.view(), n_tok, 0, s.in_w, s.group_offset, s.group_stride, s.n_head,
+              s.piece, width, 0);
+    EXPECT_EQ(bo.read<float>(want.size()), want) << "split of " << s.in_w << " into " << s.n_head << " x " << s.piece;
+  }
+  // Concat of parts 12, 5 and 20 wide: one call per part, each into its columns.
+  {
+    const std::vector<uint32_t> widths = {12, 5, 20};
+    const uint32_t width = 37;
+    std::vector<float> want(static_cast<size_t>(width) * n_tok);
+    Buf bo(*ctx_, want.size() * 4);
+    uint32_t at = 0;
+    for (const uint32_t pw : widths) {
+      std::vector<float> x(static_cast<size_t>(pw) * n_tok);
+      for (auto& v : x) v = nd(rng);
+      for (uint32_t t = 0; t < n_tok; ++t) std::memcpy(want.data() + t * width + at, x.data() + t * pw, pw * sizeof(float));
+      Buf bx(*ctx_, x);
+      copy_rows(*ctx_, ctx_->immediate(), bx.view(), bo.view(), n_tok, 0, pw, 0, 0, 1, pw, width, at);
+      at += pw;
+    }
+    EXPECT_EQ(bo.read<float>(want.size()), want) << "concat";
+  }
+  // SelectLast: the last row only.
+  {
+    const uint32_t width = 64;
+    std::vector<float> x(static_cast<size_t>(width) * n_tok);
+    for (auto& v : x) v = nd(rng);
+    const std::vector<float> want(x.end() - width, x.end());
+    Buf bx(*ctx_, x), bo(*ctx_, width * 4);
+    copy_rows(*ctx_, ctx_->immediate(), bx.view(), bo.view(), 1, n_tok - 1, width, 0, 0, 1, width, width, 0);
+    EXPECT_EQ(bo.read<float>(width), want) << "select last";
+  }
+}
+
+TEST_F(VulkanMisc, ArgmaxPicksTheGreedySamplersToken) {
+  // Against sample::Sampler with temperature 0 (Candidates::keep_best): the first of equal maxima,
+  // NaN never, +inf above every finite value, -0 equal to +0; vocabularies from one
+  // workgroup's share to 2^18; through a recording as the executor runs it (two dispatches, a barrier).
+  std::mt19937 rng(26);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    uint32_t n;
+    const char* what;
+  };
+  for (const Case c : {Case{1000, "plain"}, Case{151936, "tie"}, Case{262144, "tie across groups"}, Case{70000, "nan"},
+                       Case{5000, "inf"}, Case{2048, "negative zero"}}) {
+    const std::string what = c.what;
+    std::vector<float> x(c.n);
+    for (auto& v : x) v = nd(rng);
+    if (what == "tie") x[5000] = x[90000] = x[150000] = 100.0f;
+    if (what == "tie across groups") x[2047] = x[2048] = x[200000] = 50.0f;
+    if (what == "nan") {
+      x[10] = nan;
+      x[69999] = 60.0f;
+      x[0] = nan;
+    }
+    if (what == "inf") x[4000] = x[4500] = inf;
+    if (what == "negative zero") {
+      for (auto& v : x) v = -std::fabs(v) - 1.0f;
+      x[700] = -0.0f;
+      x[1500] = 0.0f;
+    }
+    sample::Sampler greedy(sample::SamplerParams::greedy());
+    const auto want = static_cast<uint32_t>(greedy.sample(x));
+    Buf bx(*ctx_, x), bo(*ctx_, 4), bs(*ctx_, argmax_scratch_bytes(c.n));
+    Recording rec(*ctx_, 2);
+    argmax(*ctx_, rec, bx.view(), bo.view(), bs.view(), c.n);
+    rec.submit_and_wait();
+    EXPECT_EQ(bo.read<uint32_t>(1)[0], want) << what << ", " << c.n << " values";
+  }
+  // Nothing to draw (the sampler throws): every value -inf or NaN.
+  for (const float fill : {-inf, nan}) {
+    std::vector<float> x(3000, fill);
+    x[2999] = -inf;
+    sample::Sampler greedy(sample::SamplerParams::greedy());
+    EXPECT_THROW(greedy.sample(x), Error);
+    Buf bx(*ctx_, x), bo(*ctx_, 4), bs(*ctx_, argmax_scratch_bytes(3000));
+    argmax(*ctx_, ctx_->immediate(), bx.view(), bo.view(), bs.view(), 3000);
+    EXPECT_EQ(bo.read<uint32_t>(1)[0], 0xffffffffu) << (fill < 0 ? "all -inf" : "NaN and -inf");
+  }
+}
+
+}  // namespace
+}  // namespace zinc::backend::vk
