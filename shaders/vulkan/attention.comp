@@ -1,0 +1,326 @@
+#version 450
+//! variant f32 TYPE_F32
+//! variant f16 TYPE_F16
+//! variant q8_0 TYPE_Q8_0
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+// Causal attention over one layer's KV cache (graph Op::Attention; CpuExecutable::attention is the
+// reference): for query row (token t, head h), pos = n_past + t attends cache rows [lo, pos], lo =
+// pos - window + 1 (>= 0) with a sliding window, else 0; kv head h / (n_head / n_head_kv); score =
+// (q . k) * scale, then cap * tanh(score / cap) with a softcap; softmax (a head's sink, when given,
+// is one more logit whose value row is zero); out = sum p_j v_j. One kernel for decode and prefill,
+// FlashAttention-2's online softmax with flash-decoding's split of the key range (Dao 2023;
+// Dao, Haziza, Massa, Sizov 2023):
+//   - A workgroup takes NR query rows that read the same kv head (the GQA group's heads of one or more
+//     tokens: rows i = t * G + g of kv head hk, G = n_head / n_head_kv), so a cache row is read once per
+//     kv head, not once per q head, and one split of the union of those rows' key ranges. Split count
+//     and grid are fixed at record time; n_past comes from the step buffer, so each workgroup derives
+//     its key range at run time and loops over as many tiles as there are.
+//   - Per tile of TK keys: the K tile is staged in shared memory as floats, DC head dims at a time;
+//     the scores (NR x TK) are register tiles of RS rows x KS keys per invocation; each row's max is
+//     a subgroup reduction across the NKT invocations that share the row (through shared memory only
+//     where a subgroup is narrower than NKT); p = exp(s - m) goes to shared memory; then each
+//     invocation scales and accumulates RV rows x CV dims of the output with V read straight from the
+//     cache (consecutive invocations read consecutive dims of a row).
+//   - One split: the workgroup writes out (applying the sink and 1 / l). Several: it writes (m, l) and
+//     the unnormalised acc per row to scratch and attention_reduce.comp merges the splits.
+// Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
+// and the out or scratch rows. The score-row to invocation mapping is taken in subgroup order
+// (gl_SubgroupID, gl_SubgroupInvocationID), so the reductions are right for any subgroup size, given
+// full subgroups (128 is a multiple of every subgroup size).
+// Bindings: 0 q [n_tokens][n_head * HD] floats; 1 K cache, 2 V cache: rows of kv_width in the cache
+// type (TYPE_F32, TYPE_F16 packed halves, TYPE_Q8_0 GGUF blocks); 3 sinks [n_head] floats; 4 step
+// (word 0: n_past); 5 out [n_tokens][n_head * HD]; 6 scratch: (m, l) [n_split][n_tokens * n_head]
+// then acc [n_split][n_tokens * n_head][HD].
+// Grid: (n_split, ceil(n_tokens * G / NR), n_head_kv).
+layout(local_size_x = 128) in;
+
+layout(constant_id = 0) const uint HD = 128;  // head_dim, a multiple of 4, at most 512
+layout(constant_id = 1) const uint NR = 4;    // query rows per workgroup (power of two)
+layout(constant_id = 2) const uint TK = 32;   // keys per tile
+layout(constant_id = 3) const uint DC = 128;  // head dims of K staged at once (divides HD, multiple of 4)
+layout(constant_id = 4) const uint NKT = 32;  // invocations sharing a score row (power of two, divides 128)
+layout(constant_id = 5) const uint CV = 4;    // output dims per invocation (1, 2 or 4; divides HD)
+layout(constant_id = 6) const uint NVR = 4;   // output row groups (NVR * HD / CV <= 128)
+const uint NRT = 128 / NKT;                   // score row groups
+const uint RS = NR / NRT;                     // score rows per invocation
+const uint KS = TK / NKT;                     // score keys per invocation
+const uint NVD = HD / CV;                     // output dim groups
+const uint RV = NR / NVR;                     // output rows per invocation
+const uint KSTRIDE = DC / 4 + 1;              // vec4s per staged K row (padded against bank conflicts)
+const uint PSTRIDE = TK + 1;
+
+layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };
+#if defined(TYPE_F32)
+layout(std430, binding = 1) readonly buffer KC4 { vec4 kc4[]; };
+layout(std430, binding = 1) readonly buffer KC2 { vec2 kc2[]; };
+layout(std430, binding = 1) readonly buffer KC1 { float kc1[]; };
+layout(std430, binding = 2) readonly buffer VC4 { vec4 vc4[]; };
+layout(std430, binding = 2) readonly buffer VC2 { vec2 vc2[]; };
+layout(std430, binding = 2) readonly buffer VC1 { float vc1[]; };
+#elif defined(TYPE_F16)
+layout(std430, binding = 1) readonly buffer KC2 { uvec2 kc2[]; };  // 4 halves
+layout(std430, binding = 1) readonly buffer KC1 { uint kc1[]; };   // 2 halves
+layout(std430, binding = 2) readonly buffer VC2 { uvec2 vc2[]; };
+layout(std430, binding = 2) readonly buffer VC1 { uint vc1[]; };
+#elif defined(TYPE_Q8_0)
+layout(std430, binding = 1) readonly buffer KC1 { uint kc1[]; };
+layout(std430, binding = 2) readonly buffer VC1 { uint vc1[]; };
+#else
+#error "define one TYPE_*"
+#endif
+layout(std430, binding = 3) readonly buffer Sinks { float sinks[]; };
+layout(std430, binding = 4) readonly buffer Step { uint step[]; };
+layout(std430, binding = 5) writeonly buffer Out { float o[]; };
+layout(std430, binding = 6) writeonly buffer Scratch { float sc[]; };
+layout(std430, binding = 6) writeonly buffer Scratch2 { vec2 sc2[]; };
+layout(push_constant) uniform Params {
+  uint n_tokens;
+  uint n_head;
+  uint n_head_kv;
+  uint kv_width;   // elements per cache row (n_head_kv * HD)
+  uint row_bytes;  // TYPE_Q8_0: bytes per cache row
+  uint window;     // sliding window (0: full causal)
+  uint n_split;
+  uint has_sinks;
+  float scale;
+  float softcap;   // 0: none
+} p;
+
+shared vec4 Qs[NR * HD / 4];     // the rows' q, times scale
+shared vec4 Ks[TK * KSTRIDE];    // K tile, DC dims
+shared float Ps[NR * PSTRIDE];   // p of the tile
+shared float Alpha[NR];          // exp(m_old - m_new) of the tile
+shared float Mfin[NR];
+shared float Red[RS * 128];      // per-subgroup row maxima, where a subgroup is narrower than NKT
+
+const float MASKED = -1.0e38;    // a score outside the row's range (and m before any key)
+
+// Cache element loads: CV (or 4) consecutive elements of row `row` from column `col` (a multiple of
+// the count), as floats.
+#if defined(TYPE_F32)
+vec4 load4(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  return v ? vc4[e >> 2] : kc4[e >> 2];
+}
+vec2 load2(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  return v ? vc2[e >> 1] : kc2[e >> 1];
+}
+float load1(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  return v ? vc1[e] : kc1[e];
+}
+#elif defined(TYPE_F16)
+vec4 load4(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  const uvec2 u = v ? vc2[e >> 2] : kc2[e >> 2];
+  return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
+}
+vec2 load2(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  return unpackHalf2x16(v ? vc1[e >> 1] : kc1[e >> 1]);
+}
+float load1(bool v, uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  return unpackHalf2x16((v ? vc1[e >> 1] : kc1[e >> 1]) >> ((e & 1u) * 16u)).x;
+}
+#elif defined(TYPE_Q8_0)
+// 34-byte blocks (fp16 d, 32 int8 codes); every block starts at an even byte.
+uint word(bool v, uint i) { return v ? vc1[i] : kc1[i]; }
+float block_d(bool v, uint row, uint col) {
+  const uint off = row * p.row_bytes + (col >> 5) * 34u;
+  return unpackHalf2x16(word(v, off >> 2) >> ((off & 2u) * 8u)).x;
+}
+uint code_off(uint row, uint col) { return row * p.row_bytes + (col >> 5) * 34u + 2u + (col & 31u); }
+vec4 load4(bool v, uint row, uint col) {
+  const uint off = code_off(row, col);  // even
+  const uint w0 = word(v, off >> 2);
+  const int c = int((off & 2u) == 0u ? w0 : (w0 >> 16) | (word(v, (off >> 2) + 1u) << 16));
+  return block_d(v, row, col) *
+         vec4(bitfieldExtract(c, 0, 8), bitfieldExtract(c, 8, 8), bitfieldExtract(c, 16, 8), bitfieldExtract(c, 24, 8));
+}
+vec2 load2(bool v, uint row, uint col) {
+  const uint off = code_off(row, col);  // even
+  const int c = int(word(v, off >> 2) >> ((off & 2u) * 8u));
+  return block_d(v, row, col) * vec2(bitfieldExtract(c, 0, 8), bitfieldExtract(c, 8, 8));
+}
+float load1(bool v, uint row, uint col) {
+  const uint off = code_off(row, col);
+  return block_d(v, row, col) * float(bitfieldExtract(int(word(v, off >> 2) >> ((off & 3u) * 8u)), 0, 8));
+}
+#endif
+
+// tanh without exp overflow for large |x|.
+float tanh_safe(float x) {
+  const float e = exp(-2.0 * abs(x));
+  return sign(x) * (1.0 - e) / (1.0 + e);
+}
+
+// First cache row visible at position pos.
+uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
+
+void main() {
+  const uint tid = gl_LocalInvocationIndex;
+  const uint split = gl_WorkGroupID.x, blk = gl_WorkGroupID.y, hk = gl_WorkGroupID.z;
+  const uint G = p.n_head / p.n_head_kv;
+  const uint n_rows = p.n_tokens * G;    // query rows of this kv head
+  const uint rows_all = p.n_tokens * p.n_head;
+  const uint row0 = blk * NR;
+  const uint n_past = step[0];
+
+  // The union of the rows' key ranges, and this split's part of it (whole tiles).
+  const uint last_row = min(row0 + NR, n_rows) - 1u;
+  const uint k_hi = n_past + last_row / G + 1u;  // exclusive
+  const uint k_lo = first_key(n_past + row0 / G);
+  const uint chunk = ((k_hi - k_lo + p.n_split - 1u) / p.n_split + TK - 1u) / TK * TK;
+  const uint k_begin = k_lo + split * chunk;
+  const uint k_end = min(k_hi, k_begin + chunk);
+  if (k_begin >= k_end) {
+    // An empty split (short sequence): l = 0 tells the reduction to skip it.
+    for (uint r = tid; r < NR; r += 128u) {
+      const uint gi = row0 + r;
+      if (gi < n_rows) sc2[split * rows_all + (gi / G) * p.n_head + hk * G + gi % G] = vec2(MASKED, 0.0);
+    }
+    return;
+  }
+
+  // Score role: RS rows (rt * RS + a) x KS keys (kt + b * NKT), rows' invocations adjacent in a subgroup.
+  const uint role = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+  const uint kt = role % NKT, rt = role / NKT;
+  // Output role: RV rows (rg * RV + a) x CV dims (dg * CV + c).
+  const uint dg = tid % NVD, rg = tid / NVD;
+  const bool v_on = rg < NVR;
+
+  for (uint i = tid; i < NR * HD / 4u; i += 128u) {
+    const uint r = i / (HD / 4u), c = i % (HD / 4u), gi = row0 + r;
+    vec4 x = vec4(0.0);
+    if (gi < n_rows) x = q4[((gi / G) * p.n_head + hk * G + gi % G) * (HD / 4u) + c] * p.scale;
+    Qs[i] = x;
+  }
+
+  int lo[RS], hi[RS];  // the score rows' visible keys (hi = -1: a padding row)
+  float m_run[RS];
+  for (uint a = 0u; a < RS; ++a) {
+    const uint gi = row0 + rt * RS + a;
+    const uint pos = n_past + gi / G;
+    hi[a] = gi < n_rows ? int(pos) : -1;
+    lo[a] = int(first_key(pos));
+    m_run[a] = MASKED;
+  }
+  float l_run[RV], acc[RV * CV];
+  for (uint a = 0u; a < RV; ++a) l_run[a] = 0.0;
+  for (uint i = 0u; i < RV * CV; ++i) acc[i] = 0.0;
+
+  for (uint key0 = k_begin; key0 < k_end; key0 += TK) {
+    float s[RS * KS];
+    for (uint i = 0u; i < RS * KS; ++i) s[i] = 0.0;
+    for (uint c0 = 0u; c0 < HD; c0 += DC) {
+      if (c0 > 0u) barrier();  // the previous chunk's readers are done
+      // Keys past k_end read the last row of the range instead (in the cache, written) and are masked.
+      for (uint i = tid; i < TK * DC / 4u; i += 128u) {
+        const uint j = i / (DC / 4u), c = i % (DC / 4u);
+        Ks[j * KSTRIDE + c] = load4(false, min(key0 + j, k_end - 1u), hk * HD + c0 + 4u * c);
+      }
+      barrier();
+      for (uint d4 = 0u; d4 < DC / 4u; ++d4) {
+        vec4 qv[RS];
+        for (uint a = 0u; a < RS; ++a) qv[a] = Qs[(rt * RS + a) * (HD / 4u) + c0 / 4u + d4];
+        for (uint b = 0u; b < KS; ++b) {
+          const vec4 kv = Ks[(kt + b * NKT) * KSTRIDE + d4];
+          for (uint a = 0u; a < RS; ++a) s[a * KS + b] += dot(qv[a], kv);
+        }
+      }
+    }
+
+    // Mask and cap; each row's tile maximum across the NKT invocations that hold the row.
+    float mx[RS];
+    for (uint a = 0u; a < RS; ++a) {
+      mx[a] = MASKED;
+      for (uint b = 0u; b < KS; ++b) {
+        const int key = int(key0 + kt + b * NKT);
+        float x = s[a * KS + b];
+        if (p.softcap > 0.0) x = p.softcap * tanh_safe(x / p.softcap);
+        x = key < int(k_end) && key >= lo[a] && key <= hi[a] ? x : MASKED;
+        s[a * KS + b] = x;
+        mx[a] = max(mx[a], x);
+      }
+      if (NKT >= gl_SubgroupSize) {
+        mx[a] = subgroupMax(mx[a]);
+      } else {
+        for (uint off = 1u; off < NKT; off <<= 1) mx[a] = max(mx[a], subgroupShuffleXor(mx[a], off));
+      }
+    }
+    if (NKT > gl_SubgroupSize) {
+      const uint per = NKT / gl_SubgroupSize;
+      if (gl_SubgroupInvocationID == 0u) {
+        for (uint a = 0u; a < RS; ++a) Red[a * 128u + gl_SubgroupID] = mx[a];
+      }
+      barrier();
+      for (uint a = 0u; a < RS; ++a) {
+        for (uint i = 0u; i < per; ++i) mx[a] = max(mx[a], Red[a * 128u + rt * per + i]);
+      }
+    }
+    for (uint a = 0u; a < RS; ++a) {
+      const uint r = rt * RS + a;
+      const float m_new = max(m_run[a], mx[a]);
+      if (kt == 0u) Alpha[r] = exp(m_run[a] - m_new);
+      m_run[a] = m_new;
+      for (uint b = 0u; b < KS; ++b) {
+        const float x = s[a * KS + b];
+        Ps[r * PSTRIDE + kt + b * NKT] = x == MASKED ? 0.0 : exp(x - m_new);
+      }
+    }
+    barrier();
+
+    if (v_on) {
+      for (uint a = 0u; a < RV; ++a) {
+        const float al = Alpha[rg * RV + a];
+        l_run[a] *= al;
+        for (uint c = 0u; c < CV; ++c) acc[a * CV + c] *= al;
+      }
+      // A whole tile every time (a constant trip count the compiler unrolls): keys past k_end have
+      // p = 0 and read the range's last row.
+      const uint col = hk * HD + dg * CV;
+      for (uint j = 0u; j < TK; ++j) {
+        const uint key = min(key0 + j, k_end - 1u);
+        vec4 v = vec4(0.0);
+        if (CV == 4u) v = load4(true, key, col);
+        else if (CV == 2u) v.xy = load2(true, key, col);
+        else v.x = load1(true, key, col);
+        for (uint a = 0u; a < RV; ++a) {
+          const float pj = Ps[(rg * RV + a) * PSTRIDE + j];
+          l_run[a] += pj;
+          for (uint c = 0u; c < CV; ++c) acc[a * CV + c] += pj * v[c];
+        }
+      }
+    }
+  }
+
+  if (kt == 0u) {
+    for (uint a = 0u; a < RS; ++a) Mfin[rt * RS + a] = m_run[a];
+  }
+  barrier();
+  if (!v_on) return;
+  for (uint a = 0u; a < RV; ++a) {
+    const uint r = rg * RV + a, gi = row0 + r;
+    if (gi >= n_rows) continue;
+    const uint h = hk * G + gi % G, orow = (gi / G) * p.n_head + h;
+    if (p.n_split == 1u) {
+      float m = Mfin[r], l = l_run[a], f = 1.0;
+      if (p.has_sinks != 0u) {
+        const float sink = sinks[h], m2 = max(m, sink);
+        f = exp(m - m2);
+        l = l * f + exp(sink - m2);
+      }
+      f /= l;
+      for (uint c = 0u; c < CV; ++c) o[orow * HD + dg * CV + c] = acc[a * CV + c] * f;
+    } else {
+      const uint sr = split * rows_all + orow;
+      if (dg == 0u) sc2[sr] = vec2(Mfin[r], l_run[a]);
+      const uint base = 2u * p.n_split * rows_all + sr * HD + dg * CV;
+      for (uint c = 0u; c < CV; ++c) sc[base + c] = acc[a * CV + c];
+    }
+  }
+}

@@ -1,0 +1,214 @@
+#include "backend/vulkan/vk_attention.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace zinc::backend::vk {
+
+namespace {
+
+// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
+  const uint32_t max_x = ctx.features().max_groups_x;
+  *gy = (groups + max_x - 1) / max_x;
+  *gx = (groups + *gy - 1) / *gy;
+}
+
+uint32_t pow2_at_least(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+uint32_t pow2_at_most(uint32_t n) {
+  uint32_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+// The shape of attention.comp for one call (its specialization constants, in their order, then the
+// grid). 128 invocations per workgroup throughout.
+struct Plan {
+  uint32_t hd, nr, tk, dc, nkt, cv, nvr;  // spec constants 0..6
+  uint32_t n_blk, n_split;
+};
+
+// Shared memory of attention.comp for a plan, in bytes (its `shared` declarations).
+size_t shared_bytes(const Plan& p) {
+  const size_t rs = p.nr / (128 / p.nkt);
+  return 4 * (static_cast<size_t>(p.nr) * p.hd + static_cast<size_t>(p.tk) * (p.dc + 4) + p.nr * (p.tk + 1) + 2 * p.nr +
+              rs * 128);
+}
+
+// Query rows per workgroup: the GQA group of every token in the block, up to 64 rows and 4096 floats
+// of q; keys per tile and the invocations sharing a score row follow from it so that 128 invocations
+// cover NR x TK scores; K is staged DC dims at a time within the device's shared memory.
+Plan make_plan(const Features& f, const AttentionArgs& a) {
+  const uint32_t hd = a.head_dim, rows = a.n_tokens * (a.n_head / a.n_head_kv);
+  Plan p{};
+  p.hd = hd;
+  p.nr = std::min({pow2_at_least(rows), 64u, pow2_at_most(std::max(1u, 4096 / hd))});
+  for (;;) {
+    p.nkt = 128 / std::min(p.nr, 16u);
+    p.tk = std::max(32u, p.nkt);
+    // The widest K chunk (a divisor of head_dim, a multiple of 4, at most 8192 floats) that fits:
+    // each chunk costs two barriers per tile.
+    p.dc = 0;
+    for (uint32_t dc = std::min(hd, 8192 / p.tk) / 4 * 4; dc >= 4 && p.dc == 0; dc -= 4) {
+      Plan t = p;
+      t.dc = dc;
+      if (hd % dc == 0 && shared_bytes(t) <= f.shared_memory) p.dc = dc;
+    }
+    if (p.dc != 0) break;
+    if (p.nr == 1) {
+      throw Error(
+          fmt::format("Vulkan attention: head_dim {} does not fit {} bytes of shared memory", hd, f.shared_memory));
+    }
+    p.nr /= 2;
+  }
+  // Output dims per invocation: 4 (wide loads) unless that leaves invocations idle.
+  p.cv = 4;
+  while (p.cv > 1 && (hd / p.cv) * p.nr < 128 && hd / (p.cv / 2) <= 128) p.cv /= 2;
+  p.nvr = std::min(p.nr, pow2_at_most(128 / (hd / p.cv)));
+  p.n_blk = (rows + p.nr - 1) / p.nr;
+  p.n_split = a.n_split;
+  if (p.n_split == 0) {
+    // Enough workgroups to fill a large GPU several times over, but no split shorter than two tiles of
+    // the whole cache (short sequences leave the later splits empty; they cost one store each).
+    const uint32_t wgs = p.n_blk * a.n_head_kv;
+    const uint32_t most = std::clamp(a.n_ctx / (2 * p.tk), 1u, 128u);
+    p.n_split = std::clamp((512 + wgs - 1) / wgs, 1u, most);
+  }
+  return p;
+}
+
+void check_args(const AttentionArgs& a) {
+  if (a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0) {
+    throw Error(fmt::format("Vulkan attention: {} heads do not group over {} kv heads", a.n_head, a.n_head_kv));
+  }
+  if (a.head_dim == 0 || a.head_dim % 4 != 0 || a.head_dim > 512) {
+    throw Error(fmt::format("Vulkan attention: head_dim {} is not a multiple of 4 up to 512", a.head_dim));
+  }
+  if (a.type == KvCacheType::Q8_0 && (a.n_head_kv * a.head_dim) % 32 != 0) {
+    throw Error(fmt::format("Vulkan attention: a Q8_0 cache needs rows of whole blocks ({} elements)",
+                            a.n_head_kv * a.head_dim));
+  }
+  if (a.n_tokens == 0) throw Error("Vulkan attention: no tokens");
+}
+
+const char* type_suffix(KvCacheType type) {
+  switch (type) {
+    case KvCacheType::F32: return "f32";
+    case KvCacheType::F16: return "f16";
+    case KvCacheType::Q8_0: return "q8_0";
+  }
+  return "f32";
+}
+
+}  // namespace
+
+size_t kv_row_bytes(KvCacheType type, uint32_t kv_width) {
+  switch (type) {
+    case KvCacheType::F32: return size_t{4} * kv_width;
+    case KvCacheType::F16: return size_t{2} * kv_width;
+    case KvCacheType::Q8_0: return size_t{34} * (kv_width / 32);
+  }
+  return 0;
+}
+
+void kv_store(Context& ctx, Dispatcher& d, KvCacheType type, View k, View v, View k_cache, View v_cache, View step,
+              uint32_t kv_width, uint32_t n_tokens) {
+  uint32_t per = 1;
+  if (type == KvCacheType::F16) per = 2;
+  if (type == KvCacheType::Q8_0) per = 32;
+  if (kv_width % per != 0)
+    throw Error(fmt::format("Vulkan kv_store: kv_width {} is not a multiple of {}", kv_width, per));
+  const Kernel& kern = ctx.pipeline(std::string("kv_store_") + type_suffix(type), 5, 12);
+  const uint32_t n = n_tokens * kv_width / per;
+  const uint32_t push[] = {kv_width, n, static_cast<uint32_t>(kv_row_bytes(type, kv_width))};
+  const View bindings[] = {k, v, k_cache, v_cache, step};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 255) / 256, &gx, &gy);
+  d.dispatch(kern, bindings, push, gx, gy);
+}
+
+uint32_t attention_splits(const Context& ctx, const AttentionArgs& a) {
+  check_args(a);
+  return make_plan(ctx.features(), a).n_split;
+}
+
+size_t attention_scratch_bytes(uint32_t n_split, uint32_t n_head, uint32_t head_dim, uint32_t n_tokens) {
+  if (n_split <= 1) return 0;
+  return size_t{4} * n_split * n_tokens * n_head * (head_dim + 2);
+}
+
+size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                               uint32_t max_tokens, uint32_t n_ctx) {
+  AttentionArgs a;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = head_dim;
+  a.n_tokens = 1;
+  a.n_ctx = n_ctx;
+  check_args(a);
+  size_t most = 0;
+  for (uint32_t n = 1; n <= max_tokens; ++n) {
+    a.n_tokens = n;
+    most = std::max(most, attention_scratch_bytes(make_plan(ctx.features(), a).n_split, n_head, head_dim, n));
+  }
+  return most;
+}
+
+void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
+  check_args(a);
+  const Plan p = make_plan(ctx.features(), a);
+  if (p.n_blk > ctx.features().max_groups_x) {
+    throw Error(
+        fmt::format("Vulkan attention: {} tokens need {} row blocks, over the device's limit", a.n_tokens, p.n_blk));
+  }
+  const uint32_t spec[] = {p.hd, p.nr, p.tk, p.dc, p.nkt, p.cv, p.nvr};
+  const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 7, 40, spec);
+  const uint32_t kv_width = a.n_head_kv * a.head_dim;
+  struct {
+    uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
+    float scale, softcap;
+  } push{a.n_tokens,
+         a.n_head,
+         a.n_head_kv,
+         kv_width,
+         static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
+         a.sliding_window,
+         p.n_split,
+         a.sinks.buffer ? 1u : 0u,
+         a.scale,
+         a.softcap};
+  // Absent bindings are bound to q (never read or written).
+  const View sinks = a.sinks.buffer ? a.sinks : a.q;
+  const View scratch = p.n_split > 1 ? a.scratch : a.q;
+  if (p.n_split > 1) {
+    const size_t need = attention_scratch_bytes(p.n_split, a.n_head, a.head_dim, a.n_tokens);
+    const size_t have = !a.scratch.buffer ? 0
+                        : a.scratch.bytes ? a.scratch.bytes
+                                          : a.scratch.buffer->size - a.scratch.offset;
+    if (have < need) {
+      throw Error(fmt::format("Vulkan attention: {} key-range splits need {} bytes of scratch, given {}", p.n_split,
+                              need, have));
+    }
+  }
+  const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch};
+  d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
+  if (p.n_split == 1) return;
+  d.barrier();
+  const Kernel& r = ctx.pipeline("attention_reduce", 3, 20);
+  const uint32_t n_rows = a.n_tokens * a.n_head;
+  const uint32_t rpush[] = {p.n_split, n_rows, a.n_head, a.head_dim, a.sinks.buffer ? 1u : 0u};
+  const View rbind[] = {a.scratch, sinks, a.out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, n_rows, &gx, &gy);
+  d.dispatch(r, rbind, rpush, gx, gy);
+}
+
+}  // namespace zinc::backend::vk

@@ -1,0 +1,416 @@
+// Vulkan attention (kv_store and attention launchers) against the graph op's definition in float64:
+// the caches are written through kv_store, read back and decoded by the CPU's dequantize_row, and the
+// reference attends over exactly those values (so F16 and Q8_0 caches need no looser bound than F32).
+// kv_store itself is checked against the CPU quantizer byte for byte (up to the last bit of rounding).
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/vk_attention.h"
+#include "backend/vulkan/vk_context.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc::backend::vk {
+namespace {
+
+gguf::TensorType tensor_type(KvCacheType t) {
+  switch (t) {
+    case KvCacheType::F32: return gguf::TensorType::F32;
+    case KvCacheType::F16: return gguf::TensorType::F16;
+    case KvCacheType::Q8_0: return gguf::TensorType::Q8_0;
+  }
+  return gguf::TensorType::F32;
+}
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float sd = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+class VulkanAttention : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      ctx_ = Context::create();
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    }
+  }
+  std::unique_ptr<Context> ctx_;
+};
+
+// One layer's K and V caches in one buffer (V at the next aligned offset, as an executor packs them),
+// rows beyond those written filled with 0xff bytes (NaN in F32 and F16) that attention must not read.
+struct Caches {
+  Context& ctx;
+  KvCacheType type;
+  uint32_t kv_width, n_ctx;
+  size_t row_bytes, bytes, v_offset;
+  Buffer buf;
+  Caches(Context& c, KvCacheType t, uint32_t width, uint32_t rows)
+      : ctx(c),
+        type(t),
+        kv_width(width),
+        n_ctx(rows),
+        row_bytes(kv_row_bytes(t, width)),
+        bytes(align_up(row_bytes * rows, 4)),
+        v_offset(align_up(row_bytes * rows, c.features().offset_alignment)) {
+    buf = ctx.host_buffer(v_offset + bytes);
+    std::memset(buf.mapped, 0xff, v_offset + bytes);
+  }
+  ~Caches() { ctx.release(buf); }
+  View k() const { return {&buf, 0, bytes}; }
+  View v() const { return {&buf, v_offset, bytes}; }
+  const uint8_t* raw(bool is_v) const { return static_cast<const uint8_t*>(buf.mapped) + (is_v ? v_offset : 0); }
+  // Rows [0, rows) decoded to floats.
+  std::vector<float> decoded(bool is_v, uint32_t rows) const {
+    std::vector<float> out(static_cast<size_t>(rows) * kv_width);
+    for (uint32_t r = 0; r < rows; ++r) {
+      quant::dequantize_row(tensor_type(type), raw(is_v) + r * row_bytes,
+                            out.data() + static_cast<size_t>(r) * kv_width, kv_width);
+    }
+    return out;
+  }
+};
+
+// A host buffer holding floats.
+struct Floats {
+  Context& ctx;
+  Buffer buf;
+  Floats(Context& c, const std::vector<float>& v) : ctx(c), buf(c.host_buffer(std::max<size_t>(16, v.size() * 4))) {
+    std::memcpy(buf.mapped, v.data(), v.size() * 4);
+  }
+  Floats(Context& c, size_t n) : ctx(c), buf(c.host_buffer(std::max<size_t>(16, n * 4))) {}
+  ~Floats() { ctx.release(buf); }
+  void set(const std::vector<float>& v) { std::memcpy(buf.mapped, v.data(), v.size() * 4); }
+  const float* data() const { return static_cast<const float*>(buf.mapped); }
+  View view() const { return {&buf, 0, 0}; }
+};
+
+struct Step {
+  Context& ctx;
+  Buffer buf;
+  explicit Step(Context& c) : ctx(c), buf(c.host_buffer(16)) { std::memset(buf.mapped, 0, 16); }
+  ~Step() { ctx.release(buf); }
+  void set(uint32_t n_past, uint32_t n_tokens) {
+    static_cast<uint32_t*>(buf.mapped)[0] = n_past;
+    static_cast<uint32_t*>(buf.mapped)[1] = n_tokens;
+  }
+  View view() const { return {&buf, 0, 16}; }
+};
+
+struct Case {
+  const char* name;
+  KvCacheType type;
+  uint32_t n_head, n_head_kv, head_dim, n_tokens, n_past;
+  uint32_t window = 0;
+  float softcap = 0;
+  bool sinks = false;
+  uint32_t n_split = 0;  // 0: the launcher's choice
+};
+
+// The graph op's definition in float64 (CpuExecutable::attention): out [n_tokens][n_head * head_dim].
+std::vector<double> reference(const Case& c, const std::vector<float>& q, const std::vector<float>& kf,
+                              const std::vector<float>& vf, const std::vector<float>& sinks, float scale) {
+  const uint32_t hd = c.head_dim, kw = c.n_head_kv * hd, qw = c.n_head * hd, group = c.n_head / c.n_head_kv;
+  std::vector<double> out(static_cast<size_t>(c.n_tokens) * qw);
+  for (uint32_t t = 0; t < c.n_tokens; ++t) {
+    const int64_t pos = c.n_past + t;
+    const int64_t lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+    for (uint32_t h = 0; h < c.n_head; ++h) {
+      const size_t koff = static_cast<size_t>(h / group) * hd;
+      std::vector<double> sc(static_cast<size_t>(pos - lo + 1));
+      double mx = -INFINITY;
+      for (int64_t j = lo; j <= pos; ++j) {
+        double s = 0;
+        for (uint32_t i = 0; i < hd; ++i) {
+          s += static_cast<double>(q[static_cast<size_t>(t) * qw + h * hd + i]) *
+               kf[static_cast<size_t>(j) * kw + koff + i];
+        }
+        s *= scale;
+        if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+        sc[static_cast<size_t>(j - lo)] = s;
+        mx = std::max(mx, s);
+      }
+      if (c.sinks) mx = std::max(mx, static_cast<double>(sinks[h]));
+      double sum = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
+      for (double& s : sc) sum += (s = std::exp(s - mx));
+      for (uint32_t i = 0; i < hd; ++i) {
+        double a = 0;
+        for (int64_t j = lo; j <= pos; ++j)
+          a += sc[static_cast<size_t>(j - lo)] * vf[static_cast<size_t>(j) * kw + koff + i];
+        out[static_cast<size_t>(t) * qw + h * hd + i] = a / sum;
+      }
+    }
+  }
+  return out;
+}
+
+// Worst |got - want| over the output, scaled by the largest |want| (outputs are convex combinations of
+// V rows, so that is their natural size).
+double worst_error(const float* got, const std::vector<double>& want) {
+  double mag = 1e-30, worst = 0;
+  for (double w : want) mag = std::max(mag, std::fabs(w));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]);
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst / mag;
+}
+
+// Writes a history of n_past rows and then the step's rows through kv_store, runs attention and
+// compares with the reference over the cache as stored.
+void run_case(Context& ctx, const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const uint32_t hd = c.head_dim, kw = c.n_head_kv * hd, qw = c.n_head * hd;
+  const uint32_t n_ctx = c.n_past + c.n_tokens + 9;  // unwritten rows after the last
+  // With a softcap, scores large enough for the cap to matter.
+  const float scale = (c.softcap > 0 ? 4.0f : 1.0f) / std::sqrt(static_cast<float>(hd));
+  Caches caches(ctx, c.type, kw, n_ctx);
+  Step step(ctx);
+  Dispatcher& d = ctx.immediate();
+  if (c.n_past > 0) {
+    Floats hk(ctx, random_floats(rng, static_cast<size_t>(c.n_past) * kw)),
+        hv(ctx, random_floats(rng, static_cast<size_t>(c.n_past) * kw));
+    step.set(0, c.n_past);
+    kv_store(ctx, d, c.type, hk.view(), hv.view(), caches.k(), caches.v(), step.view(), kw, c.n_past);
+  }
+  Floats k(ctx, random_floats(rng, static_cast<size_t>(c.n_tokens) * kw)),
+      v(ctx, random_floats(rng, static_cast<size_t>(c.n_tokens) * kw));
+  const std::vector<float> qv = random_floats(rng, static_cast<size_t>(c.n_tokens) * qw);
+  const std::vector<float> sv = random_floats(rng, c.n_head, 2.0f);
+  Floats q(ctx, qv), sinks(ctx, sv), out(ctx, static_cast<size_t>(c.n_tokens) * qw);
+  step.set(c.n_past, c.n_tokens);
+  kv_store(ctx, d, c.type, k.view(), v.view(), caches.k(), caches.v(), step.view(), kw, c.n_tokens);
+
+  AttentionArgs a;
+  a.type = c.type;
+  a.q = q.view();
+  a.k_cache = caches.k();
+  a.v_cache = caches.v();
+  if (c.sinks) a.sinks = sinks.view();
+  a.step = step.view();
+  a.out = out.view();
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = hd;
+  a.n_tokens = c.n_tokens;
+  a.n_ctx = n_ctx;
+  a.sliding_window = c.window;
+  a.scale = scale;
+  a.softcap = c.softcap;
+  a.n_split = c.n_split;
+  const uint32_t splits = attention_splits(ctx, a);
+  const size_t scratch_bytes = attention_scratch_bytes(splits, c.n_head, hd, c.n_tokens);
+  if (c.n_split == 0) {
+    EXPECT_LE(scratch_bytes, attention_scratch_bytes(ctx, c.n_head, c.n_head_kv, hd, c.n_tokens, n_ctx)) << c.name;
+  }
+  Buffer scratch = ctx.host_buffer(std::max<size_t>(16, scratch_bytes));
+  a.scratch = {&scratch, 0, 0};
+  attention(ctx, d, a);
+
+  const uint32_t rows = c.n_past + c.n_tokens;
+  const std::vector<double> want = reference(c, qv, caches.decoded(false, rows), caches.decoded(true, rows), sv, scale);
+  const double err = worst_error(out.data(), want);
+  EXPECT_LT(err, 2e-5) << c.name << " (" << splits << " splits)";
+  std::printf("%u splits, error %.2e\n", splits, err);
+  ctx.release(scratch);
+}
+
+TEST_F(VulkanAttention, KvStoreWritesTheCpuQuantizersBytes) {
+  // Rows n_past.. of each type against quant::quantize_row; the rows around them keep their bytes
+  // (Q8_0 blocks share 16-bit halves with their neighbours across row ends). kv_width 96: Q8_0 rows of
+  // 102 bytes, so blocks start at both halves of a uint.
+  std::mt19937 rng(11);
+  for (const KvCacheType type : {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0}) {
+    for (const uint32_t kw : {96u, 256u}) {
+      const uint32_t n_past = 3, n_tokens = 5, n_ctx = 11;
+      Caches caches(*ctx_, type, kw, n_ctx);
+      std::memset(caches.buf.mapped, 0xa5, caches.v_offset + caches.bytes);
+      const std::vector<float> kv = random_floats(rng, static_cast<size_t>(n_tokens) * kw, 3.0f),
+                               vv = random_floats(rng, static_cast<size_t>(n_tokens) * kw, 3.0f);
+      Floats k(*ctx_, kv), v(*ctx_, vv);
+      Step step(*ctx_);
+      step.set(n_past, n_tokens);
+      kv_store(*ctx_, ctx_->immediate(), type, k.view(), v.view(), caches.k(), caches.v(), step.view(), kw, n_tokens);
+      const size_t rb = caches.row_bytes;
+      for (const bool is_v : {false, true}) {
+        const uint8_t* got = caches.raw(is_v);
+        const std::vector<float>& src = is_v ? vv : kv;
+        std::vector<uint8_t> want(rb * n_tokens);
+        for (uint32_t t = 0; t < n_tokens; ++t) {
+          quant::quantize_row(tensor_type(type), src.data() + static_cast<size_t>(t) * kw, want.data() + t * rb, kw);
+        }
+        for (size_t i = 0; i < n_past * rb; ++i) ASSERT_EQ(got[i], 0xa5) << "byte " << i << " before the rows";
+        for (size_t i = (n_past + n_tokens) * rb; i < n_ctx * rb; ++i)
+          ASSERT_EQ(got[i], 0xa5) << "byte " << i << " after";
+        const uint8_t* g = got + n_past * rb;
+        if (type == KvCacheType::F32) {
+          EXPECT_EQ(std::memcmp(g, want.data(), want.size()), 0);
+        } else if (type == KvCacheType::F16) {
+          // Round to nearest; a device may round a tie differently, never by more than one unit.
+          for (size_t i = 0; i < want.size() / 2; ++i) {
+            uint16_t a, b;
+            std::memcpy(&a, g + 2 * i, 2);
+            std::memcpy(&b, want.data() + 2 * i, 2);
+            ASSERT_LE(std::abs(int(a) - int(b)), 1) << "half " << i;
+          }
+        } else {
+          // Same scale (to the last bit of the device's division) and codes within one step.
+          std::vector<float> gd(kw), wd(kw);
+          for (uint32_t t = 0; t < n_tokens; ++t) {
+            quant::dequantize_row(tensor_type(type), g + t * rb, gd.data(), kw);
+            quant::dequantize_row(tensor_type(type), want.data() + t * rb, wd.data(), kw);
+            for (uint32_t b = 0; b < kw / 32; ++b) {
+              float amax = 0;
+              for (uint32_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(src[t * kw + b * 32 + j]));
+              for (uint32_t j = 0; j < 32; ++j) {
+                ASSERT_NEAR(gd[b * 32 + j], wd[b * 32 + j], amax / 127 * 1.01f + 1e-6f)
+                    << "row " << t << " block " << b;
+              }
+            }
+          }
+          int differ = 0;
+          for (size_t i = 0; i < want.size(); ++i) differ += g[i] != want[i];
+          EXPECT_LT(differ, static_cast<int>(want.size() / 100)) << "Q8_0 bytes differing from the CPU's";
+        }
+      }
+    }
+  }
+}
+
+// One test per case (each builds its own pipelines, which is most of a case's time on lavapipe).
+class VulkanAttentionCase : public VulkanAttention, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(VulkanAttentionCase, MatchesTheDefinition) {
+  uint32_t seed = 2166136261u;
+  for (const char* c = GetParam().name; *c; ++c) seed = (seed ^ static_cast<uint8_t>(*c)) * 16777619u;
+  run_case(*ctx_, GetParam(), seed);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n;
+  for (const char* c = info.param.name; *c; ++c) {
+    if (std::isalnum(static_cast<unsigned char>(*c)))
+      n += *c;
+    else if (!n.empty() && n.back() != '_')
+      n += '_';
+  }
+  while (!n.empty() && n.back() == '_') n.pop_back();
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Decode, VulkanAttentionCase,
+    ::testing::Values(Case{"at 0, GQA 4:1, F16", KvCacheType::F16, 8, 2, 128, 1, 0},
+                      Case{"at 1, 1:1, hd 64, F32", KvCacheType::F32, 4, 4, 64, 1, 1},
+                      Case{"at 37, hd 256, softcap, F16", KvCacheType::F16, 8, 2, 256, 1, 37, 0, 3.0f},
+                      Case{"at 37, hd 256, 1:1, F32", KvCacheType::F32, 2, 2, 256, 1, 37},
+                      Case{"at 37, 16 splits, most empty", KvCacheType::F16, 8, 2, 128, 1, 37, 0, 0, false, 16},
+                      Case{"at 700, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, true},
+                      Case{"at 700, one split, F16", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 1},
+                      Case{"at 700, window 100, F32", KvCacheType::F32, 4, 1, 64, 1, 700, 100},
+                      Case{"at 37, hd 512, F16", KvCacheType::F16, 4, 2, 512, 1, 37},
+                      Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37}),
+    case_name);
+
+INSTANTIATE_TEST_SUITE_P(
+    Prefill, VulkanAttentionCase,
+    ::testing::Values(Case{"5 at 0, GQA 4:1, F32", KvCacheType::F32, 8, 2, 128, 5, 0},
+                      Case{"5 at 33, window 16, 1:1, hd 64, F16", KvCacheType::F16, 4, 4, 64, 5, 33, 16},
+                      Case{"5 at 33, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 5, 33},
+                      Case{"70 at 0, 1:1, F16", KvCacheType::F16, 4, 4, 128, 70, 0},
+                      Case{"70 at 33, sinks, window 40, hd 64, F16", KvCacheType::F16, 8, 2, 64, 70, 33, 40, 0, true},
+                      Case{"70 at 33, hd 256, softcap, F32", KvCacheType::F32, 4, 1, 256, 70, 33, 0, 5.0f},
+                      Case{"70 at 33, 3 splits, F32", KvCacheType::F32, 8, 2, 128, 70, 33, 0, 0, false, 3},
+                      Case{"70 at 33, one split, sinks, F16", KvCacheType::F16, 8, 2, 128, 70, 33, 0, 0, true, 1},
+                      Case{"7 at 33, hd 512, F16", KvCacheType::F16, 2, 1, 512, 7, 33}),
+    case_name);
+
+INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,
+                         ::testing::Values(Case{"decode at 37, GQA 4:1", KvCacheType::Q8_0, 8, 2, 128, 1, 37},
+                                           Case{"prefill 5 at 33, hd 96, blocks at odd halves", KvCacheType::Q8_0, 3, 1,
+                                                96, 5, 33},
+                                           Case{"prefill 70 at 0, hd 64", KvCacheType::Q8_0, 4, 4, 64, 70, 0}),
+                         case_name);
+
+TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
+  // kv_store and attention recorded once (as the executor records a decode step) and replayed at
+  // successive positions with new q, k, v each time: the kernels take n_past from the step buffer.
+  const Case base{"recorded decode", KvCacheType::F16, 8, 2, 64, 1, 0, 0, 0, true};
+  const uint32_t hd = base.head_dim, kw = base.n_head_kv * hd, qw = base.n_head * hd, n_ctx = 64;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::mt19937 rng(7);
+  Caches caches(*ctx_, base.type, kw, n_ctx);
+  Step step(*ctx_);
+  Floats k(*ctx_, kw), v(*ctx_, kw), q(*ctx_, qw), out(*ctx_, qw);
+  const std::vector<float> sv = random_floats(rng, base.n_head, 2.0f);
+  Floats sinks(*ctx_, sv);
+  AttentionArgs a;
+  a.type = base.type;
+  a.q = q.view();
+  a.k_cache = caches.k();
+  a.v_cache = caches.v();
+  a.sinks = sinks.view();
+  a.step = step.view();
+  a.out = out.view();
+  a.n_head = base.n_head;
+  a.n_head_kv = base.n_head_kv;
+  a.head_dim = hd;
+  a.n_tokens = 1;
+  a.n_ctx = n_ctx;
+  a.scale = scale;
+  Buffer scratch = ctx_->host_buffer(
+      std::max<size_t>(16, attention_scratch_bytes(*ctx_, base.n_head, base.n_head_kv, hd, 1, n_ctx)));
+  a.scratch = {&scratch, 0, 0};
+  {
+    Recording rec(*ctx_, 8);
+    kv_store(*ctx_, rec, base.type, k.view(), v.view(), caches.k(), caches.v(), step.view(), kw, 1);
+    rec.barrier();
+    attention(*ctx_, rec, a);
+    rec.finish();
+    for (uint32_t n_past = 0; n_past < 40; ++n_past) {
+      const std::vector<float> qv = random_floats(rng, qw);
+      k.set(random_floats(rng, kw));
+      v.set(random_floats(rng, kw));
+      q.set(qv);
+      step.set(n_past, 1);
+      rec.submit_and_wait();
+      if (n_past % 13 != 0 && n_past != 39) continue;
+      Case c = base;
+      c.n_past = n_past;
+      const std::vector<double> want =
+          reference(c, qv, caches.decoded(false, n_past + 1), caches.decoded(true, n_past + 1), sv, scale);
+      EXPECT_LT(worst_error(out.data(), want), 2e-5) << "at n_past " << n_past;
+    }
+  }
+  ctx_->release(scratch);
+}
+
+TEST_F(VulkanAttention, BadShapesAreClearErrors) {
+  AttentionArgs a;
+  a.n_head = 6;
+  a.n_head_kv = 4;
+  a.head_dim = 64;
+  a.n_tokens = 1;
+  a.n_ctx = 16;
+  EXPECT_THROW(attention(*ctx_, ctx_->immediate(), a), Error);
+  a.n_head_kv = 2;
+  a.head_dim = 1024;
+  EXPECT_THROW(attention(*ctx_, ctx_->immediate(), a), Error);
+}
+
+}  // namespace
+}  // namespace zinc::backend::vk
