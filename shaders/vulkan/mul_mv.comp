@@ -1,83 +1,165 @@
 #version 450
 //! variant f32 TYPE_F32
 //! variant f16 TYPE_F16
+//! variant bf16 TYPE_BF16
+//! variant q4_0 TYPE_Q4_0
+//! variant q4_1 TYPE_Q4_1
+//! variant q5_0 TYPE_Q5_0
+//! variant q5_1 TYPE_Q5_1
 //! variant q8_0 TYPE_Q8_0
+//! variant q2_k TYPE_Q2_K
+//! variant q3_k TYPE_Q3_K
 //! variant q4_k TYPE_Q4_K
-// Matrix-vector product for decode (graph Op::MatMul with few tokens): y[t][r] = W[r] . x[t] for
-// every row r of a weight stored in one GGUF type (one variant per TYPE_* define), x in float. One
-// workgroup per (row, token): its invocations take the row's blocks in turn, dequantize them in
-// registers and multiply by x, then a shared-memory tree adds the partial sums. Reads each weight
-// row once per token; rows are addressed in bytes, so any block size and alignment works.
-layout(local_size_x = 128) in;
-layout(std430, binding = 0) readonly buffer Wbuf { uint w[]; };
-layout(std430, binding = 1) readonly buffer Xbuf { float x[]; };
-layout(std430, binding = 2) writeonly buffer Ybuf { float y[]; };
+//! variant q5_k TYPE_Q5_K
+//! variant q6_k TYPE_Q6_K
+//! variant iq4_nl TYPE_IQ4_NL
+//! variant iq4_xs TYPE_IQ4_XS
+//! variant mxfp4 TYPE_MXFP4
+//! variant id_f32 TYPE_F32,MUL_MV_ID
+//! variant id_f16 TYPE_F16,MUL_MV_ID
+//! variant id_bf16 TYPE_BF16,MUL_MV_ID
+//! variant id_q4_0 TYPE_Q4_0,MUL_MV_ID
+//! variant id_q4_1 TYPE_Q4_1,MUL_MV_ID
+//! variant id_q5_0 TYPE_Q5_0,MUL_MV_ID
+//! variant id_q5_1 TYPE_Q5_1,MUL_MV_ID
+//! variant id_q8_0 TYPE_Q8_0,MUL_MV_ID
+//! variant id_q2_k TYPE_Q2_K,MUL_MV_ID
+//! variant id_q3_k TYPE_Q3_K,MUL_MV_ID
+//! variant id_q4_k TYPE_Q4_K,MUL_MV_ID
+//! variant id_q5_k TYPE_Q5_K,MUL_MV_ID
+//! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
+//! variant id_iq4_nl TYPE_IQ4_NL,MUL_MV_ID
+//! variant id_iq4_xs TYPE_IQ4_XS,MUL_MV_ID
+//! variant id_mxfp4 TYPE_MXFP4,MUL_MV_ID
+// Matrix-vector products over a GGUF weight for decode (graph Op::MatMul with few tokens, and the MoE
+// expert projections): y[t][r] = W[r] . x[t] (+ bias[r]) for every row r of a weight stored in one
+// type (a variant per TYPE_*, dequantized by quant.glsl), x and y float32 rows [n_tokens][ncols] and
+// [n_tokens][nrows], packed.
+//
+// A workgroup of WG invocations takes ROWS rows and NTOK tokens: its invocations walk the rows' units
+// (8 or 16 elements each, quant.glsl) in turn, decode each unit once into registers and multiply it by
+// all NTOK tokens' x (the same x values serve the ROWS rows, from cache), so the weight is read once
+// per NTOK tokens. Partial sums are added within each subgroup (subgroupAdd, any subgroup size), then
+// across the workgroup's subgroups in shared memory. Token groups beyond what the grid covers loop
+// (grid z strides), so one dispatch serves any n_tokens.
+//
+// MUL_MV_ID (mixture of experts, variants id_*): the weight holds n_expert matrices expert_stride
+// bytes apart, ids [n_tokens][n_used] picks one per (token, slot) pair, and
+// y[t][k][r] = W_ids[t][k][r] . x_(t,k) + bias[ids[t][k]][r], with x_(t,k) = x[t] (shared) or x[t][k]
+// (x_per_slot). One pair per workgroup and grid z step (NTOK = 1).
+//
+// Bindings: 0 W (raw blocks), 1 x (float, read as vec4), 2 y, 3 bias (floats; bound to anything when
+// has_bias = 0), 4 ids (uint, MUL_MV_ID). Grid: x*y = ceil(nrows / ROWS) workgroups (split in y past
+// the device's limit), z = token groups (or pairs), any count. Preconditions: ncols a multiple of the
+// unit (4 for F32, 8 for F16/BF16, the block otherwise), rows at multiples of row_bytes, views at
+// offset_alignment, y not overlapping x. Moves the weight once per token group, plus x (from cache)
+// and y.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;   // invocations per workgroup
+layout(constant_id = 1) const uint ROWS = 2;   // rows per workgroup
+layout(constant_id = 2) const uint NTOK = 1;   // tokens per workgroup (1..8; 1 with MUL_MV_ID)
+
+#include "quant.glsl"
+
+layout(std430, binding = 1) readonly restrict buffer Xbuf { vec4 x4[]; };
+layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
+layout(std430, binding = 3) readonly restrict buffer Bbuf { float bias[]; };
+#if defined(MUL_MV_ID)
+layout(std430, binding = 4) readonly restrict buffer Ibuf { uint ids[]; };
+#endif
 layout(push_constant) uniform Params {
-  uint ncols;      // elements per row (a multiple of the type's block)
+  uint ncols;
   uint nrows;
-  uint row_bytes;  // bytes per stored row
+  uint row_bytes;      // bytes per stored row
+  uint n_tokens;
+  uint has_bias;       // 0: no bias
+  uint n_used;         // MUL_MV_ID: experts per token
+  uint n_expert;       // MUL_MV_ID: ids are clamped below it
+  uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
+  uint x_per_slot;     // MUL_MV_ID: 1: x[t][k], 0: x[t]
 } p;
 
-shared float partial[128];
-
-uint byte_at(uint off) { return (w[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
-uint u16_at(uint off) { return byte_at(off) | (byte_at(off + 1u) << 8); }
-float f16_at(uint off) { return unpackHalf2x16(u16_at(off)).x; }
-float i8_at(uint off) {
-  const uint b = byte_at(off);
-  return float(int(b) - int((b & 0x80u) << 1));
-}
+// One partial sum per (row, token) and subgroup; WG subgroups at most (a subgroup size of 1).
+shared float red[ROWS * NTOK * WG];
 
 void main() {
-  const uint lid = gl_LocalInvocationID.x;
-  const uint row = gl_WorkGroupID.x, tok = gl_WorkGroupID.y;
-  const uint base = row * p.row_bytes, xb = tok * p.ncols;
-  float s = 0.0;
-#if defined(TYPE_F32)
-  for (uint i = lid; i < p.ncols; i += 128u) s += uintBitsToFloat(w[(base >> 2) + i]) * x[xb + i];
-#elif defined(TYPE_F16)
-  for (uint i = lid; i < p.ncols; i += 128u) s += f16_at(base + 2u * i) * x[xb + i];
-#elif defined(TYPE_Q8_0)
-  // 34-byte blocks: fp16 scale, 32 signed bytes.
-  for (uint b = lid; b < p.ncols / 32u; b += 128u) {
-    const uint off = base + b * 34u;
-    float acc = 0.0;
-    for (uint j = 0u; j < 32u; ++j) acc += i8_at(off + 2u + j) * x[xb + b * 32u + j];
-    s += f16_at(off) * acc;
-  }
-#elif defined(TYPE_Q4_K)
-  // 144-byte super-blocks of 256: fp16 d and dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes
-  // of nibbles. Each invocation takes one 32-element sub-block j: x = d * scale_j * q - dmin * min_j;
-  // element c*64 + h*32 + l is nibble h of byte c*32 + l (c = j / 2, h = j % 2).
-  for (uint u = lid; u < (p.ncols / 256u) * 8u; u += 128u) {
-    const uint b = u >> 3, j = u & 7u, c = j >> 1, h = j & 1u;
-    const uint off = base + b * 144u, sc = off + 4u;
-    uint scale, mn;
-    if (j < 4u) {
-      scale = byte_at(sc + j) & 63u;
-      mn = byte_at(sc + j + 4u) & 63u;
-    } else {
-      scale = (byte_at(sc + j + 4u) & 15u) | ((byte_at(sc + j - 4u) >> 6) << 4);
-      mn = (byte_at(sc + j + 4u) >> 4) | ((byte_at(sc + j) >> 6) << 4);
-    }
-    const float dl = f16_at(off) * float(scale), ml = f16_at(off + 2u) * float(mn);
-    const uint xo = xb + b * 256u + c * 64u + h * 32u;
-    float acc = 0.0, xsum = 0.0;
-    for (uint l = 0u; l < 32u; ++l) {
-      const float xv = x[xo + l];
-      acc += float((byte_at(off + 16u + c * 32u + l) >> (4u * h)) & 15u) * xv;
-      xsum += xv;
-    }
-    s += dl * acc - ml * xsum;
-  }
+  quant_init();
+  const uint tid = gl_LocalInvocationID.x;
+  const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+  if (row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
+  const uint nunits = p.ncols / UE, xw = p.ncols / 4u;
+#if defined(MUL_MV_ID)
+  const uint n_sets = p.n_tokens * p.n_used;  // (token, slot) pairs
 #else
-#error "define one TYPE_*"
+  const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
 #endif
-  partial[lid] = s;
-  barrier();
-  for (uint stride = 64u; stride > 0u; stride >>= 1) {
-    if (lid < stride) partial[lid] += partial[lid + stride];
+  for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
+    // Rows and tokens past the end repeat the last one (loads stay in bounds, nothing is stored).
+    uint xo[NTOK], rb[ROWS];
+#if defined(MUL_MV_ID)
+    const uint e = min(ids[set], p.n_expert - 1u);
+    xo[0] = (p.x_per_slot != 0u ? set : set / p.n_used) * xw;
+    const uint wb = e * p.expert_stride;
+#else
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) xo[t] = min(set * NTOK + t, p.n_tokens - 1u) * xw;
+    const uint wb = 0u;
+#endif
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
+    float acc[ROWS * NTOK];
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
+
+    for (uint u = tid; u < nunits; u += WG) {
+      uint col4[UR];
+      [[unroll]] for (uint k = 0u; k < UR; ++k) col4[k] = unit_col(u, k) >> 2;
+      [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        vec4 q[UR];
+        float a[UR], b[UR];
+        unit_load(rb[r], u, q, a, b);
+#if defined(HAS_B)
+        // A scale and an offset: dequantize once, then one dot per token.
+        [[unroll]] for (uint k = 0u; k < UR; ++k) q[k] = q[k] * a[k] + b[k];
+        [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+          float s = 0.0;
+          [[unroll]] for (uint k = 0u; k < UR; ++k) s += dot(q[k], x4[xo[t] + col4[k]]);
+          acc[r * NTOK + t] += s;
+        }
+#else
+        // A scale only: it multiplies each run's dot product.
+        [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+          float s = 0.0;
+          [[unroll]] for (uint k = 0u; k < UR; ++k) s += a[k] * dot(q[k], x4[xo[t] + col4[k]]);
+          acc[r * NTOK + t] += s;
+        }
+#endif
+      }
+    }
+
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
+      const float s = subgroupAdd(acc[i]);
+      if (subgroupElect()) red[i * WG + gl_SubgroupID] = s;
+    }
     barrier();
+    for (uint i = tid; i < ROWS * NTOK; i += WG) {
+      float s = 0.0;
+      for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * WG + g];
+      const uint row = row0 + i / NTOK;
+#if defined(MUL_MV_ID)
+      if (row < p.nrows) {
+        if (p.has_bias != 0u) s += bias[e * p.nrows + row];
+        y[set * p.nrows + row] = s;
+      }
+#else
+      const uint tok = set * NTOK + i % NTOK;
+      if (row < p.nrows && tok < p.n_tokens) {
+        if (p.has_bias != 0u) s += bias[row];
+        y[tok * p.nrows + row] = s;
+      }
+#endif
+    }
+    barrier();  // red is reused by the next set
   }
-  if (lid == 0u) y[tok * p.nrows + row] = partial[0];
 }

@@ -10,7 +10,6 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_context.h"
 #include "core/error.h"
-#include "quant/quant.h"
 
 namespace zinc::backend::vk {
 namespace {
@@ -65,57 +64,6 @@ TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
     ctx_->release(by);
   }
   ctx_->release(k);
-}
-
-TEST_F(VulkanOps, MatrixVectorMatchesTheDequantizedWeights) {
-  // Every stored type the kernel has a variant for: rows quantized by the CPU quantizer, the product
-  // with float activations against the same rows dequantized by the CPU and summed in double.
-  struct Case {
-    gguf::TensorType type;
-    const char* shader;
-  };
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Case c : {Case{gguf::TensorType::F32, "mul_mv_f32"}, Case{gguf::TensorType::F16, "mul_mv_f16"},
-                       Case{gguf::TensorType::Q8_0, "mul_mv_q8_0"}, Case{gguf::TensorType::Q4_K, "mul_mv_q4_k"}}) {
-    for (const uint32_t ncols : {256u, 1280u}) {
-      const uint32_t nrows = 37, ntok = 3;
-      const size_t rs = quant::row_size(c.type, ncols);
-      std::vector<uint8_t> wq(rs * nrows + 4);
-      std::vector<float> row(ncols), deq(static_cast<size_t>(ncols) * nrows), x(static_cast<size_t>(ncols) * ntok);
-      for (uint32_t r = 0; r < nrows; ++r) {
-        for (auto& v : row) v = nd(rng);
-        quant::quantize_row(c.type, row.data(), wq.data() + r * rs, ncols);
-        quant::dequantize_row(c.type, wq.data() + r * rs, deq.data() + static_cast<size_t>(r) * ncols, ncols);
-      }
-      for (auto& v : x) v = nd(rng);
-      Kernel k = ctx_->kernel(c.shader, 3, 12);
-      Buffer bw = ctx_->host_buffer(wq.size()), bx = ctx_->host_buffer(x.size() * 4),
-             by = ctx_->host_buffer(static_cast<size_t>(nrows) * ntok * 4);
-      std::memcpy(bw.mapped, wq.data(), wq.size());
-      std::memcpy(bx.mapped, x.data(), x.size() * 4);
-      const uint32_t push[] = {ncols, nrows, static_cast<uint32_t>(rs)};
-      const Buffer* bindings[] = {&bw, &bx, &by};
-      ctx_->run(k, bindings, push, nrows, ntok);
-      const auto* got = static_cast<const float*>(by.mapped);
-      double worst = 0;
-      for (uint32_t t = 0; t < ntok; ++t) {
-        for (uint32_t r = 0; r < nrows; ++r) {
-          double want = 0, mag = 0;
-          for (uint32_t i = 0; i < ncols; ++i) {
-            want += static_cast<double>(deq[static_cast<size_t>(r) * ncols + i]) * x[static_cast<size_t>(t) * ncols + i];
-            mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(r) * ncols + i]) * x[static_cast<size_t>(t) * ncols + i]);
-          }
-          worst = std::max(worst, std::fabs(got[t * nrows + r] - want) / (mag + 1e-6));
-        }
-      }
-      EXPECT_LT(worst, 1e-5) << c.shader << " with " << ncols << " columns";
-      ctx_->release(bw);
-      ctx_->release(bx);
-      ctx_->release(by);
-      ctx_->release(k);
-    }
-  }
 }
 
 TEST_F(VulkanOps, ElementwiseOpsMatchTheCpu) {

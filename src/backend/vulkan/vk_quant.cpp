@@ -1,0 +1,158 @@
+#include "backend/vulkan/vk_quant.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc::backend::vk {
+
+namespace {
+
+using gguf::TensorType;
+
+// A weight type's kernels: the shader variants' suffix and the elements one invocation decodes at a
+// time (UE in quant.glsl), which ncols must be a multiple of.
+struct QuantType {
+  TensorType type;
+  const char* name;
+  uint32_t unit;
+};
+
+constexpr QuantType kTypes[] = {
+    {TensorType::F32, "f32", 4},       {TensorType::F16, "f16", 8},       {TensorType::BF16, "bf16", 8},
+    {TensorType::Q4_0, "q4_0", 8},     {TensorType::Q4_1, "q4_1", 8},     {TensorType::Q5_0, "q5_0", 8},
+    {TensorType::Q5_1, "q5_1", 8},     {TensorType::Q8_0, "q8_0", 8},     {TensorType::Q2_K, "q2_k", 16},
+    {TensorType::Q3_K, "q3_k", 16},    {TensorType::Q4_K, "q4_k", 16},    {TensorType::Q5_K, "q5_k", 16},
+    {TensorType::Q6_K, "q6_k", 16},    {TensorType::IQ4_NL, "iq4_nl", 8}, {TensorType::IQ4_XS, "iq4_xs", 16},
+    {TensorType::MXFP4, "mxfp4", 8},
+};
+
+constexpr uint64_t kMaxBytes = uint64_t{1} << 32;  // shaders address the weight in 32-bit bytes
+constexpr uint32_t kMaxGroupsYZ = 65535;           // the least maxComputeWorkGroupCount[1..2] Vulkan allows
+
+const QuantType* find_type(TensorType type) {
+  for (const QuantType& t : kTypes) {
+    if (t.type == type) return &t;
+  }
+  return nullptr;
+}
+
+// The type's kernels and the bytes of a row of ncols, checking what the shaders assume.
+const QuantType& checked(const char* op, TensorType type, uint32_t ncols, uint32_t* row_bytes) {
+  const QuantType* t = find_type(type);
+  if (!t) throw Error(fmt::format("Vulkan {}: no kernel for weights of type {}", op, gguf::tensor_type_name(type)));
+  if (ncols % t->unit != 0 || ncols % quant::block_size(type) != 0) {
+    throw Error(fmt::format("Vulkan {}: {} columns of {} are not a multiple of {}", op, ncols,
+                            gguf::tensor_type_name(type), std::max<int64_t>(t->unit, quant::block_size(type))));
+  }
+  *row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  return *t;
+}
+
+void check_bytes(const char* op, uint64_t bytes) {
+  if (bytes > kMaxBytes) throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));
+}
+
+// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
+  const uint32_t max_x = ctx.features().max_groups_x;
+  *gy = (groups + max_x - 1) / max_x;
+  *gx = (groups + *gy - 1) / *gy;
+}
+
+// mul_mv's shape: WG invocations, ROWS rows and NTOK tokens per workgroup (its specialization
+// constants). Enough invocations to cover a row's units once (up to 128, four subgroups of 32 on
+// NVIDIA); token groups of up to 8, balanced (9 tokens: 5 + 4); two rows per workgroup share their x
+// loads, four where there are rows enough to still fill the device and the tokens are few (registers).
+struct MulMvShape {
+  uint32_t wg, rows, ntok;
+};
+
+MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
+  MulMvShape s{};
+  s.wg = nunits <= 32 ? 32 : nunits <= 64 ? 64 : 128;
+  const uint32_t groups = (n_tokens + 7) / 8;
+  s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
+  s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
+  return s;
+}
+
+struct MulMvPush {
+  uint32_t ncols, nrows, row_bytes, n_tokens, has_bias, n_used, n_expert, expert_stride, x_per_slot;
+};
+
+}  // namespace
+
+bool has_quant_kernels(gguf::TensorType type) { return find_type(type) != nullptr; }
+
+void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
+            uint32_t nrows, uint32_t n_tokens) {
+  uint32_t row_bytes = 0;
+  const QuantType& t = checked("mul_mv", type, ncols, &row_bytes);
+  if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
+  check_bytes("mul_mv", uint64_t{row_bytes} * nrows);
+  const MulMvShape s = mul_mv_shape(ncols / t.unit, nrows, n_tokens);
+  const uint32_t spec[] = {s.wg, s.rows, s.ntok};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_") + t.name, 4, sizeof(MulMvPush), spec);
+  const MulMvPush push{ncols, nrows, row_bytes, n_tokens, bias.buffer ? 1u : 0u, 0, 0, 0, 0};
+  const View bindings[] = {w, x, y, bias.buffer ? bias : x};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (nrows + s.rows - 1) / s.rows, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
+}
+
+void mul_mv_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View y, View bias,
+               uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
+  uint32_t row_bytes = 0;
+  const QuantType& t = checked("mul_mv_id", type, ncols, &row_bytes);
+  if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
+  if (n_expert == 0) throw Error("Vulkan mul_mv_id: no experts");
+  check_bytes("mul_mv_id", uint64_t{row_bytes} * nrows * n_expert);
+  const MulMvShape s = mul_mv_shape(ncols / t.unit, nrows, 1);
+  const uint32_t spec[] = {s.wg, s.rows, 1};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_id_") + t.name, 5, sizeof(MulMvPush), spec);
+  const MulMvPush push{ncols,  nrows,    row_bytes,           n_tokens, bias.buffer ? 1u : 0u,
+                       n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u};
+  const View bindings[] = {w, x, y, bias.buffer ? bias : x, ids};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (nrows + s.rows - 1) / s.rows, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy, std::min(n_tokens * n_used, kMaxGroupsYZ));
+}
+
+void get_rows(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View out, uint32_t ncols,
+              uint32_t n_tokens, float scale) {
+  uint32_t row_bytes = 0;
+  const QuantType& t = checked("get_rows", type, ncols, &row_bytes);
+  if (n_tokens == 0 || ncols == 0) return;
+  const Kernel& k = ctx.pipeline(std::string("get_rows_") + t.name, 3, 16);
+  const uint32_t n = n_tokens * (ncols / t.unit);
+  struct {
+    uint32_t ncols, row_bytes, n;
+    float scale;
+  } push{ncols, row_bytes, n, scale};
+  const View bindings[] = {w, ids, out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 63) / 64, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy);
+}
+
+void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View out, uint32_t ncols, uint32_t row0,
+                 uint32_t nrows) {
+  uint32_t row_bytes = 0;
+  const QuantType& t = checked("dequant_f16", type, ncols, &row_bytes);
+  if (nrows == 0 || ncols == 0) return;
+  check_bytes("dequant_f16", uint64_t{row_bytes} * (uint64_t{row0} + nrows));
+  const Kernel& k = ctx.pipeline(std::string("dequant_f16_") + t.name, 2, 16);
+  const uint32_t n = nrows * (ncols / t.unit);
+  const uint32_t push[] = {ncols, row_bytes, row0, n};
+  const View bindings[] = {w, out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 63) / 64, &gx, &gy);
+  d.dispatch(k, bindings, push, gx, gy);
+}
+
+}  // namespace zinc::backend::vk

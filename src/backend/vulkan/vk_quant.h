@@ -1,0 +1,48 @@
+// Launchers of the kernels that read GGUF weights in their stored type (shaders/vulkan/quant.glsl
+// decodes every type the CPU backend does: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K,
+// IQ4_NL, IQ4_XS, MXFP4). Each records one dispatch on a Dispatcher, whatever the sizes (no barrier;
+// the caller puts those between ops).
+//
+// Common preconditions (each launcher throws zinc::Error where it can tell):
+//  - w is the tensor's raw GGUF bytes; its buffer must extend to a multiple of 4 bytes past the
+//    tensor's end (a word holding a row's last byte is read whole) and the tensor fits in 4 GiB
+//    (byte offsets are 32-bit).
+//  - ncols is a multiple of the type's block size, and of 4 (F32) or 8 (F16, BF16).
+//  - Views start at Features::offset_alignment; activations are float32 rows, packed.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/vulkan/vk_context.h"
+#include "gguf/types.h"
+
+namespace zinc::backend::vk {
+
+// Whether the kernels below have a variant for this weight type.
+bool has_quant_kernels(gguf::TensorType type);
+
+// y[t][r] = W[r] . x[t] (+ bias[r]): W {ncols, nrows} (rows of ncols), x [n_tokens][ncols],
+// y [n_tokens][nrows], bias nrows floats (bias.buffer == nullptr: none). Any n_tokens; the weight is
+// read once per 8 tokens, so this is the decode path (prefill belongs to a GEMM).
+void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
+            uint32_t nrows, uint32_t n_tokens);
+
+// Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
+// ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
+// y[t][k] = W_ids[t][k] . x_(t,k) (+ bias[ids[t][k]]), x_(t,k) = x[t] ([n_tokens][ncols], gate and up)
+// or, with x_per_slot, x[t][k] ([n_tokens][n_used][ncols], down); bias {nrows, n_expert} floats or
+// none. One workgroup per (token, slot) and group of rows.
+void mul_mv_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View y, View bias,
+               uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
+
+// out[t] = dequant(W[ids[t]]) * scale: W {ncols, n_rows}, ids n_tokens uint32 (not range-checked),
+// out [n_tokens][ncols] float32.
+void get_rows(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View out, uint32_t ncols,
+              uint32_t n_tokens, float scale);
+
+// Rows [row0, row0 + nrows) of W as halves: out [nrows][ncols / 2] uint32, each holding columns 2i
+// (low 16 bits) and 2i + 1 (high), as packHalf2x16 rounds them (the prefill GEMM's B operand).
+void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View out, uint32_t ncols, uint32_t row0,
+                 uint32_t nrows);
+
+}  // namespace zinc::backend::vk

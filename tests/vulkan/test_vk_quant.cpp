@@ -1,0 +1,345 @@
+// The kernels that read GGUF weights (vk_quant.h) against the CPU's definition of every format
+// (quant::dequantize_row), one test per weight type. Weights are random bytes with their scale fields
+// set to finite values, so every bit of every field is exercised, not just the patterns a quantizer
+// writes; products are checked against the dequantized rows multiplied in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_quant.h"
+#include "core/error.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
+
+namespace zinc::backend::vk {
+namespace {
+
+using gguf::TensorType;
+
+constexpr TensorType kTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,   TensorType::Q4_0,
+                                 TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,   TensorType::Q8_0,
+                                 TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,   TensorType::Q5_K,
+                                 TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
+
+// Byte offsets of a block's fp16 scale fields (src/quant/blocks.h), MXFP4's exponent aside.
+std::vector<size_t> half_fields(TensorType t) {
+  switch (t) {
+    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: case TensorType::IQ4_NL:
+    case TensorType::IQ4_XS:
+      return {0};
+    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K:
+      return {0, 2};
+    case TensorType::Q2_K: return {80, 82};
+    case TensorType::Q3_K: return {108};
+    case TensorType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// A weight of nrows rows of ncols: its bytes (16 bytes of slack past the end, as the kernels allow)
+// and the rows as the CPU dequantizes them.
+struct Weight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // [nrows][ncols]
+  size_t row_bytes = 0;
+};
+
+Weight random_weight(TensorType t, uint32_t ncols, uint32_t nrows, std::mt19937& rng) {
+  Weight w;
+  w.row_bytes = quant::row_size(t, ncols);
+  const size_t n = static_cast<size_t>(ncols) * nrows, size = w.row_bytes * nrows;
+  w.bytes.assign(size + 16, 0);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  if (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16) {
+    for (size_t i = 0; i < n; ++i) {
+      const float v = nd(rng);
+      if (t == TensorType::F32) std::memcpy(w.bytes.data() + 4 * i, &v, 4);
+      const uint16_t h = t == TensorType::F16 ? quant::f32_to_fp16(v) : quant::f32_to_bf16(v);
+      if (t != TensorType::F32) std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+    }
+  } else {
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (size_t i = 0; i < size; ++i) w.bytes[i] = static_cast<uint8_t>(byte(rng));
+    const auto info = *gguf::tensor_type_info(static_cast<uint32_t>(t));
+    std::uniform_real_distribution<float> scale(0.002f, 0.05f);
+    for (size_t b = 0; b < size / info.type_size; ++b) {
+      uint8_t* block = w.bytes.data() + b * info.type_size;
+      for (const size_t off : half_fields(t)) {
+        const uint16_t h = quant::f32_to_fp16(byte(rng) & 1 ? scale(rng) : -scale(rng));
+        std::memcpy(block + off, &h, 2);
+      }
+      // MXFP4: exponents around 2^0, the two subnormal scales included now and then.
+      if (t == TensorType::MXFP4) block[0] = static_cast<uint8_t>(b % 7 == 3 ? b % 2 : 118 + byte(rng) % 16);
+    }
+  }
+  w.values.resize(n);
+  for (uint32_t r = 0; r < nrows; ++r) {
+    quant::dequantize_row(t, w.bytes.data() + r * w.row_bytes, w.values.data() + static_cast<size_t>(r) * ncols, ncols);
+  }
+  return w;
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+// Worst error of a dot product relative to the sum of its terms' magnitudes (what float summation
+// in any order is bounded by).
+struct DotCheck {
+  double worst = 0;
+  void add(double got, double want, double magnitude) {
+    worst = std::max(worst, std::fabs(got - want) / (magnitude + 1e-30));
+  }
+};
+
+class QuantFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      ctx_ = Context::create();
+    } catch (const Error& e) {
+      GTEST_SKIP() << "no Vulkan device: " << e.what();
+    }
+  }
+  void TearDown() override {
+    if (!ctx_) return;
+    for (Buffer& b : buffers_) ctx_->release(b);
+  }
+  // A host-visible buffer holding `bytes` (and at least 16 bytes), released with the fixture.
+  Buffer& buffer(const void* data, size_t bytes) {
+    buffers_.push_back(ctx_->host_buffer(std::max<size_t>(bytes, 16)));
+    if (data) std::memcpy(buffers_.back().mapped, data, bytes);
+    return buffers_.back();
+  }
+  template <typename T>
+  Buffer& buffer(const std::vector<T>& v) {
+    return buffer(v.data(), v.size() * sizeof(T));
+  }
+  static View whole(const Buffer& b) { return View{&b, 0, 0}; }
+
+  struct MulMvCase {
+    uint32_t ncols, nrows;
+    std::vector<uint32_t> tokens;
+  };
+  // mul_mv against the dequantized rows, for each case and token count, with and without a bias.
+  void check_mul_mv(TensorType type, const std::vector<MulMvCase>& cases);
+
+  std::unique_ptr<Context> ctx_;
+  std::deque<Buffer> buffers_;  // references stay valid as it grows
+};
+
+class QuantKernels : public QuantFixture, public ::testing::WithParamInterface<TensorType> {};
+
+std::string type_name(const ::testing::TestParamInfo<TensorType>& info) {
+  return std::string(gguf::tensor_type_name(info.param));
+}
+
+TEST_P(QuantKernels, MulMvMatchesTheDequantizedWeights) {
+  // Ragged rows (37: the last workgroup's second row is past the end), one unit per invocation (256
+  // columns) and several (2816), 1, 3 and 9 tokens (9: two token groups, one short), with and
+  // without a bias. (Each token count is another pipeline, which lavapipe takes a while to build.)
+  check_mul_mv(GetParam(), {{256, 37, {1, 3}}, {2816, 37, {1, 9}}});
+}
+
+TEST_F(QuantFixture, MulMvOfATallMatrix) {
+  // Four rows per workgroup, the last group ragged.
+  check_mul_mv(TensorType::Q4_K, {{256, 8195, {1}}});
+  check_mul_mv(TensorType::Q8_0, {{256, 8195, {2}}});
+}
+
+void QuantFixture::check_mul_mv(TensorType type, const std::vector<MulMvCase>& cases) {
+  std::mt19937 rng(static_cast<uint32_t>(type) + 11);
+  for (const MulMvCase& c : cases) {
+    const Weight w = random_weight(type, c.ncols, c.nrows, rng);
+    const std::vector<float> bias = random_floats(c.nrows, rng);
+    const Buffer& bw = buffer(w.bytes);
+    const Buffer& bb = buffer(bias);
+    for (const uint32_t ntok : c.tokens) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(c.ncols) * ntok, rng);
+      const Buffer& bx = buffer(x);
+      const Buffer& by = buffer(nullptr, static_cast<size_t>(c.nrows) * ntok * 4);
+      for (const bool with_bias : {false, true}) {
+        mul_mv(*ctx_, ctx_->immediate(), type, whole(bw), whole(bx), whole(by), with_bias ? whole(bb) : View{}, c.ncols,
+               c.nrows, ntok);
+        const auto* got = static_cast<const float*>(by.mapped);
+        DotCheck check;
+        for (uint32_t t = 0; t < ntok; ++t) {
+          for (uint32_t r = 0; r < c.nrows; ++r) {
+            double want = with_bias ? bias[r] : 0.0, mag = with_bias ? std::fabs(bias[r]) : 0.0;
+            for (uint32_t i = 0; i < c.ncols; ++i) {
+              const double term = static_cast<double>(w.values[static_cast<size_t>(r) * c.ncols + i]) *
+                                  x[static_cast<size_t>(t) * c.ncols + i];
+              want += term;
+              mag += std::fabs(term);
+            }
+            check.add(got[static_cast<size_t>(t) * c.nrows + r], want, mag);
+          }
+        }
+        EXPECT_LT(check.worst, 1e-5) << c.ncols << " x " << c.nrows << ", " << ntok << " tokens"
+                                     << (with_bias ? ", bias" : "");
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
+  // 4 experts, 2 per token, 3 tokens (expert 1 chosen twice, expert 0 never; an expert repeated
+  // within a token); x shared per token (gate, up) or one per slot (down); with and without the
+  // per-expert bias.
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 23);
+  const uint32_t ncols = 512, nrows = 37, n_expert = 4, n_used = 2, ntok = 3;
+  const Weight w = random_weight(type, ncols, nrows * n_expert, rng);  // experts' rows back to back
+  const std::vector<uint32_t> ids = {3, 1, 2, 2, 1, 3};
+  const std::vector<float> bias = random_floats(static_cast<size_t>(nrows) * n_expert, rng);
+  const Buffer& bw = buffer(w.bytes);
+  const Buffer& bi = buffer(ids);
+  const Buffer& bb = buffer(bias);
+  const Buffer& by = buffer(nullptr, static_cast<size_t>(nrows) * n_used * ntok * 4);
+  for (const bool per_slot : {false, true}) {
+    const std::vector<float> x = random_floats(static_cast<size_t>(ncols) * ntok * (per_slot ? n_used : 1), rng);
+    const Buffer& bx = buffer(x);
+    for (const bool with_bias : {false, true}) {
+      mul_mv_id(*ctx_, ctx_->immediate(), type, whole(bw), whole(bi), whole(bx), whole(by),
+                with_bias ? whole(bb) : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
+      const auto* got = static_cast<const float*>(by.mapped);
+      DotCheck check;
+      for (uint32_t t = 0; t < ntok; ++t) {
+        for (uint32_t k = 0; k < n_used; ++k) {
+          const uint32_t e = ids[t * n_used + k];
+          const float* xv = x.data() + static_cast<size_t>(per_slot ? t * n_used + k : t) * ncols;
+          for (uint32_t r = 0; r < nrows; ++r) {
+            const float* wr = w.values.data() + (static_cast<size_t>(e) * nrows + r) * ncols;
+            const double b = with_bias ? bias[static_cast<size_t>(e) * nrows + r] : 0.0;
+            double want = b, mag = std::fabs(b);
+            for (uint32_t i = 0; i < ncols; ++i) {
+              want += static_cast<double>(wr[i]) * xv[i];
+              mag += std::fabs(static_cast<double>(wr[i]) * xv[i]);
+            }
+            check.add(got[(static_cast<size_t>(t) * n_used + k) * nrows + r], want, mag);
+          }
+        }
+      }
+      EXPECT_LT(check.worst, 1e-5) << (per_slot ? "x per slot" : "x per token") << (with_bias ? ", bias" : "");
+    }
+  }
+}
+
+TEST_P(QuantKernels, GetRowsMatchesDequantizeRow) {
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 37);
+  const uint32_t ncols = 768, nrows = 37;
+  const Weight w = random_weight(type, ncols, nrows, rng);
+  const std::vector<uint32_t> ids = {5, 0, 36, 5, 17};
+  const uint32_t ntok = static_cast<uint32_t>(ids.size());
+  const float scale = 0.7f;
+  const Buffer& bw = buffer(w.bytes);
+  const Buffer& bi = buffer(ids);
+  const Buffer& bo = buffer(nullptr, static_cast<size_t>(ncols) * ntok * 4);
+  get_rows(*ctx_, ctx_->immediate(), type, whole(bw), whole(bi), whole(bo), ncols, ntok, scale);
+  const auto* got = static_cast<const float*>(bo.mapped);
+  double worst = 0;
+  for (uint32_t t = 0; t < ntok; ++t) {
+    for (uint32_t i = 0; i < ncols; ++i) {
+      const float want = w.values[static_cast<size_t>(ids[t]) * ncols + i] * scale;
+      // One rounding apart at most (a fused multiply-add where the format has an offset).
+      worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<size_t>(t) * ncols + i]) - want) /
+                                  (std::fabs(want) + 1e-6));
+    }
+  }
+  EXPECT_LT(worst, 1e-6);
+}
+
+TEST_P(QuantKernels, DequantF16MatchesTheRowsRoundedToHalf) {
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 41);
+  const uint32_t ncols = 768, nrows = 37, row0 = 3, n = 30;
+  const Weight w = random_weight(type, ncols, nrows, rng);
+  const Buffer& bw = buffer(w.bytes);
+  const Buffer& bo = buffer(nullptr, static_cast<size_t>(ncols) * n * 2);
+  dequant_f16(*ctx_, ctx_->immediate(), type, whole(bw), whole(bo), ncols, row0, n);
+  const auto* got = static_cast<const uint16_t*>(bo.mapped);  // little-endian: the low half first
+  size_t off_by_more = 0;
+  for (uint32_t r = 0; r < n; ++r) {
+    for (uint32_t i = 0; i < ncols; ++i) {
+      const float v = w.values[static_cast<size_t>(row0 + r) * ncols + i];
+      const float g = quant::fp16_to_f32(got[static_cast<size_t>(r) * ncols + i]);
+      // packHalf2x16's rounding is the implementation's: nearest, or toward zero (one half-ulp off).
+      const float ulp = std::max(std::ldexp(1.0f, std::ilogb(std::max(std::fabs(v), 6.2e-5f)) - 10), 5.97e-8f);
+      if (!(std::fabs(g - v) <= ulp) || (std::signbit(g) != std::signbit(v) && v != 0.0f)) ++off_by_more;
+    }
+  }
+  EXPECT_EQ(off_by_more, 0u) << "halves more than one unit in the last place from the CPU's value";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryType, QuantKernels, ::testing::ValuesIn(kTypes), type_name);
+
+TEST_F(QuantFixture, RecordedOpsReplayWithOffsetViews) {
+  // The executor's path: views at aligned offsets inside shared buffers, the ops recorded once and
+  // replayed after the inputs change (an embedding lookup, then a product with the looked-up row).
+  std::mt19937 rng(7);
+  const TensorType type = TensorType::Q4_K;
+  const uint32_t ncols = 512, nrows = 40;
+  const Weight emb = random_weight(type, ncols, nrows, rng), w = random_weight(type, ncols, nrows, rng);
+  const size_t align = ctx_->features().offset_alignment;
+  const auto round_up = [&](size_t v) { return (v + align - 1) / align * align; };
+  const size_t w_off = round_up(emb.bytes.size()), size_w = w_off + w.bytes.size();
+  std::vector<uint8_t> weights(size_w);
+  std::memcpy(weights.data(), emb.bytes.data(), emb.bytes.size());
+  std::memcpy(weights.data() + w_off, w.bytes.data(), w.bytes.size());
+  Buffer& bw = buffer(weights);
+  const size_t x_off = align, y_off = round_up(x_off + ncols * 4);
+  Buffer& act = buffer(nullptr, y_off + nrows * 4);
+  Buffer& bi = buffer(nullptr, 16);
+  Recording rec(*ctx_, 2);
+  get_rows(*ctx_, rec, type, View{&bw, 0, emb.bytes.size()}, View{&bi, 0, 4}, View{&act, x_off, ncols * 4}, ncols, 1,
+           1.0f);
+  rec.barrier();
+  mul_mv(*ctx_, rec, type, View{&bw, w_off, w.bytes.size()}, View{&act, x_off, ncols * 4}, View{&act, y_off, nrows * 4},
+         View{}, ncols, nrows, 1);
+  rec.finish();
+  for (const uint32_t id : {7u, 31u}) {
+    std::memcpy(bi.mapped, &id, 4);
+    rec.submit_and_wait();
+    const auto* y = reinterpret_cast<const float*>(static_cast<const uint8_t*>(act.mapped) + y_off);
+    DotCheck check;
+    for (uint32_t r = 0; r < nrows; ++r) {
+      double want = 0, mag = 0;
+      for (uint32_t i = 0; i < ncols; ++i) {
+        const double term = static_cast<double>(w.values[static_cast<size_t>(r) * ncols + i]) *
+                            emb.values[static_cast<size_t>(id) * ncols + i];
+        want += term;
+        mag += std::fabs(term);
+      }
+      check.add(y[r], want, mag);
+    }
+    EXPECT_LT(check.worst, 1e-5) << "token " << id;
+  }
+}
+
+TEST_F(QuantFixture, UnsupportedTypesAndWidthsAreClearErrors) {
+  Buffer& b = buffer(nullptr, 4096);
+  const View v = whole(b);
+  EXPECT_FALSE(has_quant_kernels(TensorType::IQ2_XXS));
+  EXPECT_TRUE(has_quant_kernels(TensorType::MXFP4));
+  try {
+    mul_mv(*ctx_, ctx_->immediate(), TensorType::IQ2_XXS, v, v, v, View{}, 256, 1, 1);
+    FAIL() << "IQ2_XXS accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(get_rows(*ctx_, ctx_->immediate(), TensorType::F16, v, v, v, 12, 1, 1.0f), Error);  // 12 % 8
+  EXPECT_THROW(dequant_f16(*ctx_, ctx_->immediate(), TensorType::Q4_K, v, v, 128, 0, 1), Error);   // 128 % 256
+}
+
+}  // namespace
+}  // namespace zinc::backend::vk
