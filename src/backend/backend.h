@@ -2,6 +2,8 @@
 // run it step by step. The core never names a concrete backend; each one implements these two classes.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "gguf/reader.h"
 #include "graph/graph.h"
 
@@ -21,6 +24,9 @@ struct ExecOptions {
   int32_t max_tokens = 512;   // most tokens one step may carry (prefill chunk size)
   KvType kv_type = KvType::F16;  // Q8_0 halves the cache again (head_dim must be a multiple of 32)
   unsigned threads = 0;       // CPU threads; 0 = all physical cores
+  // Every activation keeps its own memory, readable after a step through Executable::activation()
+  // (zinc validate compares backends tensor by tensor). Costs memory; off for inference.
+  bool keep_activations = false;
 };
 
 class Executable {
@@ -41,6 +47,9 @@ class Executable {
     return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
   }
   virtual const ExecOptions& options() const = 0;
+  // An activation of the last step, [rows][width] floats (needs ExecOptions::keep_activations; throws
+  // zinc::Error without it, or for a tensor that is not an activation).
+  virtual std::vector<float> activation(graph::TensorId id) const = 0;
   // False for graphs with recurrent state (linear-attention layers): a step must then start at
   // position 0 (which resets the state) or where the previous step ended.
   virtual bool can_rewind() const { return true; }
@@ -50,6 +59,14 @@ class Executable {
   virtual std::vector<uint8_t> save_state(int32_t n_past) const = 0;
   virtual void load_state(std::span<const uint8_t> bytes) = 0;
 };
+
+// Throws unless `id` is an activation (or the logits) and `opts` keeps activations.
+inline void check_activation(const graph::Graph& g, const ExecOptions& opts, graph::TensorId id) {
+  if (!opts.keep_activations) throw Error("activations are read back only with ExecOptions::keep_activations");
+  if (id < 0 || static_cast<size_t>(id) >= g.tensors.size() || g.tensor(id).kind == graph::TensorKind::Weight) {
+    throw Error(fmt::format("tensor {} is not an activation of the graph", id));
+  }
+}
 
 class Backend {
  public:

@@ -65,6 +65,7 @@ class Session {
     history_.clear();
   }
   const model::Model& model() const { return model_; }
+  const backend::Executable& executable() const { return *exe_; }
 
  private:
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping

@@ -138,7 +138,8 @@ class CpuExecutable final : public Executable {
       }
       state_pos_ = -1;  // until this step completes
     }
-    std::vector<int64_t> rows(g_.tensors.size(), 0);  // rows held by each activation this step
+    auto& rows = rows_;  // rows held by each activation this step
+    rows.assign(g_.tensors.size(), 0);
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       cur_ = i;
       exec(g_.nodes[i], step, rows);
@@ -152,6 +153,12 @@ class CpuExecutable final : public Executable {
   }
   int64_t n_vocab() const override { return g_.n_vocab; }
   const ExecOptions& options() const override { return opts_; }
+
+  std::vector<float> activation(TensorId id) const override {
+    check_activation(g_, opts_, id);
+    const float* b = buf(id);
+    return {b, b + rows_[static_cast<size_t>(id)] * g_.tensor(id).ne[0]};
+  }
 
  private:
   void bind_weights() {
@@ -195,7 +202,7 @@ class CpuExecutable final : public Executable {
       slot_size[static_cast<size_t>(best)] = std::max(slot_size[static_cast<size_t>(best)], need);
       slot_[static_cast<size_t>(node.out)] = best;
       for (TensorId i : node.in) {
-        if (g_.tensor(i).kind == TensorKind::Act && last_use[static_cast<size_t>(i)] == static_cast<int>(n) &&
+        if (!opts_.keep_activations && g_.tensor(i).kind == TensorKind::Act && last_use[static_cast<size_t>(i)] == static_cast<int>(n) &&
             i != g_.logits && std::find(free_slots.begin(), free_slots.end(), slot_[static_cast<size_t>(i)]) == free_slots.end()) {
           free_slots.push_back(slot_[static_cast<size_t>(i)]);
         }
@@ -610,6 +617,7 @@ class CpuExecutable final : public Executable {
   std::vector<float> kf_, vf_;                // decoded cache rows of the layer being attended
   quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
+  std::vector<int64_t> rows_;               // rows each activation held in the last step
   std::vector<std::vector<float>> state_;  // per node: the recurrent state of SsmConv and DeltaNet nodes
   bool recurrent_ = false;
   int64_t state_pos_ = 0;  // tokens the state has absorbed (-1: a step failed part-way)

@@ -1,0 +1,779 @@
+// The Vulkan backend's executor: a graph compiled into dispatches of the kernels in shaders/vulkan.
+//
+// Memory: weights are uploaded once into device-local buffers (small float weights such as norms and
+// biases converted to F32 on the way); activations share one device arena planned like the CPU
+// executor's (a tensor's range is reused once its last reader has run); each attending layer has its
+// K and V cache on the device; recurrent state lives in a device buffer per node. What changes per
+// step (n_past, the token ids, the rotation angles) is written by the host into a small host-visible
+// step buffer that the kernels read, so the command buffer of a step shape (its token count and
+// whether every row's logits are wanted) is recorded once and replayed: decode replays one command
+// buffer per token with a single submit. Barriers are inserted only where a dispatch reads or
+// overwrites a range an earlier dispatch since the last barrier wrote (or read).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/vulkan/vk_attention.h"
+#include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_gemm.h"
+#include "backend/vulkan/vk_misc.h"
+#include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_quant.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc::backend {
+
+namespace {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+using graph::TensorKind;
+using vk::View;
+
+constexpr uint64_t kStateMagic = 0x31544154534e435aull;  // "ZCNSTAT1", the CPU backend's layout
+constexpr uint32_t kMvMaxTokens = 8;      // steps up to this many tokens multiply by the weights directly
+constexpr uint32_t kSlabBytes = 64u << 20;  // the f16 slab a quantized weight is expanded into for prefill
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Which inputs of a node are small float weights read as F32 (norms, biases, scales, gates).
+bool reads_as_f32(const Node& n, size_t k) {
+  switch (n.op) {
+    case Op::RmsNorm: case Op::Rope: case Op::SsmConv: case Op::Scale: return k == 1;
+    case Op::MatMul: return k == 2;
+    case Op::Attention: return k == 3;
+    case Op::DeltaNet: return k >= 5;
+    case Op::MoE:
+      return (n.moe_expert_scale >= 0 && k == static_cast<size_t>(n.moe_expert_scale)) ||
+             (n.moe_bias >= 0 && k >= static_cast<size_t>(n.moe_bias));
+    default: return false;
+  }
+}
+
+class VulkanExecutable final : public Executable {
+ public:
+  VulkanExecutable(vk::Context& ctx, const graph::Graph& g, const gguf::File& file, const ExecOptions& opts)
+      : ctx_(ctx), g_(g), file_(file), opts_(opts), align_(ctx.features().offset_alignment) {
+    if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
+    kv_type_ = opts_.kv_type == KvType::F32 ? vk::KvCacheType::F32
+               : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
+                                              : vk::KvCacheType::Q8_0;
+    try {
+      upload_weights();
+      plan_arena();
+      make_caches();
+      make_step_buffer();
+      make_scratch();
+    } catch (...) {
+      release_all();
+      throw;
+    }
+  }
+  ~VulkanExecutable() override { release_all(); }
+
+  bool can_rewind() const override { return !recurrent_; }
+  int64_t n_vocab() const override { return g_.n_vocab; }
+  const ExecOptions& options() const override { return opts_; }
+
+  int32_t argmax() const override { return static_cast<const int32_t*>(argmax_.mapped)[0]; }
+
+  std::vector<float> activation(TensorId id) const override {
+    check_activation(g_, opts_, id);
+    if (!last_rows_) throw Error("no step has run yet");
+    const View v = act(id, (*last_rows_)[static_cast<size_t>(id)]);
+    std::vector<float> out(v.bytes / 4);
+    ctx_.download(*v.buffer, v.offset, out.data(), v.bytes);
+    return out;
+  }
+
+  std::span<const float> logits() const override {
+    return {static_cast<const float*>(logits_.mapped), static_cast<size_t>(logit_rows_ * g_.n_vocab)};
+  }
+
+  void run(const graph::StepParams& step) override {
+    const auto n = static_cast<int64_t>(step.tokens.size());
+    if (n == 0) throw Error("a step needs at least one token");
+    if (n > opts_.max_tokens) {
+      throw Error(fmt::format("a step of {} tokens exceeds the executable's limit of {}", n, opts_.max_tokens));
+    }
+    if (step.n_past < 0 || step.n_past + n > opts_.n_ctx) {
+      throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", step.n_past, n,
+                              opts_.n_ctx));
+    }
+    for (int32_t t : step.tokens) {
+      if (t < 0 || t >= g_.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g_.n_vocab - 1));
+    }
+    if (recurrent_) {
+      if (step.n_past == 0) {
+        for (const auto& st : state_) {
+          if (st.buffer) ctx_.fill_zero(st, 0, st.size);
+        }
+      } else if (step.n_past != state_pos_) {
+        throw Error(fmt::format("the recurrent state holds {} tokens; a step cannot resume at position {}",
+                                std::max<int64_t>(state_pos_, 0), step.n_past));
+      }
+      state_pos_ = -1;
+    }
+    write_step(step);
+    const bool all = step.all_logits;
+    const auto key = std::make_pair(static_cast<uint32_t>(n), all);
+    auto it = recordings_.find(key);
+    if (it == recordings_.end()) {
+      // Keep the decode shape and a few prefill shapes; a new shape beyond that evicts the others.
+      if (recordings_.size() >= 6) {
+        for (auto r = recordings_.begin(); r != recordings_.end();) r = r->first.first == 1 ? std::next(r) : recordings_.erase(r);
+        last_rows_ = nullptr;
+      }
+      it = recordings_.emplace(key, record(static_cast<uint32_t>(n), all)).first;
+    }
+    it->second.rec->submit_and_wait();
+    logit_rows_ = it->second.logit_rows;
+    last_rows_ = &it->second.rows;
+    if (recurrent_) state_pos_ = step.n_past + n;
+  }
+
+  std::vector<uint8_t> save_state(int32_t n_past) const override {
+    if (n_past < 0 || n_past > opts_.n_ctx || (recurrent_ && n_past != state_pos_)) {
+      throw Error(fmt::format("cannot save the state at position {} (the context holds {})", n_past,
+                              recurrent_ ? state_pos_ : int64_t{opts_.n_ctx}));
+    }
+    const uint64_t header[] = {kStateMagic, state_fingerprint(), static_cast<uint64_t>(n_past)};
+    std::vector<uint8_t> out(state_bytes(static_cast<size_t>(n_past)));
+    size_t at = 0;
+    std::memcpy(out.data(), header, sizeof(header));
+    at += sizeof(header);
+    for (size_t l = 0; l < k_.size(); ++l) {
+      const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_past);
+      ctx_.download(k_[l], 0, out.data() + at, bytes);
+      at += bytes;
+      ctx_.download(v_[l], 0, out.data() + at, bytes);
+      at += bytes;
+    }
+    for (const auto& st : state_) {
+      ctx_.download(st, 0, out.data() + at, st.size);
+      at += st.size;
+    }
+    return out;
+  }
+
+  void load_state(std::span<const uint8_t> bytes) override {
+    uint64_t header[3];
+    if (bytes.size() < sizeof(header)) throw Error("saved state: truncated");
+    std::memcpy(header, bytes.data(), sizeof(header));
+    if (header[0] != kStateMagic || header[1] != state_fingerprint() || header[2] > static_cast<uint64_t>(opts_.n_ctx)) {
+      throw Error("saved state: made by another model, backend or context settings");
+    }
+    const auto n_past = static_cast<size_t>(header[2]);
+    if (bytes.size() != state_bytes(n_past)) {
+      throw Error(fmt::format("saved state: {} bytes, expected {}", bytes.size(), state_bytes(n_past)));
+    }
+    size_t at = sizeof(header);
+    for (size_t l = 0; l < k_.size(); ++l) {
+      const size_t n = kv_row_bytes_[l] * n_past;
+      ctx_.upload(k_[l], 0, bytes.data() + at, n);
+      at += n;
+      ctx_.upload(v_[l], 0, bytes.data() + at, n);
+      at += n;
+    }
+    for (auto& st : state_) {
+      ctx_.upload(st, 0, bytes.data() + at, st.size);
+      at += st.size;
+    }
+    state_pos_ = static_cast<int64_t>(n_past);
+  }
+
+ private:
+  struct Recorded {
+    std::unique_ptr<vk::Recording> rec;
+    int64_t logit_rows = 0;
+    std::vector<int64_t> rows;  // rows each activation holds after the step
+  };
+
+  // ---- memory -------------------------------------------------------------------------------
+
+  void upload_weights() {
+    std::vector<bool> as_f32(g_.tensors.size(), false), raw(g_.tensors.size(), false);
+    for (const Node& n : g_.nodes) {
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        const auto id = static_cast<size_t>(n.in[k]);
+        if (g_.tensors[id].kind != TensorKind::Weight) continue;
+        (reads_as_f32(n, k) ? as_f32 : raw)[id] = true;
+      }
+    }
+    weights_.resize(g_.tensors.size());
+    weights_f32_.resize(g_.tensors.size());
+    for (size_t i = 0; i < g_.tensors.size(); ++i) {
+      const auto& t = g_.tensors[i];
+      if (t.kind != TensorKind::Weight) continue;
+      const auto bytes = file_.tensor_data(file_.tensor(t.name));
+      if (raw[i]) {
+        if (!quant::can_dequantize(t.type)) {
+          throw Error(fmt::format("Vulkan: tensor '{}' is stored as {}, which the Vulkan kernels do not read", t.name,
+                                  gguf::tensor_type_name(t.type)));
+        }
+        weights_[i] = ctx_.device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
+        ctx_.upload(weights_[i], 0, bytes.data(), bytes.size());
+        weight_bytes_ += bytes.size();
+      }
+      if (as_f32[i]) {
+        const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+        std::vector<float> f(static_cast<size_t>(count));
+        if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
+        else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
+        host_f32_.emplace(static_cast<TensorId>(i), f);
+        weights_f32_[i] = ctx_.device_buffer(f.size() * 4);
+        ctx_.upload(weights_f32_[i], 0, f.data(), f.size() * 4);
+      }
+    }
+  }
+
+  // Offsets in one arena for every activation: a tensor keeps its range from the node that writes it
+  // to the last node that reads it; first fit over the ranges live at the time.
+  void plan_arena() {
+    std::vector<int> last_use(g_.tensors.size(), -1);
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      for (TensorId i : g_.nodes[n].in) last_use[static_cast<size_t>(i)] = static_cast<int>(n);
+    }
+    act_offset_.assign(g_.tensors.size(), 0);
+    struct Live {
+      size_t offset, bytes;
+      int until;
+    };
+    std::vector<Live> live;
+    size_t top = 0;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+      const TensorId out = g_.nodes[n].out;
+      if (out == g_.logits) continue;  // logits go to their own host-visible buffer
+      live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.until < static_cast<int>(n); }),
+                 live.end());
+      const size_t need = align_up(static_cast<size_t>(g_.tensor(out).ne[0]) * static_cast<size_t>(opts_.max_tokens) * 4, align_);
+      std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.offset < b.offset; });
+      size_t at = 0;
+      for (const Live& l : live) {
+        if (l.offset >= at + need) break;
+        at = std::max(at, l.offset + l.bytes);
+      }
+      act_offset_[static_cast<size_t>(out)] = at;
+      const int until = opts_.keep_activations ? static_cast<int>(g_.nodes.size())
+                                               : std::max(last_use[static_cast<size_t>(out)], static_cast<int>(n));
+      live.push_back({at, need, until});
+      top = std::max(top, at + need);
+    }
+    arena_ = ctx_.device_buffer(std::max<size_t>(top, 4));
+    logits_ = ctx_.host_buffer(static_cast<size_t>(g_.n_vocab) * static_cast<size_t>(opts_.max_tokens) * 4);
+  }
+
+  void make_caches() {
+    const auto n_layer = static_cast<size_t>(g_.n_layer);
+    kv_row_bytes_.assign(n_layer, 0);
+    k_.resize(n_layer);
+    v_.resize(n_layer);
+    const auto elt = kv_type_ == vk::KvCacheType::F32 ? gguf::TensorType::F32
+                     : kv_type_ == vk::KvCacheType::F16 ? gguf::TensorType::F16
+                                                        : gguf::TensorType::Q8_0;
+    for (const Node& node : g_.nodes) {
+      if (node.op != Op::Attention) continue;
+      const int64_t kw = g_.kv_width_of(node.layer);
+      if (kw % quant::block_size(elt) != 0 || node.head_dim % quant::block_size(elt) != 0) {
+        throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
+                                gguf::tensor_type_name(elt), quant::block_size(elt)));
+      }
+      const auto l = static_cast<size_t>(node.layer);
+      kv_row_bytes_[l] = quant::row_size(elt, kw);
+      const size_t bytes = align_up(kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx), 4);
+      k_[l] = ctx_.device_buffer(bytes);
+      v_[l] = ctx_.device_buffer(bytes);
+      ctx_.fill_zero(k_[l], 0, bytes);
+      ctx_.fill_zero(v_[l], 0, bytes);
+    }
+    state_.resize(g_.nodes.size());
+    for (const Node& node : g_.nodes) {
+      if (const int64_t st = graph::state_size(g_, node); st > 0) {
+        auto& b = state_[static_cast<size_t>(&node - g_.nodes.data())];
+        b = ctx_.device_buffer(static_cast<size_t>(st) * 4);
+        ctx_.fill_zero(b, 0, b.size);
+        recurrent_ = true;
+      }
+    }
+  }
+
+  // The step buffer: a header (n_past, n_tokens), the token ids, then one (cos, sin) table per
+  // distinct rotation.
+  void make_step_buffer() {
+    size_t at = align_up(16, align_);
+    tokens_offset_ = at;
+    at = align_up(at + static_cast<size_t>(opts_.max_tokens) * 4, align_);
+    for (const Node& n : g_.nodes) {
+      if (n.op != Op::Rope) continue;
+      const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
+      if (rope_index(n) >= 0) continue;  // the same rotation as an earlier node
+      ropes_.push_back({n.n_rot, n.rope, factors, at});
+      at = align_up(at + static_cast<size_t>(n.n_rot) * static_cast<size_t>(opts_.max_tokens) * 4, align_);
+    }
+    step_ = ctx_.host_buffer(at);
+    std::memset(step_.mapped, 0, at);
+  }
+
+  void make_scratch() {
+    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0;
+    uint32_t mm_cols = 0;
+    for (const Node& n : g_.nodes) {
+      const auto max_tok = static_cast<uint32_t>(opts_.max_tokens);
+      if (n.op == Op::Attention) {
+        attn = std::max(attn, vk::attention_scratch_bytes(ctx_, static_cast<uint32_t>(n.n_head), static_cast<uint32_t>(n.n_head_kv),
+                                                          static_cast<uint32_t>(n.head_dim), max_tok,
+                                                          static_cast<uint32_t>(opts_.n_ctx)));
+      }
+      if (n.op == Op::MoE) {
+        const auto& gt = g_.tensor(n.in[2]);
+        const int64_t d = g_.tensor(n.in[1]).ne[0];
+        const int64_t ff = n.in[2] == n.in[3] ? gt.ne[1] / 2 : gt.ne[1];
+        moe_logits = std::max(moe_logits, static_cast<size_t>(n.n_expert) * max_tok * 4);
+        moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_tok * 4);
+        moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_tok * static_cast<size_t>(std::max(2 * ff, d)) * 4);
+      }
+      if (n.op == Op::MatMul && opts_.max_tokens > static_cast<int32_t>(kMvMaxTokens)) {
+        mm_cols = std::max(mm_cols, static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0]));
+      }
+    }
+    const auto scratch = [&](size_t bytes) { return bytes > 0 ? ctx_.device_buffer(bytes) : vk::Buffer{}; };
+    attn_scratch_ = scratch(attn);
+    moe_logits_ = scratch(moe_logits);
+    moe_ids_ = scratch(moe_ids);
+    moe_weights_ = scratch(moe_ids);
+    moe_gate_ = scratch(moe_slots);
+    moe_up_ = scratch(moe_slots);
+    moe_down_ = scratch(moe_slots);
+    if (mm_cols > 0) {
+      slab_ = ctx_.device_buffer(std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64));
+      if (const size_t xs = vk::mul_mm_scratch_bytes(mm_cols, static_cast<uint32_t>(opts_.max_tokens)); xs > 0) {
+        x_f16_ = ctx_.device_buffer(xs);
+      }
+    }
+    argmax_ = ctx_.host_buffer(16);
+    argmax_row_ = ctx_.device_buffer(static_cast<size_t>(g_.n_vocab) * 4);
+    argmax_scratch_ = ctx_.device_buffer(vk::argmax_scratch_bytes(static_cast<uint32_t>(g_.n_vocab)));
+  }
+
+  void release_all() {
+    recordings_.clear();
+    for (auto& b : weights_) ctx_.release(b);
+    for (auto& b : weights_f32_) ctx_.release(b);
+    for (auto& b : k_) ctx_.release(b);
+    for (auto& b : v_) ctx_.release(b);
+    for (auto& b : state_) ctx_.release(b);
+    for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
+                          &moe_up_, &moe_down_, &slab_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_}) {
+      ctx_.release(*b);
+    }
+  }
+
+  // ---- per step -----------------------------------------------------------------------------
+
+  struct RopeTable {
+    int n_rot;
+    graph::RopeParams params;
+    TensorId factors;
+    size_t offset;
+  };
+
+  int rope_index(const Node& n) const {
+    const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
+    for (size_t i = 0; i < ropes_.size(); ++i) {
+      const auto& r = ropes_[i];
+      const graph::RopeParams& a = r.params;
+      const graph::RopeParams& b = n.rope;
+      if (r.n_rot == n.n_rot && r.factors == factors && a.base == b.base && a.freq_scale == b.freq_scale &&
+          a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor && a.beta_fast == b.beta_fast &&
+          a.beta_slow == b.beta_slow && a.n_ctx_orig == b.n_ctx_orig && a.yarn_truncate == b.yarn_truncate) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  void write_step(const graph::StepParams& step) {
+    auto* base = static_cast<uint8_t*>(step_.mapped);
+    const uint32_t header[4] = {static_cast<uint32_t>(step.n_past), static_cast<uint32_t>(step.tokens.size()), 0, 0};
+    std::memcpy(base, header, sizeof(header));
+    std::memcpy(base + tokens_offset_, step.tokens.data(), step.tokens.size() * 4);
+    for (const RopeTable& r : ropes_) {
+      const float* f = r.factors >= 0 ? host_f32_.at(r.factors).data() : nullptr;
+      auto* cs = reinterpret_cast<float*>(base + r.offset);
+      for (size_t t = 0; t < step.tokens.size(); ++t) {
+        cpu::rope_cos_sin(r.n_rot, r.params, f, step.n_past + static_cast<int32_t>(t), cs + t * static_cast<size_t>(r.n_rot));
+      }
+    }
+  }
+
+  // ---- recording ----------------------------------------------------------------------------
+
+  // Hazard tracking: the ranges written and read since the last barrier.
+  struct Range {
+    VkBuffer buffer;
+    size_t lo, hi;
+  };
+  static bool overlaps(const std::vector<Range>& set, const Range& r) {
+    return std::any_of(set.begin(), set.end(), [&](const Range& s) { return s.buffer == r.buffer && s.lo < r.hi && r.lo < s.hi; });
+  }
+
+  class Tracker {
+   public:
+    explicit Tracker(vk::Recording& rec) : rec_(rec) {}
+    // Before an op that reads `reads` and writes `writes`.
+    void before(std::initializer_list<View> reads, std::initializer_list<View> writes) {
+      bool need = false;
+      for (const View& v : reads) need = need || overlaps(written_, range(v));
+      for (const View& v : writes) need = need || overlaps(written_, range(v)) || overlaps(read_, range(v));
+      if (need) {
+        rec_.barrier();
+        written_.clear();
+        read_.clear();
+      }
+      for (const View& v : reads) read_.push_back(range(v));
+      for (const View& v : writes) written_.push_back(range(v));
+    }
+    // Inside an op: a dependent dispatch follows.
+    void full() {
+      rec_.barrier();
+      written_.clear();
+      read_.clear();
+    }
+
+   private:
+    static Range range(const View& v) {
+      return {v.buffer->buffer, v.offset, v.bytes > 0 ? v.offset + v.bytes : v.buffer->size};
+    }
+    vk::Recording& rec_;
+    std::vector<Range> written_, read_;
+  };
+
+  View act(TensorId id, int64_t rows) const {
+    const size_t bytes = static_cast<size_t>(g_.tensor(id).ne[0] * rows) * 4;
+    if (id == g_.logits) return View{&logits_, 0, bytes};
+    return View{&arena_, act_offset_[static_cast<size_t>(id)], bytes};
+  }
+  View weight(TensorId id) const { return View{&weights_[static_cast<size_t>(id)], 0, 0}; }
+  View weight_f32(TensorId id) const { return View{&weights_f32_[static_cast<size_t>(id)], 0, 0}; }
+
+  Recorded record(uint32_t n_tok, bool all_logits) {
+    Recorded out;
+    out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
+    vk::Recording& rec = *out.rec;
+    Tracker tr(rec);
+    std::vector<int64_t> rows(g_.tensors.size(), 0);
+    const View header{&step_, 0, 16};
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& node = g_.nodes[i];
+      rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, all_logits, rows, header);
+    }
+    out.logit_rows = rows[static_cast<size_t>(g_.logits)];
+    out.rows = rows;
+    rec.finish();
+    return out;
+  }
+
+  // Records one node; returns the rows its output holds.
+  int64_t emit(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, uint32_t n_tok, bool all_logits,
+               const std::vector<int64_t>& rows, View header) {
+    const auto width = static_cast<uint32_t>(g_.tensor(node.out).ne[0]);
+    const auto in_rows = [&](size_t k) { return rows[static_cast<size_t>(node.in[k])]; };
+    int64_t n = n_tok;
+    if (node.op != Op::Embed && !node.in.empty() && g_.tensor(node.in[0]).kind == TensorKind::Act) n = in_rows(0);
+    if (node.op == Op::MatMul) n = in_rows(1);
+    const auto nu = static_cast<uint32_t>(n);
+    const View out = act(node.out, node.op == Op::SelectLast ? (all_logits ? n : 1) : n);
+    const auto in = [&](size_t k) { return act(node.in[k], in_rows(k)); };
+    switch (node.op) {
+      case Op::Embed: {
+        const auto& wt = g_.tensor(node.in[0]);
+        const View ids{&step_, tokens_offset_, static_cast<size_t>(n_tok) * 4};
+        tr.before({ids}, {out});
+        vk::get_rows(ctx_, rec, wt.type, weight(node.in[0]), ids, out, static_cast<uint32_t>(wt.ne[0]), n_tok, node.scale);
+        break;
+      }
+      case Op::RmsNorm: {
+        const View w = node.in.size() > 1 ? weight_f32(node.in[1]) : View{};
+        const uint32_t group = node.head_dim > 0 ? static_cast<uint32_t>(node.head_dim) : width;
+        tr.before({in(0)}, {out});
+        vk::rms_norm(ctx_, rec, in(0), w, out, width, group, nu, node.eps, node.offset);
+        break;
+      }
+      case Op::MatMul:
+        matmul(rec, tr, node, in(1), out, nu);
+        break;
+      case Op::Add: case Op::Mul:
+        tr.before({in(0), in(1)}, {out});
+        vk::eltwise(ctx_, rec, node.op == Op::Add ? vk::Eltwise::Add : vk::Eltwise::Mul, in(0), in(1), out, width, width, nu);
+        break;
+      case Op::Rope: {
+        const auto& r = ropes_[static_cast<size_t>(rope_index(node))];
+        const View cs{&step_, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
+        tr.before({in(0), cs}, {out});
+        vk::rope(ctx_, rec, in(0), cs, out, static_cast<uint32_t>(node.n_head), static_cast<uint32_t>(node.head_dim),
+                 static_cast<uint32_t>(node.n_rot), node.rope_mode == graph::RopeMode::NeoX, nu);
+        break;
+      }
+      case Op::Attention: {
+        const auto l = static_cast<size_t>(node.layer);
+        const View kc{&k_[l], 0, 0}, vc{&v_[l], 0, 0};
+        const auto kw = static_cast<uint32_t>(g_.kv_width_of(node.layer));
+        tr.before({in(1), in(2), header}, {kc, vc});
+        vk::kv_store(ctx_, rec, kv_type_, in(1), in(2), kc, vc, header, kw, nu);
+        tr.full();
+        vk::AttentionArgs a;
+        a.type = kv_type_;
+        a.q = in(0);
+        a.k_cache = kc;
+        a.v_cache = vc;
+        a.sinks = node.in.size() > 3 ? weight_f32(node.in[3]) : View{};
+        a.step = header;
+        a.out = out;
+        a.scratch = View{&attn_scratch_, 0, 0};
+        a.n_head = static_cast<uint32_t>(node.n_head);
+        a.n_head_kv = static_cast<uint32_t>(node.n_head_kv);
+        a.head_dim = static_cast<uint32_t>(node.head_dim);
+        a.n_tokens = nu;
+        a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
+        a.sliding_window = static_cast<uint32_t>(std::max(0, node.sliding_window));
+        a.scale = node.scale;
+        a.softcap = node.cap;
+        tr.before({in(0), kc, vc}, {out, a.scratch});
+        vk::attention(ctx_, rec, a);
+        break;
+      }
+      case Op::SwiGLU: case Op::GeGLU:
+        tr.before({in(0), in(1)}, {out});
+        vk::eltwise(ctx_, rec, node.op == Op::SwiGLU ? vk::Eltwise::SwiGLU : vk::Eltwise::GeGLU, in(0), in(1), out, width,
+                    width, nu);
+        break;
+      case Op::Softcap:
+        tr.before({in(0)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::Softcap, in(0), View{}, out, width, width, nu, false, node.cap);
+        break;
+      case Op::SigmoidMul: {
+        const auto bw = static_cast<uint32_t>(g_.tensor(node.in[1]).ne[0]);
+        tr.before({in(0), in(1)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu);
+        break;
+      }
+      case Op::Scale: {
+        const auto& st = g_.tensor(node.in[1]);
+        const bool one = st.ne[0] * st.ne[1] * st.ne[2] * st.ne[3] == 1;
+        tr.before({in(0)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::Mul, in(0), weight_f32(node.in[1]), out, width, one ? 1u : width, nu, true);
+        break;
+      }
+      case Op::Split: {
+        const auto in_w = static_cast<uint32_t>(g_.tensor(node.in[0]).ne[0]);
+        const auto piece = width / static_cast<uint32_t>(node.n_head);
+        tr.before({in(0)}, {out});
+        vk::copy_rows(ctx_, rec, in(0), out, nu, 0, in_w, static_cast<uint32_t>(node.group_offset),
+                      static_cast<uint32_t>(node.group_stride), static_cast<uint32_t>(node.n_head), piece, width, 0);
+        break;
+      }
+      case Op::Concat: {
+        uint32_t at = 0;
+        for (size_t k = 0; k < node.in.size(); ++k) {
+          const auto pw = static_cast<uint32_t>(g_.tensor(node.in[k]).ne[0]);
+          tr.before({in(k)}, {out});
+          vk::copy_rows(ctx_, rec, in(k), out, nu, 0, pw, 0, pw, 1, pw, width, at);
+          at += pw;
+        }
+        break;
+      }
+      case Op::SelectLast: {
+        const int64_t have = in_rows(0);
+        n = all_logits ? have : 1;
+        tr.before({in(0)}, {out});
+        vk::copy_rows(ctx_, rec, in(0), out, static_cast<uint32_t>(n), static_cast<uint32_t>(have - n), width, 0, width, 1,
+                      width, width, 0);
+        break;
+      }
+      case Op::SsmConv: {
+        const View st{&state_[index], 0, 0};
+        const auto& wt = g_.tensor(node.in[1]);
+        tr.before({in(0), st}, {out, st});
+        vk::ssm_conv(ctx_, rec, in(0), weight_f32(node.in[1]), st, out, width, static_cast<uint32_t>(wt.ne[0]), nu);
+        break;
+      }
+      case Op::DeltaNet: {
+        const View st{&state_[index], 0, 0};
+        tr.before({in(0), in(1), in(2), in(3), in(4), st}, {out, st});
+        vk::delta_net(ctx_, rec, in(0), in(1), in(2), in(3), in(4), weight_f32(node.in[5]), weight_f32(node.in[6]), st, out,
+                      static_cast<uint32_t>(node.n_head), static_cast<uint32_t>(node.n_head_kv),
+                      static_cast<uint32_t>(node.head_dim), static_cast<uint32_t>(node.head_dim_v), node.tiled_heads, nu);
+        break;
+      }
+      case Op::MoE:
+        moe(rec, tr, node, rows, out, nu);
+        break;
+    }
+    // Greedy decoding reads one id: the argmax of the last logits row, computed on the device.
+    if (node.out == g_.logits) {
+      const auto nv = static_cast<size_t>(g_.n_vocab);
+      const View last{&logits_, static_cast<size_t>(n - 1) * nv * 4, nv * 4}, id{&argmax_, 0, 16};
+      tr.before({last}, {id});
+      tr.full();  // argmax's two dispatches share the scratch
+      vk::argmax(ctx_, rec, last, id, View{&argmax_scratch_, 0, 0}, static_cast<uint32_t>(nv));
+    }
+    return n;
+  }
+
+  // Few tokens: the weights multiply the rows directly. Many: the weight is expanded to f16 a slab of
+  // rows at a time and multiplied as a matrix (tensor cores where the device has them).
+  void matmul(vk::Recording& rec, Tracker& tr, const Node& node, View x, View out, uint32_t n) {
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    const View bias = node.in.size() > 2 ? weight_f32(node.in[2]) : View{};
+    if (n <= kMvMaxTokens || !slab_.buffer) {
+      tr.before({x}, {out});
+      vk::mul_mv(ctx_, rec, wt.type, weight(node.in[0]), x, out, bias, ncols, nrows, n);
+      return;
+    }
+    const uint32_t slab_rows = std::max<uint32_t>(64, static_cast<uint32_t>(slab_.size / (static_cast<size_t>(ncols) * 2)) / 64 * 64);
+    const View slab{&slab_, 0, 0};
+    const View xs = x_f16_.buffer ? View{&x_f16_, 0, 0} : View{};
+    for (uint32_t r0 = 0; r0 < nrows; r0 += slab_rows) {
+      const uint32_t rows = std::min(slab_rows, nrows - r0);
+      tr.before({}, {slab});
+      vk::dequant_f16(ctx_, rec, wt.type, weight(node.in[0]), slab, ncols, r0, rows);
+      tr.before({slab, x}, xs.buffer ? std::initializer_list<View>{out, xs} : std::initializer_list<View>{out});
+      vk::mul_mm(ctx_, rec, slab, x, out, ncols, rows, n, nrows, r0, xs);
+    }
+    if (bias.buffer) {
+      tr.before({out}, {out});
+      vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
+    }
+  }
+
+  // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
+  // the selected experts' gate/up products, the activation, their down products, the weighted sum.
+  void moe(vk::Recording& rec, Tracker& tr, const Node& node, const std::vector<int64_t>& rows, View out, uint32_t n) {
+    const auto& rt = g_.tensor(node.in[1]);
+    const auto& gt = g_.tensor(node.in[2]);
+    const auto& ut = g_.tensor(node.in[3]);
+    const auto& dt = g_.tensor(node.in[4]);
+    const bool fused = node.in[2] == node.in[3];
+    const auto d = static_cast<uint32_t>(rt.ne[0]);
+    const auto ff = static_cast<uint32_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
+    const auto ne = static_cast<uint32_t>(node.n_expert), k = static_cast<uint32_t>(node.n_expert_used);
+    const TensorId x_id = node.in[0];
+    const View x = act(x_id, rows[static_cast<size_t>(x_id)]);
+    const TensorId rin = node.moe_router_in >= 0 ? node.in[static_cast<size_t>(node.moe_router_in)] : x_id;
+    const View router_x = act(rin, rows[static_cast<size_t>(rin)]);
+    const View logits{&moe_logits_, 0, static_cast<size_t>(ne) * n * 4};
+    const View ids{&moe_ids_, 0, static_cast<size_t>(k) * n * 4}, wts{&moe_weights_, 0, static_cast<size_t>(k) * n * 4};
+    tr.before({router_x}, {logits});
+    vk::mul_mv(ctx_, rec, rt.type, weight(node.in[1]), router_x, logits, View{}, d, ne, n);
+    const bool biased = node.moe_bias >= 0;
+    const auto bias = [&](int j) {
+      return biased ? weight_f32(node.in[static_cast<size_t>(node.moe_bias + j)]) : View{};
+    };
+    const View escale = node.moe_expert_scale >= 0 ? weight_f32(node.in[static_cast<size_t>(node.moe_expert_scale)]) : View{};
+    tr.before({logits}, {ids, wts});
+    vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n,
+                  node.moe_routing == graph::MoeRouting::TopKSoftmax, node.norm_topk, node.scale);
+    const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
+    const View g{&moe_gate_, 0, slot_bytes * ff}, u{&moe_up_, 0, slot_bytes * ff}, y{&moe_down_, 0, slot_bytes * d};
+    tr.before({ids, x}, {g, u});
+    if (fused) {
+      // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
+      const View gu{&moe_down_, 0, slot_bytes * 2 * ff};
+      tr.before({ids, x}, {gu});
+      vk::mul_mv_id(ctx_, rec, gt.type, weight(node.in[2]), ids, x, gu, View{}, d, 2 * ff, ne, k, n, false);
+      tr.before({gu}, {g, u});
+      vk::copy_rows(ctx_, rec, gu, g, k * n, 0, 2 * ff, 0, ff, 1, ff, ff, 0);
+      vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
+    } else {
+      vk::mul_mv_id(ctx_, rec, gt.type, weight(node.in[2]), ids, x, g, bias(1), d, ff, ne, k, n, false);
+      vk::mul_mv_id(ctx_, rec, ut.type, weight(node.in[3]), ids, x, u, bias(2), d, ff, ne, k, n, false);
+    }
+    tr.before({g, u}, {g});
+    switch (node.moe_glu) {
+      case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n); break;
+      case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n); break;
+      case graph::MoeGlu::SwiGLUClamped:
+        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, node.glu_alpha, node.glu_limit);
+        break;
+    }
+    tr.before({g, ids}, {y});
+    vk::mul_mv_id(ctx_, rec, dt.type, weight(node.in[4]), ids, g, y, bias(3), ff, d, ne, k, n, true);
+    tr.before({y, wts}, {out});
+    vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
+  }
+
+  // ---- saved state ---------------------------------------------------------------------------
+
+  size_t state_bytes(size_t n_past) const {
+    size_t n = 3 * sizeof(uint64_t);
+    for (size_t r : kv_row_bytes_) n += 2 * r * n_past;
+    for (const auto& st : state_) n += st.size;
+    return n;
+  }
+
+  // The CPU backend's fingerprint: a context saved by one backend loads into the other.
+  uint64_t state_fingerprint() const {
+    uint64_t h = 1469598103934665603ull;
+    const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    const auto elt = kv_type_ == vk::KvCacheType::F32 ? gguf::TensorType::F32
+                     : kv_type_ == vk::KvCacheType::F16 ? gguf::TensorType::F16
+                                                        : gguf::TensorType::Q8_0;
+    mix(static_cast<uint64_t>(elt));
+    mix(static_cast<uint64_t>(opts_.n_ctx));
+    for (size_t r : kv_row_bytes_) mix(r);
+    for (const auto& st : state_) mix(st.size / 4);
+    return h;
+  }
+
+  vk::Context& ctx_;
+  const graph::Graph& g_;
+  const gguf::File& file_;
+  ExecOptions opts_;
+  size_t align_;
+  vk::KvCacheType kv_type_ = vk::KvCacheType::F16;
+  std::vector<vk::Buffer> weights_, weights_f32_;
+  std::map<TensorId, std::vector<float>> host_f32_;
+  size_t weight_bytes_ = 0;
+  std::vector<size_t> act_offset_;
+  vk::Buffer arena_, logits_, step_;
+  size_t tokens_offset_ = 0;
+  std::vector<RopeTable> ropes_;
+  std::vector<size_t> kv_row_bytes_;
+  std::vector<vk::Buffer> k_, v_, state_;
+  vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, slab_, x_f16_, argmax_,
+      argmax_scratch_, argmax_row_;
+  std::map<std::pair<uint32_t, bool>, Recorded> recordings_;
+  int64_t logit_rows_ = 0;
+  const std::vector<int64_t>* last_rows_ = nullptr;
+  bool recurrent_ = false;
+  int64_t state_pos_ = 0;
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(int device) : ctx_(vk::Context::create(device)) {}
+  std::string name() const override { return "vulkan"; }
+  std::string device_name() const override { return ctx_->device_name(); }
+  double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
+  std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights, const ExecOptions& opts) override {
+    return std::make_unique<VulkanExecutable>(*ctx_, g, weights, opts);
+  }
+
+ private:
+  std::unique_ptr<vk::Context> ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_vulkan_backend(int device) { return std::make_unique<VulkanBackend>(device); }
+
+}  // namespace zinc::backend

@@ -1,0 +1,136 @@
+// `zinc validate`: runs one prompt on a backend and on the CPU reference and compares every named
+// activation (blk.N.*), so a kernel that is wrong shows up as the first tensor where the two part.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/cli.h"
+#include "cli/generation_options.h"
+#include "cli/json_util.h"
+#include "core/error.h"
+#include "hub/store.h"
+#include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace zinc::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct ValidateArgs {
+  std::string model;
+  std::string backend = "vulkan";
+  int device = -1;
+  std::string prompt = "The capital of France is Paris. The capital of Germany is";
+  std::string kv_type = "f32";
+  double tolerance = 0.02;
+};
+
+struct TensorGap {
+  std::string name;
+  int layer = -1;
+  double max_abs = 0, rel = 0;  // rel: max |a - b| over max |reference|
+};
+
+int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
+  const auto file = gguf::File::open(hub::resolve_model_path(a.model));
+  const auto tok = tokenizer::Tokenizer::from_gguf(file);
+  const auto tokens = tok.encode(a.prompt);
+  if (tokens.empty()) throw Error("the prompt encodes to no tokens");
+  backend::ExecOptions opts;
+  opts.n_ctx = static_cast<int32_t>(tokens.size()) + 8;
+  opts.max_tokens = static_cast<int32_t>(tokens.size());
+  opts.kv_type = kv_type_from_name(a.kv_type);
+  opts.keep_activations = true;
+  auto cpu = backend::make_cpu_backend();
+  auto other = backend::make_backend(a.backend, a.device);
+  runtime::Session ref(file, *cpu, opts), test(file, *other, opts);
+  ref.eval(tokens, true);
+  test.eval(tokens, true);
+
+  const graph::Graph& g = ref.model().graph;
+  std::vector<TensorGap> gaps;
+  for (const graph::Node& n : g.nodes) {
+    const auto want = ref.executable().activation(n.out), got = test.executable().activation(n.out);
+    if (want.size() != got.size()) {
+      throw Error(fmt::format("{}: {} values on the CPU, {} on {}", g.tensor(n.out).name, want.size(), got.size(), a.backend));
+    }
+    TensorGap t{g.tensor(n.out).name, g.tensor(n.out).layer};
+    double scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+      t.max_abs = std::isnan(d) ? INFINITY : std::max(t.max_abs, d);
+      scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    }
+    t.rel = t.max_abs / std::max(scale, 1e-20);
+    gaps.push_back(t);
+  }
+  const TensorGap* first_bad = nullptr;
+  for (const auto& t : gaps) {
+    if (t.rel > a.tolerance) {
+      first_bad = &t;
+      break;
+    }
+  }
+  const bool same_top = ref.last_argmax() == test.last_argmax();
+  const bool ok = !first_bad && same_top;
+
+  // Per layer: the tensor that differs most.
+  std::map<int, const TensorGap*> worst;
+  for (const auto& t : gaps) {
+    auto& w = worst[t.layer];
+    if (!w || t.rel > w->rel) w = &t;
+  }
+  if (global.json) {
+    json layers = json::array(), tensors = json::array();
+    for (const auto& [layer, t] : worst) layers.push_back({{"layer", layer}, {"tensor", t->name}, {"max_abs_err", t->max_abs}, {"rel_err", t->rel}});
+    for (const auto& t : gaps) tensors.push_back({{"tensor", t.name}, {"layer", t.layer}, {"max_abs_err", t.max_abs}, {"rel_err", t.rel}});
+    fmt::print("{}\n", dump_json(json{{"model", a.model},
+                                      {"backend", other->name()},
+                                      {"device", other->device_name()},
+                                      {"tokens", tokens.size()},
+                                      {"tolerance", a.tolerance},
+                                      {"same_next_token", same_top},
+                                      {"first_divergence", first_bad ? json(first_bad->name) : json(nullptr)},
+                                      {"layers", layers},
+                                      {"tensors", tensors},
+                                      {"ok", ok}}));
+  } else {
+    fmt::print("zinc validate · {} vs cpu · {} · {} prompt tokens · tolerance {:g} (max |diff| / max |cpu|)\n\n", other->name(),
+               other->device_name(), tokens.size(), a.tolerance);
+    fmt::print("| layer | worst tensor | max abs err | rel err |\n|---|---|---|---|\n");
+    for (const auto& [layer, t] : worst) {
+      fmt::print("| {} | {} | {:.3g} | {:.3g} |\n", layer < 0 ? std::string("-") : std::to_string(layer), t->name, t->max_abs, t->rel);
+    }
+    fmt::print("\nnext token: cpu {} · {} {}{}\n", ref.last_argmax(), other->name(), test.last_argmax(), same_top ? " (same)" : " (DIFFERENT)");
+    if (first_bad) {
+      fmt::print("first divergence: {} (layer {}), rel err {:.3g} > {:g}\n", first_bad->name, first_bad->layer, first_bad->rel, a.tolerance);
+    } else {
+      fmt::print("every tensor within tolerance\n");
+    }
+  }
+  return ok ? 0 : 1;
+}
+
+void add_validate_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
+  auto a = std::make_shared<ValidateArgs>();
+  CLI::App* cmd = app.add_subcommand("validate", "Compare a backend with the CPU reference, tensor by tensor, on one prompt");
+  cmd->add_option("-m,--model", a->model, "GGUF model file, or an installed model id")->required();
+  cmd->add_option("--backend", a->backend, "Backend to check: vulkan, cpu or auto")->capture_default_str();
+  cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt to run")->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "KV cache storage on both sides: f32, f16 or q8_0")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+  cmd->add_option("--tolerance", a->tolerance, "Largest relative error a tensor may have")->capture_default_str();
+  cmd->callback([a, &global, &run] { run = [a, &global] { return run_validate(*a, global); }; });
+}
+
+}  // namespace
+
+ZINC_COMMAND(75, add_validate_command);
+
+}  // namespace zinc::cli
