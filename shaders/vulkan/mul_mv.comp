@@ -39,9 +39,10 @@
 // A workgroup of WG invocations takes ROWS rows and NTOK tokens: its invocations walk the rows' units
 // (4 to 16 elements each, quant.glsl) in turn, decode the unit of each row into registers and
 // multiply them by all NTOK tokens' x, each x load serving the ROWS rows, so the weight is read once
-// per NTOK tokens and x once per ROWS rows (adjacent invocations read adjacent runs of x). Partial sums are added within each subgroup (subgroupAdd, any subgroup size), then
-// across the workgroup's subgroups in shared memory. Token groups beyond what the grid covers loop
-// (grid z strides), so one dispatch serves any n_tokens.
+// per NTOK tokens and x once per ROWS rows (adjacent invocations read adjacent runs of x). Partial
+// sums are added within each subgroup (subgroupAdd, any subgroup size), then across the workgroup's
+// subgroups in shared memory. Token groups beyond what the grid covers loop (grid z strides), so one
+// dispatch serves any n_tokens.
 //
 // MUL_MV_ID (mixture of experts, variants id_*): the weight holds n_expert matrices expert_stride
 // bytes apart, ids [n_tokens][n_used] picks one per (token, slot) pair, and

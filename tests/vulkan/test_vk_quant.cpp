@@ -77,7 +77,9 @@ Weight random_weight(TensorType t, uint32_t ncols, uint32_t nrows, std::mt19937&
         std::memcpy(block + off, &h, 2);
       }
       // MXFP4: exponents around 2^0, the two subnormal scales included now and then.
-      if (t == TensorType::MXFP4) block[0] = static_cast<uint8_t>(b % 7 == 3 ? b % 2 : 118 + byte(rng) % 16);
+      if (t == TensorType::MXFP4) {
+        block[0] = static_cast<uint8_t>(b % 7 == 3 ? static_cast<int>(b % 2) : 118 + byte(rng) % 16);
+      }
     }
   }
   w.values.resize(n);

@@ -54,7 +54,9 @@ const QuantType& checked(const char* op, TensorType type, uint32_t ncols, uint32
 }
 
 void check_bytes(const char* op, uint64_t bytes) {
-  if (bytes > kMaxBytes) throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));
+  if (bytes > kMaxBytes) {
+    throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));
+  }
 }
 
 // Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
