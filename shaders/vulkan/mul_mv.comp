@@ -37,11 +37,12 @@
 // [n_tokens][nrows], packed.
 //
 // A workgroup of WG invocations takes ROWS rows and NTOK tokens: its invocations walk the rows' units
-// (8 or 16 elements each, quant.glsl) in turn, decode each unit once into registers and multiply it by
-// all NTOK tokens' x (the same x values serve the ROWS rows, from cache), so the weight is read once
-// per NTOK tokens. Partial sums are added within each subgroup (subgroupAdd, any subgroup size), then
-// across the workgroup's subgroups in shared memory. Token groups beyond what the grid covers loop
-// (grid z strides), so one dispatch serves any n_tokens.
+// (4 to 16 elements each, quant.glsl) in turn, decode the unit of each row into registers and
+// multiply them by all NTOK tokens' x, each x load serving the ROWS rows, so the weight is read once
+// per NTOK tokens and x once per ROWS rows (adjacent invocations read adjacent runs of x). Partial
+// sums are added within each subgroup (subgroupAdd, any subgroup size), then across the workgroup's
+// subgroups in shared memory. Token groups beyond what the grid covers loop (grid z strides), so one
+// dispatch serves any n_tokens.
 //
 // MUL_MV_ID (mixture of experts, variants id_*): the weight holds n_expert matrices expert_stride
 // bytes apart, ids [n_tokens][n_used] picks one per (token, slot) pair, and
@@ -51,7 +52,7 @@
 // Bindings: 0 W (raw blocks), 1 x (float, read as vec4), 2 y, 3 bias (floats; bound to anything when
 // has_bias = 0), 4 ids (uint, MUL_MV_ID). Grid: x*y = ceil(nrows / ROWS) workgroups (split in y past
 // the device's limit), z = token groups (or pairs), any count. Preconditions: ncols a multiple of the
-// unit (4 for F32, 8 for F16/BF16, the block otherwise), rows at multiples of row_bytes, views at
+// unit (4 for F32, F16 and BF16, the block otherwise), rows at multiples of row_bytes, views at
 // offset_alignment, y not overlapping x. Moves the weight once per token group, plus x (from cache)
 // and y.
 #extension GL_GOOGLE_include_directive : require
@@ -113,28 +114,28 @@ void main() {
     [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
 
     for (uint u = tid; u < nunits; u += WG) {
-      uint col4[UR];
-      [[unroll]] for (uint k = 0u; k < UR; ++k) col4[k] = unit_col(u, k) >> 2;
+      // The unit of each row into registers, then each x run loaded once for all the rows.
+      vec4 q[ROWS][UR];
+      float a[ROWS][UR], b[ROWS][UR];
       [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-        vec4 q[UR];
-        float a[UR], b[UR];
-        unit_load(rb[r], u, q, a, b);
+        unit_load(rb[r], u, q[r], a[r], b[r]);
 #if defined(HAS_B)
-        // A scale and an offset: dequantize once, then one dot per token.
-        [[unroll]] for (uint k = 0u; k < UR; ++k) q[k] = q[k] * a[k] + b[k];
-        [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
-          float s = 0.0;
-          [[unroll]] for (uint k = 0u; k < UR; ++k) s += dot(q[k], x4[xo[t] + col4[k]]);
-          acc[r * NTOK + t] += s;
-        }
-#else
-        // A scale only: it multiplies each run's dot product.
-        [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
-          float s = 0.0;
-          [[unroll]] for (uint k = 0u; k < UR; ++k) s += a[k] * dot(q[k], x4[xo[t] + col4[k]]);
-          acc[r * NTOK + t] += s;
-        }
+        // A scale and an offset: dequantized here, so that each token costs one dot per run.
+        [[unroll]] for (uint k = 0u; k < UR; ++k) q[r][k] = q[r][k] * a[r][k] + b[r][k];
 #endif
+      }
+      [[unroll]] for (uint k = 0u; k < UR; ++k) {
+        const uint col4 = unit_col(u, k) >> 2;
+        [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+          const vec4 xv = x4[xo[t] + col4];
+          [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+#if defined(HAS_B)
+            acc[r * NTOK + t] += dot(q[r][k], xv);
+#else
+            acc[r * NTOK + t] += a[r][k] * dot(q[r][k], xv);  // a scale only: once per run
+#endif
+          }
+        }
       }
     }
 

@@ -7,8 +7,11 @@
 //                        storage needed). Rows start at any byte offset their block size allows; a
 //                        few reads touch the whole 32-bit word holding a row's last byte, so the
 //                        buffer must extend to a multiple of 4 bytes past the weight's end.
-//   UE, UR               a row is cut into units of UE elements (4, 8 or 16): the piece one
-//                        invocation decodes at a time, UR = UE / 4 runs of 4 consecutive columns.
+//   UE, UR               a row is cut into units of UE elements (4: F32, F16, BF16; 16: Q2_K..Q6_K;
+//                        8: the rest): the piece one invocation decodes at a time, UR = UE / 4 runs
+//                        of 4 consecutive columns. Units are laid out so that the invocations of a
+//                        row's consecutive units read x in runs of at least 64 contiguous bytes per
+//                        load (a warp touches at most 8 cache lines per vec4 load).
 //   unit_load(rb, u, q, a, b)  unit u of the row whose bytes start at rb: run k holds columns
 //                        unit_col(u, k) .. +3 with values a[k] * q[k] + b[k] (q: small integers or
 //                        codebook entries, exact in float; a, b: the block's scale and offset), so a
@@ -49,6 +52,8 @@ uint w32(uint off) {
 uint w16(uint off) { return (w[off >> 2] >> ((off & 2u) << 3)) & 0xffffu; }
 uint w8(uint off) { return (w[off >> 2] >> ((off & 3u) << 3)) & 0xffu; }
 float f16(uint h) { return unpackHalf2x16(h).x; }
+// float(v) - bias for v < 2^23, by the same mantissa trick (scales and mins).
+float u2f(uint v, float bias) { return uintBitsToFloat(v | 0x4b000000u) - (kMagic + bias); }
 uint byte_of(uint v, uint i) { return (v >> (i << 3)) & 0xffu; }
 
 #if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS) || defined(TYPE_MXFP4)
@@ -83,9 +88,9 @@ void quant_init() {
 #define BLOCK_BYTES 16u
 #define UE 4u
 #elif defined(TYPE_F16) || defined(TYPE_BF16)
-#define QK 8u
-#define BLOCK_BYTES 16u
-#define UE 8u
+#define QK 4u
+#define BLOCK_BYTES 8u
+#define UE 4u
 #elif defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
 #define QK 32u
 #define BLOCK_BYTES 18u
@@ -138,7 +143,7 @@ void quant_init() {
 #elif defined(TYPE_IQ4_XS)
 #define QK 256u
 #define BLOCK_BYTES 136u
-#define UE 16u
+#define UE 8u
 #else
 #error "define one TYPE_*"
 #endif
@@ -149,7 +154,7 @@ void quant_init() {
 uint unit_col(uint u, uint k) {
   const uint base = (u / UPB) * QK, j = u % UPB;
 #if defined(TYPE_F32) || defined(TYPE_F16) || defined(TYPE_BF16) || defined(TYPE_Q8_0)
-  // Consecutive runs.
+  // Consecutive runs (Q8_0: byte i of qs is element i).
   return u * UE + 4u * k;
 #elif defined(TYPE_Q4_0) || defined(TYPE_Q4_1) || defined(TYPE_Q5_0) || defined(TYPE_Q5_1) || \
     defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
@@ -162,9 +167,10 @@ uint unit_col(uint u, uint k) {
   return base + n * 128u + k * 32u + h * 16u + l0;
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
   // Byte c*32 + l of qs holds element c*64 + l (low nibble) and c*64 + 32 + l (high); unit j = c and
-  // bytes l0..l0+7; runs: low nibbles of the first and second word, then the high ones.
-  const uint c = j >> 2, l0 = (j & 3u) << 3;
-  return base + c * 64u + (k >> 1) * 32u + l0 + (k & 1u) * 4u;
+  // the words at bytes 4i and 16 + 4i (i = j & 3, so that the four units of a c read x in runs of 64
+  // bytes); runs: low nibbles of the two words, then the high ones.
+  const uint c = j >> 2, i = j & 3u;
+  return base + c * 64u + (k >> 1) * 32u + (k & 1u) * 16u + 4u * i;
 #elif defined(TYPE_Q6_K)
   // ql byte n*64 + (k&1)*32 + l holds element n*128 + k*32 + l (nibble k>>1), qh byte n*32 + l its
   // two high bits (at 2k); unit j = n and bytes l0..l0+3.
@@ -172,9 +178,8 @@ uint unit_col(uint u, uint k) {
   return base + n * 128u + k * 32u + l0;
 #elif defined(TYPE_IQ4_XS)
   // Sub-block s: qs byte 16s + i holds elements 32s + i (low nibble) and 32s + 16 + i (high); unit j =
-  // s and 8 of its bytes.
-  const uint s = j >> 1, i0 = (j & 1u) << 3;
-  return base + s * 32u + (k >> 1) * 16u + i0 + (k & 1u) * 4u;
+  // s and the word at 4 * (j & 3), as in the 32-element formats.
+  return base + (j >> 2) * 32u + 4u * (j & 3u) + 16u * k;
 #endif
 }
 
@@ -185,15 +190,13 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   q[0] = uintBitsToFloat(w4[o >> 4]);
   a[0] = 1.0;
 #elif defined(TYPE_F16)
-  const uvec4 v = w4[o >> 4];
+  const uvec2 v = w2[o >> 3];
   q[0] = vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
-  q[1] = vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
-  a[0] = a[1] = 1.0;
+  a[0] = 1.0;
 #elif defined(TYPE_BF16)
-  const uvec4 v = w4[o >> 4];
+  const uvec2 v = w2[o >> 3];
   q[0] = uintBitsToFloat(uvec4(v.x << 16, v.x & 0xffff0000u, v.y << 16, v.y & 0xffff0000u));
-  q[1] = uintBitsToFloat(uvec4(v.z << 16, v.z & 0xffff0000u, v.w << 16, v.w & 0xffff0000u));
-  a[0] = a[1] = 1.0;
+  a[0] = 1.0;
 #elif defined(TYPE_Q4_0)
   // 18 bytes: fp16 d, 16 bytes of nibbles; x = d * (q - 8).
   const uint qs = w32(o + 2u + 4u * j);
@@ -258,8 +261,8 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   [[unroll]] for (uint k = 0u; k < 4u; ++k) {
     const uint sc = byte_of(k < 2u ? sc01 : sc23, h + 2u * (k & 1u));
     q[k] = bytes_f((qs >> (2u * k)) & 0x03030303u, 0.0);
-    a[k] = dd.x * float(sc & 15u);
-    b[k] = -(dd.y * float(sc >> 4));
+    a[k] = dd.x * u2f(sc & 15u, 0.0);
+    b[k] = -(dd.y * u2f(sc >> 4, 0.0));
   }
 #elif defined(TYPE_Q3_K)
   // 110 bytes: hmask[32] (bit 4n+k of byte h*16+l: the third bit), 64 bytes of 2-bit q, 12 bytes of
@@ -274,39 +277,40 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
     const uint lo4 = (((g & 1u) != 0u ? s1 : s0) >> (8u * bi + 4u * (g >> 1))) & 15u;
     const uint hi2 = (s2 >> (8u * bi + 2u * g)) & 3u;
     q[k] = bytes_f(((qs >> (2u * k)) & 0x03030303u) | (((hm >> (4u * n + k)) & 0x01010101u) << 2), 4.0);
-    a[k] = d * float(int(lo4 | (hi2 << 4)) - 32);
+    a[k] = d * u2f(lo4 | (hi2 << 4), 32.0);
   }
 #elif defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
   // Q4_K, 144 bytes: fp16 d and dmin, 12 bytes of packed 6-bit scales and mins (8 sub-blocks of 32),
   // 128 bytes of nibbles; x = d * s * q - dmin * m. Q5_K, 176 bytes: the same with qh[32] (bit 2c + h
   // of byte l: the fifth bit of element c*64 + h*32 + l) before the nibbles. Both are 16-aligned.
-  const uint c = j >> 2, l0 = (j & 3u) << 3;
+  const uint c = j >> 2, i = j & 3u;
   const uvec4 hdr = w4[o >> 4];  // d | dmin << 16, scale bytes 0..11
 #if defined(TYPE_Q4_K)
-  const uvec2 qs = w2[(o + 16u + c * 32u + l0) >> 3];
-  const uvec2 hl = uvec2(0u), hh = uvec2(0u);
+  const uint qa = w[(o >> 2) + 4u + c * 8u + i], qb = w[(o >> 2) + 8u + c * 8u + i];
+  const uint ha = 0u, hb = 0u, ga = 0u, gb = 0u;
 #else
-  const uvec2 qs = w2[(o + 48u + c * 32u + l0) >> 3], qh = w2[(o + 16u + l0) >> 3];
-  const uvec2 hl = ((qh >> (2u * c)) & 0x01010101u) << 4, hh = ((qh >> (2u * c + 1u)) & 0x01010101u) << 4;
+  const uint qa = w[(o >> 2) + 12u + c * 8u + i], qb = w[(o >> 2) + 16u + c * 8u + i];
+  const uint qha = w[(o >> 2) + 4u + i], qhb = w[(o >> 2) + 8u + i];  // qh bytes 4i.., 16 + 4i..
+  const uint ha = ((qha >> (2u * c)) & 0x01010101u) << 4, hb = ((qhb >> (2u * c)) & 0x01010101u) << 4;
+  const uint ga = ((qha >> (2u * c + 1u)) & 0x01010101u) << 4, gb = ((qhb >> (2u * c + 1u)) & 0x01010101u) << 4;
 #endif
+  // Scales and mins of sub-blocks 2c and 2c + 1 (kquant_scale_min in src/quant/blocks.h) as the two
+  // low bytes of sp and mp: 6 bits of bytes 2c.. (c < 2), or 4 bits of bytes 8 + 2c - 4.. with the top
+  // two bits of bytes 2c - 4.. moved to bits 4-5.
+  const uint sh = 16u * (c & 1u);
+  const uint lo_s = (hdr.y >> sh) & 0x3f3fu, lo_m = (hdr.z >> sh) & 0x3f3fu;
+  const uint hi_s = ((hdr.w >> sh) & 0x0f0fu) | ((hdr.y >> (sh + 2u)) & 0x3030u);
+  const uint hi_m = ((hdr.w >> (sh + 4u)) & 0x0f0fu) | ((hdr.z >> (sh + 2u)) & 0x3030u);
+  const uint sp = c < 2u ? lo_s : hi_s, mp = c < 2u ? lo_m : hi_m;
   const vec2 dd = unpackHalf2x16(hdr.x);
-  [[unroll]] for (uint h = 0u; h < 2u; ++h) {
-    const uint sb = 2u * c + h;  // sub-block: kquant_scale_min in src/quant/blocks.h
-    uint s, m;
-    if (sb < 4u) {
-      s = byte_of(hdr.y, sb) & 63u;
-      m = byte_of(hdr.z, sb) & 63u;
-    } else {
-      s = (byte_of(hdr.w, sb - 4u) & 15u) | ((byte_of(hdr.y, sb - 4u) >> 6) << 4);
-      m = (byte_of(hdr.w, sb - 4u) >> 4) | ((byte_of(hdr.z, sb - 4u) >> 6) << 4);
-    }
-    a[2u * h] = a[2u * h + 1u] = dd.x * float(s);
-    b[2u * h] = b[2u * h + 1u] = -(dd.y * float(m));
-  }
-  q[0] = bytes_f((qs.x & 0x0f0f0f0fu) | hl.x, 0.0);
-  q[1] = bytes_f((qs.y & 0x0f0f0f0fu) | hl.y, 0.0);
-  q[2] = bytes_f(((qs.x >> 4) & 0x0f0f0f0fu) | hh.x, 0.0);
-  q[3] = bytes_f(((qs.y >> 4) & 0x0f0f0f0fu) | hh.y, 0.0);
+  a[0] = a[1] = dd.x * u2f(sp & 0xffu, 0.0);
+  a[2] = a[3] = dd.x * u2f(sp >> 8, 0.0);
+  b[0] = b[1] = -(dd.y * u2f(mp & 0xffu, 0.0));
+  b[2] = b[3] = -(dd.y * u2f(mp >> 8, 0.0));
+  q[0] = bytes_f((qa & 0x0f0f0f0fu) | ha, 0.0);
+  q[1] = bytes_f((qb & 0x0f0f0f0fu) | hb, 0.0);
+  q[2] = bytes_f(((qa >> 4) & 0x0f0f0f0fu) | ga, 0.0);
+  q[3] = bytes_f(((qb >> 4) & 0x0f0f0f0fu) | gb, 0.0);
 #elif defined(TYPE_Q6_K)
   // 210 bytes: ql[128] (low nibbles), qh[64] (2 high bits), 16 signed scales, fp16 d;
   // x = d * scale * (q - 32). Run k: nibble k >> 1 of the ql word at (k & 1) * 32, bits 2k of qh,
@@ -319,19 +323,17 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   [[unroll]] for (uint k = 0u; k < 4u; ++k) {
     const uint lo = (((k & 1u) != 0u ? qlb : qla) >> (4u * (k >> 1))) & 0x0f0f0f0fu;
     q[k] = bytes_f(lo | (((qh >> (2u * k)) & 0x03030303u) << 4), 32.0);
-    a[k] = d * float(bitfieldExtract(int(k < 2u ? sc01 : sc23), int(16u * (k & 1u)), 8));
+    a[k] = d * u2f(byte_of(k < 2u ? sc01 : sc23, 2u * (k & 1u)) ^ 0x80u, 128.0);  // a signed byte
   }
 #elif defined(TYPE_IQ4_XS)
   // 136 bytes: fp16 d, scales_h (2 high bits per sub-block), scales_l[4] (a nibble per sub-block),
   // 128 bytes of nibbles indexing kIQ4NLValues; x = d * (ls - 32) * value. 8-aligned.
-  const uint s = j >> 1;
+  const uint s = j >> 2;
   const uvec2 hdr = w2[o >> 3];
-  const uvec2 qs = w2[(o + 8u + 16u * s + ((j & 1u) << 3)) >> 3];
+  const uint qs = w[(o >> 2) + 2u + 4u * s + (j & 3u)];
   const uint ls = ((byte_of(hdr.y, s >> 1) >> (4u * (s & 1u))) & 15u) | (((hdr.x >> (16u + 2u * s)) & 3u) << 4);
-  q[0] = nibbles_cb(qs.x, 0u);
-  q[1] = nibbles_cb(qs.y, 0u);
-  q[2] = nibbles_cb(qs.x, 4u);
-  q[3] = nibbles_cb(qs.y, 4u);
-  a[0] = a[1] = a[2] = a[3] = f16(hdr.x & 0xffffu) * float(int(ls) - 32);
+  q[0] = nibbles_cb(qs, 0u);
+  q[1] = nibbles_cb(qs, 4u);
+  a[0] = a[1] = f16(hdr.x & 0xffffu) * u2f(ls, 32.0);
 #endif
 }

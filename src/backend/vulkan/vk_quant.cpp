@@ -23,11 +23,11 @@ struct QuantType {
 };
 
 constexpr QuantType kTypes[] = {
-    {TensorType::F32, "f32", 4},       {TensorType::F16, "f16", 8},       {TensorType::BF16, "bf16", 8},
+    {TensorType::F32, "f32", 4},       {TensorType::F16, "f16", 4},       {TensorType::BF16, "bf16", 4},
     {TensorType::Q4_0, "q4_0", 8},     {TensorType::Q4_1, "q4_1", 8},     {TensorType::Q5_0, "q5_0", 8},
     {TensorType::Q5_1, "q5_1", 8},     {TensorType::Q8_0, "q8_0", 8},     {TensorType::Q2_K, "q2_k", 16},
     {TensorType::Q3_K, "q3_k", 16},    {TensorType::Q4_K, "q4_k", 16},    {TensorType::Q5_K, "q5_k", 16},
-    {TensorType::Q6_K, "q6_k", 16},    {TensorType::IQ4_NL, "iq4_nl", 8}, {TensorType::IQ4_XS, "iq4_xs", 16},
+    {TensorType::Q6_K, "q6_k", 16},    {TensorType::IQ4_NL, "iq4_nl", 8}, {TensorType::IQ4_XS, "iq4_xs", 8},
     {TensorType::MXFP4, "mxfp4", 8},
 };
 
@@ -54,7 +54,9 @@ const QuantType& checked(const char* op, TensorType type, uint32_t ncols, uint32
 }
 
 void check_bytes(const char* op, uint64_t bytes) {
-  if (bytes > kMaxBytes) throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));
+  if (bytes > kMaxBytes) {
+    throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));
+  }
 }
 
 // Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.

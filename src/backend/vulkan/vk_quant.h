@@ -7,7 +7,7 @@
 //  - w is the tensor's raw GGUF bytes; its buffer must extend to a multiple of 4 bytes past the
 //    tensor's end (a word holding a row's last byte is read whole) and the tensor fits in 4 GiB
 //    (byte offsets are 32-bit).
-//  - ncols is a multiple of the type's block size, and of 4 (F32) or 8 (F16, BF16).
+//  - ncols is a multiple of the type's block size, and of 4 (F32, F16, BF16).
 //  - Views start at Features::offset_alignment; activations are float32 rows, packed.
 #pragma once
 
