@@ -14,6 +14,8 @@
 //              not always at a whole uint: the 16 bits it shares with its neighbour are written with
 //              atomicAnd/atomicOr, everything else with plain stores (kv_width % 32 == 0).
 // Grid: x * y workgroups of 256 over the invocations (y > 1 only past the device's group limit).
+#extension GL_GOOGLE_include_directive : require
+#include "f16_rne.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer K { float k[]; };
 layout(std430, binding = 1) readonly buffer V { float v[]; };
@@ -38,7 +40,7 @@ void quantize_block(bool is_k, uint e, out uint hw[17]) {
   for (uint j = 0u; j < 32u; ++j) amax = max(amax, abs(is_k ? k[e + j] : v[e + j]));
   const float d = amax / 127.0;
   const float id = d != 0.0 ? 1.0 / d : 0.0;
-  hw[0] = packHalf2x16(vec2(d, 0.0)) & 0xffffu;
+  hw[0] = half_rne(d);
   for (uint j = 0u; j < 16u; ++j) {
     uint pair = 0u;
     for (uint b = 0u; b < 2u; ++b) {
@@ -93,8 +95,8 @@ void main() {
   kc[base + i] = k[i];
   vc[base + i] = v[i];
 #elif defined(TYPE_F16)
-  kc[base / 2u + i] = packHalf2x16(vec2(k[2u * i], k[2u * i + 1u]));
-  vc[base / 2u + i] = packHalf2x16(vec2(v[2u * i], v[2u * i + 1u]));
+  kc[base / 2u + i] = pack_half2_rne(vec2(k[2u * i], k[2u * i + 1u]));
+  vc[base / 2u + i] = pack_half2_rne(vec2(v[2u * i], v[2u * i + 1u]));
 #elif defined(TYPE_Q8_0)
   const uint blocks = p.kv_width / 32u;
   const uint row = step[0] + i / blocks, b = i % blocks;

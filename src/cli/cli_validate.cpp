@@ -27,6 +27,8 @@ struct ValidateArgs {
   std::string prompt = "The capital of France is Paris. The capital of Germany is";
   std::string kv_type = "f32";
   double tolerance = 0.02;
+  int batch = 0;  // tokens per step (0: the whole prompt in one step)
+  std::vector<int32_t> tokens;  // token ids instead of a prompt
 };
 
 struct TensorGap {
@@ -38,11 +40,11 @@ struct TensorGap {
 int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
   const auto tok = tokenizer::Tokenizer::from_gguf(file);
-  const auto tokens = tok.encode(a.prompt);
+  const auto tokens = a.tokens.empty() ? tok.encode(a.prompt) : a.tokens;
   if (tokens.empty()) throw Error("the prompt encodes to no tokens");
   backend::ExecOptions opts;
   opts.n_ctx = static_cast<int32_t>(tokens.size()) + 8;
-  opts.max_tokens = static_cast<int32_t>(tokens.size());
+  opts.max_tokens = a.batch > 0 ? std::min(a.batch, static_cast<int>(tokens.size())) : static_cast<int32_t>(tokens.size());
   opts.kv_type = kv_type_from_name(a.kv_type);
   opts.keep_activations = true;
   auto cpu = backend::make_cpu_backend();
@@ -126,6 +128,9 @@ void add_validate_command(CLI::App& app, const GlobalOptions& global, Runner& ru
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
   cmd->add_option("--tolerance", a->tolerance, "Largest relative error a tensor may have")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "Token ids to run instead of a prompt (comma-separated)")->delimiter(',');
+  cmd->add_option("--batch", a->batch, "Tokens per step (the last step's tensors are compared; default: the whole prompt)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_validate(*a, global); }; });
 }
 

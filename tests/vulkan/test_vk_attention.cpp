@@ -43,12 +43,12 @@ class VulkanAttention : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      ctx_ = Context::create();
+      ctx_ = Context::shared();
     } catch (const Error& e) {
       GTEST_SKIP() << "no Vulkan device: " << e.what();
     }
   }
-  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Context> ctx_;
 };
 
 // One layer's K and V caches in one buffer (V at the next aligned offset, as an executor packs them),

@@ -4,7 +4,9 @@
 // 64 greedy tokens on Q8_0 weights chosen by the device's argmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -68,14 +70,14 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
   const gguf::File f = file("F32");
   backend::ExecOptions opts;
   opts.n_ctx = 96;
-  opts.max_tokens = 32;
+  opts.max_tokens = 6;  // the sequence in several steps: multi-token steps at positions past 0
   opts.kv_type = backend::KvType::F32;
   runtime::Session cpu(f, *cpu_, opts), gpu(f, *gpu_, opts);
   const auto c = cpu.eval(sequence_, true);
   const std::vector<float> want(c.begin(), c.end());
   const auto g = gpu.eval(sequence_, true);
   ASSERT_EQ(g.size(), want.size());
-  EXPECT_LT(relative_gap(g, want), 2e-4) << GetParam() << ": one prefill";
+  EXPECT_LT(relative_gap(g, want), 2e-4) << GetParam() << ": prefill";
   EXPECT_EQ(gpu.last_argmax(), cpu.last_argmax()) << GetParam();
 
   // Prefill 5 tokens, then one at a time: the decode step's recording is replayed at every position.
@@ -90,22 +92,74 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
   }
 }
 
-TEST_P(VulkanFixture, GreedyTokensMatchTheCpuOnQ8_0) {
+// 64 greedy tokens, each chosen on the device (argmax there) and on the CPU.
+struct GreedyRun {
+  std::vector<int32_t> cpu, gpu;
+  double worst_gap = 0;  // largest relative logit gap over the steps (both fed the CPU's tokens)
+  int clear_steps = 0, clear_agree = 0;
+};
+
+GreedyRun greedy_pair(const gguf::File& f, backend::Backend& cpu_backend, backend::Backend& gpu_backend,
+                      const std::vector<int32_t>& prompt, const backend::ExecOptions& opts, bool teacher_forced) {
+  runtime::Session cpu(f, cpu_backend, opts), gpu(f, gpu_backend, opts);
+  cpu.eval(prompt);
+  gpu.eval(prompt);
+  GreedyRun r;
+  for (int i = 0; i < 64; ++i) {
+    const auto c = cpu.executable().logits(), g = gpu.executable().logits();
+    r.cpu.push_back(cpu.last_argmax());
+    r.gpu.push_back(gpu.last_argmax());
+    r.worst_gap = std::max(r.worst_gap, relative_gap(g, c));
+    // A clear choice: the CPU's best logit leads the runner-up by more than twice the largest
+    // difference between the two backends' logits at this step (only then must they agree).
+    std::vector<float> sorted(c.begin(), c.end());
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    double diff = 0;
+    for (size_t v = 0; v < c.size(); ++v) diff = std::max(diff, std::fabs(static_cast<double>(g[v]) - c[v]));
+    if (sorted[0] - sorted[1] > 2 * diff) {
+      ++r.clear_steps;
+      r.clear_agree += r.cpu.back() == r.gpu.back();
+    }
+    const int32_t next_cpu = r.cpu.back(), next_gpu = teacher_forced ? r.cpu.back() : r.gpu.back();
+    cpu.eval(std::span<const int32_t>(&next_cpu, 1));
+    gpu.eval(std::span<const int32_t>(&next_gpu, 1));
+  }
+  return r;
+}
+
+TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
+  // F32 weights: both backends compute in float, the same function up to summation order, so the
+  // 64 greedy tokens are the same.
+  const gguf::File f = file("F32");
+  backend::ExecOptions opts;
+  opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
+  opts.max_tokens = 8;
+  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, opts, false);
+  EXPECT_EQ(r.gpu, r.cpu) << GetParam();
+  EXPECT_LT(r.worst_gap, 1e-3) << GetParam();
+}
+
+TEST_P(VulkanFixture, Q8_0LogitsStayCloseOverAGreedyDecode) {
+  // Q8_0 weights: the device computes as the CPU does (activations quantized to the same 8-bit codes,
+  // integer block sums), so the logits agree to float rounding until a value the two sum in different
+  // orders lands one ulp across a code's rounding boundary; on these random-weight fixtures that moves
+  // the logits by 1.5-4% (measured on lavapipe). Mixtures of experts multiply their experts with float
+  // activations, and a router near-tie can switch an expert: up to 12% measured (gemma4_moe). Fed the
+  // same (CPU-chosen) tokens for 64 steps, the logits stay within those bounds with some room, and
+  // wherever the CPU's choice leads its runner-up by more than the two backends differ, the device makes
+  // the same choice.
   const gguf::File f = file("Q8_0");
   backend::ExecOptions opts;
   opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
-  opts.max_tokens = 16;
-  runtime::Session cpu(f, *cpu_, opts), gpu(f, *gpu_, opts);
-  std::vector<int32_t> a, b;
-  cpu.eval(prompt_);
-  gpu.eval(prompt_);
-  for (int i = 0; i < 64; ++i) {
-    a.push_back(cpu.last_argmax());
-    b.push_back(gpu.last_argmax());
-    cpu.eval(std::span<const int32_t>(&a.back(), 1));
-    gpu.eval(std::span<const int32_t>(&b.back(), 1));
-  }
-  EXPECT_EQ(b, a) << GetParam();
+  opts.max_tokens = 8;  // prompt steps small enough for the decode kernels (the CPU's arithmetic)
+  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, opts, true);
+  const bool experts = GetParam().find("moe") != std::string::npos || GetParam() == "gpt_oss";
+  EXPECT_LT(r.worst_gap, experts ? 0.2 : 0.06) << GetParam();
+  EXPECT_EQ(r.clear_agree, r.clear_steps) << GetParam();
+  EXPECT_GE(r.clear_steps, 32) << GetParam() << ": too few clear choices to judge";
+  std::printf("%s Q8_0: worst logit gap %.2e, %d of 64 steps clear, greedy identical for %td steps\n", GetParam().c_str(),
+              r.worst_gap, r.clear_steps,
+              std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanFixture,

@@ -24,7 +24,7 @@ class VulkanGemm : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      ctx_ = Context::create();
+      ctx_ = Context::shared();
     } catch (const Error& e) {
       GTEST_SKIP() << "no Vulkan device: " << e.what();
     }
@@ -35,7 +35,7 @@ class VulkanGemm : public ::testing::Test {
     if (mul_mm_kernel(*ctx_) == MulMmKernel::CoopMatNV) out.push_back(MulMmKernel::CoopMatNV);
     return out;
   }
-  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Context> ctx_;
 };
 
 struct Shape {

@@ -67,12 +67,12 @@ class VulkanMisc : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      ctx_ = Context::create();
+      ctx_ = Context::shared();
     } catch (const Error& e) {
       GTEST_SKIP() << "no Vulkan device: " << e.what();
     }
   }
-  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Context> ctx_;
 };
 
 // CpuExecutable::moe's routing of one token, restated: ids and weights in selection order.

@@ -109,7 +109,7 @@ class QuantFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      ctx_ = Context::create();
+      ctx_ = Context::shared();
     } catch (const Error& e) {
       GTEST_SKIP() << "no Vulkan device: " << e.what();
     }
@@ -137,7 +137,7 @@ class QuantFixture : public ::testing::Test {
   // mul_mv against the dequantized rows, for each case and token count, with and without a bias.
   void check_mul_mv(TensorType type, const std::vector<MulMvCase>& cases);
 
-  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Context> ctx_;
   std::deque<Buffer> buffers_;  // references stay valid as it grows
 };
 

@@ -18,12 +18,12 @@ class VulkanOps : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      ctx_ = Context::create();
+      ctx_ = Context::shared();
     } catch (const Error& e) {
       GTEST_SKIP() << "no Vulkan device: " << e.what();
     }
   }
-  std::unique_ptr<Context> ctx_;
+  std::shared_ptr<Context> ctx_;
 };
 
 TEST_F(VulkanOps, ContextNamesItsDevice) {
@@ -39,7 +39,7 @@ TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
-  Kernel k = ctx_->kernel("rms_norm", 3, 16);
+  Kernel k = ctx_->kernel(ctx_->features().fp64 ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
   for (const Case c : {Case{64, 64, 3, true, 0.0f}, Case{1000, 1000, 2, false, 0.0f}, Case{4096, 4096, 4, true, 1.0f},
                        Case{512, 128, 5, true, 0.0f}, Case{300, 300, 1, true, 0.0f}}) {
     std::vector<float> x(static_cast<size_t>(c.width) * c.rows), w(c.group), want(x.size());

@@ -323,7 +323,7 @@ class VulkanExecutable final : public Executable {
   }
 
   void make_scratch() {
-    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0;
+    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0, act_q8_bytes = 0;
     uint32_t mm_cols = 0;
     for (const Node& n : g_.nodes) {
       const auto max_tok = static_cast<uint32_t>(opts_.max_tokens);
@@ -340,12 +340,18 @@ class VulkanExecutable final : public Executable {
         moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_tok * 4);
         moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_tok * static_cast<size_t>(std::max(2 * ff, d)) * 4);
       }
+      if (n.op == Op::MatMul && g_.tensor(n.in[0]).type == gguf::TensorType::Q8_0) {
+        const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
+                          std::min<uint32_t>(max_tok, kMvMaxTokens);
+        act_q8_bytes = std::max(act_q8_bytes, q8);
+      }
       if (n.op == Op::MatMul && opts_.max_tokens > static_cast<int32_t>(kMvMaxTokens)) {
         mm_cols = std::max(mm_cols, static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0]));
       }
     }
     const auto scratch = [&](size_t bytes) { return bytes > 0 ? ctx_.device_buffer(bytes) : vk::Buffer{}; };
     attn_scratch_ = scratch(attn);
+    act_q8_ = scratch(act_q8_bytes);
     moe_logits_ = scratch(moe_logits);
     moe_ids_ = scratch(moe_ids);
     moe_weights_ = scratch(moe_ids);
@@ -371,7 +377,7 @@ class VulkanExecutable final : public Executable {
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
     for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
-                          &moe_up_, &moe_down_, &slab_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_}) {
+                          &moe_up_, &moe_down_, &slab_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_}) {
       ctx_.release(*b);
     }
   }
@@ -634,7 +640,18 @@ class VulkanExecutable final : public Executable {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View bias = node.in.size() > 2 ? weight_f32(node.in[2]) : View{};
-    if (n <= kMvMaxTokens || !slab_.buffer) {
+    if (wt.type == gguf::TensorType::Q8_0 && n <= kMvMaxTokens) {
+      // Q8_0 as the CPU computes it (quantized activations, integer sums): the same greedy tokens.
+      const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(ncols) * n};
+      tr.before({x}, {xq, out});
+      vk::mul_mv_q8(ctx_, rec, weight(node.in[0]), x, xq, out, ncols, nrows, n);
+      if (bias.buffer) {
+        tr.before({out}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
+      }
+      return;
+    }
+    if (n <= kMvMaxTokens || !slab_.buffer || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
       tr.before({x}, {out});
       vk::mul_mv(ctx_, rec, wt.type, weight(node.in[0]), x, out, bias, ncols, nrows, n);
       return;
@@ -750,7 +767,7 @@ class VulkanExecutable final : public Executable {
   std::vector<size_t> kv_row_bytes_;
   std::vector<vk::Buffer> k_, v_, state_;
   vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, slab_, x_f16_, argmax_,
-      argmax_scratch_, argmax_row_;
+      argmax_scratch_, argmax_row_, act_q8_;
   std::map<std::pair<uint32_t, bool>, Recorded> recordings_;
   int64_t logit_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;
@@ -760,7 +777,7 @@ class VulkanExecutable final : public Executable {
 
 class VulkanBackend final : public Backend {
  public:
-  explicit VulkanBackend(int device) : ctx_(vk::Context::create(device)) {}
+  explicit VulkanBackend(int device) : ctx_(vk::Context::shared(device)) {}
   std::string name() const override { return "vulkan"; }
   std::string device_name() const override { return ctx_->device_name(); }
   double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
@@ -769,7 +786,7 @@ class VulkanBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<vk::Context> ctx_;
+  std::shared_ptr<vk::Context> ctx_;
 };
 
 }  // namespace

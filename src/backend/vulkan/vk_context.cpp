@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -105,6 +106,7 @@ std::unique_ptr<Context> Context::create(int device) {
   f.fp16 = f12.shaderFloat16 && f11.storageBuffer16BitAccess;
   f.int8 = f12.shaderInt8 && f12.storageBuffer8BitAccess;
   f.int_dot = v13 && f13.shaderIntegerDotProduct;
+  f.fp64 = f2.features.shaderFloat64;
   f.subgroup_control = v13 && f13.subgroupSizeControl && f13.computeFullSubgroups;
   f.coopmat_nv = nv_coopmat && fcm.cooperativeMatrix && f.fp16 && std::getenv("ZINC_VULKAN_NO_COOPMAT") == nullptr;
   if (!f12.timelineSemaphore) throw Error(fmt::format("Vulkan: {} has no timeline semaphores", c->name_));
@@ -127,6 +129,10 @@ std::unique_ptr<Context> Context::create(int device) {
   VkPhysicalDeviceCooperativeMatrixFeaturesNV ecm{};
   ecm.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
   ecm.cooperativeMatrix = f.coopmat_nv;
+  VkPhysicalDeviceFeatures2 e2{};
+  e2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  e2.features.shaderFloat64 = f.fp64;
+  e2.pNext = &e11;
   e11.pNext = &e12;
   tail = &e12.pNext;
   if (v13) {
@@ -178,7 +184,7 @@ std::unique_ptr<Context> Context::create(int device) {
   qci.pQueuePriorities = &priority;
   VkDeviceCreateInfo dci{};
   dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-  dci.pNext = &e11;
+  dci.pNext = &e2;
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
@@ -217,6 +223,15 @@ std::unique_ptr<Context> Context::create(int device) {
     pcci.pInitialData = nullptr;
     check(vkCreatePipelineCache(c->device_, &pcci, nullptr, &c->pipeline_cache_), "creating a pipeline cache");
   }
+  return c;
+}
+
+std::shared_ptr<Context> Context::shared(int device) {
+  static std::mutex mu;
+  static std::map<int, std::shared_ptr<Context>> contexts;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& c = contexts[device];
+  if (!c) c = create(device);
   return c;
 }
 
@@ -408,26 +423,25 @@ void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
 
 double Context::copy_bandwidth_gbs() {
   if (copy_bandwidth_ > 0) return copy_bandwidth_;
-  // 256 MiB each way (far beyond any cache), copied back and forth; the best of three rounds.
+  // 256 MiB each way (far beyond any cache), copied back and forth by a compute kernel (the copy
+  // engines of some GPUs move less than the shader cores can); the best of three rounds.
   const size_t bytes = features_.unified_memory ? size_t{64} << 20 : size_t{256} << 20;
   Buffer a = device_buffer(bytes), b = device_buffer(bytes);
   double best = 0;
   try {
+    const Kernel& k = pipeline("copy_bandwidth", 2, 4);
+    const auto words = static_cast<uint32_t>(bytes / 16);
+    constexpr int kCopies = 8;
     for (int round = 0; round < 3; ++round) {
-      VkCommandBuffer cb = begin_one_shot();
-      const VkBufferCopy region{0, 0, bytes};
-      constexpr int kCopies = 8;
+      Recording r(*this, kCopies);
       for (int i = 0; i < kCopies; ++i) {
-        vkCmdCopyBuffer(cb, i % 2 ? b.buffer : a.buffer, i % 2 ? a.buffer : b.buffer, 1, &region);
-        VkMemoryBarrier mb{};
-        mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, nullptr, 0,
-                             nullptr);
+        const View views[] = {View{i % 2 ? &b : &a, 0, 0}, View{i % 2 ? &a : &b, 0, 0}};
+        r.dispatch(k, views, &words, 4096);
+        r.barrier();
       }
+      r.finish();
       const auto t0 = std::chrono::steady_clock::now();
-      submit_one_shot(cb);
+      r.submit_and_wait();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       best = std::max(best, 2.0 * static_cast<double>(bytes) * kCopies / s / 1e9);
     }

@@ -49,6 +49,7 @@ struct Features {
   bool fp16 = false;            // shaderFloat16 + 16-bit storage
   bool int8 = false;            // shaderInt8 + 8-bit storage
   bool int_dot = false;         // shaderIntegerDotProduct
+  bool fp64 = false;            // shaderFloat64 (the CPU-exact normalisation)
   bool subgroup_control = false;  // subgroupSizeControl + computeFullSubgroups
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix (fp16 x fp16 -> fp32)
   uint32_t subgroup_size = 32;
@@ -103,6 +104,10 @@ class Context {
   // else the first discrete GPU, else the first device. Throws zinc::Error saying why there is none
   // (no loader, no driver, no device, index out of range).
   static std::unique_ptr<Context> create(int device = -1);
+  // The context of a device shared by everything in the process, created on first use and kept until
+  // exit: drivers limit how many devices one process may open over its life, so backends and tests
+  // share one instead of opening their own.
+  static std::shared_ptr<Context> shared(int device = -1);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

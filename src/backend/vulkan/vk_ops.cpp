@@ -17,7 +17,7 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
 
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset) {
-  const Kernel& k = ctx.pipeline("rms_norm", 3, 16);
+  const Kernel& k = ctx.pipeline(ctx.features().fp64 ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
   struct {
     uint32_t group, has_weight;
     float eps, offset;

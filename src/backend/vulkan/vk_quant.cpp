@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "core/error.h"
@@ -155,6 +156,21 @@ void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
   uint32_t gx = 0, gy = 0;
   grid(ctx, (n + 63) / 64, &gx, &gy);
   d.dispatch(k, bindings, push, gx, gy);
+}
+
+size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
+
+void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
+               uint32_t n_tokens) {
+  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mv_q8: {} columns is not a multiple of 32", ncols));
+  const uint32_t blocks = ncols / 32 * n_tokens;
+  const uint32_t groups = (blocks + 63) / 64, max_x = ctx.features().max_groups_x;
+  const uint32_t gy = (groups + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline("quantize_q8", 2, 4), std::array<View, 2>{x, xq}, &blocks, (groups + gy - 1) / gy, gy);
+  d.barrier();
+  const uint32_t push[] = {ncols / 32, nrows, static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols))};
+  const uint32_t ry = (nrows + max_x - 1) / max_x;  // rows beyond the x limit go to y
+  d.dispatch(ctx.pipeline("mul_mv_q8", 3, 12), std::array<View, 3>{w, xq, y}, push, (nrows + ry - 1) / ry, ry, n_tokens);
 }
 
 }  // namespace zinc::backend::vk

@@ -27,6 +27,13 @@ bool has_quant_kernels(gguf::TensorType type);
 void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
             uint32_t nrows, uint32_t n_tokens);
 
+// Q8_0 weights the CPU's way: x quantized to Q8_0 blocks into `xq` (mul_mv_q8_bytes per token), then
+// integer block sums scaled by both block scales, so the result equals the CPU backend's product up to
+// float summation order (the same greedy tokens). Any n_tokens; meant for decode.
+size_t mul_mv_q8_bytes(uint32_t ncols);
+void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
+               uint32_t n_tokens);
+
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
 // y[t][k] = W_ids[t][k] . x_(t,k) (+ bias[ids[t][k]]), x_(t,k) = x[t] ([n_tokens][ncols], gate and up)
