@@ -156,6 +156,8 @@ std::unique_ptr<Context> Context::create(int device) {
   f.max_storage_range = props.limits.maxStorageBufferRange;
   f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
   f.shared_memory = props.limits.maxComputeSharedMemorySize;
+  c->timestamp_ns_ = props.limits.timestampPeriod;
+  if (const char* e = std::getenv("ZINC_VK_PROFILE"); e && *e && *e != '0') c->profiling_ = props.limits.timestampComputeAndGraphics;
   f.unified_memory = true;
   for (uint32_t i = 0; i < c->memory_.memoryTypeCount; ++i) {
     const auto flags = c->memory_.memoryTypes[i].propertyFlags;
@@ -235,7 +237,24 @@ std::shared_ptr<Context> Context::shared(int device) {
   return c;
 }
 
+std::string Context::profile() const {
+  std::vector<std::pair<std::string, KernelTime>> rows(kernel_times_.begin(), kernel_times_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  double total = 0;
+  for (const auto& r : rows) total += r.second.ns;
+  std::string out = fmt::format("Vulkan profile: {} submissions, {:.3f} ms each on the host clock, {:.3f} ms of kernels\n",
+                                submissions_, submissions_ ? submitted_ns_ / submissions_ / 1e6 : 0.0,
+                                submissions_ ? total / submissions_ / 1e6 : 0.0);
+  out += "| kernel | calls per submission | us per call | % of kernel time |\n|---|---|---|---|\n";
+  for (const auto& [name, t] : rows) {
+    out += fmt::format("| {} | {:.1f} | {:.2f} | {:.1f}% |\n", name, submissions_ ? static_cast<double>(t.count) / submissions_ : 0.0,
+                       t.ns / static_cast<double>(std::max<uint64_t>(t.count, 1)) / 1e3, 100.0 * t.ns / std::max(total, 1.0));
+  }
+  return out;
+}
+
 Context::~Context() {
+  if (profiling_ && submissions_ > 0) std::fputs(profile().c_str(), stderr);
   if (device_) {
     vkDeviceWaitIdle(device_);
     for (auto& [name, k] : pipelines_) release(k);
@@ -463,6 +482,7 @@ Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t pu
   Kernel k;
   k.n_bindings = n_bindings;
   k.push_bytes = push_bytes;
+  k.name = std::string(shader);
   VkShaderModuleCreateInfo smci{};
   smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
   smci.codeSize = words.size() * 4;
@@ -620,6 +640,13 @@ Dispatcher& Context::immediate() {
 
 Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispatch_(max_dispatches) {
   pool_ = make_pool(ctx_.device_, max_dispatches, max_dispatches * 12);
+  if (ctx_.profiling_) {
+    VkQueryPoolCreateInfo qci{};
+    qci.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+    qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qci.queryCount = static_cast<uint32_t>(2 * max_dispatches);
+    check(vkCreateQueryPool(ctx_.device_, &qci, nullptr, &queries_), "creating a timestamp query pool");
+  }
   VkCommandBufferAllocateInfo cbai{};
   cbai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
   cbai.commandPool = ctx_.pool_;
@@ -629,10 +656,12 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   VkCommandBufferBeginInfo bi{};
   bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   vkBeginCommandBuffer(cb_, &bi);
+  if (queries_) vkCmdResetQueryPool(cb_, queries_, 0, static_cast<uint32_t>(2 * max_dispatch_));
   barrier();  // the previous submission's writes, visible to this one's reads
 }
 
 Recording::~Recording() {
+  if (queries_) vkDestroyQueryPool(ctx_.device_, queries_, nullptr);
   vkFreeCommandBuffers(ctx_.device_, ctx_.pool_, 1, &cb_);
   vkDestroyDescriptorPool(ctx_.device_, pool_, nullptr);
 }
@@ -645,7 +674,13 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   if (gx == 0 || gy == 0 || gz == 0) return;
   const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
   write_set(ctx_.device_, set, bindings);
+  const auto q = static_cast<uint32_t>(2 * n_dispatch_);
+  if (queries_) vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, q);
   record_dispatch(cb_, k, set, push, gx, gy, gz);
+  if (queries_) {
+    vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, q + 1);
+    profiled_.push_back(&k);
+  }
   ++n_dispatch_;
 }
 
@@ -667,7 +702,27 @@ void Recording::finish() {
 
 void Recording::submit_and_wait() {
   finish();
+  const auto t0 = std::chrono::steady_clock::now();
   ctx_.submit(cb_);
+  if (queries_) {
+    ctx_.submitted_ns_ += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    collect_profile();
+  }
+}
+
+void Recording::collect_profile() {
+  std::vector<uint64_t> ticks(2 * profiled_.size());
+  if (ticks.empty()) return;
+  if (vkGetQueryPoolResults(ctx_.device_, queries_, 0, static_cast<uint32_t>(ticks.size()), ticks.size() * 8, ticks.data(), 8,
+                            VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS) {
+    return;
+  }
+  for (size_t i = 0; i < profiled_.size(); ++i) {
+    auto& t = ctx_.kernel_times_[profiled_[i]->name];
+    t.ns += static_cast<double>(ticks[2 * i + 1] - ticks[2 * i]) * ctx_.timestamp_ns_;
+    ++t.count;
+  }
+  ++ctx_.submissions_;
 }
 
 }  // namespace zinc::backend::vk

@@ -42,6 +42,7 @@ struct Kernel {
   VkPipeline pipeline = VK_NULL_HANDLE;
   uint32_t n_bindings = 0;
   uint32_t push_bytes = 0;
+  std::string name;  // the shader's, for profiles
 };
 
 // What the device offers beyond Vulkan 1.1 (each enabled when present) and the limits kernels plan by.
@@ -91,7 +92,11 @@ class Recording final : public Dispatcher {
   size_t dispatches() const { return n_dispatch_; }
 
  private:
+  void collect_profile();
+
   Context& ctx_;
+  VkQueryPool queries_ = VK_NULL_HANDLE;  // with ZINC_VK_PROFILE: a timestamp before and after each dispatch
+  std::vector<const Kernel*> profiled_;
   VkCommandBuffer cb_ = VK_NULL_HANDLE;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   size_t n_dispatch_ = 0, max_dispatch_ = 0;
@@ -142,6 +147,11 @@ class Context {
 
   VkDevice device() const { return device_; }
 
+  // ZINC_VK_PROFILE=1: recordings time every dispatch; the context prints the time per kernel when it
+  // closes (to stderr), and profile() returns it as text.
+  bool profiling() const { return profiling_; }
+  std::string profile() const;
+
   // Device memory bandwidth in GB/s: bytes read plus bytes written per second by device-to-device
   // copies of a large buffer (the roofline decode speed is measured against). Measured once.
   double copy_bandwidth_gbs();
@@ -175,6 +185,15 @@ class Context {
   std::map<std::string, Kernel, std::less<>> pipelines_;
   std::unique_ptr<Dispatcher> immediate_;
   double copy_bandwidth_ = 0;
+  bool profiling_ = false;
+  float timestamp_ns_ = 1;  // nanoseconds per timestamp tick
+  struct KernelTime {
+    double ns = 0;
+    uint64_t count = 0;
+  };
+  std::map<std::string, KernelTime> kernel_times_;
+  double submitted_ns_ = 0;  // wall time of the profiled submissions
+  uint64_t submissions_ = 0;
 };
 
 }  // namespace zinc::backend::vk
