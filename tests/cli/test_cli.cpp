@@ -299,6 +299,37 @@ TEST(Cli, RunChatAppliesATemplateAndSamplerOptions) {
   EXPECT_NE(both.status, 0);
 }
 
+TEST(Cli, ValidateComparesABackendWithTheCpu) {
+  ZINC_REQUIRE_TESTDATA();
+  // The CPU against itself: every tensor identical, exit 0, one entry per graph node.
+  const RunResult same = zinc({"validate", "--json", "-m", stories(), "--backend", "cpu", "-p", "Once upon a time"});
+  ASSERT_EQ(same.status, 0) << same.err;
+  const json j = json::parse(same.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_TRUE(j["first_divergence"].is_null());
+  ASSERT_GT(j["tensors"].size(), 20u);
+  for (const auto& t : j["tensors"]) EXPECT_EQ(t["max_abs_err"].get<double>(), 0.0) << t.dump();
+  EXPECT_EQ(j["tensors"][0]["tensor"], "inp_embd");
+  // A tolerance below zero flags the first tensor, and the exit status says so.
+  const RunResult strict = zinc({"validate", "-m", stories(), "--backend", "cpu", "--tolerance", "-1"});
+  EXPECT_EQ(strict.status, 1);
+  EXPECT_TRUE(contains(strict.out, "first divergence: inp_embd")) << strict.out;
+  const RunResult bad = zinc({"validate", "-m", stories(), "--backend", "abacus"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "unknown backend 'abacus'")) << bad.err;
+  // Vulkan where there is a device (lavapipe in CI): with the decode kernels (float products of the
+  // F32 weights) the real model's tensors agree to float rounding; the prompt kernels round to f16
+  // and stay within the default 2%.
+  if (!std::filesystem::exists("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json") && std::getenv("ZINC_VULKAN_DEVICE") == nullptr) {
+    GTEST_SKIP() << "no Vulkan device to compare (install mesa-vulkan-drivers)";
+  }
+  const RunResult vk = zinc({"validate", "--json", "-m", stories(), "--backend", "vulkan", "--tolerance", "1e-4", "--batch", "4"});
+  ASSERT_EQ(vk.status, 0) << vk.out << vk.err;
+  EXPECT_TRUE(json::parse(vk.out)["same_next_token"].get<bool>());
+  const RunResult gemm = zinc({"validate", "-m", stories(), "--backend", "vulkan"});
+  EXPECT_EQ(gemm.status, 0) << gemm.out << gemm.err;
+}
+
 TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   ZINC_REQUIRE_TESTDATA();
   zinc::test::TempDir home;
