@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <string>
 
@@ -81,6 +82,9 @@ MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
   const uint32_t groups = (n_tokens + 7) / 8;
   s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
   s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
+  // Tuning knobs for measurements on a device: ZINC_VK_MV_WG (32, 64, 128, 256), ZINC_VK_MV_ROWS (1..8).
+  if (const char* e = std::getenv("ZINC_VK_MV_WG"); e && *e) s.wg = std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), 32, 256);
+  if (const char* e = std::getenv("ZINC_VK_MV_ROWS"); e && *e) s.rows = std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), 1, 8);
   return s;
 }
 
