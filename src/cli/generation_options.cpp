@@ -1,6 +1,7 @@
 #include "cli/generation_options.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <climits>
@@ -137,7 +138,15 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
   auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_backend(a.backend, a.device), nullptr, 0});
-  m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
+  try {
+    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
+  } catch (const Error& e) {
+    // "auto" chose a GPU that cannot hold this model (memory, an unsupported tensor type): the CPU can.
+    if (a.backend != "auto" || m->backend->name() == "cpu") throw;
+    spdlog::warn("{} cannot run this model ({}); running it on the CPU", m->backend->name(), e.what());
+    m->backend = backend::make_cpu_backend();
+    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
+  }
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;
 }
