@@ -39,7 +39,8 @@ TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
-  Kernel k = ctx_->kernel(ctx_->features().fp64 ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
+  Kernel k64 = ctx_->kernel(ctx_->features().fp64 ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
+  Kernel k32 = ctx_->kernel("rms_norm_f32", 3, 16);
   for (const Case c : {Case{64, 64, 3, true, 0.0f}, Case{1000, 1000, 2, false, 0.0f}, Case{4096, 4096, 4, true, 1.0f},
                        Case{512, 128, 5, true, 0.0f}, Case{300, 300, 1, true, 0.0f}}) {
     std::vector<float> x(static_cast<size_t>(c.width) * c.rows), w(c.group), want(x.size());
@@ -54,16 +55,25 @@ TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
       float eps, offset;
     } push{c.group, c.weight ? 1u : 0u, 1e-6f, c.offset};
     const Buffer* bindings[] = {&bx, &bw, &by};
-    ctx_->run(k, bindings, &push, c.rows * (c.width / c.group));
+    // The float sum: within rounding of the CPU's double one.
+    ctx_->run(k32, bindings, &push, c.rows * (c.width / c.group));
     const auto* got = static_cast<const float*>(by.mapped);
     double worst = 0;
     for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
     EXPECT_LT(worst, 1e-5) << c.width << " wide, groups of " << c.group;
+    // The double sum: the CPU's values bit for bit (what keeps the quantized products' codes equal).
+    if (ctx_->features().fp64) {
+      ctx_->run(k64, bindings, &push, c.rows * (c.width / c.group));
+      size_t differ = 0;
+      for (size_t i = 0; i < x.size(); ++i) differ += got[i] != want[i];
+      EXPECT_EQ(differ, 0u) << c.width << " wide, groups of " << c.group << " (double sum)";
+    }
     ctx_->release(bx);
     ctx_->release(bw);
     ctx_->release(by);
   }
-  ctx_->release(k);
+  ctx_->release(k32);
+  ctx_->release(k64);
 }
 
 TEST_F(VulkanOps, ElementwiseOpsMatchTheCpu) {

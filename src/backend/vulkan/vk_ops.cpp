@@ -17,7 +17,10 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
 
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset) {
-  const Kernel& k = ctx.pipeline(ctx.features().fp64 ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
+  // Whole rows feed the quantized matrix products, whose 8-bit codes need the CPU's exact values; a
+  // per-head norm (q and k before rotation) does not, and the float sum is the quicker one.
+  const bool exact = ctx.features().fp64 && group == width;
+  const Kernel& k = ctx.pipeline(exact ? "rms_norm_f64" : "rms_norm_f32", 3, 16);
   struct {
     uint32_t group, has_weight;
     float eps, offset;

@@ -10,7 +10,8 @@
 namespace zinc::backend::vk {
 
 // y = x / sqrt(mean(x^2) + eps) * (w + offset) over groups of `group` floats; w (group floats) may be
-// an empty view (no weight).
+// an empty view (no weight). Whole rows (group == width) are normalised bit for bit as the CPU does
+// where the device has doubles.
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset);
 
