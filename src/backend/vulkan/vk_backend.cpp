@@ -479,31 +479,12 @@ class VulkanExecutable final : public Executable {
     const View header{&step_, 0, 16};
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& node = g_.nodes[i];
-      if (i + 1 < g_.nodes.size() && fuses_add_norm(node, g_.nodes[i + 1])) {
-        // A residual addition and the whole-row norm of its sum: one dispatch.
-        const Node& norm = g_.nodes[i + 1];
-        const int64_t n = rows[static_cast<size_t>(node.in[0])];
-        const auto width = static_cast<uint32_t>(g_.tensor(node.out).ne[0]);
-        const View a = act(node.in[0], n), b = act(node.in[1], n), sum = act(node.out, n), y = act(norm.out, n);
-        const View w = norm.in.size() > 1 ? weight_f32(norm.in[1]) : View{};
-        tr.before({a, b}, {sum, y});
-        vk::add_rms_norm(ctx_, rec, a, b, sum, w, y, width, static_cast<uint32_t>(n), norm.eps, norm.offset);
-        rows[static_cast<size_t>(node.out)] = rows[static_cast<size_t>(norm.out)] = n;
-        ++i;
-        continue;
-      }
       rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, all_logits, rows, header);
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
     out.rows = rows;
     rec.finish();
     return out;
-  }
-
-  // Add(a, b) -> s followed by RmsNorm(s) over whole rows: the pair runs as one kernel.
-  bool fuses_add_norm(const Node& add, const Node& norm) const {
-    return add.op == Op::Add && norm.op == Op::RmsNorm && norm.in[0] == add.out && norm.head_dim == 0 &&
-           add.out != g_.logits && g_.tensor(add.in[0]).ne[0] == g_.tensor(add.in[1]).ne[0];
   }
 
   // Records one node; returns the rows its output holds.

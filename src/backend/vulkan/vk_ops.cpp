@@ -29,17 +29,6 @@ void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t widt
   d.dispatch(k, bindings, &push, n_tokens * (width / group));
 }
 
-void add_rms_norm(Context& ctx, Dispatcher& d, View a, View b, View s, View w, View y, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset) {
-  const Kernel& k = ctx.pipeline(ctx.features().fp64 ? "add_rms_norm_f64" : "add_rms_norm_f32", 5, 16);
-  struct {
-    uint32_t width, has_weight;
-    float eps, offset;
-  } push{width, w.buffer ? 1u : 0u, eps, offset};
-  const View bindings[] = {a, b, s, w.buffer ? w : a, y};
-  d.dispatch(k, bindings, &push, n_tokens);
-}
-
 void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head, uint32_t head_dim, uint32_t n_rot,
           bool neox, uint32_t n_tokens) {
   const Kernel& k = ctx.pipeline("rope", 3, 20);

@@ -15,10 +15,6 @@ namespace zinc::backend::vk {
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset);
 
-// s = a + b, then y = RMSNorm(s) as rms_norm() computes it, over whole rows of `width`.
-void add_rms_norm(Context& ctx, Dispatcher& d, View a, View b, View s, View w, View y, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset);
-
 // Rotary embedding with the angles' (cos, sin) table cs [n_tokens][n_rot] from the host.
 void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head, uint32_t head_dim, uint32_t n_rot,
           bool neox, uint32_t n_tokens);

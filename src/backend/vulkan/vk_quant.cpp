@@ -102,16 +102,6 @@ void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, 
   const QuantType& t = checked("mul_mv", type, ncols, &row_bytes);
   if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
   check_bytes("mul_mv", uint64_t{row_bytes} * nrows);
-  if (type == gguf::TensorType::Q4_K && n_tokens == 1 && w.offset % 16 == 0 && std::getenv("ZINC_VK_MV_GENERIC") == nullptr) {
-    // Decode's most common weight: a kernel of its own (a row per 32 invocations, 16-byte loads).
-    const Kernel& k = ctx.pipeline("mul_mv_q4k_row", 4, 16);
-    const uint32_t push[] = {ncols / 256, nrows, row_bytes, bias.buffer ? 1u : 0u};
-    const View bindings[] = {w, x, y, bias.buffer ? bias : x};
-    uint32_t gx = 0, gy = 0;
-    grid(ctx, nrows, &gx, &gy);
-    d.dispatch(k, bindings, push, gx, gy);
-    return;
-  }
   const MulMvShape s = mul_mv_shape(ncols / t.unit, nrows, n_tokens);
   const uint32_t spec[] = {s.wg, s.rows, s.ntok};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_") + t.name, 4, sizeof(MulMvPush), spec);
