@@ -48,7 +48,14 @@ int64_t integer(const json& body, const char* key, int64_t lo, int64_t hi, int64
   if (!v->is_number_integer() && !(v->is_number_float() && std::floor(v->get<double>()) == v->get<double>())) {
     bad(key, "must be an integer");
   }
-  const auto x = v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(v->get<double>());
+  // Range-checked before any conversion: a float or an unsigned value beyond int64 has no int64 value.
+  if (v->is_number_float() || v->is_number_unsigned()) {
+    const double d = v->get<double>();
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d < 9223372036854775808.0)) {
+      bad(key, fmt::format("must be between {} and {}, got {}", lo, hi, v->dump()));
+    }
+  }
+  const auto x = v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
   if (x < lo || x > hi) bad(key, fmt::format("must be between {} and {}, got {}", lo, hi, x));
   return x;
 }

@@ -98,6 +98,11 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0]");
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   expect_400("{" + m + R"(, "temperature": 3})", "temperature");
+  // Whole numbers beyond int64, as floats or unsigned integers (a fuzzer finding): out of range, not
+  // converted.
+  expect_400("{" + m + R"(, "max_tokens": 5.44444e53})", "max_tokens");
+  expect_400("{" + m + R"(, "max_tokens": 18446744073709551615})", "max_tokens");
+  expect_400("{" + m + R"(, "top_k": -9.3e18})", "top_k");
   expect_400("{" + m + R"(, "temperature": "hot"})", "temperature");
   expect_400("{" + m + R"(, "top_p": 1.5})", "top_p");
   expect_400("{" + m + R"(, "top_k": 2.5})", "top_k");
