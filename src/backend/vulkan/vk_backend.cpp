@@ -339,6 +339,10 @@ class VulkanExecutable final : public Executable {
         moe_logits = std::max(moe_logits, static_cast<size_t>(n.n_expert) * max_tok * 4);
         moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_tok * 4);
         moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_tok * static_cast<size_t>(std::max(2 * ff, d)) * 4);
+        // Q8_0 experts: activation codes for the decode-sized steps (the down projection's x per slot).
+        const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_tok, kMvMaxTokens)) * static_cast<size_t>(n.n_expert_used);
+        act_q8_bytes = std::max({act_q8_bytes, vk::mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
+                                 vk::mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       }
       if (n.op == Op::MatMul && g_.tensor(n.in[0]).type == gguf::TensorType::Q8_0) {
         const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
@@ -701,18 +705,31 @@ class VulkanExecutable final : public Executable {
                   node.moe_routing == graph::MoeRouting::TopKSoftmax, node.norm_topk, node.scale);
     const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
     const View g{&moe_gate_, 0, slot_bytes * ff}, u{&moe_up_, 0, slot_bytes * ff}, y{&moe_down_, 0, slot_bytes * d};
+    // Q8_0 experts in decode-sized steps: the CPU's arithmetic (quantized activations), as for MatMul.
+    const auto exact = [&](gguf::TensorType t) { return t == gguf::TensorType::Q8_0 && n <= kMvMaxTokens; };
+    const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
+                                    uint32_t rows_out, bool per_slot) {
+      if (exact(type)) {
+        const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
+        tr.before({xin}, {xq});
+        vk::mul_mv_q8_id(ctx_, rec, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+      } else {
+        vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
+      }
+    };
     tr.before({ids, x}, {g, u});
     if (fused) {
       // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
       const View gu{&moe_down_, 0, slot_bytes * 2 * ff};
       tr.before({ids, x}, {gu});
-      vk::mul_mv_id(ctx_, rec, gt.type, weight(node.in[2]), ids, x, gu, View{}, d, 2 * ff, ne, k, n, false);
+      expert_product(gt.type, weight(node.in[2]), x, gu, View{}, d, 2 * ff, false);
       tr.before({gu}, {g, u});
       vk::copy_rows(ctx_, rec, gu, g, k * n, 0, 2 * ff, 0, ff, 1, ff, ff, 0);
       vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
     } else {
-      vk::mul_mv_id(ctx_, rec, gt.type, weight(node.in[2]), ids, x, g, bias(1), d, ff, ne, k, n, false);
-      vk::mul_mv_id(ctx_, rec, ut.type, weight(node.in[3]), ids, x, u, bias(2), d, ff, ne, k, n, false);
+      expert_product(gt.type, weight(node.in[2]), x, g, bias(1), d, ff, false);
+      tr.before({ids, x}, {g, u});  // the second product's activation codes reuse the same scratch
+      expert_product(ut.type, weight(node.in[3]), x, u, bias(2), d, ff, false);
     }
     tr.before({g, u}, {g});
     switch (node.moe_glu) {
@@ -723,7 +740,7 @@ class VulkanExecutable final : public Executable {
         break;
     }
     tr.before({g, ids}, {y});
-    vk::mul_mv_id(ctx_, rec, dt.type, weight(node.in[4]), ids, g, y, bias(3), ff, d, ne, k, n, true);
+    expert_product(dt.type, weight(node.in[4]), g, y, bias(3), ff, d, true);
     tr.before({y, wts}, {out});
     vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
   }

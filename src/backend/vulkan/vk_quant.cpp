@@ -164,17 +164,45 @@ void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 
 size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
 
-void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
-               uint32_t n_tokens) {
+namespace {
+
+// Quantizes `rows` activation rows of ncols floats into Q8_0 blocks (quantize_q8.comp), then a barrier.
+void quantize_q8(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows) {
   if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mv_q8: {} columns is not a multiple of 32", ncols));
-  const uint32_t blocks = ncols / 32 * n_tokens;
+  const uint32_t blocks = ncols / 32 * rows;
   const uint32_t groups = (blocks + 63) / 64, max_x = ctx.features().max_groups_x;
   const uint32_t gy = (groups + max_x - 1) / max_x;
   d.dispatch(ctx.pipeline("quantize_q8", 2, 4), std::array<View, 2>{x, xq}, &blocks, (groups + gy - 1) / gy, gy);
   d.barrier();
-  const uint32_t push[] = {ncols / 32, nrows, static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols))};
-  const uint32_t ry = (nrows + max_x - 1) / max_x;  // rows beyond the x limit go to y
-  d.dispatch(ctx.pipeline("mul_mv_q8", 3, 12), std::array<View, 3>{w, xq, y}, push, (nrows + ry - 1) / ry, ry, n_tokens);
+}
+
+struct MulMvQ8Push {
+  uint32_t nblocks, nrows, row_bytes, n_used, n_expert, expert_stride, x_per_slot, has_bias;
+};
+
+}  // namespace
+
+void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
+               uint32_t n_tokens) {
+  quantize_q8(ctx, d, x, xq, ncols, n_tokens);
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols));
+  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, 0};
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;  // rows past x go to y
+  d.dispatch(ctx.pipeline("mul_mv_q8_mat", 3, sizeof(push)), std::array<View, 3>{w, xq, y}, &push, (nrows + ry - 1) / ry,
+             ry, n_tokens);
+}
+
+void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq, View y, View bias, uint32_t ncols,
+                  uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
+  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id: too many (token, expert) pairs for one step");
+  quantize_q8(ctx, d, x, xq, ncols, x_per_slot ? n_tokens * n_used : n_tokens);
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols));
+  check_bytes("mul_mv_q8_id", uint64_t{row_bytes} * nrows * n_expert);
+  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u,
+                         bias.buffer ? 1u : 0u};
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline("mul_mv_q8_id", 5, sizeof(push)), std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y},
+             &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
 }
 
 }  // namespace zinc::backend::vk

@@ -33,6 +33,10 @@ void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, 
 size_t mul_mv_q8_bytes(uint32_t ncols);
 void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
                uint32_t n_tokens);
+// The same for Q8_0 experts, laid out and selected as mul_mv_id's (xq: mul_mv_q8_bytes per x row, the
+// x rows being n_tokens, or n_tokens * n_used with x_per_slot).
+void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq, View y, View bias, uint32_t ncols,
+                  uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
 
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
