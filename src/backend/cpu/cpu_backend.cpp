@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/exec_common.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/system_info.h"
@@ -64,6 +65,8 @@ class CpuExecutable final : public Executable {
         recurrent_ = true;
       }
     }
+    layout_ = {kv_type_, opts_.n_ctx, kv_row_bytes_, {}};
+    for (const auto& st : state_) layout_.state_floats.push_back(st.size());
   }
 
   bool can_rewind() const override { return !recurrent_; }
@@ -71,18 +74,12 @@ class CpuExecutable final : public Executable {
   // Layout: a header (magic, the sizes that must match), n_past, then per attending layer its K and V
   // rows, then every recurrent state.
   std::vector<uint8_t> save_state(int32_t n_past) const override {
-    if (n_past < 0 || n_past > opts_.n_ctx || (recurrent_ && n_past != state_pos_)) {
-      throw Error(fmt::format("cannot save the state at position {} (the context holds {})", n_past,
-                              recurrent_ ? state_pos_ : int64_t{opts_.n_ctx}));
-    }
-    const uint64_t header[] = {kStateMagic, state_fingerprint(), static_cast<uint64_t>(n_past)};
-    std::vector<uint8_t> out(state_bytes(static_cast<size_t>(n_past)));
-    size_t at = 0;
+    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_);
+    size_t at = SavedStateLayout::kHeaderBytes;
     const auto put = [&out, &at](const void* p, size_t n) {
       if (n > 0) std::memcpy(out.data() + at, p, n);
       at += n;
     };
-    put(header, sizeof(header));
     for (size_t l = 0; l < k_.size(); ++l) {
       put(k_[l].data(), kv_row_bytes_[l] * static_cast<size_t>(n_past));
       put(v_[l].data(), kv_row_bytes_[l] * static_cast<size_t>(n_past));
@@ -92,16 +89,8 @@ class CpuExecutable final : public Executable {
   }
 
   void load_state(std::span<const uint8_t> bytes) override {
-    uint64_t header[3];
-    if (bytes.size() < sizeof(header)) throw Error("saved state: truncated");
-    std::memcpy(header, bytes.data(), sizeof(header));
-    if (header[0] != kStateMagic || header[1] != state_fingerprint() || header[2] > static_cast<uint64_t>(opts_.n_ctx)) {
-      throw Error("saved state: made by another model, backend or context settings");
-    }
-    const auto n_past = static_cast<size_t>(header[2]);
-    const size_t need = state_bytes(n_past);
-    if (bytes.size() != need) throw Error(fmt::format("saved state: {} bytes, expected {}", bytes.size(), need));
-    size_t at = sizeof(header);
+    const size_t n_past = layout_.check(bytes);
+    size_t at = SavedStateLayout::kHeaderBytes;
     const auto get = [&](void* p, size_t n) {
       if (n > 0) std::memcpy(p, bytes.data() + at, n);
       at += n;
@@ -115,26 +104,11 @@ class CpuExecutable final : public Executable {
   }
 
   void run(const graph::StepParams& step) override {
+    check_step(g_, opts_, step);
     const auto n = static_cast<int64_t>(step.tokens.size());
-    if (n == 0) throw Error("a step needs at least one token");
-    if (n > opts_.max_tokens) {
-      throw Error(fmt::format("a step of {} tokens exceeds the executable's limit of {}", n, opts_.max_tokens));
-    }
-    if (step.n_past < 0 || step.n_past + n > opts_.n_ctx) {
-      throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", step.n_past, n,
-                              opts_.n_ctx));
-    }
-    for (int32_t t : step.tokens) {
-      if (t < 0 || t >= g_.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g_.n_vocab - 1));
-    }
     if (recurrent_) {
-      // The recurrent state summarises every token before it: it restarts at position 0 and can
-      // only continue from where the last step ended.
-      if (step.n_past == 0) {
+      if (recurrent_restart(state_pos_, step.n_past)) {
         for (auto& st : state_) std::fill(st.begin(), st.end(), 0.0f);
-      } else if (step.n_past != state_pos_) {
-        throw Error(fmt::format("the recurrent state holds {} tokens; a step cannot resume at position {}",
-                                std::max<int64_t>(state_pos_, 0), step.n_past));
       }
       state_pos_ = -1;  // until this step completes
     }
@@ -474,26 +448,6 @@ class CpuExecutable final : public Executable {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < width; ++i) rows[r * width + i] += bias[i];
   }
-  static constexpr uint64_t kStateMagic = 0x31544154534e435aull;  // "ZCNSTAT1"
-
-  size_t state_bytes(size_t n_past) const {
-    size_t n = 3 * sizeof(uint64_t);
-    for (size_t r : kv_row_bytes_) n += 2 * r * n_past;
-    for (const auto& st : state_) n += st.size() * sizeof(float);
-    return n;
-  }
-
-  // What a saved state's shape depends on: the cache type, each layer's row size and every state size.
-  uint64_t state_fingerprint() const {
-    uint64_t h = 1469598103934665603ull;
-    const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(static_cast<uint64_t>(kv_type_));
-    mix(static_cast<uint64_t>(opts_.n_ctx));
-    for (size_t r : kv_row_bytes_) mix(r);
-    for (const auto& st : state_) mix(st.size());
-    return h;
-  }
-
   // The gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) per token and v head, then the delta rule:
   // chunked for prompts, token by token for single-token steps.
   void delta_net(const Node& node, int64_t n, float* out) {
@@ -620,6 +574,7 @@ class CpuExecutable final : public Executable {
   std::vector<int64_t> rows_;               // rows each activation held in the last step
   std::vector<std::vector<float>> state_;  // per node: the recurrent state of SsmConv and DeltaNet nodes
   bool recurrent_ = false;
+  SavedStateLayout layout_;  // what save_state() writes
   int64_t state_pos_ = 0;  // tokens the state has absorbed (-1: a step failed part-way)
   size_t cur_ = 0;         // the node being executed
 };

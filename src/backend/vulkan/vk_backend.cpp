@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "backend/exec_common.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_attention.h"
 #include "backend/vulkan/vk_context.h"
@@ -38,7 +39,6 @@ using graph::TensorId;
 using graph::TensorKind;
 using vk::View;
 
-constexpr uint64_t kStateMagic = 0x31544154534e435aull;  // "ZCNSTAT1", the CPU backend's layout
 constexpr uint32_t kMvMaxTokens = 8;      // steps up to this many tokens multiply by the weights directly
 constexpr uint32_t kSlabBytes = 64u << 20;  // the f16 slab a quantized weight is expanded into for prefill
 
@@ -99,26 +99,13 @@ class VulkanExecutable final : public Executable {
   }
 
   void run(const graph::StepParams& step) override {
+    check_step(g_, opts_, step);
     const auto n = static_cast<int64_t>(step.tokens.size());
-    if (n == 0) throw Error("a step needs at least one token");
-    if (n > opts_.max_tokens) {
-      throw Error(fmt::format("a step of {} tokens exceeds the executable's limit of {}", n, opts_.max_tokens));
-    }
-    if (step.n_past < 0 || step.n_past + n > opts_.n_ctx) {
-      throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", step.n_past, n,
-                              opts_.n_ctx));
-    }
-    for (int32_t t : step.tokens) {
-      if (t < 0 || t >= g_.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g_.n_vocab - 1));
-    }
     if (recurrent_) {
-      if (step.n_past == 0) {
+      if (recurrent_restart(state_pos_, step.n_past)) {
         for (const auto& st : state_) {
           if (st.buffer) ctx_.fill_zero(st, 0, st.size);
         }
-      } else if (step.n_past != state_pos_) {
-        throw Error(fmt::format("the recurrent state holds {} tokens; a step cannot resume at position {}",
-                                std::max<int64_t>(state_pos_, 0), step.n_past));
       }
       state_pos_ = -1;
     }
@@ -141,15 +128,8 @@ class VulkanExecutable final : public Executable {
   }
 
   std::vector<uint8_t> save_state(int32_t n_past) const override {
-    if (n_past < 0 || n_past > opts_.n_ctx || (recurrent_ && n_past != state_pos_)) {
-      throw Error(fmt::format("cannot save the state at position {} (the context holds {})", n_past,
-                              recurrent_ ? state_pos_ : int64_t{opts_.n_ctx}));
-    }
-    const uint64_t header[] = {kStateMagic, state_fingerprint(), static_cast<uint64_t>(n_past)};
-    std::vector<uint8_t> out(state_bytes(static_cast<size_t>(n_past)));
-    size_t at = 0;
-    std::memcpy(out.data(), header, sizeof(header));
-    at += sizeof(header);
+    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_);
+    size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
       const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_past);
       ctx_.download(k_[l], 0, out.data() + at, bytes);
@@ -165,17 +145,8 @@ class VulkanExecutable final : public Executable {
   }
 
   void load_state(std::span<const uint8_t> bytes) override {
-    uint64_t header[3];
-    if (bytes.size() < sizeof(header)) throw Error("saved state: truncated");
-    std::memcpy(header, bytes.data(), sizeof(header));
-    if (header[0] != kStateMagic || header[1] != state_fingerprint() || header[2] > static_cast<uint64_t>(opts_.n_ctx)) {
-      throw Error("saved state: made by another model, backend or context settings");
-    }
-    const auto n_past = static_cast<size_t>(header[2]);
-    if (bytes.size() != state_bytes(n_past)) {
-      throw Error(fmt::format("saved state: {} bytes, expected {}", bytes.size(), state_bytes(n_past)));
-    }
-    size_t at = sizeof(header);
+    const size_t n_past = layout_.check(bytes);
+    size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
       const size_t n = kv_row_bytes_[l] * n_past;
       ctx_.upload(k_[l], 0, bytes.data() + at, n);
@@ -303,6 +274,9 @@ class VulkanExecutable final : public Executable {
         recurrent_ = true;
       }
     }
+    // Saved contexts in the CPU backend's layout: either backend loads the other's.
+    layout_ = {elt, opts_.n_ctx, kv_row_bytes_, {}};
+    for (const auto& st : state_) layout_.state_floats.push_back(st.size / 4);
   }
 
   // The step buffer: a header (n_past, n_tokens), the token ids, then one (cos, sin) table per
@@ -745,29 +719,6 @@ class VulkanExecutable final : public Executable {
     vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
   }
 
-  // ---- saved state ---------------------------------------------------------------------------
-
-  size_t state_bytes(size_t n_past) const {
-    size_t n = 3 * sizeof(uint64_t);
-    for (size_t r : kv_row_bytes_) n += 2 * r * n_past;
-    for (const auto& st : state_) n += st.size;
-    return n;
-  }
-
-  // The CPU backend's fingerprint: a context saved by one backend loads into the other.
-  uint64_t state_fingerprint() const {
-    uint64_t h = 1469598103934665603ull;
-    const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    const auto elt = kv_type_ == vk::KvCacheType::F32 ? gguf::TensorType::F32
-                     : kv_type_ == vk::KvCacheType::F16 ? gguf::TensorType::F16
-                                                        : gguf::TensorType::Q8_0;
-    mix(static_cast<uint64_t>(elt));
-    mix(static_cast<uint64_t>(opts_.n_ctx));
-    for (size_t r : kv_row_bytes_) mix(r);
-    for (const auto& st : state_) mix(st.size / 4);
-    return h;
-  }
-
   vk::Context& ctx_;
   const graph::Graph& g_;
   const gguf::File& file_;
@@ -789,6 +740,7 @@ class VulkanExecutable final : public Executable {
   int64_t logit_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;
   bool recurrent_ = false;
+  SavedStateLayout layout_;  // what save_state() writes
   int64_t state_pos_ = 0;
 };
 
