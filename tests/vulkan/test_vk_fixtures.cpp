@@ -92,6 +92,28 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
   }
 }
 
+TEST_P(VulkanFixture, SavedContextMovesBetweenBackends) {
+  // Both backends save a context in one layout: 8 tokens evaluated on one, saved, restored on the other,
+  // continue as one session that never moved (KV rows and recurrent state alike).
+  const gguf::File f = file("F32");
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.kv_type = backend::KvType::F32;
+  const std::span<const int32_t> head(sequence_.data(), 8), tail(sequence_.data() + 8, sequence_.size() - 8);
+  runtime::Session whole(f, *cpu_, opts);
+  const auto w = whole.eval(sequence_);
+  const std::vector<float> want(w.begin(), w.end());
+  for (const bool from_gpu : {true, false}) {
+    runtime::Session src(f, from_gpu ? *gpu_ : *cpu_, opts), dst(f, from_gpu ? *cpu_ : *gpu_, opts);
+    src.eval(head);
+    dst.restore(src.save());
+    EXPECT_EQ(dst.n_past(), 8);
+    const auto got = dst.eval(tail);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LT(relative_gap(got, want), 2e-4) << GetParam() << (from_gpu ? ": Vulkan to CPU" : ": CPU to Vulkan");
+  }
+}
+
 // 64 greedy tokens, each chosen on the device (argmax there) and on the CPU.
 struct GreedyRun {
   std::vector<int32_t> cpu, gpu;
