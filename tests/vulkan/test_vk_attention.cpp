@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "backend/vulkan/vk_attention.h"
-#include "backend/vulkan/vk_context.h"
 #include "core/error.h"
 #include "quant/quant.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
@@ -39,17 +39,7 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float sd = 1.0f) {
   return v;
 }
 
-class VulkanAttention : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      ctx_ = Context::shared();
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-  }
-  std::shared_ptr<Context> ctx_;
-};
+class VulkanAttention : public VulkanTest {};
 
 // One layer's K and V caches in one buffer (V at the next aligned offset, as an executor packs them),
 // rows beyond those written filled with 0xff bytes (NaN in F32 and F16) that attention must not read.

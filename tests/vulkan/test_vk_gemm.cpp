@@ -12,30 +12,22 @@
 #include <random>
 #include <vector>
 
-#include "backend/vulkan/vk_context.h"
 #include "backend/vulkan/vk_gemm.h"
 #include "core/error.h"
 #include "quant/fp16.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
 
-class VulkanGemm : public ::testing::Test {
+class VulkanGemm : public VulkanTest {
  protected:
-  void SetUp() override {
-    try {
-      ctx_ = Context::shared();
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-  }
   // The kernels to test here: the portable one always, the tensor-core one where the device has it.
   std::vector<MulMmKernel> kernels() const {
     std::vector<MulMmKernel> out{MulMmKernel::Tiled};
     if (mul_mm_kernel(*ctx_) == MulMmKernel::CoopMatNV) out.push_back(MulMmKernel::CoopMatNV);
     return out;
   }
-  std::shared_ptr<Context> ctx_;
 };
 
 struct Shape {

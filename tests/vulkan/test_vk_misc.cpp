@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/vulkan/vk_context.h"
 #include "backend/vulkan/vk_misc.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "sample/sampler.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
@@ -63,17 +63,7 @@ double scaled_error(const std::vector<float>& got, const std::vector<float>& wan
   return worst / scale;
 }
 
-class VulkanMisc : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      ctx_ = Context::shared();
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-  }
-  std::shared_ptr<Context> ctx_;
-};
+class VulkanMisc : public VulkanTest {};
 
 // CpuExecutable::moe's routing of one token, restated: ids and weights in selection order.
 void route_on_cpu(const float* logits, const float* bias, const float* expert_scale, int ne, int k, bool topk_first,

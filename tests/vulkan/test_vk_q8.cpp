@@ -11,17 +11,15 @@
 #include "core/thread_pool.h"
 #include "quant/matmul.h"
 #include "quant/quant.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
 
-TEST(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
-  std::shared_ptr<Context> ctx;
-  try {
-    ctx = Context::shared();
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no Vulkan device: " << e.what();
-  }
+class VulkanQ8 : public VulkanTest {};
+
+TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
+  Context* ctx = ctx_.get();
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(1);

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/vulkan/vk_context.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
@@ -105,15 +105,8 @@ struct DotCheck {
   }
 };
 
-class QuantFixture : public ::testing::Test {
+class QuantFixture : public VulkanTest {
  protected:
-  void SetUp() override {
-    try {
-      ctx_ = Context::shared();
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-  }
   void TearDown() override {
     if (!ctx_) return;
     for (Buffer& b : buffers_) ctx_->release(b);
@@ -137,7 +130,6 @@ class QuantFixture : public ::testing::Test {
   // mul_mv against the dequantized rows, for each case and token count, with and without a bias.
   void check_mul_mv(TensorType type, const std::vector<MulMvCase>& cases);
 
-  std::shared_ptr<Context> ctx_;
   std::deque<Buffer> buffers_;  // references stay valid as it grows
 };
 

@@ -8,23 +8,13 @@
 #include <random>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/vulkan/vk_context.h"
 #include "core/error.h"
+#include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
 
-class VulkanOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    try {
-      ctx_ = Context::shared();
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-  }
-  std::shared_ptr<Context> ctx_;
-};
+class VulkanOps : public VulkanTest {};
 
 TEST_F(VulkanOps, ContextNamesItsDevice) {
   EXPECT_FALSE(ctx_->device_name().empty());
