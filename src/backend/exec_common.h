@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "gguf/types.h"
+#include "quant/quant.h"
 
 namespace zinc::backend {
 
@@ -43,6 +44,27 @@ inline bool recurrent_restart(int64_t state_pos, int32_t n_past) {
                             std::max<int64_t>(state_pos, 0), n_past));
   }
   return false;
+}
+
+// The storage type of a KV cache.
+inline gguf::TensorType kv_storage_type(KvType t) {
+  return t == KvType::F32 ? gguf::TensorType::F32 : t == KvType::F16 ? gguf::TensorType::F16 : gguf::TensorType::Q8_0;
+}
+
+// Bytes of one cache row per layer (each layer's own K/V width; 0 for layers without attention).
+// Throws when a layer's rows or heads do not fill whole blocks of the type.
+inline std::vector<size_t> kv_row_bytes(const graph::Graph& g, gguf::TensorType type) {
+  std::vector<size_t> out(static_cast<size_t>(g.n_layer), 0);
+  for (const graph::Node& node : g.nodes) {
+    if (node.op != graph::Op::Attention) continue;
+    const int64_t kw = g.kv_width_of(node.layer);
+    if (kw % quant::block_size(type) != 0 || node.head_dim % quant::block_size(type) != 0) {
+      throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
+                              gguf::tensor_type_name(type), quant::block_size(type)));
+    }
+    out[static_cast<size_t>(node.layer)] = quant::row_size(type, kw);
+  }
+  return out;
 }
 
 // A saved context: a header {magic, fingerprint, n_past}, then per layer its first n_past K rows and

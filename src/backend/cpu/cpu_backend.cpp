@@ -37,23 +37,12 @@ class CpuExecutable final : public Executable {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
     bind_weights();
     plan_buffers();
-    kv_type_ = opts_.kv_type == KvType::F32 ? gguf::TensorType::F32
-               : opts_.kv_type == KvType::F16 ? gguf::TensorType::F16
-                                              : gguf::TensorType::Q8_0;
+    kv_type_ = kv_storage_type(opts_.kv_type);
     // Each layer's cache has its own row width (layers may differ in head size or KV heads).
-    const auto n_layer = static_cast<size_t>(g_.n_layer);
-    kv_row_bytes_.assign(n_layer, 0);
-    k_.resize(n_layer);
-    v_.resize(n_layer);
-    for (const Node& node : g_.nodes) {
-      if (node.op != Op::Attention) continue;
-      const int64_t kw = g_.kv_width_of(node.layer);
-      if (kw % quant::block_size(kv_type_) != 0 || node.head_dim % quant::block_size(kv_type_) != 0) {
-        throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
-                                gguf::tensor_type_name(kv_type_), quant::block_size(kv_type_)));
-      }
-      const auto l = static_cast<size_t>(node.layer);
-      kv_row_bytes_[l] = quant::row_size(kv_type_, kw);
+    kv_row_bytes_ = kv_row_bytes(g_, kv_type_);
+    k_.resize(kv_row_bytes_.size());
+    v_.resize(kv_row_bytes_.size());
+    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
       const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx);
       k_[l].assign(layer_bytes, 0);
       v_[l].assign(layer_bytes, 0);

@@ -243,22 +243,12 @@ class VulkanExecutable final : public Executable {
   }
 
   void make_caches() {
-    const auto n_layer = static_cast<size_t>(g_.n_layer);
-    kv_row_bytes_.assign(n_layer, 0);
-    k_.resize(n_layer);
-    v_.resize(n_layer);
-    const auto elt = kv_type_ == vk::KvCacheType::F32 ? gguf::TensorType::F32
-                     : kv_type_ == vk::KvCacheType::F16 ? gguf::TensorType::F16
-                                                        : gguf::TensorType::Q8_0;
-    for (const Node& node : g_.nodes) {
-      if (node.op != Op::Attention) continue;
-      const int64_t kw = g_.kv_width_of(node.layer);
-      if (kw % quant::block_size(elt) != 0 || node.head_dim % quant::block_size(elt) != 0) {
-        throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
-                                gguf::tensor_type_name(elt), quant::block_size(elt)));
-      }
-      const auto l = static_cast<size_t>(node.layer);
-      kv_row_bytes_[l] = quant::row_size(elt, kw);
+    const gguf::TensorType elt = kv_storage_type(opts_.kv_type);
+    kv_row_bytes_ = kv_row_bytes(g_, elt);
+    k_.resize(kv_row_bytes_.size());
+    v_.resize(kv_row_bytes_.size());
+    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+      if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
       const size_t bytes = align_up(kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx), 4);
       k_[l] = ctx_.device_buffer(bytes);
       v_[l] = ctx_.device_buffer(bytes);
