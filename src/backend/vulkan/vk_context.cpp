@@ -289,6 +289,13 @@ void Context::save_pipeline_cache() {
   if (ec) std::filesystem::remove(tmp, ec);
 }
 
+bool Context::has_memory_type(uint32_t bits, VkMemoryPropertyFlags want) const {
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    if ((bits & (1u << i)) && (memory_.memoryTypes[i].propertyFlags & want) == want) return true;
+  }
+  return false;
+}
+
 uint32_t Context::memory_type(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid) const {
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
@@ -313,9 +320,12 @@ Buffer Context::make_buffer(size_t bytes, bool host) {
   VkMemoryAllocateInfo mai{};
   mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
   mai.allocationSize = req.size;
-  // Host buffers: coherent, preferably not device-local (that is scarce BAR memory on discrete GPUs).
+  // Host buffers: coherent, preferably not device-local (that is scarce BAR memory on discrete GPUs)
+  // and cached, since the host reads them back (logits every step; uncached reads crawl).
+  const VkMemoryPropertyFlags coherent = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const bool cached = host && has_memory_type(req.memoryTypeBits, coherent | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
   mai.memoryTypeIndex =
-      host ? memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+      host ? memory_type(req.memoryTypeBits, cached ? coherent | VK_MEMORY_PROPERTY_HOST_CACHED_BIT : coherent,
                          VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
            : memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
   if (vkAllocateMemory(device_, &mai, nullptr, &b.memory) != VK_SUCCESS) {

@@ -161,6 +161,7 @@ class Context {
   friend class Recording;
   Context() = default;
   uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid = 0) const;
+  bool has_memory_type(uint32_t bits, VkMemoryPropertyFlags want) const;
   Buffer make_buffer(size_t bytes, bool host);
   VkCommandBuffer begin_one_shot();
   void submit_one_shot(VkCommandBuffer cb);
