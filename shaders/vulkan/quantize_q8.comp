@@ -6,19 +6,12 @@
 // greedy tokens. Output per block: 8 words of codes (little-endian int8) and the float value of d.
 // One invocation per block; 36 bytes written per 128 read.
 #extension GL_GOOGLE_include_directive : require
+#include "div_rn.glsl"
 #include "f16_rne.glsl"
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform Params { uint n_blocks; } p;
-
-// a / b rounded as IEEE division rounds it (Vulkan lets '/' be off by 2.5 ulp, enough to move a code
-// across a rounding boundary): one correction step from the exact remainder.
-float div_rn(float a, float b) {
-  precise float q = a / b;
-  precise float r = fma(-q, b, a);
-  return fma(r, 1.0 / b, q);
-}
 
 int code(precise float v) {
   v = clamp(v, -127.0, 127.0);

@@ -161,24 +161,32 @@ TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
   EXPECT_LT(r.worst_gap, 1e-3) << GetParam();
 }
 
-TEST_P(VulkanFixture, Q8_0LogitsStayCloseOverAGreedyDecode) {
-  // Q8_0 weights (experts included): the device computes as the CPU does (activations quantized to the
-  // same 8-bit codes, integer block sums), so the logits agree to float rounding until a value the two
-  // sum in different orders lands one ulp across a code's rounding boundary; on these random-weight
-  // fixtures that moves the logits by 1-4% (measured on lavapipe). Fed the same (CPU-chosen) tokens for
-  // 64 steps, the logits stay within 6%, and wherever the CPU's choice leads its runner-up by more than
-  // the two backends differ, the device makes the same choice.
-  const gguf::File f = file("Q8_0");
+// Quantized weights: the device computes as the CPU does (activations quantized to the same 8-bit codes,
+// integer block sums) for Q8_0 (experts included) and the K-quants, so the logits agree to float
+// rounding until a value the two sum in different orders lands one ulp across a code's rounding
+// boundary; on these random-weight fixtures that moves the logits by 1-4% (measured on lavapipe). Fed
+// the same (CPU-chosen) tokens for 64 steps, the logits stay within 6%, and wherever the CPU's choice
+// leads its runner-up by more than the two backends differ, the device makes the same choice.
+void expect_close_quantized_decode(const gguf::File& f, backend::Backend& cpu, backend::Backend& gpu,
+                                   const std::vector<int32_t>& prompt, const std::string& what) {
   backend::ExecOptions opts;
-  opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
+  opts.n_ctx = static_cast<int32_t>(prompt.size()) + 80;
   opts.max_tokens = 8;  // prompt steps small enough for the decode kernels (the CPU's arithmetic)
-  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, opts, true);
-  EXPECT_LT(r.worst_gap, 0.06) << GetParam();
-  EXPECT_EQ(r.clear_agree, r.clear_steps) << GetParam();
-  EXPECT_GE(r.clear_steps, 32) << GetParam() << ": too few clear choices to judge";
-  std::printf("%s Q8_0: worst logit gap %.2e, %d of 64 steps clear, greedy identical for %td steps\n", GetParam().c_str(),
-              r.worst_gap, r.clear_steps,
-              std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
+  const GreedyRun r = greedy_pair(f, cpu, gpu, prompt, opts, true);
+  EXPECT_LT(r.worst_gap, 0.06) << what;
+  EXPECT_EQ(r.clear_agree, r.clear_steps) << what;
+  EXPECT_GE(r.clear_steps, 32) << what << ": too few clear choices to judge";
+  std::printf("%s: worst logit gap %.2e, %d of 64 steps clear, greedy identical for %td steps\n", what.c_str(),
+              r.worst_gap, r.clear_steps, std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
+}
+
+TEST_P(VulkanFixture, Q8_0LogitsStayCloseOverAGreedyDecode) {
+  expect_close_quantized_decode(file("Q8_0"), *cpu_, *gpu_, prompt_, GetParam() + " Q8_0");
+}
+
+TEST_P(VulkanFixture, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
+  // Q4_K and Q6_K (the fixtures' 256 and 512 columns take K-quants) through the integer-dot kernels.
+  expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M");
 }
 
 TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {

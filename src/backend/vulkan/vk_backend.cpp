@@ -287,7 +287,8 @@ class VulkanExecutable final : public Executable {
   }
 
   void make_scratch() {
-    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0, act_q8_bytes = 0;
+    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0, act_q8_bytes = 0, act_q8k_bytes = 0;
+    q8k_input_.assign(g_.tensors.size(), false);
     uint32_t mm_cols = 0;
     for (const Node& n : g_.nodes) {
       const auto max_tok = static_cast<uint32_t>(opts_.max_tokens);
@@ -308,6 +309,11 @@ class VulkanExecutable final : public Executable {
         act_q8_bytes = std::max({act_q8_bytes, vk::mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                  vk::mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       }
+      if (n.op == Op::MatMul && vk::has_mul_mv_k(ctx_, g_.tensor(n.in[0]).type) && g_.tensor(n.in[0]).ne[0] % 256 == 0) {
+        q8k_input_[static_cast<size_t>(n.in[1])] = true;
+        act_q8k_bytes = std::max(act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
+                                                    std::min<uint32_t>(max_tok, kMvMaxTokens));
+      }
       if (n.op == Op::MatMul && g_.tensor(n.in[0]).type == gguf::TensorType::Q8_0) {
         const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
                           std::min<uint32_t>(max_tok, kMvMaxTokens);
@@ -320,6 +326,7 @@ class VulkanExecutable final : public Executable {
     const auto scratch = [&](size_t bytes) { return bytes > 0 ? ctx_.device_buffer(bytes) : vk::Buffer{}; };
     attn_scratch_ = scratch(attn);
     act_q8_ = scratch(act_q8_bytes);
+    act_q8k_ = scratch(act_q8k_bytes);
     moe_logits_ = scratch(moe_logits);
     moe_ids_ = scratch(moe_ids);
     moe_weights_ = scratch(moe_ids);
@@ -345,7 +352,7 @@ class VulkanExecutable final : public Executable {
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
     for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
-                          &moe_up_, &moe_down_, &slab_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_}) {
+                          &moe_up_, &moe_down_, &slab_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_}) {
       ctx_.release(*b);
     }
   }
@@ -402,18 +409,22 @@ class VulkanExecutable final : public Executable {
   class Tracker {
    public:
     explicit Tracker(vk::Recording& rec) : rec_(rec) {}
-    // Before an op that reads `reads` and writes `writes`.
+    // Before an op that reads `reads` and writes `writes` (empty views: none).
     void before(std::initializer_list<View> reads, std::initializer_list<View> writes) {
       bool need = false;
-      for (const View& v : reads) need = need || overlaps(written_, range(v));
-      for (const View& v : writes) need = need || overlaps(written_, range(v)) || overlaps(read_, range(v));
+      for (const View& v : reads) need = need || (v.buffer && overlaps(written_, range(v)));
+      for (const View& v : writes) need = need || (v.buffer && (overlaps(written_, range(v)) || overlaps(read_, range(v))));
       if (need) {
         rec_.barrier();
         written_.clear();
         read_.clear();
       }
-      for (const View& v : reads) read_.push_back(range(v));
-      for (const View& v : writes) written_.push_back(range(v));
+      for (const View& v : reads) {
+        if (v.buffer) read_.push_back(range(v));
+      }
+      for (const View& v : writes) {
+        if (v.buffer) written_.push_back(range(v));
+      }
     }
     // Inside an op: a dependent dispatch follows.
     void full() {
@@ -443,10 +454,16 @@ class VulkanExecutable final : public Executable {
     out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
     vk::Recording& rec = *out.rec;
     Tracker tr(rec);
+    q8k_of_ = -1;
+    fused_norm_ = SIZE_MAX;
     std::vector<int64_t> rows(g_.tensors.size(), 0);
     const View header{&step_, 0, 16};
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& node = g_.nodes[i];
+      if (i == fused_norm_) {  // recorded with the add before it
+        rows[static_cast<size_t>(node.out)] = rows[static_cast<size_t>(node.in[0])];
+        continue;
+      }
       rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, all_logits, rows, header);
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
@@ -477,6 +494,12 @@ class VulkanExecutable final : public Executable {
       case Op::RmsNorm: {
         const View w = node.in.size() > 1 ? weight_f32(node.in[1]) : View{};
         const uint32_t group = node.head_dim > 0 ? static_cast<uint32_t>(node.head_dim) : width;
+        if (group == width && vk::rms_norm_row_fits(width)) {
+          const View xq = q8k_out(node.out, width, nu);
+          tr.before({in(0)}, {out, xq});
+          vk::rms_norm_row(ctx_, rec, in(0), View{}, View{}, w, out, xq, width, nu, node.eps, node.offset);
+          break;
+        }
         tr.before({in(0)}, {out});
         vk::rms_norm(ctx_, rec, in(0), w, out, width, group, nu, node.eps, node.offset);
         break;
@@ -485,6 +508,7 @@ class VulkanExecutable final : public Executable {
         matmul(rec, tr, node, in(1), out, nu);
         break;
       case Op::Add: case Op::Mul:
+        if (node.op == Op::Add && add_norm(rec, tr, index, in(0), in(1), out, width, nu)) break;
         tr.before({in(0), in(1)}, {out});
         vk::eltwise(ctx_, rec, node.op == Op::Add ? vk::Eltwise::Add : vk::Eltwise::Mul, in(0), in(1), out, width, width, nu);
         break;
@@ -602,6 +626,36 @@ class VulkanExecutable final : public Executable {
     return n;
   }
 
+  // Where the K-quant products of a step read `t` (its rows quantized by the op that writes it, q8k_of_
+  // set): the region of act_q8k_ for its codes. Else an empty view.
+  View q8k_out(TensorId t, uint32_t width, uint32_t n) {
+    if (!q8k_input_[static_cast<size_t>(t)] || n > kMvMaxTokens) return View{};
+    q8k_of_ = t;
+    return View{&act_q8k_, 0, vk::q8k_row_bytes(width) * n};
+  }
+
+  // A residual add followed by the whole-row norm of its sum: one dispatch for both (the norm node is
+  // then skipped). Not where the norm's output shares memory with an addend other than row for row.
+  bool add_norm(vk::Recording& rec, Tracker& tr, size_t index, View a, View b, View sum, uint32_t width, uint32_t n) {
+    if (index + 1 >= g_.nodes.size()) return false;
+    const Node& norm = g_.nodes[index + 1];
+    if (norm.op != Op::RmsNorm || norm.in[0] != g_.nodes[index].out || norm.head_dim > 0 || !vk::rms_norm_row_fits(width) ||
+        a.bytes != sum.bytes || b.bytes != sum.bytes) {
+      return false;
+    }
+    const View y = act(norm.out, n);
+    const auto clash = [&](const View& v) {
+      return v.buffer == y.buffer && v.offset != y.offset && v.offset < y.offset + y.bytes && y.offset < v.offset + v.bytes;
+    };
+    if (clash(a) || clash(b)) return false;
+    const View w = norm.in.size() > 1 ? weight_f32(norm.in[1]) : View{};
+    const View xq = q8k_out(norm.out, width, n);
+    tr.before({a, b}, {sum, y, xq});
+    vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, norm.eps, norm.offset);
+    fused_norm_ = index + 1;
+    return true;
+  }
+
   // Few tokens: the weights multiply the rows directly. Many: the weight is expanded to f16 a slab of
   // rows at a time and multiplied as a matrix (tensor cores where the device has them).
   void matmul(vk::Recording& rec, Tracker& tr, const Node& node, View x, View out, uint32_t n) {
@@ -613,10 +667,21 @@ class VulkanExecutable final : public Executable {
       const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(ncols) * n};
       tr.before({x}, {xq, out});
       vk::mul_mv_q8(ctx_, rec, weight(node.in[0]), x, xq, out, ncols, nrows, n);
-      if (bias.buffer) {
-        tr.before({out}, {out});
-        vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
+      add_bias(rec, tr, bias, out, nrows, n);
+      return;
+    }
+    if (n <= kMvMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
+      // K-quants as the CPU computes them: activations quantized once for every product that reads
+      // them (q, k and v; gate and up), integer sums per block.
+      const View xq{&act_q8k_, 0, vk::q8k_row_bytes(ncols) * n};
+      if (q8k_of_ != node.in[1]) {
+        tr.before({x}, {xq});
+        vk::quantize_q8k(ctx_, rec, x, xq, ncols, n);
+        q8k_of_ = node.in[1];
       }
+      tr.before({xq}, {out});
+      vk::mul_mv_k(ctx_, rec, wt.type, weight(node.in[0]), xq, out, ncols, nrows, n);
+      add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
     if (n <= kMvMaxTokens || !slab_.buffer || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
@@ -634,10 +699,13 @@ class VulkanExecutable final : public Executable {
       tr.before({slab, x}, xs.buffer ? std::initializer_list<View>{out, xs} : std::initializer_list<View>{out});
       vk::mul_mm(ctx_, rec, slab, x, out, ncols, rows, n, nrows, r0, xs);
     }
-    if (bias.buffer) {
-      tr.before({out}, {out});
-      vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
-    }
+    add_bias(rec, tr, bias, out, nrows, n);
+  }
+
+  void add_bias(vk::Recording& rec, Tracker& tr, View bias, View out, uint32_t nrows, uint32_t n) {
+    if (!bias.buffer) return;
+    tr.before({out}, {out});
+    vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
   }
 
   // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
@@ -725,7 +793,10 @@ class VulkanExecutable final : public Executable {
   std::vector<size_t> kv_row_bytes_;
   std::vector<vk::Buffer> k_, v_, state_;
   vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, slab_, x_f16_, argmax_,
-      argmax_scratch_, argmax_row_, act_q8_;
+      argmax_scratch_, argmax_row_, act_q8_, act_q8k_;
+  TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
+  std::vector<bool> q8k_input_;  // per tensor: read by a K-quant product (mul_mv_k) in decode
+  size_t fused_norm_ = SIZE_MAX;  // the node recorded with the one before it
   std::map<std::pair<uint32_t, bool>, Recorded> recordings_;
   int64_t logit_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;

@@ -1,5 +1,10 @@
 #include "backend/vulkan/vk_ops.h"
 
+#include <fmt/format.h>
+
+#include <array>
+
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 
 namespace zinc::backend::vk {
@@ -13,10 +18,40 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   *gx = (groups + *gy - 1) / *gy;
 }
 
+constexpr uint32_t kRowChunks = 16;  // rms_norm_row takes rows of up to 16 * 1024 floats
+
 }  // namespace
+
+bool rms_norm_row_fits(uint32_t width) { return width > 0 && width % 4 == 0 && width <= kRowChunks * 1024; }
+
+void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
+                  uint32_t n_tokens, float eps, float offset) {
+  if (!rms_norm_row_fits(width)) throw Error(fmt::format("Vulkan rms_norm_row: rows of {} floats do not fit", width));
+  if (xq.buffer && (width % 256 != 0 || ctx.features().subgroup_size < 4)) {
+    throw Error(fmt::format("Vulkan rms_norm_row: no Q8_K output for rows of {} on this device", width));
+  }
+  if (n_tokens == 0) return;
+  const bool exact = ctx.features().fp64;
+  std::string name = exact ? "rms_norm_row_f64" : "rms_norm_row_f32";
+  if (b.buffer) name += "_add";
+  const uint32_t chunks[] = {(width + 1023) / 1024};
+  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, 20, chunks);
+  struct {
+    uint32_t width, has_weight;
+    float eps, offset;
+    uint32_t q8k_stride;
+  } push{width, w.buffer ? 1u : 0u, eps, offset, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+  const View any = x;  // unused bindings
+  const std::array<View, 6> bindings{x, w.buffer ? w : any, y, xq.buffer ? xq : y, b.buffer ? b : any, sum.buffer ? sum : y};
+  d.dispatch(k, std::span<const View>(bindings.data(), b.buffer ? 6 : 4), &push, n_tokens);
+}
 
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset) {
+  if (group == width && rms_norm_row_fits(width)) {
+    rms_norm_row(ctx, d, x, View{}, View{}, w, y, View{}, width, n_tokens, eps, offset);
+    return;
+  }
   // Whole rows feed the quantized matrix products, whose 8-bit codes need the CPU's exact values; a
   // per-head norm (q and k before rotation) does not, and the float sum is the quicker one.
   const bool exact = ctx.features().fp64 && group == width;

@@ -15,6 +15,15 @@ namespace zinc::backend::vk {
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,
               float eps, float offset);
 
+// Whole rows, each in one pass held in registers (rms_norm_row.comp): what rms_norm does for
+// group == width when rms_norm_row_fits, plus two fusions. With b: x + b is normalised and written to
+// `sum` as well (the residual add before a norm); with xq: y is also quantized to Q8_K as quantize_q8k
+// does (width a multiple of 256, rows q8k_row_bytes apart; needs has_mul_mv_k's device). Rows of y
+// may alias rows of x or b at the same offset, nothing else.
+bool rms_norm_row_fits(uint32_t width);
+void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
+                  uint32_t n_tokens, float eps, float offset);
+
 // Rotary embedding with the angles' (cos, sin) table cs [n_tokens][n_rot] from the host.
 void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head, uint32_t head_dim, uint32_t n_rot,
           bool neox, uint32_t n_tokens);

@@ -205,4 +205,65 @@ void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq
              &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
 }
 
+namespace {
+
+const char* mul_mv_k_variant(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_K: return "mul_mv_k_q4_k";
+    case TensorType::Q5_K: return "mul_mv_k_q5_k";
+    case TensorType::Q6_K: return "mul_mv_k_q6_k";
+    default: return nullptr;
+  }
+}
+
+uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
+}
+
+}  // namespace
+
+bool has_mul_mv_k(const Context& ctx, gguf::TensorType type) {
+  return mul_mv_k_variant(type) != nullptr && ctx.features().int_dot && ctx.features().subgroup_size >= 8;
+}
+
+size_t q8k_row_bytes(uint32_t ncols) {
+  // Codes, 16-code sums and block scales, in words; rows 16-byte aligned (the kernel loads uvec4s).
+  const size_t words = ncols / 4 + ncols / 16 + ncols / 256;
+  return (words + 3) / 4 * 16;
+}
+
+void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows) {
+  if (ncols % 256 != 0) throw Error(fmt::format("Vulkan quantize_q8k: {} columns is not a multiple of 256", ncols));
+  if (rows == 0 || ncols == 0) return;
+  if (rows > kMaxGroupsYZ) throw Error(fmt::format("Vulkan quantize_q8k: {} rows at once is over {}", rows, kMaxGroupsYZ));
+  const uint32_t push[] = {ncols, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4)};
+  d.dispatch(ctx.pipeline("quantize_q8k", 2, sizeof(push)), std::array<View, 2>{x, xq}, push, ncols / 256, rows);
+}
+
+void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
+              uint32_t nrows, uint32_t n_tokens) {
+  if (!has_mul_mv_k(ctx, type)) {
+    throw Error(fmt::format("Vulkan mul_mv_k: no integer-dot kernel for {} on this device", gguf::tensor_type_name(type)));
+  }
+  if (ncols % 256 != 0) throw Error(fmt::format("Vulkan mul_mv_k: {} columns is not a multiple of 256", ncols));
+  if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
+  // 16 blocks a step (a 4096-column row in one), four rows sharing the activation loads; fewer rows
+  // where the matrix is small, so that the device still fills. Knobs for measuring on a device:
+  // ZINC_VK_MVK_WG (64..256), ZINC_VK_MVK_ROWS (1..8).
+  const uint32_t wg = env_knob("ZINC_VK_MVK_WG", 128, 64, 256) / 8 * 8;
+  const uint32_t rows = env_knob("ZINC_VK_MVK_ROWS", nrows >= 4096 ? 4 : 2, 1, 8);
+  const uint32_t ntok = std::min<uint32_t>(n_tokens, 4);
+  const uint32_t spec[] = {wg, rows, ntok};
+  struct {
+    uint32_t ncols, nrows, row_bytes, n_tokens, xstride;
+  } push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4)};
+  const Kernel& k = ctx.pipeline(mul_mv_k_variant(type), 3, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
+  d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + ntok - 1) / ntok, kMaxGroupsYZ));
+}
+
 }  // namespace zinc::backend::vk

@@ -38,6 +38,19 @@ void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uin
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq, View y, View bias, uint32_t ncols,
                   uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
 
+// K-quant weights (Q4_K, Q5_K, Q6_K) the CPU's way: x quantized to Q8_K by quantize_q8k (the CPU's
+// codes, scales and 16-code sums, q8k_row_bytes per row), then mul_mv_k's integer block sums with one
+// float expression per block in the CPU's order: equal to the CPU backend's product up to the order
+// blocks are added. Needs packed integer dot products and subgroups of 8 or more (has_mul_mv_k);
+// ncols a multiple of 256. Any n_tokens; meant for decode (the weight is read once per 4 tokens).
+bool has_mul_mv_k(const Context& ctx, gguf::TensorType type);
+size_t q8k_row_bytes(uint32_t ncols);
+// rows rows of x [rows][ncols] into xq (q8k_row_bytes each). No barrier after it.
+void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows);
+// y[t][r] = W[r] . xq[t]: W {ncols, nrows}, xq n_tokens rows from quantize_q8k, y [n_tokens][nrows].
+void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
+              uint32_t nrows, uint32_t n_tokens);
+
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
 // y[t][k] = W_ids[t][k] . x_(t,k) (+ bias[ids[t][k]]), x_(t,k) = x[t] ([n_tokens][ncols], gate and up)

@@ -1,0 +1,208 @@
+#version 450
+//! variant q4_k TYPE_Q4_K
+//! variant q5_k TYPE_Q5_K
+//! variant q6_k TYPE_Q6_K
+// K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
+// them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
+// integer dot products) and of scales times them, then one float expression per block in the CPU's
+// order, so each block's value is the CPU's bit for bit and rows differ only in the order blocks are
+// added. The decode path for the weights most models are stored in (Q4_K_M: Q4_K and Q6_K).
+//
+// Eight invocations share a block: each takes 16 bytes of its codes (32 elements, one 16-byte load
+// for Q4_K / Q5_K, adjacent invocations reading adjacent bytes), multiplies them with the matching
+// 32 activation codes, and the eight add their integer sums with three shuffles. A workgroup of WG
+// invocations takes WG / 8 blocks of each of ROWS rows at a time (the activation loads serve all
+// ROWS rows) for NTOK tokens, walks the row in steps of WG / 8 blocks, and adds its blocks' values
+// in a subgroup and shared-memory sum. Token groups beyond the grid loop (grid z strides).
+//
+// Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
+// 1 xq (quantized rows xstride words apart, q8k layout), 2 y [n_tokens][nrows]. Grid: x*y =
+// ceil(nrows / ROWS) workgroups, z = token groups. Needs subgroups of at least 8 invocations and
+// shaderIntegerDotProduct.
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_spirv_intrinsics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;  // invocations per workgroup, a multiple of 8
+layout(constant_id = 1) const uint ROWS = 4;  // rows per workgroup
+layout(constant_id = 2) const uint NTOK = 1;  // tokens per workgroup
+
+layout(std430, binding = 0) readonly restrict buffer Wbuf { uint w[]; };
+layout(std430, binding = 0) readonly restrict buffer Wbuf4 { uvec4 w4[]; };
+layout(std430, binding = 1) readonly restrict buffer Qbuf { uint q[]; };
+layout(std430, binding = 1) readonly restrict buffer Qbuf4 { uvec4 q4[]; };
+layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
+layout(push_constant) uniform Params {
+  uint ncols;      // a multiple of 256
+  uint nrows;
+  uint row_bytes;  // bytes per stored row
+  uint n_tokens;
+  uint xstride;    // words per quantized activation row, a multiple of 4
+} p;
+
+// OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot_4x8(uint a, uint b, spirv_literal int packed_format);
+int dot4(uvec4 a, uvec4 b) {
+  return sdot_4x8(a.x, b.x, 0) + sdot_4x8(a.y, b.y, 0) + sdot_4x8(a.z, b.z, 0) + sdot_4x8(a.w, b.w, 0);
+}
+
+#if defined(TYPE_Q4_K)
+#define BLOCK_BYTES 144u
+#elif defined(TYPE_Q5_K)
+#define BLOCK_BYTES 176u
+#else
+#define BLOCK_BYTES 210u
+// 16 bytes at an even byte offset: five words, funnel-shifted (only the word holding the last byte
+// is read past them).
+uvec4 load16(uint off) {
+  const uint i = off >> 2, s = (off & 3u) << 3;
+  const uint a0 = w[i], a1 = w[i + 1u], a2 = w[i + 2u], a3 = w[i + 3u], a4 = w[i + 4u];
+  return uvec4((a0 >> s) | ((a1 << 1) << (31u - s)), (a1 >> s) | ((a2 << 1) << (31u - s)),
+               (a2 >> s) | ((a3 << 1) << (31u - s)), (a3 >> s) | ((a4 << 1) << (31u - s)));
+}
+int sbyte(uint off) { return bitfieldExtract(int(w[off >> 2]), int((off & 3u) << 3), 8); }
+#endif
+
+// Invocation j's share of block b of the row at rb times quantized row xr (word offset): the
+// integer sums the block's float value is made of (Q4_K / Q5_K: scaled code products and mins
+// times code sums; Q6_K: scaled products), and the weight's scales.
+struct Share {
+  ivec2 s;  // Q4_K / Q5_K: (sum_scaled, sum_mins); Q6_K: (sum, 0)
+  vec2 d;   // Q4_K / Q5_K: (d, dmin); Q6_K: (d, 0)
+};
+
+// Codes and scales of invocation j's 32 elements of the block at byte o: lo and hi hold 16 codes
+// each (one byte per code), at the activation word offsets xlo / xhi of the block's first
+// element; sc and mn the scales (and mins) of lo and hi.
+struct Codes {
+  uvec4 lo, hi;
+  ivec2 sc, mn;
+  vec2 d;
+  uint xlo, xhi;  // word offsets of lo's and hi's first element within the block
+  uint glo, ghi;  // their 16-element groups within the block
+};
+
+Codes decode(uint o, uint j) {
+  Codes c;
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+  // Invocation j reads qs bytes 16j..16j+15: chunk ch = j / 2 holds elements ch*64 + l (low nibbles,
+  // sub-block 2ch) and ch*64 + 32 + l (high, sub-block 2ch + 1) for l in l0..l0+15, l0 = 16 (j & 1).
+  const uint ch = j >> 1, h = j & 1u;
+  const uvec4 hdr = w4[o >> 4];  // d | dmin << 16, scale bytes 0..11
+#if defined(TYPE_Q4_K)
+  const uvec4 qs = w4[(o >> 4) + 1u + j];
+  c.lo = qs & 0x0f0f0f0fu;
+  c.hi = (qs >> 4) & 0x0f0f0f0fu;
+#else
+  const uvec4 qh = w4[(o >> 4) + 1u + h], qs = w4[(o >> 4) + 3u + j];  // qh bytes l0.., bit 2ch + half
+  c.lo = (qs & 0x0f0f0f0fu) | (((qh >> (2u * ch)) & 0x01010101u) << 4);
+  c.hi = ((qs >> 4) & 0x0f0f0f0fu) | (((qh >> (2u * ch + 1u)) & 0x01010101u) << 4);
+#endif
+  // Scales and mins of sub-blocks 2ch and 2ch + 1 (kquant_scale_min in src/quant/blocks.h) as the
+  // two low bytes of sp and mp, as quant.glsl unpacks them.
+  const uint sh = 16u * (ch & 1u);
+  const uint lo_s = (hdr.y >> sh) & 0x3f3fu, lo_m = (hdr.z >> sh) & 0x3f3fu;
+  const uint hi_s = ((hdr.w >> sh) & 0x0f0fu) | ((hdr.y >> (sh + 2u)) & 0x3030u);
+  const uint hi_m = ((hdr.w >> (sh + 4u)) & 0x0f0fu) | ((hdr.z >> (sh + 2u)) & 0x3030u);
+  const uint sp = ch < 2u ? lo_s : hi_s, mp = ch < 2u ? lo_m : hi_m;
+  c.sc = ivec2(sp & 0xffu, sp >> 8);
+  c.mn = ivec2(mp & 0xffu, mp >> 8);
+  c.d = unpackHalf2x16(hdr.x);
+  c.xlo = ch * 16u + h * 4u;
+  c.xhi = c.xlo + 8u;
+  c.glo = ch * 4u + h;
+  c.ghi = c.glo + 2u;
+#else
+  // Q6_K, 210 bytes: ql[128], qh[64], int8 scales[16], fp16 d. Element n*128 + k*32 + l: ql byte
+  // n*64 + (k&1)*32 + l, nibble k >> 1; qh byte n*32 + l, bits 2k. Invocation j takes n = j / 4,
+  // hf = (j / 2) & 1, l0 = 16 (j & 1): ql bytes n*64 + hf*32 + l0.. hold runs k = hf (low
+  // nibbles) and k = hf + 2 (high), each one 16-element group.
+  const uint n = j >> 2, hf = (j >> 1) & 1u, h = j & 1u;
+  const uvec4 ql = load16(o + n * 64u + hf * 32u + h * 16u), qh = load16(o + 128u + n * 32u + h * 16u);
+  c.lo = (ql & 0x0f0f0f0fu) | (((qh >> (2u * hf)) & 0x03030303u) << 4);
+  c.hi = ((ql >> 4) & 0x0f0f0f0fu) | (((qh >> (2u * hf + 4u)) & 0x03030303u) << 4);
+  c.glo = n * 8u + 2u * hf + h;
+  c.ghi = c.glo + 4u;
+  c.sc = ivec2(sbyte(o + 192u + c.glo), sbyte(o + 192u + c.ghi));
+  c.mn = ivec2(32);  // codes are stored plus 32
+  c.d = vec2(unpackHalf2x16((w[(o + 208u) >> 2] >> (((o + 208u) & 2u) << 3)) & 0xffffu).x, 0.0);
+  c.xlo = c.glo * 4u;
+  c.xhi = c.ghi * 4u;
+#endif
+  return c;
+}
+
+// The eight invocations' integer sums for one token (xb: word offset of the block's codes, gb: of
+// its group sums).
+ivec2 share_sums(Codes c, uint xb, uint gb) {
+  const int plo = dot4(c.lo, q4[(xb + c.xlo) >> 2]), phi = dot4(c.hi, q4[(xb + c.xhi) >> 2]);
+  const int slo = int(q[gb + c.glo]), shi = int(q[gb + c.ghi]);
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+  // Σ d·sc·q·x − dmin·m·x: the mins meet the activation's group sums.
+  ivec2 v = ivec2(c.sc.x * plo + c.sc.y * phi, c.mn.x * slo + c.mn.y * shi);
+#else
+  // Σ sc·(q − 32)·x = Σ sc·(q·x) − 32·sc·Σx.
+  ivec2 v = ivec2(c.sc.x * (plo - c.mn.x * slo) + c.sc.y * (phi - c.mn.y * shi), 0);
+#endif
+  v += subgroupShuffleXor(v, 1u);
+  v += subgroupShuffleXor(v, 2u);
+  v += subgroupShuffleXor(v, 4u);
+  return v;
+}
+
+// The block's value as the CPU computes it from the integer sums (no fused multiply-add).
+float block_value(ivec2 v, vec2 d, float dx) {
+#if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
+  precise const float a = d.x * float(v.x), b = d.y * float(v.y);
+  precise const float r = dx * (a - b);
+#else
+  precise const float r = dx * d.x * float(v.x);
+#endif
+  return r;
+}
+
+shared float red[ROWS * NTOK * (WG / 8u)];  // one partial sum per (row, token) and subgroup
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u;
+  const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+  if (row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
+  const uint nb = p.ncols / 256u, sums0 = p.ncols / 4u, d0 = sums0 + p.ncols / 16u;
+  const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
+  const float lead = j == 0u ? 1.0 : 0.0;  // one invocation of eight adds the block's value
+  uint rb[ROWS];
+  [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = min(row0 + r, p.nrows - 1u) * p.row_bytes;
+  for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
+    uint xr[NTOK];
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) xr[t] = min(set * NTOK + t, p.n_tokens - 1u) * p.xstride;
+    float acc[ROWS * NTOK];
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
+    for (uint b = tid >> 3; b < nb; b += slots) {
+      Codes c[ROWS];
+      [[unroll]] for (uint r = 0u; r < ROWS; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j);
+      [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+        const float dx = uintBitsToFloat(q[xr[t] + d0 + b]);
+        [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+          const ivec2 v = share_sums(c[r], xr[t] + b * 64u, xr[t] + sums0 + b * 16u);
+          acc[r * NTOK + t] += lead * block_value(v, c[r].d, dx);
+        }
+      }
+    }
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
+      const float s = subgroupAdd(acc[i]);
+      if (subgroupElect()) red[i * slots + gl_SubgroupID] = s;
+    }
+    barrier();
+    for (uint i = tid; i < ROWS * NTOK; i += WG) {
+      float s = 0.0;
+      for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * slots + g];
+      const uint row = row0 + i / NTOK, tok = set * NTOK + i % NTOK;
+      if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
+    }
+    barrier();
+  }
+}

@@ -1,0 +1,129 @@
+#version 450
+//! variant f64 SUM_F64
+//! variant f64_add SUM_F64,ADD_INPUT
+//! variant f32 SUM_F32
+//! variant f32_add SUM_F32,ADD_INPUT
+// RMSNorm of whole rows (graph Op::RmsNorm over the model width): y = x / sqrt(mean(x^2) + eps) *
+// (w + offset), one workgroup per row. Each invocation loads its CHUNKS vec4s of the row at once (the
+// loads overlap instead of following each other through a loop) and keeps them in registers for the
+// scaling, so the row is read once. Two optional fusions, each saving a dispatch in decode:
+//  - ADD_INPUT: the row is a + b (the residual sum before the norm), written to s as well;
+//  - q8k_stride > 0: y is also quantized to Q8_K (quantize_q8k.comp's layout and arithmetic, rows
+//    q8k_stride words apart in xq) for the K-quant products that read it.
+// SUM_F64 reproduces the CPU backend bit for bit (rms_norm.comp says how); SUM_F32 is the float sum.
+// Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * 1024; the Q8_K
+// output needs full subgroups of 4 invocations or more.
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#if defined(SUM_F64)
+#extension GL_ARB_gpu_shader_fp64 : require
+#define ACC double
+#define ACC4 dvec4
+#else
+#define ACC float
+#define ACC4 vec4
+#endif
+#include "div_rn.glsl"
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint CHUNKS = 4;  // 1024-float chunks per row
+layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
+layout(std430, binding = 1) readonly buffer W { vec4 w4[]; };
+layout(std430, binding = 2) writeonly buffer Y { vec4 y4[]; };
+layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+#if defined(ADD_INPUT)
+layout(std430, binding = 4) readonly buffer B { vec4 b4[]; };
+layout(std430, binding = 5) writeonly buffer S { vec4 s4[]; };
+#endif
+layout(push_constant) uniform Params {
+  uint width;
+  uint has_weight;  // 0: no weight (w is not read)
+  float eps;
+  float offset;     // added to every weight
+  uint q8k_stride;  // words per quantized row; 0: no Q8_K output (xq is not written)
+} p;
+
+shared ACC partial[256];
+shared uint part_max[CHUNKS * 64];  // per chunk and subgroup, where subgroups are under 64
+shared float row_scale;
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x, row = gl_WorkGroupID.x, n4 = p.width / 4u, base = row * n4;
+  vec4 v[CHUNKS];
+  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+    const uint i = c * 256u + lid;
+    v[c] = i < n4 ? x4[base + i] : vec4(0.0);
+#if defined(ADD_INPUT)
+    if (i < n4) {
+      v[c] += b4[base + i];
+      s4[base + i] = v[c];
+    }
+#endif
+  }
+  ACC s = ACC(0);
+  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+    const ACC4 a = ACC4(v[c]);
+    s += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+  }
+  s = subgroupAdd(s);
+  if (subgroupElect()) partial[gl_SubgroupID] = s;
+  barrier();
+  if (lid == 0u) {
+    ACC total = ACC(0);
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) total += partial[i];
+#if defined(SUM_F64)
+    const float mean = float(total / double(p.width)) + p.eps;
+    const float root = float(sqrt(double(mean)));  // correctly rounded float square root
+    row_scale = float(1.0lf / double(root));       // correctly rounded float reciprocal
+#else
+    row_scale = inversesqrt(total / float(p.width) + p.eps);
+#endif
+  }
+  barrier();
+  const float scale = row_scale;
+  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+    const uint i = c * 256u + lid;
+    const vec4 wi = p.has_weight != 0u && i < n4 ? w4[i] + p.offset : vec4(1.0);
+    precise const vec4 r = v[c] * scale * wi;  // the CPU's order: (x * scale) * w
+    v[c] = r;
+    if (i < n4) y4[base + i] = r;
+  }
+  if (p.q8k_stride == 0u) return;  // uniform: the whole workgroup leaves
+
+  // Q8_K: chunk c's invocation lid holds elements 4 lid.. of block 4c + lid / 64. max |y| over the 64
+  // invocations of a block: within the subgroup by shuffles, across subgroups (under 64) in shared
+  // memory.
+  const uint span = min(gl_SubgroupSize, 64u);
+  uint m[CHUNKS];
+  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+    uvec4 bits = floatBitsToUint(v[c]) & 0x7fffffffu;
+    bits = mix(bits, uvec4(0u), greaterThan(bits, uvec4(0x7f800000u)));  // NaN as 0
+    m[c] = max(max(bits.x, bits.y), max(bits.z, bits.w));
+    for (uint off = 1u; off < span; off <<= 1) m[c] = max(m[c], subgroupShuffleXor(m[c], off));
+    if (span < 64u && gl_SubgroupInvocationID == 0u) part_max[c * 64u + gl_SubgroupID] = m[c];
+  }
+  if (span < 64u) {
+    barrier();
+    const uint per = 64u / span, first = (lid / 64u) * per;  // the block's subgroups
+    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+      for (uint g = 0u; g < per; ++g) m[c] = max(m[c], part_max[c * 64u + first + g]);
+    }
+  }
+  const uint qb = row * p.q8k_stride, nb = p.width / 256u;
+  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+    const uint i = c * 256u + lid, blk = i / 64u;
+    const float d = div_rn(uintBitsToFloat(m[c]), 127.0);
+    const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+    precise const vec4 scaled = v[c] * id;
+    const ivec4 k = ivec4(roundEven(clamp(scaled, vec4(-127.0), vec4(127.0))));
+    int sum = k.x + k.y + k.z + k.w;  // 16 codes: 4 invocations
+    sum += subgroupShuffleXor(sum, 1u);
+    sum += subgroupShuffleXor(sum, 2u);
+    if (i < n4) {
+      q[qb + i] = (uint(k.x) & 0xffu) | ((uint(k.y) & 0xffu) << 8) | ((uint(k.z) & 0xffu) << 16) | (uint(k.w) << 24);
+      if ((lid & 3u) == 0u) q[qb + n4 + i / 4u] = uint(sum);
+      if ((lid & 63u) == 0u) q[qb + n4 + p.width / 16u + blk] = floatBitsToUint(d);
+    }
+  }
+}
