@@ -12,10 +12,18 @@
 // every row (biases, scale vectors). Moves 12 bytes per element.
 //   OP_ADD a + b   OP_MUL a * b   OP_SWIGLU silu(a) * b   OP_GEGLU gelu_tanh(a) * b
 //   OP_SIGMOID_MUL a * sigmoid(b)   OP_SOFTCAP cap * tanh(a / cap)   OP_SWIGLU_CLAMPED (GPT-OSS)
+//
+// With q8k_stride > 0 the result is also quantized to Q8_K (q8k.glsl's layout, rows q8k_stride words
+// apart in q) for the K-quant product that reads it (the down projection after a GLU): a workgroup is
+// then one block of 256, so a_width and n must be multiples of 256.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "q8k.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
+layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform Params {
   uint n;
   uint a_width;
@@ -23,31 +31,63 @@ layout(push_constant) uniform Params {
   uint b_row_stride;  // floats between rows of b: b_width, or 0 when every row of a reads the same b row
   float p0;  // OP_SOFTCAP: cap; OP_SWIGLU_CLAMPED: alpha
   float p1;  // OP_SWIGLU_CLAMPED: limit
+  uint q8k_stride;  // words per quantized row; 0: no codes (q is not written)
 } p;
 
-void main() {
-  const uint i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + gl_LocalInvocationID.x;
-  if (i >= p.n) return;
+float value(uint i) {
   const float x = a[i];
 #if !defined(OP_SOFTCAP)
   const float y = b[(i / p.a_width) * p.b_row_stride + (p.b_width == 1u ? 0u : i % p.a_width)];
 #endif
 #if defined(OP_ADD)
-  o[i] = x + y;
+  return x + y;
 #elif defined(OP_MUL)
-  o[i] = x * y;
+  return x * y;
 #elif defined(OP_SWIGLU)
-  o[i] = x / (1.0 + exp(-x)) * y;
+  return x / (1.0 + exp(-x)) * y;
 #elif defined(OP_GEGLU)
-  o[i] = 0.5 * x * (1.0 + tanh(0.79788456080286535588 * x * (1.0 + 0.044715 * x * x))) * y;
+  return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * x * (1.0 + 0.044715 * x * x))) * y;
 #elif defined(OP_SIGMOID_MUL)
-  o[i] = x / (1.0 + exp(-y));
+  return x / (1.0 + exp(-y));
 #elif defined(OP_SOFTCAP)
-  o[i] = p.p0 * tanh(x / p.p0);
+  return p.p0 * tanh(x / p.p0);
 #elif defined(OP_SWIGLU_CLAMPED)
   const float g = min(x, p.p1), u = clamp(y, -p.p1, p.p1);
-  o[i] = g / (1.0 + exp(-p.p0 * g)) * (u + 1.0);
+  return g / (1.0 + exp(-p.p0 * g)) * (u + 1.0);
 #else
 #error "define one OP_*"
 #endif
+}
+
+shared uint part_max[256];
+shared int codes[256];
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x, i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + lid;
+  if (p.q8k_stride == 0u) {
+    if (i < p.n) o[i] = value(i);
+    return;
+  }
+  // One block per workgroup: its max |value|, d, and the codes gathered in shared memory to be packed
+  // four to a word and summed sixteen at a time.
+  if (i >= p.n) return;  // whole workgroups (n a multiple of 256)
+  const float v = value(i);
+  o[i] = v;
+  const uint m = subgroupMax(q8k_abs_bits(v));
+  if (subgroupElect()) part_max[gl_SubgroupID] = m;
+  barrier();
+  uint amax = 0u;
+  for (uint g = 0u; g < gl_NumSubgroups; ++g) amax = max(amax, part_max[g]);
+  float id;
+  const float d = q8k_scale(amax, id);
+  codes[lid] = q8k_code(v, id);
+  barrier();
+  const uint row = i / p.a_width, col = i % p.a_width, base = row * p.q8k_stride;
+  if ((lid & 3u) == 0u) q[base + col / 4u] = q8k_pack(ivec4(codes[lid], codes[lid + 1u], codes[lid + 2u], codes[lid + 3u]));
+  if ((lid & 15u) == 0u) {
+    int sum = 0;
+    for (uint k = 0u; k < 16u; ++k) sum += codes[lid + k];
+    q[base + p.a_width / 4u + col / 16u] = uint(sum);
+  }
+  if (lid == 0u) q[base + p.a_width / 4u + p.a_width / 16u + col / 256u] = floatBitsToUint(d);
 }

@@ -8,7 +8,7 @@
 // loads overlap instead of following each other through a loop) and keeps them in registers for the
 // scaling, so the row is read once. Two optional fusions, each saving a dispatch in decode:
 //  - ADD_INPUT: the row is a + b (the residual sum before the norm), written to s as well;
-//  - q8k_stride > 0: y is also quantized to Q8_K (quantize_q8k.comp's layout and arithmetic, rows
+//  - q8k_stride > 0: y is also quantized to Q8_K (q8k.glsl: the layout and arithmetic, rows
 //    q8k_stride words apart in xq) for the K-quant products that read it.
 // SUM_F64 reproduces the CPU backend bit for bit (rms_norm.comp says how); SUM_F32 is the float sum.
 // Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * 1024; the Q8_K
@@ -25,7 +25,7 @@
 #define ACC float
 #define ACC4 vec4
 #endif
-#include "div_rn.glsl"
+#include "q8k.glsl"
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint CHUNKS = 4;  // 1024-float chunks per row
 layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
@@ -97,9 +97,7 @@ void main() {
   const uint span = min(gl_SubgroupSize, 64u);
   uint m[CHUNKS];
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    uvec4 bits = floatBitsToUint(v[c]) & 0x7fffffffu;
-    bits = mix(bits, uvec4(0u), greaterThan(bits, uvec4(0x7f800000u)));  // NaN as 0
-    m[c] = max(max(bits.x, bits.y), max(bits.z, bits.w));
+    m[c] = max(max(q8k_abs_bits(v[c].x), q8k_abs_bits(v[c].y)), max(q8k_abs_bits(v[c].z), q8k_abs_bits(v[c].w)));
     for (uint off = 1u; off < span; off <<= 1) m[c] = max(m[c], subgroupShuffleXor(m[c], off));
     if (span < 64u && gl_SubgroupInvocationID == 0u) part_max[c * 64u + gl_SubgroupID] = m[c];
   }
@@ -110,18 +108,17 @@ void main() {
       for (uint g = 0u; g < per; ++g) m[c] = max(m[c], part_max[c * 64u + first + g]);
     }
   }
-  const uint qb = row * p.q8k_stride, nb = p.width / 256u;
+  const uint qb = row * p.q8k_stride;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
     const uint i = c * 256u + lid, blk = i / 64u;
-    const float d = div_rn(uintBitsToFloat(m[c]), 127.0);
-    const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
-    precise const vec4 scaled = v[c] * id;
-    const ivec4 k = ivec4(roundEven(clamp(scaled, vec4(-127.0), vec4(127.0))));
+    float id;
+    const float d = q8k_scale(m[c], id);
+    const ivec4 k = ivec4(q8k_code(v[c].x, id), q8k_code(v[c].y, id), q8k_code(v[c].z, id), q8k_code(v[c].w, id));
     int sum = k.x + k.y + k.z + k.w;  // 16 codes: 4 invocations
     sum += subgroupShuffleXor(sum, 1u);
     sum += subgroupShuffleXor(sum, 2u);
     if (i < n4) {
-      q[qb + i] = (uint(k.x) & 0xffu) | ((uint(k.y) & 0xffu) << 8) | ((uint(k.z) & 0xffu) << 16) | (uint(k.w) << 24);
+      q[qb + i] = q8k_pack(k);
       if ((lid & 3u) == 0u) q[qb + n4 + i / 4u] = uint(sum);
       if ((lid & 63u) == 0u) q[qb + n4 + p.width / 16u + blk] = floatBitsToUint(d);
     }

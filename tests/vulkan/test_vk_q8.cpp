@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -167,6 +168,52 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   }
 }
 
+// Q8_K rows from the device (q8k_row_bytes apart) against the CPU's quantizer of the float rows x.
+void expect_codes_of(const std::vector<float>& x, const std::vector<uint8_t>& codes, uint32_t width, uint32_t rows) {
+  const size_t qb = q8k_row_bytes(width);
+  std::vector<quant::BlockQ8_K> q(width / 256);
+  for (uint32_t r = 0; r < rows; ++r) {
+    quant::quantize_activation(gguf::TensorType::Q4_K, x.data() + static_cast<size_t>(r) * width, q.data(), width);
+    const uint8_t* row = codes.data() + r * qb;
+    for (uint32_t blk = 0; blk < width / 256; ++blk) {
+      float d = 0;
+      std::memcpy(&d, row + width + width / 4 + 4 * blk, 4);
+      EXPECT_EQ(d, q[blk].d) << width << " row " << r << " block " << blk;
+      EXPECT_EQ(0, std::memcmp(row + 256 * blk, q[blk].qs, 256)) << width << " row " << r << " block " << blk;
+      for (int g = 0; g < 16; ++g) {
+        int32_t s16 = 0;
+        std::memcpy(&s16, row + width + 4 * (16 * blk + g), 4);
+        EXPECT_EQ(s16, q[blk].bsums[g]) << width << " row " << r << " block " << blk << " group " << g;
+      }
+    }
+  }
+}
+
+TEST_F(VulkanKQuant, GluOutputAndItsCodesInOneDispatch) {
+  // SwiGLU with the Q8_K codes of its result (the down projection's input): the floats as the plain
+  // op writes them, the codes as the CPU quantizes those floats.
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const uint32_t width = 768, rows = 3;
+  std::vector<float> g(width * rows), u(g.size());
+  for (auto& v : g) v = nd(rng);
+  for (auto& v : u) v = nd(rng);
+  Buffer bg = ctx_->device_buffer(g.size() * 4), bu = ctx_->device_buffer(u.size() * 4), bo = ctx_->device_buffer(g.size() * 4),
+         bp = ctx_->device_buffer(g.size() * 4), bq = ctx_->device_buffer(q8k_row_bytes(width) * rows);
+  ctx_->upload(bg, 0, g.data(), g.size() * 4);
+  ctx_->upload(bu, 0, u.data(), u.size() * 4);
+  eltwise(*ctx_, ctx_->immediate(), Eltwise::SwiGLU, View{&bg}, View{&bu}, View{&bp}, width, width, rows);
+  eltwise(*ctx_, ctx_->immediate(), Eltwise::SwiGLU, View{&bg}, View{&bu}, View{&bo}, width, width, rows, false, 0, 0, View{&bq});
+  std::vector<float> plain(g.size()), got(g.size());
+  std::vector<uint8_t> codes(q8k_row_bytes(width) * rows);
+  ctx_->download(bp, 0, plain.data(), plain.size() * 4);
+  ctx_->download(bo, 0, got.data(), got.size() * 4);
+  ctx_->download(bq, 0, codes.data(), codes.size());
+  EXPECT_EQ(got, plain);
+  expect_codes_of(got, codes, width, rows);
+  for (Buffer* buf : {&bg, &bu, &bo, &bp, &bq}) ctx_->release(*buf);
+}
+
 TEST_F(VulkanKQuant, NormOfTheResidualSumAndItsCodesAreTheCpus) {
   // The fused residual add + whole-row norm + Q8_K codes (decode's one dispatch before the K-quant
   // products): the sum, the normalised rows and the codes against the CPU's add, norm and quantizer.
@@ -199,23 +246,7 @@ TEST_F(VulkanKQuant, NormOfTheResidualSumAndItsCodesAreTheCpus) {
     } else {
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << width;
     }
-    // The codes of the device's own rows, as the CPU quantizes them.
-    std::vector<quant::BlockQ8_K> q(width / 256);
-    for (uint32_t r = 0; r < rows; ++r) {
-      quant::quantize_activation(gguf::TensorType::Q4_K, got.data() + static_cast<size_t>(r) * width, q.data(), width);
-      const uint8_t* row = codes.data() + r * qb;
-      for (uint32_t blk = 0; blk < width / 256; ++blk) {
-        float d = 0;
-        std::memcpy(&d, row + width + width / 4 + 4 * blk, 4);
-        EXPECT_EQ(d, q[blk].d) << width << " row " << r << " block " << blk;
-        EXPECT_EQ(0, std::memcmp(row + 256 * blk, q[blk].qs, 256)) << width << " row " << r << " block " << blk;
-        for (int g = 0; g < 16; ++g) {
-          int32_t s16 = 0;
-          std::memcpy(&s16, row + width + 4 * (16 * blk + g), 4);
-          EXPECT_EQ(s16, q[blk].bsums[g]) << width << " row " << r << " block " << blk << " group " << g;
-        }
-      }
-    }
+    expect_codes_of(got, codes, width, rows);
     for (Buffer* buf : {&ba, &bb, &bw, &bs, &by, &bq}) ctx_->release(*buf);
   }
 }
@@ -243,6 +274,30 @@ TEST_F(VulkanKQuant, Throughput) {
     }
     return best;
   };
+  {
+    // The row ops around the products: the norm kernel's variants (double or float sum, with the
+    // residual add and the codes or without) and a plain add, for one 4096-wide row.
+    const uint32_t width = 4096;
+    std::vector<float> x(width * 4);
+    for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+    Buffer bx = ctx_->device_buffer(x.size() * 4), by = ctx_->device_buffer(x.size() * 4), bq = ctx_->device_buffer(q8k_row_bytes(width));
+    ctx_->upload(bx, 0, x.data(), x.size() * 4);
+    const View a{&bx, 0, width * 4}, b{&bx, width * 4, width * 4}, w{&bx, width * 8, width * 4}, s{&by, 0, width * 4}, y{&by, width * 4, width * 4};
+    for (const char* variant : {"rms_norm_row_f64", "rms_norm_row_f64_add", "rms_norm_row_f32", "rms_norm_row_f32_add"}) {
+      const bool add = std::string(variant).ends_with("_add");
+      for (const bool codes : {false, true}) {
+        const uint32_t chunks[] = {width / 1024};
+        const Kernel& k = ctx_->pipeline(variant, add ? 6 : 4, 20, chunks);
+        const uint32_t push[] = {width, 1, 0, 0, codes ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+        const std::array<View, 6> views{a, w, y, View{&bq}, b, s};
+        const double t = timed([&](Recording& r) { r.dispatch(k, std::span<const View>(views.data(), add ? 6 : 4), push, 1); });
+        std::printf("| %s%s | 1 | %u | %.2f us |\n", variant, codes ? " + codes" : "", width, t * 1e6);
+      }
+    }
+    const double t = timed([&](Recording& r) { eltwise(*ctx_, r, Eltwise::Add, a, b, y, width, width, 1); });
+    std::printf("| eltwise_add | 1 | %u | %.2f us |\n", width, t * 1e6);
+    for (Buffer* buf : {&bx, &by, &bq}) ctx_->release(*buf);
+  }
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
     for (const auto [nrows, ncols] : {std::pair{4096u, 4096u}, {1024u, 4096u}, {12288u, 4096u}, {4096u, 12288u}, {32768u, 4096u}}) {
       const size_t bytes = quant::row_size(type, ncols) * nrows;

@@ -548,11 +548,13 @@ class VulkanExecutable final : public Executable {
         vk::attention(ctx_, rec, a);
         break;
       }
-      case Op::SwiGLU: case Op::GeGLU:
-        tr.before({in(0), in(1)}, {out});
+      case Op::SwiGLU: case Op::GeGLU: {
+        const View xq = width % 256 == 0 ? q8k_out(node.out, width, nu) : View{};  // the down projection's codes
+        tr.before({in(0), in(1)}, {out, xq});
         vk::eltwise(ctx_, rec, node.op == Op::SwiGLU ? vk::Eltwise::SwiGLU : vk::Eltwise::GeGLU, in(0), in(1), out, width,
-                    width, nu);
+                    width, nu, false, 0, 0, xq);
         break;
+      }
       case Op::Softcap:
         tr.before({in(0)}, {out});
         vk::eltwise(ctx_, rec, vk::Eltwise::Softcap, in(0), View{}, out, width, width, nu, false, node.cap);

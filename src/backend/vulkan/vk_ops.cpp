@@ -76,17 +76,21 @@ void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head,
 }
 
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
-             uint32_t n_tokens, bool b_shared, float p0, float p1) {
+             uint32_t n_tokens, bool b_shared, float p0, float p1, View xq) {
   static constexpr const char* kNames[] = {"eltwise_add",         "eltwise_mul",     "eltwise_swiglu",
                                            "eltwise_geglu",       "eltwise_sigmoid_mul", "eltwise_softcap",
                                            "eltwise_swiglu_clamped"};
-  const Kernel& k = ctx.pipeline(kNames[static_cast<int>(op)], 3, 24);
+  if (xq.buffer && (a_width % 256 != 0 || ctx.features().subgroup_size < 4)) {
+    throw Error(fmt::format("Vulkan eltwise: no Q8_K codes for rows of {} on this device", a_width));
+  }
+  const Kernel& k = ctx.pipeline(kNames[static_cast<int>(op)], 4, 28);
   const uint32_t n = a_width * n_tokens;
   struct {
     uint32_t n, a_width, b_width, b_row_stride;
     float p0, p1;
-  } push{n, a_width, b_width, b_shared ? 0u : b_width, p0, p1};
-  const View bindings[] = {a, b.buffer ? b : a, out};
+    uint32_t q8k_stride;
+  } push{n, a_width, b_width, b_shared ? 0u : b_width, p0, p1, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(a_width) / 4) : 0u};
+  const View bindings[] = {a, b.buffer ? b : a, out, xq.buffer ? xq : out};
   uint32_t gx = 0, gy = 0;
   grid(ctx, (n + 255) / 256, &gx, &gy);
   d.dispatch(k, bindings, &push, gx, gy);

@@ -32,8 +32,9 @@ enum class Eltwise { Add, Mul, SwiGLU, GeGLU, SigmoidMul, Softcap, SwiGLUClamped
 
 // out[i] = f(a[i], b[...]) over n_tokens rows of a_width: b has rows of b_width (a_width, or 1 for a
 // value per row), and with b_shared one row of b serves every row of a (a bias or scale vector).
-// p0, p1: Softcap's cap; SwiGLUClamped's alpha and limit.
+// p0, p1: Softcap's cap; SwiGLUClamped's alpha and limit. With xq, out is also quantized to Q8_K as
+// quantize_q8k does (a_width a multiple of 256; has_mul_mv_k's device).
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
-             uint32_t n_tokens, bool b_shared = false, float p0 = 0, float p1 = 0);
+             uint32_t n_tokens, bool b_shared = false, float p0 = 0, float p1 = 0, View xq = View{});
 
 }  // namespace zinc::backend::vk

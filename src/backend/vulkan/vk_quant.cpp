@@ -250,11 +250,14 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
-  // 16 blocks a step (a 4096-column row in one), four rows sharing the activation loads; fewer rows
-  // where the matrix is small, so that the device still fills. Knobs for measuring on a device:
-  // ZINC_VK_MVK_WG (64..256), ZINC_VK_MVK_ROWS (1..8).
-  const uint32_t wg = env_knob("ZINC_VK_MVK_WG", 128, 64, 256) / 8 * 8;
-  const uint32_t rows = env_knob("ZINC_VK_MVK_ROWS", nrows >= 4096 ? 4 : 2, 1, 8);
+  // The fastest shapes measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four rows
+  // sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096), 16 blocks and
+  // two rows for the small ones and for Q6_K (whose unaligned blocks take more loads) unless the
+  // matrix is huge (the output head). Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256),
+  // ZINC_VK_MVK_ROWS (1..8).
+  const bool big = nrows >= (type == TensorType::Q6_K ? 32768u : 4096u);
+  const uint32_t wg = env_knob("ZINC_VK_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
+  const uint32_t rows = env_knob("ZINC_VK_MVK_ROWS", big ? 4 : 2, 1, 8);
   const uint32_t ntok = std::min<uint32_t>(n_tokens, 4);
   const uint32_t spec[] = {wg, rows, ntok};
   struct {

@@ -1,0 +1,30 @@
+// Q8_K activation codes as the CPU backend makes them (src/quant/quantize.cpp, q_q8_k): per block of
+// 256 floats d = max|x| / 127, codes round(x / d) to nearest even, clamped to ±127. The kernels that
+// write them (quantize_q8k, rms_norm_row, eltwise) share this arithmetic and this layout of a row of
+// ncols (rows `stride` words apart, q8k_row_bytes in vk_quant.cpp):
+//   words [0, ncols/4)                     codes, 4 per word, little-endian int8
+//   words [ncols/4, ncols/4 + ncols/16)    the sum of each 16 codes, int32
+//   then ncols/256 words                   d of each block, float
+#include "div_rn.glsl"
+
+// |v| as bits, NaN as 0 (the CPU's maximum skips NaN): non-negative floats order as their bits.
+uint q8k_abs_bits(float v) {
+  const uint b = floatBitsToUint(v) & 0x7fffffffu;
+  return b > 0x7f800000u ? 0u : b;
+}
+
+// d of a block from its max |x| (as bits), and the 1 / d the codes are scaled by.
+float q8k_scale(uint amax_bits, out float id) {
+  const float d = div_rn(uintBitsToFloat(amax_bits), 127.0);
+  id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+  return d;
+}
+
+int q8k_code(float v, float id) {
+  precise const float scaled = v * id;  // rounded before the code is (no fused multiply-add)
+  return int(roundEven(clamp(scaled, -127.0, 127.0)));
+}
+
+uint q8k_pack(ivec4 c) {
+  return (uint(c.x) & 0xffu) | ((uint(c.y) & 0xffu) << 8) | ((uint(c.z) & 0xffu) << 16) | (uint(c.w) << 24);
+}
