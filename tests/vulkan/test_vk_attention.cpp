@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_attention.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -335,6 +336,73 @@ INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,
                                                 96, 5, 33},
                                            Case{"prefill 70 at 0, hd 64", KvCacheType::Q8_0, 4, 4, 64, 70, 0}),
                          case_name);
+
+TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
+  // rope_heads: the per-head norm before the rotation and the cache append after it in one dispatch,
+  // against the CPU's norm and rotation (float rounding apart) and kv_store's bytes of those rows.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto mode : {graph::RopeMode::Normal, graph::RopeMode::NeoX}) {
+    for (const auto type : {KvCacheType::F16, KvCacheType::F32}) {
+      const int n_head = 3, head_dim = 128, n_rot = 64, n_tok = 2;
+      const uint32_t n_past = 5, n_ctx = 8, width = n_head * head_dim, n = width * n_tok;
+      graph::RopeParams rp;
+      rp.base = 1e4f;
+      std::vector<float> x(n), w(head_dim), v(n), normed(n), want(n), cs(static_cast<size_t>(n_rot) * n_tok);
+      for (auto& e : x) e = nd(rng) * 3.0f;
+      for (auto& e : w) e = nd(rng);
+      for (auto& e : v) e = nd(rng);
+      cpu::rms_norm(x.data(), w.data(), normed.data(), width, head_dim, n_tok, 1e-6f, 0.0f);
+      cpu::rope(normed.data(), want.data(), n_tok, n_head, head_dim, n_rot, mode, rp, nullptr, static_cast<int32_t>(n_past));
+      for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(n_rot, rp, nullptr, static_cast<int32_t>(n_past) + t, cs.data() + t * n_rot);
+      const size_t row = kv_row_bytes(type, width);
+      Buffer bx = ctx_->device_buffer(n * 4), bw = ctx_->device_buffer(w.size() * 4), bv = ctx_->device_buffer(n * 4),
+             bc = ctx_->device_buffer(cs.size() * 4), by = ctx_->device_buffer(n * 4), bk = ctx_->device_buffer(row * n_ctx),
+             bvc = ctx_->device_buffer(row * n_ctx), bs = ctx_->device_buffer(16), rk = ctx_->device_buffer(row * n_ctx),
+             rv = ctx_->device_buffer(row * n_ctx);
+      ctx_->upload(bx, 0, x.data(), n * 4);
+      ctx_->upload(bw, 0, w.data(), w.size() * 4);
+      ctx_->upload(bv, 0, v.data(), n * 4);
+      ctx_->upload(bc, 0, cs.data(), cs.size() * 4);
+      const uint32_t header[4] = {n_past, 0, 0, 0};
+      ctx_->upload(bs, 0, header, 16);
+      RopeHeadsArgs a;
+      a.x = View{&bx};
+      a.cs = View{&bc};
+      a.y = View{&by};
+      a.n_head = n_head;
+      a.head_dim = head_dim;
+      a.n_rot = n_rot;
+      a.n_tokens = n_tok;
+      a.neox = mode == graph::RopeMode::NeoX;
+      a.norm = true;
+      a.norm_w = View{&bw};
+      a.eps = 1e-6f;
+      a.store = true;
+      a.type = type;
+      a.v = View{&bv};
+      a.k_cache = View{&bk};
+      a.v_cache = View{&bvc};
+      a.step = View{&bs};
+      rope_heads(*ctx_, ctx_->immediate(), a);
+      std::vector<float> got(n);
+      ctx_->download(by, 0, got.data(), n * 4);
+      double worst = 0;
+      for (uint32_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+      EXPECT_LT(worst, 2e-5) << (a.neox ? "NeoX" : "normal");
+      // The cache rows are kv_store's of the device's own rotated rows and of v.
+      kv_store(*ctx_, ctx_->immediate(), type, View{&by}, View{&bv}, View{&rk}, View{&rv}, View{&bs}, width, n_tok);
+      std::vector<uint8_t> k1(row * n_tok), k2(k1.size()), v1(k1.size()), v2(k1.size());
+      ctx_->download(bk, row * n_past, k1.data(), k1.size());
+      ctx_->download(rk, row * n_past, k2.data(), k2.size());
+      ctx_->download(bvc, row * n_past, v1.data(), v1.size());
+      ctx_->download(rv, row * n_past, v2.data(), v2.size());
+      EXPECT_EQ(k1, k2);
+      EXPECT_EQ(v1, v2);
+      for (Buffer* b : {&bx, &bw, &bv, &bc, &by, &bk, &bvc, &bs, &rk, &rv}) ctx_->release(*b);
+    }
+  }
+}
 
 TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
   // kv_store and attention recorded once (as the executor records a decode step) and replayed at

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -133,6 +134,35 @@ void kv_store(Context& ctx, Dispatcher& d, KvCacheType type, View k, View v, Vie
   uint32_t gx = 0, gy = 0;
   grid(ctx, (n + 255) / 256, &gx, &gy);
   d.dispatch(kern, bindings, push, gx, gy);
+}
+
+bool rope_heads_fit(uint32_t head_dim, bool store, KvCacheType type) {
+  return head_dim > 0 && head_dim % 2 == 0 && head_dim <= 512 && (!store || type != KvCacheType::Q8_0);
+}
+
+void rope_heads(Context& ctx, Dispatcher& d, const RopeHeadsArgs& a) {
+  if (!rope_heads_fit(a.head_dim, a.store, a.type) || a.n_rot > a.head_dim) {
+    throw Error(fmt::format("Vulkan rope_heads: heads of {} (rotating {}) with this cache are not supported", a.head_dim, a.n_rot));
+  }
+  if (a.n_head == 0 || a.n_tokens == 0) return;
+  std::string name = a.norm ? "rope_heads_norm" : "rope_heads";
+  if (a.store) name += a.type == KvCacheType::F16 ? "_store_f16" : "_store_f32";
+  if (!a.norm && !a.store) name += "_plain";
+  const Kernel& k = ctx.pipeline(name, 8, 24);
+  struct {
+    uint32_t head_dim, n_rot, neox, has_weight;
+    float eps, offset;
+  } push{a.head_dim, a.n_rot, a.neox ? 1u : 0u, a.norm_w.buffer ? 1u : 0u, a.eps, a.offset};
+  const View unused = a.x;
+  const View bindings[] = {a.x,
+                           a.cs,
+                           a.y,
+                           a.norm_w.buffer ? a.norm_w : unused,
+                           a.store ? a.v : unused,
+                           a.store ? a.k_cache : a.y,
+                           a.store ? a.v_cache : a.y,
+                           a.store ? a.step : unused};
+  d.dispatch(k, bindings, &push, a.n_head, a.n_tokens);
 }
 
 uint32_t attention_splits(const Context& ctx, const AttentionArgs& a) {

@@ -30,6 +30,25 @@ size_t kv_row_bytes(KvCacheType type, uint32_t kv_width);
 void kv_store(Context& ctx, Dispatcher& d, KvCacheType type, View k, View v, View k_cache, View v_cache, View step,
               uint32_t kv_width, uint32_t n_tokens);
 
+// Rotary embedding of whole heads (rope_heads.comp; the rotation of vk::rope) with what precedes and
+// follows it in decode fused in: the per-head RMSNorm of Qwen3's and Gemma's q and k (norm; norm_w may
+// be empty: no weight), and for k the cache append of the rotated rows and the step's v, as kv_store
+// writes them (store; F16 and F32 caches). x, y [n_tokens][n_head * head_dim]; v [n_tokens][same].
+struct RopeHeadsArgs {
+  View x, cs, y;  // cs: the host's [n_tokens][n_rot] cos/sin table
+  uint32_t n_head = 0, head_dim = 0, n_rot = 0, n_tokens = 0;
+  bool neox = false;
+  bool norm = false;
+  View norm_w;
+  float eps = 0, offset = 0;
+  bool store = false;
+  KvCacheType type = KvCacheType::F16;
+  View v, k_cache, v_cache, step;
+};
+// Whether rope_heads takes heads of head_dim (even, at most 512) and, storing, this cache type.
+bool rope_heads_fit(uint32_t head_dim, bool store, KvCacheType type);
+void rope_heads(Context& ctx, Dispatcher& d, const RopeHeadsArgs& a);
+
 struct AttentionArgs {
   KvCacheType type = KvCacheType::F16;
   View q;                 // (n_tokens, n_head * head_dim) floats

@@ -68,6 +68,7 @@ class VulkanExecutable final : public Executable {
                                               : vk::KvCacheType::Q8_0;
     try {
       upload_weights();
+      plan_fusions();
       plan_arena();
       make_caches();
       make_step_buffer();
@@ -208,10 +209,59 @@ class VulkanExecutable final : public Executable {
 
   // Offsets in one arena for every activation: a tensor keeps its range from the node that writes it
   // to the last node that reads it; first fit over the ranges live at the time.
+  // Decode's dispatches fused across graph nodes, decided once per graph (plan_arena keeps what they
+  // read alive): a per-head norm whose one reader is a rotation is done by the rotation's dispatch, and
+  // the rotation of an attention's k also appends k and v to the cache when v is computed by then. Not
+  // with keep_activations: every tensor is then written where zinc validate reads it.
+  void plan_fusions() {
+    const size_t nn = g_.nodes.size();
+    rope_norm_.assign(nn, -1);
+    rope_store_.assign(nn, -1);
+    skip_.assign(nn, false);
+    kv_stored_.assign(nn, false);
+    if (opts_.keep_activations) return;
+    std::vector<int> readers(g_.tensors.size(), 0), producer(g_.tensors.size(), -1);
+    for (size_t i = 0; i < nn; ++i) {
+      for (TensorId t : g_.nodes[i].in) ++readers[static_cast<size_t>(t)];
+      producer[static_cast<size_t>(g_.nodes[i].out)] = static_cast<int>(i);
+    }
+    for (size_t r = 0; r < nn; ++r) {
+      const Node& rope = g_.nodes[r];
+      if (rope.op != Op::Rope || !vk::rope_heads_fit(static_cast<uint32_t>(rope.head_dim), false, kv_type_)) continue;
+      const int np = producer[static_cast<size_t>(rope.in[0])];
+      if (np >= 0) {
+        const Node& norm = g_.nodes[static_cast<size_t>(np)];
+        if (norm.op == Op::RmsNorm && norm.head_dim == rope.head_dim && readers[static_cast<size_t>(norm.out)] == 1) {
+          rope_norm_[r] = np;
+          skip_[static_cast<size_t>(np)] = true;
+        }
+      }
+      for (size_t a = r + 1; a < nn; ++a) {
+        const Node& at = g_.nodes[a];
+        if (at.op != Op::Attention || at.in[1] != rope.out) continue;
+        const int vp = producer[static_cast<size_t>(at.in[2])];
+        if (vk::rope_heads_fit(static_cast<uint32_t>(rope.head_dim), true, kv_type_) && vp >= 0 && vp < static_cast<int>(r) &&
+            at.head_dim == rope.head_dim && at.n_head_kv == rope.n_head &&
+            g_.kv_width_of(at.layer) == static_cast<int64_t>(rope.n_head) * rope.head_dim &&
+            g_.tensor(at.in[2]).ne[0] == g_.kv_width_of(at.layer)) {
+          rope_store_[r] = static_cast<int>(a);
+          kv_stored_[a] = true;
+        }
+        break;
+      }
+    }
+  }
+
   void plan_arena() {
     std::vector<int> last_use(g_.tensors.size(), -1);
     for (size_t n = 0; n < g_.nodes.size(); ++n) {
       for (TensorId i : g_.nodes[n].in) last_use[static_cast<size_t>(i)] = static_cast<int>(n);
+    }
+    for (size_t r = 0; r < rope_norm_.size(); ++r) {  // a fused norm's input is read by the rotation
+      if (rope_norm_[r] >= 0) {
+        auto& u = last_use[static_cast<size_t>(g_.nodes[static_cast<size_t>(rope_norm_[r])].in[0])];
+        u = std::max(u, static_cast<int>(r));
+      }
     }
     act_offset_.assign(g_.tensors.size(), 0);
     struct Live {
@@ -460,7 +510,7 @@ class VulkanExecutable final : public Executable {
     const View header{&step_, 0, 16};
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& node = g_.nodes[i];
-      if (i == fused_norm_) {  // recorded with the add before it
+      if (i == fused_norm_ || skip_[i]) {  // recorded with the add before it, or by the rotation after it
         rows[static_cast<size_t>(node.out)] = rows[static_cast<size_t>(node.in[0])];
         continue;
       }
@@ -515,6 +565,10 @@ class VulkanExecutable final : public Executable {
       case Op::Rope: {
         const auto& r = ropes_[static_cast<size_t>(rope_index(node))];
         const View cs{&step_, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
+        if (rope_norm_[index] >= 0 || rope_store_[index] >= 0) {
+          rope_heads(rec, tr, node, index, cs, out, rows, nu, header);
+          break;
+        }
         tr.before({in(0), cs}, {out});
         vk::rope(ctx_, rec, in(0), cs, out, static_cast<uint32_t>(node.n_head), static_cast<uint32_t>(node.head_dim),
                  static_cast<uint32_t>(node.n_rot), node.rope_mode == graph::RopeMode::NeoX, nu);
@@ -524,9 +578,11 @@ class VulkanExecutable final : public Executable {
         const auto l = static_cast<size_t>(node.layer);
         const View kc{&k_[l], 0, 0}, vc{&v_[l], 0, 0};
         const auto kw = static_cast<uint32_t>(g_.kv_width_of(node.layer));
-        tr.before({in(1), in(2), header}, {kc, vc});
-        vk::kv_store(ctx_, rec, kv_type_, in(1), in(2), kc, vc, header, kw, nu);
-        tr.full();
+        if (!kv_stored_[index]) {  // else appended by the k rotation
+          tr.before({in(1), in(2), header}, {kc, vc});
+          vk::kv_store(ctx_, rec, kv_type_, in(1), in(2), kc, vc, header, kw, nu);
+          tr.full();
+        }
         vk::AttentionArgs a;
         a.type = kv_type_;
         a.q = in(0);
@@ -626,6 +682,44 @@ class VulkanExecutable final : public Executable {
       vk::argmax(ctx_, rec, last, id, View{&argmax_scratch_, 0, 0}, static_cast<uint32_t>(nv));
     }
     return n;
+  }
+
+  // A rotation with the norm before it and the cache append after it (plan_fusions).
+  void rope_heads(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View cs, View out,
+                  const std::vector<int64_t>& rows, uint32_t n, View header) {
+    vk::RopeHeadsArgs a;
+    const auto act_of = [&](TensorId t) { return act(t, rows[static_cast<size_t>(t)]); };
+    a.x = act_of(node.in[0]);
+    a.cs = cs;
+    a.y = out;
+    a.n_head = static_cast<uint32_t>(node.n_head);
+    a.head_dim = static_cast<uint32_t>(node.head_dim);
+    a.n_rot = static_cast<uint32_t>(node.n_rot);
+    a.n_tokens = n;
+    a.neox = node.rope_mode == graph::RopeMode::NeoX;
+    if (rope_norm_[index] >= 0) {
+      const Node& norm = g_.nodes[static_cast<size_t>(rope_norm_[index])];
+      a.x = act_of(norm.in[0]);
+      a.norm = true;
+      a.norm_w = norm.in.size() > 1 ? weight_f32(norm.in[1]) : View{};
+      a.eps = norm.eps;
+      a.offset = norm.offset;
+    }
+    View kc, vc;
+    if (rope_store_[index] >= 0) {
+      const Node& at = g_.nodes[static_cast<size_t>(rope_store_[index])];
+      const auto l = static_cast<size_t>(at.layer);
+      kc = View{&k_[l], 0, 0};
+      vc = View{&v_[l], 0, 0};
+      a.store = true;
+      a.type = kv_type_;
+      a.v = act_of(at.in[2]);
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.step = header;
+    }
+    tr.before({a.x, cs, a.v, header}, {out, kc, vc});
+    vk::rope_heads(ctx_, rec, a);
   }
 
   // Where the K-quant products of a step read `t` (its rows quantized by the op that writes it, q8k_of_
@@ -799,6 +893,11 @@ class VulkanExecutable final : public Executable {
   TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
   std::vector<bool> q8k_input_;  // per tensor: read by a K-quant product (mul_mv_k) in decode
   size_t fused_norm_ = SIZE_MAX;  // the node recorded with the one before it
+  // plan_fusions: per node, the norm a rotation does (-1: none), the attention whose k and v it
+  // appends (-1: none), whether the node is done by another's dispatch, whether an attention's
+  // cache append is done by its k rotation.
+  std::vector<int> rope_norm_, rope_store_;
+  std::vector<bool> skip_, kv_stored_;
   std::map<std::pair<uint32_t, bool>, Recorded> recordings_;
   int64_t logit_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;
