@@ -45,7 +45,8 @@ layout(push_constant) uniform Params {
 } p;
 
 shared ACC partial[256];
-shared uint part_max[CHUNKS * 64];  // per chunk and subgroup, where subgroups are under 64
+shared uint part_max[CHUNKS * 64];  // per chunk and run of invocations (runs of 4 or more)
+shared float block_d[CHUNKS * 4], block_id[CHUNKS * 4];
 shared float row_scale;
 
 void main() {
@@ -92,27 +93,28 @@ void main() {
   if (p.q8k_stride == 0u) return;  // uniform: the whole workgroup leaves
 
   // Q8_K: chunk c's invocation lid holds elements 4 lid.. of block 4c + lid / 64. max |y| over the 64
-  // invocations of a block: within the subgroup by shuffles, across subgroups (under 64) in shared
-  // memory.
-  const uint span = min(gl_SubgroupSize, 64u);
-  uint m[CHUNKS];
+  // invocations of a block: within runs of `span` invocations by shuffles, then per block from the
+  // runs' maxima in shared memory by one invocation, which also divides out d and 1 / d for all.
+  const uint span = min(gl_SubgroupSize, 64u), runs = 256u / span;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    m[c] = max(max(q8k_abs_bits(v[c].x), q8k_abs_bits(v[c].y)), max(q8k_abs_bits(v[c].z), q8k_abs_bits(v[c].w)));
-    for (uint off = 1u; off < span; off <<= 1) m[c] = max(m[c], subgroupShuffleXor(m[c], off));
-    if (span < 64u && gl_SubgroupInvocationID == 0u) part_max[c * 64u + gl_SubgroupID] = m[c];
+    uint m = max(max(q8k_abs_bits(v[c].x), q8k_abs_bits(v[c].y)), max(q8k_abs_bits(v[c].z), q8k_abs_bits(v[c].w)));
+    for (uint off = 1u; off < span; off <<= 1) m = max(m, subgroupShuffleXor(m, off));
+    if (lid % span == 0u) part_max[c * runs + lid / span] = m;
   }
-  if (span < 64u) {
-    barrier();
-    const uint per = 64u / span, first = (lid / 64u) * per;  // the block's subgroups
-    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-      for (uint g = 0u; g < per; ++g) m[c] = max(m[c], part_max[c * 64u + first + g]);
-    }
+  barrier();
+  if (lid < CHUNKS * 4u) {
+    const uint per = 64u / span, first = (lid / 4u) * runs + (lid % 4u) * per;  // block lid's runs
+    uint m = 0u;
+    for (uint g = 0u; g < per; ++g) m = max(m, part_max[first + g]);
+    float id;
+    block_d[lid] = q8k_scale(m, id);
+    block_id[lid] = id;
   }
+  barrier();
   const uint qb = row * p.q8k_stride;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
     const uint i = c * 256u + lid, blk = i / 64u;
-    float id;
-    const float d = q8k_scale(m[c], id);
+    const float d = block_d[blk], id = block_id[blk];
     const ivec4 k = ivec4(q8k_code(v[c].x, id), q8k_code(v[c].y, id), q8k_code(v[c].z, id), q8k_code(v[c].w, id));
     int sum = k.x + k.y + k.z + k.w;  // 16 codes: 4 invocations
     sum += subgroupShuffleXor(sum, 1u);
