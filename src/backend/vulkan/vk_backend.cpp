@@ -666,7 +666,7 @@ class VulkanExecutable final : public Executable {
       // Q8_0 as the CPU computes it (quantized activations, integer sums): the same greedy tokens.
       const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(ncols) * n};
       tr.before({x}, {xq, out});
-      vk::mul_mv_q8(ctx_, rec, weight(node.in[0]), x, xq, out, ncols, nrows, n);
+      vk::mul_mv_q8(ctx_, rec, wt.type, weight(node.in[0]), x, xq, out, ncols, nrows, n);
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
@@ -744,7 +744,7 @@ class VulkanExecutable final : public Executable {
       if (exact(type)) {
         const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
         tr.before({xin}, {xq});
-        vk::mul_mv_q8_id(ctx_, rec, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+        vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else {
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
       }
