@@ -1,9 +1,14 @@
 #version 450
+//! variant 0 ACT_Q8_0
+//! variant 1 ACT_Q8_1
 // Activations quantized as the CPU backend quantizes them before its integer dot products (quant/dot.h:
-// weights of the Q8_0 family pair with Q8_0 activations): per block of 32 floats d = max|x| / 127,
-// codes round(x / d) clamped to ±127 (halves away from zero), d kept as the fp16 the CPU stores. The
-// product with Q8_0 weights then sums the same integers the CPU sums, so both backends pick the same
-// greedy tokens. Output per block: 8 words of codes (little-endian int8) and the float value of d.
+// Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 weights pair with Q8_0 activations, Q4_1 and Q5_1 with Q8_1): per
+// block of 32 floats d = max|x| / 127, codes round(x / d) clamped to ±127 (halves away from zero), d
+// kept as the fp16 the CPU stores; Q8_1 also keeps s = d * (the sum of the codes) as an fp16, from
+// the unrounded d, as quant::quantize_activation does. The products (mul_mv_q8.comp) then sum the same
+// integers the CPU sums, so both backends pick the same greedy tokens. Output per block, 36 bytes:
+//   ACT_Q8_0: 8 words of codes (little-endian int8), then the float value of d;
+//   ACT_Q8_1: the CPU's BlockQ8_1 bytes: halves d and s (one word), then 8 words of codes.
 // One invocation per block; 36 bytes written per 128 read.
 #extension GL_GOOGLE_include_directive : require
 #include "div_rn.glsl"
@@ -30,13 +35,26 @@ void main() {
   }
   const float d = div_rn(amax, 127.0);
   const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
+#if defined(ACT_Q8_1)
+  const uint codes = b * 9u + 1u;
+#else
+  const uint codes = b * 9u;
+#endif
+  int sum = 0;
   for (uint w = 0u; w < 8u; ++w) {
     uint packed = 0u;
     for (uint k = 0u; k < 4u; ++k) {
       precise const float scaled = v[4u * w + k] * id;  // rounded before code() (no fused multiply-add)
-      packed |= (uint(code(scaled)) & 0xffu) << (8u * k);
+      const int c = code(scaled);
+      sum += c;
+      packed |= (uint(c) & 0xffu) << (8u * k);
     }
-    q[b * 9u + w] = packed;
+    q[codes + w] = packed;
   }
+#if defined(ACT_Q8_1)
+  precise const float ds = d * float(sum);  // exact sum; one rounding, as the CPU's float product
+  q[b * 9u] = half_rne(d) | (half_rne(ds) << 16);
+#else
   q[b * 9u + 8u] = floatBitsToUint(unpackHalf2x16(half_rne(d)).x);
+#endif
 }

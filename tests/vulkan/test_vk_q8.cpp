@@ -1,6 +1,7 @@
-// The Q8_0 product the CPU's way (quantized activations, integer block sums) against the CPU backend's
-// own matrix product: equal up to float summation order, which is what keeps greedy decoding on the
-// GPU on the CPU's tokens.
+// The products the CPU's way (quantized activations, integer block sums, the CPU's float expression per
+// block) of the 32-element formats (mul_mv_q8) and the K-quants (mul_mv_k) against the CPU's reference
+// dot products: a block's value bit for bit, a row's up to float summation order, which is what keeps
+// greedy decoding on the GPU on the CPU's tokens.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -11,52 +12,20 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "quant/blocks.h"
 #include "quant/dot.h"
-#include "quant/matmul.h"
+#include "quant/fp16.h"
 #include "quant/quant.h"
 #include "vk_test_util.h"
 
 namespace zinc::backend::vk {
 namespace {
-
-class VulkanQ8 : public VulkanTest {};
-
-TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
-  Context* ctx = ctx_.get();
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  ThreadPool pool(1);
-  for (const uint32_t ncols : {64u, 1024u}) {
-    const uint32_t nrows = 70, ntok = 7;
-    const size_t rs = quant::row_size(gguf::TensorType::Q8_0, ncols);
-    std::vector<uint8_t> wq(rs * nrows + 16);
-    std::vector<float> row(ncols), x(static_cast<size_t>(ncols) * ntok), want(static_cast<size_t>(nrows) * ntok);
-    for (uint32_t r = 0; r < nrows; ++r) {
-      for (auto& v : row) v = nd(rng);
-      quant::quantize_row(gguf::TensorType::Q8_0, row.data(), wq.data() + r * rs, ncols);
-    }
-    for (auto& v : x) v = nd(rng) * (1 + (&v - x.data()) % 7);
-    quant::matmul(gguf::TensorType::Q8_0, wq.data(), nrows, ncols, x.data(), ntok, want.data(), pool);
-    Buffer bw = ctx->device_buffer(wq.size()), bx = ctx->device_buffer(x.size() * 4),
-           bq = ctx->device_buffer(mul_mv_q8_bytes(ncols) * ntok), by = ctx->device_buffer(want.size() * 4);
-    ctx->upload(bw, 0, wq.data(), wq.size());
-    ctx->upload(bx, 0, x.data(), x.size() * 4);
-    mul_mv_q8(*ctx, ctx->immediate(), View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, nrows, ntok);
-    std::vector<float> got(want.size());
-    ctx->download(by, 0, got.data(), got.size() * 4);
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / (1 + std::fabs(want[i])));
-    EXPECT_LT(worst, 3e-5) << ncols << " columns";
-    for (Buffer* b : {&bw, &bx, &bq, &by}) ctx->release(*b);
-  }
-}
 
 // Activation rows with blocks of very different magnitudes, a block of zeros (d = 0) and values on
 // rounding ties of the codes (x / d = k + 0.5 for the block's d).
@@ -71,6 +40,198 @@ std::vector<float> activation_rows(uint32_t ncols, uint32_t rows, std::mt19937& 
     for (int i = 1; i < 16; ++i) b[i] = static_cast<float>(i) - 7.5f;
   }
   return x;
+}
+
+class VulkanQ8 : public VulkanTest {};
+
+// Every weight type of the 32-element formats, the ones that pair with Q8_1 activations included.
+constexpr gguf::TensorType kQ8Types[] = {gguf::TensorType::Q4_0, gguf::TensorType::Q4_1,   gguf::TensorType::Q5_0,
+                                         gguf::TensorType::Q5_1, gguf::TensorType::Q8_0,   gguf::TensorType::IQ4_NL,
+                                         gguf::TensorType::MXFP4};
+
+// activation_rows, but rows of one block random (there, activation_rows' block of ties would make every
+// d exactly 1).
+std::vector<float> q8_activation_rows(uint32_t ncols, uint32_t rows, std::mt19937& rng) {
+  if (ncols > 32) return activation_rows(ncols, rows, rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(ncols) * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * static_cast<float>(1 + i / 32 % 4);
+  return x;
+}
+
+// nrows rows of ncols, quantized to `type` (rows with an offset, so that the affine
+// formats' minimum matters), and room for the kernels' whole-word reads past the end.
+std::vector<uint8_t> weight_rows(gguf::TensorType type, uint32_t ncols, uint32_t nrows, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t rs = quant::row_size(type, ncols);
+  std::vector<uint8_t> wq(rs * nrows + 16);
+  std::vector<float> row(ncols);
+  for (uint32_t r = 0; r < nrows; ++r) {
+    for (auto& v : row) v = nd(rng) * static_cast<float>(1 + r % 3) + 0.25f * static_cast<float>(r % 5);
+    quant::quantize_row(type, row.data(), wq.data() + r * rs, ncols);
+  }
+  return wq;
+}
+
+// The CPU's reference product of weight row `wr` with activation row `act` (quantize_activation's
+// bytes) and the sum of its blocks' magnitudes (the scale of what summation order can change).
+struct CpuDot {
+  float value, magnitude;
+};
+CpuDot cpu_dot(gguf::TensorType type, const uint8_t* wr, const uint8_t* act, uint32_t ncols) {
+  const size_t wblock = quant::row_size(type, 32), ablock = quant::activation_row_size(type, 32);
+  CpuDot r{quant::dot_ref(type, wr, act, ncols), 0.0f};
+  for (uint32_t b = 0; b < ncols / 32; ++b) r.magnitude += std::fabs(quant::dot_ref(type, wr + b * wblock, act + b * ablock, 32));
+  return r;
+}
+
+// One block (each result is one block's value: the CPU's bit for bit); else equal up to the order
+// blocks are added in (each partial sum rounds once on either side).
+void expect_product(float got, const CpuDot& want, uint32_t ncols, const std::string& where) {
+  if (ncols == 32) {
+    ASSERT_EQ(got, want.value) << where;
+  } else {
+    ASSERT_NEAR(got, want.value, static_cast<float>(ncols / 32) * 0x1p-23f * want.magnitude) << where;
+  }
+}
+
+TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
+  std::mt19937 rng(11);
+  // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two).
+  for (const auto type : kQ8Types) {
+    for (const uint32_t ncols : {32u, 1184u, 4256u}) {
+      const uint32_t nrows = 70, ntok = 7;
+      const size_t rs = quant::row_size(type, ncols);
+      const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows, rng);
+      const std::vector<float> x = q8_activation_rows(ncols, ntok, rng);
+      std::vector<CpuDot> want(static_cast<size_t>(nrows) * ntok);
+      std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
+      for (uint32_t t = 0; t < ntok; ++t) {
+        quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data(), ncols);
+        for (uint32_t r = 0; r < nrows; ++r) want[t * nrows + r] = cpu_dot(type, wq.data() + r * rs, act.data(), ncols);
+      }
+      Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
+             bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * ntok), by = ctx_->device_buffer(want.size() * 4);
+      ctx_->upload(bw, 0, wq.data(), wq.size());
+      ctx_->upload(bx, 0, x.data(), x.size() * 4);
+      mul_mv_q8(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, nrows, ntok);
+      std::vector<float> got(want.size());
+      ctx_->download(by, 0, got.data(), got.size() * 4);
+      for (size_t i = 0; i < got.size(); ++i) {
+        expect_product(got[i], want[i], ncols,
+                       fmt::format("{} cols {}: row {} token {}", gguf::tensor_type_name(type), ncols, i % nrows, i / nrows));
+      }
+      for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
+    }
+  }
+}
+
+TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
+  // Experts picked differently per (token, slot), x per token (gate, up) or per pair (down), with and
+  // without a bias row per expert (one float add after the CPU's sum).
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const uint32_t nrows = 37, n_expert = 5, n_used = 3, ntok = 4;
+  std::vector<uint32_t> ids(ntok * n_used);
+  for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;  // distinct within a token
+  std::vector<float> bias(static_cast<size_t>(nrows) * n_expert);
+  for (auto& v : bias) v = nd(rng);
+  for (const auto type : kQ8Types) {
+    for (const uint32_t ncols : {32u, 1184u}) {
+      for (const bool per_slot : {false, true}) {
+        const bool biased = per_slot;
+        const size_t rs = quant::row_size(type, ncols);
+        const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
+        const uint32_t xrows = per_slot ? ntok * n_used : ntok;
+        const std::vector<float> x = q8_activation_rows(ncols, xrows, rng);
+        std::vector<uint8_t> act(quant::activation_row_size(type, ncols) * xrows);
+        for (uint32_t t = 0; t < xrows; ++t) {
+          quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data() + t * act.size() / xrows, ncols);
+        }
+        std::vector<CpuDot> want(static_cast<size_t>(ntok) * n_used * nrows);
+        for (uint32_t pair = 0; pair < ntok * n_used; ++pair) {
+          const uint32_t e = ids[pair], xr = per_slot ? pair : pair / n_used;
+          for (uint32_t r = 0; r < nrows; ++r) {
+            CpuDot& c = want[pair * nrows + r];
+            c = cpu_dot(type, wq.data() + (static_cast<size_t>(e) * nrows + r) * rs, act.data() + xr * act.size() / xrows, ncols);
+            if (biased) c.value += bias[e * nrows + r];
+          }
+        }
+        Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
+               bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * xrows), by = ctx_->device_buffer(want.size() * 4),
+               bi = ctx_->device_buffer(ids.size() * 4), bb = ctx_->device_buffer(bias.size() * 4);
+        ctx_->upload(bw, 0, wq.data(), wq.size());
+        ctx_->upload(bx, 0, x.data(), x.size() * 4);
+        ctx_->upload(bi, 0, ids.data(), ids.size() * 4);
+        ctx_->upload(bb, 0, bias.data(), bias.size() * 4);
+        mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bi}, View{&bx}, View{&bq}, View{&by},
+                     biased ? View{&bb} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
+        std::vector<float> got(want.size());
+        ctx_->download(by, 0, got.data(), got.size() * 4);
+        for (size_t i = 0; i < got.size(); ++i) {
+          expect_product(got[i], want[i], ncols,
+                         fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
+                                     per_slot ? "slot" : "token", i % nrows, i / nrows));
+        }
+        for (Buffer* b : {&bw, &bx, &bq, &by, &bi, &bb}) ctx_->release(*b);
+      }
+    }
+  }
+}
+
+TEST_F(VulkanQ8, ActivationCodesAreTheCpus) {
+  // The codes a product leaves in xq: Q8_1 (Q4_1's pairing) byte for byte the CPU's BlockQ8_1 rows;
+  // Q8_0 the CPU's codes and the float value of its fp16 d. Rows with ties and zeros, and many blocks
+  // of magnitudes from 2^-24 to 2^24 whose elements lie within 2 ulps of x / d = k + 1/2 for the
+  // CPU's d: a code there moves with the last bit of d = max|x| / 127 or of 1 / d.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-24, 24), half_code(-127, 126), ulps(-2, 2);
+  std::vector<float> edges(4096 * 64);
+  for (size_t i = 0; i < edges.size(); i += 32) {
+    const float amax = std::fabs(nd(rng)) * std::ldexp(1.0f, exponent(rng)), d = amax / 127;
+    edges[i] = amax;
+    for (size_t j = i + 1; j < i + 32; ++j) {
+      float v = (static_cast<float>(half_code(rng)) + 0.5f) * d;
+      for (int u = ulps(rng); u != 0; u += u < 0 ? 1 : -1) v = std::nextafter(v, u < 0 ? -amax : amax);
+      edges[j] = v;
+    }
+  }
+  for (const auto& [x, ncols] : {std::pair{activation_rows(1024, 3, rng), 1024u}, std::pair{edges, 4096u}}) {
+    const auto rows = static_cast<uint32_t>(x.size() / ncols), nb = ncols / 32;
+    const size_t qb = mul_mv_q8_bytes(ncols);
+    for (const auto type : {gguf::TensorType::Q4_1, gguf::TensorType::Q4_0}) {
+      const std::vector<uint8_t> wq = weight_rows(type, ncols, 1, rng);
+      Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4), bq = ctx_->device_buffer(qb * rows),
+             by = ctx_->device_buffer(rows * 4);
+      ctx_->upload(bw, 0, wq.data(), wq.size());
+      ctx_->upload(bx, 0, x.data(), x.size() * 4);
+      mul_mv_q8(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, 1, rows);
+      std::vector<uint8_t> got(qb * rows), want(quant::activation_row_size(type, ncols));
+      ctx_->download(bq, 0, got.data(), got.size());
+      int bad = 0;
+      std::string first;
+      for (uint32_t r = 0; r < rows; ++r) {
+        quant::quantize_activation(type, x.data() + static_cast<size_t>(r) * ncols, want.data(), ncols);
+        const uint8_t* row = got.data() + r * qb;
+        for (uint32_t blk = 0; blk < nb; ++blk) {
+          bool same = false;
+          if (type == gguf::TensorType::Q4_1) {
+            static_assert(sizeof(quant::BlockQ8_1) == 36);
+            same = std::memcmp(row + 36 * blk, want.data() + 36 * blk, 36) == 0;
+          } else {
+            const auto& q = reinterpret_cast<const quant::BlockQ8_0*>(want.data())[blk];
+            float d = 0;
+            std::memcpy(&d, row + 36 * blk + 32, 4);
+            same = d == quant::fp16_to_f32(q.d) && std::memcmp(row + 36 * blk, q.qs, 32) == 0;
+          }
+          if (!same && bad++ == 0) first = fmt::format("row {} block {}", r, blk);
+        }
+      }
+      EXPECT_EQ(bad, 0) << gguf::tensor_type_name(type) << " activations of " << ncols << " columns, first at " << first;
+      for (Buffer* buf : {&bw, &bx, &bq, &by}) ctx_->release(*buf);
+    }
+  }
 }
 
 class VulkanKQuant : public VulkanTest {

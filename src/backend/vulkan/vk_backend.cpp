@@ -354,7 +354,8 @@ class VulkanExecutable final : public Executable {
         moe_logits = std::max(moe_logits, static_cast<size_t>(n.n_expert) * max_tok * 4);
         moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_tok * 4);
         moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_tok * static_cast<size_t>(std::max(2 * ff, d)) * 4);
-        // Q8_0 experts: activation codes for the decode-sized steps (the down projection's x per slot).
+        // Experts of the 32-element formats (mul_mv_q8_id): activation codes for the decode-sized steps
+        // (the down projection's x per slot).
         const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_tok, kMvMaxTokens)) * static_cast<size_t>(n.n_expert_used);
         act_q8_bytes = std::max({act_q8_bytes, vk::mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                  vk::mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
@@ -364,7 +365,7 @@ class VulkanExecutable final : public Executable {
         act_q8k_bytes = std::max(act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
                                                     std::min<uint32_t>(max_tok, kMvMaxTokens));
       }
-      if (n.op == Op::MatMul && g_.tensor(n.in[0]).type == gguf::TensorType::Q8_0) {
+      if (n.op == Op::MatMul && vk::has_mul_mv_q8(g_.tensor(n.in[0]).type)) {
         const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
                           std::min<uint32_t>(max_tok, kMvMaxTokens);
         act_q8_bytes = std::max(act_q8_bytes, q8);
@@ -758,11 +759,12 @@ class VulkanExecutable final : public Executable {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View bias = node.in.size() > 2 ? weight_f32(node.in[2]) : View{};
-    if (wt.type == gguf::TensorType::Q8_0 && n <= kMvMaxTokens) {
-      // Q8_0 as the CPU computes it (quantized activations, integer sums): the same greedy tokens.
+    if (vk::has_mul_mv_q8(wt.type) && n <= kMvMaxTokens) {
+      // The 32-element formats as the CPU computes them (quantized activations, integer sums, its float
+      // expression per block): the same greedy tokens.
       const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(ncols) * n};
       tr.before({x}, {xq, out});
-      vk::mul_mv_q8(ctx_, rec, weight(node.in[0]), x, xq, out, ncols, nrows, n);
+      vk::mul_mv_q8(ctx_, rec, wt.type, weight(node.in[0]), x, xq, out, ncols, nrows, n);
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
@@ -833,14 +835,15 @@ class VulkanExecutable final : public Executable {
                   node.moe_routing == graph::MoeRouting::TopKSoftmax, node.norm_topk, node.scale);
     const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
     const View g{&moe_gate_, 0, slot_bytes * ff}, u{&moe_up_, 0, slot_bytes * ff}, y{&moe_down_, 0, slot_bytes * d};
-    // Q8_0 experts in decode-sized steps: the CPU's arithmetic (quantized activations), as for MatMul.
-    const auto exact = [&](gguf::TensorType t) { return t == gguf::TensorType::Q8_0 && n <= kMvMaxTokens; };
+    // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
+    // activations), as for MatMul.
+    const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
       if (exact(type)) {
         const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
         tr.before({xin}, {xq});
-        vk::mul_mv_q8_id(ctx_, rec, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+        vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else {
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
       }

@@ -162,17 +162,39 @@ void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
   d.dispatch(k, bindings, push, gx, gy);
 }
 
-size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
-
 namespace {
 
-// Quantizes `rows` activation rows of ncols floats into Q8_0 blocks (quantize_q8.comp), then a barrier.
-void quantize_q8(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows) {
-  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mv_q8: {} columns is not a multiple of 32", ncols));
+// The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME) and whether the type pairs
+// with Q8_1 activations (quantize_q8_1) rather than Q8_0 (quantize_q8_0).
+struct Q8Type {
+  TensorType type;
+  const char* name;
+  bool q8_1;
+};
+
+constexpr Q8Type kQ8Types[] = {
+    {TensorType::Q4_0, "q4_0", false}, {TensorType::Q4_1, "q4_1", true},     {TensorType::Q5_0, "q5_0", false},
+    {TensorType::Q5_1, "q5_1", true},  {TensorType::Q8_0, "q8_0", false},    {TensorType::IQ4_NL, "iq4_nl", false},
+    {TensorType::MXFP4, "mxfp4", false},
+};
+
+const Q8Type& q8_type(const char* op, TensorType type, uint32_t ncols) {
+  for (const Q8Type& t : kQ8Types) {
+    if (t.type != type) continue;
+    if (ncols % 32 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 32", op, ncols));
+    return t;
+  }
+  throw Error(fmt::format("Vulkan {}: no kernel for weights of type {}", op, gguf::tensor_type_name(type)));
+}
+
+// Quantizes `rows` activation rows of ncols floats into the type's activation blocks
+// (quantize_q8.comp), then a barrier.
+void quantize_q8(Context& ctx, Dispatcher& d, const Q8Type& t, View x, View xq, uint32_t ncols, uint32_t rows) {
   const uint32_t blocks = ncols / 32 * rows;
   const uint32_t groups = (blocks + 63) / 64, max_x = ctx.features().max_groups_x;
   const uint32_t gy = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline("quantize_q8", 2, 4), std::array<View, 2>{x, xq}, &blocks, (groups + gy - 1) / gy, gy);
+  d.dispatch(ctx.pipeline(t.q8_1 ? "quantize_q8_1" : "quantize_q8_0", 2, 4), std::array<View, 2>{x, xq}, &blocks,
+             (groups + gy - 1) / gy, gy);
   d.barrier();
 }
 
@@ -182,27 +204,44 @@ struct MulMvQ8Push {
 
 }  // namespace
 
-void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
-               uint32_t n_tokens) {
-  quantize_q8(ctx, d, x, xq, ncols, n_tokens);
-  const auto row_bytes = static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols));
-  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, 0};
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;  // rows past x go to y
-  d.dispatch(ctx.pipeline("mul_mv_q8_mat", 3, sizeof(push)), std::array<View, 3>{w, xq, y}, &push, (nrows + ry - 1) / ry,
-             ry, n_tokens);
+bool has_mul_mv_q8(gguf::TensorType type) {
+  for (const Q8Type& t : kQ8Types) {
+    if (t.type == type) return true;
+  }
+  return false;
 }
 
-void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq, View y, View bias, uint32_t ncols,
-                  uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
+size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
+
+void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
+               uint32_t nrows, uint32_t n_tokens) {
+  const Q8Type& t = q8_type("mul_mv_q8", type, ncols);
+  if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
+  if (n_tokens > kMaxGroupsYZ) throw Error(fmt::format("Vulkan mul_mv_q8: {} tokens at once is over {}", n_tokens, kMaxGroupsYZ));
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_q8", uint64_t{row_bytes} * nrows);
+  quantize_q8(ctx, d, t, x, xq, ncols, n_tokens);
+  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, 0};
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;  // rows past x go to y
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 3, sizeof(push)), std::array<View, 3>{w, xq, y}, &push,
+             (nrows + ry - 1) / ry, ry, n_tokens);
+}
+
+void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
+                  View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                  bool x_per_slot) {
+  const Q8Type& t = q8_type("mul_mv_q8_id", type, ncols);
+  if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
+  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id: no experts");
   if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id: too many (token, expert) pairs for one step");
-  quantize_q8(ctx, d, x, xq, ncols, x_per_slot ? n_tokens * n_used : n_tokens);
-  const auto row_bytes = static_cast<uint32_t>(quant::row_size(gguf::TensorType::Q8_0, ncols));
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8_id", uint64_t{row_bytes} * nrows * n_expert);
+  quantize_q8(ctx, d, t, x, xq, ncols, x_per_slot ? n_tokens * n_used : n_tokens);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u,
                          bias.buffer ? 1u : 0u};
   const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline("mul_mv_q8_id", 5, sizeof(push)), std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y},
-             &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_id_") + t.name, 5, sizeof(push)),
+             std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
 }
 
 namespace {

@@ -27,16 +27,24 @@ bool has_quant_kernels(gguf::TensorType type);
 void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
             uint32_t nrows, uint32_t n_tokens);
 
-// Q8_0 weights the CPU's way: x quantized to Q8_0 blocks into `xq` (mul_mv_q8_bytes per token), then
-// integer block sums scaled by both block scales, so the result equals the CPU backend's product up to
-// float summation order (the same greedy tokens). Any n_tokens; meant for decode.
+// The 32-element formats the CPU's way (has_mul_mv_q8: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4): x
+// quantized into `xq` (mul_mv_q8_bytes per row) to the activation format the CPU pairs with the type
+// (quant::dot_activation_type: Q8_0, or Q8_1 for Q4_1 and Q5_1), then per block the integer sum of the
+// code products and the float expression of quant::dot_ref, so that each block's value is the CPU's
+// bit for bit and the result equals the CPU backend's product up to the order blocks are added (the
+// same greedy tokens). Any n_tokens; meant for decode. Both launchers record the quantization, a
+// barrier and the product.
+bool has_mul_mv_q8(gguf::TensorType type);
+// Bytes of one row's activation codes, the same for both formats: per block of 32, Q8_0: 32 codes
+// then d as a float; Q8_1: the CPU's BlockQ8_1 (halves d and s, then 32 codes).
 size_t mul_mv_q8_bytes(uint32_t ncols);
-void mul_mv_q8(Context& ctx, Dispatcher& d, View w, View x, View xq, View y, uint32_t ncols, uint32_t nrows,
-               uint32_t n_tokens);
-// The same for Q8_0 experts, laid out and selected as mul_mv_id's (xq: mul_mv_q8_bytes per x row, the
-// x rows being n_tokens, or n_tokens * n_used with x_per_slot).
-void mul_mv_q8_id(Context& ctx, Dispatcher& d, View w, View ids, View x, View xq, View y, View bias, uint32_t ncols,
-                  uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
+void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
+               uint32_t nrows, uint32_t n_tokens);
+// The same for experts, laid out and selected as mul_mv_id's (xq: mul_mv_q8_bytes per x row, the x
+// rows being n_tokens, or n_tokens * n_used with x_per_slot).
+void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
+                  View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                  bool x_per_slot);
 
 // K-quant weights (Q4_K, Q5_K, Q6_K) the CPU's way: x quantized to Q8_K by quantize_q8k (the CPU's
 // codes, scales and 16-code sums, q8k_row_bytes per row), then mul_mv_k's integer block sums with one
