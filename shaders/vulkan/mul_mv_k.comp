@@ -2,6 +2,9 @@
 //! variant q4_k TYPE_Q4_K
 //! variant q5_k TYPE_Q5_K
 //! variant q6_k TYPE_Q6_K
+//! variant id_q4_k TYPE_Q4_K,MUL_MV_ID
+//! variant id_q5_k TYPE_Q5_K,MUL_MV_ID
+//! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then one float expression per block in the CPU's
@@ -15,10 +18,14 @@
 // ROWS rows) for NTOK tokens, walks the row in steps of WG / 8 blocks, and adds its blocks' values
 // in a subgroup and shared-memory sum. Token groups beyond the grid loop (grid z strides).
 //
+// MUL_MV_ID (mixture of experts, variants id_*): z runs over (token, slot) pairs (NTOK = 1); the pair's
+// expert ids[pair] (clamped below n_expert) picks the matrix expert_stride bytes on, its activation row
+// is xq[pair] (x_per_slot) or xq[pair / n_used], y[pair][r], plus the expert's bias row when has_bias.
+//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
-// 1 xq (quantized rows xstride words apart, q8k layout), 2 y [n_tokens][nrows]. Grid: x*y =
-// ceil(nrows / ROWS) workgroups, z = token groups. Needs subgroups of at least 8 invocations and
-// shaderIntegerDotProduct.
+// 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
+// 4 bias [n_expert][nrows] floats. Grid: x*y = ceil(nrows / ROWS) workgroups, z = token groups (or
+// pairs). Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -35,12 +42,21 @@ layout(std430, binding = 0) readonly restrict buffer Wbuf4 { uvec4 w4[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf { uint q[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf4 { uvec4 q4[]; };
 layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
+#if defined(MUL_MV_ID)
+layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
+layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
+#endif
 layout(push_constant) uniform Params {
   uint ncols;      // a multiple of 256
   uint nrows;
   uint row_bytes;  // bytes per stored row
   uint n_tokens;
   uint xstride;    // words per quantized activation row, a multiple of 4
+  uint n_used;         // MUL_MV_ID: experts per token
+  uint n_expert;       // MUL_MV_ID: ids are clamped below it
+  uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
+  uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
+  uint has_bias;       // MUL_MV_ID
 } p;
 
 // OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
@@ -172,13 +188,23 @@ void main() {
   const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
   if (row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
   const uint nb = p.ncols / 256u, sums0 = p.ncols / 4u, d0 = sums0 + p.ncols / 16u;
+#if defined(MUL_MV_ID)
+  const uint n_sets = p.n_tokens * p.n_used;  // (token, slot) pairs
+#else
   const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
+#endif
   const float lead = j == 0u ? 1.0 : 0.0;  // one invocation of eight adds the block's value
-  uint rb[ROWS];
-  [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = min(row0 + r, p.nrows - 1u) * p.row_bytes;
   for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
-    uint xr[NTOK];
+    uint xr[NTOK], rb[ROWS];
+#if defined(MUL_MV_ID)
+    const uint e = min(ids[set], p.n_expert - 1u);
+    xr[0] = (p.x_per_slot != 0u ? set : set / p.n_used) * p.xstride;
+    const uint wb = e * p.expert_stride;
+#else
     [[unroll]] for (uint t = 0u; t < NTOK; ++t) xr[t] = min(set * NTOK + t, p.n_tokens - 1u) * p.xstride;
+    const uint wb = 0u;
+#endif
+    [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
     float acc[ROWS * NTOK];
     [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
     for (uint b = tid >> 3; b < nb; b += slots) {
@@ -200,8 +226,13 @@ void main() {
     for (uint i = tid; i < ROWS * NTOK; i += WG) {
       float s = 0.0;
       for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * slots + g];
-      const uint row = row0 + i / NTOK, tok = set * NTOK + i % NTOK;
+      const uint row = row0 + i / NTOK;
+#if defined(MUL_MV_ID)
+      if (row < p.nrows) y[set * p.nrows + row] = s + (p.has_bias != 0u ? bias[e * p.nrows + row] : 0.0);
+#else
+      const uint tok = set * NTOK + i % NTOK;
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
+#endif
     }
     barrier();
   }

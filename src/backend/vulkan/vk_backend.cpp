@@ -359,6 +359,8 @@ class VulkanExecutable final : public Executable {
         const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_tok, kMvMaxTokens)) * static_cast<size_t>(n.n_expert_used);
         act_q8_bytes = std::max({act_q8_bytes, vk::mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                  vk::mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+        act_q8k_bytes = std::max({act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
+                                  vk::q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       }
       if (n.op == Op::MatMul && vk::has_mul_mv_k(ctx_, g_.tensor(n.in[0]).type) && g_.tensor(n.in[0]).ne[0] % 256 == 0) {
         q8k_input_[static_cast<size_t>(n.in[1])] = true;
@@ -840,7 +842,15 @@ class VulkanExecutable final : public Executable {
     const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
-      if (exact(type)) {
+      const uint32_t x_rows = n * (per_slot ? k : 1);
+      if (n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, type)) {
+        const View xq{&act_q8k_, 0, vk::q8k_row_bytes(cols) * x_rows};
+        tr.before({xin}, {xq});
+        vk::quantize_q8k(ctx_, rec, xin, xq, cols, x_rows);
+        q8k_of_ = -1;
+        tr.before({xq, ids}, {yout});
+        vk::mul_mv_k_id(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+      } else if (exact(type)) {
         const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
         tr.before({xin}, {xq});
         vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);

@@ -248,9 +248,9 @@ namespace {
 
 const char* mul_mv_k_variant(TensorType type) {
   switch (type) {
-    case TensorType::Q4_K: return "mul_mv_k_q4_k";
-    case TensorType::Q5_K: return "mul_mv_k_q5_k";
-    case TensorType::Q6_K: return "mul_mv_k_q6_k";
+    case TensorType::Q4_K: return "q4_k";
+    case TensorType::Q5_K: return "q5_k";
+    case TensorType::Q6_K: return "q6_k";
     default: return nullptr;
   }
 }
@@ -259,6 +259,30 @@ uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi)
   const char* e = std::getenv(name);
   return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
 }
+
+struct MulMvKPush {
+  uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
+};
+
+// mul_mv_k's shape: the fastest measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four
+// rows sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096), 16 blocks
+// and two rows for the small ones and for Q6_K (whose unaligned blocks take more loads) unless the
+// matrix is huge (the output head). Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256),
+// ZINC_VK_MVK_ROWS (1..8).
+void mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t* wg, uint32_t* rows) {
+  const bool big = nrows >= (type == TensorType::Q6_K ? 32768u : 4096u);
+  *wg = env_knob("ZINC_VK_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
+  *rows = env_knob("ZINC_VK_MVK_ROWS", big ? 4 : 2, 1, 8);
+}
+
+uint32_t checked_k_row_bytes(const Context& ctx, const char* op, TensorType type, uint32_t ncols) {
+  if (!has_mul_mv_k(ctx, type)) {
+    throw Error(fmt::format("Vulkan {}: no integer-dot kernel for {} on this device", op, gguf::tensor_type_name(type)));
+  }
+  if (ncols % 256 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 256", op, ncols));
+  return static_cast<uint32_t>(quant::row_size(type, ncols));
+}
+
 
 }  // namespace
 
@@ -282,30 +306,36 @@ void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, 
 
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
               uint32_t nrows, uint32_t n_tokens) {
-  if (!has_mul_mv_k(ctx, type)) {
-    throw Error(fmt::format("Vulkan mul_mv_k: no integer-dot kernel for {} on this device", gguf::tensor_type_name(type)));
-  }
-  if (ncols % 256 != 0) throw Error(fmt::format("Vulkan mul_mv_k: {} columns is not a multiple of 256", ncols));
-  if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
-  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k", type, ncols);
+  if (nrows == 0 || n_tokens == 0) return;
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
-  // The fastest shapes measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four rows
-  // sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096), 16 blocks and
-  // two rows for the small ones and for Q6_K (whose unaligned blocks take more loads) unless the
-  // matrix is huge (the output head). Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256),
-  // ZINC_VK_MVK_ROWS (1..8).
-  const bool big = nrows >= (type == TensorType::Q6_K ? 32768u : 4096u);
-  const uint32_t wg = env_knob("ZINC_VK_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
-  const uint32_t rows = env_knob("ZINC_VK_MVK_ROWS", big ? 4 : 2, 1, 8);
+  uint32_t wg = 0, rows = 0;
+  mul_mv_k_shape(type, nrows, &wg, &rows);
   const uint32_t ntok = std::min<uint32_t>(n_tokens, 4);
   const uint32_t spec[] = {wg, rows, ntok};
-  struct {
-    uint32_t ncols, nrows, row_bytes, n_tokens, xstride;
-  } push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4)};
-  const Kernel& k = ctx.pipeline(mul_mv_k_variant(type), 3, sizeof(push), spec);
+  const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
   d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + ntok - 1) / ntok, kMaxGroupsYZ));
+}
+
+void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
+                 uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_id", type, ncols);
+  if (nrows == 0 || n_tokens == 0 || n_used == 0) return;
+  if (n_expert == 0) throw Error("Vulkan mul_mv_k_id: no experts");
+  if (uint64_t{n_tokens} * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_k_id: too many (token, expert) pairs for one step");
+  check_bytes("mul_mv_k_id", uint64_t{row_bytes} * nrows * n_expert);
+  uint32_t wg = 0, rows = 0;
+  mul_mv_k_shape(type, nrows, &wg, &rows);
+  const uint32_t spec[] = {wg, rows, 1};
+  const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
+                        n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u, bias.buffer ? 1u : 0u};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_id_") + mul_mv_k_variant(type), 5, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
+  d.dispatch(k, std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, gx, gy, n_tokens * n_used);
 }
 
 }  // namespace zinc::backend::vk

@@ -58,6 +58,10 @@ void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, 
 // y[t][r] = W[r] . xq[t]: W {ncols, nrows}, xq n_tokens rows from quantize_q8k, y [n_tokens][nrows].
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
               uint32_t nrows, uint32_t n_tokens);
+// The same for K-quant experts, laid out and selected as mul_mv_id's; xq: quantize_q8k's rows of x (n_tokens
+// rows, or n_tokens * n_used with x_per_slot).
+void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
+                 uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
 
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
