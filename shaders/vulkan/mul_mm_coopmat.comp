@@ -9,16 +9,17 @@
 // inputs, f32 accumulation): Y[t * y_stride + y_offset + r] = sum_c W[r][c] * X[t][c], W and X in f16
 // (two halves per uint, the even column low; X converted by cvt_f16.comp), Y float. As a matrix
 // product Y_tile = X_tile (tokens x K, row-major) * W_tile^T (K x rows: W's rows read column-major).
-// A workgroup of 4 subgroups of 32 owns a 128-row x 128-token tile of Y; subgroup s owns the 64 x 64
-// quarter (rows 64 (s % 2), tokens 64 (s / 2)) as 4 x 4 accumulators. The K loop steps by 32: every
+// A workgroup of 4 subgroups of 32 owns a BM-row x 128-token tile of Y (BM 128, or 64 where 128-row
+// tiles would leave the device's multiprocessors short of workgroups); subgroup s owns the
+// BM/2 x 64 quarter (rows BM/2 (s % 2), tokens 64 (s / 2)) as 4 x BM/32 accumulators. The K loop steps by 32: every
 // invocation fetches the next step's 4 uvec4 of W and 4 of X into registers before the current
 // step's multiplies and stores them to the other half of a double-buffered shared tile after them, so
 // one barrier per step suffices and the global loads overlap the math. Shared rows carry 16 bytes of
 // skew (80-byte stride) so the fragment loads hit every bank once. Ragged tiles read zero rows; the
 // accumulators go through a per-subgroup 16 x 16 shared tile to Y with bounds checks.
-// Requires subgroups of 32 (NVIDIA), 44 KiB of shared memory and the Vulkan memory model (which
+// Requires subgroups of 32 (NVIDIA), 44 KiB of shared memory (34 KiB with BM 64) and the Vulkan memory model (which
 // glslang declares for GL_KHR_memory_scope_semantics). Reads W once per 128 tokens and X
-// once per 128 rows (f16: 2 bytes an element); writes n_tokens * nrows floats.
+// once per BM rows (f16: 2 bytes an element); writes n_tokens * nrows floats.
 // Bindings: 0 W (uvec4 view: row r at r * ncols / 8), 1 X f16 (uvec4 view, same layout), 2 Y.
 // Grid: see mul_mm.glsl.
 layout(local_size_x = 128) in;
@@ -28,14 +29,17 @@ layout(std430, binding = 2) writeonly buffer Ybuf { float y[]; };
 
 #include "mul_mm.glsl"
 
-const uint BM = 128;             // W rows per tile
+layout(constant_id = 0) const uint BM = 128;  // W rows per tile: 128 or 64
 const uint BN = 128;             // tokens per tile
 const uint BK = 32;              // columns per K-step (ncols is a multiple of 32: no ragged K)
 const uint ROW = BK / 8u + 1u;   // uvec4 per shared row: 32 halves and one uvec4 of skew
-const uint STAGE = 128u * ROW;   // uvec4 per operand per buffer
+const uint WSTAGE = BM * ROW;    // uvec4 of W per buffer
+const uint XSTAGE = BN * ROW;    // uvec4 of X per buffer
+const uint RB = BM / 32u;        // 16-row accumulator blocks per subgroup
+const uint WL = BM / 32u;        // uvec4 of W each invocation loads per step
 
-shared uvec4 ws[2u * STAGE];     // [buffer][W row][k]
-shared uvec4 xs[2u * STAGE];     // [buffer][token][k]
+shared uvec4 ws[2u * WSTAGE];    // [buffer][W row][k]
+shared uvec4 xs[2u * XSTAGE];    // [buffer][token][k]
 shared float cs[4u * 256u];      // [subgroup][16][16]: accumulators on their way to Y
 
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -46,16 +50,16 @@ void main() {
   if (!tile_origin(BM, BN, r0, t0)) return;
   const uint lid = gl_LocalInvocationIndex;
   const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
-  const uint sg_r = (sg % 2u) * 64u, sg_t = (sg / 2u) * 64u;  // the subgroup's quarter, tile-relative
+  const uint sg_r = (sg % 2u) * (BM / 2u), sg_t = (sg / 2u) * 64u;  // the subgroup's quarter, tile-relative
 
-  // Loading roles: 128 rows x 4 uvec4 per operand per step, 4 of each per invocation: row
+  // Loading roles: BM (W) and 128 (X) rows x 4 uvec4 per step, WL and 4 per invocation: row
   // lid / 4 + 32 i, uvec4 lid % 4 (four neighbours read one row's 64 contiguous bytes).
   const uint lrow = lid / 4u, lq = lid % 4u, kv = p.ncols / 8u;
-  uvec4 wreg[4], xreg[4];
+  uvec4 wreg[WL], xreg[4];
 
-  MAT32 acc[4][4];  // [token block][row block]
+  MAT32 acc[4][RB];  // [token block][row block]
   [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-    [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[i][j] = MAT32(0.0);
+    [[unroll]] for (uint j = 0u; j < RB; ++j) acc[i][j] = MAT32(0.0);
   }
   // A subgroup whose 64 tokens all lie past n_tokens (the last token tile) skips the multiplies.
   const bool sg_works = t0 + sg_t < p.n_tokens;
@@ -67,32 +71,33 @@ void main() {
     // multiplies of step kt - 2, which every invocation finished before the previous barrier.
     if (kt < nk) {
       const uint kq = kt * (BK / 8u) + lq;
-      [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+      [[unroll]] for (uint i = 0u; i < WL; ++i) {
         const uint row = lrow + 32u * i;
         wreg[i] = r0 + row < p.nrows ? w[(r0 + row) * kv + kq] : uvec4(0u);
+      }
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const uint row = lrow + 32u * i;
         xreg[i] = t0 + row < p.n_tokens ? x[(t0 + row) * kv + kq] : uvec4(0u);
       }
     }
     if (kt > 0u && sg_works) {
-      const uint base = ((kt - 1u) % 2u) * STAGE;
+      const uint wbase = ((kt - 1u) % 2u) * WSTAGE, xbase = ((kt - 1u) % 2u) * XSTAGE;
       [[unroll]] for (uint kk = 0u; kk < BK / 16u; ++kk) {
         MAT16 a[4];
         [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-          coopMatLoadNV(a[i], xs, base + (sg_t + 16u * i) * ROW + 2u * kk, ROW, false);
+          coopMatLoadNV(a[i], xs, xbase + (sg_t + 16u * i) * ROW + 2u * kk, ROW, false);
         }
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+        [[unroll]] for (uint j = 0u; j < RB; ++j) {
           MAT16 b;
-          coopMatLoadNV(b, ws, base + (sg_r + 16u * j) * ROW + 2u * kk, ROW, true);
+          coopMatLoadNV(b, ws, wbase + (sg_r + 16u * j) * ROW + 2u * kk, ROW, true);
           [[unroll]] for (uint i = 0u; i < 4u; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
         }
       }
     }
     if (kt < nk) {
-      const uint base = (kt % 2u) * STAGE;
-      [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        ws[base + (lrow + 32u * i) * ROW + lq] = wreg[i];
-        xs[base + (lrow + 32u * i) * ROW + lq] = xreg[i];
-      }
+      const uint wbase = (kt % 2u) * WSTAGE, xbase = (kt % 2u) * XSTAGE;
+      [[unroll]] for (uint i = 0u; i < WL; ++i) ws[wbase + (lrow + 32u * i) * ROW + lq] = wreg[i];
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) xs[xbase + (lrow + 32u * i) * ROW + lq] = xreg[i];
     }
     barrier();
   }
@@ -100,7 +105,7 @@ void main() {
   if (!sg_works) return;
   const uint c0 = sg * 256u;
   [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+    [[unroll]] for (uint j = 0u; j < RB; ++j) {
       coopMatStoreNV(acc[i][j], cs, c0, 16u, false);
       subgroupMemoryBarrierShared();
       subgroupBarrier();

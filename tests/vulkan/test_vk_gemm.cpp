@@ -155,13 +155,19 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
   for (const Shape& s : shapes) {
     const Problem p(s, rng);
     for (MulMmKernel k : kernels()) {
-      Operands o(*ctx_, p);
-      mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
-      const Verdict v = judge(p, o.got(), o.y_floats);
-      char what[160];
-      std::snprintf(what, sizeof what, "%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u",
-                    mul_mm_kernel_name(k), s.ncols, s.nrows, s.n_tokens, s.y_offset, s.y_offset + s.nrows, s.y_stride);
-      expect_close(k, v, what);
+      // The tensor-core kernel in both of its tile heights.
+      for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128"} : std::vector<const char*>{""}) {
+        if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
+        Operands o(*ctx_, p);
+        mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
+        unsetenv("ZINC_VK_MM_BM");
+        const Verdict v = judge(p, o.got(), o.y_floats);
+        char what[192];
+        std::snprintf(what, sizeof what, "%s%s%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u", mul_mm_kernel_name(k),
+                      *bm ? ", rows per tile " : "", bm, s.ncols, s.nrows, s.n_tokens, s.y_offset, s.y_offset + s.nrows,
+                      s.y_stride);
+        expect_close(k, v, what);
+      }
     }
   }
 }
@@ -216,7 +222,7 @@ TEST_F(VulkanGemm, Throughput) {
   std::mt19937 rng(14);
   std::uniform_int_distribution<int> bits(0x2c00, 0x3800);  // f16 in [1/16, 1/2]
   std::printf("| kernel | tokens | rows | cols | ms | TFLOPS |\n|---|---|---|---|---|---|\n");
-  for (const uint32_t n : {4096u, 12288u}) {
+  for (const uint32_t n : {1024u, 4096u, 12288u}) {
     std::vector<uint16_t> w(size_t{n} * k);
     for (auto& v : w) v = static_cast<uint16_t>(bits(rng) | (rng() & 1 ? 0x8000 : 0));
     std::vector<float> x(size_t{m} * k);
@@ -225,7 +231,10 @@ TEST_F(VulkanGemm, Throughput) {
            by = ctx_->device_buffer(size_t{m} * n * 4), bs = ctx_->device_buffer(mul_mm_scratch_bytes(k, m));
     ctx_->upload(bw, 0, w.data(), w.size() * 2);
     ctx_->upload(bx, 0, x.data(), x.size() * 4);
-    for (MulMmKernel kern : kernels()) {
+    for (const auto& [kern, bm] : std::vector<std::pair<MulMmKernel, const char*>>{
+             {MulMmKernel::Tiled, ""}, {MulMmKernel::CoopMatNV, "64"}, {MulMmKernel::CoopMatNV, "128"}}) {
+      if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
+      if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
       const int reps = 10;
       Recording rec(*ctx_, 2 * reps);
       for (int i = 0; i < reps; ++i) {
@@ -240,8 +249,9 @@ TEST_F(VulkanGemm, Throughput) {
         rec.submit_and_wait();
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
       }
-      std::printf("| %s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), m, n, k, best * 1e3,
-                  2.0 * m * n * k / best / 1e12);
+      std::printf("| %s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm, m,
+                  n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
+      unsetenv("ZINC_VK_MM_BM");
     }
     ctx_->release(bw);
     ctx_->release(bx);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -14,10 +15,19 @@ namespace {
 
 // Output tile (W rows x tokens) of each kernel; the shaders hold the same constants.
 constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
-constexpr uint32_t kCoopRows = 128, kCoopTokens = 128;
-// mul_mm_coopmat's shared memory: two buffers of W's and X's 128 x 80-byte tiles, and 4 KiB of
-// accumulators on their way out.
+constexpr uint32_t kCoopTokens = 128;
+// mul_mm_coopmat's shared memory (its largest tile): two buffers of W's and X's 128 x 80-byte tiles,
+// and 4 KiB of accumulators on their way out.
 constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 4096;
+
+// mul_mm_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 256 (a few per
+// multiprocessor of a large GPU: with fewer, tensor cores idle while a workgroup waits on its loads).
+// ZINC_VK_MM_BM (64 or 128) forces one, for measurements.
+uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
+  if (const char* e = std::getenv("ZINC_VK_MM_BM"); e && *e) return std::atoi(e) == 64 ? 64 : 128;
+  const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
+  return tiles < 256 ? 64 : 128;
+}
 
 // mul_mm.glsl's push constants.
 struct MulMmPush {
@@ -100,7 +110,7 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
   if (coop && !coopmat_usable(ctx)) {
     throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
   }
-  const uint32_t tile_rows = coop ? kCoopRows : kTiledRows, tile_tokens = coop ? kCoopTokens : kTiledTokens;
+  const uint32_t tile_rows = coop ? coop_rows(nrows, n_tokens) : kTiledRows, tile_tokens = coop ? kCoopTokens : kTiledTokens;
   const uint32_t token_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
   const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
   const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
@@ -123,7 +133,8 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
   d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
   d.barrier();
   const View bindings[] = {w_f16, x_f16_scratch, y};
-  d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
+  const uint32_t spec[] = {tile_rows};
+  d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
 }
 
 }  // namespace zinc::backend::vk
