@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/vulkan/vk_gemm.h"
@@ -156,11 +158,15 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
     const Problem p(s, rng);
     for (MulMmKernel k : kernels()) {
       // The tensor-core kernel in both of its tile heights.
-      for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128"} : std::vector<const char*>{""}) {
+      for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128", "64w", "128w"}
+                                                          : std::vector<const char*>{""}) {
+        // "w": 8 subgroups instead of 4.
         if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
+        if (std::string(bm).ends_with("w")) setenv("ZINC_VK_MM_WARPS", "8", 1);
         Operands o(*ctx_, p);
         mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
         unsetenv("ZINC_VK_MM_BM");
+        unsetenv("ZINC_VK_MM_WARPS");
         const Verdict v = judge(p, o.got(), o.y_floats);
         char what[192];
         std::snprintf(what, sizeof what, "%s%s%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u", mul_mm_kernel_name(k),
@@ -231,10 +237,12 @@ TEST_F(VulkanGemm, Throughput) {
            by = ctx_->device_buffer(size_t{m} * n * 4), bs = ctx_->device_buffer(mul_mm_scratch_bytes(k, m));
     ctx_->upload(bw, 0, w.data(), w.size() * 2);
     ctx_->upload(bx, 0, x.data(), x.size() * 4);
-    for (const auto& [kern, bm] : std::vector<std::pair<MulMmKernel, const char*>>{
-             {MulMmKernel::Tiled, ""}, {MulMmKernel::CoopMatNV, "64"}, {MulMmKernel::CoopMatNV, "128"}}) {
+    for (const auto& [kern, bm, warps] : std::vector<std::tuple<MulMmKernel, const char*, const char*>>{
+             {MulMmKernel::Tiled, "", ""}, {MulMmKernel::CoopMatNV, "64", "4"}, {MulMmKernel::CoopMatNV, "128", "4"},
+             {MulMmKernel::CoopMatNV, "64", "8"}, {MulMmKernel::CoopMatNV, "128", "8"}}) {
       if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
       if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
+      if (*warps) setenv("ZINC_VK_MM_WARPS", warps, 1);
       const int reps = 10;
       Recording rec(*ctx_, 2 * reps);
       for (int i = 0; i < reps; ++i) {
@@ -249,9 +257,10 @@ TEST_F(VulkanGemm, Throughput) {
         rec.submit_and_wait();
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
       }
-      std::printf("| %s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm, m,
-                  n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
+      std::printf("| %s%s%s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm,
+                  *warps ? ", subgroups " : "", warps, m, n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
       unsetenv("ZINC_VK_MM_BM");
+      unsetenv("ZINC_VK_MM_WARPS");
     }
     ctx_->release(bw);
     ctx_->release(bx);

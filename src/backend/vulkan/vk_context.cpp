@@ -228,12 +228,41 @@ std::unique_ptr<Context> Context::create(int device) {
   return c;
 }
 
+namespace {
+
+// The process's shared contexts. Released by an exit handler registered after the first device was
+// created, so they are destroyed before the driver tears itself down at exit (handlers run in the
+// reverse order of registration; a static map would be destroyed after the driver's own handlers, and
+// vkDestroyDevice then crashes on NVIDIA's driver). Never destroyed itself, so nothing races the handler.
+struct SharedContexts {
+  std::mutex mu;
+  std::map<int, std::shared_ptr<Context>> contexts;
+  bool release_registered = false;
+};
+SharedContexts& shared_contexts() {
+  static auto* s = new SharedContexts;
+  return *s;
+}
+void release_shared_contexts() {
+  SharedContexts& s = shared_contexts();
+  std::map<int, std::shared_ptr<Context>> doomed;
+  {
+    const std::lock_guard<std::mutex> lock(s.mu);
+    doomed.swap(s.contexts);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Context> Context::shared(int device) {
-  static std::mutex mu;
-  static std::map<int, std::shared_ptr<Context>> contexts;
-  const std::lock_guard<std::mutex> lock(mu);
-  auto& c = contexts[device];
+  SharedContexts& s = shared_contexts();
+  const std::lock_guard<std::mutex> lock(s.mu);
+  auto& c = s.contexts[device];
   if (!c) c = create(device);
+  if (!s.release_registered) {
+    std::atexit(release_shared_contexts);
+    s.release_registered = true;
+  }
   return c;
 }
 

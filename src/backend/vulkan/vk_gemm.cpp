@@ -17,16 +17,16 @@ namespace {
 constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
 constexpr uint32_t kCoopTokens = 128;
 // mul_mm_coopmat's shared memory (its largest tile): two buffers of W's and X's 128 x 80-byte tiles,
-// and 4 KiB of accumulators on their way out.
-constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 4096;
+// and 1 KiB per subgroup (8 at most) of accumulators on their way out.
+constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 
-// mul_mm_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 256 (a few per
-// multiprocessor of a large GPU: with fewer, tensor cores idle while a workgroup waits on its loads).
+// mul_mm_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
+// 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
 // ZINC_VK_MM_BM (64 or 128) forces one, for measurements.
 uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   if (const char* e = std::getenv("ZINC_VK_MM_BM"); e && *e) return std::atoi(e) == 64 ? 64 : 128;
   const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
-  return tiles < 256 ? 64 : 128;
+  return tiles < 128 ? 64 : 128;
 }
 
 // mul_mm.glsl's push constants.
@@ -133,7 +133,10 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
   d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
   d.barrier();
   const View bindings[] = {w_f16, x_f16_scratch, y};
-  const uint32_t spec[] = {tile_rows};
+  // Subgroups per workgroup: ZINC_VK_MM_WARPS (4 or 8) for measurements.
+  uint32_t warps = 4;
+  if (const char* e = std::getenv("ZINC_VK_MM_WARPS"); e && *e) warps = std::atoi(e) == 8 ? 8 : 4;
+  const uint32_t spec[] = {tile_rows, warps * 32};
   d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
 }
 
