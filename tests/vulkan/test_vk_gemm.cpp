@@ -160,9 +160,9 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
       // The tensor-core kernel in both of its tile heights.
       for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128", "64w", "128w"}
                                                           : std::vector<const char*>{""}) {
-        // "w": 8 subgroups instead of 4.
+        // "w": 8 subgroups (the default), else 4.
         if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
-        if (std::string(bm).ends_with("w")) setenv("ZINC_VK_MM_WARPS", "8", 1);
+        if (*bm) setenv("ZINC_VK_MM_WARPS", std::string(bm).ends_with("w") ? "8" : "4", 1);
         Operands o(*ctx_, p);
         mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
         unsetenv("ZINC_VK_MM_BM");
