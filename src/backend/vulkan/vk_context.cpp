@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <string_view>
+#include <thread>
 
 #include "core/error.h"
 
@@ -410,6 +412,23 @@ void Context::submit(VkCommandBuffer cb) {
   si.signalSemaphoreCount = 1;
   si.pSignalSemaphores = &timeline_;
   check(vkQueueSubmit(queue_, 1, &si, VK_NULL_HANDLE), "submitting work");
+  // Decode steps take milliseconds and the host has the next one to submit as soon as this one ends:
+  // poll the semaphore (yielding the core) for up to kSpinNs before blocking, so the host does not
+  // pay a sleeping thread's wake-up on every token. ZINC_VK_WAIT=block blocks at once (measurements).
+  static const bool spin = [] {
+    const char* e = std::getenv("ZINC_VK_WAIT");
+    return !(e && std::string_view(e) == "block");
+  }();
+  if (spin) {
+    constexpr auto kSpinNs = std::chrono::milliseconds(20);
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t now = 0;
+    while (std::chrono::steady_clock::now() - start < kSpinNs) {
+      check(vkGetSemaphoreCounterValue(device_, timeline_, &now), "reading the device's progress");
+      if (now >= value) return;
+      std::this_thread::yield();
+    }
+  }
   VkSemaphoreWaitInfo wi{};
   wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
   wi.semaphoreCount = 1;
