@@ -40,6 +40,11 @@ struct Preset {
   int lin_hk = 0, lin_hv = 0, lin_d = 0, full_every = 0;
   int64_t n_ff_shexp = 0;
   float partial_rotary = 1.0f;
+  // Gemma 4: every global_every-th layer is global (head_dim, n_head_kv, keys as values, rotary base
+  // rope_base with the first partial_rotary of the pairs turning); the others are sliding-window
+  // layers with their own head size, KV heads and base. Logits soft-capped at final_cap.
+  int global_every = 0, head_dim_swa = 0, n_head_kv_swa = 0;
+  float rope_base_swa = 0, final_cap = 0;
 };
 
 // Shapes and settings of the released models.
@@ -62,6 +67,11 @@ const Preset kPresets[] = {
     {"llama3-8b", "llama", 32, 4096, 14336, 128256, 32, 8, 128, 5e5f, 1e-5f, false, 131072, "llama-bpe"},
     {"gemma3-1b", "gemma3", 26, 1152, 6912, 262144, 4, 1, 256, 1e6f, 1e-6f, true, 32768, "default", 0, 512},
     {"gemma3-12b", "gemma3", 48, 3840, 15360, 262144, 16, 8, 256, 1e6f, 1e-6f, true, 131072, "default", 8, 1024},
+    // Gemma 4 31B (dense): 60 layers, five 1024-token-window layers (head 256, 16 KV heads, base 1e4) to
+    // one global layer (head 512, 4 KV heads whose keys are the values, base 1e6, a quarter of the
+    // pairs rotated), tied embeddings, logits capped at 30.
+    {"gemma4-31b", "gemma4", 60, 5376, 21504, 262144, 32, 4, 512, 1e6f, 1e-6f, true, 262144, "default", 0, 1024, 0, 0, 0,
+     0, 0, 0, 0, 0, 0.25f, 6, 256, 16, 1e4f, 30.0f},
 };
 
 const Preset& find_preset(const std::string& name) {
@@ -138,9 +148,11 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   if (!mixture) throw Error(fmt::format("unknown mixture '{}'", o.mixture));
   const int n_layer = o.layers > 0 ? o.layers : p.n_layer;
   const std::string a = p.arch;
-  const bool gemma = a == "gemma3";
+  const bool gemma = a == "gemma3" || a == "gemma4";
+  const bool gemma4 = a == "gemma4";
   const bool hybrid = p.lin_hk > 0;
   const bool gpt_oss = a == "gpt-oss";
+  const auto global = [&](int l) { return !gemma4 || (l + 1) % p.global_every == 0; };
 
   gguf::Writer w;
   auto& m = w.metadata();
@@ -182,6 +194,23 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     m.set(a + ".rope.scaling.factor", Value::f32(32.0f));
     m.set(a + ".rope.scaling.original_context_length", Value::u32(4096));
   }
+  if (gemma4) {
+    std::vector<Value> kv, pattern;
+    for (int l = 0; l < n_layer; ++l) {
+      kv.push_back(Value::u32(static_cast<uint32_t>(global(l) ? p.n_head_kv : p.n_head_kv_swa)));
+      pattern.push_back(Value::boolean(!global(l)));
+    }
+    m.set(a + ".attention.head_count_kv", Value::array(gguf::ValueType::UINT32, kv));
+    m.set(a + ".attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, pattern));
+    m.set(a + ".attention.key_length_swa", Value::u32(static_cast<uint32_t>(p.head_dim_swa)));
+    m.set(a + ".attention.value_length_swa", Value::u32(static_cast<uint32_t>(p.head_dim_swa)));
+    m.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(p.head_dim)));
+    m.set(a + ".rope.dimension_count_swa", Value::u32(static_cast<uint32_t>(p.head_dim_swa)));
+    m.set(a + ".rope.freq_base_swa", Value::f32(p.rope_base_swa));
+    m.set(a + ".attention.shared_kv_layers", Value::u32(0));
+    m.set(a + ".embedding_length_per_layer_input", Value::u32(0));
+    m.set(a + ".final_logit_softcapping", Value::f32(p.final_cap));
+  }
   if (p.rope_linear > 0) {
     m.set(a + ".rope.scaling.type", Value::str("linear"));
     m.set(a + ".rope.scaling.factor", Value::f32(p.rope_linear));
@@ -208,11 +237,15 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   };
   std::vector<T> ts;
   const auto d = static_cast<uint64_t>(p.n_embd), ff = static_cast<uint64_t>(p.n_ff);
-  const auto qw = static_cast<uint64_t>(p.n_head * p.head_dim), kvw = static_cast<uint64_t>(p.n_head_kv * p.head_dim);
-  const auto hd = static_cast<uint64_t>(p.head_dim);
   ts.push_back({"token_embd.weight", {d, static_cast<uint64_t>(p.n_vocab)}, false});
+  // Gemma 4's proportional rotation: the per-pair frequency divisors of the global layers (filled below).
+  if (gemma4) ts.push_back({"rope_freqs.weight", {static_cast<uint64_t>(p.head_dim / 2)}, false});
+  int n_attn_v = 0;
   for (int l = 0; l < n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
+    const int head = global(l) ? p.head_dim : p.head_dim_swa, kv_heads = global(l) ? p.n_head_kv : p.n_head_kv_swa;
+    const auto qw = static_cast<uint64_t>(p.n_head * head), kvw = static_cast<uint64_t>(kv_heads * head);
+    const auto hd = static_cast<uint64_t>(head);
     ts.push_back({b + "attn_norm.weight", {d}, true});
     if (hybrid && (l + 1) % p.full_every != 0) {
       const auto kd = static_cast<uint64_t>(p.lin_hk * p.lin_d), vd = static_cast<uint64_t>(p.lin_hv * p.lin_d);
@@ -229,7 +262,10 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     } else {
       ts.push_back({b + "attn_q.weight", {d, hybrid ? 2 * qw : qw}, false});  // hybrid: query and output gate
       ts.push_back({b + "attn_k.weight", {d, kvw}, false});
-      ts.push_back({b + "attn_v.weight", {d, kvw}, false});
+      if (!(gemma4 && global(l))) {  // Gemma 4's global layers use the keys as values
+        ts.push_back({b + "attn_v.weight", {d, kvw}, false});
+        ++n_attn_v;
+      }
       ts.push_back({b + "attn_output.weight", {qw, d}, false});
       if (gpt_oss) {
         ts.push_back({b + "attn_q.bias", {qw}, false});
@@ -278,7 +314,8 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   facts.n_layer = n_layer;
   facts.n_gqa = p.n_head / p.n_head_kv;
   facts.tied_embeddings = p.tied;
-  facts.n_attn_v = facts.n_ffn_down = n_layer;
+  facts.n_attn_v = n_attn_v;
+  facts.n_ffn_down = n_layer;
   quant::TypeSelector selector(*mixture, facts);
   auto pool = std::make_shared<ThreadPool>(0);
   SynthReport report;
@@ -298,6 +335,8 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     for (size_t i = 1; i < t.ne.size(); ++i) rows *= static_cast<int64_t>(t.ne[i]);
     report.parameters += static_cast<uint64_t>(cols * rows);
     const bool norm = t.norm;
+    // Gemma 4: pairs past the rotated quarter turn at 1e30 times lower frequency (so not at all).
+    const int64_t rotated_pairs = t.name == "rope_freqs.weight" ? static_cast<int64_t>(p.partial_rotary * static_cast<float>(cols)) : -1;
     const uint32_t s = tensor_seed++;
     w.add_tensor(t.name, type, t.ne, [=](const auto& emit) {
       const size_t rs = quant::row_size(type, cols);
@@ -313,6 +352,9 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
             std::mt19937 rng(s * 2654435761u + static_cast<uint32_t>(r0 + i));
             std::normal_distribution<float> g(0.0f, 0.02f);
             for (auto& v : row) v = norm ? 1.0f : g(rng);
+            if (rotated_pairs >= 0) {
+              for (int64_t j = 0; j < cols; ++j) row[static_cast<size_t>(j)] = j < rotated_pairs ? 1.0f : 1e30f;
+            }
             quant::quantize_row(type, row.data(), buf.data() + static_cast<size_t>(i) * rs, cols);
           }
         });
