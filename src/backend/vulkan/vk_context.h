@@ -176,6 +176,7 @@ class Context {
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkSemaphore timeline_ = VK_NULL_HANDLE;
   uint64_t timeline_value_ = 0;
+  bool spin_wait_ = false;  // poll for a step's end before blocking (not on a CPU device: it takes the core)
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
   std::string pipeline_cache_path_;
   bool pipeline_cache_dirty_ = false;
