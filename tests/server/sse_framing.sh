@@ -9,6 +9,9 @@ for tool in curl node; do
   command -v $tool >/dev/null || { echo "FAIL: $tool is not installed (scripts/deps.sh --test)"; exit 1; }
 done
 rm -rf "$work" && mkdir -p "$work"
+# The log exists before the server starts: the background job opens it when it gets to run, and a
+# read before that would fail (and end the script under set -e).
+: >"$work/server.log"
 "$zinc" serve -m "$model" --port 0 2>"$work/server.log" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
