@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -243,20 +242,9 @@ TEST_F(VulkanGemm, Throughput) {
       if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
       if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
       if (*warps) setenv("ZINC_VK_MM_WARPS", warps, 1);
-      const int reps = 10;
-      Recording rec(*ctx_, 2 * reps);
-      for (int i = 0; i < reps; ++i) {
+      const double best = seconds_per_rep(*ctx_, 10, 2, [&](Recording& rec) {
         mul_mm(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, k, n, m, n, 0, View{&bs});
-        rec.barrier();
-      }
-      rec.finish();
-      rec.submit_and_wait();  // warm-up
-      double best = 1e30;
-      for (int i = 0; i < 3; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        rec.submit_and_wait();
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-      }
+      });
       std::printf("| %s%s%s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm,
                   *warps ? ", subgroups " : "", warps, m, n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
       unsetenv("ZINC_VK_MM_BM");

@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +86,28 @@ CpuDot cpu_dot(gguf::TensorType type, const uint8_t* wr, const uint8_t* act, uin
   return r;
 }
 
+// The CPU's expert products, laid out as mul_mv_q8_id / mul_mv_k_id write them: for (token, slot) pair
+// p, row r of expert ids[p] against x row p (per_slot) or p / n_used, quantized as the CPU quantizes
+// it, plus that expert's bias row where given.
+std::vector<CpuDot> cpu_expert_products(gguf::TensorType type, const std::vector<uint8_t>& wq, const std::vector<float>& x,
+                                        uint32_t ncols, uint32_t nrows, const std::vector<uint32_t>& ids, uint32_t n_used,
+                                        bool per_slot, const std::vector<float>* bias) {
+  const size_t rs = quant::row_size(type, ncols), ab = quant::activation_row_size(type, ncols);
+  const size_t xrows = x.size() / ncols;
+  std::vector<uint8_t> act(ab * xrows);
+  for (size_t t = 0; t < xrows; ++t) quant::quantize_activation(type, x.data() + t * ncols, act.data() + t * ab, ncols);
+  std::vector<CpuDot> want(ids.size() * nrows);
+  for (size_t pair = 0; pair < ids.size(); ++pair) {
+    const size_t e = ids[pair], xr = per_slot ? pair : pair / n_used;
+    for (uint32_t r = 0; r < nrows; ++r) {
+      CpuDot& c = want[pair * nrows + r];
+      c = cpu_dot(type, wq.data() + (e * nrows + r) * rs, act.data() + xr * ab, ncols);
+      if (bias) c.value += (*bias)[e * nrows + r];
+    }
+  }
+  return want;
+}
+
 // One block (each result is one block's value: the CPU's bit for bit); else equal up to the order
 // blocks are added in (each partial sum rounds once on either side).
 void expect_product(gguf::TensorType type, float got, const CpuDot& want, uint32_t ncols, const std::string& where) {
@@ -142,23 +164,10 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
     for (const uint32_t ncols : {32u, 1184u}) {
       for (const bool per_slot : {false, true}) {
         const bool biased = per_slot;
-        const size_t rs = quant::row_size(type, ncols);
         const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
         const uint32_t xrows = per_slot ? ntok * n_used : ntok;
         const std::vector<float> x = q8_activation_rows(ncols, xrows, rng);
-        std::vector<uint8_t> act(quant::activation_row_size(type, ncols) * xrows);
-        for (uint32_t t = 0; t < xrows; ++t) {
-          quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data() + t * act.size() / xrows, ncols);
-        }
-        std::vector<CpuDot> want(static_cast<size_t>(ntok) * n_used * nrows);
-        for (uint32_t pair = 0; pair < ntok * n_used; ++pair) {
-          const uint32_t e = ids[pair], xr = per_slot ? pair : pair / n_used;
-          for (uint32_t r = 0; r < nrows; ++r) {
-            CpuDot& c = want[pair * nrows + r];
-            c = cpu_dot(type, wq.data() + (static_cast<size_t>(e) * nrows + r) * rs, act.data() + xr * act.size() / xrows, ncols);
-            if (biased) c.value += bias[e * nrows + r];
-          }
-        }
+        const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, biased ? &bias : nullptr);
         Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
                bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * xrows), by = ctx_->device_buffer(want.size() * 4),
                bi = ctx_->device_buffer(ids.size() * 4), bb = ctx_->device_buffer(bias.size() * 4);
@@ -427,22 +436,10 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
     for (const uint32_t ncols : {256u, 1280u}) {
       for (const bool per_slot : {false, true}) {
-        const size_t rs = quant::row_size(type, ncols);
         const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
         const uint32_t xrows = per_slot ? ntok * n_used : ntok;
         const std::vector<float> x = activation_rows(ncols, xrows, rng);
-        const size_t ab = quant::activation_row_size(type, ncols);
-        std::vector<uint8_t> act(ab * xrows);
-        for (uint32_t t = 0; t < xrows; ++t) quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data() + t * ab, ncols);
-        std::vector<CpuDot> want(static_cast<size_t>(ntok) * n_used * nrows);
-        for (uint32_t pair = 0; pair < ntok * n_used; ++pair) {
-          const uint32_t e = ids[pair], xr = per_slot ? pair : pair / n_used;
-          for (uint32_t r = 0; r < nrows; ++r) {
-            CpuDot& c = want[pair * nrows + r];
-            c = cpu_dot(type, wq.data() + (static_cast<size_t>(e) * nrows + r) * rs, act.data() + xr * ab, ncols);
-            if (per_slot) c.value += bias[e * nrows + r];
-          }
-        }
+        const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, per_slot ? &bias : nullptr);
         Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
                bq = ctx_->device_buffer(q8k_row_bytes(ncols) * xrows), by = ctx_->device_buffer(want.size() * 4),
                bi = ctx_->device_buffer(ids.size() * 4), bb = ctx_->device_buffer(bias.size() * 4);
@@ -472,23 +469,7 @@ TEST_F(VulkanKQuant, Throughput) {
   if (!std::getenv("ZINC_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_VULKAN_BENCH=1 for the throughput table";
   std::mt19937 rng(3);
   std::printf("| type | rows | cols | kernel | us | GB/s |\n|---|---|---|---|---|---|\n");
-  const auto timed = [&](auto&& record) {
-    const int reps = 50;
-    Recording rec(*ctx_, 2 * reps + 2);
-    for (int i = 0; i < reps; ++i) {
-      record(rec);
-      rec.barrier();
-    }
-    rec.finish();
-    rec.submit_and_wait();  // warm-up
-    double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      rec.submit_and_wait();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-    }
-    return best;
-  };
+  const auto timed = [&](const std::function<void(Recording&)>& record) { return seconds_per_rep(*ctx_, 50, 1, record); };
   {
     // The row ops around the products: the norm kernel's variants (double or float sum, with the
     // residual add and the codes or without) and a plain add, for one 4096-wide row.
@@ -514,7 +495,7 @@ TEST_F(VulkanKQuant, Throughput) {
     for (Buffer* buf : {&bx, &by, &bq}) ctx_->release(*buf);
   }
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
-    for (const auto [nrows, ncols] : {std::pair{4096u, 4096u}, {1024u, 4096u}, {12288u, 4096u}, {4096u, 12288u}, {32768u, 4096u}}) {
+    for (const auto& [nrows, ncols] : {std::pair{4096u, 4096u}, {1024u, 4096u}, {12288u, 4096u}, {4096u, 12288u}, {32768u, 4096u}}) {
       const size_t bytes = quant::row_size(type, ncols) * nrows;
       std::vector<uint32_t> wq((bytes + 3) / 4 + 4);
       for (auto& v : wq) v = static_cast<uint32_t>(rng()) & 0x3bff3bffu;  // finite halves wherever they fall
@@ -530,7 +511,7 @@ TEST_F(VulkanKQuant, Throughput) {
       };
       row("float", timed([&](Recording& r) { mul_mv(*ctx_, r, type, View{&bw}, View{&bx}, View{&by}, View{}, ncols, nrows, 1); }));
       row("quantize_q8k", timed([&](Recording& r) { quantize_q8k(*ctx_, r, View{&bx}, View{&bq}, ncols, 1); }));
-      for (const auto [wg, rows] : {std::pair{"128", "2"}, {"128", "4"}, {"256", "4"}, {"64", "4"}, {"128", "8"}, {"256", "2"}}) {
+      for (const auto& [wg, rows] : {std::pair{"128", "2"}, {"128", "4"}, {"256", "4"}, {"64", "4"}, {"128", "8"}, {"256", "2"}}) {
         setenv("ZINC_VK_MVK_WG", wg, 1);
         setenv("ZINC_VK_MVK_ROWS", rows, 1);
         const double t = timed([&](Recording& r) { mul_mv_k(*ctx_, r, type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, 1); });

@@ -68,6 +68,12 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   *gx = (groups + *gy - 1) / *gy;
 }
 
+// A launcher's tuning knob from the environment (measurements on a device), clamped, else fallback.
+uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
+}
+
 // mul_mv's shape: WG invocations, ROWS rows and NTOK tokens per workgroup (its specialization
 // constants). Enough invocations to cover a row's units once (up to 128, four subgroups of 32 on
 // NVIDIA); token groups of up to 8, balanced (9 tokens: 5 + 4); two rows per workgroup share their x
@@ -83,8 +89,8 @@ MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
   s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
   s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
   // Tuning knobs for measurements on a device: ZINC_VK_MV_WG (32, 64, 128, 256), ZINC_VK_MV_ROWS (1..8).
-  if (const char* e = std::getenv("ZINC_VK_MV_WG"); e && *e) s.wg = std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), 32, 256);
-  if (const char* e = std::getenv("ZINC_VK_MV_ROWS"); e && *e) s.rows = std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), 1, 8);
+  s.wg = env_knob("ZINC_VK_MV_WG", s.wg, 32, 256);
+  s.rows = env_knob("ZINC_VK_MV_ROWS", s.rows, 1, 8);
   return s;
 }
 
@@ -255,10 +261,6 @@ const char* mul_mv_k_variant(TensorType type) {
   }
 }
 
-uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
-}
 
 struct MulMvKPush {
   uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
