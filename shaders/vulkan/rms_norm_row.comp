@@ -51,10 +51,11 @@ shared float row_scale;
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, row = gl_WorkGroupID.x, n4 = p.width / 4u, base = row * n4;
-  vec4 v[CHUNKS];
+  vec4 v[CHUNKS], wv[CHUNKS];
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
     const uint i = c * 256u + lid;
     v[c] = i < n4 ? x4[base + i] : vec4(0.0);
+    wv[c] = p.has_weight != 0u && i < n4 ? w4[i] + p.offset : vec4(1.0);  // loaded with the row, used after the sum
 #if defined(ADD_INPUT)
     if (i < n4) {
       v[c] += b4[base + i];
@@ -85,8 +86,7 @@ void main() {
   const float scale = row_scale;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
     const uint i = c * 256u + lid;
-    const vec4 wi = p.has_weight != 0u && i < n4 ? w4[i] + p.offset : vec4(1.0);
-    precise const vec4 r = v[c] * scale * wi;  // the CPU's order: (x * scale) * w
+    precise const vec4 r = v[c] * scale * wv[c];  // the CPU's order: (x * scale) * w
     v[c] = r;
     if (i < n4) y4[base + i] = r;
   }

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_attention.h"
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "quant/quant.h"
 #include "vk_test_util.h"
@@ -110,6 +111,7 @@ struct Case {
   float softcap = 0;
   bool sinks = false;
   uint32_t n_split = 0;  // 0: the launcher's choice
+  bool q8k = false;      // the output's Q8_K codes too (checked against the CPU's quantizer of the output)
 };
 
 // The graph op's definition in float64 (CpuExecutable::attention): out [n_tokens][n_head * head_dim].
@@ -210,6 +212,10 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   }
   Buffer scratch = ctx.host_buffer(std::max<size_t>(16, scratch_bytes));
   a.scratch = {&scratch, 0, 0};
+  const bool codes = c.q8k && attention_q8k_fits(ctx, c.n_head, hd);
+  if (c.q8k && !codes) std::printf("no Q8_K output on this device: the codes are not checked\n");
+  Buffer xq = ctx.host_buffer(codes ? q8k_row_bytes(qw) * c.n_tokens : 16);
+  if (codes) a.xq = {&xq, 0, 0};
   attention(ctx, d, a);
 
   const uint32_t rows = c.n_past + c.n_tokens;
@@ -217,6 +223,12 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   const double err = worst_error(out.data(), want);
   EXPECT_LT(err, 2e-5) << c.name << " (" << splits << " splits)";
   std::printf("%u splits, error %.2e\n", splits, err);
+  if (codes) {
+    std::vector<uint8_t> got(q8k_row_bytes(qw) * c.n_tokens);
+    std::memcpy(got.data(), xq.mapped, got.size());
+    expect_codes_of(std::vector<float>(out.data(), out.data() + static_cast<size_t>(c.n_tokens) * qw), got, qw, c.n_tokens);
+  }
+  ctx.release(xq);
   ctx.release(scratch);
 }
 
@@ -306,14 +318,14 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Decode, VulkanAttentionCase,
     ::testing::Values(Case{"at 0, GQA 4:1, F16", KvCacheType::F16, 8, 2, 128, 1, 0},
-                      Case{"at 1, 1:1, hd 64, F32", KvCacheType::F32, 4, 4, 64, 1, 1},
+                      Case{"at 1, 1:1, hd 64, F32, codes", KvCacheType::F32, 4, 4, 64, 1, 1, 0, 0, false, 0, true},
                       Case{"at 37, hd 256, softcap, F16", KvCacheType::F16, 8, 2, 256, 1, 37, 0, 3.0f},
                       Case{"at 37, hd 256, 1:1, F32", KvCacheType::F32, 2, 2, 256, 1, 37},
-                      Case{"at 37, 16 splits, most empty", KvCacheType::F16, 8, 2, 128, 1, 37, 0, 0, false, 16},
+                      Case{"at 37, 16 splits, most empty, codes", KvCacheType::F16, 8, 2, 128, 1, 37, 0, 0, false, 16, true},
                       Case{"at 700, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, true},
-                      Case{"at 700, one split, F16", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 1},
-                      Case{"at 700, window 100, F32", KvCacheType::F32, 4, 1, 64, 1, 700, 100},
-                      Case{"at 37, hd 512, F16", KvCacheType::F16, 4, 2, 512, 1, 37},
+                      Case{"at 700, one split, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 1, true},
+                      Case{"at 700, window 100, F32, codes", KvCacheType::F32, 4, 1, 64, 1, 700, 100, 0, false, 0, true},
+                      Case{"at 37, hd 512, 4 splits, F16, codes", KvCacheType::F16, 4, 2, 512, 1, 37, 0, 0, false, 4, true},
                       Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37}),
     case_name);
 
@@ -325,7 +337,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"70 at 0, 1:1, F16", KvCacheType::F16, 4, 4, 128, 70, 0},
                       Case{"70 at 33, sinks, window 40, hd 64, F16", KvCacheType::F16, 8, 2, 64, 70, 33, 40, 0, true},
                       Case{"70 at 33, hd 256, softcap, F32", KvCacheType::F32, 4, 1, 256, 70, 33, 0, 5.0f},
-                      Case{"70 at 33, 3 splits, F32", KvCacheType::F32, 8, 2, 128, 70, 33, 0, 0, false, 3},
+                      Case{"70 at 33, 3 splits, F32, codes", KvCacheType::F32, 8, 2, 128, 70, 33, 0, 0, false, 3, true},
                       Case{"70 at 33, one split, sinks, F16", KvCacheType::F16, 8, 2, 128, 70, 33, 0, 0, true, 1},
                       Case{"7 at 33, hd 512, F16", KvCacheType::F16, 2, 1, 512, 7, 33}),
     case_name);

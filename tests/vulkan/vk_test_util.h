@@ -1,16 +1,23 @@
 // Shared by the Vulkan tests: a fixture holding the process's device context, or skipping with the
-// reason there is none (no loader, no driver, no device), and the timing of the throughput tables.
+// reason there is none (no loader, no driver, no device), the timing of the throughput tables, and the
+// check of Q8_K activation codes against the CPU's quantizer.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "backend/vulkan/vk_context.h"
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "quant/blocks.h"
+#include "quant/dot.h"
 
 namespace zinc::backend::vk {
 
@@ -43,6 +50,27 @@ inline double seconds_per_rep(Context& ctx, int reps, size_t dispatches, const s
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
   }
   return best;
+}
+
+// Q8_K rows from the device (q8k_row_bytes apart) against the CPU's quantizer of the float rows x.
+inline void expect_codes_of(const std::vector<float>& x, const std::vector<uint8_t>& codes, uint32_t width, uint32_t rows) {
+  const size_t qb = q8k_row_bytes(width);
+  std::vector<quant::BlockQ8_K> q(width / 256);
+  for (uint32_t r = 0; r < rows; ++r) {
+    quant::quantize_activation(gguf::TensorType::Q4_K, x.data() + static_cast<size_t>(r) * width, q.data(), width);
+    const uint8_t* row = codes.data() + r * qb;
+    for (uint32_t blk = 0; blk < width / 256; ++blk) {
+      float d = 0;
+      std::memcpy(&d, row + width + width / 4 + 4 * blk, 4);
+      EXPECT_EQ(d, q[blk].d) << width << " row " << r << " block " << blk;
+      EXPECT_EQ(0, std::memcmp(row + 256 * blk, q[blk].qs, 256)) << width << " row " << r << " block " << blk;
+      for (int g = 0; g < 16; ++g) {
+        int32_t s16 = 0;
+        std::memcpy(&s16, row + width + 4 * (16 * blk + g), 4);
+        EXPECT_EQ(s16, q[blk].bsums[g]) << width << " row " << r << " block " << blk << " group " << g;
+      }
+    }
+  }
 }
 
 }  // namespace zinc::backend::vk

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 
 namespace zinc::backend::vk {
@@ -192,8 +193,16 @@ size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_h
   return most;
 }
 
+bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim) {
+  return (n_head * head_dim) % 256 == 0 && ctx.features().subgroup_size >= 4;
+}
+
 void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   check_args(a);
+  if (a.xq.buffer && !attention_q8k_fits(ctx, a.n_head, a.head_dim)) {
+    throw Error(fmt::format("Vulkan attention: no Q8_K output for rows of {} on this device", a.n_head * a.head_dim));
+  }
+  if (a.xq.buffer && a.n_tokens > kMaxGroupsYZ) throw Error("Vulkan attention: too many tokens for a Q8_K output");
   const Plan p = make_plan(ctx.features(), a);
   if (p.n_blk > ctx.features().max_groups_x) {
     throw Error(
@@ -230,15 +239,26 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   }
   const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch};
   d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
-  if (p.n_split == 1) return;
+  const uint32_t width = a.n_head * a.head_dim;
+  if (p.n_split == 1) {
+    if (!a.xq.buffer) return;
+    d.barrier();
+    quantize_q8k(ctx, d, a.out, a.xq, width, a.n_tokens);
+    return;
+  }
   d.barrier();
-  const Kernel& r = ctx.pipeline("attention_reduce", 3, 20);
   const uint32_t n_rows = a.n_tokens * a.n_head;
-  const uint32_t rpush[] = {p.n_split, n_rows, a.n_head, a.head_dim, a.sinks.buffer ? 1u : 0u};
+  const uint32_t rpush[] = {p.n_split, n_rows, a.n_head, a.head_dim, a.sinks.buffer ? 1u : 0u,
+                            static_cast<uint32_t>(q8k_row_bytes(width) / 4)};
+  if (a.xq.buffer) {
+    const View rbind[] = {a.scratch, sinks, a.out, a.xq};
+    d.dispatch(ctx.pipeline("attention_reduce_q8k", 4, sizeof(rpush)), rbind, rpush, width / 256, a.n_tokens);
+    return;
+  }
   const View rbind[] = {a.scratch, sinks, a.out};
   uint32_t gx = 0, gy = 0;
   grid(ctx, n_rows, &gx, &gy);
-  d.dispatch(r, rbind, rpush, gx, gy);
+  d.dispatch(ctx.pipeline("attention_reduce_rows", 3, sizeof(rpush)), rbind, rpush, gx, gy);
 }
 
 }  // namespace zinc::backend::vk

@@ -57,6 +57,7 @@ struct AttentionArgs {
   View step;              // uint n_past at word 0
   View out;               // (n_tokens, n_head * head_dim) floats
   View scratch;           // attention_scratch_bytes(...) bytes; unused (may be empty) when that is 0
+  View xq;                // out's rows as Q8_K codes too (vk::quantize_q8k's layout), or empty: not
   uint32_t n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim: a multiple of 4, at most 512
   uint32_t n_tokens = 0;
   uint32_t n_ctx = 0;            // cache rows (n_past + n_tokens <= n_ctx at run time)
@@ -74,9 +75,13 @@ size_t attention_scratch_bytes(uint32_t n_split, uint32_t n_head, uint32_t head_
 size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                uint32_t max_tokens, uint32_t n_ctx);
 
+// Whether attention() can write Q8_K codes of its output (rows of n_head * head_dim, a multiple of 256).
+bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim);
+
 // Causal attention of q over the cache (graph Op::Attention after kv_store): out rows as q's, each head
 // the softmax-weighted sum of its kv head's V rows. Records one dispatch, or two (with a barrier
-// between) when the key range is split.
+// between) when the key range is split; with xq the merge of the splits writes the codes (else one
+// more dispatch does).
 void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a);
 
 }  // namespace zinc::backend::vk

@@ -603,7 +603,8 @@ class VulkanExecutable final : public Executable {
         a.sliding_window = static_cast<uint32_t>(std::max(0, node.sliding_window));
         a.scale = node.scale;
         a.softcap = node.cap;
-        tr.before({in(0), kc, vc}, {out, a.scratch});
+        if (vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
+        tr.before({in(0), kc, vc}, {out, a.scratch, a.xq});
         vk::attention(ctx_, rec, a);
         break;
       }

@@ -61,6 +61,8 @@ struct Features {
   bool unified_memory = false;      // every device-local type is also host-visible (lavapipe, APUs)
 };
 
+inline constexpr uint32_t kMaxGroupsYZ = 65535;  // the least maxComputeWorkGroupCount[1..2] Vulkan allows
+
 // Where dispatches go: run at once (Context::immediate) or recorded into a command buffer (Recording).
 class Dispatcher {
  public:

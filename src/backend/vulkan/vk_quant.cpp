@@ -34,7 +34,6 @@ constexpr QuantType kTypes[] = {
 };
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 32;  // shaders address the weight in 32-bit bytes
-constexpr uint32_t kMaxGroupsYZ = 65535;           // the least maxComputeWorkGroupCount[1..2] Vulkan allows
 
 const QuantType* find_type(TensorType type) {
   for (const QuantType& t : kTypes) {
@@ -267,12 +266,12 @@ struct MulMvKPush {
 };
 
 // mul_mv_k's shape: the fastest measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four
-// rows sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096), 16 blocks
-// and two rows for the small ones and for Q6_K (whose unaligned blocks take more loads) unless the
-// matrix is huge (the output head). Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256),
-// ZINC_VK_MVK_ROWS (1..8).
+// rows sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096, 2.8 TB/s
+// at the 151936-row output head), 16 blocks and two rows for the small ones and for every Q6_K matrix
+// (whose unaligned blocks take more loads: 2.0 TB/s at 4096 x 12288, 2.4 TB/s at the output head).
+// Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256), ZINC_VK_MVK_ROWS (1..8).
 void mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t* wg, uint32_t* rows) {
-  const bool big = nrows >= (type == TensorType::Q6_K ? 32768u : 4096u);
+  const bool big = type != TensorType::Q6_K && nrows >= 4096u;
   *wg = env_knob("ZINC_VK_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
   *rows = env_knob("ZINC_VK_MVK_ROWS", big ? 4 : 2, 1, 8);
 }
