@@ -80,6 +80,21 @@ bool coopmat_usable(const Context& ctx) {
   return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= kCoopSharedBytes && driver_has_coopmat(ctx);
 }
 
+void check_shape(uint32_t ncols, uint32_t nrows, uint32_t y_stride, uint32_t y_offset) {
+  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 32", ncols));
+  if (uint64_t{y_offset} + nrows > y_stride) {
+    throw Error(fmt::format("Vulkan mul_mm: rows [{}, {}) do not fit in output rows of {}", y_offset,
+                            uint64_t{y_offset} + nrows, y_stride));
+  }
+}
+
+void check_scratch(const View& s, uint32_t ncols, uint32_t n_tokens) {
+  const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
+  if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
+    throw Error(fmt::format("Vulkan mul_mm: the f16 scratch view holds fewer than the {} bytes needed", scratch));
+  }
+}
+
 }  // namespace
 
 MulMmKernel mul_mm_kernel(const Context& ctx) {
@@ -98,47 +113,60 @@ void mul_mm(Context& ctx, Dispatcher& d, View w_f16, View x, View y, uint32_t nc
   mul_mm(ctx, d, mul_mm_kernel(ctx), w_f16, x, y, ncols, nrows, n_tokens, y_stride, y_offset, x_f16_scratch);
 }
 
-void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows,
-            uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
-  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 32", ncols));
-  if (uint64_t{y_offset} + nrows > y_stride) {
-    throw Error(fmt::format("Vulkan mul_mm: rows [{}, {}) do not fit in output rows of {}", y_offset,
-                            uint64_t{y_offset} + nrows, y_stride));
-  }
+void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t ncols, uint32_t n_tokens) {
+  if (ncols % 4 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 4", ncols));
+  check_scratch(x_f16, ncols, n_tokens);
+  const uint32_t n4 = ncols / 4 * n_tokens;
+  if (n4 == 0) return;
+  uint32_t cx = 0, cy = 0;
+  grid(ctx, (n4 + 255) / 256, &cx, &cy);
+  const View convert[] = {x, x_f16};
+  d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
+}
+
+void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uint32_t ncols, uint32_t nrows,
+                uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset) {
+  check_shape(ncols, nrows, y_stride, y_offset);
   if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
-  const bool coop = kernel == MulMmKernel::CoopMatNV;
-  if (coop && !coopmat_usable(ctx)) {
+  if (!coopmat_usable(ctx)) {
     throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
   }
-  const uint32_t tile_rows = coop ? coop_rows(nrows, n_tokens) : kTiledRows, tile_tokens = coop ? kCoopTokens : kTiledTokens;
-  const uint32_t token_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
+  check_scratch(x_f16, ncols, n_tokens);
+  const uint32_t tile_rows = coop_rows(nrows, n_tokens);
+  const uint32_t token_tiles = (n_tokens + kCoopTokens - 1) / kCoopTokens;
   const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
   const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
   uint32_t gx = 0, gy = 0;
   grid(ctx, tiles, &gx, &gy);
-  if (!coop) {
-    const View bindings[] = {w_f16, x, y};
-    d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
-    return;
-  }
-  const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
-  const View& s = x_f16_scratch;
-  if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
-    throw Error(fmt::format("Vulkan mul_mm: the f16 scratch view holds fewer than the {} bytes needed", scratch));
-  }
-  const uint32_t n4 = ncols / 4 * n_tokens;
-  uint32_t cx = 0, cy = 0;
-  grid(ctx, (n4 + 255) / 256, &cx, &cy);
-  const View convert[] = {x, x_f16_scratch};
-  d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
-  d.barrier();
-  const View bindings[] = {w_f16, x_f16_scratch, y};
+  const View bindings[] = {w_f16, x_f16, y};
   // Eight subgroups per workgroup: on an H100, 512 tokens of a 4096 x 4096 weight take 120 TFLOPS with
   // eight, 90 with four (more subgroups hide the loads). ZINC_VK_MM_WARPS (4 or 8) for measurements.
   uint32_t warps = 8;
   if (const char* e = std::getenv("ZINC_VK_MM_WARPS"); e && *e) warps = std::atoi(e) == 4 ? 4 : 8;
   const uint32_t spec[] = {tile_rows, warps * 32};
   d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
+}
+
+void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows,
+            uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
+  check_shape(ncols, nrows, y_stride, y_offset);
+  if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
+  if (kernel == MulMmKernel::CoopMatNV) {
+    if (!coopmat_usable(ctx)) {
+      throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
+    }
+    mul_mm_convert_x(ctx, d, x, x_f16_scratch, ncols, n_tokens);
+    d.barrier();
+    mul_mm_f16(ctx, d, w_f16, x_f16_scratch, y, ncols, nrows, n_tokens, y_stride, y_offset);
+    return;
+  }
+  const uint32_t token_tiles = (n_tokens + kTiledTokens - 1) / kTiledTokens;
+  const uint32_t tiles = token_tiles * ((nrows + kTiledRows - 1) / kTiledRows);
+  const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, tiles, &gx, &gy);
+  const View bindings[] = {w_f16, x, y};
+  d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
 }
 
 }  // namespace zinc::backend::vk

@@ -43,4 +43,11 @@ void mul_mm(Context& ctx, Dispatcher& d, View w_f16, View x, View y, uint32_t nc
 void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows,
             uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset, View x_f16_scratch);
 
+// The two halves of CoopMatNV's mul_mm, for a caller that multiplies one X by several weights: X
+// rounded to f16 into x_f16 (mul_mm_scratch_bytes; ncols a multiple of 4), then, after a barrier, any
+// number of products reading it. mul_mm_f16 throws where the device has no CoopMatNV.
+void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t ncols, uint32_t n_tokens);
+void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uint32_t ncols, uint32_t nrows,
+                uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset);
+
 }  // namespace zinc::backend::vk
