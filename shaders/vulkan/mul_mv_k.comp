@@ -5,9 +5,6 @@
 //! variant id_q4_k TYPE_Q4_K,MUL_MV_ID
 //! variant id_q5_k TYPE_Q5_K,MUL_MV_ID
 //! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
-//! variant glu_q4_k TYPE_Q4_K,GLU
-//! variant glu_q5_k TYPE_Q5_K,GLU
-//! variant glu_q6_k TYPE_Q6_K,GLU
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then one float expression per block in the CPU's
@@ -25,19 +22,11 @@
 // expert ids[pair] (clamped below n_expert) picks the matrix expert_stride bytes on, its activation row
 // is xq[pair] (x_per_slot) or xq[pair / n_used], y[pair][r], plus the expert's bias row when has_bias.
 //
-// GLU (variants glu_*): the gate and up products of a feed-forward network and its activation in one
-// dispatch. W holds both matrices (up at up_offset bytes); a workgroup takes ROWS rows of each and
-// writes h = act(gate) * up (act: silu, or gelu_tanh with glu_gelu, eltwise.comp's expressions). With
-// q8k_stride > 0 the 256-row blocks of h are also quantized to Q8_K for the down projection: the last
-// workgroup of a block to finish (a counter per (token group, block) in binding 3, which it resets)
-// reads the block back and writes its codes to binding 4. Needs nrows a multiple of 256.
-//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
 // 4 bias [n_expert][nrows] floats. Grid: x*y = ceil(nrows / ROWS) workgroups, z = token groups (or
 // pairs). Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
 #extension GL_EXT_control_flow_attributes : enable
-#extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -52,15 +41,7 @@ layout(std430, binding = 0) readonly restrict buffer Wbuf { uint w[]; };
 layout(std430, binding = 0) readonly restrict buffer Wbuf4 { uvec4 w4[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf { uint q[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf4 { uvec4 q4[]; };
-#if defined(GLU)
-layout(std430, binding = 2) coherent restrict buffer Ybuf { float y[]; };  // read back by a block's last workgroup
-layout(std430, binding = 3) coherent restrict buffer Cbuf { uint arrived[]; };
-layout(std430, binding = 4) writeonly restrict buffer Obuf { uint qo[]; };
-#define Q8K_BLOCK_WRITER
-#define Q8K_DEST qo
-#else
 layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
-#endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
@@ -76,13 +57,7 @@ layout(push_constant) uniform Params {
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
   uint has_bias;       // MUL_MV_ID
-  uint up_offset;      // GLU: bytes from the gate matrix to the up matrix
-  uint q8k_stride;     // GLU: words per quantized row of h; 0: no codes
-  uint glu_gelu;       // GLU: 1: gelu_tanh, 0: silu
 } p;
-#if defined(GLU)
-#include "q8k.glsl"
-#endif
 
 // OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
@@ -206,13 +181,7 @@ float block_value(ivec2 v, vec2 d, float dx) {
   return r;
 }
 
-#if defined(GLU)
-const uint NR = 2u * ROWS;  // ROWS gate rows, then the same rows of up
-shared bool last_of_block;
-#else
-const uint NR = ROWS;
-#endif
-shared float red[NR * NTOK * (WG / 8u)];  // one partial sum per (row, token) and subgroup
+shared float red[ROWS * NTOK * (WG / 8u)];  // one partial sum per (row, token) and subgroup
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u;
@@ -226,7 +195,7 @@ void main() {
 #endif
   const float lead = j == 0u ? 1.0 : 0.0;  // one invocation of eight adds the block's value
   for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
-    uint xr[NTOK], rb[NR];
+    uint xr[NTOK], rb[ROWS];
 #if defined(MUL_MV_ID)
     const uint e = min(ids[set], p.n_expert - 1u);
     xr[0] = (p.x_per_slot != 0u ? set : set / p.n_used) * p.xstride;
@@ -235,25 +204,21 @@ void main() {
     [[unroll]] for (uint t = 0u; t < NTOK; ++t) xr[t] = min(set * NTOK + t, p.n_tokens - 1u) * p.xstride;
     const uint wb = 0u;
 #endif
-#if defined(GLU)
-    [[unroll]] for (uint r = 0u; r < NR; ++r) rb[r] = (r < ROWS ? 0u : p.up_offset) + min(row0 + r % ROWS, p.nrows - 1u) * p.row_bytes;
-#else
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
-#endif
-    float acc[NR * NTOK];
-    [[unroll]] for (uint i = 0u; i < NR * NTOK; ++i) acc[i] = 0.0;
+    float acc[ROWS * NTOK];
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
     for (uint b = tid >> 3; b < nb; b += slots) {
-      Codes c[NR];
-      [[unroll]] for (uint r = 0u; r < NR; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j);
+      Codes c[ROWS];
+      [[unroll]] for (uint r = 0u; r < ROWS; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j);
       [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
         const float dx = uintBitsToFloat(q[xr[t] + d0 + b]);
-        [[unroll]] for (uint r = 0u; r < NR; ++r) {
+        [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
           const ivec2 v = share_sums(c[r], xr[t] + b * 64u, xr[t] + sums0 + b * 16u);
           acc[r * NTOK + t] += lead * block_value(v, c[r].d, dx);
         }
       }
     }
-    [[unroll]] for (uint i = 0u; i < NR * NTOK; ++i) {
+    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
       const float s = subgroupAdd(acc[i]);
       if (subgroupElect()) red[i * slots + gl_SubgroupID] = s;
     }
@@ -264,44 +229,11 @@ void main() {
       const uint row = row0 + i / NTOK;
 #if defined(MUL_MV_ID)
       if (row < p.nrows) y[set * p.nrows + row] = s + (p.has_bias != 0u ? bias[e * p.nrows + row] : 0.0);
-#elif defined(GLU)
-      float u = 0.0;
-      for (uint g = 0u; g < gl_NumSubgroups; ++g) u += red[(ROWS * NTOK + i) * slots + g];
-      const uint tok = set * NTOK + i % NTOK;
-      const float act = p.glu_gelu != 0u ? 0.5 * s * (1.0 + tanh(0.79788456080286535588 * s * (1.0 + 0.044715 * s * s)))
-                                         : s / (1.0 + exp(-s));
-      if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = act * u;
 #else
       const uint tok = set * NTOK + i % NTOK;
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
 #endif
     }
-#if defined(GLU)
-    if (p.q8k_stride != 0u) {
-      // The block's last workgroup (its 256 / ROWS workgroups each count themselves in once their rows
-      // are out) quantizes it for every token of the group.
-      const uint blk = row0 / 256u, counter = set * (p.nrows / 256u) + blk;
-      memoryBarrierBuffer();
-      barrier();
-      if (tid == 0u) {
-        const bool last = atomicAdd(arrived[counter], 1u) == 256u / ROWS - 1u;
-        if (last) arrived[counter] = 0u;  // ready for the next step
-        last_of_block = last;
-      }
-      barrier();
-      if (last_of_block) {
-        memoryBarrierBuffer();
-        for (uint t = 0u; t < NTOK; ++t) {
-          const uint tok = set * NTOK + t;
-          if (tok >= p.n_tokens) break;  // uniform
-          const uint at = tok * p.nrows + blk * 256u + 4u * tid;
-          vec4 v = vec4(0.0);
-          if (tid < 64u) v = vec4(y[at], y[at + 1u], y[at + 2u], y[at + 3u]);
-          q8k_write_block(v, tid, tok * p.q8k_stride, p.nrows, blk);
-        }
-      }
-    }
-#endif
     barrier();
   }
 }

@@ -5,9 +5,8 @@
 //   words [0, ncols/4)                     codes, 4 per word, little-endian int8
 //   words [ncols/4, ncols/4 + ncols/16)    the sum of each 16 codes, int32
 //   then ncols/256 words                   d of each block, float
-// With Q8K_BLOCK_WRITER defined (after the shader's buffer of words Q8K_DEST, default `q`):
-// q8k_write_block, one block quantized by a workgroup of 64 or more invocations (quantize_q8k.comp,
-// attention_reduce.comp, mul_mv_k.comp's GLU variants).
+// With Q8K_BLOCK_WRITER defined (after the shader's `q` buffer of words): q8k_write_block, one block
+// quantized by a workgroup of 64 invocations (quantize_q8k.comp, attention_reduce.comp).
 #include "div_rn.glsl"
 
 // |v| as bits, NaN as 0 (the CPU's maximum skips NaN): non-negative floats order as their bits.
@@ -33,30 +32,24 @@ uint q8k_pack(ivec4 c) {
 }
 
 #if defined(Q8K_BLOCK_WRITER)
-#if !defined(Q8K_DEST)
-#define Q8K_DEST q  // the buffer of words the codes go to
-#endif
 shared uint q8k_part_max[64];
 
-// Block b of the row at word `base` (ncols per row) from v, elements 4 lid.. of the block: invocations
-// 0..63 of the workgroup hold the block, any further ones take part with v = 0 and write nothing. The
-// maximum over the workgroup (subgroups, then shared memory), then the codes, each 16 codes' sum (4
-// invocations) and d. Called by every invocation (it has barriers).
+// Block b of the row at word `base` (ncols per row) from v, elements 4 lid.. of the block, lid the
+// invocation's index in a workgroup of 64: the maximum over the workgroup (subgroups, then shared
+// memory), then the codes, each 16 codes' sum (4 invocations) and d.
 void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b) {
   uint m = subgroupMax(max(max(q8k_abs_bits(v.x), q8k_abs_bits(v.y)), max(q8k_abs_bits(v.z), q8k_abs_bits(v.w))));
   if (subgroupElect()) q8k_part_max[gl_SubgroupID] = m;
   barrier();
   for (uint i = 0u; i < gl_NumSubgroups; ++i) m = max(m, q8k_part_max[i]);
-  barrier();  // q8k_part_max may be written again by the next call
   float id;
   const float d = q8k_scale(m, id);
   const ivec4 c = ivec4(q8k_code(v.x, id), q8k_code(v.y, id), q8k_code(v.z, id), q8k_code(v.w, id));
+  q[base + b * 64u + lid] = q8k_pack(c);
   int s = c.x + c.y + c.z + c.w;  // 16 codes: 4 invocations
   s += subgroupShuffleXor(s, 1u);
   s += subgroupShuffleXor(s, 2u);
-  if (lid >= 64u) return;
-  Q8K_DEST[base + b * 64u + lid] = q8k_pack(c);
-  if ((lid & 3u) == 0u) Q8K_DEST[base + ncols / 4u + b * 16u + lid / 4u] = uint(s);
-  if (lid == 0u) Q8K_DEST[base + ncols / 4u + ncols / 16u + b] = floatBitsToUint(d);
+  if ((lid & 3u) == 0u) q[base + ncols / 4u + b * 16u + lid / 4u] = uint(s);
+  if (lid == 0u) q[base + ncols / 4u + ncols / 16u + b] = floatBitsToUint(d);
 }
 #endif

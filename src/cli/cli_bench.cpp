@@ -81,9 +81,13 @@ Suite read_suite(const std::string& path) {
   return s;
 }
 
-// llama-bench's JSON lines for the same tests: {"n_prompt", "n_gen", "avg_ts"} per test.
-std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads) {
-  std::string cmd = fmt::format("'{}' -m '{}' -t {} -r {} -o json", a.llama_bench, hub::resolve_model_path(a.model), threads, a.runs);
+// llama-bench's JSON lines for the same tests: {"n_prompt", "n_gen", "avg_ts"} per test. The same
+// cache type; on a GPU every layer offloaded and flash attention on (as zinc's GPU attention is), on
+// the CPU none offloaded.
+std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads, bool gpu) {
+  std::string cmd = fmt::format("'{}' -m '{}' -t {} -r {} -o json -ctk {} -ctv {} -ngl {} -fa {}", a.llama_bench,
+                                hub::resolve_model_path(a.model), threads, a.runs, a.kv_type, a.kv_type, gpu ? 99 : 0,
+                                gpu ? 1 : 0);
   std::string p, n;
   for (int x : a.prompts) p += (p.empty() ? "" : ",") + std::to_string(x);
   for (int x : a.gens) n += (n.empty() ? "" : ",") + std::to_string(x);
@@ -187,7 +191,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     }
   }
   if (!a.llama_bench.empty()) {
-    for (const auto& l : run_llama_bench(a, threads)) {
+    for (const auto& l : run_llama_bench(a, threads, gpu)) {
       const int np = l.value("n_prompt", 0), ng = l.value("n_gen", 0);
       const std::string test = np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng);
       for (auto& r : results) {

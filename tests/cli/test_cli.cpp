@@ -367,7 +367,8 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
 
   // --compare against the run above; --vs-llama-cpp with a stand-in that prints llama-bench's JSON.
   std::ofstream(home.file("base.json")) << r.out;
-  std::ofstream(home.file("llama-bench")) << "#!/bin/sh\necho '[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1000.0},"
+  std::ofstream(home.file("llama-bench")) << "#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/llama-args\"\n"
+                                             "echo '[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 1000.0},"
                                              " {\"n_prompt\": 0, \"n_gen\": 8, \"avg_ts\": 50.0}]'\n";
   std::filesystem::permissions(home.file("llama-bench"), std::filesystem::perms::owner_all);
   const json c = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "16", "-n", "8", "--runs", "1", "--warmup",
@@ -378,6 +379,12 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
     const double theirs = t["test"] == "pp16" ? 1000.0 : 50.0;
     EXPECT_EQ(t["llama_cpp_tokens_per_s"].get<double>(), theirs);
     EXPECT_NEAR(t["ratio_to_llama_cpp"].get<double>(), t["tokens_per_s"].get<double>() / theirs, 1e-9);
+  }
+  // The same tests, cache type and (on the CPU) no offload.
+  std::string args;
+  std::getline(std::ifstream(home.file("llama-args")), args);
+  for (const char* want : {"-p 16", "-n 8", "-r 1", "-ctk f16", "-ctv f16", "-ngl 0", "-fa 0", "-o json"}) {
+    EXPECT_NE(args.find(want), std::string::npos) << want << " in: " << args;
   }
   // A suite with a multi-turn chat: after the first turn, only the new user tokens (and the last answer
   // token, sampled but never evaluated) are evaluated.

@@ -340,63 +340,6 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   }
 }
 
-TEST_F(VulkanKQuant, GateUpAndActivationInOneDispatch) {
-  // mul_mv_k_glu: both matrices in one buffer, h = act(gate) * up against the CPU's products and the
-  // activation in double; h's codes as the CPU quantizes the device's h; the block counters left at zero
-  // (a second call, with other activations, is as right as the first).
-  std::mt19937 rng(21);
-  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
-    for (const uint32_t ntok : {1u, 6u}) {
-      for (const bool gelu : {false, true}) {
-        const uint32_t ncols = 512, nrows = 768;
-        const size_t rs = quant::row_size(type, ncols), up_offset = (rs * nrows + 15) / 16 * 16;
-        std::vector<uint8_t> both = weight_rows(type, ncols, nrows, rng);
-        both.resize(up_offset);
-        const std::vector<uint8_t> up = weight_rows(type, ncols, nrows, rng);
-        both.insert(both.end(), up.begin(), up.end());
-        const size_t qb = q8k_row_bytes(ncols), hb = q8k_row_bytes(nrows);
-        Buffer bw = ctx_->device_buffer(both.size()), bx = ctx_->device_buffer(size_t{ncols} * ntok * 4),
-               bq = ctx_->device_buffer(qb * ntok), bh = ctx_->device_buffer(size_t{nrows} * ntok * 4),
-               bc = ctx_->device_buffer(mul_mv_k_glu_counter_bytes(nrows, ntok)), bhq = ctx_->device_buffer(hb * ntok);
-        ctx_->upload(bw, 0, both.data(), both.size());
-        const std::vector<uint32_t> zeros(mul_mv_k_glu_counter_bytes(nrows, ntok) / 4, 0);
-        ctx_->upload(bc, 0, zeros.data(), zeros.size() * 4);
-        for (int call = 0; call < 2; ++call) {
-          const std::vector<float> x = activation_rows(ncols, ntok, rng);
-          ctx_->upload(bx, 0, x.data(), x.size() * 4);
-          quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, ntok);
-          mul_mv_k_glu(*ctx_, ctx_->immediate(), type, View{&bw}, static_cast<uint32_t>(up_offset), View{&bq}, View{&bh},
-                       View{&bc}, View{&bhq}, ncols, nrows, ntok, gelu);
-          std::vector<float> h(size_t{nrows} * ntok);
-          ctx_->download(bh, 0, h.data(), h.size() * 4);
-          std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
-          for (uint32_t t = 0; t < ntok; ++t) {
-            quant::quantize_activation(type, x.data() + size_t{t} * ncols, act.data(), ncols);
-            for (uint32_t r = 0; r < nrows; ++r) {
-              const CpuDot g = cpu_dot(type, both.data() + r * rs, act.data(), ncols);
-              const CpuDot u = cpu_dot(type, both.data() + up_offset + r * rs, act.data(), ncols);
-              const double gv = g.value, a = gelu ? 0.5 * gv * (1 + std::tanh(0.79788456080286535588 * gv * (1 + 0.044715 * gv * gv)))
-                                                  : gv / (1 + std::exp(-gv));
-              // The products' summation order (a few units in the last place of their magnitudes) and
-              // the device's exp / tanh.
-              const double tol = 4e-6 * (std::fabs(a) * u.magnitude + (std::fabs(gv) + g.magnitude) * std::fabs(u.value)) + 1e-6;
-              ASSERT_NEAR(h[size_t{t} * nrows + r], a * u.value, tol)
-                  << gguf::tensor_type_name(type) << (gelu ? " gelu" : " silu") << " call " << call << " token " << t << " row " << r;
-            }
-          }
-          std::vector<uint8_t> codes(hb * ntok);
-          ctx_->download(bhq, 0, codes.data(), codes.size());
-          expect_codes_of(h, codes, nrows, ntok);
-          std::vector<uint32_t> counters(zeros.size());
-          ctx_->download(bc, 0, counters.data(), counters.size() * 4);
-          EXPECT_EQ(counters, zeros) << "block counters after call " << call;
-        }
-        for (Buffer* b : {&bw, &bx, &bq, &bh, &bc, &bhq}) ctx_->release(*b);
-      }
-    }
-  }
-}
-
 TEST_F(VulkanKQuant, GluOutputAndItsCodesInOneDispatch) {
   // SwiGLU with the Q8_K codes of its result (the down projection's input): the floats as the plain
   // op writes them, the codes as the CPU quantizes those floats.

@@ -68,7 +68,6 @@ class VulkanExecutable final : public Executable {
                : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
                                               : vk::KvCacheType::Q8_0;
     try {
-      plan_glu();
       upload_weights();
       plan_fusions();
       plan_arena();
@@ -165,10 +164,6 @@ class VulkanExecutable final : public Executable {
   }
 
  private:
-  struct GluPair {
-    int gate, up, act;  // nodes
-    size_t up_offset;   // bytes from the gate's weight to the up's in their shared buffer
-  };
   struct Recorded {
     std::unique_ptr<vk::Recording> rec;
     int64_t logit_rows = 0;
@@ -188,14 +183,6 @@ class VulkanExecutable final : public Executable {
     }
     weights_.resize(g_.tensors.size());
     weights_f32_.resize(g_.tensors.size());
-    home_.assign(g_.tensors.size(), {0, 0});
-    for (size_t i = 0; i < g_.tensors.size(); ++i) home_[i].first = i;
-    for (GluPair& gp : glu_pairs_) {  // the up matrix after the gate's, in its buffer
-      const auto gate = static_cast<size_t>(g_.nodes[static_cast<size_t>(gp.gate)].in[0]);
-      const auto up = static_cast<size_t>(g_.nodes[static_cast<size_t>(gp.up)].in[0]);
-      gp.up_offset = align_up(file_.tensor_data(file_.tensor(g_.tensors[gate].name)).size(), std::max<size_t>(16, align_));
-      home_[up] = {gate, gp.up_offset};
-    }
     for (size_t i = 0; i < g_.tensors.size(); ++i) {
       const auto& t = g_.tensors[i];
       if (t.kind != TensorKind::Weight) continue;
@@ -205,15 +192,8 @@ class VulkanExecutable final : public Executable {
           throw Error(fmt::format("Vulkan: tensor '{}' is stored as {}, which the Vulkan kernels do not read", t.name,
                                   gguf::tensor_type_name(t.type)));
         }
-        const auto [owner, at] = home_[i];
-        if (!weights_[owner].buffer) {  // kernels read whole words; a GLU pair's gate also holds its up
-          size_t size = align_up(bytes.size(), 4) + 16;
-          for (const GluPair& gp : glu_pairs_) {
-            if (static_cast<size_t>(g_.nodes[static_cast<size_t>(gp.gate)].in[0]) == owner) size = gp.up_offset + size;
-          }
-          weights_[owner] = ctx_.device_buffer(size);
-        }
-        ctx_.upload(weights_[owner], at, bytes.data(), bytes.size());
+        weights_[i] = ctx_.device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
+        ctx_.upload(weights_[i], 0, bytes.data(), bytes.size());
         weight_bytes_ += bytes.size();
       }
       if (as_f32[i]) {
@@ -225,39 +205,6 @@ class VulkanExecutable final : public Executable {
         weights_f32_[i] = ctx_.device_buffer(f.size() * 4);
         ctx_.upload(weights_f32_[i], 0, f.data(), f.size() * 4);
       }
-    }
-  }
-
-  // Decode's feed-forward gate and up products with their activation in one dispatch (mul_mv_k_glu):
-  // two K-quant products of one x by weights of one type and shape, each read only by the SwiGLU or
-  // GeGLU right after them. Their weights then share a buffer (upload_weights). Not with
-  // keep_activations.
-  void plan_glu() {
-    const size_t nn = g_.nodes.size();
-    glu_at_.assign(nn, -1);
-    if (opts_.keep_activations) return;
-    std::vector<int> readers(g_.tensors.size(), 0), producer(g_.tensors.size(), -1);
-    for (size_t i = 0; i < nn; ++i) {
-      for (TensorId t : g_.nodes[i].in) ++readers[static_cast<size_t>(t)];
-      producer[static_cast<size_t>(g_.nodes[i].out)] = static_cast<int>(i);
-    }
-    for (size_t a = 2; a < nn; ++a) {
-      const Node& act = g_.nodes[a];
-      if (act.op != Op::SwiGLU && act.op != Op::GeGLU) continue;
-      const int pg = producer[static_cast<size_t>(act.in[0])], pu = producer[static_cast<size_t>(act.in[1])];
-      if (pg < 0 || pu < 0 || std::min(pg, pu) != static_cast<int>(a) - 2 || std::max(pg, pu) != static_cast<int>(a) - 1) continue;
-      const Node& g = g_.nodes[static_cast<size_t>(pg)];
-      const Node& u = g_.nodes[static_cast<size_t>(pu)];
-      if (g.op != Op::MatMul || u.op != Op::MatMul || g.in.size() != 2 || u.in.size() != 2 || g.in[1] != u.in[1]) continue;
-      const auto& gt = g_.tensor(g.in[0]);
-      const auto& ut = g_.tensor(u.in[0]);
-      if (gt.type != ut.type || gt.ne != ut.ne || !vk::has_mul_mv_k(ctx_, gt.type) || gt.ne[0] % 256 != 0 ||
-          gt.ne[1] % 256 != 0 || g.in[0] == u.in[0] || readers[static_cast<size_t>(g.out)] != 1 ||
-          readers[static_cast<size_t>(u.out)] != 1) {
-        continue;
-      }
-      glu_at_[a - 2] = static_cast<int>(glu_pairs_.size());
-      glu_pairs_.push_back(GluPair{pg, pu, static_cast<int>(a), 0});
     }
   }
 
@@ -433,18 +380,7 @@ class VulkanExecutable final : public Executable {
     const auto scratch = [&](size_t bytes) { return bytes > 0 ? ctx_.device_buffer(bytes) : vk::Buffer{}; };
     attn_scratch_ = scratch(attn);
     act_q8_ = scratch(act_q8_bytes);
-    q8k_slot_bytes_ = align_up(act_q8k_bytes, align_);
-    act_q8k_ = scratch(2 * q8k_slot_bytes_);  // two slots: a product's codes and those of its output
-    size_t counters = 0;
-    for (const GluPair& gp : glu_pairs_) {
-      counters = std::max(counters, vk::mul_mv_k_glu_counter_bytes(static_cast<uint32_t>(g_.tensor(g_.nodes[static_cast<size_t>(gp.act)].out).ne[0]),
-                                                                   std::min<uint32_t>(static_cast<uint32_t>(opts_.max_tokens), kMvMaxTokens)));
-    }
-    if (counters > 0) {
-      glu_counters_ = ctx_.device_buffer(counters);
-      const std::vector<uint8_t> zeros(counters, 0);
-      ctx_.upload(glu_counters_, 0, zeros.data(), zeros.size());
-    }
+    act_q8k_ = scratch(act_q8k_bytes);
     moe_logits_ = scratch(moe_logits);
     moe_ids_ = scratch(moe_ids);
     moe_weights_ = scratch(moe_ids);
@@ -470,8 +406,7 @@ class VulkanExecutable final : public Executable {
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
     for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
-                          &moe_up_, &moe_down_, &slab_[0], &slab_[1], &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_,
-                          &glu_counters_}) {
+                          &moe_up_, &moe_down_, &slab_[0], &slab_[1], &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_}) {
       ctx_.release(*b);
     }
   }
@@ -565,10 +500,7 @@ class VulkanExecutable final : public Executable {
     if (id == g_.logits) return View{&logits_, 0, bytes};
     return View{&arena_, act_offset_[static_cast<size_t>(id)], bytes};
   }
-  View weight(TensorId id) const {
-    const auto [owner, at] = home_[static_cast<size_t>(id)];
-    return View{&weights_[owner], at, 0};
-  }
+  View weight(TensorId id) const { return View{&weights_[static_cast<size_t>(id)], 0, 0}; }
   View weight_f32(TensorId id) const { return View{&weights_f32_[static_cast<size_t>(id)], 0, 0}; }
 
   Recorded record(uint32_t n_tok, bool all_logits) {
@@ -577,7 +509,6 @@ class VulkanExecutable final : public Executable {
     vk::Recording& rec = *out.rec;
     Tracker tr(rec);
     q8k_of_ = -1;
-    q8k_slot_ = 0;
     x16_of_ = -1;
     slab_next_ = 0;
     done_.assign(g_.nodes.size(), false);
@@ -637,10 +568,6 @@ class VulkanExecutable final : public Executable {
         break;
       }
       case Op::MatMul:
-        if (glu_at_[index] >= 0 && nu <= kMvMaxTokens) {
-          glu(rec, tr, glu_pairs_[static_cast<size_t>(glu_at_[index])], nu);
-          break;
-        }
         matmul(rec, tr, node, in(1), out, nu);
         break;
       case Op::Add: case Op::Mul:
@@ -814,42 +741,19 @@ class VulkanExecutable final : public Executable {
   View q8k_out(TensorId t, uint32_t width, uint32_t n) {
     if (!q8k_input_[static_cast<size_t>(t)] || n > kMvMaxTokens) return View{};
     q8k_of_ = t;
-    q8k_slot_ ^= 1;  // not the slot the op may be reading its own input's codes from
     return q8k_view(width, n);
   }
 
-  // act_q8k_'s current slot, for rows of width.
-  View q8k_view(uint32_t width, uint32_t n) const {
-    return View{&act_q8k_, static_cast<size_t>(q8k_slot_) * q8k_slot_bytes_, vk::q8k_row_bytes(width) * n};
-  }
+  View q8k_view(uint32_t width, uint32_t n) const { return View{&act_q8k_, 0, vk::q8k_row_bytes(width) * n}; }
 
   // The codes of t (rows x) for a K-quant product: those its producer wrote, else quantized here.
   View q8k_codes(vk::Recording& rec, Tracker& tr, TensorId t, View x, uint32_t width, uint32_t n) {
     if (q8k_of_ != t) {
-      q8k_slot_ ^= 1;
       tr.before({x}, {q8k_view(width, n)});
       vk::quantize_q8k(ctx_, rec, x, q8k_view(width, n), width, n);
       q8k_of_ = t;
     }
     return q8k_view(width, n);
-  }
-
-  // A planned gate/up pair and its activation in one dispatch (plan_glu), the activation's Q8_K codes
-  // written by it too when the down projection reads them.
-  void glu(vk::Recording& rec, Tracker& tr, const GluPair& gp, uint32_t n) {
-    const Node& gate = g_.nodes[static_cast<size_t>(gp.gate)];
-    const Node& act_node = g_.nodes[static_cast<size_t>(gp.act)];
-    const auto& wt = g_.tensor(gate.in[0]);
-    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
-    const View xq = q8k_codes(rec, tr, gate.in[1], act(gate.in[1], n), ncols, n);
-    const View h = act(act_node.out, n);
-    const View hq = q8k_out(act_node.out, nrows, n);
-    const View counters = hq.buffer ? View{&glu_counters_, 0, vk::mul_mv_k_glu_counter_bytes(nrows, n)} : View{};
-    tr.before({xq}, {h, hq, counters});
-    vk::mul_mv_k_glu(ctx_, rec, wt.type, View{&weights_[static_cast<size_t>(gate.in[0])], 0, 0}, static_cast<uint32_t>(gp.up_offset),
-                     xq, h, counters, hq, ncols, nrows, n, act_node.op == Op::GeGLU);
-    done_[static_cast<size_t>(std::max(gp.gate, gp.up))] = true;
-    done_[static_cast<size_t>(gp.act)] = true;
   }
 
   // A residual add followed by the whole-row norm of its sum: one dispatch for both (the norm node is
@@ -1030,13 +934,7 @@ class VulkanExecutable final : public Executable {
   std::vector<vk::Buffer> k_, v_, state_;
   vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, x_f16_, argmax_,
       argmax_scratch_, argmax_row_, act_q8_, act_q8k_;
-  TensorId q8k_of_ = -1;  // the tensor act_q8k_'s current slot holds the codes of, in the recording being made
-  int q8k_slot_ = 0;
-  size_t q8k_slot_bytes_ = 0;
-  std::vector<GluPair> glu_pairs_;
-  std::vector<int> glu_at_;  // per node: the pair recorded at it (the first of its two products), or -1
-  std::vector<std::pair<size_t, size_t>> home_;  // per tensor: the weight buffer holding it and where
-  vk::Buffer glu_counters_;
+  TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
   std::vector<bool> done_;  // per node, in the recording being made: recorded with an earlier node
   TensorId x16_of_ = -1;  // the tensor x_f16_ holds in f16, in the recording being made
   std::array<vk::Buffer, 2> slab_;  // weights expanded to f16 for prefill's products, used in turn

@@ -34,7 +34,6 @@ constexpr QuantType kTypes[] = {
 };
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 32;  // shaders address the weight in 32-bit bytes
-constexpr uint32_t kMulMvKTokens = 4;               // tokens per workgroup of mul_mv_k (NTOK)
 
 const QuantType* find_type(TensorType type) {
   for (const QuantType& t : kTypes) {
@@ -264,7 +263,6 @@ const char* mul_mv_k_variant(TensorType type) {
 
 struct MulMvKPush {
   uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
-  uint32_t up_offset = 0, q8k_stride = 0, glu_gelu = 0;
 };
 
 // mul_mv_k's shape: the fastest measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four
@@ -314,43 +312,13 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
   uint32_t wg = 0, rows = 0;
   mul_mv_k_shape(type, nrows, &wg, &rows);
-  const uint32_t ntok = std::min<uint32_t>(n_tokens, kMulMvKTokens);
+  const uint32_t ntok = std::min<uint32_t>(n_tokens, 4);
   const uint32_t spec[] = {wg, rows, ntok};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
   d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + ntok - 1) / ntok, kMaxGroupsYZ));
-}
-
-size_t mul_mv_k_glu_counter_bytes(uint32_t nrows, uint32_t n_tokens) {
-  return size_t{4} * (nrows / 256) * ((n_tokens + kMulMvKTokens - 1) / kMulMvKTokens);
-}
-
-void mul_mv_k_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, uint32_t up_offset, View xq, View h,
-                  View counters, View hq, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, bool gelu) {
-  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_glu", type, ncols);
-  if (nrows % 256 != 0) throw Error(fmt::format("Vulkan mul_mv_k_glu: {} rows is not a multiple of 256", nrows));
-  if (up_offset % 16 != 0 || uint64_t{up_offset} < uint64_t{row_bytes} * nrows) {
-    throw Error(fmt::format("Vulkan mul_mv_k_glu: the up matrix at byte {} overlaps the gate or is misaligned", up_offset));
-  }
-  if (nrows == 0 || n_tokens == 0) return;
-  check_bytes("mul_mv_k_glu", uint64_t{up_offset} + uint64_t{row_bytes} * nrows);
-  const uint32_t ntok = std::min<uint32_t>(n_tokens, kMulMvKTokens), sets = (n_tokens + ntok - 1) / ntok;
-  if (sets > kMaxGroupsYZ) throw Error("Vulkan mul_mv_k_glu: too many tokens for one step");
-  uint32_t wg = 0, rows = 0;
-  mul_mv_k_shape(type, nrows, &wg, &rows);
-  rows = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;  // a divisor of 256; the two matrices double the rows in flight
-  const uint32_t spec[] = {wg, rows, ntok};
-  MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
-  push.up_offset = up_offset;
-  push.q8k_stride = counters.buffer ? static_cast<uint32_t>(q8k_row_bytes(nrows) / 4) : 0u;
-  push.glu_gelu = gelu ? 1u : 0u;
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_glu_") + mul_mv_k_variant(type), 5, sizeof(push), spec);
-  uint32_t gx = 0, gy = 0;
-  grid(ctx, nrows / rows, &gx, &gy);
-  const std::array<View, 5> bindings{w, xq, h, counters.buffer ? counters : h, counters.buffer ? hq : h};
-  d.dispatch(k, bindings, &push, gx, gy, sets);
 }
 
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,

@@ -58,15 +58,6 @@ void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, 
 // y[t][r] = W[r] . xq[t]: W {ncols, nrows}, xq n_tokens rows from quantize_q8k, y [n_tokens][nrows].
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
               uint32_t nrows, uint32_t n_tokens);
-// A feed-forward network's gate and up products and its activation in one dispatch: W holds the gate
-// matrix {ncols, nrows} and, up_offset bytes on (a multiple of 16), the up matrix of the same type and
-// shape; h[t][r] = act(gate[t][r]) * up[t][r] (act: silu, or gelu_tanh with gelu; eltwise's SwiGLU and
-// GeGLU expressions), h [n_tokens][nrows]. With hq (counters not empty) h is also quantized to Q8_K
-// into hq (q8k_row_bytes(nrows) per row) by the last workgroup of each 256-row block; counters:
-// mul_mv_k_glu_counter_bytes of zeros, which each call leaves zero. nrows a multiple of 256.
-size_t mul_mv_k_glu_counter_bytes(uint32_t nrows, uint32_t n_tokens);
-void mul_mv_k_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, uint32_t up_offset, View xq, View h,
-                  View counters, View hq, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, bool gelu);
 // The same for K-quant experts, laid out and selected as mul_mv_id's; xq: quantize_q8k's rows of x (n_tokens
 // rows, or n_tokens * n_used with x_per_slot).
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
