@@ -11,7 +11,7 @@
 //  - q8k_stride > 0: y is also quantized to Q8_K (q8k.glsl: the layout and arithmetic, rows
 //    q8k_stride words apart in xq) for the K-quant products that read it.
 // SUM_F64 reproduces the CPU backend bit for bit (rms_norm.comp says how); SUM_F32 is the float sum.
-// Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * 1024; the Q8_K
+// Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * WGS * 4; the Q8_K
 // output needs full subgroups of 4 invocations or more.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
@@ -26,8 +26,9 @@
 #define ACC4 vec4
 #endif
 #include "q8k.glsl"
-layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint CHUNKS = 4;  // 1024-float chunks per row
+layout(local_size_x_id = 1) in;
+layout(constant_id = 0) const uint CHUNKS = 4;  // WGS * 4-float chunks per row
+layout(constant_id = 1) const uint WGS = 256;   // invocations: 64, 128, 256, 512 or 1024
 layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer W { vec4 w4[]; };
 layout(std430, binding = 2) writeonly buffer Y { vec4 y4[]; };
@@ -44,16 +45,17 @@ layout(push_constant) uniform Params {
   uint q8k_stride;  // words per quantized row; 0: no Q8_K output (xq is not written)
 } p;
 
-shared ACC partial[256];
-shared uint part_max[CHUNKS * 64];  // per chunk and run of invocations (runs of 4 or more)
-shared float block_d[CHUNKS * 4], block_id[CHUNKS * 4];
+const uint BPC = WGS / 64u;  // Q8_K blocks per chunk
+shared ACC partial[WGS];
+shared uint part_max[CHUNKS * WGS / 4u];  // per chunk and run of invocations (runs of 4 or more)
+shared float block_d[CHUNKS * BPC], block_id[CHUNKS * BPC];
 shared float row_scale;
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, row = gl_WorkGroupID.x, n4 = p.width / 4u, base = row * n4;
   vec4 v[CHUNKS], wv[CHUNKS];
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    const uint i = c * 256u + lid;
+    const uint i = c * WGS + lid;
     v[c] = i < n4 ? x4[base + i] : vec4(0.0);
     wv[c] = p.has_weight != 0u && i < n4 ? w4[i] + p.offset : vec4(1.0);  // loaded with the row, used after the sum
 #if defined(ADD_INPUT)
@@ -85,7 +87,7 @@ void main() {
   barrier();
   const float scale = row_scale;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    const uint i = c * 256u + lid;
+    const uint i = c * WGS + lid;
     precise const vec4 r = v[c] * scale * wv[c];  // the CPU's order: (x * scale) * w
     v[c] = r;
     if (i < n4) y4[base + i] = r;
@@ -95,15 +97,15 @@ void main() {
   // Q8_K: chunk c's invocation lid holds elements 4 lid.. of block 4c + lid / 64. max |y| over the 64
   // invocations of a block: within runs of `span` invocations by shuffles, then per block from the
   // runs' maxima in shared memory by one invocation, which also divides out d and 1 / d for all.
-  const uint span = min(gl_SubgroupSize, 64u), runs = 256u / span;
+  const uint span = min(gl_SubgroupSize, 64u), runs = WGS / span;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
     uint m = max(max(q8k_abs_bits(v[c].x), q8k_abs_bits(v[c].y)), max(q8k_abs_bits(v[c].z), q8k_abs_bits(v[c].w)));
     for (uint off = 1u; off < span; off <<= 1) m = max(m, subgroupShuffleXor(m, off));
     if (lid % span == 0u) part_max[c * runs + lid / span] = m;
   }
   barrier();
-  if (lid < CHUNKS * 4u) {
-    const uint per = 64u / span, first = (lid / 4u) * runs + (lid % 4u) * per;  // block lid's runs
+  if (lid < CHUNKS * BPC) {
+    const uint per = 64u / span, first = (lid / BPC) * runs + (lid % BPC) * per;  // block lid's runs
     uint m = 0u;
     for (uint g = 0u; g < per; ++g) m = max(m, part_max[first + g]);
     float id;
@@ -113,7 +115,7 @@ void main() {
   barrier();
   const uint qb = row * p.q8k_stride;
   [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    const uint i = c * 256u + lid, blk = i / 64u;
+    const uint i = c * WGS + lid, blk = i / 64u;
     const float d = block_d[blk], id = block_id[blk];
     const ivec4 k = ivec4(q8k_code(v[c].x, id), q8k_code(v[c].y, id), q8k_code(v[c].z, id), q8k_code(v[c].w, id));
     int sum = k.x + k.y + k.z + k.w;  // 16 codes: 4 invocations

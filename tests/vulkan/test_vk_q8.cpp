@@ -461,12 +461,14 @@ TEST_F(VulkanKQuant, Throughput) {
     for (const char* variant : {"rms_norm_row_f64", "rms_norm_row_f64_add", "rms_norm_row_f32", "rms_norm_row_f32_add"}) {
       const bool add = std::string(variant).ends_with("_add");
       for (const bool codes : {false, true}) {
-        const uint32_t chunks[] = {width / 1024};
-        const Kernel& k = ctx_->pipeline(variant, add ? 6 : 4, 20, chunks);
-        const uint32_t push[] = {width, 1, 0, 0, codes ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
-        const std::array<View, 6> views{a, w, y, View{&bq}, b, s};
-        const double t = timed([&](Recording& r) { r.dispatch(k, std::span<const View>(views.data(), add ? 6 : 4), push, 1); });
-        std::printf("| %s%s | 1 | %u | %.2f us |\n", variant, codes ? " + codes" : "", width, t * 1e6);
+        for (const uint32_t wgs : {256u, 512u, 1024u}) {
+          const uint32_t spec[] = {width / 4 / wgs, wgs};
+          const Kernel& k = ctx_->pipeline(variant, add ? 6 : 4, 20, spec);
+          const uint32_t push[] = {width, 1, 0, 0, codes ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+          const std::array<View, 6> views{a, w, y, View{&bq}, b, s};
+          const double t = timed([&](Recording& r) { r.dispatch(k, std::span<const View>(views.data(), add ? 6 : 4), push, 1); });
+          std::printf("| %s%s, %u invocations | 1 | %u | %.2f us |\n", variant, codes ? " + codes" : "", wgs, width, t * 1e6);
+        }
       }
     }
     const double t = timed([&](Recording& r) { eltwise(*ctx_, r, Eltwise::Add, a, b, y, width, width, 1); });

@@ -157,6 +157,7 @@ std::unique_ptr<Context> Context::create(int device) {
   vkGetPhysicalDeviceProperties2(c->physical_, &p2);
   f.subgroup_size = sub.subgroupSize;
   f.max_groups_x = props.limits.maxComputeWorkGroupCount[0];
+  f.max_invocations = std::min(props.limits.maxComputeWorkGroupInvocations, props.limits.maxComputeWorkGroupSize[0]);
   f.max_storage_range = props.limits.maxStorageBufferRange;
   f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
   f.shared_memory = props.limits.maxComputeSharedMemorySize;
@@ -780,6 +781,11 @@ void Recording::collect_profile() {
     ++t.count;
   }
   ++ctx_.submissions_;
+}
+
+uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
 }
 
 }  // namespace zinc::backend::vk

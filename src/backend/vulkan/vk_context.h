@@ -55,6 +55,7 @@ struct Features {
   bool coopmat_nv = false;      // VK_NV_cooperative_matrix (fp16 x fp16 -> fp32)
   uint32_t subgroup_size = 32;
   uint32_t max_groups_x = 65535;     // maxComputeWorkGroupCount[0]
+  uint32_t max_invocations = 128;   // per workgroup along x (maxComputeWorkGroupInvocations, ...Size[0])
   uint64_t max_storage_range = 1u << 27;
   uint64_t offset_alignment = 256;  // minStorageBufferOffsetAlignment, at least 16
   uint32_t shared_memory = 16384;   // maxComputeSharedMemorySize
@@ -62,6 +63,9 @@ struct Features {
 };
 
 inline constexpr uint32_t kMaxGroupsYZ = 65535;  // the least maxComputeWorkGroupCount[1..2] Vulkan allows
+
+// A launcher's tuning knob from the environment (measurements on a device), clamped, else fallback.
+uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi);
 
 // Where dispatches go: run at once (Context::immediate) or recorded into a command buffer (Recording).
 class Dispatcher {

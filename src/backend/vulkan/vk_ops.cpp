@@ -18,11 +18,11 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   *gx = (groups + *gy - 1) / *gy;
 }
 
-constexpr uint32_t kRowChunks = 16;  // rms_norm_row takes rows of up to 16 * 1024 floats
+constexpr uint32_t kRowChunks = 16;  // rms_norm_row: 4-float chunks per invocation, at most
 
 }  // namespace
 
-bool rms_norm_row_fits(uint32_t width) { return width > 0 && width % 4 == 0 && width <= kRowChunks * 1024; }
+bool rms_norm_row_fits(uint32_t width) { return width > 0 && width % 4 == 0 && width <= kRowChunks * 4 * 256; }
 
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
                   uint32_t n_tokens, float eps, float offset) {
@@ -34,8 +34,16 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   const bool exact = ctx.features().fp64;
   std::string name = exact ? "rms_norm_row_f64" : "rms_norm_row_f32";
   if (b.buffer) name += "_add";
-  const uint32_t chunks[] = {(width + 1023) / 1024};
-  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, 20, chunks);
+  // One 4-float chunk per invocation where the row allows (4096 floats: 1024 invocations), so the
+  // serial steps between the barriers are one chunk long. ZINC_VK_NORM_WG (64..1024) for measurements.
+  const uint32_t most = std::min<uint32_t>(1024, ctx.features().max_invocations);
+  uint32_t wgs = 64;
+  while (wgs * 2 <= most && wgs * 4 < width) wgs *= 2;
+  const uint32_t knob = env_knob("ZINC_VK_NORM_WG", wgs, 64, most);
+  for (wgs = 64; wgs * 2 <= knob;) wgs *= 2;
+  while (wgs * 2 <= most && (width / 4 + wgs - 1) / wgs > kRowChunks) wgs *= 2;
+  const uint32_t spec[] = {(width / 4 + wgs - 1) / wgs, wgs};
+  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, 20, spec);
   struct {
     uint32_t width, has_weight;
     float eps, offset;

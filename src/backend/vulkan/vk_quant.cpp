@@ -67,12 +67,6 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   *gx = (groups + *gy - 1) / *gy;
 }
 
-// A launcher's tuning knob from the environment (measurements on a device), clamped, else fallback.
-uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
-}
-
 // mul_mv's shape: WG invocations, ROWS rows and NTOK tokens per workgroup (its specialization
 // constants). Enough invocations to cover a row's units once (up to 128, four subgroups of 32 on
 // NVIDIA); token groups of up to 8, balanced (9 tokens: 5 + 4); two rows per workgroup share their x
