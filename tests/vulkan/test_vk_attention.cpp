@@ -327,7 +327,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"at 700, window 100, F32, codes", KvCacheType::F32, 4, 1, 64, 1, 700, 100, 0, false, 0, true},
                       Case{"at 37, hd 512, 4 splits, F16, codes", KvCacheType::F16, 4, 2, 512, 1, 37, 0, 0, false, 4, true},
                       Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37},
-                      Case{"at 37, hd 96, 3 splits, F16, codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3, true}),
+                      Case{"at 37, hd 96, 3 splits, F16, codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3, true},
+                      Case{"at 1500, 128 splits, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, true, 128},
+                      Case{"at 1500, 128 splits, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, false, 128, true}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
