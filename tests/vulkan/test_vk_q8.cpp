@@ -108,6 +108,35 @@ std::vector<CpuDot> cpu_expert_products(gguf::TensorType type, const std::vector
   return want;
 }
 
+// The device buffers of an expert-product test: weights, x, its codes (xq_bytes), y (y_floats),
+// ids and bias, uploaded; released with the object.
+struct ExpertBuffers {
+  Context& ctx;
+  Buffer w, x, xq, y, ids, bias;
+  ExpertBuffers(Context& c, const std::vector<uint8_t>& wq, const std::vector<float>& xv, size_t xq_bytes, size_t y_floats,
+                const std::vector<uint32_t>& idv, const std::vector<float>& bv)
+      : ctx(c),
+        w(c.device_buffer(wq.size())),
+        x(c.device_buffer(xv.size() * 4)),
+        xq(c.device_buffer(xq_bytes)),
+        y(c.device_buffer(y_floats * 4)),
+        ids(c.device_buffer(idv.size() * 4)),
+        bias(c.device_buffer(bv.size() * 4)) {
+    c.upload(w, 0, wq.data(), wq.size());
+    c.upload(x, 0, xv.data(), xv.size() * 4);
+    c.upload(ids, 0, idv.data(), idv.size() * 4);
+    c.upload(bias, 0, bv.data(), bv.size() * 4);
+  }
+  ~ExpertBuffers() {
+    for (Buffer* b : {&w, &x, &xq, &y, &ids, &bias}) ctx.release(*b);
+  }
+  std::vector<float> result(size_t n) {
+    std::vector<float> got(n);
+    ctx.download(y, 0, got.data(), got.size() * 4);
+    return got;
+  }
+};
+
 // One block (each result is one block's value: the CPU's bit for bit); else equal up to the order
 // blocks are added in (each partial sum rounds once on either side).
 void expect_product(gguf::TensorType type, float got, const CpuDot& want, uint32_t ncols, const std::string& where) {
@@ -168,23 +197,15 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
         const uint32_t xrows = per_slot ? ntok * n_used : ntok;
         const std::vector<float> x = q8_activation_rows(ncols, xrows, rng);
         const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, biased ? &bias : nullptr);
-        Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
-               bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * xrows), by = ctx_->device_buffer(want.size() * 4),
-               bi = ctx_->device_buffer(ids.size() * 4), bb = ctx_->device_buffer(bias.size() * 4);
-        ctx_->upload(bw, 0, wq.data(), wq.size());
-        ctx_->upload(bx, 0, x.data(), x.size() * 4);
-        ctx_->upload(bi, 0, ids.data(), ids.size() * 4);
-        ctx_->upload(bb, 0, bias.data(), bias.size() * 4);
-        mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bi}, View{&bx}, View{&bq}, View{&by},
-                     biased ? View{&bb} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
-        std::vector<float> got(want.size());
-        ctx_->download(by, 0, got.data(), got.size() * 4);
+        ExpertBuffers b(*ctx_, wq, x, mul_mv_q8_bytes(ncols) * xrows, want.size(), ids, bias);
+        mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&b.y},
+                     biased ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
+        const std::vector<float> got = b.result(want.size());
         for (size_t i = 0; i < got.size(); ++i) {
           expect_product(type, got[i], want[i], ncols,
                          fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
                                      per_slot ? "slot" : "token", i % nrows, i / nrows));
         }
-        for (Buffer* b : {&bw, &bx, &bq, &by, &bi, &bb}) ctx_->release(*b);
       }
     }
   }
@@ -265,22 +286,7 @@ TEST_F(VulkanKQuant, ActivationCodesAreTheCpus) {
   quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, rows);
   std::vector<uint8_t> got(qb * rows);
   ctx_->download(bq, 0, got.data(), got.size());
-  std::vector<quant::BlockQ8_K> want(ncols / 256);
-  for (uint32_t r = 0; r < rows; ++r) {
-    quant::quantize_activation(gguf::TensorType::Q4_K, x.data() + static_cast<size_t>(r) * ncols, want.data(), ncols);
-    const uint8_t* row = got.data() + r * qb;
-    for (uint32_t b = 0; b < ncols / 256; ++b) {
-      float d = 0;
-      std::memcpy(&d, row + ncols + ncols / 4 + 4 * b, 4);
-      EXPECT_EQ(d, want[b].d) << "row " << r << " block " << b;
-      EXPECT_EQ(0, std::memcmp(row + 256 * b, want[b].qs, 256)) << "codes of row " << r << " block " << b;
-      for (int g = 0; g < 16; ++g) {
-        int32_t sum = 0;
-        std::memcpy(&sum, row + ncols + 4 * (16 * b + g), 4);
-        EXPECT_EQ(sum, want[b].bsums[g]) << "row " << r << " block " << b << " group " << g;
-      }
-    }
-  }
+  expect_codes_of(x, got, ncols, rows);
   ctx_->release(bx);
   ctx_->release(bq);
 }
@@ -419,24 +425,16 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
         const uint32_t xrows = per_slot ? ntok * n_used : ntok;
         const std::vector<float> x = activation_rows(ncols, xrows, rng);
         const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, per_slot ? &bias : nullptr);
-        Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
-               bq = ctx_->device_buffer(q8k_row_bytes(ncols) * xrows), by = ctx_->device_buffer(want.size() * 4),
-               bi = ctx_->device_buffer(ids.size() * 4), bb = ctx_->device_buffer(bias.size() * 4);
-        ctx_->upload(bw, 0, wq.data(), wq.size());
-        ctx_->upload(bx, 0, x.data(), x.size() * 4);
-        ctx_->upload(bi, 0, ids.data(), ids.size() * 4);
-        ctx_->upload(bb, 0, bias.data(), bias.size() * 4);
-        quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, xrows);
-        mul_mv_k_id(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bi}, View{&bq}, View{&by}, per_slot ? View{&bb} : View{},
-                    ncols, nrows, n_expert, n_used, ntok, per_slot);
-        std::vector<float> got(want.size());
-        ctx_->download(by, 0, got.data(), got.size() * 4);
+        ExpertBuffers b(*ctx_, wq, x, q8k_row_bytes(ncols) * xrows, want.size(), ids, bias);
+        quantize_q8k(*ctx_, ctx_->immediate(), View{&b.x}, View{&b.xq}, ncols, xrows);
+        mul_mv_k_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.xq}, View{&b.y},
+                    per_slot ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
+        const std::vector<float> got = b.result(want.size());
         for (size_t i = 0; i < got.size(); ++i) {
           expect_product(type, got[i], want[i], per_slot ? ncols + 1 : ncols,  // a bias add: not one block's value alone
                          fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
                                      per_slot ? "slot" : "token", i % nrows, i / nrows));
         }
-        for (Buffer* b : {&bw, &bx, &bq, &by, &bi, &bb}) ctx_->release(*b);
       }
     }
   }

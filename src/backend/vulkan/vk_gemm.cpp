@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -24,9 +23,8 @@ constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 // 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
 // ZINC_VK_MM_BM (64 or 128) forces one, for measurements.
 uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
-  if (const char* e = std::getenv("ZINC_VK_MM_BM"); e && *e) return std::atoi(e) == 64 ? 64 : 128;
   const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
-  return tiles < 128 ? 64 : 128;
+  return env_knob("ZINC_VK_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
 // mul_mm.glsl's push constants.
@@ -88,6 +86,21 @@ void check_shape(uint32_t ncols, uint32_t nrows, uint32_t y_stride, uint32_t y_o
   }
 }
 
+void require_coopmat(const Context& ctx) {
+  if (!coopmat_usable(ctx)) {
+    throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
+  }
+}
+
+// The push constants and grid of an output of tile_rows x tile_tokens tiles.
+MulMmPush tile_grid(const Context& ctx, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset,
+                    uint32_t tile_rows, uint32_t tile_tokens, uint32_t* gx, uint32_t* gy) {
+  const uint32_t token_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
+  const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
+  grid(ctx, tiles, gx, gy);
+  return MulMmPush{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
+}
+
 void check_scratch(const View& s, uint32_t ncols, uint32_t n_tokens) {
   const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
   if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
@@ -128,21 +141,15 @@ void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uin
                 uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset) {
   check_shape(ncols, nrows, y_stride, y_offset);
   if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
-  if (!coopmat_usable(ctx)) {
-    throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
-  }
+  require_coopmat(ctx);
   check_scratch(x_f16, ncols, n_tokens);
   const uint32_t tile_rows = coop_rows(nrows, n_tokens);
-  const uint32_t token_tiles = (n_tokens + kCoopTokens - 1) / kCoopTokens;
-  const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
-  const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
   uint32_t gx = 0, gy = 0;
-  grid(ctx, tiles, &gx, &gy);
+  const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, tile_rows, kCoopTokens, &gx, &gy);
   const View bindings[] = {w_f16, x_f16, y};
   // Eight subgroups per workgroup: on an H100, 512 tokens of a 4096 x 4096 weight take 120 TFLOPS with
   // eight, 90 with four (more subgroups hide the loads). ZINC_VK_MM_WARPS (4 or 8) for measurements.
-  uint32_t warps = 8;
-  if (const char* e = std::getenv("ZINC_VK_MM_WARPS"); e && *e) warps = std::atoi(e) == 4 ? 4 : 8;
+  const uint32_t warps = env_knob("ZINC_VK_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
   const uint32_t spec[] = {tile_rows, warps * 32};
   d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
 }
@@ -152,19 +159,14 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
   check_shape(ncols, nrows, y_stride, y_offset);
   if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
   if (kernel == MulMmKernel::CoopMatNV) {
-    if (!coopmat_usable(ctx)) {
-      throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
-    }
+    require_coopmat(ctx);  // before the conversion is recorded
     mul_mm_convert_x(ctx, d, x, x_f16_scratch, ncols, n_tokens);
     d.barrier();
     mul_mm_f16(ctx, d, w_f16, x_f16_scratch, y, ncols, nrows, n_tokens, y_stride, y_offset);
     return;
   }
-  const uint32_t token_tiles = (n_tokens + kTiledTokens - 1) / kTiledTokens;
-  const uint32_t tiles = token_tiles * ((nrows + kTiledRows - 1) / kTiledRows);
-  const MulMmPush push{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
   uint32_t gx = 0, gy = 0;
-  grid(ctx, tiles, &gx, &gy);
+  const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, kTiledRows, kTiledTokens, &gx, &gy);
   const View bindings[] = {w_f16, x, y};
   d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
 }
