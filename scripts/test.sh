@@ -3,7 +3,10 @@
 #   1. Release build (g++): unit tests, CLI tests through the real binary, and oracle tests that
 #      compare zinc with independent implementations from npm (tests/oracle);
 #   2. sanitizer build (clang, ASan + UBSan): the pure-CPU unit tests again, and the GGUF fuzzer for
-#      ZINC_FUZZ_SECONDS (default 60) seconds.
+#      ZINC_FUZZ_SECONDS (default 60) seconds;
+#   3. the tests that run the CPU's numeric kernels (models, sessions, oracles, dot products) again
+#      under every other kernel path this CPU can run (ZINC_CPU_ISA=avx2, scalar, ...), so a machine
+#      with AVX-512 also sees what an AVX2-only or a plain x86-64 machine would.
 # Exits non-zero on any failure. Build directories: build/ and build-san/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,14 +29,33 @@ cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_ggu
 status=0
 echo "== tests (release)"
 (cd build && ctest -j "$jobs" --output-on-failure) | tee build/ctest.log || status=1
+cp build/Testing/Temporary/LastTestsFailed.log build/failed.log 2>/dev/null || rm -f build/failed.log
+cp build/Testing/Temporary/LastTest.log build/last.log 2>/dev/null || true
 echo "== tests (ASan + UBSan) and fuzzing (${fuzz_seconds}s)"
 (cd build-san && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest -j "$jobs" -L 'unit|fuzz' --output-on-failure) | tee build-san/ctest.log || status=1
 grep -h "Done [0-9]* runs" build-san/Testing/Temporary/LastTest.log 2>/dev/null | sed 's/^/fuzz: /' || true
+cp build-san/Testing/Temporary/LastTestsFailed.log build-san/failed.log 2>/dev/null || rm -f build-san/failed.log
+cp build-san/Testing/Temporary/LastTest.log build-san/last.log 2>/dev/null || true
+
+# The kernel paths: the one the CPU runs by default, and the others it can run (zinc check says).
+kernels=$(build/src/zinc check | sed -n 's/^cpu kernels: \([a-z0-9]*\) (this CPU runs: \([a-z0-9 ]*\);.*/\1:\2/p')
+native=${kernels%%:*}
+others=$(for k in ${kernels#*:}; do [ "$k" = "$native" ] || echo "$k"; done)
+isa_tests='^(Architectures|Stories260K|Generate|ChatSession|Session|KvCache|RecurrentState|GptOss|GptOssOps|CpuGemma4Ops|SsmConv|QuantFixture|ModelQuantize|Dot|VulkanRealWeights|Cli)[./]|^oracle\.'
+logs=(build/ctest.log build-san/ctest.log)
+for isa in $others; do
+  echo "== tests on the $isa kernels (ZINC_CPU_ISA=$isa)"
+  mkdir -p "build/isa-$isa"
+  (cd build && ZINC_CPU_ISA=$isa ctest -j "$jobs" -R "$isa_tests" --output-on-failure) | tee "build/isa-$isa/ctest.log" || status=1
+  cp build/Testing/Temporary/LastTestsFailed.log "build/isa-$isa/failed.log" 2>/dev/null || rm -f "build/isa-$isa/failed.log"
+  cp build/Testing/Temporary/LastTest.log "build/isa-$isa/last.log" 2>/dev/null || true
+  logs+=("build/isa-$isa/ctest.log")
+done
 
 # One closing line over both runs.
 passed=0 failed=0 skipped=0
-for log in build/ctest.log build-san/ctest.log; do
+for log in "${logs[@]}"; do
   line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -n1 || true)
   total=$(sed -n 's/.*out of \([0-9]*\).*/\1/p' <<<"$line")
   bad=$(sed -n 's/.*passed, \([0-9]*\) tests\? failed.*/\1/p' <<<"$line")
@@ -43,13 +65,16 @@ for log in build/ctest.log build-san/ctest.log; do
 done
 [ "$failed" -eq 0 ] || status=1
 # The failed tests' own output once more, last, where a short tail of the log still shows it.
-for dir in build build-san; do
-  [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] || continue
+for log in "${logs[@]}"; do
+  dir=$(dirname "$log")
+  [ -f "$dir/failed.log" ] || continue
   while IFS=: read -r _ name; do
     echo "== output of $name ($dir)"
-    awk -v t="Testing: $name" '$0 ~ t"$" {on=1} on {print} on && /<end of output>/ {exit}' \
-      "$dir/Testing/Temporary/LastTest.log" | tail -n 40
-  done <"$dir/Testing/Temporary/LastTestsFailed.log"
+    awk -v t="Testing: $name" '$0 ~ t"$" {on=1} on {print} on && /<end of output>/ {exit}' "$dir/last.log" | tail -n 40
+  done <"$dir/failed.log"
 done
+cpu=$(sed -n 's/^zinc [^·]*· [^·]*· \(.*\)$/\1/p' <(build/src/zinc check) | head -n1)
+echo "machine: $cpu; $(build/src/zinc check | sed -n 's/^cpu features: //p')"
+echo "kernel paths tested: $native (this CPU's)${others:+, then $(echo $others | sed 's/ /, /g') (forced with ZINC_CPU_ISA)}"
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit $status

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/system_info.h"
+#include "quant/dot.h"
 #include "zinc/version.h"
 
 namespace zinc::cli {
@@ -48,7 +49,9 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                     {"name", cpu.name},
                     {"logical_cores", cpu.logical_cores},
                     {"physical_cores", cpu.physical_cores},
-                    {"features", cpu.feature_names()}};
+                    {"features", cpu.feature_names()},
+                    {"kernels", quant::dot_isa_in_use()},
+                    {"kernels_available", quant::dot_isas_available()}};
         j["memory"] = {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}};
         nlohmann::json bs = nlohmann::json::array();
         for (const auto& b : backends) {
@@ -75,6 +78,8 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       fmt::print("zinc {} · {} · {} ({} cores, {} threads)\n", ZINC_VERSION, cpu.arch, cpu.name, cpu.physical_cores,
                  cpu.logical_cores);
       fmt::print("cpu features: {}\n", cpu.feature_names().empty() ? "none detected" : join(cpu.feature_names(), " "));
+      fmt::print("cpu kernels: {} (this CPU runs: {}; ZINC_CPU_ISA caps it)\n", quant::dot_isa_in_use(),
+                 join(quant::dot_isas_available(), " "));
       fmt::print("memory: {} total, {} available\n\n", format_bytes(mem.total_bytes),
                  format_bytes(mem.available_bytes));
       for (const auto& b : backends) {

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "gguf/types.h"
 
@@ -43,6 +45,13 @@ struct DotKernel {
 };
 // Throws zinc::Error when the weight type has no dot product.
 DotKernel dot_kernel(TensorType weight);
+
+// The instruction sets whose kernel tables this CPU can run, best first, always ending in "scalar"
+// (e.g. {"avx512", "avx2", "scalar"}), and the one dot_kernel() uses: the best of them unless
+// ZINC_CPU_ISA=scalar|avx2|avx512|neon caps it (to compare paths, or to run on an AVX-512 machine
+// the kernels an AVX2-only machine would run).
+std::vector<std::string> dot_isas_available();
+std::string dot_isa_in_use();
 
 // Kernel tables of each instruction set (nullptr where a type has no fast path). Defined in the
 // per-ISA translation units; the dispatcher picks the best table the CPU supports.

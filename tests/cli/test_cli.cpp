@@ -180,6 +180,36 @@ TEST(Cli, CheckReportsCpuAndBackends) {
   }
 }
 
+TEST(Cli, CheckNamesTheKernelPathsAndZincCpuIsaCapsThem) {
+  // The kernel table in use and those the CPU runs (best first, scalar last); ZINC_CPU_ISA picks a
+  // lower one (scripts/test.sh runs the numeric tests on each), and a name it does not know is an error.
+  const char* saved = std::getenv("ZINC_CPU_ISA");
+  const std::string before = saved ? saved : "";
+  unsetenv("ZINC_CPU_ISA");
+  const json j = json::parse(zinc({"check", "--json"}).out);
+  const auto available = j["cpu"]["kernels_available"].get<std::vector<std::string>>();
+  ASSERT_FALSE(available.empty());
+  EXPECT_EQ(available.back(), "scalar");
+  EXPECT_EQ(j["cpu"]["kernels"], available.front());
+  for (const auto& isa : available) {
+    setenv("ZINC_CPU_ISA", isa.c_str(), 1);
+    const RunResult r = zinc({"check", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["cpu"]["kernels"], isa);
+    const RunResult text = zinc({"check"});
+    EXPECT_TRUE(contains(text.out, "cpu kernels: " + isa + " ")) << text.out;
+  }
+  setenv("ZINC_CPU_ISA", "avx1024", 1);
+  const RunResult bad = zinc({"check"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "ZINC_CPU_ISA=avx1024: expected scalar, avx2, avx512 or neon")) << bad.err;
+  if (saved) {
+    setenv("ZINC_CPU_ISA", before.c_str(), 1);
+  } else {
+    unsetenv("ZINC_CPU_ISA");
+  }
+}
+
 TEST(Cli, CheckRequireFailsForAnUnavailableBackend) {
   const json j = json::parse(zinc({"check", "--json"}).out);
   for (const auto& b : j["backends"]) {

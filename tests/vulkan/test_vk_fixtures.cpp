@@ -56,6 +56,14 @@ class VulkanFixture : public ::testing::TestWithParam<std::string> {
   test::TempDir tmp_;
 };
 
+// The bound for two backends computing the same float32 function (F32 weights, F32 cache), which may
+// differ only in the order they sum: a float32 sum of n terms is off by at most n·u of the sum of the
+// terms' magnitudes (Higham, Accuracy and Stability of Numerical Algorithms, §4.2; u = 2^-24). The
+// fixtures' widest reduction has n = 512 terms: 3.1e-5 per reduction, and a logit passes a handful of
+// chained reductions per layer, so 2e-4 of the largest logit. Measured on lavapipe against the CPU's
+// AVX-512, AVX2 and scalar kernels: at most 3.2e-6. A wrong formula moves logits by 1e-2 or more.
+constexpr double kFloat32Gap = 2e-4;
+
 // Largest difference relative to the largest logit.
 double relative_gap(std::span<const float> got, std::span<const float> want) {
   double worst = 0, scale = 1e-6;
@@ -77,18 +85,18 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
   const std::vector<float> want(c.begin(), c.end());
   const auto g = gpu.eval(sequence_, true);
   ASSERT_EQ(g.size(), want.size());
-  EXPECT_LT(relative_gap(g, want), 2e-4) << GetParam() << ": prefill";
+  EXPECT_LT(relative_gap(g, want), kFloat32Gap) << GetParam() << ": prefill";
   EXPECT_EQ(gpu.last_argmax(), cpu.last_argmax()) << GetParam();
 
   // Prefill 5 tokens, then one at a time: the decode step's recording is replayed at every position.
   runtime::Session steps(f, *gpu_, opts);
   const auto nv = static_cast<size_t>(steps.n_vocab());
   const auto first = steps.eval(std::span<const int32_t>(sequence_.data(), 5), true);
-  EXPECT_LT(relative_gap(first, std::span<const float>(want).first(5 * nv)), 2e-4) << GetParam();
+  EXPECT_LT(relative_gap(first, std::span<const float>(want).first(5 * nv)), kFloat32Gap) << GetParam();
   for (size_t i = 5; i < sequence_.size(); ++i) {
     const auto l = steps.eval(std::span<const int32_t>(&sequence_[i], 1));
     ASSERT_EQ(l.size(), nv);
-    EXPECT_LT(relative_gap(l, std::span<const float>(want).subspan(i * nv, nv)), 2e-4) << GetParam() << " at " << i;
+    EXPECT_LT(relative_gap(l, std::span<const float>(want).subspan(i * nv, nv)), kFloat32Gap) << GetParam() << " at " << i;
   }
 }
 
@@ -110,7 +118,7 @@ TEST_P(VulkanFixture, SavedContextMovesBetweenBackends) {
     EXPECT_EQ(dst.n_past(), 8);
     const auto got = dst.eval(tail);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LT(relative_gap(got, want), 2e-4) << GetParam() << (from_gpu ? ": Vulkan to CPU" : ": CPU to Vulkan");
+    EXPECT_LT(relative_gap(got, want), kFloat32Gap) << GetParam() << (from_gpu ? ": Vulkan to CPU" : ": CPU to Vulkan");
   }
 }
 
@@ -119,6 +127,7 @@ struct GreedyRun {
   std::vector<int32_t> cpu, gpu;
   double worst_gap = 0;  // largest relative logit gap over the steps (both fed the CPU's tokens)
   int clear_steps = 0, clear_agree = 0;
+  int first_unclear = 64;  // the first step whose choice was not clear (64: none)
 };
 
 GreedyRun greedy_pair(const gguf::File& f, backend::Backend& cpu_backend, backend::Backend& gpu_backend,
@@ -141,6 +150,8 @@ GreedyRun greedy_pair(const gguf::File& f, backend::Backend& cpu_backend, backen
     if (sorted[0] - sorted[1] > 2 * diff) {
       ++r.clear_steps;
       r.clear_agree += r.cpu.back() == r.gpu.back();
+    } else {
+      r.first_unclear = std::min(r.first_unclear, i);
     }
     const int32_t next_cpu = r.cpu.back(), next_gpu = teacher_forced ? r.cpu.back() : r.gpu.back();
     cpu.eval(std::span<const int32_t>(&next_cpu, 1));
@@ -149,16 +160,63 @@ GreedyRun greedy_pair(const gguf::File& f, backend::Backend& cpu_backend, backen
   return r;
 }
 
+// How far rounding the cache to F16 moves the CPU's logits: the largest relative gap between an F16-cache
+// and an F32-cache session over 64 greedy steps (both fed the F16 session's tokens).
+double f16_cache_effect(const gguf::File& f, backend::Backend& cpu, const std::vector<int32_t>& prompt,
+                        backend::ExecOptions opts) {
+  opts.kv_type = backend::KvType::F16;
+  backend::ExecOptions o32 = opts;
+  o32.kv_type = backend::KvType::F32;
+  runtime::Session s16(f, cpu, opts), s32(f, cpu, o32);
+  s16.eval(prompt);
+  s32.eval(prompt);
+  double rounding = 0;
+  for (int i = 0; i < 64; ++i) {
+    rounding = std::max(rounding, relative_gap(s16.executable().logits(), s32.executable().logits()));
+    const int32_t next = s16.last_argmax();
+    s16.eval(std::span<const int32_t>(&next, 1));
+    s32.eval(std::span<const int32_t>(&next, 1));
+  }
+  if (rounding == 0) throw Error("the F16 cache rounded nothing");
+  return rounding;
+}
+
 TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
-  // F32 weights: both backends compute in float, the same function up to summation order, so the
-  // 64 greedy tokens are the same.
+  // F32 weights and an F32 cache: both backends compute the same float32 function up to summation
+  // order, so each follows its own argmax and the 64 greedy tokens are the same up to the first step
+  // whose choice is not clear (its margin under twice the logit gap; on these fixtures there is none).
   const gguf::File f = file("F32");
   backend::ExecOptions opts;
   opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
   opts.max_tokens = 8;
+  opts.kv_type = backend::KvType::F32;
   const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, opts, false);
-  EXPECT_EQ(r.gpu, r.cpu) << GetParam();
-  EXPECT_LT(r.worst_gap, 1e-3) << GetParam();
+  const auto n = static_cast<size_t>(r.first_unclear);
+  EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n))
+      << GetParam();
+  EXPECT_GE(r.first_unclear, 32) << GetParam() << ": too few clear choices to judge";
+  EXPECT_LT(r.worst_gap, kFloat32Gap) << GetParam();
+}
+
+TEST_P(VulkanFixture, F16CacheStaysWithinItsRounding) {
+  // The default F16 cache: each backend rounds its float keys and values to f16. Where the two floats
+  // differ in their last bits they may round to neighbouring f16 values, so the backends' caches
+  // differ by at most one f16 ulp per element, while rounding an F32 cache to F16 moves each element
+  // by at most half an ulp. To first order the logits then differ between the backends by at most
+  // twice as much as F16 rounding moves the CPU's own logits, plus the float32 gap. That effect is
+  // measured here on each fixture (from 1e-4 to 5e-3 of the largest logit), not assumed: it depends on
+  // the model and the prompt, not on the machine. Fed the same (CPU-chosen) tokens for 64 steps.
+  const gguf::File f = file("F32");
+  backend::ExecOptions o16;
+  o16.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
+  o16.max_tokens = 8;
+  const double rounding = f16_cache_effect(f, *cpu_, prompt_, o16);
+  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, o16, true);
+  std::printf("%s: F16 cache: worst logit gap %.2e, F16 rounding's own effect %.2e\n", GetParam().c_str(), r.worst_gap,
+              rounding);
+  EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << GetParam() << ": F16 rounding alone moves logits " << rounding;
+  EXPECT_EQ(r.clear_agree, r.clear_steps) << GetParam();
+  EXPECT_GE(r.clear_steps, 32) << GetParam() << ": too few clear choices to judge";
 }
 
 // Quantized weights: the device computes as the CPU does (activations quantized to the same 8-bit codes,
@@ -205,9 +263,14 @@ TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {
   backend::ExecOptions opts;
   opts.n_ctx = 128;
   const std::vector<int32_t> prompt{1, 403, 407, 261, 378, 432, 383, 286};  // "Once upon a time, there was"
+  // The default F16 cache, each backend following its own argmax: the bound of
+  // F16CacheStaysWithinItsRounding, and the same text up to the first choice that is not clear.
+  const double rounding = f16_cache_effect(f, *cpu, prompt, opts);
   const GreedyRun r = greedy_pair(f, *cpu, *gpu, prompt, opts, false);
-  EXPECT_EQ(r.gpu, r.cpu);
-  EXPECT_LT(r.worst_gap, 2e-3);
+  const auto n = static_cast<size_t>(r.first_unclear);
+  EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n));
+  EXPECT_GE(r.first_unclear, 32) << "too few clear choices to judge";
+  EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << "F16 rounding alone moves logits " << rounding;
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanFixture,
