@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "chat/jinja_text.h"
+#include "core/json_bounded.h"
 
 namespace zinc::chat::jinja {
 
@@ -449,8 +450,13 @@ std::string to_json(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-Value from_json(Heap& heap, const nlohmann::ordered_json& j) {
+namespace {
+
+// Values arrive from requests and files; every parser of them bounds the nesting (core/json_bounded.h),
+// and this conversion, which recurses once per level, checks again so no caller can overflow the stack.
+Value from_json_at(Heap& heap, const nlohmann::ordered_json& j, int depth) {
   using nlohmann::ordered_json;
+  if (j.is_structured() && depth >= kJsonMaxDepth) throw JsonTooDeep(kJsonMaxDepth);
   switch (j.type()) {
     case ordered_json::value_t::null: return Value::none();
     case ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -470,7 +476,7 @@ Value from_json(Heap& heap, const nlohmann::ordered_json& j) {
     case ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(heap, e));
+      for (const auto& e : j) items.push_back(from_json_at(heap, e, depth + 1));
       return Value::array(heap.new_array(std::move(items)));
     }
     case ordered_json::value_t::object: {
@@ -481,10 +487,10 @@ Value from_json(Heap& heap, const nlohmann::ordered_json& j) {
         if (is_array_index(k, index)) indexed.emplace_back(index, &k);
       }
       std::sort(indexed.begin(), indexed.end());
-      for (const auto& [index, k] : indexed) o->set(*k, from_json(heap, j.at(*k)));
+      for (const auto& [index, k] : indexed) o->set(*k, from_json_at(heap, j.at(*k), depth + 1));
       for (const auto& [k, e] : j.items()) {
         uint64_t index;
-        if (!is_array_index(k, index)) o->set(k, from_json(heap, e));
+        if (!is_array_index(k, index)) o->set(k, from_json_at(heap, e, depth + 1));
       }
       return Value::object(o);
     }
@@ -493,6 +499,10 @@ Value from_json(Heap& heap, const nlohmann::ordered_json& j) {
   }
   return Value::none();
 }
+
+}  // namespace
+
+Value from_json(Heap& heap, const nlohmann::ordered_json& j) { return from_json_at(heap, j, 0); }
 
 // ---- Equality and ordering ----
 

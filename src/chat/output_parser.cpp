@@ -8,6 +8,8 @@
 #include <span>
 #include <utility>
 
+#include "core/json_bounded.h"
+
 namespace zinc::chat {
 
 using nlohmann::ordered_json;
@@ -101,10 +103,15 @@ size_t json_object_end(std::string_view s, size_t start) {
   return std::string_view::npos;
 }
 
+// Model output is untrusted (a prompt can steer it): nesting past the limit is not a tool call.
 std::optional<ordered_json> parse_json(std::string_view text) {
-  ordered_json j = ordered_json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
+  try {
+    return parse_json_bounded<ordered_json>(text);
+  } catch (const JsonTooDeep&) {
+    return std::nullopt;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 // {"name": ..., "arguments": {...}} (or "parameters"; or wrapped as {"function": {...}}).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "cli/generation_options.h"
 #include "cli/terminal.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 
 namespace zinc::cli {
@@ -144,7 +146,10 @@ class ChatUi {
         if (!in) throw Error(fmt::format("cannot read {}", arg));
         nlohmann::ordered_json j;
         try {
-          j = nlohmann::ordered_json::parse(in);
+          j = parse_json_bounded<nlohmann::ordered_json>(
+              std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+        } catch (const JsonTooDeep& e) {
+          throw Error(fmt::format("{}: {}", arg, e.what()));
         } catch (const nlohmann::json::exception& e) {
           throw Error(fmt::format("{}: not valid JSON: {}", arg, e.what()));
         }

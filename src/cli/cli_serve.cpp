@@ -26,8 +26,7 @@ struct ServeArgs {
 std::atomic<server::Server*> g_server{nullptr};
 
 extern "C" void on_stop_signal(int) {
-  // httplib's stop() only flips flags and shuts the socket down: safe enough from a handler, and
-  // the alternative (a watcher thread) would need the same call.
+  // stop() stores a flag and writes one byte to a pipe: both async-signal-safe.
   if (auto* s = g_server.load()) s->stop();
 }
 
@@ -71,7 +70,10 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY on the API");
-  cmd->add_option("--cors-origin", a->server.cors_origins, "Browser origin allowed to call the API (repeatable; * for any)");
+  cmd->add_option("--cors-origin", a->server.cors_origins,
+                  "Web page origin allowed to call the API besides the server's own page (repeatable; * for any)");
+  cmd->add_option("--allowed-hosts", a->server.allowed_hosts,
+                  "Host names the server answers besides localhost, IP addresses and --host (repeatable; * for any)");
   cmd->add_option("--max-body", a->server.max_body_bytes, "Largest request body in bytes")->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Requests generated at once (slots, each with its own context)")
       ->capture_default_str()

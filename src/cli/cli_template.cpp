@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/json_util.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "gguf/reader.h"
 #include "hub/store.h"
 
@@ -60,10 +61,13 @@ int run_template(const TemplateOptions& o, const GlobalOptions& global) {
   ordered_json request_json = sample_conversation();
   if (!o.messages_file.empty()) {
     const std::string text = read_text(o.messages_file, "messages");
-    request_json = ordered_json::parse(text, nullptr, false);
-    if (request_json.is_discarded()) {
-      throw Error(fmt::format("{}: not valid JSON (expected an array of messages or an object with \"messages\")",
-                              o.messages_file == "-" ? "stdin" : o.messages_file));
+    const std::string where = o.messages_file == "-" ? "stdin" : o.messages_file;
+    try {
+      request_json = parse_json_bounded<ordered_json>(text);
+    } catch (const JsonTooDeep& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    } catch (const nlohmann::json::exception&) {
+      throw Error(fmt::format("{}: not valid JSON (expected an array of messages or an object with \"messages\")", where));
     }
   }
   chat::ChatRequest request = chat::ChatRequest::from_json(request_json);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "convert/convert_plan.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "gguf/writer.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
@@ -150,7 +152,9 @@ json read_json(const std::filesystem::path& p, bool required) {
   }
   std::ifstream in(p);
   try {
-    return json::parse(in);
+    return parse_json_bounded<json>(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  } catch (const JsonTooDeep& e) {
+    throw Error(fmt::format("{}: {}", p.string(), e.what()));
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
   }

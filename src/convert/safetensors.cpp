@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 
 namespace zinc::convert {
 
@@ -69,7 +71,9 @@ void SafetensorsFile::parse_all(std::span<const uint8_t> bytes, const std::strin
   const auto* hp = reinterpret_cast<const char*>(bytes.data() + 8);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(hp, hp + header_len);
+    header = parse_json_bounded<nlohmann::json>(std::string_view(hp, static_cast<size_t>(header_len)));
+  } catch (const JsonTooDeep& e) {
+    fail(fmt::format("header refused: {}", e.what()));
   } catch (const nlohmann::json::exception& e) {
     fail(fmt::format("header is not valid JSON: {}", e.what()));
   }
@@ -124,7 +128,10 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
     std::ifstream in(index);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = parse_json_bounded<nlohmann::json>(
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    } catch (const JsonTooDeep& e) {
+      throw Error(fmt::format("{}: {}", index.string(), e.what()));
     } catch (const nlohmann::json::exception& e) {
       throw Error(fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
     }

@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <random>
+
+#include "core/json_bounded.h"
 
 namespace zinc::server {
 
@@ -139,8 +143,10 @@ void parse_common(const json& body, const sample::SamplerParams& defaults, Compl
     if (!bias->is_object()) bad("logit_bias", "must be an object of token id to bias");
     for (const auto& [k, v] : bias->items()) {
       char* end = nullptr;
-      const long id = std::strtol(k.c_str(), &end, 10);
+      errno = 0;
+      const long long id = std::strtoll(k.c_str(), &end, 10);
       if (k.empty() || *end != '\0' || id < 0 || !v.is_number()) bad("logit_bias", "keys are token ids, values numbers");
+      if (errno == ERANGE || id > INT32_MAX) bad("logit_bias", fmt::format("{} is not a token id", k));
       s.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
     }
   }
@@ -181,7 +187,9 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
         ordered_json args = c["function"].value("arguments", ordered_json("{}"));
         if (args.is_string()) {
           try {
-            args = ordered_json::parse(args.get<std::string>());
+            args = parse_json_bounded<ordered_json>(args.get<std::string>());
+          } catch (const JsonTooDeep& e) {
+            bad(p + ".tool_calls", fmt::format("a call's arguments are refused: {}", e.what()));
           } catch (const json::exception&) {
           }
         }

@@ -1,7 +1,7 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <array>
 #include <chrono>
@@ -10,7 +10,9 @@
 
 #include "chat/output_parser.h"
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "runtime/chat_session.h"
+#include "server/http.h"
 #include "server/openai.h"
 #include "server/web_page.h"
 
@@ -58,7 +60,7 @@ struct Server::Impl {
   chat::OutputFormat format;
   ServerOptions opts;
   Engine engine;
-  httplib::Server http;
+  http::Server http;
   Metrics metrics;
   int64_t started = 0;
 
@@ -68,35 +70,84 @@ struct Server::Impl {
         tmpl(std::move(tp)),
         format(chat::detect_output_format(tmpl.source())),
         opts(std::move(so)),
-        engine(f, t, std::move(eo)) {
+        engine(f, t, std::move(eo)),
+        http(limits(opts)) {
     started = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     routes();
   }
 
-  static void reply_error(httplib::Response& res, const ApiError& e) {
+  static http::Limits limits(const ServerOptions& o) {
+    http::Limits l;
+    l.max_body_bytes = o.max_body_bytes;
+    l.workers = o.http_threads;
+    return l;
+  }
+
+  static void reply_error(http::Response& res, const ApiError& e) {
     res.status = e.status();
     res.set_content(e.body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   }
 
-  static json parse_body(const httplib::Request& req) {
+  static json parse_body(const http::Request& req) {
     try {
-      return json::parse(req.body);
+      return parse_json_bounded<json>(req.body);
+    } catch (const JsonTooDeep& e) {
+      throw ApiError(400, fmt::format("the request body is refused: {}", e.what()));
     } catch (const json::exception& e) {
       throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
     }
   }
 
-  bool authorized(const httplib::Request& req) const {
+  bool authorized(const http::Request& req) const {
     if (opts.api_key.empty()) return true;
-    return req.get_header_value("Authorization") == "Bearer " + opts.api_key;
+    return req.header("authorization") == "Bearer " + opts.api_key;
   }
 
-  std::string allowed_origin(const httplib::Request& req) const {
-    const auto origin = req.get_header_value("Origin");
+  // The CORS origin to answer with: "*", the request's Origin when --cors-origin names it, or "".
+  std::string allowed_origin(const http::Request& req) const {
+    const auto origin = req.header("origin");
     for (const auto& o : opts.cors_origins) {
       if (o == "*" || o == origin) return o == "*" ? "*" : origin;
     }
     return "";
+  }
+
+  // DNS rebinding: a page on evil.example whose name is made to resolve to 127.0.0.1 reaches this
+  // server with "Host: evil.example". Names are allowed only when they are this server's own
+  // (localhost, the --host name, --allowed-hosts); IP literals always are, since rebinding needs a name.
+  bool host_allowed(const std::string& host_header) const {
+    if (host_header.empty()) return true;  // HTTP/1.0 clients; every browser sends Host
+    std::string h = host_header;
+    if (h.front() == '[') {
+      h = h.substr(0, h.find(']') + 1);
+    } else if (const size_t colon = h.rfind(':'); colon != std::string::npos) {
+      h = h.substr(0, colon);
+    }
+    for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!h.empty() && h.back() == '.') h.pop_back();
+    in6_addr a6;
+    in_addr a4;
+    if (::inet_pton(AF_INET, h.c_str(), &a4) == 1) return true;
+    if (h.size() > 2 && h.front() == '[' && ::inet_pton(AF_INET6, h.substr(1, h.size() - 2).c_str(), &a6) == 1) return true;
+    if (h == "localhost" || (h.size() > 10 && h.ends_with(".localhost"))) return true;
+    std::string own = opts.host;
+    for (char& c : own) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (h == own) return true;
+    for (const auto& a : opts.allowed_hosts) {
+      if (a == "*" || a == h) return true;
+    }
+    return false;
+  }
+
+  // A browser names the page that sent a request in Origin. Requests from this server's own page
+  // (same origin) and from --cors-origin origins are served; any other page is refused, whatever the
+  // content type (a text/plain POST needs no CORS preflight, so the browser would otherwise deliver it).
+  bool origin_allowed(const http::Request& req) const {
+    const std::string origin = req.header("origin");
+    if (origin.empty()) return true;  // not from a browser page
+    if (!allowed_origin(req).empty()) return true;
+    const std::string host = req.header("host");
+    return !host.empty() && (origin == "http://" + host || origin == "https://" + host);
   }
 
   void check_model(const CompletionRequest& r) const {
@@ -160,7 +211,12 @@ struct Server::Impl {
     }
   }
 
-  void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void count_cancelled() {
+    std::lock_guard<std::mutex> lock(metrics.mutex);
+    ++metrics.cancelled;
+  }
+
+  void completion(const http::Request& req, http::Response& res, bool chat) {
     {
       std::lock_guard<std::mutex> lock(metrics.mutex);
       ++metrics.requests;
@@ -168,6 +224,12 @@ struct Server::Impl {
     const json body = parse_body(req);
     CompletionRequest r = chat ? parse_chat_request(body, opts.defaults) : parse_completion_request(body, opts.defaults);
     check_model(r);
+    for (const auto& [id, bias] : r.sampling.logit_bias) {
+      if (id >= static_cast<int64_t>(tok.vocab().size())) {
+        throw ApiError(400, fmt::format("'logit_bias': {} is not a token id (0..{})", id, tok.vocab().size() - 1),
+                       "invalid_request_error", "logit_bias");
+      }
+    }
     bool opens_reasoning = false;
     auto prompt = prompt_tokens(r, &opens_reasoning);
     runtime::GenerateOptions g;
@@ -194,8 +256,19 @@ struct Server::Impl {
     if (!r.stream) {
       chat::OutputParser parser(popts);
       std::string piece;
-      while (job->next(piece)) {
+      for (;;) {
+        const bool more = job->next(piece, 100);
+        if (!more) break;
         if (!piece.empty()) result->message += parser.push(piece);
+        // Nobody will read the answer once the client has gone: stop, and free the slot at the next step.
+        if (req.client_gone()) {
+          job->cancel();
+          count_cancelled();
+          while (job->next(piece, 100)) {
+          }
+          res.status = 499;  // not sent: the connection is closed
+          return;
+        }
       }
       result->message += parser.finish();
       if (!job->error().empty()) throw ApiError(job->error_status() == 499 ? 400 : job->error_status(), job->error());
@@ -209,63 +282,69 @@ struct Server::Impl {
 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    auto stream = std::make_shared<StreamTranslator>(*result, chat, popts);
-    auto role_sent = std::make_shared<bool>(false);
-    // The client went away: stop generating (the slot frees at its next step) and count it once.
-    auto gone = std::make_shared<std::function<void()>>([this, job, counted = std::make_shared<std::atomic<bool>>(false)] {
-      job->cancel();
-      if (!counted->exchange(true)) {
-        std::lock_guard<std::mutex> lock(metrics.mutex);
-        ++metrics.cancelled;
-      }
-    });
+    res.set_header("Content-Type", "text/event-stream");
     const bool include_usage = r.include_usage;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, result, stream, role_sent, gone, include_usage](size_t, httplib::DataSink& sink) {
-          auto write_all = [&](const std::vector<ordered_json>& chunks) {
-            for (const auto& c : chunks) {
-              const std::string s = sse(c);
-              if (!sink.write(s.data(), s.size())) return false;
-            }
-            return true;
-          };
-          if (!*role_sent) {
-            *role_sent = true;
-            if (!write_all(stream->start())) {
-              (*gone)();
-              return false;
-            }
-          }
-          std::string piece;
-          if (job->next(piece, 200)) {
-            if ((!piece.empty() && !write_all(stream->push(piece))) || (sink.is_writable && !sink.is_writable())) {
-              (*gone)();
-              return false;
-            }
-            return true;
-          }
-          if (!job->error().empty()) {
-            const int status = job->error_status() == 499 ? 400 : job->error_status();
-            write_all({ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body()});
-          } else {
-            write_all(stream->finish(job->result(), include_usage));
-            record(result->gen);
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          return true;
-        },
-        [job, gone](bool success) {
-          if (!success && !job->finished()) (*gone)();
-        });
+    res.stream = [this, job, result, chat, popts, include_usage](http::StreamWriter& w) {
+      StreamTranslator stream(*result, chat, popts);
+      auto write_all = [&](const std::vector<ordered_json>& chunks) {
+        for (const auto& c : chunks) {
+          if (!w.write(sse(c))) return false;
+        }
+        return true;
+      };
+      // The client went away: stop generating (the slot frees at its next step) and count it.
+      auto gone = [&] {
+        job->cancel();
+        count_cancelled();
+        std::string rest;
+        while (job->next(rest, 100)) {
+        }
+      };
+      if (!write_all(stream.start())) return gone();
+      std::string piece;
+      for (;;) {
+        if (job->next(piece, 200)) {
+          if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
+          continue;
+        }
+        break;
+      }
+      if (!job->error().empty()) {
+        const int status = job->error_status() == 499 ? 400 : job->error_status();
+        write_all({ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body()});
+      } else {
+        write_all(stream.finish(job->result(), include_usage));
+        record(result->gen);
+      }
+      w.write("data: [DONE]\n\n");
+    };
+  }
+
+  // A request's boolean field: `fallback` when absent, 400 when not a boolean.
+  static bool bool_field(const json& body, const char* name, bool fallback) {
+    if (!body.contains(name)) return fallback;
+    if (!body[name].is_boolean()) throw ApiError(400, fmt::format("'{}': must be true or false", name), "invalid_request_error", name);
+    return body[name].get<bool>();
   }
 
   void routes() {
-    http.new_task_queue = [n = opts.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    http.set_payload_max_length(opts.max_body_bytes);
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    http.set_pre_routing([this](http::Request& req, http::Response& res) {
+      if (!host_allowed(req.header("host"))) {
+        reply_error(res, ApiError(403,
+                                  fmt::format("requests for host '{}' are refused: this server answers to localhost and its "
+                                              "own addresses (start it with --allowed-hosts {} to accept that name)",
+                                              req.header("host"), req.header("host")),
+                                  "invalid_request_error", "", "host_not_allowed"));
+        return true;
+      }
+      if (!origin_allowed(req)) {
+        reply_error(res, ApiError(403,
+                                  fmt::format("requests from the web page at {} are refused (start the server with "
+                                              "--cors-origin {} to allow that page)",
+                                              req.header("origin"), req.header("origin")),
+                                  "invalid_request_error", "", "origin_not_allowed"));
+        return true;
+      }
       const auto origin = allowed_origin(req);
       if (!origin.empty()) {
         res.set_header("Access-Control-Allow-Origin", origin);
@@ -275,35 +354,36 @@ struct Server::Impl {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
         res.status = 204;
-        return httplib::Server::HandlerResponse::Handled;
+        return true;
       }
       const bool open = req.path == "/" || req.path == "/health";
       if (!open && !authorized(req)) {
         reply_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_request_error",
                                   "", "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
+        return true;
       }
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     });
     auto guarded = [this](auto fn) {
-      return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      return [this, fn](http::Request& req, http::Response& res) {
         try {
           fn(req, res);
+          return;
         } catch (const ApiError& e) {
           reply_error(res, e);
-          std::lock_guard<std::mutex> lock(metrics.mutex);
-          ++metrics.errors;
         } catch (const Error& e) {
           reply_error(res, ApiError(400, e.what()));
-          std::lock_guard<std::mutex> lock(metrics.mutex);
-          ++metrics.errors;
+        } catch (const std::exception& e) {
+          reply_error(res, ApiError(500, e.what(), "server_error"));
         }
+        std::lock_guard<std::mutex> lock(metrics.mutex);
+        ++metrics.errors;
       };
     };
-    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    http.route("GET", "/", [](http::Request&, http::Response& res) {
       res.set_content(std::string(web_page_html()), "text/html; charset=utf-8");
     });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    http.route("GET", "/health", [this](http::Request&, http::Response& res) {
       const auto s = engine.stats();
       res.set_content(json{{"status", "ok"}, {"slots_idle", s.n_slots - s.busy_slots}, {"slots_busy", s.busy_slots},
                            {"queued", s.queued}}.dump(),
@@ -316,38 +396,39 @@ struct Server::Impl {
                   {"owned_by", "zinc"},
                   {"meta", {{"n_ctx", engine.n_ctx()}, {"architecture", file.get_or<std::string>("general.architecture", "")}}}};
     };
-    http.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
+    http.route("GET", "/v1/models", [model_json](http::Request&, http::Response& res) {
       res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
     });
-    http.Get(R"(/v1/models/(.+))", guarded([this, model_json](const httplib::Request& req, httplib::Response& res) {
-      if (req.matches[1] != opts.model_id) {
-        throw ApiError(404, fmt::format("The model '{}' does not exist", req.matches[1].str()), "invalid_request_error",
-                       "model", "model_not_found");
+    http.route("GET", R"(/v1/models/(.+))", guarded([this, model_json](http::Request& req, http::Response& res) {
+      if (req.matches[0] != opts.model_id) {
+        throw ApiError(404, fmt::format("The model '{}' does not exist", req.matches[0]), "invalid_request_error", "model",
+                       "model_not_found");
       }
       res.set_content(model_json().dump(), "application/json");
     }));
-    http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    http.route("POST", "/v1/chat/completions", guarded([this](http::Request& req, http::Response& res) {
       completion(req, res, true);
     }));
-    http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    http.route("POST", "/v1/completions", guarded([this](http::Request& req, http::Response& res) {
       completion(req, res, false);
     }));
-    http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    http.route("POST", "/tokenize", guarded([this](http::Request& req, http::Response& res) {
       const json body = parse_body(req);
       if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
         throw ApiError(400, "'content': must be a string", "invalid_request_error", "content");
       }
-      const bool add_special = body.value("add_special", false), parse_special = body.value("parse_special", true);
+      const bool add_special = bool_field(body, "add_special", false), parse_special = bool_field(body, "parse_special", true),
+                 with_pieces = bool_field(body, "with_pieces", false);
       const auto ids = tok.encode(body["content"].get<std::string>(), add_special, parse_special);
       json out = {{"tokens", ids}};
-      if (body.value("with_pieces", false)) {
+      if (with_pieces) {
         json pieces = json::array();
         for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", token_text(id)}});
         out["tokens"] = pieces;
       }
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }));
-    http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    http.route("POST", "/detokenize", guarded([this](http::Request& req, http::Response& res) {
       const json body = parse_body(req);
       if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
         throw ApiError(400, "'tokens': must be an array of token ids", "invalid_request_error", "tokens");
@@ -363,7 +444,7 @@ struct Server::Impl {
       res.set_content(json{{"content", tok.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace),
                       "application/json");
     }));
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    http.route("GET", "/metrics", [this](http::Request&, http::Response& res) {
       const auto s = engine.stats();
       std::lock_guard<std::mutex> lock(metrics.mutex);
       std::string out;
@@ -385,22 +466,13 @@ struct Server::Impl {
       out += metrics.per_token.text("zinc_time_per_output_token_seconds", "Decode time per generated token.");
       res.set_content(out, "text/plain; version=0.0.4");
     });
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;  // an API error already written
-      std::string message = fmt::format("{} {} failed with status {}", req.method, req.path, res.status);
-      if (res.status == 404) message = fmt::format("no endpoint {} {}", req.method, req.path);
-      if (res.status == 413) message = "the request body is larger than the server accepts (--max-body)";
-      reply_error(res, ApiError(res.status, message, res.status >= 500 ? "server_error" : "invalid_request_error"));
-    });
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      reply_error(res, ApiError(500, what, "server_error"));
+    http.set_error_handler([](const http::Request& req, http::Response& res, std::string_view why) {
+      std::string message = why.empty() ? fmt::format("{} {} failed with status {}", req.method, req.path, res.status)
+                                        : std::string(why);
+      if (why.empty() && res.status == 404) message = fmt::format("no endpoint {} {}", req.method, req.path);
+      if (why.empty() && res.status == 405) message = fmt::format("{} does not answer {}", req.path, req.method);
+      const char* type = res.status == 503 ? "server_busy_error" : res.status >= 500 ? "server_error" : "invalid_request_error";
+      reply_error(res, ApiError(res.status, message, type));
     });
   }
 };
@@ -413,13 +485,11 @@ Server::~Server() = default;
 
 int Server::bind() {
   auto& o = impl_->opts;
-  const int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host) : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
-  if (port < 0) throw Error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port));
-  o.port = port;
-  return port;
+  o.port = impl_->http.bind(o.host, o.port);
+  return o.port;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() { impl_->http.run(); }
 
 void Server::stop() { impl_->http.stop(); }
 

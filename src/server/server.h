@@ -19,7 +19,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                    // 0: any free port (bind() returns it)
   std::string api_key;                // when set, /v1/*, /tokenize, /detokenize and /metrics need "Bearer KEY"
-  std::vector<std::string> cors_origins;  // allowed browser origins ("*" for any)
+  std::vector<std::string> cors_origins;  // browser origins allowed besides the server's own page ("*" for any)
+  std::vector<std::string> allowed_hosts;  // Host names answered besides localhost, IP literals and `host` ("*": any)
   size_t max_body_bytes = 8u << 20;
   std::string model_id;               // the name clients ask for
   sample::SamplerParams defaults = sample::SamplerParams::chat();

@@ -11,10 +11,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_bounded.h"
 #include "tokenizer/vocab.h"
 
 namespace zinc::tokenizer {
@@ -95,7 +97,9 @@ std::string read_file(const std::filesystem::path& p) {
 
 json parse_json(const std::filesystem::path& p) {
   try {
-    return json::parse(read_file(p));
+    return parse_json_bounded<json>(read_file(p));
+  } catch (const JsonTooDeep& e) {
+    throw Error(fmt::format("{}: {}", p.string(), e.what()));
   } catch (const json::exception& e) {
     throw Error(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
   }

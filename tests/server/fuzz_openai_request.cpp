@@ -1,22 +1,37 @@
-// libFuzzer target: request bodies for the OpenAI endpoints. Any bytes must give a parsed request or a
-// 400 ApiError, never a crash or another exception; a parsed chat request has messages with string
-// roles and contents.
+// libFuzzer target: request bodies for the OpenAI endpoints, parsed as the server parses them (nesting
+// bounded) and rendered through a chat template that walks every message, tool and extra variable
+// (the conversion into template values recurses once per level). Any bytes must give a rendered
+// prompt, a 400 ApiError, or a refusal of deep nesting, never a crash or another exception.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "chat/chat_template.h"
+#include "core/json_bounded.h"
 #include "server/openai.h"
+
+namespace {
+
+// Prints every value it is given, at any depth the values have (tojson walks them all).
+const char* kTemplate =
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}\n"
+    "{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}{% if extra_var %}{{ extra_var | tojson }}{% endif %}";
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using nlohmann::json;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   json body;
   try {
-    body = json::parse(text);
+    body = zinc::parse_json_bounded<json>(text);
+  } catch (const zinc::JsonTooDeep&) {
+    return 0;  // the server answers 400 naming the limit
   } catch (const json::exception&) {
     return 0;  // the server answers 400 before the parser sees it
   }
+  static const zinc::chat::ChatTemplate tmpl(kTemplate, "<s>", "</s>", "fuzz");
   const auto defaults = zinc::sample::SamplerParams::chat();
   for (bool chat : {true, false}) {
     try {
@@ -26,6 +41,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!m["role"].is_string() || !m["content"].is_string()) std::abort();
       }
       r.sampling.validate();
+      if (chat) {
+        zinc::chat::ChatRequest cr;
+        cr.messages = r.messages;
+        cr.tools = r.tools;
+        cr.extra = r.template_vars;
+        try {
+          tmpl.render(cr);
+        } catch (const zinc::Error&) {
+          // a template error is the server's 400
+        }
+      }
     } catch (const zinc::server::ApiError& e) {
       if (e.status() != 400) std::abort();
     }
