@@ -157,6 +157,13 @@ TEST_F(CliTemplate, Errors) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "error: stdin: not valid JSON (expected an array of messages or an object with \"messages\")\n");
 
+  // 100,000 levels of nesting crashed the conversion into template values; now a clear error.
+  const std::string deep = R"({"messages": [{"role": "user", "content": "Q"}], "x": )" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}";
+  r = zinc({"template", "-m", model(), "--messages", "-"}, deep);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "error: stdin: the JSON nests arrays and objects more than 128 levels deep\n");
+
   r = zinc({"template"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("needs a model (-m MODEL.gguf) or a template file (--template FILE)"), std::string::npos) << r.err;
