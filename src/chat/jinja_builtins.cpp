@@ -105,6 +105,7 @@ std::string indent_lines(const std::string& s, const std::string& pad, bool firs
     const std::string_view l = std::string_view(s).substr(line_start, nl == std::string::npos ? std::string::npos : nl - line_start);
     if (!((!first && line == 0) || (!blank && l.empty()))) out += pad;
     out += l;
+    check_string_room(out);
     if (nl == std::string::npos) break;
     out += '\n';
     line_start = nl + 1;
@@ -290,6 +291,7 @@ Value Interpreter::filter_with_args(const Value& operand, const std::string& nam
         const size_t len = text::decode(s, i).len;
         if (i) out += sep.as_string();
         out.append(s, i, len);
+        check_string_room(out);
         i += len;
       }
       return new_string(std::move(out));

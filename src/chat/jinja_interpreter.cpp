@@ -85,9 +85,11 @@ struct EvalGuard {
   Interpreter& in;
 };
 
-Interpreter::Interpreter(const Program& program, const RenderOptions& options) : program_(program), options_(options) {
+Interpreter::Interpreter(const Program& program, const RenderOptions& options)
+    : program_(program), options_(options), string_bytes_(std::make_shared<StringBytes>()) {
   heap_.budget.max_values = options.limits.max_heap_values;
   heap_.budget.max_objects = options.limits.max_heap_objects;
+  string_bytes_->max = options.limits.max_string_bytes;
 }
 
 void Interpreter::count_step() {
@@ -100,7 +102,17 @@ Value Interpreter::new_string(std::string s) {
   if (s.size() > options_.limits.max_output_bytes) {
     throw RenderError(fmt::format("string longer than {} bytes", options_.limits.max_output_bytes));
   }
-  return Value::string(std::move(s));
+  // Charged while alive: many long strings held at once (in a list, a namespace) are refused too.
+  StringBytes& bytes = *string_bytes_;
+  if (s.size() > bytes.max - bytes.live) {
+    throw RenderError(fmt::format("the template holds more than {} bytes of strings", bytes.max));
+  }
+  const size_t n = s.size();
+  bytes.live += n;
+  return Value::string(Str(new std::string(std::move(s)), [counter = string_bytes_, n](const std::string* p) {
+    counter->live -= n;
+    delete p;
+  }));
 }
 
 Value Interpreter::new_array(std::vector<Value> items) {
@@ -116,7 +128,7 @@ Value Interpreter::concat(const std::string& a, const std::string& b) {
   if (a.size() + b.size() > options_.limits.max_output_bytes) {
     throw RenderError(fmt::format("string longer than {} bytes", options_.limits.max_output_bytes));
   }
-  return Value::string(a + b);
+  return new_string(a + b);
 }
 
 void Interpreter::check_items(size_t n) const {
@@ -124,6 +136,7 @@ void Interpreter::check_items(size_t n) const {
 }
 
 std::string Interpreter::render(const nlohmann::ordered_json& context) {
+  const StringCapScope cap(options_.limits.max_output_bytes);
   const std::shared_ptr<Env> global_scope = new_scope(nullptr);
   Env* global = global_scope.get();
   install_globals(global);

@@ -23,7 +23,8 @@
 namespace zinc::chat::jinja {
 
 struct RenderLimits {
-  size_t max_output_bytes = size_t{64} << 20;  // also the longest string a template may build
+  size_t max_output_bytes = size_t{64} << 20;  // also the longest string a template may build, even midway
+  size_t max_string_bytes = size_t{256} << 20; // bytes of the strings a template built that are alive at once
   size_t max_items = size_t{1} << 20;          // longest array (range(), +, append)
   size_t max_heap_values = size_t{8} << 20;    // array items alive at once (about 32 bytes each)
   size_t max_heap_objects = size_t{1} << 20;   // arrays, objects, scopes and functions alive at once
@@ -115,6 +116,7 @@ class Interpreter {
   const Program& program_;
   const RenderOptions& options_;
   Heap heap_;
+  std::shared_ptr<StringBytes> string_bytes_;
   uint64_t steps_ = 0;
   int depth_ = 0;
   int call_depth_ = 0;

@@ -94,6 +94,7 @@ std::string replace_string(const std::string& s, const std::string& from, const 
       if (i >= s.size()) break;
       const size_t len = text::decode(s, i).len;
       out.append(s, i, len);
+      check_string_room(out);
       i += len;
     }
     return out;
@@ -104,6 +105,7 @@ std::string replace_string(const std::string& s, const std::string& from, const 
     if (at == std::string::npos) break;
     out.append(s, start, at - start);
     out += to;
+    check_string_room(out);
     start = at + from.size();
     --remaining;
   }
@@ -138,6 +140,7 @@ std::string python_format(const std::string& f, const std::vector<Value>& args) 
       if (index >= args.size()) throw RenderError("format(): not enough arguments");
       const Value& v = args[index];
       if (!v.is_undefined()) out += v.is_none() ? "None" : js_string(v);
+      check_string_room(out);
       i = close;
     } else {
       out += c;

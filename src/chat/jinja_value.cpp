@@ -13,6 +13,18 @@
 
 namespace zinc::chat::jinja {
 
+namespace {
+thread_local size_t t_string_cap = SIZE_MAX;
+}  // namespace
+
+void check_string_room(const std::string& building) {
+  if (building.size() > t_string_cap) throw RenderError(fmt::format("string longer than {} bytes", t_string_cap));
+}
+
+StringCapScope::StringCapScope(size_t cap) : saved_(t_string_cap) { t_string_cap = cap; }
+StringCapScope::~StringCapScope() { t_string_cap = saved_; }
+
+
 bool Value::is_tuple() const { return type_ == ValueType::Array && as_array().tuple; }
 bool Value::is_dict() const { return type_ == ValueType::Object && as_object().kind != ObjectKind::Namespace; }
 bool Value::is_namespace() const { return type_ == ValueType::Object && as_object().kind == ObjectKind::Namespace; }
@@ -272,6 +284,7 @@ std::string js_string(const Value& v) {
         if (!first) out += ',';
         first = false;
         out += to_str(item);
+        check_string_room(out);
       }
       return out;
     }
@@ -285,6 +298,7 @@ std::string js_join(const std::vector<Value>& items, std::string_view sep) {
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) out += sep;
     if (!items[i].is_none() && !items[i].is_undefined()) out += js_string(items[i]);
+    check_string_room(out);
   }
   return out;
 }
@@ -370,6 +384,7 @@ constexpr int kMaxJsonDepth = 256;
 
 void json_value(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   if (depth > kMaxJsonDepth) throw RenderError("value nested too deeply to convert to JSON (does it contain itself?)");
+  check_string_room(out);  // once per value: an indent of a million spaces cannot run far
   std::string item_sep, key_sep;
   const bool indenting = o.indent && *o.indent != 0;
   if (o.separators) {
@@ -394,6 +409,9 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
   }
   if (v.is_tuple() || v.is_kwargs()) cannot_convert_to_json(v);
   if (indenting && *o.indent < 0) throw RenderError("tojson: indent must not be negative");
+  if (indenting && static_cast<uint64_t>(*o.indent) * static_cast<uint64_t>(depth + 1) > t_string_cap) {
+    throw RenderError(fmt::format("string longer than {} bytes", t_string_cap));
+  }
   const std::string unit = indenting ? std::string(static_cast<size_t>(*o.indent), ' ') : "";
   std::string base_pad = "\n";
   for (int i = 0; i < depth; ++i) base_pad += unit;
@@ -408,6 +426,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
         if (indenting) out += child_pad;
       }
       json_value(out, items[i], o, depth + 1);
+      check_string_room(out);
     }
     if (indenting && !items.empty()) out += base_pad;
     out += ']';
@@ -426,6 +445,7 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
     json_string(out, entries[i]->first, o.ensure_ascii);
     out += key_sep;
     json_value(out, entries[i]->second, o, depth + 1);
+    check_string_room(out);
   }
   if (indenting && !entries.empty()) out += base_pad;
   out += '}';

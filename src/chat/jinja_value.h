@@ -143,6 +143,28 @@ class Value {
   std::shared_ptr<const void> ref_;  // the string, ArrayData, ObjectData or FunctionData
 };
 
+// Bytes of the strings a render built (new_string, concat) that are alive now. Each string credits back
+// its size when freed; the count is shared so a string may outlive the render that made it.
+struct StringBytes {
+  size_t live = 0, max = SIZE_MAX;
+};
+
+// The longest string the current render may build (its RenderLimits::max_output_bytes; set per thread
+// while a render runs). Helpers that build a string piece by piece (replace, join, indent, format,
+// tojson) call check_string_room() as it grows, so no intermediate result outgrows the limit before
+// the interpreter sees it: a replace() over a long string must not allocate gigabytes first.
+void check_string_room(const std::string& building);
+class StringCapScope {
+ public:
+  explicit StringCapScope(size_t cap);
+  ~StringCapScope();
+  StringCapScope(const StringCapScope&) = delete;
+  StringCapScope& operator=(const StringCapScope&) = delete;
+
+ private:
+  size_t saved_;
+};
+
 // What a render may hold at once: array items and containers (arrays, objects, functions) alive now.
 // Each container credits back what it was charged when it is freed.
 struct Budget {

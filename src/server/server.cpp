@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <semaphore>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -63,6 +65,8 @@ struct Server::Impl {
   http::Server http;
   Metrics metrics;
   int64_t started = 0;
+  chat::jinja::RenderOptions render_options;
+  mutable std::counting_semaphore<> render_slots{4};
 
   Impl(const gguf::File& f, const tokenizer::Tokenizer& t, chat::ChatTemplate tp, EngineOptions eo, ServerOptions so)
       : file(f),
@@ -73,6 +77,13 @@ struct Server::Impl {
         engine(f, t, std::move(eo)),
         http(limits(opts)) {
     started = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // A prompt is at most the request body plus the template's own text, and never more than the
+    // context can take (64 bytes a token is far above any tokenizer's average).
+    auto& l = render_options.limits;
+    l.max_output_bytes = std::max<size_t>({size_t{1} << 20, 2 * opts.max_body_bytes, static_cast<size_t>(engine.n_ctx()) * 64});
+    l.max_string_bytes = 4 * l.max_output_bytes;
+    l.max_heap_values = size_t{1} << 20;
+    l.max_heap_objects = size_t{1} << 18;
     routes();
   }
 
@@ -170,7 +181,14 @@ struct Server::Impl {
       cr.extra = r.template_vars;
       std::string text;
       try {
-        text = tmpl.render(cr);
+        // A few renders at a time, each within budgets that fit any prompt the context could hold: a
+        // hostile template or conversation costs bounded memory, whatever the number of requests.
+        render_slots.acquire();
+        struct Release {
+          std::counting_semaphore<>& s;
+          ~Release() { s.release(); }
+        } release{render_slots};
+        text = tmpl.render(cr, render_options);
       } catch (const Error& e) {
         throw ApiError(400, fmt::format("the chat template rejected the conversation: {}", e.what()));
       }

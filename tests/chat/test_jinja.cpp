@@ -161,6 +161,38 @@ TEST(Jinja, WorkIsBounded) {
                        "evaluation steps"));
 }
 
+// Each of these would allocate gigabytes to terabytes before the result's length is checked, unless
+// the string is checked while it is built (a hardening finding: one request reached 4.8 GB).
+TEST(Jinja, StringBuildersStopAtTheLimitWhileBuilding) {
+  RenderOptions o;
+  o.limits.max_output_bytes = 1 << 20;  // a 1 MiB string may be built, not more
+  o.limits.max_string_bytes = 4 << 20;
+  // ns.s: 512 KiB of 'a'; nl: 512 Ki lines 'a'.
+  const std::string mb = "{% set ns = namespace(s='a', nl='a\n') %}{% for i in range(19) %}{% set ns.s = ns.s ~ ns.s %}"
+                         "{% set ns.nl = ns.nl ~ ns.nl %}{% endfor %}";
+  for (const std::string& hostile : {
+           mb + "{{ ns.s.replace('a', ns.s) }}",                  // 2^19 x 2^19 bytes
+           mb + "{{ ns.s.replace('', ns.s) }}",
+           mb + "{{ ns.s | join(ns.s) }}",
+           mb + "{{ ns.nl | indent(4096) }}",                     // 2^19 lines of 4096 spaces
+           mb + "{{ '{}{}{}'.format(ns.s, ns.s, ns.s) }}",
+           mb + "{{ [ns.s, ns.s, ns.s] | join(',') }}",
+           mb + "{{ [ns.s, ns.s, ns.s] | tojson }}",
+           std::string("{{ [[[[[1]]]]] | tojson(indent=100000000) }}"),
+           mb + "{% set l = [ns.s, ns.s] %}{% for i in range(3) %}{% set l = l + l %}{% endfor %}{{ l | tojson(indent=2) }}",
+       }) {
+    const std::string what = error_of(hostile, ordered_json::object(), o).what();
+    EXPECT_TRUE(contains(what, "string longer than 1048576 bytes")) << hostile.substr(hostile.size() > mb.size() ? mb.size() : 0) << ": " << what;
+  }
+  // Strings that each fit, held together past the budget of live strings.
+  const std::string what = error_of(mb + "{% set l = [] %}{% for i in range(20) %}{% set _ = l.append(ns.s ~ i) %}{% endfor %}",
+                                    ordered_json::object(), o)
+                               .what();
+  EXPECT_TRUE(contains(what, "holds more than 4194304 bytes of strings")) << what;
+  // Freed strings are credited back: the same work one string at a time renders.
+  EXPECT_EQ(render(mb + "{% for i in range(20) %}{% set x = ns.s ~ i %}{% endfor %}ok", ordered_json::object(), o), "ok");
+}
+
 TEST(Jinja, SelfReferenceCannotHang) {
   EXPECT_TRUE(contains(error_of("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}").what(), "nested too deeply"));
   EXPECT_TRUE(contains(error_of("{% set l = [] %}{% set _ = l.append(l) %}{{ l }}").what(), "nested too deeply"));

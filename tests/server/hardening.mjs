@@ -5,6 +5,7 @@
 //   slow heads (slowloris) -> the server keeps answering; the slow sockets are closed at the head deadline,
 //     or earlier to make room when their client holds more than its share of connections
 //   too many headers -> 431, and memory stays flat
+//   a template that grows strings without bound -> 400, memory bounded
 //   an abandoned non-streamed request -> its slot is freed
 //   foreign Host (DNS rebinding) and foreign Origin (any web page) -> 403; --allowed-hosts widens
 //   a second server on a port in use -> exit 1, "already in use"
@@ -12,7 +13,9 @@
 // Usage: node hardening.mjs ZINC STORIES.gguf
 import net from "node:net";
 import zlib from "node:zlib";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { spawn } from "node:child_process";
 import { startServer as startZinc } from "./start_server.mjs";
 
@@ -162,6 +165,20 @@ try {
         slow.some((st) => statusOf(st.got) === 408),
         "the slow heads are closed: 408 at the deadline, or 503 to make room for newer connections",
         `${closed.length} closed, statuses ${[...new Set(slow.map((st) => statusOf(st.got)))]} ${JSON.stringify(slow.filter((st) => !statusOf(st.got)).map((st) => [st.closedAt - slowStart, st.got]))}`);
+
+  // 5. A template that grows strings (from the request's text) without bound: a 400 that says why,
+  //    and memory stays bounded (it took a server to 4.8 GB).
+  const dir = mkdtempSync(path.join(tmpdir(), "zinc-hardening-"));
+  const hostile = path.join(dir, "hostile.jinja");
+  writeFileSync(hostile, "{% set ns = namespace(s=messages[0].content) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}" +
+                         "{% endfor %}{{ ns.s.replace('a', ns.s) }}");
+  const t = await startServer(["--chat-template", hostile]);
+  const rss0 = rssKb(t.proc.pid);
+  const grown = await post(t.base, "/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "aaaa" }] }));
+  check(grown.status === 400 && grown.body.includes("string longer than"), "a template growing strings is a 400 that says why",
+        `${grown.status} ${grown.body.slice(0, 300)}`);
+  check(rssKb(t.proc.pid) - rss0 < 300000, "and its memory stays bounded", `${rss0} -> ${rssKb(t.proc.pid)} kB`);
+  rmSync(dir, { recursive: true, force: true });
 
   // #26: a second server on the same port fails to start instead of sharing it.
   const second = spawn(zinc, ["serve", "-m", model, "--port", String(s.port)], { stdio: ["ignore", "ignore", "pipe"] });
