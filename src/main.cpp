@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "zinc/version.h"
 
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
     return run ? run() : 0;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    fmt::print(stderr, "error: {}\n", e.what());
+    // Messages quote file names, tensor names and server answers: print them inert.
+    fmt::print(stderr, "error: {}\n", zinc::terminal_safe(e.what()));
     return 1;
   }
 }

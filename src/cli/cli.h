@@ -31,6 +31,9 @@ struct CommandRegistration {
   CommandRegistration(int order, CommandAdder add) { command_registry().push_back({order, add}); }
 };
 
+// -t/--threads: from 1 to this machine's logical CPUs (more threads than CPUs only contend).
+CLI::Validator threads_range();
+
 // The CLI sources are compiled into the executable itself, so these registrations are always linked.
 #define ZINC_COMMAND(order, adder) static const ::zinc::cli::CommandRegistration zinc_command_##adder(order, adder)
 

@@ -16,6 +16,7 @@
 #include "cli/json_util.h"
 #include "core/bandwidth.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/system_info.h"
 #include "hub/store.h"
 #include "runtime/bench.h"
@@ -218,7 +219,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                       {"chats", chats}}));
     return 0;
   }
-  fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", name, where, gpu ? "copy" : "read",
+  fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", terminal_safe(name), where, gpu ? "copy" : "read",
              bandwidth, a.runs);
   const bool cmp = !a.compare.empty(), llama = !a.llama_bench.empty();
   fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of BW roofline |{}{}\n", cmp ? " vs baseline |" : "",
@@ -261,7 +262,7 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       CLI::NonNegativeNumber);
   cmd->add_option("--runs", a->runs, "Timed repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", a->warmup, "Untimed repetitions first")->capture_default_str()->check(CLI::Range(0, 100));
-  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: physical cores)");
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: physical cores)")->check(threads_range());
   cmd->add_option("--kv-type", a->kv_type, "KV cache storage: f16, f32 or q8_0")
       ->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}));

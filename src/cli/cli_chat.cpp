@@ -13,6 +13,7 @@
 #include "cli/generation_options.h"
 #include "cli/terminal.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 
@@ -191,7 +192,7 @@ class ChatUi {
           else print(out_tty_ ? style_.dim() : "<think>\n");
         }
         part = Part::Reasoning;
-        if (!a_.hide_thinking) print(d.reasoning);
+        if (!a_.hide_thinking) print(out_tty_ ? terminal_safe(d.reasoning, true) : d.reasoning);
       }
       if (!d.content.empty()) {
         if (part == Part::Reasoning) {
@@ -199,7 +200,7 @@ class ChatUi {
           else print(out_tty_ ? std::string(style_.reset()) + "\n\n" : "\n</think>\n\n");
         }
         part = Part::Content;
-        print(d.content);
+        print(out_tty_ ? terminal_safe(d.content, true) : d.content);  // a model's text cannot steer the terminal
       }
     };
     runtime::ChatTurn turn;

@@ -126,7 +126,7 @@ std::vector<std::pair<std::string, TypeStats>> types_by_bytes(const Summary& s) 
 // One line that says what the model is: "llama · 5 blocks · dim 64 · 8 heads / 4 KV · vocab 512 · ..."
 std::string headline(const File& f, const Summary& s) {
   std::vector<std::string> parts;
-  parts.push_back(s.arch.empty() ? "unknown architecture" : s.arch);
+  parts.push_back(s.arch.empty() ? "unknown architecture" : terminal_safe(s.arch));
   auto text = [&](std::string_view key) -> std::optional<std::string> {
     const gguf::KeyValue* kv = hparam(s, key);
     if (!kv) return std::nullopt;
@@ -235,24 +235,25 @@ int print_text(const File& f, const Summary& s, const InspectOptions& o) {
     fmt::print("{:<16}{}\n", label, value);
   };
   fmt::print("{}\n\n", headline(f, s));
-  row("file", o.path);
+  // Names, keys and texts come from the file: printed inert (terminal_safe), never as raw bytes.
+  row("file", terminal_safe(o.path));
   row("size", fmt::format("{} ({} bytes) · GGUF v{} · alignment {} · data at byte {}", format_bytes(f.size()),
                           f.size(), f.version(), f.alignment(), f.data_offset()));
-  row("architecture", s.arch.empty() ? "(not set)" : s.arch);
-  if (!s.name.empty()) row("name", s.name);
+  row("architecture", s.arch.empty() ? "(not set)" : terminal_safe(s.arch));
+  if (!s.name.empty()) row("name", terminal_safe(s.name));
   row("parameters", fmt::format("{} ({})", format_count(s.parameters), s.parameters));
   if (s.file_type) {
     const auto name = gguf::file_type_name(*s.file_type);
     row("file type", fmt::format("{} ({})", name.empty() ? "unknown" : name, *s.file_type));
   }
   if (!s.hparams.empty()) {
-    fmt::print("\nhyper-parameters ({}.*)\n", s.arch);
-    for (const auto& [k, kv] : s.hparams) fmt::print("  {:<38}{}\n", k, value_to_text(kv->value, 8, 80));
+    fmt::print("\nhyper-parameters ({}.*)\n", terminal_safe(s.arch));
+    for (const auto& [k, kv] : s.hparams) fmt::print("  {:<38}{}\n", terminal_safe(k), value_to_text(kv->value, 8, 80));
   }
   if (s.tok_model || s.vocab) {
     fmt::print("\ntokenizer\n");
-    fmt::print("  {:<14}{}\n", "model", s.tok_model.value_or("(not set)"));
-    if (s.tok_pre) fmt::print("  {:<14}{}\n", "pre", *s.tok_pre);
+    fmt::print("  {:<14}{}\n", "model", terminal_safe(s.tok_model.value_or("(not set)")));
+    if (s.tok_pre) fmt::print("  {:<14}{}\n", "pre", terminal_safe(*s.tok_pre));
     fmt::print("  {:<14}{} tokens{}\n", "vocab", s.vocab, s.merges ? fmt::format(", {} merges", s.merges) : "");
     for (const auto& st : s.specials) {
       fmt::print("  {:<14}{}{}\n", st.role, st.id,
@@ -263,7 +264,7 @@ int print_text(const File& f, const Summary& s, const InspectOptions& o) {
       fmt::print("  {:<14}{} / {}\n", "add bos/eos", yn(s.add_bos), yn(s.add_eos));
     }
     std::string tmpl = s.chat_template_bytes ? fmt::format("present ({} bytes)", s.chat_template_bytes) : "none";
-    for (const auto& n : s.named_templates) tmpl += ", " + n;
+    for (const auto& n : s.named_templates) tmpl += ", " + terminal_safe(n);
     fmt::print("  {:<14}{}\n", "chat template", tmpl);
   }
   fmt::print("\ntensors         {} · {}\n", f.tensors().size(), format_bytes(s.tensor_bytes));
@@ -279,14 +280,14 @@ int print_text(const File& f, const Summary& s, const InspectOptions& o) {
     fmt::print("\nmetadata ({} keys)\n", f.metadata().size());
     const size_t max_elems = o.full_arrays ? SIZE_MAX : 8;
     for (const auto& kv : f.metadata()) {
-      fmt::print("  {:<44}{:<9}{}\n", kv.key, gguf::value_type_name(kv.value.type()),
+      fmt::print("  {:<44}{:<9}{}\n", terminal_safe(kv.key), gguf::value_type_name(kv.value.type()),
                  value_to_text(kv.value, max_elems, o.full_arrays ? SIZE_MAX : 120));
     }
   }
   if (o.tensors) {
     fmt::print("\n  {:<48}{:<26}{:<9}{:>14}{:>14}\n", "name", "shape", "type", "file offset", "bytes");
     for (const auto& t : f.tensors()) {
-      fmt::print("  {:<48}{:<26}{:<9}{:>14}{:>14}\n", t.name, shape_text(t), gguf::tensor_type_name(t.type),
+      fmt::print("  {:<48}{:<26}{:<9}{:>14}{:>14}\n", terminal_safe(t.name), shape_text(t), gguf::tensor_type_name(t.type),
                  f.data_offset() + t.offset, t.n_bytes);
     }
   }

@@ -120,7 +120,7 @@ void add_quantize_command(CLI::App& app, const GlobalOptions& global, Runner& ru
   cmd->add_option("input", a->in, "Source GGUF (F32, F16 or BF16 weights)")->required();
   cmd->add_option("output", a->out, "GGUF file to write")->required();
   cmd->add_option("type", a->type, "Mixture: " + types)->required();
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all)")->check(threads_range());
   cmd->add_flag("--allow-requantize", a->allow_requantize, "Accept already-quantized source tensors");
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_quantize(*a, global); }; });
 }

@@ -11,6 +11,7 @@
 #include "cli/json_util.h"
 #include "cli/terminal.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "runtime/chat_session.h"
 
 namespace zinc::cli {
@@ -45,17 +46,21 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     copts.generate = a.gen.generate_options();
     runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
     bool in_reasoning = false;
+    // On a terminal, what the model writes is shown inert (a model's text cannot steer the terminal);
+    // into a file or a pipe it goes byte for byte.
+    const bool tty = is_terminal(stdout);
+    const auto shown = [tty](const std::string& s) { return tty ? terminal_safe(s, true) : s; };
     auto turn = chat.send(a.prompt, [&](const chat::ParsedOutput& d) {
       if (global.json) return;
       if (!d.reasoning.empty()) {
         if (!in_reasoning) write(style.ansi ? style.dim() : "<think>\n");
         in_reasoning = true;
-        write(d.reasoning);
+        write(shown(d.reasoning));
       }
       if (!d.content.empty()) {
         if (in_reasoning) write(style.ansi ? std::string(style.reset()) + "\n\n" : "\n</think>\n\n");
         in_reasoning = false;
-        write(d.content);
+        write(shown(d.content));
       }
     });
     if (in_reasoning) write(style.ansi ? style.reset() : "\n</think>");
@@ -73,8 +78,9 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     auto gopts = a.gen.generate_options();
     gopts.decode.at_start = false;  // the stream continues the prompt already shown
     if (!global.json) write(a.prompt);
+    const bool tty = is_terminal(stdout);
     r = runtime::generate(session, m->tok, sampler, prompt, gopts, [&](std::string_view piece) {
-      if (!global.json) write(std::string(piece));
+      if (!global.json) write(tty ? terminal_safe(piece, true) : std::string(piece));  // inert on a terminal
     });
   }
 

@@ -15,7 +15,9 @@
 #include "chat/output_parser.h"
 #include "cli/cli.h"
 #include "cli/json_util.h"
+#include "cli/terminal.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/json_bounded.h"
 #include "gguf/reader.h"
 #include "hub/store.h"
@@ -94,8 +96,10 @@ int run_template(const TemplateOptions& o, const GlobalOptions& global) {
     fmt::print("{}\n", j.dump(2, ' ', false, ordered_json::error_handler_t::replace));
     return 0;
   }
-  // The prompt exactly as rendered: no newline is added, so the output can be used as it is.
-  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  // The prompt exactly as rendered: no newline is added, so the output can be used as it is. On a
+  // terminal a template's control characters are shown as escapes.
+  const std::string out = is_terminal(stdout) ? terminal_safe(prompt, true) : prompt;
+  std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }
 

@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <stdexcept>
 
+#include "cli/cli.h"
 #include "cli/json_util.h"
 #include "hub/store.h"
 #include "core/error.h"
+#include "core/system_info.h"
 #include "runtime/chat_session.h"
 
 namespace zinc::cli {
@@ -84,7 +87,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));
   cmd->add_option("-c,--ctx,--ctx-size", a.ctx, "Context size in tokens (per slot for serve)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)");
+  cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)")->check(threads_range());
   cmd->add_option("--backend", a.backend, "Compute backend: auto, cpu or vulkan")->capture_default_str();
   cmd->add_option("--device", a.device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("--kv-type", a.kv_type, "KV cache storage: f16, f32 or q8_0")
@@ -154,6 +157,22 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
 chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {
   if (a.chat_template_file.empty()) return runtime::chat_template_for(file, tok);
   return runtime::chat_template_from_source(tok, read_text(a.chat_template_file, "chat template"), a.chat_template_file);
+}
+
+CLI::Validator threads_range() {
+  const unsigned cpus = std::max(1u, cpu_info().logical_cores);
+  return CLI::Validator(
+      [cpus](std::string& v) -> std::string {
+        unsigned long n = 0;
+        try {
+          n = std::stoul(v);
+        } catch (const std::exception&) {
+          return "must be a number of threads";
+        }
+        if (n < 1 || n > cpus) return fmt::format("{} threads: this machine has {} logical CPUs (use 1 to {})", v, cpus, cpus);
+        return "";
+      },
+      fmt::format("1..{}", cpus));
 }
 
 }  // namespace zinc::cli

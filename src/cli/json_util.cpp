@@ -1,6 +1,7 @@
 #include "cli/json_util.h"
 
 #include "core/error.h"
+#include "core/format.h"
 
 #include <fmt/format.h>
 
@@ -39,7 +40,8 @@ std::string escape(std::string_view s, size_t max_chars) {
         else out += ch;
     }
   }
-  return out + "\"";
+  // C1 controls and bytes that are not UTF-8 (or a sequence cut by the length limit) as escapes too.
+  return terminal_safe(out + "\"");
 }
 
 }  // namespace

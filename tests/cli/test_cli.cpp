@@ -154,6 +154,54 @@ TEST(Cli, MalformedFileNamesTheOffset) {
   EXPECT_TRUE(contains(dir.err, "is not a regular file")) << dir.err;
 }
 
+// No byte that a terminal obeys (ESC, BEL, the C1 range, stray bytes of broken UTF-8) in a text.
+bool inert(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+      ++i;
+      continue;
+    }
+    const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) return false;
+    }
+    if (c == 0xc2 && static_cast<unsigned char>(text[i + 1]) <= 0x9f) return false;  // U+0080..U+009F
+    i += len;
+  }
+  return true;
+}
+
+TEST(Cli, InspectPrintsAFilesStringsInert) {
+  // A model file whose name, keys and tensor names carry terminal controls: an OSC that retitles the
+  // window, cursor movement, a C1 CSI and a lone 0x9b byte. inspect shows them as escapes.
+  zinc::test::TempDir tmp;
+  zinc::test::RawGguf g;
+  const std::string osc = "\x1b]0;owned\x07", csi = "\x1b[2J\x1b[H", c1 = "\xc2\x9b" "31m", lone = "\x9b";
+  g.header(1, 3);
+  g.key("general.architecture", zinc::test::STR).str("llama" + csi);
+  g.key("general.name", zinc::test::STR).str("model" + osc + c1);
+  g.key("x." + lone + "key" + osc, zinc::test::U32).u32(1);
+  g.tensor("tok" + csi + ".weight", {4}, 0, 0);
+  g.pad(32).fill(16, 0);
+  const auto path = tmp.file("hostile.gguf");
+  zinc::test::write_bytes(path, g.b);
+  const RunResult r = zinc({"inspect", "--metadata", "--tensors", path.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(inert(r.out)) << r.out;
+  for (const char* shown : {"model\\x1b]0;owned\\x07\\u009b31m", "x.\\x9bkey\\x1b]0;owned\\x07", "tok\\x1b[2J\\x1b[H.weight",
+                            "llama\\x1b[2J"}) {
+    EXPECT_TRUE(contains(r.out, shown)) << shown << " in " << r.out;
+  }
+  // Errors quote names too.
+  const RunResult missing = zinc({"inspect", tmp.file("no" + osc + ".gguf").string()});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_TRUE(inert(missing.err)) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "no\\x1b]0;owned\\x07.gguf")) << missing.err;
+}
+
 TEST(Cli, CheckReportsCpuAndBackends) {
   const RunResult r = zinc({"check", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
