@@ -26,6 +26,7 @@ struct PullArgs {
   int retries = 5, stall_seconds = 30, retry_delay_ms = 1000;
   int connections = 4;
   uint64_t parallel_min_mb = 256;
+  double max_size_gb = 64;
 };
 
 int run_pull(const PullArgs& a, const GlobalOptions& global) {
@@ -35,6 +36,7 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
   o.retry_delay_ms = a.retry_delay_ms;
   o.connections = a.connections;
   o.parallel_min_bytes = a.parallel_min_mb << 20;
+  o.max_bytes = static_cast<uint64_t>(a.max_size_gb * 1e9);
   if (const char* t = std::getenv("HF_TOKEN"); t && *t) o.token = t;
   const bool tty = is_terminal(stderr);
   int last_decile = -1;
@@ -170,6 +172,9 @@ void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
       ->check(CLI::Range(1, 32));
   pull->add_option("--parallel-min-mb", p->parallel_min_mb, "Files at least this large use several connections")
       ->capture_default_str();
+  pull->add_option("--max-size", p->max_size_gb, "Largest file accepted, in GB (a server that sends more is cut off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.000001, 1e6));
   pull->callback([p, &global, &run] { run = [p, &global] { return run_pull(*p, global); }; });
 
   auto available = std::make_shared<bool>(false);

@@ -96,8 +96,10 @@ Source resolve_source(const std::string& spec) {
     if (q != std::string::npos) path = path.substr(0, q);
     const auto slash = path.rfind('/');
     const std::string file = slash == std::string::npos ? "" : path.substr(slash + 1);
-    if (file.empty()) throw Error(fmt::format("'{}': the URL does not end in a file name", spec));
-    return {file, spec, file};
+    if (file.empty() || file == "." || file == "..") throw Error(fmt::format("'{}': the URL does not end in a file name", spec));
+    // Known by where it comes from (host and path), not by its file name alone: another server's
+    // model.gguf is another model.
+    return {path, spec, file};
   }
   std::string ids;
   for (const auto& e : catalog()) ids += (ids.empty() ? "" : ", ") + std::string(e.id);

@@ -24,7 +24,7 @@ const CatalogEntry* find_in_catalog(const std::string& id);
 
 // Where a model comes from: a URL to fetch and the installed name.
 struct Source {
-  std::string id;    // the name under which it is installed (catalog id, or owner/repo/file)
+  std::string id;    // the name under which it is installed (catalog id, owner/repo/file, or host/path of a URL)
   std::string url;   // https:// (or http:// for tests)
   std::string file;  // the file name to store
 };

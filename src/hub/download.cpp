@@ -81,6 +81,36 @@ httplib::Headers auth_headers(const Url& u, const Url& hub, const std::string& t
   return h;
 }
 
+// A size header's value: digits only, or a clear error naming the header.
+uint64_t size_header(const std::string& url, const char* name, const std::string& v) {
+  if (v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    throw Error(fmt::format("{}: the server's {} header ('{}') is not a size in bytes", url, name, v.substr(0, 40)));
+  }
+  return std::stoull(v);
+}
+
+// Free space where `part` is written, checked every so often while it grows: a disk that fills up
+// stops the download with the part kept (to resume once there is room), not a truncated file.
+class SpaceWatch {
+ public:
+  explicit SpaceWatch(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  void wrote(uint64_t n) {
+    since_ += n;
+    if (since_ < (64u << 20)) return;
+    since_ = 0;
+    std::error_code ec;
+    const auto space = std::filesystem::space(dir_, ec);
+    if (!ec && space.available < (64u << 20)) {
+      throw Error(fmt::format("the disk holding {} is full (under 64 MB free); free some space and run the same pull "
+                              "again to resume", dir_.string()));
+    }
+  }
+
+ private:
+  std::filesystem::path dir_;
+  uint64_t since_ = 0;
+};
+
 std::string status_error(const std::string& url, int status) {
   if (status == 401 || status == 403) {
     return fmt::format("{}: access denied ({}); for gated models set HF_TOKEN to a token that has access", url, status);
@@ -103,16 +133,24 @@ Target locate(const std::string& url, const DownloadOptions& o) {
                               httplib::to_string(res.error())));
     }
     if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("X-Linked-Etag"));
-    if (t.size == 0 && res->has_header("X-Linked-Size")) t.size = std::stoull(res->get_header_value("X-Linked-Size"));
+    if (t.size == 0 && res->has_header("X-Linked-Size")) {
+      t.size = size_header(current, "X-Linked-Size", res->get_header_value("X-Linked-Size"));
+    }
     if (res->status >= 300 && res->status < 400 && res->has_header("Location")) {
       current = resolve_location(u, res->get_header_value("Location"));
       continue;
     }
     if (res->status != 200) throw Error(status_error(current, res->status));
     if (t.digest.empty()) t.digest = sha256_in(res->get_header_value("ETag"));
-    if (t.size == 0 && res->has_header("Content-Length")) t.size = std::stoull(res->get_header_value("Content-Length"));
+    if (t.size == 0 && res->has_header("Content-Length")) {
+      t.size = size_header(current, "Content-Length", res->get_header_value("Content-Length"));
+    }
     t.ranges = res->get_header_value("Accept-Ranges") == "bytes";
     t.url = current;
+    if (t.size > o.max_bytes) {
+      throw Error(fmt::format("{}: the file is {:.1f} GB, larger than the {:.1f} GB this pull accepts (--max-size)", url,
+                              static_cast<double>(t.size) / 1e9, static_cast<double>(o.max_bytes) / 1e9));
+    }
     return t;
   }
   throw Error(fmt::format("{}: too many redirects", url));
@@ -202,6 +240,7 @@ void fetch_parallel(const Target& t, const std::string& url, const std::filesyst
   std::atomic<int> retries{0};
   std::string failure;
   std::mutex failure_mutex;
+  SpaceWatch space_watch(part.parent_path());
   std::vector<std::thread> workers;
   for (auto& segp : segs) {
     workers.emplace_back([&, seg = segp.get()] {
@@ -220,6 +259,16 @@ void fetch_parallel(const Target& t, const std::string& url, const std::filesyst
             [&](const char* data, size_t n) {
               const uint64_t room = seg->end - seg->start - seg->done;
               const size_t take = static_cast<size_t>(std::min<uint64_t>(room, n));
+              {
+                std::lock_guard<std::mutex> lock(failure_mutex);
+                try {
+                  space_watch.wrote(take);
+                } catch (const Error& e) {
+                  failure = e.what();
+                  failed = true;
+                  return false;
+                }
+              }
               if (::pwrite(fd, data, take, static_cast<off_t>(seg->start + seg->done)) != static_cast<ssize_t>(take)) return false;
               seg->done += take;
               return !failed.load();
@@ -355,7 +404,10 @@ DownloadResult download(const std::string& url, const std::filesystem::path& des
     if (offset > 0) h.emplace("Range", fmt::format("bytes={}-", offset));
     std::ofstream out(part, std::ios::binary | std::ios::app);
     int status = 0;
-    bool restart = false;
+    bool restart = false, too_big = false;
+    std::string disk_full;
+    SpaceWatch space_watch(dest.parent_path());
+    const uint64_t cap = t.size > 0 ? t.size : o.max_bytes;
     uint64_t done = offset;
     auto window_start = std::chrono::steady_clock::now();
     uint64_t window_bytes = 0;
@@ -374,6 +426,16 @@ DownloadResult download(const std::string& url, const std::filesystem::path& des
             done = 0;
             restart = false;
           }
+          if (done + n > cap) {  // more than announced, or past the cap when nothing was announced
+            too_big = true;
+            return false;
+          }
+          try {
+            space_watch.wrote(n);
+          } catch (const Error& e) {
+            disk_full = e.what();
+            return false;
+          }
           out.write(data, static_cast<std::streamsize>(n));
           done += n;
           window_bytes += n;
@@ -387,6 +449,15 @@ DownloadResult download(const std::string& url, const std::filesystem::path& des
           return static_cast<bool>(out);
         });
     out.close();
+    if (too_big) {
+      fs::remove(part);
+      fs::remove(meta);
+      throw Error(t.size > 0 ? fmt::format("{}: the server sent more than the {} bytes it announced; nothing was kept", t.url, t.size)
+                             : fmt::format("{}: the server sent more than {:.1f} GB without saying how much (--max-size "
+                                           "raises the limit); nothing was kept",
+                                           t.url, static_cast<double>(o.max_bytes) / 1e9));
+    }
+    if (!disk_full.empty()) throw Error(disk_full);
     if (res && (res->status == 200 || res->status == 206) && (t.size == 0 || done == t.size)) break;
     if (res && status != 0 && status != 200 && status != 206) {
       if (status == 416 && t.size > 0 && offset >= t.size) break;  // already complete

@@ -1,6 +1,7 @@
 // Downloads that survive real networks: redirects followed by hand (so a hub's digest headers are
 // seen and a token is sent only to the hub), resume of a partial file with Range, retries with
-// backoff, stall detection, a free-space check first, and SHA-256 verification against the published
+// backoff, stall detection, a free-space check first and while writing, a size cap, and SHA-256
+// verification against the published
 // digest when the server gives one. The file appears at `dest` only complete and verified (written as
 // dest.part, then renamed); a failure that cannot be resumed leaves nothing behind.
 #pragma once
@@ -17,6 +18,10 @@ struct DownloadOptions {
   int stall_seconds = 30;       // no byte for this long: drop the connection and retry
   int retry_delay_ms = 1000;    // before the first retry; doubles each time
   std::string token;            // bearer token for the hub's own host (HF_TOKEN)
+  // The largest file accepted: a file announced larger is refused before it starts, and a body that
+  // grows past it (a server that sends no length, or more than it announced) is stopped and discarded.
+  // Hugging Face serves files of at most 50 GB.
+  uint64_t max_bytes = 64ull << 30;
   // Large files come down over several connections at once (each a byte range, resumed on its own).
   int connections = 4;
   uint64_t parallel_min_bytes = 256ull << 20;

@@ -62,7 +62,9 @@ std::vector<InstalledModel> installed_models() {
 
 std::optional<InstalledModel> find_installed(const std::string& id) {
   if (id.empty()) return std::nullopt;
-  return read_manifest(models_dir() / dir_name(id));
+  auto m = read_manifest(models_dir() / dir_name(id));
+  if (m && m->id != id) return std::nullopt;  // another id whose directory name is the same
+  return m;
 }
 
 void remove_installed(const std::string& id) {
@@ -82,6 +84,10 @@ PullResult pull(const std::string& spec, const DownloadOptions& options) {
     return r;
   }
   const fs::path dir = models_dir() / dir_name(src.id);
+  if (const auto other = read_manifest(dir); other && other->id != src.id) {
+    throw Error(fmt::format("'{}' would be stored where '{}' is installed ({}); zinc rm {} first", src.id, other->id,
+                            dir.string(), other->id));
+  }
   std::string arch;
   DownloadOptions o = options;
   o.validate = [&](const fs::path& part) {

@@ -1,7 +1,9 @@
 // zinc pull / list / rm against a hub on loopback (started here): Hugging Face-style redirects with
 // the published SHA-256 (computed here, independently), Range requests, a dropped connection, a
 // stall, a wrong digest, a 404, a file that is not GGUF, a gated file needing HF_TOKEN (which must not
-// reach the CDN), a server that ignores Range, a file too large for the disk. Every failure must leave
+// reach the CDN), a server that ignores Range, a file too large for the disk, a size header that is not a
+// number, a file past the size cap, a body without a length that never ends (cut off at --max-size), and
+// two URLs whose files share a name (two models). Every failure must leave
 // no model behind and say why; an interrupted pull resumes from its partial size.
 // Usage: node pull_test.mjs ZINC MODEL.gguf WORKDIR
 import http from "node:http";
@@ -69,6 +71,17 @@ const server = http.createServer((req, res) => {
       return;
     }
     if (name === "text") return serveBytes(req, res, notGguf);
+    if (name === "endless") {
+      // No length, and bytes for ever (until the client hangs up).
+      res.writeHead(200, { "Content-Type": "application/octet-stream" });
+      const chunk = Buffer.alloc(1 << 16, 7);
+      const pump = () => { while (res.write(chunk)) {} };
+      res.on("drain", pump);
+      res.on("close", () => res.removeListener("drain", pump));
+      if (req.method === "HEAD") return res.end();
+      return pump();
+    }
+
     return serveBytes(req, res, body, { ignoreRange: name === "norange" });
   }
   const redirect = (to, digest = sha, size = body.length) => {
@@ -86,7 +99,11 @@ const server = http.createServer((req, res) => {
     "/owner/repo/resolve/main/stall.gguf": () => redirect("/cdn/stall/model.gguf"),
     "/owner/repo/resolve/main/bad.gguf": () => redirect("/cdn/ok/model.gguf", "0".repeat(64)),
     "/owner/repo/resolve/main/notgguf.gguf": () => redirect("/cdn/text/x", notGgufSha, notGguf.length),
-    "/owner/repo/resolve/main/huge.gguf": () => redirect("/cdn/ok/model.gguf", sha, 4e15),
+    "/owner/repo/resolve/main/huge.gguf": () => redirect("/cdn/ok/model.gguf", sha, 4e14),
+    "/owner/repo/resolve/main/badsize.gguf": () => redirect("/cdn/ok/model.gguf", sha, "12abc"),
+    "/owner/repo/resolve/main/big.gguf": () => redirect("/cdn/ok/model.gguf", sha, 70e9),
+    "/a/model.gguf": () => serveBytes(req, res, body),
+    "/b/model.gguf": () => serveBytes(req, res, body),
     "/owner/repo/resolve/main/gated.gguf": () => {
       if (req.headers.authorization !== "Bearer secret") { res.writeHead(401); res.end(); return; }
       redirect("http://localhost:" + server.address().port + "/cdn/gated/model.gguf");
@@ -187,9 +204,13 @@ for (const [what, spec, args, message] of [
   ["a wrong digest", "hf://owner/repo/bad.gguf", [], "SHA-256 mismatch"],
   ["a 404", "hf://owner/repo/missing.gguf", [], "not found (404)"],
   ["a file that is not GGUF", "hf://owner/repo/notgguf.gguf", [], "not a usable GGUF"],
-  ["too little disk space", "hf://owner/repo/huge.gguf", [], "not enough free disk space"],
+  ["too little disk space", "hf://owner/repo/huge.gguf", ["--max-size", "1000000"], "not enough free disk space"],
   ["a gated file without a token", "hf://owner/repo/gated.gguf", [], "HF_TOKEN"],
   ["an unknown id", "nonsense:1b", [], "unknown model"],
+  ["a size header that is not a number", "hf://owner/repo/badsize.gguf", [], "X-Linked-Size header ('12abc') is not a size"],
+  ["a file past the default 64 GB cap", "hf://owner/repo/big.gguf", [], "larger than the 64.0 GB this pull accepts"],
+  ["an endless body without a length", `http://127.0.0.1:${port}/cdn/endless/model.gguf`, ["--max-size", "0.005"],
+   "sent more than 0.0 GB without saying how much"],
 ]) {
   r = await zincRun(["pull", spec, ...args, "--retry-delay-ms", "10"]);
   check(r.status === 1 && r.err.includes(message) && leftovers().length === before, `${what}: a clear error, nothing left`,
@@ -198,6 +219,15 @@ for (const [what, spec, args, message] of [
 r = await zincRun(["pull", "hf://owner/repo/gated.gguf", ...fast], { HF_TOKEN: "secret" });
 check(r.status === 0 && JSON.parse(r.out).verified && seen.cdnAuth === 0, "HF_TOKEN opens a gated file and stays off the CDN",
       `${r.err} cdn saw the token ${seen.cdnAuth} times`);
+
+// Two URLs whose files share a name are two models (identity is the URL's host and path).
+r = await zincRun(["pull", `http://127.0.0.1:${port}/a/model.gguf`, ...fast]);
+const first = r.status === 0 ? JSON.parse(r.out) : {};
+r = await zincRun(["pull", `http://127.0.0.1:${port}/b/model.gguf`, ...fast]);
+const second = r.status === 0 ? JSON.parse(r.out) : {};
+check(first.id === `127.0.0.1:${port}/a/model.gguf` && second.id === `127.0.0.1:${port}/b/model.gguf` &&
+      !second.already_installed && first.file !== second.file, "two URLs of the same file name are two models",
+      `${r.err} ${JSON.stringify([first, second])}`);
 
 r = await zincRun(["rm", "qwen3:0.6b"]);
 const listed = JSON.parse((await zincRun(["list", "--json"])).out);
