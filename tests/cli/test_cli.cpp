@@ -1,6 +1,7 @@
 // The zinc binary as a user runs it: exit status, stdout (the result) and stderr (diagnostics) kept
 // apart. Facts about stories260K come from its published description, not from zinc's output.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
@@ -200,6 +201,27 @@ TEST(Cli, InspectPrintsAFilesStringsInert) {
   EXPECT_EQ(missing.status, 1);
   EXPECT_TRUE(inert(missing.err)) << missing.err;
   EXPECT_TRUE(contains(missing.err, "no\\x1b]0;owned\\x07.gguf")) << missing.err;
+}
+
+TEST(Cli, AFifoIsRefusedNotWaitedOn) {
+  // Opening a FIFO for reading waits for a writer: run and inspect hung on one.
+  zinc::test::TempDir tmp;
+  const auto fifo = tmp.file("model.gguf");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"inspect", fifo.string()},
+                                               std::vector<std::string>{"run", "-m", fifo.string(), "-p", "hi"}}) {
+    const RunResult r = zinc(args);
+    EXPECT_EQ(r.status, 1) << args[0];
+    EXPECT_TRUE(contains(r.err, "is not a regular file")) << r.err;
+  }
+}
+
+TEST(Cli, ThreadCountsBeyondTheMachineAreRefused) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult r = zinc({"run", "-m", stories(), "-p", "Once", "-n", "1", "-t", "1000"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.err, "1000 threads: this machine has")) << r.err;
+  EXPECT_EQ(zinc({"run", "-m", stories(), "-p", "Once", "-n", "1", "-t", "1"}).status, 0);
 }
 
 TEST(Cli, CheckReportsCpuAndBackends) {
