@@ -1,5 +1,8 @@
-// The backend interface: compile a static graph against a model's weights into an Executable, then
-// run it step by step. The core never names a concrete backend; each one implements these two classes.
+// The backend interface. A backend loads a model's weights once (Backend::load: uploaded to its device,
+// or mapped in place) into an immutable Weights object; any number of contexts (Executables) are then
+// instantiated from it, each with its own KV cache, recurrent state, scratch and recordings, all
+// sharing the one copy of the weights. A context runs the static graph step by step. The core never
+// names a concrete backend; each one implements these three classes.
 #pragma once
 
 #include <fmt/format.h>
@@ -23,7 +26,6 @@ struct ExecOptions {
   int32_t n_ctx = 2048;       // KV cache capacity in tokens
   int32_t max_tokens = 512;   // most tokens one step may carry (prefill chunk size)
   KvType kv_type = KvType::F16;  // Q8_0 halves the cache again (head_dim must be a multiple of 32)
-  unsigned threads = 0;       // CPU threads; 0 = all physical cores
   // Every activation keeps its own memory, readable after a step through Executable::activation()
   // (zinc validate compares backends tensor by tensor). Costs memory; off for inference.
   bool keep_activations = false;
@@ -53,6 +55,9 @@ class Executable {
   // False for graphs with recurrent state (linear-attention layers): a step must then start at
   // position 0 (which resets the state) or where the previous step ended.
   virtual bool can_rewind() const { return true; }
+  // Bytes this context holds on its backend's device (KV cache, state, activations, scratch; not the
+  // shared weights). 0 for the CPU.
+  virtual uint64_t device_bytes() const { return 0; }
   // The context after n_past tokens as bytes (the first n_past rows of every KV cache and any recurrent
   // state), and back: a session set aside and resumed continues exactly where it was. load_state()
   // throws zinc::Error for bytes saved by another model, backend or option set.
@@ -68,6 +73,29 @@ inline void check_activation(const graph::Graph& g, const ExecOptions& opts, gra
   }
 }
 
+// The weights of one model on one backend, loaded once and never changed: every context instantiated
+// from them shares them (a server's slots hold one copy of the model, not one each). Holds its own copy
+// of the graph; the GGUF file it was loaded from must outlive it (the CPU reads tensors in place).
+class Weights : public std::enable_shared_from_this<Weights> {
+ public:
+  virtual ~Weights() = default;
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+
+  const graph::Graph& graph() const { return graph_; }
+  // A new context over these weights. Throws zinc::Error when the options cannot work (a KV type the
+  // heads do not fit, too little device memory).
+  virtual std::unique_ptr<Executable> instantiate(const ExecOptions& opts) = 0;
+  // Bytes these weights occupy on the backend's device (0 where they are read from the mapped file).
+  virtual uint64_t device_bytes() const { return 0; }
+
+ protected:
+  explicit Weights(graph::Graph g) : graph_(std::move(g)) {}
+
+ private:
+  graph::Graph graph_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -77,17 +105,46 @@ class Backend {
   // as for the CPU).
   virtual std::string device_name() const { return ""; }
   virtual double measured_bandwidth_gbs() { return 0; }
-  // `weights` must outlive the executable (CPU backends read tensors in place from the mapped file).
-  virtual std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights,
-                                              const ExecOptions& opts) = 0;
+  // Device memory held now by everything this backend's device has allocated (0 for the CPU).
+  virtual uint64_t device_bytes_in_use() const { return 0; }
+  // Why this backend cannot run `node` of `g` with the node's weight types, or "" when it can. Asked
+  // before anything is uploaded: load() refuses a graph with an unsupported node, and backend
+  // selection ("auto") passes over a backend that would.
+  virtual std::string unsupported(const graph::Graph& g, const graph::Node& node) const {
+    (void)g;
+    (void)node;
+    return "";
+  }
+  // The first node of `g` this backend cannot run, as a message ("" when it runs them all).
+  std::string why_unsupported(const graph::Graph& g) const {
+    for (const graph::Node& n : g.nodes) {
+      if (std::string why = unsupported(g, n); !why.empty()) {
+        return fmt::format("{} cannot run {}: {}", name(), g.tensor(n.out).name, why);
+      }
+    }
+    return "";
+  }
+  // Loads the weights `g` names from `file` (which must outlive the result). Throws zinc::Error for a
+  // graph this backend cannot run (unsupported() says why) or a tensor it cannot read.
+  virtual std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) = 0;
+  // One context with weights of its own: load() then instantiate(), for a single user of the model.
+  std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& file, const ExecOptions& opts) {
+    return load(g, file)->instantiate(opts);
+  }
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend computing on `threads` threads (0: every physical core). The threads belong to the
+// loaded weights and serve their contexts one step at a time.
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads = 0);
 // The Vulkan backend on device `device` (-1: ZINC_VULKAN_DEVICE, else the first discrete GPU). Throws
 // zinc::Error saying why when there is no usable device or this build has no Vulkan.
 std::unique_ptr<Backend> make_vulkan_backend(int device = -1);
 // A backend by name: "cpu", "vulkan", or "auto" (Vulkan when a GPU offers it, else the CPU). Throws
-// zinc::Error for an unknown name or a backend that cannot start.
-std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1);
+// zinc::Error for an unknown name or a backend that cannot start. `threads` is the CPU backend's.
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1, unsigned threads = 0);
+// The same for a model: "auto" also passes over a GPU backend that cannot run one of the graph's nodes
+// (unsupported()), saying why in the log, and takes the CPU.
+std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device = -1,
+                                          unsigned threads = 0);
 
 }  // namespace zinc::backend

@@ -2,6 +2,7 @@
 // or virtual one: a CPU implementation such as lavapipe is slower than the CPU backend) and the CPU
 // backend otherwise.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "backend/backend.h"
 #include "backend/probe.h"
@@ -15,19 +16,35 @@ std::unique_ptr<Backend> make_vulkan_backend(int) {
 }
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
-  if (name == "cpu") return make_cpu_backend();
-  if (name == "vulkan") return make_vulkan_backend(device);
-  if (name == "auto") {
-    for (const BackendReport& r : probe_all()) {
-      if (r.name != "vulkan" || !r.ready) continue;
-      for (const DeviceReport& d : r.devices) {
-        if (d.kind != "CPU") return make_vulkan_backend(device);
-      }
+namespace {
+
+bool gpu_offered() {
+  for (const BackendReport& r : probe_all()) {
+    if (r.name != "vulkan" || !r.ready) continue;
+    for (const DeviceReport& d : r.devices) {
+      if (d.kind != "CPU") return true;
     }
-    return make_cpu_backend();
   }
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsigned threads) {
+  if (name == "cpu") return make_cpu_backend(threads);
+  if (name == "vulkan") return make_vulkan_backend(device);
+  if (name == "auto") return gpu_offered() ? make_vulkan_backend(device) : make_cpu_backend(threads);
   throw Error(fmt::format("unknown backend '{}' (cpu, vulkan or auto)", name));
+}
+
+std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device, unsigned threads) {
+  auto b = make_backend(name, device, threads);
+  if (name != "auto" || b->name() == "cpu") return b;
+  if (std::string why = b->why_unsupported(g); !why.empty()) {
+    spdlog::warn("{}; computing on the CPU instead", why);
+    return make_cpu_backend(threads);
+  }
+  return b;
 }
 
 }  // namespace zinc::backend

@@ -16,6 +16,7 @@
 #include "cli/json_util.h"
 #include "core/bandwidth.h"
 #include "core/error.h"
+#include "model/model.h"
 #include "core/format.h"
 #include "core/system_info.h"
 #include "hub/store.h"
@@ -109,7 +110,7 @@ std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads, bool gpu
 
 int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
-  auto backend = backend::make_backend(a.backend, a.device);
+  auto backend = backend::make_backend_for(a.backend, model::load(file).graph, a.device, a.threads);
   backend::ExecOptions opts;
   Suite suite;
   if (!a.suite.empty()) {
@@ -127,7 +128,6 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   for (const auto& c : suite.chats) need = std::max<int64_t>(need, int64_t{c.system} + int64_t{c.turns} * (c.user + c.answer) + 8);
   opts.n_ctx = static_cast<int32_t>(need);
   opts.max_tokens = 512;
-  opts.threads = a.threads;
   opts.kv_type = kv_type_from_name(a.kv_type);
   runtime::Session session(file, *backend, opts);
   const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
@@ -159,7 +159,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
       add(fmt::format("pp{}{}", c.prompt, at), r.prefill, r.prefill_tps, &r.first_token, 0);
     } else {
       // Bytes at the middle of the generated span: the cache grows by one row per token.
-      const auto bytes = runtime::decode_bytes_per_token(session.model().graph, file, opts.kv_type, c.depth + c.generate / 2 + 1);
+      const auto bytes = runtime::decode_bytes_per_token(session.graph(), file, opts.kv_type, c.depth + c.generate / 2 + 1);
       add(fmt::format("tg{}{}", c.generate, at), r.decode, r.decode_tps, nullptr, bytes);
     }
   }

@@ -40,6 +40,7 @@ int run_serve(ServeArgs& a) {
   eo.exec = a.gen.exec_options();
   eo.backend = a.gen.backend;
   eo.device = a.gen.device;
+  eo.threads = a.gen.threads;
   auto& so = a.server;
   // Clients name the model by its alias, its installed id, or the file's name without .gguf.
   so.model_id = !a.alias.empty()                 ? a.alias
@@ -54,8 +55,8 @@ int run_serve(ServeArgs& a) {
   g_server.store(&srv);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens; OpenAI API at /v1)\n", so.model_id,
-             so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx);
+  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI API at /v1)\n", so.model_id,
+             so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
   srv.run();
   g_server.store(nullptr);
   fmt::print(stderr, "zinc serve: stopped\n");

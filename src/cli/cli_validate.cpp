@@ -53,7 +53,7 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
   ref.eval(tokens, true);
   test.eval(tokens, true);
 
-  const graph::Graph& g = ref.model().graph;
+  const graph::Graph& g = ref.graph();
   std::vector<TensorGap> gaps;
   for (const graph::Node& n : g.nodes) {
     const auto want = ref.executable().activation(n.out), got = test.executable().activation(n.out);

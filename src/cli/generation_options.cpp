@@ -13,6 +13,7 @@
 #include "hub/store.h"
 #include "core/error.h"
 #include "core/system_info.h"
+#include "model/model.h"
 #include "runtime/chat_session.h"
 
 namespace zinc::cli {
@@ -34,7 +35,6 @@ backend::ExecOptions GenerationArgs::exec_options() const {
   backend::ExecOptions opts;
   opts.n_ctx = ctx;
   opts.max_tokens = 256;
-  opts.threads = threads;
   opts.kv_type = kv_type_from_name(kv_type);
   return opts;
 }
@@ -140,14 +140,16 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   const auto t0 = Clock::now();
   auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
-  auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), backend::make_backend(a.backend, a.device), nullptr, 0});
+  // "auto" passes over a GPU backend that cannot run one of the model's ops or weight types.
+  auto backend = backend::make_backend_for(a.backend, model::load(file).graph, a.device, a.threads);
+  auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), std::move(backend), nullptr, 0});
   try {
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
   } catch (const Error& e) {
-    // "auto" chose a GPU that cannot hold this model (memory, an unsupported tensor type): the CPU can.
+    // "auto" chose a GPU that cannot hold this model (memory): the CPU can.
     if (a.backend != "auto" || m->backend->name() == "cpu") throw;
     spdlog::warn("{} cannot run this model ({}); running it on the CPU", m->backend->name(), e.what());
-    m->backend = backend::make_cpu_backend();
+    m->backend = backend::make_cpu_backend(a.threads);
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
   }
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -9,9 +9,10 @@
 namespace zinc::runtime {
 
 Session::Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts)
-    : model_(model::load(file)) {
-  exe_ = backend.compile(model_.graph, file, opts);
-}
+    : Session(backend.load(model::load(file).graph, file), opts) {}
+
+Session::Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts)
+    : weights_(std::move(weights)), exe_(weights_->instantiate(opts)) {}
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits,
                                      const std::atomic<bool>* cancel) {

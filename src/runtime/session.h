@@ -1,5 +1,6 @@
-// A session: one model compiled on one backend, with its KV cache and position. Feeds tokens in
-// chunks no larger than the executable's step size and returns logits.
+// A session: one context (KV cache, recurrent state, position) over a model's weights on a backend.
+// Feeds tokens in chunks no larger than the context's step size and returns logits. Sessions made from
+// the same loaded Weights share them (a server's slots hold one copy of the model).
 #pragma once
 
 #include <atomic>
@@ -16,8 +17,10 @@ namespace zinc::runtime {
 
 class Session {
  public:
-  // `file` must outlive the session.
+  // Loads the model's weights for this session alone. `file` must outlive the session.
   Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts);
+  // A context over weights already loaded (backend::Backend::load), shared with other sessions.
+  Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts);
 
   // Appends tokens to the context. Returns the logits of the last token, or with all_logits one row
   // of n_vocab per token. Throws zinc::Error when the context would overflow (nothing is appended).
@@ -64,13 +67,14 @@ class Session {
     reused_ = 0;
     history_.clear();
   }
-  const model::Model& model() const { return model_; }
+  const graph::Graph& graph() const { return weights_->graph(); }
+  const std::shared_ptr<backend::Weights>& weights() const { return weights_; }
   const backend::Executable& executable() const { return *exe_; }
 
  private:
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
 
-  model::Model model_;
+  std::shared_ptr<backend::Weights> weights_;
   std::unique_ptr<backend::Executable> exe_;
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "model/model.h"
 
 namespace zinc::server {
 
@@ -62,11 +63,16 @@ struct Engine::Slot {
 };
 
 Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOptions options)
-    : tok_(tok), options_(std::move(options)), backend_(backend::make_backend(options_.backend, options_.device)) {
+    : tok_(tok), options_(std::move(options)) {
   if (options_.n_slots < 1) throw Error("the server needs at least one slot (--parallel)");
+  const model::Model model = model::load(file);
+  backend_ = backend::make_backend_for(options_.backend, model.graph, options_.device, options_.threads);
+  // The weights once; each slot is a context of its own over them (its KV cache, state and scratch).
+  weights_ = backend_->load(model.graph, file);
+  backend_name_ = backend_->name();
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->session = std::make_unique<runtime::Session>(file, *backend_, options_.exec);
+    slot->session = std::make_unique<runtime::Session>(weights_, options_.exec);
     slots_.push_back(std::move(slot));
   }
   thread_ = std::thread([this] { loop(); });
@@ -96,6 +102,12 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
   }
   cv_.notify_all();
   return true;
+}
+
+uint64_t Engine::contexts_device_bytes() const {
+  uint64_t n = 0;
+  for (const auto& slot : slots_) n += slot->session->executable().device_bytes();
+  return n;
 }
 
 EngineStats Engine::stats() const {

@@ -1,4 +1,5 @@
-// The server's engine: N slots (each a session with its own context) over one model, a bounded queue
+// The server's engine: N slots (each a session with its own context, all over one loaded copy of the
+// weights) over one model, a bounded queue
 // of waiting requests, and one scheduler thread that interleaves the active slots one step at a time
 // (a prefill, or one token each), so concurrent requests share the model fairly. A request's text
 // reaches its HTTP handler through the job's channel; a handler that loses its client cancels the job
@@ -29,6 +30,7 @@ struct EngineOptions {
   backend::ExecOptions exec;
   std::string backend = "cpu";  // cpu, vulkan or auto
   int device = -1;
+  unsigned threads = 0;  // CPU threads (0: every physical core)
 };
 
 class Job {
@@ -79,6 +81,10 @@ class Engine {
   // Queues a job; false when the queue is full (the caller answers 503).
   bool submit(const std::shared_ptr<Job>& job);
   EngineStats stats() const;
+  // Device memory: the weights (held once) and the contexts of all slots together (0 on the CPU).
+  uint64_t weights_device_bytes() const { return weights_->device_bytes(); }
+  uint64_t contexts_device_bytes() const;
+  const std::string& backend_name() const { return backend_name_; }
   int32_t n_ctx() const { return options_.exec.n_ctx; }
 
  private:
@@ -89,6 +95,8 @@ class Engine {
   const tokenizer::Tokenizer& tok_;
   EngineOptions options_;
   std::unique_ptr<backend::Backend> backend_;
+  std::shared_ptr<backend::Weights> weights_;  // loaded once, shared by every slot
+  std::string backend_name_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -12,6 +12,7 @@
 
 #include "chat/output_parser.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 #include "server/http.h"
@@ -500,6 +501,16 @@ Server::Server(const gguf::File& file, const tokenizer::Tokenizer& tok, chat::Ch
     : impl_(std::make_unique<Impl>(file, tok, std::move(tmpl), std::move(engine), std::move(options))) {}
 
 Server::~Server() = default;
+
+std::string Server::memory_summary() const {
+  const Engine& e = impl_->engine;
+  std::string out = e.backend_name();
+  if (e.weights_device_bytes() > 0) {
+    out += fmt::format(": weights {} once, {} context{} {}", format_bytes(e.weights_device_bytes()), e.stats().n_slots,
+                       e.stats().n_slots == 1 ? "" : "s", format_bytes(e.contexts_device_bytes()));
+  }
+  return out;
+}
 
 int Server::bind() {
   auto& o = impl_->opts;

@@ -54,12 +54,11 @@ class GraphWeights {
 
 // Runs the graph over `tokens` in one step (exact F32 cache) and returns every token's output row.
 inline std::vector<float> run_graph(const graph::Graph& g, const gguf::File& f, const std::vector<int32_t>& tokens) {
-  auto backend = backend::make_cpu_backend();
+  auto backend = backend::make_cpu_backend(2);
   backend::ExecOptions opts;
   opts.n_ctx = 16;
   opts.max_tokens = 16;
   opts.kv_type = backend::KvType::F32;
-  opts.threads = 2;
   auto exe = backend->compile(g, f, opts);
   graph::StepParams step;
   step.tokens = tokens;

@@ -214,12 +214,11 @@ TEST(CpuGemma4Ops, LayersWithDifferentKvWidths) {
   ref_layer(wq1, wk1, wv1, wo1, 2, 8);
 
   // Two steps (3 tokens, then 2), so the second reads rows the first left in each cache.
-  auto backend = backend::make_cpu_backend();
+  auto backend = backend::make_cpu_backend(1);
   backend::ExecOptions opts;
   opts.n_ctx = 16;
   opts.max_tokens = 8;
   opts.kv_type = backend::KvType::F32;
-  opts.threads = 1;
   auto exe = backend->compile(g, f, opts);
   std::vector<float> got;
   graph::StepParams step;

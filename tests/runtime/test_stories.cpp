@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/model.h"
 #include "raw_gguf.h"
 #include "runtime/session.h"
 
@@ -36,6 +37,40 @@ std::string published_text() {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+TEST(Stories260K, SessionsShareOneLoadOfTheWeights) {
+  // Three contexts over one load: each follows its own conversation, with the logits (bit for bit) of
+  // a session that loaded the weights for itself, whatever the others did in between.
+  ZINC_REQUIRE_TESTDATA();
+  const gguf::File f = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  auto backend = backend::make_cpu_backend(2);
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 16;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 403, 407, 261}, {1, 378, 432}, {1, 383, 286, 403, 407, 261, 378}};
+  auto weights = backend->load(model::load(f).graph, f);
+  std::vector<std::unique_ptr<Session>> shared;
+  for (size_t i = 0; i < prompts.size(); ++i) shared.push_back(std::make_unique<Session>(weights, opts));
+  EXPECT_EQ(shared[0]->weights().get(), shared[2]->weights().get());
+  std::vector<std::vector<float>> got(prompts.size());
+  for (size_t round = 0; round < 3; ++round) {  // interleaved: prompt, then two tokens each
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<int32_t> toks = round == 0 ? prompts[i] : std::vector<int32_t>{static_cast<int32_t>(300 + round + i)};
+      const auto l = shared[i]->eval(toks);
+      got[i].insert(got[i].end(), l.begin(), l.end());
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Session alone(f, *backend, opts);
+    std::vector<float> want;
+    for (size_t round = 0; round < 3; ++round) {
+      const std::vector<int32_t> toks = round == 0 ? prompts[i] : std::vector<int32_t>{static_cast<int32_t>(300 + round + i)};
+      const auto l = alone.eval(toks);
+      want.insert(want.end(), l.begin(), l.end());
+    }
+    EXPECT_EQ(got[i], want) << "conversation " << i;
+  }
 }
 
 TEST(Stories260K, GreedyFromBosReproducesThePublishedText) {

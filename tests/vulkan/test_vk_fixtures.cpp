@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "convert/convert.h"
 #include "core/error.h"
+#include "model/model.h"
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
 #include "runtime/session.h"
@@ -98,6 +99,41 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
     ASSERT_EQ(l.size(), nv);
     EXPECT_LT(relative_gap(l, std::span<const float>(want).subspan(i * nv, nv)), kFloat32Gap) << GetParam() << " at " << i;
   }
+}
+
+TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
+  // Three contexts from one load: the device holds the weights once and each context's own memory
+  // (cache, arena, scratch) besides; every context computes the same logits, the CPU's.
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  backend::ExecOptions opts;
+  opts.n_ctx = 96;
+  opts.max_tokens = 16;
+  opts.kv_type = backend::KvType::F32;
+  const uint64_t start = gpu_->device_bytes_in_use();
+  auto weights = gpu_->load(m.graph, f);
+  const uint64_t loaded = gpu_->device_bytes_in_use();
+  EXPECT_EQ(loaded - start, weights->device_bytes()) << GetParam();
+  runtime::Session cpu(f, *cpu_, opts);
+  const auto c = cpu.eval(sequence_, true);
+  const std::vector<float> want(c.begin(), c.end());
+  std::vector<std::unique_ptr<runtime::Session>> sessions;
+  uint64_t contexts = 0;
+  for (int i = 0; i < 3; ++i) {
+    sessions.push_back(std::make_unique<runtime::Session>(weights, opts));
+    contexts += sessions.back()->executable().device_bytes();
+  }
+  EXPECT_GT(contexts, 0u);
+  // Slabs the first prefilling context asked the weights for are the weights' (shared) bytes.
+  EXPECT_EQ(gpu_->device_bytes_in_use() - start, weights->device_bytes() + contexts) << GetParam();
+  for (auto& s : sessions) {
+    const auto g = s->eval(sequence_, true);
+    ASSERT_EQ(g.size(), want.size());
+    EXPECT_LT(relative_gap(g, want), kFloat32Gap) << GetParam();
+  }
+  sessions.clear();
+  weights.reset();
+  EXPECT_EQ(gpu_->device_bytes_in_use(), start) << GetParam() << ": memory left behind";
 }
 
 TEST_P(VulkanFixture, SavedContextMovesBetweenBackends) {

@@ -1,12 +1,14 @@
 // The CPU backend: the reference executor every other backend is compared with, and the fallback
-// that always runs. Weights are read in place from the mapped GGUF; activations live in buffers
-// planned once per graph (a buffer is reused once the last node reading its tensor has run); the KV
-// cache is one contiguous arena per layer.
+// that always runs. Weights are read in place from the mapped GGUF (CpuWeights: the tensor pointers
+// and the thread pool, shared by every context); each context's activations live in buffers planned
+// once per graph (a buffer is reused once the last node reading its tensor has run); the KV cache is
+// one contiguous arena per layer.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -30,12 +32,31 @@ using graph::Op;
 using graph::TensorId;
 using graph::TensorKind;
 
+// The weights in place in the mapped file, and the threads every context of them computes on (one
+// step at a time: a step takes the pool for its whole length).
+class CpuWeights final : public Weights {
+ public:
+  CpuWeights(const graph::Graph& g, const gguf::File& file, unsigned threads)
+      : Weights(g), pool(threads ? threads : std::max(1u, cpu_info().physical_cores)) {
+    ptr.resize(graph().tensors.size(), nullptr);
+    for (size_t i = 0; i < graph().tensors.size(); ++i) {
+      const auto& t = graph().tensors[i];
+      if (t.kind != TensorKind::Weight) continue;
+      ptr[i] = file.tensor_data(file.tensor(t.name)).data();
+    }
+  }
+  std::unique_ptr<Executable> instantiate(const ExecOptions& opts) override;
+
+  std::vector<const void*> ptr;  // per tensor: a weight's bytes in the mapped file
+  ThreadPool pool;
+  std::mutex step_mutex;  // held for a step: the pool serves one caller at a time
+};
+
 class CpuExecutable final : public Executable {
  public:
-  CpuExecutable(const graph::Graph& g, const gguf::File& file, const ExecOptions& opts)
-      : g_(g), file_(file), opts_(opts), pool_(opts.threads ? opts.threads : std::max(1u, cpu_info().physical_cores)) {
+  CpuExecutable(std::shared_ptr<CpuWeights> weights, const ExecOptions& opts)
+      : weights_(std::move(weights)), g_(weights_->graph()), opts_(opts), pool_(weights_->pool) {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
-    bind_weights();
     plan_buffers();
     kv_type_ = kv_storage_type(opts_.kv_type);
     // Each layer's cache has its own row width (layers may differ in head size or KV heads).
@@ -94,6 +115,7 @@ class CpuExecutable final : public Executable {
 
   void run(const graph::StepParams& step) override {
     check_step(g_, opts_, step);
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     const auto n = static_cast<int64_t>(step.tokens.size());
     if (recurrent_) {
       if (recurrent_restart(state_pos_, step.n_past)) {
@@ -124,16 +146,6 @@ class CpuExecutable final : public Executable {
   }
 
  private:
-  void bind_weights() {
-    weights_.resize(g_.tensors.size(), nullptr);
-    for (size_t i = 0; i < g_.tensors.size(); ++i) {
-      const auto& t = g_.tensors[i];
-      if (t.kind != TensorKind::Weight) continue;
-      const gguf::TensorInfo& info = file_.tensor(t.name);
-      weights_[i] = file_.tensor_data(info).data();
-    }
-  }
-
   // Assigns every activation a buffer of width * max_tokens floats, reusing buffers whose tensors
   // are no longer read by later nodes.
   void plan_buffers() {
@@ -176,7 +188,7 @@ class CpuExecutable final : public Executable {
 
   float* buf(TensorId id) { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
   const float* buf(TensorId id) const { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
-  const void* w(TensorId id) const { return weights_[static_cast<size_t>(id)]; }
+  const void* w(TensorId id) const { return weights_->ptr[static_cast<size_t>(id)]; }
 
   void exec(const Node& node, const graph::StepParams& step, std::vector<int64_t>& rows) {
     const auto& out_t = g_.tensor(node.out);
@@ -547,11 +559,10 @@ class CpuExecutable final : public Executable {
     return scratch.data();
   }
 
+  std::shared_ptr<CpuWeights> weights_;
   const graph::Graph& g_;
-  const gguf::File& file_;
   ExecOptions opts_;
-  ThreadPool pool_;
-  std::vector<const void*> weights_;
+  ThreadPool& pool_;
   std::vector<int> slot_;
   std::vector<std::vector<float>> buffers_;
   gguf::TensorType kv_type_ = gguf::TensorType::F16;
@@ -568,17 +579,38 @@ class CpuExecutable final : public Executable {
   size_t cur_ = 0;         // the node being executed
 };
 
+std::unique_ptr<Executable> CpuWeights::instantiate(const ExecOptions& opts) {
+  return std::make_unique<CpuExecutable>(std::static_pointer_cast<CpuWeights>(shared_from_this()), opts);
+}
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(unsigned threads) : threads_(threads) {}
   std::string name() const override { return "cpu"; }
-  std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights,
-                                      const ExecOptions& opts) override {
-    return std::make_unique<CpuExecutable>(g, weights, opts);
+  // Every op runs here; a weight type must have a dot product (products) or decode (the rest).
+  std::string unsupported(const graph::Graph& g, const Node& n) const override {
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      const auto& t = g.tensor(n.in[k]);
+      if (t.kind != TensorKind::Weight) continue;
+      const bool product = (n.op == Op::MatMul && k == 0) || (n.op == Op::MoE && k >= 1 && k <= 4);
+      if (product ? !quant::has_dot(t.type) : !quant::can_dequantize(t.type)) {
+        return fmt::format("its weight '{}' is stored as {}, which the CPU kernels do not read", t.name,
+                           gguf::tensor_type_name(t.type));
+      }
+    }
+    return "";
   }
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) override {
+    if (std::string why = why_unsupported(g); !why.empty()) throw Error(why);
+    return std::make_shared<CpuWeights>(g, file, threads_);
+  }
+
+ private:
+  unsigned threads_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(unsigned threads) { return std::make_unique<CpuBackend>(threads); }
 
 }  // namespace zinc::backend

@@ -1,7 +1,8 @@
 // The Vulkan backend's executor: a graph compiled into dispatches of the kernels in shaders/vulkan.
 //
-// Memory: weights are uploaded once into device-local buffers (small float weights such as norms and
-// biases converted to F32 on the way); activations share one device arena planned like the CPU
+// Memory: weights are uploaded once into device-local buffers (VulkanWeights, shared by every context
+// instantiated from them; small float weights such as norms and biases converted to F32 on the way);
+// each context's activations share one device arena planned like the CPU
 // executor's (a tensor's range is reused once its last reader has run); each attending layer has its
 // K and V cache on the device; recurrent state lives in a device buffer per node. What changes per
 // step (n_past, the token ids, the rotation angles) is written by the host into a small host-visible
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "backend/backend.h"
@@ -59,21 +61,127 @@ bool reads_as_f32(const Node& n, size_t k) {
   }
 }
 
+// Why the Vulkan kernels cannot run a node ("" when they can): every weight a kernel reads raw must be
+// in a format the kernels decode.
+std::string vulkan_unsupported(const graph::Graph& g, const Node& n) {
+  for (size_t k = 0; k < n.in.size(); ++k) {
+    const auto& t = g.tensor(n.in[k]);
+    if (t.kind != TensorKind::Weight || reads_as_f32(n, k)) continue;
+    if (!quant::can_dequantize(t.type)) {
+      return fmt::format("its weight '{}' is stored as {}, which the Vulkan kernels do not read", t.name,
+                         gguf::tensor_type_name(t.type));
+    }
+  }
+  return "";
+}
+
+// The weights on the device, uploaded once: quantized tensors as they are in the file, small float
+// weights (norms, biases, scales; read by the kernels as F32) converted, and a host copy of those the
+// host reads per step (rotation frequency factors).
+class VulkanWeights final : public Weights {
+ public:
+  VulkanWeights(std::shared_ptr<vk::Context> ctx, const graph::Graph& g, const gguf::File& file)
+      : Weights(g), ctx_(std::move(ctx)) {
+    try {
+      upload(file);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~VulkanWeights() override { release(); }
+  std::unique_ptr<Executable> instantiate(const ExecOptions& opts) override;
+  uint64_t device_bytes() const override { return bytes_ + slab_bytes(); }
+  uint64_t slab_bytes() const { return slabs_[0].device_bytes + slabs_[1].device_bytes; }
+
+  vk::Context& ctx() const { return *ctx_; }
+  // The two f16 slabs prefill's products expand weights into, in turn: scratch within a step, so the
+  // contexts share them (their steps are serialised by step_mutex). Made by the first context that
+  // prefills, sized for the widest product.
+  std::array<vk::Buffer, 2>& slabs(size_t bytes) {
+    std::lock_guard<std::mutex> lock(slab_mutex_);
+    if (!slabs_[0].buffer || slabs_[0].size < bytes) {
+      for (vk::Buffer& slab : slabs_) {
+        ctx_->release(slab);
+        slab = ctx_->device_buffer(bytes);
+      }
+    }
+    return slabs_;
+  }
+  std::mutex step_mutex;  // held for a step: contexts share the slabs and the one queue
+  View raw(TensorId id) const { return View{&raw_[static_cast<size_t>(id)], 0, 0}; }
+  View f32(TensorId id) const { return View{&f32_[static_cast<size_t>(id)], 0, 0}; }
+  const std::vector<float>& host_f32(TensorId id) const { return host_f32_.at(id); }
+
+ private:
+  void upload(const gguf::File& file) {
+    const graph::Graph& g = graph();
+    std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
+    for (const Node& n : g.nodes) {
+      if (std::string why = vulkan_unsupported(g, n); !why.empty()) {
+        throw Error(fmt::format("Vulkan cannot run {}: {}", g.tensor(n.out).name, why));
+      }
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        const auto id = static_cast<size_t>(n.in[k]);
+        if (g.tensors[id].kind != TensorKind::Weight) continue;
+        (reads_as_f32(n, k) ? as_f32 : raw)[id] = true;
+      }
+    }
+    raw_.resize(g.tensors.size());
+    f32_.resize(g.tensors.size());
+    for (size_t i = 0; i < g.tensors.size(); ++i) {
+      const auto& t = g.tensors[i];
+      if (t.kind != TensorKind::Weight) continue;
+      const auto bytes = file.tensor_data(file.tensor(t.name));
+      if (raw[i]) {
+        raw_[i] = ctx_->device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
+        ctx_->upload(raw_[i], 0, bytes.data(), bytes.size());
+        bytes_ += raw_[i].size;
+      }
+      if (as_f32[i]) {
+        const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+        std::vector<float> f(static_cast<size_t>(count));
+        if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
+        else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
+        f32_[i] = ctx_->device_buffer(f.size() * 4);
+        ctx_->upload(f32_[i], 0, f.data(), f.size() * 4);
+        bytes_ += f32_[i].size;
+        host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
+      }
+    }
+  }
+  void release() {
+    for (auto& b : raw_) ctx_->release(b);
+    for (auto& b : f32_) ctx_->release(b);
+    for (auto& b : slabs_) ctx_->release(b);
+  }
+
+  std::shared_ptr<vk::Context> ctx_;
+  std::vector<vk::Buffer> raw_, f32_;  // per tensor (empty where not read that way)
+  std::map<TensorId, std::vector<float>> host_f32_;
+  uint64_t bytes_ = 0;
+  std::mutex slab_mutex_;
+  std::array<vk::Buffer, 2> slabs_;
+};
+
 class VulkanExecutable final : public Executable {
  public:
-  VulkanExecutable(vk::Context& ctx, const graph::Graph& g, const gguf::File& file, const ExecOptions& opts)
-      : ctx_(ctx), g_(g), file_(file), opts_(opts), align_(ctx.features().offset_alignment) {
+  VulkanExecutable(std::shared_ptr<VulkanWeights> weights, const ExecOptions& opts)
+      : weights_(std::move(weights)), ctx_(weights_->ctx()), g_(weights_->graph()), opts_(opts),
+        align_(ctx_.features().offset_alignment) {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
     kv_type_ = opts_.kv_type == KvType::F32 ? vk::KvCacheType::F32
                : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
                                               : vk::KvCacheType::Q8_0;
+    // Its own bytes: what the device holds more after it is made, but for the slabs it shares.
+    const uint64_t before = ctx_.device_bytes_in_use() - weights_->slab_bytes();
     try {
-      upload_weights();
       plan_fusions();
       plan_arena();
       make_caches();
       make_step_buffer();
       make_scratch();
+      device_bytes_ = ctx_.device_bytes_in_use() - weights_->slab_bytes() - before;
     } catch (...) {
       release_all();
       throw;
@@ -82,6 +190,7 @@ class VulkanExecutable final : public Executable {
   ~VulkanExecutable() override { release_all(); }
 
   bool can_rewind() const override { return !recurrent_; }
+  uint64_t device_bytes() const override { return device_bytes_; }
   int64_t n_vocab() const override { return g_.n_vocab; }
   const ExecOptions& options() const override { return opts_; }
 
@@ -102,6 +211,7 @@ class VulkanExecutable final : public Executable {
 
   void run(const graph::StepParams& step) override {
     check_step(g_, opts_, step);
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     const auto n = static_cast<int64_t>(step.tokens.size());
     if (recurrent_) {
       if (recurrent_restart(state_pos_, step.n_past)) {
@@ -171,42 +281,6 @@ class VulkanExecutable final : public Executable {
   };
 
   // ---- memory -------------------------------------------------------------------------------
-
-  void upload_weights() {
-    std::vector<bool> as_f32(g_.tensors.size(), false), raw(g_.tensors.size(), false);
-    for (const Node& n : g_.nodes) {
-      for (size_t k = 0; k < n.in.size(); ++k) {
-        const auto id = static_cast<size_t>(n.in[k]);
-        if (g_.tensors[id].kind != TensorKind::Weight) continue;
-        (reads_as_f32(n, k) ? as_f32 : raw)[id] = true;
-      }
-    }
-    weights_.resize(g_.tensors.size());
-    weights_f32_.resize(g_.tensors.size());
-    for (size_t i = 0; i < g_.tensors.size(); ++i) {
-      const auto& t = g_.tensors[i];
-      if (t.kind != TensorKind::Weight) continue;
-      const auto bytes = file_.tensor_data(file_.tensor(t.name));
-      if (raw[i]) {
-        if (!quant::can_dequantize(t.type)) {
-          throw Error(fmt::format("Vulkan: tensor '{}' is stored as {}, which the Vulkan kernels do not read", t.name,
-                                  gguf::tensor_type_name(t.type)));
-        }
-        weights_[i] = ctx_.device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
-        ctx_.upload(weights_[i], 0, bytes.data(), bytes.size());
-        weight_bytes_ += bytes.size();
-      }
-      if (as_f32[i]) {
-        const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
-        std::vector<float> f(static_cast<size_t>(count));
-        if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
-        else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
-        host_f32_.emplace(static_cast<TensorId>(i), f);
-        weights_f32_[i] = ctx_.device_buffer(f.size() * 4);
-        ctx_.upload(weights_f32_[i], 0, f.data(), f.size() * 4);
-      }
-    }
-  }
 
   // Offsets in one arena for every activation: a tensor keeps its range from the node that writes it
   // to the last node that reads it; first fit over the ranges live at the time.
@@ -388,7 +462,7 @@ class VulkanExecutable final : public Executable {
     moe_up_ = scratch(moe_slots);
     moe_down_ = scratch(moe_slots);
     if (mm_cols > 0) {
-      for (vk::Buffer& slab : slab_) slab = ctx_.device_buffer(std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64));
+      slab_ = &weights_->slabs(std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64));
       if (const size_t xs = vk::mul_mm_scratch_bytes(mm_cols, static_cast<uint32_t>(opts_.max_tokens)); xs > 0) {
         x_f16_ = ctx_.device_buffer(xs);
       }
@@ -400,13 +474,11 @@ class VulkanExecutable final : public Executable {
 
   void release_all() {
     recordings_.clear();
-    for (auto& b : weights_) ctx_.release(b);
-    for (auto& b : weights_f32_) ctx_.release(b);
     for (auto& b : k_) ctx_.release(b);
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
     for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
-                          &moe_up_, &moe_down_, &slab_[0], &slab_[1], &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_}) {
+                          &moe_up_, &moe_down_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_}) {
       ctx_.release(*b);
     }
   }
@@ -441,7 +513,7 @@ class VulkanExecutable final : public Executable {
     std::memcpy(base, header, sizeof(header));
     std::memcpy(base + tokens_offset_, step.tokens.data(), step.tokens.size() * 4);
     for (const RopeTable& r : ropes_) {
-      const float* f = r.factors >= 0 ? host_f32_.at(r.factors).data() : nullptr;
+      const float* f = r.factors >= 0 ? weights_->host_f32(r.factors).data() : nullptr;
       auto* cs = reinterpret_cast<float*>(base + r.offset);
       for (size_t t = 0; t < step.tokens.size(); ++t) {
         cpu::rope_cos_sin(r.n_rot, r.params, f, step.n_past + static_cast<int32_t>(t), cs + t * static_cast<size_t>(r.n_rot));
@@ -500,8 +572,8 @@ class VulkanExecutable final : public Executable {
     if (id == g_.logits) return View{&logits_, 0, bytes};
     return View{&arena_, act_offset_[static_cast<size_t>(id)], bytes};
   }
-  View weight(TensorId id) const { return View{&weights_[static_cast<size_t>(id)], 0, 0}; }
-  View weight_f32(TensorId id) const { return View{&weights_f32_[static_cast<size_t>(id)], 0, 0}; }
+  View weight(TensorId id) const { return weights_->raw(id); }
+  View weight_f32(TensorId id) const { return weights_->f32(id); }
 
   Recorded record(uint32_t n_tok, bool all_logits) {
     Recorded out;
@@ -802,12 +874,12 @@ class VulkanExecutable final : public Executable {
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
-    if (n <= kMvMaxTokens || !slab_[0].buffer || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
+    if (n <= kMvMaxTokens || !slab_ || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
       tr.before({x}, {out});
       vk::mul_mv(ctx_, rec, wt.type, weight(node.in[0]), x, out, bias, ncols, nrows, n);
       return;
     }
-    const uint32_t slab_rows = std::max<uint32_t>(64, static_cast<uint32_t>(slab_[0].size / (static_cast<size_t>(ncols) * 2)) / 64 * 64);
+    const uint32_t slab_rows = std::max<uint32_t>(64, static_cast<uint32_t>((*slab_)[0].size / (static_cast<size_t>(ncols) * 2)) / 64 * 64);
     const bool coop = vk::mul_mm_kernel(ctx_) == vk::MulMmKernel::CoopMatNV;
     const View xs{&x_f16_, 0, vk::mul_mm_scratch_bytes(ncols, n)};
     if (coop && x16_of_ != node.in[1]) {  // X in f16 once for every product that reads it (q, k and v; gate and up)
@@ -818,7 +890,7 @@ class VulkanExecutable final : public Executable {
     for (uint32_t r0 = 0; r0 < nrows; r0 += slab_rows) {
       // Slabs in turn: a weight's expansion runs beside the product before it, which reads the other.
       const uint32_t rows = std::min(slab_rows, nrows - r0);
-      const View slab{&slab_[slab_next_], 0, 0};
+      const View slab{&(*slab_)[slab_next_], 0, 0};
       slab_next_ ^= 1;
       tr.before({}, {slab});
       vk::dequant_f16(ctx_, rec, wt.type, weight(node.in[0]), slab, ncols, r0, rows);
@@ -917,15 +989,12 @@ class VulkanExecutable final : public Executable {
     vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
   }
 
+  std::shared_ptr<VulkanWeights> weights_;
   vk::Context& ctx_;
   const graph::Graph& g_;
-  const gguf::File& file_;
   ExecOptions opts_;
   size_t align_;
   vk::KvCacheType kv_type_ = vk::KvCacheType::F16;
-  std::vector<vk::Buffer> weights_, weights_f32_;
-  std::map<TensorId, std::vector<float>> host_f32_;
-  size_t weight_bytes_ = 0;
   std::vector<size_t> act_offset_;
   vk::Buffer arena_, logits_, step_;
   size_t tokens_offset_ = 0;
@@ -937,7 +1006,7 @@ class VulkanExecutable final : public Executable {
   TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
   std::vector<bool> done_;  // per node, in the recording being made: recorded with an earlier node
   TensorId x16_of_ = -1;  // the tensor x_f16_ holds in f16, in the recording being made
-  std::array<vk::Buffer, 2> slab_;  // weights expanded to f16 for prefill's products, used in turn
+  std::array<vk::Buffer, 2>* slab_ = nullptr;  // the weights' slabs (VulkanWeights::slabs), when this context prefills
   int slab_next_ = 0;
   std::vector<bool> q8k_input_;  // per tensor: read by a K-quant product (mul_mv_k) in decode
   // plan_fusions: per node, the norm a rotation does (-1: none), the attention whose k and v it
@@ -951,6 +1020,7 @@ class VulkanExecutable final : public Executable {
   bool recurrent_ = false;
   SavedStateLayout layout_;  // what save_state() writes
   int64_t state_pos_ = 0;
+  uint64_t device_bytes_ = 0;
 };
 
 class VulkanBackend final : public Backend {
@@ -959,13 +1029,19 @@ class VulkanBackend final : public Backend {
   std::string name() const override { return "vulkan"; }
   std::string device_name() const override { return ctx_->device_name(); }
   double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
-  std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& weights, const ExecOptions& opts) override {
-    return std::make_unique<VulkanExecutable>(*ctx_, g, weights, opts);
+  uint64_t device_bytes_in_use() const override { return ctx_->device_bytes_in_use(); }
+  std::string unsupported(const graph::Graph& g, const Node& n) const override { return vulkan_unsupported(g, n); }
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) override {
+    return std::make_shared<VulkanWeights>(ctx_, g, file);
   }
 
  private:
   std::shared_ptr<vk::Context> ctx_;
 };
+
+std::unique_ptr<Executable> VulkanWeights::instantiate(const ExecOptions& opts) {
+  return std::make_unique<VulkanExecutable>(std::static_pointer_cast<VulkanWeights>(shared_from_this()), opts);
+}
 
 }  // namespace
 

@@ -368,6 +368,10 @@ Buffer Context::make_buffer(size_t bytes, bool host) {
                             static_cast<double>(bytes) / (1 << 20), name_));
   }
   check(vkBindBufferMemory(device_, b.buffer, b.memory, 0), "binding buffer memory");
+  if (!host) {
+    b.device_bytes = req.size;
+    device_bytes_ += req.size;
+  }
   if (host || (memory_.memoryTypes[mai.memoryTypeIndex].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)) {
     check(vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped), "mapping a buffer");
   }
@@ -378,6 +382,7 @@ Buffer Context::host_buffer(size_t bytes) { return make_buffer(bytes, true); }
 Buffer Context::device_buffer(size_t bytes) { return make_buffer(bytes, false); }
 
 void Context::release(Buffer& b) {
+  device_bytes_ -= b.device_bytes;
   if (b.memory) {
     if (b.mapped) vkUnmapMemory(device_, b.memory);
     vkFreeMemory(device_, b.memory, nullptr);

@@ -7,6 +7,7 @@
 
 #include <volk.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@ struct Buffer {
   VkDeviceMemory memory = VK_NULL_HANDLE;
   size_t size = 0;
   void* mapped = nullptr;  // host-visible buffers: their bytes
+  size_t device_bytes = 0;  // device-local memory it holds (the allocation, rounded up by the driver)
 };
 
 // A range of a buffer bound to one binding (bytes = 0: to the end). Offsets must be multiples of
@@ -131,6 +133,8 @@ class Context {
   // A device-local buffer (filled through upload(), read back through download()).
   Buffer device_buffer(size_t bytes);
   void release(Buffer& b);
+  // Device-local memory held by the buffers of this context now (weights, caches, scratch).
+  uint64_t device_bytes_in_use() const { return device_bytes_.load(); }
   // Copies through a staging buffer (or directly where the buffer is mapped), waiting until done.
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
   void download(const Buffer& src, size_t offset, void* dst, size_t bytes);
@@ -190,6 +194,7 @@ class Context {
   Features features_;
   std::string name_;
   Buffer staging_;
+  std::atomic<uint64_t> device_bytes_{0};
   std::map<std::string, Kernel, std::less<>> pipelines_;
   std::unique_ptr<Dispatcher> immediate_;
   double copy_bandwidth_ = 0;
