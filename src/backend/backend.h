@@ -23,7 +23,8 @@ namespace zinc::backend {
 enum class KvType { F32, F16, Q8_0 };
 
 struct ExecOptions {
-  int32_t n_ctx = 2048;       // KV cache capacity in tokens
+  int32_t n_ctx = 2048;       // positions each sequence holds at most
+  int32_t n_seq = 1;          // sequences the context holds; a step may advance several of them at once
   int32_t max_tokens = 512;   // most tokens one step may carry (prefill chunk size)
   KvType kv_type = KvType::F16;  // Q8_0 halves the cache again (head_dim must be a multiple of 32)
   // Every activation keeps its own memory, readable after a step through Executable::activation()
@@ -34,11 +35,12 @@ struct ExecOptions {
 class Executable {
  public:
   virtual ~Executable() = default;
-  // Runs one step: the step's tokens are appended to the KV cache at positions n_past... Throws
-  // zinc::Error when the step does not fit (too many tokens, context full).
+  // Runs one step: each sequence's tokens are appended to its cache at its positions n_past... (what it
+  // held from n_past on is dropped). Throws zinc::Error when the step does not fit (too many tokens, a
+  // context full).
   virtual void run(const graph::StepParams& step) = 0;
-  // Logits of the last step: one row of n_vocab floats per requested token (the last token only,
-  // unless the step asked for all).
+  // Logits of the last step: one row of n_vocab floats per requested token (StepParams says which),
+  // sequence after sequence.
   virtual std::span<const float> logits() const = 0;
   virtual int64_t n_vocab() const = 0;
   // The index of the largest logit of the last row (the first on ties): greedy decoding's next token.
@@ -61,8 +63,13 @@ class Executable {
   // The context after n_past tokens as bytes (the first n_past rows of every KV cache and any recurrent
   // state), and back: a session set aside and resumed continues exactly where it was. load_state()
   // throws zinc::Error for bytes saved by another model, backend or option set.
-  virtual std::vector<uint8_t> save_state(int32_t n_past) const = 0;
-  virtual void load_state(std::span<const uint8_t> bytes) = 0;
+  virtual std::vector<uint8_t> save_state(int32_t n_past, int32_t seq = 0) const = 0;
+  virtual void load_state(std::span<const uint8_t> bytes, int32_t seq = 0) = 0;
+  // Forgets what sequence `seq` holds (its next step starts at position 0).
+  virtual void seq_clear(int32_t seq) = 0;
+  // Sequence `dst` holds the first n_tokens of `src` (their cache rows shared, copied only where one of
+  // them later writes; a recurrent state can only be copied whole: n_tokens must be all src holds).
+  virtual void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) = 0;
 };
 
 // Throws unless `id` is an activation (or the logits) and `opts` keeps activations.

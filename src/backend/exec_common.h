@@ -17,22 +17,133 @@
 
 namespace zinc::backend {
 
-// Throws zinc::Error unless the step has 1..max_tokens tokens, fits in the context and every id is in
-// the vocabulary.
+// Throws zinc::Error unless the step has 1..max_tokens tokens in parts of distinct sequences of the
+// context (each with at least one token, the parts' counts adding up to the tokens), each part fits in
+// its sequence's context, and every id is in the vocabulary.
 inline void check_step(const graph::Graph& g, const ExecOptions& opts, const graph::StepParams& step) {
   const auto n = static_cast<int64_t>(step.tokens.size());
   if (n == 0) throw Error("a step needs at least one token");
   if (n > opts.max_tokens) {
     throw Error(fmt::format("a step of {} tokens exceeds the executable's limit of {}", n, opts.max_tokens));
   }
-  if (step.n_past < 0 || step.n_past + n > opts.n_ctx) {
-    throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", step.n_past, n,
-                            opts.n_ctx));
+  if (step.seqs.empty()) throw Error("a step names no sequence");
+  int64_t sum = 0;
+  std::vector<bool> seen(static_cast<size_t>(std::max(opts.n_seq, 1)), false);
+  for (const graph::SeqStep& s : step.seqs) {
+    if (s.seq < 0 || s.seq >= opts.n_seq) {
+      throw Error(fmt::format("sequence {} is not one of the context's {} (0..{})", s.seq, opts.n_seq, opts.n_seq - 1));
+    }
+    if (seen[static_cast<size_t>(s.seq)]) throw Error(fmt::format("sequence {} appears twice in one step", s.seq));
+    seen[static_cast<size_t>(s.seq)] = true;
+    if (s.n_tokens < 1) throw Error(fmt::format("sequence {}'s part of the step has no tokens", s.seq));
+    if (s.n_past < 0 || int64_t{s.n_past} + s.n_tokens > opts.n_ctx) {
+      throw Error(fmt::format("the context is full: {} tokens already in it, {} more do not fit in {}", s.n_past,
+                              s.n_tokens, opts.n_ctx));
+    }
+    sum += s.n_tokens;
   }
+  if (sum != n) throw Error(fmt::format("the step's parts hold {} tokens, the step {}", sum, n));
   for (int32_t t : step.tokens) {
     if (t < 0 || t >= g.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g.n_vocab - 1));
   }
 }
+
+// The KV cache as fixed-size blocks of positions, shared by all layers: each sequence has a table of
+// blocks; a block may be in several tables (a common prefix), reference-counted, and a shared block is
+// copied before a sequence writes into it. Backends keep the rows; this keeps the tables.
+class KvBlocks {
+ public:
+  KvBlocks(int32_t n_blocks, int32_t block_tokens, int32_t n_seq)
+      : block_(block_tokens), refs_(static_cast<size_t>(n_blocks), 0), tables_(static_cast<size_t>(n_seq)),
+        lengths_(static_cast<size_t>(n_seq), 0) {
+    for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  }
+
+  int32_t block_tokens() const { return block_; }
+  int32_t n_blocks() const { return static_cast<int32_t>(refs_.size()); }
+  int32_t free_blocks() const { return static_cast<int32_t>(free_.size()); }
+  int32_t length(int32_t seq) const { return lengths_[static_cast<size_t>(seq)]; }
+  // The block holding position `pos` of `seq` (pos < length).
+  int32_t block(int32_t seq, int32_t pos) const { return tables_[static_cast<size_t>(seq)][static_cast<size_t>(pos / block_)]; }
+  const std::vector<int32_t>& table(int32_t seq) const { return tables_[static_cast<size_t>(seq)]; }
+  int32_t refs(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
+
+  // Makes `seq` hold positions [0, n_past + n): it keeps its first n_past (positions past them are
+  // dropped) and gets blocks for the rest. A shared block that positions from n_past on fall in is
+  // replaced by a private one, after copy(from, to, rows) has copied its first `rows` rows. Throws
+  // zinc::Error when the blocks run out (nothing is changed then).
+  template <class Copy>
+  void prepare(int32_t seq, int32_t n_past, int32_t n, const Copy& copy) {
+    auto& t = tables_[static_cast<size_t>(seq)];
+    if (n_past > lengths_[static_cast<size_t>(seq)]) {
+      throw Error(fmt::format("sequence {} holds {} positions; a step cannot start at {}", seq,
+                              lengths_[static_cast<size_t>(seq)], n_past));
+    }
+    const size_t keep = static_cast<size_t>((n_past + block_ - 1) / block_);
+    const size_t need = static_cast<size_t>((n_past + n + block_ - 1) / block_);
+    const bool cow = n_past % block_ != 0 && keep <= t.size() && refs_[static_cast<size_t>(t[keep - 1])] > 1;
+    const size_t fresh = need - keep + (cow ? 1 : 0);
+    size_t available = free_.size();  // and the blocks past n_past that only this sequence holds
+    for (size_t i = keep; i < t.size(); ++i) available += refs_[static_cast<size_t>(t[i])] == 1;
+    if (fresh > available) {
+      throw Error(fmt::format("the KV cache is full: sequence {} needs {} more blocks of {} positions, {} are free", seq,
+                              fresh, block_, available));
+    }
+    for (size_t i = keep; i < t.size(); ++i) release(t[i]);
+    t.resize(keep);
+    if (cow) {
+      const int32_t to = take();
+      copy(t[keep - 1], to, n_past % block_);
+      release(t[keep - 1]);
+      t[keep - 1] = to;
+    }
+    while (t.size() < need) t.push_back(take());
+    lengths_[static_cast<size_t>(seq)] = n_past + n;
+  }
+
+  // Forgets what `seq` holds.
+  void clear(int32_t seq) {
+    for (int32_t b : tables_[static_cast<size_t>(seq)]) release(b);
+    tables_[static_cast<size_t>(seq)].clear();
+    lengths_[static_cast<size_t>(seq)] = 0;
+  }
+
+  // Makes `dst` hold the first n_tokens of `src`, sharing its blocks (no rows are copied).
+  void share(int32_t src, int32_t dst, int32_t n_tokens) {
+    if (n_tokens < 0 || n_tokens > length(src)) {
+      throw Error(fmt::format("sequence {} holds {} positions, not {}", src, length(src), n_tokens));
+    }
+    if (src == dst) {
+      prepare(dst, n_tokens, 0, [](int32_t, int32_t, int32_t) {});
+      return;
+    }
+    clear(dst);
+    const auto& from = tables_[static_cast<size_t>(src)];
+    auto& to = tables_[static_cast<size_t>(dst)];
+    for (size_t i = 0; i < static_cast<size_t>((n_tokens + block_ - 1) / block_); ++i) {
+      ++refs_[static_cast<size_t>(from[i])];
+      to.push_back(from[i]);
+    }
+    lengths_[static_cast<size_t>(dst)] = n_tokens;
+  }
+
+ private:
+  int32_t take() {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    refs_[static_cast<size_t>(b)] = 1;
+    return b;
+  }
+  void release(int32_t b) {
+    if (--refs_[static_cast<size_t>(b)] == 0) free_.push_back(b);
+  }
+
+  int32_t block_;
+  std::vector<int32_t> refs_;
+  std::vector<int32_t> free_;
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<int32_t> lengths_;
+};
 
 // The recurrent state summarises every token before it: it restarts at position 0 and can only
 // continue from where the last step ended (`state_pos` tokens; -1 after a failed step). Returns true

@@ -146,11 +146,41 @@ struct Graph {
   std::string dump() const;
 };
 
-// What changes from step to step. tokens[i] sits at position n_past + i.
+// One sequence's share of a step: the next n_tokens of the step's tokens sit at positions n_past,
+// n_past + 1, ... of sequence `seq` (which attends to its own cache rows and keeps its own recurrent
+// state).
+struct SeqStep {
+  int32_t seq = 0;
+  int32_t n_past = 0;
+  int32_t n_tokens = 0;
+  bool all_logits = false;  // a logits row for every one of its tokens, not only its last
+};
+
+// What changes from step to step: the tokens of one or more sequences, sequence after sequence. Every
+// weight is read once per step, whatever the number of sequences. The logits come back one row per
+// token of a sequence that asked for all of them, else one for its last token, in `seqs` order.
 struct StepParams {
   std::vector<int32_t> tokens;
-  int32_t n_past = 0;
-  bool all_logits = false;  // logits for every token of the step, not only the last
+  std::vector<SeqStep> seqs;
+
+  // The usual step: `tokens` of sequence 0 at positions n_past...
+  static StepParams one(std::vector<int32_t> tokens, int32_t n_past = 0, bool all_logits = false) {
+    StepParams s;
+    const auto n = static_cast<int32_t>(tokens.size());
+    s.tokens = std::move(tokens);
+    s.seqs.push_back({0, n_past, n, all_logits});
+    return s;
+  }
+  // Appends `tokens` of sequence `seq` at positions n_past...
+  void add(int32_t seq, int32_t n_past, const std::vector<int32_t>& part, bool all_logits = false) {
+    tokens.insert(tokens.end(), part.begin(), part.end());
+    seqs.push_back({seq, n_past, static_cast<int32_t>(part.size()), all_logits});
+  }
+  int64_t logit_rows() const {
+    int64_t n = 0;
+    for (const SeqStep& s : seqs) n += s.all_logits ? s.n_tokens : 1;
+    return n;
+  }
 };
 
 // Helpers used by model files to emit graphs with checked shapes.

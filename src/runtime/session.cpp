@@ -48,10 +48,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
 }
 
 void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
-  graph::StepParams step;
-  step.tokens.assign(tokens.begin(), tokens.end());
-  step.n_past = n_past_;
-  step.all_logits = all_logits;
+  const graph::StepParams step = graph::StepParams::one({tokens.begin(), tokens.end()}, n_past_, all_logits);
   exe_->run(step);
   n_past_ += static_cast<int32_t>(step.tokens.size());
   tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
@@ -89,10 +86,10 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
   if (!moved.empty()) eval(moved);
 }
 
-Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_)}; }
+Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_, 0)}; }
 
 void Session::restore(const Snapshot& s) {
-  exe_->load_state(s.state);
+  exe_->load_state(s.state, 0);
   history_ = s.history;
   n_past_ = static_cast<int32_t>(history_.size());
   reused_ = 0;

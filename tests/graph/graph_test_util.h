@@ -60,10 +60,7 @@ inline std::vector<float> run_graph(const graph::Graph& g, const gguf::File& f, 
   opts.max_tokens = 16;
   opts.kv_type = backend::KvType::F32;
   auto exe = backend->compile(g, f, opts);
-  graph::StepParams step;
-  step.tokens = tokens;
-  step.all_logits = true;
-  exe->run(step);
+  exe->run(graph::StepParams::one(tokens, 0, true));
   const auto l = exe->logits();
   return {l.begin(), l.end()};
 }

@@ -221,14 +221,9 @@ TEST(CpuGemma4Ops, LayersWithDifferentKvWidths) {
   opts.kv_type = backend::KvType::F32;
   auto exe = backend->compile(g, f, opts);
   std::vector<float> got;
-  graph::StepParams step;
-  step.all_logits = true;
-  step.tokens = {tokens[0], tokens[1], tokens[2]};
-  exe->run(step);
+  exe->run(graph::StepParams::one({tokens[0], tokens[1], tokens[2]}, 0, true));
   got.assign(exe->logits().begin(), exe->logits().end());
-  step.tokens = {tokens[3], tokens[4]};
-  step.n_past = 3;
-  exe->run(step);
+  exe->run(graph::StepParams::one({tokens[3], tokens[4]}, 3, true));
   got.insert(got.end(), exe->logits().begin(), exe->logits().end());
   ASSERT_EQ(got.size(), n * d);
   for (size_t t = 0; t < n; ++t)

@@ -58,70 +58,130 @@ class CpuExecutable final : public Executable {
       : weights_(std::move(weights)), g_(weights_->graph()), opts_(opts), pool_(weights_->pool) {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
     plan_buffers();
+    if (opts_.n_seq < 1) throw Error("a context holds at least one sequence");
     kv_type_ = kv_storage_type(opts_.kv_type);
-    // Each layer's cache has its own row width (layers may differ in head size or KV heads).
+    // Each layer's cache has its own row width (layers may differ in head size or KV heads); all
+    // layers share the block tables. Enough blocks for every sequence to reach n_ctx.
     kv_row_bytes_ = kv_row_bytes(g_, kv_type_);
+    const int32_t per_seq = (opts_.n_ctx + kKvBlock - 1) / kKvBlock;
+    blocks_ = std::make_unique<KvBlocks>(per_seq * opts_.n_seq, kKvBlock, opts_.n_seq);
     k_.resize(kv_row_bytes_.size());
     v_.resize(kv_row_bytes_.size());
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-      const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx);
+      const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(blocks_->n_blocks()) * kKvBlock;
       k_[l].assign(layer_bytes, 0);
       v_[l].assign(layer_bytes, 0);
     }
     state_.resize(g_.nodes.size());
     for (const Node& node : g_.nodes) {
       if (const int64_t st = graph::state_size(g_, node); st > 0) {
-        state_[static_cast<size_t>(&node - g_.nodes.data())].assign(static_cast<size_t>(st), 0.0f);
+        state_[static_cast<size_t>(&node - g_.nodes.data())].assign(static_cast<size_t>(st * opts_.n_seq), 0.0f);
         recurrent_ = true;
       }
     }
+    state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
     layout_ = {kv_type_, opts_.n_ctx, kv_row_bytes_, {}};
-    for (const auto& st : state_) layout_.state_floats.push_back(st.size());
+    for (const auto& st : state_) layout_.state_floats.push_back(st.size() / static_cast<size_t>(opts_.n_seq));
   }
 
   bool can_rewind() const override { return !recurrent_; }
 
-  // Layout: a header (magic, the sizes that must match), n_past, then per attending layer its K and V
-  // rows, then every recurrent state.
-  std::vector<uint8_t> save_state(int32_t n_past) const override {
-    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_);
-    size_t at = SavedStateLayout::kHeaderBytes;
-    const auto put = [&out, &at](const void* p, size_t n) {
-      if (n > 0) std::memcpy(out.data() + at, p, n);
-      at += n;
-    };
-    for (size_t l = 0; l < k_.size(); ++l) {
-      put(k_[l].data(), kv_row_bytes_[l] * static_cast<size_t>(n_past));
-      put(v_[l].data(), kv_row_bytes_[l] * static_cast<size_t>(n_past));
+  // Layout (SavedStateLayout, shared with the other backends): a header, then per attending layer the
+  // sequence's first n_past K rows and V rows in order, then every recurrent state.
+  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
+    check_seq(seq);
+    if (n_past > blocks_->length(seq)) {
+      throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq, blocks_->length(seq)));
     }
-    for (const auto& st : state_) put(st.data(), st.size() * sizeof(float));
+    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
+    size_t at = SavedStateLayout::kHeaderBytes;
+    for (size_t l = 0; l < k_.size(); ++l) {
+      for (const auto* cache : {&k_[l], &v_[l]}) {
+        for (int32_t p = 0; p < n_past; ++p) {
+          std::memcpy(out.data() + at, row(*cache, l, seq, p), kv_row_bytes_[l]);
+          at += kv_row_bytes_[l];
+        }
+      }
+    }
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const size_t n = layout_.state_floats[i];
+      if (n > 0) std::memcpy(out.data() + at, state_[i].data() + static_cast<size_t>(seq) * n, n * sizeof(float));
+      at += n * sizeof(float);
+    }
     return out;
   }
 
-  void load_state(std::span<const uint8_t> bytes) override {
-    const size_t n_past = layout_.check(bytes);
+  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
+    check_seq(seq);
+    const auto n_past = static_cast<int32_t>(layout_.check(bytes));
+    blocks_->clear(seq);
+    blocks_->prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
     size_t at = SavedStateLayout::kHeaderBytes;
-    const auto get = [&](void* p, size_t n) {
-      if (n > 0) std::memcpy(p, bytes.data() + at, n);
-      at += n;
-    };
     for (size_t l = 0; l < k_.size(); ++l) {
-      get(k_[l].data(), kv_row_bytes_[l] * n_past);
-      get(v_[l].data(), kv_row_bytes_[l] * n_past);
+      for (auto* cache : {&k_[l], &v_[l]}) {
+        for (int32_t p = 0; p < n_past; ++p) {
+          std::memcpy(row(*cache, l, seq, p), bytes.data() + at, kv_row_bytes_[l]);
+          at += kv_row_bytes_[l];
+        }
+      }
     }
-    for (auto& st : state_) get(st.data(), st.size() * sizeof(float));
-    state_pos_ = static_cast<int64_t>(n_past);
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const size_t n = layout_.state_floats[i];
+      if (n > 0) std::memcpy(state_[i].data() + static_cast<size_t>(seq) * n, bytes.data() + at, n * sizeof(float));
+      at += n * sizeof(float);
+    }
+    state_pos_[static_cast<size_t>(seq)] = n_past;
+  }
+
+  void seq_clear(int32_t seq) override {
+    check_seq(seq);
+    blocks_->clear(seq);
+    clear_state(seq);
+    state_pos_[static_cast<size_t>(seq)] = 0;
+  }
+
+  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
+    check_seq(src);
+    check_seq(dst);
+    if (recurrent_ && n_tokens != state_pos_[static_cast<size_t>(src)]) {
+      throw Error(fmt::format("the recurrent state of sequence {} holds {} tokens; it cannot be copied at {}", src,
+                              std::max<int64_t>(state_pos_[static_cast<size_t>(src)], 0), n_tokens));
+    }
+    blocks_->share(src, dst, n_tokens);
+    if (src == dst) return;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      const size_t n = layout_.state_floats[i];
+      std::memcpy(state_[i].data() + static_cast<size_t>(dst) * n, state_[i].data() + static_cast<size_t>(src) * n,
+                  n * sizeof(float));
+    }
+    state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
   }
 
   void run(const graph::StepParams& step) override {
     check_step(g_, opts_, step);
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    const auto n = static_cast<int64_t>(step.tokens.size());
-    if (recurrent_) {
-      if (recurrent_restart(state_pos_, step.n_past)) {
-        for (auto& st : state_) std::fill(st.begin(), st.end(), 0.0f);
+    // Every sequence's part first: where its state restarts, and the cache blocks its rows go to.
+    for (const graph::SeqStep& p : step.seqs) {
+      if (recurrent_) recurrent_restart(state_pos_[static_cast<size_t>(p.seq)], p.n_past);
+    }
+    parts_.clear();
+    int32_t first = 0;
+    for (const graph::SeqStep& p : step.seqs) {
+      if (recurrent_) {
+        if (p.n_past == 0) clear_state(p.seq);
+        state_pos_[static_cast<size_t>(p.seq)] = -1;  // until this step completes
       }
-      state_pos_ = -1;  // until this step completes
+      blocks_->prepare(p.seq, p.n_past, p.n_tokens, [this](int32_t from, int32_t to, int32_t rows) {
+        for (size_t l = 0; l < k_.size(); ++l) {
+          for (auto* cache : {&k_[l], &v_[l]}) {
+            const size_t bytes = kv_row_bytes_[l] * kKvBlock;
+            std::memcpy(cache->data() + static_cast<size_t>(to) * bytes, cache->data() + static_cast<size_t>(from) * bytes,
+                        kv_row_bytes_[l] * static_cast<size_t>(rows));
+          }
+        }
+      });
+      parts_.push_back({p, first});
+      first += p.n_tokens;
     }
     auto& rows = rows_;  // rows held by each activation this step
     rows.assign(g_.tensors.size(), 0);
@@ -130,7 +190,9 @@ class CpuExecutable final : public Executable {
       exec(g_.nodes[i], step, rows);
     }
     logit_rows_ = rows[static_cast<size_t>(g_.logits)];
-    if (recurrent_) state_pos_ = step.n_past + n;
+    if (recurrent_) {
+      for (const graph::SeqStep& p : step.seqs) state_pos_[static_cast<size_t>(p.seq)] = p.n_past + p.n_tokens;
+    }
   }
 
   std::span<const float> logits() const override {
@@ -244,13 +306,15 @@ class CpuExecutable final : public Executable {
         n = in_rows(0);
         std::vector<float> fbuf;
         const float* factors = node.in.size() > 1 ? f32_weight(node.in[1], fbuf) : nullptr;
-        cpu::rope(buf(node.in[0]), out, n, node.n_head, node.head_dim, node.n_rot, node.rope_mode, node.rope, factors,
-                  step.n_past);
+        for (const Part& p : parts_) {  // each sequence's tokens at its own positions
+          cpu::rope(buf(node.in[0]) + p.first * width, out + p.first * width, p.step.n_tokens, node.n_head, node.head_dim,
+                    node.n_rot, node.rope_mode, node.rope, factors, p.step.n_past);
+        }
         break;
       }
       case Op::Attention:
         n = in_rows(0);
-        attention(node, step, n, out);
+        attention(node, out);
         break;
       case Op::SwiGLU:
         n = in_rows(0);
@@ -307,8 +371,10 @@ class CpuExecutable final : public Executable {
       case Op::SsmConv: {
         n = in_rows(0);
         const auto& wt = g_.tensor(node.in[1]);
-        cpu::ssm_conv(buf(node.in[0]), static_cast<const float*>(w(node.in[1])), state_[cur_].data(), out, width,
-                      static_cast<int>(wt.ne[0]), n);
+        for (const Part& p : parts_) {
+          cpu::ssm_conv(buf(node.in[0]) + p.first * width, static_cast<const float*>(w(node.in[1])), state_of(p.step.seq),
+                        out + p.first * width, width, static_cast<int>(wt.ne[0]), p.step.n_tokens);
+        }
         break;
       }
       case Op::DeltaNet:
@@ -327,14 +393,14 @@ class CpuExecutable final : public Executable {
         break;
       }
       case Op::SelectLast: {
-        const int64_t have = in_rows(0);
+        // Per sequence: all its rows, or its last. Rows only move towards the front, in order.
         const float* src = buf(node.in[0]);
-        if (step.all_logits) {
-          std::memmove(out, src, static_cast<size_t>(have * width) * sizeof(float));
-          n = have;
-        } else {
-          std::memmove(out, src + (have - 1) * width, static_cast<size_t>(width) * sizeof(float));
-          n = 1;
+        n = 0;
+        for (const Part& p : parts_) {
+          const int64_t from = p.step.all_logits ? p.first : p.first + p.step.n_tokens - 1;
+          const int64_t count = p.step.all_logits ? p.step.n_tokens : 1;
+          std::memmove(out + n * width, src + from * width, static_cast<size_t>(count * width) * sizeof(float));
+          n += count;
         }
         break;
       }
@@ -468,8 +534,13 @@ class CpuExecutable final : public Executable {
       }
     }
     const cpu::DeltaNetShape shape{node.n_head, node.n_head_kv, node.head_dim, node.head_dim_v, node.tiled_heads};
-    cpu::gated_delta_rule(buf(node.in[0]), buf(node.in[1]), buf(node.in[2]), g.data(), beta.data(), state_[cur_].data(),
-                          out, n, shape, n > 1 ? kDeltaChunk : 0, pool_);
+    const int64_t qw = g_.tensor(node.in[0]).ne[0], vw = g_.tensor(node.in[2]).ne[0], ow = g_.tensor(node.out).ne[0];
+    for (const Part& p : parts_) {  // each sequence through its own state, its tokens in order
+      const int64_t m = p.step.n_tokens, f = p.first;
+      cpu::gated_delta_rule(buf(node.in[0]) + f * qw, buf(node.in[1]) + f * qw, buf(node.in[2]) + f * vw,
+                            g.data() + f * hv, beta.data() + f * hv, state_of(p.step.seq), out + f * ow, m, shape,
+                            m > 1 ? kDeltaChunk : 0, pool_);
+    }
   }
   static constexpr int kDeltaChunk = 64;
 
@@ -482,44 +553,69 @@ class CpuExecutable final : public Executable {
     return scratch.data();
   }
 
-  // A layer's cache holds one row of its kv width per position, stored in kv_type_.
-  void store_kv(int layer, int64_t pos, const float* k, const float* v) {
-    const auto l = static_cast<size_t>(layer);
-    const size_t at = static_cast<size_t>(pos) * kv_row_bytes_[l];
-    quant::quantize_row(kv_type_, k, k_[l].data() + at, g_.kv_width_of(layer));
-    quant::quantize_row(kv_type_, v, v_[l].data() + at, g_.kv_width_of(layer));
+  // Position `pos` of sequence `seq` in a layer's cache (K or V): a row of that layer's kv width in
+  // kv_type_, in the block the sequence's table gives.
+  uint8_t* row(std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
+    const size_t block = static_cast<size_t>(blocks_->block(seq, pos));
+    return cache.data() + (block * kKvBlock + static_cast<size_t>(pos % kKvBlock)) * kv_row_bytes_[layer];
+  }
+  const uint8_t* row(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
+    return row(const_cast<std::vector<uint8_t>&>(cache), layer, seq, pos);
   }
 
-  // Causal attention with grouped KV heads: token t (position n_past + t) attends to cache positions
-  // [max(0, pos - window + 1), pos]; with sinks, head h's softmax also counts exp(sinks[h]). The cache
-  // rows the step can see are decoded to floats once (not once per query and head); scores use the
-  // vectorized float dot product, softmax subtracts the max.
-  void attention(const Node& node, const graph::StepParams& step, int64_t n, float* out) {
+  // Causal attention with grouped KV heads, each sequence over its own cache rows: token t of a part
+  // (position n_past + t) attends to positions [max(0, pos - window + 1), pos] of its sequence; with
+  // sinks, head h's softmax also counts exp(sinks[h]). The rows a part can see are decoded to floats
+  // once per step (not once per query and head); scores use the vectorized float dot product, the
+  // softmax subtracts the max.
+  void attention(const Node& node, float* out) {
     const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width_of(node.layer);
     const float* q = buf(node.in[0]);
     const float* k = buf(node.in[1]);
     const float* v = buf(node.in[2]);
-    for (int64_t t = 0; t < n; ++t) store_kv(node.layer, step.n_past + t, k + t * kw, v + t * kw);
     const auto l = static_cast<size_t>(node.layer);
     const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
-    const int64_t first = node.sliding_window > 0 ? std::max<int64_t>(0, step.n_past - node.sliding_window + 1) : 0;
-    const int64_t rows = step.n_past + n - first;
-    const float* kf = decoded_rows(k_[l], kv_row_bytes_[l], kw, first, rows, kf_);
-    const float* vf = decoded_rows(v_[l], kv_row_bytes_[l], kw, first, rows, vf_);
+    // Append every part's rows, then point at each part's visible rows (in place for an F32 cache,
+    // decoded otherwise).
+    kf_.resize(parts_.size());
+    vf_.resize(parts_.size());
+    seen_.resize(parts_.size());
+    decoded_used_ = 0;
+    for (size_t pi = 0; pi < parts_.size(); ++pi) {
+      const Part& p = parts_[pi];
+      for (int64_t t = 0; t < p.step.n_tokens; ++t) {
+        const auto pos = static_cast<int32_t>(p.step.n_past + t);
+        quant::quantize_row(kv_type_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
+        quant::quantize_row(kv_type_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
+      }
+      const int64_t first = node.sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.sliding_window + 1) : 0;
+      const int64_t rows = p.step.n_past + p.step.n_tokens - first;
+      seen_[pi] = first;
+      visible_rows(k_[l], l, p.step.seq, kw, first, rows, kf_[pi]);
+      visible_rows(v_[l], l, p.step.seq, kw, first, rows, vf_[pi]);
+    }
     const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
     const quant::DotFn dot = dot_f32_;
+    const int64_t n = static_cast<int64_t>(rows_of_parts());
     pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
-      std::vector<float> scores(static_cast<size_t>(rows)), acc(static_cast<size_t>(hd));
+      std::vector<float> scores, acc(static_cast<size_t>(hd));
+      size_t pi = 0;
       for (int64_t job = b; job < e; ++job) {
-        const int64_t t = job / node.n_head;
+        const int64_t tok = job / node.n_head;
         const int h = static_cast<int>(job % node.n_head);
+        while (tok >= parts_[pi].first + parts_[pi].step.n_tokens) ++pi;
+        const Part& p = parts_[pi];
+        const int64_t first = seen_[pi];
+        const float* const* kr = kf_[pi].data();
+        const float* const* vr = vf_[pi].data();
         const int64_t koff = static_cast<int64_t>(h / group) * hd;
-        const int64_t pos = step.n_past + t;
+        const int64_t pos = p.step.n_past + (tok - p.first);
         const int64_t lo = node.sliding_window > 0 ? std::max<int64_t>(0, pos - node.sliding_window + 1) : 0;
-        const float* qh = q + t * qw + static_cast<int64_t>(h) * hd;
+        const float* qh = q + tok * qw + static_cast<int64_t>(h) * hd;
+        scores.resize(static_cast<size_t>(pos - first + 1));
         float mx = -INFINITY;
         for (int64_t j = lo; j <= pos; ++j) {
-          float sc = dot(kf + (j - first) * kw + koff, qh, hd) * node.scale;
+          float sc = dot(kr[j - first] + koff, qh, hd) * node.scale;
           if (node.cap > 0) sc = node.cap * std::tanh(sc / node.cap);
           scores[static_cast<size_t>(j - first)] = sc;
           mx = std::max(mx, sc);
@@ -535,29 +631,68 @@ class CpuExecutable final : public Executable {
         std::fill(acc.begin(), acc.end(), 0.0f);
         const float inv = 1.0f / sum;
         for (int64_t j = lo; j <= pos; ++j) {
-          const float* vr = vf + (j - first) * kw + koff;
+          const float* vj = vr[j - first] + koff;
           const float pj = scores[static_cast<size_t>(j - first)] * inv;
-          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += pj * vr[i];
+          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += pj * vj[i];
         }
-        std::memcpy(out + t * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
+        std::memcpy(out + tok * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
       }
     });
   }
 
-  // Cache rows [first, first + rows) of `width` elements as floats: in place for an F32 cache, else
-  // decoded into `scratch`.
-  const float* decoded_rows(const std::vector<uint8_t>& cache, size_t row_bytes, int64_t width, int64_t first,
-                            int64_t rows, std::vector<float>& scratch) {
-    const uint8_t* base = cache.data() + static_cast<size_t>(first) * row_bytes;
-    if (kv_type_ == gguf::TensorType::F32) return reinterpret_cast<const float*>(base);
-    scratch.resize(static_cast<size_t>(rows * width));
+  size_t rows_of_parts() const {
+    size_t n = 0;
+    for (const Part& p : parts_) n += static_cast<size_t>(p.step.n_tokens);
+    return n;
+  }
+
+  // Row pointers to positions [first, first + rows) of a sequence's cache as floats: into the cache
+  // for an F32 cache, else into rows decoded into this part's scratch.
+  void visible_rows(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int64_t width, int64_t first, int64_t rows,
+                    std::vector<const float*>& ptrs) {
+    ptrs.resize(static_cast<size_t>(rows));
+    if (kv_type_ == gguf::TensorType::F32) {
+      for (int64_t r = 0; r < rows; ++r) {
+        ptrs[static_cast<size_t>(r)] = reinterpret_cast<const float*>(row(cache, layer, seq, static_cast<int32_t>(first + r)));
+      }
+      return;
+    }
+    if (decoded_used_ == decoded_.size()) decoded_.emplace_back();
+    auto& buffer = decoded_[decoded_used_++];
+    buffer.resize(static_cast<size_t>(rows * width));
+    float* scratch = buffer.data();
     pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        quant::dequantize_row(kv_type_, base + static_cast<size_t>(r) * row_bytes, scratch.data() + r * width, width);
+        quant::dequantize_row(kv_type_, row(cache, layer, seq, static_cast<int32_t>(first + r)), scratch + r * width, width);
       }
     });
-    return scratch.data();
+    for (int64_t r = 0; r < rows; ++r) ptrs[static_cast<size_t>(r)] = scratch + r * width;
   }
+
+  void check_seq(int32_t seq) const {
+    if (seq < 0 || seq >= opts_.n_seq) {
+      throw Error(fmt::format("sequence {} is not one of the context's {} (0..{})", seq, opts_.n_seq, opts_.n_seq - 1));
+    }
+  }
+  // The recurrent state of node cur_ for sequence `seq`.
+  float* state_of(int32_t seq) {
+    auto& st = state_[cur_];
+    return st.data() + static_cast<size_t>(seq) * (st.size() / static_cast<size_t>(opts_.n_seq));
+  }
+  void clear_state(int32_t seq) {
+    for (auto& st : state_) {
+      const size_t n = st.size() / static_cast<size_t>(opts_.n_seq);
+      std::fill(st.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(seq) * n),
+                st.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(seq + 1) * n), 0.0f);
+    }
+  }
+
+  // A step's part: the sequence's share and the row of the step its first token is.
+  struct Part {
+    graph::SeqStep step;
+    int64_t first = 0;
+  };
+  static constexpr int32_t kKvBlock = 32;  // positions per cache block
 
   std::shared_ptr<CpuWeights> weights_;
   const graph::Graph& g_;
@@ -567,15 +702,23 @@ class CpuExecutable final : public Executable {
   std::vector<std::vector<float>> buffers_;
   gguf::TensorType kv_type_ = gguf::TensorType::F16;
   std::vector<size_t> kv_row_bytes_;          // per layer
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx rows of that layer's kv width
-  std::vector<float> kf_, vf_;                // decoded cache rows of the layer being attended
+  std::unique_ptr<KvBlocks> blocks_;          // which blocks hold each sequence's positions
+  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
+  std::vector<Part> parts_;                   // the step being run
+  // The layer being attended, per part: its visible rows as floats (pointers into the cache, or into
+  // decoded_), and the position of the first.
+  std::vector<std::vector<const float*>> kf_, vf_;
+  std::vector<int64_t> seen_;
+  std::vector<std::vector<float>> decoded_;  // scratch for decoded rows, reused step after step
+  size_t decoded_used_ = 0;
   quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
   std::vector<int64_t> rows_;               // rows each activation held in the last step
-  std::vector<std::vector<float>> state_;  // per node: the recurrent state of SsmConv and DeltaNet nodes
+  // Per node: the recurrent state of SsmConv and DeltaNet nodes, one after another for each sequence.
+  std::vector<std::vector<float>> state_;
   bool recurrent_ = false;
   SavedStateLayout layout_;  // what save_state() writes
-  int64_t state_pos_ = 0;  // tokens the state has absorbed (-1: a step failed part-way)
+  std::vector<int64_t> state_pos_;  // per sequence: tokens its state has absorbed (-1: a step failed part-way)
   size_t cur_ = 0;         // the node being executed
 };
 

@@ -170,6 +170,10 @@ class VulkanExecutable final : public Executable {
       : weights_(std::move(weights)), ctx_(weights_->ctx()), g_(weights_->graph()), opts_(opts),
         align_(ctx_.features().offset_alignment) {
     if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
+    if (opts_.n_seq != 1) {
+      throw Error(fmt::format("the Vulkan backend holds one sequence per context (asked for {}); make a context for each",
+                              opts_.n_seq));
+    }
     kv_type_ = opts_.kv_type == KvType::F32 ? vk::KvCacheType::F32
                : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
                                               : vk::KvCacheType::Q8_0;
@@ -213,8 +217,12 @@ class VulkanExecutable final : public Executable {
     check_step(g_, opts_, step);
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     const auto n = static_cast<int64_t>(step.tokens.size());
+    const graph::SeqStep& part = step.seqs[0];  // one sequence (check_step: n_seq is 1)
+    if (part.n_past > length_) {
+      throw Error(fmt::format("the sequence holds {} positions; a step cannot start at {}", length_, part.n_past));
+    }
     if (recurrent_) {
-      if (recurrent_restart(state_pos_, step.n_past)) {
+      if (recurrent_restart(state_pos_, part.n_past)) {
         for (const auto& st : state_) {
           if (st.buffer) ctx_.fill_zero(st, 0, st.size);
         }
@@ -222,7 +230,7 @@ class VulkanExecutable final : public Executable {
       state_pos_ = -1;
     }
     write_step(step);
-    const bool all = step.all_logits;
+    const bool all = part.all_logits;
     const auto key = std::make_pair(static_cast<uint32_t>(n), all);
     auto it = recordings_.find(key);
     if (it == recordings_.end()) {
@@ -236,10 +244,27 @@ class VulkanExecutable final : public Executable {
     it->second.rec->submit_and_wait();
     logit_rows_ = it->second.logit_rows;
     last_rows_ = &it->second.rows;
-    if (recurrent_) state_pos_ = step.n_past + n;
+    if (recurrent_) state_pos_ = part.n_past + n;
+    length_ = part.n_past + static_cast<int32_t>(n);
   }
 
-  std::vector<uint8_t> save_state(int32_t n_past) const override {
+  void seq_clear(int32_t seq) override {
+    check_seq(seq);
+    length_ = 0;
+    state_pos_ = 0;
+  }
+
+  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
+    check_seq(src);
+    check_seq(dst);
+    if (n_tokens < 0 || n_tokens > length_ || (recurrent_ && n_tokens != state_pos_)) {
+      throw Error(fmt::format("sequence 0 holds {} positions; it cannot keep {}", length_, n_tokens));
+    }
+    length_ = n_tokens;
+  }
+
+  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
+    check_seq(seq);
     std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
@@ -256,8 +281,10 @@ class VulkanExecutable final : public Executable {
     return out;
   }
 
-  void load_state(std::span<const uint8_t> bytes) override {
+  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
+    check_seq(seq);
     const size_t n_past = layout_.check(bytes);
+    length_ = static_cast<int32_t>(n_past);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
       const size_t n = kv_row_bytes_[l] * n_past;
@@ -274,6 +301,10 @@ class VulkanExecutable final : public Executable {
   }
 
  private:
+  void check_seq(int32_t seq) const {
+    if (seq != 0) throw Error(fmt::format("sequence {} is not one of the context's 1 (0..0)", seq));
+  }
+
   struct Recorded {
     std::unique_ptr<vk::Recording> rec;
     int64_t logit_rows = 0;
@@ -509,14 +540,15 @@ class VulkanExecutable final : public Executable {
 
   void write_step(const graph::StepParams& step) {
     auto* base = static_cast<uint8_t*>(step_.mapped);
-    const uint32_t header[4] = {static_cast<uint32_t>(step.n_past), static_cast<uint32_t>(step.tokens.size()), 0, 0};
+    const int32_t n_past = step.seqs[0].n_past;
+    const uint32_t header[4] = {static_cast<uint32_t>(n_past), static_cast<uint32_t>(step.tokens.size()), 0, 0};
     std::memcpy(base, header, sizeof(header));
     std::memcpy(base + tokens_offset_, step.tokens.data(), step.tokens.size() * 4);
     for (const RopeTable& r : ropes_) {
       const float* f = r.factors >= 0 ? weights_->host_f32(r.factors).data() : nullptr;
       auto* cs = reinterpret_cast<float*>(base + r.offset);
       for (size_t t = 0; t < step.tokens.size(); ++t) {
-        cpu::rope_cos_sin(r.n_rot, r.params, f, step.n_past + static_cast<int32_t>(t), cs + t * static_cast<size_t>(r.n_rot));
+        cpu::rope_cos_sin(r.n_rot, r.params, f, n_past + static_cast<int32_t>(t), cs + t * static_cast<size_t>(r.n_rot));
       }
     }
   }
@@ -1020,6 +1052,7 @@ class VulkanExecutable final : public Executable {
   bool recurrent_ = false;
   SavedStateLayout layout_;  // what save_state() writes
   int64_t state_pos_ = 0;
+  int32_t length_ = 0;  // positions the sequence holds
   uint64_t device_bytes_ = 0;
 };
 
