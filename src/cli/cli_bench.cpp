@@ -17,6 +17,7 @@
 #include "core/bandwidth.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "core/format.h"
 #include "core/system_info.h"
 #include "hub/store.h"
@@ -110,6 +111,7 @@ std::vector<json> run_llama_bench(const BenchArgs& a, unsigned threads, bool gpu
 
 int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   const auto file = gguf::File::open(hub::resolve_model_path(a.model));
+  const auto tok = tokenizer::Tokenizer::from_gguf(file);
   auto backend = backend::make_backend_for(a.backend, model::load(file).graph, a.device, a.threads);
   backend::ExecOptions opts;
   Suite suite;
@@ -153,7 +155,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     results.push_back(r);
   };
   for (const auto& c : suite.cases) {
-    const auto r = runtime::run_bench_case(session, c, a.runs, a.warmup, a.seed);
+    const auto r = runtime::run_bench_case(session, tok, c, a.runs, a.warmup, a.seed);
     const std::string at = c.depth ? fmt::format("@d{}", c.depth) : "";
     if (c.prompt > 0) {
       add(fmt::format("pp{}{}", c.prompt, at), r.prefill, r.prefill_tps, &r.first_token, 0);

@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "quant/quant.h"
+#include "runtime/generate.h"
+#include "sample/sampler.h"
 
 namespace zinc::runtime {
 
@@ -29,7 +31,8 @@ BenchSpread spread(std::vector<double> v) {
   return s;
 }
 
-BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, int warmup, uint32_t seed) {
+BenchCaseResult run_bench_case(Session& session, const tokenizer::Tokenizer& tok, const BenchCase& c, int runs, int warmup,
+                               uint32_t seed) {
   if (c.prompt < 0 || c.generate < 0 || c.depth < 0 || c.prompt + c.generate == 0) {
     throw Error("a benchmark case needs a prompt or tokens to generate");
   }
@@ -46,29 +49,33 @@ BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, i
   };
   BenchCaseResult r;
   r.c = c;
+  sample::Sampler greedy(sample::SamplerParams::greedy());
   for (int i = 0; i < warmup + runs; ++i) {
     const bool timed = i >= warmup;
     session.reset();
-    if (c.depth > 0) session.eval(random_tokens(c.depth));
-    // Prefill (or, with no prompt, one token to have logits to start decoding from).
+    std::vector<int32_t> tokens = c.depth > 0 ? random_tokens(c.depth) : std::vector<int32_t>{};
+    if (c.depth > 0) session.eval(tokens);
+    // Prefill (or, with no prompt, one token to have logits to start decoding from), then `generate`
+    // tokens each evaluated: the loop's last token needs no evaluation, so it makes one more.
     const auto prompt = random_tokens(std::max(1, c.prompt));
-    const auto t0 = Clock::now();
-    session.eval(prompt);
-    const double prefill_s = since(t0);
-    int32_t next = session.last_argmax();
-    const double first_s = since(t0);
+    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+    GenerateOptions o;
+    o.max_tokens = c.generate + 1;
+    o.ignore_eog = true;
+    o.sampler_sees_prompt = false;
+    greedy.reset();
+    Generation g(session, tok, greedy, tokens, o, nullptr);
+    g.step();  // the prefill (the depth already in the context is reused)
+    const auto t1 = Clock::now();
+    while (g.step()) {
+    }
+    const double decode_s = since(t1);
+    const GenerateResult res = g.take_result();
     if (timed && c.prompt > 0) {
-      r.prefill_tps.push_back(c.prompt / prefill_s);
-      r.first_token_s.push_back(first_s);
+      r.prefill_tps.push_back(c.prompt / res.prefill_s);
+      r.first_token_s.push_back(res.first_token_s);
     }
-    if (c.generate > 0) {
-      const auto t1 = Clock::now();
-      for (int32_t k = 0; k < c.generate; ++k) {
-        session.eval(std::span<const int32_t>(&next, 1));
-        next = session.last_argmax();
-      }
-      if (timed) r.decode_tps.push_back(c.generate / since(t1));
-    }
+    if (timed && c.generate > 0) r.decode_tps.push_back(c.generate / decode_s);
   }
   r.prefill = spread(r.prefill_tps);
   r.decode = spread(r.decode_tps);

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zinc::runtime {
 
@@ -27,9 +28,11 @@ struct BenchCaseResult {
   BenchSpread prefill, decode, first_token;
 };
 
-// Runs `warmup` untimed and `runs` timed repetitions of the case, each from an empty context. The
-// session's context must hold depth + prompt + generate tokens.
-BenchCaseResult run_bench_case(Session& session, const BenchCase& c, int runs, int warmup, uint32_t seed);
+// Runs `warmup` untimed and `runs` timed repetitions of the case, each from an empty context, through
+// the generation loop `zinc run` uses (greedy: the backend's argmax, the detokenizer, the stop checks).
+// The session's context must hold depth + prompt + generate tokens.
+BenchCaseResult run_bench_case(Session& session, const tokenizer::Tokenizer& tok, const BenchCase& c, int runs, int warmup,
+                               uint32_t seed);
 
 // A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.

@@ -135,13 +135,16 @@ bool Generation::decode_one() {
     r_.reason = StopReason::Cancelled;
     return false;
   }
-  const int32_t next = sampler_.sample(logits_);
+  // Greedy with nothing that reads the logits: the backend's argmax (a GPU computes it and hands back
+  // one id instead of a row of logits).
+  const bool backend_pick = !sampler_.needs_logits() && opts_.top_logprobs < 0;
+  const int32_t next = backend_pick ? session_.last_argmax() : sampler_.sample(logits_);
   sampler_.accept(next);
   if (first_) {
     r_.first_token_s = since(impl_->t0);
     first_ = false;
   }
-  if (tok_.vocab().is_eog(next)) {
+  if (!opts_.ignore_eog && tok_.vocab().is_eog(next)) {
     r_.reason = StopReason::EndOfGeneration;
     return false;
   }

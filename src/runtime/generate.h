@@ -37,6 +37,8 @@ struct GenerateOptions {
   // Log-probabilities of each generated token under the model (softmax of its logits, before any
   // sampling stage), with this many most likely alternatives; -1: not collected.
   int32_t top_logprobs = -1;
+  // Benchmarks: an end-of-generation token is a token like any other (random weights choose them).
+  bool ignore_eog = false;
 };
 
 struct TokenLogprob {

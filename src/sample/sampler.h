@@ -110,6 +110,9 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   const SamplerParams& params() const { return params_; }
   bool is_greedy() const { return greedy_; }
+  // False when the choice is the largest logit whatever came before (greedy, with no logit bias,
+  // penalties or DRY): the caller may then take the backend's argmax and never read the logits.
+  bool needs_logits() const { return !greedy_ || greedy_prefix_ > 0 || !params_.logit_bias.empty(); }
   // Names of the stages that run, in order (disabled ones are left out; "logit_bias" first if set).
   std::vector<std::string> chain() const;
 

@@ -31,6 +31,31 @@ struct Stories {
 
 sample::Sampler greedy() { return sample::Sampler(sample::SamplerParams::greedy()); }
 
+TEST(Generate, GreedyTakesTheBackendsArgmaxAndAgreesWithTheSampler) {
+  // Plain greedy needs no logits (the backend's argmax decides; a GPU reads back one id); a bias,
+  // penalties, DRY or sampling do. The two paths choose the same tokens.
+  EXPECT_FALSE(greedy().needs_logits());
+  auto biased = sample::SamplerParams::greedy();
+  biased.logit_bias = {{5, 0.0f}};
+  EXPECT_TRUE(sample::Sampler(biased).needs_logits());
+  auto penalised = sample::SamplerParams::greedy();
+  penalised.repeat_penalty = 1.1f;
+  EXPECT_TRUE(sample::Sampler(penalised).needs_logits());
+  EXPECT_TRUE(sample::Sampler(sample::SamplerParams::chat()).needs_logits());
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  GenerateOptions o;
+  o.max_tokens = 64;
+  auto a = m.session(256), b = m.session(256);
+  auto plain = greedy();
+  sample::Sampler through_logits(biased);  // a zero bias: greedy, but through the sampler's chain
+  const auto by_argmax = generate(*a, m.tok, plain, prompt, o, nullptr);
+  const auto by_sampler = generate(*b, m.tok, through_logits, prompt, o, nullptr);
+  EXPECT_EQ(by_argmax.tokens, by_sampler.tokens);
+  EXPECT_EQ(by_argmax.tokens.size(), 64u);
+}
+
 TEST(Generate, EndsAtTheTokenLimitAStopStringOrACancel) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;
