@@ -348,21 +348,19 @@ struct Server::Impl {
 
   void routes() {
     http.set_pre_routing([this](http::Request& req, http::Response& res) {
-      if (!host_allowed(req.header("host"))) {
-        reply_error(res, ApiError(403,
-                                  fmt::format("requests for host '{}' are refused: this server answers to localhost and its "
-                                              "own addresses (start it with --allowed-hosts {} to accept that name)",
-                                              req.header("host"), req.header("host")),
-                                  "invalid_request_error", "", "host_not_allowed"));
+      const auto refuse = [&res](const std::string& message, const char* code) {
+        reply_error(res, ApiError(403, message, "invalid_request_error", "", code));
         return true;
+      };
+      if (const std::string host = req.header("host"); !host_allowed(host)) {
+        return refuse(fmt::format("requests for host '{}' are refused: this server answers to localhost and its own "
+                                  "addresses (start it with --allowed-hosts {} to accept that name)", host, host),
+                      "host_not_allowed");
       }
-      if (!origin_allowed(req)) {
-        reply_error(res, ApiError(403,
-                                  fmt::format("requests from the web page at {} are refused (start the server with "
-                                              "--cors-origin {} to allow that page)",
-                                              req.header("origin"), req.header("origin")),
-                                  "invalid_request_error", "", "origin_not_allowed"));
-        return true;
+      if (const std::string origin = req.header("origin"); !origin_allowed(req)) {
+        return refuse(fmt::format("requests from the web page at {} are refused (start the server with --cors-origin {} "
+                                  "to allow that page)", origin, origin),
+                      "origin_not_allowed");
       }
       const auto origin = allowed_origin(req);
       if (!origin.empty()) {

@@ -13,41 +13,15 @@
 // Usage: node hardening.mjs ZINC STORIES.gguf
 import net from "node:net";
 import zlib from "node:zlib";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { spawn } from "node:child_process";
-import { startServer as startZinc } from "./start_server.mjs";
+import { rawRequest as raw, rssKb, statusOf, testRun } from "./start_server.mjs";
 
 const [zinc, model] = process.argv.slice(2);
-let failures = 0;
-function check(ok, what, detail = "") {
-  console.log(`${ok ? "ok" : "FAIL"} ${what}${ok || !detail ? "" : ": " + detail}`);
-  if (!ok) failures++;
-}
-const servers = [];
-async function startServer(args) {
-  const s = await startZinc(zinc, model, args);
-  servers.push(s.proc);
-  return s;
-}
+const { check, start: startServer, stopAll, failures } = testRun(zinc, model);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const rssKb = (pid) => Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/) || [0, 0])[1]);
-
-// One raw HTTP exchange: writes `data` (string or Buffer), resolves with the response text once the
-// server closes or `ms` pass.
-function raw(port, data, ms = 5000) {
-  return new Promise((resolve) => {
-    const sock = net.connect(port, "127.0.0.1");
-    let got = "";
-    const timer = setTimeout(() => { sock.destroy(); resolve(got); }, ms);
-    sock.on("data", (d) => { got += d; });
-    sock.on("close", () => { clearTimeout(timer); resolve(got); });
-    sock.on("error", () => {});
-    sock.on("connect", () => sock.write(data));
-  });
-}
-const statusOf = (text) => Number((text.match(/^HTTP\/1\.1 (\d+)/) || [0, 0])[1]);
 
 async function post(base, path, body, headers = {}) {
   const r = await fetch(base + path, { method: "POST", body, headers });
@@ -189,6 +163,6 @@ try {
 } catch (e) {
   check(false, "test run", e.stack || String(e));
 } finally {
-  for (const p of servers) p.kill("SIGTERM");
+  stopAll();
 }
-process.exit(failures ? 1 : 0);
+process.exit(failures() ? 1 : 0);

@@ -9,24 +9,13 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
-import { startServer as startZinc } from "./start_server.mjs";
+import { testRun } from "./start_server.mjs";
 
 const [oracleDir, zinc, model, publishedFile, templates] = process.argv.slice(2);
 const require = createRequire(path.resolve(oracleDir, "package.json"));
 const OpenAI = require("openai").default ?? require("openai");
 const published = readFileSync(publishedFile, "utf8");
-let failures = 0;
-function check(ok, what, detail = "") {
-  console.log(`${ok ? "ok" : "FAIL"} ${what}${ok || !detail ? "" : ": " + detail}`);
-  if (!ok) failures++;
-}
-
-const servers = [];
-async function startServer(args) {
-  const s = await startZinc(zinc, model, args);
-  servers.push(s.proc);
-  return s;
-}
+const { check, start: startServer, stopAll, failures } = testRun(zinc, model);
 
 async function expectError(what, promise, status, param, code) {
   try {
@@ -200,6 +189,6 @@ try {
 } catch (e) {
   check(false, "test run", e.stack || String(e));
 } finally {
-  for (const p of servers) p.kill("SIGTERM");
+  stopAll();
 }
-process.exit(failures ? 1 : 0);
+process.exit(failures() ? 1 : 0);

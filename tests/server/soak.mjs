@@ -7,15 +7,13 @@
 // first quarter (warm-up: buffers and the allocator's arenas settle), it may not grow by more than
 // 64 MB.
 // Usage: node soak.mjs ZINC STORIES.gguf SECONDS   (CI: 60; the manual run: 600)
-import net from "node:net";
 import zlib from "node:zlib";
-import { readFileSync } from "node:fs";
-import { startServer } from "./start_server.mjs";
+import { rawRequest, rssKb, startServer, statusOf } from "./start_server.mjs";
 
 const [zinc, model, secondsArg] = process.argv.slice(2);
 const seconds = Number(secondsArg || 60);
 const s = await startServer(zinc, model, ["-c", "512", "--parallel", "4", "--queue", "8", "-n", "48"]);
-const rssMb = () => Number((readFileSync(`/proc/${s.proc.pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/) || [0, 0])[1]) / 1024;
+const rssMb = () => rssKb(s.proc.pid) / 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const end = Date.now() + seconds * 1000;
 const tally = new Map();  // "kind status" -> count
@@ -32,18 +30,7 @@ async function post(path, body, headers = {}, signal) {
   await r.arrayBuffer().catch(() => {});
   return r.status;
 }
-function raw(data, ms = 3000) {
-  return new Promise((resolve) => {
-    const sock = net.connect(s.port, "127.0.0.1");
-    let got = "";
-    const timer = setTimeout(() => { sock.destroy(); resolve(got); }, ms);
-    sock.on("data", (d) => { got += d; });
-    sock.on("close", () => { clearTimeout(timer); resolve(got); });
-    sock.on("error", () => {});
-    sock.on("connect", () => sock.write(data));
-  });
-}
-const statusOf = (t) => Number((t.match(/^HTTP\/1\.1 (\d+)/) || [0, 0])[1]);
+const raw = (data, ms = 3000) => rawRequest(s.port, data, ms);
 
 const good = [200, 503];
 const clients = {

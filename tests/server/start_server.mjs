@@ -1,7 +1,10 @@
-// Starts `zinc serve` on a free port for a test and resolves once it listens (the port is read from
-// its startup line on stderr). Returns { port, base, proc }; the caller kills proc.
+// Helpers of the server tests: start `zinc serve` on a free port, count checks, talk raw HTTP.
+import net from "node:net";
+import { readFileSync } from "node:fs";
 import { spawn } from "node:child_process";
 
+// Starts `zinc serve` on a free port for a test and resolves once it listens (the port is read from
+// its startup line on stderr). Returns { port, base, proc }; the caller kills proc.
 export async function startServer(zinc, model, args = []) {
   const proc = spawn(zinc, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
@@ -16,3 +19,39 @@ export async function startServer(zinc, model, args = []) {
   });
   return { port, base: `http://127.0.0.1:${port}`, proc };
 }
+
+// One test script's servers and checks: check() prints ok/FAIL lines, start() starts a server that
+// stopAll() ends, failures() counts the FAILs.
+export function testRun(zinc, model) {
+  let failures = 0;
+  const servers = [];
+  return {
+    check(ok, what, detail = "") {
+      console.log(`${ok ? "ok" : "FAIL"} ${what}${ok || !detail ? "" : ": " + detail}`);
+      if (!ok) failures++;
+    },
+    async start(args) {
+      const s = await startServer(zinc, model, args);
+      servers.push(s.proc);
+      return s;
+    },
+    stopAll() { for (const p of servers) p.kill("SIGTERM"); },
+    failures: () => failures,
+  };
+}
+
+// One raw HTTP exchange on a new connection: writes `data`, resolves with what came back once the
+// server closes or `ms` pass.
+export function rawRequest(port, data, ms = 5000) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, "127.0.0.1");
+    let got = "";
+    const timer = setTimeout(() => { sock.destroy(); resolve(got); }, ms);
+    sock.on("data", (d) => { got += d; });
+    sock.on("close", () => { clearTimeout(timer); resolve(got); });
+    sock.on("error", () => {});
+    sock.on("connect", () => sock.write(data));
+  });
+}
+export const statusOf = (text) => Number((text.match(/^HTTP\/1\.1 (\d+)/) || [0, 0])[1]);
+export const rssKb = (pid) => Number((readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+)/) || [0, 0])[1]);
