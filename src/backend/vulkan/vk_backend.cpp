@@ -136,7 +136,7 @@ class VulkanWeights final : public Weights {
       if (raw[i]) {
         raw_[i] = ctx_->device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
         ctx_->upload(raw_[i], 0, bytes.data(), bytes.size());
-        bytes_ += raw_[i].size;
+        bytes_ += raw_[i].device_bytes;
       }
       if (as_f32[i]) {
         const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
@@ -145,7 +145,7 @@ class VulkanWeights final : public Weights {
         else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
         f32_[i] = ctx_->device_buffer(f.size() * 4);
         ctx_->upload(f32_[i], 0, f.data(), f.size() * 4);
-        bytes_ += f32_[i].size;
+        bytes_ += f32_[i].device_bytes;
         host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
       }
     }
