@@ -193,7 +193,7 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
           } catch (const json::exception&) {
           }
         }
-        calls.push_back({{"id", c.value("id", "")},
+        calls.push_back({{"id", c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : std::string()},
                          {"type", "function"},
                          {"function", {{"name", c["function"]["name"]}, {"arguments", args}}}});
       }
@@ -209,7 +209,7 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
     if (!tools->is_array()) bad("tools", "must be an array");
     for (size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") || !t["function"].is_object() ||
           !t["function"].contains("name") || !t["function"]["name"].is_string()) {
         bad(fmt::format("tools[{}]", i), "must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
       }

@@ -108,6 +108,9 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400("{" + m + R"(, "top_k": 2.5})", "top_k");
   expect_400("{" + m + R"(, "max_tokens": -3})", "max_tokens");
   expect_400("{" + m + R"(, "n": 2})", "n");
+  // A tool whose type is not a string (a fuzzer finding: the check threw the JSON library's type error).
+  expect_400("{" + m + R"(, "tools": [{"type": {"name": "f"}}]})", "tools[0]");
+  expect_400("{" + m + R"(, "tools": [{"function": {"name": "f"}}]})", "tools[0]");
   expect_400("{" + m + R"(, "stop": [1]})", "stop");
   expect_400("{" + m + R"(, "stop": [""]})", "stop");
   expect_400("{" + m + R"(, "stream": "yes"})", "stream");

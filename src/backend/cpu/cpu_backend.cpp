@@ -96,6 +96,7 @@ class CpuExecutable final : public Executable {
     std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
+      if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
       for (const auto* cache : {&k_[l], &v_[l]}) {
         for (int32_t p = 0; p < n_past; ++p) {
           std::memcpy(out.data() + at, row(*cache, l, seq, p), kv_row_bytes_[l]);
@@ -118,6 +119,7 @@ class CpuExecutable final : public Executable {
     blocks_->prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
+      if (kv_row_bytes_[l] == 0) continue;
       for (auto* cache : {&k_[l], &v_[l]}) {
         for (int32_t p = 0; p < n_past; ++p) {
           std::memcpy(row(*cache, l, seq, p), bytes.data() + at, kv_row_bytes_[l]);
@@ -151,6 +153,7 @@ class CpuExecutable final : public Executable {
     if (src == dst) return;
     for (size_t i = 0; i < state_.size(); ++i) {
       const size_t n = layout_.state_floats[i];
+      if (n == 0) continue;
       std::memcpy(state_[i].data() + static_cast<size_t>(dst) * n, state_[i].data() + static_cast<size_t>(src) * n,
                   n * sizeof(float));
     }
@@ -173,6 +176,7 @@ class CpuExecutable final : public Executable {
       }
       blocks_->prepare(p.seq, p.n_past, p.n_tokens, [this](int32_t from, int32_t to, int32_t rows) {
         for (size_t l = 0; l < k_.size(); ++l) {
+          if (kv_row_bytes_[l] == 0) continue;
           for (auto* cache : {&k_[l], &v_[l]}) {
             const size_t bytes = kv_row_bytes_[l] * kKvBlock;
             std::memcpy(cache->data() + static_cast<size_t>(to) * bytes, cache->data() + static_cast<size_t>(from) * bytes,
