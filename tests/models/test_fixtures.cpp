@@ -264,15 +264,28 @@ TEST_P(Fixture, PrefillThenDecodeEqualsOnePrefill) {
     got.insert(got.end(), l.begin(), l.end());
   }
   ASSERT_EQ(got.size(), expected.size());
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expected[i]));
-  EXPECT_LT(worst, 1e-4) << GetParam() << " over " << got.size() / nv << " positions";
+  if (whole.executable().can_rewind()) {
+    // Attention only, F32 weights: a token's arithmetic does not depend on the step it is in (one dot
+    // product per weight row and token, attention per token and head, norms per row): exact.
+    EXPECT_EQ(got, expected) << GetParam();
+    return;
+  }
+  // A recurrent layer takes a prompt in chunks (the delta rule's WY form, a triangular solve) and a
+  // decode token by token: two algorithms for one function. Their gap is the float32 error of each;
+  // measured on these fixtures at 1e-6 to 2e-5 of the logit scale; 1e-4 leaves room for other
+  // instruction sets' reductions (scripts/test.sh runs three).
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expected[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(expected[i])));
+  }
+  EXPECT_LT(worst, 1e-4 * scale) << GetParam() << " over " << got.size() / nv << " positions";
 }
 
 TEST_P(Fixture, SavedContextResumesExactly) {
   // A session's context saved after 8 tokens, then overwritten, then restored (into the same session
-  // and into a new one) must continue exactly like a session that never left: KV rows and recurrent
-  // state alike.
+  // and into a new one) must continue exactly like a session that never left, bit for bit: KV rows and
+  // recurrent state alike (the reference takes the same two steps).
   const Reference ref = load_reference(kFixtures / GetParam());
   test::TempDir tmp;
   const gguf::File f = convert_f32(kFixtures / GetParam(), tmp);
@@ -281,7 +294,8 @@ TEST_P(Fixture, SavedContextResumesExactly) {
   const auto& seq = ref.sequences[2];
   const std::span<const int32_t> head(seq.data(), 8), tail(seq.data() + 8, seq.size() - 8);
   runtime::Session whole(f, *backend, opts);
-  const auto w = whole.eval(seq);
+  whole.eval(head);
+  const auto w = whole.eval(tail);
   const std::vector<float> want(w.begin(), w.end());
   runtime::Session s(f, *backend, opts);
   s.eval(head);
@@ -293,10 +307,7 @@ TEST_P(Fixture, SavedContextResumesExactly) {
     r.restore(snap);
     EXPECT_EQ(r.n_past(), 8);
     const auto got = r.eval(tail);
-    ASSERT_EQ(got.size(), want.size());
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
-    EXPECT_LT(worst, 1e-4) << GetParam() << (target == 0 ? " same session" : " new session");
+    EXPECT_EQ(std::vector<float>(got.begin(), got.end()), want) << GetParam() << (target == 0 ? " same session" : " new session");
   }
   // Bytes of another shape are refused.
   auto cut = snap;

@@ -188,8 +188,9 @@ TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {
   auto b = m.session(64);
   kept.push_back(next);
   const auto lb = b->eval(kept);
-  ASSERT_EQ(after_shift.size(), lb.size());
-  for (size_t i = 0; i < lb.size(); ++i) ASSERT_NEAR(after_shift[i], lb[i], 1e-5f) << i;
+  // Exact: the shift recomputes the moved tokens at their new positions, and stories260K's (F32,
+  // attention only) arithmetic for a token does not depend on the step it is in.
+  EXPECT_EQ(after_shift, std::vector<float>(lb.begin(), lb.end()));
   EXPECT_THROW(a->shift(10, 100), Error);
   EXPECT_THROW(a->shift(0, 0), Error);
 }
