@@ -98,6 +98,24 @@ TEST(Dot, FastKernelsMatchTheReferenceOnAwkwardLengths) {
   }
 }
 
+// Σ|w_i·a_i| of a weight row against an activation row's codes: the scale float summation errors
+// are measured against.
+double magnitude(TensorType t, const uint8_t* w, const uint8_t* act, int64_t n) {
+  std::vector<float> wd(static_cast<size_t>(n));
+  dequantize_row(t, w, wd.data(), n);
+  const auto ad = dequantized_activation(t, std::vector<uint8_t>(act, act + activation_row_size(t, n)), n);
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m += std::fabs(static_cast<double>(wd[static_cast<size_t>(i)]) * ad[static_cast<size_t>(i)]);
+  return m;
+}
+
+// Two kernels that sum the same float terms in different orders: each is within (L + 8)·u of the
+// terms' magnitudes, where L is its longest chain of float additions, at most one per block (one per
+// element for float weights), and 8 covers the sums across vector lanes (Higham §4.2, u = 2^-24).
+double order_bound(TensorType t, int64_t n, double mag) {
+  return 2.0 * (static_cast<double>(n / block_size(t)) + 8.0) * 0x1p-24 * mag;
+}
+
 TEST(Dot, MatmulMatchesPerRowDots) {
   std::mt19937 rng(5);
   ThreadPool pool(3);
@@ -115,12 +133,16 @@ TEST(Dot, MatmulMatchesPerRowDots) {
     for (int64_t tok = 0; tok < tokens; ++tok) {
       quantize_activation(t, x.data() + tok * cols, act.data(), cols);
       for (int64_t r = 0; r < rows; ++r) {
-        const float ref = dot_ref(t, w.data() + r * row_size(t, cols), act.data(), cols);
-        EXPECT_NEAR(y[tok * rows + r], ref, 1e-4f * (1.0f + std::fabs(ref))) << gguf::tensor_type_name(t);
+        const uint8_t* wr = w.data() + r * row_size(t, cols);
+        const float ref = dot_ref(t, wr, act.data(), cols);
+        EXPECT_NEAR(y[tok * rows + r], ref, order_bound(t, cols, magnitude(t, wr, act.data(), cols))) << gguf::tensor_type_name(t);
       }
     }
     matvec(t, w.data(), rows, cols, x.data(), yv.data(), pool);
-    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(yv[r], y[r], 1e-4f * (1.0f + std::fabs(y[r])));
+    quantize_activation(t, x.data(), act.data(), cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_NEAR(yv[r], y[r], order_bound(t, cols, magnitude(t, w.data() + r * row_size(t, cols), act.data(), cols)));
+    }
   }
 }
 
@@ -144,10 +166,13 @@ TEST(Dot, MatmulOverTokensMatchesPerTokenMatvec) {
         const auto x = random_row(cols * tokens, rng);
         std::vector<float> y(static_cast<size_t>(rows * tokens)), yv(static_cast<size_t>(rows));
         matmul(t, w.data(), rows, cols, x.data(), tokens, y.data(), pool);
+        std::vector<uint8_t> act(activation_row_size(t, cols));
         for (int64_t tok = 0; tok < tokens; ++tok) {
           matvec(t, w.data(), rows, cols, x.data() + tok * cols, yv.data(), pool);
+          quantize_activation(t, x.data() + tok * cols, act.data(), cols);
           for (int64_t r = 0; r < rows; ++r) {
-            ASSERT_NEAR(y[tok * rows + r], yv[r], 1e-4f * (1.0f + std::fabs(yv[r])))
+            const double mag = magnitude(t, w.data() + r * row_size(t, cols), act.data(), cols);
+            ASSERT_NEAR(y[tok * rows + r], yv[r], order_bound(t, cols, mag))
                 << gguf::tensor_type_name(t) << " rows=" << rows << " tokens=" << tokens << " token " << tok << " row " << r;
           }
         }
