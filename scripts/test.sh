@@ -27,6 +27,8 @@ CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWith
 cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_gguf_reader zinc_fuzz_safetensors zinc_fuzz_tokenizer zinc_gguf_samples
 
 status=0
+# ctest leaves an old list of failed tests in place when none fail: start each run without one.
+rm -f build/Testing/Temporary/LastTestsFailed.log build-san/Testing/Temporary/LastTestsFailed.log
 echo "== tests (release)"
 (cd build && ctest -j "$jobs" --output-on-failure) | tee build/ctest.log || status=1
 cp build/Testing/Temporary/LastTestsFailed.log build/failed.log 2>/dev/null || rm -f build/failed.log
@@ -47,6 +49,7 @@ logs=(build/ctest.log build-san/ctest.log)
 for isa in $others; do
   echo "== tests on the $isa kernels (ZINC_CPU_ISA=$isa)"
   mkdir -p "build/isa-$isa"
+  rm -f build/Testing/Temporary/LastTestsFailed.log
   (cd build && ZINC_CPU_ISA=$isa ctest -j "$jobs" -R "$isa_tests" --output-on-failure) | tee "build/isa-$isa/ctest.log" || status=1
   cp build/Testing/Temporary/LastTestsFailed.log "build/isa-$isa/failed.log" 2>/dev/null || rm -f "build/isa-$isa/failed.log"
   cp build/Testing/Temporary/LastTest.log "build/isa-$isa/last.log" 2>/dev/null || true
