@@ -296,6 +296,153 @@ TEST_P(VulkanFixture, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
   expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M");
 }
 
+// Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four
+// sequences of different lengths start at different steps, prefill in chunks beside the others'
+// decode tokens, then decode 64 greedy tokens together; one is forked from another mid-way and one is
+// cleared and reused. Each step's logits, per sequence, against the same sequence run alone in a
+// context of its own with the same chunks: both compute the same float32 function (F32 weights and
+// cache; steps of at most 8 rows take the decode kernels), so within kFloat32Gap, and each greedy
+// token the same wherever the alone run's choice is clear (margin over twice the gap).
+struct Part {
+  int32_t seq;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> chunks;
+  int start_step;
+};
+
+TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  auto weights = gpu_->load(m.graph, f);
+  const auto slice = [](const std::vector<int32_t>& v, size_t a, size_t b) { return std::vector<int32_t>(v.begin() + a, v.begin() + b); };
+  const std::vector<int32_t>& s = sequence_;
+  ASSERT_GE(s.size(), 12u);
+  const std::vector<Part> plan = {
+      {0, slice(s, 0, 5), {3, 2}, 0},
+      {1, slice(s, 1, 7), {2, 2, 2}, 0},
+      {2, slice(s, 4, 8), {4}, 1},
+      {3, slice(s, 2, 5), {1, 2}, 2},
+  };
+  const int n_decode = 64;
+  backend::ExecOptions opts;
+  opts.n_ctx = 96;
+  opts.max_tokens = 8;  // at most 8 rows a step: the decode kernels, as alone
+  opts.n_seq = 4;
+  opts.kv_type = backend::KvType::F32;
+  const int64_t nv = m.graph.n_vocab;
+  backend::ExecOptions one = opts;
+  one.n_seq = 1;
+
+  std::vector<std::vector<std::vector<float>>> alone(plan.size());
+  std::vector<std::vector<int32_t>> alone_tokens(plan.size());
+  std::vector<uint8_t> alone0;  // sequence 0 alone after its 64 tokens, saved
+  for (size_t i = 0; i < plan.size(); ++i) {
+    auto exe = weights->instantiate(one);
+    int32_t pos = 0;
+    for (int32_t c : plan[i].chunks) {
+      exe->run(graph::StepParams::one(slice(plan[i].prompt, static_cast<size_t>(pos), static_cast<size_t>(pos + c)), pos));
+      pos += c;
+      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
+    }
+    for (int d = 0; d < n_decode; ++d) {
+      const int32_t next = exe->argmax();
+      alone_tokens[i].push_back(next);
+      exe->run(graph::StepParams::one({next}, pos++));
+      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
+    }
+    if (i == 0) alone0 = exe->save_state(pos);
+  }
+
+  auto exe = weights->instantiate(opts);
+  std::vector<size_t> chunk(plan.size(), 0), got(plan.size(), 0);
+  std::vector<int32_t> pos(plan.size(), 0);
+  double worst = 0;
+  int clear = 0, clear_agree = 0, steps = 0, rows = 0;
+  for (int stepi = 0; stepi < 128; ++stepi) {
+    graph::StepParams step;
+    std::vector<size_t> in_step;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (stepi < plan[i].start_step || got[i] >= alone[i].size()) continue;
+      std::vector<int32_t> part;
+      if (chunk[i] < plan[i].chunks.size()) {
+        const int32_t c = plan[i].chunks[chunk[i]++];
+        part = slice(plan[i].prompt, static_cast<size_t>(pos[i]), static_cast<size_t>(pos[i] + c));
+      } else {
+        part = {alone_tokens[i][got[i] - plan[i].chunks.size()]};  // the alone run's choice
+      }
+      step.add(plan[i].seq, pos[i], part);
+      pos[i] += static_cast<int32_t>(part.size());
+      in_step.push_back(i);
+    }
+    if (in_step.empty()) break;
+    exe->run(step);
+    ++steps;
+    const auto l = exe->logits();
+    ASSERT_EQ(static_cast<int64_t>(l.size()), static_cast<int64_t>(in_step.size()) * nv);
+    for (size_t k = 0; k < in_step.size(); ++k) {
+      const size_t i = in_step[k];
+      const std::span<const float> row = l.subspan(k * static_cast<size_t>(nv), static_cast<size_t>(nv));
+      const std::vector<float>& want = alone[i][got[i]];
+      const double gap = relative_gap(row, want);
+      worst = std::max(worst, gap);
+      std::vector<float> sorted(want);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      double diff = 0;
+      for (size_t v = 0; v < want.size(); ++v) diff = std::max(diff, std::fabs(static_cast<double>(row[v]) - want[v]));
+      if (sorted[0] - sorted[1] > 2 * diff) {
+        ++clear;
+        clear_agree += std::max_element(row.begin(), row.end()) - row.begin() ==
+                       std::max_element(want.begin(), want.end()) - want.begin();
+      }
+      ++got[i];
+      ++rows;
+    }
+  }
+  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(got[i], alone[i].size()) << GetParam() << " sequence " << i;
+  std::printf("%s: %d steps of up to 4 sequences; worst logit gap to each alone %.2e; %d of %d choices clear\n",
+              GetParam().c_str(), steps, worst, clear, rows);
+  EXPECT_LT(worst, kFloat32Gap) << GetParam();
+  EXPECT_EQ(clear_agree, clear) << GetParam();
+  EXPECT_GE(clear, 200) << GetParam() << ": too few clear choices to judge";
+
+  // The last decode step's argmax is the last part's (sequence 3's) token.
+  EXPECT_EQ(exe->argmax(), std::max_element(alone[3].back().begin(), alone[3].back().end()) - alone[3].back().begin());
+
+  // A fork: sequence 3 continues from all of sequence 0, each then takes a different token; both as a
+  // context that ran the whole text alone.
+  const int32_t n0 = pos[0];
+  exe->seq_copy(0, 3, n0);
+  graph::StepParams fork;
+  fork.add(0, n0, {s[10]});
+  fork.add(3, n0, {s[11]});
+  exe->run(fork);
+  const std::vector<float> fl(exe->logits().begin(), exe->logits().end());
+  for (int b = 0; b < 2; ++b) {
+    auto solo = weights->instantiate(one);
+    solo->load_state(alone0, 0);
+    solo->run(graph::StepParams::one({s[static_cast<size_t>(10 + b)]}, n0));
+    EXPECT_LT(relative_gap(std::span<const float>(fl).subspan(static_cast<size_t>(b * nv), static_cast<size_t>(nv)), solo->logits()),
+              kFloat32Gap)
+        << GetParam() << " fork branch " << b;
+  }
+  // A sequence saved from the shared context resumes in a context of its own.
+  const auto saved = exe->save_state(n0 + 1, 3);
+  auto moved = weights->instantiate(one);
+  moved->load_state(saved, 0);
+  graph::StepParams cont = graph::StepParams::one({s[3]}, n0 + 1);
+  moved->run(cont);
+  graph::StepParams cont3;
+  cont3.add(3, n0 + 1, {s[3]});
+  exe->run(cont3);
+  EXPECT_LT(relative_gap(exe->logits(), moved->logits()), kFloat32Gap) << GetParam() << ": a saved sequence";
+  // A cleared sequence starts again from nothing.
+  exe->seq_clear(1);
+  graph::StepParams again;
+  again.add(1, 0, slice(plan[0].prompt, 0, 3));
+  exe->run(again);
+  EXPECT_LT(relative_gap(exe->logits(), alone[0][0]), kFloat32Gap) << GetParam() << ": a cleared sequence";
+}
+
 TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {
   // stories260K: trained weights (F32), whose logits have the margins of a real model. 64 greedy
   // tokens after a prompt prefilled in one step (the GEMM) and decoded on the device.

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <optional>
 
@@ -169,11 +170,13 @@ class VulkanExecutable final : public Executable {
   VulkanExecutable(std::shared_ptr<VulkanWeights> weights, const ExecOptions& opts)
       : weights_(std::move(weights)), ctx_(weights_->ctx()), g_(weights_->graph()), opts_(opts),
         align_(ctx_.features().offset_alignment) {
-    if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
-    if (opts_.n_seq != 1) {
-      throw Error(fmt::format("the Vulkan backend holds one sequence per context (asked for {}); make a context for each",
-                              opts_.n_seq));
+    if (opts_.max_tokens < 1 || opts_.n_ctx < 1 || opts_.n_seq < 1) {
+      throw Error("context size, step size and sequence count must be positive");
     }
+    row_pad_ = opts_.n_seq > 1 ? part_row_alignment() : 1;
+    max_rows_ = static_cast<uint32_t>(opts_.max_tokens) + static_cast<uint32_t>(opts_.n_seq - 1) * (row_pad_ - 1);
+    length_.assign(static_cast<size_t>(opts_.n_seq), 0);
+    state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
     kv_type_ = opts_.kv_type == KvType::F32 ? vk::KvCacheType::F32
                : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
                                               : vk::KvCacheType::Q8_0;
@@ -216,67 +219,105 @@ class VulkanExecutable final : public Executable {
   void run(const graph::StepParams& step) override {
     check_step(g_, opts_, step);
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    const auto n = static_cast<int64_t>(step.tokens.size());
-    const graph::SeqStep& part = step.seqs[0];  // one sequence (check_step: n_seq is 1)
-    if (part.n_past > length_) {
-      throw Error(fmt::format("the sequence holds {} positions; a step cannot start at {}", length_, part.n_past));
+    // Each sequence's part of the step, at a row of the step's activations that starts a view
+    // (row_pad_); nothing changes before every part is known to fit.
+    std::vector<Part> parts;
+    uint32_t row = 0;
+    for (const graph::SeqStep& s : step.seqs) {
+      const auto q = static_cast<size_t>(s.seq);
+      if (s.n_past > length_[q]) {
+        throw Error(fmt::format("sequence {} holds {} positions; a step cannot start at {}", s.seq, length_[q], s.n_past));
+      }
+      if (recurrent_) (void)recurrent_restart(state_pos_[q], s.n_past);  // throws for a position it cannot resume at
+      row = static_cast<uint32_t>(align_up(row, row_pad_));
+      parts.push_back({s.seq, s.n_past, static_cast<uint32_t>(s.n_tokens), s.all_logits, row});
+      row += static_cast<uint32_t>(s.n_tokens);
     }
     if (recurrent_) {
-      if (recurrent_restart(state_pos_, part.n_past)) {
-        for (const auto& st : state_) {
-          if (st.buffer) ctx_.fill_zero(st, 0, st.size);
+      for (const Part& p : parts) {
+        if (p.n_past == 0) {
+          for (size_t i = 0; i < state_.size(); ++i) {
+            if (state_[i].buffer) ctx_.fill_zero(state_[i], state_offset(i, p.seq), state_floats_[i] * 4);
+          }
         }
+        state_pos_[static_cast<size_t>(p.seq)] = -1;
       }
-      state_pos_ = -1;
     }
-    write_step(step);
-    const bool all = part.all_logits;
-    const auto key = std::make_pair(static_cast<uint32_t>(n), all);
+    write_step(step, parts);
+    // Recordings are keyed by the step's shape: which sequences, how many tokens each, which want
+    // every row's logits (their cache and state offsets are recorded; positions come from the step
+    // buffer).
+    std::vector<uint32_t> key;
+    for (const Part& p : parts) key.insert(key.end(), {static_cast<uint32_t>(p.seq), p.n, p.all ? 1u : 0u});
     auto it = recordings_.find(key);
     if (it == recordings_.end()) {
-      // Keep the decode shape and a few prefill shapes; a new shape beyond that evicts the others.
-      if (recordings_.size() >= 6) {
-        for (auto r = recordings_.begin(); r != recordings_.end();) r = r->first.first == 1 ? std::next(r) : recordings_.erase(r);
+      // Keep the decode shapes (one token per sequence) and a few others; a new shape beyond that
+      // evicts the others (and every shape, when decode shapes alone fill the table).
+      if (recordings_.size() >= kMaxRecordings) {
+        for (auto r = recordings_.begin(); r != recordings_.end();) r = decode_shape(r->first) ? std::next(r) : recordings_.erase(r);
+        if (recordings_.size() >= kMaxRecordings) recordings_.clear();
         last_rows_ = nullptr;
       }
-      it = recordings_.emplace(key, record(static_cast<uint32_t>(n), all)).first;
+      it = recordings_.emplace(key, record(parts)).first;
     }
     it->second.rec->submit_and_wait();
     logit_rows_ = it->second.logit_rows;
     last_rows_ = &it->second.rows;
-    if (recurrent_) state_pos_ = part.n_past + n;
-    length_ = part.n_past + static_cast<int32_t>(n);
+    for (const Part& p : parts) {
+      const auto q = static_cast<size_t>(p.seq);
+      length_[q] = p.n_past + static_cast<int32_t>(p.n);
+      if (recurrent_) state_pos_[q] = length_[q];
+    }
   }
 
   void seq_clear(int32_t seq) override {
     check_seq(seq);
-    length_ = 0;
-    state_pos_ = 0;
+    length_[static_cast<size_t>(seq)] = 0;
+    state_pos_[static_cast<size_t>(seq)] = 0;
   }
 
+  // The rows are copied on the device (Vulkan caches are not yet shared block by block).
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
     check_seq(src);
     check_seq(dst);
-    if (n_tokens < 0 || n_tokens > length_ || (recurrent_ && n_tokens != state_pos_)) {
-      throw Error(fmt::format("sequence 0 holds {} positions; it cannot keep {}", length_, n_tokens));
+    const auto s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
+    if (n_tokens < 0 || n_tokens > length_[s] || (recurrent_ && n_tokens != state_pos_[s])) {
+      throw Error(fmt::format("sequence {} holds {} positions; it cannot give {}", src, length_[s], n_tokens));
     }
-    length_ = n_tokens;
+    if (src != dst) {
+      const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+      for (size_t l = 0; l < k_.size(); ++l) {
+        if (kv_row_bytes_[l] == 0) continue;
+        const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_tokens);
+        ctx_.copy(k_[l], cache_offset(l, src), k_[l], cache_offset(l, dst), bytes);
+        ctx_.copy(v_[l], cache_offset(l, src), v_[l], cache_offset(l, dst), bytes);
+      }
+      for (size_t i = 0; i < state_.size(); ++i) {
+        if (state_[i].buffer) ctx_.copy(state_[i], state_offset(i, src), state_[i], state_offset(i, dst), state_floats_[i] * 4);
+      }
+    }
+    length_[d] = n_tokens;
+    state_pos_[d] = recurrent_ ? n_tokens : 0;
   }
 
   std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
     check_seq(seq);
-    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_);
+    if (n_past > length_[static_cast<size_t>(seq)]) {
+      throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq,
+                              length_[static_cast<size_t>(seq)]));
+    }
+    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
       const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_past);
-      ctx_.download(k_[l], 0, out.data() + at, bytes);
+      ctx_.download(k_[l], cache_offset(l, seq), out.data() + at, bytes);
       at += bytes;
-      ctx_.download(v_[l], 0, out.data() + at, bytes);
+      ctx_.download(v_[l], cache_offset(l, seq), out.data() + at, bytes);
       at += bytes;
     }
-    for (const auto& st : state_) {
-      ctx_.download(st, 0, out.data() + at, st.size);
-      at += st.size;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      ctx_.download(state_[i], state_offset(i, seq), out.data() + at, state_floats_[i] * 4);
+      at += state_floats_[i] * 4;
     }
     return out;
   }
@@ -284,25 +325,86 @@ class VulkanExecutable final : public Executable {
   void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
     check_seq(seq);
     const size_t n_past = layout_.check(bytes);
-    length_ = static_cast<int32_t>(n_past);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
       const size_t n = kv_row_bytes_[l] * n_past;
-      ctx_.upload(k_[l], 0, bytes.data() + at, n);
+      ctx_.upload(k_[l], cache_offset(l, seq), bytes.data() + at, n);
       at += n;
-      ctx_.upload(v_[l], 0, bytes.data() + at, n);
+      ctx_.upload(v_[l], cache_offset(l, seq), bytes.data() + at, n);
       at += n;
     }
-    for (auto& st : state_) {
-      ctx_.upload(st, 0, bytes.data() + at, st.size);
-      at += st.size;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      ctx_.upload(state_[i], state_offset(i, seq), bytes.data() + at, state_floats_[i] * 4);
+      at += state_floats_[i] * 4;
     }
-    state_pos_ = static_cast<int64_t>(n_past);
+    length_[static_cast<size_t>(seq)] = static_cast<int32_t>(n_past);
+    state_pos_[static_cast<size_t>(seq)] = static_cast<int64_t>(n_past);
   }
 
  private:
+  static constexpr size_t kMaxRecordings = 16;
+
+  // A sequence's part of a step: its first row among the step's activations and its token count.
+  struct Part {
+    int32_t seq, n_past;
+    uint32_t n;
+    bool all;  // every row's logits
+    uint32_t row;
+  };
+
   void check_seq(int32_t seq) const {
-    if (seq != 0) throw Error(fmt::format("sequence {} is not one of the context's 1 (0..0)", seq));
+    if (seq < 0 || seq >= opts_.n_seq) {
+      throw Error(fmt::format("sequence {} is not one of the context's {} (0..{})", seq, opts_.n_seq, opts_.n_seq - 1));
+    }
+  }
+
+  static bool decode_shape(const std::vector<uint32_t>& key) {
+    for (size_t i = 1; i < key.size(); i += 3) {
+      if (key[i] != 1) return false;
+    }
+    return true;
+  }
+
+  // A step of several sequences runs the per-sequence ops (cache append, attention, recurrent state)
+  // on each part's rows, through views that must start at the device's offset alignment: each part
+  // starts at a multiple of this many rows (1 where every such row's bytes are a multiple of the
+  // alignment; rows between parts are padding that the row-wise ops compute and nothing reads).
+  uint32_t part_row_alignment() const {
+    size_t a = 1;
+    const auto need = [&](TensorId t) {
+      const size_t row = static_cast<size_t>(g_.tensor(t).ne[0]) * 4;
+      a = std::max(a, align_ / std::gcd(align_, row));
+    };
+    for (const Node& n : g_.nodes) {
+      if (n.op == Op::Attention) {
+        for (size_t k = 0; k < 3; ++k) need(n.in[k]);
+        need(n.out);
+      }
+      if (n.op == Op::SsmConv) {
+        need(n.in[0]);
+        need(n.out);
+      }
+      if (n.op == Op::DeltaNet) {
+        for (size_t k = 0; k < 5; ++k) need(n.in[k]);
+        need(n.out);
+      }
+    }
+    return static_cast<uint32_t>(a);
+  }
+
+  // Where sequence `seq`'s rows of layer l's cache, and its state of node i, start.
+  size_t cache_offset(size_t l, int32_t seq) const { return static_cast<size_t>(seq) * kv_seq_bytes_[l]; }
+  size_t state_offset(size_t i, int32_t seq) const { return static_cast<size_t>(seq) * state_seq_bytes_[i]; }
+  View cache(const std::vector<vk::Buffer>& c, size_t l, int32_t seq) const {
+    return View{&c[l], cache_offset(l, seq), kv_seq_bytes_[l]};
+  }
+  View state(size_t i, int32_t seq) const { return View{&state_[i], state_offset(i, seq), state_seq_bytes_[i]}; }
+  // Part p's header in the step buffer: {n_past, n_tokens}.
+  View header(size_t p) const { return View{&step_, p * header_stride_, 16}; }
+  // The rows of `v` (an activation of tensor t) that part p holds.
+  View part_rows(View v, TensorId t, const Part& p) const {
+    const size_t row = static_cast<size_t>(g_.tensor(t).ne[0]) * 4;
+    return View{v.buffer, v.offset + p.row * row, p.n * row};
   }
 
   struct Recorded {
@@ -381,7 +483,7 @@ class VulkanExecutable final : public Executable {
       if (out == g_.logits) continue;  // logits go to their own host-visible buffer
       live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.until < static_cast<int>(n); }),
                  live.end());
-      const size_t need = align_up(static_cast<size_t>(g_.tensor(out).ne[0]) * static_cast<size_t>(opts_.max_tokens) * 4, align_);
+      const size_t need = align_up(static_cast<size_t>(g_.tensor(out).ne[0]) * max_rows_ * 4, align_);
       std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.offset < b.offset; });
       size_t at = 0;
       for (const Live& l : live) {
@@ -403,40 +505,48 @@ class VulkanExecutable final : public Executable {
     kv_row_bytes_ = kv_row_bytes(g_, elt);
     k_.resize(kv_row_bytes_.size());
     v_.resize(kv_row_bytes_.size());
+    // Each sequence's rows (and recurrent state) in its own aligned region of the layer's buffer.
+    const auto n_seq = static_cast<size_t>(opts_.n_seq);
+    kv_seq_bytes_.assign(kv_row_bytes_.size(), 0);
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
       if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
-      const size_t bytes = align_up(kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx), 4);
+      kv_seq_bytes_[l] = align_up(kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx), align_);
+      const size_t bytes = kv_seq_bytes_[l] * n_seq;
       k_[l] = ctx_.device_buffer(bytes);
       v_[l] = ctx_.device_buffer(bytes);
       ctx_.fill_zero(k_[l], 0, bytes);
       ctx_.fill_zero(v_[l], 0, bytes);
     }
     state_.resize(g_.nodes.size());
+    state_floats_.assign(g_.nodes.size(), 0);
+    state_seq_bytes_.assign(g_.nodes.size(), 0);
     for (const Node& node : g_.nodes) {
       if (const int64_t st = graph::state_size(g_, node); st > 0) {
-        auto& b = state_[static_cast<size_t>(&node - g_.nodes.data())];
-        b = ctx_.device_buffer(static_cast<size_t>(st) * 4);
-        ctx_.fill_zero(b, 0, b.size);
+        const auto i = static_cast<size_t>(&node - g_.nodes.data());
+        state_floats_[i] = static_cast<size_t>(st);
+        state_seq_bytes_[i] = align_up(static_cast<size_t>(st) * 4, align_);
+        state_[i] = ctx_.device_buffer(state_seq_bytes_[i] * n_seq);
+        ctx_.fill_zero(state_[i], 0, state_[i].size);
         recurrent_ = true;
       }
     }
     // Saved contexts in the CPU backend's layout: either backend loads the other's.
-    layout_ = {elt, opts_.n_ctx, kv_row_bytes_, {}};
-    for (const auto& st : state_) layout_.state_floats.push_back(st.size / 4);
+    layout_ = {elt, opts_.n_ctx, kv_row_bytes_, state_floats_};
   }
 
-  // The step buffer: a header (n_past, n_tokens), the token ids, then one (cos, sin) table per
-  // distinct rotation.
+  // The step buffer: a header (n_past, n_tokens) per part (sequence) of the step, the token ids of
+  // the step's rows, then one (cos, sin) table per distinct rotation.
   void make_step_buffer() {
-    size_t at = align_up(16, align_);
+    header_stride_ = align_up(16, align_);
+    size_t at = header_stride_ * static_cast<size_t>(opts_.n_seq);
     tokens_offset_ = at;
-    at = align_up(at + static_cast<size_t>(opts_.max_tokens) * 4, align_);
+    at = align_up(at + static_cast<size_t>(max_rows_) * 4, align_);
     for (const Node& n : g_.nodes) {
       if (n.op != Op::Rope) continue;
       const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
       if (rope_index(n) >= 0) continue;  // the same rotation as an earlier node
       ropes_.push_back({n.n_rot, n.rope, factors, at});
-      at = align_up(at + static_cast<size_t>(n.n_rot) * static_cast<size_t>(opts_.max_tokens) * 4, align_);
+      at = align_up(at + static_cast<size_t>(n.n_rot) * max_rows_ * 4, align_);
     }
     step_ = ctx_.host_buffer(at);
     std::memset(step_.mapped, 0, at);
@@ -447,7 +557,8 @@ class VulkanExecutable final : public Executable {
     q8k_input_.assign(g_.tensors.size(), false);
     uint32_t mm_cols = 0;
     for (const Node& n : g_.nodes) {
-      const auto max_tok = static_cast<uint32_t>(opts_.max_tokens);
+      const auto max_tok = static_cast<uint32_t>(opts_.max_tokens);  // a part's tokens
+      const uint32_t max_rows = max_rows_;                            // a step's rows (with padding between parts)
       if (n.op == Op::Attention) {
         attn = std::max(attn, vk::attention_scratch_bytes(ctx_, static_cast<uint32_t>(n.n_head), static_cast<uint32_t>(n.n_head_kv),
                                                           static_cast<uint32_t>(n.head_dim), max_tok,
@@ -457,12 +568,12 @@ class VulkanExecutable final : public Executable {
         const auto& gt = g_.tensor(n.in[2]);
         const int64_t d = g_.tensor(n.in[1]).ne[0];
         const int64_t ff = n.in[2] == n.in[3] ? gt.ne[1] / 2 : gt.ne[1];
-        moe_logits = std::max(moe_logits, static_cast<size_t>(n.n_expert) * max_tok * 4);
-        moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_tok * 4);
-        moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_tok * static_cast<size_t>(std::max(2 * ff, d)) * 4);
+        moe_logits = std::max(moe_logits, static_cast<size_t>(n.n_expert) * max_rows * 4);
+        moe_ids = std::max(moe_ids, static_cast<size_t>(n.n_expert_used) * max_rows * 4);
+        moe_slots = std::max(moe_slots, static_cast<size_t>(n.n_expert_used) * max_rows * static_cast<size_t>(std::max(2 * ff, d)) * 4);
         // Experts of the 32-element formats (mul_mv_q8_id): activation codes for the decode-sized steps
         // (the down projection's x per slot).
-        const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_tok, kMvMaxTokens)) * static_cast<size_t>(n.n_expert_used);
+        const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_rows, kMvMaxTokens)) * static_cast<size_t>(n.n_expert_used);
         act_q8_bytes = std::max({act_q8_bytes, vk::mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                  vk::mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
         act_q8k_bytes = std::max({act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
@@ -471,14 +582,14 @@ class VulkanExecutable final : public Executable {
       if (n.op == Op::MatMul && vk::has_mul_mv_k(ctx_, g_.tensor(n.in[0]).type) && g_.tensor(n.in[0]).ne[0] % 256 == 0) {
         q8k_input_[static_cast<size_t>(n.in[1])] = true;
         act_q8k_bytes = std::max(act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
-                                                    std::min<uint32_t>(max_tok, kMvMaxTokens));
+                                                    std::min<uint32_t>(max_rows, kMvMaxTokens));
       }
       if (n.op == Op::MatMul && vk::has_mul_mv_q8(g_.tensor(n.in[0]).type)) {
         const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
-                          std::min<uint32_t>(max_tok, kMvMaxTokens);
+                          std::min<uint32_t>(max_rows, kMvMaxTokens);
         act_q8_bytes = std::max(act_q8_bytes, q8);
       }
-      if (n.op == Op::MatMul && opts_.max_tokens > static_cast<int32_t>(kMvMaxTokens)) {
+      if (n.op == Op::MatMul && max_rows > kMvMaxTokens) {
         mm_cols = std::max(mm_cols, static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0]));
       }
     }
@@ -494,7 +605,7 @@ class VulkanExecutable final : public Executable {
     moe_down_ = scratch(moe_slots);
     if (mm_cols > 0) {
       slab_ = &weights_->slabs(std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64));
-      if (const size_t xs = vk::mul_mm_scratch_bytes(mm_cols, static_cast<uint32_t>(opts_.max_tokens)); xs > 0) {
+      if (const size_t xs = vk::mul_mm_scratch_bytes(mm_cols, max_rows_); xs > 0) {
         x_f16_ = ctx_.device_buffer(xs);
       }
     }
@@ -538,17 +649,28 @@ class VulkanExecutable final : public Executable {
     return -1;
   }
 
-  void write_step(const graph::StepParams& step) {
+  void write_step(const graph::StepParams& step, const std::vector<Part>& parts) {
     auto* base = static_cast<uint8_t*>(step_.mapped);
-    const int32_t n_past = step.seqs[0].n_past;
-    const uint32_t header[4] = {static_cast<uint32_t>(n_past), static_cast<uint32_t>(step.tokens.size()), 0, 0};
-    std::memcpy(base, header, sizeof(header));
-    std::memcpy(base + tokens_offset_, step.tokens.data(), step.tokens.size() * 4);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const uint32_t h[4] = {static_cast<uint32_t>(parts[i].n_past), parts[i].n, 0, 0};
+      std::memcpy(base + i * header_stride_, h, sizeof(h));
+    }
+    const uint32_t rows = parts.back().row + parts.back().n;
+    auto* ids = reinterpret_cast<int32_t*>(base + tokens_offset_);
+    std::fill(ids, ids + rows, 0);  // padding rows embed token 0
+    size_t t = 0;
+    for (const Part& p : parts) {
+      std::memcpy(ids + p.row, step.tokens.data() + t, p.n * 4);
+      t += p.n;
+    }
     for (const RopeTable& r : ropes_) {
       const float* f = r.factors >= 0 ? weights_->host_f32(r.factors).data() : nullptr;
       auto* cs = reinterpret_cast<float*>(base + r.offset);
-      for (size_t t = 0; t < step.tokens.size(); ++t) {
-        cpu::rope_cos_sin(r.n_rot, r.params, f, n_past + static_cast<int32_t>(t), cs + t * static_cast<size_t>(r.n_rot));
+      for (const Part& p : parts) {
+        for (uint32_t j = 0; j < p.n; ++j) {
+          cpu::rope_cos_sin(r.n_rot, r.params, f, p.n_past + static_cast<int32_t>(j),
+                            cs + static_cast<size_t>(p.row + j) * static_cast<size_t>(r.n_rot));
+        }
       }
     }
   }
@@ -607,7 +729,10 @@ class VulkanExecutable final : public Executable {
   View weight(TensorId id) const { return weights_->raw(id); }
   View weight_f32(TensorId id) const { return weights_->f32(id); }
 
-  Recorded record(uint32_t n_tok, bool all_logits) {
+  Recorded record(const std::vector<Part>& parts) {
+    const uint32_t n_tok = parts.back().row + parts.back().n;
+    parts_ = &parts;
+    multi_ = parts.size() > 1;
     Recorded out;
     out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
     vk::Recording& rec = *out.rec;
@@ -617,18 +742,18 @@ class VulkanExecutable final : public Executable {
     slab_next_ = 0;
     done_.assign(g_.nodes.size(), false);
     std::vector<int64_t> rows(g_.tensors.size(), 0);
-    const View header{&step_, 0, 16};
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& node = g_.nodes[i];
       if (done_[i] || skip_[i]) {  // recorded by a dispatch of a node before it, or by the rotation after it
         rows[static_cast<size_t>(node.out)] = step_rows(node, n_tok, rows);
         continue;
       }
-      rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, all_logits, rows, header);
+      rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, rows);
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
     out.rows = rows;
     rec.finish();
+    parts_ = nullptr;
     return out;
   }
 
@@ -642,13 +767,18 @@ class VulkanExecutable final : public Executable {
   }
 
   // Records one node; returns the rows its output holds.
-  int64_t emit(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, uint32_t n_tok, bool all_logits,
-               const std::vector<int64_t>& rows, View header) {
+  int64_t emit(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, uint32_t n_tok,
+               const std::vector<int64_t>& rows) {
     const auto width = static_cast<uint32_t>(g_.tensor(node.out).ne[0]);
     const auto in_rows = [&](size_t k) { return rows[static_cast<size_t>(node.in[k])]; };
+    const std::vector<Part>& parts = *parts_;
     int64_t n = step_rows(node, n_tok, rows);
+    if (node.op == Op::SelectLast) {  // each part's last row, or all its rows
+      n = 0;
+      for (const Part& p : parts) n += p.all ? p.n : 1;
+    }
     const auto nu = static_cast<uint32_t>(n);
-    const View out = act(node.out, node.op == Op::SelectLast ? (all_logits ? n : 1) : n);
+    const View out = act(node.out, n);
     const auto in = [&](size_t k) { return act(node.in[k], in_rows(k)); };
     switch (node.op) {
       case Op::Embed: {
@@ -682,8 +812,8 @@ class VulkanExecutable final : public Executable {
       case Op::Rope: {
         const auto& r = ropes_[static_cast<size_t>(rope_index(node))];
         const View cs{&step_, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
-        if (rope_norm_[index] >= 0 || rope_store_[index] >= 0) {
-          rope_heads(rec, tr, node, index, cs, out, rows, nu, header);
+        if (rope_norm_[index] >= 0 || (rope_store_[index] >= 0 && !multi_)) {
+          rope_heads(rec, tr, node, index, cs, out, rows, nu);
           break;
         }
         tr.before({in(0), cs}, {out});
@@ -693,33 +823,41 @@ class VulkanExecutable final : public Executable {
       }
       case Op::Attention: {
         const auto l = static_cast<size_t>(node.layer);
-        const View kc{&k_[l], 0, 0}, vc{&v_[l], 0, 0};
         const auto kw = static_cast<uint32_t>(g_.kv_width_of(node.layer));
-        if (!kv_stored_[index]) {  // else appended by the k rotation
-          tr.before({in(1), in(2), header}, {kc, vc});
-          vk::kv_store(ctx_, rec, kv_type_, in(1), in(2), kc, vc, header, kw, nu);
+        if (!kv_stored_[index] || multi_) {  // else appended by the k rotation
+          for (size_t pi = 0; pi < parts.size(); ++pi) {
+            const Part& p = parts[pi];
+            const View k = part_rows(in(1), node.in[1], p), v = part_rows(in(2), node.in[2], p);
+            const View kc = cache(k_, l, p.seq), vc = cache(v_, l, p.seq);
+            tr.before({k, v, header(pi)}, {kc, vc});
+            vk::kv_store(ctx_, rec, kv_type_, k, v, kc, vc, header(pi), kw, p.n);
+          }
           tr.full();
         }
-        vk::AttentionArgs a;
-        a.type = kv_type_;
-        a.q = in(0);
-        a.k_cache = kc;
-        a.v_cache = vc;
-        a.sinks = node.in.size() > 3 ? weight_f32(node.in[3]) : View{};
-        a.step = header;
-        a.out = out;
-        a.scratch = View{&attn_scratch_, 0, 0};
-        a.n_head = static_cast<uint32_t>(node.n_head);
-        a.n_head_kv = static_cast<uint32_t>(node.n_head_kv);
-        a.head_dim = static_cast<uint32_t>(node.head_dim);
-        a.n_tokens = nu;
-        a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
-        a.sliding_window = static_cast<uint32_t>(std::max(0, node.sliding_window));
-        a.scale = node.scale;
-        a.softcap = node.cap;
-        if (vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
-        tr.before({in(0), kc, vc}, {out, a.scratch, a.xq});
-        vk::attention(ctx_, rec, a);
+        // Each part over its own sequence's cache (the parts share the split scratch, in turn).
+        for (size_t pi = 0; pi < parts.size(); ++pi) {
+          const Part& p = parts[pi];
+          vk::AttentionArgs a;
+          a.type = kv_type_;
+          a.q = part_rows(in(0), node.in[0], p);
+          a.k_cache = cache(k_, l, p.seq);
+          a.v_cache = cache(v_, l, p.seq);
+          a.sinks = node.in.size() > 3 ? weight_f32(node.in[3]) : View{};
+          a.step = header(pi);
+          a.out = part_rows(out, node.out, p);
+          a.scratch = View{&attn_scratch_, 0, 0};
+          a.n_head = static_cast<uint32_t>(node.n_head);
+          a.n_head_kv = static_cast<uint32_t>(node.n_head_kv);
+          a.head_dim = static_cast<uint32_t>(node.head_dim);
+          a.n_tokens = p.n;
+          a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
+          a.sliding_window = static_cast<uint32_t>(std::max(0, node.sliding_window));
+          a.scale = node.scale;
+          a.softcap = node.cap;
+          if (!multi_ && vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
+          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch, a.xq});
+          vk::attention(ctx_, rec, a);
+        }
         break;
       }
       case Op::SwiGLU: case Op::GeGLU: {
@@ -765,26 +903,33 @@ class VulkanExecutable final : public Executable {
         break;
       }
       case Op::SelectLast: {
-        const int64_t have = in_rows(0);
-        n = all_logits ? have : 1;
         tr.before({in(0)}, {out});
-        vk::copy_rows(ctx_, rec, in(0), out, static_cast<uint32_t>(n), static_cast<uint32_t>(have - n), width, 0, width, 1,
-                      width, width, 0);
+        uint32_t at = 0;  // rows written (the parts write disjoint rows)
+        for (const Part& p : parts) {
+          const uint32_t take = p.all ? p.n : 1;
+          vk::copy_rows(ctx_, rec, in(0), out, take, p.row + p.n - take, width, 0, width, 1, width, width, at * width);
+          at += take;
+        }
         break;
       }
-      case Op::SsmConv: {
-        const View st{&state_[index], 0, 0};
+      case Op::SsmConv: {  // each part through its own sequence's state
         const auto& wt = g_.tensor(node.in[1]);
-        tr.before({in(0), st}, {out, st});
-        vk::ssm_conv(ctx_, rec, in(0), weight_f32(node.in[1]), st, out, width, static_cast<uint32_t>(wt.ne[0]), nu);
+        for (const Part& p : parts) {
+          const View st = state(index, p.seq), x = part_rows(in(0), node.in[0], p), y = part_rows(out, node.out, p);
+          tr.before({x, st}, {y, st});
+          vk::ssm_conv(ctx_, rec, x, weight_f32(node.in[1]), st, y, width, static_cast<uint32_t>(wt.ne[0]), p.n);
+        }
         break;
       }
       case Op::DeltaNet: {
-        const View st{&state_[index], 0, 0};
-        tr.before({in(0), in(1), in(2), in(3), in(4), st}, {out, st});
-        vk::delta_net(ctx_, rec, in(0), in(1), in(2), in(3), in(4), weight_f32(node.in[5]), weight_f32(node.in[6]), st, out,
-                      static_cast<uint32_t>(node.n_head), static_cast<uint32_t>(node.n_head_kv),
-                      static_cast<uint32_t>(node.head_dim), static_cast<uint32_t>(node.head_dim_v), node.tiled_heads, nu);
+        for (const Part& p : parts) {
+          const View st = state(index, p.seq), y = part_rows(out, node.out, p);
+          const auto x = [&](size_t k) { return part_rows(in(k), node.in[k], p); };
+          tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st});
+          vk::delta_net(ctx_, rec, x(0), x(1), x(2), x(3), x(4), weight_f32(node.in[5]), weight_f32(node.in[6]), st, y,
+                        static_cast<uint32_t>(node.n_head), static_cast<uint32_t>(node.n_head_kv),
+                        static_cast<uint32_t>(node.head_dim), static_cast<uint32_t>(node.head_dim_v), node.tiled_heads, p.n);
+        }
         break;
       }
       case Op::MoE:
@@ -804,7 +949,7 @@ class VulkanExecutable final : public Executable {
 
   // A rotation with the norm before it and the cache append after it (plan_fusions).
   void rope_heads(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View cs, View out,
-                  const std::vector<int64_t>& rows, uint32_t n, View header) {
+                  const std::vector<int64_t>& rows, uint32_t n) {
     vk::RopeHeadsArgs a;
     const auto act_of = [&](TensorId t) { return act(t, rows[static_cast<size_t>(t)]); };
     a.x = act_of(node.in[0]);
@@ -824,19 +969,20 @@ class VulkanExecutable final : public Executable {
       a.offset = norm.offset;
     }
     View kc, vc;
-    if (rope_store_[index] >= 0) {
+    if (rope_store_[index] >= 0 && !multi_) {  // one sequence: its cache
       const Node& at = g_.nodes[static_cast<size_t>(rope_store_[index])];
       const auto l = static_cast<size_t>(at.layer);
-      kc = View{&k_[l], 0, 0};
-      vc = View{&v_[l], 0, 0};
+      const int32_t seq = (*parts_)[0].seq;
+      kc = cache(k_, l, seq);
+      vc = cache(v_, l, seq);
       a.store = true;
       a.type = kv_type_;
       a.v = act_of(at.in[2]);
       a.k_cache = kc;
       a.v_cache = vc;
-      a.step = header;
+      a.step = header(0);
     }
-    tr.before({a.x, cs, a.v, header}, {out, kc, vc});
+    tr.before({a.x, cs, a.v, a.step}, {out, kc, vc});
     vk::rope_heads(ctx_, rec, a);
   }
 
@@ -1032,7 +1178,14 @@ class VulkanExecutable final : public Executable {
   size_t tokens_offset_ = 0;
   std::vector<RopeTable> ropes_;
   std::vector<size_t> kv_row_bytes_;
+  std::vector<size_t> kv_seq_bytes_;  // per layer: a sequence's region of its K (and V) buffer
   std::vector<vk::Buffer> k_, v_, state_;
+  std::vector<size_t> state_floats_, state_seq_bytes_;  // per node: a sequence's state, and its region
+  size_t header_stride_ = 16;
+  uint32_t row_pad_ = 1;    // parts of a step start at multiples of this row
+  uint32_t max_rows_ = 1;   // a step's rows at most: max_tokens and the padding between parts
+  const std::vector<Part>* parts_ = nullptr;  // the step being recorded
+  bool multi_ = false;      // it has several parts
   vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, x_f16_, argmax_,
       argmax_scratch_, argmax_row_, act_q8_, act_q8k_;
   TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
@@ -1046,13 +1199,13 @@ class VulkanExecutable final : public Executable {
   // cache append is done by its k rotation.
   std::vector<int> rope_norm_, rope_store_;
   std::vector<bool> skip_, kv_stored_;
-  std::map<std::pair<uint32_t, bool>, Recorded> recordings_;
+  std::map<std::vector<uint32_t>, Recorded> recordings_;  // by shape: (sequence, tokens, all logits) per part
   int64_t logit_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;
   bool recurrent_ = false;
   SavedStateLayout layout_;  // what save_state() writes
-  int64_t state_pos_ = 0;
-  int32_t length_ = 0;  // positions the sequence holds
+  std::vector<int64_t> state_pos_;  // per sequence: tokens its state has absorbed (-1: a step failed part-way)
+  std::vector<int32_t> length_;     // per sequence: positions it holds
   uint64_t device_bytes_ = 0;
 };
 

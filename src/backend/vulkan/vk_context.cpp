@@ -503,6 +503,14 @@ void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
   submit_one_shot(cb);
 }
 
+void Context::copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) {
+  if (bytes == 0) return;
+  VkCommandBuffer cb = begin_one_shot();
+  const VkBufferCopy region{src_offset, dst_offset, bytes};
+  vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, &region);
+  submit_one_shot(cb);
+}
+
 double Context::copy_bandwidth_gbs() {
   if (copy_bandwidth_ > 0) return copy_bandwidth_;
   // 256 MiB each way (far beyond any cache), copied back and forth by a compute kernel (the copy

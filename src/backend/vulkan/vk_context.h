@@ -139,6 +139,8 @@ class Context {
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
   void download(const Buffer& src, size_t offset, void* dst, size_t bytes);
   void fill_zero(const Buffer& dst, size_t offset, size_t bytes);
+  // Copies bytes between device buffers (the ranges must not overlap), waiting until done.
+  void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes);
 
   // A compute pipeline from an embedded shader with n_bindings storage buffers (binding 0..n-1),
   // push_bytes of push constants and specialization constants 0..spec.size()-1. The caller owns it.
