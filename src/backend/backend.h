@@ -43,13 +43,15 @@ class Executable {
   // sequence after sequence.
   virtual std::span<const float> logits() const = 0;
   virtual int64_t n_vocab() const = 0;
-  // The index of the largest logit of the last row (the first on ties): greedy decoding's next token.
-  // Backends that compute it on the device return it without reading the logits back.
-  virtual int32_t argmax() const {
-    const auto l = logits();
-    const auto row = l.subspan(l.size() - static_cast<size_t>(n_vocab()));
-    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  // The index of the largest logit of logits row `row` of the last step (the first on ties): greedy
+  // decoding's next token. Backends that compute it on the device (for the last row of each
+  // sequence's part) return it without reading the logits back.
+  virtual int32_t argmax(int64_t row) const {
+    const auto l = logits().subspan(static_cast<size_t>(row * n_vocab()), static_cast<size_t>(n_vocab()));
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
   }
+  // That of the last row (the last sequence's next token).
+  int32_t argmax() const { return argmax(static_cast<int64_t>(logits().size()) / n_vocab() - 1); }
   virtual const ExecOptions& options() const = 0;
   // An activation of the last step, [rows][width] floats (needs ExecOptions::keep_activations; throws
   // zinc::Error without it, or for a tensor that is not an activation).

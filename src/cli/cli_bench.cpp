@@ -42,6 +42,7 @@ struct BenchArgs {
   std::string suite;
   std::string backend = "auto";
   int device = -1;
+  std::vector<int> parallel{1};
 };
 
 // --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
@@ -165,6 +166,17 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
       add(fmt::format("tg{}{}", c.generate, at), r.decode, r.decode_tps, nullptr, bytes);
     }
   }
+  // Several sequences decoded together: a step reads the weights once and each sequence's cache.
+  for (int p : a.parallel) {
+    if (p <= 1) continue;
+    for (const auto& c : suite.cases) {
+      if (c.generate == 0) continue;
+      const auto r = runtime::run_parallel_decode(session.weights(), opts, p, c, a.runs, a.warmup, a.seed);
+      const uint64_t step = runtime::decode_bytes_per_step(session.graph(), file, opts.kv_type, c.depth + c.generate / 2 + 1, p);
+      add(fmt::format("tg{}{} x{}", c.generate, c.depth ? fmt::format("@d{}", c.depth) : "", p), r.spread, r.tps, nullptr,
+          step / static_cast<uint64_t>(p));
+    }
+  }
   json chats = json::array();
   for (const auto& c : suite.chats) {
     json turns = json::array();
@@ -276,6 +288,11 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
   cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
   cmd->add_option("--backend", a->backend, "Backend to measure: auto, cpu or vulkan")->capture_default_str();
   cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
+  cmd->add_option("--parallel", a->parallel,
+                  "Also decode this many sequences together (comma-separated, e.g. 4,8): aggregate tok/s of a step "
+                  "that reads the weights once for all of them")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

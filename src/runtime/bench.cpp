@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -83,6 +84,45 @@ BenchCaseResult run_bench_case(Session& session, const tokenizer::Tokenizer& tok
   return r;
 }
 
+ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts,
+                                         int32_t sequences, const BenchCase& c, int runs, int warmup, uint32_t seed) {
+  if (sequences < 1 || c.generate < 1 || c.depth < 0) throw Error("a parallel decode needs sequences and tokens to generate");
+  backend::ExecOptions o = opts;
+  o.n_seq = sequences;
+  o.n_ctx = c.depth + c.generate + 2;
+  o.max_tokens = std::max(o.max_tokens, sequences);
+  auto exe = weights->instantiate(o);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(exe->n_vocab() - 1));
+  ParallelDecodeResult r;
+  for (int i = 0; i < warmup + runs; ++i) {
+    std::vector<int32_t> next(static_cast<size_t>(sequences));
+    for (int32_t s = 0; s < sequences; ++s) {
+      exe->seq_clear(s);
+      std::vector<int32_t> text(static_cast<size_t>(c.depth) + 1);
+      for (auto& t : text) t = any(rng);
+      for (int32_t at = 0; at < static_cast<int32_t>(text.size()); at += o.max_tokens) {
+        const int32_t n = std::min<int32_t>(o.max_tokens, static_cast<int32_t>(text.size()) - at);
+        graph::StepParams step;
+        step.add(s, at, std::vector<int32_t>(text.begin() + at, text.begin() + at + n));
+        exe->run(step);
+      }
+      next[static_cast<size_t>(s)] = exe->argmax();
+    }
+    const auto t0 = Clock::now();
+    for (int32_t k = 0; k < c.generate; ++k) {
+      graph::StepParams step;
+      for (int32_t s = 0; s < sequences; ++s) step.add(s, c.depth + 1 + k, {next[static_cast<size_t>(s)]});
+      exe->run(step);
+      for (int32_t s = 0; s < sequences; ++s) next[static_cast<size_t>(s)] = exe->argmax(s);
+    }
+    const double secs = since(t0);
+    if (i >= warmup) r.tps.push_back(static_cast<double>(sequences) * c.generate / secs);
+  }
+  r.spread = spread(r.tps);
+  return r;
+}
+
 std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase& c, uint32_t seed) {
   const int64_t need = static_cast<int64_t>(c.system) + static_cast<int64_t>(c.turns) * (c.user + c.answer) + 1;
   if (c.system < 1 || c.turns < 1 || c.user < 1 || c.answer < 1 || need > session.n_ctx()) {
@@ -119,19 +159,23 @@ std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase
   return out;
 }
 
-uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context) {
+uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context,
+                               int32_t sequences) {
+  const auto p = static_cast<uint64_t>(sequences);
   std::vector<bool> matmul_input(g.tensors.size(), false);
   for (const auto& n : g.nodes) {
     if (n.op != graph::Op::Embed) {
       for (auto id : n.in) matmul_input[static_cast<size_t>(id)] = true;
     }
   }
-  // A token reads only its selected experts: n_expert_used of each stacked expert tensor's n_expert.
+  // A token reads only its selected experts: n_expert_used of each stacked expert tensor's n_expert;
+  // p tokens routed independently and uniformly read 1 - (1 - used/n)^p of them.
   std::vector<double> share(g.tensors.size(), 1.0);
   for (const auto& n : g.nodes) {
     if (n.op != graph::Op::MoE || n.n_expert <= 0) continue;
     for (size_t k = 2; k < n.in.size() && k <= 4; ++k) {
-      share[static_cast<size_t>(n.in[k])] = static_cast<double>(n.n_expert_used) / n.n_expert;
+      share[static_cast<size_t>(n.in[k])] =
+          1.0 - std::pow(1.0 - static_cast<double>(n.n_expert_used) / n.n_expert, static_cast<double>(sequences));
     }
   }
   uint64_t bytes = 0;
@@ -142,10 +186,10 @@ uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, b
     const auto& info = file.tensor(t.name);
     // A lookup-only embedding costs one row per token.
     bytes += matmul_input[i] ? static_cast<uint64_t>(static_cast<double>(info.n_bytes) * share[i])
-                             : quant::row_size(info.type, static_cast<int64_t>(info.ne[0]));
+                             : p * quant::row_size(info.type, static_cast<int64_t>(info.ne[0]));
   }
   // Recurrent state (linear-attention layers) is read and written once per token.
-  for (const auto& n : g.nodes) bytes += 2 * sizeof(float) * static_cast<uint64_t>(graph::state_size(g, n));
+  for (const auto& n : g.nodes) bytes += p * 2 * sizeof(float) * static_cast<uint64_t>(graph::state_size(g, n));
   const auto kv_type = kv == backend::KvType::F32 ? gguf::TensorType::F32
                        : kv == backend::KvType::F16 ? gguf::TensorType::F16
                                                     : gguf::TensorType::Q8_0;
@@ -153,9 +197,13 @@ uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, b
     if (n.op != graph::Op::Attention) continue;
     const uint64_t kv_row = quant::row_size(kv_type, g.kv_width_of(n.layer));
     const int64_t rows = n.sliding_window > 0 ? std::min<int64_t>(context, n.sliding_window) : context;
-    bytes += 2 * kv_row * static_cast<uint64_t>(rows);
+    bytes += p * 2 * kv_row * static_cast<uint64_t>(rows);
   }
   return bytes;
+}
+
+uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context) {
+  return decode_bytes_per_step(g, file, kv, context, 1);
 }
 
 }  // namespace zinc::runtime

@@ -34,6 +34,17 @@ struct BenchCaseResult {
 BenchCaseResult run_bench_case(Session& session, const tokenizer::Tokenizer& tok, const BenchCase& c, int runs, int warmup,
                                uint32_t seed);
 
+// Decode of `sequences` sequences stepped together (one token each per step, the weights read once
+// per step): each sequence starts from `depth` random tokens (prefilled one sequence at a time, not
+// timed), then `generate` steps each take every sequence's greedy token (the backend's argmax per
+// sequence). tok/s counts every sequence's tokens. Uses its own context over the session's weights.
+struct ParallelDecodeResult {
+  std::vector<double> tps;  // aggregate tokens per second, per timed run
+  BenchSpread spread;
+};
+ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts,
+                                         int32_t sequences, const BenchCase& c, int runs, int warmup, uint32_t seed);
+
 // A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.
 struct ChatBenchCase {
@@ -51,6 +62,11 @@ std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase
 // Bytes one decode step reads with `context` tokens attended: every weight once (an embedding only
 // used for lookup: one row) and, per attention layer, the cached K and V rows it attends.
 uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context);
+// The same for a step of `sequences` sequences each decoding one token with `context` tokens attended:
+// the weights once (experts: those p uniformly routed tokens select, on average), per sequence its
+// embedding row, recurrent state and cache rows.
+uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context,
+                               int32_t sequences);
 
 BenchSpread spread(std::vector<double> v);
 

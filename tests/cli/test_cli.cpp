@@ -465,6 +465,20 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   EXPECT_EQ(tg["bytes_per_token"].get<uint64_t>(), weights + kv);
   EXPECT_NEAR(tg["gb_per_s"].get<double>(), tg["bytes_per_token"].get<double>() * tg["tokens_per_s"].get<double>() / 1e9, 1e-6);
 
+  // --parallel 4: four sequences decoded together. A step reads the weights once and each sequence's
+  // embedding row and cache rows; tok/s counts every sequence's tokens.
+  const json par = json::parse(
+      zinc({"bench", "--json", "-m", stories(), "-p", "0", "-n", "8", "--parallel", "4", "--runs", "1", "--warmup", "0"}).out);
+  ASSERT_EQ(par["results"].size(), 2u);
+  const json& x4 = par["results"][1];
+  EXPECT_EQ(x4["test"], "tg8 x4");
+  EXPECT_GT(x4["tokens_per_s"].get<double>(), 0.0);
+  uint64_t embd_row = 0;
+  for (const auto& t : info["tensors"]) {
+    if (t["name"] == "token_embd.weight") embd_row = t["bytes"].get<uint64_t>() / t["shape"][1].get<uint64_t>();
+  }
+  EXPECT_EQ(x4["bytes_per_token"].get<uint64_t>(), (weights - embd_row + 4 * (embd_row + kv)) / 4);
+
   // --compare against the run above; --vs-llama-cpp with a stand-in that prints llama-bench's JSON.
   std::ofstream(home.file("base.json")) << r.out;
   std::ofstream(home.file("llama-bench")) << "#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/llama-args\"\n"

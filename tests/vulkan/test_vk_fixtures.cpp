@@ -357,7 +357,7 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   std::vector<size_t> chunk(plan.size(), 0), got(plan.size(), 0);
   std::vector<int32_t> pos(plan.size(), 0);
   double worst = 0;
-  int clear = 0, clear_agree = 0, steps = 0, rows = 0;
+  int clear = 0, clear_agree = 0, steps = 0, rows = 0, device_ids_wrong = 0;
   for (int stepi = 0; stepi < 128; ++stepi) {
     graph::StepParams step;
     std::vector<size_t> in_step;
@@ -394,10 +394,13 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
         clear_agree += std::max_element(row.begin(), row.end()) - row.begin() ==
                        std::max_element(want.begin(), want.end()) - want.begin();
       }
+      // Each part's greedy id, taken on the device, is its row's.
+      device_ids_wrong += exe->argmax(static_cast<int64_t>(k)) != std::max_element(row.begin(), row.end()) - row.begin();
       ++got[i];
       ++rows;
     }
   }
+  EXPECT_EQ(device_ids_wrong, 0) << GetParam() << ": device argmax of a part differs from its logits'";
   for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(got[i], alone[i].size()) << GetParam() << " sequence " << i;
   std::printf("%s: %d steps of up to 4 sequences; worst logit gap to each alone %.2e; %d of %d choices clear\n",
               GetParam().c_str(), steps, worst, clear, rows);

@@ -203,6 +203,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
     throw Error(fmt::format("Vulkan attention: no Q8_K output for rows of {} on this device", a.n_head * a.head_dim));
   }
   if (a.xq.buffer && a.n_tokens > kMaxGroupsYZ) throw Error("Vulkan attention: too many tokens for a Q8_K output");
+  if (a.phase > 2 || (a.phase > 0 && a.xq.buffer)) throw Error("Vulkan attention: a phase is 0, 1 or 2, without Q8_K output");
   const Plan p = make_plan(ctx.features(), a);
   if (p.n_blk > ctx.features().max_groups_x) {
     throw Error(
@@ -238,7 +239,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
     }
   }
   const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch};
-  d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
+  if (a.phase != 2) d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
   const uint32_t width = a.n_head * a.head_dim;
   if (p.n_split == 1) {
     if (!a.xq.buffer) return;
@@ -246,7 +247,8 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
     quantize_q8k(ctx, d, a.out, a.xq, width, a.n_tokens);
     return;
   }
-  d.barrier();
+  if (a.phase == 1) return;
+  if (a.phase == 0) d.barrier();
   const uint32_t n_rows = a.n_tokens * a.n_head;
   const uint32_t rpush[] = {p.n_split, n_rows, a.n_head, a.head_dim, a.sinks.buffer ? 1u : 0u,
                             static_cast<uint32_t>(q8k_row_bytes(width) / 4)};

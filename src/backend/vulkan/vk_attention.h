@@ -64,6 +64,10 @@ struct AttentionArgs {
   uint32_t sliding_window = 0;   // 0: full causal
   float scale = 1, softcap = 0;  // softcap 0: none
   uint32_t n_split = 0;          // key-range splits; 0: chosen from the sizes (what the scratch size assumes)
+  // 0: the whole op. Several attentions recorded side by side (one per sequence of a step, each with
+  // its own scratch) share one barrier: 1 records each one's key-range pass, then after a barrier 2
+  // records each one's merge of its splits (nothing where it has one split). No Q8_K output then.
+  uint32_t phase = 0;
 };
 
 // Splits attention() uses for these sizes (n_split = 0: its own choice) and the scratch they need:

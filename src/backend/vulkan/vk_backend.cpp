@@ -201,7 +201,13 @@ class VulkanExecutable final : public Executable {
   int64_t n_vocab() const override { return g_.n_vocab; }
   const ExecOptions& options() const override { return opts_; }
 
-  int32_t argmax() const override { return static_cast<const int32_t*>(argmax_.mapped)[0]; }
+  using Executable::argmax;
+  int32_t argmax(int64_t row) const override {
+    for (size_t k = 0; k < argmax_rows_.size(); ++k) {
+      if (argmax_rows_[k] == row) return *reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(argmax_.mapped) + k * align_);
+    }
+    return Executable::argmax(row);
+  }
 
   std::vector<float> activation(TensorId id) const override {
     check_activation(g_, opts_, id);
@@ -263,6 +269,7 @@ class VulkanExecutable final : public Executable {
     it->second.rec->submit_and_wait();
     logit_rows_ = it->second.logit_rows;
     last_rows_ = &it->second.rows;
+    argmax_rows_ = it->second.argmax_rows;
     for (const Part& p : parts) {
       const auto q = static_cast<size_t>(p.seq);
       length_[q] = p.n_past + static_cast<int32_t>(p.n);
@@ -410,6 +417,7 @@ class VulkanExecutable final : public Executable {
   struct Recorded {
     std::unique_ptr<vk::Recording> rec;
     int64_t logit_rows = 0;
+    std::vector<int64_t> argmax_rows;  // per part: its last logits row, whose argmax the device takes
     std::vector<int64_t> rows;  // rows each activation holds after the step
   };
 
@@ -553,7 +561,7 @@ class VulkanExecutable final : public Executable {
   }
 
   void make_scratch() {
-    size_t attn = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0, act_q8_bytes = 0, act_q8k_bytes = 0;
+    size_t attn = 0, attn_one = 0, moe_logits = 0, moe_slots = 0, moe_ids = 0, act_q8_bytes = 0, act_q8k_bytes = 0;
     q8k_input_.assign(g_.tensors.size(), false);
     uint32_t mm_cols = 0;
     for (const Node& n : g_.nodes) {
@@ -563,6 +571,10 @@ class VulkanExecutable final : public Executable {
         attn = std::max(attn, vk::attention_scratch_bytes(ctx_, static_cast<uint32_t>(n.n_head), static_cast<uint32_t>(n.n_head_kv),
                                                           static_cast<uint32_t>(n.head_dim), max_tok,
                                                           static_cast<uint32_t>(opts_.n_ctx)));
+        attn_one = std::max(attn_one, vk::attention_scratch_bytes(ctx_, static_cast<uint32_t>(n.n_head),
+                                                                  static_cast<uint32_t>(n.n_head_kv),
+                                                                  static_cast<uint32_t>(n.head_dim), 1,
+                                                                  static_cast<uint32_t>(opts_.n_ctx)));
       }
       if (n.op == Op::MoE) {
         const auto& gt = g_.tensor(n.in[2]);
@@ -594,7 +606,9 @@ class VulkanExecutable final : public Executable {
       }
     }
     const auto scratch = [&](size_t bytes) { return bytes > 0 ? ctx_.device_buffer(bytes) : vk::Buffer{}; };
-    attn_scratch_ = scratch(attn);
+    // One slot per sequence for its one-token parts (decode steps of many sequences).
+    attn_slot_bytes_ = opts_.n_seq > 1 ? align_up(attn_one, align_) : 0;
+    attn_scratch_ = scratch(attn_slot_bytes_ * static_cast<size_t>(opts_.n_seq) + attn);
     act_q8_ = scratch(act_q8_bytes);
     act_q8k_ = scratch(act_q8k_bytes);
     moe_logits_ = scratch(moe_logits);
@@ -609,9 +623,10 @@ class VulkanExecutable final : public Executable {
         x_f16_ = ctx_.device_buffer(xs);
       }
     }
-    argmax_ = ctx_.host_buffer(16);
-    argmax_row_ = ctx_.device_buffer(static_cast<size_t>(g_.n_vocab) * 4);
-    argmax_scratch_ = ctx_.device_buffer(vk::argmax_scratch_bytes(static_cast<uint32_t>(g_.n_vocab)));
+    // Each part's greedy id (at a multiple of the alignment), each from its own scratch.
+    argmax_scratch_bytes_ = align_up(vk::argmax_scratch_bytes(static_cast<uint32_t>(g_.n_vocab)), align_);
+    argmax_ = ctx_.host_buffer(align_ * static_cast<size_t>(opts_.n_seq));
+    argmax_scratch_ = ctx_.device_buffer(argmax_scratch_bytes_ * static_cast<size_t>(opts_.n_seq));
   }
 
   void release_all() {
@@ -620,7 +635,7 @@ class VulkanExecutable final : public Executable {
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
     for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
-                          &moe_up_, &moe_down_, &x_f16_, &argmax_, &argmax_scratch_, &argmax_row_, &act_q8_, &act_q8k_}) {
+                          &moe_up_, &moe_down_, &x_f16_, &argmax_, &argmax_scratch_, &act_q8_, &act_q8k_}) {
       ctx_.release(*b);
     }
   }
@@ -752,6 +767,8 @@ class VulkanExecutable final : public Executable {
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
     out.rows = rows;
+    out.argmax_rows = std::move(recorded_argmax_rows_);
+    recorded_argmax_rows_.clear();
     rec.finish();
     parts_ = nullptr;
     return out;
@@ -834,8 +851,11 @@ class VulkanExecutable final : public Executable {
           }
           tr.full();
         }
-        // Each part over its own sequence's cache (the parts share the split scratch, in turn).
-        for (size_t pi = 0; pi < parts.size(); ++pi) {
+        // Each part over its own sequence's cache. One part: the whole op. Several: a one-token part
+        // has a scratch slot of its own, so every such part's key-range pass is recorded, then one
+        // barrier, then every one's merge; a longer part does the whole op in the scratch past the
+        // slots (the tracker orders them).
+        const auto args = [&](size_t pi) {
           const Part& p = parts[pi];
           vk::AttentionArgs a;
           a.type = kv_type_;
@@ -845,7 +865,9 @@ class VulkanExecutable final : public Executable {
           a.sinks = node.in.size() > 3 ? weight_f32(node.in[3]) : View{};
           a.step = header(pi);
           a.out = part_rows(out, node.out, p);
-          a.scratch = View{&attn_scratch_, 0, 0};
+          const size_t slots = multi_ ? attn_slot_bytes_ * static_cast<size_t>(opts_.n_seq) : 0;
+          a.scratch = multi_ && p.n == 1 ? View{&attn_scratch_, pi * attn_slot_bytes_, attn_slot_bytes_}
+                                         : View{&attn_scratch_, slots, attn_scratch_.size - slots};
           a.n_head = static_cast<uint32_t>(node.n_head);
           a.n_head_kv = static_cast<uint32_t>(node.n_head_kv);
           a.head_dim = static_cast<uint32_t>(node.head_dim);
@@ -854,8 +876,28 @@ class VulkanExecutable final : public Executable {
           a.sliding_window = static_cast<uint32_t>(std::max(0, node.sliding_window));
           a.scale = node.scale;
           a.softcap = node.cap;
-          if (!multi_ && vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
+          return a;
+        };
+        if (!multi_) {
+          vk::AttentionArgs a = args(0);
+          if (vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
           tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch, a.xq});
+          vk::attention(ctx_, rec, a);
+          break;
+        }
+        for (size_t pi = 0; pi < parts.size(); ++pi) {
+          vk::AttentionArgs a = args(pi);
+          a.phase = parts[pi].n == 1 ? 1 : 0;
+          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch});
+          vk::attention(ctx_, rec, a);
+          if (a.phase == 0) tr.full();  // its merge read the scratch after a barrier of its own
+        }
+        tr.full();
+        for (size_t pi = 0; pi < parts.size(); ++pi) {
+          if (parts[pi].n != 1) continue;
+          vk::AttentionArgs a = args(pi);
+          a.phase = 2;
+          tr.before({a.scratch}, {a.out});
           vk::attention(ctx_, rec, a);
         }
         break;
@@ -936,13 +978,18 @@ class VulkanExecutable final : public Executable {
         moe(rec, tr, node, rows, out, nu);
         break;
     }
-    // Greedy decoding reads one id: the argmax of the last logits row, computed on the device.
+    // Greedy decoding reads one id per sequence: the argmax of its last logits row, on the device.
     if (node.out == g_.logits) {
       const auto nv = static_cast<size_t>(g_.n_vocab);
-      const View last{&logits_, static_cast<size_t>(n - 1) * nv * 4, nv * 4}, id{&argmax_, 0, 16};
-      tr.before({last}, {id});
-      tr.full();  // argmax's two dispatches share the scratch
-      vk::argmax(ctx_, rec, last, id, View{&argmax_scratch_, 0, 0}, static_cast<uint32_t>(nv));
+      int64_t row = -1;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        row += parts[k].all ? parts[k].n : 1;
+        const View last{&logits_, static_cast<size_t>(row) * nv * 4, nv * 4}, id{&argmax_, k * align_, 4};
+        const View scratch{&argmax_scratch_, k * argmax_scratch_bytes_, argmax_scratch_bytes_};
+        tr.before({last}, {id, scratch});
+        vk::argmax(ctx_, rec, last, id, scratch, static_cast<uint32_t>(nv));
+        recorded_argmax_rows_.push_back(row);
+      }
     }
     return n;
   }
@@ -1187,7 +1234,11 @@ class VulkanExecutable final : public Executable {
   const std::vector<Part>* parts_ = nullptr;  // the step being recorded
   bool multi_ = false;      // it has several parts
   vk::Buffer attn_scratch_, moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_down_, x_f16_, argmax_,
-      argmax_scratch_, argmax_row_, act_q8_, act_q8k_;
+      argmax_scratch_, act_q8_, act_q8k_;
+  size_t argmax_scratch_bytes_ = 0;
+  size_t attn_slot_bytes_ = 0;  // a one-token part's region of attn_scratch_ (several sequences)
+  std::vector<int64_t> recorded_argmax_rows_;  // the recording being made: the logits rows it takes the argmax of
+  std::vector<int64_t> argmax_rows_;           // the last step's
   TensorId q8k_of_ = -1;  // the tensor act_q8k_ holds the codes of, in the recording being made
   std::vector<bool> done_;  // per node, in the recording being made: recorded with an earlier node
   TensorId x16_of_ = -1;  // the tensor x_f16_ holds in f16, in the recording being made
