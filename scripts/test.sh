@@ -44,7 +44,7 @@ cp build-san/Testing/Temporary/LastTest.log build-san/last.log 2>/dev/null || tr
 kernels=$(build/src/zinc check | sed -n 's/^cpu kernels: \([a-z0-9]*\) (this CPU runs: \([a-z0-9 ]*\);.*/\1:\2/p')
 native=${kernels%%:*}
 others=$(for k in ${kernels#*:}; do [ "$k" = "$native" ] || echo "$k"; done)
-isa_tests='^(Architectures|Stories260K|Generate|ChatSession|Session|KvCache|RecurrentState|GptOss|GptOssOps|CpuGemma4Ops|SsmConv|QuantFixture|ModelQuantize|Dot|VulkanRealWeights|Cli)[./]|^oracle\.'
+isa_tests='^(Ops|Architectures|Stories260K|Generate|ChatSession|Session|KvCache|RecurrentState|GptOss|GptOssOps|CpuGemma4Ops|SsmConv|QuantFixture|ModelQuantize|Dot|VulkanRealWeights|Cli)[./]|^oracle\.'
 logs=(build/ctest.log build-san/ctest.log)
 for isa in $others; do
   echo "== tests on the $isa kernels (ZINC_CPU_ISA=$isa)"

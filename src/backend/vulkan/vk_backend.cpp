@@ -72,6 +72,9 @@ std::string vulkan_unsupported(const graph::Graph& g, const Node& n) {
       return fmt::format("its weight '{}' is stored as {}, which the Vulkan kernels do not read", t.name,
                          gguf::tensor_type_name(t.type));
     }
+    if (std::string why = vk::rows_unsupported(t.type, t.ne[0]); !why.empty()) {
+      return fmt::format("its weight '{}': {}", t.name, why);
+    }
   }
   return "";
 }

@@ -54,6 +54,21 @@ const QuantType& checked(const char* op, TensorType type, uint32_t ncols, uint32
   return *t;
 }
 
+}  // namespace
+
+std::string rows_unsupported(TensorType type, int64_t ncols) {
+  const QuantType* t = find_type(type);
+  if (!t) return fmt::format("no Vulkan kernel reads weights of type {}", gguf::tensor_type_name(type));
+  const int64_t unit = std::max<int64_t>(t->unit, quant::block_size(type));
+  if (ncols % unit != 0) {
+    return fmt::format("its rows of {} {} values are not a multiple of {} (the Vulkan kernels' unit)", ncols,
+                       gguf::tensor_type_name(type), unit);
+  }
+  return "";
+}
+
+namespace {
+
 void check_bytes(const char* op, uint64_t bytes) {
   if (bytes > kMaxBytes) {
     throw Error(fmt::format("Vulkan {}: a weight of {} bytes is over the kernels' 4 GiB", op, bytes));

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/vulkan/vk_context.h"
 #include "gguf/types.h"
@@ -70,6 +71,10 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 // none. One workgroup per (token, slot) and group of rows.
 void mul_mv_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View y, View bias,
                uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
+
+// Why the kernels cannot read rows of ncols values of `type` ("" when they can): every kernel that
+// reads a weight as stored (get_rows, the products) takes whole units of its type.
+std::string rows_unsupported(gguf::TensorType type, int64_t ncols);
 
 // out[t] = dequant(W[ids[t]]) * scale: W {ncols, n_rows}, ids n_tokens uint32 (not range-checked),
 // out [n_tokens][ncols] float32.

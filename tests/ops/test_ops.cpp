@@ -1,0 +1,657 @@
+// The op suite: every graph op, over shapes and weight types, on every backend this machine has (the
+// CPU always; Vulkan where a device exists, lavapipe in CI), against a double-precision implementation
+// of the op's definition (graph/graph.h) — not against another backend. Each element must lie within a
+// bound derived from the arithmetic the op does in float32 (u = 2^-24; the sums' lengths, the rounding
+// of activations to int8 or f16 where a kernel does that, the precision the Vulkan spec grants exp and
+// division); a comment at each bound says why. A backend that refuses a case (Backend::unsupported)
+// skips it, saying why. With --perf, each case is also timed per step and printed as a table.
+//
+// Inputs are activations fed by Embed from F32 tables (token t picks row t), so a case is an ordinary
+// graph run through Backend::load / Weights::instantiate / Executable::run, the path inference takes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "gguf/writer.h"
+#include "graph/graph.h"
+#include "quant/quant.h"
+#include "raw_gguf.h"
+
+namespace zinc {
+namespace {
+
+using graph::Builder;
+using graph::TensorId;
+using gguf::TensorType;
+
+bool g_perf = false;  // --perf
+
+constexpr double kU = 1.0 / (1 << 24);  // float32's unit roundoff
+
+// The tensors of one case: input tables (activations through Embed) and weights, each stored in its
+// type; values() are what the file holds, dequantized (what every backend computes with).
+class Tables {
+ public:
+  explicit Tables(uint32_t seed) : rng_(seed) {}
+
+  // An activation of n rows of `width` floats uniform in [lo, hi): row t is token t's.
+  TensorId input(Builder& b, const std::string& name, int64_t width, int64_t n, float lo = -1, float hi = 1) {
+    put(name, TensorType::F32, {width, n}, lo, hi);
+    return b.embed(b.weight(name, TensorType::F32, {width, n, 1, 1}));
+  }
+  // A weight of GGUF shape ne stored as `type`.
+  TensorId weight(Builder& b, const std::string& name, TensorType type, std::array<int64_t, 4> ne, float lo = -1,
+                  float hi = 1) {
+    put(name, type, {ne[0], ne[1] * ne[2] * ne[3]}, lo, hi);
+    return b.weight(name, type, ne);
+  }
+  const std::vector<float>& values(const std::string& name) const { return t_.at(name).values; }
+  std::vector<float>& mutable_values(const std::string& name) { return t_.at(name).values; }
+  int64_t width(const std::string& name) const { return t_.at(name).ne[0]; }
+
+  gguf::File write(const std::filesystem::path& path) const {
+    gguf::Writer w;
+    w.metadata().set("general.architecture", gguf::Value::str("test"));
+    std::deque<std::vector<uint64_t>> shapes;  // the writer borrows them until write_file()
+    for (const auto& [name, t] : t_) {
+      std::vector<uint64_t>& shape = shapes.emplace_back(t.shape.begin(), t.shape.end());
+      w.add_tensor(name, t.type, shape, t.bytes);
+    }
+    w.write_file(path);
+    return gguf::File::open(path);
+  }
+
+ private:
+  struct T {
+    TensorType type;
+    std::array<int64_t, 2> ne;  // row width, rows
+    std::vector<int64_t> shape;
+    std::vector<float> values;  // what `bytes` hold (quantizing again need not give the same bytes)
+    std::vector<uint8_t> bytes;
+  };
+  void put(const std::string& name, TensorType type, std::array<int64_t, 2> ne, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    T t{type, ne, {}, std::vector<float>(static_cast<size_t>(ne[0] * ne[1])), {}};
+    for (auto& x : t.values) x = u(rng_);
+    // Stored in the type; the reference computes with what the backends read.
+    const size_t rb = quant::row_size(type, ne[0]);
+    t.bytes.resize(rb * static_cast<size_t>(ne[1]));
+    for (int64_t r = 0; r < ne[1]; ++r) {
+      float* v = t.values.data() + r * ne[0];
+      quant::quantize_row(type, v, t.bytes.data() + static_cast<size_t>(r) * rb, ne[0]);
+      quant::dequantize_row(type, t.bytes.data() + static_cast<size_t>(r) * rb, v, ne[0]);
+    }
+    t.shape = {ne[0], ne[1]};
+    t_[name] = std::move(t);
+  }
+  std::mt19937 rng_;
+  std::map<std::string, T> t_;
+};
+
+// Expected output rows (n tokens x width) and a bound per element: `bound` for every path, plus
+// `f16` where the backend rounds to f16 (the Vulkan backend's prefill GEMM: steps of more than 8
+// tokens) and `codes` where it multiplies int8 codes of the activations (block-format weights on the
+// CPU, and on Vulkan in steps of up to 8 tokens). Empty: none.
+struct Expect {
+  std::vector<double> want, bound, f16, codes;
+};
+constexpr int kDirectTokens = 8;  // the Vulkan backend multiplies steps up to this size by the weights directly
+
+struct Case {
+  std::string name;
+  int n = 4;               // tokens
+  std::vector<int> steps;  // token counts of the steps it is fed in (empty: one step)
+  TensorType weight_type = TensorType::F32;  // what a backend's unsupported() is asked about
+  std::function<TensorId(Builder&, Tables&)> build;
+  std::function<Expect(const Tables&)> reference;
+};
+
+// ---- references ------------------------------------------------------------------------------
+
+const float* row(const Tables& t, const std::string& name, int64_t r) { return t.values(name).data() + r * t.width(name); }
+
+// Elementwise ops whose formula uses exp (silu, sigmoid, tanh): the Vulkan spec grants exp (3 + 2|x|)
+// ulp and division 2.5 ulp, and a tanh built from exp loses a few more; 16 + 4|x| ulp covers the chain.
+double transcendental_ulps(double x) { return 16 + 4 * std::fabs(x); }
+
+Case elementwise(const std::string& name, graph::Op op, int64_t width, int n) {
+  Case c;
+  c.name = name;
+  c.n = n;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId a = t.input(b, "a", width, n, -3, 3);
+    if (op == graph::Op::Softcap) return b.softcap(a, 2.5f, "out", 0);
+    const TensorId x = t.input(b, "b", width, n, -3, 3);
+    switch (op) {
+      case graph::Op::Add: return b.add(a, x, "out", 0);
+      case graph::Op::Mul: return b.mul(a, x, "out", 0);
+      case graph::Op::SwiGLU: return b.swiglu(a, x, "out", 0);
+      case graph::Op::GeGLU: return b.geglu(a, x, "out", 0);
+      default: return b.sigmoid_mul(a, x, "out", 0);
+    }
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < width; ++i) {
+        const double a = row(t, "a", r)[i];
+        double y = 0, bound = 0;
+        if (op == graph::Op::Softcap) {
+          y = 2.5 * std::tanh(a / 2.5);
+          // tanh from exp: its error is absolute (e^2x - 1 cancels near 0), times the cap.
+          bound = transcendental_ulps(a / 2.5) * kU * 2.5;
+        } else {
+          const double x = row(t, "b", r)[i];
+          switch (op) {
+            case graph::Op::Add: y = a + x; bound = kU * std::fabs(y); break;  // one rounding
+            case graph::Op::Mul: y = a * x; bound = kU * std::fabs(y); break;
+            case graph::Op::SwiGLU:
+              y = a / (1 + std::exp(-a)) * x;
+              bound = transcendental_ulps(a) * kU * std::fabs(y);
+              break;
+            case graph::Op::GeGLU: {
+              const double in = std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a);
+              y = 0.5 * a * (1 + std::tanh(in)) * x;
+              // 1 + tanh loses tanh's absolute error, not its relative one: bound against |a x|.
+              bound = transcendental_ulps(in) * kU * std::fabs(a * x);
+              break;
+            }
+            default:
+              y = a / (1 + std::exp(-x));
+              bound = transcendental_ulps(x) * kU * std::fabs(y);
+              break;
+          }
+        }
+        e.want.push_back(y);
+        e.bound.push_back(bound);
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// x / sqrt(mean(x^2) + eps) * (w + offset) over each group: the sum of squares has `group` positive
+// terms (relative error group·u), the rest a handful of roundings (inversesqrt: 2 ulp in Vulkan).
+Case rms_norm(int64_t width, int64_t group, bool weighted, float offset, int n) {
+  Case c;
+  c.name = fmt::format("rms_norm/{}x{}{}{}", width, group, weighted ? "/w" : "", offset != 0 ? "/offset" : "");
+  c.n = n;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId x = t.input(b, "x", width, n, -2, 2);
+    const TensorId w = weighted ? t.weight(b, "w", TensorType::F32, {group, 1, 1, 1}) : -1;
+    return group == width ? b.rms_norm(x, w, 1e-6f, offset, "out", 0) : b.rms_norm_heads(x, w, static_cast<int>(group), 1e-6f, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* x = row(t, "x", r);
+      for (int64_t g0 = 0; g0 < width; g0 += group) {
+        double ss = 0;
+        for (int64_t i = 0; i < group; ++i) ss += static_cast<double>(x[g0 + i]) * x[g0 + i];
+        const double inv = 1 / std::sqrt(ss / static_cast<double>(group) + 1e-6);
+        for (int64_t i = 0; i < group; ++i) {
+          const double w = weighted ? t.values("w")[static_cast<size_t>(i)] + static_cast<double>(offset) : 1.0;
+          e.want.push_back(x[g0 + i] * inv * w);
+          e.bound.push_back((static_cast<double>(group) + 16) * kU * std::fabs(e.want.back()));
+        }
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// out[t] = W · x[t] (+ bias). The float sum over ncols terms: (ncols + 4)·u·Σ|w x|. The prefill GEMM
+// rounds x and the weights to f16 (2^-11 each): Σ|w_j x_j|·2^-10. Int8 codes of x for block-format
+// weights: |x - code·d| <= d/2 with d = amax/127 over the block, stored as f16: at most 1.01·amax/254
+// for the 256-element blocks, which contain the 32-element ones: Σ|w_j|·1.01·amax/254.
+Case matmul(TensorType type, int64_t ncols, int64_t nrows, int n, bool bias) {
+  Case c;
+  c.name = fmt::format("matmul/{}/{}x{}/n{}{}", gguf::tensor_type_name(type), ncols, nrows, n, bias ? "/bias" : "");
+  c.n = n;
+  c.weight_type = type;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId x = t.input(b, "x", ncols, n);
+    const TensorId w = t.weight(b, "w", type, {ncols, nrows, 1, 1});
+    return b.matmul(w, x, "out", 0, bias ? t.weight(b, "bias", TensorType::F32, {nrows, 1, 1, 1}) : -1);
+  };
+  const bool blocks = quant::block_size(type) > 1;
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* x = row(t, "x", r);
+      std::vector<double> code_err(static_cast<size_t>(ncols), 0.0);
+      if (blocks) {
+        for (int64_t b0 = 0; b0 < ncols; b0 += 256) {
+          double amax = 0;
+          for (int64_t j = b0; j < std::min(ncols, b0 + 256); ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[j])));
+          for (int64_t j = b0; j < std::min(ncols, b0 + 256); ++j) code_err[static_cast<size_t>(j)] = 1.01 * amax / 254;
+        }
+      }
+      for (int64_t o = 0; o < nrows; ++o) {
+        const float* w = row(t, "w", o);
+        double y = bias ? t.values("bias")[static_cast<size_t>(o)] : 0.0, mag = std::fabs(y), codes = 0;
+        for (int64_t j = 0; j < ncols; ++j) {
+          y += static_cast<double>(w[j]) * x[j];
+          mag += std::fabs(static_cast<double>(w[j]) * x[j]);
+          codes += std::fabs(w[j]) * code_err[static_cast<size_t>(j)];
+        }
+        e.want.push_back(y);
+        e.bound.push_back((static_cast<double>(ncols) + 4) * kU * mag);
+        e.f16.push_back(mag * std::ldexp(1.0, -10));
+        e.codes.push_back(codes);
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// out[t] = row token[t] of W (dequantized) * scale: one product, one rounding.
+Case embed(TensorType type, int64_t width) {
+  Case c;
+  c.name = fmt::format("embed/{}/{}", gguf::tensor_type_name(type), width);
+  c.n = 5;
+  c.weight_type = type;
+  c.build = [=](Builder& b, Tables& t) { return b.embed(t.weight(b, "table", type, {width, 8, 1, 1}), 0.5f); };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < 5; ++r) {
+      for (int64_t i = 0; i < width; ++i) {
+        e.want.push_back(0.5 * row(t, "table", r)[i]);
+        e.bound.push_back(kU * std::fabs(e.want.back()));
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// Rotation of the first n_rot dims of each head by pos * base^(-2i/n_rot). The angle is built in
+// float by i repeated products of base^(-2/n_rot) (relative error (2i + 2)·u), cos and sin add a few
+// ulp, the rotation two products and a sum: |Δ| <= (|x0| + |x1|)·(θ·(2i + 2)·u + 4u).
+Case rope(graph::RopeMode mode, int head_dim, int n_rot, int n_past) {
+  Case c;
+  c.name = fmt::format("rope/{}/{}of{}/at{}", mode == graph::RopeMode::NeoX ? "neox" : "normal", n_rot, head_dim, n_past);
+  const int n_head = 3, n = 5;
+  c.n = n_past + n;
+  c.steps = {n_past, n};
+  const float base = 10000.0f;
+  c.build = [=](Builder& b, Tables& t) {
+    graph::RopeParams p;
+    p.base = base;
+    return b.rope(t.input(b, "x", int64_t{n_head} * head_dim, n_past + n), n_head, head_dim, n_rot, mode, p, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int pos = 0; pos < n_past + n; ++pos) {
+      const float* x = row(t, "x", pos);
+      std::vector<double> y(x, x + n_head * head_dim), bound(y.size(), 0.0);
+      for (int h = 0; h < n_head; ++h) {
+        for (int i = 0; i < n_rot / 2; ++i) {
+          const int a = h * head_dim + (mode == graph::RopeMode::Normal ? 2 * i : i);
+          const int b = h * head_dim + (mode == graph::RopeMode::Normal ? 2 * i + 1 : i + n_rot / 2);
+          const double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+          y[static_cast<size_t>(a)] = x[a] * std::cos(theta) - x[b] * std::sin(theta);
+          y[static_cast<size_t>(b)] = x[a] * std::sin(theta) + x[b] * std::cos(theta);
+          const double d = (std::fabs(x[a]) + std::fabs(x[b])) * (theta * (2 * i + 2) + 4) * kU;
+          bound[static_cast<size_t>(a)] = bound[static_cast<size_t>(b)] = d;
+        }
+      }
+      e.want.insert(e.want.end(), y.begin(), y.end());
+      e.bound.insert(e.bound.end(), bound.begin(), bound.end());
+    }
+    return e;
+  };
+  return c;
+}
+
+// Causal attention with grouped KV heads over an F32 cache, optionally a sliding window, a softcap
+// and sinks; fed in two steps (the second attends to rows the first stored). Float error, with S the
+// largest Σ|q k|·scale of a row's keys: a score is off by at most head_dim·u·S; p_j = exp(s_j - m) / Σ
+// then by a relative 2·head_dim·u·S (its score and the max), the exp's (3 + 2|s_j - m|) ulp with
+// |s_j - m| <= 2S, the denominator's n_keys·u and the division's 2.5 ulp; out = Σ p v adds n_keys·u of
+// Σ p|v|. So |Δ| <= (2·(head_dim + 2)·S + 2·n_keys + 8)·u·Σ p|v|.
+Case attention(int n_head, int n_head_kv, int head_dim, int window, float softcap, bool sinks, int first, int second) {
+  Case c;
+  c.name = fmt::format("attention/{}q{}kv/hd{}{}{}{}/{}+{}", n_head, n_head_kv, head_dim, window ? fmt::format("/win{}", window) : "",
+                       softcap != 0 ? "/softcap" : "", sinks ? "/sinks" : "", first, second);
+  const int n = first + second;
+  c.n = n;
+  c.steps = {first, second};
+  const int qw = n_head * head_dim, kw = n_head_kv * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId q = t.input(b, "q", qw, n, -1.5f, 1.5f), k = t.input(b, "k", kw, n, -1.5f, 1.5f), v = t.input(b, "v", kw, n);
+    const TensorId s = sinks ? t.weight(b, "sinks", TensorType::F32, {n_head, 1, 1, 1}, -1, 2) : -1;
+    return b.attention(q, k, v, n_head, n_head_kv, head_dim, scale, window, softcap, "out", 0, s);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int pos = 0; pos < n; ++pos) {
+      for (int h = 0; h < n_head; ++h) {
+        const int kh = h / (n_head / n_head_kv), lo = window > 0 ? std::max(0, pos - window + 1) : 0;
+        std::vector<double> logit;
+        double S = 0;
+        for (int j = lo; j <= pos; ++j) {
+          double dot = 0, mag = 0;
+          for (int i = 0; i < head_dim; ++i) {
+            const double p = static_cast<double>(row(t, "q", pos)[h * head_dim + i]) * row(t, "k", j)[kh * head_dim + i];
+            dot += p;
+            mag += std::fabs(p);
+          }
+          double s = dot * scale;
+          if (softcap != 0) s = softcap * std::tanh(s / softcap);
+          logit.push_back(s);
+          S = std::max(S, mag * scale);
+        }
+        double mx = -INFINITY, sum = 0;
+        for (double x : logit) mx = std::max(mx, x);
+        if (sinks) mx = std::max(mx, static_cast<double>(t.values("sinks")[static_cast<size_t>(h)]));
+        for (double& x : logit) sum += (x = std::exp(x - mx));
+        if (sinks) sum += std::exp(t.values("sinks")[static_cast<size_t>(h)] - mx);
+        const auto keys = static_cast<double>(logit.size());
+        for (int i = 0; i < head_dim; ++i) {
+          double o = 0, pv = 0;
+          for (size_t j = 0; j < logit.size(); ++j) {
+            const double vj = row(t, "v", lo + static_cast<int64_t>(j))[kh * head_dim + i];
+            o += logit[j] / sum * vj;
+            pv += logit[j] / sum * std::fabs(vj);
+          }
+          e.want.push_back(o);
+          e.bound.push_back((2 * (head_dim + 2) * S + 2 * keys + 8) * kU * pv);
+        }
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// Copies (Split, Concat) and Scale: exact, or one rounding.
+Case split_concat(int64_t width) {
+  Case c;
+  c.name = fmt::format("split_concat/{}", width);
+  c.n = 3;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId x = t.input(b, "x", width, 3);
+    const TensorId y = t.input(b, "y", 8, 3);
+    // Two groups of width/2: columns [4, 4 + width/4) of each; then y's row beside them.
+    const TensorId s = b.split(x, 2, width / 2, 4, width / 4, "split", 0);
+    return b.concat({s, y}, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int g = 0; g < 2; ++g) {
+        for (int64_t i = 0; i < width / 4; ++i) e.want.push_back(row(t, "x", r)[g * width / 2 + 4 + i]);
+      }
+      for (int64_t i = 0; i < 8; ++i) e.want.push_back(row(t, "y", r)[i]);
+    }
+    e.bound.assign(e.want.size(), 0.0);
+    return e;
+  };
+  return c;
+}
+
+Case scale(int64_t width, bool scalar) {
+  Case c;
+  c.name = fmt::format("scale/{}/{}", width, scalar ? "scalar" : "vector");
+  c.n = 3;
+  c.build = [=](Builder& b, Tables& t) {
+    return b.scale(t.input(b, "x", width, 3), t.weight(b, "w", TensorType::F32, {scalar ? 1 : width, 1, 1, 1}), "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t i = 0; i < width; ++i) {
+        e.want.push_back(static_cast<double>(row(t, "x", r)[i]) * t.values("w")[scalar ? 0 : static_cast<size_t>(i)]);
+        e.bound.push_back(kU * std::fabs(e.want.back()));
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// SigmoidMul with one gate per token (b one value wide, a product of a as in Qwen3-Next's shared
+// expert gate): a * sigmoid(g), g = wg · a. g's float sum is off by (width + 4)·u·Σ|wg a| and
+// sigmoid's slope is at most 1/4.
+Case sigmoid_gate(int64_t width) {
+  Case c;
+  c.name = fmt::format("sigmoid_mul/{}/per_token", width);
+  c.n = 4;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId a = t.input(b, "a", width, 4, -3, 3);
+    const TensorId g = b.matmul(t.weight(b, "wg", TensorType::F32, {width, 1, 1, 1}, -0.3f, 0.3f), a, "gate", 0);
+    return b.sigmoid_mul(a, g, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < 4; ++r) {
+      double g = 0, mag = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        g += static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i];
+        mag += std::fabs(static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i]);
+      }
+      for (int64_t i = 0; i < width; ++i) {
+        const double a = row(t, "a", r)[i];
+        e.want.push_back(a / (1 + std::exp(-g)));
+        e.bound.push_back(transcendental_ulps(g) * kU * std::fabs(e.want.back()) +
+                          std::fabs(a) / 4 * (static_cast<double>(width) + 4) * kU * mag);
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+// Causal depthwise convolution then SiLU, its last K-1 inputs carried to the next step as state:
+// fed in two steps. The K-term sum is off by (K + 4)·u·Σ|w x|, SiLU's slope is at most 1.1, and
+// SiLU itself adds its exp's and division's ulps.
+Case ssm_conv(int64_t width, int K, int first, int second) {
+  Case c;
+  c.name = fmt::format("ssm_conv/{}/k{}/{}+{}", width, K, first, second);
+  const int n = first + second;
+  c.n = n;
+  c.steps = {first, second};
+  c.build = [=](Builder& b, Tables& t) {
+    return b.ssm_conv(t.input(b, "x", width, n), t.weight(b, "w", TensorType::F32, {K, width, 1, 1}), "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t ch = 0; ch < width; ++ch) {
+        double s = 0, mag = 0;
+        for (int j = 0; j < K; ++j) {
+          const int64_t src = r - K + 1 + j;
+          if (src < 0) continue;
+          const double p = static_cast<double>(t.values("w")[static_cast<size_t>(ch * K + j)]) * row(t, "x", src)[ch];
+          s += p;
+          mag += std::fabs(p);
+        }
+        e.want.push_back(s / (1 + std::exp(-s)));
+        e.bound.push_back(1.1 * (K + 4) * kU * mag + transcendental_ulps(s) * kU * std::fabs(e.want.back()));
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cs;
+  using graph::Op;
+  for (int n : {1, 5}) {
+    cs.push_back(elementwise(fmt::format("add/n{}", n), Op::Add, 96, n));
+    cs.push_back(elementwise(fmt::format("mul/n{}", n), Op::Mul, 96, n));
+    cs.push_back(elementwise(fmt::format("swiglu/n{}", n), Op::SwiGLU, 256, n));
+    cs.push_back(elementwise(fmt::format("geglu/n{}", n), Op::GeGLU, 256, n));
+    cs.push_back(elementwise(fmt::format("softcap/n{}", n), Op::Softcap, 96, n));
+    cs.push_back(elementwise(fmt::format("sigmoid_mul/n{}", n), Op::SigmoidMul, 96, n));
+  }
+  cs.push_back(sigmoid_gate(64));
+  cs.push_back(scale(96, false));
+  cs.push_back(scale(96, true));
+  cs.push_back(split_concat(64));
+  cs.push_back(rms_norm(256, 256, true, 0.0f, 3));
+  cs.push_back(rms_norm(256, 256, true, 1.0f, 3));
+  cs.push_back(rms_norm(96, 96, false, 0.0f, 2));
+  cs.push_back(rms_norm(256, 64, true, 0.0f, 3));
+  cs.push_back(rms_norm(256, 128, false, 0.0f, 2));
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    cs.push_back(embed(t, 256));
+  }
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,   TensorType::Q4_0,   TensorType::Q4_1,
+                              TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,   TensorType::Q2_K,   TensorType::Q3_K,
+                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,   TensorType::IQ4_NL, TensorType::IQ4_XS,
+                              TensorType::MXFP4};
+  for (TensorType t : types) {
+    if (!quant::can_quantize(t)) continue;
+    for (int n : {1, 5, 16}) cs.push_back(matmul(t, 256, 64, n, false));
+    cs.push_back(matmul(t, 512, 40, 3, true));
+  }
+  for (graph::RopeMode m : {graph::RopeMode::Normal, graph::RopeMode::NeoX}) {
+    cs.push_back(rope(m, 64, 64, 0));
+    cs.push_back(rope(m, 128, 128, 7));
+    cs.push_back(rope(m, 64, 32, 3));  // partial rotation
+  }
+  cs.push_back(attention(4, 2, 64, 0, 0.0f, false, 5, 1));
+  cs.push_back(attention(4, 2, 64, 0, 0.0f, false, 3, 6));
+  cs.push_back(attention(8, 1, 128, 0, 0.0f, false, 7, 1));
+  cs.push_back(attention(4, 4, 64, 4, 0.0f, false, 6, 3));
+  cs.push_back(attention(4, 2, 64, 0, 30.0f, false, 4, 2));
+  cs.push_back(attention(4, 2, 64, 3, 0.0f, true, 5, 2));
+  cs.push_back(attention(2, 1, 256, 0, 0.0f, false, 3, 1));
+  cs.push_back(ssm_conv(64, 4, 3, 4));
+  cs.push_back(ssm_conv(96, 4, 1, 1));
+  cs.push_back(ssm_conv(64, 4, 6, 2));
+  return cs;
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> cs = all_cases();
+  return cs;
+}
+
+struct PerfRow {
+  std::string backend, name;
+  double us;
+};
+std::vector<PerfRow>& perf_rows() {
+  static std::vector<PerfRow> rows;
+  return rows;
+}
+
+class OpSuite : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+
+TEST_P(OpSuite, MatchesTheDefinition) {
+  const auto& [backend_name, index] = GetParam();
+  const Case& c = cases()[index];
+  std::unique_ptr<backend::Backend> be;
+  try {
+    be = backend::make_backend(backend_name, -1, 2);
+  } catch (const Error& e) {
+    GTEST_SKIP() << backend_name << " cannot start: " << e.what();
+  }
+  Tables t(static_cast<uint32_t>(index) * 7919u + 17u);
+  graph::Graph g;
+  Builder b(g);
+  g.logits = c.build(b, t);
+  g.n_layer = 1;
+  g.n_vocab = g.tensor(g.logits).ne[0];
+  ASSERT_GE(g.n_vocab, c.n) << "the output must be at least as wide as the tokens (ids are checked against it)";
+  if (const std::string why = be->why_unsupported(g); !why.empty()) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const gguf::File f = t.write(tmp.file("case.gguf"));
+  auto weights = be->load(g, f);
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = c.n;
+  opts.kv_type = backend::KvType::F32;
+  auto exe = weights->instantiate(opts);
+  const std::vector<int> steps = c.steps.empty() ? std::vector<int>{c.n} : c.steps;
+  std::vector<float> got;
+  const auto run_all = [&](bool keep) {
+    int32_t at = 0;
+    for (int s : steps) {
+      if (s == 0) continue;
+      std::vector<int32_t> tokens(static_cast<size_t>(s));
+      for (int i = 0; i < s; ++i) tokens[static_cast<size_t>(i)] = at + i;
+      exe->run(graph::StepParams::one(tokens, at, true));
+      if (keep) got.insert(got.end(), exe->logits().begin(), exe->logits().end());
+      at += s;
+    }
+  };
+  run_all(true);
+  Expect e = c.reference(t);
+  ASSERT_EQ(got.size(), e.want.size());
+  const int most = *std::max_element(steps.begin(), steps.end());
+  const bool f16 = backend_name == "vulkan" && most > kDirectTokens;
+  const bool codes = backend_name == "cpu" || most <= kDirectTokens;
+  for (size_t i = 0; i < e.bound.size(); ++i) {
+    if (f16 && !e.f16.empty()) e.bound[i] += e.f16[i];
+    if (codes && !e.codes.empty()) e.bound[i] += e.codes[i];
+  }
+  double worst = 0;
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - e.want[i]);
+    const double ratio = e.bound[i] > 0 ? err / e.bound[i] : (err > 0 ? INFINITY : 0);
+    if (!(ratio <= 1) && bad++ == 0) first_bad = i;
+    worst = std::max(worst, ratio);
+  }
+  EXPECT_EQ(bad, 0u) << backend_name << " " << c.name << ": " << bad << " of " << got.size()
+                     << " elements outside their bound; first at " << first_bad << ": got " << got[first_bad] << ", want "
+                     << e.want[first_bad] << " ± " << e.bound[first_bad];
+  std::printf("%s %s: worst error %.3g of its bound\n", backend_name.c_str(), c.name.c_str(), worst);
+  if (g_perf) {
+    const int reps = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) run_all(false);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+    perf_rows().push_back({backend_name, c.name, us});
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<OpSuite::ParamType>& info) {
+  std::string n = std::get<0>(info.param) + "_" + cases()[std::get<1>(info.param)].name;
+  for (char& ch : n) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
+                         ::testing::Combine(::testing::Values("cpu", "vulkan"), ::testing::Range<size_t>(0, cases().size())),
+                         case_name);
+
+}  // namespace
+}  // namespace zinc
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--perf") == 0) zinc::g_perf = true;
+  }
+  const int rc = RUN_ALL_TESTS();
+  if (zinc::g_perf) {
+    std::printf("\n| backend | op case | µs per run (all its steps) |\n|---|---|---|\n");
+    for (const auto& r : zinc::perf_rows()) std::printf("| %s | %s | %.1f |\n", r.backend.c_str(), r.name.c_str(), r.us);
+  }
+  return rc;
+}
