@@ -9,6 +9,7 @@
 #include "cli/json_util.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "core/knobs.h"
 #include "core/system_info.h"
 #include "quant/dot.h"
 #include "zinc/version.h"
@@ -72,6 +73,14 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                         {"devices", devs}});
         }
         j["backends"] = bs;
+        nlohmann::json ks = nlohmann::json::array();
+        for (const Knob& k : knobs()) {
+          const char* v = knob(k.name);
+          ks.push_back({{"name", k.name}, {"values", k.values}, {"default", k.fallback}, {"meaning", k.meaning},
+                        {"set", v ? nlohmann::json(v) : nlohmann::json()}});
+        }
+        j["knobs"] = ks;
+        j["home"] = zinc_home();
         fmt::print("{}\n", dump_json(j));
         return status;
       }
@@ -91,6 +100,17 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
           if (!d.features.empty()) line += " · " + join(d.features, ", ");
           fmt::print("{}\n", line);
         }
+      }
+      if (global.verbose) {
+        // Every environment variable zinc reads (core/knobs.cpp), with what is set now.
+        fmt::print("\nfiles: {} (ZINC_HOME)\n\n| variable | set now | values | default | meaning |\n|---|---|---|---|---|\n",
+                   terminal_safe(zinc_home()));
+        for (const Knob& k : knobs()) {
+          const char* v = knob(k.name);
+          fmt::print("| {} | {} | {} | {} | {} |\n", k.name, v ? terminal_safe(v) : "–", k.values, k.fallback, k.meaning);
+        }
+      } else {
+        fmt::print("\n(-v also lists the environment variables zinc reads)\n");
       }
       return status;
     };

@@ -36,12 +36,6 @@ double measure_read_bandwidth(ThreadPool& pool) {
   return best;
 }
 
-std::string zinc_home() {
-  if (const char* h = std::getenv("ZINC_HOME"); h && *h) return h;
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/zinc";
-  return ".zinc";
-}
-
 namespace {
 
 double cached(ThreadPool& pool, bool refresh) {

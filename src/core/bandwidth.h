@@ -7,6 +7,8 @@
 
 #include "core/thread_pool.h"
 
+#include "core/knobs.h"  // zinc_home()
+
 namespace zinc {
 
 // Best of five passes over 512 MiB, in GB/s.
@@ -18,8 +20,5 @@ double cached_read_bandwidth(ThreadPool& pool);
 
 // Measures again and replaces the cached figure (after a measurement taken on a busy machine).
 double refresh_read_bandwidth(ThreadPool& pool);
-
-// $ZINC_HOME, or ~/.cache/zinc.
-std::string zinc_home();
 
 }  // namespace zinc

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/system_info.h"
 #include "quant/dot.h"
 
@@ -14,8 +15,8 @@ namespace {
 
 // ZINC_CPU_ISA=scalar|avx2|avx512|neon caps the instruction sets used (for comparing and debugging).
 int isa_cap() {
-  const char* v = std::getenv("ZINC_CPU_ISA");
-  if (!v || !*v) return 3;
+  const char* v = knob("ZINC_CPU_ISA");
+  if (!v) return 3;
   const std::string s(v);
   if (s == "scalar") return 0;
   if (s == "avx2" || s == "neon") return 1;

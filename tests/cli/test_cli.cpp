@@ -280,6 +280,24 @@ TEST(Cli, CheckNamesTheKernelPathsAndZincCpuIsaCapsThem) {
   }
 }
 
+TEST(Cli, CheckListsEveryKnobWithWhatIsSet) {
+  // `zinc check -v` (and --json) list the environment variables zinc reads, with the values set now.
+  setenv("ZINC_VULKAN_MV_ROWS", "3", 1);
+  const RunResult text = zinc({"check", "-v"});
+  const json j = json::parse(zinc({"check", "--json"}).out);
+  unsetenv("ZINC_VULKAN_MV_ROWS");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "| ZINC_VULKAN_MV_ROWS | 3 | 1..8 |")) << text.out;
+  EXPECT_TRUE(contains(text.out, "| ZINC_HOME | ")) << text.out;
+  bool found = false;
+  for (const auto& k : j["knobs"]) {
+    if (k["name"] == "ZINC_VULKAN_MV_ROWS") found = k["set"] == "3";
+    else if (k["name"] == "ZINC_CPU_ISA" && !std::getenv("ZINC_CPU_ISA")) EXPECT_TRUE(k["set"].is_null());
+  }
+  EXPECT_TRUE(found) << j["knobs"].dump();
+  EXPECT_FALSE(contains(zinc({"check"}).out, "| ZINC_HOME")) << "the table is for -v";
+}
+
 TEST(Cli, CheckRequireFailsForAnUnavailableBackend) {
   const json j = json::parse(zinc({"check", "--json"}).out);
   for (const auto& b : j["backends"]) {

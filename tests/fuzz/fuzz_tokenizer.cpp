@@ -1,5 +1,5 @@
 // libFuzzer target for the tokenizers: the input is text from a user (or a client of the server), fed
-// to every vocabulary in $ZINC_FUZZ_VOCABS (GGUF files, colon-separated). Encoding must either succeed
+// to every vocabulary in $ZINC_TEST_FUZZ_VOCABS (GGUF files, colon-separated). Encoding must either succeed
 // with ids in range or reject ill-formed UTF-8 with zinc::Error; decoding the ids and streaming them
 // through the detokenizer must not fail, and sanitized text must always encode.
 #include <cstdlib>
@@ -23,7 +23,7 @@ std::vector<std::unique_ptr<zinc::tokenizer::Tokenizer>>& tokenizers() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* list = std::getenv("ZINC_FUZZ_VOCABS");
+  const char* list = std::getenv("ZINC_TEST_FUZZ_VOCABS");
   if (!list) return 0;
   std::string s = list;
   size_t pos = 0;

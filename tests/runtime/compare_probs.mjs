@@ -40,7 +40,7 @@ const dense = (m, n) => {
   return a;
 };
 const ours = JSON.parse(execFileSync(tool, [file, ...ids.map(String)], {
-  encoding: "utf8", maxBuffer: 1 << 26, env: { ...process.env, ZINC_EVAL_KV: "f32" },
+  encoding: "utf8", maxBuffer: 1 << 26, env: { ...process.env, ZINC_TEST_EVAL_KV: "f32" },
 })).logits;
 const ref = dense(await llamaLogits(model), ours.length);
 const softmax = (v) => {

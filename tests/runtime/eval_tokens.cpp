@@ -1,6 +1,6 @@
 // Test tool: evaluates token ids with the CPU backend and prints the last position's logits as JSON.
 // Usage: zinc_eval_tokens MODEL.gguf ID [ID ...]
-// ZINC_EVAL_KV=f32|f16 picks the KV cache type (default f16, the engine's default).
+// ZINC_TEST_EVAL_KV=f32|f16 picks the KV cache type (default f16, the engine's default).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     zinc::backend::ExecOptions opts;
     opts.n_ctx = static_cast<int32_t>(ids.size()) + 8;
     opts.max_tokens = static_cast<int32_t>(ids.size());
-    const char* kv = std::getenv("ZINC_EVAL_KV");
+    const char* kv = std::getenv("ZINC_TEST_EVAL_KV");
     if (kv && std::string(kv) == "f32") opts.kv_type = zinc::backend::KvType::F32;
     zinc::runtime::Session s(f, *backend, opts);
     const auto logits = s.eval(ids);

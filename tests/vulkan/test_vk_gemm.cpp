@@ -1,6 +1,6 @@
 // The Vulkan matrix-matrix product (vk_gemm.h) against a float64 product of the same f16 weights and
 // float activations (the graph's Op::MatMul: out[t] = W · x[t]), over ragged tiles, output slabs
-// and view offsets, with every kernel the device has. ZINC_VULKAN_BENCH=1 adds a throughput table.
+// and view offsets, with every kernel the device has. ZINC_TEST_VULKAN_BENCH=1 adds a throughput table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,12 +166,12 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
       for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128", "64w", "128w"}
                                                           : std::vector<const char*>{""}) {
         // "w": 8 subgroups (the default), else 4.
-        if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
-        if (*bm) setenv("ZINC_VK_MM_WARPS", std::string(bm).ends_with("w") ? "8" : "4", 1);
+        if (*bm) setenv("ZINC_VULKAN_MM_BM", bm, 1);
+        if (*bm) setenv("ZINC_VULKAN_MM_WARPS", std::string(bm).ends_with("w") ? "8" : "4", 1);
         Operands o(*ctx_, p);
         mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
-        unsetenv("ZINC_VK_MM_BM");
-        unsetenv("ZINC_VK_MM_WARPS");
+        unsetenv("ZINC_VULKAN_MM_BM");
+        unsetenv("ZINC_VULKAN_MM_WARPS");
         const Verdict v = judge(p, o.got(), o.y_floats);
         char what[192];
         std::snprintf(what, sizeof what, "%s%s%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u", mul_mm_kernel_name(k),
@@ -228,7 +228,7 @@ TEST_F(VulkanGemm, BadShapesAndMissingKernelsAreClearErrors) {
 
 TEST_F(VulkanGemm, Throughput) {
   // Prefill-sized products (512 tokens, K 4096): wall time of a recording of 10 products, best of 3.
-  if (!std::getenv("ZINC_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_VULKAN_BENCH=1 for the throughput table";
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the throughput table";
   const uint32_t m = 512, k = 4096;
   std::mt19937 rng(14);
   std::uniform_int_distribution<int> bits(0x2c00, 0x3800);  // f16 in [1/16, 1/2]
@@ -246,15 +246,15 @@ TEST_F(VulkanGemm, Throughput) {
              {MulMmKernel::Tiled, "", ""}, {MulMmKernel::CoopMatNV, "64", "4"}, {MulMmKernel::CoopMatNV, "128", "4"},
              {MulMmKernel::CoopMatNV, "64", "8"}, {MulMmKernel::CoopMatNV, "128", "8"}}) {
       if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
-      if (*bm) setenv("ZINC_VK_MM_BM", bm, 1);
-      if (*warps) setenv("ZINC_VK_MM_WARPS", warps, 1);
+      if (*bm) setenv("ZINC_VULKAN_MM_BM", bm, 1);
+      if (*warps) setenv("ZINC_VULKAN_MM_WARPS", warps, 1);
       const double best = seconds_per_rep(*ctx_, 10, 2, [&](Recording& rec) {
         mul_mm(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, k, n, m, n, 0, View{&bs});
       });
       std::printf("| %s%s%s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm,
                   *warps ? ", subgroups " : "", warps, m, n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
-      unsetenv("ZINC_VK_MM_BM");
-      unsetenv("ZINC_VK_MM_WARPS");
+      unsetenv("ZINC_VULKAN_MM_BM");
+      unsetenv("ZINC_VULKAN_MM_WARPS");
     }
     ctx_->release(bw);
     ctx_->release(bx);

@@ -443,7 +443,7 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
 TEST_F(VulkanKQuant, Throughput) {
   // Decode-sized products of random blocks (the bytes' values do not change the work): wall time of a
   // recording of 50, best of 3, for the float kernel and the integer-dot one under a few shapes.
-  if (!std::getenv("ZINC_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_VULKAN_BENCH=1 for the throughput table";
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the throughput table";
   std::mt19937 rng(3);
   std::printf("| type | rows | cols | kernel | us | GB/s |\n|---|---|---|---|---|---|\n");
   const auto timed = [&](const std::function<void(Recording&)>& record) { return seconds_per_rep(*ctx_, 50, 1, record); };
@@ -491,13 +491,13 @@ TEST_F(VulkanKQuant, Throughput) {
       row("float", timed([&](Recording& r) { mul_mv(*ctx_, r, type, View{&bw}, View{&bx}, View{&by}, View{}, ncols, nrows, 1); }));
       row("quantize_q8k", timed([&](Recording& r) { quantize_q8k(*ctx_, r, View{&bx}, View{&bq}, ncols, 1); }));
       for (const auto& [wg, rows] : {std::pair{"128", "2"}, {"128", "4"}, {"256", "4"}, {"64", "4"}, {"128", "8"}, {"256", "2"}}) {
-        setenv("ZINC_VK_MVK_WG", wg, 1);
-        setenv("ZINC_VK_MVK_ROWS", rows, 1);
+        setenv("ZINC_VULKAN_MVK_WG", wg, 1);
+        setenv("ZINC_VULKAN_MVK_ROWS", rows, 1);
         const double t = timed([&](Recording& r) { mul_mv_k(*ctx_, r, type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, 1); });
         row(fmt::format("int-dot wg {} rows {}", wg, rows).c_str(), t);
       }
-      unsetenv("ZINC_VK_MVK_WG");
-      unsetenv("ZINC_VK_MVK_ROWS");
+      unsetenv("ZINC_VULKAN_MVK_WG");
+      unsetenv("ZINC_VULKAN_MVK_ROWS");
       for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
     }
   }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace zinc::backend::vk {
 
@@ -34,15 +35,11 @@ bool has_extension(VkPhysicalDevice dev, const char* name) {
   return std::any_of(exts.begin(), exts.end(), [&](const VkExtensionProperties& e) { return std::strcmp(e.extensionName, name) == 0; });
 }
 
-// The on-disk pipeline cache: $ZINC_CACHE_DIR or $XDG_CACHE_HOME/zinc or ~/.cache/zinc, one file per
-// device and driver version ("" when no directory can be named).
+// The on-disk pipeline cache in zinc_home(), one file per device and driver version.
 std::string pipeline_cache_file(const VkPhysicalDeviceProperties& p) {
-  std::filesystem::path dir;
-  if (const char* z = std::getenv("ZINC_CACHE_DIR"); z && *z) dir = z;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::filesystem::path(x) / "zinc";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "zinc";
-  else return "";
-  return (dir / fmt::format("vulkan-pipelines-{:04x}-{:04x}-{:08x}.bin", p.vendorID, p.deviceID, p.driverVersion)).string();
+  return (std::filesystem::path(zinc_home()) /
+          fmt::format("vulkan-pipelines-{:04x}-{:04x}-{:08x}.bin", p.vendorID, p.deviceID, p.driverVersion))
+      .string();
 }
 
 }  // namespace
@@ -56,7 +53,7 @@ std::unique_ptr<Context> Context::create(int device) {
   vkEnumeratePhysicalDevices(c->instance_, &n, devs.data());
   if (devs.empty()) throw Error("Vulkan: the loader found no devices: install a Vulkan driver");
   if (device < 0) {
-    if (const char* e = std::getenv("ZINC_VULKAN_DEVICE"); e && *e) device = std::atoi(e);
+    if (const char* e = knob("ZINC_VULKAN_DEVICE")) device = std::atoi(e);
   }
   if (device >= static_cast<int>(devs.size())) {
     throw Error(fmt::format("Vulkan: device {} requested, {} present (zinc check lists them)", device, devs.size()));
@@ -76,7 +73,7 @@ std::unique_ptr<Context> Context::create(int device) {
   VkPhysicalDeviceProperties props{};
   vkGetPhysicalDeviceProperties(c->physical_, &props);
   c->name_ = props.deviceName;
-  const char* wait = std::getenv("ZINC_VK_WAIT");
+  const char* wait = knob("ZINC_VULKAN_WAIT");
   c->spin_wait_ = props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU && !(wait && std::string_view(wait) == "block");
   if (props.apiVersion < VK_API_VERSION_1_2) {
     throw Error(fmt::format("Vulkan: {} offers Vulkan {}.{}; zinc needs 1.2 (timeline semaphores)", c->name_,
@@ -112,7 +109,7 @@ std::unique_ptr<Context> Context::create(int device) {
   f.int_dot = v13 && f13.shaderIntegerDotProduct;
   f.fp64 = f2.features.shaderFloat64;
   f.subgroup_control = v13 && f13.subgroupSizeControl && f13.computeFullSubgroups;
-  f.coopmat_nv = nv_coopmat && fcm.cooperativeMatrix && f.fp16 && std::getenv("ZINC_VULKAN_NO_COOPMAT") == nullptr;
+  f.coopmat_nv = nv_coopmat && fcm.cooperativeMatrix && f.fp16 && knob("ZINC_VULKAN_NO_COOPMAT") == nullptr;
   if (!f12.timelineSemaphore) throw Error(fmt::format("Vulkan: {} has no timeline semaphores", c->name_));
   // Enable exactly those (and nothing else the device happens to offer).
   VkPhysicalDeviceVulkan11Features e11{};
@@ -162,7 +159,7 @@ std::unique_ptr<Context> Context::create(int device) {
   f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
   f.shared_memory = props.limits.maxComputeSharedMemorySize;
   c->timestamp_ns_ = props.limits.timestampPeriod;
-  if (const char* e = std::getenv("ZINC_VK_PROFILE"); e && *e && *e != '0') c->profiling_ = props.limits.timestampComputeAndGraphics;
+  if (const char* e = knob("ZINC_VULKAN_PROFILE"); e && *e != '0') c->profiling_ = props.limits.timestampComputeAndGraphics;
   f.unified_memory = true;
   for (uint32_t i = 0; i < c->memory_.memoryTypeCount; ++i) {
     const auto flags = c->memory_.memoryTypes[i].propertyFlags;
@@ -423,7 +420,7 @@ void Context::submit(VkCommandBuffer cb) {
   // Decode steps take milliseconds and the host has the next one to submit as soon as this one ends:
   // poll the semaphore (yielding the core) for up to kSpinNs before blocking, so the host does not
   // pay a sleeping thread's wake-up on every token (+2.7% tg128 on an H100). Not where the device is
-  // the CPU itself, and not with ZINC_VK_WAIT=block (measurements): spin_wait_.
+  // the CPU itself, and not with ZINC_VULKAN_WAIT=block (measurements): spin_wait_.
   if (spin_wait_) {
     constexpr auto kSpinNs = std::chrono::milliseconds(20);
     const auto start = std::chrono::steady_clock::now();
@@ -796,9 +793,6 @@ void Recording::collect_profile() {
   ++ctx_.submissions_;
 }
 
-uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::clamp<uint32_t>(static_cast<uint32_t>(std::atoi(e)), lo, hi) : fallback;
-}
+uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) { return knob_u32(name, fallback, lo, hi); }
 
 }  // namespace zinc::backend::vk

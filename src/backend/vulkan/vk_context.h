@@ -103,7 +103,7 @@ class Recording final : public Dispatcher {
   void collect_profile();
 
   Context& ctx_;
-  VkQueryPool queries_ = VK_NULL_HANDLE;  // with ZINC_VK_PROFILE: a timestamp before and after each dispatch
+  VkQueryPool queries_ = VK_NULL_HANDLE;  // with ZINC_VULKAN_PROFILE: a timestamp before and after each dispatch
   std::vector<const Kernel*> profiled_;
   VkCommandBuffer cb_ = VK_NULL_HANDLE;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
@@ -159,7 +159,7 @@ class Context {
 
   VkDevice device() const { return device_; }
 
-  // ZINC_VK_PROFILE=1: recordings time every dispatch; the context prints the time per kernel when it
+  // ZINC_VULKAN_PROFILE=1: recordings time every dispatch; the context prints the time per kernel when it
   // closes (to stderr), and profile() returns it as text.
   bool profiling() const { return profiling_; }
   std::string profile() const;

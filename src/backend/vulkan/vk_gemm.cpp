@@ -21,10 +21,10 @@ constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 
 // mul_mm_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
 // 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
-// ZINC_VK_MM_BM (64 or 128) forces one, for measurements.
+// ZINC_VULKAN_MM_BM (64 or 128) forces one, for measurements.
 uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
-  return env_knob("ZINC_VK_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
+  return env_knob("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
 // mul_mm.glsl's push constants.
@@ -148,8 +148,8 @@ void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uin
   const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, tile_rows, kCoopTokens, &gx, &gy);
   const View bindings[] = {w_f16, x_f16, y};
   // Eight subgroups per workgroup: on an H100, 512 tokens of a 4096 x 4096 weight take 120 TFLOPS with
-  // eight, 90 with four (more subgroups hide the loads). ZINC_VK_MM_WARPS (4 or 8) for measurements.
-  const uint32_t warps = env_knob("ZINC_VK_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
+  // eight, 90 with four (more subgroups hide the loads). ZINC_VULKAN_MM_WARPS (4 or 8) for measurements.
+  const uint32_t warps = env_knob("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
   const uint32_t spec[] = {tile_rows, warps * 32};
   d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
 }

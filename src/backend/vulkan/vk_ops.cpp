@@ -35,11 +35,11 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   std::string name = exact ? "rms_norm_row_f64" : "rms_norm_row_f32";
   if (b.buffer) name += "_add";
   // One 4-float chunk per invocation where the row allows (4096 floats: 1024 invocations), so the
-  // serial steps between the barriers are one chunk long. ZINC_VK_NORM_WG (64..1024) for measurements.
+  // serial steps between the barriers are one chunk long. ZINC_VULKAN_NORM_WG (64..1024) for measurements.
   const uint32_t most = std::min<uint32_t>(1024, ctx.features().max_invocations);
   uint32_t wgs = 64;
   while (wgs * 2 <= most && wgs * 4 < width) wgs *= 2;
-  const uint32_t knob = env_knob("ZINC_VK_NORM_WG", wgs, 64, most);
+  const uint32_t knob = env_knob("ZINC_VULKAN_NORM_WG", wgs, 64, most);
   for (wgs = 64; wgs * 2 <= knob;) wgs *= 2;
   while (wgs * 2 <= most && (width / 4 + wgs - 1) / wgs > kRowChunks) wgs *= 2;
   const uint32_t spec[] = {(width / 4 + wgs - 1) / wgs, wgs};

@@ -96,9 +96,9 @@ MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
   const uint32_t groups = (n_tokens + 7) / 8;
   s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
   s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
-  // Tuning knobs for measurements on a device: ZINC_VK_MV_WG (32, 64, 128, 256), ZINC_VK_MV_ROWS (1..8).
-  s.wg = env_knob("ZINC_VK_MV_WG", s.wg, 32, 256);
-  s.rows = env_knob("ZINC_VK_MV_ROWS", s.rows, 1, 8);
+  // Tuning knobs for measurements on a device: ZINC_VULKAN_MV_WG (32, 64, 128, 256), ZINC_VULKAN_MV_ROWS (1..8).
+  s.wg = env_knob("ZINC_VULKAN_MV_WG", s.wg, 32, 256);
+  s.rows = env_knob("ZINC_VULKAN_MV_ROWS", s.rows, 1, 8);
   return s;
 }
 
@@ -278,11 +278,11 @@ struct MulMvKPush {
 // rows sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096, 2.8 TB/s
 // at the 151936-row output head), 16 blocks and two rows for the small ones and for every Q6_K matrix
 // (whose unaligned blocks take more loads: 2.0 TB/s at 4096 x 12288, 2.4 TB/s at the output head).
-// Knobs for measuring on a device: ZINC_VK_MVK_WG (64..256), ZINC_VK_MVK_ROWS (1..8).
+// Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8).
 void mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t* wg, uint32_t* rows) {
   const bool big = type != TensorType::Q6_K && nrows >= 4096u;
-  *wg = env_knob("ZINC_VK_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
-  *rows = env_knob("ZINC_VK_MVK_ROWS", big ? 4 : 2, 1, 8);
+  *wg = env_knob("ZINC_VULKAN_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
+  *rows = env_knob("ZINC_VULKAN_MVK_ROWS", big ? 4 : 2, 1, 8);
 }
 
 uint32_t checked_k_row_bytes(const Context& ctx, const char* op, TensorType type, uint32_t ncols) {

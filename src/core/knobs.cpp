@@ -1,0 +1,59 @@
+#include "core/knobs.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace zinc {
+
+namespace {
+
+constexpr Knob kKnobs[] = {
+    {"ZINC_HOME", "a directory", "~/.cache/zinc",
+     "where installed models (models/), the measured memory bandwidth and the Vulkan pipeline cache live"},
+    {"ZINC_CPU_ISA", "scalar, avx2, avx512, neon", "the best this CPU runs",
+     "caps the CPU kernels' instruction set (to compare paths; the test command runs every one)"},
+    {"ZINC_VULKAN_DEVICE", "a device index (zinc check lists them)", "the first discrete GPU",
+     "the Vulkan device when --device is not given"},
+    {"ZINC_VULKAN_NO_COOPMAT", "any value", "unset", "no cooperative-matrix (tensor core) prefill GEMM"},
+    {"ZINC_VULKAN_WAIT", "block", "spin on a GPU, block on a CPU device", "how the host waits for a submitted step"},
+    {"ZINC_VULKAN_PROFILE", "1", "unset", "time every dispatch and print the GPU time per kernel at exit"},
+    {"ZINC_VULKAN_MV_WG", "32..256", "per type", "workgroup size of the float and 32-element-block mat-vec (tuning)"},
+    {"ZINC_VULKAN_MV_ROWS", "1..8", "per type", "rows per workgroup of that mat-vec (tuning)"},
+    {"ZINC_VULKAN_MVK_WG", "64..256", "64 or 128 by size", "workgroup size of the K-quant integer mat-vec (tuning)"},
+    {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by size", "rows per workgroup of that mat-vec (tuning)"},
+    {"ZINC_VULKAN_MM_BM", "64, 128", "by tile count", "rows per tile of the prefill GEMM (tuning)"},
+    {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},
+    {"ZINC_VULKAN_NORM_WG", "64..1024", "by width", "workgroup size of the row norm (tuning)"},
+    {"ZINC_TEST_VULKAN_BENCH", "1", "unset", "zinc_vulkan_tests also prints its kernel throughput tables"},
+    {"ZINC_TEST_EVAL_KV", "f32, f16", "f16", "the KV cache type of the test oracles' evaluation helper"},
+    {"ZINC_TEST_FUZZ_VOCABS", "GGUF files, colon-separated", "none", "the vocabularies the tokenizer fuzzer encodes with"},
+};
+
+const Knob& find(std::string_view name) {
+  const auto* it = std::find_if(std::begin(kKnobs), std::end(kKnobs), [&](const Knob& k) { return name == k.name; });
+  if (it == std::end(kKnobs)) throw std::logic_error("environment variable not in the knob table: " + std::string(name));
+  return *it;
+}
+
+}  // namespace
+
+std::span<const Knob> knobs() { return kKnobs; }
+
+const char* knob(std::string_view name) {
+  const char* v = std::getenv(find(name).name);
+  return v && *v ? v : nullptr;
+}
+
+uint32_t knob_u32(std::string_view name, uint32_t fallback, uint32_t lo, uint32_t hi) {
+  const char* v = knob(name);
+  return v ? std::clamp<uint32_t>(static_cast<uint32_t>(std::strtoul(v, nullptr, 10)), lo, hi) : fallback;
+}
+
+std::string zinc_home() {
+  if (const char* h = knob("ZINC_HOME")) return h;
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/zinc";
+  return ".zinc";
+}
+
+}  // namespace zinc
