@@ -493,6 +493,128 @@ Case ssm_conv(int64_t width, int K, int first, int second) {
   return c;
 }
 
+// Mixture of experts, SwiGLU experts: router logits r = R x, softmax, the top k (renormalised), out =
+// Σ w_e down_e(silu(gate_e x) * up_e x). The error is carried through each stage: the router's sums
+// ((d + 4)·u·Σ|R x| each) move p_j by a relative 2·Er + (n_expert + 8)·u and the renormalised weights
+// by twice that plus (k + 4)·u; gate and up are off by their sums' error (plus, with int8 codes of x,
+// Σ|w|·1.01·amax/254), h = silu(g)·u by 1.1·Δg·|u| + |silu(g)|·Δu + silu's ulps, down by Σ|D|·Δh plus
+// its own sum and codes of h; out = Σ w y by Σ(w·Δy + Δw·|y|) + (k + 2)·u·Σ|w y|. A token whose k-th
+// and next expert are closer than their probabilities' error could be routed either way: it is left
+// out (the reference must not decide a tie), and at most one in eight may be.
+Case moe(TensorType type, int n_expert, int k, int n) {
+  Case c;
+  c.name = fmt::format("moe/{}/{}of{}/n{}", gguf::tensor_type_name(type), k, n_expert, n);
+  c.n = n;
+  c.weight_type = type;
+  const int64_t d = 256, ff = 256;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId x = t.input(b, "x", d, n);
+    const TensorId r = t.weight(b, "router", TensorType::F32, {d, n_expert, 1, 1}, -0.2f, 0.2f);
+    const TensorId g = t.weight(b, "gate", type, {d, ff, n_expert, 1}, -0.2f, 0.2f);
+    const TensorId u = t.weight(b, "up", type, {d, ff, n_expert, 1}, -0.2f, 0.2f);
+    const TensorId dn = t.weight(b, "down", type, {ff, d, n_expert, 1}, -0.2f, 0.2f);
+    return b.moe(x, r, g, u, dn, k, true, "out", 0);
+  };
+  const bool blocks = quant::block_size(type) > 1;
+  // Int8 codes of a row: the error of each element (for the 256-element blocks, which contain the 32s).
+  const auto code_err = [](const std::vector<double>& v) {
+    std::vector<double> e(v.size(), 0.0);
+    for (size_t b0 = 0; b0 < v.size(); b0 += 256) {
+      double amax = 0;
+      for (size_t j = b0; j < std::min(v.size(), b0 + 256); ++j) amax = std::max(amax, std::fabs(v[j]));
+      for (size_t j = b0; j < std::min(v.size(), b0 + 256); ++j) e[j] = 1.01 * amax / 254;
+    }
+    return e;
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    int ties = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* xf = row(t, "x", r);
+      const std::vector<double> x(xf, xf + d);
+      const std::vector<double> xe = code_err(x);
+      std::vector<double> logit(static_cast<size_t>(n_expert));
+      double er = 0;
+      for (int j = 0; j < n_expert; ++j) {
+        double s = 0, mag = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          const double p = t.values("router")[static_cast<size_t>(j * d + i)] * x[static_cast<size_t>(i)];
+          s += p;
+          mag += std::fabs(p);
+        }
+        logit[static_cast<size_t>(j)] = s;
+        er = std::max(er, (d + 4) * kU * mag);
+      }
+      const double mx = *std::max_element(logit.begin(), logit.end());
+      std::vector<double> prob(logit.size());
+      double sum = 0;
+      for (size_t j = 0; j < prob.size(); ++j) sum += (prob[j] = std::exp(logit[j] - mx));
+      for (double& p : prob) p /= sum;
+      std::vector<int> order(static_cast<size_t>(n_expert));
+      for (int j = 0; j < n_expert; ++j) order[static_cast<size_t>(j)] = j;
+      std::sort(order.begin(), order.end(), [&](int a, int b2) { return prob[static_cast<size_t>(a)] > prob[static_cast<size_t>(b2)]; });
+      const double rel_p = 2 * er + (n_expert + 8) * kU;
+      const double pk = prob[static_cast<size_t>(order[static_cast<size_t>(k - 1)])];
+      const double pn = k < n_expert ? prob[static_cast<size_t>(order[static_cast<size_t>(k)])] : 0.0;
+      const bool tie = k < n_expert && pk - pn <= 4 * rel_p * pk;
+      ties += tie;
+      double wsum = 0;
+      for (int q = 0; q < k; ++q) wsum += prob[static_cast<size_t>(order[static_cast<size_t>(q)])];
+      const double rel_w = 2 * rel_p + (k + 4) * kU;
+      std::vector<double> out(static_cast<size_t>(d), 0.0), base(static_cast<size_t>(d), 0.0), codes(static_cast<size_t>(d), 0.0),
+          mag(static_cast<size_t>(d), 0.0);
+      for (int q = 0; q < k; ++q) {
+        const int ex = order[static_cast<size_t>(q)];
+        const double w = prob[static_cast<size_t>(ex)] / wsum;
+        std::vector<double> h(static_cast<size_t>(ff)), dh(static_cast<size_t>(ff)), dh_codes(static_cast<size_t>(ff));
+        for (int64_t f = 0; f < ff; ++f) {
+          double g = 0, gm = 0, gc = 0, u = 0, um = 0, uc = 0;
+          const float* gw = t.values("gate").data() + (ex * ff + f) * d;
+          const float* uw = t.values("up").data() + (ex * ff + f) * d;
+          for (int64_t i = 0; i < d; ++i) {
+            g += gw[i] * x[static_cast<size_t>(i)];
+            gm += std::fabs(gw[i] * x[static_cast<size_t>(i)]);
+            gc += std::fabs(gw[i]) * xe[static_cast<size_t>(i)];
+            u += uw[i] * x[static_cast<size_t>(i)];
+            um += std::fabs(uw[i] * x[static_cast<size_t>(i)]);
+            uc += std::fabs(uw[i]) * xe[static_cast<size_t>(i)];
+          }
+          const double sg = g / (1 + std::exp(-g));
+          h[static_cast<size_t>(f)] = sg * u;
+          dh[static_cast<size_t>(f)] = 1.1 * (d + 4) * kU * gm * std::fabs(u) + std::fabs(sg) * (d + 4) * kU * um +
+                                       transcendental_ulps(g) * kU * std::fabs(sg * u);
+          dh_codes[static_cast<size_t>(f)] = 1.1 * gc * std::fabs(u) + std::fabs(sg) * uc;
+        }
+        const std::vector<double> he = code_err(h);
+        for (int64_t o = 0; o < d; ++o) {
+          const float* dw = t.values("down").data() + (ex * d + o) * ff;
+          double y = 0, ym = 0, dy = 0, dyc = 0;
+          for (int64_t f = 0; f < ff; ++f) {
+            y += dw[f] * h[static_cast<size_t>(f)];
+            ym += std::fabs(dw[f] * h[static_cast<size_t>(f)]);
+            dy += std::fabs(dw[f]) * dh[static_cast<size_t>(f)];
+            dyc += std::fabs(dw[f]) * (dh_codes[static_cast<size_t>(f)] + he[static_cast<size_t>(f)]);
+          }
+          dy += (ff + 4) * kU * ym;
+          out[static_cast<size_t>(o)] += w * y;
+          base[static_cast<size_t>(o)] += w * dy + rel_w * w * std::fabs(y);
+          codes[static_cast<size_t>(o)] += w * dyc;
+          mag[static_cast<size_t>(o)] += std::fabs(w * y);
+        }
+      }
+      for (int64_t o = 0; o < d; ++o) {
+        e.want.push_back(out[static_cast<size_t>(o)]);
+        e.bound.push_back(tie ? INFINITY : base[static_cast<size_t>(o)] + (k + 2) * kU * mag[static_cast<size_t>(o)]);
+        e.codes.push_back(blocks ? codes[static_cast<size_t>(o)] : 0.0);
+        e.f16.push_back(0.0);
+      }
+    }
+    EXPECT_LE(ties * 8, n) << "too many tokens routed at a near tie to judge";
+    return e;
+  };
+  return c;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cs;
   using graph::Op;
@@ -537,6 +659,11 @@ std::vector<Case> all_cases() {
   cs.push_back(attention(4, 2, 64, 0, 30.0f, false, 4, 2));
   cs.push_back(attention(4, 2, 64, 3, 0.0f, true, 5, 2));
   cs.push_back(attention(2, 1, 256, 0, 0.0f, false, 3, 1));
+  for (TensorType t : {TensorType::F32, TensorType::Q8_0, TensorType::Q4_K}) {
+    cs.push_back(moe(t, 8, 2, 1));
+    cs.push_back(moe(t, 8, 2, 5));
+  }
+  cs.push_back(moe(TensorType::Q4_0, 4, 1, 3));
   cs.push_back(ssm_conv(64, 4, 3, 4));
   cs.push_back(ssm_conv(96, 4, 1, 1));
   cs.push_back(ssm_conv(64, 4, 6, 2));
