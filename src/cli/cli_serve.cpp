@@ -19,7 +19,7 @@ namespace {
 struct ServeArgs {
   GenerationArgs gen;
   server::ServerOptions server;
-  int parallel = 1, queue = 32;
+  int parallel = 1, queue = 32, batch_tokens = 256;
   std::string alias;
 };
 
@@ -38,6 +38,7 @@ int run_serve(ServeArgs& a) {
   eo.n_slots = a.parallel;
   eo.queue_limit = a.queue;
   eo.exec = a.gen.exec_options();
+  eo.exec.max_tokens = a.batch_tokens;
   eo.backend = a.gen.backend;
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
@@ -76,9 +77,15 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
   cmd->add_option("--allowed-hosts", a->server.allowed_hosts,
                   "Host names the server answers besides localhost, IP addresses and --host (repeatable; * for any)");
   cmd->add_option("--max-body", a->server.max_body_bytes, "Largest request body in bytes")->capture_default_str();
-  cmd->add_option("--parallel", a->parallel, "Requests generated at once (slots, each with its own context)")
+  cmd->add_option("--parallel", a->parallel,
+                  "Requests generated at once: the sequences a step carries (each its own context of --ctx tokens)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--batch-tokens", a->batch_tokens,
+                  "Tokens one step evaluates at most: every decoding sequence's next token, then chunks of waiting "
+                  "prompts")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

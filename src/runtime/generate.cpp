@@ -91,7 +91,20 @@ Generation::~Generation() = default;
 
 bool Generation::step() {
   if (done_) return false;
-  const bool more = started_ ? decode_one() : prefill();
+  bool more = true;
+  if (!session_.pending().empty()) {
+    // A batched session whose tokens the scheduler has not run yet: nothing to do but notice a cancel.
+    if (!(opts_.cancel && opts_.cancel->load())) return true;
+    session_.drop_pending();
+    r_.reason = StopReason::Cancelled;
+    more = false;
+  } else if (!started_) {
+    more = prefill();
+  } else if (awaiting_prefill_) {
+    more = prefilled() && decode_one();
+  } else {
+    more = decode_one();
+  }
   started_ = true;
   if (!more) finish();
   return more;
@@ -99,14 +112,24 @@ bool Generation::step() {
 
 bool Generation::prefill() {
   impl_->t0 = Clock::now();
-  logits_ = session_.eval_reusing_prefix(prompt_, opts_.cancel);
+  const auto l = session_.eval_reusing_prefix(prompt_, opts_.cancel);
   r_.cached_tokens = session_.reused_tokens();
-  r_.prefill_s = since(impl_->t0);
-  impl_->t1 = Clock::now();
-  if (logits_.empty()) {  // cancelled between chunks of a long prompt
+  if (session_.batched()) {  // queued: the scheduler runs it, in chunks beside other sequences' tokens
+    awaiting_prefill_ = true;
+    return true;
+  }
+  if (l.empty()) {  // cancelled between chunks of a long prompt
+    r_.prefill_s = since(impl_->t0);
     r_.reason = StopReason::Cancelled;
     return false;
   }
+  return prefilled();
+}
+
+bool Generation::prefilled() {
+  awaiting_prefill_ = false;
+  r_.prefill_s = since(impl_->t0);
+  impl_->t1 = Clock::now();
   if (opts_.sampler_sees_prompt) {
     for (size_t i = static_cast<size_t>(r_.cached_tokens); i < prompt_.size(); ++i) sampler_.accept(prompt_[i]);
   }
@@ -138,7 +161,8 @@ bool Generation::decode_one() {
   // Greedy with nothing that reads the logits: the backend's argmax (a GPU computes it and hands back
   // one id instead of a row of logits).
   const bool backend_pick = !sampler_.needs_logits() && opts_.top_logprobs < 0;
-  const int32_t next = backend_pick ? session_.last_argmax() : sampler_.sample(logits_);
+  const std::span<const float> logits = backend_pick ? std::span<const float>() : session_.last_logits();
+  const int32_t next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
   sampler_.accept(next);
   if (first_) {
     r_.first_token_s = since(impl_->t0);
@@ -148,7 +172,7 @@ bool Generation::decode_one() {
     r_.reason = StopReason::EndOfGeneration;
     return false;
   }
-  if (opts_.top_logprobs >= 0) r_.logprobs.push_back(logprobs_of(logits_, next, opts_.top_logprobs));
+  if (opts_.top_logprobs >= 0) r_.logprobs.push_back(logprobs_of(logits, next, opts_.top_logprobs));
   r_.tokens.push_back(next);
   if (emit_text(impl_->detok.push(next))) return false;
   if (opts_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= opts_.max_tokens) {
@@ -164,7 +188,7 @@ bool Generation::decode_one() {
     session_.shift(opts_.n_keep, std::max(1, n_discard));
     ++r_.context_shifts;
   }
-  logits_ = session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));
+  session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));  // queued where the session is batched
   return true;
 }
 

@@ -71,7 +71,9 @@ struct GenerateResult {
 using TextSink = std::function<void(std::string_view text)>;
 
 // Generation one step at a time, so a scheduler can interleave several on one model: the first step()
-// prefills the prompt, each later one samples a token and evaluates it. The session, tokenizer and
+// prefills the prompt, each later one samples a token and evaluates it. Over a batched session (see
+// Session) a step queues the tokens instead and the scheduler runs them with other sequences'; step()
+// does nothing while they are queued. The session, tokenizer and
 // sampler must outlive it; `prompt` is copied.
 class Generation {
  public:
@@ -90,6 +92,7 @@ class Generation {
  private:
   struct Impl;
   bool prefill();
+  bool prefilled();  // the prompt is in the context: timings, the sampler's history, a zero token limit
   bool decode_one();
   void finish();
   bool emit_text(std::string text);
@@ -102,8 +105,7 @@ class Generation {
   TextSink on_text_;
   std::unique_ptr<Impl> impl_;
   GenerateResult r_;
-  std::span<const float> logits_;
-  bool started_ = false, done_ = false, first_ = true;
+  bool started_ = false, done_ = false, first_ = true, awaiting_prefill_ = false;
 };
 
 // Prefills `prompt` (the whole context wanted: tokens the session already holds as a prefix are

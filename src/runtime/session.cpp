@@ -14,11 +14,38 @@ Session::Session(const gguf::File& file, backend::Backend& backend, const backen
 Session::Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts)
     : weights_(std::move(weights)), exe_(weights_->instantiate(opts)) {}
 
+Session::Session(std::shared_ptr<backend::Weights> weights, std::shared_ptr<backend::Executable> exe, int32_t seq)
+    : weights_(std::move(weights)), exe_(std::move(exe)), seq_(seq), batched_(true) {
+  if (seq < 0 || seq >= exe_->options().n_seq) {
+    throw Error(fmt::format("sequence {} is not one of the context's {}", seq, exe_->options().n_seq));
+  }
+  exe_->seq_clear(seq_);
+}
+
+void Session::committed(int32_t n, int64_t row) {
+  if (n < 1 || n > static_cast<int32_t>(pending_.size())) throw Error("committed tokens that were not pending");
+  n_past_ += n;
+  tokens_evaluated_ += n;
+  history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
+  pending_.erase(pending_.begin(), pending_.begin() + n);
+  row_ = row;
+}
+
+std::span<const float> Session::last_logits() const {
+  const auto nv = static_cast<size_t>(n_vocab());
+  if (!batched_) {
+    const std::span<const float> l = logits_.empty() ? exe_->logits() : std::span<const float>(logits_);
+    return l.subspan(l.size() - nv);
+  }
+  return exe_->logits().subspan(static_cast<size_t>(row_) * nv, nv);
+}
+
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits,
                                      const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
-  if (n_past_ + static_cast<int64_t>(tokens.size()) > n_ctx()) {
-    throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", n_past_,
+  const auto held = n_past_ + static_cast<int64_t>(pending_.size());
+  if (held + static_cast<int64_t>(tokens.size()) > n_ctx()) {
+    throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", held,
                             tokens.size(), n_ctx()));
   }
   // Check every id before the first chunk runs, so a bad id leaves the context as it was.
@@ -28,6 +55,11 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     }
   }
   logits_.clear();
+  if (batched_) {
+    if (all_logits) throw Error("a batched session returns the last token's logits only");
+    pending_.insert(pending_.end(), tokens.begin(), tokens.end());
+    return {};
+  }
   const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
   // One step: its logits are returned where the executable keeps them (no copy; a GPU backend's are
   // read only if the caller reads them).
@@ -48,7 +80,8 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
 }
 
 void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
-  const graph::StepParams step = graph::StepParams::one({tokens.begin(), tokens.end()}, n_past_, all_logits);
+  graph::StepParams step;
+  step.add(seq_, n_past_, {tokens.begin(), tokens.end()}, all_logits);
   exe_->run(step);
   n_past_ += static_cast<int32_t>(step.tokens.size());
   tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
@@ -57,6 +90,7 @@ void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
 
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
+  pending_.clear();
   size_t common = 0;
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
   // Keep at least the last token to evaluate: its logits are the answer.
@@ -83,13 +117,15 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
   }
   n_past_ = n_keep;
   history_.resize(static_cast<size_t>(n_keep));
+  pending_.clear();
   if (!moved.empty()) eval(moved);
 }
 
-Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_, 0)}; }
+Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_, seq_)}; }
 
 void Session::restore(const Snapshot& s) {
-  exe_->load_state(s.state, 0);
+  exe_->load_state(s.state, seq_);
+  pending_.clear();
   history_ = s.history;
   n_past_ = static_cast<int32_t>(history_.size());
   reused_ = 0;

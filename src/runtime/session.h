@@ -21,6 +21,23 @@ class Session {
   Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts);
   // A context over weights already loaded (backend::Backend::load), shared with other sessions.
   Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts);
+  // Sequence `seq` of a context shared with other sessions (each its own sequence of it), for a
+  // scheduler that steps them together: such a session is batched (see below).
+  Session(std::shared_ptr<backend::Weights> weights, std::shared_ptr<backend::Executable> exe, int32_t seq);
+
+  // Batched sessions do not run steps themselves: eval() and what calls it (eval_reusing_prefix,
+  // shift) check the tokens and queue them (returning no logits); a scheduler takes queued tokens of
+  // many sessions into one step (pending(), then committed() after the step ran) and the logits are
+  // read afterwards through last_logits() / last_argmax().
+  bool batched() const { return batched_; }
+  const std::vector<int32_t>& pending() const { return pending_; }
+  int32_t seq() const { return seq_; }
+  // The step ran the first n pending tokens; `row` is this session's last logits row in it.
+  void committed(int32_t n, int64_t row);
+  // Forgets the queued tokens (a cancelled request).
+  void drop_pending() { pending_.clear(); }
+  // The logits of the last evaluated token (of the last eval() or committed step).
+  std::span<const float> last_logits() const;
 
   // Appends tokens to the context. Returns the logits of the last token, or with all_logits one row
   // of n_vocab per token. Throws zinc::Error when the context would overflow (nothing is appended).
@@ -36,7 +53,7 @@ class Session {
 
   // The largest logit's index in the last row of the last eval() (greedy decoding; on a GPU backend
   // this reads one id instead of the logits).
-  int32_t last_argmax() const { return exe_->argmax(); }
+  int32_t last_argmax() const { return batched_ ? exe_->argmax(row_) : exe_->argmax(); }
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
@@ -66,6 +83,7 @@ class Session {
     n_past_ = 0;
     reused_ = 0;
     history_.clear();
+    pending_.clear();
   }
   const graph::Graph& graph() const { return weights_->graph(); }
   const std::shared_ptr<backend::Weights>& weights() const { return weights_; }
@@ -75,7 +93,11 @@ class Session {
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
 
   std::shared_ptr<backend::Weights> weights_;
-  std::unique_ptr<backend::Executable> exe_;
+  std::shared_ptr<backend::Executable> exe_;
+  int32_t seq_ = 0;
+  bool batched_ = false;
+  std::vector<int32_t> pending_;  // batched: checked tokens waiting for a step
+  int64_t row_ = -1;              // batched: this session's logits row in the last step
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order
   int64_t tokens_evaluated_ = 0;

@@ -67,12 +67,17 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   if (options_.n_slots < 1) throw Error("the server needs at least one slot (--parallel)");
   const model::Model model = model::load(file);
   backend_ = backend::make_backend_for(options_.backend, model.graph, options_.device, options_.threads);
-  // The weights once; each slot is a context of its own over them (its KV cache, state and scratch).
+  // The weights once, and one context holding a sequence per slot (each its own KV rows and state):
+  // a step carries every active slot's tokens and reads each weight once for all of them.
   weights_ = backend_->load(model.graph, file);
   backend_name_ = backend_->name();
+  backend::ExecOptions exec = options_.exec;
+  exec.n_seq = options_.n_slots;
+  exec.max_tokens = std::max(exec.max_tokens, options_.n_slots);
+  exe_ = weights_->instantiate(exec);
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->session = std::make_unique<runtime::Session>(weights_, options_.exec);
+    slot->session = std::make_unique<runtime::Session>(weights_, exe_, i);
     slots_.push_back(std::move(slot));
   }
   thread_ = std::thread([this] { loop(); });
@@ -104,15 +109,11 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
   return true;
 }
 
-uint64_t Engine::contexts_device_bytes() const {
-  uint64_t n = 0;
-  for (const auto& slot : slots_) n += slot->session->executable().device_bytes();
-  return n;
-}
+uint64_t Engine::contexts_device_bytes() const { return exe_->device_bytes(); }
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  EngineStats s;
+  EngineStats s = counters_;
   s.n_slots = static_cast<int>(slots_.size());
   s.queued = static_cast<int>(queue_.size());
   for (const auto& slot : slots_) s.busy_slots += slot->job != nullptr;
@@ -168,7 +169,8 @@ void Engine::loop() {
         start_job(*best, std::move(job));  // cheap: the prefill runs in the first step
       }
     }
-    // One step for every active slot, in turn.
+    // Each active slot's next piece of work: a new request queues its prompt, one whose tokens have
+    // run samples its next token and queues it (or ends); one still waiting for its tokens does nothing.
     for (auto& s : slots_) {
       if (!s->job) continue;
       bool more = false;
@@ -176,19 +178,64 @@ void Engine::loop() {
         more = s->generation->step();
       } catch (const Error& e) {
         s->job->fail(400, e.what());
-        s->generation.reset();
-        std::lock_guard<std::mutex> lock(mutex_);
-        s->job.reset();
+        end_job(*s);
         continue;
       }
       if (!more) {
         s->job->finish(s->generation->take_result());
-        s->generation.reset();
-        std::lock_guard<std::mutex> lock(mutex_);
-        s->job.reset();
+        end_job(*s);
       }
     }
+    run_step();
   }
+}
+
+void Engine::end_job(Slot& s) {
+  s.session->drop_pending();
+  s.generation.reset();
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.job.reset();
+}
+
+// One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
+// while the step has room (max_tokens): a long prompt arriving does not stall the streams decoding.
+void Engine::run_step() {
+  graph::StepParams step;
+  std::vector<std::pair<Slot*, int32_t>> parts;
+  int32_t room = exe_->options().max_tokens, prompt_tokens = 0;
+  for (const bool decoding : {true, false}) {
+    for (auto& s : slots_) {
+      if (!s->job || room == 0) continue;
+      const auto& p = s->session->pending();
+      if (p.empty() || (p.size() == 1) != decoding) continue;
+      const auto n = static_cast<int32_t>(std::min<size_t>(p.size(), static_cast<size_t>(room)));
+      step.add(s->session->seq(), s->session->n_past(), std::vector<int32_t>(p.begin(), p.begin() + n));
+      parts.emplace_back(s.get(), n);
+      room -= n;
+      if (!decoding) prompt_tokens += n;
+    }
+  }
+  if (parts.empty()) return;
+  try {
+    exe_->run(step);
+  } catch (const Error& e) {
+    // Not expected (every session checked its tokens): the step's requests fail, their sequences start
+    // again from nothing.
+    for (auto& [s, n] : parts) {
+      s->job->fail(500, e.what());
+      exe_->seq_clear(s->session->seq());
+      s->session->reset();
+      end_job(*s);
+    }
+    return;
+  }
+  for (size_t k = 0; k < parts.size(); ++k) parts[k].first->session->committed(parts[k].second, static_cast<int64_t>(k));
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counters_.steps;
+  counters_.step_sequences += static_cast<int64_t>(parts.size());
+  counters_.step_tokens += static_cast<int64_t>(step.tokens.size());
+  counters_.step_prompt_tokens += prompt_tokens;
+  counters_.max_step_sequences = std::max(counters_.max_step_sequences, static_cast<int>(parts.size()));
 }
 
 }  // namespace zinc::server

@@ -1,9 +1,10 @@
-// The server's engine: N slots (each a session with its own context, all over one loaded copy of the
-// weights) over one model, a bounded queue
-// of waiting requests, and one scheduler thread that interleaves the active slots one step at a time
-// (a prefill, or one token each), so concurrent requests share the model fairly. A request's text
-// reaches its HTTP handler through the job's channel; a handler that loses its client cancels the job
-// and the slot is freed at the next step.
+// The server's engine: N slots over one model, each a sequence of one shared context (its own KV rows
+// and recurrent state; one loaded copy of the weights), a bounded queue of waiting requests, and one
+// scheduler thread running continuous batching: every step carries each decoding slot's next token and,
+// while there is room (ExecOptions::max_tokens), chunks of the prompts waiting to be evaluated, so each
+// weight is read once per step for all of them and a long prompt does not stall the others. Sampling
+// stays per request. A request's text reaches its HTTP handler through the job's channel; a handler
+// that loses its client cancels the job and its sequence is freed at the next step.
 #pragma once
 
 #include <atomic>
@@ -70,6 +71,10 @@ class Job {
 
 struct EngineStats {
   int busy_slots = 0, queued = 0, n_slots = 0;
+  // Since the start: steps run, the sequences and tokens they carried (prompt tokens among them),
+  // the most sequences one step carried.
+  int64_t steps = 0, step_sequences = 0, step_tokens = 0, step_prompt_tokens = 0;
+  int max_step_sequences = 0;
 };
 
 class Engine {
@@ -91,11 +96,15 @@ class Engine {
   struct Slot;
   void loop();
   void start_job(Slot& slot, std::shared_ptr<Job> job);
+  void end_job(Slot& slot);
+  void run_step();
 
   const tokenizer::Tokenizer& tok_;
   EngineOptions options_;
   std::unique_ptr<backend::Backend> backend_;
-  std::shared_ptr<backend::Weights> weights_;  // loaded once, shared by every slot
+  std::shared_ptr<backend::Weights> weights_;  // loaded once
+  std::shared_ptr<backend::Executable> exe_;   // one context; slot i is its sequence i
+  EngineStats counters_;                       // the step counters (under mutex_)
   std::string backend_name_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mutex_;

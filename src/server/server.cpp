@@ -479,6 +479,13 @@ struct Server::Impl {
       gauge("zinc_queue_depth", "Requests waiting for a slot.", s.queued);
       gauge("zinc_slots_busy", "Slots generating.", s.busy_slots);
       gauge("zinc_slots_total", "Slots.", s.n_slots);
+      counter("zinc_steps_total", "Steps run (each carries every active sequence's tokens).", static_cast<uint64_t>(s.steps));
+      counter("zinc_step_sequences_total", "Sequences carried by the steps, summed (/ steps: the mean batch).",
+              static_cast<uint64_t>(s.step_sequences));
+      counter("zinc_step_tokens_total", "Tokens evaluated by the steps, summed.", static_cast<uint64_t>(s.step_tokens));
+      counter("zinc_step_prompt_tokens_total", "Prompt tokens evaluated in chunks beside decoding sequences, summed.",
+              static_cast<uint64_t>(s.step_prompt_tokens));
+      gauge("zinc_step_sequences_max", "The most sequences one step has carried.", s.max_step_sequences);
       out += metrics.ttft.text("zinc_time_to_first_token_seconds", "From request start to the first token.");
       out += metrics.per_token.text("zinc_time_per_output_token_seconds", "Decode time per generated token.");
       res.set_content(out, "text/plain; version=0.0.4");
@@ -504,8 +511,8 @@ std::string Server::memory_summary() const {
   const Engine& e = impl_->engine;
   std::string out = e.backend_name();
   if (e.weights_device_bytes() > 0) {
-    out += fmt::format(": weights {} once, {} context{} {}", format_bytes(e.weights_device_bytes()), e.stats().n_slots,
-                       e.stats().n_slots == 1 ? "" : "s", format_bytes(e.contexts_device_bytes()));
+    out += fmt::format(": weights {} once, a context of {} sequence{} {}", format_bytes(e.weights_device_bytes()),
+                       e.stats().n_slots, e.stats().n_slots == 1 ? "" : "s", format_bytes(e.contexts_device_bytes()));
   }
   return out;
 }
