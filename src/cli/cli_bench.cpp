@@ -4,7 +4,11 @@
 // --vs-llama-cpp runs the user's llama-bench on the same file and shows its figures beside ours.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <random>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -22,6 +26,8 @@
 #include "core/system_info.h"
 #include "hub/store.h"
 #include "runtime/bench.h"
+#include "sample/sampler.h"
+#include "server/engine.h"
 
 namespace zinc::cli {
 
@@ -43,7 +49,94 @@ struct BenchArgs {
   std::string backend = "auto";
   int device = -1;
   std::vector<int> parallel{1};
+  std::vector<int> concurrency;
+  int batch_tokens = 256;
 };
+
+// --concurrency C: 2·C requests of -p random prompt tokens and -n generated tokens through the
+// server's scheduler in-process (continuous batching over C sequences), all submitted at once.
+struct ConcurrencyResult {
+  int concurrency = 0, requests = 0;
+  double aggregate_tps = 0;            // generated tokens of all requests / wall time
+  double request_tps_p50 = 0;          // one request's decode tok/s (its tokens / first to last piece)
+  double ttft_p50 = 0, ttft_p99 = 0;   // submit to first text, seconds
+  double itl_p50 = 0, itl_p99 = 0;     // gaps between a request's pieces of text, seconds
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Tokenizer& tok, const BenchArgs& a,
+                                  int concurrency, int prompt, int generate) {
+  using Clock = std::chrono::steady_clock;
+  server::EngineOptions eo;
+  eo.n_slots = concurrency;
+  eo.queue_limit = 4 * concurrency;
+  eo.exec.n_ctx = prompt + generate + 8;
+  eo.exec.max_tokens = a.batch_tokens;
+  eo.exec.kv_type = kv_type_from_name(a.kv_type);
+  eo.backend = a.backend;
+  eo.device = a.device;
+  eo.threads = a.threads;
+  server::Engine engine(file, tok, eo);
+  std::mt19937 rng(a.seed);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
+  ConcurrencyResult r;
+  r.concurrency = concurrency;
+  for (int round = 0; round < 2; ++round) {  // the first is a warm-up (recordings of the step shapes)
+    const int n_req = 2 * concurrency;
+    std::vector<std::shared_ptr<server::Job>> jobs;
+    for (int i = 0; i < n_req; ++i) {
+      std::vector<int32_t> p(static_cast<size_t>(std::max(1, prompt)));
+      for (auto& t : p) t = any(rng);
+      runtime::GenerateOptions go;
+      go.max_tokens = generate;
+      go.ignore_eog = true;
+      go.sampler_sees_prompt = false;
+      jobs.push_back(std::make_shared<server::Job>(std::move(p), sample::SamplerParams::greedy(), go));
+    }
+    std::vector<std::vector<double>> arrivals(jobs.size());
+    std::vector<std::thread> readers;
+    const auto t0 = Clock::now();
+    for (auto& j : jobs) {
+      if (!engine.submit(j)) throw Error("the benchmark's requests did not fit the queue");
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      readers.emplace_back([&, i] {
+        std::string piece;
+        while (jobs[i]->next(piece, 1000)) {
+          if (!piece.empty()) arrivals[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+      });
+    }
+    for (auto& t : readers) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (round == 0) continue;
+    int64_t tokens = 0;
+    std::vector<double> ttft, itl, tps;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (!jobs[i]->error().empty()) throw Error("a benchmark request failed: " + jobs[i]->error());
+      const auto& res = jobs[i]->result();
+      tokens += static_cast<int64_t>(res.tokens.size());
+      const auto& at = arrivals[i];
+      if (at.empty()) continue;
+      ttft.push_back(at.front());
+      for (size_t k = 1; k < at.size(); ++k) itl.push_back(at[k] - at[k - 1]);
+      if (at.back() > at.front()) tps.push_back(static_cast<double>(res.tokens.size() - 1) / (at.back() - at.front()));
+    }
+    r.requests = n_req;
+    r.aggregate_tps = static_cast<double>(tokens) / wall;
+    r.request_tps_p50 = percentile(tps, 0.5);
+    r.ttft_p50 = percentile(ttft, 0.5);
+    r.ttft_p99 = percentile(ttft, 0.99);
+    r.itl_p50 = percentile(itl, 0.5);
+    r.itl_p99 = percentile(itl, 0.99);
+  }
+  return r;
+}
 
 // --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
 //                          {"chat": {"system": 1024, "turns": 4, "user": 64, "answer": 64}}]}
@@ -219,6 +312,24 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     }
   }
 
+  // Requests through the server's scheduler, several at once.
+  json concurrency = json::array();
+  for (int c : a.concurrency) {
+    const int prompt = a.prompts.empty() ? 128 : std::max(1, a.prompts.front());
+    const int generate = a.gens.empty() ? 128 : std::max(1, a.gens.front());
+    const auto r = run_concurrency(file, tok, a, c, prompt, generate);
+    concurrency.push_back({{"concurrency", r.concurrency},
+                           {"requests", r.requests},
+                           {"prompt_tokens", prompt},
+                           {"generated_tokens", generate},
+                           {"aggregate_tokens_per_s", r.aggregate_tps},
+                           {"request_tokens_per_s_p50", r.request_tps_p50},
+                           {"first_token_ms_p50", r.ttft_p50 * 1e3},
+                           {"first_token_ms_p99", r.ttft_p99 * 1e3},
+                           {"inter_token_ms_p50", r.itl_p50 * 1e3},
+                           {"inter_token_ms_p99", r.itl_p99 * 1e3}});
+  }
+
   const std::string name = file.get_or<std::string>("general.name", a.model);
   if (global.json) {
     fmt::print("{}\n", dump_json(json{{"model", a.model},
@@ -230,7 +341,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                       {"runs", a.runs},
                                       {gpu ? "copy_bandwidth_gb_per_s" : "read_bandwidth_gb_per_s", bandwidth},
                                       {"results", results},
-                                      {"chats", chats}}));
+                                      {"chats", chats},
+                                      {"concurrency", concurrency}}));
     return 0;
   }
   fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", terminal_safe(name), where, gpu ? "copy" : "read",
@@ -249,6 +361,18 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     if (cmp) fmt::print(" {} |", num("ratio_to_baseline", "{:.2f}x"));
     if (llama) fmt::print(" {} | {} |", num("llama_cpp_tokens_per_s", "{:.1f}"), num("ratio_to_llama_cpp", "{:.2f}x"));
     fmt::print("\n");
+  }
+  if (!concurrency.empty()) {
+    fmt::print("\nrequests through the server's scheduler (2 per slot, all at once, continuous batching):\n\n"
+               "| concurrency | requests | aggregate tok/s | per request tok/s | first token ms p50 / p99 | inter-token ms "
+               "p50 / p99 |\n|---|---|---|---|---|---|\n");
+    for (const auto& c : concurrency) {
+      fmt::print("| {} | {} × pp{} + tg{} | {:.1f} | {:.1f} | {:.0f} / {:.0f} | {:.1f} / {:.1f} |\n", c["concurrency"].get<int>(),
+                 c["requests"].get<int>(), c["prompt_tokens"].get<int>(), c["generated_tokens"].get<int>(),
+                 c["aggregate_tokens_per_s"].get<double>(), c["request_tokens_per_s_p50"].get<double>(),
+                 c["first_token_ms_p50"].get<double>(), c["first_token_ms_p99"].get<double>(),
+                 c["inter_token_ms_p50"].get<double>(), c["inter_token_ms_p99"].get<double>());
+    }
   }
   for (const auto& c : chats) {
     fmt::print("\n{}: each turn evaluates only what is new\n\n| turn | conversation tokens | evaluated | first token ms | "
@@ -293,6 +417,15 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "that reads the weights once for all of them")
       ->delimiter(',')
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--concurrency", a->concurrency,
+                  "Also serve 2 requests per slot at once through the server's scheduler, for each of these slot counts "
+                  "(comma-separated, e.g. 1,4,8,16): aggregate and per-request tok/s, first-token and inter-token "
+                  "latency (prompt and length: the first -p and -n)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--batch-tokens", a->batch_tokens, "With --concurrency: tokens one step evaluates at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

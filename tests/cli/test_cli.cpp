@@ -497,6 +497,19 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   }
   EXPECT_EQ(x4["bytes_per_token"].get<uint64_t>(), (weights - embd_row + 4 * (embd_row + kv)) / 4);
 
+  // --concurrency 2: four requests at once through the server's scheduler.
+  const json con = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "8", "-n", "16", "--concurrency", "2",
+                                     "--runs", "1", "--warmup", "0"}).out);
+  ASSERT_EQ(con["concurrency"].size(), 1u) << con.dump();
+  const json& c2 = con["concurrency"][0];
+  EXPECT_EQ(c2["concurrency"], 2);
+  EXPECT_EQ(c2["requests"], 4);
+  EXPECT_EQ(c2["generated_tokens"], 16);
+  EXPECT_GT(c2["aggregate_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(c2["request_tokens_per_s_p50"].get<double>(), 0.0);
+  EXPECT_LE(c2["first_token_ms_p50"].get<double>(), c2["first_token_ms_p99"].get<double>());
+  EXPECT_LE(c2["inter_token_ms_p50"].get<double>(), c2["inter_token_ms_p99"].get<double>());
+
   // --compare against the run above; --vs-llama-cpp with a stand-in that prints llama-bench's JSON.
   std::ofstream(home.file("base.json")) << r.out;
   std::ofstream(home.file("llama-bench")) << "#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/llama-args\"\n"

@@ -102,13 +102,13 @@ class Tables {
 };
 
 // Expected output rows (n tokens x width) and a bound per element: `bound` for every path, plus
-// `f16` where the backend rounds to f16 (the Vulkan backend's prefill GEMM: steps of more than 8
+// `f16` where the backend rounds to f16 (the Vulkan backend's prefill GEMM: steps of more than 32
 // tokens) and `codes` where it multiplies int8 codes of the activations (block-format weights on the
-// CPU, and on Vulkan in steps of up to 8 tokens). Empty: none.
+// CPU, and on Vulkan in steps of up to 32 tokens). Empty: none.
 struct Expect {
   std::vector<double> want, bound, f16, codes;
 };
-constexpr int kDirectTokens = 8;  // the Vulkan backend multiplies steps up to this size by the weights directly
+constexpr int kDirectTokens = 32;  // the Vulkan backend multiplies steps up to this size by the weights directly
 
 struct Case {
   std::string name;
@@ -500,7 +500,7 @@ Case ssm_conv(int64_t width, int K, int first, int second) {
 // Σ|w|·1.01·amax/254), h = silu(g)·u by 1.1·Δg·|u| + |silu(g)|·Δu + silu's ulps, down by Σ|D|·Δh plus
 // its own sum and codes of h; out = Σ w y by Σ(w·Δy + Δw·|y|) + (k + 2)·u·Σ|w y|. A token whose k-th
 // and next expert are closer than their probabilities' error could be routed either way: it is left
-// out (the reference must not decide a tie), and at most one in eight may be.
+// out (the reference must not decide a tie), and at most half of them may be.
 Case moe(TensorType type, int n_expert, int k, int n) {
   Case c;
   c.name = fmt::format("moe/{}/{}of{}/n{}", gguf::tensor_type_name(type), k, n_expert, n);
@@ -609,7 +609,7 @@ Case moe(TensorType type, int n_expert, int k, int n) {
         e.f16.push_back(0.0);
       }
     }
-    EXPECT_LE(ties * 8, n) << "too many tokens routed at a near tie to judge";
+    EXPECT_LE(ties * 2, n) << "too many tokens routed at a near tie to judge";
     return e;
   };
   return c;
@@ -645,6 +645,7 @@ std::vector<Case> all_cases() {
   for (TensorType t : types) {
     if (!quant::can_quantize(t)) continue;
     for (int n : {1, 5, 16}) cs.push_back(matmul(t, 256, 64, n, false));
+    cs.push_back(matmul(t, 256, 64, 48, false));  // the prefill GEMM on Vulkan
     cs.push_back(matmul(t, 512, 40, 3, true));
   }
   for (graph::RopeMode m : {graph::RopeMode::Normal, graph::RopeMode::NeoX}) {
@@ -695,7 +696,7 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   } catch (const Error& e) {
     GTEST_SKIP() << backend_name << " cannot start: " << e.what();
   }
-  Tables t(static_cast<uint32_t>(index) * 7919u + 17u);
+  Tables t(static_cast<uint32_t>(std::hash<std::string>{}(c.name)));  // a case's data does not depend on the others
   graph::Graph g;
   Builder b(g);
   g.logits = c.build(b, t);

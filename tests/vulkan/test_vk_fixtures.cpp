@@ -105,13 +105,13 @@ TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
   // Three contexts from one load: the device holds the weights once (with the prefill slabs they
   // share) and each context's own memory (cache, arena, scratch) besides. Used in turn, interleaved,
   // each computes exactly the logits of the first: no context reads another's cache or activations.
-  // (Against the CPU: LogitsMatchTheCpu; the 16-token steps here take the prefill GEMM, which on a
+  // (Against the CPU: LogitsMatchTheCpu; the 40-token steps here take the prefill GEMM, which on a
   // cooperative-matrix device rounds F32 activations to f16.)
   const gguf::File f = file("F32");
   const model::Model m = model::load(f);
   backend::ExecOptions opts;
-  opts.n_ctx = 96;
-  opts.max_tokens = 16;
+  opts.n_ctx = 128;
+  opts.max_tokens = 40;
   opts.kv_type = backend::KvType::F32;
   const uint64_t start = gpu_->device_bytes_in_use();
   auto weights = gpu_->load(m.graph, f);
@@ -126,10 +126,11 @@ TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
   EXPECT_GT(contexts, 0u);
   // Slabs the first prefilling context asked the weights for are the weights' (shared) bytes.
   EXPECT_EQ(gpu_->device_bytes_in_use() - start, weights->device_bytes() + contexts) << GetParam();
-  // Two 16-token steps each (the prefill GEMM and its slabs), interleaved across the contexts.
-  std::vector<int32_t> text = sequence_;
-  text.insert(text.end(), sequence_.begin(), sequence_.end());
-  const std::span<const int32_t> head(text.data(), 16), tail(text.data() + 16, text.size() - 16);
+  // Two 40-token steps each (the prefill GEMM and its slabs), interleaved across the contexts.
+  std::vector<int32_t> text;
+  while (text.size() < 80) text.insert(text.end(), sequence_.begin(), sequence_.end());
+  text.resize(80);
+  const std::span<const int32_t> head(text.data(), 40), tail(text.data() + 40, text.size() - 40);
   std::vector<std::vector<float>> got(3);
   const auto run = [&](size_t i, std::span<const int32_t> part) {
     const auto l = sessions[i]->eval(part, true);

@@ -43,7 +43,12 @@ using graph::TensorId;
 using graph::TensorKind;
 using vk::View;
 
-constexpr uint32_t kMvMaxTokens = 8;      // steps up to this many tokens multiply by the weights directly
+constexpr uint32_t kMvMaxTokens = 8;      // experts: steps up to this many tokens take the CPU's arithmetic
+// Products of steps up to this many rows multiply by the weights directly (the kernels take up to 8 rows
+// per pass over a weight, so 32 rows read it 4 times); longer steps expand the weights to f16 a slab at
+// a time for the GEMM, a cost per step that only many rows repay (measured on an H100, 8B Q4_K_M: 9.6 ms
+// for 8 rows directly, about 60 ms for the GEMM at 16).
+constexpr uint32_t kDirectMaxTokens = 32;
 constexpr uint32_t kSlabBytes = 64u << 20;  // the f16 slab a quantized weight is expanded into for prefill
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -597,14 +602,14 @@ class VulkanExecutable final : public Executable {
       if (n.op == Op::MatMul && vk::has_mul_mv_k(ctx_, g_.tensor(n.in[0]).type) && g_.tensor(n.in[0]).ne[0] % 256 == 0) {
         q8k_input_[static_cast<size_t>(n.in[1])] = true;
         act_q8k_bytes = std::max(act_q8k_bytes, vk::q8k_row_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
-                                                    std::min<uint32_t>(max_rows, kMvMaxTokens));
+                                                    std::min<uint32_t>(max_rows, kDirectMaxTokens));
       }
       if (n.op == Op::MatMul && vk::has_mul_mv_q8(g_.tensor(n.in[0]).type)) {
         const size_t q8 = vk::mul_mv_q8_bytes(static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0])) *
-                          std::min<uint32_t>(max_rows, kMvMaxTokens);
+                          std::min<uint32_t>(max_rows, kDirectMaxTokens);
         act_q8_bytes = std::max(act_q8_bytes, q8);
       }
-      if (n.op == Op::MatMul && max_rows > kMvMaxTokens) {
+      if (n.op == Op::MatMul && max_rows > kDirectMaxTokens) {
         mm_cols = std::max(mm_cols, static_cast<uint32_t>(g_.tensor(n.in[0]).ne[0]));
       }
     }
@@ -1039,7 +1044,7 @@ class VulkanExecutable final : public Executable {
   // Where the K-quant products of a step read `t` (its rows quantized by the op that writes it, q8k_of_
   // set): the region of act_q8k_ for its codes. Else an empty view.
   View q8k_out(TensorId t, uint32_t width, uint32_t n) {
-    if (!q8k_input_[static_cast<size_t>(t)] || n > kMvMaxTokens) return View{};
+    if (!q8k_input_[static_cast<size_t>(t)] || n > kDirectMaxTokens) return View{};
     q8k_of_ = t;
     return q8k_view(width, n);
   }
@@ -1084,7 +1089,7 @@ class VulkanExecutable final : public Executable {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View bias = node.in.size() > 2 ? weight_f32(node.in[2]) : View{};
-    if (vk::has_mul_mv_q8(wt.type) && n <= kMvMaxTokens) {
+    if (vk::has_mul_mv_q8(wt.type) && n <= kDirectMaxTokens) {
       // The 32-element formats as the CPU computes them (quantized activations, integer sums, its float
       // expression per block): the same greedy tokens.
       const View xq{&act_q8_, 0, vk::mul_mv_q8_bytes(ncols) * n};
@@ -1093,7 +1098,7 @@ class VulkanExecutable final : public Executable {
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
-    if (n <= kMvMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
+    if (n <= kDirectMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
       // K-quants as the CPU computes them: activations quantized once for every product that reads
       // them (q, k and v; gate and up), integer sums per block.
       const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, n);
@@ -1102,7 +1107,7 @@ class VulkanExecutable final : public Executable {
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
-    if (n <= kMvMaxTokens || !slab_ || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
+    if (n <= kDirectMaxTokens || !slab_ || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
       tr.before({x}, {out});
       vk::mul_mv(ctx_, rec, wt.type, weight(node.in[0]), x, out, bias, ncols, nrows, n);
       return;
