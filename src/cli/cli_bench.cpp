@@ -58,9 +58,9 @@ struct BenchArgs {
 struct ConcurrencyResult {
   int concurrency = 0, requests = 0;
   double aggregate_tps = 0;            // generated tokens of all requests / wall time
-  double request_tps_p50 = 0;          // one request's decode tok/s (its tokens / first to last piece)
-  double ttft_p50 = 0, ttft_p99 = 0;   // submit to first text, seconds
-  double itl_p50 = 0, itl_p99 = 0;     // gaps between a request's pieces of text, seconds
+  double request_tps_p50 = 0;          // one request's decode tok/s (its tokens / first to last token)
+  double ttft_p50 = 0, ttft_p99 = 0;   // submission to the first token, seconds
+  double itl_p50 = 0, itl_p99 = 0;     // gaps between a request's tokens, seconds
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -96,11 +96,12 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
       go.max_tokens = generate;
       go.ignore_eog = true;
       go.sampler_sees_prompt = false;
+      go.token_times = true;
       jobs.push_back(std::make_shared<server::Job>(std::move(p), sample::SamplerParams::greedy(), go));
     }
-    std::vector<std::vector<double>> arrivals(jobs.size());
     std::vector<std::thread> readers;
     const auto t0 = Clock::now();
+    const double t0s = std::chrono::duration<double>(t0.time_since_epoch()).count();
     for (auto& j : jobs) {
       if (!engine.submit(j)) throw Error("the benchmark's requests did not fit the queue");
     }
@@ -108,7 +109,6 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
       readers.emplace_back([&, i] {
         std::string piece;
         while (jobs[i]->next(piece, 1000)) {
-          if (!piece.empty()) arrivals[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         }
       });
     }
@@ -121,7 +121,8 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
       if (!jobs[i]->error().empty()) throw Error("a benchmark request failed: " + jobs[i]->error());
       const auto& res = jobs[i]->result();
       tokens += static_cast<int64_t>(res.tokens.size());
-      const auto& at = arrivals[i];
+      std::vector<double> at = res.token_times;  // when each token was chosen, since the submission
+      for (double& x : at) x -= t0s;
       if (at.empty()) continue;
       ttft.push_back(at.front());
       for (size_t k = 1; k < at.size(); ++k) itl.push_back(at[k] - at[k - 1]);

@@ -22,6 +22,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_MV_ROWS", "1..8", "per type", "rows per workgroup of that mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_WG", "64..256", "64 or 128 by size", "workgroup size of the K-quant integer mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by size", "rows per workgroup of that mat-vec (tuning)"},
+    {"ZINC_VULKAN_MVK_TOKENS", "1..8", "4", "tokens that mat-vec takes per pass over a weight (tuning)"},
     {"ZINC_VULKAN_MM_BM", "64, 128", "by tile count", "rows per tile of the prefill GEMM (tuning)"},
     {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},
     {"ZINC_VULKAN_NORM_WG", "64..1024", "by width", "workgroup size of the row norm (tuning)"},

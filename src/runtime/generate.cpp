@@ -164,6 +164,9 @@ bool Generation::decode_one() {
   const std::span<const float> logits = backend_pick ? std::span<const float>() : session_.last_logits();
   const int32_t next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
   sampler_.accept(next);
+  if (opts_.token_times) {
+    r_.token_times.push_back(std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
+  }
   if (first_) {
     r_.first_token_s = since(impl_->t0);
     first_ = false;

@@ -39,6 +39,8 @@ struct GenerateOptions {
   int32_t top_logprobs = -1;
   // Benchmarks: an end-of-generation token is a token like any other (random weights choose them).
   bool ignore_eog = false;
+  // Benchmarks: record when each token was chosen (GenerateResult::token_times).
+  bool token_times = false;
 };
 
 struct TokenLogprob {
@@ -63,6 +65,7 @@ struct GenerateResult {
   double first_token_s = 0;     // from the call to the first token's text (time to first token)
   double decode_s = 0;          // from the first sampled token to the end
   std::vector<TokenLogprobs> logprobs;  // one per generated token when asked for
+  std::vector<double> token_times;      // with GenerateOptions::token_times: steady-clock seconds per token
 
   double prefill_tokens_per_s() const;
   double decode_tokens_per_s() const;

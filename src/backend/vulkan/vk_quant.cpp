@@ -321,7 +321,7 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
   uint32_t wg = 0, rows = 0;
   mul_mv_k_shape(type, nrows, &wg, &rows);
-  const uint32_t ntok = std::min<uint32_t>(n_tokens, 4);
+  const uint32_t ntok = std::min<uint32_t>(n_tokens, env_knob("ZINC_VULKAN_MVK_TOKENS", 4, 1, 8));
   const uint32_t spec[] = {wg, rows, ntok};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
