@@ -20,6 +20,32 @@ std::vector<CommandEntry>& command_registry() {
   return entries;
 }
 
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  const auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    if (const size_t d = distance(word, c); d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 }  // namespace zinc::cli
 
 int main(int argc, char** argv) {
@@ -43,10 +69,49 @@ int main(int argc, char** argv) {
     fmt::print("{}", app.help());
     return 0;
   }
+  // An unknown command: say which, and the nearest one.
+  if (argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string near = zinc::cli::nearest(argv[1], names);
+      fmt::print(stderr, "error: unknown command '{}'{} (zinc --help lists them)\n", zinc::terminal_safe(argv[1]),
+                 near.empty() ? "" : fmt::format("; did you mean '{}'?", near));
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One error line and status 1, as for every other failure. An option the command does not know is
+    // named first (with the nearest it does know): CLI11 would report a missing required one first.
+    std::string message = e.what();
+    const auto subs = app.get_subcommands([&](const CLI::App* a) { return a->get_name() == argv[1]; });
+    if (!subs.empty()) {
+      const CLI::App* sub = subs.front();
+      std::vector<std::string> flags;
+      for (const CLI::App* a : {static_cast<const CLI::App*>(&app), sub}) {
+        for (const CLI::Option* o : a->get_options()) {
+          for (const std::string& l : o->get_lnames()) flags.push_back("--" + l);
+        }
+      }
+      for (int i = 2; i < argc; ++i) {
+        const std::string arg = std::string(argv[i]).substr(0, std::string(argv[i]).find('='));
+        if (arg.size() > 2 && arg.rfind("--", 0) == 0 && std::find(flags.begin(), flags.end(), arg) == flags.end()) {
+          const std::string near = zinc::cli::nearest(arg, flags);
+          message = fmt::format("unknown option {}{}", arg, near.empty() ? "" : fmt::format("; did you mean {}?", near));
+          break;
+        }
+      }
+    }
+    fmt::print(stderr, "error: {} (--help shows the options)\n", zinc::terminal_safe(message));
+    return 1;
   }
 
   try {

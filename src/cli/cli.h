@@ -34,6 +34,10 @@ struct CommandRegistration {
 // -t/--threads: from 1 to this machine's logical CPUs (more threads than CPUs only contend).
 CLI::Validator threads_range();
 
+// The candidate closest to `word` by edit distance, if it is close (at most a third of its length,
+// at least 1, away); else "".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
 // The CLI sources are compiled into the executable itself, so these registrations are always linked.
 #define ZINC_COMMAND(order, adder) static const ::zinc::cli::CommandRegistration zinc_command_##adder(order, adder)
 

@@ -51,6 +51,7 @@ int run_serve(ServeArgs& a) {
   so.enable_thinking = a.gen.enable_thinking();
   so.context_shift = a.gen.context_shift;
   so.n_keep = a.gen.n_keep;
+  so.max_tokens = a.gen.n_predict;  // -n: the limit of a request that sets none
   server::Server srv(file, tok, chat_template(a.gen, file, tok), eo, so);
   const int port = srv.bind();
   g_server.store(&srv);

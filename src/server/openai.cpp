@@ -221,7 +221,14 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
       const auto c = choice->get<std::string>();
       if (c != "none" && c != "auto" && c != "required") bad("tool_choice", "must be none, auto, required or a function");
       if (c == "none") r.tools = nullptr;  // the model is not told about the tools
-    } else if (!choice->is_object()) {
+      if (c == "required") {
+        throw ApiError(400, "'tool_choice': required (forcing a tool call) is not supported yet; use auto",
+                       "invalid_request_error", "tool_choice");
+      }
+    } else if (choice->is_object()) {
+      throw ApiError(400, "'tool_choice': naming a function (forcing a tool call) is not supported yet; use auto",
+                     "invalid_request_error", "tool_choice");
+    } else {
       bad("tool_choice", "must be none, auto, required or a function");
     }
   }
@@ -230,11 +237,14 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) bad("response_format", "must be an object with a 'type'");
     const auto type = (*rf)["type"].get<std::string>();
-    if (type == "json_schema") {
-      throw ApiError(400, "'response_format': json_schema (schema-constrained output) is not supported yet; use json_object "
-                          "or text", "invalid_request_error", "response_format");
+    if (type == "json_schema" || type == "json_object") {
+      // Output that must parse needs constrained sampling: refused rather than answered with text that
+      // may not be JSON.
+      throw ApiError(400, fmt::format("'response_format': {} (output constrained to JSON) is not supported yet; only text",
+                                      type),
+                     "invalid_request_error", "response_format");
     }
-    if (type != "text" && type != "json_object") bad("response_format", fmt::format("unknown type '{}'", type));
+    if (type != "text") bad("response_format", fmt::format("unknown type '{}'", type));
   }
   if (const json* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");

@@ -253,6 +253,9 @@ struct Server::Impl {
     auto prompt = prompt_tokens(r, &opens_reasoning);
     runtime::GenerateOptions g;
     g.max_tokens = r.max_tokens;
+    if (opts.max_tokens >= 0 && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+      g.max_tokens = opts.max_tokens;
+    }
     g.stop = r.stop;
     g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
     g.context_shift = opts.context_shift;

@@ -27,6 +27,9 @@ struct ServerOptions {
   std::optional<bool> enable_thinking;  // default for chat requests that do not say
   bool context_shift = false;           // a full context drops old tokens instead of ending the answer
   int32_t n_keep = 0;
+  // A request that does not say max_tokens generates at most this many (zinc serve -n; < 0: the API's
+  // own default: until the context is full for chat, 16 for completions).
+  int32_t max_tokens = -1;
   int http_threads = 64;              // connections served at once (streams hold one each)
 };
 

@@ -558,11 +558,22 @@ TEST(Cli, UsageErrors) {
   const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
   EXPECT_EQ(none.status, 0);
   for (const char* sub : {"inspect", "check", "version"}) EXPECT_TRUE(contains(none.out, sub)) << none.out;
-  const RunResult unknown = zinc({"frobnicate"});
-  EXPECT_NE(unknown.status, 0);
-  const RunResult missing_arg = zinc({"inspect"});
-  EXPECT_NE(missing_arg.status, 0);
-  EXPECT_TRUE(contains(missing_arg.err, "file is required")) << missing_arg.err;
+  // Every usage error is one "error:" line and status 1, as the README promises for any failure; a
+  // misspelt command or option gets the nearest one.
+  const auto one_error = [](const RunResult& r, const std::string& says) {
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_TRUE(r.err.rfind("error: ", 0) == 0 && std::count(r.err.begin(), r.err.end(), '\n') == 1) << r.err;
+    EXPECT_TRUE(contains(r.err, says)) << r.err;
+  };
+  one_error(zinc({"frobnicate"}), "unknown command 'frobnicate'");
+  one_error(zinc({"runn", "-p", "x"}), "unknown command 'runn'; did you mean 'run'?");
+  one_error(zinc({"inspect"}), "file is required");
+  one_error(zinc({"run", "--promt", "x"}), "unknown option --promt; did you mean --prompt?");
+  one_error(zinc({"serve", "-m", "x.gguf", "--paralel", "4"}), "unknown option --paralel; did you mean --parallel?");
+  one_error(zinc({"run", "-m"}), "--model");
+  const RunResult help = zinc({"run", "--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_TRUE(contains(help.out, "--prompt")) << help.out;
 }
 
 }  // namespace

@@ -104,6 +104,13 @@ try {
   const raw = await fetch(s.base + "/v1/chat/completions", { method: "POST", body: "{not json" });
   const rawBody = await raw.json();
   check(raw.status === 400 && rawBody.error?.type === "invalid_request_error", "invalid JSON is a 400 error object");
+  // curl -d @body.json sends a form content type: a JSON body over 8 KB is still read as JSON.
+  const padded = await fetch(s.base + "/v1/completions", { method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: '{"prompt": "Once upon a time", "max_tokens": 2, "temperature": 0' + " ".repeat(10000) + "}" });
+  const paddedBody = await padded.json().catch(() => ({}));
+  check(padded.status === 200 && paddedBody.usage?.completion_tokens === 2,
+        "a 10 KB JSON body with curl's form content type is answered", `${padded.status} ${JSON.stringify(paddedBody)}`);
 
   // A client that disconnects mid-stream: the slot is freed and the cancel counted.
   const controller = new AbortController();
@@ -151,6 +158,17 @@ try {
   check(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 20 &&
         roundTrip.usage.prompt_tokens > withTools.usage.prompt_tokens, "tools and tool results reach the template",
         `${plain.usage.prompt_tokens} ${withTools.usage.prompt_tokens} ${roundTrip.usage.prompt_tokens}`);
+
+  // zinc serve -n N: the limit of a request that sets none (the web page sends none); max_tokens wins.
+  const limited = await startServer(["-n", "5"]);
+  const lc = new OpenAI({ baseURL: limited.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const unlimited = await lc.chat.completions.create({ messages, temperature: 0 });
+  const unlimitedText = await lc.completions.create({ prompt: "Once upon a time", temperature: 0 });
+  const explicit = await lc.chat.completions.create({ messages, temperature: 0, max_tokens: 7 });
+  check(unlimited.usage.completion_tokens === 5 && unlimited.choices[0].finish_reason === "length" &&
+        unlimitedText.usage.completion_tokens === 5 && explicit.usage.completion_tokens === 7,
+        "serve -n is the default max_tokens of chat and completions requests",
+        `${unlimited.usage.completion_tokens} ${unlimitedText.usage.completion_tokens} ${explicit.usage.completion_tokens}`);
 
   // A full queue: one slot busy with an endless answer, no waiting room: the next request is a 503.
   const q = await startServer(["--parallel", "1", "--queue", "0", "-c", "256", "--context-shift"]);

@@ -119,6 +119,10 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400("{" + m + R"(, "logit_bias": {"abc": 1}})", "logit_bias");
   expect_400("{" + m + R"(, "tools": [{"type": "retrieval"}]})", "tools[0]");
   expect_400("{" + m + R"(, "tool_choice": "always"})", "tool_choice");
+  // Not enforced yet, so refused rather than ignored: output constrained to JSON, a forced tool call.
+  expect_400("{" + m + R"(, "response_format": {"type": "json_object"}})", "response_format");
+  expect_400("{" + m + R"(, "tool_choice": "required"})", "tool_choice");
+  expect_400("{" + m + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice");
   expect_400("{" + m + R"(, "response_format": {"type": "json_schema"}})", "response_format");
   expect_400("{" + m + R"(, "chat_template_kwargs": {"enable_thinking": "no"}})", "chat_template_kwargs.enable_thinking");
   expect_400(R"({"prompt": 5})", "prompt", false);
