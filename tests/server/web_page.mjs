@@ -61,6 +61,29 @@ try {
   check(user.includes("<strong>cat</strong>") && user.includes("<code>code</code>"), "markdown is rendered", user);
   const answer = await page.textContent(".msg.assistant");
   check(answer.trim().length > 20, "a complete answer", answer.slice(0, 80));
+  // A request that fails (a message longer than the context): the server's message in the answer's
+  // place, and the failed turn left out of the history, so the next message is answered.
+  await page.click("#new");
+  await page.fill("#input", "the cat sat on the mat ".repeat(600));
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => document.querySelector(".msg.assistant .error") !== null, null, { timeout: 20000 });
+  const failed = await page.textContent(".msg.assistant .error");
+  check(failed.includes("context"), "a failed request shows the server's error in place", failed);
+  await page.waitForFunction(() => !document.getElementById("send").disabled, null, { timeout: 10000 });
+  await page.fill("#input", "Once upon a time");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.assistant").length === 2 &&
+                                   !document.getElementById("send").disabled, null, { timeout: 60000 });
+  const after = await page.evaluate(() => {
+    const last = document.querySelectorAll(".msg.assistant")[1];
+    return { text: last.textContent, error: last.querySelector(".error") !== null };
+  });
+  check(!after.error && after.text.trim().length > 10, "the next message is answered (the failed turn is not resent)",
+        JSON.stringify(after).slice(0, 200));
+  const errShot = path.resolve(work, "web_chat_error.png");
+  await page.screenshot({ path: errShot, fullPage: true });
+  console.log(`screenshot: ${errShot}`);
+
   const shot = path.resolve(work, "web_chat.png");
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot}`);
