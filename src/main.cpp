@@ -69,6 +69,15 @@ int main(int argc, char** argv) {
     fmt::print("{}", app.help());
     return 0;
   }
+  // llama.cpp's -ngl is one flag, not -n gl: read it as --n-gpu-layers.
+  std::vector<std::string> ngl(argv, argv + argc);
+  std::vector<char*> args;
+  for (auto& s : ngl) {
+    if (s == "-ngl") s = "--n-gpu-layers";
+    else if (s.rfind("-ngl=", 0) == 0) s = "--n-gpu-layers=" + s.substr(5);
+    args.push_back(s.data());
+  }
+  argv = args.data();
   // An unknown command: say which, and the nearest one.
   if (argv[1][0] != '-') {
     std::vector<std::string> names;

@@ -34,6 +34,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsig
   if (name == "cpu") return make_cpu_backend(threads);
   if (name == "vulkan") return make_vulkan_backend(device);
   if (name == "auto") return gpu_offered() ? make_vulkan_backend(device) : make_cpu_backend(threads);
+  if (name == "cuda" || name == "metal" || name == "zinc_rt") {
+    throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan or auto are; Vulkan runs on NVIDIA, "
+                            "AMD and Intel GPUs)",
+                            name));
+  }
   throw Error(fmt::format("unknown backend '{}' (cpu, vulkan or auto)", name));
 }
 

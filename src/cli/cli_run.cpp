@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -20,7 +23,7 @@ namespace {
 
 struct RunArgs {
   GenerationArgs gen;
-  std::string prompt;
+  std::string prompt, prompt_file;
   bool no_bos = false;
   bool chat = false;
 };
@@ -30,7 +33,22 @@ void write(const std::string& s) {
   std::fflush(stdout);
 }
 
-int run_generate(const RunArgs& a, const GlobalOptions& global) {
+// The prompt: -p TEXT, -p - (standard input) or -f FILE, as llama.cpp takes them.
+std::string read_prompt(const RunArgs& a) {
+  const auto slurp = [](std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); };
+  if (!a.prompt_file.empty()) {
+    std::ifstream in(a.prompt_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read the prompt file {}", a.prompt_file));
+    return slurp(in);
+  }
+  if (a.prompt == "-") return slurp(std::cin);
+  if (a.prompt.empty()) throw Error("no prompt: give -p TEXT, -p - (standard input) or -f FILE");
+  return a.prompt;
+}
+
+int run_generate(RunArgs a, const GlobalOptions& global) {
+  a.prompt = read_prompt(a);
+  if (a.prompt.empty()) throw Error("the prompt is empty");
   const auto m = load_model(a.gen);
   runtime::Session& session = *m->session;
   sample::Sampler sampler(a.gen.sampler_params(session.n_ctx()), &m->tok);
@@ -92,6 +110,8 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
                                   {"decode_tokens_per_s", r.decode_tokens_per_s()}};
   if (global.json) {
     nlohmann::json j = {{"model", a.gen.model},
+                        {"backend", m->backend->name()},
+                        {"device", m->backend->device_name()},
                         {"seed", sampler.seed()},
                         {"stop_reason", runtime::stop_reason_name(r.reason)},
                         {"stopped_by", r.stop_index >= 0 ? nlohmann::json(a.gen.stop[static_cast<size_t>(r.stop_index)])
@@ -109,9 +129,13 @@ int run_generate(const RunArgs& a, const GlobalOptions& global) {
     write("\n");
     fmt::print(stderr,
                "prompt {} tokens at {:.1f} tok/s · first token after {:.2f} s · generated {} tokens at {:.1f} tok/s"
-               " · load {:.2f} s{}\n",
+               " · load {:.2f} s · {}{}\n",
                r.prompt_tokens, r.prefill_tokens_per_s(), r.first_token_s, r.tokens.size(), r.decode_tokens_per_s(),
-               m->load_s, r.reason == runtime::StopReason::ContextFull ? " · stopped: the context is full" : "");
+               m->load_s,
+               m->backend->device_name().empty()
+                   ? m->backend->name()
+                   : fmt::format("{} on {}", m->backend->name(), terminal_safe(m->backend->device_name())),
+               r.reason == runtime::StopReason::ContextFull ? " · stopped: the context is full" : "");
   }
   return 0;
 }
@@ -122,7 +146,8 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   a->gen.sampling = sample::SamplerParams::greedy();  // one-shot runs are greedy unless asked otherwise
   a->gen.ctx = 2048;
   CLI::App* cmd = app.add_subcommand("run", "Continue a prompt (or answer it with --chat), streaming the text");
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  auto* prompt = cmd->add_option("-p,--prompt", a->prompt, "Prompt text (- reads it from standard input)");
+  cmd->add_option("-f,--file", a->prompt_file, "Read the prompt from this file")->excludes(prompt);
   add_generation_options(cmd, a->gen, true);
   cmd->add_flag("--chat", a->chat, "Treat the prompt as a user message and apply the model's chat template");
   cmd->add_flag("--no-bos", a->no_bos, "Do not add the model's beginning-of-sequence token (raw prompts)");

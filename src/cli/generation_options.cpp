@@ -89,6 +89,13 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
   cmd->add_option("-c,--ctx,--ctx-size", a.ctx, "Context size in tokens (per slot for serve)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)")->check(threads_range());
   cmd->add_option("--backend", a.backend, "Compute backend: auto, cpu or vulkan")->capture_default_str();
+  // llama.cpp's -ngl / --n-gpu-layers: zinc runs a model wholly on one backend, so 0 means the CPU and
+  // any other count the GPU (main() turns -ngl into --n-gpu-layers).
+  cmd->add_option_function<int>(
+         "--n-gpu-layers,--gpu-layers",
+         [&a](int n) { a.backend = n == 0 ? "cpu" : a.backend == "cpu" ? "auto" : a.backend; },
+         "llama.cpp's -ngl: 0 runs on the CPU, any other count on the GPU (zinc offloads a model whole, not by layer)")
+      ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--device", a.device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("--kv-type", a.kv_type, "KV cache storage: f16, f32 or q8_0")
       ->capture_default_str()
@@ -98,7 +105,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
   cmd->add_option("--keep", a.n_keep, "Tokens at the start that a context shift keeps")->capture_default_str()->check(
       CLI::NonNegativeNumber);
   auto& sp = a.sampling;
-  cmd->add_option("--temp", sp.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--temp,--temperature", sp.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", sp.top_p, "Nucleus mass (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", sp.min_p, "Drop tokens below this fraction of the top probability (0 = off)")

@@ -34,11 +34,11 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
-RunResult zinc(const std::vector<std::string>& args) {
+RunResult zinc(const std::vector<std::string>& args, const std::string& stdin_file = "/dev/null") {
   zinc::test::TempDir tmp;
   std::string cmd = quote(ZINC_BINARY);
   for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(tmp.file("out").string()) + " 2>" + quote(tmp.file("err").string()) + " </dev/null";
+  cmd += " >" + quote(tmp.file("out").string()) + " 2>" + quote(tmp.file("err").string()) + " <" + quote(stdin_file);
   const int rc = std::system(cmd.c_str());
   RunResult r;
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -552,6 +552,37 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   EXPECT_TRUE(contains(table.out, "| tg8 |")) << table.out;
   EXPECT_TRUE(contains(table.out, "% of BW roofline")) << table.out;
   unsetenv("ZINC_HOME");
+}
+
+TEST(Cli, TakesLlamaCppFlags) {
+  // -ngl (0: the CPU; more: the GPU, the model whole), --temperature, -p - (standard input), -f FILE;
+  // a backend zinc does not have yet is named as such, not as unknown.
+  ZINC_REQUIRE_TESTDATA();
+  zinc::test::TempDir tmp;
+  std::ofstream(tmp.file("prompt.txt")) << "Once upon a time";
+  const auto run = [&](std::vector<std::string> extra, const std::string& in = "/dev/null") {
+    std::vector<std::string> args{"run", "--json", "-m", stories(), "-n", "6"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return zinc(args, in);
+  };
+  const RunResult direct = run({"-p", "Once upon a time"});
+  ASSERT_EQ(direct.status, 0) << direct.err;
+  const std::string text = json::parse(direct.out)["text"];
+  for (const auto& [what, r] : std::vector<std::pair<std::string, RunResult>>{
+           {"-p -", run({"-p", "-"}, tmp.file("prompt.txt").string())},
+           {"-f", run({"-f", tmp.file("prompt.txt").string()})},
+           {"-ngl 0 --temperature 0", run({"-p", "Once upon a time", "-ngl", "0", "--temperature", "0"})}}) {
+    ASSERT_EQ(r.status, 0) << what << ": " << r.err;
+    EXPECT_EQ(json::parse(r.out)["text"], text) << what;
+  }
+  EXPECT_EQ(json::parse(run({"-p", "x", "-ngl", "0"}).out)["backend"], "cpu");
+  EXPECT_EQ(run({"-p", "x", "-ngl", "99"}).status, 0);
+  const RunResult none = run({});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_TRUE(contains(none.err, "no prompt: give -p TEXT, -p - (standard input) or -f FILE")) << none.err;
+  const RunResult cuda = run({"-p", "x", "--backend", "cuda"});
+  EXPECT_EQ(cuda.status, 1);
+  EXPECT_TRUE(contains(cuda.err, "the cuda backend is not in this zinc yet")) << cuda.err;
 }
 
 TEST(Cli, UsageErrors) {
