@@ -91,6 +91,8 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--alias", a->alias, "Model name clients use (default: the file name without .gguf)");
+  cmd->add_flag("--strict-model-names", a->server.strict_model_names,
+                "Answer a request naming another model with 404 (default: the served model answers it)");
   cmd->callback([a, &run] { run = [a] { return run_serve(*a); }; });
 }
 

@@ -115,11 +115,20 @@ struct Server::Impl {
     return req.header("authorization") == "Bearer " + opts.api_key;
   }
 
-  // The CORS origin to answer with: "*", the request's Origin when --cors-origin names it, or "".
+  // The CORS origin to answer with: "*", the request's Origin when --cors-origin names it or when it
+  // is a page served by this machine (http://localhost, 127.0.0.1 or [::1], any port: a local app; a
+  // remote page cannot claim these), or "".
   std::string allowed_origin(const http::Request& req) const {
     const auto origin = req.header("origin");
     for (const auto& o : opts.cors_origins) {
       if (o == "*" || o == origin) return o == "*" ? "*" : origin;
+    }
+    for (const char* local : {"http://localhost", "http://127.0.0.1", "http://[::1]"}) {
+      const std::string l = local;
+      if (origin == l || (origin.rfind(l + ":", 0) == 0 && origin.size() > l.size() + 1 &&
+                          origin.find_first_not_of("0123456789", l.size() + 1) == std::string::npos)) {
+        return origin;
+      }
     }
     return "";
   }
@@ -163,7 +172,7 @@ struct Server::Impl {
   }
 
   void check_model(const CompletionRequest& r) const {
-    if (!r.model.empty() && r.model != opts.model_id) {
+    if (opts.strict_model_names && !r.model.empty() && r.model != opts.model_id) {
       throw ApiError(404, fmt::format("The model '{}' does not exist; this server has '{}'", r.model, opts.model_id),
                      "invalid_request_error", "model", "model_not_found");
     }

@@ -23,6 +23,9 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;  // Host names answered besides localhost, IP literals and `host` ("*": any)
   size_t max_body_bytes = 8u << 20;
   std::string model_id;               // the name clients ask for
+  // Serving one model, a request naming another is served by it (the answer names the real one), as
+  // clients configured for another server expect; strict: a 404.
+  bool strict_model_names = false;
   sample::SamplerParams defaults = sample::SamplerParams::chat();
   std::optional<bool> enable_thinking;  // default for chat requests that do not say
   bool context_shift = false;           // a full context drops old tokens instead of ending the answer

@@ -80,6 +80,14 @@ try {
   const same = await post(s.base, "/v1/chat/completions", JSON.stringify({ messages, max_tokens: 1 }),
                           { "Content-Type": "text/plain", Origin: s.base });
   check(same.status === 200, "the server's own page is served", `${same.status} ${same.body.slice(0, 200)}`);
+  // A page served by this machine (a local app on another port) is served, and told so by CORS; a
+  // name that merely starts like one is not.
+  for (const [origin, want] of [["http://localhost:3000", 200], ["http://127.0.0.1:5173", 200], ["http://[::1]:8000", 200],
+                                ["http://localhost.evil.example", 403], ["http://127.0.0.1:80.evil.example", 403]]) {
+    const r = await post(s.base, "/v1/chat/completions", JSON.stringify({ messages, max_tokens: 1 }),
+                         { "Content-Type": "application/json", Origin: origin });
+    check(r.status === want, `Origin ${origin} is ${want}`, `${r.status} ${r.body.slice(0, 120)}`);
+  }
   const wide = await startServer(["--allowed-hosts", "zinc.lan"]);
   const lan = await raw(wide.port, "GET /health HTTP/1.1\r\nHost: zinc.lan:8080\r\nConnection: close\r\n\r\n");
   const evil = await raw(wide.port, "GET /health HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n");

@@ -90,8 +90,11 @@ try {
   // Errors: OpenAI's shape and statuses.
   await expectError("temperature out of range is 400", client.chat.completions.create(
     { model: "stories260K", messages, temperature: 5 }), 400, "temperature");
-  await expectError("unknown model is 404", client.chat.completions.create(
-    { model: "gpt-nonexistent", messages }), 404, "model", "model_not_found");
+  // Serving one model, a request naming another (a client set up for another server) is answered by
+  // it, and the answer names the real one; --strict-model-names makes that a 404 (below).
+  const renamed = await client.chat.completions.create({ model: "gpt-4o", messages, max_tokens: 3, temperature: 0 });
+  check(renamed.model === "stories260K" && renamed.usage.completion_tokens === 3, "another model's name is served by this one",
+        renamed.model);
   await expectError("json_schema is 400", client.chat.completions.create(
     { model: "stories260K", messages, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }),
     400, "response_format");
@@ -160,7 +163,7 @@ try {
         `${plain.usage.prompt_tokens} ${withTools.usage.prompt_tokens} ${roundTrip.usage.prompt_tokens}`);
 
   // zinc serve -n N: the limit of a request that sets none (the web page sends none); max_tokens wins.
-  const limited = await startServer(["-n", "5"]);
+  const limited = await startServer(["-n", "5", "--strict-model-names"]);
   const lc = new OpenAI({ baseURL: limited.base + "/v1", apiKey: "none", maxRetries: 0 });
   const unlimited = await lc.chat.completions.create({ messages, temperature: 0 });
   const unlimitedText = await lc.completions.create({ prompt: "Once upon a time", temperature: 0 });
@@ -169,6 +172,8 @@ try {
         unlimitedText.usage.completion_tokens === 5 && explicit.usage.completion_tokens === 7,
         "serve -n is the default max_tokens of chat and completions requests",
         `${unlimited.usage.completion_tokens} ${unlimitedText.usage.completion_tokens} ${explicit.usage.completion_tokens}`);
+  await expectError("with --strict-model-names an unknown model is 404", lc.chat.completions.create(
+    { model: "gpt-nonexistent", messages }), 404, "model", "model_not_found");
 
   // A full queue: one slot busy with an endless answer, no waiting room: the next request is a 503.
   const q = await startServer(["--parallel", "1", "--queue", "0", "-c", "256", "--context-shift"]);
