@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/format.h"
 
 namespace zinc::server::http {
 
@@ -786,6 +789,7 @@ struct Server::Impl {
       bool keep_alive = req.version == "HTTP/1.1" ? !has_token(req.header("connection"), "close")
                                                   : has_token(req.header("connection"), "keep-alive");
       Response res;
+      const auto t0 = std::chrono::steady_clock::now();
       handle(*c, res);
       if (!res.stream && res.status >= 400 && res.body.empty() && error_handler) error_handler(req, res, "");
       bool ok = true;
@@ -805,6 +809,10 @@ struct Server::Impl {
         ok = send_all(c->fd, status_line_and_headers(res.status, res.headers, keep_alive, false, res.body.size()) + res.body,
                       limits.write_timeout_ms);
       }
+      // One line per request at info level (zinc serve --log-level info); completions add their own.
+      spdlog::info("{} {} {} {:.0f} ms{}", req.method, terminal_safe(req.path), res.status,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                   ok ? "" : " (client gone)");
       {
         std::lock_guard<std::mutex> lock(queue_mutex);
         std::erase(active_fds, c->fd);

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -230,6 +231,9 @@ struct Server::Impl {
   }
 
   void record(const runtime::GenerateResult& r) {
+    spdlog::info("completion: {} prompt tokens ({} cached), {} generated ({}) · first token {:.0f} ms · {:.1f} tok/s",
+                 r.prompt_tokens, r.cached_tokens, r.tokens.size(), runtime::stop_reason_name(r.reason),
+                 r.first_token_s * 1e3, r.decode_tokens_per_s());
     std::lock_guard<std::mutex> lock(metrics.mutex);
     metrics.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
     metrics.generated_tokens += r.tokens.size();

@@ -163,7 +163,9 @@ try {
         `${plain.usage.prompt_tokens} ${withTools.usage.prompt_tokens} ${roundTrip.usage.prompt_tokens}`);
 
   // zinc serve -n N: the limit of a request that sets none (the web page sends none); max_tokens wins.
-  const limited = await startServer(["-n", "5", "--strict-model-names"]);
+  const limited = await startServer(["-n", "5", "--strict-model-names", "--log-level", "info"]);
+  let serverLog = "";
+  limited.proc.stderr.on("data", (d) => { serverLog += d; });
   const lc = new OpenAI({ baseURL: limited.base + "/v1", apiKey: "none", maxRetries: 0 });
   const unlimited = await lc.chat.completions.create({ messages, temperature: 0 });
   const unlimitedText = await lc.completions.create({ prompt: "Once upon a time", temperature: 0 });
@@ -174,6 +176,10 @@ try {
         `${unlimited.usage.completion_tokens} ${unlimitedText.usage.completion_tokens} ${explicit.usage.completion_tokens}`);
   await expectError("with --strict-model-names an unknown model is 404", lc.chat.completions.create(
     { model: "gpt-nonexistent", messages }), 404, "model", "model_not_found");
+  await new Promise((r) => setTimeout(r, 100));
+  check(/POST \/v1\/chat\/completions 200 \d+ ms/.test(serverLog) && /POST \/v1\/chat\/completions 404/.test(serverLog) &&
+        /completion: \d+ prompt tokens \(0 cached\), 5 generated \(length\)/.test(serverLog),
+        "--log-level info logs each request and each completion", serverLog.slice(-600));
 
   // A full queue: one slot busy with an endless answer, no waiting room: the next request is a 503.
   const q = await startServer(["--parallel", "1", "--queue", "0", "-c", "256", "--context-shift"]);
