@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string_view>
+
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/error.h"
@@ -70,14 +73,23 @@ int main(int argc, char** argv) {
     return 0;
   }
   // llama.cpp's -ngl is one flag, not -n gl: read it as --n-gpu-layers.
-  std::vector<std::string> ngl(argv, argv + argc);
+  std::vector<std::string> owned(argv, argv + argc);  // the arguments, as rewritten below
   std::vector<char*> args;
-  for (auto& s : ngl) {
+  for (auto& s : owned) {
     if (s == "-ngl") s = "--n-gpu-layers";
     else if (s.rfind("-ngl=", 0) == 0) s = "--n-gpu-layers=" + s.substr(5);
     args.push_back(s.data());
   }
   argv = args.data();
+  // Ollama's habit: `zinc run MODEL` with no prompt, in a terminal, opens a chat.
+  if (argc > 2 && std::string_view(argv[1]) == "run" && ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO) &&
+      std::none_of(argv + 2, argv + argc, [](const char* a) {
+        const std::string_view s(a);
+        return s == "-p" || s == "-f" || s.starts_with("--prompt") || s.starts_with("--file") || s == "-h" || s == "--help";
+      })) {
+    owned[1] = "chat";
+    args[1] = owned[1].data();
+  }
   // An unknown command: say which, and the nearest one.
   if (argv[1][0] != '-') {
     std::vector<std::string> names;

@@ -392,7 +392,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
 void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed of a model");
-  cmd->add_option("-m,--model", a->model, "GGUF model file, or an installed model id")->required();
+  cmd->add_option("model,-m,--model", a->model, "GGUF model file, or an installed model id")->required();
   cmd->add_option("-p,--prompt-tokens", a->prompts, "Prefill sizes (comma-separated; 0 = none)")
       ->delimiter(',')
       ->capture_default_str();

@@ -302,7 +302,7 @@ void add_inspect_command(CLI::App& app, const GlobalOptions& global, Runner& run
   auto opts = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show what a GGUF file holds: architecture, hyper-parameters, "
                                                 "tokenizer, tensors");
-  cmd->add_option("file", opts->path, "GGUF file")->required();
+  cmd->add_option("file,-m,--model", opts->path, "GGUF file")->required();
   cmd->add_flag("--tensors", opts->tensors, "List every tensor: name, shape, type, offset, bytes");
   cmd->add_flag("--metadata", opts->metadata, "List every metadata key and value");
   cmd->add_flag("--full-arrays", opts->full_arrays, "Print arrays in full instead of their first elements");

@@ -120,7 +120,7 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
 void add_validate_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto a = std::make_shared<ValidateArgs>();
   CLI::App* cmd = app.add_subcommand("validate", "Compare a backend with the CPU reference, tensor by tensor, on one prompt");
-  cmd->add_option("-m,--model", a->model, "GGUF model file, or an installed model id")->required();
+  cmd->add_option("model,-m,--model", a->model, "GGUF model file, or an installed model id")->required();
   cmd->add_option("--backend", a->backend, "Backend to check: vulkan, cpu or auto")->capture_default_str();
   cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("-p,--prompt", a->prompt, "Prompt to run")->capture_default_str();

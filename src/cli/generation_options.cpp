@@ -82,7 +82,7 @@ runtime::GenerateOptions GenerationArgs::generate_options() const {
 }
 
 void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options) {
-  cmd->add_option("-m,--model", a.model, "GGUF model file, or an installed model id (zinc list)")->required();
+  cmd->add_option("model,-m,--model", a.model, "GGUF model file, or an installed model id (zinc list)")->required();
   cmd->add_option("-n,--n-predict", a.n_predict, "Tokens to generate per answer (-1 = until the context is full)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 24));

@@ -103,6 +103,15 @@ send "/exit"
 wait_for "\[exited 0\]"
 echo "ok Ctrl-C at the prompt keeps the program, /exit quits"
 
+# 1b. `zinc run MODEL` with no prompt, in a terminal, is a chat (as Ollama's run is).
+start "$zinc" run "$stories" -n 8 --temp 0
+send "Once upon a time"
+wait_for "8 tokens · context"
+wait_for_prompt
+send "/exit"
+wait_for "\[exited 0\]"
+echo "ok zinc run MODEL without a prompt opens a chat"
+
 # 2. A model converted from a transformers fixture: a bounded answer, /load, /reset.
 "$zinc" convert "$fixture" "$work/fixture.gguf" --outtype f16 >/dev/null
 start "$zinc" chat -m "$work/fixture.gguf" -n 12 --temp 0 --system "Be brief."
