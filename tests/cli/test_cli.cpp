@@ -585,6 +585,22 @@ TEST(Cli, TakesLlamaCppFlags) {
   EXPECT_TRUE(contains(cuda.err, "the cuda backend is not in this zinc yet")) << cuda.err;
 }
 
+TEST(Cli, TakesTheModelWithOrWithoutDashM) {
+  ZINC_REQUIRE_TESTDATA();
+  const RunResult a = zinc({"run", stories(), "-p", "Once upon a time", "-n", "5", "--json"});
+  const RunResult b = zinc({"run", "-m", stories(), "-p", "Once upon a time", "-n", "5", "--json"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(json::parse(a.out)["text"], json::parse(b.out)["text"]);
+  const RunResult i1 = zinc({"inspect", "--json", stories()}), i2 = zinc({"inspect", "--json", "-m", stories()});
+  ASSERT_EQ(i2.status, 0) << i2.err;
+  EXPECT_EQ(i1.out, i2.out);
+  // Not in a terminal, `zinc run MODEL` without a prompt says what is missing (in one, it opens a
+  // chat: tests/cli/chat_tmux.sh).
+  const RunResult none = zinc({"run", stories()});
+  EXPECT_EQ(none.status, 1);
+  EXPECT_TRUE(contains(none.err, "no prompt")) << none.err;
+}
+
 TEST(Cli, UsageErrors) {
   const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
   EXPECT_EQ(none.status, 0);
@@ -598,7 +614,7 @@ TEST(Cli, UsageErrors) {
   };
   one_error(zinc({"frobnicate"}), "unknown command 'frobnicate'");
   one_error(zinc({"runn", "-p", "x"}), "unknown command 'runn'; did you mean 'run'?");
-  one_error(zinc({"inspect"}), "file is required");
+  one_error(zinc({"inspect"}), "--model is required");
   one_error(zinc({"run", "--promt", "x"}), "unknown option --promt; did you mean --prompt?");
   one_error(zinc({"serve", "-m", "x.gguf", "--paralel", "4"}), "unknown option --paralel; did you mean --parallel?");
   one_error(zinc({"run", "-m"}), "--model");
