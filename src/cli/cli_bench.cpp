@@ -236,6 +236,32 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   const std::string where = gpu ? fmt::format("{} on {}", backend->name(), backend->device_name())
                                 : fmt::format("cpu, {} threads", threads);
 
+  const std::string name = file.get_or<std::string>("general.name", a.model);
+  const bool cmp = !a.compare.empty(), llama = !a.llama_bench.empty();
+  // A table prints its header first and each row as its test finishes, unless its ratio columns need
+  // every result first (--compare, --vs-llama-cpp: then at the end).
+  const bool streaming = !global.json && !cmp && !llama;
+  const auto print_header = [&] {
+    fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", terminal_safe(name), where,
+               gpu ? "copy" : "read", bandwidth, a.runs);
+    fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of BW roofline |{}{}\n", cmp ? " vs baseline |" : "",
+               llama ? " llama.cpp tok/s | ratio |" : "");
+    fmt::print("|---|---|---|---|---|---|---|{}{}\n", cmp ? "---|" : "", llama ? "---|---|" : "");
+    std::fflush(stdout);
+  };
+  const auto print_row = [&](const json& r) {
+    auto num = [&](const char* k, const char* f) {
+      return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("–");
+    };
+    fmt::print("| {} | {} | {} | {} | {} | {} | {} |", r["test"].get<std::string>(), num("tokens_per_s", "{:.1f}"),
+               num("min", "{:.1f}"), num("max", "{:.1f}"), num("first_token_ms", "{:.0f}"), num("gb_per_s", "{:.1f}"),
+               num("percent_of_bandwidth", "{:.0f}%"));
+    if (cmp) fmt::print(" {} |", num("ratio_to_baseline", "{:.2f}x"));
+    if (llama) fmt::print(" {} | {} |", num("llama_cpp_tokens_per_s", "{:.1f}"), num("ratio_to_llama_cpp", "{:.2f}x"));
+    fmt::print("\n");
+    std::fflush(stdout);
+  };
+  if (streaming) print_header();
   json results = json::array();
   auto add = [&](const std::string& test, const runtime::BenchSpread& s, const std::vector<double>& samples,
                  const runtime::BenchSpread* ttft, uint64_t bytes) {
@@ -247,6 +273,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
       r["gb_per_s"] = gbs;
       r["percent_of_bandwidth"] = 100.0 * gbs / bandwidth;
     }
+    if (streaming) print_row(r);
     results.push_back(r);
   };
   for (const auto& c : suite.cases) {
@@ -331,7 +358,6 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                            {"inter_token_ms_p99", r.itl_p99 * 1e3}});
   }
 
-  const std::string name = file.get_or<std::string>("general.name", a.model);
   if (global.json) {
     fmt::print("{}\n", dump_json(json{{"model", a.model},
                                       {"name", name},
@@ -346,22 +372,9 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                       {"concurrency", concurrency}}));
     return 0;
   }
-  fmt::print("zinc bench · {} · {} · measured {} bandwidth {:.1f} GB/s · {} runs\n\n", terminal_safe(name), where, gpu ? "copy" : "read",
-             bandwidth, a.runs);
-  const bool cmp = !a.compare.empty(), llama = !a.llama_bench.empty();
-  fmt::print("| test | tok/s | min | max | first token ms | GB/s | % of BW roofline |{}{}\n", cmp ? " vs baseline |" : "",
-             llama ? " llama.cpp tok/s | ratio |" : "");
-  fmt::print("|---|---|---|---|---|---|---|{}{}\n", cmp ? "---|" : "", llama ? "---|---|" : "");
-  for (const auto& r : results) {
-    auto num = [&](const char* k, const char* f) {
-      return r.contains(k) ? fmt::format(fmt::runtime(f), r[k].get<double>()) : std::string("–");
-    };
-    fmt::print("| {} | {} | {} | {} | {} | {} | {} |", r["test"].get<std::string>(), num("tokens_per_s", "{:.1f}"),
-               num("min", "{:.1f}"), num("max", "{:.1f}"), num("first_token_ms", "{:.0f}"), num("gb_per_s", "{:.1f}"),
-               num("percent_of_bandwidth", "{:.0f}%"));
-    if (cmp) fmt::print(" {} |", num("ratio_to_baseline", "{:.2f}x"));
-    if (llama) fmt::print(" {} | {} |", num("llama_cpp_tokens_per_s", "{:.1f}"), num("ratio_to_llama_cpp", "{:.2f}x"));
-    fmt::print("\n");
+  if (!streaming) {
+    print_header();
+    for (const auto& r : results) print_row(r);
   }
   if (!concurrency.empty()) {
     fmt::print("\nrequests through the server's scheduler (2 per slot, all at once, continuous batching):\n\n"
