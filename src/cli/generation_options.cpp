@@ -160,11 +160,22 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
   }
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // A context past what the model was trained on runs, but its answers degrade there.
+  const std::string arch = m->file.get_or<std::string>("general.architecture", "");
+  if (const auto trained = m->file.get_or<uint32_t>(arch + ".context_length", 0); trained > 0 && a.ctx > static_cast<int>(trained)) {
+    spdlog::warn("-c {} is beyond the {} tokens this model was trained on: answers past that point may degrade", a.ctx,
+                 trained);
+  }
   return m;
 }
 
 chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {
-  if (a.chat_template_file.empty()) return runtime::chat_template_for(file, tok);
+  if (a.chat_template_file.empty()) {
+    if (!file.find("tokenizer.chat_template")) {
+      spdlog::warn("the model has no chat template: ChatML is assumed (--chat-template FILE to give the right one)");
+    }
+    return runtime::chat_template_for(file, tok);
+  }
   return runtime::chat_template_from_source(tok, read_text(a.chat_template_file, "chat template"), a.chat_template_file);
 }
 

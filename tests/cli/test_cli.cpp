@@ -601,6 +601,17 @@ TEST(Cli, TakesTheModelWithOrWithoutDashM) {
   EXPECT_TRUE(contains(none.err, "no prompt")) << none.err;
 }
 
+TEST(Cli, WarnsOfAContextPastTrainingAndAMissingTemplate) {
+  ZINC_REQUIRE_TESTDATA();  // stories260K: trained on 2048 tokens, no chat template
+  const RunResult wide = zinc({"run", stories(), "-p", "Once", "-n", "2", "-c", "4096"});
+  EXPECT_EQ(wide.status, 0) << wide.err;
+  EXPECT_TRUE(contains(wide.err, "-c 4096 is beyond the 2048 tokens this model was trained on")) << wide.err;
+  const RunResult fits = zinc({"run", stories(), "-p", "Once", "-n", "2", "-c", "2048"});
+  EXPECT_FALSE(contains(fits.err, "beyond")) << fits.err;
+  const RunResult chat = zinc({"run", stories(), "-p", "Once", "-n", "2", "--chat"});
+  EXPECT_TRUE(contains(chat.err, "the model has no chat template: ChatML is assumed")) << chat.err;
+}
+
 TEST(Cli, UsageErrors) {
   const RunResult none = zinc({});  // no subcommand: the usage, listing the subcommands
   EXPECT_EQ(none.status, 0);
