@@ -615,6 +615,100 @@ Case moe(TensorType type, int n_expert, int k, int n) {
   return c;
 }
 
+// The gated delta rule over `steps` (its state carried between them): beta = sigmoid(b), g = A ·
+// softplus(a + dt_bias), q and k L2-normalised (q also by 1/sqrt(dk)), per v head S = exp(g) S, then
+// S += k (beta (v - S^T k))^T, out = S^T q. The bound is carried through the recurrence to first
+// order: the normalisations are off by (dk + 8)·u relative, the gates by their exp/log ulps, each
+// stage of S and the two contractions (dk terms) add their sums' rounding, and S's error so far is
+// decayed, read by the next contraction and carried. Steps of one token: the token-by-token form on
+// every backend (the chunked prompt form is checked against the definition in tests/graph).
+Case delta_net(int n_head_k, int n_head_v, int dk, int dv, bool tiled, std::vector<int> steps) {
+  Case c;
+  int n = 0;
+  for (int s : steps) n += s;
+  c.name = fmt::format("delta_net/{}k{}v/{}x{}{}/{}", n_head_k, n_head_v, dk, dv, tiled ? "/tiled" : "", n);
+  c.n = n;
+  c.steps = steps;
+  const int64_t qw = int64_t{n_head_k} * dk, vw = int64_t{n_head_v} * dv;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId q = t.input(b, "q", qw, n), k = t.input(b, "k", qw, n), v = t.input(b, "v", vw, n);
+    const TensorId a = t.input(b, "a", n_head_v, n, -2, 2), beta = t.input(b, "b", n_head_v, n, -2, 2);
+    const TensorId A = t.weight(b, "A", TensorType::F32, {n_head_v, 1, 1, 1}, -1.5f, -0.1f);
+    const TensorId dt = t.weight(b, "dt", TensorType::F32, {n_head_v, 1, 1, 1}, -0.5f, 0.5f);
+    return b.delta_net(q, k, v, a, beta, A, dt, n_head_k, n_head_v, dk, dv, tiled, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect e;
+    e.want.assign(static_cast<size_t>(n * vw), 0.0);
+    e.bound.assign(e.want.size(), 0.0);
+    const double U = kU;
+    for (int h = 0; h < n_head_v; ++h) {
+      const int kh = tiled ? h % n_head_k : h / (n_head_v / n_head_k);
+      std::vector<double> S(static_cast<size_t>(dk * dv), 0.0), E(S.size(), 0.0);  // state and its error bound
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<double> qn(static_cast<size_t>(dk)), kn(static_cast<size_t>(dk));
+        double qq = 0, kk = 0;
+        for (int i = 0; i < dk; ++i) {
+          qq += std::pow(row(t, "q", r)[kh * dk + i], 2);
+          kk += std::pow(row(t, "k", r)[kh * dk + i], 2);
+        }
+        for (int i = 0; i < dk; ++i) {
+          qn[static_cast<size_t>(i)] = row(t, "q", r)[kh * dk + i] / std::sqrt(qq + 1e-6) / std::sqrt(static_cast<double>(dk));
+          kn[static_cast<size_t>(i)] = row(t, "k", r)[kh * dk + i] / std::sqrt(kk + 1e-6);
+        }
+        const double cn = (dk + 8) * U;  // relative error of a normalised element
+        const double x = row(t, "a", r)[h] + static_cast<double>(t.values("dt")[static_cast<size_t>(h)]);
+        const double sp = x > 20 ? x : std::log1p(std::exp(x));
+        const double g = t.values("A")[static_cast<size_t>(h)] * sp;
+        const double decay = std::exp(g);
+        const double c_decay = (std::fabs(g) * transcendental_ulps(x) + transcendental_ulps(g) + 4) * U;
+        const double bx = row(t, "b", r)[h];
+        const double beta = 1 / (1 + std::exp(-bx));
+        const double c_beta = transcendental_ulps(bx) * U;
+        for (size_t i = 0; i < S.size(); ++i) {
+          E[i] = decay * E[i] + (c_decay + U) * std::fabs(decay * S[i]);
+          S[i] *= decay;
+        }
+        std::vector<double> delta(static_cast<size_t>(dv)), ddelta(static_cast<size_t>(dv));
+        for (int j = 0; j < dv; ++j) {
+          double mem = 0, dmem = 0, mag = 0;
+          for (int i = 0; i < dk; ++i) {
+            const double s = S[static_cast<size_t>(i * dv + j)], k = kn[static_cast<size_t>(i)];
+            mem += s * k;
+            mag += std::fabs(s * k);
+            dmem += E[static_cast<size_t>(i * dv + j)] * std::fabs(k) + std::fabs(s) * cn * std::fabs(k);
+          }
+          dmem += (dk + 4) * U * mag;
+          const double vj = row(t, "v", r)[h * dv + j];
+          delta[static_cast<size_t>(j)] = beta * (vj - mem);
+          ddelta[static_cast<size_t>(j)] = beta * (dmem + 2 * U * (std::fabs(vj) + std::fabs(mem))) + c_beta * std::fabs(delta[static_cast<size_t>(j)]);
+        }
+        for (int i = 0; i < dk; ++i) {
+          for (int j = 0; j < dv; ++j) {
+            const size_t ij = static_cast<size_t>(i * dv + j);
+            const double k = kn[static_cast<size_t>(i)], d = delta[static_cast<size_t>(j)];
+            E[ij] += cn * std::fabs(k * d) + std::fabs(k) * ddelta[static_cast<size_t>(j)] + 2 * U * (std::fabs(S[ij]) + std::fabs(k * d));
+            S[ij] += k * d;
+          }
+        }
+        for (int j = 0; j < dv; ++j) {
+          double o = 0, d = 0, mag = 0;
+          for (int i = 0; i < dk; ++i) {
+            const size_t ij = static_cast<size_t>(i * dv + j);
+            o += S[ij] * qn[static_cast<size_t>(i)];
+            mag += std::fabs(S[ij] * qn[static_cast<size_t>(i)]);
+            d += E[ij] * std::fabs(qn[static_cast<size_t>(i)]) + std::fabs(S[ij]) * cn * std::fabs(qn[static_cast<size_t>(i)]);
+          }
+          e.want[static_cast<size_t>(r * vw + h * dv + j)] = o;
+          e.bound[static_cast<size_t>(r * vw + h * dv + j)] = d + (dk + 4) * U * mag;
+        }
+      }
+    }
+    return e;
+  };
+  return c;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cs;
   using graph::Op;
@@ -665,6 +759,9 @@ std::vector<Case> all_cases() {
     cs.push_back(moe(t, 8, 2, 5));
   }
   cs.push_back(moe(TensorType::Q4_0, 4, 1, 3));
+  cs.push_back(delta_net(2, 4, 64, 64, false, {1, 1, 1, 1, 1, 1}));
+  cs.push_back(delta_net(2, 4, 64, 64, true, {1, 1, 1, 1}));
+  cs.push_back(delta_net(4, 4, 128, 64, false, {1, 1, 1}));
   cs.push_back(ssm_conv(64, 4, 3, 4));
   cs.push_back(ssm_conv(96, 4, 1, 1));
   cs.push_back(ssm_conv(64, 4, 6, 2));
