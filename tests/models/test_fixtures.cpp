@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
+#include "seq_schedule.h"
 #include "runtime/session.h"
 
 namespace zinc {
@@ -453,13 +454,6 @@ TEST(GptOss, KeepsTheUnroundedYarnRange) {
 // sequence). Four sequences of different lengths start at different steps, prefill in chunks beside
 // the others' decode tokens, then decode greedily together; one is forked from another mid-way (its
 // cache blocks shared until it writes) and one is cleared and reused. 64 greedy tokens each.
-struct Schedule {
-  int32_t seq;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> chunks;  // prefill chunk sizes (summing to the prompt's length)
-  int start_step;               // the step whose part is the first chunk
-};
-
 TEST_P(Fixture, SequencesSteppedTogetherMatchEachAlone) {
   const auto dir = kFixtures / GetParam();
   const Reference ref = load_reference(dir);
@@ -471,7 +465,7 @@ TEST_P(Fixture, SequencesSteppedTogetherMatchEachAlone) {
   const auto& s0 = ref.sequences[0];
   const auto& s1 = ref.sequences[1];
   const auto slice = [](const std::vector<int32_t>& v, size_t a, size_t b) { return std::vector<int32_t>(v.begin() + a, v.begin() + b); };
-  const std::vector<Schedule> plan = {
+  const std::vector<test::SeqPlan> plan = {
       {0, slice(s0, 0, 5), {5}, 0},
       {1, slice(s1, 0, 11), {4, 7}, 0},
       {2, slice(s0, 3, 16), {13}, 1},
@@ -491,60 +485,38 @@ TEST_P(Fixture, SequencesSteppedTogetherMatchEachAlone) {
   backend::ExecOptions one = opts;
   one.n_seq = 1;
   for (size_t i = 0; i < plan.size(); ++i) {
-    auto exe = weights->instantiate(one);
-    int32_t pos = 0;
-    for (int32_t c : plan[i].chunks) {
-      exe->run(graph::StepParams::one(slice(plan[i].prompt, static_cast<size_t>(pos), static_cast<size_t>(pos + c)), pos));
-      pos += c;
-      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
-    }
-    for (int d = 0; d < n_decode; ++d) {
-      const int32_t next = runtime::argmax(alone[i].back());
-      alone_tokens[i].push_back(next);
-      exe->run(graph::StepParams::one({next}, pos++));
-      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
-    }
+    test::AloneRun a = test::run_alone(*weights, one, plan[i], n_decode);
+    alone[i] = std::move(a.rows);
+    alone_tokens[i] = std::move(a.tokens);
   }
 
   // Together: at each step every started sequence takes its next chunk, or its next greedy token.
   auto exe = weights->instantiate(opts);
-  std::vector<size_t> chunk(plan.size(), 0), got(plan.size(), 0);
-  std::vector<int32_t> pos(plan.size(), 0), last(plan.size(), -1);
+  std::vector<size_t> rows;
+  for (const auto& a : alone) rows.push_back(a.size());
+  test::SeqSchedule together(plan, rows);
+  std::vector<int32_t> last(plan.size(), -1);
   int mismatches = 0;
-  for (int stepi = 0; stepi < 128; ++stepi) {
-    graph::StepParams step;
-    std::vector<size_t> in_step;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      if (stepi < plan[i].start_step || got[i] >= alone[i].size()) continue;
-      std::vector<int32_t> part;
-      if (chunk[i] < plan[i].chunks.size()) {
-        const int32_t c = plan[i].chunks[chunk[i]++];
-        part = slice(plan[i].prompt, static_cast<size_t>(pos[i]), static_cast<size_t>(pos[i] + c));
-      } else {
-        part = {last[i]};
-      }
-      step.add(plan[i].seq, pos[i], part);
-      pos[i] += static_cast<int32_t>(part.size());
-      in_step.push_back(i);
-    }
-    if (in_step.empty()) break;
+  graph::StepParams step;
+  std::vector<size_t> in_step;
+  while (together.next(step, in_step, [&](size_t i, size_t) { return last[i]; })) {
     exe->run(step);
     const auto l = exe->logits();
     ASSERT_EQ(static_cast<int64_t>(l.size()), static_cast<int64_t>(in_step.size()) * nv);
     for (size_t k = 0; k < in_step.size(); ++k) {
       const size_t i = in_step[k];
       const std::vector<float> row(l.begin() + static_cast<int64_t>(k) * nv, l.begin() + static_cast<int64_t>(k + 1) * nv);
-      mismatches += row != alone[i][got[i]];
+      mismatches += row != alone[i][together.row(i)];
       last[i] = runtime::argmax(row);
-      ++got[i];
     }
+    together.yielded(in_step);
   }
-  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(got[i], alone[i].size()) << GetParam() << " sequence " << i;
+  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(together.got(i), alone[i].size()) << GetParam() << " sequence " << i;
   EXPECT_EQ(mismatches, 0) << GetParam() << ": steps whose logits differ from the sequence alone";
 
   // A fork: sequence 3 continues from all of sequence 0 (shared blocks; a recurrent state copied), each
   // then takes a different token; both equal a context that ran the whole text alone.
-  const int32_t n0 = pos[0];
+  const int32_t n0 = together.pos(0);
   exe->seq_copy(0, 3, n0);
   graph::StepParams fork;
   fork.add(0, n0, {s1[0]});

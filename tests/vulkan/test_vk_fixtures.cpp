@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
+#include "seq_schedule.h"
 #include "runtime/session.h"
 
 namespace zinc {
@@ -304,13 +305,6 @@ TEST_P(VulkanFixture, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
 // context of its own with the same chunks: both compute the same float32 function (F32 weights and
 // cache; steps of at most 8 rows take the decode kernels), so within kFloat32Gap, and each greedy
 // token the same wherever the alone run's choice is clear (margin over twice the gap).
-struct Part {
-  int32_t seq;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> chunks;
-  int start_step;
-};
-
 TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   const gguf::File f = file("F32");
   const model::Model m = model::load(f);
@@ -318,7 +312,7 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   const auto slice = [](const std::vector<int32_t>& v, size_t a, size_t b) { return std::vector<int32_t>(v.begin() + a, v.begin() + b); };
   const std::vector<int32_t>& s = sequence_;
   ASSERT_GE(s.size(), 12u);
-  const std::vector<Part> plan = {
+  const std::vector<test::SeqPlan> plan = {
       {0, slice(s, 0, 5), {3, 2}, 0},
       {1, slice(s, 1, 7), {2, 2, 2}, 0},
       {2, slice(s, 4, 8), {4}, 1},
@@ -338,44 +332,23 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   std::vector<std::vector<int32_t>> alone_tokens(plan.size());
   std::vector<uint8_t> alone0;  // sequence 0 alone after its 64 tokens, saved
   for (size_t i = 0; i < plan.size(); ++i) {
-    auto exe = weights->instantiate(one);
-    int32_t pos = 0;
-    for (int32_t c : plan[i].chunks) {
-      exe->run(graph::StepParams::one(slice(plan[i].prompt, static_cast<size_t>(pos), static_cast<size_t>(pos + c)), pos));
-      pos += c;
-      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
-    }
-    for (int d = 0; d < n_decode; ++d) {
-      const int32_t next = exe->argmax();
-      alone_tokens[i].push_back(next);
-      exe->run(graph::StepParams::one({next}, pos++));
-      alone[i].emplace_back(exe->logits().begin(), exe->logits().end());
-    }
-    if (i == 0) alone0 = exe->save_state(pos);
+    test::AloneRun a = test::run_alone(*weights, one, plan[i], n_decode);
+    alone[i] = std::move(a.rows);
+    alone_tokens[i] = std::move(a.tokens);
+    if (i == 0) alone0 = a.exe->save_state(a.pos);
   }
 
   auto exe = weights->instantiate(opts);
-  std::vector<size_t> chunk(plan.size(), 0), got(plan.size(), 0);
-  std::vector<int32_t> pos(plan.size(), 0);
+  std::vector<size_t> all_rows;
+  for (const auto& a : alone) all_rows.push_back(a.size());
+  test::SeqSchedule together(plan, all_rows);
   double worst = 0;
   int clear = 0, clear_agree = 0, steps = 0, rows = 0, device_ids_wrong = 0;
-  for (int stepi = 0; stepi < 128; ++stepi) {
-    graph::StepParams step;
-    std::vector<size_t> in_step;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      if (stepi < plan[i].start_step || got[i] >= alone[i].size()) continue;
-      std::vector<int32_t> part;
-      if (chunk[i] < plan[i].chunks.size()) {
-        const int32_t c = plan[i].chunks[chunk[i]++];
-        part = slice(plan[i].prompt, static_cast<size_t>(pos[i]), static_cast<size_t>(pos[i] + c));
-      } else {
-        part = {alone_tokens[i][got[i] - plan[i].chunks.size()]};  // the alone run's choice
-      }
-      step.add(plan[i].seq, pos[i], part);
-      pos[i] += static_cast<int32_t>(part.size());
-      in_step.push_back(i);
-    }
-    if (in_step.empty()) break;
+  graph::StepParams step;
+  std::vector<size_t> in_step;
+  // Decode tokens: the alone run's choices.
+  const auto decode = [&](size_t i, size_t row) { return alone_tokens[i][row - plan[i].chunks.size()]; };
+  while (together.next(step, in_step, decode)) {
     exe->run(step);
     ++steps;
     const auto l = exe->logits();
@@ -383,7 +356,7 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
     for (size_t k = 0; k < in_step.size(); ++k) {
       const size_t i = in_step[k];
       const std::span<const float> row = l.subspan(k * static_cast<size_t>(nv), static_cast<size_t>(nv));
-      const std::vector<float>& want = alone[i][got[i]];
+      const std::vector<float>& want = alone[i][together.row(i)];
       const double gap = relative_gap(row, want);
       worst = std::max(worst, gap);
       std::vector<float> sorted(want);
@@ -397,12 +370,12 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
       }
       // Each part's greedy id, taken on the device, is its row's.
       device_ids_wrong += exe->argmax(static_cast<int64_t>(k)) != std::max_element(row.begin(), row.end()) - row.begin();
-      ++got[i];
       ++rows;
     }
+    together.yielded(in_step);
   }
   EXPECT_EQ(device_ids_wrong, 0) << GetParam() << ": device argmax of a part differs from its logits'";
-  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(got[i], alone[i].size()) << GetParam() << " sequence " << i;
+  for (size_t i = 0; i < plan.size(); ++i) EXPECT_EQ(together.got(i), alone[i].size()) << GetParam() << " sequence " << i;
   std::printf("%s: %d steps of up to 4 sequences; worst logit gap to each alone %.2e; %d of %d choices clear\n",
               GetParam().c_str(), steps, worst, clear, rows);
   EXPECT_LT(worst, kFloat32Gap) << GetParam();
@@ -414,7 +387,7 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
 
   // A fork: sequence 3 continues from all of sequence 0, each then takes a different token; both as a
   // context that ran the whole text alone.
-  const int32_t n0 = pos[0];
+  const int32_t n0 = together.pos(0);
   exe->seq_copy(0, 3, n0);
   graph::StepParams fork;
   fork.add(0, n0, {s[10]});
