@@ -91,7 +91,47 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
   return 0;
 }
 
-int run_list(bool available, const GlobalOptions& global) {
+// A table: aligned columns (two spaces apart), or with --markdown a Markdown table.
+void print_table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows, bool markdown) {
+  if (markdown) {
+    std::string h = "|", r = "|";
+    for (const auto& c : head) {
+      h += " " + c + " |";
+      r += "---|";
+    }
+    fmt::print("{}\n{}\n", h, r);
+    for (const auto& row : rows) {
+      std::string line = "|";
+      for (const auto& c : row) line += " " + c + " |";
+      fmt::print("{}\n", line);
+    }
+    return;
+  }
+  // Widths in code points (the cells are ASCII but for the bullet-free names users give).
+  const auto width = [](const std::string& s) {
+    size_t n = 0;
+    for (unsigned char ch : s) n += (ch & 0xc0) != 0x80;
+    return n;
+  };
+  std::vector<size_t> w(head.size(), 0);
+  for (size_t i = 0; i < head.size(); ++i) w[i] = width(head[i]);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size() && i < w.size(); ++i) w[i] = std::max(w[i], width(row[i]));
+  }
+  const auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      out += cells[i];
+      if (i + 1 < cells.size()) out += std::string(w[i] - width(cells[i]) + 2, ' ');
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    fmt::print("{}\n", out);
+  };
+  line(head);
+  for (const auto& row : rows) line(row);
+}
+
+int run_list(bool available, bool markdown, const GlobalOptions& global) {
   const auto installed = hub::installed_models();
   if (!available) {
     if (global.json) {
@@ -108,8 +148,9 @@ int run_list(bool available, const GlobalOptions& global) {
                  hub::models_dir().string());
       return 0;
     }
-    fmt::print("| model | size | architecture | file |\n|---|---|---|---|\n");
-    for (const auto& m : installed) fmt::print("| {} | {} | {} | {} |\n", m.id, format_bytes(m.size), m.architecture, m.file.string());
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& m : installed) rows.push_back({m.id, format_bytes(m.size), m.architecture, terminal_safe(m.file.string())});
+    print_table({"model", "size", "architecture", "file"}, rows, markdown);
     return 0;
   }
   // Where a model could run: system memory for the CPU, and each GPU the backends see.
@@ -144,18 +185,19 @@ int run_list(bool available, const GlobalOptions& global) {
     fmt::print("{}\n", dump_json(out));
     return 0;
   }
-  std::string head = "| model | quant | download | memory needed |", rule = "|---|---|---|---|";
-  for (const auto& p : places) {
-    head += fmt::format(" fits {} ({:.0f} GB) |", p.name, static_cast<double>(p.bytes) / 1e9);
-    rule += "---|";
-  }
-  fmt::print("{} installed |\n{}---|\n", head, rule);
+  std::vector<std::string> head{"model", "quant", "download", "memory needed"};
+  for (const auto& p : places) head.push_back(fmt::format("fits {} ({:.0f} GB)", p.name, static_cast<double>(p.bytes) / 1e9));
+  head.push_back("installed");
+  std::vector<std::vector<std::string>> rows;
   for (const auto& e : out) {
-    std::string row = fmt::format("| {} | {} | {:.1f} GB | {:.0f} GB |", e["id"].get<std::string>(), e["quant"].get<std::string>(),
-                                  e["size"].get<double>() / 1e9, e["min_memory"].get<double>() / 1e9);
-    for (const auto& p : places) row += e["fits"][p.name].get<bool>() ? " yes |" : " no |";
-    fmt::print("{} {} |\n", row, e["installed"].get<bool>() ? "yes" : "");
+    std::vector<std::string> row{e["id"].get<std::string>(), e["quant"].get<std::string>(),
+                                 fmt::format("{:.1f} GB", e["size"].get<double>() / 1e9),
+                                 fmt::format("{:.0f} GB", e["min_memory"].get<double>() / 1e9)};
+    for (const auto& p : places) row.push_back(e["fits"][p.name].get<bool>() ? "yes" : "no");
+    row.push_back(e["installed"].get<bool>() ? "yes" : "");
+    rows.push_back(std::move(row));
   }
+  print_table(head, rows, markdown);
   return 0;
 }
 
@@ -177,10 +219,13 @@ void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
       ->check(CLI::Range(0.000001, 1e6));
   pull->callback([p, &global, &run] { run = [p, &global] { return run_pull(*p, global); }; });
 
-  auto available = std::make_shared<bool>(false);
+  auto available = std::make_shared<bool>(false), markdown = std::make_shared<bool>(false);
   CLI::App* list = app.add_subcommand("list", "Installed models (--available: the catalog)");
   list->add_flag("--available", *available, "Show the catalog of managed models and what fits this machine");
-  list->callback([available, &global, &run] { run = [available, &global] { return run_list(*available, global); }; });
+  list->add_flag("--markdown", *markdown, "A Markdown table instead of aligned columns");
+  list->callback([available, markdown, &global, &run] {
+    run = [available, markdown, &global] { return run_list(*available, *markdown, global); };
+  });
 
   auto id = std::make_shared<std::string>();
   CLI::App* rm = app.add_subcommand("rm", "Remove an installed model");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <utility>
 
 #include "core/error.h"
 
@@ -43,9 +44,25 @@ const std::vector<CatalogEntry>& catalog() {
   return kCatalog;
 }
 
+std::string canonical_id(const std::string& id) {
+  // The size a family name alone stands for: the one most machines that run the family can hold.
+  static const std::pair<const char*, const char*> kDefaults[] = {
+      {"qwen3", "qwen3:8b"},       {"qwen3.6", "qwen3.6:35b-a3b"}, {"gemma3", "gemma3:4b"},
+      {"gemma4", "gemma4:26b-a4b"}, {"gpt-oss", "gpt-oss:20b"},     {"llama3.1", "llama3.1:8b"},
+      {"llama3.2", "llama3.2:3b"}};
+  std::string family = id;
+  if (family.ends_with(":latest")) family.resize(family.size() - 7);
+  if (family.find(':') != std::string::npos) return id;
+  for (const auto& [f, d] : kDefaults) {
+    if (family == f) return d;
+  }
+  return id;
+}
+
 const CatalogEntry* find_in_catalog(const std::string& id) {
+  const std::string c = canonical_id(id);
   for (const auto& e : catalog()) {
-    if (id == e.id) return &e;
+    if (c == e.id) return &e;
   }
   return nullptr;
 }

@@ -20,6 +20,10 @@ struct CatalogEntry {
 };
 
 const std::vector<CatalogEntry>& catalog();
+// A family name alone (qwen3) or with :latest means the family's default size, as Ollama's tags do:
+// the catalog id it stands for; any other name is returned as it is.
+std::string canonical_id(const std::string& id);
+// The entry of `id` (after canonical_id), or nullptr.
 const CatalogEntry* find_in_catalog(const std::string& id);
 
 // Where a model comes from: a URL to fetch and the installed name.

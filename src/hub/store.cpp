@@ -126,8 +126,9 @@ std::string resolve_model_path(const std::string& arg) {
   std::error_code ec;
   if (fs::exists(arg, ec)) return arg;  // a path: opening it reports any problem
   if (auto m = find_installed(arg)) return m->file.string();
-  if (find_in_catalog(arg)) {
-    throw Error(fmt::format("model '{}' is not installed: zinc pull {}", arg, arg));
+  if (auto m = find_installed(canonical_id(arg))) return m->file.string();  // qwen3: the installed qwen3:8b
+  if (const CatalogEntry* e = find_in_catalog(arg)) {
+    throw Error(fmt::format("model '{}' is not installed: zinc pull {}", e->id, e->id));
   }
   return arg;  // neither: the file open says it does not exist
 }

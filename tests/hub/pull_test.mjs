@@ -92,6 +92,7 @@ const server = http.createServer((req, res) => {
   };
   const routes = {
     "/Qwen/Qwen3-0.6B-GGUF/resolve/main/Qwen3-0.6B-Q8_0.gguf": () => redirect("/cdn/ok/model.gguf"),
+    "/Qwen/Qwen3-8B-GGUF/resolve/main/Qwen3-8B-Q4_K_M.gguf": () => redirect("/cdn/ok/model.gguf"),
     "/owner/repo/resolve/main/drop.gguf": () => redirect("/cdn/drop/model.gguf"),
     "/owner/repo/resolve/main/parallel.gguf": () => redirect("/cdn/parallel/model.gguf"),
     "/owner/repo/resolve/main/pdrop.gguf": () => redirect("/cdn/pdrop/model.gguf"),
@@ -153,10 +154,30 @@ r = await zincRun(["run", "-m", "qwen3:0.6b", "-p", "Once upon a time", "-n", "4
 check(r.status === 0 && r.out.startsWith("Once upon a time,"), "-m takes the installed id", r.err);
 r = await zincRun(["list", "--json"]);
 check(r.status === 0 && JSON.parse(r.out).some((m) => m.id === "qwen3:0.6b" && m.verified), "zinc list shows it");
+// As text: aligned columns (each column starts where its header does), or Markdown with --markdown.
+r = await zincRun(["list"]);
+const [listHead, listRow] = r.out.split("\n");
+check(r.status === 0 && listHead.startsWith("model") && listRow.startsWith("qwen3:0.6b") &&
+      ["size", "architecture", "file"].every((c) => listRow[listHead.indexOf(c) - 1] === " " && listRow[listHead.indexOf(c)] !== " "),
+      "zinc list prints aligned columns", r.out);
+r = await zincRun(["list", "--markdown"]);
+check(r.status === 0 && r.out.startsWith("| model | size | architecture | file |\n|---|"), "zinc list --markdown", r.out);
 r = await zincRun(["list", "--available", "--json"]);
 const entry = r.status === 0 ? JSON.parse(r.out).find((m) => m.id === "qwen3:0.6b") : null;
 check(entry && entry.installed === true && typeof entry.fits.CPU === "boolean" &&
       JSON.parse(r.out).filter((m) => m.installed).length === 1, "the catalog marks it installed and says where it fits");
+
+// A family name alone (or :latest) is its default size, as Ollama's tags are: qwen3 is qwen3:8b.
+r = await zincRun(["pull", "qwen3", ...fast]);
+j = r.status === 0 ? JSON.parse(r.out) : {};
+check(r.status === 0 && j.id === "qwen3:8b" && j.verified === true, "pull qwen3 installs qwen3:8b", r.err + r.out);
+r = await zincRun(["run", "-m", "qwen3:latest", "-p", "Once upon a time", "-n", "4"]);
+check(r.status === 0 && r.out.startsWith("Once upon a time,"), "-m qwen3:latest finds the installed qwen3:8b", r.err);
+r = await zincRun(["rm", "qwen3:8b"]);
+check(r.status === 0, "zinc rm qwen3:8b", r.err);
+r = await zincRun(["run", "-m", "qwen3", "-p", "x"]);
+check(r.status === 1 && r.err.includes("model 'qwen3:8b' is not installed: zinc pull qwen3:8b"),
+      "an uninstalled family name says which model to pull", r.err);
 
 // A dropped connection: the next attempt asks for the rest with Range.
 r = await zincRun(["pull", "hf://owner/repo/drop.gguf", ...fast]);
