@@ -103,6 +103,7 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
     int free_slots = 0;
     for (const auto& slot : slots_) free_slots += slot->job == nullptr;
     if (static_cast<int>(queue_.size()) >= options_.queue_limit + free_slots) return false;
+    job->submitted_ = std::chrono::steady_clock::now();
     queue_.push_back(job);
   }
   cv_.notify_all();
@@ -124,6 +125,7 @@ EngineStats Engine::stats() const {
 void Engine::start_job(Slot& slot, std::shared_ptr<Job> job) {
   slot.job = std::move(job);
   Job* j = slot.job.get();
+  j->queue_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - j->submitted_).count();
   try {
     slot.sampler = std::make_unique<sample::Sampler>(j->sampling_, &tok_);
     slot.generation = std::make_unique<runtime::Generation>(*slot.session, tok_, *slot.sampler, j->prompt_, j->options_,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,8 @@ class Job {
   const runtime::GenerateResult& result() const { return result_; }  // after next() returned false
   const std::string& error() const { return error_; }                // non-empty when it failed
   int error_status() const { return error_status_; }
+  // Seconds it waited in the queue for a slot (known once it started).
+  double queue_wait_s() const { return queue_wait_s_.load(); }
 
  private:
   friend class Engine;
@@ -60,6 +63,8 @@ class Job {
   sample::SamplerParams sampling_;
   runtime::GenerateOptions options_;
   std::atomic<bool> cancel_{false};
+  std::chrono::steady_clock::time_point submitted_;
+  std::atomic<double> queue_wait_s_{0.0};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::string> pieces_;

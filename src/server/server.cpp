@@ -51,6 +51,7 @@ struct Metrics {
   uint64_t requests = 0, errors = 0, prompt_tokens = 0, generated_tokens = 0, cancelled = 0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram per_token{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  Histogram queue_wait{{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
 };
 
 std::string sse(const ordered_json& j) { return "data: " + j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n\n"; }
@@ -230,7 +231,11 @@ struct Server::Impl {
     }
   }
 
-  void record(const runtime::GenerateResult& r) {
+  void record(const runtime::GenerateResult& r, const Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(metrics.mutex);
+      metrics.queue_wait.observe(job.queue_wait_s());
+    }
     spdlog::info("completion: {} prompt tokens ({} cached), {} generated ({}) · first token {:.0f} ms · {:.1f} tok/s",
                  r.prompt_tokens, r.cached_tokens, r.tokens.size(), runtime::stop_reason_name(r.reason),
                  r.first_token_s * 1e3, r.decode_tokens_per_s());
@@ -308,7 +313,7 @@ struct Server::Impl {
       result->message += parser.finish();
       if (!job->error().empty()) throw ApiError(job->error_status() == 499 ? 400 : job->error_status(), job->error());
       result->gen = job->result();
-      record(result->gen);
+      record(result->gen, *job);
       if (r.logprobs) fill_logprob_texts(*result);
       const ordered_json out = chat ? chat_completion_json(*result, r.logprobs) : text_completion_json(*result, r.logprobs);
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -349,7 +354,7 @@ struct Server::Impl {
         write_all({ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body()});
       } else {
         write_all(stream.finish(job->result(), include_usage));
-        record(result->gen);
+        record(result->gen, *job);
       }
       w.write("data: [DONE]\n\n");
     };
@@ -503,6 +508,7 @@ struct Server::Impl {
               static_cast<uint64_t>(s.step_prompt_tokens));
       gauge("zinc_step_sequences_max", "The most sequences one step has carried.", s.max_step_sequences);
       out += metrics.ttft.text("zinc_time_to_first_token_seconds", "From request start to the first token.");
+      out += metrics.queue_wait.text("zinc_queue_wait_seconds", "From a request's arrival to its slot.");
       out += metrics.per_token.text("zinc_time_per_output_token_seconds", "Decode time per generated token.");
       res.set_content(out, "text/plain; version=0.0.4");
     });

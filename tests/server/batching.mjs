@@ -13,7 +13,7 @@ const require = createRequire(path.resolve(oracleDir, "package.json"));
 const OpenAI = require("openai").default ?? require("openai");
 const { check, start, stopAll, failures } = testRun(zinc, model);
 
-const metric = (text, name) => Number((text.match(new RegExp(`^${name} (\\d+)`, "m")) || [0, 0])[1]);
+const metric = (text, name) => Number((text.match(new RegExp(`^${name} ([0-9.e+-]+)`, "m")) || [0, 0])[1]);
 
 try {
   // A step of at most 64 tokens: the long prompt below takes several steps beside the decoding ones.
@@ -45,6 +45,10 @@ try {
   const seqs = metric(after, "zinc_step_sequences_total") - metric(before, "zinc_step_sequences_total");
   check(metric(after, "zinc_step_sequences_max") === 8 && seqs / steps > 4,
         "the steps carried every active sequence (8 at most)", `max ${metric(after, "zinc_step_sequences_max")}, mean ${seqs / steps}`);
+  // Half of them waited for a slot: the queue-wait histogram counts every request and their waits.
+  const waited = metric(after, "zinc_queue_wait_seconds_count") - metric(before, "zinc_queue_wait_seconds_count");
+  const waitSum = metric(after, "zinc_queue_wait_seconds_sum") - metric(before, "zinc_queue_wait_seconds_sum");
+  check(waited === 16 && waitSum > 0.001, "/metrics counts each request's wait for a slot", `${waited} requests, ${waitSum} s`);
 
   // A long prompt (about 300 tokens) arriving while 4 streams decode: it is evaluated in chunks of the
   // step's room beside their tokens, and everyone's answer is still their alone answer.
