@@ -215,6 +215,20 @@ Case rms_norm(int64_t width, int64_t group, bool weighted, float offset, int n) 
   return c;
 }
 
+// The error of each element of a row given to a block-format product as int8 codes: d/2 with d =
+// amax/127 over its block, stored as f16: at most 1.01·amax/254 for the 256-element blocks, which
+// contain the 32-element ones.
+std::vector<double> code_errors(const std::vector<double>& v) {
+  std::vector<double> e(v.size(), 0.0);
+  for (size_t b0 = 0; b0 < v.size(); b0 += 256) {
+    const size_t b1 = std::min(v.size(), b0 + 256);
+    double amax = 0;
+    for (size_t j = b0; j < b1; ++j) amax = std::max(amax, std::fabs(v[j]));
+    for (size_t j = b0; j < b1; ++j) e[j] = 1.01 * amax / 254;
+  }
+  return e;
+}
+
 // out[t] = W · x[t] (+ bias). The float sum over ncols terms: (ncols + 4)·u·Σ|w x|. The prefill GEMM
 // rounds x and the weights to f16 (2^-11 each): Σ|w_j x_j|·2^-10. Int8 codes of x for block-format
 // weights: |x - code·d| <= d/2 with d = amax/127 over the block, stored as f16: at most 1.01·amax/254
@@ -234,14 +248,8 @@ Case matmul(TensorType type, int64_t ncols, int64_t nrows, int n, bool bias) {
     Expect e;
     for (int64_t r = 0; r < n; ++r) {
       const float* x = row(t, "x", r);
-      std::vector<double> code_err(static_cast<size_t>(ncols), 0.0);
-      if (blocks) {
-        for (int64_t b0 = 0; b0 < ncols; b0 += 256) {
-          double amax = 0;
-          for (int64_t j = b0; j < std::min(ncols, b0 + 256); ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[j])));
-          for (int64_t j = b0; j < std::min(ncols, b0 + 256); ++j) code_err[static_cast<size_t>(j)] = 1.01 * amax / 254;
-        }
-      }
+      const std::vector<double> code_err =
+          blocks ? code_errors(std::vector<double>(x, x + ncols)) : std::vector<double>(static_cast<size_t>(ncols), 0.0);
       for (int64_t o = 0; o < nrows; ++o) {
         const float* w = row(t, "w", o);
         double y = bias ? t.values("bias")[static_cast<size_t>(o)] : 0.0, mag = std::fabs(y), codes = 0;
@@ -516,23 +524,13 @@ Case moe(TensorType type, int n_expert, int k, int n) {
     return b.moe(x, r, g, u, dn, k, true, "out", 0);
   };
   const bool blocks = quant::block_size(type) > 1;
-  // Int8 codes of a row: the error of each element (for the 256-element blocks, which contain the 32s).
-  const auto code_err = [](const std::vector<double>& v) {
-    std::vector<double> e(v.size(), 0.0);
-    for (size_t b0 = 0; b0 < v.size(); b0 += 256) {
-      double amax = 0;
-      for (size_t j = b0; j < std::min(v.size(), b0 + 256); ++j) amax = std::max(amax, std::fabs(v[j]));
-      for (size_t j = b0; j < std::min(v.size(), b0 + 256); ++j) e[j] = 1.01 * amax / 254;
-    }
-    return e;
-  };
   c.reference = [=](const Tables& t) {
     Expect e;
     int ties = 0;
     for (int64_t r = 0; r < n; ++r) {
       const float* xf = row(t, "x", r);
       const std::vector<double> x(xf, xf + d);
-      const std::vector<double> xe = code_err(x);
+      const std::vector<double> xe = code_errors(x);
       std::vector<double> logit(static_cast<size_t>(n_expert));
       double er = 0;
       for (int j = 0; j < n_expert; ++j) {
@@ -585,7 +583,7 @@ Case moe(TensorType type, int n_expert, int k, int n) {
                                        transcendental_ulps(g) * kU * std::fabs(sg * u);
           dh_codes[static_cast<size_t>(f)] = 1.1 * gc * std::fabs(u) + std::fabs(sg) * uc;
         }
-        const std::vector<double> he = code_err(h);
+        const std::vector<double> he = code_errors(h);
         for (int64_t o = 0; o < d; ++o) {
           const float* dw = t.values("down").data() + (ex * d + o) * ff;
           double y = 0, ym = 0, dy = 0, dyc = 0;

@@ -22,7 +22,7 @@ TEST(Knobs, EveryVariableTheSourcesUseIsInTheTable) {
   }
   // Reads and writes of the environment in C++ (getenv, setenv, knob), JavaScript (env objects,
   // process.env) and shell or CMake (NAME=value).
-  const std::regex cpp(R"((?:getenv|setenv|unsetenv|knob|knob_u32|env_knob)\(\s*"(ZINC_[A-Z0-9_]+)\")");
+  const std::regex cpp(R"((?:getenv|setenv|unsetenv|knob|knob_u32)\(\s*"(ZINC_[A-Z0-9_]+)\")");
   const std::regex js(R"((?:process\.env\.|[{,]\s*)(ZINC_[A-Z0-9_]+)\s*[:=]?)");
   const std::regex sh(R"((?:^|[\s"'])(ZINC_[A-Z0-9_]+)=)");
   const std::filesystem::path root = ZINC_SOURCE_DIR;

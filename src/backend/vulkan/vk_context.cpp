@@ -793,6 +793,5 @@ void Recording::collect_profile() {
   ++ctx_.submissions_;
 }
 
-uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) { return knob_u32(name, fallback, lo, hi); }
 
 }  // namespace zinc::backend::vk

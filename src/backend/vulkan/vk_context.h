@@ -66,8 +66,6 @@ struct Features {
 
 inline constexpr uint32_t kMaxGroupsYZ = 65535;  // the least maxComputeWorkGroupCount[1..2] Vulkan allows
 
-// A launcher's tuning knob from the environment (measurements on a device), clamped, else fallback.
-uint32_t env_knob(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi);
 
 // Where dispatches go: run at once (Context::immediate) or recorded into a command buffer (Recording).
 class Dispatcher {

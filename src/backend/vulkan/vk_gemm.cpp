@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace zinc::backend::vk {
 
@@ -24,7 +25,7 @@ constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 // ZINC_VULKAN_MM_BM (64 or 128) forces one, for measurements.
 uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
-  return env_knob("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
+  return knob_u32("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
 // mul_mm.glsl's push constants.
@@ -149,7 +150,7 @@ void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uin
   const View bindings[] = {w_f16, x_f16, y};
   // Eight subgroups per workgroup: on an H100, 512 tokens of a 4096 x 4096 weight take 120 TFLOPS with
   // eight, 90 with four (more subgroups hide the loads). ZINC_VULKAN_MM_WARPS (4 or 8) for measurements.
-  const uint32_t warps = env_knob("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
+  const uint32_t warps = knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
   const uint32_t spec[] = {tile_rows, warps * 32};
   d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
 }

@@ -6,6 +6,7 @@
 
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace zinc::backend::vk {
 
@@ -39,8 +40,8 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   const uint32_t most = std::min<uint32_t>(1024, ctx.features().max_invocations);
   uint32_t wgs = 64;
   while (wgs * 2 <= most && wgs * 4 < width) wgs *= 2;
-  const uint32_t knob = env_knob("ZINC_VULKAN_NORM_WG", wgs, 64, most);
-  for (wgs = 64; wgs * 2 <= knob;) wgs *= 2;
+  const uint32_t asked = knob_u32("ZINC_VULKAN_NORM_WG", wgs, 64, most);
+  for (wgs = 64; wgs * 2 <= asked;) wgs *= 2;
   while (wgs * 2 <= most && (width / 4 + wgs - 1) / wgs > kRowChunks) wgs *= 2;
   const uint32_t spec[] = {(width / 4 + wgs - 1) / wgs, wgs};
   const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, 20, spec);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "quant/quant.h"
 
 namespace zinc::backend::vk {
@@ -97,8 +98,8 @@ MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
   s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
   s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
   // Tuning knobs for measurements on a device: ZINC_VULKAN_MV_WG (32, 64, 128, 256), ZINC_VULKAN_MV_ROWS (1..8).
-  s.wg = env_knob("ZINC_VULKAN_MV_WG", s.wg, 32, 256);
-  s.rows = env_knob("ZINC_VULKAN_MV_ROWS", s.rows, 1, 8);
+  s.wg = knob_u32("ZINC_VULKAN_MV_WG", s.wg, 32, 256);
+  s.rows = knob_u32("ZINC_VULKAN_MV_ROWS", s.rows, 1, 8);
   return s;
 }
 
@@ -281,8 +282,8 @@ struct MulMvKPush {
 // Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8).
 void mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t* wg, uint32_t* rows) {
   const bool big = type != TensorType::Q6_K && nrows >= 4096u;
-  *wg = env_knob("ZINC_VULKAN_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
-  *rows = env_knob("ZINC_VULKAN_MVK_ROWS", big ? 4 : 2, 1, 8);
+  *wg = knob_u32("ZINC_VULKAN_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
+  *rows = knob_u32("ZINC_VULKAN_MVK_ROWS", big ? 4 : 2, 1, 8);
 }
 
 uint32_t checked_k_row_bytes(const Context& ctx, const char* op, TensorType type, uint32_t ncols) {
@@ -321,7 +322,7 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
   uint32_t wg = 0, rows = 0;
   mul_mv_k_shape(type, nrows, &wg, &rows);
-  const uint32_t ntok = std::min<uint32_t>(n_tokens, env_knob("ZINC_VULKAN_MVK_TOKENS", 4, 1, 8));
+  const uint32_t ntok = std::min<uint32_t>(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 4, 1, 8));
   const uint32_t spec[] = {wg, rows, ntok};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
