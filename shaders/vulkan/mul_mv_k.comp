@@ -7,16 +7,19 @@
 //! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
-// integer dot products) and of scales times them, then one float expression per block in the CPU's
-// order, so each block's value is the CPU's bit for bit and rows differ only in the order blocks are
-// added. The decode path for the weights most models are stored in (Q4_K_M: Q4_K and Q6_K).
+// integer dot products) and of scales times them, then the CPU's float expression of the block, here
+// applied to each invocation's exact integer part of the sums (so a block's value is the sum of eight
+// such terms, each within a few roundings of its part, where the CPU rounds the whole block once).
+// The decode path for the weights most models are stored in (Q4_K_M: Q4_K and Q6_K).
 //
 // Eight invocations share a block: each takes 16 bytes of its codes (32 elements, one 16-byte load
 // for Q4_K / Q5_K, adjacent invocations reading adjacent bytes), multiplies them with the matching
-// 32 activation codes, and the eight add their integer sums with three shuffles. A workgroup of WG
+// 32 activation codes of each of NTOK tokens, and adds its part's float value to its own sum per
+// (row, token): nothing is exchanged between invocations until the end, so a weight block is
+// unpacked once for all NTOK tokens and each token costs only its products. A workgroup of WG
 // invocations takes WG / 8 blocks of each of ROWS rows at a time (the activation loads serve all
-// ROWS rows) for NTOK tokens, walks the row in steps of WG / 8 blocks, and adds its blocks' values
-// in a subgroup and shared-memory sum. Token groups beyond the grid loop (grid z strides).
+// ROWS rows), walks the row in steps of WG / 8 blocks, and adds its invocations' sums in a subgroup
+// and shared-memory sum. Token groups beyond the grid loop (grid z strides).
 //
 // MUL_MV_ID (mixture of experts, variants id_*): z runs over (token, slot) pairs (NTOK = 1); the pair's
 // expert ids[pair] (clamped below n_expert) picks the matrix expert_stride bytes on, its activation row
@@ -30,7 +33,6 @@
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;  // invocations per workgroup, a multiple of 8
@@ -152,25 +154,21 @@ Codes decode(uint o, uint j) {
   return c;
 }
 
-// The eight invocations' integer sums for one token (xb: word offset of the block's codes, gb: of
-// its group sums).
-ivec2 share_sums(Codes c, uint xb, uint gb) {
+// Invocation j's part of the block's integer sums for one token (xb: word offset of the block's
+// codes, gb: of its group sums).
+ivec2 part_sums(Codes c, uint xb, uint gb) {
   const int plo = dot4(c.lo, q4[(xb + c.xlo) >> 2]), phi = dot4(c.hi, q4[(xb + c.xhi) >> 2]);
   const int slo = int(q[gb + c.glo]), shi = int(q[gb + c.ghi]);
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
   // Σ d·sc·q·x − dmin·m·x: the mins meet the activation's group sums.
-  ivec2 v = ivec2(c.sc.x * plo + c.sc.y * phi, c.mn.x * slo + c.mn.y * shi);
+  return ivec2(c.sc.x * plo + c.sc.y * phi, c.mn.x * slo + c.mn.y * shi);
 #else
   // Σ sc·(q − 32)·x = Σ sc·(q·x) − 32·sc·Σx.
-  ivec2 v = ivec2(c.sc.x * (plo - c.mn.x * slo) + c.sc.y * (phi - c.mn.y * shi), 0);
+  return ivec2(c.sc.x * (plo - c.mn.x * slo) + c.sc.y * (phi - c.mn.y * shi), 0);
 #endif
-  v += subgroupShuffleXor(v, 1u);
-  v += subgroupShuffleXor(v, 2u);
-  v += subgroupShuffleXor(v, 4u);
-  return v;
 }
 
-// The block's value as the CPU computes it from the integer sums (no fused multiply-add).
+// The CPU's float expression of a block from its integer sums (no fused multiply-add), on a part.
 float block_value(ivec2 v, vec2 d, float dx) {
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
   precise const float a = d.x * float(v.x), b = d.y * float(v.y);
@@ -193,7 +191,6 @@ void main() {
 #else
   const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
 #endif
-  const float lead = j == 0u ? 1.0 : 0.0;  // one invocation of eight adds the block's value
   for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
     uint xr[NTOK], rb[ROWS];
 #if defined(MUL_MV_ID)
@@ -213,8 +210,8 @@ void main() {
       [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
         const float dx = uintBitsToFloat(q[xr[t] + d0 + b]);
         [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
-          const ivec2 v = share_sums(c[r], xr[t] + b * 64u, xr[t] + sums0 + b * 16u);
-          acc[r * NTOK + t] += lead * block_value(v, c[r].d, dx);
+          const ivec2 v = part_sums(c[r], xr[t] + b * 64u, xr[t] + sums0 + b * 16u);
+          acc[r * NTOK + t] += block_value(v, c[r].d, dx);
         }
       }
     }

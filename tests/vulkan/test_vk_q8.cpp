@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -73,16 +74,52 @@ std::vector<uint8_t> weight_rows(gguf::TensorType type, uint32_t ncols, uint32_t
   return wq;
 }
 
+bool is_kquant(gguf::TensorType type) {
+  return type == gguf::TensorType::Q4_K || type == gguf::TensorType::Q5_K || type == gguf::TensorType::Q6_K;
+}
+
+// Σ|scale term · x| + Σ|min term · x| over the elements of a K-quant row (x: its Q8_K codes times
+// their scale; Q6_K has no min term). mul_mv_k rounds each invocation's part of a block relative to
+// these: the Q4_K / Q5_K formula subtracts the min part from the scale part, so the product itself
+// can be far smaller than either.
+double kquant_terms(gguf::TensorType type, const uint8_t* wr, const uint8_t* act, uint32_t ncols) {
+  const size_t wb = quant::row_size(type, 256);
+  std::vector<uint8_t> blk(wb);
+  std::vector<float> scaled(256), mins(256, 0.0f);
+  double sum = 0;
+  for (uint32_t b = 0; b < ncols / 256; ++b) {
+    quant::BlockQ8_K a;
+    std::memcpy(&a, act + b * sizeof(quant::BlockQ8_K), sizeof a);
+    const uint8_t* w = wr + b * wb;
+    if (type == gguf::TensorType::Q6_K) {
+      quant::dequantize_row(type, w, scaled.data(), 256);
+    } else {  // d and dmin are the block's first two halves: zero one to keep the other's term
+      const uint16_t zero = 0;
+      std::memcpy(blk.data(), w, wb);
+      std::memcpy(blk.data() + 2, &zero, 2);
+      quant::dequantize_row(type, blk.data(), scaled.data(), 256);
+      std::memcpy(blk.data(), w, wb);
+      std::memcpy(blk.data(), &zero, 2);
+      quant::dequantize_row(type, blk.data(), mins.data(), 256);
+    }
+    for (int i = 0; i < 256; ++i) sum += (std::fabs(scaled[i]) + std::fabs(mins[i])) * std::fabs(a.d * a.qs[i]);
+  }
+  return sum;
+}
+
 // The CPU's reference product of weight row `wr` with activation row `act` (quantize_activation's
-// bytes) and the sum of its blocks' magnitudes (the scale of what summation order can change).
+// bytes), the sum of its blocks' magnitudes (the scale of what summation order can change) and, for
+// K-quants, the sum of its terms (kquant_terms).
 struct CpuDot {
   float value, magnitude;
+  double terms = 0;
 };
 CpuDot cpu_dot(gguf::TensorType type, const uint8_t* wr, const uint8_t* act, uint32_t ncols) {
   const auto qk = static_cast<uint32_t>(quant::block_size(type));
   const size_t wblock = quant::row_size(type, qk), ablock = quant::activation_row_size(type, qk);
   CpuDot r{quant::dot_ref(type, wr, act, ncols), 0.0f};
   for (uint32_t b = 0; b < ncols / qk; ++b) r.magnitude += std::fabs(quant::dot_ref(type, wr + b * wblock, act + b * ablock, qk));
+  if (is_kquant(type)) r.terms = kquant_terms(type, wr, act, ncols);
   return r;
 }
 
@@ -102,7 +139,10 @@ std::vector<CpuDot> cpu_expert_products(gguf::TensorType type, const std::vector
     for (uint32_t r = 0; r < nrows; ++r) {
       CpuDot& c = want[pair * nrows + r];
       c = cpu_dot(type, wq.data() + (e * nrows + r) * rs, act.data() + xr * ab, ncols);
-      if (bias) c.value += (*bias)[e * nrows + r];
+      if (bias) {
+        c.value += (*bias)[e * nrows + r];
+        c.terms += std::fabs((*bias)[e * nrows + r]);
+      }
     }
   }
   return want;
@@ -141,7 +181,13 @@ struct ExpertBuffers {
 // blocks are added in (each partial sum rounds once on either side).
 void expect_product(gguf::TensorType type, float got, const CpuDot& want, uint32_t ncols, const std::string& where) {
   const auto qk = static_cast<uint32_t>(quant::block_size(type));
-  if (ncols == qk) {
+  if (is_kquant(type)) {
+    // mul_mv_k: each invocation's 32 elements of a block take the CPU's float expression of a block
+    // (3 roundings, relative to their terms), the ncols / 32 parts are added in some order; the CPU
+    // rounds each block's expression and adds ncols / 256 blocks (and a bias, where given, once).
+    const double roundings = ncols / 32.0 + ncols / 256.0 + 8;
+    ASSERT_NEAR(got, want.value, roundings * 0x1p-24 * want.terms) << where;
+  } else if (ncols == qk) {
     ASSERT_EQ(got, want.value) << where;
   } else {
     ASSERT_NEAR(got, want.value, static_cast<float>(ncols / qk) * 0x1p-23f * want.magnitude) << where;
@@ -295,9 +341,8 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
-    // One block (each result is one block's value: the CPU's bit for bit), and 17 blocks (a row that
-    // the workgroup's 16 blocks a step do not divide), rows not a multiple of the rows per
-    // workgroup, token counts below, at and above the tokens per workgroup.
+    // One block and 17 blocks (a row that the workgroup's 16 blocks a step do not divide), rows not
+    // a multiple of the rows per workgroup, token counts below, at and above the tokens per workgroup.
     for (const uint32_t ncols : {256u, 4352u}) {
       for (const uint32_t ntok : {1u, 3u, 6u}) {
         const uint32_t nrows = 70;
@@ -310,34 +355,29 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
         }
         const std::vector<float> x = activation_rows(ncols, ntok, rng);
         std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
-        // The CPU's sum and, for the bound on summation order, the sum of its blocks' magnitudes.
-        std::vector<float> want(static_cast<size_t>(nrows) * ntok), magnitude(want.size());
-        const size_t wblock = quant::row_size(type, 256), ablock = quant::activation_row_size(type, 256);
+        std::vector<CpuDot> want(static_cast<size_t>(nrows) * ntok);
         for (uint32_t t = 0; t < ntok; ++t) {
           quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data(), ncols);
-          for (uint32_t r = 0; r < nrows; ++r) {
-            const uint8_t* wr = wq.data() + r * rs;
-            want[t * nrows + r] = quant::dot_ref(type, wr, act.data(), ncols);
-            for (uint32_t b = 0; b < ncols / 256; ++b) {
-              magnitude[t * nrows + r] += std::fabs(quant::dot_ref(type, wr + b * wblock, act.data() + b * ablock, 256));
-            }
-          }
+          for (uint32_t r = 0; r < nrows; ++r) want[t * nrows + r] = cpu_dot(type, wq.data() + r * rs, act.data(), ncols);
         }
         Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
                bq = ctx_->device_buffer(qb * ntok), by = ctx_->device_buffer(want.size() * 4);
         ctx_->upload(bw, 0, wq.data(), wq.size());
         ctx_->upload(bx, 0, x.data(), x.size() * 4);
         quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, ntok);
-        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok);
-        std::vector<float> got(want.size());
-        ctx_->download(by, 0, got.data(), got.size() * 4);
-        for (size_t i = 0; i < got.size(); ++i) {
-          const std::string where = fmt::format("{} cols {} tokens {}: row {} token {}", gguf::tensor_type_name(type), ncols,
-                                                ntok, i % nrows, i / nrows);
-          if (ncols == 256) {
-            ASSERT_EQ(got[i], want[i]) << where;
-          } else {
-            ASSERT_NEAR(got[i], want[i], 3e-6 * magnitude[i]) << where;
+        // The launcher's shapes for these sizes, then every workgroup size, rows and tokens per
+        // workgroup it can pick for others.
+        for (const auto& [wg, rows, tpw] : {std::tuple{"", "", ""}, {"64", "4", "8"}, {"128", "2", "2"}, {"64", "1", "16"}}) {
+          ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows), e3("ZINC_VULKAN_MVK_TOKENS", tpw);
+          const std::vector<float> zeros(want.size(), 0.0f);
+          ctx_->upload(by, 0, zeros.data(), zeros.size() * 4);
+          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok);
+          std::vector<float> got(want.size());
+          ctx_->download(by, 0, got.data(), got.size() * 4);
+          for (size_t i = 0; i < got.size(); ++i) {
+            expect_product(type, got[i], want[i], ncols,
+                           fmt::format("{} cols {} tokens {} shape {}/{}/{}: row {} token {}", gguf::tensor_type_name(type), ncols, ntok,
+                                       wg, rows, tpw, i % nrows, i / nrows));
           }
         }
         for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
@@ -431,7 +471,7 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
                     per_slot ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
         const std::vector<float> got = b.result(want.size());
         for (size_t i = 0; i < got.size(); ++i) {
-          expect_product(type, got[i], want[i], per_slot ? ncols + 1 : ncols,  // a bias add: not one block's value alone
+          expect_product(type, got[i], want[i], ncols,
                          fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
                                      per_slot ? "slot" : "token", i % nrows, i / nrows));
         }
@@ -498,6 +538,47 @@ TEST_F(VulkanKQuant, Throughput) {
       }
       unsetenv("ZINC_VULKAN_MVK_WG");
       unsetenv("ZINC_VULKAN_MVK_ROWS");
+      for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
+    }
+  }
+}
+
+TEST_F(VulkanKQuant, TokensThroughput) {
+  // Products of several tokens (the steps of many sequences): wall time per product of a recording
+  // of 30, best of 3, under the shapes the launcher can take (workgroup size, rows and tokens per
+  // workgroup), and GB/s of weight bytes (read once per pass over the weights).
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the throughput table";
+  std::mt19937 rng(4);
+  std::printf("| type | rows | cols | tokens | wg | rows/wg | tokens/wg | us | us/token | GB/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
+    for (const auto& [nrows, ncols] : {std::pair{4096u, 4096u}, {12288u, 4096u}, {4096u, 12288u}, {151936u, 4096u}}) {
+      const size_t bytes = quant::row_size(type, ncols) * nrows;
+      std::vector<uint32_t> wq((bytes + 3) / 4 + 4);
+      for (auto& v : wq) v = static_cast<uint32_t>(rng()) & 0x3bff3bffu;  // finite halves wherever they fall
+      const uint32_t max_tok = 32;
+      std::vector<float> x(size_t{ncols} * max_tok);
+      for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+      Buffer bw = ctx_->device_buffer(wq.size() * 4), bx = ctx_->device_buffer(x.size() * 4),
+             bq = ctx_->device_buffer(q8k_row_bytes(ncols) * max_tok), by = ctx_->device_buffer(size_t{nrows} * 4 * max_tok);
+      ctx_->upload(bw, 0, wq.data(), wq.size() * 4);
+      ctx_->upload(bx, 0, x.data(), x.size() * 4);
+      quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, max_tok);
+      for (const uint32_t ntok : {1u, 4u, 8u, 16u, 32u}) {
+        for (const auto& [wg, rows, tpw] : {std::tuple{"64", "4", "4"}, {"128", "2", "4"}, {"64", "4", "8"}, {"128", "2", "8"}, {"64", "2", "8"},
+                                            {"64", "8", "4"}, {"128", "4", "8"}, {"64", "2", "16"}, {"128", "1", "16"}, {"64", "4", "16"},
+                                            {"256", "1", "8"}, {"64", "1", "8"}}) {
+          if (ntok == 1 && std::string(tpw) != "4") continue;
+          setenv("ZINC_VULKAN_MVK_WG", wg, 1);
+          setenv("ZINC_VULKAN_MVK_ROWS", rows, 1);
+          setenv("ZINC_VULKAN_MVK_TOKENS", tpw, 1);
+          const double t = seconds_per_rep(*ctx_, 30, 1, [&](Recording& r) { mul_mv_k(*ctx_, r, type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok); });
+          std::printf("| %s | %u | %u | %u | %s | %s | %s | %.1f | %.2f | %.0f |\n", std::string(gguf::tensor_type_name(type)).c_str(), nrows, ncols,
+                      ntok, wg, rows, tpw, t * 1e6, t * 1e6 / ntok, static_cast<double>(bytes) / t / 1e9);
+        }
+      }
+      unsetenv("ZINC_VULKAN_MVK_WG");
+      unsetenv("ZINC_VULKAN_MVK_ROWS");
+      unsetenv("ZINC_VULKAN_MVK_TOKENS");
       for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
     }
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -35,6 +36,22 @@ class VulkanTest : public ::testing::Test {
 
 // Seconds per repetition of `record` (at most `dispatches` dispatches), recorded `reps` times with a
 // barrier after each and replayed: the best of 3 wall times after a warm-up, divided by reps.
+// Sets an environment variable (a launcher's tuning knob) for one scope, or leaves it unset when the
+// value is empty; unset again at the end of the scope.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (value && *value) {
+      setenv(n, value, 1);
+    } else {
+      unsetenv(n);
+    }
+  }
+  ~ScopedEnv() { unsetenv(name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
 inline double seconds_per_rep(Context& ctx, int reps, size_t dispatches, const std::function<void(Recording&)>& record) {
   Recording rec(ctx, static_cast<size_t>(reps) * dispatches);
   for (int i = 0; i < reps; ++i) {

@@ -275,15 +275,28 @@ struct MulMvKPush {
   uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
 };
 
-// mul_mv_k's shape: the fastest measured on an H100 (VulkanKQuant.Throughput): 8 blocks a step and four
-// rows sharing the activation loads for big Q4_K / Q5_K matrices (2.3 TB/s at 12288 x 4096, 2.8 TB/s
-// at the 151936-row output head), 16 blocks and two rows for the small ones and for every Q6_K matrix
-// (whose unaligned blocks take more loads: 2.0 TB/s at 4096 x 12288, 2.4 TB/s at the output head).
-// Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8).
-void mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t* wg, uint32_t* rows) {
-  const bool big = type != TensorType::Q6_K && nrows >= 4096u;
-  *wg = knob_u32("ZINC_VULKAN_MVK_WG", big ? 64 : 128, 64, 256) / 8 * 8;
-  *rows = knob_u32("ZINC_VULKAN_MVK_ROWS", big ? 4 : 2, 1, 8);
+// mul_mv_k's shape, the fastest measured on an H200 (VulkanKQuant.Throughput and .TokensThroughput).
+// One token: 8 blocks a step and four rows sharing the activation loads for big Q4_K / Q5_K matrices
+// and Q6_K output heads, 16 blocks and two rows for the rest. Several tokens (the steps of many
+// sequences): 8 blocks a step, up to 8 tokens per pass over the weights (split evenly over the
+// passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the rest
+// (12288 x 4096 Q4_K at 8 tokens: 34.7 us, against 46.6 us for the shape of one token).
+// Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8),
+// ZINC_VULKAN_MVK_TOKENS (1..16).
+struct MvkShape {
+  uint32_t wg, rows, ntok;
+};
+MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t n_tokens) {
+  const bool q6 = type == TensorType::Q6_K;
+  const bool one = n_tokens == 1;
+  const bool four_rows = one ? (q6 ? nrows >= 32768u : nrows >= 4096u) : !q6 && nrows < 8192u;
+  MvkShape s{};
+  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", one && !four_rows ? 128 : 64, 64, 256) / 8 * 8;
+  s.rows = knob_u32("ZINC_VULKAN_MVK_ROWS", four_rows ? 4 : 2, 1, 8);
+  const uint32_t per_pass = std::min(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 8, 1, 16));
+  const uint32_t passes = (n_tokens + per_pass - 1) / per_pass;
+  s.ntok = (n_tokens + passes - 1) / passes;
+  return s;
 }
 
 uint32_t checked_k_row_bytes(const Context& ctx, const char* op, TensorType type, uint32_t ncols) {
@@ -320,15 +333,13 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k", type, ncols);
   if (nrows == 0 || n_tokens == 0) return;
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
-  uint32_t wg = 0, rows = 0;
-  mul_mv_k_shape(type, nrows, &wg, &rows);
-  const uint32_t ntok = std::min<uint32_t>(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 4, 1, 8));
-  const uint32_t spec[] = {wg, rows, ntok};
+  const MvkShape s = mul_mv_k_shape(type, nrows, n_tokens);
+  const uint32_t spec[] = {s.wg, s.rows, s.ntok};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
-  grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
-  d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + ntok - 1) / ntok, kMaxGroupsYZ));
+  grid(ctx, (nrows + s.rows - 1) / s.rows, &gx, &gy);
+  d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
 }
 
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
@@ -338,14 +349,14 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
   if (n_expert == 0) throw Error("Vulkan mul_mv_k_id: no experts");
   if (uint64_t{n_tokens} * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_k_id: too many (token, expert) pairs for one step");
   check_bytes("mul_mv_k_id", uint64_t{row_bytes} * nrows * n_expert);
-  uint32_t wg = 0, rows = 0;
-  mul_mv_k_shape(type, nrows, &wg, &rows);
-  const uint32_t spec[] = {wg, rows, 1};
+  // One (token, expert) pair per z: the shape of one token.
+  const MvkShape s = mul_mv_k_shape(type, nrows, 1);
+  const uint32_t spec[] = {s.wg, s.rows, 1};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                         n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u, bias.buffer ? 1u : 0u};
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_id_") + mul_mv_k_variant(type), 5, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
-  grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
+  grid(ctx, (nrows + s.rows - 1) / s.rows, &gx, &gy);
   d.dispatch(k, std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, gx, gy, n_tokens * n_used);
 }
 
