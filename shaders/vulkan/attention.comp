@@ -5,6 +5,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_GOOGLE_include_directive : require
 // Causal attention over one layer's KV cache (graph Op::Attention; CpuExecutable::attention is the
 // reference): for query row (token t, head h), pos = n_past + t attends cache rows [lo, pos], lo =
 // pos - window + 1 (>= 0) with a sliding window, else 0; kv head h / (n_head / n_head_kv); score =
@@ -30,8 +31,9 @@
 // (gl_SubgroupID, gl_SubgroupInvocationID), so the reductions are right for any subgroup size, given
 // full subgroups (128 is a multiple of every subgroup size).
 // Bindings: 0 q [n_tokens][n_head * HD] floats; 1 K cache, 2 V cache: rows of kv_width in the cache
-// type (TYPE_F32, TYPE_F16 packed halves, TYPE_Q8_0 GGUF blocks); 3 sinks [n_head] floats; 4 step
-// (word 0: n_past); 5 out [n_tokens][n_head * HD]; 6 scratch: (m, l) [n_split][n_tokens * n_head]
+// type (TYPE_F32, TYPE_F16 packed halves, TYPE_Q8_0 GGUF blocks), position i of the sequence in row
+// cache_row(i) (kv_rows.glsl); 3 sinks [n_head] floats; 4 step (the part's header: word 0 n_past, and
+// its block table); 5 out [n_tokens][n_head * HD]; 6 scratch: (m, l) [n_split][n_tokens * n_head]
 // then acc [n_split][n_tokens * n_head][HD].
 // Grid: (n_split, ceil(n_tokens * G / NR), n_head_kv).
 layout(local_size_x = 128) in;
@@ -72,6 +74,7 @@ layout(std430, binding = 2) readonly buffer VC1 { uint vc1[]; };
 #endif
 layout(std430, binding = 3) readonly buffer Sinks { float sinks[]; };
 layout(std430, binding = 4) readonly buffer Step { uint step[]; };
+#include "kv_rows.glsl"
 layout(std430, binding = 5) writeonly buffer Out { float o[]; };
 layout(std430, binding = 6) writeonly buffer Scratch { float sc[]; };
 layout(std430, binding = 6) writeonly buffer Scratch2 { vec2 sc2[]; };
@@ -221,7 +224,7 @@ void main() {
       // Keys past k_end read the last row of the range instead (in the cache, written) and are masked.
       for (uint i = tid; i < TK * DC / 4u; i += 128u) {
         const uint j = i / (DC / 4u), c = i % (DC / 4u);
-        Ks[j * KSTRIDE + c] = load4(false, min(key0 + j, k_end - 1u), hk * HD + c0 + 4u * c);
+        Ks[j * KSTRIDE + c] = load4(false, cache_row(min(key0 + j, k_end - 1u)), hk * HD + c0 + 4u * c);
       }
       barrier();
       for (uint d4 = 0u; d4 < DC / 4u; ++d4) {
@@ -284,7 +287,7 @@ void main() {
       // p = 0 and read the range's last row.
       const uint col = hk * HD + dg * CV;
       for (uint j = 0u; j < TK; ++j) {
-        const uint key = min(key0 + j, k_end - 1u);
+        const uint key = cache_row(min(key0 + j, k_end - 1u));
         vec4 v = vec4(0.0);
         if (CV == 4u) v = load4(true, key, col);
         else if (CV == 2u) v.xy = load2(true, key, col);

@@ -5,7 +5,8 @@
 // KV-cache append (the store half of graph Op::Attention; CpuExecutable::store_kv): the step's k and v
 // rows, float [n_tokens][kv_width], become cache rows n_past + t of one layer's K and V caches, stored
 // in the cache type (one variant per TYPE_* define) with the bytes GGUF gives that type, so a cache
-// row is what quant::quantize_row writes. n_past is read on the device (word 0 of the step buffer),
+// row is what quant::quantize_row writes. n_past and the sequence's block table are read on the
+// device (the part's header in the step buffer; position i is cache row cache_row(i), kv_rows.glsl),
 // so a recorded step appends wherever the sequence has reached.
 //   TYPE_F32   one invocation per element;           8 bytes read, 8 written per element (k and v)
 //   TYPE_F16   one invocation per pair of elements;  halves packed two per uint, low half first
@@ -26,7 +27,8 @@ layout(std430, binding = 3) writeonly buffer VC { float vc[]; };
 layout(std430, binding = 2) buffer KC { uint kc[]; };
 layout(std430, binding = 3) buffer VC { uint vc[]; };
 #endif
-layout(std430, binding = 4) readonly buffer Step { uint step[]; };  // word 0: n_past
+layout(std430, binding = 4) readonly buffer Step { uint step[]; };  // word 0: n_past; the block table
+#include "kv_rows.glsl"
 layout(push_constant) uniform Params {
   uint kv_width;   // elements per row
   uint n;          // invocations: n_tokens * kv_width / (1, 2 or 32)
@@ -90,16 +92,18 @@ void store_block(bool is_k, uint off, uint hw[17]) {
 void main() {
   const uint i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + gl_LocalInvocationID.x;
   if (i >= p.n) return;
-  const uint base = step[0] * p.kv_width;  // first element of row n_past
 #if defined(TYPE_F32)
-  kc[base + i] = k[i];
-  vc[base + i] = v[i];
+  const uint at = cache_row(step[0] + i / p.kv_width) * p.kv_width + i % p.kv_width;
+  kc[at] = k[i];
+  vc[at] = v[i];
 #elif defined(TYPE_F16)
-  kc[base / 2u + i] = pack_half2_rne(vec2(k[2u * i], k[2u * i + 1u]));
-  vc[base / 2u + i] = pack_half2_rne(vec2(v[2u * i], v[2u * i + 1u]));
+  const uint half_row = p.kv_width / 2u;
+  const uint at = cache_row(step[0] + i / half_row) * half_row + i % half_row;
+  kc[at] = pack_half2_rne(vec2(k[2u * i], k[2u * i + 1u]));
+  vc[at] = pack_half2_rne(vec2(v[2u * i], v[2u * i + 1u]));
 #elif defined(TYPE_Q8_0)
   const uint blocks = p.kv_width / 32u;
-  const uint row = step[0] + i / blocks, b = i % blocks;
+  const uint row = cache_row(step[0] + i / blocks), b = i % blocks;
   const uint off = row * p.row_bytes + b * 34u;
   uint hw[17];
   quantize_block(true, 32u * i, hw);

@@ -10,7 +10,7 @@
 //  - NORM: the per-head RMSNorm before the rotation (q and k norms of Qwen3 and Gemma): the head's
 //    squares summed in float as rms_norm.comp's float variant does, y = x * scale * (w + offset);
 //  - STORE_F16 / STORE_F32: the KV-cache append of kv_store.comp for the rotated k and the step's v
-//    (cache rows n_past + t, n_past from word 0 of the step buffer; halves rounded to nearest even).
+//    (positions n_past + t, at cache_row(n_past + t): kv_rows.glsl; halves rounded to nearest even).
 // The rotation is rope.comp's (the host's cos/sin table per token, normal or NeoX pairs, dims from
 // n_rot on pass through). One workgroup of 64 per (head, token); the head is staged in shared memory
 // (head_dim up to 512).
@@ -30,7 +30,10 @@ layout(std430, binding = 6) writeonly buffer VC { float vc[]; };
 layout(std430, binding = 5) writeonly buffer KC { uint kc[]; };
 layout(std430, binding = 6) writeonly buffer VC { uint vc[]; };
 #endif
-layout(std430, binding = 7) readonly buffer Step { uint step[]; };  // word 0: n_past
+layout(std430, binding = 7) readonly buffer Step { uint step[]; };  // word 0: n_past; the block table
+#if defined(STORE_F16) || defined(STORE_F32)
+#include "kv_rows.glsl"
+#endif
 layout(push_constant) uniform Params {
   uint head_dim;
   uint n_rot;
@@ -89,7 +92,7 @@ void main() {
   }
 #if defined(STORE_F16) || defined(STORE_F32)
   barrier();
-  const uint row = (step[0] + t) * width + h * p.head_dim;  // the cache row's first element of this head
+  const uint row = cache_row(step[0] + t) * width + h * p.head_dim;  // the cache row's first element of this head
 #if defined(STORE_F32)
   for (uint d = lid; d < p.head_dim; d += 64u) {
     kc[row + d] = rotated[d];

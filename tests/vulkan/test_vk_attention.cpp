@@ -66,12 +66,13 @@ struct Caches {
   View k() const { return {&buf, 0, bytes}; }
   View v() const { return {&buf, v_offset, bytes}; }
   const uint8_t* raw(bool is_v) const { return static_cast<const uint8_t*>(buf.mapped) + (is_v ? v_offset : 0); }
-  // Rows [0, rows) decoded to floats.
-  std::vector<float> decoded(bool is_v, uint32_t rows) const {
-    std::vector<float> out(static_cast<size_t>(rows) * kv_width);
-    for (uint32_t r = 0; r < rows; ++r) {
-      quant::dequantize_row(tensor_type(type), raw(is_v) + r * row_bytes,
-                            out.data() + static_cast<size_t>(r) * kv_width, kv_width);
+  // Positions [0, n) decoded to floats, position i from cache row row_of(i).
+  template <class RowOf>
+  std::vector<float> decoded(bool is_v, uint32_t n, const RowOf& row_of) const {
+    std::vector<float> out(static_cast<size_t>(n) * kv_width);
+    for (uint32_t i = 0; i < n; ++i) {
+      quant::dequantize_row(tensor_type(type), raw(is_v) + row_of(i) * row_bytes,
+                            out.data() + static_cast<size_t>(i) * kv_width, kv_width);
     }
     return out;
   }
@@ -91,16 +92,27 @@ struct Floats {
   View view() const { return {&buf, 0, 0}; }
 };
 
+// A part's header in the step buffer (n_past, n_tokens) and its sequence's block table for a context
+// of n_ctx positions: position i lives in cache row row_of(i). The blocks (of 32 rows, the
+// executor's) are named in reverse order, so a kernel that ignored the table would miss its rows.
 struct Step {
+  static constexpr uint32_t kBlock = 32;
   Context& ctx;
+  uint32_t blocks;
   Buffer buf;
-  explicit Step(Context& c) : ctx(c), buf(c.host_buffer(16)) { std::memset(buf.mapped, 0, 16); }
+  Step(Context& c, uint32_t n_ctx) : ctx(c), blocks((n_ctx + kBlock - 1) / kBlock), buf(c.host_buffer(16 + 4 * blocks)) {
+    auto* w = static_cast<uint32_t*>(buf.mapped);
+    std::memset(w, 0, 16);
+    for (uint32_t i = 0; i < blocks; ++i) w[4 + i] = blocks - 1 - i;
+  }
   ~Step() { ctx.release(buf); }
   void set(uint32_t n_past, uint32_t n_tokens) {
     static_cast<uint32_t*>(buf.mapped)[0] = n_past;
     static_cast<uint32_t*>(buf.mapped)[1] = n_tokens;
   }
-  View view() const { return {&buf, 0, 16}; }
+  uint32_t rows() const { return blocks * kBlock; }  // the cache rows the table names
+  uint32_t row_of(uint32_t pos) const { return (blocks - 1 - pos / kBlock) * kBlock + pos % kBlock; }
+  View view() const { return {&buf, 0, 16 + 4 * static_cast<size_t>(blocks)}; }
 };
 
 struct Case {
@@ -171,8 +183,8 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   const uint32_t n_ctx = c.n_past + c.n_tokens + 9;  // unwritten rows after the last
   // With a softcap, scores large enough for the cap to matter.
   const float scale = (c.softcap > 0 ? 4.0f : 1.0f) / std::sqrt(static_cast<float>(hd));
-  Caches caches(ctx, c.type, kw, n_ctx);
-  Step step(ctx);
+  Step step(ctx, n_ctx);
+  Caches caches(ctx, c.type, kw, step.rows());
   Dispatcher& d = ctx.immediate();
   if (c.n_past > 0) {
     Floats hk(ctx, random_floats(rng, static_cast<size_t>(c.n_past) * kw)),
@@ -219,7 +231,8 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   attention(ctx, d, a);
 
   const uint32_t rows = c.n_past + c.n_tokens;
-  const std::vector<double> want = reference(c, qv, caches.decoded(false, rows), caches.decoded(true, rows), sv, scale);
+  const auto row_of = [&](uint32_t i) { return step.row_of(i); };
+  const std::vector<double> want = reference(c, qv, caches.decoded(false, rows, row_of), caches.decoded(true, rows, row_of), sv, scale);
   const double err = worst_error(out.data(), want);
   EXPECT_LT(err, 2e-5) << c.name << " (" << splits << " splits)";
   std::printf("%u splits, error %.2e\n", splits, err);
@@ -233,19 +246,20 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
 }
 
 TEST_F(VulkanAttention, KvStoreWritesTheCpuQuantizersBytes) {
-  // Rows n_past.. of each type against quant::quantize_row; the rows around them keep their bytes
-  // (Q8_0 blocks share 16-bit halves with their neighbours across row ends). kv_width 96: Q8_0 rows of
-  // 102 bytes, so blocks start at both halves of a uint.
+  // Positions n_past.. of each type against quant::quantize_row, in the rows the block table names
+  // (positions 30..34 span two blocks, stored in reverse order); every other row keeps its bytes (Q8_0
+  // blocks share 16-bit halves with their neighbours across row ends). kv_width 96: Q8_0 rows of 102
+  // bytes, so blocks start at both halves of a uint.
   std::mt19937 rng(11);
   for (const KvCacheType type : {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0}) {
     for (const uint32_t kw : {96u, 256u}) {
-      const uint32_t n_past = 3, n_tokens = 5, n_ctx = 11;
-      Caches caches(*ctx_, type, kw, n_ctx);
+      const uint32_t n_past = 30, n_tokens = 5, n_ctx = 40;
+      Step step(*ctx_, n_ctx);
+      Caches caches(*ctx_, type, kw, step.rows());
       std::memset(caches.buf.mapped, 0xa5, caches.v_offset + caches.bytes);
       const std::vector<float> kv = random_floats(rng, static_cast<size_t>(n_tokens) * kw, 3.0f),
                                vv = random_floats(rng, static_cast<size_t>(n_tokens) * kw, 3.0f);
       Floats k(*ctx_, kv), v(*ctx_, vv);
-      Step step(*ctx_);
       step.set(n_past, n_tokens);
       kv_store(*ctx_, ctx_->immediate(), type, k.view(), v.view(), caches.k(), caches.v(), step.view(), kw, n_tokens);
       const size_t rb = caches.row_bytes;
@@ -256,10 +270,18 @@ TEST_F(VulkanAttention, KvStoreWritesTheCpuQuantizersBytes) {
         for (uint32_t t = 0; t < n_tokens; ++t) {
           quant::quantize_row(tensor_type(type), src.data() + static_cast<size_t>(t) * kw, want.data() + t * rb, kw);
         }
-        for (size_t i = 0; i < n_past * rb; ++i) ASSERT_EQ(got[i], 0xa5) << "byte " << i << " before the rows";
-        for (size_t i = (n_past + n_tokens) * rb; i < n_ctx * rb; ++i)
-          ASSERT_EQ(got[i], 0xa5) << "byte " << i << " after";
-        const uint8_t* g = got + n_past * rb;
+        // The step's positions, gathered from their rows; every other row untouched.
+        std::vector<bool> written(step.rows(), false);
+        std::vector<uint8_t> gathered(want.size());
+        for (uint32_t t = 0; t < n_tokens; ++t) {
+          written[step.row_of(n_past + t)] = true;
+          std::memcpy(gathered.data() + t * rb, got + step.row_of(n_past + t) * rb, rb);
+        }
+        for (uint32_t r = 0; r < step.rows(); ++r) {
+          if (written[r]) continue;
+          for (size_t i = 0; i < rb; ++i) ASSERT_EQ(got[r * rb + i], 0xa5) << "row " << r << " byte " << i << ", not the step's";
+        }
+        const uint8_t* g = gathered.data();
         if (type == KvCacheType::F32) {
           EXPECT_EQ(std::memcmp(g, want.data(), want.size()), 0);
         } else if (type == KvCacheType::F16) {
@@ -371,16 +393,17 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
       cpu::rope(normed.data(), want.data(), n_tok, n_head, head_dim, n_rot, mode, rp, nullptr, static_cast<int32_t>(n_past));
       for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(n_rot, rp, nullptr, static_cast<int32_t>(n_past) + t, cs.data() + t * n_rot);
       const size_t row = kv_row_bytes(type, width);
+      Step step(*ctx_, 2 * Step::kBlock);  // positions 5, 6 in cache rows 37, 38
+      const size_t cache_bytes = row * step.rows();
       Buffer bx = ctx_->device_buffer(n * 4), bw = ctx_->device_buffer(w.size() * 4), bv = ctx_->device_buffer(n * 4),
-             bc = ctx_->device_buffer(cs.size() * 4), by = ctx_->device_buffer(n * 4), bk = ctx_->device_buffer(row * n_ctx),
-             bvc = ctx_->device_buffer(row * n_ctx), bs = ctx_->device_buffer(16), rk = ctx_->device_buffer(row * n_ctx),
-             rv = ctx_->device_buffer(row * n_ctx);
+             bc = ctx_->device_buffer(cs.size() * 4), by = ctx_->device_buffer(n * 4), bk = ctx_->device_buffer(cache_bytes),
+             bvc = ctx_->device_buffer(cache_bytes), rk = ctx_->device_buffer(cache_bytes), rv = ctx_->device_buffer(cache_bytes);
       ctx_->upload(bx, 0, x.data(), n * 4);
       ctx_->upload(bw, 0, w.data(), w.size() * 4);
       ctx_->upload(bv, 0, v.data(), n * 4);
+      ctx_->fill_zero(bk, 0, cache_bytes);
       ctx_->upload(bc, 0, cs.data(), cs.size() * 4);
-      const uint32_t header[4] = {n_past, 0, 0, 0};
-      ctx_->upload(bs, 0, header, 16);
+      step.set(n_past, n_tok);
       RopeHeadsArgs a;
       a.x = View{&bx};
       a.cs = View{&bc};
@@ -398,7 +421,7 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
       a.v = View{&bv};
       a.k_cache = View{&bk};
       a.v_cache = View{&bvc};
-      a.step = View{&bs};
+      a.step = step.view();
       rope_heads(*ctx_, ctx_->immediate(), a);
       std::vector<float> got(n);
       ctx_->download(by, 0, got.data(), n * 4);
@@ -406,15 +429,19 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
       for (uint32_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
       EXPECT_LT(worst, 2e-5) << (a.neox ? "NeoX" : "normal");
       // The cache rows are kv_store's of the device's own rotated rows and of v.
-      kv_store(*ctx_, ctx_->immediate(), type, View{&by}, View{&bv}, View{&rk}, View{&rv}, View{&bs}, width, n_tok);
+      kv_store(*ctx_, ctx_->immediate(), type, View{&by}, View{&bv}, View{&rk}, View{&rv}, step.view(), width, n_tok);
       std::vector<uint8_t> k1(row * n_tok), k2(k1.size()), v1(k1.size()), v2(k1.size());
-      ctx_->download(bk, row * n_past, k1.data(), k1.size());
-      ctx_->download(rk, row * n_past, k2.data(), k2.size());
-      ctx_->download(bvc, row * n_past, v1.data(), v1.size());
-      ctx_->download(rv, row * n_past, v2.data(), v2.size());
+      const size_t first = row * step.row_of(n_past);
+      ctx_->download(bk, first, k1.data(), k1.size());
+      ctx_->download(rk, first, k2.data(), k2.size());
+      ctx_->download(bvc, first, v1.data(), v1.size());
+      ctx_->download(rv, first, v2.data(), v2.size());
       EXPECT_EQ(k1, k2);
       EXPECT_EQ(v1, v2);
-      for (Buffer* b : {&bx, &bw, &bv, &bc, &by, &bk, &bvc, &bs, &rk, &rv}) ctx_->release(*b);
+      std::vector<float> other(n);  // rows the table does not name for these positions: never written
+      ctx_->download(bk, row * n_past, other.data(), std::min(other.size() * 4, row * n_tok));
+      EXPECT_TRUE(std::all_of(other.begin(), other.end(), [](float f) { return f == 0.0f; })) << "rows of the unmapped positions";
+      for (Buffer* b : {&bx, &bw, &bv, &bc, &by, &bk, &bvc, &rk, &rv}) ctx_->release(*b);
     }
   }
 }
@@ -426,8 +453,8 @@ TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
   const uint32_t hd = base.head_dim, kw = base.n_head_kv * hd, qw = base.n_head * hd, n_ctx = 64;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::mt19937 rng(7);
-  Caches caches(*ctx_, base.type, kw, n_ctx);
-  Step step(*ctx_);
+  Step step(*ctx_, n_ctx);
+  Caches caches(*ctx_, base.type, kw, step.rows());
   Floats k(*ctx_, kw), v(*ctx_, kw), q(*ctx_, qw), out(*ctx_, qw);
   const std::vector<float> sv = random_floats(rng, base.n_head, 2.0f);
   Floats sinks(*ctx_, sv);
@@ -454,6 +481,7 @@ TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
     rec.barrier();
     attention(*ctx_, rec, a);
     rec.finish();
+    const auto row_of = [&](uint32_t i) { return step.row_of(i); };
     for (uint32_t n_past = 0; n_past < 40; ++n_past) {
       const std::vector<float> qv = random_floats(rng, qw);
       k.set(random_floats(rng, kw));
@@ -465,7 +493,7 @@ TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
       Case c = base;
       c.n_past = n_past;
       const std::vector<double> want =
-          reference(c, qv, caches.decoded(false, n_past + 1), caches.decoded(true, n_past + 1), sv, scale);
+          reference(c, qv, caches.decoded(false, n_past + 1, row_of), caches.decoded(true, n_past + 1, row_of), sv, scale);
       EXPECT_LT(worst_error(out.data(), want), 2e-5) << "at n_past " << n_past;
     }
   }

@@ -1,12 +1,15 @@
 // Launchers of graph Op::Attention on Vulkan: the KV-cache append (kv_store) and causal attention over
 // the cache (attention: one kernel for decode and prefill, flash-decoding splits merged by a second
-// dispatch). Both read n_past on the device from the executor's step buffer, so a recorded step
-// stays valid as the sequence grows; everything else is fixed at record time.
+// dispatch). Both read n_past and the sequence's block table on the device from the executor's step
+// buffer, so a recorded step stays valid as the sequence grows; everything else is fixed at record time.
 //
-// Per layer the cache is two buffers, K and V, of n_ctx rows of kv_width = n_head_kv * head_dim
-// elements in one KvCacheType, laid out as the GGUF type of the same name (kv_row_bytes per row). The
-// kernels address the caches in 32-bit words, so a cache view's size must be a multiple of 4 bytes
-// (Q8_0 rows of an odd number of blocks are not: round the view up).
+// Per layer the cache is two buffers, K and V, of rows of kv_width = n_head_kv * head_dim elements in
+// one KvCacheType, laid out as the GGUF type of the same name (kv_row_bytes per row), in blocks of 32
+// rows that sequences hold through block tables (backend/exec_common.h's KvBlocks): position i of the
+// part's sequence is row table[i / 32] * 32 + i % 32, the table being words 4.. of `step` (after
+// n_past and n_tokens; shaders/vulkan/kv_rows.glsl). The kernels address the caches in 32-bit words,
+// so a cache view's size must be a multiple of 4 bytes (Q8_0 rows of an odd number of blocks are
+// not: round the view up).
 //
 // Device requirements: subgroup basic, arithmetic and shuffle operations in compute shaders, and
 // 128-invocation workgroups made of full subgroups (any subgroup size); up to ~39 KB of shared memory
@@ -25,8 +28,8 @@ enum class KvCacheType { F32, F16, Q8_0 };
 // Bytes of one cache row of kv_width elements (Q8_0: kv_width % 32 == 0).
 size_t kv_row_bytes(KvCacheType type, uint32_t kv_width);
 
-// Writes the step's k and v rows (floats [n_tokens][kv_width]) as cache rows n_past + t, n_past being
-// word 0 of `step`. F16 needs an even kv_width, Q8_0 a multiple of 32 (quantized as quant::q_q8_0).
+// Writes the step's k and v rows (floats [n_tokens][kv_width]) as positions n_past + t, n_past being
+// word 0 of `step` (the rows its block table names). F16 needs an even kv_width, Q8_0 a multiple of 32 (quantized as quant::q_q8_0).
 void kv_store(Context& ctx, Dispatcher& d, KvCacheType type, View k, View v, View k_cache, View v_cache, View step,
               uint32_t kv_width, uint32_t n_tokens);
 
@@ -52,15 +55,15 @@ void rope_heads(Context& ctx, Dispatcher& d, const RopeHeadsArgs& a);
 struct AttentionArgs {
   KvCacheType type = KvCacheType::F16;
   View q;                 // (n_tokens, n_head * head_dim) floats
-  View k_cache, v_cache;  // (n_ctx, kv_width) in `type`, rows [0, n_past + n_tokens) written
+  View k_cache, v_cache;  // rows of kv_width in `type`, positions [0, n_past + n_tokens) written
   View sinks;             // (n_head) float logits, or buffer == nullptr: none
-  View step;              // uint n_past at word 0
+  View step;              // uint n_past at word 0, the block table from word 4
   View out;               // (n_tokens, n_head * head_dim) floats
   View scratch;           // attention_scratch_bytes(...) bytes; unused (may be empty) when that is 0
   View xq;                // out's rows as Q8_K codes too (vk::quantize_q8k's layout), or empty: not
   uint32_t n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim: a multiple of 4, at most 512
   uint32_t n_tokens = 0;
-  uint32_t n_ctx = 0;            // cache rows (n_past + n_tokens <= n_ctx at run time)
+  uint32_t n_ctx = 0;            // the sequence's context (n_past + n_tokens <= n_ctx at run time)
   uint32_t sliding_window = 0;   // 0: full causal
   float scale = 1, softcap = 0;  // softcap 0: none
   uint32_t n_split = 0;          // key-range splits; 0: chosen from the sizes (what the scratch size assumes)

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <mutex>
 #include <optional>
@@ -183,7 +184,6 @@ class VulkanExecutable final : public Executable {
     }
     row_pad_ = opts_.n_seq > 1 ? part_row_alignment() : 1;
     max_rows_ = static_cast<uint32_t>(opts_.max_tokens) + static_cast<uint32_t>(opts_.n_seq - 1) * (row_pad_ - 1);
-    length_.assign(static_cast<size_t>(opts_.n_seq), 0);
     state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
     kv_type_ = opts_.kv_type == KvType::F32 ? vk::KvCacheType::F32
                : opts_.kv_type == KvType::F16 ? vk::KvCacheType::F16
@@ -239,13 +239,27 @@ class VulkanExecutable final : public Executable {
     uint32_t row = 0;
     for (const graph::SeqStep& s : step.seqs) {
       const auto q = static_cast<size_t>(s.seq);
-      if (s.n_past > length_[q]) {
-        throw Error(fmt::format("sequence {} holds {} positions; a step cannot start at {}", s.seq, length_[q], s.n_past));
+      if (s.n_past > blocks_->length(s.seq)) {
+        throw Error(fmt::format("sequence {} holds {} positions; a step cannot start at {}", s.seq, blocks_->length(s.seq), s.n_past));
       }
       if (recurrent_) (void)recurrent_restart(state_pos_[q], s.n_past);  // throws for a position it cannot resume at
       row = static_cast<uint32_t>(align_up(row, row_pad_));
       parts.push_back({s.seq, s.n_past, static_cast<uint32_t>(s.n_tokens), s.all_logits, row});
       row += static_cast<uint32_t>(s.n_tokens);
+    }
+    // The cache blocks each part's rows go to (a block shared with another sequence that the part
+    // writes into is copied first).
+    for (const Part& p : parts) {
+      blocks_->prepare(p.seq, p.n_past, static_cast<int32_t>(p.n), [this](int32_t from, int32_t to, int32_t rows) {
+        for (size_t l = 0; l < k_.size(); ++l) {
+          if (kv_row_bytes_[l] == 0) continue;
+          const size_t block = kv_row_bytes_[l] * kKvBlock;
+          for (vk::Buffer* c : {&k_[l], &v_[l]}) {
+            ctx_.copy(*c, static_cast<size_t>(from) * block, *c, static_cast<size_t>(to) * block,
+                      kv_row_bytes_[l] * static_cast<size_t>(rows));
+          }
+        }
+      });
     }
     if (recurrent_) {
       for (const Part& p : parts) {
@@ -278,57 +292,51 @@ class VulkanExecutable final : public Executable {
     logit_rows_ = it->second.logit_rows;
     last_rows_ = &it->second.rows;
     argmax_rows_ = it->second.argmax_rows;
-    for (const Part& p : parts) {
-      const auto q = static_cast<size_t>(p.seq);
-      length_[q] = p.n_past + static_cast<int32_t>(p.n);
-      if (recurrent_) state_pos_[q] = length_[q];
+    if (recurrent_) {
+      for (const Part& p : parts) state_pos_[static_cast<size_t>(p.seq)] = p.n_past + static_cast<int32_t>(p.n);
     }
   }
 
   void seq_clear(int32_t seq) override {
     check_seq(seq);
-    length_[static_cast<size_t>(seq)] = 0;
+    blocks_->clear(seq);
     state_pos_[static_cast<size_t>(seq)] = 0;
   }
 
-  // The rows are copied on the device (Vulkan caches are not yet shared block by block).
+  // The cache blocks are shared (no rows are copied until one of the two writes into a shared block);
+  // the recurrent state is copied on the device.
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
     check_seq(src);
     check_seq(dst);
     const auto s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
-    if (n_tokens < 0 || n_tokens > length_[s] || (recurrent_ && n_tokens != state_pos_[s])) {
-      throw Error(fmt::format("sequence {} holds {} positions; it cannot give {}", src, length_[s], n_tokens));
+    if (n_tokens < 0 || n_tokens > blocks_->length(src) || (recurrent_ && n_tokens != state_pos_[s])) {
+      throw Error(fmt::format("sequence {} holds {} positions; it cannot give {}", src, blocks_->length(src), n_tokens));
     }
+    blocks_->share(src, dst, n_tokens);
     if (src != dst) {
       const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-      for (size_t l = 0; l < k_.size(); ++l) {
-        if (kv_row_bytes_[l] == 0) continue;
-        const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_tokens);
-        ctx_.copy(k_[l], cache_offset(l, src), k_[l], cache_offset(l, dst), bytes);
-        ctx_.copy(v_[l], cache_offset(l, src), v_[l], cache_offset(l, dst), bytes);
-      }
       for (size_t i = 0; i < state_.size(); ++i) {
         if (state_[i].buffer) ctx_.copy(state_[i], state_offset(i, src), state_[i], state_offset(i, dst), state_floats_[i] * 4);
       }
     }
-    length_[d] = n_tokens;
     state_pos_[d] = recurrent_ ? n_tokens : 0;
   }
 
   std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
     check_seq(seq);
-    if (n_past > length_[static_cast<size_t>(seq)]) {
-      throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq,
-                              length_[static_cast<size_t>(seq)]));
+    if (n_past > blocks_->length(seq)) {
+      throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq, blocks_->length(seq)));
     }
     std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
-      const size_t bytes = kv_row_bytes_[l] * static_cast<size_t>(n_past);
-      ctx_.download(k_[l], cache_offset(l, seq), out.data() + at, bytes);
-      at += bytes;
-      ctx_.download(v_[l], cache_offset(l, seq), out.data() + at, bytes);
-      at += bytes;
+      if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
+      for (const vk::Buffer* c : {&k_[l], &v_[l]}) {
+        for_each_block(l, seq, n_past, [&](size_t offset, size_t bytes) {
+          ctx_.download(*c, offset, out.data() + at, bytes);
+          at += bytes;
+        });
+      }
     }
     for (size_t i = 0; i < state_.size(); ++i) {
       ctx_.download(state_[i], state_offset(i, seq), out.data() + at, state_floats_[i] * 4);
@@ -339,25 +347,29 @@ class VulkanExecutable final : public Executable {
 
   void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
     check_seq(seq);
-    const size_t n_past = layout_.check(bytes);
+    const auto n_past = static_cast<int32_t>(layout_.check(bytes));
+    blocks_->clear(seq);
+    blocks_->prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
     size_t at = SavedStateLayout::kHeaderBytes;
     for (size_t l = 0; l < k_.size(); ++l) {
-      const size_t n = kv_row_bytes_[l] * n_past;
-      ctx_.upload(k_[l], cache_offset(l, seq), bytes.data() + at, n);
-      at += n;
-      ctx_.upload(v_[l], cache_offset(l, seq), bytes.data() + at, n);
-      at += n;
+      if (kv_row_bytes_[l] == 0) continue;
+      for (vk::Buffer* c : {&k_[l], &v_[l]}) {
+        for_each_block(l, seq, n_past, [&](size_t offset, size_t n) {
+          ctx_.upload(*c, offset, bytes.data() + at, n);
+          at += n;
+        });
+      }
     }
     for (size_t i = 0; i < state_.size(); ++i) {
       ctx_.upload(state_[i], state_offset(i, seq), bytes.data() + at, state_floats_[i] * 4);
       at += state_floats_[i] * 4;
     }
-    length_[static_cast<size_t>(seq)] = static_cast<int32_t>(n_past);
-    state_pos_[static_cast<size_t>(seq)] = static_cast<int64_t>(n_past);
+    state_pos_[static_cast<size_t>(seq)] = n_past;
   }
 
  private:
   static constexpr size_t kMaxRecordings = 16;
+  static constexpr int32_t kKvBlock = 32;  // positions per cache block (kv_rows.glsl's KV_BLOCK)
 
   // A sequence's part of a step: its first row among the step's activations and its token count.
   struct Part {
@@ -407,15 +419,20 @@ class VulkanExecutable final : public Executable {
     return static_cast<uint32_t>(a);
   }
 
-  // Where sequence `seq`'s rows of layer l's cache, and its state of node i, start.
-  size_t cache_offset(size_t l, int32_t seq) const { return static_cast<size_t>(seq) * kv_seq_bytes_[l]; }
-  size_t state_offset(size_t i, int32_t seq) const { return static_cast<size_t>(seq) * state_seq_bytes_[i]; }
-  View cache(const std::vector<vk::Buffer>& c, size_t l, int32_t seq) const {
-    return View{&c[l], cache_offset(l, seq), kv_seq_bytes_[l]};
+  // Calls f(offset, bytes) for each run of sequence `seq`'s first n rows in layer l's cache, in order of
+  // position (one run per block).
+  template <class F>
+  void for_each_block(size_t l, int32_t seq, int32_t n, const F& f) const {
+    for (int32_t pos = 0; pos < n; pos += kKvBlock) {
+      const size_t block = static_cast<size_t>(blocks_->block(seq, pos));
+      f(block * kKvBlock * kv_row_bytes_[l], kv_row_bytes_[l] * static_cast<size_t>(std::min(kKvBlock, n - pos)));
+    }
   }
+  // Where sequence `seq`'s state of node i starts.
+  size_t state_offset(size_t i, int32_t seq) const { return static_cast<size_t>(seq) * state_seq_bytes_[i]; }
   View state(size_t i, int32_t seq) const { return View{&state_[i], state_offset(i, seq), state_seq_bytes_[i]}; }
-  // Part p's header in the step buffer: {n_past, n_tokens}.
-  View header(size_t p) const { return View{&step_, p * header_stride_, 16}; }
+  // Part p's header in the step buffer: {n_past, n_tokens, 0, 0}, then its sequence's block table.
+  View header(size_t p) const { return View{&step_, p * header_stride_, 16 + 4 * static_cast<size_t>(blocks_per_seq_)}; }
   // The rows of `v` (an activation of tensor t) that part p holds.
   View part_rows(View v, TensorId t, const Part& p) const {
     const size_t row = static_cast<size_t>(g_.tensor(t).ne[0]) * 4;
@@ -521,13 +538,14 @@ class VulkanExecutable final : public Executable {
     kv_row_bytes_ = kv_row_bytes(g_, elt);
     k_.resize(kv_row_bytes_.size());
     v_.resize(kv_row_bytes_.size());
-    // Each sequence's rows (and recurrent state) in its own aligned region of the layer's buffer.
+    // The cache: blocks of kKvBlock rows that any sequence's table may name (as many as every sequence
+    // filling its context takes); each sequence's recurrent state in its own aligned region.
     const auto n_seq = static_cast<size_t>(opts_.n_seq);
-    kv_seq_bytes_.assign(kv_row_bytes_.size(), 0);
+    blocks_per_seq_ = (opts_.n_ctx + kKvBlock - 1) / kKvBlock;
+    blocks_ = std::make_unique<KvBlocks>(blocks_per_seq_ * opts_.n_seq, kKvBlock, opts_.n_seq);
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
       if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
-      kv_seq_bytes_[l] = align_up(kv_row_bytes_[l] * static_cast<size_t>(opts_.n_ctx), align_);
-      const size_t bytes = kv_seq_bytes_[l] * n_seq;
+      const size_t bytes = align_up(kv_row_bytes_[l] * kKvBlock * static_cast<size_t>(blocks_->n_blocks()), 4);
       k_[l] = ctx_.device_buffer(bytes);
       v_[l] = ctx_.device_buffer(bytes);
       ctx_.fill_zero(k_[l], 0, bytes);
@@ -550,10 +568,10 @@ class VulkanExecutable final : public Executable {
     layout_ = {elt, opts_.n_ctx, kv_row_bytes_, state_floats_};
   }
 
-  // The step buffer: a header (n_past, n_tokens) per part (sequence) of the step, the token ids of
-  // the step's rows, then one (cos, sin) table per distinct rotation.
+  // The step buffer: a header (n_past, n_tokens) and block table per part (sequence) of the step, the
+  // token ids of the step's rows, then one (cos, sin) table per distinct rotation.
   void make_step_buffer() {
-    header_stride_ = align_up(16, align_);
+    header_stride_ = align_up(16 + 4 * static_cast<size_t>(blocks_per_seq_), align_);
     size_t at = header_stride_ * static_cast<size_t>(opts_.n_seq);
     tokens_offset_ = at;
     at = align_up(at + static_cast<size_t>(max_rows_) * 4, align_);
@@ -677,6 +695,8 @@ class VulkanExecutable final : public Executable {
     for (size_t i = 0; i < parts.size(); ++i) {
       const uint32_t h[4] = {static_cast<uint32_t>(parts[i].n_past), parts[i].n, 0, 0};
       std::memcpy(base + i * header_stride_, h, sizeof(h));
+      const std::vector<int32_t>& table = blocks_->table(parts[i].seq);
+      std::memcpy(base + i * header_stride_ + sizeof(h), table.data(), table.size() * 4);
     }
     const uint32_t rows = parts.back().row + parts.back().n;
     auto* ids = reinterpret_cast<int32_t*>(base + tokens_offset_);
@@ -853,8 +873,11 @@ class VulkanExecutable final : public Executable {
           for (size_t pi = 0; pi < parts.size(); ++pi) {
             const Part& p = parts[pi];
             const View k = part_rows(in(1), node.in[1], p), v = part_rows(in(2), node.in[2], p);
-            const View kc = cache(k_, l, p.seq), vc = cache(v_, l, p.seq);
-            tr.before({k, v, header(pi)}, {kc, vc});
+            // Parts write disjoint rows (blocks a sequence holds alone once prepared): no barrier
+            // between them.
+            const View kc{&k_[l]}, vc{&v_[l]};
+            if (pi == 0) tr.before({k, v, header(pi)}, {kc, vc});
+            else tr.before({k, v, header(pi)}, {});
             vk::kv_store(ctx_, rec, kv_type_, k, v, kc, vc, header(pi), kw, p.n);
           }
           tr.full();
@@ -868,8 +891,8 @@ class VulkanExecutable final : public Executable {
           vk::AttentionArgs a;
           a.type = kv_type_;
           a.q = part_rows(in(0), node.in[0], p);
-          a.k_cache = cache(k_, l, p.seq);
-          a.v_cache = cache(v_, l, p.seq);
+          a.k_cache = View{&k_[l]};
+          a.v_cache = View{&v_[l]};
           a.sinks = node.in.size() > 3 ? weight_f32(node.in[3]) : View{};
           a.step = header(pi);
           a.out = part_rows(out, node.out, p);
@@ -1024,12 +1047,11 @@ class VulkanExecutable final : public Executable {
       a.offset = norm.offset;
     }
     View kc, vc;
-    if (rope_store_[index] >= 0 && !multi_) {  // one sequence: its cache
+    if (rope_store_[index] >= 0 && !multi_) {  // one sequence: its cache rows
       const Node& at = g_.nodes[static_cast<size_t>(rope_store_[index])];
       const auto l = static_cast<size_t>(at.layer);
-      const int32_t seq = (*parts_)[0].seq;
-      kc = cache(k_, l, seq);
-      vc = cache(v_, l, seq);
+      kc = View{&k_[l]};
+      vc = View{&v_[l]};
       a.store = true;
       a.type = kv_type_;
       a.v = act_of(at.in[2]);
@@ -1233,7 +1255,8 @@ class VulkanExecutable final : public Executable {
   size_t tokens_offset_ = 0;
   std::vector<RopeTable> ropes_;
   std::vector<size_t> kv_row_bytes_;
-  std::vector<size_t> kv_seq_bytes_;  // per layer: a sequence's region of its K (and V) buffer
+  std::unique_ptr<KvBlocks> blocks_;  // which cache blocks hold each sequence's positions
+  int32_t blocks_per_seq_ = 0;        // table entries per sequence (its context in blocks)
   std::vector<vk::Buffer> k_, v_, state_;
   std::vector<size_t> state_floats_, state_seq_bytes_;  // per node: a sequence's state, and its region
   size_t header_stride_ = 16;
@@ -1264,7 +1287,6 @@ class VulkanExecutable final : public Executable {
   bool recurrent_ = false;
   SavedStateLayout layout_;  // what save_state() writes
   std::vector<int64_t> state_pos_;  // per sequence: tokens its state has absorbed (-1: a step failed part-way)
-  std::vector<int32_t> length_;     // per sequence: positions it holds
   uint64_t device_bytes_ = 0;
 };
 
