@@ -161,6 +161,18 @@ float tanh_safe(float x) {
   return sign(x) * (1.0 - e) / (1.0 + e);
 }
 
+// Key ranges start at a block's first key (keys before a row's own first are masked), so a tile of TK
+// keys from key0 lies in NTB = TK / KV_BLOCK blocks; tb holds their table entries, entry t as
+// table * KV_BLOCK - t * KV_BLOCK, so that key key0 + kk of the tile (kk < TK) is cache row tb[t] + kk,
+// t = kk / KV_BLOCK (with one block per tile, tb[0] + kk: the address is the contiguous cache's plus a
+// per-tile offset). Keys past k_end are clamped to the range's last key (written; their p is 0).
+const uint NTB = TK / KV_BLOCK;
+uint tile_row(uint tb[NTB], uint kk) {
+  uint r = tb[0] + kk;
+  for (uint t = 1u; t < NTB; ++t) r = kk >= t * KV_BLOCK ? tb[t] + kk : r;
+  return r;
+}
+
 // First cache row visible at position pos.
 uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
 
@@ -173,10 +185,10 @@ void main() {
   const uint row0 = blk * NR;
   const uint n_past = step[0];
 
-  // The union of the rows' key ranges, and this split's part of it (whole tiles).
+  // The union of the rows' key ranges from the first key's block on, and this split's part of it (whole tiles).
   const uint last_row = min(row0 + NR, n_rows) - 1u;
   const uint k_hi = n_past + last_row / G + 1u;  // exclusive
-  const uint k_lo = first_key(n_past + row0 / G);
+  const uint k_lo = first_key(n_past + row0 / G) / KV_BLOCK * KV_BLOCK;
   const uint chunk = ((k_hi - k_lo + p.n_split - 1u) / p.n_split + TK - 1u) / TK * TK;
   const uint k_begin = k_lo + split * chunk;
   const uint k_end = min(k_hi, k_begin + chunk);
@@ -217,6 +229,9 @@ void main() {
   for (uint i = 0u; i < RV * CV; ++i) acc[i] = 0.0;
 
   for (uint key0 = k_begin; key0 < k_end; key0 += TK) {
+    // The tile's NTB blocks (key0 is a block's first key): table entries read once per tile.
+    uint tb[NTB];
+    for (uint i = 0u; i < NTB; ++i) tb[i] = (step[4u + min(key0 / KV_BLOCK + i, (k_end - 1u) / KV_BLOCK)] - i) * KV_BLOCK;
     float s[RS * KS];
     for (uint i = 0u; i < RS * KS; ++i) s[i] = 0.0;
     for (uint c0 = 0u; c0 < HD; c0 += DC) {
@@ -224,7 +239,7 @@ void main() {
       // Keys past k_end read the last row of the range instead (in the cache, written) and are masked.
       for (uint i = tid; i < TK * DC / 4u; i += 128u) {
         const uint j = i / (DC / 4u), c = i % (DC / 4u);
-        Ks[j * KSTRIDE + c] = load4(false, cache_row(min(key0 + j, k_end - 1u)), hk * HD + c0 + 4u * c);
+        Ks[j * KSTRIDE + c] = load4(false, tile_row(tb, min(key0 + j, k_end - 1u) - key0), hk * HD + c0 + 4u * c);
       }
       barrier();
       for (uint d4 = 0u; d4 < DC / 4u; ++d4) {
@@ -287,7 +302,7 @@ void main() {
       // p = 0 and read the range's last row.
       const uint col = hk * HD + dg * CV;
       for (uint j = 0u; j < TK; ++j) {
-        const uint key = cache_row(min(key0 + j, k_end - 1u));
+        const uint key = tile_row(tb, min(key0 + j, k_end - 1u) - key0);
         vec4 v = vec4(0.0);
         if (CV == 4u) v = load4(true, key, col);
         else if (CV == 2u) v.xy = load2(true, key, col);

@@ -432,7 +432,7 @@ class VulkanExecutable final : public Executable {
   size_t state_offset(size_t i, int32_t seq) const { return static_cast<size_t>(seq) * state_seq_bytes_[i]; }
   View state(size_t i, int32_t seq) const { return View{&state_[i], state_offset(i, seq), state_seq_bytes_[i]}; }
   // Part p's header in the step buffer: {n_past, n_tokens, 0, 0}, then its sequence's block table.
-  View header(size_t p) const { return View{&step_, p * header_stride_, 16 + 4 * static_cast<size_t>(blocks_per_seq_)}; }
+  View header(size_t p) const { return View{&step_dev_, p * header_stride_, 16 + 4 * static_cast<size_t>(blocks_per_seq_)}; }
   // The rows of `v` (an activation of tensor t) that part p holds.
   View part_rows(View v, TensorId t, const Part& p) const {
     const size_t row = static_cast<size_t>(g_.tensor(t).ne[0]) * 4;
@@ -584,6 +584,7 @@ class VulkanExecutable final : public Executable {
     }
     step_ = ctx_.host_buffer(at);
     std::memset(step_.mapped, 0, at);
+    step_dev_ = ctx_.device_buffer(at);  // what the kernels read: record() copies the step's part of step_
   }
 
   void make_scratch() {
@@ -660,7 +661,7 @@ class VulkanExecutable final : public Executable {
     for (auto& b : k_) ctx_.release(b);
     for (auto& b : v_) ctx_.release(b);
     for (auto& b : state_) ctx_.release(b);
-    for (vk::Buffer* b : {&arena_, &logits_, &step_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
+    for (vk::Buffer* b : {&arena_, &logits_, &step_, &step_dev_, &attn_scratch_, &moe_logits_, &moe_ids_, &moe_weights_, &moe_gate_,
                           &moe_up_, &moe_down_, &x_f16_, &argmax_, &argmax_scratch_, &act_q8_, &act_q8k_}) {
       ctx_.release(*b);
     }
@@ -784,6 +785,16 @@ class VulkanExecutable final : public Executable {
     x16_of_ = -1;
     slab_next_ = 0;
     done_.assign(g_.nodes.size(), false);
+    // The step's parameters as the host wrote them, into device memory first: the kernels read them
+    // (block tables per key tile, rotation tables per row) at device latency, not across the bus.
+    const auto mirror = [&](size_t offset, size_t bytes) {
+      const auto words = static_cast<uint32_t>(bytes / 4), at = static_cast<uint32_t>(offset / 4);
+      vk::copy_rows(ctx_, rec, View{&step_}, View{&step_dev_}, 1, 0, words, at, words, 1, words, words, at);
+    };
+    mirror(0, parts.size() * header_stride_);
+    mirror(tokens_offset_, static_cast<size_t>(n_tok) * 4);
+    for (const RopeTable& r : ropes_) mirror(r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4);
+    tr.full();
     std::vector<int64_t> rows(g_.tensors.size(), 0);
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& node = g_.nodes[i];
@@ -828,7 +839,7 @@ class VulkanExecutable final : public Executable {
     switch (node.op) {
       case Op::Embed: {
         const auto& wt = g_.tensor(node.in[0]);
-        const View ids{&step_, tokens_offset_, static_cast<size_t>(n_tok) * 4};
+        const View ids{&step_dev_, tokens_offset_, static_cast<size_t>(n_tok) * 4};
         tr.before({ids}, {out});
         vk::get_rows(ctx_, rec, wt.type, weight(node.in[0]), ids, out, static_cast<uint32_t>(wt.ne[0]), n_tok, node.scale);
         break;
@@ -856,7 +867,7 @@ class VulkanExecutable final : public Executable {
         break;
       case Op::Rope: {
         const auto& r = ropes_[static_cast<size_t>(rope_index(node))];
-        const View cs{&step_, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
+        const View cs{&step_dev_, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
         if (rope_norm_[index] >= 0 || (rope_store_[index] >= 0 && !multi_)) {
           rope_heads(rec, tr, node, index, cs, out, rows, nu);
           break;
@@ -1251,7 +1262,7 @@ class VulkanExecutable final : public Executable {
   size_t align_;
   vk::KvCacheType kv_type_ = vk::KvCacheType::F16;
   std::vector<size_t> act_offset_;
-  vk::Buffer arena_, logits_, step_;
+  vk::Buffer arena_, logits_, step_, step_dev_;
   size_t tokens_offset_ = 0;
   std::vector<RopeTable> ropes_;
   std::vector<size_t> kv_row_bytes_;
