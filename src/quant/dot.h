@@ -35,12 +35,14 @@ using DotFn = float (*)(const void* w, const void* act, int64_t n);
 // Same results as the single-row kernel up to float summation order.
 inline constexpr int kDotTileRows = 2;
 inline constexpr int kDotTileTokens = 8;
+inline constexpr int kDotFewTokens = 4;  // the narrower tile, for steps of a few sequences' tokens
 using DotTileFn = void (*)(const void* w, size_t w_stride, const void* act, size_t act_stride, int64_t n,
                            float* out);
 
 struct DotKernel {
   DotFn fn = nullptr;
   DotTileFn tile = nullptr;    // optional, same instruction set as fn; where absent, call fn per pair
+  DotTileFn tile_few = nullptr;  // optional: kDotTileRows × kDotFewTokens (out[r·kDotFewTokens + t])
   const char* isa = "scalar";  // which implementation: "scalar", "avx2", "avx512", "neon"
 };
 // Throws zinc::Error when the weight type has no dot product.
@@ -59,8 +61,9 @@ DotFn dot_fn_scalar(TensorType weight);
 DotFn dot_fn_avx2(TensorType weight);
 DotFn dot_fn_avx512(TensorType weight);
 DotFn dot_fn_neon(TensorType weight);
-// Tile kernels, where an instruction set has one for the type (else nullptr).
-DotTileFn dot_tile_fn_avx2(TensorType weight);
-DotTileFn dot_tile_fn_avx512(TensorType weight);
+// Tile kernels of kDotTileRows × `tokens` (kDotTileTokens or kDotFewTokens), where an instruction set
+// has one for the type (else nullptr).
+DotTileFn dot_tile_fn_avx2(TensorType weight, int tokens);
+DotTileFn dot_tile_fn_avx512(TensorType weight, int tokens);
 
 }  // namespace zinc::quant

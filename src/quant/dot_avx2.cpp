@@ -484,7 +484,7 @@ float dot_iq4_xs(const void* w, const void* a, int64_t n) {
 // kPassTokens activation rows.
 
 constexpr int kPassTokens = 4;
-static_assert(kDotTileTokens % kPassTokens == 0);
+static_assert(kDotTileTokens % kPassTokens == 0 && kDotFewTokens % kPassTokens == 0);
 using PassFn = void (*)(const void* w, const void* a, size_t a_stride, int64_t n, float* out);
 
 // Row k of a pass: the k-th block array, `stride` bytes after the previous one.
@@ -493,11 +493,11 @@ inline const B* tile_row(const void* base, size_t stride, int k) {
   return reinterpret_cast<const B*>(static_cast<const uint8_t*>(base) + stride * static_cast<size_t>(k));
 }
 
-template <PassFn kPass>
+template <PassFn kPass, int NT>
 void dot_tile_by_passes(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
   for (int r = 0; r < kDotTileRows; ++r) {
-    for (int t0 = 0; t0 < kDotTileTokens; t0 += kPassTokens) {
-      kPass(tile_row<uint8_t>(w, w_stride, r), tile_row<uint8_t>(a, a_stride, t0), a_stride, n, out + r * kDotTileTokens + t0);
+    for (int t0 = 0; t0 < NT; t0 += kPassTokens) {
+      kPass(tile_row<uint8_t>(w, w_stride, r), tile_row<uint8_t>(a, a_stride, t0), a_stride, n, out + r * NT + t0);
     }
   }
 }
@@ -617,20 +617,27 @@ void dot_q6_k_pass(const void* w, const void* a, size_t a_stride, int64_t n, flo
   for (int t = 0; t < kPassTokens; ++t) out[t] = hsum(acc[t]);
 }
 
-}  // namespace
-
-DotTileFn dot_tile_fn_avx2(TensorType w) {
+// The tile kernels of NT tokens per type.
+template <int NT>
+DotTileFn tile_table(TensorType w) {
   switch (w) {
-    case TensorType::Q4_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ4_0>>;
-    case TensorType::Q5_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ5_0>>;
-    case TensorType::Q8_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ8_0>>;
-    case TensorType::IQ4_NL: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeIQ4_NL>>;
-    case TensorType::MXFP4: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeMXFP4>>;
-    case TensorType::Q4_K: return dot_tile_by_passes<dot_q45_k_pass<false, BlockQ4_K>>;
-    case TensorType::Q5_K: return dot_tile_by_passes<dot_q45_k_pass<true, BlockQ5_K>>;
-    case TensorType::Q6_K: return dot_tile_by_passes<dot_q6_k_pass>;
+    case TensorType::Q4_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ4_0>, NT>;
+    case TensorType::Q5_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ5_0>, NT>;
+    case TensorType::Q8_0: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeQ8_0>, NT>;
+    case TensorType::IQ4_NL: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeIQ4_NL>, NT>;
+    case TensorType::MXFP4: return dot_tile_by_passes<dot_q8_0_family_pass<DecodeMXFP4>, NT>;
+    case TensorType::Q4_K: return dot_tile_by_passes<dot_q45_k_pass<false, BlockQ4_K>, NT>;
+    case TensorType::Q5_K: return dot_tile_by_passes<dot_q45_k_pass<true, BlockQ5_K>, NT>;
+    case TensorType::Q6_K: return dot_tile_by_passes<dot_q6_k_pass, NT>;
     default: return nullptr;
   }
+}
+}  // namespace
+
+DotTileFn dot_tile_fn_avx2(TensorType w, int tokens) {
+  if (tokens == kDotTileTokens) return tile_table<kDotTileTokens>(w);
+  if (tokens == kDotFewTokens) return tile_table<kDotFewTokens>(w);
+  return nullptr;
 }
 
 DotFn dot_fn_avx2(TensorType w) {
@@ -662,7 +669,7 @@ DotFn dot_fn_avx2(TensorType w) {
 namespace zinc::quant {
 
 DotFn dot_fn_avx2(TensorType) { return nullptr; }
-DotTileFn dot_tile_fn_avx2(TensorType) { return nullptr; }
+DotTileFn dot_tile_fn_avx2(TensorType, int) { return nullptr; }
 
 }  // namespace zinc::quant
 

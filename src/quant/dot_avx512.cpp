@@ -577,12 +577,12 @@ inline const B* tile_row(const void* base, size_t stride, int k) {
   return reinterpret_cast<const B*>(static_cast<const uint8_t*>(base) + stride * static_cast<size_t>(k));
 }
 
-template <class D>
+template <class D, int NT>
 void dot_q8_0_family_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
   using B = typename D::Block;
   const int64_t nb = n / kQK;
   const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[kDotTileRows][kDotTileTokens];
+  __m512 acc[kDotTileRows][NT];
   for (auto& row : acc)
     for (auto& v : row) v = _mm512_setzero_ps();
   int64_t i = 0;
@@ -597,7 +597,7 @@ void dot_q8_0_family_tile(const void* w, size_t w_stride, const void* a, size_t 
         bias[r][k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, code[r][k]));
       }
     }
-    for (int t = 0; t < kDotTileTokens; ++t) {
+    for (int t = 0; t < NT; ++t) {
       const BlockQ8_0* y = tile_row<BlockQ8_0>(a, a_stride, t) + i;
       const __m512 dy = fp16_8<offsetof(BlockQ8_0, d)>(y);
       __m512 d[kDotTileRows];
@@ -612,8 +612,8 @@ void dot_q8_0_family_tile(const void* w, size_t w_stride, const void* a, size_t 
     }
   }
   for (int r = 0; r < kDotTileRows; ++r) {
-    for (int t = 0; t < kDotTileTokens; ++t) {
-      float& o = out[r * kDotTileTokens + t];
+    for (int t = 0; t < NT; ++t) {
+      float& o = out[r * NT + t];
       o = _mm512_reduce_add_ps(acc[r][t]);
       if (i < nb) o += dot_q8_0_family<D>(tile_row<B>(w, w_stride, r) + i, tile_row<BlockQ8_0>(a, a_stride, t) + i, (nb - i) * kQK);
     }
@@ -631,14 +631,14 @@ inline __m512i packs_scales(__m512i w8, std::array<int, 4> p, std::array<int, 4>
                                                   pattern(q[1]), pattern(p[1]), pattern(q[0]), pattern(p[0])));
 }
 
-template <bool kFive, class B>
+template <bool kFive, class B, int NT>
 void dot_q45_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
   const __m512i m15 = _mm512_set1_epi8(0x0f), m16 = _mm512_set1_epi8(0x10);
   // Mins, each twice: sub-block sb meets the 16-element activation sums 2sb and 2sb+1.
   const __m256i mins_twice = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
   for (int r = 0; r < kDotTileRows; ++r) {
     const B* x = tile_row<B>(w, w_stride, r);
-    __m512 acc[kDotTileTokens];
+    __m512 acc[NT];
     for (auto& v : acc) v = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
       const __m256i scm = _mm256_cvtepu8_epi16(kquant_scales_mins(x[i].scales));  // 8 scales, 8 mins
@@ -663,7 +663,7 @@ void dot_q45_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stri
       }
       const __m512 dx = _mm512_set1_ps(h2f(x[i].d));
       const __m256 mx = _mm256_set1_ps(h2f(x[i].dmin));
-      for (int t = 0; t < kDotTileTokens; ++t) {
+      for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = tile_row<BlockQ8_K>(a, a_stride, t)[i];
         __m512i p[4];
         for (int c = 0; c < 4; ++c) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], load512(y.qs + 64 * c));
@@ -675,15 +675,16 @@ void dot_q45_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stri
         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y.d), block, acc[t]);
       }
     }
-    for (int t = 0; t < kDotTileTokens; ++t) out[r * kDotTileTokens + t] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < NT; ++t) out[r * NT + t] = _mm512_reduce_add_ps(acc[t]);
   }
 }
 
+template <int NT>
 void dot_q6_k_tile(const void* w, size_t w_stride, const void* a, size_t a_stride, int64_t n, float* out) {
   const __m512i m15 = _mm512_set1_epi8(0x0f), m48 = _mm512_set1_epi8(0x30);
   for (int r = 0; r < kDotTileRows; ++r) {
     const BlockQ6_K* x = tile_row<BlockQ6_K>(w, w_stride, r);
-    __m512 acc[kDotTileTokens];
+    __m512 acc[NT];
     for (auto& v : acc) v = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / kQKK; ++i) {
       const __m256i scales = _mm256_cvtepi8_epi16(load128(x[i].scales));
@@ -700,7 +701,7 @@ void dot_q6_k_tile(const void* w, size_t w_stride, const void* a, size_t a_strid
         sc[nn] = packs_scales(nn == 0 ? bcast_lo(scales) : bcast_hi(scales), {0, 1, 2, 3}, {4, 5, 6, 7});
       }
       const __m512 dx = _mm512_set1_ps(h2f(x[i].d));
-      for (int t = 0; t < kDotTileTokens; ++t) {
+      for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = tile_row<BlockQ8_K>(a, a_stride, t)[i];
         __m512i sumi = _mm512_setzero_si512();
         for (int nn = 0; nn < 2; ++nn) {
@@ -714,26 +715,33 @@ void dot_q6_k_tile(const void* w, size_t w_stride, const void* a, size_t a_strid
         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(y.d), _mm512_mul_ps(dx, _mm512_cvtepi32_ps(sumi)), acc[t]);
       }
     }
-    for (int t = 0; t < kDotTileTokens; ++t) out[r * kDotTileTokens + t] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < NT; ++t) out[r * NT + t] = _mm512_reduce_add_ps(acc[t]);
   }
 }
 
-}  // namespace
-
-DotTileFn dot_tile_fn_avx512(TensorType w) {
-  static const bool vnni = cpu_info().avx512vnni;
-  if (!vnni) return nullptr;
+// The tile kernels of NT tokens per type.
+template <int NT>
+DotTileFn tile_table(TensorType w) {
   switch (w) {
-    case TensorType::Q4_0: return dot_q8_0_family_tile<DecodeQ4_0>;
-    case TensorType::Q5_0: return dot_q8_0_family_tile<DecodeQ5_0>;
-    case TensorType::Q8_0: return dot_q8_0_family_tile<DecodeQ8_0>;
-    case TensorType::IQ4_NL: return dot_q8_0_family_tile<DecodeIQ4_NL>;
-    case TensorType::MXFP4: return dot_q8_0_family_tile<DecodeMXFP4>;
-    case TensorType::Q4_K: return dot_q45_k_tile<false, BlockQ4_K>;
-    case TensorType::Q5_K: return dot_q45_k_tile<true, BlockQ5_K>;
-    case TensorType::Q6_K: return dot_q6_k_tile;
+    case TensorType::Q4_0: return dot_q8_0_family_tile<DecodeQ4_0, NT>;
+    case TensorType::Q5_0: return dot_q8_0_family_tile<DecodeQ5_0, NT>;
+    case TensorType::Q8_0: return dot_q8_0_family_tile<DecodeQ8_0, NT>;
+    case TensorType::IQ4_NL: return dot_q8_0_family_tile<DecodeIQ4_NL, NT>;
+    case TensorType::MXFP4: return dot_q8_0_family_tile<DecodeMXFP4, NT>;
+    case TensorType::Q4_K: return dot_q45_k_tile<false, BlockQ4_K, NT>;
+    case TensorType::Q5_K: return dot_q45_k_tile<true, BlockQ5_K, NT>;
+    case TensorType::Q6_K: return dot_q6_k_tile<NT>;
     default: return nullptr;
   }
+}
+}  // namespace
+
+DotTileFn dot_tile_fn_avx512(TensorType w, int tokens) {
+  static const bool vnni = cpu_info().avx512vnni;
+  if (!vnni) return nullptr;
+  if (tokens == kDotTileTokens) return tile_table<kDotTileTokens>(w);
+  if (tokens == kDotFewTokens) return tile_table<kDotFewTokens>(w);
+  return nullptr;
 }
 
 DotFn dot_fn_avx512(TensorType w) {
@@ -768,7 +776,7 @@ DotFn dot_fn_avx512(TensorType w) {
 namespace zinc::quant {
 
 DotFn dot_fn_avx512(TensorType) { return nullptr; }
-DotTileFn dot_tile_fn_avx512(TensorType) { return nullptr; }
+DotTileFn dot_tile_fn_avx512(TensorType, int) { return nullptr; }
 
 }  // namespace zinc::quant
 

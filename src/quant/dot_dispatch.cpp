@@ -48,15 +48,15 @@ DotKernel dot_kernel(TensorType w) {
   static const CpuInfo cpu = cpu_info();
   static const int cap = isa_cap();
   if (cap >= 2 && runs_avx512(cpu)) {
-    if (DotFn f = dot_fn_avx512(w)) return {f, dot_tile_fn_avx512(w), "avx512"};
+    if (DotFn f = dot_fn_avx512(w)) return {f, dot_tile_fn_avx512(w, kDotTileTokens), dot_tile_fn_avx512(w, kDotFewTokens), "avx512"};
   }
   if (cap >= 1 && runs_avx2(cpu)) {
-    if (DotFn f = dot_fn_avx2(w)) return {f, dot_tile_fn_avx2(w), "avx2"};
+    if (DotFn f = dot_fn_avx2(w)) return {f, dot_tile_fn_avx2(w, kDotTileTokens), dot_tile_fn_avx2(w, kDotFewTokens), "avx2"};
   }
   if (cap >= 1 && cpu.neon) {
-    if (DotFn f = dot_fn_neon(w)) return {f, nullptr, "neon"};
+    if (DotFn f = dot_fn_neon(w)) return {f, nullptr, nullptr, "neon"};
   }
-  if (DotFn f = dot_fn_scalar(w)) return {f, nullptr, "scalar"};
+  if (DotFn f = dot_fn_scalar(w)) return {f, nullptr, nullptr, "scalar"};
   throw Error(fmt::format("no dot product for {} weights", gguf::tensor_type_name(w)));
 }
 

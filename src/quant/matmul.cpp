@@ -11,26 +11,38 @@ namespace zinc::quant {
 
 namespace {
 
+// Tokens [t, t + NT) of rows [r0, r1): NT-token tiles over kDotTileRows rows at a time, the single-row
+// kernel for a last odd row.
+template <int NT>
+void tile_group(DotTileFn tile, DotFn fn, const uint8_t* w, size_t wrow, int64_t r0, int64_t r1, int64_t rows,
+                const uint8_t* a, size_t arow, int64_t cols, int64_t t, float* y) {
+  const int64_t tiled_end = r0 + (r1 - r0) / kDotTileRows * kDotTileRows;
+  for (int64_t r = r0; r < tiled_end; r += kDotTileRows) {
+    float out[kDotTileRows * NT];
+    tile(w + static_cast<size_t>(r) * wrow, wrow, a, arow, cols, out);
+    for (int i = 0; i < kDotTileRows; ++i)
+      for (int j = 0; j < NT; ++j) y[(t + j) * rows + r + i] = out[i * NT + j];
+  }
+  for (int64_t r = tiled_end; r < r1; ++r)
+    for (int j = 0; j < NT; ++j) y[(t + j) * rows + r] = fn(w + static_cast<size_t>(r) * wrow, a + static_cast<size_t>(j) * arow, cols);
+}
+
 // Rows [r0, r1) of Y against every token: kDotTileRows × kDotTileTokens tiles where the kernel has them,
-// the single-row kernel for the rows and tokens left over. Token groups are the outer loop: the rows'
-// weights stay in L1 across groups, and each group's activations across the rows.
+// then one kDotTileRows × kDotFewTokens tile group (a step of a few sequences' tokens), the single-row
+// kernel for the tokens left over. Token groups are the outer loop: the rows' weights stay in L1 across
+// groups, and each group's activations across the rows.
 void product_rows(const DotKernel& k, const uint8_t* w, size_t wrow, int64_t r0, int64_t r1, int64_t rows,
                   const uint8_t* act, size_t arow, int64_t cols, int64_t n_tokens, float* y) {
-  const int64_t tiled_tokens = k.tile ? n_tokens / kDotTileTokens * kDotTileTokens : 0;
-  const int64_t tiled_end = k.tile ? r0 + (r1 - r0) / kDotTileRows * kDotTileRows : r0;
-  for (int64_t t = 0; t < tiled_tokens; t += kDotTileTokens) {
-    const uint8_t* a = act + static_cast<size_t>(t) * arow;
-    for (int64_t r = r0; r < tiled_end; r += kDotTileRows) {
-      float out[kDotTileRows * kDotTileTokens];
-      k.tile(w + static_cast<size_t>(r) * wrow, wrow, a, arow, cols, out);
-      for (int i = 0; i < kDotTileRows; ++i)
-        for (int j = 0; j < kDotTileTokens; ++j) y[(t + j) * rows + r + i] = out[i * kDotTileTokens + j];
-    }
-    for (int64_t r = tiled_end; r < r1; ++r)
-      for (int j = 0; j < kDotTileTokens; ++j)
-        y[(t + j) * rows + r] = k.fn(w + static_cast<size_t>(r) * wrow, a + static_cast<size_t>(j) * arow, cols);
+  int64_t t = 0;
+  if (k.tile) {
+    for (; t + kDotTileTokens <= n_tokens; t += kDotTileTokens)
+      tile_group<kDotTileTokens>(k.tile, k.fn, w, wrow, r0, r1, rows, act + static_cast<size_t>(t) * arow, arow, cols, t, y);
   }
-  for (int64_t t = tiled_tokens; t < n_tokens; ++t) {
+  if (k.tile_few && t + kDotFewTokens <= n_tokens) {
+    tile_group<kDotFewTokens>(k.tile_few, k.fn, w, wrow, r0, r1, rows, act + static_cast<size_t>(t) * arow, arow, cols, t, y);
+    t += kDotFewTokens;
+  }
+  for (; t < n_tokens; ++t) {
     const uint8_t* a = act + static_cast<size_t>(t) * arow;
     for (int64_t r = r0; r < r1; ++r) y[t * rows + r] = k.fn(w + static_cast<size_t>(r) * wrow, a, cols);
   }

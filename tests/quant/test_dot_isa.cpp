@@ -28,7 +28,7 @@ using gguf::TensorType;
 struct Isa {
   const char* name;
   DotFn (*table)(TensorType);
-  DotTileFn (*tile_table)(TensorType);  // nullptr: the instruction set has no tile kernels
+  DotTileFn (*tile_table)(TensorType, int tokens);  // nullptr: the instruction set has no tile kernels
   bool (*runs_here)(const CpuInfo&);
 };
 
@@ -376,19 +376,20 @@ Tile make_tile(TensorType t, int64_t n, GenW gen_w, GenAct gen_act) {
   return tile;
 }
 
-void expect_tile_matches_reference(const Isa& isa, DotTileFn fn, TensorType t, const Tile& tile, int64_t n,
+// A tile kernel of `tokens` activation rows (kDotTileTokens or kDotFewTokens: the first rows of the tile).
+void expect_tile_matches_reference(const Isa& isa, DotTileFn fn, int tokens, TensorType t, const Tile& tile, int64_t n,
                                    const std::string& what) {
   float out[kDotTileRows * kDotTileTokens];
   fn(tile.w.data(), tile.w_stride, tile.act.data(), tile.act_stride, n, out);
   for (int r = 0; r < kDotTileRows; ++r) {
-    for (int k = 0; k < kDotTileTokens; ++k) {
+    for (int k = 0; k < tokens; ++k) {
       const Row& pair = tile.pairs[static_cast<size_t>(r * kDotTileTokens + k)];
       const double ref = dot_ref(t, pair.w.data(), pair.act.data(), n);
       const double tol = 1e-5 * magnitude(t, pair, n) + 1e-6;
       ASSERT_TRUE(std::isfinite(ref)) << what;
-      EXPECT_NEAR(out[r * kDotTileTokens + k], ref, tol)
-          << isa.name << " " << gguf::tensor_type_name(t) << " tile n=" << n << " weight row " << r << " activation row " << k
-          << " " << what;
+      EXPECT_NEAR(out[r * tokens + k], ref, tol)
+          << isa.name << " " << gguf::tensor_type_name(t) << " tile of " << tokens << " n=" << n << " weight row " << r
+          << " activation row " << k << " " << what;
     }
   }
 }
@@ -399,14 +400,21 @@ class DotTileKernels : public ::testing::TestWithParam<Param> {
     const Isa& isa = kIsas[GetParam().isa];
     if (!isa.runs_here(cpu_info())) GTEST_SKIP() << "this CPU does not run " << isa.name;
     if (!isa.tile_table) GTEST_SKIP() << isa.name << " has no tile kernels";
-    fn_ = isa.tile_table(GetParam().type);
+    fn_ = isa.tile_table(GetParam().type, kDotTileTokens);
+    fn_few_ = isa.tile_table(GetParam().type, kDotFewTokens);
     if (!fn_) GTEST_SKIP() << isa.name << " has no tile kernel for " << gguf::tensor_type_name(GetParam().type);
+    EXPECT_NE(fn_few_, nullptr) << isa.name << ": a type with a tile of " << kDotTileTokens << " has one of " << kDotFewTokens;
   }
-  DotTileFn fn_ = nullptr;
+  // Both tile widths against the reference.
+  void expect_tiles(TensorType t, const Tile& tile, int64_t n, const std::string& what) {
+    const Isa& isa = kIsas[GetParam().isa];
+    expect_tile_matches_reference(isa, fn_, kDotTileTokens, t, tile, n, what);
+    if (fn_few_) expect_tile_matches_reference(isa, fn_few_, kDotFewTokens, t, tile, n, what);
+  }
+  DotTileFn fn_ = nullptr, fn_few_ = nullptr;
 };
 
 TEST_P(DotTileKernels, RandomCodesMatchTheReference) {
-  const Isa& isa = kIsas[GetParam().isa];
   const TensorType t = GetParam().type;
   for (unsigned seed : {1u, 2u}) {
     std::mt19937 rng(seed * 1000 + static_cast<unsigned>(t));
@@ -416,13 +424,12 @@ TEST_P(DotTileKernels, RandomCodesMatchTheReference) {
       const Tile tile = make_tile(
           t, n, [&](int) { return make_weights(t, n, Codes::kRandom, Scales::kRandom, rng); },
           [&](int) { return make_activations(t, n, Acts::kRandom, rng); });
-      expect_tile_matches_reference(isa, fn_, t, tile, n, "random seed " + std::to_string(seed));
+      expect_tiles(t, tile, n, "random seed " + std::to_string(seed));
     }
   }
 }
 
 TEST_P(DotTileKernels, QuantizedRowsMatchTheReference) {
-  const Isa& isa = kIsas[GetParam().isa];
   const TensorType t = GetParam().type;
   if (!can_quantize(t)) GTEST_SKIP() << "no quantizer for " << gguf::tensor_type_name(t);
   std::mt19937 rng(78);
@@ -446,12 +453,11 @@ TEST_P(DotTileKernels, QuantizedRowsMatchTheReference) {
           quantize_activation(t, gaussian(0.5f).data(), a.data(), n);
           return a;
         });
-    expect_tile_matches_reference(isa, fn_, t, tile, n, "quantized");
+    expect_tiles(t, tile, n, "quantized");
   }
 }
 
 TEST_P(DotTileKernels, ExtremeCodesAndScalesMatchTheReference) {
-  const Isa& isa = kIsas[GetParam().isa];
   const TensorType t = GetParam().type;
   std::mt19937 rng(12);
   const Codes codes[] = {Codes::kRandom, Codes::kAllZeroBits, Codes::kAllOneBits, Codes::kAlternating};
@@ -465,8 +471,7 @@ TEST_P(DotTileKernels, ExtremeCodesAndScalesMatchTheReference) {
           const Tile tile = make_tile(
               t, n, [&](int r) { return make_weights(t, n, codes[(c + r) % 4], scales[(s + r) % 3], rng); },
               [&](int k) { return make_activations(t, n, acts[(a + k) % 4], rng); });
-          expect_tile_matches_reference(isa, fn_, t, tile, n,
-                                        "codes " + std::to_string(c) + " scales " + std::to_string(s) + " acts " + std::to_string(a));
+          expect_tiles(t, tile, n, "codes " + std::to_string(c) + " scales " + std::to_string(s) + " acts " + std::to_string(a));
         }
       }
     }
@@ -486,7 +491,7 @@ std::vector<Param> tile_params() {
   std::vector<Param> out;
   for (const Param& p : all_params()) {
     const Isa& isa = kIsas[p.isa];
-    if (!is_float(p.type) && isa.tile_table && isa.tile_table(p.type)) out.push_back(p);
+    if (!is_float(p.type) && isa.tile_table && isa.tile_table(p.type, kDotTileTokens)) out.push_back(p);
   }
   return out;
 }

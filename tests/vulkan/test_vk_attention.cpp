@@ -382,7 +382,7 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
   for (const auto mode : {graph::RopeMode::Normal, graph::RopeMode::NeoX}) {
     for (const auto type : {KvCacheType::F16, KvCacheType::F32}) {
       const int n_head = 3, head_dim = 128, n_rot = 64, n_tok = 2;
-      const uint32_t n_past = 5, n_ctx = 8, width = n_head * head_dim, n = width * n_tok;
+      const uint32_t n_past = 5, width = n_head * head_dim, n = width * n_tok;
       graph::RopeParams rp;
       rp.base = 1e4f;
       std::vector<float> x(n), w(head_dim), v(n), normed(n), want(n), cs(static_cast<size_t>(n_rot) * n_tok);
