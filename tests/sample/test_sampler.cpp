@@ -24,21 +24,49 @@ std::vector<float> ln(const std::vector<double>& probs) {
   return out;
 }
 
-// softmax(logits / t) restricted to `keep`, by id.
-std::map<int32_t, double> expected(const std::vector<float>& logits, const std::vector<int32_t>& keep, double t = 1.0) {
-  double sum = 0;
-  std::map<int32_t, double> out;
-  for (const int32_t id : keep) sum += std::exp(logits[static_cast<size_t>(id)] / t);
-  for (const int32_t id : keep) out[id] = std::exp(logits[static_cast<size_t>(id)] / t) / sum;
+// A token's exact probability and how far the sampler's float arithmetic may move it. The sampler
+// divides each kept logit by t (x = logit / t, one rounding), subtracts the largest x (m; one more),
+// takes exp in float (within one ulp, 2u) and multiplies by the float reciprocal of the double sum
+// (two roundings). So exp's argument is off by at most e = u·(|x| + |m| + |x − m|) + 2u relative to
+// the result, the sum by at most the largest e (it is a weighted mean of the terms' errors), and
+//   |Δp| <= p·(e + max e + 2u), u = 2^-24 (first order; 1% more for the rest).
+struct Want {
+  double p, bound;
+};
+using Dist = std::map<int32_t, Want>;
+
+// The distribution softmax(x) over the ids of x (id -> logit / t), with the bounds above.
+Dist softmax_with_bounds(const std::map<int32_t, double>& x) {
+  const double u = std::ldexp(1.0, -24);
+  double m = -INFINITY, sum = 0, e_max = 0;
+  for (const auto& [id, v] : x) m = std::max(m, v);
+  std::map<int32_t, double> e;
+  for (const auto& [id, v] : x) {
+    sum += std::exp(v - m);
+    e[id] = std::isfinite(v) ? u * (std::fabs(v) + std::fabs(m) + std::fabs(v - m)) + 2 * u : 0.0;
+    e_max = std::max(e_max, e[id]);
+  }
+  Dist out;
+  for (const auto& [id, v] : x) {
+    const double p = std::exp(v - m) / sum;
+    out[id] = {p, 1.01 * p * (e[id] + e_max + 2 * u)};
+  }
   return out;
 }
 
-void expect_distribution(std::span<const TokenProb> got, const std::map<int32_t, double>& want, double tol = 1e-5) {
+// softmax(logits / t) restricted to `keep`, by id.
+Dist expected(const std::vector<float>& logits, const std::vector<int32_t>& keep, double t = 1.0) {
+  std::map<int32_t, double> x;
+  for (const int32_t id : keep) x[id] = logits[static_cast<size_t>(id)] / t;
+  return softmax_with_bounds(x);
+}
+
+void expect_distribution(std::span<const TokenProb> got, const Dist& want) {
   ASSERT_EQ(got.size(), want.size());
   size_t i = 0;
-  for (const auto& [id, p] : want) {
+  for (const auto& [id, w] : want) {
     EXPECT_EQ(got[i].id, id);
-    EXPECT_NEAR(got[i].p, p, tol) << "token " << id;
+    EXPECT_NEAR(got[i].p, w.p, w.bound) << "token " << id;
     ++i;
   }
 }
@@ -350,8 +378,8 @@ TEST(Sampler, DrawFrequenciesMatchTheChainsDistribution) {
   const int n = 100000;
   for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(s.sample(logits))];
   double chi2 = 0;
-  for (const auto& [id, prob] : q) {
-    const double e = prob * n;
+  for (const auto& [id, want] : q) {
+    const double e = want.p * n;
     chi2 += (count[static_cast<size_t>(id)] - e) * (count[static_cast<size_t>(id)] - e) / e;
   }
   EXPECT_LT(chi2, 16.27);  // 3 degrees of freedom, p = 0.001
@@ -434,8 +462,7 @@ TEST(Sampler, GreedyFastPathOnlyWhenItGivesTheSameAnswer) {
 // ---- full vocabulary against a reference chain ------------------------------------------------
 
 // top_k -> top_p -> min_p -> temperature with full sorts and double arithmetic.
-std::map<int32_t, double> reference_chain(const std::vector<float>& logits, int32_t top_k, double top_p, double min_p,
-                                          double temp) {
+Dist reference_chain(const std::vector<float>& logits, int32_t top_k, double top_p, double min_p, double temp) {
   struct R {
     int32_t id;
     double logit;
@@ -460,11 +487,9 @@ std::map<int32_t, double> reference_chain(const std::vector<float>& logits, int3
     const double cut = v[0].logit + std::log(min_p);
     v.erase(std::remove_if(v.begin(), v.end(), [&](const R& r) { return r.logit < cut; }), v.end());
   }
-  double sum = 0;
-  for (const R& r : v) sum += std::exp((r.logit - v[0].logit) / temp);
-  std::map<int32_t, double> out;
-  for (const R& r : v) out[r.id] = std::exp((r.logit - v[0].logit) / temp) / sum;
-  return out;
+  std::map<int32_t, double> x;
+  for (const R& r : v) x[r.id] = r.logit / temp;
+  return softmax_with_bounds(x);
 }
 
 TEST(Sampler, FullVocabularyChainsMatchTheReference) {
@@ -488,7 +513,7 @@ TEST(Sampler, FullVocabularyChainsMatchTheReference) {
       Sampler s(p);
       SCOPED_TRACE(testing::Message() << "n " << n << " top_k " << c.top_k << " top_p " << c.top_p << " min_p "
                                       << c.min_p << " temp " << c.temp);
-      expect_distribution(s.distribution(logits), reference_chain(logits, c.top_k, c.top_p, c.min_p, c.temp), 1e-5);
+      expect_distribution(s.distribution(logits), reference_chain(logits, c.top_k, c.top_p, c.min_p, c.temp));
     }
   }
 }
