@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/terminal.h"
 #include "cli/json_util.h"
 #include "convert/convert.h"
 #include "core/format.h"
@@ -26,7 +27,11 @@ void add_convert_command(CLI::App& app, const GlobalOptions& global, Runner& run
   cmd->add_option("--name", a->opts.name, "general.name (default: the directory name)");
   cmd->callback([a, &global, &run] {
     run = [a, &global] {
-      const auto r = convert::convert_hf(a->dir, a->out, a->opts);
+      Progress bar("convert");
+      convert::ConvertOptions opts = a->opts;
+      if (!global.json) opts.progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+      const auto r = convert::convert_hf(a->dir, a->out, opts);
+      bar.finish();
       for (const auto& n : r.notes) spdlog::warn("{}", n);
       if (global.json) {
         nlohmann::json j = {{"output", a->out}, {"architecture", r.architecture}, {"tensors", r.tensor_count},

@@ -2,7 +2,6 @@
 // or --available: the catalog with what fits this machine) and `zinc rm`.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -38,37 +37,10 @@ int run_pull(const PullArgs& a, const GlobalOptions& global) {
   o.parallel_min_bytes = a.parallel_min_mb << 20;
   o.max_bytes = static_cast<uint64_t>(a.max_size_gb * 1e9);
   if (const char* t = std::getenv("HF_TOKEN"); t && *t) o.token = t;
-  const bool tty = is_terminal(stderr);
-  int last_decile = -1;
-  auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
-  o.progress = [&](uint64_t done, uint64_t total, double rate) {
-    if (tty) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_draw < std::chrono::milliseconds(100) && done != total) return;
-      last_draw = now;
-      std::string eta = "";
-      if (rate > 0 && total > done) {
-        const auto s = static_cast<int>(static_cast<double>(total - done) / rate);
-        eta = fmt::format("  ETA {}:{:02}", s / 60, s % 60);
-      }
-      const std::string pct = total ? fmt::format("{:3}%", done * 100 / total) : "   ";
-      fmt::print(stderr, "\r\x1b[K  {}  {} / {}  {:.1f} MB/s{}", pct, format_bytes(done), total ? format_bytes(total) : "?", rate / 1e6, eta);
-    } else if (total) {
-      const int decile = static_cast<int>(done * 10 / total);
-      if (decile != last_decile) {
-        last_decile = decile;
-        fmt::print(stderr, "pull: {}% ({} of {})\n", decile * 10, format_bytes(done), format_bytes(total));
-      }
-    }
-  };
-  hub::PullResult r;
-  try {
-    r = hub::pull(a.spec, o);
-  } catch (...) {
-    if (tty) fmt::print(stderr, "\n");
-    throw;
-  }
-  if (tty && !r.already_installed) fmt::print(stderr, "\n");
+  Progress bar("pull");
+  o.progress = [&](uint64_t done, uint64_t total, double rate) { bar.update(done, total, rate); };
+  const hub::PullResult r = hub::pull(a.spec, o);
+  bar.finish();
   if (global.json) {
     fmt::print("{}\n", dump_json(json{{"id", r.model.id},
                                       {"file", r.model.file.string()},

@@ -1,14 +1,13 @@
 // `zinc quantize IN.gguf OUT.gguf TYPE`: convert a model's weights to a quantization mixture.
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
 #include "cli/json_util.h"
+#include "cli/terminal.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -23,29 +22,6 @@ struct QuantizeArgs {
   std::string in, out, type;
   unsigned threads = 0;
   bool allow_requantize = false;
-};
-
-// A one-line progress bar on stderr, redrawn at most ten times a second.
-class ProgressBar {
- public:
-  void update(const quant::QuantizeProgress& p) {
-    const auto now = std::chrono::steady_clock::now();
-    if (p.bytes_done < p.bytes_total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
-    const int width = 30, filled = static_cast<int>(frac * width);
-    fmt::print(stderr, "\r[{}{}] {:5.1f}%  {}/{}  {:<40.40} → {:<7}", std::string(static_cast<size_t>(filled), '#'),
-               std::string(static_cast<size_t>(width - filled), '.'), 100.0 * frac, p.tensor_index + 1,
-               p.tensor_count, p.tensor_name, gguf::tensor_type_name(p.to));
-    drawn_ = true;
-  }
-  void finish() {
-    if (drawn_) fmt::print(stderr, "\r{:120}\r", "");
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_{};
-  bool drawn_ = false;
 };
 
 int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
@@ -63,15 +39,17 @@ int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
   opts.mixture = *mixture;
   opts.threads = a.threads;
   opts.allow_requantize = a.allow_requantize;
-  ProgressBar bar;
-  if (::isatty(STDERR_FILENO) && !global.json) opts.progress = [&](const quant::QuantizeProgress& p) { bar.update(p); };
-  quant::QuantizeReport report;
-  try {
-    report = quant::quantize_model(in, a.out, opts);
-  } catch (...) {
-    bar.finish();
-    throw;
+  Progress bar("quantize");
+  uint64_t total = 0;
+  if (!global.json) {
+    opts.progress = [&](const quant::QuantizeProgress& p) {
+      total = p.bytes_total;
+      bar.update(p.bytes_done, p.bytes_total, -1,
+                 fmt::format("{}/{} {} → {}", p.tensor_index + 1, p.tensor_count, p.tensor_name, gguf::tensor_type_name(p.to)));
+    };
   }
+  const quant::QuantizeReport report = quant::quantize_model(in, a.out, opts);
+  if (total > 0) bar.update(total, total);  // the last tensors may report no progress of their own
   bar.finish();
 
   std::map<std::string, std::pair<int, uint64_t>> by_type;

@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
+#include "cli/terminal.h"
 #include "convert/synth.h"
 
 namespace zinc::cli {
 
 namespace {
 
-void add_synth_command(CLI::App& app, const GlobalOptions&, Runner& run) {
+void add_synth_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto o = std::make_shared<convert::SynthOptions>();
   auto out = std::make_shared<std::string>();
   std::string presets;
@@ -22,9 +23,13 @@ void add_synth_command(CLI::App& app, const GlobalOptions&, Runner& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed of the random weights")->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Directory with the real tokenizer.json (default: a built-in one)");
-  cmd->callback([o, out, &run] {
-    run = [o, out] {
-      const auto r = convert::synthesize(*o, *out);
+  cmd->callback([o, out, &global, &run] {
+    run = [o, out, &global] {
+      Progress bar("synth");
+      convert::SynthOptions opts = *o;
+      if (!global.json) opts.progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+      const auto r = convert::synthesize(opts, *out);
+      bar.finish();
       fmt::print("{}: synthetic {} ({} layers, {}, {:.2f} B parameters) {:.1f} MiB\n", *out, o->preset, r.layers,
                  o->mixture, static_cast<double>(r.parameters) / 1e9, static_cast<double>(r.file_size) / (1 << 20));
       return 0;

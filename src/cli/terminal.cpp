@@ -3,8 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <csignal>
+
+#include "core/format.h"
 
 namespace zinc::cli {
 
@@ -23,6 +27,60 @@ extern "C" void on_sigint(int) {
 }  // namespace
 
 bool is_terminal(std::FILE* stream) { return isatty(fileno(stream)) == 1; }
+
+Progress::Progress(std::string label, std::FILE* out) : Progress(std::move(label), out, is_terminal(out)) {}
+
+Progress::Progress(std::string label, std::FILE* out, bool terminal)
+    : label_(std::move(label)), out_(out), terminal_(terminal) {}
+
+Progress::~Progress() { finish(); }
+
+void Progress::update(uint64_t done, uint64_t total, double rate, std::string_view detail) {
+  const auto now = std::chrono::steady_clock::now();
+  if (start_ == std::chrono::steady_clock::time_point{}) {
+    start_ = now;
+    first_done_ = done;
+  }
+  if (!terminal_) {
+    if (total == 0) return;
+    const int tenth = static_cast<int>(std::min<uint64_t>(done, total) * 10 / total);
+    if (tenth == last_tenth_) return;
+    last_tenth_ = tenth;
+    fmt::print(out_, "{}: {}% ({} of {})\n", label_, tenth * 10, format_bytes(done), format_bytes(total));
+    std::fflush(out_);
+    return;
+  }
+  if (drawn_ && done < total && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  if (rate < 0) rate = seconds > 0 ? static_cast<double>(done - first_done_) / seconds : 0.0;
+  std::string line = fmt::format("  {}", label_);
+  if (total > 0) {
+    const double frac = static_cast<double>(std::min(done, total)) / static_cast<double>(total);
+    const auto filled = static_cast<size_t>(frac * 20);
+    line += fmt::format(" [{}{}] {:3}%  {} / {}", std::string(filled, '#'), std::string(20 - filled, '.'),
+                        static_cast<int>(frac * 100), format_bytes(done), format_bytes(total));
+  } else {
+    line += fmt::format("  {}", format_bytes(done));
+  }
+  if (rate > 0) line += fmt::format("  {:.1f} MB/s", rate / 1e6);
+  if (rate > 0 && total > done) {
+    const auto s = static_cast<int64_t>(static_cast<double>(total - done) / rate);
+    line += fmt::format("  ETA {}:{:02}", s / 60, s % 60);
+  }
+  if (!detail.empty()) line += fmt::format("  {}", detail);
+  fmt::print(out_, "\r\x1b[K{}", line);
+  std::fflush(out_);
+  drawn_ = true;
+}
+
+void Progress::finish() {
+  if (terminal_ && drawn_) {
+    fmt::print(out_, "\n");
+    std::fflush(out_);
+  }
+  drawn_ = false;
+}
 
 std::atomic<bool>& install_interrupt_flag() {
   struct sigaction sa {};

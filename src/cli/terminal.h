@@ -4,8 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace zinc::cli {
 
@@ -21,6 +24,33 @@ struct Style {
 // Installs a SIGINT handler that sets the returned flag (and lets a blocked read return). A second
 // Ctrl-C while the flag is still set ends the program as usual.
 std::atomic<bool>& install_interrupt_flag();
+
+// Progress of work measured in bytes (a download, a file being written), on `out`. On a terminal one
+// line redrawn in place at most ten times a second and at the end:
+//   "  label [######........]  45%  1.13 GiB / 2.50 GiB  85.3 MB/s  ETA 0:41  detail"
+// Elsewhere one line per tenth done ("label: 40% (1.00 GiB of 2.50 GiB)"), so a log shows it moving
+// without carriage returns.
+class Progress {
+ public:
+  explicit Progress(std::string label, std::FILE* out = stderr);
+  Progress(std::string label, std::FILE* out, bool terminal);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  // rate in bytes per second, or negative: measured from the first call. detail: shown last on a
+  // terminal (the tensor being written, say).
+  void update(uint64_t done, uint64_t total, double rate = -1, std::string_view detail = {});
+  // Ends the terminal line (once; nothing elsewhere). Also on destruction.
+  void finish();
+
+ private:
+  std::string label_;
+  std::FILE* out_;
+  bool terminal_, drawn_ = false;
+  int last_tenth_ = -1;
+  uint64_t first_done_ = 0;
+  std::chrono::steady_clock::time_point start_{}, last_draw_{};
+};
 
 enum class ReadStatus { Line, Interrupted, End };
 

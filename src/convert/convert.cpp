@@ -464,7 +464,7 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
   if (file_type == 7) m.set("general.quantization_version", Value::u32(2));
   report.tensor_count = plan.size();
   report.file_size = w.file_size();
-  w.write_file(out);
+  w.write_file(out, opts.progress);
   return report;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "gguf/writer.h"
+
 namespace zinc::convert {
 
 struct ConvertOptions {
@@ -14,6 +16,7 @@ struct ConvertOptions {
   // their type, f32 sources become f16). Vectors (norms, biases) are always F32.
   std::string outtype = "auto";
   std::string name;  // general.name; default: the directory's name
+  gguf::WriteProgress progress;  // told the bytes written as the file is (may be empty)
 };
 
 struct ConvertReport {

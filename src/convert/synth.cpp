@@ -363,7 +363,7 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     });
   }
   report.file_size = w.file_size();
-  w.write_file(out);
+  w.write_file(out, o.progress);
   return report;
 }
 

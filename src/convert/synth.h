@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "gguf/writer.h"
+
 namespace zinc::convert {
 
 struct SynthOptions {
@@ -18,6 +20,7 @@ struct SynthOptions {
   // A directory with the real model's tokenizer.json (+ tokenizer_config.json); empty: a built-in
   // byte-level vocabulary padded to the real size (the text is meaningless, the shapes are right).
   std::filesystem::path tokenizer_dir;
+  gguf::WriteProgress progress;  // told the bytes written as the file is (may be empty)
 };
 
 struct SynthReport {

@@ -178,8 +178,9 @@ uint64_t Writer::file_size() const {
   return n;
 }
 
-void Writer::write(ByteSink& sink) const {
+void Writer::write(ByteSink& sink, const WriteProgress& progress) const {
   const uint32_t a = alignment();
+  const uint64_t total = progress ? file_size() : 0;
   Encoder e(sink);
   e.bytes("GGUF", 4);
   e.u32(version_);
@@ -209,6 +210,7 @@ void Writer::write(ByteSink& sink) const {
         throw Error(fmt::format("tensor '{}': source produced more than its {} bytes", t.name, t.n_bytes));
       }
       e.bytes(piece.data(), piece.size());
+      if (progress) progress(e.written(), total);
     });
     if (e.written() - start != t.n_bytes) {
       throw Error(fmt::format("tensor '{}': source produced {} bytes, expected {}", t.name, e.written() - start,
@@ -216,14 +218,15 @@ void Writer::write(ByteSink& sink) const {
     }
     e.zeros(align_up(t.n_bytes, a) - t.n_bytes);
   }
+  if (progress) progress(e.written(), total);
 }
 
-void Writer::write_file(const std::filesystem::path& path) const {
+void Writer::write_file(const std::filesystem::path& path, const WriteProgress& progress) const {
   std::filesystem::path tmp = path;
   tmp += fmt::format(".partial-{}", ::getpid());
   try {
     FileSink sink(tmp);
-    write(sink);
+    write(sink, progress);
     sink.finish();
     std::filesystem::rename(tmp, path);
   } catch (...) {

@@ -37,6 +37,10 @@ class VectorSink final : public ByteSink {
 // tensor's byte size exactly.
 using TensorSource = std::function<void(const std::function<void(std::span<const uint8_t>)>& emit)>;
 
+// Told the bytes written so far and the file's size as a write goes on (after each piece of tensor
+// data, and once at the end with written == total).
+using WriteProgress = std::function<void(uint64_t written, uint64_t total)>;
+
 class Writer {
  public:
   explicit Writer(uint32_t version = 3);
@@ -59,8 +63,8 @@ class Writer {
   uint32_t alignment() const;
   uint64_t file_size() const;  // size of the file write() would produce
 
-  void write(ByteSink& sink) const;
-  void write_file(const std::filesystem::path& path) const;
+  void write(ByteSink& sink, const WriteProgress& progress = {}) const;
+  void write_file(const std::filesystem::path& path, const WriteProgress& progress = {}) const;
 
  private:
   struct Tensor {

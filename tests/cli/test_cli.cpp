@@ -291,8 +291,11 @@ TEST(Cli, CheckListsEveryKnobWithWhatIsSet) {
   EXPECT_TRUE(contains(text.out, "| ZINC_HOME | ")) << text.out;
   bool found = false;
   for (const auto& k : j["knobs"]) {
-    if (k["name"] == "ZINC_VULKAN_MV_ROWS") found = k["set"] == "3";
-    else if (k["name"] == "ZINC_CPU_ISA" && !std::getenv("ZINC_CPU_ISA")) EXPECT_TRUE(k["set"].is_null());
+    if (k["name"] == "ZINC_VULKAN_MV_ROWS") {
+      found = k["set"] == "3";
+    } else if (k["name"] == "ZINC_CPU_ISA" && !std::getenv("ZINC_CPU_ISA")) {
+      EXPECT_TRUE(k["set"].is_null());
+    }
   }
   EXPECT_TRUE(found) << j["knobs"].dump();
   EXPECT_FALSE(contains(zinc({"check"}).out, "| ZINC_HOME")) << "the table is for -v";
@@ -446,6 +449,21 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   EXPECT_TRUE(json::parse(vk.out)["same_next_token"].get<bool>());
   const RunResult gemm = zinc({"validate", "-m", stories(), "--backend", "vulkan"});
   EXPECT_EQ(gemm.status, 0) << gemm.out << gemm.err;
+}
+
+TEST(Cli, LongWritesShowTheirProgress) {
+  // Not a terminal here: one line per tenth on stderr (a terminal gets one line redrawn in place), and
+  // nothing with --json.
+  ZINC_REQUIRE_TESTDATA();
+  zinc::test::TempDir tmp;
+  const RunResult r = zinc({"quantize", stories(), tmp.file("q.gguf").string(), "Q8_0"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "quantize: 50% (")) << r.err;
+  EXPECT_TRUE(contains(r.err, "quantize: 100% (1.12 MiB of 1.12 MiB)\n")) << r.err;
+  EXPECT_FALSE(contains(r.err, "\r")) << r.err;
+  const RunResult j = zinc({"--json", "quantize", stories(), tmp.file("j.gguf").string(), "Q8_0"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_FALSE(contains(j.err, "%")) << j.err;
 }
 
 TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {

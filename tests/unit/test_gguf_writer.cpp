@@ -115,6 +115,28 @@ TEST(GgufWriter, StreamsTensorDataInPieces) {
   EXPECT_EQ(data[431], 2);
 }
 
+TEST(GgufWriter, ReportsProgressAsTheDataIsWritten) {
+  // After each piece of tensor data: the bytes written so far, of the file's size; last, the whole file.
+  Writer w;
+  w.metadata().set("general.alignment", Value::u32(64));
+  const std::vector<uint64_t> ne = {256, 3};
+  w.add_tensor("q", TensorType::Q4_K, ne, [](const auto& emit) {
+    for (uint8_t row = 0; row < 3; ++row) emit(std::vector<uint8_t>(144, row));
+  });
+  w.add_tensor("r", TensorType::Q4_K, ne, [](const auto& emit) { emit(std::vector<uint8_t>(432, 7)); });
+  VectorSink sink;
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  w.write(sink, [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
+  ASSERT_EQ(calls.size(), 5u);  // three pieces, one piece, the end
+  const uint64_t data0 = sink.data.size() - 2 * 448;  // each tensor's 432 bytes padded to 448
+  EXPECT_EQ(calls[0].first, data0 + 144);
+  EXPECT_EQ(calls[2].first, data0 + 432);
+  EXPECT_EQ(calls[3].first, data0 + 448 + 432);
+  EXPECT_EQ(calls[4].first, sink.data.size());
+  for (const auto& [done, total] : calls) EXPECT_EQ(total, w.file_size());
+  EXPECT_EQ(w.file_size(), sink.data.size());
+}
+
 TEST(GgufWriter, RejectsInvalidTensors) {
   Writer w;
   const std::vector<uint64_t> ne = {32};
