@@ -79,7 +79,7 @@ void print_table(const std::vector<std::string>& head, const std::vector<std::ve
     }
     return;
   }
-  // Widths in code points (the cells are ASCII but for the bullet-free names users give).
+  // Widths in code points: a file name may hold UTF-8.
   const auto width = [](const std::string& s) {
     size_t n = 0;
     for (unsigned char ch : s) n += (ch & 0xc0) != 0x80;

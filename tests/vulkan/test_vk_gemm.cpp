@@ -166,12 +166,9 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
       for (const char* bm : k == MulMmKernel::CoopMatNV ? std::vector<const char*>{"64", "128", "64w", "128w"}
                                                           : std::vector<const char*>{""}) {
         // "w": 8 subgroups (the default), else 4.
-        if (*bm) setenv("ZINC_VULKAN_MM_BM", bm, 1);
-        if (*bm) setenv("ZINC_VULKAN_MM_WARPS", std::string(bm).ends_with("w") ? "8" : "4", 1);
+        ScopedEnv rows("ZINC_VULKAN_MM_BM", bm), warps("ZINC_VULKAN_MM_WARPS", *bm ? (std::string(bm).ends_with("w") ? "8" : "4") : "");
         Operands o(*ctx_, p);
         mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
-        unsetenv("ZINC_VULKAN_MM_BM");
-        unsetenv("ZINC_VULKAN_MM_WARPS");
         const Verdict v = judge(p, o.got(), o.y_floats);
         char what[192];
         std::snprintf(what, sizeof what, "%s%s%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u", mul_mm_kernel_name(k),
@@ -246,15 +243,12 @@ TEST_F(VulkanGemm, Throughput) {
              {MulMmKernel::Tiled, "", ""}, {MulMmKernel::CoopMatNV, "64", "4"}, {MulMmKernel::CoopMatNV, "128", "4"},
              {MulMmKernel::CoopMatNV, "64", "8"}, {MulMmKernel::CoopMatNV, "128", "8"}}) {
       if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
-      if (*bm) setenv("ZINC_VULKAN_MM_BM", bm, 1);
-      if (*warps) setenv("ZINC_VULKAN_MM_WARPS", warps, 1);
+      ScopedEnv rows("ZINC_VULKAN_MM_BM", bm), subgroups("ZINC_VULKAN_MM_WARPS", warps);
       const double best = seconds_per_rep(*ctx_, 10, 2, [&](Recording& rec) {
         mul_mm(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, k, n, m, n, 0, View{&bs});
       });
       std::printf("| %s%s%s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm,
                   *warps ? ", subgroups " : "", warps, m, n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);
-      unsetenv("ZINC_VULKAN_MM_BM");
-      unsetenv("ZINC_VULKAN_MM_WARPS");
     }
     ctx_->release(bw);
     ctx_->release(bx);

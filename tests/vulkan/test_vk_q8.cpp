@@ -531,13 +531,10 @@ TEST_F(VulkanKQuant, Throughput) {
       row("float", timed([&](Recording& r) { mul_mv(*ctx_, r, type, View{&bw}, View{&bx}, View{&by}, View{}, ncols, nrows, 1); }));
       row("quantize_q8k", timed([&](Recording& r) { quantize_q8k(*ctx_, r, View{&bx}, View{&bq}, ncols, 1); }));
       for (const auto& [wg, rows] : {std::pair{"128", "2"}, {"128", "4"}, {"256", "4"}, {"64", "4"}, {"128", "8"}, {"256", "2"}}) {
-        setenv("ZINC_VULKAN_MVK_WG", wg, 1);
-        setenv("ZINC_VULKAN_MVK_ROWS", rows, 1);
+        ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows);
         const double t = timed([&](Recording& r) { mul_mv_k(*ctx_, r, type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, 1); });
         row(fmt::format("int-dot wg {} rows {}", wg, rows).c_str(), t);
       }
-      unsetenv("ZINC_VULKAN_MVK_WG");
-      unsetenv("ZINC_VULKAN_MVK_ROWS");
       for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
     }
   }
@@ -568,17 +565,12 @@ TEST_F(VulkanKQuant, TokensThroughput) {
                                             {"64", "8", "4"}, {"128", "4", "8"}, {"64", "2", "16"}, {"128", "1", "16"}, {"64", "4", "16"},
                                             {"256", "1", "8"}, {"64", "1", "8"}}) {
           if (ntok == 1 && std::string(tpw) != "4") continue;
-          setenv("ZINC_VULKAN_MVK_WG", wg, 1);
-          setenv("ZINC_VULKAN_MVK_ROWS", rows, 1);
-          setenv("ZINC_VULKAN_MVK_TOKENS", tpw, 1);
+          ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows), e3("ZINC_VULKAN_MVK_TOKENS", tpw);
           const double t = seconds_per_rep(*ctx_, 30, 1, [&](Recording& r) { mul_mv_k(*ctx_, r, type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok); });
           std::printf("| %s | %u | %u | %u | %s | %s | %s | %.1f | %.2f | %.0f |\n", std::string(gguf::tensor_type_name(type)).c_str(), nrows, ncols,
                       ntok, wg, rows, tpw, t * 1e6, t * 1e6 / ntok, static_cast<double>(bytes) / t / 1e9);
         }
       }
-      unsetenv("ZINC_VULKAN_MVK_WG");
-      unsetenv("ZINC_VULKAN_MVK_ROWS");
-      unsetenv("ZINC_VULKAN_MVK_TOKENS");
       for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
     }
   }
