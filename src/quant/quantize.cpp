@@ -287,11 +287,35 @@ AffineSuper fit_affine_super(const float* x, int n_sub, int sub, int qmax, int s
   AffineSuper r{};
   r.d = quantize_scales_unsigned(scales, n_sub, sbits, r.sc);
   r.dmin = quantize_scales_unsigned(mins, n_sub, sbits, r.mn);
-  // Recompute codes with the scales that will actually be stored.
+  // Recompute codes with the scales that will actually be stored. Rounding a sub-block's scale and min
+  // to the super-scales' grid can cost much (a block with one outlier has a coarse grid), so the integer
+  // scale and min one step either side of the rounded ones are tried too, keeping the least error.
+  const int top = (1 << sbits) - 1;
   for (int s = 0; s < n_sub; ++s) {
+    const float* xs = x + s * sub;
+    double best = DBL_MAX;
+    const int sc0 = r.sc[s], mn0 = r.mn[s];
+    for (int dsc = -1; dsc <= 1; ++dsc) {
+      for (int dmn = -1; dmn <= 1; ++dmn) {
+        const int sc = sc0 + dsc, mn = mn0 + dmn;
+        if (sc < 0 || sc > top || mn < 0 || mn > top) continue;
+        const float d = r.d * static_cast<float>(sc), m = r.dmin * static_cast<float>(mn);
+        double err = 0;
+        for (int j = 0; j < sub; ++j) {
+          const int v = d > 0 ? std::clamp(nearest_int((xs[j] + m) / d), 0, qmax) : 0;
+          const double e = static_cast<double>(xs[j]) - (static_cast<double>(d) * v - m);
+          err += e * e;
+        }
+        if (err < best) {
+          best = err;
+          r.sc[s] = static_cast<uint8_t>(sc);
+          r.mn[s] = static_cast<uint8_t>(mn);
+        }
+      }
+    }
     const float d = r.d * r.sc[s], m = r.dmin * r.mn[s];
     for (int j = 0; j < sub; ++j) {
-      const int v = d > 0 ? nearest_int((x[s * sub + j] + m) / d) : 0;
+      const int v = d > 0 ? nearest_int((xs[j] + m) / d) : 0;
       L[s * sub + j] = static_cast<uint8_t>(std::clamp(v, 0, qmax));
     }
   }
@@ -368,6 +392,25 @@ float quantize_scales_signed(const float* s, int n, int lo, int hi, int* out) {
   return super;
 }
 
+// Rounding each sub-block's scale to the super-scale's grid can cost much (a block with one outlier has a
+// coarse grid): the integer scale one step either side of the rounded one `q` is tried too, and the one
+// whose nearest codes give the least error kept. `decode(x, dl)` is the value of x's nearest code at step dl.
+template <class Decode>
+int refine_scale(const float* x, int n, float d, int q, int lo, int hi, Decode decode) {
+  double best = DBL_MAX;
+  int best_q = q;
+  for (int c = std::max(lo, q - 1); c <= std::min(hi, q + 1); ++c) {
+    const float dl = d * static_cast<float>(c);
+    double err = 0;
+    for (int j = 0; j < n; ++j) {
+      const double e = static_cast<double>(x[j]) - (dl != 0 ? decode(x[j], dl) : 0.0);
+      err += e * e;
+    }
+    if (err < best) best = err, best_q = c;
+  }
+  return best_q;
+}
+
 void q_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQKK) {
     int8_t L[kQKK];
@@ -378,6 +421,9 @@ void q_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
     y[i].d = f32_to_fp16(d);
     uint8_t u[16];
     for (int s = 0; s < 16; ++s) {
+      sq[s] = refine_scale(x + 16 * s, 16, d, sq[s], -32, 31, [](float v, float dl) {
+        return static_cast<double>(dl) * std::clamp(nearest_int(v / dl), -4, 3);
+      });
       u[s] = static_cast<uint8_t>(sq[s] + 32);
       const float dl = d * static_cast<float>(sq[s]);
       for (int j = 0; j < 16; ++j) {
@@ -412,6 +458,9 @@ void q_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
     const float d = quantize_scales_signed(scales, 16, -128, 127, sq);
     y[i].d = f32_to_fp16(d);
     for (int s = 0; s < 16; ++s) {
+      sq[s] = refine_scale(x + 16 * s, 16, d, sq[s], -128, 127, [](float v, float dl) {
+        return static_cast<double>(dl) * std::clamp(nearest_int(v / dl), -32, 31);
+      });
       y[i].scales[s] = static_cast<int8_t>(sq[s]);
       const float dl = d * static_cast<float>(sq[s]);
       for (int j = 0; j < 16; ++j) {
@@ -519,6 +568,9 @@ void q_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t nb) {
     y[i].scales_h = 0;
     std::fill(std::begin(y[i].scales_l), std::end(y[i].scales_l), 0);
     for (int s = 0; s < 8; ++s) {
+      sq[s] = refine_scale(x + 32 * s, 32, d, sq[s], -32, 31, [](float v, float dl) {
+        return static_cast<double>(dl) * kIQ4NLValues[iq4_index(v / dl)];
+      });
       const int ls = sq[s] + 32;
       y[i].scales_l[s / 2] |= static_cast<uint8_t>((ls & 0xf) << (4 * (s % 2)));
       y[i].scales_h = static_cast<uint16_t>(y[i].scales_h | ((ls >> 4) << (2 * s)));

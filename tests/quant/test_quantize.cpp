@@ -12,6 +12,7 @@
 #include "quant/fp16.h"
 #include "quant/quant.h"
 #include "quant/rounding.h"
+#include "reference_quant.h"
 
 namespace zinc::quant {
 namespace {
@@ -38,25 +39,102 @@ double rmse(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(s / static_cast<double>(a.size()));
 }
 
-struct Bound {
-  TensorType type;
-  double max_rmse;  // on unit Gaussian data; about a third above the step size / sqrt(12) of each format
+// Data sets the quantizer tests share: Gaussian rows, rows with one large outlier (among Gaussian or among
+// equal values), heavy-tailed rows (Laplace), tiny values near the f16 subnormal range, zeros and exact ties.
+struct DataSet {
+  const char* name;
+  std::vector<float> x;
 };
 
-TEST(Quantize, ErrorOnGaussianDataIsBounded) {
-  const auto x = gaussian(256 * 64, 1);
-  const Bound bounds[] = {
-      {TensorType::F16, 0.0005}, {TensorType::BF16, 0.003}, {TensorType::Q8_0, 0.01},
-      {TensorType::Q6_K, 0.025}, {TensorType::Q5_0, 0.06},  {TensorType::Q5_1, 0.06},
-      {TensorType::Q5_K, 0.05},  {TensorType::Q4_0, 0.12},  {TensorType::Q4_1, 0.11},
-      {TensorType::Q4_K, 0.1},   {TensorType::IQ4_NL, 0.11}, {TensorType::IQ4_XS, 0.11},
-      {TensorType::Q3_K, 0.2},   {TensorType::Q2_K, 0.4},   {TensorType::MXFP4, 0.2}};
-  for (const auto& [t, bound] : bounds) {
-    const double e = rmse(x, round_trip(t, x));
-    EXPECT_LT(e, bound) << gguf::tensor_type_name(t);
-    EXPECT_GT(e, 0.0) << gguf::tensor_type_name(t);
+std::vector<DataSet> data_sets(size_t n) {
+  std::vector<DataSet> sets;
+  sets.push_back({"gaussian", gaussian(n, 1)});
+  auto outlier = gaussian(n, 2);
+  for (size_t i = 77; i < n; i += 256) outlier[i] = -50.0f;
+  sets.push_back({"outlier", outlier});
+  std::vector<float> lone(n, 0.01f);
+  for (size_t i = 77; i < n; i += 256) lone[i] = -50.0f;
+  sets.push_back({"one outlier among equal values", lone});
+  std::mt19937 rng(3);
+  std::exponential_distribution<float> e(1.0f);
+  std::vector<float> laplace(n);
+  for (auto& v : laplace) v = (rng() & 1 ? 1.0f : -1.0f) * e(rng);
+  sets.push_back({"laplace", laplace});
+  auto tiny = gaussian(n, 4);
+  for (auto& v : tiny) v *= 1e-6f;
+  sets.push_back({"tiny", tiny});
+  std::vector<float> ties(n);
+  for (size_t i = 0; i < n; ++i) ties[i] = static_cast<float>(static_cast<int>(i % 17) - 8) * 0.5f;  // halves
+  for (size_t i = 0; i < n; i += 64) std::fill_n(ties.begin() + static_cast<std::ptrdiff_t>(i), 32, 0.0f);
+  sets.push_back({"ties and zero blocks", ties});
+  return sets;
+}
+
+// The simple formats are defined by their rounding: the reference's bytes are the only right answer.
+TEST(Quantize, SimpleFormatsMatchTheReferenceByteForByte) {
+  ZINC_REQUIRE_REFERENCE_QUANTIZER(ref);
+  for (const auto& [name, x] : data_sets(256 * 32)) {
+    for (TensorType t : {TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                         TensorType::Q5_0, TensorType::Q5_1, TensorType::MXFP4}) {
+      const auto want = ref->quantize(t, x.data(), 32, 256);
+      std::vector<uint8_t> got(want.size());
+      quantize_row(t, x.data(), got.data(), static_cast<int64_t>(x.size()));
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+      EXPECT_EQ(differ, 0u) << gguf::tensor_type_name(t) << " on " << name << ": " << differ << " of " << got.size()
+                            << " bytes differ";
+    }
   }
-  EXPECT_EQ(rmse(x, round_trip(TensorType::F32, x)), 0.0);
+}
+
+constexpr TensorType kSearched[] = {TensorType::Q2_K, TensorType::Q3_K,   TensorType::Q4_K,  TensorType::Q5_K,
+                                    TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS};
+
+// The K-quants and IQ4 formats choose their scales by a search; whatever scales it picks, every element
+// must then take the code nearest to its source value.
+TEST(Quantize, SearchedFormatsGiveEachElementItsNearestCode) {
+  for (TensorType t : kSearched) {
+    const auto owner = test::code_bits(t);
+    // Each element owns exactly its code's bits (2 for Q2_K ... 6 for Q6_K, 4 for IQ4), else the grid
+    // the check searches would be wrong.
+    const int code_width = t == TensorType::Q2_K   ? 2
+                           : t == TensorType::Q3_K ? 3
+                           : t == TensorType::Q5_K ? 5
+                           : t == TensorType::Q6_K ? 6
+                                                   : 4;
+    std::vector<int> bits(static_cast<size_t>(block_size(t)));
+    for (int o : owner) {
+      if (o >= 0) ++bits[static_cast<size_t>(o)];
+    }
+    for (size_t i = 0; i < bits.size(); ++i) ASSERT_EQ(bits[i], code_width) << gguf::tensor_type_name(t) << " element " << i;
+    for (const auto& [name, x0] : data_sets(256 * 8)) {
+      const std::vector<float>& x = x0;
+      std::vector<uint8_t> q(row_size(t, static_cast<int64_t>(x.size())));
+      quantize_row(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+      const auto r = test::nearest_code_violations(t, owner, x.data(), q.data(), static_cast<int64_t>(x.size()));
+      EXPECT_EQ(r.violations, 0) << gguf::tensor_type_name(t) << " on " << name << ": " << r.first;
+    }
+  }
+}
+
+// The search must do at least as well as the reference's on the same data: a file quantized by zinc is
+// no less accurate than one quantized by the reference tool (the two searches differ, so their bytes do).
+// The margin, 1% of the reference's RMS error, is a quality policy, not a rounding bound: the quantizers
+// are deterministic scalar code, so the ratios are the same on every machine.
+// Not on the lone-outlier rows: there every other value is smaller than the f16 rounding of the super-scale
+// that the outlier sets (50 * 2^-11 = 0.024 against 0.01), so either search's error is that rounding's
+// luck. (Those rows are still checked above: byte for byte, and each element's nearest code.)
+TEST(Quantize, SearchedFormatsAreAsAccurateAsTheReference) {
+  ZINC_REQUIRE_REFERENCE_QUANTIZER(ref);
+  for (const auto& [name, x] : data_sets(256 * 64)) {
+    if (std::string(name).starts_with("one outlier")) continue;
+    for (TensorType t : kSearched) {
+      const auto want = ref->quantize(t, x.data(), 64, 256);
+      std::vector<float> y_ref(x.size());
+      dequantize_row(t, want.data(), y_ref.data(), static_cast<int64_t>(x.size()));
+      EXPECT_LE(rmse(x, round_trip(t, x)), rmse(x, y_ref) * 1.01) << gguf::tensor_type_name(t) << " on " << name;
+    }
+  }
 }
 
 TEST(Quantize, MoreBitsMeanLessError) {
@@ -76,18 +154,16 @@ TEST(Quantize, MoreBitsMeanLessError) {
   EXPECT_LT(q4, rmse(x, round_trip(TensorType::Q4_0, x)));
 }
 
-TEST(Quantize, HandlesZerosAndOutliers) {
+TEST(Quantize, ZerosStayZeroAndOutliersStayFinite) {
+  // (How close an outlier comes back is the reference comparisons' business, above.)
   for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
                        TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
                        TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
     std::vector<float> zeros(256, 0.0f);
     for (float v : round_trip(t, zeros)) ASSERT_EQ(v, 0.0f) << gguf::tensor_type_name(t);
-    // One large outlier among small values: the outlier must survive within its block's precision.
     std::vector<float> x(256, 0.01f);
     x[77] = -50.0f;
-    const auto y = round_trip(t, x);
-    EXPECT_NEAR(y[77], -50.0f, 50.0 * 0.15) << gguf::tensor_type_name(t);
-    for (float v : y) ASSERT_TRUE(std::isfinite(v)) << gguf::tensor_type_name(t);
+    for (float v : round_trip(t, x)) ASSERT_TRUE(std::isfinite(v)) << gguf::tensor_type_name(t);
   }
 }
 
