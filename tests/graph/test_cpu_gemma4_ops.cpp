@@ -1,4 +1,5 @@
-// The graph features Gemma 4 added, run on the CPU backend against naive references: the routed
+// The graph features Gemma 4 added, run on the CPU backend against references computed exactly with a
+// bound on float32 rounding (test::Fb, float_bound.h), in the kernels' formulas: the routed
 // mixture of experts (router input of its own, logit scale, per-expert scale, GEGLU experts, fused
 // gate/up tensor), the per-element and scalar Scale, RMSNorm per head without a weight, and KV caches
 // whose row width differs from layer to layer.
@@ -11,6 +12,7 @@
 #include "backend/backend.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
+#include "float_bound.h"
 #include "graph_test_util.h"
 #include "raw_gguf.h"
 
@@ -41,7 +43,17 @@ std::vector<float> run(const graph::Graph& g, const gguf::File& f, const std::ve
   return test::run_graph(g, f, tokens);
 }
 
-double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+using test::Fb;
+
+// The kernel's GEGLU: 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))) up, its constants as floats.
+Fb geglu(const Fb& g, const Fb& up) {
+  const Fb inner = Fb(0.79788456080286535587989211986876f) * g * (Fb(1.0) + Fb(0.044715f) * g * g);
+  return Fb(0.5f) * g * (Fb(1.0) + test::tanh(inner)) * up;
+}
+
+void expect_within(float got, const Fb& want, const std::string& what) {
+  EXPECT_LE(std::fabs(got - want.v), want.e) << what << ": " << got << " vs " << want.v << " +- " << want.e;
+}
 
 TEST(CpuGemma4Ops, RoutedGegluExpertsWithFusedGateUp) {
   constexpr int64_t d = 8, ff = 4, n_expert = 4, k = 2, vocab = 5;
@@ -71,42 +83,47 @@ TEST(CpuGemma4Ops, RoutedGegluExpertsWithFusedGateUp) {
   const std::vector<int32_t> tokens{0, 3, 1, 4};
   const auto got = run(g, f, tokens);
 
+  // The kernel's formulas: router logits (x*x).r * 0.35, softmax over all experts (exp(l - max) / sum),
+  // the top k by probability (the data must leave the k-th and the next apart by more than their
+  // bounds), weights p / (sum of the k) * expert scale, out = sum over the k of weight * down(geglu).
   for (size_t t = 0; t < tokens.size(); ++t) {
     const float* xv = emb.data() + tokens[t] * d;
-    std::vector<double> p(n_expert);
+    const auto x = test::exact(xv, d);
+    std::vector<Fb> x2;
+    for (const Fb& v : x) x2.push_back(v * v);
+    std::vector<Fb> l(n_expert);
     for (int64_t e = 0; e < n_expert; ++e) {
-      double s = 0;
-      for (int64_t i = 0; i < d; ++i) s += router[static_cast<size_t>(e * d + i)] * xv[i] * xv[i];
-      p[static_cast<size_t>(e)] = s * 0.35;
+      l[static_cast<size_t>(e)] = test::dot(test::exact(&router[static_cast<size_t>(e * d)], d), x2) * Fb(0.35f);
     }
-    const double mx = *std::max_element(p.begin(), p.end());
-    double sum = 0;
-    for (double& v : p) sum += v = std::exp(v - mx);
-    for (double& v : p) v /= sum;
+    const Fb mx = test::max(l);
+    std::vector<Fb> p;
+    for (const Fb& v : l) p.push_back(test::exp(v - mx));
+    const Fb total = test::sum(p);
+    for (Fb& v : p) v = v / total;
     std::vector<int> order(n_expert);
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int c) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(c)]; });
-    const double top = p[static_cast<size_t>(order[0])] + p[static_cast<size_t>(order[1])];
-    std::vector<double> want(d, 0.0);
+    std::sort(order.begin(), order.end(), [&](int a, int c) { return p[static_cast<size_t>(a)].v > p[static_cast<size_t>(c)].v; });
+    const Fb &kth = p[static_cast<size_t>(order[k - 1])], &next = p[static_cast<size_t>(order[k])];
+    ASSERT_GT(kth.v - next.v, kth.e + next.e) << "token " << t << ": the routing is within rounding; change the data";
+    const Fb top = test::sum({p[static_cast<size_t>(order[0])], p[static_cast<size_t>(order[1])]});
+    std::vector<std::vector<Fb>> terms(d);
     for (int i = 0; i < k; ++i) {
       const int e = order[static_cast<size_t>(i)];
-      const double wt = p[static_cast<size_t>(e)] / top * escale[static_cast<size_t>(e)];
-      std::vector<double> act(ff);
+      const Fb wt = p[static_cast<size_t>(e)] / top * Fb(escale[static_cast<size_t>(e)]);
+      std::vector<Fb> act(ff);
       for (int64_t r = 0; r < ff; ++r) {
-        double gs = 0, us = 0;
-        for (int64_t c = 0; c < d; ++c) {
-          gs += gate_up[static_cast<size_t>((e * 2 * ff + r) * d + c)] * xv[c];
-          us += gate_up[static_cast<size_t>((e * 2 * ff + ff + r) * d + c)] * xv[c];
-        }
-        act[static_cast<size_t>(r)] = gelu_tanh(gs) * us;
+        const Fb gs = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + r) * d)], d), x);
+        const Fb us = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + ff + r) * d)], d), x);
+        act[static_cast<size_t>(r)] = geglu(gs, us);
       }
       for (int64_t o = 0; o < d; ++o) {
-        double s = 0;
-        for (int64_t c = 0; c < ff; ++c) s += down[static_cast<size_t>((e * d + o) * ff + c)] * act[static_cast<size_t>(c)];
-        want[static_cast<size_t>(o)] += wt * s;
+        terms[static_cast<size_t>(o)].push_back(wt * test::dot(test::exact(&down[static_cast<size_t>((e * d + o) * ff)], ff), act));
       }
     }
-    for (int64_t o = 0; o < d; ++o) EXPECT_NEAR(got[t * d + static_cast<size_t>(o)], want[static_cast<size_t>(o)], 1e-5) << t << " " << o;
+    for (int64_t o = 0; o < d; ++o) {
+      expect_within(got[t * d + static_cast<size_t>(o)], test::sum(terms[static_cast<size_t>(o)]),
+                    "token " + std::to_string(t) + " output " + std::to_string(o));
+    }
   }
 }
 
@@ -129,12 +146,13 @@ TEST(CpuGemma4Ops, ScaleAndWeightlessHeadNorm) {
   for (int t = 0; t < 2; ++t) {
     const float* xv = emb.data() + (t == 0 ? 2 : 0) * d;
     for (int64_t h = 0; h < d / head; ++h) {
-      double ss = 0;
-      for (int64_t i = 0; i < head; ++i) ss += xv[h * head + i] * xv[h * head + i];
-      const double inv = 1.0 / std::sqrt(ss / head + 1e-6);
+      // The kernel's formula: x * (1 / sqrt(sum(x^2) / n + eps)), then * 2.5, then * each.
+      const auto xh = test::exact(xv + h * head, head);
+      const Fb inv = Fb(1.0) / test::sqrt(test::dot(xh, xh) / Fb(static_cast<double>(head)) + Fb(1e-6f));
       for (int64_t i = 0; i < head; ++i) {
         const int64_t j = h * head + i;
-        EXPECT_NEAR(got[static_cast<size_t>(t * d + j)], xv[j] * inv * 2.5 * each[static_cast<size_t>(j)], 1e-5);
+        expect_within(got[static_cast<size_t>(t * d + j)], xh[static_cast<size_t>(i)] * inv * Fb(2.5f) * Fb(each[static_cast<size_t>(j)]),
+                      "element " + std::to_string(j));
       }
     }
   }
@@ -174,37 +192,39 @@ TEST(CpuGemma4Ops, LayersWithDifferentKvWidths) {
   EXPECT_EQ(g.kv_width_of(0), 4);
   EXPECT_EQ(g.kv_width_of(1), 8);
 
-  // Naive reference over the whole sequence.
+  // Reference over the whole sequence in the kernels' formulas: projections are dot products; scores
+  // q.k (scale 1), p = exp(score - max), out = sum_j (p_j * (1 / sum p)) v_j; the residual adds.
   const std::vector<int32_t> tokens{1, 4, 0, 5, 2};
   const auto n = tokens.size();
-  std::vector<std::vector<double>> h(n, std::vector<double>(d));
-  for (size_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < d; ++i) h[t][static_cast<size_t>(i)] = emb[static_cast<size_t>(tokens[t] * d + i)];
-  const auto mv = [](const std::vector<float>& m, int64_t in, int64_t out, const std::vector<double>& v) {
-    std::vector<double> r(static_cast<size_t>(out));
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) r[static_cast<size_t>(o)] += m[static_cast<size_t>(o * in + i)] * v[static_cast<size_t>(i)];
+  std::vector<std::vector<Fb>> h(n);
+  for (size_t t = 0; t < n; ++t) h[t] = test::exact(&emb[static_cast<size_t>(tokens[t] * d)], d);
+  const auto mv = [](const std::vector<float>& m, int64_t in, int64_t out, const std::vector<Fb>& v) {
+    std::vector<Fb> r(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) r[static_cast<size_t>(o)] = test::dot(test::exact(&m[static_cast<size_t>(o * in)], static_cast<size_t>(in)), v);
     return r;
   };
   const auto ref_layer = [&](const std::vector<float>& wq, const std::vector<float>& wk, const std::vector<float>& wv,
                              const std::vector<float>& wo, int n_head, int hd) {
-    std::vector<std::vector<double>> q, k, v;
+    std::vector<std::vector<Fb>> q, k, v;
     for (size_t t = 0; t < n; ++t) {
       q.push_back(mv(wq, d, n_head * hd, h[t]));
       k.push_back(mv(wk, d, hd, h[t]));
       v.push_back(mv(wv, d, hd, h[t]));
     }
     for (size_t t = 0; t < n; ++t) {
-      std::vector<double> att(static_cast<size_t>(n_head * hd));
+      std::vector<Fb> att(static_cast<size_t>(n_head * hd));
       for (int hh = 0; hh < n_head; ++hh) {
-        std::vector<double> s(t + 1);
-        for (size_t j = 0; j <= t; ++j)
-          for (int i = 0; i < hd; ++i) s[j] += q[t][static_cast<size_t>(hh * hd + i)] * k[j][static_cast<size_t>(i)];
-        const double mx = *std::max_element(s.begin(), s.end());
-        double sum = 0;
-        for (double& e : s) sum += e = std::exp(e - mx);
-        for (size_t j = 0; j <= t; ++j)
-          for (int i = 0; i < hd; ++i) att[static_cast<size_t>(hh * hd + i)] += s[j] / sum * v[j][static_cast<size_t>(i)];
+        const std::vector<Fb> qh(q[t].begin() + hh * hd, q[t].begin() + (hh + 1) * hd);
+        std::vector<Fb> s;
+        for (size_t j = 0; j <= t; ++j) s.push_back(test::dot(k[j], qh) * Fb(1.0f));
+        const Fb mx = test::max(s);
+        for (Fb& e : s) e = test::exp(e - mx);
+        const Fb inv = Fb(1.0) / test::sum(s);
+        for (int i = 0; i < hd; ++i) {
+          std::vector<Fb> pj, vj;
+          for (size_t j = 0; j <= t; ++j) pj.push_back(s[j] * inv), vj.push_back(v[j][static_cast<size_t>(i)]);
+          att[static_cast<size_t>(hh * hd + i)] = test::dot(pj, vj);
+        }
       }
       const auto o = mv(wo, n_head * hd, d, att);
       for (int64_t i = 0; i < d; ++i) h[t][static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
@@ -227,7 +247,7 @@ TEST(CpuGemma4Ops, LayersWithDifferentKvWidths) {
   got.insert(got.end(), exe->logits().begin(), exe->logits().end());
   ASSERT_EQ(got.size(), n * d);
   for (size_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(got[t * d + static_cast<size_t>(i)], h[t][static_cast<size_t>(i)], 1e-4) << t;
+    for (int64_t i = 0; i < d; ++i) expect_within(got[t * d + static_cast<size_t>(i)], h[t][static_cast<size_t>(i)], "token " + std::to_string(t));
 }
 
 }  // namespace

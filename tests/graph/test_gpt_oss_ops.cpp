@@ -1,4 +1,5 @@
-// The CPU backend's GPT-OSS ops against naive double-precision references: attention with per-head
+// The CPU backend's GPT-OSS ops against references computed exactly with a bound on float32 rounding
+// (test::Fb, float_bound.h): each output must lie within its bound. Attention with per-head
 // sinks (softmax over [scores..., sink], the sink's column dropped), sliding or not; the clamped
 // SwiGLU; and a mixture of experts routed by the top-k biased router logits with a softmax over those
 // k, every projection with its bias. Each graph reads its inputs from embedding tables (one row per
@@ -14,6 +15,7 @@
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
+#include "float_bound.h"
 #include "graph_test_util.h"
 #include "raw_gguf.h"
 
@@ -21,6 +23,27 @@ namespace zinc {
 namespace {
 
 using graph::TensorId;
+using test::Fb;
+
+Fb clamp(const Fb& x, double lo, double hi) { return {std::clamp(x.v, lo, hi), x.e}; }  // 1-Lipschitz
+
+// The clamped SwiGLU in the kernel's formula: g / (1 + exp(-alpha g)) * (u + 1), g <= limit, |u| <= limit.
+Fb swiglu_clamped(const Fb& gate, const Fb& up, float alpha, float limit) {
+  const Fb g = clamp(gate, -INFINITY, limit), u = clamp(up, -limit, limit);
+  return g / (Fb(1.0) + test::exp(Fb(-alpha) * g)) * (u + Fb(1.0));
+}
+
+// Each element of `got` within its reference's bound; returns how many are not.
+int outside(const std::vector<float>& got, const std::vector<Fb>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    if (std::fabs(got[i] - want[i].v) > want[i].e) {
+      if (bad++ < 5) ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want[i].v << " +- " << want[i].e;
+    }
+  }
+  return bad;
+}
 
 // F32 tensors from a seeded generator.
 struct Weights : test::GraphWeights {
@@ -39,22 +62,14 @@ std::vector<float> run_all(const graph::Graph& g, const gguf::File& f, const std
   return test::run_graph(g, f, tokens);
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
-}
-
 TEST(GptOssOps, ClampedSwiGLU) {
   const float gate[] = {-9.0f, -1.0f, 0.0f, 0.5f, 6.9f, 7.0f, 12.0f, 3.0f};
   const float up[] = {-12.0f, -7.5f, 0.0f, 1.0f, 7.0f, 8.0f, -3.0f, 0.25f};
   float out[8];
   backend::cpu::swiglu_clamped(gate, up, out, 8, 1.702f, 7.0f);
   for (int i = 0; i < 8; ++i) {
-    const double g = std::min<double>(gate[i], 7.0), u = std::clamp<double>(up[i], -7.0, 7.0);
-    const double want = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
-    EXPECT_NEAR(out[i], want, 1e-5 * (1.0 + std::fabs(want))) << "gate " << gate[i] << " up " << up[i];
+    const Fb want = swiglu_clamped(gate[i], up[i], 1.702f, 7.0f);
+    EXPECT_NEAR(out[i], want.v, want.e) << "gate " << gate[i] << " up " << up[i];
   }
 }
 
@@ -85,27 +100,34 @@ TEST(GptOssOps, AttentionWithSinks) {
     for (int t = 0; t < n_tok; ++t) tokens[static_cast<size_t>(t)] = t;
     const auto got = run_all(g, f, tokens);
 
-    std::vector<double> want(static_cast<size_t>(n_tok * qw));
+    // The kernel's formula: scores q.k * scale; m = max(scores, sink); p_j = exp(score_j - m);
+    // out = sum_j (p_j * (1 / (exp(sink - m) + sum_j p_j))) v_j.
+    std::vector<Fb> want(static_cast<size_t>(n_tok * qw));
     for (int t = 0; t < n_tok; ++t) {
       for (int h = 0; h < n_head; ++h) {
         const int kh = h / (n_head / n_kv), lo = window > 0 ? std::max(0, t - window + 1) : 0;
-        std::vector<double> logit;
+        std::vector<Fb> logit;
         for (int j = lo; j <= t; ++j) {
-          double dot = 0;
-          for (int i = 0; i < hd; ++i) dot += static_cast<double>(qt[t * qw + h * hd + i]) * kt[j * kw + kh * hd + i];
-          logit.push_back(dot * scale);
+          logit.push_back(test::dot(test::exact(&qt[static_cast<size_t>(t * qw + h * hd)], hd),
+                                    test::exact(&kt[static_cast<size_t>(j * kw + kh * hd)], hd)) * Fb(scale));
         }
-        logit.push_back(sinks[static_cast<size_t>(h)]);
-        double mx = -INFINITY, sum = 0;
-        for (double x : logit) mx = std::max(mx, x);
-        for (double x : logit) sum += std::exp(x - mx);
-        for (int j = lo; j <= t; ++j) {
-          const double p = std::exp(logit[static_cast<size_t>(j - lo)] - mx) / sum;
-          for (int i = 0; i < hd; ++i) want[static_cast<size_t>(t * qw + h * hd + i)] += p * vt[j * kw + kh * hd + i];
+        std::vector<Fb> all = logit;
+        all.push_back(sinks[static_cast<size_t>(h)]);
+        const Fb mx = test::max(all);
+        std::vector<Fb> p{test::exp(Fb(sinks[static_cast<size_t>(h)]) - mx)};
+        for (const Fb& l : logit) p.push_back(test::exp(l - mx));
+        const Fb inv = Fb(1.0) / test::sum(p);
+        for (int i = 0; i < hd; ++i) {
+          std::vector<Fb> pj, vj;
+          for (int j = lo; j <= t; ++j) {
+            pj.push_back(p[static_cast<size_t>(j - lo + 1)] * inv);
+            vj.push_back(vt[static_cast<size_t>(j * kw + kh * hd + i)]);
+          }
+          want[static_cast<size_t>(t * qw + h * hd + i)] = test::dot(pj, vj);
         }
       }
     }
-    EXPECT_LT(max_abs_diff(got, want), 1e-5) << "window " << window;
+    EXPECT_EQ(outside(got, want), 0) << "window " << window;
   }
 }
 
@@ -147,43 +169,45 @@ TEST(GptOssOps, MoeTopKSoftmaxClampedWithBiases) {
   for (int t = 0; t < n_tok; ++t) tokens[static_cast<size_t>(t)] = t;
   const auto got = run_all(g, f, tokens);
 
-  std::vector<double> want(static_cast<size_t>(n_tok * d));
+  // The kernel's formulas: router logits x.r + b; the top k by logit (the test's data must leave the
+  // k-th and the next apart by more than their bounds, or the choice would be rounding's); weights
+  // exp(l - l_max) / sum over the k; each expert's gate and up x.w + b, clamped SwiGLU, down act.w + b;
+  // out = sum over the k of weight * down.
+  std::vector<Fb> want(static_cast<size_t>(n_tok * d));
   int clamped = 0;
   for (int t = 0; t < n_tok; ++t) {
-    const float* xr = xt.data() + t * d;
-    std::vector<double> logit(ne);
+    const auto xr = test::exact(xt.data() + t * d, d);
+    std::vector<Fb> logit(ne);
     for (int e = 0; e < ne; ++e) {
-      logit[static_cast<size_t>(e)] = router_b[static_cast<size_t>(e)];
-      for (int i = 0; i < d; ++i) logit[static_cast<size_t>(e)] += static_cast<double>(router[e * d + i]) * xr[i];
+      logit[static_cast<size_t>(e)] = test::dot(test::exact(&router[static_cast<size_t>(e * d)], d), xr) + Fb(router_b[static_cast<size_t>(e)]);
     }
     std::vector<int> order{0, 1, 2, 3};
-    std::sort(order.begin(), order.end(), [&](int a, int c) { return logit[static_cast<size_t>(a)] > logit[static_cast<size_t>(c)]; });
-    double sum = 0;
-    for (int i = 0; i < k; ++i) sum += std::exp(logit[static_cast<size_t>(order[static_cast<size_t>(i)])] - logit[static_cast<size_t>(order[0])]);
+    std::sort(order.begin(), order.end(), [&](int a, int c) { return logit[static_cast<size_t>(a)].v > logit[static_cast<size_t>(c)].v; });
+    const Fb &kth = logit[static_cast<size_t>(order[k - 1])], &next = logit[static_cast<size_t>(order[k])];
+    ASSERT_GT(kth.v - next.v, kth.e + next.e) << "token " << t << ": the routing is within rounding; change the data";
+    std::vector<Fb> p;
+    for (int i = 0; i < k; ++i) p.push_back(test::exp(logit[static_cast<size_t>(order[static_cast<size_t>(i)])] - logit[static_cast<size_t>(order[0])]));
+    const Fb total = test::sum(p);
+    std::vector<std::vector<Fb>> terms(static_cast<size_t>(d));
     for (int i = 0; i < k; ++i) {
       const int e = order[static_cast<size_t>(i)];
-      const double wt = std::exp(logit[static_cast<size_t>(e)] - logit[static_cast<size_t>(order[0])]) / sum;
-      std::vector<double> act(ff);
+      const Fb wt = p[static_cast<size_t>(i)] / total;
+      std::vector<Fb> act(ff);
       for (int j = 0; j < ff; ++j) {
-        double gv = gate_b[static_cast<size_t>(e * ff + j)], uv = up_b[static_cast<size_t>(e * ff + j)];
-        for (int c = 0; c < d; ++c) {
-          gv += static_cast<double>(gate[static_cast<size_t>((e * ff + j) * d + c)]) * xr[c];
-          uv += static_cast<double>(up[static_cast<size_t>((e * ff + j) * d + c)]) * xr[c];
-        }
-        clamped += gv > 7 || std::fabs(uv) > 7;
-        gv = std::min(gv, 7.0);
-        uv = std::clamp(uv, -7.0, 7.0);
-        act[static_cast<size_t>(j)] = gv / (1.0 + std::exp(-1.702 * gv)) * (uv + 1.0);
+        const size_t row = static_cast<size_t>((e * ff + j) * d);
+        const Fb gv = test::dot(test::exact(&gate[row], d), xr) + Fb(gate_b[static_cast<size_t>(e * ff + j)]);
+        const Fb uv = test::dot(test::exact(&up[row], d), xr) + Fb(up_b[static_cast<size_t>(e * ff + j)]);
+        clamped += gv.v > 7 || std::fabs(uv.v) > 7;
+        act[static_cast<size_t>(j)] = swiglu_clamped(gv, uv, 1.702f, 7.0f);
       }
       for (int o = 0; o < d; ++o) {
-        double y = down_b[static_cast<size_t>(e * d + o)];
-        for (int j = 0; j < ff; ++j) y += static_cast<double>(down[static_cast<size_t>((e * d + o) * ff + j)]) * act[static_cast<size_t>(j)];
-        want[static_cast<size_t>(t * d + o)] += wt * y;
+        const Fb y = test::dot(test::exact(&down[static_cast<size_t>((e * d + o) * ff)], ff), act) + Fb(down_b[static_cast<size_t>(e * d + o)]);
+        terms[static_cast<size_t>(o)].push_back(wt * y);
       }
     }
+    for (int o = 0; o < d; ++o) want[static_cast<size_t>(t * d + o)] = test::sum(terms[static_cast<size_t>(o)]);
   }
-  EXPECT_GT(clamped, 0) << "the inputs never reach the clamp";
-  EXPECT_LT(max_abs_diff(got, want), 1e-4);
+  EXPECT_EQ(outside(got, want), 0);
 }
 
 }  // namespace
