@@ -88,9 +88,9 @@ TEST(CpuGemma4Ops, RoutedGegluExpertsWithFusedGateUp) {
   // bounds), weights p / (sum of the k) * expert scale, out = sum over the k of weight * down(geglu).
   for (size_t t = 0; t < tokens.size(); ++t) {
     const float* xv = emb.data() + tokens[t] * d;
-    const auto x = test::exact(xv, d);
+    const auto xs = test::exact(xv, d);
     std::vector<Fb> x2;
-    for (const Fb& v : x) x2.push_back(v * v);
+    for (const Fb& v : xs) x2.push_back(v * v);
     std::vector<Fb> l(n_expert);
     for (int64_t e = 0; e < n_expert; ++e) {
       l[static_cast<size_t>(e)] = test::dot(test::exact(&router[static_cast<size_t>(e * d)], d), x2) * Fb(0.35f);
@@ -112,8 +112,8 @@ TEST(CpuGemma4Ops, RoutedGegluExpertsWithFusedGateUp) {
       const Fb wt = p[static_cast<size_t>(e)] / top * Fb(escale[static_cast<size_t>(e)]);
       std::vector<Fb> act(ff);
       for (int64_t r = 0; r < ff; ++r) {
-        const Fb gs = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + r) * d)], d), x);
-        const Fb us = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + ff + r) * d)], d), x);
+        const Fb gs = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + r) * d)], d), xs);
+        const Fb us = test::dot(test::exact(&gate_up[static_cast<size_t>((e * 2 * ff + ff + r) * d)], d), xs);
         act[static_cast<size_t>(r)] = geglu(gs, us);
       }
       for (int64_t o = 0; o < d; ++o) {

@@ -2,10 +2,9 @@
 // - ReferenceQuantizer: the reference implementation's own quantizer (ggml_quantize_chunk from the prebuilt
 //   libggml-base.so that the pinned node-llama-cpp oracle ships), loaded at run time. Its quantizers are
 //   scalar C, the same on every CPU.
-// - code_bits / nearest_code_violations: whether each element of a quantized block decodes to the value
-//   of its block's grid nearest to the source, the grid being every value the element's own code can take
-//   with the block's scales unchanged. Found through the dequantizer alone (flipping bits), so the check
-//   knows no block layout.
+// - nearest_code_violations: whether each element of a quantized block decodes to the value of its
+//   block's grid nearest to the source, the grid being every value the element's own code can take with
+//   the block's scales unchanged (code_bits, quant_codes.h), so the check knows no block layout.
 #pragma once
 
 #include <dlfcn.h>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "quant_codes.h"
 
 namespace zinc::test {
 
@@ -70,43 +70,6 @@ class ReferenceQuantizer {
   std::string var##_why;                                                  \
   const auto var = zinc::test::ReferenceQuantizer::load(&var##_why);      \
   if (!var) GTEST_SKIP() << var##_why
-
-// For each bit of one block of type t: the element whose value it alone changes (its code bit), or -1 (a
-// scale, a min, or a bit shared by several elements). Found on blocks of random bytes: a scale bit changes
-// every element of its sub-block for almost every such block, so three blocks that agree settle it (a
-// block where the flip changes nothing, as under a zero scale, says nothing).
-inline std::vector<int> code_bits(gguf::TensorType t) {
-  const int64_t n = quant::block_size(t);
-  const size_t bytes = quant::row_size(t, n);
-  std::vector<int> owner(bytes * 8, -2);  // -2: not yet seen
-  std::mt19937 rng(7);
-  int blocks = 0;
-  std::vector<uint8_t> b(bytes);
-  std::vector<float> base(n), y(n);
-  const auto finite = [&](const std::vector<float>& v) {
-    return std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
-  };
-  for (int attempt = 0; blocks < 3 && attempt < 1000; ++attempt) {
-    for (auto& c : b) c = static_cast<uint8_t>(rng());
-    quant::dequantize_row(t, b.data(), base.data(), n);
-    if (!finite(base)) continue;
-    ++blocks;
-    for (size_t bit = 0; bit < bytes * 8; ++bit) {
-      b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-      quant::dequantize_row(t, b.data(), y.data(), n);
-      b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-      int changed = -1, count = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        if (std::memcmp(&y[i], &base[i], sizeof(float)) != 0) changed = static_cast<int>(i), ++count;
-      }
-      if (count == 0) continue;  // e.g. a code bit under a zero scale: no evidence either way
-      const int who = count == 1 ? changed : -1;
-      owner[bit] = owner[bit] == -2 || owner[bit] == who ? who : -1;
-    }
-  }
-  for (int& o : owner) o = o == -2 ? -1 : o;
-  return owner;
-}
 
 struct NearestCheck {
   int64_t violations = 0;  // elements farther from the source than the grid's nearest value allows

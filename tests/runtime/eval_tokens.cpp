@@ -1,5 +1,6 @@
-// Test tool: evaluates token ids with the CPU backend and prints the last position's logits as JSON.
-// Usage: zinc_eval_tokens MODEL.gguf ID [ID ...]
+// Test tool: evaluates token ids with the CPU backend and prints the last position's logits as JSON
+// ({"logits": [...]}), or with --all every position's ({"logits": [[...], ...]}).
+// Usage: zinc_eval_tokens [--all] MODEL.gguf ID [ID ...]
 // ZINC_TEST_EVAL_KV=f32|f16 picks the KV cache type (default f16, the engine's default).
 #include <cstdio>
 #include <cstdlib>
@@ -10,8 +11,10 @@
 #include "runtime/session.h"
 
 int main(int argc, char** argv) {
+  const bool all = argc > 1 && std::string(argv[1]) == "--all";
+  if (all) --argc, ++argv;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf ID...\n", argv[0]);
+    std::fprintf(stderr, "usage: zinc_eval_tokens [--all] MODEL.gguf ID...\n");
     return 2;
   }
   try {
@@ -25,10 +28,14 @@ int main(int argc, char** argv) {
     const char* kv = std::getenv("ZINC_TEST_EVAL_KV");
     if (kv && std::string(kv) == "f32") opts.kv_type = zinc::backend::KvType::F32;
     zinc::runtime::Session s(f, *backend, opts);
-    const auto logits = s.eval(ids);
+    const auto logits = s.eval(ids, all);
+    const size_t nv = static_cast<size_t>(s.n_vocab());
     std::printf("{\"logits\":[");
-    for (size_t i = 0; i < logits.size(); ++i) std::printf("%s%.9g", i ? "," : "", static_cast<double>(logits[i]));
-    std::printf("]}\n");
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (all && i % nv == 0) std::printf("%s[", i ? "]," : "");
+      std::printf("%s%.9g", i % nv ? "," : "", static_cast<double>(logits[i]));
+    }
+    std::printf(all ? "]]}\n" : "]}\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

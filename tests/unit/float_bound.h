@@ -13,7 +13,10 @@
 //   max                the largest error of the arguments (max of computed values is exact)
 //   exp, tanh, sqrt    the argument's error carried through the function's slope over [v - e, v + e],
 //                      plus kLibmUlps ulps for the library function itself (glibc's expf, tanhf, sqrtf
-//                      are within 1 ulp; 2 leaves room for other C libraries)
+//                      are within 1 ulp; 2 leaves room for other C libraries; an ulp of x is at most
+//                      2^-23 |x|)
+//   vk::               the same for GPU shaders, with Vulkan's required precision of each instruction
+//                      instead of the C library's (see below)
 // A test then checks |got - v| <= e. A kernel that computes another formula of the same function (x / s
 // against x * (1 / s)) differs by a rounding or two of the result: write the reference in the kernel's
 // formula, as the tests here do.
@@ -79,8 +82,11 @@ inline Fb max(const std::vector<Fb>& xs) {
   return r;
 }
 
+// n ulps of a value of magnitude m (an ulp of x is at most 2^-23 |x|).
+inline double ulps(double n, double m) { return n * 2 * kU * m; }
+
 // Library functions: the argument's error through the slope, then the function's own ulps.
-inline Fb libm(double v, double e) { return {v, e + kLibmUlps * kU * (std::fabs(v) + e)}; }
+inline Fb libm(double v, double e) { return {v, e + ulps(kLibmUlps, std::fabs(v) + e)}; }
 inline Fb exp(const Fb& a) {
   const double v = std::exp(a.v);
   return libm(v, v * std::expm1(a.e));  // exp(v + e) - exp(v) = exp(v) (exp(e) - 1)
@@ -93,5 +99,42 @@ inline Fb sqrt(const Fb& a) {
 }
 
 inline std::vector<Fb> exact(const float* x, size_t n) { return std::vector<Fb>(x, x + n); }
+
+// Shader arithmetic under Vulkan's precision requirements for 32-bit floats (Vulkan specification,
+// "Precision and Operation of SPIR-V Instructions"): +, -, * and fma are correctly rounded (the
+// operators above); x / y within 2.5 ulps; exp(x) within 3 + 2|x| ulps; log(x) within 3 ulps outside
+// [0.5, 2] and 2^-21 absolute inside; inversesqrt within 2 ulps; tanh as its formula in exp.
+namespace vk {
+
+inline Fb div(const Fb& a, const Fb& b) {
+  const double q = a.v / b.v;
+  const double room = std::fabs(b.v) - b.e;
+  const double e = room > 0 ? (a.e + std::fabs(q) * b.e) / room : INFINITY;
+  return {q, e + ulps(2.5, std::fabs(q) + e)};
+}
+inline Fb exp(const Fb& a) {
+  const double v = std::exp(a.v), e = v * std::expm1(a.e);
+  return {v, e + ulps(3 + 2 * (std::fabs(a.v) + a.e), v + e)};
+}
+inline Fb log(const Fb& a) {
+  const double v = std::log(a.v), lo = a.v - a.e;
+  const double e = lo > 0 ? a.e / lo : INFINITY;  // slope 1/x
+  const bool near_one = a.v - a.e >= 0.5 && a.v + a.e <= 2.0;
+  return {v, e + (near_one ? 0x1p-21 : ulps(3, std::fabs(v) + e))};
+}
+// tanh: Vulkan's precision is inherited from sinh(x) / cosh(x), (e^x - e^-x) / (e^x + e^-x): each exp
+// within 3 + 2|x| ulps of its value, so the quotient is within twice that relative to e^x + e^-x, i.e.
+// absolutely, plus the subtraction's, addition's and division's roundings.
+inline Fb tanh(const Fb& a) {
+  const double v = std::tanh(a.v), x = std::fabs(a.v) + a.e;
+  return {v, a.e + ulps(2 * (3 + 2 * x), 1.0) + ulps(4.5, std::fabs(v) + a.e)};  // slope at most 1
+}
+inline Fb inversesqrt(const Fb& a) {
+  const double v = 1 / std::sqrt(a.v), lo = a.v - a.e;
+  const double e = lo > 0 ? 0.5 * a.e / (lo * std::sqrt(lo)) : INFINITY;  // slope x^-3/2 / 2
+  return {v, e + ulps(2, v + e)};
+}
+
+}  // namespace vk
 
 }  // namespace zinc::test

@@ -17,6 +17,7 @@
 #include "backend/vulkan/vk_attention.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "float_bound.h"
 #include "quant/quant.h"
 #include "vk_test_util.h"
 
@@ -126,53 +127,91 @@ struct Case {
   bool q8k = false;      // the output's Q8_K codes too (checked against the CPU's quantizer of the output)
 };
 
-// The graph op's definition in float64 (CpuExecutable::attention): out [n_tokens][n_head * head_dim].
-std::vector<double> reference(const Case& c, const std::vector<float>& q, const std::vector<float>& kf,
-                              const std::vector<float>& vf, const std::vector<float>& sinks, float scale) {
+// The graph op's definition (CpuExecutable::attention) in float64, and for each output a bound on the
+// kernel's float arithmetic under Vulkan's precision (float_bound.h). The kernel (attention.comp) scores
+// a tile of at least 32 keys at a time with a running max m, weights each key by exp(s - m) and rescales
+// what it has summed by exp(m_old - m_new) when the max grows; a split's result is merged by one more such
+// factor, a sink by one more. So key j's final weight is exp(s_j - M) computed as a product of at most
+// T + 3 exponentials (T tiles in its range: N / 32 + splits + 1) whose arguments add up to M - s_j, each
+// within 3 + 2|x| ulps, and as many roundings: relative error d_j <= (3 (T + 3) + 2 (M - s_j + 2 e_s)) ulps
+// + (T + 4) u + 2 e_s, e_s the scores' own bound (q * scale, a dot of head_dim terms, the softcap's
+// tanh). Perturbing the weights of a weighted mean by d_j moves it by at most sum w_j d_j |v_j - out| /
+// sum w_j <= 2 max|v| (sum w_j d_j / sum w_j); the sums of the N weights and weighted rows round by at
+// most (N + splits + 4) u of max|v| and |out|; the final division by 2.5 ulps and a product by half of one.
+struct Reference {
+  std::vector<double> out, bound;  // [n_tokens][n_head * head_dim]
+};
+
+Reference reference(const Case& c, const std::vector<float>& q, const std::vector<float>& kf, const std::vector<float>& vf,
+                    const std::vector<float>& sinks, float scale, uint32_t splits) {
+  using test::Fb;
   const uint32_t hd = c.head_dim, kw = c.n_head_kv * hd, qw = c.n_head * hd, group = c.n_head / c.n_head_kv;
-  std::vector<double> out(static_cast<size_t>(c.n_tokens) * qw);
+  Reference r{std::vector<double>(static_cast<size_t>(c.n_tokens) * qw), std::vector<double>(static_cast<size_t>(c.n_tokens) * qw)};
   for (uint32_t t = 0; t < c.n_tokens; ++t) {
     const int64_t pos = c.n_past + t;
     const int64_t lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+    const double n_keys = static_cast<double>(pos - lo + 1) + (c.sinks ? 1 : 0);
+    const double tiles = std::ceil(n_keys / 32) + splits + 1;
     for (uint32_t h = 0; h < c.n_head; ++h) {
       const size_t koff = static_cast<size_t>(h / group) * hd;
-      std::vector<double> sc(static_cast<size_t>(pos - lo + 1));
-      double mx = -INFINITY;
+      std::vector<Fb> qs(hd);
+      for (uint32_t i = 0; i < hd; ++i) qs[i] = Fb(q[static_cast<size_t>(t) * qw + h * hd + i]) * Fb(scale);
+      std::vector<double> sc;
+      double mx = -INFINITY, e_s = 0;
       for (int64_t j = lo; j <= pos; ++j) {
-        double s = 0;
-        for (uint32_t i = 0; i < hd; ++i) {
-          s += static_cast<double>(q[static_cast<size_t>(t) * qw + h * hd + i]) *
-               kf[static_cast<size_t>(j) * kw + koff + i];
+        Fb s = test::dot(qs, test::exact(&kf[static_cast<size_t>(j) * kw + koff], hd));
+        if (c.softcap > 0) {
+          // cap * tanh_safe(s / cap): tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2 |x|).
+          const Fb x = test::vk::div(s, Fb(c.softcap));
+          const Fb ax{std::fabs(x.v), x.e};
+          const Fb e = test::vk::exp(-(Fb(2.0) * ax));
+          const Fb th = test::vk::div(Fb(1.0) - e, Fb(1.0) + e);
+          s = Fb(c.softcap) * Fb(x.v < 0 ? -th.v : th.v, th.e);
         }
-        s *= scale;
-        if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
-        sc[static_cast<size_t>(j - lo)] = s;
-        mx = std::max(mx, s);
+        sc.push_back(s.v);
+        e_s = std::max(e_s, s.e);
+        mx = std::max(mx, s.v);
       }
       if (c.sinks) mx = std::max(mx, static_cast<double>(sinks[h]));
-      double sum = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
-      for (double& s : sc) sum += (s = std::exp(s - mx));
+      double sum = 0, spread = 0;  // sum of weights; sum of weights times their relative error
+      const auto weigh = [&](double s) {
+        const double w = std::exp(s - mx);
+        const double d = test::ulps(3 * (tiles + 3) + 2 * (mx - s + 2 * e_s), 1.0) + (tiles + 4) * test::kU + 2 * e_s;
+        sum += w;
+        spread += w * d;
+        return w;
+      };
+      if (c.sinks) weigh(sinks[h]);
+      std::vector<double> w;
+      for (double s : sc) w.push_back(weigh(s));
       for (uint32_t i = 0; i < hd; ++i) {
-        double a = 0;
-        for (int64_t j = lo; j <= pos; ++j)
-          a += sc[static_cast<size_t>(j - lo)] * vf[static_cast<size_t>(j) * kw + koff + i];
-        out[static_cast<size_t>(t) * qw + h * hd + i] = a / sum;
+        double a = 0, vmax = 0;
+        for (int64_t j = lo; j <= pos; ++j) {
+          const double v = vf[static_cast<size_t>(j) * kw + koff + i];
+          a += w[static_cast<size_t>(j - lo)] * v;
+          vmax = std::max(vmax, std::fabs(v));
+        }
+        const double out = a / sum;
+        const size_t at = static_cast<size_t>(t) * qw + h * hd + i;
+        r.out[at] = out;
+        r.bound[at] = 1.01 * (2 * vmax * spread / sum + (n_keys + splits + 4) * test::kU * (vmax + std::fabs(out)) +
+                              test::ulps(3, std::fabs(out)));
       }
     }
   }
-  return out;
+  return r;
 }
 
-// Worst |got - want| over the output, scaled by the largest |want| (outputs are convex combinations of
-// V rows, so that is their natural size).
-double worst_error(const float* got, const std::vector<double>& want) {
-  double mag = 1e-30, worst = 0;
-  for (double w : want) mag = std::max(mag, std::fabs(w));
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double e = std::fabs(got[i] - want[i]);
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+// How many outputs lie outside their bounds (the first few reported).
+int outside(const float* got, const Reference& want, const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < want.out.size(); ++i) {
+    const double e = std::fabs(got[i] - want.out[i]);
+    if (!(e <= want.bound[i]) && bad++ < 3) {
+      ADD_FAILURE() << what << ": output " << i << " is " << got[i] << ", the definition's " << want.out[i] << " +- " << want.bound[i];
+    }
   }
-  return worst / mag;
+  return bad;
 }
 
 // Writes a history of n_past rows and then the step's rows through kv_store, runs attention and
@@ -232,10 +271,8 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
 
   const uint32_t rows = c.n_past + c.n_tokens;
   const auto row_of = [&](uint32_t i) { return step.row_of(i); };
-  const std::vector<double> want = reference(c, qv, caches.decoded(false, rows, row_of), caches.decoded(true, rows, row_of), sv, scale);
-  const double err = worst_error(out.data(), want);
-  EXPECT_LT(err, 2e-5) << c.name << " (" << splits << " splits)";
-  std::printf("%u splits, error %.2e\n", splits, err);
+  const Reference want = reference(c, qv, caches.decoded(false, rows, row_of), caches.decoded(true, rows, row_of), sv, scale, splits);
+  EXPECT_EQ(outside(out.data(), want, c.name), 0) << c.name << " (" << splits << " splits)";
   if (codes) {
     std::vector<uint8_t> got(q8k_row_bytes(qw) * c.n_tokens);
     std::memcpy(got.data(), xq.mapped, got.size());
@@ -374,7 +411,7 @@ INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,
                                            Case{"prefill 70 at 0, hd 64", KvCacheType::Q8_0, 4, 4, 64, 70, 0}),
                          case_name);
 
-TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
+TEST_F(VulkanAttention, RotationWithItsNormMatchesTheDefinitionAndAppendsToTheCache) {
   // rope_heads: the per-head norm before the rotation and the cache append after it in one dispatch,
   // against the CPU's norm and rotation (float rounding apart) and kv_store's bytes of those rows.
   std::mt19937 rng(9);
@@ -385,12 +422,10 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
       const uint32_t n_past = 5, width = n_head * head_dim, n = width * n_tok;
       graph::RopeParams rp;
       rp.base = 1e4f;
-      std::vector<float> x(n), w(head_dim), v(n), normed(n), want(n), cs(static_cast<size_t>(n_rot) * n_tok);
+      std::vector<float> x(n), w(head_dim), v(n), cs(static_cast<size_t>(n_rot) * n_tok);
       for (auto& e : x) e = nd(rng) * 3.0f;
       for (auto& e : w) e = nd(rng);
       for (auto& e : v) e = nd(rng);
-      cpu::rms_norm(x.data(), w.data(), normed.data(), width, head_dim, n_tok, 1e-6f, 0.0f);
-      cpu::rope(normed.data(), want.data(), n_tok, n_head, head_dim, n_rot, mode, rp, nullptr, static_cast<int32_t>(n_past));
       for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(n_rot, rp, nullptr, static_cast<int32_t>(n_past) + t, cs.data() + t * n_rot);
       const size_t row = kv_row_bytes(type, width);
       Step step(*ctx_, 2 * Step::kBlock);  // positions 5, 6 in cache rows 37, 38
@@ -425,9 +460,36 @@ TEST_F(VulkanAttention, RotationWithItsNormAndCacheAppendMatchesTheCpu) {
       rope_heads(*ctx_, ctx_->immediate(), a);
       std::vector<float> got(n);
       ctx_->download(by, 0, got.data(), n * 4);
-      double worst = 0;
-      for (uint32_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
-      EXPECT_LT(worst, 2e-5) << (a.neox ? "NeoX" : "normal");
+      // rope_heads.comp's formulas, exactly and with their bound under Vulkan's precision (float_bound.h):
+      // per head, h_e = x_e * inversesqrt(sum x^2 / head_dim + eps) * w_e; a rotated pair's first element
+      // h_d c - h_p s, its second h_p s + h_d c, with the (cos, sin) the kernel is given.
+      int outside = 0;
+      for (int t = 0; t < n_tok; ++t) {
+        for (int hh = 0; hh < n_head; ++hh) {
+          const size_t base = static_cast<size_t>(t) * width + static_cast<size_t>(hh) * head_dim;
+          const auto xh = test::exact(x.data() + base, head_dim);
+          const test::Fb scale = test::vk::inversesqrt(test::vk::div(test::dot(xh, xh), test::Fb(head_dim)) + test::Fb(1e-6f));
+          std::vector<test::Fb> hd(head_dim);
+          for (int e = 0; e < head_dim; ++e) hd[static_cast<size_t>(e)] = xh[static_cast<size_t>(e)] * scale * test::Fb(w[static_cast<size_t>(e)]);
+          for (int d = 0; d < head_dim; ++d) {
+            test::Fb r = hd[static_cast<size_t>(d)];
+            if (d < n_rot) {
+              const bool neox = mode == graph::RopeMode::NeoX;
+              const bool first = neox ? d < n_rot / 2 : d % 2 == 0;
+              const int i = neox ? (first ? d : d - n_rot / 2) : d / 2;
+              const int partner = neox ? (first ? d + n_rot / 2 : d - n_rot / 2) : (first ? d + 1 : d - 1);
+              const test::Fb c(cs[static_cast<size_t>(t * n_rot + 2 * i)]), sn(cs[static_cast<size_t>(t * n_rot + 2 * i + 1)]);
+              const test::Fb &hd_d = hd[static_cast<size_t>(d)], &hd_p = hd[static_cast<size_t>(partner)];
+              r = first ? hd_d * c - hd_p * sn : hd_p * sn + hd_d * c;
+            }
+            const double g = got[base + static_cast<size_t>(d)];
+            if (std::fabs(g - r.v) > r.e && outside++ < 3) {
+              ADD_FAILURE() << "token " << t << " head " << hh << " dim " << d << ": " << g << " vs " << r.v << " +- " << r.e;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(outside, 0) << (a.neox ? "NeoX" : "normal");
       // The cache rows are kv_store's of the device's own rotated rows and of v.
       kv_store(*ctx_, ctx_->immediate(), type, View{&by}, View{&bv}, View{&rk}, View{&rv}, step.view(), width, n_tok);
       std::vector<uint8_t> k1(row * n_tok), k2(k1.size()), v1(k1.size()), v2(k1.size());
@@ -492,9 +554,9 @@ TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
       if (n_past % 13 != 0 && n_past != 39) continue;
       Case c = base;
       c.n_past = n_past;
-      const std::vector<double> want =
-          reference(c, qv, caches.decoded(false, n_past + 1, row_of), caches.decoded(true, n_past + 1, row_of), sv, scale);
-      EXPECT_LT(worst_error(out.data(), want), 2e-5) << "at n_past " << n_past;
+      const Reference want = reference(c, qv, caches.decoded(false, n_past + 1, row_of), caches.decoded(true, n_past + 1, row_of),
+                                       sv, scale, attention_splits(*ctx_, a));
+      EXPECT_EQ(outside(out.data(), want, "at n_past " + std::to_string(n_past)), 0);
     }
   }
   ctx_->release(scratch);

@@ -23,6 +23,7 @@
 #include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "float_bound.h"
 #include "vk_test_util.h"
 
 namespace zinc::backend::vk {
@@ -441,7 +442,16 @@ TEST_F(VulkanKQuant, NormOfTheResidualSumAndItsCodesAreTheCpus) {
     if (ctx_->features().fp64) {
       EXPECT_EQ(got, want) << width << ": the double sum gives the CPU's values bit for bit";
     } else {
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << width;
+      // rms_norm_row.comp without doubles, exactly and with its bound under Vulkan's precision
+      // (float_bound.h): y = (x * inversesqrt(sum x^2 / width + eps)) * (w + 1), x the residual sum.
+      for (uint32_t r = 0; r < rows; ++r) {
+        const auto xr = test::exact(sum.data() + static_cast<size_t>(r) * width, width);
+        const test::Fb scale = test::vk::inversesqrt(test::vk::div(test::dot(xr, xr), test::Fb(width)) + test::Fb(1e-6f));
+        for (uint32_t i = 0; i < width; ++i) {
+          const test::Fb y = xr[i] * scale * (test::Fb(w[i]) + test::Fb(1.0f));
+          ASSERT_NEAR(got[static_cast<size_t>(r) * width + i], y.v, y.e) << width << " wide, row " << r;
+        }
+      }
     }
     expect_codes_of(got, codes, width, rows);
     for (Buffer* buf : {&ba, &bb, &bw, &bs, &by, &bq}) ctx_->release(*buf);
