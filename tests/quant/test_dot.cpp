@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "quant/fp16.h"
 #include "quant/matmul.h"
 #include "quant/quant.h"
+#include "quant_codes.h"
 
 namespace zinc::quant {
 namespace {
@@ -47,7 +49,9 @@ std::vector<float> dequantized_activation(TensorType w, const std::vector<uint8_
 
 struct Case {
   std::vector<uint8_t> w, act;
-  double expected, magnitude;  // Σ w·a in double and Σ |w·a|
+  double expected;     // Σ w·a in double
+  double terms;        // Σ (|scaled code| + |offset|)·|a| (quant_codes.h): the kernels' terms' magnitudes
+  double stored_sums;  // Q4_1/Q5_1: Σ |m·s| over blocks, s the activation block's sum stored as fp16
 };
 
 Case make_case(TensorType t, int64_t n, std::mt19937& rng) {
@@ -61,10 +65,18 @@ Case make_case(TensorType t, int64_t n, std::mt19937& rng) {
   std::vector<float> wd(static_cast<size_t>(n));
   dequantize_row(t, c.w.data(), wd.data(), n);
   const auto ad = dequantized_activation(t, c.act, n);
-  c.expected = c.magnitude = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    c.expected += static_cast<double>(wd[i]) * ad[i];
-    c.magnitude += std::fabs(static_cast<double>(wd[i]) * ad[i]);
+  c.expected = 0;
+  for (int64_t i = 0; i < n; ++i) c.expected += static_cast<double>(wd[i]) * ad[i];
+  c.terms = test::code_and_offset_terms(t, test::code_bits(t), c.w.data(), ad.data(), n);
+  c.stored_sums = 0;
+  if (t == TensorType::Q4_1 || t == TensorType::Q5_1) {
+    const auto* y = reinterpret_cast<const BlockQ8_1*>(c.act.data());
+    const size_t bs = t == TensorType::Q4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ5_1);
+    for (int64_t i = 0; i < n / 32; ++i) {
+      uint16_t m;
+      std::memcpy(&m, c.w.data() + static_cast<size_t>(i) * bs + 2, 2);
+      c.stored_sums += std::fabs(static_cast<double>(fp16_to_f32(m)) * fp16_to_f32(y[i].s));
+    }
   }
   return c;
 }
@@ -76,8 +88,9 @@ TEST(Dot, ReferenceMatchesDequantizedProducts) {
       const int64_t n = blocks * 256;
       const Case c = make_case(t, n, rng);
       const double got = dot_ref(t, c.w.data(), c.act.data(), n);
-      // Q4_1/Q5_1 pair with Q8_1, whose block sum is stored as fp16: allow for its rounding.
-      const double tol = (t == TensorType::Q4_1 || t == TensorType::Q5_1 ? 2e-3 : 2e-6) * c.magnitude + 1e-6;
+      // The reference's rounding (quant_codes.h), and for Q4_1/Q5_1 the activation block sums it reads,
+      // stored as fp16 (within 2^-11 of the exact sum), times the block's offset.
+      const double tol = test::dot_rounding_bound(t, n, c.terms) + 0x1p-11 * c.stored_sums;
       EXPECT_NEAR(got, c.expected, tol) << gguf::tensor_type_name(t) << " n=" << n;
     }
   }
@@ -93,7 +106,7 @@ TEST(Dot, FastKernelsMatchTheReferenceOnAwkwardLengths) {
       const Case c = make_case(t, len, rng);
       const double ref = dot_ref(t, c.w.data(), c.act.data(), len);
       const double got = k.fn(c.w.data(), c.act.data(), len);
-      EXPECT_NEAR(got, ref, 1e-5 * c.magnitude + 1e-6) << gguf::tensor_type_name(t) << " " << k.isa << " n=" << len;
+      EXPECT_NEAR(got, ref, 2 * test::dot_rounding_bound(t, len, c.terms)) << gguf::tensor_type_name(t) << " " << k.isa << " n=" << len;
     }
   }
 }

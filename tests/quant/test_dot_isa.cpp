@@ -19,6 +19,7 @@
 #include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/quant.h"
+#include "quant_codes.h"
 
 namespace zinc::quant {
 namespace {
@@ -259,7 +260,8 @@ double magnitude(TensorType t, const Row& r, int64_t n) {
 void expect_matches_reference(const Isa& isa, DotFn fn, TensorType t, const Row& r, int64_t n, const std::string& what) {
   const double ref = dot_ref(t, r.w.data(), r.act.data(), n);
   const double got = fn(r.w.data(), r.act.data(), n);
-  const double tol = 1e-5 * magnitude(t, r, n) + 1e-6;
+  // Each side within the rounding bound of the exact value (quant_codes.h), so within twice of each other.
+  const double tol = 2 * test::dot_rounding_bound(t, n, magnitude(t, r, n));
   ASSERT_TRUE(std::isfinite(ref)) << what;
   EXPECT_NEAR(got, ref, tol) << isa.name << " " << gguf::tensor_type_name(t) << " n=" << n << " " << what;
 }
@@ -385,7 +387,7 @@ void expect_tile_matches_reference(const Isa& isa, DotTileFn fn, int tokens, Ten
     for (int k = 0; k < tokens; ++k) {
       const Row& pair = tile.pairs[static_cast<size_t>(r * kDotTileTokens + k)];
       const double ref = dot_ref(t, pair.w.data(), pair.act.data(), n);
-      const double tol = 1e-5 * magnitude(t, pair, n) + 1e-6;
+      const double tol = 2 * test::dot_rounding_bound(t, n, magnitude(t, pair, n));
       ASSERT_TRUE(std::isfinite(ref)) << what;
       EXPECT_NEAR(out[r * tokens + k], ref, tol)
           << isa.name << " " << gguf::tensor_type_name(t) << " tile of " << tokens << " n=" << n << " weight row " << r

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "float_bound.h"
 #include "sample/candidates.h"
 #include "sample/stages.h"
 
@@ -153,14 +154,23 @@ TEST(Penalties, RepeatDividesPositiveMultipliesNegativeThenFrequencyAndPresence)
   //   token 0:  2.0 / 1.5 - 2*0.1 - 0.25 =  0.883333
   //   token 1: -1.0 * 1.5 - 1*0.1 - 0.25 = -1.85
   //   token 4:  0.0 * 1.5 - 3*0.1 - 0.25 = -0.55  (zero counts as not positive)
-  const std::vector<float> want = {0.8833333f, -1.85f, 0.5f, 3.0f, -0.55f};
+  // Exactly, with the bound of the stage's float arithmetic (float_bound.h): x / repeat or x * repeat,
+  // then - n * frequency - presence.
+  using test::Fb;
+  const auto penalized = [](float x, int n) {
+    const Fb r = x <= 0.0f ? Fb(x) * Fb(1.5f) : Fb(x) / Fb(1.5f);
+    return r - Fb(static_cast<float>(n)) * Fb(0.1f) - Fb(0.25f);
+  };
+  const std::vector<Fb> want = {penalized(2.0f, 2), penalized(-1.0f, 1), Fb(0.5f), Fb(3.0f), penalized(0.0f, 3)};
+  EXPECT_NEAR(want[0].v, 0.8833333, 1e-6);  // the hand-computed values above
+  EXPECT_NEAR(want[4].v, -0.55, 1e-6);
   for (const bool as_list : {false, true}) {
     const auto out = after(logits, [&](Candidates& c) {
       if (as_list) c.list();  // the list path, as after a truncating stage
       stage::penalties(c, ids, counts, 1.5f, 0.1f, 0.25f);
     });
     ASSERT_EQ(out.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i].logit, want[i], 1e-6) << "token " << i;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i].logit, want[i].v, want[i].e) << "token " << i;
   }
 }
 

@@ -83,4 +83,15 @@ inline double code_and_offset_terms(gguf::TensorType t, const std::vector<int>& 
   return terms;
 }
 
+// Bound on the float rounding of a quantized dot product of n elements with magnitude `terms` (the sum
+// of its terms' magnitudes, offsets counted apart), whatever order a kernel adds in (Higham §4.2,
+// u = 2^-24). Block formats multiply integer codes, whose sums over a block of at least 16 are exact,
+// then scale each block's sum by one or two rounded products and add it into the float total: 3
+// roundings per 16 elements, and a few for the total's last steps. Float formats round every term.
+inline double dot_rounding_bound(gguf::TensorType t, int64_t n, double terms) {
+  const bool floats = t == gguf::TensorType::F32 || t == gguf::TensorType::F16 || t == gguf::TensorType::BF16;
+  const double roundings = floats ? static_cast<double>(n) + 2 : 3.0 * static_cast<double>(n / 16) + 8;
+  return roundings * 0x1p-24 * terms;
+}
+
 }  // namespace zinc::test
