@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config git
       libvulkan-dev libvulkan-volk-dev glslang-dev glslang-tools mesa-vulkan-drivers
-      libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev)
+      libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libedit-dev)
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium)
 fi

@@ -1,16 +1,20 @@
 // `zinc chat -m MODEL`: an interactive conversation in the terminal. Answers stream as they are
 // generated, reasoning dimmed (or hidden with --hide-thinking); Ctrl-C stops the current answer; a
 // status line after each answer gives speed and context use. Slash commands manage the conversation.
-// When stdout is not a terminal the output is plain text (no styles, no prompts, status on stderr).
+// On a terminal the input line is edited with libedit (line_editor.h): history per model, kept across
+// sessions; a paste is one message. When stdout is not a terminal the output is plain text (no
+// styles, no prompts, status on stderr).
 #include <fmt/format.h>
 
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/cli.h"
 #include "cli/generation_options.h"
+#include "cli/line_editor.h"
 #include "cli/terminal.h"
 #include "core/error.h"
 #include "core/format.h"
@@ -47,7 +51,9 @@ struct Totals {
 class ChatUi {
  public:
   ChatUi(const ChatArgs& a, LoadedModel& m, runtime::ChatSession& chat, std::atomic<bool>& interrupted)
-      : a_(a), m_(m), chat_(chat), interrupted_(interrupted) {}
+      : a_(a), m_(m), chat_(chat), interrupted_(interrupted) {
+    if (in_tty_ && out_tty_) editor_.emplace(interrupted_, LineEditor::history_file_for(a_.gen.model));
+  }
 
   int loop() {
     if (out_tty_) {
@@ -86,16 +92,28 @@ class ChatUi {
     else fmt::print(stderr, "{}\n", s);
   }
 
+  // One line after `prompt` (shown only when the input is a terminal).
+  ReadStatus read_one(const std::string& prompt, std::string& line) {
+    if (editor_) return editor_->read(prompt, line);
+    if (in_tty_) print(prompt);
+    return read_line(line, interrupted_);
+  }
+
   ReadStatus read_message(std::string& text) {
+    const ReadStatus st = read_lines(text);
+    if (st == ReadStatus::Line && editor_) editor_->remember(text);
+    return st;
+  }
+
+  ReadStatus read_lines(std::string& text) {
     interrupted_.store(false);  // a Ctrl-C before the prompt shows counts as one at the prompt
-    if (in_tty_) print(fmt::format("{}> {}", style_.bold(), style_.reset()));
+    // The editor's prompt marks its styles as not printing (between \1s), so the cursor lands right.
+    const std::string prompt = editor_ ? fmt::format("\1{}\1> \1{}\1", style_.bold(), style_.reset())
+                                       : fmt::format("{}> {}", style_.bold(), style_.reset());
     std::string line;
-    ReadStatus st = read_line(line, interrupted_);
+    ReadStatus st = read_one(prompt, line);
     if (st != ReadStatus::Line) return st;
-    auto more = [&] {
-      if (in_tty_) print("... ");
-      return read_line(line, interrupted_);
-    };
+    auto more = [&] { return read_one("... ", line); };
     if (line == "\"\"\"") {  // a block: everything up to the closing """
       for (bool first = true;; first = false) {
         st = more();
@@ -235,6 +253,7 @@ class ChatUi {
   std::atomic<bool>& interrupted_;
   const bool out_tty_ = is_terminal(stdout), in_tty_ = is_terminal(stdin);
   const Style style_{out_tty_};
+  std::optional<LineEditor> editor_;  // both ends a terminal
   Totals totals_;
 };
 

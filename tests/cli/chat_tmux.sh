@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # zinc chat in a real terminal (a private tmux server): the answer streams, Ctrl-C stops it and the
-# prompt returns, /reset clears the context, multi-line input, /save, Ctrl-C at the prompt, /exit; on
-# stories260K and on a model converted from a transformers fixture. Then the same binary with piped
-# input and output: plain text, no terminal styles.
+# prompt returns, /reset clears the context, multi-line input, /save, Ctrl-C at the prompt, /exit; line
+# editing: history on the up arrow, kept across sessions, a bracketed paste sent as one message, Ctrl-C
+# discarding a half-typed line; on stories260K and on a model converted from a transformers fixture.
+# Then the same binary with piped input and output: plain text, no terminal styles.
 # Usage: chat_tmux.sh ZINC STORIES.gguf FIXTURE_DIR WORKDIR
 set -euo pipefail
 zinc=$1 stories=$2 fixture=$3 work=$4
@@ -11,6 +12,7 @@ if ! command -v tmux >/dev/null; then
   exit 1
 fi
 rm -rf "$work" && mkdir -p "$work"
+export ZINC_HOME="$work/home"  # the chat history files go here, not to the user's
 sock="$work/tmux.sock"
 T() { tmux -S "$sock" "$@"; }
 trap 'tmux -S "$sock" kill-server 2>/dev/null || true' EXIT
@@ -103,6 +105,48 @@ send "/exit"
 wait_for "\[exited 0\]"
 echo "ok Ctrl-C at the prompt keeps the program, /exit quits"
 
+# 1a. Line editing. History: the up arrow brings back earlier messages, in this session and the next
+# (kept per model under ZINC_HOME); Ctrl-A / Ctrl-E move to the line's ends.
+history_file="$ZINC_HOME/history/$(basename "$stories").txt"
+# (libedit's file format: one entry per line, spaces and newlines written as \040 and \012)
+grep -qF 'first\040line\012second\040line' "$history_file" || fail "the sent messages are not in $history_file: $(cat "$history_file")"
+start "$zinc" chat -m "$stories" -n 4 --temp 0
+keys Up
+wait_for "^> /exit *$"
+keys Up
+wait_for "^> /save $work/conv.json *$"
+keys Up
+wait_for "^> first line *$"  # the two-line message comes back whole
+wait_for "^second line *$"
+keys Down Down C-u
+keys -l "middle"
+keys C-a
+keys -l "start "
+keys C-e
+keys -l " end"
+wait_for "^> start middle end *$"
+keys C-u
+# Ctrl-C with a half-typed line: the line is dropped, nothing is sent, the prompt comes back empty.
+keys -l "not sent"
+keys C-c
+wait_for "type /exit or press Ctrl-D"
+wait_for_prompt
+send "/stats"
+wait_for "context 0/4096 tokens · 0 messages"
+# A bracketed paste of three lines is one message, sent with one Enter.
+T set-buffer -b pasted "$(printf 'Once upon a time\nthere was a cat\nand a dog')"
+T paste-buffer -p -b pasted -t "$session"
+keys Enter
+wait_for "4 tokens · context"
+wait_for_prompt
+send "/save $work/paste.json"
+wait_for "saved 2 messages"
+grep -q '"content": "Once upon a time\\nthere was a cat\\nand a dog"' "$work/paste.json" ||
+  fail "the paste was not one message: $(cat "$work/paste.json")"
+send "/exit"
+wait_for "\[exited 0\]"
+echo "ok line editing: history across sessions, Ctrl-A/E, Ctrl-C drops a half-typed line, a paste is one message"
+
 # 1b. `zinc run MODEL` with no prompt, in a terminal, is a chat (as Ollama's run is).
 start "$zinc" run "$stories" -n 8 --temp 0
 send "Once upon a time"
@@ -113,7 +157,7 @@ wait_for "\[exited 0\]"
 echo "ok zinc run MODEL without a prompt opens a chat"
 
 # 2. A model converted from a transformers fixture: a bounded answer, /load, /reset.
-"$zinc" convert "$fixture" "$work/fixture.gguf" --outtype f16 >/dev/null
+"$zinc" --json convert "$fixture" "$work/fixture.gguf" --outtype f16 >/dev/null
 start "$zinc" chat -m "$work/fixture.gguf" -n 12 --temp 0 --system "Be brief."
 send "hello world"
 wait_for "12 tokens · context [0-9]+/4096"
