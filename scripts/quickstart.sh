@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build --target zinc -j "$(nproc)"
+cmake --build build --target zinc zinc_share -j "$(nproc)"
 zinc=./build/src/zinc
 
 $zinc check

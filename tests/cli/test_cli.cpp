@@ -455,6 +455,72 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   EXPECT_EQ(gemm.status, 0) << gemm.out << gemm.err;
 }
 
+// Runs a bash script; returns its stdout.
+std::string bash(const std::string& script) {
+  zinc::test::TempDir tmp;
+  const auto file = tmp.file("script.sh");
+  std::ofstream(file) << script;
+  const std::string cmd = "bash " + quote(file.string()) + " >" + quote(tmp.file("out").string()) + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(tmp.file("out"));
+  return slurp(tmp.file("out"));
+}
+
+TEST(Cli, CompletionsAndManualPageFollowTheCommandLine) {
+  // Every command the binary has (from its own help) must appear in each script and in the manual.
+  const RunResult help = zinc({"--help"});
+  std::vector<std::string> commands;
+  std::istringstream lines(help.out);
+  bool in_commands = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("Subcommands:")) in_commands = true;
+    else if (in_commands && line.size() > 2 && line[0] == ' ') commands.push_back(line.substr(2, line.find(' ', 2) - 2));
+  }
+  ASSERT_GE(commands.size(), 15u) << help.out;
+
+  // bash: drive the completion function as bash's completion would.
+  zinc::test::TempDir tmp;
+  const RunResult b = zinc({"completion", "bash"});
+  ASSERT_EQ(b.status, 0) << b.err;
+  std::ofstream(tmp.file("zinc.bash")) << b.out;
+  std::filesystem::create_directories(tmp.file("models"));
+  std::ofstream(tmp.file("models/tiny.gguf")) << "x";
+  const std::string got = bash("source " + quote(tmp.file("zinc.bash").string()) + "\ncd " + quote(tmp.file("models").string()) +
+                               "\nt() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _zinc; "
+                               "echo \"$*|${COMPREPLY[*]}\"; }\n"
+                               "t zinc ch\nt zinc chat --hide\nt zinc --log-level warn ser\nt zinc serve --po\n"
+                               "t zinc run -m ti\nt zinc quantize --thr\nt zinc ''\n");
+  EXPECT_TRUE(contains(got, "zinc ch|chat check\n")) << got;
+  EXPECT_TRUE(contains(got, "zinc chat --hide|--hide-thinking\n")) << got;
+  EXPECT_TRUE(contains(got, "zinc --log-level warn ser|serve\n")) << got;  // a global option's value skipped
+  EXPECT_TRUE(contains(got, "zinc serve --po|--port\n")) << got;
+  EXPECT_TRUE(contains(got, "zinc run -m ti|tiny.gguf\n")) << got;  // an option's value: a file name
+  EXPECT_TRUE(contains(got, "zinc quantize --thr|--threads\n")) << got;
+  for (const auto& c : commands) EXPECT_TRUE(contains(got.substr(got.rfind("zinc |")), " " + c) || contains(got, "zinc |" + c)) << c;
+
+  // zsh and fish: each command with its description.
+  const RunResult z = zinc({"completion", "zsh"}), f = zinc({"completion", "fish"});
+  ASSERT_EQ(z.status, 0);
+  ASSERT_EQ(f.status, 0);
+  EXPECT_TRUE(z.out.starts_with("#compdef zinc\n")) << z.out.substr(0, 100);
+  for (const auto& c : commands) {
+    EXPECT_TRUE(contains(z.out, "    '" + c + ":")) << c;
+    EXPECT_TRUE(contains(f.out, " -a " + c + " -d ")) << c;
+  }
+  EXPECT_TRUE(contains(f.out, "complete -c zinc -n '__fish_seen_subcommand_from chat' -l hide-thinking -d ")) << f.out;
+  const RunResult bad = zinc({"completion", "tcsh"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(contains(bad.err, "tcsh")) << bad.err;
+
+  // The manual page: every command, and valid roff (groff reports no warnings).
+  const RunResult man = zinc({"manpage"});
+  ASSERT_EQ(man.status, 0);
+  EXPECT_TRUE(man.out.starts_with(".TH ZINC 1 ")) << man.out.substr(0, 80);
+  for (const auto& c : commands) EXPECT_TRUE(contains(man.out, ".SS " + c)) << c;
+  std::ofstream(tmp.file("zinc.1")) << man.out;
+  EXPECT_EQ(bash("groff -ww -man -z " + quote(tmp.file("zinc.1").string())), "");
+  EXPECT_FALSE(contains(help.out, "manpage")) << "the build's helper command is listed";
+}
+
 TEST(Cli, LongWritesShowTheirProgress) {
   // Not a terminal here: one line per tenth on stderr (a terminal gets one line redrawn in place), and
   // nothing with --json.
