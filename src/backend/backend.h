@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -105,6 +106,9 @@ class Weights : public std::enable_shared_from_this<Weights> {
   graph::Graph graph_;
 };
 
+// Bytes of weights loaded so far and in all.
+using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -134,8 +138,11 @@ class Backend {
     return "";
   }
   // Loads the weights `g` names from `file` (which must outlive the result). Throws zinc::Error for a
-  // graph this backend cannot run (unsupported() says why) or a tensor it cannot read.
-  virtual std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) = 0;
+  // graph this backend cannot run (unsupported() says why) or a tensor it cannot read. With `progress`,
+  // tells the bytes of weights loaded so far and their total as it goes (the CPU then reads the mapped
+  // file in, which it otherwise does during the first steps), ending with done == total.
+  virtual std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) = 0;
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) { return load(g, file, {}); }
   // One context with weights of its own: load() then instantiate(), for a single user of the model.
   std::unique_ptr<Executable> compile(const graph::Graph& g, const gguf::File& file, const ExecOptions& opts) {
     return load(g, file)->instantiate(opts);

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <optional>
 #include <stdexcept>
 
 #include "cli/cli.h"
 #include "cli/json_util.h"
+#include "cli/terminal.h"
 #include "hub/store.h"
 #include "core/error.h"
 #include "core/system_info.h"
@@ -150,14 +152,30 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   // "auto" passes over a GPU backend that cannot run one of the model's ops or weight types.
   auto backend = backend::make_backend_for(a.backend, model::load(file).graph, a.device, a.threads);
   auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), std::move(backend), nullptr, 0});
+  // On a terminal, a progress line while the weights are read (and uploaded to a GPU); elsewhere none,
+  // so that scripts' output stays the model's.
+  std::optional<Progress> bar;
+  backend::LoadProgress progress;
+  if (is_terminal(stderr)) {
+    progress = [&](uint64_t done, uint64_t total) {
+      if (!bar) bar.emplace(fmt::format("loading ({})", m->backend->name()), stderr, true);
+      bar->update(done, total);
+    };
+  }
+  const auto open_session = [&] {
+    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options(), progress);
+    if (bar) bar->finish();
+    bar.reset();
+  };
   try {
-    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
+    open_session();
   } catch (const Error& e) {
+    bar.reset();
     // "auto" chose a GPU that cannot hold this model (memory): the CPU can.
     if (a.backend != "auto" || m->backend->name() == "cpu") throw;
     spdlog::warn("{} cannot run this model ({}); running it on the CPU", m->backend->name(), e.what());
     m->backend = backend::make_cpu_backend(a.threads);
-    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options());
+    open_session();
   }
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // A context past what the model was trained on runs, but its answers degrade there.

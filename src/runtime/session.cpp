@@ -8,8 +8,9 @@
 
 namespace zinc::runtime {
 
-Session::Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts)
-    : Session(backend.load(model::load(file).graph, file), opts) {}
+Session::Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts,
+                 const backend::LoadProgress& progress)
+    : Session(backend.load(model::load(file).graph, file, progress), opts) {}
 
 Session::Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts)
     : weights_(std::move(weights)), exe_(weights_->instantiate(opts)) {}

@@ -17,8 +17,10 @@ namespace zinc::runtime {
 
 class Session {
  public:
-  // Loads the model's weights for this session alone. `file` must outlive the session.
-  Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts);
+  // Loads the model's weights for this session alone (telling `progress` how far, when given). `file`
+  // must outlive the session.
+  Session(const gguf::File& file, backend::Backend& backend, const backend::ExecOptions& opts,
+          const backend::LoadProgress& progress = {});
   // A context over weights already loaded (backend::Backend::load), shared with other sessions.
   Session(std::shared_ptr<backend::Weights> weights, const backend::ExecOptions& opts);
   // Sequence `seq` of a context shared with other sessions (each its own sequence of it), for a

@@ -60,6 +60,7 @@ start() {  # a new session (the earlier one, exited, stays until the end)
 
 # 1. stories260K, generating without end (the context shifts when full): only Ctrl-C stops it.
 start "$zinc" chat -m "$stories" -c 256 --context-shift -n -1 --temp 0
+pane | grep -qE "loading \(cpu\) \[#{20}\] 100%  1\.12 MiB / 1\.12 MiB" || fail "no progress line for the model's loading"
 send "Once upon a time"
 wait_for "Lily" 10
 before=$(pane | md5sum)
@@ -70,7 +71,7 @@ keys C-c
 wait_for "\[stopped\]" 10
 wait_for "tok/s · [0-9]+ tokens · context [0-9]+/256"
 wait_for_prompt
-echo "ok streaming, Ctrl-C stops the answer and the prompt returns"
+echo "ok load progress, streaming, Ctrl-C stops the answer and the prompt returns"
 
 send "/stats"
 wait_for "context [1-9][0-9]*/256 tokens · 2 messages · 1 answers"
@@ -198,5 +199,6 @@ printf 'Once upon a time\n/stats\n' | "$zinc" chat -m "$stories" -n 20 --temp 0 
 grep -q "[A-Za-z]" "$work/out.txt" || { cat "$work/out.txt"; echo "FAIL: no answer on stdout"; exit 1; }
 if grep -q $'\x1b' "$work/out.txt"; then echo "FAIL: escape sequences in piped output"; exit 1; fi
 grep -q "tok/s" "$work/err.txt" || { echo "FAIL: no status on stderr"; exit 1; }
+grep -q "loading" "$work/err.txt" && { echo "FAIL: a progress line when stderr is not a terminal"; exit 1; }
 grep -q "tok/s" "$work/out.txt" && { echo "FAIL: status mixed into stdout"; exit 1; }
 echo "ok piped: plain stdout"

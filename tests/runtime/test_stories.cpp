@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "load_progress.h"
 #include "raw_gguf.h"
 #include "runtime/session.h"
 
@@ -37,6 +38,18 @@ std::string published_text() {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+TEST(Stories260K, LoadReportsItsProgress) {
+  // With a progress callback the CPU reads the mapped weights in while loading, telling how far.
+  ZINC_REQUIRE_TESTDATA();
+  const gguf::File f = gguf::File::open(test::testdata_dir() / "models/stories260K.gguf");
+  auto backend = backend::make_cpu_backend(2);
+  const model::Model m = model::load(f);
+  test::LoadProgressLog log;
+  auto weights = backend->load(m.graph, f, log.callback());
+  log.expect_complete(m.graph, f, "cpu");
+  EXPECT_GE(log.calls.size(), 10u) << "one report per weight tensor";
 }
 
 TEST(Stories260K, SessionsShareOneLoadOfTheWeights) {

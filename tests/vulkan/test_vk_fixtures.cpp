@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "convert/convert.h"
 #include "core/error.h"
+#include "load_progress.h"
 #include "model/model.h"
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
@@ -115,8 +116,10 @@ TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
   opts.max_tokens = 40;
   opts.kv_type = backend::KvType::F32;
   const uint64_t start = gpu_->device_bytes_in_use();
-  auto weights = gpu_->load(m.graph, f);
+  test::LoadProgressLog progress;
+  auto weights = gpu_->load(m.graph, f, progress.callback());
   const uint64_t loaded = gpu_->device_bytes_in_use();
+  progress.expect_complete(m.graph, f, GetParam());
   EXPECT_EQ(loaded - start, weights->device_bytes()) << GetParam();
   std::vector<std::unique_ptr<runtime::Session>> sessions;
   uint64_t contexts = 0;

@@ -36,14 +36,30 @@ using graph::TensorKind;
 // step at a time: a step takes the pool for its whole length).
 class CpuWeights final : public Weights {
  public:
-  CpuWeights(const graph::Graph& g, const gguf::File& file, unsigned threads)
+  CpuWeights(const graph::Graph& g, const gguf::File& file, unsigned threads, const LoadProgress& progress)
       : Weights(g), pool(threads ? threads : std::max(1u, cpu_info().physical_cores)) {
     ptr.resize(graph().tensors.size(), nullptr);
+    std::vector<std::span<const uint8_t>> parts;
+    uint64_t total = 0;
     for (size_t i = 0; i < graph().tensors.size(); ++i) {
       const auto& t = graph().tensors[i];
       if (t.kind != TensorKind::Weight) continue;
-      ptr[i] = file.tensor_data(file.tensor(t.name)).data();
+      const auto bytes = file.tensor_data(file.tensor(t.name));
+      ptr[i] = bytes.data();
+      parts.push_back(bytes);
+      total += bytes.size();
     }
+    if (!progress) return;
+    // Reads the mapped weights in now, one byte per page, so that the wait is here, with progress,
+    // and not in the first steps.
+    uint64_t done = 0;
+    volatile uint8_t sink = 0;
+    for (const auto& part : parts) {
+      for (size_t at = 0; at < part.size(); at += 4096) sink = static_cast<uint8_t>(sink + part[at]);
+      done += part.size();
+      progress(done, total);
+    }
+    if (parts.empty()) progress(0, 0);
   }
   std::unique_ptr<Executable> instantiate(const ExecOptions& opts) override;
 
@@ -747,9 +763,10 @@ class CpuBackend final : public Backend {
     }
     return "";
   }
-  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) override {
+  using Backend::load;
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
     if (std::string why = why_unsupported(g); !why.empty()) throw Error(why);
-    return std::make_shared<CpuWeights>(g, file, threads_);
+    return std::make_shared<CpuWeights>(g, file, threads_, progress);
   }
 
  private:

@@ -90,10 +90,11 @@ std::string vulkan_unsupported(const graph::Graph& g, const Node& n) {
 // host reads per step (rotation frequency factors).
 class VulkanWeights final : public Weights {
  public:
-  VulkanWeights(std::shared_ptr<vk::Context> ctx, const graph::Graph& g, const gguf::File& file)
+  VulkanWeights(std::shared_ptr<vk::Context> ctx, const graph::Graph& g, const gguf::File& file,
+                const LoadProgress& progress)
       : Weights(g), ctx_(std::move(ctx)) {
     try {
-      upload(file);
+      upload(file, progress);
     } catch (...) {
       release();
       throw;
@@ -124,7 +125,7 @@ class VulkanWeights final : public Weights {
   const std::vector<float>& host_f32(TensorId id) const { return host_f32_.at(id); }
 
  private:
-  void upload(const gguf::File& file) {
+  void upload(const gguf::File& file, const LoadProgress& progress) {
     const graph::Graph& g = graph();
     std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
     for (const Node& n : g.nodes) {
@@ -139,10 +140,15 @@ class VulkanWeights final : public Weights {
     }
     raw_.resize(g.tensors.size());
     f32_.resize(g.tensors.size());
+    uint64_t total = 0, done = 0;
+    for (const auto& t : g.tensors) {
+      if (t.kind == TensorKind::Weight) total += file.tensor(t.name).n_bytes;
+    }
     for (size_t i = 0; i < g.tensors.size(); ++i) {
       const auto& t = g.tensors[i];
       if (t.kind != TensorKind::Weight) continue;
       const auto bytes = file.tensor_data(file.tensor(t.name));
+      done += bytes.size();
       if (raw[i]) {
         raw_[i] = ctx_->device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
         ctx_->upload(raw_[i], 0, bytes.data(), bytes.size());
@@ -158,6 +164,7 @@ class VulkanWeights final : public Weights {
         bytes_ += f32_[i].device_bytes;
         host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
       }
+      if (progress) progress(done, total);
     }
   }
   void release() {
@@ -1309,8 +1316,9 @@ class VulkanBackend final : public Backend {
   double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
   uint64_t device_bytes_in_use() const override { return ctx_->device_bytes_in_use(); }
   std::string unsupported(const graph::Graph& g, const Node& n) const override { return vulkan_unsupported(g, n); }
-  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file) override {
-    return std::make_shared<VulkanWeights>(ctx_, g, file);
+  using Backend::load;
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
+    return std::make_shared<VulkanWeights>(ctx_, g, file, progress);
   }
 
  private:
