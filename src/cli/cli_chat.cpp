@@ -203,7 +203,9 @@ class ChatUi {
   // A Ctrl-C from here on (even just after Enter) stops this answer.
   void answer(const std::string& text) {
     enum class Part { None, Reasoning, Content } part = Part::None;
+    Spinner spinner(stdout, out_tty_);  // until the first token
     auto on_delta = [&](const chat::ParsedOutput& d) {
+      spinner.stop();
       if (!d.reasoning.empty()) {
         if (part != Part::Reasoning) {
           if (a_.hide_thinking) print(fmt::format("{}(thinking){}", style_.dim(), style_.reset()));
@@ -224,7 +226,9 @@ class ChatUi {
     runtime::ChatTurn turn;
     try {
       turn = chat_.send(text, on_delta);
+      spinner.stop();
     } catch (const Error& e) {
+      spinner.stop();
       if (part == Part::Reasoning && out_tty_) print(style_.reset());
       note(fmt::format("error: {}", e.what()));
       return;

@@ -68,7 +68,9 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     // into a file or a pipe it goes byte for byte.
     const bool tty = is_terminal(stdout);
     const auto shown = [tty](const std::string& s) { return tty ? terminal_safe(s, true) : s; };
+    Spinner spinner(stdout, style.ansi);  // until the first token
     auto turn = chat.send(a.prompt, [&](const chat::ParsedOutput& d) {
+      spinner.stop();
       if (global.json) return;
       if (!d.reasoning.empty()) {
         if (!in_reasoning) write(style.ansi ? style.dim() : "<think>\n");
@@ -81,6 +83,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
         write(shown(d.content));
       }
     });
+    spinner.stop();
     if (in_reasoning) write(style.ansi ? style.reset() : "\n</think>");
     r = std::move(turn.result);
     answer = std::move(turn.message);
@@ -97,9 +100,12 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     gopts.decode.at_start = false;  // the stream continues the prompt already shown
     if (!global.json) write(a.prompt);
     const bool tty = is_terminal(stdout);
+    Spinner spinner(stdout, style.ansi);  // until the first token
     r = runtime::generate(session, m->tok, sampler, prompt, gopts, [&](std::string_view piece) {
+      spinner.stop();
       if (!global.json) write(tty ? terminal_safe(piece, true) : std::string(piece));  // inert on a terminal
     });
+    spinner.stop();
   }
 
   const nlohmann::json timings = {{"load_s", m->load_s},

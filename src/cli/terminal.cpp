@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <iterator>
 
 #include "core/format.h"
 
@@ -80,6 +81,37 @@ void Progress::finish() {
     std::fflush(out_);
   }
   drawn_ = false;
+}
+
+Spinner::Spinner(std::FILE* out, bool enabled, std::chrono::milliseconds delay) : out_(out) {
+  if (!enabled) return;
+  thread_ = std::thread([this, delay] {
+    static const char* const kFrames[] = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"};
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, delay, [this] { return stopping_; })) return;
+    for (size_t i = 0; !stopping_; ++i) {
+      fmt::print(out_, "\x1b[2m{}\x1b[0m\b", kFrames[i % std::size(kFrames)]);  // one column, then back over it
+      std::fflush(out_);
+      drawn_ = true;
+      wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; });
+    }
+  });
+}
+
+Spinner::~Spinner() { stop(); }
+
+void Spinner::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (drawn_) {
+    fmt::print(out_, " \b");
+    std::fflush(out_);
+    drawn_ = false;
+  }
 }
 
 std::atomic<bool>& install_interrupt_flag() {

@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace zinc::cli {
 
@@ -50,6 +53,26 @@ class Progress {
   int last_tenth_ = -1;
   uint64_t first_done_ = 0;
   std::chrono::steady_clock::time_point start_{}, last_draw_{};
+};
+
+// A spinner at the cursor while a first token is awaited (a long prompt, a cold start): after `delay`,
+// one frame every 100 ms, each drawn and stepped back over, so whatever is printed next takes its
+// place. stop() (also on destruction) erases it; call it before printing anything else. Disabled (not
+// a terminal): draws nothing.
+class Spinner {
+ public:
+  Spinner(std::FILE* out, bool enabled, std::chrono::milliseconds delay = std::chrono::milliseconds(250));
+  ~Spinner();
+  Spinner(const Spinner&) = delete;
+  Spinner& operator=(const Spinner&) = delete;
+  void stop();
+
+ private:
+  std::FILE* out_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false, drawn_ = false;
 };
 
 enum class ReadStatus { Line, Interrupted, End };

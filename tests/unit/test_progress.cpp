@@ -1,9 +1,12 @@
-// The progress line of zinc's long commands (pull, synth, convert, quantize): on a terminal, one line
-// redrawn in place and ended once; elsewhere, one plain line per tenth done.
+// The progress line of zinc's long commands (pull, synth, convert, quantize, loading): on a terminal,
+// one line redrawn in place and ended once; elsewhere, one plain line per tenth done. And the spinner
+// shown while a first token is awaited.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "cli/terminal.h"
 
@@ -60,6 +63,45 @@ TEST(Progress, OnATerminalOneLineRedrawnAndEndedOnce) {
 TEST(Progress, NothingDrawnNothingEnded) {
   EXPECT_EQ(printed([](std::FILE* f) { Progress p("convert", f, true); }), "");
   EXPECT_EQ(printed([](std::FILE* f) { Progress p("convert", f, false); p.update(5, 0); }), "");
+}
+
+}  // namespace
+}  // namespace zinc::cli
+
+namespace zinc::cli {
+namespace {
+
+std::string spin(bool enabled, int wait_ms) {
+  std::FILE* f = std::tmpfile();
+  {
+    Spinner s(f, enabled, std::chrono::milliseconds(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    s.stop();
+    s.stop();  // twice is fine
+  }
+  std::rewind(f);
+  std::string out;
+  for (int c; (c = std::fgetc(f)) != EOF;) out.push_back(static_cast<char>(c));
+  std::fclose(f);
+  return out;
+}
+
+TEST(Spinner, DrawsFramesInPlaceAndErasesItself) {
+  const std::string out = spin(true, 350);
+  // Frames every 100 ms: at least three in 350 ms, each a dim one-column glyph and a backspace.
+  size_t frames = 0;
+  for (size_t at = 0; (at = out.find("\x1b[0m\b", at)) != std::string::npos; ++at) ++frames;
+  EXPECT_GE(frames, 3u) << out;
+  EXPECT_TRUE(out.starts_with("\x1b[2m⠋\x1b[0m\b")) << out;
+  EXPECT_TRUE(out.ends_with(" \b")) << "the last frame is erased";
+  EXPECT_EQ(spin(false, 150), "");  // not a terminal: nothing
+}
+
+TEST(Spinner, NothingBeforeItsDelay) {
+  std::FILE* f = std::tmpfile();
+  { Spinner s(f, true, std::chrono::milliseconds(10000)); }  // stopped (destroyed) long before
+  EXPECT_EQ(std::ftell(f), 0);
+  std::fclose(f);
 }
 
 }  // namespace
