@@ -7,10 +7,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 compare=$1 templates=$2 work=$3
 shift 3
-if [ ! -d "$here/../oracle/node_modules/@huggingface/jinja" ]; then
-  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts' (scripts/test.sh does)" >&2
-  exit 1
-fi
+source "$here/../oracle/require.sh"
+require_oracle "$here/../oracle" @huggingface/jinja
 if [ ! -d "$templates" ]; then
   echo "templates not found at $templates (clone with ../shared beside the checkout)" >&2
   exit 1

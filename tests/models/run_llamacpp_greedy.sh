@@ -4,10 +4,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 zinc=$1 fixtures=$2 work=$3 oracle=$4
-if [ ! -d "$oracle/node_modules/node-llama-cpp" ]; then
-  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
-  exit 1
-fi
+source "$here/../oracle/require.sh"
+require_oracle "$oracle" node-llama-cpp
 rm -rf "$work" && mkdir -p "$work"
 archs=()
 for d in "$fixtures"/*/; do

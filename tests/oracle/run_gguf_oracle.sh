@@ -5,10 +5,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 zinc=$1 samples=$2 work=$3 testdata=$4
-if [ ! -d "$here/node_modules/@huggingface/gguf" ]; then
-  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts' (scripts/test.sh does)" >&2
-  exit 1
-fi
+source "$here/require.sh"
+require_oracle "$here" @huggingface/gguf
 rm -rf "$work" && mkdir -p "$work"
 "$samples" "$work"
 files=("$work"/*.gguf)

@@ -4,10 +4,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tool=$1 work=$2 testdata=$3 oracle=$4
-if [ ! -d "$oracle/node_modules/node-llama-cpp" ]; then
-  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
-  exit 1
-fi
+source "$here/../oracle/require.sh"
+require_oracle "$oracle" node-llama-cpp
 rm -rf "$work" && mkdir -p "$work"
 "$tool" "$work" "$testdata/models/stories260K.gguf" >/dev/null
 pairs=()

@@ -9,10 +9,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 zinc=$1 twin=$2 work=$3 testdata=$4 oracle=$5
-if [ ! -d "$oracle/node_modules/node-llama-cpp" ]; then
-  echo "oracle not installed: run 'npm install --prefix tests/oracle --omit=optional --ignore-scripts'" >&2
-  exit 1
-fi
+source "$here/../oracle/require.sh"
+require_oracle "$oracle" node-llama-cpp
 rm -rf "$work" && mkdir -p "$work"
 src="$testdata/models/stories260K.gguf"
 pairs=()
