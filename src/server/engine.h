@@ -50,6 +50,7 @@ class Job {
   const runtime::GenerateResult& result() const { return result_; }  // after next() returned false
   const std::string& error() const { return error_; }                // non-empty when it failed
   int error_status() const { return error_status_; }
+  size_t prompt_size() const { return prompt_.size(); }
   // Seconds it waited in the queue for a slot (known once it started).
   double queue_wait_s() const { return queue_wait_s_.load(); }
 

@@ -17,6 +17,7 @@
 #include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 #include "server/http.h"
+#include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/web_page.h"
 
@@ -97,10 +98,13 @@ struct Server::Impl {
     return l;
   }
 
-  static void reply_error(http::Response& res, const ApiError& e) {
+  static void reply_error(http::Response& res, const ApiError& e, bool anthropic = false) {
     res.status = e.status();
-    res.set_content(e.body().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    const ordered_json body = anthropic ? anthropic_error_json(e) : e.body();
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   }
+  // Errors of the Anthropic endpoints take Anthropic's shape.
+  static bool anthropic_path(const http::Request& req) { return req.path.starts_with("/v1/messages"); }
 
   static json parse_body(const http::Request& req) {
     try {
@@ -114,7 +118,8 @@ struct Server::Impl {
 
   bool authorized(const http::Request& req) const {
     if (opts.api_key.empty()) return true;
-    return req.header("authorization") == "Bearer " + opts.api_key;
+    // OpenAI's clients send the key as a bearer token, Anthropic's in x-api-key.
+    return req.header("authorization") == "Bearer " + opts.api_key || req.header("x-api-key") == opts.api_key;
   }
 
   // The CORS origin to answer with: "*", the request's Origin when --cors-origin names it or when it
@@ -253,6 +258,111 @@ struct Server::Impl {
     ++metrics.cancelled;
   }
 
+  // Starts a request on the engine: its prompt, its generation options, its job. 503 when every slot
+  // is busy and the queue is full.
+  std::shared_ptr<Job> start_job(const CompletionRequest& r, const json& body, bool* opens_reasoning, http::Response& res) {
+    auto prompt = prompt_tokens(r, opens_reasoning);
+    runtime::GenerateOptions g;
+    g.max_tokens = r.max_tokens;
+    if (opts.max_tokens >= 0 && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+      g.max_tokens = opts.max_tokens;
+    }
+    g.stop = r.stop;
+    g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+    g.context_shift = opts.context_shift;
+    g.n_keep = opts.n_keep;
+    g.decode.at_start = r.chat;  // a completion continues its prompt's text
+    auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
+    if (!engine.submit(job)) {
+      res.set_header("Retry-After", "1");
+      throw ApiError(503, "the server is busy: every slot is working and the queue is full; retry shortly",
+                     "server_busy_error");
+    }
+    return job;
+  }
+
+  // A whole answer (not streamed) into `result`: its parsed message and generation result. False when
+  // the client went away (the job is cancelled, the response marked unsent).
+  bool collect(Job& job, const chat::OutputParserOptions& popts, CompletionResult& result, const http::Request& req,
+               http::Response& res) {
+    chat::OutputParser parser(popts);
+    std::string piece;
+    while (job.next(piece, 100)) {
+      if (!piece.empty()) result.message += parser.push(piece);
+      // Nobody will read the answer once the client has gone: stop, and free the slot at the next step.
+      if (req.client_gone()) {
+        job.cancel();
+        count_cancelled();
+        while (job.next(piece, 100)) {
+        }
+        res.status = 499;  // not sent: the connection is closed
+        return false;
+      }
+    }
+    result.message += parser.finish();
+    if (!job.error().empty()) throw ApiError(job.error_status() == 499 ? 400 : job.error_status(), job.error());
+    result.gen = job.result();
+    record(result.gen, job);
+    return true;
+  }
+
+  // POST /v1/messages: Anthropic's Messages API on the same engine (anthropic.h).
+  void messages(const http::Request& req, http::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(metrics.mutex);
+      ++metrics.requests;
+    }
+    const json body = parse_body(req);
+    const MessagesRequest m = parse_messages_request(body, opts.defaults);
+    check_model(m.chat);
+    bool opens_reasoning = false;
+    auto job = start_job(m.chat, body, &opens_reasoning, res);
+    const auto input_tokens = static_cast<int64_t>(job->prompt_size());
+    auto result = std::make_shared<CompletionResult>();
+    result->id = random_id("msg_");
+    result->model = opts.model_id;
+    chat::OutputParserOptions popts;
+    popts.format = format;
+    popts.starts_in_reasoning = opens_reasoning;
+    const std::vector<std::string> stop = m.chat.stop;
+    if (!m.stream) {
+      if (!collect(*job, popts, *result, req, res)) return;
+      res.set_content(message_json(*result, stop).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_header("Content-Type", "text/event-stream");
+    res.stream = [this, job, result, popts, input_tokens, stop](http::StreamWriter& w) {
+      MessagesStream stream(*result, popts, input_tokens);
+      auto write_all = [&](const std::vector<MessagesStream::Event>& events) {
+        for (const auto& [name, data] : events) {
+          if (!w.write("event: " + name + "\n" + sse(data))) return false;
+        }
+        return true;
+      };
+      auto gone = [&] {
+        job->cancel();
+        count_cancelled();
+        std::string rest;
+        while (job->next(rest, 100)) {
+        }
+      };
+      if (!write_all(stream.start())) return gone();
+      std::string piece;
+      while (job->next(piece, 200)) {
+        if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
+      }
+      if (!job->error().empty()) {
+        const int status = job->error_status() == 499 ? 400 : job->error_status();
+        write_all({{"error", anthropic_error_json(ApiError(status, job->error()))}});
+        return;
+      }
+      write_all(stream.finish(job->result(), stop));
+      record(result->gen, *job);
+    };
+  }
+
   void completion(const http::Request& req, http::Response& res, bool chat) {
     {
       std::lock_guard<std::mutex> lock(metrics.mutex);
@@ -268,23 +378,7 @@ struct Server::Impl {
       }
     }
     bool opens_reasoning = false;
-    auto prompt = prompt_tokens(r, &opens_reasoning);
-    runtime::GenerateOptions g;
-    g.max_tokens = r.max_tokens;
-    if (opts.max_tokens >= 0 && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
-      g.max_tokens = opts.max_tokens;
-    }
-    g.stop = r.stop;
-    g.top_logprobs = r.logprobs ? r.top_logprobs : -1;
-    g.context_shift = opts.context_shift;
-    g.n_keep = opts.n_keep;
-    g.decode.at_start = chat;  // a completion continues its prompt's text
-    auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
-    if (!engine.submit(job)) {
-      res.set_header("Retry-After", "1");
-      throw ApiError(503, "the server is busy: every slot is working and the queue is full; retry shortly",
-                     "server_busy_error");
-    }
+    auto job = start_job(r, body, &opens_reasoning, res);
     auto result = std::make_shared<CompletionResult>();
     result->id = random_id(chat ? "chatcmpl-" : "cmpl-");
     result->model = opts.model_id;
@@ -294,26 +388,7 @@ struct Server::Impl {
     popts.starts_in_reasoning = opens_reasoning;  // the template opened the reasoning block
 
     if (!r.stream) {
-      chat::OutputParser parser(popts);
-      std::string piece;
-      for (;;) {
-        const bool more = job->next(piece, 100);
-        if (!more) break;
-        if (!piece.empty()) result->message += parser.push(piece);
-        // Nobody will read the answer once the client has gone: stop, and free the slot at the next step.
-        if (req.client_gone()) {
-          job->cancel();
-          count_cancelled();
-          while (job->next(piece, 100)) {
-          }
-          res.status = 499;  // not sent: the connection is closed
-          return;
-        }
-      }
-      result->message += parser.finish();
-      if (!job->error().empty()) throw ApiError(job->error_status() == 499 ? 400 : job->error_status(), job->error());
-      result->gen = job->result();
-      record(result->gen, *job);
+      if (!collect(*job, popts, *result, req, res)) return;
       if (r.logprobs) fill_logprob_texts(*result);
       const ordered_json out = chat ? chat_completion_json(*result, r.logprobs) : text_completion_json(*result, r.logprobs);
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -369,8 +444,8 @@ struct Server::Impl {
 
   void routes() {
     http.set_pre_routing([this](http::Request& req, http::Response& res) {
-      const auto refuse = [&res](const std::string& message, const char* code) {
-        reply_error(res, ApiError(403, message, "invalid_request_error", "", code));
+      const auto refuse = [&req, &res](const std::string& message, const char* code) {
+        reply_error(res, ApiError(403, message, "invalid_request_error", "", code), anthropic_path(req));
         return true;
       };
       if (const std::string host = req.header("host"); !host_allowed(host)) {
@@ -390,29 +465,31 @@ struct Server::Impl {
       }
       if (req.method == "OPTIONS") {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
         res.status = 204;
         return true;
       }
       const bool open = req.path == "/" || req.path == "/health";
       if (!open && !authorized(req)) {
-        reply_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_request_error",
-                                  "", "invalid_api_key"));
+        reply_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)",
+                                  "invalid_request_error", "", "invalid_api_key"),
+                    anthropic_path(req));
         return true;
       }
       return false;
     });
     auto guarded = [this](auto fn) {
       return [this, fn](http::Request& req, http::Response& res) {
+        const bool anthropic = anthropic_path(req);
         try {
           fn(req, res);
           return;
         } catch (const ApiError& e) {
-          reply_error(res, e);
+          reply_error(res, e, anthropic);
         } catch (const Error& e) {
-          reply_error(res, ApiError(400, e.what()));
+          reply_error(res, ApiError(400, e.what()), anthropic);
         } catch (const std::exception& e) {
-          reply_error(res, ApiError(500, e.what(), "server_error"));
+          reply_error(res, ApiError(500, e.what(), "server_error"), anthropic);
         }
         std::lock_guard<std::mutex> lock(metrics.mutex);
         ++metrics.errors;
@@ -449,6 +526,14 @@ struct Server::Impl {
     }));
     http.route("POST", "/v1/completions", guarded([this](http::Request& req, http::Response& res) {
       completion(req, res, false);
+    }));
+    http.route("POST", "/v1/messages", guarded([this](http::Request& req, http::Response& res) { messages(req, res); }));
+    http.route("POST", "/v1/messages/count_tokens", guarded([this](http::Request& req, http::Response& res) {
+      const MessagesRequest m = parse_messages_request(parse_body(req), opts.defaults, true);
+      check_model(m.chat);
+      bool opens_reasoning = false;
+      const auto ids = prompt_tokens(m.chat, &opens_reasoning);
+      res.set_content(ordered_json({{"input_tokens", ids.size()}}).dump(), "application/json");
     }));
     http.route("POST", "/tokenize", guarded([this](http::Request& req, http::Response& res) {
       const json body = parse_body(req);
