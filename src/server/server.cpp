@@ -19,6 +19,7 @@
 #include "server/http.h"
 #include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 #include "server/web_page.h"
 
 namespace zinc::server {
@@ -363,6 +364,64 @@ struct Server::Impl {
     };
   }
 
+  // POST /v1/responses: OpenAI's Responses API, stateless, on the same engine (responses.h).
+  void responses(const http::Request& req, http::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(metrics.mutex);
+      ++metrics.requests;
+    }
+    const json body = parse_body(req);
+    auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(body, opts.defaults));
+    check_model(rr->chat);
+    bool opens_reasoning = false;
+    auto job = start_job(rr->chat, body, &opens_reasoning, res);
+    auto result = std::make_shared<CompletionResult>();
+    result->id = random_id("resp_");
+    result->model = opts.model_id;
+    result->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    chat::OutputParserOptions popts;
+    popts.format = format;
+    popts.starts_in_reasoning = opens_reasoning;
+    if (!rr->stream) {
+      if (!collect(*job, popts, *result, req, res)) return;
+      res.set_content(response_json(*result, rr->chat).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_header("Content-Type", "text/event-stream");
+    res.stream = [this, job, result, popts, rr](http::StreamWriter& w) {
+      ResponsesStream stream(*result, rr->chat, popts);
+      auto write_all = [&](const std::vector<ResponsesStream::Event>& events) {
+        for (const auto& [name, data] : events) {
+          if (!w.write("event: " + name + "\n" + sse(data))) return false;
+        }
+        return true;
+      };
+      auto gone = [&] {
+        job->cancel();
+        count_cancelled();
+        std::string rest;
+        while (job->next(rest, 100)) {
+        }
+      };
+      if (!write_all(stream.start())) return gone();
+      std::string piece;
+      while (job->next(piece, 200)) {
+        if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
+      }
+      if (!job->error().empty()) {
+        const int status = job->error_status() == 499 ? 400 : job->error_status();
+        ordered_json e = ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body();
+        e["type"] = "error";
+        write_all({{"error", e}});
+        return;
+      }
+      write_all(stream.finish(job->result()));
+      record(result->gen, *job);
+    };
+  }
+
   void completion(const http::Request& req, http::Response& res, bool chat) {
     {
       std::lock_guard<std::mutex> lock(metrics.mutex);
@@ -528,6 +587,7 @@ struct Server::Impl {
       completion(req, res, false);
     }));
     http.route("POST", "/v1/messages", guarded([this](http::Request& req, http::Response& res) { messages(req, res); }));
+    http.route("POST", "/v1/responses", guarded([this](http::Request& req, http::Response& res) { responses(req, res); }));
     http.route("POST", "/v1/messages/count_tokens", guarded([this](http::Request& req, http::Response& res) {
       const MessagesRequest m = parse_messages_request(parse_body(req), opts.defaults, true);
       check_model(m.chat);

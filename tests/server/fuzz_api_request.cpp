@@ -1,7 +1,7 @@
-// libFuzzer target: request bodies for Anthropic's /v1/messages, parsed as the server parses them
-// (nesting bounded) and rendered through a chat template that walks every message, tool call and tool.
-// Any bytes must give a rendered prompt, a 400 ApiError in Anthropic's error shape, or a refusal of
-// deep nesting, never a crash or another exception.
+// libFuzzer target: request bodies for Anthropic's /v1/messages and OpenAI's /v1/responses, parsed as
+// the server parses them (nesting bounded) and rendered through a chat template that walks every
+// message, tool call and tool. Any bytes must give a rendered prompt, a 400 ApiError (for /v1/messages
+// in Anthropic's error shape), or a refusal of deep nesting, never a crash or another exception.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include "chat/chat_template.h"
 #include "core/json_bounded.h"
 #include "server/anthropic.h"
+#include "server/responses.h"
 
 namespace {
 
@@ -32,25 +33,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   static const zinc::chat::ChatTemplate tmpl(kTemplate, "<s>", "</s>", "fuzz");
   const auto defaults = zinc::sample::SamplerParams::chat();
+  const auto render = [](const zinc::server::CompletionRequest& r) {
+    for (const auto& m : r.messages) {
+      if (!m["role"].is_string() || !m["content"].is_string()) std::abort();
+    }
+    r.sampling.validate();
+    zinc::chat::ChatRequest cr;
+    cr.messages = r.messages;
+    cr.tools = r.tools;
+    try {
+      tmpl.render(cr);
+    } catch (const zinc::Error&) {
+      // a template error is the server's 400
+    }
+  };
   for (bool count_only : {false, true}) {
     try {
-      const auto r = zinc::server::parse_messages_request(body, defaults, count_only);
-      for (const auto& m : r.chat.messages) {
-        if (!m["role"].is_string() || !m["content"].is_string()) std::abort();
-      }
-      r.chat.sampling.validate();
-      zinc::chat::ChatRequest cr;
-      cr.messages = r.chat.messages;
-      cr.tools = r.chat.tools;
-      try {
-        tmpl.render(cr);
-      } catch (const zinc::Error&) {
-      }
+      render(zinc::server::parse_messages_request(body, defaults, count_only).chat);
     } catch (const zinc::server::ApiError& e) {
       if (e.status() != 400) std::abort();
       const auto j = zinc::server::anthropic_error_json(e);
       if (j["error"]["type"] != "invalid_request_error") std::abort();
     }
+  }
+  try {
+    render(zinc::server::parse_responses_request(body, defaults).chat);
+  } catch (const zinc::server::ApiError& e) {
+    if (e.status() != 400) std::abort();
   }
   return 0;
 }
