@@ -1,5 +1,5 @@
 // Line input for `zinc chat` on a terminal: libedit (BSD editline) with its emacs keys (cursor movement,
-// Ctrl-A/E/K/W/L, word motion), a history of sent messages kept in a file (up and down arrows, across
+// Ctrl-A/E/K/L, word motion), a history of sent messages kept in a file (up and down arrows, across
 // sessions), a bracketed paste taken as one piece of text however many lines it has, and Ctrl-C ending
 // the wait with ReadStatus::Interrupted (the partial line discarded).
 #pragma once
