@@ -9,6 +9,7 @@
 #include <semaphore>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "chat/output_parser.h"
@@ -307,6 +308,45 @@ struct Server::Impl {
     return true;
   }
 
+  // The SSE headers of a streamed answer.
+  static void stream_headers(http::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_header("Content-Type", "text/event-stream");
+  }
+
+  // The loop of a streamed answer, whatever the API: start() once, push(piece) for each piece the job
+  // generates, then finish() when it succeeded or fail(status, message) when it did not. start, push and
+  // finish return false when the client has gone, which cancels the job (its slot frees at the next step).
+  void pump(Job& job, http::StreamWriter& w, const std::function<bool()>& start,
+            const std::function<bool(const std::string&)>& push, const std::function<bool()>& finish,
+            const std::function<void(int, const std::string&)>& fail) {
+    const auto gone = [&] {
+      job.cancel();
+      count_cancelled();
+      std::string rest;
+      while (job.next(rest, 100)) {
+      }
+    };
+    if (!start()) return gone();
+    std::string piece;
+    while (job.next(piece, 200)) {
+      if ((!piece.empty() && !push(piece)) || (piece.empty() && w.client_gone())) return gone();
+    }
+    if (!job.error().empty()) return fail(job.error_status() == 499 ? 400 : job.error_status(), job.error());
+    finish();
+    record(job.result(), job);
+  }
+
+  // SSE events with names ("event:" lines), as the Messages and Responses APIs stream.
+  template <class Event>
+  static bool write_events(http::StreamWriter& w, const std::vector<Event>& events) {
+    for (const auto& [name, data] : events) {
+      if (!w.write("event: " + name + "\n" + sse(data))) return false;
+    }
+    return true;
+  }
+
   // POST /v1/messages: Anthropic's Messages API on the same engine (anthropic.h).
   void messages(const http::Request& req, http::Response& res) {
     {
@@ -331,36 +371,16 @@ struct Server::Impl {
       res.set_content(message_json(*result, stop).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_header("Content-Type", "text/event-stream");
+    stream_headers(res);
     res.stream = [this, job, result, popts, input_tokens, stop](http::StreamWriter& w) {
       MessagesStream stream(*result, popts, input_tokens);
-      auto write_all = [&](const std::vector<MessagesStream::Event>& events) {
-        for (const auto& [name, data] : events) {
-          if (!w.write("event: " + name + "\n" + sse(data))) return false;
-        }
-        return true;
-      };
-      auto gone = [&] {
-        job->cancel();
-        count_cancelled();
-        std::string rest;
-        while (job->next(rest, 100)) {
-        }
-      };
-      if (!write_all(stream.start())) return gone();
-      std::string piece;
-      while (job->next(piece, 200)) {
-        if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
-      }
-      if (!job->error().empty()) {
-        const int status = job->error_status() == 499 ? 400 : job->error_status();
-        write_all({{"error", anthropic_error_json(ApiError(status, job->error()))}});
-        return;
-      }
-      write_all(stream.finish(job->result(), stop));
-      record(result->gen, *job);
+      pump(
+          *job, w, [&] { return write_events(w, stream.start()); },
+          [&](const std::string& piece) { return write_events(w, stream.push(piece)); },
+          [&] { return write_events(w, stream.finish(job->result(), stop)); },
+          [&](int status, const std::string& message) {
+            write_events(w, std::vector<MessagesStream::Event>{{"error", anthropic_error_json(ApiError(status, message))}});
+          });
     };
   }
 
@@ -387,38 +407,18 @@ struct Server::Impl {
       res.set_content(response_json(*result, rr->chat).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_header("Content-Type", "text/event-stream");
+    stream_headers(res);
     res.stream = [this, job, result, popts, rr](http::StreamWriter& w) {
       ResponsesStream stream(*result, rr->chat, popts);
-      auto write_all = [&](const std::vector<ResponsesStream::Event>& events) {
-        for (const auto& [name, data] : events) {
-          if (!w.write("event: " + name + "\n" + sse(data))) return false;
-        }
-        return true;
-      };
-      auto gone = [&] {
-        job->cancel();
-        count_cancelled();
-        std::string rest;
-        while (job->next(rest, 100)) {
-        }
-      };
-      if (!write_all(stream.start())) return gone();
-      std::string piece;
-      while (job->next(piece, 200)) {
-        if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
-      }
-      if (!job->error().empty()) {
-        const int status = job->error_status() == 499 ? 400 : job->error_status();
-        ordered_json e = ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body();
-        e["type"] = "error";
-        write_all({{"error", e}});
-        return;
-      }
-      write_all(stream.finish(job->result()));
-      record(result->gen, *job);
+      pump(
+          *job, w, [&] { return write_events(w, stream.start()); },
+          [&](const std::string& piece) { return write_events(w, stream.push(piece)); },
+          [&] { return write_events(w, stream.finish(job->result())); },
+          [&](int status, const std::string& message) {
+            ordered_json e = ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error").body();
+            e["type"] = "error";
+            write_events(w, std::vector<ResponsesStream::Event>{{"error", e}});
+          });
     };
   }
 
@@ -454,43 +454,24 @@ struct Server::Impl {
       return;
     }
 
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_header("Content-Type", "text/event-stream");
+    stream_headers(res);
     const bool include_usage = r.include_usage;
     res.stream = [this, job, result, chat, popts, include_usage](http::StreamWriter& w) {
       StreamTranslator stream(*result, chat, popts);
-      auto write_all = [&](const std::vector<ordered_json>& chunks) {
+      const auto write_all = [&](const std::vector<ordered_json>& chunks) {
         for (const auto& c : chunks) {
           if (!w.write(sse(c))) return false;
         }
         return true;
       };
-      // The client went away: stop generating (the slot frees at its next step) and count it.
-      auto gone = [&] {
-        job->cancel();
-        count_cancelled();
-        std::string rest;
-        while (job->next(rest, 100)) {
-        }
-      };
-      if (!write_all(stream.start())) return gone();
-      std::string piece;
-      for (;;) {
-        if (job->next(piece, 200)) {
-          if ((!piece.empty() && !write_all(stream.push(piece))) || (piece.empty() && w.client_gone())) return gone();
-          continue;
-        }
-        break;
-      }
-      if (!job->error().empty()) {
-        const int status = job->error_status() == 499 ? 400 : job->error_status();
-        write_all({ApiError(status, job->error(), status >= 500 ? "server_error" : "invalid_request_error").body()});
-      } else {
-        write_all(stream.finish(job->result(), include_usage));
-        record(result->gen, *job);
-      }
-      w.write("data: [DONE]\n\n");
+      pump(
+          *job, w, [&] { return write_all(stream.start()); },
+          [&](const std::string& piece) { return write_all(stream.push(piece)); },
+          [&] { return write_all(stream.finish(job->result(), include_usage)) && w.write("data: [DONE]\n\n"); },
+          [&](int status, const std::string& message) {
+            write_all({ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error").body()});
+            w.write("data: [DONE]\n\n");
+          });
     };
   }
 
