@@ -1,7 +1,9 @@
-// libFuzzer target: request bodies for Anthropic's /v1/messages and OpenAI's /v1/responses, parsed as
-// the server parses them (nesting bounded) and rendered through a chat template that walks every
-// message, tool call and tool. Any bytes must give a rendered prompt, a 400 ApiError (for /v1/messages
-// in Anthropic's error shape), or a refusal of deep nesting, never a crash or another exception.
+// libFuzzer target: request bodies for every API the server answers (/v1/chat/completions,
+// /v1/completions, /v1/messages, /v1/responses), parsed as the server parses them (nesting bounded) and
+// rendered through a chat template that walks every message, tool call, tool and extra variable (the
+// conversion into template values recurses once per level). Any bytes must give a rendered prompt, a
+// 400 ApiError (for /v1/messages in Anthropic's error shape), or a refusal of deep nesting, never a crash
+// or another exception.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,9 +16,11 @@
 
 namespace {
 
+// Prints every value it is given, at any depth the values have (tojson walks them all).
 const char* kTemplate =
     "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}"
-    "{% if m.tool_call_id %}{{ m.tool_call_id }}{% endif %}\n{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}";
+    "{% if m.tool_call_id %}{{ m.tool_call_id }}{% endif %}\n{% endfor %}{% if tools %}{{ tools | tojson }}{% endif %}"
+    "{% if extra_var %}{{ extra_var | tojson }}{% endif %}";
 
 }  // namespace
 
@@ -38,15 +42,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!m["role"].is_string() || !m["content"].is_string()) std::abort();
     }
     r.sampling.validate();
+    if (!r.chat) return;
     zinc::chat::ChatRequest cr;
     cr.messages = r.messages;
     cr.tools = r.tools;
+    cr.extra = r.template_vars;
     try {
       tmpl.render(cr);
     } catch (const zinc::Error&) {
       // a template error is the server's 400
     }
   };
+  for (bool chat : {true, false}) {
+    try {
+      render(chat ? zinc::server::parse_chat_request(body, defaults) : zinc::server::parse_completion_request(body, defaults));
+    } catch (const zinc::server::ApiError& e) {
+      if (e.status() != 400) std::abort();
+    }
+  }
   for (bool count_only : {false, true}) {
     try {
       render(zinc::server::parse_messages_request(body, defaults, count_only).chat);
