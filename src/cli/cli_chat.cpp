@@ -57,9 +57,13 @@ class ChatUi {
 
   int loop() {
     if (out_tty_) {
-      print(fmt::format("{}zinc chat · {} · context {} tokens · /help for commands, Ctrl-C stops an answer, /exit quits{}\n",
-                        style_.dim(), m_.file.get_or<std::string>("general.name", a_.gen.model), chat_.session().n_ctx(),
-                        style_.reset()));
+      const std::string device = m_.backend->device_name().empty()
+                                     ? m_.backend->name()
+                                     : fmt::format("{} on {}", m_.backend->name(), terminal_safe(m_.backend->device_name()));
+      print(fmt::format("{}zinc chat · {} · {} · context {} tokens · /help for commands, Ctrl-C stops an answer, /exit "
+                        "quits{}\n",
+                        style_.dim(), terminal_safe(m_.file.get_or<std::string>("general.name", a_.gen.model)), device,
+                        chat_.session().n_ctx(), style_.reset()));
     }
     for (;;) {
       std::string text;

@@ -57,7 +57,7 @@ int run_serve(ServeArgs& a) {
   g_server.store(&srv);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI API at /v1)\n", so.model_id,
+  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI and Anthropic APIs at /v1)\n", so.model_id,
              so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
   srv.run();
   g_server.store(nullptr);

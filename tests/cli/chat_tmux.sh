@@ -61,6 +61,7 @@ start() {  # a new session (the earlier one, exited, stays until the end)
 # 1. stories260K, generating without end (the context shifts when full): only Ctrl-C stops it.
 start "$zinc" chat -m "$stories" -c 256 --context-shift -n -1 --temp 0
 pane | grep -qE "loading \(cpu\) \[#{20}\] 100%  1\.12 MiB / 1\.12 MiB" || fail "no progress line for the model's loading"
+pane | grep -qE "^zinc chat · llama · cpu · context 256 tokens" || fail "the header does not name the model and backend"
 send "Once upon a time"
 wait_for "Lily" 10
 before=$(pane | md5sum)
