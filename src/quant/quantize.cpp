@@ -402,9 +402,13 @@ int refine_scale(const float* x, int n, float d, int q, int lo, int hi, Decode d
   for (int c = std::max(lo, q - 1); c <= std::min(hi, q + 1); ++c) {
     const float dl = d * static_cast<float>(c);
     double err = 0;
-    for (int j = 0; j < n; ++j) {
-      const double e = static_cast<double>(x[j]) - (dl != 0 ? decode(x[j], dl) : 0.0);
-      err += e * e;
+    if (dl == 0) {
+      for (int j = 0; j < n; ++j) err += static_cast<double>(x[j]) * x[j];
+    } else {
+      for (int j = 0; j < n; ++j) {
+        const double e = static_cast<double>(x[j]) - decode(x[j], dl);
+        err += e * e;
+      }
     }
     if (err < best) best = err, best_q = c;
   }
