@@ -10,9 +10,7 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& field, const std::string& what) {
-  throw ApiError(400, fmt::format("'{}': {}", field, what), "invalid_request_error", field);
-}
+[[noreturn]] void bad(const std::string& field, const std::string& what) { bad_field(field, what); }
 
 // The text of a tool_result's content: a string, or text blocks joined.
 std::string result_text(const json& content, const std::string& p) {

@@ -17,6 +17,10 @@ using nlohmann::json;
 ApiError::ApiError(int status, std::string message, std::string type, std::string param, std::string code)
     : Error(std::move(message)), status_(status), type_(std::move(type)), param_(std::move(param)), code_(std::move(code)) {}
 
+void bad_field(const std::string& param, const std::string& what) {
+  throw ApiError(400, fmt::format("'{}': {}", param, what), "invalid_request_error", param);
+}
+
 ordered_json ApiError::body() const {
   return {{"error",
            {{"message", what()},
@@ -27,9 +31,7 @@ ordered_json ApiError::body() const {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& what) {
-  throw ApiError(400, fmt::format("'{}': {}", param, what), "invalid_request_error", param);
-}
+[[noreturn]] void bad(const std::string& param, const std::string& what) { bad_field(param, what); }
 
 // The field when present and not null.
 const json* field(const json& body, const char* key) {

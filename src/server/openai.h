@@ -33,6 +33,9 @@ class ApiError : public Error {
   std::string type_, param_, code_;
 };
 
+// Throws the 400 ApiError "'param': what" naming the field, as every request parser reports one.
+[[noreturn]] void bad_field(const std::string& param, const std::string& what);
+
 struct CompletionRequest {
   bool chat = true;  // /v1/chat/completions; false: /v1/completions
   std::string model;

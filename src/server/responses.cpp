@@ -10,9 +10,7 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& field, const std::string& what) {
-  throw ApiError(400, fmt::format("'{}': {}", field, what), "invalid_request_error", field);
-}
+[[noreturn]] void bad(const std::string& field, const std::string& what) { bad_field(field, what); }
 
 // A message item's text: a string, or its text parts joined.
 std::string item_text(const json& content, const std::string& p) {
