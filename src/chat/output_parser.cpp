@@ -36,6 +36,13 @@ constexpr std::string_view kHermesTags[] = {kThinkOpen, kThinkClose, kToolCallOp
 constexpr std::string_view kThinkTags[] = {kThinkOpen, kThinkClose};
 constexpr std::string_view kThinkCloseTag[] = {kThinkClose};
 
+template <class... Parts>
+std::string fmt_concat(const Parts&... parts) {
+  std::string out;
+  ((out += parts), ...);
+  return out;
+}
+
 // A call that never closes is given up (and shown as content) once it is this long.
 constexpr size_t kMaxCallBytes = size_t{4} << 20;
 
@@ -206,6 +213,21 @@ const char* output_format_name(OutputFormat f) {
     case OutputFormat::Harmony: return "harmony";
   }
   return "?";
+}
+
+ReasoningMarkers reasoning_markers(OutputFormat format) {
+  constexpr std::string_view kSentence =
+      "Considering the limited time by the user, I have to give the solution based on the thinking directly now.";
+  switch (format) {
+    case OutputFormat::Hermes:
+    case OutputFormat::Llama3:
+      return {std::string(kThinkOpen), std::string(kThinkClose), fmt_concat("\n\n", kSentence, "\n", kThinkClose, "\n\n")};
+    case OutputFormat::Harmony:
+      return {fmt_concat(kChannel, "analysis", kMessage), std::string(kEnd),
+              fmt_concat(" ", kSentence, kEnd, kStart, "assistant", kChannel, "final", kMessage)};
+    case OutputFormat::Plain: break;
+  }
+  return {};
 }
 
 OutputFormat detect_output_format(std::string_view source) {

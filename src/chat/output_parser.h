@@ -103,6 +103,15 @@ class OutputParser {
   std::string harmony_channel_, harmony_recipient_;
 };
 
+// The markers that open and close a format's reasoning block, and the conclusion the engine writes
+// when reasoning runs out of its budget: the closing sentence the Qwen3 models were trained to end a
+// cut-short reasoning with, then the end-of-reasoning marker (and for Harmony the start of the final
+// channel). Empty for Plain, which has no reasoning block.
+struct ReasoningMarkers {
+  std::string open, close, conclusion;
+};
+ReasoningMarkers reasoning_markers(OutputFormat format);
+
 // Tool calls from the text between <tool_call> and </tool_call>: a JSON object (or array of them) with
 // "name" and "arguments"/"parameters", or the Qwen3-Coder <function=...> form. Empty when it is neither.
 std::vector<ToolCall> parse_tool_call_body(std::string_view body);

@@ -129,6 +129,8 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     if (a.chat) {
       j["content"] = answer.content;
       j["reasoning"] = answer.reasoning;
+      j["reasoning_tokens"] = r.reasoning_tokens;
+      j["reasoning_concluded"] = r.reasoning_concluded;  // the budget ran out and the engine ended it
     }
     fmt::print("{}\n", dump_json(j));
   } else {

@@ -49,6 +49,7 @@ int run_serve(ServeArgs& a) {
                                                  : std::filesystem::path(a.gen.model).stem().string();
   so.defaults = a.gen.sampler_params(a.gen.ctx);
   so.enable_thinking = a.gen.enable_thinking();
+  so.reasoning_budget = a.gen.reasoning_budget;
   so.context_shift = a.gen.context_shift;
   so.n_keep = a.gen.n_keep;
   so.max_tokens = a.gen.n_predict;  // -n: the limit of a request that sets none

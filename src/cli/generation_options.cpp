@@ -80,6 +80,7 @@ runtime::GenerateOptions GenerationArgs::generate_options() const {
   g.stop = stop;
   g.context_shift = context_shift;
   g.n_keep = n_keep;
+  g.reasoning.tokens = reasoning_budget;  // the chat's template supplies the markers
   return g;
 }
 
@@ -138,6 +139,10 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
     cmd->add_option("--system", a.system, "System prompt");
     auto* think = cmd->add_flag("--think", a.think, "Ask the chat template to enable the model's reasoning");
     cmd->add_flag("--no-think", a.no_think, "Ask the chat template to disable the model's reasoning")->excludes(think);
+    cmd->add_option("--reasoning-budget", a.reasoning_budget,
+                    "Reasoning tokens before the model is told to conclude and answer (-1 = no limit)")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 1 << 30));
     cmd->add_option("--chat-template", a.chat_template_file, "Jinja chat template file to use instead of the model's");
     cmd->add_flag("--drop-old-turns", a.drop_old_turns,
                   "When the conversation outgrows the context, drop the oldest turns instead of stopping");

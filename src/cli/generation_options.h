@@ -38,6 +38,7 @@ struct GenerationArgs {
   // Chat templates.
   std::string system;
   bool think = false, no_think = false;
+  int reasoning_budget = -1;  // reasoning tokens before the engine concludes it; < 0: no limit
   bool drop_old_turns = false;
   std::string chat_template_file;  // overrides the model's template
 

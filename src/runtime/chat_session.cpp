@@ -119,8 +119,14 @@ ChatTurn ChatSession::send(const std::string& user_text, const DeltaSink& on_del
     turn.message += delta;
     if (on_delta) on_delta(delta);
   };
+  GenerateOptions gopts = options_.generate;
+  const chat::ReasoningMarkers markers = chat::reasoning_markers(format_);
+  gopts.reasoning.open = markers.open;
+  gopts.reasoning.close = markers.close;
+  gopts.reasoning.conclusion = markers.conclusion;
+  gopts.reasoning.starts_inside = popts.starts_in_reasoning;
   try {
-    turn.result = generate(session_, tok_, sampler_, prompt, options_.generate,
+    turn.result = generate(session_, tok_, sampler_, prompt, gopts,
                            [&](std::string_view text) { forward(parser.push(text)); });
   } catch (...) {
     turns_ = saved;

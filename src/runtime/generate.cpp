@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 
 #include "core/error.h"
 #include "sample/stop_matcher.h"
@@ -65,6 +66,11 @@ struct Generation::Impl {
   sample::StopMatcher stops;
   tokenizer::Detokenizer detok;
   Clock::time_point t0, t1;
+  // The reasoning budget: whether the text so far is inside the reasoning block, the end of that text
+  // a marker may still complete, and the conclusion's tokens not yet written.
+  bool reasoning = false;
+  std::string marker_tail;
+  std::deque<int32_t> forced;
 };
 
 Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
@@ -83,7 +89,11 @@ Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample
   if (opts_.context_shift && (opts_.n_keep < 0 || opts_.n_keep >= session_.n_ctx() - 1)) {
     throw Error(fmt::format("cannot keep {} tokens when shifting a context of {}", opts_.n_keep, session_.n_ctx()));
   }
+  if (opts_.reasoning.limited() && !opts_.reasoning.starts_inside && opts_.reasoning.open.empty()) {
+    throw Error("a reasoning budget needs the marker that opens reasoning, or a prompt that opened it");
+  }
   impl_ = std::make_unique<Impl>(Impl{sample::StopMatcher(opts_.stop), tokenizer::Detokenizer(tok_, opts_.decode), {}, {}});
+  impl_->reasoning = opts_.reasoning.tracked() && opts_.reasoning.starts_inside;
   r_.prompt_tokens = static_cast<int64_t>(prompt_.size());
 }
 
@@ -153,6 +163,25 @@ bool Generation::emit_text(std::string text) {
   return out.stopped;
 }
 
+void Generation::track_reasoning(std::string_view text) {
+  std::string& t = impl_->marker_tail;
+  t += text;
+  for (;;) {
+    const std::string& marker = impl_->reasoning ? opts_.reasoning.close : opts_.reasoning.open;
+    if (marker.empty()) {  // no opening marker: once closed, reasoning does not start again
+      t.clear();
+      return;
+    }
+    const size_t at = t.find(marker);
+    if (at == std::string::npos) {
+      if (t.size() >= marker.size()) t.erase(0, t.size() - (marker.size() - 1));
+      return;
+    }
+    t.erase(0, at + marker.size());
+    impl_->reasoning = !impl_->reasoning;
+  }
+}
+
 bool Generation::decode_one() {
   if (opts_.cancel && opts_.cancel->load()) {
     r_.reason = StopReason::Cancelled;
@@ -160,9 +189,24 @@ bool Generation::decode_one() {
   }
   // Greedy with nothing that reads the logits: the backend's argmax (a GPU computes it and hands back
   // one id instead of a row of logits).
-  const bool backend_pick = !sampler_.needs_logits() && opts_.top_logprobs < 0;
+  // Reasoning over its budget: the engine writes the conclusion in the model's place.
+  const bool was_reasoning = impl_->reasoning;
+  if (was_reasoning && opts_.reasoning.limited() && impl_->forced.empty() && !r_.reasoning_concluded &&
+      r_.reasoning_tokens >= opts_.reasoning.tokens) {
+    const auto ids = tok_.encode_continuation(opts_.reasoning.conclusion);
+    impl_->forced.assign(ids.begin(), ids.end());
+    r_.reasoning_concluded = true;
+  }
+  const bool forced = !impl_->forced.empty();
+  const bool backend_pick = forced ? opts_.top_logprobs < 0 : !sampler_.needs_logits() && opts_.top_logprobs < 0;
   const std::span<const float> logits = backend_pick ? std::span<const float>() : session_.last_logits();
-  const int32_t next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
+  int32_t next = 0;
+  if (forced) {
+    next = impl_->forced.front();
+    impl_->forced.pop_front();
+  } else {
+    next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
+  }
   sampler_.accept(next);
   if (opts_.token_times) {
     r_.token_times.push_back(std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
@@ -171,13 +215,16 @@ bool Generation::decode_one() {
     r_.first_token_s = since(impl_->t0);
     first_ = false;
   }
-  if (!opts_.ignore_eog && tok_.vocab().is_eog(next)) {
+  if (!forced && !opts_.ignore_eog && tok_.vocab().is_eog(next)) {
     r_.reason = StopReason::EndOfGeneration;
     return false;
   }
   if (opts_.top_logprobs >= 0) r_.logprobs.push_back(logprobs_of(logits, next, opts_.top_logprobs));
   r_.tokens.push_back(next);
-  if (emit_text(impl_->detok.push(next))) return false;
+  if (was_reasoning) ++r_.reasoning_tokens;
+  std::string text = impl_->detok.push(next);
+  if (opts_.reasoning.tracked()) track_reasoning(text);
+  if (emit_text(std::move(text))) return false;
   if (opts_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= opts_.max_tokens) {
     r_.reason = StopReason::Length;
     return false;  // the last token needs no evaluation

@@ -19,6 +19,21 @@
 
 namespace zinc::runtime {
 
+// A limit on the tokens a model spends reasoning. Inside its reasoning block (after `open` in the
+// generated text, or from the start when the prompt opened it, until `close`), once `tokens` tokens
+// have been generated there the engine writes `conclusion` as if the model had: the family's closing
+// sentence and its end-of-reasoning marker (chat::reasoning_markers). Generation then goes on in the
+// answer, so a budget never cuts an answer off. Special tokens in `conclusion` are parsed as such.
+struct ReasoningBudget {
+  int32_t tokens = -1;  // < 0: no limit
+  std::string open, close, conclusion;
+  bool starts_inside = false;
+
+  // The markers are known: reasoning tokens are counted (GenerateResult::reasoning_tokens).
+  bool tracked() const { return !close.empty(); }
+  bool limited() const { return tracked() && tokens >= 0 && !conclusion.empty(); }
+};
+
 enum class StopReason { Length, EndOfGeneration, StopString, Cancelled, ContextFull };
 
 // "length", "eog", "stop", "cancelled", "context_full".
@@ -37,6 +52,7 @@ struct GenerateOptions {
   // Log-probabilities of each generated token under the model (softmax of its logits, before any
   // sampling stage), with this many most likely alternatives; -1: not collected.
   int32_t top_logprobs = -1;
+  ReasoningBudget reasoning;
   // Benchmarks: an end-of-generation token is a token like any other (random weights choose them).
   bool ignore_eog = false;
   // Benchmarks: record when each token was chosen (GenerateResult::token_times).
@@ -61,6 +77,8 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;    // the prompt's length
   int64_t cached_tokens = 0;    // of which already in the context (not evaluated again)
   int32_t context_shifts = 0;
+  int32_t reasoning_tokens = 0;  // generated inside the reasoning block (the conclusion included)
+  bool reasoning_concluded = false;  // the budget ran out and the engine wrote the conclusion
   double prefill_s = 0;         // evaluating the uncached prompt tokens
   double first_token_s = 0;     // from the call to the first token's text (time to first token)
   double decode_s = 0;          // from the first sampled token to the end
@@ -99,6 +117,7 @@ class Generation {
   bool decode_one();
   void finish();
   bool emit_text(std::string text);
+  void track_reasoning(std::string_view text);
 
   Session& session_;
   const tokenizer::Tokenizer& tok_;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+
 #include "core/json_bounded.h"
 
 namespace zinc::server {
@@ -163,14 +165,18 @@ MessagesRequest parse_messages_request(const json& body, const sample::SamplerPa
     if (body.contains(k)) o[k] = body[k];
   }
   if (body.contains("thinking")) {
-    // {type: enabled, budget_tokens} or {type: disabled}. The budget is not enforced yet: the answer's
-    // max_tokens bounds thinking and text together.
+    // {type: enabled, budget_tokens} or {type: disabled}. At the budget the engine concludes the
+    // reasoning and the model goes on to the answer (runtime::ReasoningBudget).
     const json& t = body["thinking"];
     if (!t.is_object() || !t.contains("type") || !t["type"].is_string()) bad("thinking", "must be an object with a type");
     const std::string type = t["type"].get<std::string>();
     if (type != "enabled" && type != "disabled") bad("thinking.type", "must be enabled or disabled");
-    if (type == "enabled" && t.contains("budget_tokens") && !t["budget_tokens"].is_number_integer()) {
-      bad("thinking.budget_tokens", "must be an integer");
+    if (type == "enabled" && t.contains("budget_tokens")) {
+      if (!t["budget_tokens"].is_number_integer() || t["budget_tokens"].get<int64_t>() < 0 ||
+          t["budget_tokens"].get<int64_t>() > INT32_MAX) {
+        bad("thinking.budget_tokens", "must be an integer, at least 0");
+      }
+      o["thinking_budget_tokens"] = t["budget_tokens"];
     }
     o["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};
   }
@@ -214,7 +220,7 @@ ordered_json usage(int64_t input, int64_t output) { return {{"input_tokens", inp
 ordered_json message_json(const CompletionResult& c, const std::vector<std::string>& stop) {
   ordered_json content = ordered_json::array();
   if (!c.message.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", c.message.reasoning}, {"signature", ""}});
-  if (!c.message.content.empty() || c.message.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", c.message.content}});
+  if (!c.message.content.empty() || (c.message.tool_calls.empty() && content.empty())) content.push_back({{"type", "text"}, {"text", c.message.content}});
   for (size_t i = 0; i < c.message.tool_calls.size(); ++i) content.push_back(tool_use_block(c.message.tool_calls[i], c.id, i));
   return {{"id", c.id},
           {"type", "message"},

@@ -261,9 +261,41 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
   }
   if (const json* effort = field(body, "reasoning_effort")) {
     if (!effort->is_string()) bad("reasoning_effort", "must be a string");
+    r.reasoning_effort = effort->get<std::string>();
+    static const char* const kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    if (std::find(std::begin(kEfforts), std::end(kEfforts), r.reasoning_effort) == std::end(kEfforts)) {
+      bad("reasoning_effort", "must be none, minimal, low, medium, high or xhigh");
+    }
     r.template_vars["reasoning_effort"] = *effort;
   }
+  if (const json* budget = field(body, "thinking_budget_tokens")) {
+    if (!budget->is_number_integer() || budget->get<int64_t>() < -1 || budget->get<int64_t>() > INT32_MAX) {
+      bad("thinking_budget_tokens", "must be an integer, at least 0 (or -1 for no limit)");
+    }
+    r.reasoning_budget = budget->get<int32_t>();
+  }
   return r;
+}
+
+ThinkingPlan plan_thinking(const CompletionRequest& r, bool template_reads_effort, std::optional<bool> default_enable,
+                           int32_t default_budget) {
+  ThinkingPlan p;
+  p.enable_thinking = r.enable_thinking ? r.enable_thinking : default_enable;
+  p.budget = default_budget;
+  if (!r.reasoning_effort.empty() && !template_reads_effort) {
+    const std::string& e = r.reasoning_effort;
+    if (e == "none" || e == "minimal") {
+      if (!r.enable_thinking) p.enable_thinking = false;
+    } else if (e == "low") {
+      p.budget = 1024;
+    } else if (e == "medium") {
+      p.budget = 8192;
+    } else {
+      p.budget = -1;
+    }
+  }
+  if (r.reasoning_budget) p.budget = *r.reasoning_budget;
+  return p;
 }
 
 CompletionRequest parse_completion_request(const json& body, const sample::SamplerParams& defaults) {
@@ -305,7 +337,8 @@ ordered_json usage_json(const runtime::GenerateResult& r) {
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", completion},
           {"total_tokens", r.prompt_tokens + completion},
-          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}},
+          {"completion_tokens_details", {{"reasoning_tokens", r.reasoning_tokens}}}};
 }
 
 namespace {

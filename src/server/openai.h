@@ -50,7 +50,20 @@ struct CompletionRequest {
   int32_t top_logprobs = 0;
   std::optional<bool> enable_thinking;             // chat_template_kwargs.enable_thinking
   ordered_json template_vars = ordered_json::object();  // other chat_template_kwargs, reasoning_effort
+  std::string reasoning_effort;                    // "" when not given
+  std::optional<int32_t> reasoning_budget;         // thinking_budget_tokens (Anthropic: thinking.budget_tokens)
 };
+
+// How much a request may think: whether the template is asked to enable thinking, and the budget of
+// reasoning tokens (< 0: none). An explicit budget wins; else a reasoning_effort that the template does
+// not read itself becomes one (none/minimal: thinking off, low: 1024 tokens, medium: 8192, high and
+// above: no limit); else the server's default.
+struct ThinkingPlan {
+  std::optional<bool> enable_thinking;
+  int32_t budget = -1;
+};
+ThinkingPlan plan_thinking(const CompletionRequest& r, bool template_reads_effort, std::optional<bool> default_enable,
+                           int32_t default_budget);
 
 // Parses a request body. `defaults` are the server's sampling settings, which the request's fields
 // override. Throws ApiError (400) for anything malformed or unsupported.

@@ -86,7 +86,7 @@ ordered_json usage_of(const runtime::GenerateResult& g) {
   return {{"input_tokens", g.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", g.cached_tokens}}},
           {"output_tokens", out},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", g.reasoning_tokens}}},
           {"total_tokens", g.prompt_tokens + out}};
 }
 

@@ -187,6 +187,13 @@ struct Server::Impl {
     }
   }
 
+  // The request's thinking settings against the server's defaults (a template that reads
+  // reasoning_effort, as GPT-OSS's does, is left to use it itself).
+  ThinkingPlan thinking(const CompletionRequest& r) const {
+    return plan_thinking(r, tmpl.source().find("reasoning_effort") != std::string::npos, opts.enable_thinking,
+                         opts.reasoning_budget);
+  }
+
   // The prompt's tokens; `opens_reasoning` tells whether a chat template started the reasoning block.
   std::vector<int32_t> prompt_tokens(const CompletionRequest& r, bool* opens_reasoning) const {
     std::vector<int32_t> ids;
@@ -196,7 +203,7 @@ struct Server::Impl {
       cr.messages = r.messages;
       cr.tools = r.tools;
       cr.add_generation_prompt = true;
-      cr.enable_thinking = r.enable_thinking ? r.enable_thinking : opts.enable_thinking;
+      cr.enable_thinking = thinking(r).enable_thinking;
       cr.extra = r.template_vars;
       std::string text;
       try {
@@ -274,6 +281,10 @@ struct Server::Impl {
     g.context_shift = opts.context_shift;
     g.n_keep = opts.n_keep;
     g.decode.at_start = r.chat;  // a completion continues its prompt's text
+    if (r.chat) {
+      const chat::ReasoningMarkers markers = chat::reasoning_markers(format);
+      g.reasoning = {thinking(r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
+    }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!engine.submit(job)) {
       res.set_header("Retry-After", "1");

@@ -145,6 +145,15 @@ void Tokenizer::partition(std::string_view text, bool parse_special, std::vector
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode_impl(text, add_special, parse_special, true);
+}
+
+std::vector<int32_t> Tokenizer::encode_continuation(std::string_view text) const {
+  return encode_impl(text, false, true, false);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                            bool at_start) const {
   if (const size_t bad = unicode::utf8_first_invalid(text); bad != std::string_view::npos) {
     throw Error(fmt::format("text to tokenize is not valid UTF-8: byte 0x{:02x} at offset {} does not start a "
                             "well-formed sequence; convert the text to UTF-8 (or replace bad bytes with U+FFFD)",
@@ -159,7 +168,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   switch (v.type()) {
     case VocabType::Spm: {
       if (add_special && v.add_bos()) out.push_back(v.bos());
-      bool prev_special = true;  // text at the start or after a special token gets the space prefix
+      bool prev_special = true;  // text at the start or after a special token gets the space prefix (not a continuation)
       for (const Fragment& f : s.fragments) {
         if (f.token >= 0) {
           out.push_back(f.token);
@@ -167,7 +176,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
           continue;
         }
         s.text.clear();
-        if (v.add_space_prefix() && prev_special) s.text.append(kSpaceMarker);
+        if (v.add_space_prefix() && prev_special && at_start) s.text.append(kSpaceMarker);
         escape_spaces(text.substr(f.begin, f.end - f.begin), s.text);
         encode_spm(s.text, out, s);
         prev_special = false;

@@ -44,6 +44,9 @@ class Tokenizer {
   // Throws zinc::Error when the text is not well-formed UTF-8 (unicode::sanitize_utf8 replaces
   // ill-formed bytes with U+FFFD for callers that prefer that).
   std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const;
+  // Text that continues a sequence already under way (words the engine writes in the model's place):
+  // special tokens parsed, no BOS or EOS, and no SentencePiece space prefix in front of it.
+  std::vector<int32_t> encode_continuation(std::string_view text) const;
 
   // The bytes one token stands for: ▁ becomes a space, byte tokens their byte, byte-level BPE tokens
   // their original bytes. Control and unknown tokens give their text only when `special` is set.
@@ -76,6 +79,7 @@ class Tokenizer {
 
   void build_special_trie();
   void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special, bool at_start) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out, Scratch& s) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out, Scratch& s) const;
   void encode_bpe_word(std::string_view word, std::vector<int32_t>& out, Scratch& s) const;

@@ -68,6 +68,25 @@ const OutputParserOptions kLlama3{OutputFormat::Llama3, false};
 const OutputParserOptions kHarmony{OutputFormat::Harmony, false};
 const OutputParserOptions kHarmonyInAnalysis{OutputFormat::Harmony, true};
 
+// What the engine writes when reasoning runs out of budget ends the reasoning in the parser of the same
+// format: the reasoning so far and the closing sentence are reasoning, what follows is content.
+TEST(OutputParser, AReasoningConclusionEndsTheReasoningBlock) {
+  const std::string sentence =
+      "Considering the limited time by the user, I have to give the solution based on the thinking directly now.";
+  for (OutputFormat f : {OutputFormat::Hermes, OutputFormat::Llama3, OutputFormat::Harmony}) {
+    const auto m = zinc::chat::reasoning_markers(f);
+    ASSERT_FALSE(m.open.empty() || m.close.empty()) << zinc::chat::output_format_name(f);
+    EXPECT_NE(m.conclusion.find(sentence), std::string::npos);
+    EXPECT_NE(m.conclusion.find(m.close), std::string::npos);
+    const std::string text = m.open + "Let me see, the first" + m.conclusion + "The answer is 4.";
+    expect_parse({f, false}, text, out("The answer is 4.", "Let me see, the first" + std::string(f == OutputFormat::Harmony ? " " : "\n\n") + sentence));
+    // Reasoning the prompt opened.
+    expect_parse({f, true}, "Let me see" + m.conclusion + "4.", out("4.", "Let me see" + std::string(f == OutputFormat::Harmony ? " " : "\n\n") + sentence));
+  }
+  const auto plain = zinc::chat::reasoning_markers(OutputFormat::Plain);
+  EXPECT_TRUE(plain.open.empty() && plain.close.empty() && plain.conclusion.empty());
+}
+
 TEST(OutputParser, PlainTextIsContent) {
   expect_parse(kHermes, "Hello world", out("Hello world"));
   expect_parse(kHermes, "a < b and <thin> x >", out("a < b and <thin> x >"));

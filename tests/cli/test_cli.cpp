@@ -420,6 +420,37 @@ TEST(Cli, RunChatAppliesATemplateAndSamplerOptions) {
   EXPECT_NE(both.status, 0);
 }
 
+TEST(Cli, ReasoningBudgetConcludesTheThinkingAndAnswers) {
+  ZINC_REQUIRE_TESTDATA();
+  // Qwen3.5's template opens the reasoning block; stories260K never closes it, so without a budget the
+  // whole answer is reasoning. With --reasoning-budget 5 the closing sentence follows 5 tokens of it,
+  // and the rest is the answer.
+  const std::string tmpl = (zinc::test::testdata_dir() / "templates/Qwen3.5-4B.jinja").string();
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "--json", "--chat", "-m", stories(), "-p", "Once upon a time", "-n", "100",
+                                     "--chat-template", tmpl};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return json::parse(zinc(args).out);
+  };
+  const json free = run({});
+  const json limited = run({"--reasoning-budget", "5"});
+  EXPECT_EQ(free["content"], "");
+  const std::string sentence =
+      "Considering the limited time by the user, I have to give the solution based on the thinking directly now.";
+  const std::string r = limited["reasoning"];
+  ASSERT_TRUE(r.ends_with(sentence)) << limited;
+  EXPECT_TRUE(free["reasoning"].get<std::string>().starts_with(r.substr(0, r.size() - sentence.size() - 2))) << limited;
+  EXPECT_NE(limited["content"], "");
+  EXPECT_EQ(limited["tokens"].size(), 100u) << limited;
+  EXPECT_EQ(limited["reasoning_concluded"], true);
+  EXPECT_EQ(free["reasoning_concluded"], false);
+  EXPECT_EQ(free["reasoning_tokens"], 100);
+  EXPECT_GT(limited["reasoning_tokens"].get<int>(), 5);
+  EXPECT_LT(limited["reasoning_tokens"].get<int>(), 100);
+  const RunResult bad = zinc({"run", "-m", stories(), "-p", "x", "--chat", "--reasoning-budget", "-3"});
+  EXPECT_NE(bad.status, 0);
+}
+
 TEST(Cli, ValidateComparesABackendWithTheCpu) {
   ZINC_REQUIRE_TESTDATA();
   // The CPU against itself: every tensor identical, exit 0, one entry per graph node.

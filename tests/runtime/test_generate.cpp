@@ -178,6 +178,110 @@ TEST(Generate, AFullContextStopsOrShifts) {
   EXPECT_TRUE(std::equal(h.begin() + 5, h.end(), all.end() - static_cast<std::ptrdiff_t>(h.size() - 5)));
 }
 
+// Greedy generation with a reasoning budget, against the same generation without one: the budget only
+// changes what happens once reasoning has spent it.
+struct BudgetRun {
+  GenerateResult free, limited;
+  std::vector<int32_t> conclusion;  // the conclusion's tokens
+};
+
+BudgetRun run_budget(Stories& m, ReasoningBudget budget, int32_t max_tokens) {
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.decode.at_start = false;
+  BudgetRun out;
+  auto a = m.session(256), b = m.session(256);
+  auto s1 = greedy(), s2 = greedy();
+  out.free = generate(*a, m.tok, s1, prompt, o, nullptr);
+  o.reasoning = budget;
+  std::string streamed;
+  out.limited = generate(*b, m.tok, s2, prompt, o, [&](std::string_view t) { streamed += t; });
+  EXPECT_EQ(streamed, out.limited.text);
+  out.conclusion = m.tok.encode_continuation(budget.conclusion);
+  return out;
+}
+
+std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t from, size_t to) {
+  return {v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(std::min(to, v.size()))};
+}
+
+// How many of `ids` it takes for their text to contain `marker`.
+int32_t tokens_through(const Stories& m, const std::vector<int32_t>& ids, std::string_view marker) {
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    text += m.tok.token_to_piece(ids[i]);
+    if (text.find(marker) != std::string::npos) return static_cast<int32_t>(i + 1);
+  }
+  return -1;
+}
+
+TEST(Generate, AReasoningBudgetWritesTheConclusionThenTheModelAnswers) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  // The prompt opened the reasoning: after 6 tokens the conclusion follows, and generation goes on.
+  const auto r = run_budget(m, {6, "<think>", "</think>", "\nSo I answer.\n</think>\n\n", true}, 40);
+  const size_t k = r.conclusion.size();
+  ASSERT_GT(k, 2u);
+  EXPECT_EQ(slice(r.limited.tokens, 0, 6), slice(r.free.tokens, 0, 6));  // the model's own reasoning
+  EXPECT_EQ(slice(r.limited.tokens, 6, 6 + k), r.conclusion);             // then the conclusion, as tokens
+  EXPECT_TRUE(r.limited.reasoning_concluded);
+  // Reasoning ends with the conclusion's closing marker.
+  EXPECT_EQ(r.limited.reasoning_tokens, 6 + tokens_through(m, r.conclusion, "</think>"));
+  EXPECT_EQ(r.limited.tokens.size(), 40u);                              // and the answer goes on
+  EXPECT_NE(r.limited.text.find("So I answer."), std::string::npos) << r.limited.text;
+  EXPECT_EQ(r.limited.text, m.tok.decode(r.limited.tokens, {.remove_special = false, .render_special = true, .at_start = false}));
+
+  // The answer continues from a context that holds the conclusion: the same tokens as generating
+  // greedily from the prompt followed by the reasoning and the conclusion.
+  auto prompt = m.tok.encode("Once upon a time", true, false);
+  const auto head = slice(r.limited.tokens, 0, 6 + k);
+  prompt.insert(prompt.end(), head.begin(), head.end());
+  auto s = m.session(256);
+  auto sampler = greedy();
+  GenerateOptions o;
+  o.max_tokens = static_cast<int32_t>(40 - 6 - k);
+  const auto rest = generate(*s, m.tok, sampler, prompt, o, nullptr);
+  EXPECT_EQ(rest.tokens, slice(r.limited.tokens, 6 + k, 40));
+
+  // A budget of 0 concludes at once.
+  const auto zero = run_budget(m, {0, "<think>", "</think>", "\nSo I answer.\n</think>\n\n", true}, 30);
+  EXPECT_EQ(slice(zero.limited.tokens, 0, k), zero.conclusion);
+}
+
+TEST(Generate, AReasoningBudgetCountsOnlyInsideTheReasoningBlock) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  // The published greedy text: ", there was a little girl named Lily. She loved to play outside...".
+  // "little" stands for the opening marker here, "girl" for the closing one.
+  const auto closes = run_budget(m, {30, "", "girl", "\nSo.\ngirl\n", true}, 24);
+  EXPECT_EQ(closes.limited.tokens, closes.free.tokens);  // the model closed its reasoning in budget
+  EXPECT_FALSE(closes.limited.reasoning_concluded);
+  // The tokens counted are those up to the one that completed "girl".
+  const int32_t through_girl = tokens_through(m, closes.free.tokens, "girl");
+  ASSERT_GT(through_girl, 0);
+  EXPECT_EQ(closes.limited.reasoning_tokens, through_girl);
+
+  // Reasoning that starts at "little": 2 tokens later the conclusion comes.
+  const auto opens = run_budget(m, {2, "little", "girl", "\nSo.\ngirl\n", false}, 24);
+  const int32_t through_little = tokens_through(m, opens.free.tokens, "little");
+  ASSERT_GT(through_little, 0);
+  const auto n = static_cast<size_t>(through_little);
+  const size_t k = opens.conclusion.size();
+  EXPECT_EQ(slice(opens.limited.tokens, 0, n + 2), slice(opens.free.tokens, 0, n + 2));
+  EXPECT_EQ(slice(opens.limited.tokens, n + 2, n + 2 + k), opens.conclusion);
+  EXPECT_TRUE(opens.limited.reasoning_concluded);
+  // Cut right after the conclusion (later text may open reasoning again): the 2 tokens and the
+  // conclusion's up to its closing marker were reasoning.
+  const auto exact = run_budget(m, {2, "little", "girl", "\nSo.\ngirl\n", false}, static_cast<int32_t>(n + 2 + k));
+  EXPECT_EQ(exact.limited.reasoning_tokens, 2 + tokens_through(m, opens.conclusion, "girl"));
+
+  // No budget: nothing changes, and the reasoning tokens are still counted.
+  const auto unlimited = run_budget(m, {-1, "", "girl", "\nSo.\ngirl\n", true}, 24);
+  EXPECT_EQ(unlimited.limited.tokens, unlimited.free.tokens);
+  EXPECT_EQ(unlimited.limited.reasoning_tokens, through_girl);
+}
+
 TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;

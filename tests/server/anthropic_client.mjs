@@ -108,6 +108,55 @@ try {
   await expectError("a wrong key: 401 authentication_error",
                     new Anthropic({ baseURL: t.base, apiKey: "wrong", maxRetries: 0 }).messages.create(
                       { model: "stories260K", max_tokens: 4, messages }), 401, "authentication_error");
+
+  // A thinking budget, on a template that opens the reasoning block (Qwen3.5's): stories260K never
+  // closes it by itself, so without a budget the whole answer is reasoning; with one, after the budget
+  // the engine writes the closing sentence and </think>, and the model goes on into the answer.
+  const q = await startServer(["-c", "1024", "--chat-template", path.join(templates, "Qwen3.5-4B.jinja")]);
+  const qc = new Anthropic({ baseURL: q.base, apiKey: "none", maxRetries: 0 });
+  const qo = new OpenAI({ baseURL: q.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const sentence = "Considering the limited time by the user, I have to give the solution based on the thinking directly now.";
+  const unlimited = await qc.messages.create({ model: "stories260K", max_tokens: 160, temperature: 0, messages,
+                                               thinking: { type: "enabled", budget_tokens: 100000 } });
+  const freeThought = unlimited.content.find((b) => b.type === "thinking")?.thinking ?? "";
+  check(unlimited.content.length === 1 && freeThought.length > 100 && !freeThought.includes(sentence),
+        "without a budget it only thinks", JSON.stringify(unlimited.content).slice(0, 300));
+  const budgeted = await qc.messages.create({ model: "stories260K", max_tokens: 160, temperature: 0, messages,
+                                              thinking: { type: "enabled", budget_tokens: 8 } });
+  const thought = budgeted.content[0]?.type === "thinking" ? budgeted.content[0].thinking : "";
+  const answer = budgeted.content[1]?.type === "text" ? budgeted.content[1].text : "";
+  const own = thought.endsWith(sentence) ? thought.slice(0, -sentence.length).trim() : null;
+  check(own !== null && own.length > 0 && freeThought.startsWith(own) && answer.length > 0 && budgeted.content.length === 2 &&
+        budgeted.usage.output_tokens === 160,
+        "a budget of 8 tokens: the model's own reasoning, the closing sentence, then an answer",
+        JSON.stringify(budgeted.content).slice(0, 600));
+  const streamedBudget = qc.messages.stream({ model: "stories260K", max_tokens: 160, temperature: 0, messages,
+                                             thinking: { type: "enabled", budget_tokens: 8 } });
+  const deltas = [];
+  for await (const e of streamedBudget) if (e.type === "content_block_delta") deltas.push(e.delta.type);
+  const streamedFinal = await streamedBudget.finalMessage();
+  check(JSON.stringify(streamedFinal.content) === JSON.stringify(budgeted.content) &&
+        deltas.filter((t, i) => t !== deltas[i - 1]).join(",") === "thinking_delta,signature_delta,text_delta",
+        "streamed: thinking deltas, then text deltas, the same blocks", JSON.stringify(streamedFinal.content).slice(0, 300));
+  // The OpenAI endpoint's thinking_budget_tokens does the same, and usage counts the reasoning tokens.
+  const oaiBudget = await qo.chat.completions.create({ model: "stories260K", max_tokens: 160, temperature: 0, messages,
+                                                       thinking_budget_tokens: 8 });
+  const om = oaiBudget.choices[0].message;
+  const reasoningTokens = oaiBudget.usage.completion_tokens_details?.reasoning_tokens;
+  check(om.reasoning_content === thought && om.content === answer && reasoningTokens > 8 && reasoningTokens < 160,
+        "thinking_budget_tokens on the OpenAI endpoint: the same answer, its reasoning tokens counted",
+        JSON.stringify(oaiBudget.usage));
+  // reasoning_effort for a template that does not read it: minimal turns thinking off (the template
+  // closes the block in the prompt), high leaves it unlimited.
+  const minimal = await qo.chat.completions.create({ model: "stories260K", max_tokens: 16, temperature: 0, messages,
+                                                     reasoning_effort: "minimal" });
+  const high = await qo.chat.completions.create({ model: "stories260K", max_tokens: 16, temperature: 0, messages,
+                                                  reasoning_effort: "high" });
+  check(!minimal.choices[0].message.reasoning_content && minimal.usage.completion_tokens_details.reasoning_tokens === 0 &&
+        high.choices[0].message.reasoning_content && high.usage.completion_tokens_details.reasoning_tokens === 16,
+        "reasoning_effort minimal: no reasoning; high: all of it", JSON.stringify([minimal.usage, high.usage]));
+  await expectError("a negative budget_tokens: 400", qc.messages.create({ model: "stories260K", max_tokens: 4, messages,
+    thinking: { type: "enabled", budget_tokens: -5 } }), 400, "invalid_request_error");
 } catch (e) {
   check(false, "anthropic client run", e.stack || String(e));
 } finally {

@@ -125,9 +125,47 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400("{" + m + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice");
   expect_400("{" + m + R"(, "response_format": {"type": "json_schema"}})", "response_format");
   expect_400("{" + m + R"(, "chat_template_kwargs": {"enable_thinking": "no"}})", "chat_template_kwargs.enable_thinking");
+  expect_400("{" + m + R"(, "reasoning_effort": "extreme"})", "reasoning_effort");
+  expect_400("{" + m + R"(, "thinking_budget_tokens": -2})", "thinking_budget_tokens");
+  expect_400("{" + m + R"(, "thinking_budget_tokens": 1.5})", "thinking_budget_tokens");
+  expect_400("{" + m + R"(, "thinking_budget_tokens": 4294967296})", "thinking_budget_tokens");
   expect_400(R"({"prompt": 5})", "prompt", false);
   expect_400(R"({"prompt": ["a", "b"]})", "prompt", false);
   expect_400(R"({"max_tokens": 5})", "prompt", false);
+}
+
+TEST(OpenAiRequest, ThinkingBudgetAndEffortMakeOnePlan) {
+  const auto req = [](const std::string& extra) {
+    return parse_chat_request(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}"),
+                              sample::SamplerParams::chat());
+  };
+  // Nothing asked: the server's defaults.
+  auto p = plan_thinking(req(""), false, std::nullopt, -1);
+  EXPECT_EQ(p.enable_thinking, std::nullopt);
+  EXPECT_EQ(p.budget, -1);
+  p = plan_thinking(req(""), false, true, 300);
+  EXPECT_EQ(p.enable_thinking, true);
+  EXPECT_EQ(p.budget, 300);
+  // An explicit budget wins over the server's and over an effort.
+  p = plan_thinking(req(R"(, "thinking_budget_tokens": 0, "reasoning_effort": "high")"), false, std::nullopt, 300);
+  EXPECT_EQ(p.budget, 0);
+  p = plan_thinking(req(R"(, "thinking_budget_tokens": -1)"), false, std::nullopt, 300);
+  EXPECT_EQ(p.budget, -1);
+  // Efforts, for a template that does not read reasoning_effort.
+  EXPECT_EQ(plan_thinking(req(R"(, "reasoning_effort": "low")"), false, std::nullopt, -1).budget, 1024);
+  EXPECT_EQ(plan_thinking(req(R"(, "reasoning_effort": "medium")"), false, std::nullopt, -1).budget, 8192);
+  EXPECT_EQ(plan_thinking(req(R"(, "reasoning_effort": "high")"), false, std::nullopt, 500).budget, -1);
+  p = plan_thinking(req(R"(, "reasoning_effort": "minimal")"), false, true, -1);
+  EXPECT_EQ(p.enable_thinking, false);
+  // ... unless the request says enable_thinking itself.
+  p = plan_thinking(req(R"(, "reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": true})"), false,
+                    std::nullopt, -1);
+  EXPECT_EQ(p.enable_thinking, true);
+  // A template that reads reasoning_effort (GPT-OSS's) gets it as a variable and no budget from it.
+  const auto low = req(R"(, "reasoning_effort": "low")");
+  EXPECT_EQ(low.template_vars["reasoning_effort"], "low");
+  EXPECT_EQ(plan_thinking(low, true, std::nullopt, -1).budget, -1);
+  EXPECT_EQ(plan_thinking(req(R"(, "reasoning_effort": "minimal")"), true, std::nullopt, -1).enable_thinking, std::nullopt);
 }
 
 TEST(OpenAiResponse, ChatCompletionFields) {

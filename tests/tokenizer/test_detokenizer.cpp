@@ -122,6 +122,9 @@ TEST(Detokenizer, RoundTripsRealVocabularies) {
       }
       out += d.flush();
       EXPECT_EQ(out, text) << name;
+      // Text encoded as a continuation decodes to itself after text already shown (no space in front).
+      const auto cont = tok.encode_continuation(text);
+      EXPECT_EQ(tok.decode(cont, {.at_start = false}), text) << name;
     }
     EXPECT_TRUE(held_back) << name << ": no token split a character, so nothing was tested";
   }

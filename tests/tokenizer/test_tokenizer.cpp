@@ -115,6 +115,8 @@ TEST(Spm, AddsBosAndSpacePrefixAfterSpecialTokens) {
   const auto plain = tok.encode("a</s>a", false, false);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 2), 0);
   EXPECT_EQ(plain.back(), a);
+  // A continuation (text the engine writes after generated tokens): no ▁ anywhere, specials parsed, no BOS.
+  EXPECT_EQ(tok.encode_continuation("a</s>a"), (std::vector<int32_t>{a, 2, a}));
 }
 
 TEST(Spm, AddEosWhenAsked) {
