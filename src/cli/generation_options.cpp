@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 
@@ -14,6 +16,7 @@
 #include "cli/terminal.h"
 #include "hub/store.h"
 #include "core/error.h"
+#include "sample/json_schema.h"
 #include "core/system_info.h"
 #include "model/model.h"
 #include "runtime/chat_session.h"
@@ -81,6 +84,23 @@ runtime::GenerateOptions GenerationArgs::generate_options() const {
   g.context_shift = context_shift;
   g.n_keep = n_keep;
   g.reasoning.tokens = reasoning_budget;  // the chat's template supplies the markers
+  const auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read {}", path));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string gbnf = !grammar_file.empty() ? slurp(grammar_file) : grammar;
+  const std::string schema = !json_schema_file.empty() ? slurp(json_schema_file) : json_schema;
+  if (!schema.empty()) {
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(schema);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(fmt::format("--json-schema: not JSON ({})", e.what()));
+    }
+    gbnf = sample::json_schema_to_gbnf(j);
+  }
+  if (!gbnf.empty()) g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
   return g;
 }
 
@@ -135,6 +155,15 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
                   "Stage order, e.g. \"penalties;dry;top_k;typical_p;top_p;min_p;xtc;temperature\"");
   cmd->add_option("--seed", sp.seed, "Random seed (default: random, reported with --json)");
   cmd->add_option("--stop", a.stop, "Stop when this text appears (repeatable); it is not printed");
+  auto* gr = cmd->add_option("--grammar", a.grammar, "Constrain the output to a GBNF grammar (its 'root' rule)");
+  auto* grf = cmd->add_option("--grammar-file", a.grammar_file, "Constrain the output to the GBNF grammar in FILE");
+  auto* js = cmd->add_option("-j,--json-schema", a.json_schema, "Constrain the output to JSON that this JSON schema accepts");
+  auto* jsf = cmd->add_option("--json-schema-file", a.json_schema_file, "Constrain the output to the JSON schema in FILE");
+  for (auto* o : {gr, grf, js, jsf}) {
+    for (auto* p : {gr, grf, js, jsf}) {
+      if (o != p) o->excludes(p);
+    }
+  }
   if (chat_options) {
     cmd->add_option("--system", a.system, "System prompt");
     auto* think = cmd->add_flag("--think", a.think, "Ask the chat template to enable the model's reasoning");

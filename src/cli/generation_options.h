@@ -35,6 +35,8 @@ struct GenerationArgs {
   std::string samplers;                 // --samplers: stage names separated by ';' or ','
   std::vector<std::string> logit_bias;  // --logit-bias TOKEN+BIAS / TOKEN-BIAS
   std::vector<std::string> stop;
+  // Output constrained to a grammar: GBNF text or file, or a JSON schema (text or file).
+  std::string grammar, grammar_file, json_schema, json_schema_file;
   // Chat templates.
   std::string system;
   bool think = false, no_think = false;
@@ -45,7 +47,7 @@ struct GenerationArgs {
   std::optional<bool> enable_thinking() const;
   backend::ExecOptions exec_options() const;  // context, threads, KV type; 256-token prefill steps
   sample::SamplerParams sampler_params(int32_t n_ctx) const;
-  runtime::GenerateOptions generate_options() const;
+  runtime::GenerateOptions generate_options() const;  // throws zinc::Error for a grammar it cannot read
 };
 
 // "f16", "f32" or "q8_0" (the choices --kv-type accepts).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <limits>
 
 #include "core/error.h"
 #include "sample/stop_matcher.h"
@@ -71,6 +72,9 @@ struct Generation::Impl {
   bool reasoning = false;
   std::string marker_tail;
   std::deque<int32_t> forced;
+  std::unique_ptr<sample::GrammarMatcher> grammar;
+  std::vector<uint8_t> allowed;  // the grammar's mask, when a choice had to be made again
+  std::vector<float> masked;     // the logits under that mask
 };
 
 Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
@@ -94,6 +98,10 @@ Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample
   }
   impl_ = std::make_unique<Impl>(Impl{sample::StopMatcher(opts_.stop), tokenizer::Detokenizer(tok_, opts_.decode), {}, {}});
   impl_->reasoning = opts_.reasoning.tracked() && opts_.reasoning.starts_inside;
+  if (opts_.grammar) {
+    impl_->grammar = std::make_unique<sample::GrammarMatcher>(
+        opts_.grammar, opts_.grammar_vocab ? opts_.grammar_vocab : sample::GrammarVocab::from_tokenizer(tok_));
+  }
   r_.prompt_tokens = static_cast<int64_t>(prompt_.size());
 }
 
@@ -187,8 +195,6 @@ bool Generation::decode_one() {
     r_.reason = StopReason::Cancelled;
     return false;
   }
-  // Greedy with nothing that reads the logits: the backend's argmax (a GPU computes it and hands back
-  // one id instead of a row of logits).
   // Reasoning over its budget: the engine writes the conclusion in the model's place.
   const bool was_reasoning = impl_->reasoning;
   if (was_reasoning && opts_.reasoning.limited() && impl_->forced.empty() && !r_.reasoning_concluded &&
@@ -198,14 +204,41 @@ bool Generation::decode_one() {
     r_.reasoning_concluded = true;
   }
   const bool forced = !impl_->forced.empty();
+  sample::GrammarMatcher* grammar = !forced && !was_reasoning ? impl_->grammar.get() : nullptr;
+  if (grammar && grammar->exhausted()) {  // the grammar's sentence is complete and nothing may follow
+    r_.reason = StopReason::EndOfGeneration;
+    return false;
+  }
+  // Greedy with nothing that reads the logits: the backend's argmax (a GPU computes it and hands back
+  // one id instead of a row of logits).
   const bool backend_pick = forced ? opts_.top_logprobs < 0 : !sampler_.needs_logits() && opts_.top_logprobs < 0;
-  const std::span<const float> logits = backend_pick ? std::span<const float>() : session_.last_logits();
+  std::span<const float> logits = backend_pick ? std::span<const float>() : session_.last_logits();
   int32_t next = 0;
   if (forced) {
     next = impl_->forced.front();
     impl_->forced.pop_front();
   } else {
     next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
+    // Under a grammar the sampler's first choice usually fits; only when it does not are the tokens
+    // the grammar refuses masked out and the choice made again (the same distribution as masking first
+    // whenever the chain keeps every allowed token the first choice could have been).
+    if (grammar && !grammar->allows(next)) {
+      if (logits.empty()) logits = session_.last_logits();
+      grammar->fill_mask(impl_->allowed);
+      impl_->masked.assign(logits.begin(), logits.end());
+      bool any = false;
+      for (size_t t = 0; t < impl_->masked.size(); ++t) {
+        if (!impl_->allowed[t]) impl_->masked[t] = -std::numeric_limits<float>::infinity();
+        else any = true;
+      }
+      if (!any) {  // the grammar allows no token of this vocabulary: stop rather than break it
+        r_.reason = StopReason::EndOfGeneration;
+        return false;
+      }
+      next = sampler_.sample(impl_->masked);
+      ++r_.grammar_resamples;
+    }
+    if (grammar) grammar->accept(next);
   }
   sampler_.accept(next);
   if (opts_.token_times) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/session.h"
+#include "sample/grammar_matcher.h"
 #include "sample/sampler.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -53,6 +54,12 @@ struct GenerateOptions {
   // sampling stage), with this many most likely alternatives; -1: not collected.
   int32_t top_logprobs = -1;
   ReasoningBudget reasoning;
+  // Output constrained to a grammar (outside the reasoning block, and not the conclusion the budget
+  // writes): each token is the sampler's choice among the tokens the grammar allows, and generation
+  // ends when the grammar can take nothing more. The vocabulary view is built from the tokenizer when
+  // not given (pass one to share it between requests).
+  std::shared_ptr<const sample::Grammar> grammar;
+  std::shared_ptr<const sample::GrammarVocab> grammar_vocab;
   // Benchmarks: an end-of-generation token is a token like any other (random weights choose them).
   bool ignore_eog = false;
   // Benchmarks: record when each token was chosen (GenerateResult::token_times).
@@ -79,6 +86,7 @@ struct GenerateResult {
   int32_t context_shifts = 0;
   int32_t reasoning_tokens = 0;  // generated inside the reasoning block (the conclusion included)
   bool reasoning_concluded = false;  // the budget ran out and the engine wrote the conclusion
+  int32_t grammar_resamples = 0;     // tokens the sampler chose that the grammar refused (then masked)
   double prefill_s = 0;         // evaluating the uncached prompt tokens
   double first_token_s = 0;     // from the call to the first token's text (time to first token)
   double decode_s = 0;          // from the first sampled token to the end

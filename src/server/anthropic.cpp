@@ -8,7 +8,7 @@
 
 namespace zinc::server {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -147,9 +147,11 @@ MessagesRequest parse_messages_request(const json& body, const sample::SamplerPa
     const std::string type = c["type"].get<std::string>();
     if (type == "none") {
       o["tool_choice"] = "none";
-    } else if (type == "any" || type == "tool") {
-      throw ApiError(400, fmt::format("'tool_choice': {} (forcing a tool call) is not supported yet; use auto", type),
-                     "invalid_request_error", "tool_choice");
+    } else if (type == "any") {
+      o["tool_choice"] = "required";
+    } else if (type == "tool") {
+      if (!c.contains("name") || !c["name"].is_string()) bad("tool_choice.name", "must be the name of a tool");
+      o["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     } else if (type != "auto") {
       bad("tool_choice.type", "must be auto, any, tool or none");
     }

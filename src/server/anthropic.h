@@ -24,7 +24,7 @@ struct MessagesRequest {
 
 // Parses a /v1/messages body (count_tokens: the same body, max_tokens not required). Throws ApiError
 // (400) naming the field for anything malformed or not supported (images, documents, forcing a tool).
-MessagesRequest parse_messages_request(const nlohmann::json& body, const sample::SamplerParams& defaults,
+MessagesRequest parse_messages_request(const nlohmann::ordered_json& body, const sample::SamplerParams& defaults,
                                        bool count_only = false);
 
 // "end_turn", "max_tokens", "stop_sequence" or "tool_use".

@@ -9,10 +9,12 @@
 #include <random>
 
 #include "core/json_bounded.h"
+#include "sample/grammar.h"
+#include "sample/json_schema.h"
 
 namespace zinc::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError::ApiError(int status, std::string message, std::string type, std::string param, std::string code)
     : Error(std::move(message)), status_(status), type_(std::move(type)), param_(std::move(param)), code_(std::move(code)) {}
@@ -95,6 +97,60 @@ std::string content_text(const json& content, const std::string& param) {
   return out;
 }
 
+// A grammar's text, checked now so that a bad one is a 400 naming its field.
+std::string checked_grammar(std::string gbnf, const std::string& param) {
+  try {
+    sample::Grammar::parse(gbnf);
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("'{}': {}", param, e.what()), "invalid_request_error", param);
+  }
+  return gbnf;
+}
+
+std::string schema_grammar(const json& schema, const std::string& param) {
+  if (!schema.is_object() && !schema.is_boolean()) bad(param, "must be a JSON schema (an object)");
+  try {
+    return checked_grammar(sample::json_schema_to_gbnf(schema), param);
+  } catch (const Error& e) {
+    throw ApiError(400, fmt::format("'{}': {}", param, e.what()), "invalid_request_error", param);
+  }
+}
+
+// What the output is constrained to: response_format (json_object, json_schema), or llama.cpp's
+// json_schema and grammar fields. At most one of them.
+void parse_constraint(const json& body, CompletionRequest& r) {
+  int given = 0;
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) bad("response_format", "must be an object with a 'type'");
+    const auto type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      r.grammar = sample::json_value_gbnf(true);
+      // llama.cpp accepts a schema here too.
+      if (rf->contains("schema")) r.grammar = schema_grammar((*rf)["schema"], "response_format.schema");
+      ++given;
+    } else if (type == "json_schema") {
+      const json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+      if (!js || !js->is_object() || !js->contains("schema")) bad("response_format.json_schema", "must be an object with a 'schema'");
+      r.grammar = schema_grammar((*js)["schema"], "response_format.json_schema.schema");
+      ++given;
+    } else if (type != "text") {
+      bad("response_format", fmt::format("unknown type '{}'", type));
+    }
+  }
+  if (const json* js = field(body, "json_schema")) {
+    r.grammar = schema_grammar(*js, "json_schema");
+    ++given;
+  }
+  if (const json* g = field(body, "grammar")) {
+    if (!g->is_string()) bad("grammar", "must be a string of GBNF");
+    if (!g->get<std::string>().empty()) {
+      r.grammar = checked_grammar(g->get<std::string>(), "grammar");
+      ++given;
+    }
+  }
+  if (given > 1) bad("grammar", "give one of response_format, json_schema and grammar");
+}
+
 void parse_common(const json& body, const sample::SamplerParams& defaults, CompletionRequest& r) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   if (const json* m = field(body, "model")) {
@@ -165,6 +221,7 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
   CompletionRequest r;
   r.chat = true;
   parse_common(body, defaults, r);
+  parse_constraint(body, r);
   const json* msgs = field(body, "messages");
   if (!msgs || !msgs->is_array() || msgs->empty()) bad("messages", "must be a non-empty array of messages");
   for (size_t i = 0; i < msgs->size(); ++i) {
@@ -224,30 +281,25 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
       if (c != "none" && c != "auto" && c != "required") bad("tool_choice", "must be none, auto, required or a function");
       if (c == "none") r.tools = nullptr;  // the model is not told about the tools
       if (c == "required") {
-        throw ApiError(400, "'tool_choice': required (forcing a tool call) is not supported yet; use auto",
-                       "invalid_request_error", "tool_choice");
+        if (!r.tools.is_array()) bad("tool_choice", "required needs tools");
+        r.tool_choice = "required";
+        r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
       }
     } else if (choice->is_object()) {
-      throw ApiError(400, "'tool_choice': naming a function (forcing a tool call) is not supported yet; use auto",
-                     "invalid_request_error", "tool_choice");
+      const json* fn = choice->contains("function") ? &(*choice)["function"] : nullptr;
+      if (choice->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+        bad("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      }
+      r.tool_choice = (*fn)["name"].get<std::string>();
+      bool found = false;
+      for (const auto& t : r.tools.is_array() ? r.tools : json::array()) found = found || t["function"]["name"] == r.tool_choice;
+      if (!found) bad("tool_choice", fmt::format("names '{}', which is not among the tools", r.tool_choice));
     } else {
       bad("tool_choice", "must be none, auto, required or a function");
     }
   }
   r.logprobs = boolean(body, "logprobs", false);
   r.top_logprobs = static_cast<int32_t>(integer(body, "top_logprobs", 0, 20, 0));
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) bad("response_format", "must be an object with a 'type'");
-    const auto type = (*rf)["type"].get<std::string>();
-    if (type == "json_schema" || type == "json_object") {
-      // Output that must parse needs constrained sampling: refused rather than answered with text that
-      // may not be JSON.
-      throw ApiError(400, fmt::format("'response_format': {} (output constrained to JSON) is not supported yet; only text",
-                                      type),
-                     "invalid_request_error", "response_format");
-    }
-    if (type != "text") bad("response_format", fmt::format("unknown type '{}'", type));
-  }
   if (const json* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
     for (const auto& [k, v] : kw->items()) {
@@ -302,6 +354,7 @@ CompletionRequest parse_completion_request(const json& body, const sample::Sampl
   CompletionRequest r;
   r.chat = false;
   parse_common(body, defaults, r);
+  parse_constraint(body, r);
   const json* prompt = field(body, "prompt");
   if (!prompt) bad("prompt", "is required");
   if (prompt->is_string()) {

@@ -52,6 +52,9 @@ struct CompletionRequest {
   ordered_json template_vars = ordered_json::object();  // other chat_template_kwargs, reasoning_effort
   std::string reasoning_effort;                    // "" when not given
   std::optional<int32_t> reasoning_budget;         // thinking_budget_tokens (Anthropic: thinking.budget_tokens)
+  std::string grammar;       // GBNF the output must follow (response_format, json_schema, grammar); "" for none
+  std::string tool_choice;   // "" (auto), "required" (some tool), or the name of the tool that must be called
+  bool parallel_tool_calls = true;  // required: one call or several
 };
 
 // How much a request may think: whether the template is asked to enable thinking, and the budget of
@@ -67,8 +70,8 @@ ThinkingPlan plan_thinking(const CompletionRequest& r, bool template_reads_effor
 
 // Parses a request body. `defaults` are the server's sampling settings, which the request's fields
 // override. Throws ApiError (400) for anything malformed or unsupported.
-CompletionRequest parse_chat_request(const nlohmann::json& body, const sample::SamplerParams& defaults);
-CompletionRequest parse_completion_request(const nlohmann::json& body, const sample::SamplerParams& defaults);
+CompletionRequest parse_chat_request(const nlohmann::ordered_json& body, const sample::SamplerParams& defaults);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const sample::SamplerParams& defaults);
 
 // Everything about one finished request that a response needs.
 struct CompletionResult {

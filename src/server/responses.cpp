@@ -6,7 +6,7 @@
 
 namespace zinc::server {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -183,7 +183,15 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
     o["reasoning_effort"] = body["reasoning"]["effort"];
   }
   if (body.contains("text") && body["text"].is_object() && body["text"].contains("format")) {
-    o["response_format"] = body["text"]["format"];
+    // {type: json_schema, name, schema, strict} here; {type: json_schema, json_schema: {...}} in chat.
+    const json& f = body["text"]["format"];
+    if (f.is_object() && f.value("type", "") == "json_schema" && !f.contains("json_schema")) {
+      json js = f;
+      js.erase("type");
+      o["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
+    } else {
+      o["response_format"] = f;
+    }
   }
   if (body.contains("stream")) {
     if (!body["stream"].is_boolean()) bad("stream", "must be true or false");

@@ -22,7 +22,7 @@ struct ResponsesRequest {
 };
 
 // Throws ApiError (400) naming the field for anything malformed or not supported.
-ResponsesRequest parse_responses_request(const nlohmann::json& body, const sample::SamplerParams& defaults);
+ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body, const sample::SamplerParams& defaults);
 
 // The finished response object.
 ordered_json response_json(const CompletionResult& c, const CompletionRequest& r);

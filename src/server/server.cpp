@@ -15,6 +15,7 @@
 #include "chat/output_parser.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "server/tool_grammar.h"
 #include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 #include "server/http.h"
@@ -108,9 +109,10 @@ struct Server::Impl {
   // Errors of the Anthropic endpoints take Anthropic's shape.
   static bool anthropic_path(const http::Request& req) { return req.path.starts_with("/v1/messages"); }
 
-  static json parse_body(const http::Request& req) {
+  // Request bodies keep their keys' order (a JSON schema's properties are generated in the order given).
+  static ordered_json parse_body(const http::Request& req) {
     try {
-      return parse_json_bounded<json>(req.body);
+      return parse_json_bounded<ordered_json>(req.body);
     } catch (const JsonTooDeep& e) {
       throw ApiError(400, fmt::format("the request body is refused: {}", e.what()));
     } catch (const json::exception& e) {
@@ -186,6 +188,15 @@ struct Server::Impl {
                      "invalid_request_error", "model", "model_not_found");
     }
   }
+
+  // The vocabulary as grammars see it, built at the first constrained request and shared by all.
+  std::shared_ptr<const sample::GrammarVocab> grammar_vocab() {
+    std::lock_guard<std::mutex> lock(grammar_vocab_mutex);
+    if (!grammar_vocab_) grammar_vocab_ = sample::GrammarVocab::from_tokenizer(tok);
+    return grammar_vocab_;
+  }
+  std::mutex grammar_vocab_mutex;
+  std::shared_ptr<const sample::GrammarVocab> grammar_vocab_;
 
   // The request's thinking settings against the server's defaults (a template that reads
   // reasoning_effort, as GPT-OSS's does, is left to use it itself).
@@ -269,7 +280,7 @@ struct Server::Impl {
 
   // Starts a request on the engine: its prompt, its generation options, its job. 503 when every slot
   // is busy and the queue is full.
-  std::shared_ptr<Job> start_job(const CompletionRequest& r, const json& body, bool* opens_reasoning, http::Response& res) {
+  std::shared_ptr<Job> start_job(const CompletionRequest& r, const ordered_json& body, bool* opens_reasoning, http::Response& res) {
     auto prompt = prompt_tokens(r, opens_reasoning);
     runtime::GenerateOptions g;
     g.max_tokens = r.max_tokens;
@@ -284,6 +295,19 @@ struct Server::Impl {
     if (r.chat) {
       const chat::ReasoningMarkers markers = chat::reasoning_markers(format);
       g.reasoning = {thinking(r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
+    }
+    std::string gbnf = r.grammar;
+    if (!r.tool_choice.empty()) {
+      if (!gbnf.empty()) {
+        throw ApiError(400, "'tool_choice': a forced tool call and a response format cannot both constrain the output",
+                       "invalid_request_error", "tool_choice");
+      }
+      const bool any = r.tool_choice == "required";
+      gbnf = tool_call_grammar(format, r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
+    }
+    if (!gbnf.empty()) {
+      g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+      g.grammar_vocab = grammar_vocab();
     }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!engine.submit(job)) {
@@ -364,7 +388,7 @@ struct Server::Impl {
       std::lock_guard<std::mutex> lock(metrics.mutex);
       ++metrics.requests;
     }
-    const json body = parse_body(req);
+    const ordered_json body = parse_body(req);
     const MessagesRequest m = parse_messages_request(body, opts.defaults);
     check_model(m.chat);
     bool opens_reasoning = false;
@@ -401,7 +425,7 @@ struct Server::Impl {
       std::lock_guard<std::mutex> lock(metrics.mutex);
       ++metrics.requests;
     }
-    const json body = parse_body(req);
+    const ordered_json body = parse_body(req);
     auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(body, opts.defaults));
     check_model(rr->chat);
     bool opens_reasoning = false;
@@ -438,7 +462,7 @@ struct Server::Impl {
       std::lock_guard<std::mutex> lock(metrics.mutex);
       ++metrics.requests;
     }
-    const json body = parse_body(req);
+    const ordered_json body = parse_body(req);
     CompletionRequest r = chat ? parse_chat_request(body, opts.defaults) : parse_completion_request(body, opts.defaults);
     check_model(r);
     for (const auto& [id, bias] : r.sampling.logit_bias) {
@@ -487,7 +511,7 @@ struct Server::Impl {
   }
 
   // A request's boolean field: `fallback` when absent, 400 when not a boolean.
-  static bool bool_field(const json& body, const char* name, bool fallback) {
+  static bool bool_field(const ordered_json& body, const char* name, bool fallback) {
     if (!body.contains(name)) return fallback;
     if (!body[name].is_boolean()) throw ApiError(400, fmt::format("'{}': must be true or false", name), "invalid_request_error", name);
     return body[name].get<bool>();
@@ -588,7 +612,7 @@ struct Server::Impl {
       res.set_content(ordered_json({{"input_tokens", ids.size()}}).dump(), "application/json");
     }));
     http.route("POST", "/tokenize", guarded([this](http::Request& req, http::Response& res) {
-      const json body = parse_body(req);
+      const ordered_json body = parse_body(req);
       if (!body.is_object() || !body.contains("content") || !body["content"].is_string()) {
         throw ApiError(400, "'content': must be a string", "invalid_request_error", "content");
       }
@@ -604,7 +628,7 @@ struct Server::Impl {
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     }));
     http.route("POST", "/detokenize", guarded([this](http::Request& req, http::Response& res) {
-      const json body = parse_body(req);
+      const ordered_json body = parse_body(req);
       if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
         throw ApiError(400, "'tokens': must be an array of token ids", "invalid_request_error", "tokens");
       }

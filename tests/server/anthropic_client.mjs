@@ -82,7 +82,7 @@ try {
   await expectError("an image block: 400", client.messages.create({ model: "stories260K", max_tokens: 4, messages: [
     { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] }),
                     400, "invalid_request_error");
-  await expectError("forcing a tool: 400 (not supported yet)", client.messages.create({ model: "stories260K", max_tokens: 4,
+  await expectError("forcing a tool where the template has no tool-call format: 400", client.messages.create({ model: "stories260K", max_tokens: 4,
     messages, tools: [{ name: "f", input_schema: { type: "object" } }], tool_choice: { type: "any" } }), 400, "invalid_request_error");
   await expectError("a prompt past the context: 400", client.messages.create({ model: "stories260K", max_tokens: 4,
     messages: [{ role: "user", content: "the cat sat on the mat ".repeat(200) }] }), 400, "invalid_request_error");

@@ -95,9 +95,9 @@ try {
   const renamed = await client.chat.completions.create({ model: "gpt-4o", messages, max_tokens: 3, temperature: 0 });
   check(renamed.model === "stories260K" && renamed.usage.completion_tokens === 3, "another model's name is served by this one",
         renamed.model);
-  await expectError("json_schema is 400", client.chat.completions.create(
-    { model: "stories260K", messages, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }),
-    400, "response_format");
+  await expectError("a json_schema with a pattern is 400", client.chat.completions.create(
+    { model: "stories260K", messages, response_format: { type: "json_schema", json_schema: { name: "x", schema: { pattern: "a" } } } }),
+    400, "response_format.json_schema.schema");
   await expectError("n > 1 is 400", client.chat.completions.create({ model: "stories260K", messages, n: 2 }), 400, "n");
   await expectError("a prompt longer than the context is 400", client.completions.create(
     { model: "stories260K", prompt: "The cat sat on the mat. ".repeat(200) }), 400, "prompt", "context_length_exceeded");

@@ -63,8 +63,8 @@ try {
     tools: [{ type: "web_search" }] }), 400, "tools[0]");
   await expectError("an image part: 400", client.responses.create({ model: "stories260K",
     input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }), 400, "input[0].content");
-  await expectError("structured output: 400 (not supported yet)", client.responses.create({ model: "stories260K", input: "x",
-    text: { format: { type: "json_object" } } }), 400, "response_format");
+  await expectError("a format of an unknown type: 400", client.responses.create({ model: "stories260K", input: "x",
+    text: { format: { type: "xml" } } }), 400, "response_format");
 
   // Function tools and a call round trip reach the template (a Qwen3 template renders them).
   const t = await startServer(["-c", "2048", "--chat-template", path.join(templates, "Qwen-Qwen3-0.6B.jinja")]);

@@ -3,12 +3,13 @@
 // carry the fields (and nulls) the API defines.
 #include <gtest/gtest.h>
 
+#include "sample/json_schema.h"
 #include "server/openai.h"
 
 namespace zinc::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // as the server parses bodies: keys in their order
 
 CompletionRequest chat(const std::string& body) {
   return parse_chat_request(json::parse(body), sample::SamplerParams::chat());
@@ -119,11 +120,19 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400("{" + m + R"(, "logit_bias": {"abc": 1}})", "logit_bias");
   expect_400("{" + m + R"(, "tools": [{"type": "retrieval"}]})", "tools[0]");
   expect_400("{" + m + R"(, "tool_choice": "always"})", "tool_choice");
-  // Not enforced yet, so refused rather than ignored: output constrained to JSON, a forced tool call.
-  expect_400("{" + m + R"(, "response_format": {"type": "json_object"}})", "response_format");
-  expect_400("{" + m + R"(, "tool_choice": "required"})", "tool_choice");
-  expect_400("{" + m + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})", "tool_choice");
-  expect_400("{" + m + R"(, "response_format": {"type": "json_schema"}})", "response_format");
+  // Constraints that cannot be enforced are refused, naming the field.
+  expect_400("{" + m + R"(, "response_format": {"type": "json_schema"}})", "response_format.json_schema");
+  expect_400("{" + m + R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}})",
+             "response_format.json_schema.schema");
+  expect_400("{" + m + R"(, "response_format": {"type": "yaml"}})", "response_format");
+  expect_400("{" + m + R"(, "grammar": "root ::= foo"})", "grammar");
+  expect_400("{" + m + R"(, "grammar": 5})", "grammar");
+  expect_400("{" + m + R"(, "json_schema": 5})", "json_schema");
+  expect_400("{" + m + R"(, "grammar": "root ::= [a]", "json_schema": {}})", "grammar");
+  expect_400("{" + m + R"(, "tool_choice": "required"})", "tool_choice");  // no tools
+  expect_400("{" + m + R"(, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+             "tool_choice");
+  expect_400("{" + m + R"(, "tool_choice": {"type": "function"}})", "tool_choice");
   expect_400("{" + m + R"(, "chat_template_kwargs": {"enable_thinking": "no"}})", "chat_template_kwargs.enable_thinking");
   expect_400("{" + m + R"(, "reasoning_effort": "extreme"})", "reasoning_effort");
   expect_400("{" + m + R"(, "thinking_budget_tokens": -2})", "thinking_budget_tokens");
@@ -134,9 +143,32 @@ TEST(OpenAiRequest, MalformedFieldsAre400sNamingTheParameter) {
   expect_400(R"({"max_tokens": 5})", "prompt", false);
 }
 
+TEST(OpenAiRequest, OutputConstraintsBecomeGrammars) {
+  const auto grammar_of = [](const std::string& extra) {
+    return chat(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}").grammar;
+  };
+  EXPECT_EQ(grammar_of(""), "");
+  EXPECT_EQ(grammar_of(R"(, "response_format": {"type": "text"})"), "");
+  EXPECT_EQ(grammar_of(R"(, "response_format": {"type": "json_object"})"), sample::json_value_gbnf(true));
+  const std::string schema = R"({"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "integer"}}, "required": ["b", "a"]})";
+  const std::string want = sample::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema));
+  EXPECT_EQ(grammar_of(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": )" + schema + "}}"), want);
+  EXPECT_EQ(grammar_of(R"(, "json_schema": )" + schema), want);
+  // The properties keep the request's order: b, then a.
+  EXPECT_NE(want.find("root-rest-0-0 ::= root-b-kv"), std::string::npos) << want;
+  EXPECT_EQ(grammar_of(R"(, "grammar": "root ::= [a-z]+")"), "root ::= [a-z]+");
+  const auto forced = chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+                              "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  EXPECT_EQ(forced.tool_choice, "f");
+  const auto any = chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+                           "tool_choice": "required", "parallel_tool_calls": false})");
+  EXPECT_EQ(any.tool_choice, "required");
+  EXPECT_FALSE(any.parallel_tool_calls);
+}
+
 TEST(OpenAiRequest, ThinkingBudgetAndEffortMakeOnePlan) {
   const auto req = [](const std::string& extra) {
-    return parse_chat_request(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}"),
+    return parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}"),
                               sample::SamplerParams::chat());
   };
   // Nothing asked: the server's defaults.

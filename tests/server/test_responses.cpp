@@ -60,7 +60,8 @@ TEST(ResponsesRequest, UnsupportedIsA400NamingTheField) {
   expect_400(R"({"input": [{"type": "function_call", "name": "f", "arguments": {}}]})", "input[0].arguments");
   expect_400(R"({"input": "x", "tools": [{"type": "file_search"}]})", "tools[0]");
   expect_400(R"({"input": "x", "tool_choice": "required"})", "tool_choice");
-  expect_400(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {}}}})", "response_format");
+  expect_400(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"pattern": "a"}}}})",
+             "response_format.json_schema.schema");
 }
 
 CompletionResult answer() {

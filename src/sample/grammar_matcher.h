@@ -1,0 +1,109 @@
+// Which tokens keep generated text inside a grammar (grammar.h): a pushdown automaton over Unicode code
+// points, run on the bytes of each token.
+//
+// The state is a set of stacks of grammar positions (each stack one way the text so far can continue;
+// ambiguous grammars keep several). A stack's top is always a character set; accepting a character
+// pops the sets it matches and expands rule references until a character set is on top again. An
+// empty stack means the text so far is a complete sentence: end-of-generation tokens are allowed then.
+// Stacks are persistent linked lists in an arena (pushing shares the tail), so trying a token copies
+// nothing.
+//
+// Tokens may split a character's UTF-8 bytes: the bytes of an incomplete character are carried to the
+// next token, and a token ending inside a character is allowed when some stack can take a character
+// beginning with those bytes. Invalid UTF-8 is never allowed. Tokens without text (control tokens) are
+// never allowed, except end-of-generation tokens once the text is complete — as llama.cpp's grammars.
+//
+// The mask over the whole vocabulary walks the tokens sorted by their bytes (an implicit trie), so
+// tokens sharing a prefix share the work of checking it, and a prefix the grammar refuses removes
+// every token that starts with it at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sample/grammar.h"
+
+namespace zinc::tokenizer {
+class Tokenizer;
+}
+
+namespace zinc::sample {
+
+// The vocabulary as a grammar sees it: each token's bytes and whether it ends generation. Shared by
+// every matcher over the same model.
+class GrammarVocab {
+ public:
+  GrammarVocab(std::vector<std::string> pieces, std::vector<bool> eog);
+  static std::shared_ptr<const GrammarVocab> from_tokenizer(const tokenizer::Tokenizer& tok);
+
+  size_t size() const { return pieces_.size(); }
+  const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+  bool eog(int32_t id) const { return eog_[static_cast<size_t>(id)]; }
+  // Tokens with text, sorted by their bytes.
+  const std::vector<int32_t>& sorted() const { return sorted_; }
+  const std::vector<int32_t>& eog_tokens() const { return eog_ids_; }
+  size_t max_piece() const { return max_piece_; }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::vector<bool> eog_;
+  std::vector<int32_t> sorted_, eog_ids_;
+  size_t max_piece_ = 0;
+};
+
+class GrammarMatcher {
+ public:
+  GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab);
+
+  // Whether appending the token keeps the text a prefix of a sentence of the grammar (an
+  // end-of-generation token: whether the text is complete).
+  bool allows(int32_t token) const;
+  // Appends the token; throws zinc::Error when it is not allowed.
+  void accept(int32_t token);
+  // Appends text directly (tests, and text the engine writes); false (nothing changed) when refused.
+  bool accept_text(std::string_view bytes);
+  // The text so far is a whole sentence of the grammar.
+  bool complete() const;
+  // Complete, and no character can follow: generation must end.
+  bool exhausted() const;
+  // allowed[t] = allows(t) for every token (resized to the vocabulary).
+  void fill_mask(std::vector<uint8_t>& allowed) const;
+  // Back to the start of the grammar.
+  void reset();
+
+  const Grammar& grammar() const { return *grammar_; }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;  // the empty stack (and a node with no parent)
+  static constexpr size_t kMaxStacks = 1024;
+  struct Node {
+    const GrammarElem* pos;  // a character set, or the element a popped rule returns to
+    uint32_t parent;
+  };
+
+  uint32_t push(const GrammarElem* pos, uint32_t parent) const;
+  void expand(uint32_t stack, std::vector<uint32_t>& out) const;
+  void add_unique(std::vector<uint32_t>& out, uint32_t stack) const;
+  bool same_stack(uint32_t a, uint32_t b) const;
+  void step(const std::vector<uint32_t>& in, uint32_t cp, std::vector<uint32_t>& out) const;
+  bool partial_possible(const std::vector<uint32_t>& stacks, std::string_view partial) const;
+  // Runs bytes through the stacks; false when refused. `partial` holds an incomplete character's bytes.
+  bool run(std::vector<uint32_t>& stacks, std::string& partial, std::string_view bytes) const;
+  void walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed) const;
+  void compact();
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const GrammarVocab> vocab_;
+  mutable std::vector<Node> arena_;
+  std::vector<uint32_t> stacks_;
+  std::string partial_;
+  // fill_mask's scratch: the stacks and partial bytes after each depth of the walk.
+  mutable std::vector<std::vector<uint32_t>> depth_stacks_;
+  mutable std::vector<std::string> depth_partial_;
+  mutable std::vector<uint32_t> scratch_, expand_todo_;
+};
+
+}  // namespace zinc::sample

@@ -1,0 +1,71 @@
+// Forced tool calls: the grammar written for each tool-call format accepts a call as the model's
+// template writes one, and the output parser reads that text back as the same tool call; arguments
+// outside the tool's schema, another tool's name or trailing text are refused.
+#include <gtest/gtest.h>
+
+#include "sample/grammar_matcher.h"
+#include "server/openai.h"
+#include "server/tool_grammar.h"
+
+namespace zinc::server {
+namespace {
+
+using nlohmann::ordered_json;
+
+const ordered_json kTools = ordered_json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "now"}}])");
+
+bool accepts(const std::string& gbnf, const std::string& text) {
+  auto g = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+  sample::GrammarMatcher m(g, std::make_shared<const sample::GrammarVocab>(std::vector<std::string>{"</s>"}, std::vector<bool>{true}));
+  return m.accept_text(text) && m.complete();
+}
+
+TEST(ToolGrammar, HermesCallsParseBackAsTheSameCall) {
+  const std::string any = tool_call_grammar(chat::OutputFormat::Hermes, kTools, "", true);
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
+  ASSERT_TRUE(accepts(any, call));
+  EXPECT_TRUE(accepts(any, call + "\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  const auto parsed = chat::OutputParser::parse(call, {chat::OutputFormat::Hermes, false});
+  ASSERT_EQ(parsed.tool_calls.size(), 1u);
+  EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Paris", "days": 2})"));
+  EXPECT_EQ(parsed.content, "");
+  EXPECT_FALSE(accepts(any, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>"));  // city required
+  EXPECT_FALSE(accepts(any, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(any, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(any, "Sure! " + call));
+  // One named tool, one call.
+  const std::string named = tool_call_grammar(chat::OutputFormat::Hermes, kTools, "now", false);
+  EXPECT_TRUE(accepts(named, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(named, call));
+  EXPECT_FALSE(accepts(named, "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>"));
+}
+
+TEST(ToolGrammar, Llama3CallsParseBackAsTheSameCall) {
+  const std::string g = tool_call_grammar(chat::OutputFormat::Llama3, kTools, "get_weather", false);
+  const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+  ASSERT_TRUE(accepts(g, call));
+  const auto parsed = chat::OutputParser::parse(call, {chat::OutputFormat::Llama3, false});
+  ASSERT_EQ(parsed.tool_calls.size(), 1u);
+  EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Oslo"})"));
+}
+
+TEST(ToolGrammar, FormatsWithoutConstrainableCallsAre400s) {
+  for (auto f : {chat::OutputFormat::Plain, chat::OutputFormat::Harmony}) {
+    try {
+      tool_call_grammar(f, kTools, "", true);
+      ADD_FAILURE() << "accepted " << chat::output_format_name(f);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+    }
+  }
+  const ordered_json bad = ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}])");
+  EXPECT_THROW(tool_call_grammar(chat::OutputFormat::Hermes, bad, "", true), ApiError);
+}
+
+}  // namespace
+}  // namespace zinc::server
