@@ -61,7 +61,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     runtime::ChatOptions copts;
     copts.system = a.gen.system;
     copts.enable_thinking = a.gen.enable_thinking();
-    copts.generate = a.gen.generate_options();
+    copts.generate = a.gen.generate_options(m->backend->name());
     runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
     bool in_reasoning = false;
     // On a terminal, what the model writes is shown inert (a model's text cannot steer the terminal);
@@ -96,7 +96,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                               "--context-shift)",
                               prompt.size(), a.gen.n_predict, session.n_ctx()));
     }
-    auto gopts = a.gen.generate_options();
+    auto gopts = a.gen.generate_options(m->backend->name());
     gopts.decode.at_start = false;  // the stream continues the prompt already shown
     if (!global.json) write(a.prompt);
     const bool tty = is_terminal(stdout);
@@ -124,6 +124,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                                                          : nlohmann::json()},
                         {"prompt_tokens", r.prompt_tokens},
                         {"tokens", r.tokens},
+                        {"grammar_resamples", r.grammar_resamples},
                         {"text", r.text},
                         {"timings", timings}};
     if (a.chat) {

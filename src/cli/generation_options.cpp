@@ -77,7 +77,7 @@ sample::SamplerParams GenerationArgs::sampler_params(int32_t n_ctx) const {
   return sp;
 }
 
-runtime::GenerateOptions GenerationArgs::generate_options() const {
+runtime::GenerateOptions GenerationArgs::generate_options(const std::string& backend_name) const {
   runtime::GenerateOptions g;
   g.max_tokens = n_predict;
   g.stop = stop;
@@ -101,6 +101,7 @@ runtime::GenerateOptions GenerationArgs::generate_options() const {
     gbnf = sample::json_schema_to_gbnf(j);
   }
   if (!gbnf.empty()) g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+  g.grammar_overlap = backend_name != "cpu";
   return g;
 }
 

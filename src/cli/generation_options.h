@@ -47,7 +47,9 @@ struct GenerationArgs {
   std::optional<bool> enable_thinking() const;
   backend::ExecOptions exec_options() const;  // context, threads, KV type; 256-token prefill steps
   sample::SamplerParams sampler_params(int32_t n_ctx) const;
-  runtime::GenerateOptions generate_options() const;  // throws zinc::Error for a grammar it cannot read
+  // Throws zinc::Error for a grammar it cannot read. `backend`: the loaded backend's name (a GPU's
+  // masks are computed while it evaluates).
+  runtime::GenerateOptions generate_options(const std::string& backend = "cpu") const;
 };
 
 // "f16", "f32" or "q8_0" (the choices --kv-type accepts).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <future>
 #include <limits>
 
 #include "core/error.h"
@@ -64,6 +65,7 @@ TokenLogprobs logprobs_of(std::span<const float> logits, int32_t chosen, int32_t
 }  // namespace
 
 struct Generation::Impl {
+  Impl(sample::StopMatcher s, tokenizer::Detokenizer d) : stops(std::move(s)), detok(std::move(d)) {}
   sample::StopMatcher stops;
   tokenizer::Detokenizer detok;
   Clock::time_point t0, t1;
@@ -75,6 +77,15 @@ struct Generation::Impl {
   std::unique_ptr<sample::GrammarMatcher> grammar;
   std::vector<uint8_t> allowed;  // the grammar's mask, when a choice had to be made again
   std::vector<float> masked;     // the logits under that mask
+  std::future<void> mask_job;    // grammar_overlap: the next step's mask, computed during the evaluation
+  bool mask_ready = false;
+
+  ~Impl() {
+    if (mask_job.valid()) mask_job.wait();
+  }
+  void join_mask() {
+    if (mask_job.valid()) mask_job.get();
+  }
 };
 
 Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample::Sampler& sampler,
@@ -96,11 +107,12 @@ Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample
   if (opts_.reasoning.limited() && !opts_.reasoning.starts_inside && opts_.reasoning.open.empty()) {
     throw Error("a reasoning budget needs the marker that opens reasoning, or a prompt that opened it");
   }
-  impl_ = std::make_unique<Impl>(Impl{sample::StopMatcher(opts_.stop), tokenizer::Detokenizer(tok_, opts_.decode), {}, {}});
+  impl_ = std::make_unique<Impl>(sample::StopMatcher(opts_.stop), tokenizer::Detokenizer(tok_, opts_.decode));
   impl_->reasoning = opts_.reasoning.tracked() && opts_.reasoning.starts_inside;
   if (opts_.grammar) {
     impl_->grammar = std::make_unique<sample::GrammarMatcher>(
-        opts_.grammar, opts_.grammar_vocab ? opts_.grammar_vocab : sample::GrammarVocab::from_tokenizer(tok_));
+        opts_.grammar, opts_.grammar_vocab ? opts_.grammar_vocab : sample::GrammarVocab::from_tokenizer(tok_),
+        opts_.grammar_cache);
   }
   r_.prompt_tokens = static_cast<int64_t>(prompt_.size());
 }
@@ -204,6 +216,8 @@ bool Generation::decode_one() {
     r_.reasoning_concluded = true;
   }
   const bool forced = !impl_->forced.empty();
+  impl_->join_mask();  // the matcher is this thread's again
+  const bool mask_ready = std::exchange(impl_->mask_ready, false);
   sample::GrammarMatcher* grammar = !forced && !was_reasoning ? impl_->grammar.get() : nullptr;
   if (grammar && grammar->exhausted()) {  // the grammar's sentence is complete and nothing may follow
     r_.reason = StopReason::EndOfGeneration;
@@ -224,7 +238,7 @@ bool Generation::decode_one() {
     // whenever the chain keeps every allowed token the first choice could have been).
     if (grammar && !grammar->allows(next)) {
       if (logits.empty()) logits = session_.last_logits();
-      grammar->fill_mask(impl_->allowed);
+      if (!mask_ready) grammar->fill_mask(impl_->allowed);
       impl_->masked.assign(logits.begin(), logits.end());
       bool any = false;
       for (size_t t = 0; t < impl_->masked.size(); ++t) {
@@ -270,6 +284,12 @@ bool Generation::decode_one() {
     const int32_t n_discard = (session_.n_past() - opts_.n_keep) / 2;
     session_.shift(opts_.n_keep, std::max(1, n_discard));
     ++r_.context_shifts;
+  }
+  if (impl_->grammar && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) {
+    sample::GrammarMatcher* g = impl_->grammar.get();
+    Impl* impl = impl_.get();
+    impl->mask_job = std::async(std::launch::async, [g, impl] { g->fill_mask(impl->allowed); });
+    impl->mask_ready = true;
   }
   session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));  // queued where the session is batched
   return true;

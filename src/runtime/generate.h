@@ -60,6 +60,11 @@ struct GenerateOptions {
   // not given (pass one to share it between requests).
   std::shared_ptr<const sample::Grammar> grammar;
   std::shared_ptr<const sample::GrammarVocab> grammar_vocab;
+  std::shared_ptr<sample::GrammarMaskCache> grammar_cache;  // masks shared by generations of one grammar
+  // Compute each step's mask on another thread while the model evaluates the previous token, so a
+  // choice the grammar refuses is drawn again at once. For GPU backends: on the CPU it would take a
+  // core from the model.
+  bool grammar_overlap = false;
   // Benchmarks: an end-of-generation token is a token like any other (random weights choose them).
   bool ignore_eog = false;
   // Benchmarks: record when each token was chosen (GenerateResult::token_times).

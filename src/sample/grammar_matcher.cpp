@@ -61,8 +61,21 @@ std::shared_ptr<const GrammarVocab> GrammarVocab::from_tokenizer(const tokenizer
   return std::make_shared<const GrammarVocab>(std::move(pieces), std::move(eog));
 }
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+std::shared_ptr<const GrammarMaskCache::Entry> GrammarMaskCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : it->second;
+}
+
+void GrammarMaskCache::put(const std::string& key, std::shared_ptr<const Entry> entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_.size() >= kMaxEntries) entries_.clear();  // a grammar with this many positions in use: start over
+  entries_[key] = std::move(entry);
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+                               std::shared_ptr<GrammarMaskCache> cache)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), cache_(cache ? std::move(cache) : std::make_shared<GrammarMaskCache>()) {
   reset();
 }
 
@@ -87,7 +100,7 @@ uint32_t GrammarMatcher::push(const GrammarElem* pos, uint32_t parent) const {
 
 bool GrammarMatcher::same_stack(uint32_t a, uint32_t b) const {
   while (a != b) {
-    if (a == kEmpty || b == kEmpty || arena_[a].pos != arena_[b].pos) return false;
+    if (is_marker(a) || is_marker(b) || arena_[a].pos != arena_[b].pos) return false;
     a = arena_[a].parent;
     b = arena_[b].parent;
   }
@@ -113,7 +126,7 @@ void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>& out) const {
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
-    if (s == kEmpty || arena_[s].pos->op != GrammarOp::Ref) {  // empty, or a character set on top
+    if (is_marker(s) || arena_[s].pos->op != GrammarOp::Ref) {  // empty, cut, or a character set on top
       add_unique(out, s);
       continue;
     }
@@ -133,7 +146,7 @@ void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>& out) const {
 void GrammarMatcher::step(const std::vector<uint32_t>& in, uint32_t cp, std::vector<uint32_t>& out) const {
   out.clear();
   for (uint32_t s : in) {
-    if (s == kEmpty) continue;
+    if (is_marker(s)) continue;
     const GrammarElem* pos = arena_[s].pos;
     if (!char_set_matches(pos, cp)) continue;
     const GrammarElem* next = char_set_end(pos);
@@ -154,7 +167,7 @@ bool GrammarMatcher::partial_possible(const std::vector<uint32_t>& stacks, std::
   const uint32_t hi = std::min((v << (6 * missing)) | ((1u << (6 * missing)) - 1), 0x10FFFFu);
   if (lo > hi) return false;
   for (uint32_t s : stacks) {
-    if (s != kEmpty && char_set_intersects(arena_[s].pos, lo, hi)) return true;
+    if (!is_marker(s) && char_set_intersects(arena_[s].pos, lo, hi)) return true;
   }
   return false;
 }
@@ -251,12 +264,23 @@ void GrammarMatcher::compact() {
   arena_ = std::move(fresh);
 }
 
-void GrammarMatcher::walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed) const {
+void GrammarMatcher::walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed,
+                          std::vector<GrammarMaskCache::Pending>& pending) const {
   const auto& sorted = vocab_->sorted();
   const auto piece = [&](size_t i) -> const std::string& { return vocab_->piece(sorted[i]); };
   size_t i = begin;
-  // Tokens that end here: their bytes are all accepted.
+  // Tokens that end here: their bytes are all accepted (a stack that popped below its top frames is
+  // still a valid state: what lies below can always take the next step of its own rule).
   for (; i < end && piece(i).size() == depth; ++i) allowed[static_cast<size_t>(sorted[i])] = 1;
+  // Stacks that popped below their top frames: the rest of these tokens is decided on the real stack.
+  std::vector<uint32_t>& here = depth_stacks_[depth];
+  if (std::any_of(here.begin(), here.end(), is_marker)) {
+    if (i < end && std::find(here.begin(), here.end(), kCut) != here.end()) {
+      pending.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(end), static_cast<uint32_t>(depth)});
+    }
+    here.erase(std::remove_if(here.begin(), here.end(), is_marker), here.end());
+    if (here.empty()) return;
+  }
   while (i < end) {
     const auto b = static_cast<uint8_t>(piece(i)[depth]);
     const size_t j = static_cast<size_t>(
@@ -282,20 +306,102 @@ void GrammarMatcher::walk(size_t begin, size_t end, size_t depth, std::vector<ui
       next = depth_stacks_[depth];
       ok = partial_possible(next, partial);
     }
-    if (ok) walk(i, j, depth + 1, allowed);
+    if (ok) walk(i, j, depth + 1, allowed, pending);
     arena_.resize(mark);
     i = j;
   }
 }
 
-void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
-  allowed.assign(vocab_->size(), 0);
+// The node every stack passes through nearest their tops (a stack may be that node itself); kEmpty
+// when they share none. Popping it is where what the stacks have in common begins to matter.
+uint32_t GrammarMatcher::common_node() const {
+  if (stacks_.empty() || stacks_[0] == kEmpty) return kEmpty;
+  std::vector<uint32_t> chain;  // the first stack's nodes, top first
+  for (uint32_t n = stacks_[0]; n != kEmpty; n = arena_[n].parent) chain.push_back(n);
+  size_t best = 0;  // index in chain of the deepest-needed common node so far
+  for (size_t i = 1; i < stacks_.size(); ++i) {
+    if (stacks_[i] == kEmpty) return kEmpty;
+    size_t found = chain.size();
+    for (uint32_t n = stacks_[i]; n != kEmpty && found == chain.size(); n = arena_[n].parent) {
+      const auto it = std::find(chain.begin() + static_cast<std::ptrdiff_t>(best), chain.end(), n);
+      if (it != chain.end()) found = static_cast<size_t>(it - chain.begin());
+    }
+    if (found == chain.size()) return kEmpty;
+    best = found;
+  }
+  return chain[best];
+}
+
+// The mask of the stacks' frames above their common node's parent (the cut, a marker in the walk),
+// walked over the vocabulary.
+std::shared_ptr<const GrammarMaskCache::Entry> GrammarMatcher::top_frames_mask(const std::string& key) const {
+  (void)key;
+  const size_t mark = arena_.size();
   depth_stacks_.resize(vocab_->max_piece() + 2);  // never resized during the walk
   depth_partial_.resize(vocab_->max_piece() + 2);
-  depth_stacks_[0] = stacks_;
+  std::vector<uint32_t>& top = depth_stacks_[0];
+  top.clear();
+  const uint32_t common = common_node();
+  const uint32_t cut = common == kEmpty ? kEmpty : arena_[common].parent;
+  for (uint32_t s : stacks_) {
+    std::vector<const GrammarElem*> frames;
+    for (uint32_t n = s; n != cut; n = arena_[n].parent) frames.push_back(arena_[n].pos);
+    uint32_t base = cut == kEmpty ? kEmpty : kCut;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) base = push(*it, base);
+    top.push_back(base);
+  }
   depth_partial_[0] = partial_;
+  std::vector<uint8_t> allowed(vocab_->size(), 0);
+  auto entry = std::make_shared<GrammarMaskCache::Entry>();
+  walk(0, vocab_->sorted().size(), 0, allowed, entry->pending);
+  arena_.resize(mark);
+  entry->allowed.assign((allowed.size() + 63) / 64, 0);
+  for (size_t t = 0; t < allowed.size(); ++t) {
+    if (allowed[t]) entry->allowed[t / 64] |= uint64_t{1} << (t % 64);
+  }
+  return entry;
+}
+
+void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
+  // The key: each stack's frames above the cut (and whether there is one), and the pending UTF-8 bytes.
+  const uint32_t common = common_node();
+  const uint32_t cut = common == kEmpty ? kEmpty : arena_[common].parent;
+  std::string key;
+  for (uint32_t s : stacks_) {
+    for (uint32_t n = s; n != cut; n = arena_[n].parent) {
+      const GrammarElem* pos = arena_[n].pos;
+      key.append(reinterpret_cast<const char*>(&pos), sizeof pos);
+    }
+    key.push_back(cut == kEmpty ? 'E' : 'C');
+  }
+  key += partial_;
+  std::shared_ptr<const GrammarMaskCache::Entry> entry = cache_->find(key);
+  if (!entry) {
+    entry = top_frames_mask(key);
+    cache_->put(key, entry);
+  }
+  allowed.assign(vocab_->size(), 0);
+  for (size_t t = 0; t < allowed.size(); ++t) allowed[t] = (entry->allowed[t / 64] >> (t % 64)) & 1;
+  // Tokens that popped below the top frames: their rest, run on the stack below the cut (memoised).
   const size_t mark = arena_.size();
-  walk(0, vocab_->sorted().size(), 0, allowed);
+  std::vector<uint32_t> below;  // the stacks once the common frames are popped
+  if (!entry->pending.empty()) expand(cut, below);
+  std::unordered_map<std::string_view, bool> memo;
+  const auto& sorted = vocab_->sorted();
+  for (const auto& p : entry->pending) {
+    for (uint32_t idx = p.begin; idx < p.end; ++idx) {
+      const int32_t t = sorted[idx];
+      if (allowed[static_cast<size_t>(t)]) continue;
+      const std::string_view rest = std::string_view(vocab_->piece(t)).substr(p.depth);
+      auto [it, fresh] = memo.try_emplace(rest, false);
+      if (fresh) {
+        std::vector<uint32_t> stacks = below;
+        std::string partial;
+        it->second = run(stacks, partial, rest);
+      }
+      if (it->second) allowed[static_cast<size_t>(t)] = 1;
+    }
+  }
   arena_.resize(mark);
   if (complete()) {
     for (int32_t t : vocab_->eog_tokens()) allowed[static_cast<size_t>(t)] = 1;

@@ -15,12 +15,21 @@
 //
 // The mask over the whole vocabulary walks the tokens sorted by their bytes (an implicit trie), so
 // tokens sharing a prefix share the work of checking it, and a prefix the grammar refuses removes
-// every token that starts with it at once.
+// every token that starts with it at once. The walk sees only the top frames of each stack (the
+// position in the innermost rules): a token consumed within them is allowed whatever lies below, one
+// refused within them is refused, and one that pops below them is decided afterwards by running its
+// rest on the real stack (memoised by the rest's bytes, so `",` and `"}` are run once each). That
+// part of the mask depends only on the top frames, so it is cached (GrammarMaskCache) and shared by
+// every position with the same innermost rules: every string of a JSON schema, every step inside one.
+// "Top frames": the frames above the deepest node all stacks share (the rule they are all inside).
+// As XGrammar does with its context-independent tokens, in a simpler form.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -54,9 +63,31 @@ class GrammarVocab {
   size_t max_piece_ = 0;
 };
 
+// Masks of the top frames of stacks, keyed by those frames; shared by the matchers of one grammar and
+// vocabulary (several requests with the same schema), safe to use from several threads.
+class GrammarMaskCache {
+ public:
+  struct Pending {  // tokens (a range of the sorted vocabulary) that popped below the top frames
+    uint32_t begin, end;  // sorted-vocabulary indices
+    uint32_t depth;       // bytes consumed before the pop
+  };
+  struct Entry {
+    std::vector<uint64_t> allowed;  // bits by token id
+    std::vector<Pending> pending;
+  };
+  std::shared_ptr<const Entry> find(const std::string& key) const;
+  void put(const std::string& key, std::shared_ptr<const Entry> entry);
+
+ private:
+  static constexpr size_t kMaxEntries = 256;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Entry>> entries_;
+};
+
 class GrammarMatcher {
  public:
-  GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab);
+  GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
+                 std::shared_ptr<GrammarMaskCache> cache = nullptr);
 
   // Whether appending the token keeps the text a prefix of a sentence of the grammar (an
   // end-of-generation token: whether the text is complete).
@@ -79,6 +110,9 @@ class GrammarMatcher {
  private:
   static constexpr uint32_t kEmpty = UINT32_MAX;  // the empty stack (and a node with no parent)
   static constexpr size_t kMaxStacks = 1024;
+  // In a mask walk, the frames below the stacks' common node are replaced by the marker kCut.
+  static constexpr uint32_t kCut = UINT32_MAX - 1;
+  static bool is_marker(uint32_t s) { return s >= kCut; }
   struct Node {
     const GrammarElem* pos;  // a character set, or the element a popped rule returns to
     uint32_t parent;
@@ -92,11 +126,15 @@ class GrammarMatcher {
   bool partial_possible(const std::vector<uint32_t>& stacks, std::string_view partial) const;
   // Runs bytes through the stacks; false when refused. `partial` holds an incomplete character's bytes.
   bool run(std::vector<uint32_t>& stacks, std::string& partial, std::string_view bytes) const;
-  void walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed) const;
+  void walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed,
+            std::vector<GrammarMaskCache::Pending>& pending) const;
+  std::shared_ptr<const GrammarMaskCache::Entry> top_frames_mask(const std::string& key) const;
+  uint32_t common_node() const;
   void compact();
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const GrammarVocab> vocab_;
+  std::shared_ptr<GrammarMaskCache> cache_;
   mutable std::vector<Node> arena_;
   std::vector<uint32_t> stacks_;
   std::string partial_;

@@ -298,7 +298,8 @@ class Converter {
       list = "";
     } else {
       const std::string more = "( " + sep + item + " )";
-      const std::string tail = max == UINT64_MAX ? more + "*" : fmt::format("{}{{{},{}}}", more, min ? min - 1 : 0, max - 1);
+      const uint64_t rest_min = min ? min - 1 : 0;
+      const std::string tail = max == UINT64_MAX ? fmt::format("{}{{{},}}", more, rest_min) : fmt::format("{}{{{},{}}}", more, rest_min, max - 1);
       list = item + " " + tail;
       if (min == 0) list = "( " + list + " )?";
     }

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+
+#include <list>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -198,6 +200,29 @@ struct Server::Impl {
   std::mutex grammar_vocab_mutex;
   std::shared_ptr<const sample::GrammarVocab> grammar_vocab_;
 
+  // Grammars by their text, with their mask caches: requests with the same schema share the work
+  // (the most recent few are kept).
+  std::pair<std::shared_ptr<const sample::Grammar>, std::shared_ptr<sample::GrammarMaskCache>> compiled_grammar(
+      const std::string& gbnf) {
+    std::lock_guard<std::mutex> lock(grammar_vocab_mutex);
+    for (auto it = grammars.begin(); it != grammars.end(); ++it) {
+      if (it->text == gbnf) {
+        grammars.splice(grammars.begin(), grammars, it);
+        return {grammars.front().grammar, grammars.front().cache};
+      }
+    }
+    grammars.push_front({gbnf, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf)),
+                         std::make_shared<sample::GrammarMaskCache>()});
+    if (grammars.size() > 16) grammars.pop_back();
+    return {grammars.front().grammar, grammars.front().cache};
+  }
+  struct CompiledGrammar {
+    std::string text;
+    std::shared_ptr<const sample::Grammar> grammar;
+    std::shared_ptr<sample::GrammarMaskCache> cache;
+  };
+  std::list<CompiledGrammar> grammars;
+
   // The request's thinking settings against the server's defaults (a template that reads
   // reasoning_effort, as GPT-OSS's does, is left to use it itself).
   ThinkingPlan thinking(const CompletionRequest& r) const {
@@ -306,8 +331,9 @@ struct Server::Impl {
       gbnf = tool_call_grammar(format, r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
     }
     if (!gbnf.empty()) {
-      g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+      std::tie(g.grammar, g.grammar_cache) = compiled_grammar(gbnf);
       g.grammar_vocab = grammar_vocab();
+      g.grammar_overlap = engine.backend_name() != "cpu";
     }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!engine.submit(job)) {

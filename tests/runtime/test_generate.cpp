@@ -282,6 +282,38 @@ TEST(Generate, AReasoningBudgetCountsOnlyInsideTheReasoningBlock) {
   EXPECT_EQ(unlimited.limited.reasoning_tokens, through_girl);
 }
 
+TEST(Generate, AGrammarConstrainsTheOutputWithOrWithoutOverlap) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  auto grammar = std::make_shared<const sample::Grammar>(
+      sample::Grammar::parse(R"(root ::= ", " [a-z ]{1,30} "named " [A-Z] [a-z]+ ". " ( "The end." | "Then " [a-z]+ "." ))"));
+  std::vector<GenerateResult> results;
+  for (bool overlap : {false, true}) {
+    for (float temp : {0.0f, 0.9f}) {
+      auto s = m.session(256);
+      auto params = temp == 0 ? sample::SamplerParams::greedy() : sample::SamplerParams::chat();
+      params.temperature = temp;
+      params.seed = 11;
+      sample::Sampler sampler(params);
+      GenerateOptions o;
+      o.max_tokens = 60;
+      o.decode.at_start = false;
+      o.grammar = grammar;
+      o.grammar_overlap = overlap;
+      results.push_back(generate(*s, m.tok, sampler, prompt, o, nullptr));
+      const auto& r = results.back();
+      EXPECT_EQ(r.reason, StopReason::EndOfGeneration) << r.text;  // the grammar's sentence ended it
+      sample::GrammarMatcher check(grammar, sample::GrammarVocab::from_tokenizer(m.tok));
+      EXPECT_TRUE(check.accept_text(r.text) && check.complete()) << r.text;
+      EXPECT_GT(r.grammar_resamples, 0);  // stories260K does not write this by itself
+    }
+  }
+  // The mask computed during the evaluation is the one computed on demand: the same tokens.
+  EXPECT_EQ(results[0].tokens, results[2].tokens);
+  EXPECT_EQ(results[1].tokens, results[3].tokens);
+}
+
 TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;

@@ -157,10 +157,14 @@ TEST(GrammarMatcher, MaskEqualsCheckingEachToken) {
   auto v = vocab(pieces);
   for (const char* text : {R"(root ::= "{" ( "\"" [a-z]* "\"" ( "," " "? "\"" [a-z]* "\"" )* )? "}")",
                            R"(root ::= ( [^"{] | "é" )+ "}")",
-                           R"(root ::= ( "a" | "ab" | "🦙" [0-9]? )* "\n")"}) {
+                           R"(root ::= ( "a" | "ab" | "🦙" [0-9]? )* "\n")",
+                           // The same string rule in different places: masks cached for one are reused in the
+                           // others, with what follows each string decided on its own stack.
+                           R"(root ::= "{" str ":" str ( "," str ":" "[" str ( "," str )* "]" )* "}"
+str ::= "\"" ( [a-z b{}] | "é" )* "\"")"}) {
     GrammarMatcher m(parse(text), v);
     std::vector<uint8_t> mask;
-    for (int step = 0; step < 12; ++step) {
+    for (int step = 0; step < 40; ++step) {
       m.fill_mask(mask);
       std::vector<int32_t> allowed;
       for (int32_t t = 0; t < static_cast<int32_t>(pieces.size()); ++t) {
@@ -184,6 +188,10 @@ TEST(JsonSchema, PropertiesInOrderRequiredAndOptional) {
   EXPECT_FALSE(sentence(g, R"({"age": 3, "name": "Ann", "tags": []})"));    // the listed order
   EXPECT_FALSE(sentence(g, R"({"name": "Ann", "age": 3})"));                 // tags is required
   EXPECT_FALSE(sentence(g, R"({"name": "Ann", "tags": ["a", "b", "c"]})"));  // maxItems
+  auto at_least = parse(json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "array", "minItems": 3})")));
+  EXPECT_FALSE(sentence(at_least, "[1, 2]"));
+  EXPECT_TRUE(sentence(at_least, "[1, 2, 3]"));
+  EXPECT_TRUE(sentence(at_least, "[1, 2, 3, 4, 5]"));
   EXPECT_FALSE(sentence(g, R"({"name": "Ann", "tags": [], "x": 1})"));       // no other properties
   EXPECT_FALSE(sentence(g, R"({"name": "Ann", "age": 3.5, "tags": []})"));   // an integer
   EXPECT_FALSE(sentence(g, "{\"name\": \"a\nb\", \"tags\": []}"));           // a raw newline in a string
