@@ -125,6 +125,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                         {"prompt_tokens", r.prompt_tokens},
                         {"tokens", r.tokens},
                         {"grammar_resamples", r.grammar_resamples},
+                        {"grammar_s", r.grammar_s},
                         {"text", r.text},
                         {"timings", timings}};
     if (a.chat) {

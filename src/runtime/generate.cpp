@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <deque>
-#include <future>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <limits>
 
 #include "core/error.h"
@@ -75,16 +79,88 @@ struct Generation::Impl {
   std::string marker_tail;
   std::deque<int32_t> forced;
   std::unique_ptr<sample::GrammarMatcher> grammar;
-  std::vector<uint8_t> allowed;  // the grammar's mask, when a choice had to be made again
-  std::vector<float> masked;     // the logits under that mask
-  std::future<void> mask_job;    // grammar_overlap: the next step's mask, computed during the evaluation
-  bool mask_ready = false;
+  int64_t grammar_state = 0;      // tokens the grammar has taken: names the state a mask belongs to
+  std::vector<uint64_t> bits;     // the grammar's mask, when the best few candidates could not decide
+  std::vector<int32_t> allowed_ids;  // the tokens it allows, when they are few
+  bool masked_last = false;       // the last step needed the whole mask
+  // grammar_overlap: a mask computed on another thread, over a snapshot of the grammar's state, while
+  // the model evaluates; used when its state is the one the step needs, never waited for otherwise.
+  struct MaskWorker {
+    std::thread thread;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::unique_ptr<sample::GrammarMatcher> matcher;  // the state to compute (null: none waiting)
+    int64_t state = -1;                                // the state of the job queued, running or done
+    bool running = false, done = false, stop = false;
+    std::vector<uint64_t> bits;
+    std::exception_ptr error;
 
-  ~Impl() {
-    if (mask_job.valid()) mask_job.wait();
+    void loop() {
+      std::unique_lock<std::mutex> lock(mutex);
+      for (;;) {
+        cv.wait(lock, [&] { return stop || matcher; });
+        if (stop) return;
+        std::unique_ptr<sample::GrammarMatcher> m = std::move(matcher);
+        running = true;
+        lock.unlock();
+        std::vector<uint64_t> out;
+        std::exception_ptr err;
+        try {
+          m->fill_mask_bits(out);
+        } catch (...) {
+          err = std::current_exception();
+        }
+        lock.lock();
+        bits.swap(out);
+        error = err;
+        running = false;
+        done = true;
+        cv.notify_all();
+      }
+    }
+    ~MaskWorker() {
+      if (!thread.joinable()) return;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stop = true;
+      }
+      cv.notify_all();
+      thread.join();
+    }
+  };
+  std::unique_ptr<MaskWorker> worker;
+
+  bool worker_has(int64_t state) {
+    if (!worker) return false;
+    std::lock_guard<std::mutex> lock(worker->mutex);
+    return worker->state == state;
   }
-  void join_mask() {
-    if (mask_job.valid()) mask_job.get();
+  // The mask of the grammar's current state: the worker's when it has (or is computing) this state.
+  void current_mask() {
+    if (worker) {
+      std::unique_lock<std::mutex> lock(worker->mutex);
+      if (worker->state == grammar_state && (worker->running || worker->done || worker->matcher)) {
+        worker->cv.wait(lock, [&] { return worker->done && !worker->matcher && !worker->running; });
+        if (worker->error) std::rethrow_exception(worker->error);
+        bits.swap(worker->bits);
+        worker->done = false;
+        worker->state = -1;
+        return;
+      }
+    }
+    grammar->fill_mask_bits(bits);
+  }
+  void start_mask_job() {
+    if (!worker) {
+      worker = std::make_unique<MaskWorker>();
+      worker->thread = std::thread([w = worker.get()] { w->loop(); });
+    }
+    std::lock_guard<std::mutex> lock(worker->mutex);
+    if (worker->running) return;  // still on an older state: this step's mask will be computed here if needed
+    worker->matcher = std::make_unique<sample::GrammarMatcher>(grammar->snapshot());
+    worker->state = grammar_state;
+    worker->done = false;
+    worker->cv.notify_all();
   }
 };
 
@@ -216,8 +292,6 @@ bool Generation::decode_one() {
     r_.reasoning_concluded = true;
   }
   const bool forced = !impl_->forced.empty();
-  impl_->join_mask();  // the matcher is this thread's again
-  const bool mask_ready = std::exchange(impl_->mask_ready, false);
   sample::GrammarMatcher* grammar = !forced && !was_reasoning ? impl_->grammar.get() : nullptr;
   if (grammar && grammar->exhausted()) {  // the grammar's sentence is complete and nothing may follow
     r_.reason = StopReason::EndOfGeneration;
@@ -231,28 +305,48 @@ bool Generation::decode_one() {
   if (forced) {
     next = impl_->forced.front();
     impl_->forced.pop_front();
-  } else {
+  } else if (!grammar) {
     next = backend_pick ? session_.last_argmax() : sampler_.sample(logits);
-    // Under a grammar the sampler's first choice usually fits; only when it does not are the tokens
-    // the grammar refuses masked out and the choice made again (the same distribution as masking first
-    // whenever the chain keeps every allowed token the first choice could have been).
-    if (grammar && !grammar->allows(next)) {
+  } else {
+    const auto t_grammar = Clock::now();
+    // Under a grammar the choice is the chain's over the logits with the refused tokens removed. The
+    // device's argmax is that when the grammar allows it; else the best few candidates usually decide
+    // it (Sampler::sample_allowed); only when they cannot is the whole vocabulary masked.
+    next = backend_pick ? session_.last_argmax() : -1;
+    if (next < 0 || !grammar->allows(next)) {
       if (logits.empty()) logits = session_.last_logits();
-      if (!mask_ready) grammar->fill_mask(impl_->allowed);
-      impl_->masked.assign(logits.begin(), logits.end());
-      bool any = false;
-      for (size_t t = 0; t < impl_->masked.size(); ++t) {
-        if (!impl_->allowed[t]) impl_->masked[t] = -std::numeric_limits<float>::infinity();
-        else any = true;
+      // Where the last step needed the whole mask and this one's is being computed, go to it directly.
+      const bool to_mask = impl_->masked_last && impl_->worker_has(impl_->grammar_state);
+      next = to_mask ? -1 : sampler_.sample_allowed(logits, [grammar](int32_t t) { return grammar->allows(t); });
+    }
+    impl_->masked_last = next < 0;
+    if (next < 0) {
+      // The whole mask: the best k + 64 candidates hold k it allows where most tokens are allowed;
+      // else the chain runs over the allowed tokens alone.
+      impl_->current_mask();
+      const std::vector<uint64_t>& bits = impl_->bits;
+      const auto allowed = [&bits](int32_t t) { return (bits[static_cast<size_t>(t) / 64] >> (static_cast<size_t>(t) % 64)) & 1; };
+      next = sampler_.sample_allowed(logits, allowed);
+      if (next < 0) {
+        std::vector<int32_t>& ids = impl_->allowed_ids;
+        ids.clear();
+        for (size_t w = 0; w < bits.size(); ++w) {
+          for (uint64_t b = bits[w]; b != 0; b &= b - 1) {
+            const auto t = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(b)));
+            if (static_cast<size_t>(t) < logits.size()) ids.push_back(t);
+          }
+        }
+        if (ids.empty()) {  // the grammar allows no token of this vocabulary: stop rather than break it
+          r_.reason = StopReason::EndOfGeneration;
+          return false;
+        }
+        next = sampler_.sample_among(logits, ids);
       }
-      if (!any) {  // the grammar allows no token of this vocabulary: stop rather than break it
-        r_.reason = StopReason::EndOfGeneration;
-        return false;
-      }
-      next = sampler_.sample(impl_->masked);
       ++r_.grammar_resamples;
     }
-    if (grammar) grammar->accept(next);
+    grammar->accept(next);
+    ++impl_->grammar_state;
+    r_.grammar_s += since(t_grammar);
   }
   sampler_.accept(next);
   if (opts_.token_times) {
@@ -285,12 +379,7 @@ bool Generation::decode_one() {
     session_.shift(opts_.n_keep, std::max(1, n_discard));
     ++r_.context_shifts;
   }
-  if (impl_->grammar && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) {
-    sample::GrammarMatcher* g = impl_->grammar.get();
-    Impl* impl = impl_.get();
-    impl->mask_job = std::async(std::launch::async, [g, impl] { g->fill_mask(impl->allowed); });
-    impl->mask_ready = true;
-  }
+  if (impl_->grammar && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) impl_->start_mask_job();
   session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));  // queued where the session is batched
   return true;
 }

@@ -91,7 +91,8 @@ struct GenerateResult {
   int32_t context_shifts = 0;
   int32_t reasoning_tokens = 0;  // generated inside the reasoning block (the conclusion included)
   bool reasoning_concluded = false;  // the budget ran out and the engine wrote the conclusion
-  int32_t grammar_resamples = 0;     // tokens the sampler chose that the grammar refused (then masked)
+  int32_t grammar_resamples = 0;     // tokens chosen over the whole vocabulary's grammar mask
+  double grammar_s = 0;              // choosing tokens under the grammar (a mask computed meanwhile excluded)
   double prefill_s = 0;         // evaluating the uncached prompt tokens
   double first_token_s = 0;     // from the call to the first token's text (time to first token)
   double decode_s = 0;          // from the first sampled token to the end

@@ -70,6 +70,14 @@ void Candidates::start(std::span<const float> logits) {
   sorted_ = 0;
 }
 
+void Candidates::restrict_to(std::span<const int32_t> ids) {
+  list_.clear();
+  list_.reserve(ids.size());
+  for (const int32_t id : ids) list_.push_back({id, clean_logit(logit_of(id)), 0.0f});
+  whole_ = false;
+  sorted_ = 0;
+}
+
 float Candidates::logit_of(int32_t id) const {
   const int32_t s = override_slot_[static_cast<size_t>(id)];
   return s >= 0 ? overrides_[static_cast<size_t>(s)].logit : row_[static_cast<size_t>(id)];

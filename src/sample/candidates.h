@@ -148,6 +148,8 @@ class Candidates {
   // Starts a step over one logits row (n_vocab floats, at least one). The row must stay alive and
   // unchanged until the step's last call.
   void start(std::span<const float> logits);
+  // After start(): only these tokens are candidates (distinct ids inside the vocabulary), as a list.
+  void restrict_to(std::span<const int32_t> ids);
 
   int32_t n_vocab() const { return n_vocab_; }
   // Still the whole vocabulary, not yet copied into a list.

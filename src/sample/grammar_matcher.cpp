@@ -209,9 +209,9 @@ bool GrammarMatcher::allows(int32_t token) const {
   const std::string& piece = vocab_->piece(token);
   if (piece.empty()) return false;
   const size_t mark = arena_.size();
-  std::vector<uint32_t> stacks = stacks_;
-  std::string partial = partial_;
-  const bool ok = run(stacks, partial, piece);
+  allow_stacks_ = stacks_;  // scratch kept between calls: no allocation per token tried
+  allow_partial_ = partial_;
+  const bool ok = run(allow_stacks_, allow_partial_, piece);
   arena_.resize(mark);
   return ok;
 }
@@ -238,7 +238,7 @@ bool GrammarMatcher::accept_text(std::string_view bytes) {
   }
   stacks_ = std::move(stacks);
   partial_ = std::move(partial);
-  if (arena_.size() > (size_t{1} << 16)) compact();
+  if (arena_.size() > (size_t{1} << 13)) compact();
   return true;
 }
 
@@ -363,6 +363,13 @@ std::shared_ptr<const GrammarMaskCache::Entry> GrammarMatcher::top_frames_mask(c
 }
 
 void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
+  std::vector<uint64_t> bits;
+  fill_mask_bits(bits);
+  allowed.assign(vocab_->size(), 0);
+  for (size_t t = 0; t < allowed.size(); ++t) allowed[t] = (bits[t / 64] >> (t % 64)) & 1;
+}
+
+void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
   // The key: each stack's frames above the cut (and whether there is one), and the pending UTF-8 bytes.
   const uint32_t common = common_node();
   const uint32_t cut = common == kEmpty ? kEmpty : arena_[common].parent;
@@ -380,8 +387,9 @@ void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
     entry = top_frames_mask(key);
     cache_->put(key, entry);
   }
-  allowed.assign(vocab_->size(), 0);
-  for (size_t t = 0; t < allowed.size(); ++t) allowed[t] = (entry->allowed[t / 64] >> (t % 64)) & 1;
+  bits = entry->allowed;
+  const auto set = [&](int32_t t) { bits[static_cast<size_t>(t) / 64] |= uint64_t{1} << (static_cast<size_t>(t) % 64); };
+  const auto get = [&](int32_t t) { return (bits[static_cast<size_t>(t) / 64] >> (static_cast<size_t>(t) % 64)) & 1; };
   // Tokens that popped below the top frames: their rest, run on the stack below the cut (memoised).
   const size_t mark = arena_.size();
   std::vector<uint32_t> below;  // the stacks once the common frames are popped
@@ -391,7 +399,7 @@ void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
   for (const auto& p : entry->pending) {
     for (uint32_t idx = p.begin; idx < p.end; ++idx) {
       const int32_t t = sorted[idx];
-      if (allowed[static_cast<size_t>(t)]) continue;
+      if (get(t)) continue;
       const std::string_view rest = std::string_view(vocab_->piece(t)).substr(p.depth);
       auto [it, fresh] = memo.try_emplace(rest, false);
       if (fresh) {
@@ -399,13 +407,22 @@ void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
         std::string partial;
         it->second = run(stacks, partial, rest);
       }
-      if (it->second) allowed[static_cast<size_t>(t)] = 1;
+      if (it->second) set(t);
     }
   }
   arena_.resize(mark);
   if (complete()) {
-    for (int32_t t : vocab_->eog_tokens()) allowed[static_cast<size_t>(t)] = 1;
+    for (int32_t t : vocab_->eog_tokens()) set(t);
   }
+}
+
+GrammarMatcher GrammarMatcher::snapshot() const {
+  GrammarMatcher copy(grammar_, vocab_, cache_);
+  copy.arena_ = arena_;
+  copy.stacks_ = stacks_;
+  copy.partial_ = partial_;
+  copy.compact();
+  return copy;
 }
 
 }  // namespace zinc::sample

@@ -102,6 +102,10 @@ class GrammarMatcher {
   bool exhausted() const;
   // allowed[t] = allows(t) for every token (resized to the vocabulary).
   void fill_mask(std::vector<uint8_t>& allowed) const;
+  // The same as bits: token t allowed when bit t % 64 of bits[t / 64] is set.
+  void fill_mask_bits(std::vector<uint64_t>& bits) const;
+  // A copy holding only the live part of the state (for computing a mask on another thread).
+  GrammarMatcher snapshot() const;
   // Back to the start of the grammar.
   void reset();
 
@@ -141,7 +145,8 @@ class GrammarMatcher {
   // fill_mask's scratch: the stacks and partial bytes after each depth of the walk.
   mutable std::vector<std::vector<uint32_t>> depth_stacks_;
   mutable std::vector<std::string> depth_partial_;
-  mutable std::vector<uint32_t> scratch_, expand_todo_;
+  mutable std::vector<uint32_t> scratch_, expand_todo_, allow_stacks_;
+  mutable std::string allow_partial_;
 };
 
 }  // namespace zinc::sample

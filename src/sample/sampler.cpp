@@ -2,6 +2,8 @@
 // that penalties and DRY read. See sampler.h for the contract.
 #include "sample/sampler.h"
 
+#include <functional>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -287,45 +289,97 @@ void Sampler::apply_sparse(Stage s) {
   }
 }
 
-void Sampler::run_chain(std::span<const float> logits, bool greedy) {
+void Sampler::run_chain(std::span<const float> logits, bool greedy, const std::span<const int32_t>* subset) {
   if (logits.empty() || logits.size() > static_cast<size_t>(INT32_MAX)) {
     throw Error(fmt::format("sampler: a logits row of {} values: expected 1 to 2^31-1", logits.size()));
   }
   check_bias_ids(logits.size());
   cands_.start(logits);
+  if (subset) {
+    if (subset->empty()) throw_nothing_to_draw();
+    cands_.restrict_to(*subset);
+  }
   stage::logit_bias(cands_, bias_ids_, bias_values_);
   if (greedy) {
     for (size_t i = 0; i < greedy_prefix_; ++i) apply_sparse(stages_[i]);
     cands_.keep_best();
     return;
   }
+  for (const Stage s : stages_) apply_stage(s);
+}
+
+void Sampler::apply_stage(Stage s) {
   const auto min_keep = static_cast<size_t>(params_.min_keep);
-  for (const Stage s : stages_) {
-    switch (s) {
-      case Stage::Penalties:
-      case Stage::Dry:
-        apply_sparse(s);
-        break;
-      case Stage::TopK:
-        stage::top_k(cands_, params_.top_k);
-        break;
-      case Stage::TypicalP:
-        stage::typical(cands_, params_.typical_p, min_keep);
-        break;
-      case Stage::TopP:
-        stage::top_p(cands_, params_.top_p, min_keep);
-        break;
-      case Stage::MinP:
-        stage::min_p(cands_, params_.min_p, min_keep);
-        break;
-      case Stage::Xtc:
-        stage::xtc(cands_, params_.xtc_probability, params_.xtc_threshold, min_keep, xtc_rng_);
-        break;
-      case Stage::Temperature:
-        stage::temperature(cands_, params_.temperature);
-        break;
-    }
+  switch (s) {
+    case Stage::Penalties:
+    case Stage::Dry:
+      apply_sparse(s);
+      break;
+    case Stage::TopK:
+      stage::top_k(cands_, params_.top_k);
+      break;
+    case Stage::TypicalP:
+      stage::typical(cands_, params_.typical_p, min_keep);
+      break;
+    case Stage::TopP:
+      stage::top_p(cands_, params_.top_p, min_keep);
+      break;
+    case Stage::MinP:
+      stage::min_p(cands_, params_.min_p, min_keep);
+      break;
+    case Stage::Xtc:
+      stage::xtc(cands_, params_.xtc_probability, params_.xtc_threshold, min_keep, xtc_rng_);
+      break;
+    case Stage::Temperature:
+      stage::temperature(cands_, params_.temperature);
+      break;
   }
+}
+
+int32_t Sampler::sample_allowed(std::span<const float> logits, const std::function<bool(int32_t)>& allowed, size_t scan) {
+  // The chain's first cut: the best token (greedy) or top-k. Anything else needs the whole mask.
+  size_t first_cut = 0;
+  while (first_cut < stages_.size() && (stages_[first_cut] == Stage::Penalties || stages_[first_cut] == Stage::Dry)) ++first_cut;
+  size_t k = 0;
+  if (greedy_) {
+    first_cut = greedy_prefix_;
+    k = 1;
+  } else if (first_cut < stages_.size() && stages_[first_cut] == Stage::TopK) {
+    k = static_cast<size_t>(params_.top_k);
+  } else {
+    return -1;
+  }
+  if (logits.empty() || logits.size() > static_cast<size_t>(INT32_MAX)) {
+    throw Error(fmt::format("sampler: a logits row of {} values: expected 1 to 2^31-1", logits.size()));
+  }
+  check_bias_ids(logits.size());
+  cands_.start(logits);
+  stage::logit_bias(cands_, bias_ids_, bias_values_);
+  for (size_t i = 0; i < first_cut; ++i) apply_sparse(stages_[i]);
+  cands_.keep_top_k(k + scan);
+  cands_.sort_prefix(k + scan);  // a vocabulary no larger than k + scan is left whole, in id order
+  // The allowed ones among them, in rank order: when k are there, they are the masked row's top k.
+  std::vector<TokenProb>& list = cands_.list();
+  size_t kept = 0;
+  for (const TokenProb& c : list) {
+    if (c.logit != -INFINITY && allowed(c.id)) list[kept++] = c;
+  }
+  if (kept < k) return -1;
+  list.resize(k);
+  cands_.set_sorted_prefix(k);
+  if (greedy_) return list[0].id;
+  for (size_t i = first_cut + 1; i < stages_.size(); ++i) apply_stage(stages_[i]);
+  return stage::draw(cands_, draw_rng_);
+}
+
+int32_t Sampler::sample_among(std::span<const float> logits, std::span<const int32_t> ids) {
+  run_chain(logits, greedy_, &ids);
+  if (greedy_) {
+    const std::vector<TokenProb>& best = cands_.list();
+    if (best.empty() || best[0].logit == -INFINITY) throw_nothing_to_draw();
+    return best[0].id;
+  }
+  return stage::draw(cands_, draw_rng_);
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
@@ -98,6 +99,14 @@ class Sampler {
   // actually appended (penalties and DRY look at accepted tokens only). Throws zinc::Error when a
   // logit-bias id is outside the row or no token can be drawn.
   int32_t sample(std::span<const float> logits);
+  // sample() over the row with every token `allowed` refuses removed (a grammar's mask), decided from
+  // the k + scan best tokens alone when the chain's first cut is top-k (or greedy): if k of them are
+  // allowed they are the masked row's top k, so the answer is exact. Returns -1 when that cannot
+  // decide (another chain, or fewer allowed): then mask the row and call sample().
+  int32_t sample_allowed(std::span<const float> logits, const std::function<bool(int32_t)>& allowed, size_t scan = 64);
+  // sample() over the row with every token but `ids` (distinct ids) at -inf: the same token, without
+  // writing that row. Throws zinc::Error when ids is empty.
+  int32_t sample_among(std::span<const float> logits, std::span<const int32_t> ids);
   // The chain without the draw: the surviving tokens in ascending id order with their final
   // probabilities (summing to 1). Advances XTC's random stream like sample() does.
   std::span<const TokenProb> distribution(std::span<const float> logits);
@@ -120,8 +129,9 @@ class Sampler {
   enum class Stage { Penalties, Dry, TopK, TypicalP, TopP, MinP, Xtc, Temperature };
 
   void init(const TokenTexts* texts);
-  void run_chain(std::span<const float> logits, bool greedy);
+  void run_chain(std::span<const float> logits, bool greedy, const std::span<const int32_t>* subset = nullptr);
   void apply_sparse(Stage s);
+  void apply_stage(Stage s);
   void check_bias_ids(size_t n_vocab);
   std::span<const int32_t> window(int32_t last_n) const;
 

@@ -287,7 +287,7 @@ TEST(Generate, AGrammarConstrainsTheOutputWithOrWithoutOverlap) {
   Stories m;
   const auto prompt = m.tok.encode("Once upon a time", true, false);
   auto grammar = std::make_shared<const sample::Grammar>(
-      sample::Grammar::parse(R"(root ::= ", " [a-z ]{1,30} "named " [A-Z] [a-z]+ ". " ( "The end." | "Then " [a-z]+ "." ))"));
+      sample::Grammar::parse(R"(root ::= ", " [a-z ]{1,30} "named " [A-Z] [a-z]+ " " [0-9]{2} "\xE9. " ( "The end." | "Then " [a-z]+ "." ))"));
   std::vector<GenerateResult> results;
   for (bool overlap : {false, true}) {
     for (float temp : {0.0f, 0.9f}) {
@@ -306,9 +306,10 @@ TEST(Generate, AGrammarConstrainsTheOutputWithOrWithoutOverlap) {
       EXPECT_EQ(r.reason, StopReason::EndOfGeneration) << r.text;  // the grammar's sentence ended it
       sample::GrammarMatcher check(grammar, sample::GrammarVocab::from_tokenizer(m.tok));
       EXPECT_TRUE(check.accept_text(r.text) && check.complete()) << r.text;
-      EXPECT_GT(r.grammar_resamples, 0);  // stories260K does not write this by itself
     }
   }
+  // stories260K never puts digits and an é there: those steps needed the whole vocabulary's mask.
+  for (const auto& r : results) EXPECT_GT(r.grammar_resamples, 0) << r.text;
   // The mask computed during the evaluation is the one computed on demand: the same tokens.
   EXPECT_EQ(results[0].tokens, results[2].tokens);
   EXPECT_EQ(results[1].tokens, results[3].tokens);

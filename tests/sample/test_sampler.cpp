@@ -525,3 +525,78 @@ TEST(Sampler, AcceptRejectsNegativeIds) {
 
 }  // namespace
 }  // namespace zinc::sample
+
+namespace zinc::sample {
+namespace {
+
+// sample_allowed() is sample() over the logits with the refused tokens at -inf: the same token from
+// the same seed whenever it decides, for greedy and top-k chains (penalties and bias before the cut
+// included), whatever fraction of the vocabulary is allowed; other chains are left to the caller.
+TEST(Sampler, SampleAllowedIsSamplingTheMaskedRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  int decided = 0, undecided = 0;
+  for (const size_t n : {size_t{5000}, size_t{700}, size_t{60}}) {  // larger and smaller than k + 64 and k + 1024
+    auto penalised = SamplerParams::chat();
+    penalised.repeat_penalty = 1.3f;
+    penalised.logit_bias = {{7, 3.0f}, {11, -INFINITY}};
+    auto greedy_biased = SamplerParams::greedy();
+    greedy_biased.logit_bias = {{3, 5.0f}};
+    std::vector<SamplerParams> chains = {SamplerParams::greedy(), SamplerParams::chat(), SamplerParams{}, penalised, greedy_biased};
+    for (size_t c = 0; c < chains.size(); ++c) {
+      for (double fraction : {0.9, 0.3, 0.02, 0.002}) {
+        for (int trial = 0; trial < 20; ++trial) {
+          std::vector<float> logits(n);
+          for (float& v : logits) v = normal(rng);
+          std::vector<uint8_t> ok(n);
+          for (auto& a : ok) a = std::uniform_real_distribution<double>(0, 1)(rng) < fraction;
+          std::vector<float> masked = logits;
+          for (size_t t = 0; t < n; ++t) {
+            if (!ok[t]) masked[t] = -INFINITY;
+          }
+          if (std::none_of(ok.begin(), ok.end(), [](uint8_t a) { return a; })) continue;
+          auto params = chains[c];
+          params.seed = 100 + static_cast<uint64_t>(trial);
+          Sampler a(params), b(params);
+          for (int32_t h : {7, 8, 9, 7}) {  // a history for the penalties
+            a.accept(h);
+            b.accept(h);
+          }
+          // Over the allowed tokens alone: always the masked row's token.
+          std::vector<int32_t> ids;
+          for (size_t t = 0; t < n; ++t) {
+            if (ok[t]) ids.push_back(static_cast<int32_t>(t));
+          }
+          Sampler among(params), masked_row(params);
+          for (int32_t h : {7, 8, 9, 7}) {
+            among.accept(h);
+            masked_row.accept(h);
+          }
+          EXPECT_EQ(among.sample_among(logits, ids), masked_row.sample(masked)) << "chain " << c << " fraction " << fraction;
+          const int32_t fast = a.sample_allowed(logits, [&](int32_t t) { return ok[static_cast<size_t>(t)] != 0; }, n == 700 ? 1024 : 64);
+          if (fast < 0) {
+            ++undecided;
+            continue;
+          }
+          ++decided;
+          EXPECT_EQ(fast, b.sample(masked)) << "chain " << c << " fraction " << fraction << " trial " << trial;
+          EXPECT_TRUE(ok[static_cast<size_t>(fast)]);
+          // The random streams moved alike: the next draws agree too.
+          EXPECT_EQ(a.sample(logits), b.sample(logits));
+        }
+      }
+    }
+  }
+  EXPECT_GT(decided, 400);
+  EXPECT_GT(undecided, 10);  // 0.2% allowed: fewer than k among the best k + 64
+  // A chain whose first cut is not top-k is not decided from a few candidates.
+  auto nucleus = SamplerParams{};
+  nucleus.top_k = 0;
+  Sampler s(nucleus);
+  std::vector<float> logits(100, 0.0f);
+  EXPECT_EQ(s.sample_allowed(logits, [](int32_t) { return true; }), -1);
+  EXPECT_THROW(s.sample_among(logits, {}), Error);
+}
+
+}  // namespace
+}  // namespace zinc::sample
