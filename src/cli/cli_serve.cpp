@@ -10,6 +10,7 @@
 #include "cli/generation_options.h"
 #include "core/error.h"
 #include "hub/store.h"
+#include "sample/grammar.h"
 #include "server/server.h"
 
 namespace zinc::cli {
@@ -50,6 +51,8 @@ int run_serve(ServeArgs& a) {
   so.defaults = a.gen.sampler_params(a.gen.ctx);
   so.enable_thinking = a.gen.enable_thinking();
   so.reasoning_budget = a.gen.reasoning_budget;
+  so.grammar = a.gen.grammar_gbnf();
+  if (!so.grammar.empty()) sample::Grammar::parse(so.grammar);  // a bad one stops here, not at the first request
   so.context_shift = a.gen.context_shift;
   so.n_keep = a.gen.n_keep;
   so.max_tokens = a.gen.n_predict;  // -n: the limit of a request that sets none

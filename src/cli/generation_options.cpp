@@ -77,6 +77,23 @@ sample::SamplerParams GenerationArgs::sampler_params(int32_t n_ctx) const {
   return sp;
 }
 
+std::string GenerationArgs::grammar_gbnf() const {
+  const auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read {}", path));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string schema = !json_schema_file.empty() ? slurp(json_schema_file) : json_schema;
+  if (schema.empty()) return !grammar_file.empty() ? slurp(grammar_file) : grammar;
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(schema);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--json-schema: not JSON ({})", e.what()));
+  }
+  return sample::json_schema_to_gbnf(j);
+}
+
 runtime::GenerateOptions GenerationArgs::generate_options(const std::string& backend_name) const {
   runtime::GenerateOptions g;
   g.max_tokens = n_predict;
@@ -84,22 +101,7 @@ runtime::GenerateOptions GenerationArgs::generate_options(const std::string& bac
   g.context_shift = context_shift;
   g.n_keep = n_keep;
   g.reasoning.tokens = reasoning_budget;  // the chat's template supplies the markers
-  const auto slurp = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(fmt::format("cannot read {}", path));
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  std::string gbnf = !grammar_file.empty() ? slurp(grammar_file) : grammar;
-  const std::string schema = !json_schema_file.empty() ? slurp(json_schema_file) : json_schema;
-  if (!schema.empty()) {
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(schema);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("--json-schema: not JSON ({})", e.what()));
-    }
-    gbnf = sample::json_schema_to_gbnf(j);
-  }
+  const std::string gbnf = grammar_gbnf();
   if (!gbnf.empty()) g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
   g.grammar_overlap = backend_name != "cpu";
   return g;

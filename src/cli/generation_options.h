@@ -50,6 +50,8 @@ struct GenerationArgs {
   // Throws zinc::Error for a grammar it cannot read. `backend`: the loaded backend's name (a GPU's
   // masks are computed while it evaluates).
   runtime::GenerateOptions generate_options(const std::string& backend = "cpu") const;
+  // The grammar --grammar, --grammar-file, --json-schema or --json-schema-file give, as GBNF ("" for none).
+  std::string grammar_gbnf() const;
 };
 
 // "f16", "f32" or "q8_0" (the choices --kv-type accepts).

@@ -334,8 +334,7 @@ uint32_t GrammarMatcher::common_node() const {
 
 // The mask of the stacks' frames above their common node's parent (the cut, a marker in the walk),
 // walked over the vocabulary.
-std::shared_ptr<const GrammarMaskCache::Entry> GrammarMatcher::top_frames_mask(const std::string& key) const {
-  (void)key;
+std::shared_ptr<const GrammarMaskCache::Entry> GrammarMatcher::top_frames_mask() const {
   const size_t mark = arena_.size();
   depth_stacks_.resize(vocab_->max_piece() + 2);  // never resized during the walk
   depth_partial_.resize(vocab_->max_piece() + 2);
@@ -384,7 +383,7 @@ void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
   key += partial_;
   std::shared_ptr<const GrammarMaskCache::Entry> entry = cache_->find(key);
   if (!entry) {
-    entry = top_frames_mask(key);
+    entry = top_frames_mask();
     cache_->put(key, entry);
   }
   bits = entry->allowed;

@@ -21,16 +21,16 @@
 // rest on the real stack (memoised by the rest's bytes, so `",` and `"}` are run once each). That
 // part of the mask depends only on the top frames, so it is cached (GrammarMaskCache) and shared by
 // every position with the same innermost rules: every string of a JSON schema, every step inside one.
-// "Top frames": the frames above the deepest node all stacks share (the rule they are all inside).
-// As XGrammar does with its context-independent tokens, in a simpler form.
+// "Top frames": each stack's frames down to the deepest node all stacks share (the rule they are all
+// inside). XGrammar's context-independent tokens are the same idea.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sample/grammar.h"
@@ -116,7 +116,7 @@ class GrammarMatcher {
   static constexpr size_t kMaxStacks = 1024;
   // In a mask walk, the frames below the stacks' common node are replaced by the marker kCut.
   static constexpr uint32_t kCut = UINT32_MAX - 1;
-  static bool is_marker(uint32_t s) { return s >= kCut; }
+  static bool is_marker(uint32_t s) { return s >= kCut; }  // kCut or kEmpty: no node behind it
   struct Node {
     const GrammarElem* pos;  // a character set, or the element a popped rule returns to
     uint32_t parent;
@@ -132,7 +132,7 @@ class GrammarMatcher {
   bool run(std::vector<uint32_t>& stacks, std::string& partial, std::string_view bytes) const;
   void walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed,
             std::vector<GrammarMaskCache::Pending>& pending) const;
-  std::shared_ptr<const GrammarMaskCache::Entry> top_frames_mask(const std::string& key) const;
+  std::shared_ptr<const GrammarMaskCache::Entry> top_frames_mask() const;
   uint32_t common_node() const;
   void compact();
 

@@ -22,7 +22,9 @@
 // in whatever order the stages left them — the same distribution, but here the token drawn for a given
 // u does not depend on which internal path selected the candidates), and the random numbers are
 // mt19937_64 + 53-bit uniforms, so a seed does not reproduce llama.cpp's tokens. Not implemented:
-// top-n-sigma, mirostat, dynamic temperature, grammars.
+// top-n-sigma, mirostat, dynamic temperature. Grammars (grammar_matcher.h) restrict the candidates
+// through sample_allowed() and sample_among(): the chain then runs over the allowed tokens only, where
+// llama.cpp samples first and masks the whole row only when its choice is refused.
 #pragma once
 
 #include <cstdint>

@@ -321,7 +321,7 @@ struct Server::Impl {
       const chat::ReasoningMarkers markers = chat::reasoning_markers(format);
       g.reasoning = {thinking(r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
     }
-    std::string gbnf = r.grammar;
+    std::string gbnf = r.grammar.empty() && r.tool_choice.empty() ? opts.grammar : r.grammar;
     if (!r.tool_choice.empty()) {
       if (!gbnf.empty()) {
         throw ApiError(400, "'tool_choice': a forced tool call and a response format cannot both constrain the output",

@@ -125,6 +125,22 @@ try {
   const p = new OpenAI({ baseURL: plain.base + "/v1", apiKey: "none", maxRetries: 0 });
   check(await status(p.chat.completions.create({ ...base, tools, tool_choice: "required" })) === "400 tool_choice",
         "forcing a call with no tool-call format: 400");
+
+  // zinc serve --grammar: the grammar of requests that give none; a bad one stops the server at start.
+  const g = await start(["-c", "512", "--grammar", 'root ::= " there was a " ( "cat" | "dog" ) "."']);
+  const gc = new OpenAI({ baseURL: g.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const d = await gc.completions.create({ model: "stories260K", prompt: "Once upon a time", temperature: 0, max_tokens: 20 });
+  const own = await gc.completions.create({ model: "stories260K", prompt: "Once upon a time", temperature: 0, max_tokens: 20,
+                                            grammar: 'root ::= " there was a " [a-z]+' });
+  check(/^ there was a (cat|dog)\.$/.test(d.choices[0].text) && /^ there was a [a-z]+$/.test(own.choices[0].text),
+        "serve --grammar constrains requests that give no grammar of their own", JSON.stringify([d.choices[0].text, own.choices[0].text]));
+  let refused = "";
+  try {
+    await start(["-c", "512", "--grammar", "root ::= undefined-rule"]);
+  } catch (e) {
+    refused = String(e);
+  }
+  check(refused.includes("never defined"), "serve --grammar with a bad grammar stops with the reason", refused);
 } catch (e) {
   check(false, "structured output run", e.stack || String(e));
 } finally {
