@@ -24,7 +24,7 @@ cmake --build build -j "$jobs"
 echo "== sanitizer build"
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
   -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
-cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_gguf_reader zinc_fuzz_safetensors zinc_fuzz_tokenizer zinc_gguf_samples
+cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_gguf_reader zinc_fuzz_safetensors zinc_fuzz_tokenizer zinc_fuzz_grammar zinc_gguf_samples
 
 status=0
 # ctest leaves an old list of failed tests in place when none fail: start each run without one.

@@ -21,7 +21,7 @@ std::string result_text(const json& content, const std::string& p) {
   if (!content.is_array()) bad(p, "must be a string or an array of text blocks");
   std::string text;
   for (const auto& b : content) {
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string()) {
+    if (!b.is_object() || string_field(b, "type") != "text" || !b.contains("text") || !b["text"].is_string()) {
       bad(p, "only text blocks are supported in a tool result");
     }
     if (!text.empty()) text += "\n";
@@ -61,12 +61,12 @@ void convert_message(const json& m, size_t i, json& out) {
       if (!b.contains("name") || !b["name"].is_string()) bad(bp + ".name", "must be a string");
       const json input = b.contains("input") ? b["input"] : json::object();
       if (!input.is_object()) bad(bp + ".input", "must be an object");
-      calls.push_back({{"id", b.value("id", "")}, {"type", "function"},
+      calls.push_back({{"id", string_field(b, "id")}, {"type", "function"},
                        {"function", {{"name", b["name"]}, {"arguments", input.dump()}}}});
     } else if (type == "tool_result" && role == "user") {
       if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) bad(bp + ".tool_use_id", "must be a string");
       std::string r = result_text(b.contains("content") ? b["content"] : json(), bp + ".content");
-      if (b.value("is_error", false)) r = "Error: " + r;
+      if (b.contains("is_error") && b["is_error"].is_boolean() && b["is_error"].get<bool>()) r = "Error: " + r;
       out.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", r}});
     } else if (type == "thinking" || type == "redacted_thinking") {
       if (role != "assistant") bad(bp, "thinking blocks belong to assistant messages");

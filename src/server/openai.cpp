@@ -23,6 +23,12 @@ void bad_field(const std::string& param, const std::string& what) {
   throw ApiError(400, fmt::format("'{}': {}", param, what), "invalid_request_error", param);
 }
 
+std::string string_field(const json& object, const char* key, const std::string& fallback) {
+  if (!object.is_object()) return fallback;
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 ordered_json ApiError::body() const {
   return {{"error",
            {{"message", what()},
@@ -287,7 +293,7 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
       }
     } else if (choice->is_object()) {
       const json* fn = choice->contains("function") ? &(*choice)["function"] : nullptr;
-      if (choice->value("type", "") != "function" || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      if (string_field(*choice, "type") != "function" || !fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
         bad("tool_choice", "must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
       }
       r.tool_choice = (*fn)["name"].get<std::string>();

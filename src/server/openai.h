@@ -35,6 +35,9 @@ class ApiError : public Error {
 
 // Throws the 400 ApiError "'param': what" naming the field, as every request parser reports one.
 [[noreturn]] void bad_field(const std::string& param, const std::string& what);
+// A string member of a request object, or `fallback` when it is missing or not a string (a client's
+// {"type": 5} must be a 400 through the caller's checks, never the JSON library's type error).
+std::string string_field(const nlohmann::ordered_json& object, const char* key, const std::string& fallback = "");
 
 struct CompletionRequest {
   bool chat = true;  // /v1/chat/completions; false: /v1/completions

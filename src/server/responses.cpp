@@ -19,7 +19,7 @@ std::string item_text(const json& content, const std::string& p) {
   std::string text;
   for (size_t k = 0; k < content.size(); ++k) {
     const json& part = content[k];
-    const std::string t = part.is_object() ? part.value("type", "") : "";
+    const std::string t = part.is_object() ? string_field(part, "type") : "";
     if (t != "input_text" && t != "output_text" && t != "text") {
       throw ApiError(400, fmt::format("'{}[{}]': {} parts are not supported: this server runs text models", p, k,
                                       t.empty() ? "untyped" : t),
@@ -125,7 +125,8 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
       const json& it = input[i];
       const std::string p = fmt::format("input[{}]", i);
       if (!it.is_object()) bad(p, "must be an object");
-      const std::string type = it.value("type", it.contains("role") ? "message" : "");
+      if (it.contains("type") && !it["type"].is_string()) bad(p + ".type", "must be a string");
+      const std::string type = string_field(it, "type", it.contains("role") ? "message" : "");
       if (type == "message") {
         if (!it.contains("role") || !it["role"].is_string()) bad(p + ".role", "must be a string");
         std::string role = it["role"].get<std::string>();
@@ -135,7 +136,7 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
       } else if (type == "function_call") {
         if (!it.contains("name") || !it["name"].is_string()) bad(p + ".name", "must be a string");
         if (!it.contains("arguments") || !it["arguments"].is_string()) bad(p + ".arguments", "must be a string");
-        const json call = {{"id", it.value("call_id", "")}, {"type", "function"},
+        const json call = {{"id", string_field(it, "call_id")}, {"type", "function"},
                            {"function", {{"name", it["name"]}, {"arguments", it["arguments"]}}}};
         // Calls made in one answer belong to one assistant message.
         if (messages.empty() || messages.back()["role"] != "assistant") messages.push_back({{"role", "assistant"}, {"content", ""}});
@@ -160,7 +161,7 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
     for (size_t i = 0; i < body["tools"].size(); ++i) {
       const json& t = body["tools"][i];
       const std::string p = fmt::format("tools[{}]", i);
-      if (!t.is_object() || t.value("type", "") != "function") {
+      if (!t.is_object() || string_field(t, "type") != "function") {
         throw ApiError(400, fmt::format("'{}': only function tools are supported", p), "invalid_request_error", p);
       }
       if (!t.contains("name") || !t["name"].is_string()) bad(p + ".name", "must be a string");
@@ -172,7 +173,7 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
   }
   if (body.contains("tool_choice")) {
     const json& c = body["tool_choice"];
-    o["tool_choice"] = c.is_object() && c.value("type", "") == "function" ? json{{"type", "function"}, {"function", {{"name", c.value("name", "")}}}} : c;
+    o["tool_choice"] = c.is_object() && string_field(c, "type") == "function" ? json{{"type", "function"}, {"function", {{"name", string_field(c, "name")}}}} : c;
   }
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) o["max_tokens"] = body["max_output_tokens"];
   for (const char* k : {"temperature", "top_p"}) {
@@ -185,7 +186,7 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
   if (body.contains("text") && body["text"].is_object() && body["text"].contains("format")) {
     // {type: json_schema, name, schema, strict} here; {type: json_schema, json_schema: {...}} in chat.
     const json& f = body["text"]["format"];
-    if (f.is_object() && f.value("type", "") == "json_schema" && !f.contains("json_schema")) {
+    if (f.is_object() && string_field(f, "type") == "json_schema" && !f.contains("json_schema")) {
       json js = f;
       js.erase("type");
       o["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};

@@ -87,6 +87,10 @@ TEST(AnthropicRequest, MalformedOrUnsupportedIsA400NamingTheField) {
   expect_400(R"({"max_tokens": 1, "stop_sequences": "END", )" + msg + "}", "stop_sequences");
   expect_400(R"({"max_tokens": 1, "stream": "yes", )" + msg + "}", "stream");
   expect_400(R"({"max_tokens": 1, "system": 5, )" + msg + "}", "system");
+  // A block whose type is not a string (a fuzzer finding: the JSON library's type error escaped).
+  expect_400(R"({"max_tokens": 1, "system": [{"type": {"type": "object"}}], )" + msg + "}", "system");
+  expect_400(R"({"max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+             "content": [{"type": 7, "text": "x"}]}]}]})", "messages[0].content[0].content");
 }
 
 CompletionResult answer() {

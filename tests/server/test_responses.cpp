@@ -54,6 +54,7 @@ TEST(ResponsesRequest, ItemsBecomeTheConversation) {
 TEST(ResponsesRequest, UnsupportedIsA400NamingTheField) {
   expect_400(R"({"model": "m"})", "input");
   expect_400(R"({"input": []})", "input");
+  expect_400(R"({"input": [{"type": 5, "role": "user", "content": "x"}]})", "input[0].type");
   expect_400(R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id");
   expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})", "input[0].content");
   expect_400(R"({"input": [{"type": "web_search_call"}]})", "input[0].type");
