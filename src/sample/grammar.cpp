@@ -418,6 +418,27 @@ void append_cp(std::string& out, uint32_t cp, bool in_class) {
 
 }  // namespace
 
+std::string gbnf_literal(std::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += fmt::format("\\x{:02X}", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out + "\"";
+}
+
 Grammar Grammar::parse(std::string_view text, std::string_view root_rule) { return Parser(text).run(root_rule); }
 
 size_t Grammar::size() const {

@@ -55,6 +55,9 @@ struct Grammar {
   size_t size() const;  // elements in all rules
 };
 
+// A GBNF string literal matching exactly these bytes (quotes, backslashes and control bytes escaped).
+std::string gbnf_literal(std::string_view text);
+
 // True when the element starts a character set (a terminal) rather than being a reference or an end.
 inline bool is_char_elem(GrammarOp op) { return op == GrammarOp::Char || op == GrammarOp::CharNot || op == GrammarOp::Any; }
 inline bool is_end_of_sequence(GrammarOp op) { return op == GrammarOp::End || op == GrammarOp::Alt; }

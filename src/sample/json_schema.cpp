@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "sample/grammar.h"
 
 namespace zinc::sample {
 
@@ -52,27 +53,6 @@ const std::map<std::string, std::vector<std::string>>& primitive_deps() {
   return deps;
 }
 
-// A GBNF literal for text (the exact bytes, escaped).
-std::string literal(std::string_view text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7F) {
-      out += fmt::format("\\x{:02X}", c);
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out + "\"";
-}
 
 std::string rule_name(std::string_view hint) {
   std::string out;
@@ -158,11 +138,11 @@ class Converter {
       rules_[name] = visit(resolve(ref, where), name, ref);
       return name;
     }
-    if (s.contains("const")) return literal(s["const"].dump());
+    if (s.contains("const")) return gbnf_literal(s["const"].dump());
     if (s.contains("enum")) {
       if (!s["enum"].is_array() || s["enum"].empty()) fail(where, "enum must be a non-empty array");
       std::string out;
-      for (const auto& v : s["enum"]) out += (out.empty() ? "" : " | ") + literal(v.dump());
+      for (const auto& v : s["enum"]) out += (out.empty() ? "" : " | ") + gbnf_literal(v.dump());
       return "( " + out + " )";
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -239,7 +219,7 @@ class Converter {
       if (!s["properties"].is_object()) fail(where, "properties must be an object");
       for (const auto& [key, sub] : s["properties"].items()) {
         const std::string value = visit(sub, hint + "-" + key, where + "/properties/" + key);
-        kv.push_back(define(hint + "-" + key + "-kv", literal(json(key).dump()) + " \":\" " + use("ws") + " " + value));
+        kv.push_back(define(hint + "-" + key + "-kv", gbnf_literal(json(key).dump()) + " \":\" " + use("ws") + " " + value));
         props.push_back({key, required.count(key) > 0});
       }
     }

@@ -374,16 +374,15 @@ int32_t Sampler::sample_allowed(std::span<const float> logits, const std::functi
 
 int32_t Sampler::sample_among(std::span<const float> logits, std::span<const int32_t> ids) {
   run_chain(logits, greedy_, &ids);
-  if (greedy_) {
-    const std::vector<TokenProb>& best = cands_.list();
-    if (best.empty() || best[0].logit == -INFINITY) throw_nothing_to_draw();
-    return best[0].id;
-  }
-  return stage::draw(cands_, draw_rng_);
+  return pick();
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
   run_chain(logits, greedy_);
+  return pick();
+}
+
+int32_t Sampler::pick() {
   if (greedy_) {
     const std::vector<TokenProb>& best = cands_.list();
     if (best.empty() || best[0].logit == -INFINITY) throw_nothing_to_draw();

@@ -134,6 +134,7 @@ class Sampler {
   void run_chain(std::span<const float> logits, bool greedy, const std::span<const int32_t>* subset = nullptr);
   void apply_sparse(Stage s);
   void apply_stage(Stage s);
+  int32_t pick();  // after the chain: the best candidate (greedy) or the seeded draw
   void check_bias_ids(size_t n_vocab);
   std::span<const int32_t> window(int32_t last_n) const;
 

@@ -3,25 +3,11 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "sample/grammar.h"
 #include "sample/json_schema.h"
 #include "server/openai.h"
 
 namespace zinc::server {
-
-namespace {
-
-// A GBNF literal of a JSON string (the tool's name as it appears quoted in the call).
-std::string quoted(const std::string& s) {
-  const std::string j = nlohmann::ordered_json(s).dump();
-  std::string out = "\"";
-  for (char c : j) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered_json& tools, const std::string& only,
                               bool several) {
@@ -50,7 +36,7 @@ std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered
       throw ApiError(400, fmt::format("'tools[{}].function.parameters': {}", i, e.what()), "invalid_request_error",
                      fmt::format("tools[{}]", i));
     }
-    calls += fmt::format("{}{} {} \",\" {} \"\\\"{}\\\"\" {} \":\" {} {} {}", calls.empty() ? "" : " | ", quoted(name), ws, ws,
+    calls += fmt::format("{}{} {} \",\" {} \"\\\"{}\\\"\" {} \":\" {} {} {}", calls.empty() ? "" : " | ", sample::gbnf_literal(nlohmann::ordered_json(name).dump()), ws, ws,
                          args_key, ws, ws, args, ws);
   }
   const std::string call = fmt::format("\"{{\" {} \"\\\"name\\\"\" {} \":\" {} ( {} ) \"}}\"", ws, ws, ws, calls);
