@@ -1,20 +1,5 @@
 #version 450
-//! variant f32 TYPE_F32
-//! variant f16 TYPE_F16
-//! variant bf16 TYPE_BF16
-//! variant q4_0 TYPE_Q4_0
-//! variant q4_1 TYPE_Q4_1
-//! variant q5_0 TYPE_Q5_0
-//! variant q5_1 TYPE_Q5_1
-//! variant q8_0 TYPE_Q8_0
-//! variant q2_k TYPE_Q2_K
-//! variant q3_k TYPE_Q3_K
-//! variant q4_k TYPE_Q4_K
-//! variant q5_k TYPE_Q5_K
-//! variant q6_k TYPE_Q6_K
-//! variant iq4_nl TYPE_IQ4_NL
-//! variant iq4_xs TYPE_IQ4_XS
-//! variant mxfp4 TYPE_MXFP4
+//! variants-by-type all
 // Weight rows to half precision for the prefill GEMM: out[r][c] = dequant(W[row0 + r])[c] for rows
 // [row0, row0 + nrows), as IEEE halves packed two per uint (packHalf2x16: column 2i in the low half,
 // 2i + 1 in the high half), rows of ncols / 2 uints, packed, so neither side needs 16-bit storage. A

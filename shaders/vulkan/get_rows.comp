@@ -1,20 +1,5 @@
 #version 450
-//! variant f32 TYPE_F32
-//! variant f16 TYPE_F16
-//! variant bf16 TYPE_BF16
-//! variant q4_0 TYPE_Q4_0
-//! variant q4_1 TYPE_Q4_1
-//! variant q5_0 TYPE_Q5_0
-//! variant q5_1 TYPE_Q5_1
-//! variant q8_0 TYPE_Q8_0
-//! variant q2_k TYPE_Q2_K
-//! variant q3_k TYPE_Q3_K
-//! variant q4_k TYPE_Q4_K
-//! variant q5_k TYPE_Q5_K
-//! variant q6_k TYPE_Q6_K
-//! variant iq4_nl TYPE_IQ4_NL
-//! variant iq4_xs TYPE_IQ4_XS
-//! variant mxfp4 TYPE_MXFP4
+//! variants-by-type all
 // Row lookup (graph Op::GetRows: the token embedding): out[t] = dequant(W[ids[t]]) * scale for
 // n_tokens ids, out float32 rows [n_tokens][ncols], packed; a variant per weight type (quant.glsl).
 // One invocation per unit (4 to 16 elements) of an output row, 64 per workgroup over a grid of

@@ -1,36 +1,6 @@
 #version 450
-//! variant f32 TYPE_F32
-//! variant f16 TYPE_F16
-//! variant bf16 TYPE_BF16
-//! variant q4_0 TYPE_Q4_0
-//! variant q4_1 TYPE_Q4_1
-//! variant q5_0 TYPE_Q5_0
-//! variant q5_1 TYPE_Q5_1
-//! variant q8_0 TYPE_Q8_0
-//! variant q2_k TYPE_Q2_K
-//! variant q3_k TYPE_Q3_K
-//! variant q4_k TYPE_Q4_K
-//! variant q5_k TYPE_Q5_K
-//! variant q6_k TYPE_Q6_K
-//! variant iq4_nl TYPE_IQ4_NL
-//! variant iq4_xs TYPE_IQ4_XS
-//! variant mxfp4 TYPE_MXFP4
-//! variant id_f32 TYPE_F32,MUL_MV_ID
-//! variant id_f16 TYPE_F16,MUL_MV_ID
-//! variant id_bf16 TYPE_BF16,MUL_MV_ID
-//! variant id_q4_0 TYPE_Q4_0,MUL_MV_ID
-//! variant id_q4_1 TYPE_Q4_1,MUL_MV_ID
-//! variant id_q5_0 TYPE_Q5_0,MUL_MV_ID
-//! variant id_q5_1 TYPE_Q5_1,MUL_MV_ID
-//! variant id_q8_0 TYPE_Q8_0,MUL_MV_ID
-//! variant id_q2_k TYPE_Q2_K,MUL_MV_ID
-//! variant id_q3_k TYPE_Q3_K,MUL_MV_ID
-//! variant id_q4_k TYPE_Q4_K,MUL_MV_ID
-//! variant id_q5_k TYPE_Q5_K,MUL_MV_ID
-//! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
-//! variant id_iq4_nl TYPE_IQ4_NL,MUL_MV_ID
-//! variant id_iq4_xs TYPE_IQ4_XS,MUL_MV_ID
-//! variant id_mxfp4 TYPE_MXFP4,MUL_MV_ID
+//! variants-by-type all
+//! variants-by-type all id_ MUL_MV_ID
 // Matrix-vector products over a GGUF weight for decode (graph Op::MatMul with few tokens, and the MoE
 // expert projections): y[t][r] = W[r] . x[t] (+ bias[r]) for every row r of a weight stored in one
 // type (a variant per TYPE_*, dequantized by quant.glsl), x and y float32 rows [n_tokens][ncols] and

@@ -1,10 +1,6 @@
 #version 450
-//! variant q4_k TYPE_Q4_K
-//! variant q5_k TYPE_Q5_K
-//! variant q6_k TYPE_Q6_K
-//! variant id_q4_k TYPE_Q4_K,MUL_MV_ID
-//! variant id_q5_k TYPE_Q5_K,MUL_MV_ID
-//! variant id_q6_k TYPE_Q6_K,MUL_MV_ID
+//! variants-by-type kdot
+//! variants-by-type kdot id_ MUL_MV_ID
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here

@@ -1,18 +1,6 @@
 #version 450
-//! variant mat_q4_0 MUL_MV_MAT,TYPE_Q4_0
-//! variant mat_q4_1 MUL_MV_MAT,TYPE_Q4_1
-//! variant mat_q5_0 MUL_MV_MAT,TYPE_Q5_0
-//! variant mat_q5_1 MUL_MV_MAT,TYPE_Q5_1
-//! variant mat_q8_0 MUL_MV_MAT,TYPE_Q8_0
-//! variant mat_iq4_nl MUL_MV_MAT,TYPE_IQ4_NL
-//! variant mat_mxfp4 MUL_MV_MAT,TYPE_MXFP4
-//! variant id_q4_0 MUL_MV_ID,TYPE_Q4_0
-//! variant id_q4_1 MUL_MV_ID,TYPE_Q4_1
-//! variant id_q5_0 MUL_MV_ID,TYPE_Q5_0
-//! variant id_q5_1 MUL_MV_ID,TYPE_Q5_1
-//! variant id_q8_0 MUL_MV_ID,TYPE_Q8_0
-//! variant id_iq4_nl MUL_MV_ID,TYPE_IQ4_NL
-//! variant id_mxfp4 MUL_MV_ID,TYPE_MXFP4
+//! variants-by-type q8 mat_ MUL_MV_MAT
+//! variants-by-type q8 id_ MUL_MV_ID
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
 // (quantize_q8.comp; quant/dot.h pairs Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 with Q8_0 activations, Q4_1
 // and Q5_1 with Q8_1): per block the integer sum of 32 code products, then the float expression the

@@ -17,21 +17,21 @@ namespace {
 
 using gguf::TensorType;
 
-// A weight type's kernels: the shader variants' suffix and the elements one invocation decodes at a
-// time (UE in quant.glsl), which ncols must be a multiple of.
+// A weight type's kernels (vk_weight_types.def, the one list the shader variants are built from): the
+// variants' suffix, the elements one invocation decodes at a time (UE in quant.glsl), which ncols must
+// be a multiple of, and the families of kernels beyond the generic ones.
+enum Kernels : uint8_t { NONE, Q8_0ACT, Q8_1ACT, KDOT };
 struct QuantType {
   TensorType type;
   const char* name;
   uint32_t unit;
+  Kernels kernels;
 };
 
 constexpr QuantType kTypes[] = {
-    {TensorType::F32, "f32", 4},       {TensorType::F16, "f16", 4},       {TensorType::BF16, "bf16", 4},
-    {TensorType::Q4_0, "q4_0", 8},     {TensorType::Q4_1, "q4_1", 8},     {TensorType::Q5_0, "q5_0", 8},
-    {TensorType::Q5_1, "q5_1", 8},     {TensorType::Q8_0, "q8_0", 8},     {TensorType::Q2_K, "q2_k", 16},
-    {TensorType::Q3_K, "q3_k", 16},    {TensorType::Q4_K, "q4_k", 16},    {TensorType::Q5_K, "q5_k", 16},
-    {TensorType::Q6_K, "q6_k", 16},    {TensorType::IQ4_NL, "iq4_nl", 8}, {TensorType::IQ4_XS, "iq4_xs", 8},
-    {TensorType::MXFP4, "mxfp4", 8},
+#define ZINC_VK_WEIGHT(e, n, unit, kernels) {TensorType::e, #n, unit, kernels},
+#include "backend/vulkan/vk_weight_types.def"
+#undef ZINC_VK_WEIGHT
 };
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 32;  // shaders address the weight in 32-bit bytes
@@ -179,36 +179,27 @@ void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 
 namespace {
 
-// The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME) and whether the type pairs
-// with Q8_1 activations (quantize_q8_1) rather than Q8_0 (quantize_q8_0).
-struct Q8Type {
-  TensorType type;
-  const char* name;
-  bool q8_1;
-};
+// The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME): the types that pair with
+// Q8_0 activation codes (quantize_q8_0) or with Q8_1 (quantize_q8_1).
+const QuantType* q8_find(TensorType type) {
+  const QuantType* t = find_type(type);
+  return t && (t->kernels == Q8_0ACT || t->kernels == Q8_1ACT) ? t : nullptr;
+}
 
-constexpr Q8Type kQ8Types[] = {
-    {TensorType::Q4_0, "q4_0", false}, {TensorType::Q4_1, "q4_1", true},     {TensorType::Q5_0, "q5_0", false},
-    {TensorType::Q5_1, "q5_1", true},  {TensorType::Q8_0, "q8_0", false},    {TensorType::IQ4_NL, "iq4_nl", false},
-    {TensorType::MXFP4, "mxfp4", false},
-};
-
-const Q8Type& q8_type(const char* op, TensorType type, uint32_t ncols) {
-  for (const Q8Type& t : kQ8Types) {
-    if (t.type != type) continue;
-    if (ncols % 32 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 32", op, ncols));
-    return t;
-  }
-  throw Error(fmt::format("Vulkan {}: no kernel for weights of type {}", op, gguf::tensor_type_name(type)));
+const QuantType& q8_type(const char* op, TensorType type, uint32_t ncols) {
+  const QuantType* t = q8_find(type);
+  if (!t) throw Error(fmt::format("Vulkan {}: no kernel for weights of type {}", op, gguf::tensor_type_name(type)));
+  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 32", op, ncols));
+  return *t;
 }
 
 // Quantizes `rows` activation rows of ncols floats into the type's activation blocks
 // (quantize_q8.comp), then a barrier.
-void quantize_q8(Context& ctx, Dispatcher& d, const Q8Type& t, View x, View xq, uint32_t ncols, uint32_t rows) {
+void quantize_q8(Context& ctx, Dispatcher& d, const QuantType& t, View x, View xq, uint32_t ncols, uint32_t rows) {
   const uint32_t blocks = ncols / 32 * rows;
   const uint32_t groups = (blocks + 63) / 64, max_x = ctx.features().max_groups_x;
   const uint32_t gy = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(t.q8_1 ? "quantize_q8_1" : "quantize_q8_0", 2, 4), std::array<View, 2>{x, xq}, &blocks,
+  d.dispatch(ctx.pipeline(t.kernels == Q8_1ACT ? "quantize_q8_1" : "quantize_q8_0", 2, 4), std::array<View, 2>{x, xq}, &blocks,
              (groups + gy - 1) / gy, gy);
   d.barrier();
 }
@@ -219,18 +210,13 @@ struct MulMvQ8Push {
 
 }  // namespace
 
-bool has_mul_mv_q8(gguf::TensorType type) {
-  for (const Q8Type& t : kQ8Types) {
-    if (t.type == type) return true;
-  }
-  return false;
-}
+bool has_mul_mv_q8(gguf::TensorType type) { return q8_find(type) != nullptr; }
 
 size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
 
 void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
                uint32_t nrows, uint32_t n_tokens) {
-  const Q8Type& t = q8_type("mul_mv_q8", type, ncols);
+  const QuantType& t = q8_type("mul_mv_q8", type, ncols);
   if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
   if (n_tokens > kMaxGroupsYZ) throw Error(fmt::format("Vulkan mul_mv_q8: {} tokens at once is over {}", n_tokens, kMaxGroupsYZ));
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
@@ -245,7 +231,7 @@ void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View 
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
                   View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
                   bool x_per_slot) {
-  const Q8Type& t = q8_type("mul_mv_q8_id", type, ncols);
+  const QuantType& t = q8_type("mul_mv_q8_id", type, ncols);
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
   if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id: no experts");
   if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id: too many (token, expert) pairs for one step");
@@ -261,13 +247,10 @@ void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vi
 
 namespace {
 
+// The variants of mul_mv_k.comp (mul_mv_k_NAME, mul_mv_k_id_NAME), nullptr for a type without them.
 const char* mul_mv_k_variant(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_K: return "q4_k";
-    case TensorType::Q5_K: return "q5_k";
-    case TensorType::Q6_K: return "q6_k";
-    default: return nullptr;
-  }
+  const QuantType* t = find_type(type);
+  return t && t->kernels == KDOT ? t->name : nullptr;
 }
 
 
