@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -169,7 +170,7 @@ inline std::vector<size_t> kv_row_bytes(const graph::Graph& g, gguf::TensorType 
   for (const graph::Node& node : g.nodes) {
     if (node.op != graph::Op::Attention) continue;
     const int64_t kw = g.kv_width_of(node.layer);
-    if (kw % quant::block_size(type) != 0 || node.head_dim % quant::block_size(type) != 0) {
+    if (kw % quant::block_size(type) != 0 || node.attention().head_dim % quant::block_size(type) != 0) {
       throw Error(fmt::format("a {} KV cache needs head rows that are a multiple of {} elements",
                               gguf::tensor_type_name(type), quant::block_size(type)));
     }
@@ -234,6 +235,81 @@ struct SavedStateLayout {
     }
     return n_past;
   }
+};
+
+
+// ---- activations ------------------------------------------------------------------------------
+
+// Per tensor, the index of the last node reading it (-1: none reads it).
+std::vector<int> last_uses(const graph::Graph& g);
+
+// Where every activation of a step lives in one arena: a tensor holds its range from the node that
+// writes it to the last node that reads it (last_use; to the end when keep_all or when no node reads
+// it: the graph's outputs), first fit over the ranges live at the time, offsets multiples of `align`.
+// A node's output never shares bytes with its inputs. Tensors `bytes` gives 0 get no range.
+struct ArenaPlan {
+  std::vector<size_t> offset;  // per tensor
+  size_t bytes = 0;            // the arena's size
+};
+ArenaPlan plan_arena(const graph::Graph& g, const std::vector<int>& last_use,
+                     const std::function<size_t(graph::TensorId)>& bytes, size_t align, bool keep_all);
+
+// ---- sequences ----------------------------------------------------------------------------------
+
+// What every backend's context does the same way with its sequences: the options' checks, which KV
+// blocks hold each sequence's positions (KvBlocks), how far each recurrent state has come, and saving,
+// loading, clearing and copying a sequence (SavedStateLayout, so a context saved on one backend loads
+// into another). The backend keeps the bytes and moves them through the hooks: each attending layer's
+// K and V caches hold blocks of kKvBlock rows (block b's rows from b * kKvBlock * row bytes), and every
+// node with recurrent state keeps one region of state_floats()[node] floats per sequence.
+class SequencedExecutable : public Executable {
+ public:
+  static constexpr int32_t kKvBlock = 32;  // positions per cache block
+
+  // Throws zinc::Error for options no context can have, or a KV type the heads do not fit.
+  SequencedExecutable(const graph::Graph& g, const ExecOptions& opts);
+
+  const ExecOptions& options() const override { return opts_; }
+  int64_t n_vocab() const override { return g_.n_vocab; }
+  bool can_rewind() const override { return !recurrent_; }
+  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override;
+  void load_state(std::span<const uint8_t> bytes, int32_t seq) override;
+  void seq_clear(int32_t seq) override;
+  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
+
+ protected:
+  // Copies `bytes` bytes of layer l's K and V caches from offset `from` to offset `to`.
+  virtual void kv_copy(size_t layer, size_t from, size_t to, size_t bytes) = 0;
+  // Reads / writes bytes of layer l's K (v false) or V cache.
+  virtual void kv_read(size_t layer, bool v, size_t offset, void* out, size_t bytes) const = 0;
+  virtual void kv_write(size_t layer, bool v, size_t offset, const void* in, size_t bytes) = 0;
+  // Node i's recurrent state of sequence `seq`: read out, written (nullptr: zeros), copied to another.
+  virtual void state_read(size_t node, int32_t seq, float* out) const = 0;
+  virtual void state_write(size_t node, int32_t seq, const float* in) = 0;
+  virtual void state_copy(size_t node, int32_t src, int32_t dst) = 0;
+
+  // Before a step's work: checks the step (check_step; each part's start within what its sequence
+  // holds; a recurrent state resumes only where it stopped) before changing anything, then gives each
+  // part its cache blocks (a shared block it writes into copied first) and clears the states that
+  // restart. A failed step leaves its sequences' states unusable until they restart (state_pos -1).
+  void begin_step(const graph::StepParams& step);
+  // After the step's work has completed.
+  void end_step(const graph::StepParams& step);
+  void check_seq(int32_t seq) const;
+  // Calls f(offset, bytes) for each run of sequence `seq`'s first n rows in layer l's cache, in order
+  // of position (one run per block).
+  void for_each_block(size_t layer, int32_t seq, int32_t n, const std::function<void(size_t, size_t)>& f) const;
+
+  const graph::Graph& g_;
+  ExecOptions opts_;
+  gguf::TensorType kv_storage_ = gguf::TensorType::F16;
+  std::vector<size_t> kv_row_bytes_;  // per layer (0: no attention)
+  std::vector<size_t> state_floats_;  // per node: one sequence's recurrent state (0: none)
+  int32_t blocks_per_seq_ = 0;        // a sequence's whole context in blocks
+  KvBlocks blocks_;                   // which blocks hold each sequence's positions
+  bool recurrent_ = false;
+  SavedStateLayout layout_;           // what save_state() writes
+  std::vector<int64_t> state_pos_;    // per sequence: tokens its state has absorbed (-1: a step failed part-way)
 };
 
 }  // namespace zinc::backend

@@ -71,7 +71,7 @@ Node& Builder::emit(Op op, TensorId out, std::vector<TensorId> in) {
 
 TensorId Builder::embed(TensorId w, float scale) {
   const TensorId out = act("inp_embd", g_.tensor(w).ne[0]);
-  emit(Op::Embed, out, {w}).scale = scale;
+  emit(Op::Embed, out, {w}).params = EmbedParams{scale};
   return out;
 }
 
@@ -81,8 +81,8 @@ TensorId Builder::rms_norm(TensorId x, TensorId w, float eps, float offset, cons
   }
   const TensorId out = act(name, width(x), layer);
   Node& n = emit(Op::RmsNorm, out, w >= 0 ? std::vector<TensorId>{x, w} : std::vector<TensorId>{x});
-  n.eps = eps;
-  n.offset = offset;
+  n.small_f32 = w >= 0 ? 1u << 1 : 0;
+  n.params = NormParams{eps, offset, 0};
   return out;
 }
 
@@ -92,8 +92,8 @@ TensorId Builder::rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps
   }
   const TensorId out = act(name, width(x), layer);
   Node& n = emit(Op::RmsNorm, out, w >= 0 ? std::vector<TensorId>{x, w} : std::vector<TensorId>{x});
-  n.eps = eps;
-  n.head_dim = head_dim;
+  n.small_f32 = w >= 0 ? 1u << 1 : 0;
+  n.params = NormParams{eps, 0, head_dim};
   return out;
 }
 
@@ -103,7 +103,8 @@ TensorId Builder::matmul(TensorId w, TensorId x, const std::string& name, int la
     throw Error(fmt::format("{}: weight '{}' has rows of {} but its input has {}", name, wt.name, wt.ne[0], width(x)));
   }
   const TensorId out = act(name, wt.ne[1], layer);
-  emit(Op::MatMul, out, bias >= 0 ? std::vector<TensorId>{w, x, bias} : std::vector<TensorId>{w, x});
+  emit(Op::MatMul, out, bias >= 0 ? std::vector<TensorId>{w, x, bias} : std::vector<TensorId>{w, x}).small_f32 =
+      bias >= 0 ? 1u << 2 : 0;
   return out;
 }
 
@@ -137,11 +138,8 @@ TensorId Builder::rope(TensorId x, int n_head, int head_dim, int n_rot, RopeMode
   }
   const TensorId out = act(name, width(x), layer);
   Node& n = emit(Op::Rope, out, factors >= 0 ? std::vector<TensorId>{x, factors} : std::vector<TensorId>{x});
-  n.n_head = n_head;
-  n.head_dim = head_dim;
-  n.n_rot = n_rot;
-  n.rope_mode = mode;
-  n.rope = params;
+  n.small_f32 = factors >= 0 ? 1u << 1 : 0;
+  n.params = RopeOpParams{n_head, head_dim, n_rot, mode, params};
   return out;
 }
 
@@ -162,12 +160,8 @@ TensorId Builder::attention(TensorId q, TensorId k, TensorId v, int n_head, int 
   }
   const TensorId out = act(name, width(q), layer);
   Node& n = emit(Op::Attention, out, sinks >= 0 ? std::vector<TensorId>{q, k, v, sinks} : std::vector<TensorId>{q, k, v});
-  n.n_head = n_head;
-  n.n_head_kv = n_head_kv;
-  n.head_dim = head_dim;
-  n.scale = scale;
-  n.sliding_window = sliding_window;
-  n.cap = softcap;
+  n.small_f32 = sinks >= 0 ? 1u << 3 : 0;
+  n.params = AttentionParams{n_head, n_head_kv, head_dim, scale, sliding_window, softcap};
   n.layer = layer;
   return out;
 }
@@ -188,7 +182,7 @@ TensorId Builder::geglu(TensorId gate, TensorId up, const std::string& name, int
 
 TensorId Builder::softcap(TensorId x, float cap, const std::string& name, int layer) {
   const TensorId out = act(name, width(x), layer);
-  emit(Op::Softcap, out, {x}).cap = cap;
+  emit(Op::Softcap, out, {x}).params = SoftcapParams{cap};
   return out;
 }
 
@@ -258,17 +252,21 @@ TensorId Builder::moe(TensorId x, TensorId router, TensorId gate_exps, TensorId 
   }
   const TensorId out = act(name, d, layer);
   Node& n = emit(Op::MoE, out, std::move(in));
-  n.n_expert = static_cast<int>(n_expert);
-  n.n_expert_used = n_expert_used;
-  n.norm_topk = variant.norm_topk;
-  n.moe_routing = variant.routing;
-  n.moe_glu = variant.glu;
-  n.glu_alpha = variant.glu_alpha;
-  n.glu_limit = variant.glu_limit;
-  n.scale = variant.logit_scale;
-  n.moe_router_in = router_in_at;
-  n.moe_expert_scale = expert_scale_at;
-  n.moe_bias = bias_at;
+  MoeParams mp;
+  mp.n_expert = static_cast<int>(n_expert);
+  mp.n_expert_used = n_expert_used;
+  mp.norm_topk = variant.norm_topk;
+  mp.routing = variant.routing;
+  mp.glu = variant.glu;
+  mp.glu_alpha = variant.glu_alpha;
+  mp.glu_limit = variant.glu_limit;
+  mp.logit_scale = variant.logit_scale;
+  mp.router_in = router_in_at;
+  mp.expert_scale = expert_scale_at;
+  mp.bias = bias_at;
+  n.params = mp;
+  if (expert_scale_at >= 0) n.small_f32 |= 1u << expert_scale_at;
+  if (bias_at >= 0) n.small_f32 |= 0xfu << bias_at;
   return out;
 }
 
@@ -278,7 +276,7 @@ TensorId Builder::scale(TensorId x, TensorId w, const std::string& name, int lay
     throw Error(fmt::format("{}: scale '{}' has {} elements for rows of {}", name, g_.tensor(w).name, n, width(x)));
   }
   const TensorId out = act(name, width(x), layer);
-  emit(Op::Scale, out, {x, w});
+  emit(Op::Scale, out, {x, w}).small_f32 = 1u << 1;
   return out;
 }
 
@@ -290,9 +288,7 @@ TensorId Builder::split(TensorId x, int n_groups, int64_t stride, int64_t offset
   }
   const TensorId out = act(name, w * n_groups, layer);
   Node& n = emit(Op::Split, out, {x});
-  n.n_head = n_groups;
-  n.group_stride = stride;
-  n.group_offset = offset;
+  n.params = SplitParams{n_groups, stride, offset};
   return out;
 }
 
@@ -320,7 +316,7 @@ TensorId Builder::ssm_conv(TensorId x, TensorId w, const std::string& name, int 
     throw Error(fmt::format("{}: convolution weight '{}' must be F32 {{kernel, {}}}", name, wt.name, width(x)));
   }
   const TensorId out = act(name, width(x), layer);
-  emit(Op::SsmConv, out, {x, w});
+  emit(Op::SsmConv, out, {x, w}).small_f32 = 1u << 1;
   return out;
 }
 
@@ -335,18 +331,15 @@ TensorId Builder::delta_net(TensorId q, TensorId k, TensorId v, TensorId a, Tens
   }
   const TensorId out = act(name, width(v), layer);
   Node& n = emit(Op::DeltaNet, out, {q, k, v, a, b, A, dt_bias});
-  n.n_head = n_head_k;
-  n.n_head_kv = n_head_v;
-  n.head_dim = dk;
-  n.head_dim_v = dv;
-  n.tiled_heads = tiled_heads;
+  n.small_f32 = 1u << 5 | 1u << 6;
+  n.params = DeltaNetParams{n_head_k, n_head_v, dk, dv, tiled_heads};
   return out;
 }
 
 int64_t state_size(const Graph& g, const Node& n) {
   switch (n.op) {
     case Op::SsmConv: return (g.tensor(n.in[1]).ne[0] - 1) * g.tensor(n.in[1]).ne[1];
-    case Op::DeltaNet: return int64_t{n.n_head_kv} * n.head_dim * n.head_dim_v;
+    case Op::DeltaNet: return int64_t{n.delta_net().n_head_v} * n.delta_net().dk * n.delta_net().dv;
     default: return 0;
   }
 }

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "gguf/types.h"
@@ -66,7 +67,7 @@ enum class Op : uint8_t {
   SelectLast,  // out = the last token's row only, unless the step asks for all logits  in: x
   MoE,         // mixture of experts with SwiGLU experts: router softmax over n_expert, the top
                // n_expert_used (renormalised when norm_topk), out = sum of w_e * down_e(silu(gate_e x) * up_e x)
-               // (Node::moe_routing and moe_glu select the variants below)
+               // (MoeParams::routing and glu select the variants below)
                //     in: x, router, gate_exps, up_exps, down_exps, then at the positions the node records:
                //     [router_in] [expert_scale {n_expert}]
                //     [router_b {n_expert}, gate_b {ff, n_expert}, up_b {ff, n_expert}, down_b {d, n_expert}]
@@ -95,32 +96,74 @@ enum class MoeGlu : uint8_t {
 
 struct Graph;
 
+// Each op's parameters: a node holds those of its own op and no other's.
+struct EmbedParams {
+  float scale = 1;  // multiplies every embedding row
+};
+struct NormParams {
+  float eps = 0, offset = 0;  // x / sqrt(mean(x^2) + eps) * (w + offset)
+  int group = 0;              // normalised separately: groups of this width (per-head norms); 0 = the whole row
+};
+struct RopeOpParams {
+  int n_head = 0, head_dim = 0;  // heads in the row
+  int n_rot = 0;                 // the first n_rot dims of each head rotate
+  RopeMode mode = RopeMode::Normal;
+  RopeParams rope;
+};
+struct AttentionParams {
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1;         // multiplies q·k
+  int sliding_window = 0;  // 0 = full causal
+  float softcap = 0;       // scores capped by softcap * tanh(s / softcap); 0 = none
+};
+struct SoftcapParams {
+  float cap = 0;
+};
+struct MoeParams {
+  int n_expert = 0, n_expert_used = 0;
+  bool norm_topk = false;  // renormalise the selected experts' weights to sum to 1
+  MoeRouting routing = MoeRouting::SoftmaxTopK;
+  MoeGlu glu = MoeGlu::SwiGLU;
+  float glu_alpha = 0, glu_limit = 0;  // MoeGlu::SwiGLUClamped
+  float logit_scale = 1;               // multiplies the router's logits
+  // Where the optional inputs sit in `in` (-1: absent). router_in: the router reads this activation
+  // instead of x; expert_scale: multiplies each selected expert's final weight; bias: the first of the
+  // four biases.
+  int8_t router_in = -1, expert_scale = -1, bias = -1;
+};
+struct SplitParams {
+  int n_groups = 0;
+  int64_t stride = 0, offset = 0;  // each group's columns [offset, offset + width / n_groups) of stride
+};
+// n_head_k q/k heads of dk, n_head_v v heads of dv; v head h reads q/k head h / (n_head_v / n_head_k),
+// or h % n_head_k when tiled_heads.
+struct DeltaNetParams {
+  int n_head_k = 0, n_head_v = 0, dk = 0, dv = 0;
+  bool tiled_heads = false;
+};
+
 struct Node {
   Op op;
   TensorId out = -1;
   std::vector<TensorId> in;
-  // Op parameters (only those of the op are meaningful).
-  float eps = 0, offset = 0, scale = 1, cap = 0;
-  int n_head = 0, n_head_kv = 0, head_dim = 0;  // Rope, Attention: heads in the row; RmsNorm: group width
-  int n_rot = 0;
-  RopeMode rope_mode = RopeMode::Normal;
-  RopeParams rope;
-  int sliding_window = 0;  // Attention: 0 = full causal
-  int n_expert = 0, n_expert_used = 0;  // MoE
-  bool norm_topk = false;               // MoE: renormalise the selected experts' weights to sum to 1
-  MoeRouting moe_routing = MoeRouting::SoftmaxTopK;
-  MoeGlu moe_glu = MoeGlu::SwiGLU;
-  float glu_alpha = 0, glu_limit = 0;   // MoeGlu::SwiGLUClamped
-  // MoE: where the optional inputs sit in `in` (-1: absent); the router's logits are multiplied by
-  // `scale`. router_in: the router reads this activation instead of x; expert_scale: multiplies each
-  // selected expert's final weight; bias: the first of the four biases.
-  int8_t moe_router_in = -1, moe_expert_scale = -1, moe_bias = -1;
-  int layer = -1;          // Attention: which KV cache
-  int64_t group_stride = 0, group_offset = 0;  // Split
-  // DeltaNet: n_head q/k heads of head_dim, n_head_kv v heads of head_dim_v; v head h reads q/k head
-  // h / (n_head_kv / n_head), or h % n_head when tiled_heads.
-  int head_dim_v = 0;
-  bool tiled_heads = false;
+  int layer = -1;  // the layer it belongs to (Attention: which KV cache)
+  std::variant<std::monostate, EmbedParams, NormParams, RopeOpParams, AttentionParams, SoftcapParams, MoeParams,
+               SplitParams, DeltaNetParams>
+      params;
+  // Bit k set: input k is a small float weight (a norm's or rotation's factors, a bias, a scale, a
+  // gate's constants) that backends read as F32, whatever type it is stored as. Set by the Builder.
+  uint32_t small_f32 = 0;
+  bool small_f32_input(size_t k) const { return k < 32 && (small_f32 >> k & 1u) != 0; }
+
+  // The parameters of the node's op (std::bad_variant_access for another op's).
+  const EmbedParams& embed() const { return std::get<EmbedParams>(params); }
+  const NormParams& norm() const { return std::get<NormParams>(params); }
+  const RopeOpParams& rope() const { return std::get<RopeOpParams>(params); }
+  const AttentionParams& attention() const { return std::get<AttentionParams>(params); }
+  const SoftcapParams& softcap() const { return std::get<SoftcapParams>(params); }
+  const MoeParams& moe() const { return std::get<MoeParams>(params); }
+  const SplitParams& split() const { return std::get<SplitParams>(params); }
+  const DeltaNetParams& delta_net() const { return std::get<DeltaNetParams>(params); }
 };
 
 // Floats of recurrent state a node keeps between steps (SsmConv, DeltaNet), 0 for the others.

@@ -172,10 +172,10 @@ uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, ba
   // p tokens routed independently and uniformly read 1 - (1 - used/n)^p of them.
   std::vector<double> share(g.tensors.size(), 1.0);
   for (const auto& n : g.nodes) {
-    if (n.op != graph::Op::MoE || n.n_expert <= 0) continue;
+    if (n.op != graph::Op::MoE || n.moe().n_expert <= 0) continue;
     for (size_t k = 2; k < n.in.size() && k <= 4; ++k) {
       share[static_cast<size_t>(n.in[k])] =
-          1.0 - std::pow(1.0 - static_cast<double>(n.n_expert_used) / n.n_expert, static_cast<double>(sequences));
+          1.0 - std::pow(1.0 - static_cast<double>(n.moe().n_expert_used) / n.moe().n_expert, static_cast<double>(sequences));
     }
   }
   uint64_t bytes = 0;
@@ -196,7 +196,7 @@ uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, ba
   for (const auto& n : g.nodes) {
     if (n.op != graph::Op::Attention) continue;
     const uint64_t kv_row = quant::row_size(kv_type, g.kv_width_of(n.layer));
-    const int64_t rows = n.sliding_window > 0 ? std::min<int64_t>(context, n.sliding_window) : context;
+    const int64_t rows = n.attention().sliding_window > 0 ? std::min<int64_t>(context, n.attention().sliding_window) : context;
     bytes += p * 2 * kv_row * static_cast<uint64_t>(rows);
   }
   return bytes;

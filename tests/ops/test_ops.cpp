@@ -28,6 +28,7 @@
 #include "gguf/writer.h"
 #include "graph/graph.h"
 #include "quant/quant.h"
+#include "quant_codes.h"
 #include "raw_gguf.h"
 
 namespace zinc {
@@ -59,6 +60,7 @@ class Tables {
     return b.weight(name, type, ne);
   }
   const std::vector<float>& values(const std::string& name) const { return t_.at(name).values; }
+  const std::vector<uint8_t>& bytes(const std::string& name) const { return t_.at(name).bytes; }
   std::vector<float>& mutable_values(const std::string& name) { return t_.at(name).values; }
   int64_t width(const std::string& name) const { return t_.at(name).ne[0]; }
 
@@ -188,7 +190,7 @@ Case elementwise(const std::string& name, graph::Op op, int64_t width, int n) {
 // terms (relative error group·u), the rest a handful of roundings (inversesqrt: 2 ulp in Vulkan).
 Case rms_norm(int64_t width, int64_t group, bool weighted, float offset, int n) {
   Case c;
-  c.name = fmt::format("rms_norm/{}x{}{}{}", width, group, weighted ? "/w" : "", offset != 0 ? "/offset" : "");
+  c.name = fmt::format("rms_norm/{}x{}{}{}/n{}", width, group, weighted ? "/w" : "", offset != 0 ? "/offset" : "", n);
   c.n = n;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId x = t.input(b, "x", width, n, -2, 2);
@@ -270,6 +272,9 @@ Case matmul(TensorType type, int64_t ncols, int64_t nrows, int n, bool bias) {
 }
 
 // out[t] = row token[t] of W (dequantized) * scale: one product, one rounding.
+// Embedding rows, times 0.5. Each backend forms an element d·sc·q + m from the block's fields in at most
+// three roundings, as the reference's dequantizer does but maybe grouped otherwise: 8 u of the element's
+// scaled-code and offset magnitudes (code_and_offset) bound the distance; the scale is exact.
 Case embed(TensorType type, int64_t width) {
   Case c;
   c.name = fmt::format("embed/{}/{}", gguf::tensor_type_name(type), width);
@@ -278,10 +283,13 @@ Case embed(TensorType type, int64_t width) {
   c.build = [=](Builder& b, Tables& t) { return b.embed(t.weight(b, "table", type, {width, 8, 1, 1}), 0.5f); };
   c.reference = [=](const Tables& t) {
     Expect e;
+    const auto owner = test::code_bits(type);
+    const size_t rb = quant::row_size(type, width);
     for (int64_t r = 0; r < 5; ++r) {
+      const auto mag = test::code_and_offset(type, owner, t.bytes("table").data() + static_cast<size_t>(r) * rb, width);
       for (int64_t i = 0; i < width; ++i) {
         e.want.push_back(0.5 * row(t, "table", r)[i]);
-        e.bound.push_back(kU * std::fabs(e.want.back()));
+        e.bound.push_back(std::max(kU * std::fabs(e.want.back()), 8 * kU * 0.5 * mag[static_cast<size_t>(i)]));
       }
     }
     return e;
@@ -509,12 +517,12 @@ Case ssm_conv(int64_t width, int K, int first, int second) {
 // its own sum and codes of h; out = Σ w y by Σ(w·Δy + Δw·|y|) + (k + 2)·u·Σ|w y|. A token whose k-th
 // and next expert are closer than their probabilities' error could be routed either way: it is left
 // out (the reference must not decide a tie), and at most half of them may be.
-Case moe(TensorType type, int n_expert, int k, int n) {
+Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t ff = 256) {
   Case c;
-  c.name = fmt::format("moe/{}/{}of{}/n{}", gguf::tensor_type_name(type), k, n_expert, n);
+  c.name = fmt::format("moe/{}/{}of{}/n{}{}", gguf::tensor_type_name(type), k, n_expert, n,
+                       d == 256 && ff == 256 ? "" : fmt::format("/d{}/ff{}", d, ff));
   c.n = n;
   c.weight_type = type;
-  const int64_t d = 256, ff = 256;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId x = t.input(b, "x", d, n);
     const TensorId r = t.weight(b, "router", TensorType::F32, {d, n_expert, 1, 1}, -0.2f, 0.2f);
@@ -727,13 +735,13 @@ std::vector<Case> all_cases() {
   cs.push_back(rms_norm(96, 96, false, 0.0f, 2));
   cs.push_back(rms_norm(256, 64, true, 0.0f, 3));
   cs.push_back(rms_norm(256, 128, false, 0.0f, 2));
-  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
-    cs.push_back(embed(t, 256));
-  }
   const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,   TensorType::Q4_0,   TensorType::Q4_1,
                               TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,   TensorType::Q2_K,   TensorType::Q3_K,
                               TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,   TensorType::IQ4_NL, TensorType::IQ4_XS,
                               TensorType::MXFP4};
+  for (TensorType t : types) {
+    if (quant::can_quantize(t)) cs.push_back(embed(t, 256));
+  }
   for (TensorType t : types) {
     if (!quant::can_quantize(t)) continue;
     for (int n : {1, 5, 16}) cs.push_back(matmul(t, 256, 64, n, false));
@@ -763,6 +771,21 @@ std::vector<Case> all_cases() {
   cs.push_back(ssm_conv(64, 4, 3, 4));
   cs.push_back(ssm_conv(96, 4, 1, 1));
   cs.push_back(ssm_conv(64, 4, 6, 2));
+  if (g_perf) {
+    // With --perf, also the shapes of a real model (Qwen3-8B's products, norms and attention heads;
+    // Qwen3-30B-A3B's experts; Qwen3.5's delta rule): a per-op throughput table, checked like the rest.
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::F16}) {
+      cs.push_back(matmul(t, 4096, 4096, 1, false));
+    }
+    for (int n : {8, 32, 64}) cs.push_back(matmul(TensorType::Q4_K, 4096, 4096, n, false));
+    cs.push_back(matmul(TensorType::Q4_K, 4096, 12288, 1, false));
+    cs.push_back(matmul(TensorType::Q4_K, 12288, 4096, 1, false));
+    cs.push_back(rms_norm(4096, 4096, true, 0.0f, 1));
+    cs.push_back(rms_norm(4096, 4096, true, 0.0f, 64));
+    cs.push_back(attention(32, 8, 128, 0, 0.0f, false, 63, 1));
+    cs.push_back(moe(TensorType::Q4_K, 128, 8, 1, 2048, 768));
+    cs.push_back(delta_net(16, 32, 128, 128, false, {1}));
+  }
   return cs;
 }
 
@@ -867,10 +890,10 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
 }  // namespace zinc
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {  // before the cases are listed: --perf adds the real models' shapes
     if (std::strcmp(argv[i], "--perf") == 0) zinc::g_perf = true;
   }
+  ::testing::InitGoogleTest(&argc, argv);
   const int rc = RUN_ALL_TESTS();
   if (zinc::g_perf) {
     std::printf("\n| backend | op case | µs per run (all its steps) |\n|---|---|---|\n");

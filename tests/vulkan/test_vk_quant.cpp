@@ -241,35 +241,6 @@ TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
   }
 }
 
-TEST_P(QuantKernels, GetRowsMatchesDequantizeRow) {
-  const TensorType type = GetParam();
-  std::mt19937 rng(static_cast<uint32_t>(type) + 37);
-  const uint32_t ncols = 768, nrows = 37;
-  const Weight w = random_weight(type, ncols, nrows, rng);
-  const std::vector<uint32_t> ids = {5, 0, 36, 5, 17};
-  const uint32_t ntok = static_cast<uint32_t>(ids.size());
-  const float scale = 0.7f;
-  const Buffer& bw = buffer(w.bytes);
-  const Buffer& bi = buffer(ids);
-  const Buffer& bo = buffer(nullptr, static_cast<size_t>(ncols) * ntok * 4);
-  get_rows(*ctx_, ctx_->immediate(), type, whole(bw), whole(bi), whole(bo), ncols, ntok, scale);
-  const auto* got = static_cast<const float*>(bo.mapped);
-  // Each side forms a value d sc q + m from its fields in at most three roundings (3 u of the code and
-  // offset magnitudes, code_and_offset), then multiplies by the scale (u more): 8 u of those magnitudes
-  // times the scale bounds the two sides' distance, whether or not a multiply-add is fused.
-  const auto owner = test::code_bits(type);
-  double worst = 0;
-  for (uint32_t t = 0; t < ntok; ++t) {
-    const auto mag = test::code_and_offset(type, owner, w.bytes.data() + ids[t] * w.row_bytes, ncols);
-    for (uint32_t i = 0; i < ncols; ++i) {
-      const float want = w.values[static_cast<size_t>(ids[t]) * ncols + i] * scale;
-      worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<size_t>(t) * ncols + i]) - want) /
-                                  (8 * test::kU * mag[i] * scale + 1e-30));
-    }
-  }
-  EXPECT_LE(worst, 1.0);
-}
-
 TEST_P(QuantKernels, DequantF16MatchesTheRowsRoundedToHalf) {
   const TensorType type = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(type) + 41);

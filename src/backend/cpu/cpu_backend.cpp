@@ -1,8 +1,9 @@
 // The CPU backend: the reference executor every other backend is compared with, and the fallback
 // that always runs. Weights are read in place from the mapped GGUF (CpuWeights: the tensor pointers
-// and the thread pool, shared by every context); each context's activations live in buffers planned
-// once per graph (a buffer is reused once the last node reading its tensor has run); the KV cache is
-// one contiguous arena per layer.
+// and the thread pool, shared by every context); each context's activations live in one arena planned
+// once per graph (plan_arena: a range is reused once the last node reading its tensor has run); the KV
+// cache is blocks of rows per layer that sequences hold through tables, and sequences are saved,
+// loaded and copied as on every backend (SequencedExecutable).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -68,138 +69,30 @@ class CpuWeights final : public Weights {
   std::mutex step_mutex;  // held for a step: the pool serves one caller at a time
 };
 
-class CpuExecutable final : public Executable {
+class CpuExecutable final : public SequencedExecutable {
  public:
   CpuExecutable(std::shared_ptr<CpuWeights> weights, const ExecOptions& opts)
-      : weights_(std::move(weights)), g_(weights_->graph()), opts_(opts), pool_(weights_->pool) {
-    if (opts_.max_tokens < 1 || opts_.n_ctx < 1) throw Error("context size and step size must be positive");
+      : SequencedExecutable(weights->graph(), opts), weights_(std::move(weights)), pool_(weights_->pool) {
     plan_buffers();
-    if (opts_.n_seq < 1) throw Error("a context holds at least one sequence");
-    kv_type_ = kv_storage_type(opts_.kv_type);
     // Each layer's cache has its own row width (layers may differ in head size or KV heads); all
-    // layers share the block tables. Enough blocks for every sequence to reach n_ctx.
-    kv_row_bytes_ = kv_row_bytes(g_, kv_type_);
-    const int32_t per_seq = (opts_.n_ctx + kKvBlock - 1) / kKvBlock;
-    blocks_ = std::make_unique<KvBlocks>(per_seq * opts_.n_seq, kKvBlock, opts_.n_seq);
+    // layers share the block tables.
     k_.resize(kv_row_bytes_.size());
     v_.resize(kv_row_bytes_.size());
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-      const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(blocks_->n_blocks()) * kKvBlock;
+      const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(blocks_.n_blocks()) * kKvBlock;
       k_[l].assign(layer_bytes, 0);
       v_[l].assign(layer_bytes, 0);
     }
     state_.resize(g_.nodes.size());
-    for (const Node& node : g_.nodes) {
-      if (const int64_t st = graph::state_size(g_, node); st > 0) {
-        state_[static_cast<size_t>(&node - g_.nodes.data())].assign(static_cast<size_t>(st * opts_.n_seq), 0.0f);
-        recurrent_ = true;
-      }
-    }
-    state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
-    layout_ = {kv_type_, opts_.n_ctx, kv_row_bytes_, {}};
-    for (const auto& st : state_) layout_.state_floats.push_back(st.size() / static_cast<size_t>(opts_.n_seq));
-  }
-
-  bool can_rewind() const override { return !recurrent_; }
-
-  // Layout (SavedStateLayout, shared with the other backends): a header, then per attending layer the
-  // sequence's first n_past K rows and V rows in order, then every recurrent state.
-  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
-    check_seq(seq);
-    if (n_past > blocks_->length(seq)) {
-      throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq, blocks_->length(seq)));
-    }
-    std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
-    size_t at = SavedStateLayout::kHeaderBytes;
-    for (size_t l = 0; l < k_.size(); ++l) {
-      if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
-      for (const auto* cache : {&k_[l], &v_[l]}) {
-        for (int32_t p = 0; p < n_past; ++p) {
-          std::memcpy(out.data() + at, row(*cache, l, seq, p), kv_row_bytes_[l]);
-          at += kv_row_bytes_[l];
-        }
-      }
-    }
-    for (size_t i = 0; i < state_.size(); ++i) {
-      const size_t n = layout_.state_floats[i];
-      if (n > 0) std::memcpy(out.data() + at, state_[i].data() + static_cast<size_t>(seq) * n, n * sizeof(float));
-      at += n * sizeof(float);
-    }
-    return out;
-  }
-
-  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
-    check_seq(seq);
-    const auto n_past = static_cast<int32_t>(layout_.check(bytes));
-    blocks_->clear(seq);
-    blocks_->prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
-    size_t at = SavedStateLayout::kHeaderBytes;
-    for (size_t l = 0; l < k_.size(); ++l) {
-      if (kv_row_bytes_[l] == 0) continue;
-      for (auto* cache : {&k_[l], &v_[l]}) {
-        for (int32_t p = 0; p < n_past; ++p) {
-          std::memcpy(row(*cache, l, seq, p), bytes.data() + at, kv_row_bytes_[l]);
-          at += kv_row_bytes_[l];
-        }
-      }
-    }
-    for (size_t i = 0; i < state_.size(); ++i) {
-      const size_t n = layout_.state_floats[i];
-      if (n > 0) std::memcpy(state_[i].data() + static_cast<size_t>(seq) * n, bytes.data() + at, n * sizeof(float));
-      at += n * sizeof(float);
-    }
-    state_pos_[static_cast<size_t>(seq)] = n_past;
-  }
-
-  void seq_clear(int32_t seq) override {
-    check_seq(seq);
-    blocks_->clear(seq);
-    clear_state(seq);
-    state_pos_[static_cast<size_t>(seq)] = 0;
-  }
-
-  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
-    check_seq(src);
-    check_seq(dst);
-    if (recurrent_ && n_tokens != state_pos_[static_cast<size_t>(src)]) {
-      throw Error(fmt::format("the recurrent state of sequence {} holds {} tokens; it cannot be copied at {}", src,
-                              std::max<int64_t>(state_pos_[static_cast<size_t>(src)], 0), n_tokens));
-    }
-    blocks_->share(src, dst, n_tokens);
-    if (src == dst) return;
-    for (size_t i = 0; i < state_.size(); ++i) {
-      const size_t n = layout_.state_floats[i];
-      if (n == 0) continue;
-      std::memcpy(state_[i].data() + static_cast<size_t>(dst) * n, state_[i].data() + static_cast<size_t>(src) * n,
-                  n * sizeof(float));
-    }
-    state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
+    for (size_t i = 0; i < state_floats_.size(); ++i) state_[i].assign(state_floats_[i] * static_cast<size_t>(opts_.n_seq), 0.0f);
   }
 
   void run(const graph::StepParams& step) override {
-    check_step(g_, opts_, step);
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    // Every sequence's part first: where its state restarts, and the cache blocks its rows go to.
-    for (const graph::SeqStep& p : step.seqs) {
-      if (recurrent_) recurrent_restart(state_pos_[static_cast<size_t>(p.seq)], p.n_past);
-    }
+    begin_step(step);
     parts_.clear();
     int32_t first = 0;
     for (const graph::SeqStep& p : step.seqs) {
-      if (recurrent_) {
-        if (p.n_past == 0) clear_state(p.seq);
-        state_pos_[static_cast<size_t>(p.seq)] = -1;  // until this step completes
-      }
-      blocks_->prepare(p.seq, p.n_past, p.n_tokens, [this](int32_t from, int32_t to, int32_t rows) {
-        for (size_t l = 0; l < k_.size(); ++l) {
-          if (kv_row_bytes_[l] == 0) continue;
-          for (auto* cache : {&k_[l], &v_[l]}) {
-            const size_t bytes = kv_row_bytes_[l] * kKvBlock;
-            std::memcpy(cache->data() + static_cast<size_t>(to) * bytes, cache->data() + static_cast<size_t>(from) * bytes,
-                        kv_row_bytes_[l] * static_cast<size_t>(rows));
-          }
-        }
-      });
       parts_.push_back({p, first});
       first += p.n_tokens;
     }
@@ -210,16 +103,12 @@ class CpuExecutable final : public Executable {
       exec(g_.nodes[i], step, rows);
     }
     logit_rows_ = rows[static_cast<size_t>(g_.logits)];
-    if (recurrent_) {
-      for (const graph::SeqStep& p : step.seqs) state_pos_[static_cast<size_t>(p.seq)] = p.n_past + p.n_tokens;
-    }
+    end_step(step);
   }
 
   std::span<const float> logits() const override {
     return {buf(g_.logits), static_cast<size_t>(logit_rows_ * g_.n_vocab)};
   }
-  int64_t n_vocab() const override { return g_.n_vocab; }
-  const ExecOptions& options() const override { return opts_; }
 
   std::vector<float> activation(TensorId id) const override {
     check_activation(g_, opts_, id);
@@ -228,48 +117,43 @@ class CpuExecutable final : public Executable {
   }
 
  private:
-  // Assigns every activation a buffer of width * max_tokens floats, reusing buffers whose tensors
-  // are no longer read by later nodes.
+  // Every activation's place in one arena of width * max_tokens floats each, reused once the last node
+  // reading a tensor has run (plan_arena, as every backend plans it).
   void plan_buffers() {
-    std::vector<int> last_use(g_.tensors.size(), -1);
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      for (TensorId i : g_.nodes[n].in) last_use[static_cast<size_t>(i)] = static_cast<int>(n);
-    }
-    slot_.assign(g_.tensors.size(), -1);
-    std::vector<size_t> slot_size;
-    std::vector<int> free_slots;
-    for (size_t n = 0; n < g_.nodes.size(); ++n) {
-      const Node& node = g_.nodes[n];
-      const size_t need = static_cast<size_t>(g_.tensor(node.out).ne[0] * opts_.max_tokens);
-      // Pick the smallest free slot that fits, or grow one, or make a new one.
-      int best = -1;
-      for (int s : free_slots) {
-        if (slot_size[static_cast<size_t>(s)] >= need &&
-            (best < 0 || slot_size[static_cast<size_t>(s)] < slot_size[static_cast<size_t>(best)])) {
-          best = s;
-        }
-      }
-      if (best < 0 && !free_slots.empty()) best = free_slots.back();
-      if (best < 0) {
-        best = static_cast<int>(slot_size.size());
-        slot_size.push_back(0);
-      } else {
-        free_slots.erase(std::find(free_slots.begin(), free_slots.end(), best));
-      }
-      slot_size[static_cast<size_t>(best)] = std::max(slot_size[static_cast<size_t>(best)], need);
-      slot_[static_cast<size_t>(node.out)] = best;
-      for (TensorId i : node.in) {
-        if (!opts_.keep_activations && g_.tensor(i).kind == TensorKind::Act && last_use[static_cast<size_t>(i)] == static_cast<int>(n) &&
-            i != g_.logits && std::find(free_slots.begin(), free_slots.end(), slot_[static_cast<size_t>(i)]) == free_slots.end()) {
-          free_slots.push_back(slot_[static_cast<size_t>(i)]);
-        }
-      }
-    }
-    for (size_t s : slot_size) buffers_.emplace_back(s);
+    const ArenaPlan plan = plan_arena(
+        g_, last_uses(g_), [&](TensorId t) { return static_cast<size_t>(g_.tensor(t).ne[0] * opts_.max_tokens) * sizeof(float); },
+        kArenaAlign, opts_.keep_activations);
+    offset_.resize(plan.offset.size());
+    for (size_t i = 0; i < plan.offset.size(); ++i) offset_[i] = plan.offset[i] / sizeof(float);
+    arena_.assign(plan.bytes / sizeof(float), 0.0f);
+  }
+  static constexpr size_t kArenaAlign = 64;  // a cache line
+
+  // The hooks of SequencedExecutable: the caches and states are host memory.
+  void kv_copy(size_t l, size_t from, size_t to, size_t bytes) override {
+    std::memcpy(k_[l].data() + to, k_[l].data() + from, bytes);
+    std::memcpy(v_[l].data() + to, v_[l].data() + from, bytes);
+  }
+  void kv_read(size_t l, bool v, size_t offset, void* out, size_t bytes) const override {
+    std::memcpy(out, (v ? v_ : k_)[l].data() + offset, bytes);
+  }
+  void kv_write(size_t l, bool v, size_t offset, const void* in, size_t bytes) override {
+    std::memcpy((v ? v_ : k_)[l].data() + offset, in, bytes);
+  }
+  float* state_at(size_t node, int32_t seq) { return state_[node].data() + static_cast<size_t>(seq) * state_floats_[node]; }
+  void state_read(size_t node, int32_t seq, float* out) const override {
+    std::memcpy(out, state_[node].data() + static_cast<size_t>(seq) * state_floats_[node], state_floats_[node] * sizeof(float));
+  }
+  void state_write(size_t node, int32_t seq, const float* in) override {
+    if (in) std::memcpy(state_at(node, seq), in, state_floats_[node] * sizeof(float));
+    else std::fill_n(state_at(node, seq), state_floats_[node], 0.0f);
+  }
+  void state_copy(size_t node, int32_t src, int32_t dst) override {
+    std::memcpy(state_at(node, dst), state_at(node, src), state_floats_[node] * sizeof(float));
   }
 
-  float* buf(TensorId id) { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
-  const float* buf(TensorId id) const { return buffers_[static_cast<size_t>(slot_[static_cast<size_t>(id)])].data(); }
+  float* buf(TensorId id) { return arena_.data() + offset_[static_cast<size_t>(id)]; }
+  const float* buf(TensorId id) const { return arena_.data() + offset_[static_cast<size_t>(id)]; }
   const void* w(TensorId id) const { return weights_->ptr[static_cast<size_t>(id)]; }
 
   void exec(const Node& node, const graph::StepParams& step, std::vector<int64_t>& rows) {
@@ -286,8 +170,8 @@ class CpuExecutable final : public Executable {
         const auto* base = static_cast<const uint8_t*>(w(node.in[0]));
         for (int64_t t = 0; t < n; ++t) {
           quant::dequantize_row(wt.type, base + rs * static_cast<size_t>(step.tokens[static_cast<size_t>(t)]), out + t * width, width);
-          if (node.scale != 1.0f) {
-            for (int64_t i = 0; i < width; ++i) out[t * width + i] *= node.scale;
+          if (node.embed().scale != 1.0f) {
+            for (int64_t i = 0; i < width; ++i) out[t * width + i] *= node.embed().scale;
           }
         }
         break;
@@ -297,8 +181,8 @@ class CpuExecutable final : public Executable {
         const float* wv = nullptr;
         std::vector<float> wbuf;
         if (node.in.size() > 1) wv = f32_weight(node.in[1], wbuf);
-        const int64_t group = node.head_dim > 0 ? node.head_dim : width;
-        cpu::rms_norm(buf(node.in[0]), wv, out, width, group, n, node.eps, node.offset);
+        const int64_t group = node.norm().group > 0 ? node.norm().group : width;
+        cpu::rms_norm(buf(node.in[0]), wv, out, width, group, n, node.norm().eps, node.norm().offset);
         break;
       }
       case Op::MatMul: {
@@ -326,9 +210,10 @@ class CpuExecutable final : public Executable {
         n = in_rows(0);
         std::vector<float> fbuf;
         const float* factors = node.in.size() > 1 ? f32_weight(node.in[1], fbuf) : nullptr;
+        const graph::RopeOpParams& r = node.rope();
         for (const Part& p : parts_) {  // each sequence's tokens at its own positions
-          cpu::rope(buf(node.in[0]) + p.first * width, out + p.first * width, p.step.n_tokens, node.n_head, node.head_dim,
-                    node.n_rot, node.rope_mode, node.rope, factors, p.step.n_past);
+          cpu::rope(buf(node.in[0]) + p.first * width, out + p.first * width, p.step.n_tokens, r.n_head, r.head_dim,
+                    r.n_rot, r.mode, r.rope, factors, p.step.n_past);
         }
         break;
       }
@@ -346,7 +231,7 @@ class CpuExecutable final : public Executable {
         break;
       case Op::Softcap:
         n = in_rows(0);
-        cpu::softcap(buf(node.in[0]), out, n * width, node.cap);
+        cpu::softcap(buf(node.in[0]), out, n * width, node.softcap().cap);
         break;
       case Op::MoE:
         n = in_rows(0);
@@ -354,11 +239,11 @@ class CpuExecutable final : public Executable {
         break;
       case Op::Split: {
         n = in_rows(0);
-        const int64_t in_w = g_.tensor(node.in[0]).ne[0], piece = width / node.n_head;
+        const int64_t in_w = g_.tensor(node.in[0]).ne[0], piece = width / node.split().n_groups;
         const float* x = buf(node.in[0]);
         for (int64_t t = 0; t < n; ++t) {
-          for (int gi = 0; gi < node.n_head; ++gi) {
-            std::memcpy(out + t * width + gi * piece, x + t * in_w + gi * node.group_stride + node.group_offset,
+          for (int gi = 0; gi < node.split().n_groups; ++gi) {
+            std::memcpy(out + t * width + gi * piece, x + t * in_w + gi * node.split().stride + node.split().offset,
                         static_cast<size_t>(piece) * sizeof(float));
           }
         }
@@ -439,23 +324,23 @@ class CpuExecutable final : public Executable {
     const auto& dt = g_.tensor(node.in[4]);
     const bool fused = node.in[2] == node.in[3];  // one {d, 2 * ff, n_expert} tensor, gate rows first
     const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
-    const int ne = node.n_expert, k = node.n_expert_used;
+    const int ne = node.moe().n_expert, k = node.moe().n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
-    const float* router_x = node.moe_router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe_router_in)]) : x;
+    const float* router_x = node.moe().router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe().router_in)]) : x;
     quant::matmul(rt.type, w(node.in[1]), ne, d, router_x, n, logits.data(), pool_);
-    if (node.scale != 1.0f) {
-      for (float& l : logits) l *= node.scale;
+    if (node.moe().logit_scale != 1.0f) {
+      for (float& l : logits) l *= node.moe().logit_scale;
     }
     std::vector<float> ebuf;
     const float* expert_scale =
-        node.moe_expert_scale >= 0 ? f32_weight(node.in[static_cast<size_t>(node.moe_expert_scale)], ebuf) : nullptr;
+        node.moe().expert_scale >= 0 ? f32_weight(node.in[static_cast<size_t>(node.moe().expert_scale)], ebuf) : nullptr;
     // Biases (all four or none): router {ne}, gate and up {ff, ne}, down {d, ne}, F32.
-    const bool biased = node.moe_bias >= 0;
+    const bool biased = node.moe().bias >= 0;
     const auto bias = [&](int k_in) {
-      return biased ? static_cast<const float*>(w(node.in[static_cast<size_t>(node.moe_bias + k_in)])) : nullptr;
+      return biased ? static_cast<const float*>(w(node.in[static_cast<size_t>(node.moe().bias + k_in)])) : nullptr;
     };
     const float *router_b = bias(0), *gate_b = bias(1), *up_b = bias(2), *down_b = bias(3);
-    const bool topk_first = node.moe_routing == graph::MoeRouting::TopKSoftmax;
+    const bool topk_first = node.moe().routing == graph::MoeRouting::TopKSoftmax;
     std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(ne));  // (token, weight)
     std::vector<int> order(static_cast<size_t>(ne));
     for (int64_t t = 0; t < n; ++t) {
@@ -481,7 +366,7 @@ class CpuExecutable final : public Executable {
       for (int i = 0; i < k; ++i) top += l[order[static_cast<size_t>(i)]];
       for (int i = 0; i < k; ++i) {
         const int e = order[static_cast<size_t>(i)];
-        const float wt = node.norm_topk ? l[e] / top : l[e];
+        const float wt = node.moe().norm_topk ? l[e] / top : l[e];
         routed[static_cast<size_t>(e)].emplace_back(t, expert_scale ? wt * expert_scale[e] : wt);
       }
     }
@@ -512,9 +397,9 @@ class CpuExecutable final : public Executable {
         add_row_bias(g.data(), gate_b + e * ff, m, ff);
         add_row_bias(u.data(), up_b + e * ff, m, ff);
       }
-      switch (node.moe_glu) {
+      switch (node.moe().glu) {
         case graph::MoeGlu::SwiGLUClamped:
-          cpu::swiglu_clamped(g.data(), u.data(), g.data(), m * ff, node.glu_alpha, node.glu_limit);
+          cpu::swiglu_clamped(g.data(), u.data(), g.data(), m * ff, node.moe().glu_alpha, node.moe().glu_limit);
           break;
         case graph::MoeGlu::GeGLU: cpu::geglu(g.data(), u.data(), g.data(), m * ff); break;
         case graph::MoeGlu::SwiGLU: cpu::swiglu(g.data(), u.data(), g.data(), m * ff); break;
@@ -538,7 +423,7 @@ class CpuExecutable final : public Executable {
   // The gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) per token and v head, then the delta rule:
   // chunked for prompts, token by token for single-token steps.
   void delta_net(const Node& node, int64_t n, float* out) {
-    const int hv = node.n_head_kv;
+    const int hv = node.delta_net().n_head_v;
     const float* a = buf(node.in[3]);
     const float* b = buf(node.in[4]);
     std::vector<float> abuf, dbuf;
@@ -553,7 +438,7 @@ class CpuExecutable final : public Executable {
         beta[static_cast<size_t>(t * hv + h)] = 1.0f / (1.0f + std::exp(-b[t * hv + h]));
       }
     }
-    const cpu::DeltaNetShape shape{node.n_head, node.n_head_kv, node.head_dim, node.head_dim_v, node.tiled_heads};
+    const cpu::DeltaNetShape shape{node.delta_net().n_head_k, node.delta_net().n_head_v, node.delta_net().dk, node.delta_net().dv, node.delta_net().tiled_heads};
     const int64_t qw = g_.tensor(node.in[0]).ne[0], vw = g_.tensor(node.in[2]).ne[0], ow = g_.tensor(node.out).ne[0];
     for (const Part& p : parts_) {  // each sequence through its own state, its tokens in order
       const int64_t m = p.step.n_tokens, f = p.first;
@@ -574,9 +459,9 @@ class CpuExecutable final : public Executable {
   }
 
   // Position `pos` of sequence `seq` in a layer's cache (K or V): a row of that layer's kv width in
-  // kv_type_, in the block the sequence's table gives.
+  // kv_storage_, in the block the sequence's table gives.
   uint8_t* row(std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
-    const size_t block = static_cast<size_t>(blocks_->block(seq, pos));
+    const size_t block = static_cast<size_t>(blocks_.block(seq, pos));
     return cache.data() + (block * kKvBlock + static_cast<size_t>(pos % kKvBlock)) * kv_row_bytes_[layer];
   }
   const uint8_t* row(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
@@ -594,7 +479,7 @@ class CpuExecutable final : public Executable {
     const float* k = buf(node.in[1]);
     const float* v = buf(node.in[2]);
     const auto l = static_cast<size_t>(node.layer);
-    const int hd = node.head_dim, group = node.n_head / node.n_head_kv;
+    const int hd = node.attention().head_dim, group = node.attention().n_head / node.attention().n_head_kv;
     // Append every part's rows, then point at each part's visible rows (in place for an F32 cache,
     // decoded otherwise).
     kf_.resize(parts_.size());
@@ -605,10 +490,10 @@ class CpuExecutable final : public Executable {
       const Part& p = parts_[pi];
       for (int64_t t = 0; t < p.step.n_tokens; ++t) {
         const auto pos = static_cast<int32_t>(p.step.n_past + t);
-        quant::quantize_row(kv_type_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
-        quant::quantize_row(kv_type_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
+        quant::quantize_row(kv_storage_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
+        quant::quantize_row(kv_storage_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
       }
-      const int64_t first = node.sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.sliding_window + 1) : 0;
+      const int64_t first = node.attention().sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.attention().sliding_window + 1) : 0;
       const int64_t rows = p.step.n_past + p.step.n_tokens - first;
       seen_[pi] = first;
       visible_rows(k_[l], l, p.step.seq, kw, first, rows, kf_[pi]);
@@ -617,12 +502,12 @@ class CpuExecutable final : public Executable {
     const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
     const quant::DotFn dot = dot_f32_;
     const int64_t n = static_cast<int64_t>(rows_of_parts());
-    pool_.parallel_for(n * node.n_head, [&](int64_t b, int64_t e) {
+    pool_.parallel_for(n * node.attention().n_head, [&](int64_t b, int64_t e) {
       std::vector<float> scores, acc(static_cast<size_t>(hd));
       size_t pi = 0;
       for (int64_t job = b; job < e; ++job) {
-        const int64_t tok = job / node.n_head;
-        const int h = static_cast<int>(job % node.n_head);
+        const int64_t tok = job / node.attention().n_head;
+        const int h = static_cast<int>(job % node.attention().n_head);
         while (tok >= parts_[pi].first + parts_[pi].step.n_tokens) ++pi;
         const Part& p = parts_[pi];
         const int64_t first = seen_[pi];
@@ -630,13 +515,13 @@ class CpuExecutable final : public Executable {
         const float* const* vr = vf_[pi].data();
         const int64_t koff = static_cast<int64_t>(h / group) * hd;
         const int64_t pos = p.step.n_past + (tok - p.first);
-        const int64_t lo = node.sliding_window > 0 ? std::max<int64_t>(0, pos - node.sliding_window + 1) : 0;
+        const int64_t lo = node.attention().sliding_window > 0 ? std::max<int64_t>(0, pos - node.attention().sliding_window + 1) : 0;
         const float* qh = q + tok * qw + static_cast<int64_t>(h) * hd;
         scores.resize(static_cast<size_t>(pos - first + 1));
         float mx = -INFINITY;
         for (int64_t j = lo; j <= pos; ++j) {
-          float sc = dot(kr[j - first] + koff, qh, hd) * node.scale;
-          if (node.cap > 0) sc = node.cap * std::tanh(sc / node.cap);
+          float sc = dot(kr[j - first] + koff, qh, hd) * node.attention().scale;
+          if (node.attention().softcap > 0) sc = node.attention().softcap * std::tanh(sc / node.attention().softcap);
           scores[static_cast<size_t>(j - first)] = sc;
           mx = std::max(mx, sc);
         }
@@ -671,7 +556,7 @@ class CpuExecutable final : public Executable {
   void visible_rows(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int64_t width, int64_t first, int64_t rows,
                     std::vector<const float*>& ptrs) {
     ptrs.resize(static_cast<size_t>(rows));
-    if (kv_type_ == gguf::TensorType::F32) {
+    if (kv_storage_ == gguf::TensorType::F32) {
       for (int64_t r = 0; r < rows; ++r) {
         ptrs[static_cast<size_t>(r)] = reinterpret_cast<const float*>(row(cache, layer, seq, static_cast<int32_t>(first + r)));
       }
@@ -683,46 +568,25 @@ class CpuExecutable final : public Executable {
     float* scratch = buffer.data();
     pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        quant::dequantize_row(kv_type_, row(cache, layer, seq, static_cast<int32_t>(first + r)), scratch + r * width, width);
+        quant::dequantize_row(kv_storage_, row(cache, layer, seq, static_cast<int32_t>(first + r)), scratch + r * width, width);
       }
     });
     for (int64_t r = 0; r < rows; ++r) ptrs[static_cast<size_t>(r)] = scratch + r * width;
   }
 
-  void check_seq(int32_t seq) const {
-    if (seq < 0 || seq >= opts_.n_seq) {
-      throw Error(fmt::format("sequence {} is not one of the context's {} (0..{})", seq, opts_.n_seq, opts_.n_seq - 1));
-    }
-  }
   // The recurrent state of node cur_ for sequence `seq`.
-  float* state_of(int32_t seq) {
-    auto& st = state_[cur_];
-    return st.data() + static_cast<size_t>(seq) * (st.size() / static_cast<size_t>(opts_.n_seq));
-  }
-  void clear_state(int32_t seq) {
-    for (auto& st : state_) {
-      const size_t n = st.size() / static_cast<size_t>(opts_.n_seq);
-      std::fill(st.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(seq) * n),
-                st.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(seq + 1) * n), 0.0f);
-    }
-  }
+  float* state_of(int32_t seq) { return state_at(cur_, seq); }
 
   // A step's part: the sequence's share and the row of the step its first token is.
   struct Part {
     graph::SeqStep step;
     int64_t first = 0;
   };
-  static constexpr int32_t kKvBlock = 32;  // positions per cache block
 
   std::shared_ptr<CpuWeights> weights_;
-  const graph::Graph& g_;
-  ExecOptions opts_;
   ThreadPool& pool_;
-  std::vector<int> slot_;
-  std::vector<std::vector<float>> buffers_;
-  gguf::TensorType kv_type_ = gguf::TensorType::F16;
-  std::vector<size_t> kv_row_bytes_;          // per layer
-  std::unique_ptr<KvBlocks> blocks_;          // which blocks hold each sequence's positions
+  std::vector<size_t> offset_;  // per activation: its first float in arena_
+  std::vector<float> arena_;
   std::vector<std::vector<uint8_t>> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
   std::vector<Part> parts_;                   // the step being run
   // The layer being attended, per part: its visible rows as floats (pointers into the cache, or into
@@ -736,9 +600,6 @@ class CpuExecutable final : public Executable {
   std::vector<int64_t> rows_;               // rows each activation held in the last step
   // Per node: the recurrent state of SsmConv and DeltaNet nodes, one after another for each sequence.
   std::vector<std::vector<float>> state_;
-  bool recurrent_ = false;
-  SavedStateLayout layout_;  // what save_state() writes
-  std::vector<int64_t> state_pos_;  // per sequence: tokens its state has absorbed (-1: a step failed part-way)
   size_t cur_ = 0;         // the node being executed
 };
 

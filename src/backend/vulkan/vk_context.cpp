@@ -388,6 +388,11 @@ void Context::release(Buffer& b) {
   b = Buffer{};
 }
 
+void OwnedBuffer::reset() {
+  if (ctx_ && b_.buffer) ctx_->release(b_);
+  b_ = Buffer{};
+}
+
 VkCommandBuffer Context::begin_one_shot() {
   VkCommandBufferAllocateInfo cbai{};
   cbai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;

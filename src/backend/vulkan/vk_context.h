@@ -29,6 +29,37 @@ struct Buffer {
   size_t device_bytes = 0;  // device-local memory it holds (the allocation, rounded up by the driver)
 };
 
+class Context;
+
+// A buffer that releases itself: what an owner (weights, a context) holds. Movable, not copyable.
+class OwnedBuffer {
+ public:
+  OwnedBuffer() = default;
+  OwnedBuffer(Context& ctx, Buffer b) : ctx_(&ctx), b_(b) {}
+  OwnedBuffer(OwnedBuffer&& o) noexcept : ctx_(o.ctx_), b_(o.b_) { o.b_ = Buffer{}; }
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ctx_ = o.ctx_;
+      b_ = o.b_;
+      o.b_ = Buffer{};
+    }
+    return *this;
+  }
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  ~OwnedBuffer() { reset(); }
+  void reset();
+  const Buffer* get() const { return &b_; }
+  const Buffer& operator*() const { return b_; }
+  const Buffer* operator->() const { return &b_; }
+  explicit operator bool() const { return b_.buffer != VK_NULL_HANDLE; }
+
+ private:
+  Context* ctx_ = nullptr;
+  Buffer b_;
+};
+
 // A range of a buffer bound to one binding (bytes = 0: to the end). Offsets must be multiples of
 // Features::offset_alignment.
 struct View {
@@ -77,8 +108,6 @@ class Dispatcher {
   // Makes the writes of every earlier dispatch visible to later ones.
   virtual void barrier() = 0;
 };
-
-class Context;
 
 // A command buffer recorded once and submitted any number of times (the graph executor's step). Its
 // descriptor sets live as long as it does, so the buffers it binds must too.
@@ -131,6 +160,9 @@ class Context {
   // A device-local buffer (filled through upload(), read back through download()).
   Buffer device_buffer(size_t bytes);
   void release(Buffer& b);
+  // The same, released when the result goes.
+  OwnedBuffer owned_host_buffer(size_t bytes) { return OwnedBuffer(*this, host_buffer(bytes)); }
+  OwnedBuffer owned_device_buffer(size_t bytes) { return OwnedBuffer(*this, device_buffer(bytes)); }
   // Device-local memory held by the buffers of this context now (weights, caches, scratch).
   uint64_t device_bytes_in_use() const { return device_bytes_.load(); }
   // Copies through a staging buffer (or directly where the buffer is mapped), waiting until done.

@@ -1,0 +1,191 @@
+#include "backend/exec_common.h"
+
+namespace zinc::backend {
+
+std::vector<int> last_uses(const graph::Graph& g) {
+  std::vector<int> last(g.tensors.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (graph::TensorId i : g.nodes[n].in) last[static_cast<size_t>(i)] = static_cast<int>(n);
+  }
+  return last;
+}
+
+ArenaPlan plan_arena(const graph::Graph& g, const std::vector<int>& last_use,
+                     const std::function<size_t(graph::TensorId)>& bytes, size_t align, bool keep_all) {
+  struct Live {
+    size_t offset, bytes;
+    int until;
+  };
+  ArenaPlan plan;
+  plan.offset.assign(g.tensors.size(), 0);
+  std::vector<Live> live;
+  const int end = static_cast<int>(g.nodes.size());
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::TensorId out = g.nodes[n].out;
+    const size_t need = (bytes(out) + align - 1) / align * align;
+    if (need == 0) continue;
+    // Ranges whose last reader ran before this node are free again; this node's inputs are not.
+    live.erase(std::remove_if(live.begin(), live.end(), [&](const Live& l) { return l.until < static_cast<int>(n); }),
+               live.end());
+    std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.offset < b.offset; });
+    size_t at = 0;
+    for (const Live& l : live) {
+      if (l.offset >= at + need) break;
+      at = std::max(at, l.offset + l.bytes);
+    }
+    plan.offset[static_cast<size_t>(out)] = at;
+    const int last = last_use[static_cast<size_t>(out)];
+    live.push_back({at, need, keep_all || last < 0 ? end : std::max(last, static_cast<int>(n))});
+    plan.bytes = std::max(plan.bytes, at + need);
+  }
+  return plan;
+}
+
+SequencedExecutable::SequencedExecutable(const graph::Graph& g, const ExecOptions& opts)
+    : g_(g), opts_(opts), blocks_(0, kKvBlock, 0) {
+  if (opts_.max_tokens < 1 || opts_.n_ctx < 1 || opts_.n_seq < 1) {
+    throw Error("context size, step size and sequence count must be positive");
+  }
+  kv_storage_ = kv_storage_type(opts_.kv_type);
+  kv_row_bytes_ = kv_row_bytes(g_, kv_storage_);
+  // Enough blocks for every sequence to fill its context.
+  blocks_per_seq_ = (opts_.n_ctx + kKvBlock - 1) / kKvBlock;
+  blocks_ = KvBlocks(blocks_per_seq_ * opts_.n_seq, kKvBlock, opts_.n_seq);
+  state_floats_.assign(g_.nodes.size(), 0);
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    if (const int64_t st = graph::state_size(g_, g_.nodes[i]); st > 0) {
+      state_floats_[i] = static_cast<size_t>(st);
+      recurrent_ = true;
+    }
+  }
+  state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
+  layout_ = {kv_storage_, opts_.n_ctx, kv_row_bytes_, state_floats_};
+}
+
+void SequencedExecutable::check_seq(int32_t seq) const {
+  if (seq < 0 || seq >= opts_.n_seq) {
+    throw Error(fmt::format("sequence {} is not one of the context's {} (0..{})", seq, opts_.n_seq, opts_.n_seq - 1));
+  }
+}
+
+void SequencedExecutable::for_each_block(size_t layer, int32_t seq, int32_t n,
+                                         const std::function<void(size_t, size_t)>& f) const {
+  for (int32_t pos = 0; pos < n; pos += kKvBlock) {
+    const auto block = static_cast<size_t>(blocks_.block(seq, pos));
+    f(block * kKvBlock * kv_row_bytes_[layer], kv_row_bytes_[layer] * static_cast<size_t>(std::min(kKvBlock, n - pos)));
+  }
+}
+
+void SequencedExecutable::begin_step(const graph::StepParams& step) {
+  check_step(g_, opts_, step);
+  for (const graph::SeqStep& s : step.seqs) {
+    if (s.n_past > blocks_.length(s.seq)) {
+      throw Error(fmt::format("sequence {} holds {} positions; a step cannot start at {}", s.seq, blocks_.length(s.seq),
+                              s.n_past));
+    }
+    if (recurrent_) (void)recurrent_restart(state_pos_[static_cast<size_t>(s.seq)], s.n_past);
+  }
+  for (const graph::SeqStep& s : step.seqs) {
+    blocks_.prepare(s.seq, s.n_past, s.n_tokens, [this](int32_t from, int32_t to, int32_t rows) {
+      for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+        if (kv_row_bytes_[l] == 0) continue;
+        const size_t block = kv_row_bytes_[l] * kKvBlock;
+        kv_copy(l, static_cast<size_t>(from) * block, static_cast<size_t>(to) * block,
+                kv_row_bytes_[l] * static_cast<size_t>(rows));
+      }
+    });
+  }
+  if (!recurrent_) return;
+  for (const graph::SeqStep& s : step.seqs) {
+    if (s.n_past == 0) {
+      for (size_t i = 0; i < state_floats_.size(); ++i) {
+        if (state_floats_[i] > 0) state_write(i, s.seq, nullptr);
+      }
+    }
+    state_pos_[static_cast<size_t>(s.seq)] = -1;  // until the step completes
+  }
+}
+
+void SequencedExecutable::end_step(const graph::StepParams& step) {
+  if (!recurrent_) return;
+  for (const graph::SeqStep& s : step.seqs) state_pos_[static_cast<size_t>(s.seq)] = s.n_past + s.n_tokens;
+}
+
+std::vector<uint8_t> SequencedExecutable::save_state(int32_t n_past, int32_t seq) const {
+  check_seq(seq);
+  if (n_past > blocks_.length(seq)) {
+    throw Error(fmt::format("cannot save the state at position {} (sequence {} holds {})", n_past, seq, blocks_.length(seq)));
+  }
+  std::vector<uint8_t> out = layout_.begin_save(n_past, recurrent_, state_pos_[static_cast<size_t>(seq)]);
+  size_t at = SavedStateLayout::kHeaderBytes;
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    if (kv_row_bytes_[l] == 0) continue;  // a layer without attention
+    for (const bool v : {false, true}) {
+      for_each_block(l, seq, n_past, [&](size_t offset, size_t bytes) {
+        kv_read(l, v, offset, out.data() + at, bytes);
+        at += bytes;
+      });
+    }
+  }
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    std::vector<float> st(state_floats_[i]);
+    state_read(i, seq, st.data());
+    std::memcpy(out.data() + at, st.data(), st.size() * sizeof(float));
+    at += st.size() * sizeof(float);
+  }
+  return out;
+}
+
+void SequencedExecutable::load_state(std::span<const uint8_t> bytes, int32_t seq) {
+  check_seq(seq);
+  const auto n_past = static_cast<int32_t>(layout_.check(bytes));
+  blocks_.clear(seq);
+  blocks_.prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
+  size_t at = SavedStateLayout::kHeaderBytes;
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    if (kv_row_bytes_[l] == 0) continue;
+    for (const bool v : {false, true}) {
+      for_each_block(l, seq, n_past, [&](size_t offset, size_t n) {
+        kv_write(l, v, offset, bytes.data() + at, n);
+        at += n;
+      });
+    }
+  }
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    std::vector<float> st(state_floats_[i]);
+    std::memcpy(st.data(), bytes.data() + at, st.size() * sizeof(float));
+    state_write(i, seq, st.data());
+    at += st.size() * sizeof(float);
+  }
+  state_pos_[static_cast<size_t>(seq)] = n_past;
+}
+
+void SequencedExecutable::seq_clear(int32_t seq) {
+  check_seq(seq);
+  blocks_.clear(seq);
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] > 0) state_write(i, seq, nullptr);
+  }
+  state_pos_[static_cast<size_t>(seq)] = 0;
+}
+
+void SequencedExecutable::seq_copy(int32_t src, int32_t dst, int32_t n_tokens) {
+  check_seq(src);
+  check_seq(dst);
+  const auto s = static_cast<size_t>(src);
+  if (recurrent_ && n_tokens != state_pos_[s]) {
+    throw Error(fmt::format("the recurrent state of sequence {} holds {} tokens; it cannot be copied at {}", src,
+                            std::max<int64_t>(state_pos_[s], 0), n_tokens));
+  }
+  blocks_.share(src, dst, n_tokens);
+  if (src != dst) {
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      if (state_floats_[i] > 0) state_copy(i, src, dst);
+    }
+  }
+  state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
+}
+
+}  // namespace zinc::backend

@@ -1,0 +1,210 @@
+#include "backend/vulkan/vk_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "backend/exec_common.h"
+#include "backend/vulkan/vk_gemm.h"
+#include "backend/vulkan/vk_misc.h"
+#include "backend/vulkan/vk_quant.h"
+
+namespace zinc::backend::vk {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+
+namespace {
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// A step of several sequences runs the per-sequence ops (cache append, attention, recurrent state)
+// on each part's rows, through views that must start at the device's offset alignment: each part
+// starts at a multiple of this many rows (1 where every such row's bytes are a multiple of the
+// alignment; rows between parts are padding that the row-wise ops compute and nothing reads).
+uint32_t part_row_alignment(const graph::Graph& g, size_t align) {
+  size_t a = 1;
+  const auto need = [&](TensorId t) {
+    const size_t row = static_cast<size_t>(g.tensor(t).ne[0]) * 4;
+    a = std::max(a, align / std::gcd(align, row));
+  };
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Attention) {
+      for (size_t k = 0; k < 3; ++k) need(n.in[k]);
+      need(n.out);
+    }
+    if (n.op == Op::SsmConv) {
+      need(n.in[0]);
+      need(n.out);
+    }
+    if (n.op == Op::DeltaNet) {
+      for (size_t k = 0; k < 5; ++k) need(n.in[k]);
+      need(n.out);
+    }
+  }
+  return static_cast<uint32_t>(a);
+}
+
+// A per-head norm whose one reader is a rotation is done by the rotation's dispatch, and the rotation
+// of an attention's k also appends k and v to the cache when v is computed by then.
+void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.rope_norm.assign(nn, -1);
+  p.rope_store.assign(nn, -1);
+  p.skip.assign(nn, false);
+  p.kv_stored.assign(nn, false);
+  if (opts.keep_activations) return;
+  std::vector<int> readers(g.tensors.size(), 0), producer(g.tensors.size(), -1);
+  for (size_t i = 0; i < nn; ++i) {
+    for (TensorId t : g.nodes[i].in) ++readers[static_cast<size_t>(t)];
+    producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  }
+  for (size_t r = 0; r < nn; ++r) {
+    const Node& rot = g.nodes[r];
+    if (rot.op != Op::Rope) continue;
+    const graph::RopeOpParams& rp = rot.rope();
+    if (!rope_heads_fit(static_cast<uint32_t>(rp.head_dim), false, p.kv_type)) continue;
+    const int np = producer[static_cast<size_t>(rot.in[0])];
+    if (np >= 0) {
+      const Node& norm = g.nodes[static_cast<size_t>(np)];
+      if (norm.op == Op::RmsNorm && norm.norm().group == rp.head_dim && readers[static_cast<size_t>(norm.out)] == 1) {
+        p.rope_norm[r] = np;
+        p.skip[static_cast<size_t>(np)] = true;
+      }
+    }
+    for (size_t a = r + 1; a < nn; ++a) {
+      const Node& at = g.nodes[a];
+      if (at.op != Op::Attention || at.in[1] != rot.out) continue;
+      const int vp = producer[static_cast<size_t>(at.in[2])];
+      if (rope_heads_fit(static_cast<uint32_t>(rp.head_dim), true, p.kv_type) && vp >= 0 && vp < static_cast<int>(r) &&
+          at.attention().head_dim == rp.head_dim && at.attention().n_head_kv == rp.n_head &&
+          g.kv_width_of(at.layer) == static_cast<int64_t>(rp.n_head) * rp.head_dim &&
+          g.tensor(at.in[2]).ne[0] == g.kv_width_of(at.layer)) {
+        p.rope_store[r] = static_cast<int>(a);
+        p.kv_stored[a] = true;
+      }
+      break;
+    }
+  }
+}
+
+// The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
+// host-visible buffer of their own.
+void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
+  std::vector<int> last_use = last_uses(g);
+  for (size_t r = 0; r < p.rope_norm.size(); ++r) {
+    if (p.rope_norm[r] >= 0) {
+      auto& u = last_use[static_cast<size_t>(g.nodes[static_cast<size_t>(p.rope_norm[r])].in[0])];
+      u = std::max(u, static_cast<int>(r));
+    }
+  }
+  const ArenaPlan arena = plan_arena(
+      g, last_use,
+      [&](TensorId t) { return t == g.logits ? 0 : static_cast<size_t>(g.tensor(t).ne[0]) * p.max_rows * 4; }, p.align,
+      opts.keep_activations);
+  p.act_offset = arena.offset;
+  p.arena_bytes = std::max<size_t>(arena.bytes, 4);
+  p.logits_bytes = static_cast<size_t>(g.n_vocab) * static_cast<size_t>(opts.max_tokens) * 4;
+}
+
+void plan_step_buffer(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
+  p.blocks_per_seq = (opts.n_ctx + kKvBlockRows - 1) / kKvBlockRows;
+  p.header_stride = align_up(16 + 4 * static_cast<size_t>(p.blocks_per_seq), p.align);
+  size_t at = p.header_stride * static_cast<size_t>(opts.n_seq);
+  p.tokens_offset = at;
+  at = align_up(at + static_cast<size_t>(p.max_rows) * 4, p.align);
+  for (const Node& n : g.nodes) {
+    if (n.op != Op::Rope || p.rope_index(n) >= 0) continue;  // (the same rotation as an earlier node)
+    const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
+    p.ropes.push_back({n.rope().n_rot, n.rope().rope, factors, at});
+    at = align_up(at + static_cast<size_t>(n.rope().n_rot) * p.max_rows * 4, p.align);
+  }
+  p.step_bytes = at;
+}
+
+void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  size_t attn = 0, attn_one = 0;
+  p.q8k_input.assign(g.tensors.size(), false);
+  uint32_t mm_cols = 0;
+  const auto max_tok = static_cast<uint32_t>(opts.max_tokens);  // a part's tokens
+  const uint32_t max_rows = p.max_rows;                           // a step's rows (with padding between parts)
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Attention) {
+      const auto nh = static_cast<uint32_t>(n.attention().n_head), nkv = static_cast<uint32_t>(n.attention().n_head_kv);
+      const auto hd = static_cast<uint32_t>(n.attention().head_dim), ctx_len = static_cast<uint32_t>(opts.n_ctx);
+      attn = std::max(attn, attention_scratch_bytes(ctx, nh, nkv, hd, max_tok, ctx_len));
+      attn_one = std::max(attn_one, attention_scratch_bytes(ctx, nh, nkv, hd, 1, ctx_len));
+    }
+    if (n.op == Op::MoE) {
+      const auto& gt = g.tensor(n.in[2]);
+      const int64_t d = g.tensor(n.in[1]).ne[0];
+      const int64_t ff = n.in[2] == n.in[3] ? gt.ne[1] / 2 : gt.ne[1];
+      p.moe_logits_bytes = std::max(p.moe_logits_bytes, static_cast<size_t>(n.moe().n_expert) * max_rows * 4);
+      p.moe_ids_bytes = std::max(p.moe_ids_bytes, static_cast<size_t>(n.moe().n_expert_used) * max_rows * 4);
+      p.moe_slot_bytes = std::max(p.moe_slot_bytes, static_cast<size_t>(n.moe().n_expert_used) * max_rows *
+                                                        static_cast<size_t>(std::max(2 * ff, d)) * 4);
+      // Experts of the 32-element formats (mul_mv_q8_id): activation codes for the decode-sized steps
+      // (the down projection's x per slot).
+      const size_t q8_rows = static_cast<size_t>(std::min<uint32_t>(max_rows, kMvMaxTokens)) * static_cast<size_t>(n.moe().n_expert_used);
+      p.act_q8_bytes = std::max({p.act_q8_bytes, mul_mv_q8_bytes(static_cast<uint32_t>(d)) * q8_rows,
+                                 mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+      p.act_q8k_bytes = std::max({p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
+                                  q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+    }
+    if (n.op != Op::MatMul) continue;
+    const auto& wt = g.tensor(n.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+    if (has_mul_mv_k(ctx, wt.type) && ncols % 256 == 0) {
+      p.q8k_input[static_cast<size_t>(n.in[1])] = true;
+      p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(ncols) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
+    }
+    if (has_mul_mv_q8(wt.type)) {
+      p.act_q8_bytes = std::max(p.act_q8_bytes, mul_mv_q8_bytes(ncols) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
+    }
+    if (max_rows > kDirectMaxTokens) mm_cols = std::max(mm_cols, ncols);
+  }
+  // One slot per sequence for its one-token parts (decode steps of many sequences).
+  p.attn_slot_bytes = opts.n_seq > 1 ? align_up(attn_one, p.align) : 0;
+  p.attn_scratch_bytes = p.attn_slot_bytes * static_cast<size_t>(opts.n_seq) + attn;
+  if (mm_cols > 0) {
+    p.slab_bytes = std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64);
+    p.x_f16_bytes = mul_mm_scratch_bytes(mm_cols, max_rows);
+  }
+  p.argmax_scratch_bytes = align_up(argmax_scratch_bytes(static_cast<uint32_t>(g.n_vocab)), p.align);
+}
+
+}  // namespace
+
+int Plan::rope_index(const Node& n) const {
+  const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
+  for (size_t i = 0; i < ropes.size(); ++i) {
+    const auto& r = ropes[i];
+    const graph::RopeParams& a = r.params;
+    const graph::RopeParams& b = n.rope().rope;
+    if (r.n_rot == n.rope().n_rot && r.factors == factors && a.base == b.base && a.freq_scale == b.freq_scale &&
+        a.ext_factor == b.ext_factor && a.attn_factor == b.attn_factor && a.beta_fast == b.beta_fast &&
+        a.beta_slow == b.beta_slow && a.n_ctx_orig == b.n_ctx_orig && a.yarn_truncate == b.yarn_truncate) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opts, const std::vector<size_t>& state_floats) {
+  Plan p;
+  p.kv_type = opts.kv_type == KvType::F32 ? KvCacheType::F32 : opts.kv_type == KvType::F16 ? KvCacheType::F16 : KvCacheType::Q8_0;
+  p.align = ctx.features().offset_alignment;
+  p.row_pad = opts.n_seq > 1 ? part_row_alignment(g, p.align) : 1;
+  p.max_rows = static_cast<uint32_t>(opts.max_tokens) + static_cast<uint32_t>(opts.n_seq - 1) * (p.row_pad - 1);
+  plan_fusions(p, g, opts);
+  plan_activations(p, g, opts);
+  plan_step_buffer(p, g, opts);
+  plan_scratch(p, ctx, g, opts);
+  p.state_seq_bytes.assign(state_floats.size(), 0);
+  for (size_t i = 0; i < state_floats.size(); ++i) {
+    if (state_floats[i] > 0) p.state_seq_bytes[i] = align_up(state_floats[i] * 4, p.align);
+  }
+  return p;
+}
+
+}  // namespace zinc::backend::vk

@@ -1,0 +1,82 @@
+// A Vulkan context's plan: everything decided once from the graph, the options and the device before
+// any memory is allocated or any command recorded. Which dispatches fuse across graph nodes, where each
+// activation lives in the arena (plan_arena, as every backend plans it), the step buffer's layout (per
+// part a header and block table, the token ids, one rotation table per distinct rotation), the sizes of
+// the scratch buffers, and the per-sequence regions of recurrent state. A value: the executable
+// allocates from it and the recorder reads it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/vulkan/vk_attention.h"
+#include "backend/vulkan/vk_context.h"
+
+namespace zinc::backend::vk {
+
+// Experts: steps up to this many tokens take the CPU's arithmetic.
+inline constexpr uint32_t kMvMaxTokens = 8;
+// Products of steps up to this many rows multiply by the weights directly (the kernels take up to 8 rows
+// per pass over a weight, so 32 rows read it 4 times); longer steps expand the weights to f16 a slab at
+// a time for the GEMM, a cost per step that only many rows repay (measured on an H100, 8B Q4_K_M: 9.6 ms
+// for 8 rows directly, about 60 ms for the GEMM at 16).
+inline constexpr uint32_t kDirectMaxTokens = 32;
+inline constexpr uint32_t kSlabBytes = 64u << 20;  // the f16 slab a quantized weight is expanded into for prefill
+inline constexpr int32_t kKvBlockRows = 32;        // positions per cache block (kv_rows.glsl's KV_BLOCK)
+
+// A distinct rotation: its (cos, sin) table for the step's rows sits at `offset` of the step buffer.
+struct RopeTable {
+  int n_rot;
+  graph::RopeParams params;
+  graph::TensorId factors;
+  size_t offset;
+};
+
+struct Plan {
+  KvCacheType kv_type = KvCacheType::F16;
+  size_t align = 256;      // the device's storage offset alignment
+  uint32_t row_pad = 1;    // parts of a step start at multiples of this row
+  uint32_t max_rows = 1;   // a step's rows at most: max_tokens and the padding between parts
+
+  // Decode's dispatches fused across graph nodes (not with keep_activations: every tensor is then
+  // written where zinc validate reads it). Per node: the norm a rotation does (-1: none), the attention
+  // whose k and v a rotation appends to the cache (-1: none), whether the node is done by another's
+  // dispatch, whether an attention's cache append is done by its k rotation.
+  std::vector<int> rope_norm, rope_store;
+  std::vector<bool> skip, kv_stored;
+
+  std::vector<size_t> act_offset;  // per activation: its offset in the arena (the logits have their own buffer)
+  size_t arena_bytes = 0;
+  size_t logits_bytes = 0;
+
+  // The step buffer: per part a header {n_past, n_tokens, 0, 0} and its sequence's block table
+  // (header_stride apart), the step's token ids at tokens_offset, then the rotation tables.
+  int32_t blocks_per_seq = 0;
+  size_t header_stride = 16;
+  size_t tokens_offset = 0;
+  std::vector<RopeTable> ropes;
+  size_t step_bytes = 0;
+
+  // Scratch.
+  size_t attn_slot_bytes = 0;    // a one-token part's region of the attention scratch (several sequences)
+  size_t attn_scratch_bytes = 0; // the slots, then a whole step's
+  size_t act_q8_bytes = 0, act_q8k_bytes = 0;
+  size_t moe_logits_bytes = 0, moe_ids_bytes = 0, moe_slot_bytes = 0;
+  size_t slab_bytes = 0;         // the weights' f16 slabs, when steps past kDirectMaxTokens use the GEMM (0: never)
+  size_t x_f16_bytes = 0;
+  size_t argmax_scratch_bytes = 0;  // per part
+  std::vector<bool> q8k_input;   // per tensor: read by a K-quant product (mul_mv_k) in decode
+
+  // Recurrent state: per node, the bytes of one sequence's region (aligned; 0 without state).
+  std::vector<size_t> state_seq_bytes;
+
+  // The rotation table node n reads (an index into ropes).
+  int rope_index(const graph::Node& n) const;
+};
+
+// Throws zinc::Error when the options cannot work with the graph (a KV type the heads do not fit).
+Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opts, const std::vector<size_t>& state_floats);
+
+}  // namespace zinc::backend::vk

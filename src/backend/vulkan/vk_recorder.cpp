@@ -1,0 +1,602 @@
+#include "backend/vulkan/vk_recorder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "backend/vulkan/vk_attention.h"
+#include "backend/vulkan/vk_gemm.h"
+#include "backend/vulkan/vk_misc.h"
+#include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_quant.h"
+#include "core/error.h"
+
+namespace zinc::backend::vk {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+using graph::TensorKind;
+
+View activation_view(const graph::Graph& g, const Plan& plan, const Resources& res, TensorId id, int64_t rows) {
+  const size_t bytes = static_cast<size_t>(g.tensor(id).ne[0] * rows) * 4;
+  if (id == g.logits) return View{res.logits, 0, bytes};
+  return View{res.arena, plan.act_offset[static_cast<size_t>(id)], bytes};
+}
+
+namespace {
+
+// One recording in the making: the hazard tracker's state and the cursors of what scratch holds.
+class Recorder {
+ public:
+  Recorder(Context& ctx, const graph::Graph& g, const ExecOptions& opts, const Plan& plan, const VulkanWeights& w,
+           const Resources& res)
+      : ctx_(ctx), g_(g), opts_(opts), plan_(plan), w_(w), res_(res) {}
+
+  // Records the step of `parts`.
+  Recorded record(const std::vector<Part>& parts) {
+    const uint32_t n_tok = parts.back().row + parts.back().n;
+    parts_ = &parts;
+    multi_ = parts.size() > 1;
+    Recorded out;
+    out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
+    vk::Recording& rec = *out.rec;
+    Tracker tr(rec);
+    q8k_of_ = -1;
+    x16_of_ = -1;
+    slab_next_ = 0;
+    done_.assign(g_.nodes.size(), false);
+    // The step's parameters as the host wrote them, into device memory first: the kernels read them
+    // (block tables per key tile, rotation tables per row) at device latency, not across the bus.
+    const auto mirror = [&](size_t offset, size_t bytes) {
+      const auto words = static_cast<uint32_t>(bytes / 4), at = static_cast<uint32_t>(offset / 4);
+      vk::copy_rows(ctx_, rec, View{res_.step_host}, View{res_.step_dev}, 1, 0, words, at, words, 1, words, words, at);
+    };
+    mirror(0, parts.size() * plan_.header_stride);
+    mirror(plan_.tokens_offset, static_cast<size_t>(n_tok) * 4);
+    for (const RopeTable& r : plan_.ropes) mirror(r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4);
+    tr.full();
+    std::vector<int64_t> rows(g_.tensors.size(), 0);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& node = g_.nodes[i];
+      if (done_[i] || plan_.skip[i]) {  // recorded by a dispatch of a node before it, or by the rotation after it
+        rows[static_cast<size_t>(node.out)] = step_rows(node, n_tok, rows);
+        continue;
+      }
+      rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, rows);
+    }
+    out.logit_rows = rows[static_cast<size_t>(g_.logits)];
+    out.rows = rows;
+    out.argmax_rows = std::move(recorded_argmax_rows_);
+    recorded_argmax_rows_.clear();
+    rec.finish();
+    parts_ = nullptr;
+    return out;
+  }
+
+ private:
+  // Hazard tracking: the ranges written and read since the last barrier.
+  struct Range {
+    VkBuffer buffer;
+    size_t lo, hi;
+  };
+  static bool overlaps(const std::vector<Range>& set, const Range& r) {
+    return std::any_of(set.begin(), set.end(), [&](const Range& s) { return s.buffer == r.buffer && s.lo < r.hi && r.lo < s.hi; });
+  }
+
+  class Tracker {
+   public:
+    explicit Tracker(vk::Recording& rec) : rec_(rec) {}
+    // Before an op that reads `reads` and writes `writes` (empty views: none).
+    void before(std::initializer_list<View> reads, std::initializer_list<View> writes) {
+      bool need = false;
+      for (const View& v : reads) need = need || (v.buffer && overlaps(written_, range(v)));
+      for (const View& v : writes) need = need || (v.buffer && (overlaps(written_, range(v)) || overlaps(read_, range(v))));
+      if (need) {
+        rec_.barrier();
+        written_.clear();
+        read_.clear();
+      }
+      for (const View& v : reads) {
+        if (v.buffer) read_.push_back(range(v));
+      }
+      for (const View& v : writes) {
+        if (v.buffer) written_.push_back(range(v));
+      }
+    }
+    // Inside an op: a dependent dispatch follows.
+    void full() {
+      rec_.barrier();
+      written_.clear();
+      read_.clear();
+    }
+
+   private:
+    static Range range(const View& v) {
+      return {v.buffer->buffer, v.offset, v.bytes > 0 ? v.offset + v.bytes : v.buffer->size};
+    }
+    vk::Recording& rec_;
+    std::vector<Range> written_, read_;
+  };
+
+  View act(TensorId id, int64_t rows) const { return activation_view(g_, plan_, res_, id, rows); }
+  // Part p's header in the step buffer: {n_past, n_tokens, 0, 0}, then its sequence's block table.
+  View header(size_t p) const {
+    return View{res_.step_dev, p * plan_.header_stride, 16 + 4 * static_cast<size_t>(plan_.blocks_per_seq)};
+  }
+  // The rows of `v` (an activation of tensor t) that part p holds.
+  View part_rows(View v, TensorId t, const Part& p) const {
+    const size_t row = static_cast<size_t>(g_.tensor(t).ne[0]) * 4;
+    return View{v.buffer, v.offset + p.row * row, p.n * row};
+  }
+  // Sequence `seq`'s recurrent state of node i.
+  View state(size_t i, int32_t seq) const {
+    return View{res_.state[i], static_cast<size_t>(seq) * plan_.state_seq_bytes[i], plan_.state_seq_bytes[i]};
+  }
+
+  // The rows a node's output holds in a step of n_tok tokens (SelectLast: see emit).
+  int64_t step_rows(const Node& node, uint32_t n_tok, const std::vector<int64_t>& rows) const {
+    if (node.op == Op::MatMul) return rows[static_cast<size_t>(node.in[1])];
+    if (node.op != Op::Embed && !node.in.empty() && g_.tensor(node.in[0]).kind == TensorKind::Act) {
+      return rows[static_cast<size_t>(node.in[0])];
+    }
+    return n_tok;
+  }
+
+  // Records one node; returns the rows its output holds.
+  int64_t emit(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, uint32_t n_tok,
+               const std::vector<int64_t>& rows) {
+    const auto width = static_cast<uint32_t>(g_.tensor(node.out).ne[0]);
+    const auto in_rows = [&](size_t k) { return rows[static_cast<size_t>(node.in[k])]; };
+    const std::vector<Part>& parts = *parts_;
+    int64_t n = step_rows(node, n_tok, rows);
+    if (node.op == Op::SelectLast) {  // each part's last row, or all its rows
+      n = 0;
+      for (const Part& p : parts) n += p.all ? p.n : 1;
+    }
+    const auto nu = static_cast<uint32_t>(n);
+    const View out = act(node.out, n);
+    const auto in = [&](size_t k) { return act(node.in[k], in_rows(k)); };
+    switch (node.op) {
+      case Op::Embed: {
+        const auto& wt = g_.tensor(node.in[0]);
+        const View ids{res_.step_dev, plan_.tokens_offset, static_cast<size_t>(n_tok) * 4};
+        tr.before({ids}, {out});
+        vk::get_rows(ctx_, rec, wt.type, w_.raw(node.in[0]), ids, out, static_cast<uint32_t>(wt.ne[0]), n_tok, node.embed().scale);
+        break;
+      }
+      case Op::RmsNorm: {
+        const View w = node.in.size() > 1 ? w_.f32(node.in[1]) : View{};
+        const uint32_t group = node.norm().group > 0 ? static_cast<uint32_t>(node.norm().group) : width;
+        if (group == width && vk::rms_norm_row_fits(width)) {
+          const View xq = q8k_out(node.out, width, nu);
+          tr.before({in(0)}, {out, xq});
+          vk::rms_norm_row(ctx_, rec, in(0), View{}, View{}, w, out, xq, width, nu, node.norm().eps, node.norm().offset);
+          break;
+        }
+        tr.before({in(0)}, {out});
+        vk::rms_norm(ctx_, rec, in(0), w, out, width, group, nu, node.norm().eps, node.norm().offset);
+        break;
+      }
+      case Op::MatMul:
+        matmul(rec, tr, node, in(1), out, nu);
+        break;
+      case Op::Add: case Op::Mul:
+        if (node.op == Op::Add && add_norm(rec, tr, index, in(0), in(1), out, width, nu)) break;
+        tr.before({in(0), in(1)}, {out});
+        vk::eltwise(ctx_, rec, node.op == Op::Add ? vk::Eltwise::Add : vk::Eltwise::Mul, in(0), in(1), out, width, width, nu);
+        break;
+      case Op::Rope: {
+        const auto& r = plan_.ropes[static_cast<size_t>(plan_.rope_index(node))];
+        const View cs{res_.step_dev, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
+        if (plan_.rope_norm[index] >= 0 || (plan_.rope_store[index] >= 0 && !multi_)) {
+          rope_heads(rec, tr, node, index, cs, out, rows, nu);
+          break;
+        }
+        tr.before({in(0), cs}, {out});
+        vk::rope(ctx_, rec, in(0), cs, out, static_cast<uint32_t>(node.rope().n_head), static_cast<uint32_t>(node.rope().head_dim),
+                 static_cast<uint32_t>(node.rope().n_rot), node.rope().mode == graph::RopeMode::NeoX, nu);
+        break;
+      }
+      case Op::Attention: {
+        const auto l = static_cast<size_t>(node.layer);
+        const auto kw = static_cast<uint32_t>(g_.kv_width_of(node.layer));
+        if (!plan_.kv_stored[index] || multi_) {  // else appended by the k rotation
+          for (size_t pi = 0; pi < parts.size(); ++pi) {
+            const Part& p = parts[pi];
+            const View k = part_rows(in(1), node.in[1], p), v = part_rows(in(2), node.in[2], p);
+            // Parts write disjoint rows (blocks a sequence holds alone once prepared): no barrier
+            // between them.
+            const View kc{res_.k[l]}, vc{res_.v[l]};
+            if (pi == 0) tr.before({k, v, header(pi)}, {kc, vc});
+            else tr.before({k, v, header(pi)}, {});
+            vk::kv_store(ctx_, rec, plan_.kv_type, k, v, kc, vc, header(pi), kw, p.n);
+          }
+          tr.full();
+        }
+        // Each part over its own sequence's cache. One part: the whole op. Several: a one-token part
+        // has a scratch slot of its own, so every such part's key-range pass is recorded, then one
+        // barrier, then every one's merge; a longer part does the whole op in the scratch past the
+        // slots (the tracker orders them).
+        const auto args = [&](size_t pi) {
+          const Part& p = parts[pi];
+          vk::AttentionArgs a;
+          a.type = plan_.kv_type;
+          a.q = part_rows(in(0), node.in[0], p);
+          a.k_cache = View{res_.k[l]};
+          a.v_cache = View{res_.v[l]};
+          a.sinks = node.in.size() > 3 ? w_.f32(node.in[3]) : View{};
+          a.step = header(pi);
+          a.out = part_rows(out, node.out, p);
+          const size_t slots = multi_ ? plan_.attn_slot_bytes * static_cast<size_t>(opts_.n_seq) : 0;
+          a.scratch = multi_ && p.n == 1 ? View{res_.attn_scratch, pi * plan_.attn_slot_bytes, plan_.attn_slot_bytes}
+                                         : View{res_.attn_scratch, slots, res_.attn_scratch->size - slots};
+          a.n_head = static_cast<uint32_t>(node.attention().n_head);
+          a.n_head_kv = static_cast<uint32_t>(node.attention().n_head_kv);
+          a.head_dim = static_cast<uint32_t>(node.attention().head_dim);
+          a.n_tokens = p.n;
+          a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
+          a.sliding_window = static_cast<uint32_t>(std::max(0, node.attention().sliding_window));
+          a.scale = node.attention().scale;
+          a.softcap = node.attention().softcap;
+          return a;
+        };
+        if (!multi_) {
+          vk::AttentionArgs a = args(0);
+          if (vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
+          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch, a.xq});
+          vk::attention(ctx_, rec, a);
+          break;
+        }
+        for (size_t pi = 0; pi < parts.size(); ++pi) {
+          vk::AttentionArgs a = args(pi);
+          a.phase = parts[pi].n == 1 ? 1 : 0;
+          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch});
+          vk::attention(ctx_, rec, a);
+          if (a.phase == 0) tr.full();  // its merge read the scratch after a barrier of its own
+        }
+        tr.full();
+        for (size_t pi = 0; pi < parts.size(); ++pi) {
+          if (parts[pi].n != 1) continue;
+          vk::AttentionArgs a = args(pi);
+          a.phase = 2;
+          tr.before({a.scratch}, {a.out});
+          vk::attention(ctx_, rec, a);
+        }
+        break;
+      }
+      case Op::SwiGLU: case Op::GeGLU: {
+        const View xq = width % 256 == 0 ? q8k_out(node.out, width, nu) : View{};  // the down projection's codes
+        tr.before({in(0), in(1)}, {out, xq});
+        vk::eltwise(ctx_, rec, node.op == Op::SwiGLU ? vk::Eltwise::SwiGLU : vk::Eltwise::GeGLU, in(0), in(1), out, width,
+                    width, nu, false, 0, 0, xq);
+        break;
+      }
+      case Op::Softcap:
+        tr.before({in(0)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::Softcap, in(0), View{}, out, width, width, nu, false, node.softcap().cap);
+        break;
+      case Op::SigmoidMul: {
+        const auto bw = static_cast<uint32_t>(g_.tensor(node.in[1]).ne[0]);
+        tr.before({in(0), in(1)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu);
+        break;
+      }
+      case Op::Scale: {
+        const auto& st = g_.tensor(node.in[1]);
+        const bool one = st.ne[0] * st.ne[1] * st.ne[2] * st.ne[3] == 1;
+        tr.before({in(0)}, {out});
+        vk::eltwise(ctx_, rec, vk::Eltwise::Mul, in(0), w_.f32(node.in[1]), out, width, one ? 1u : width, nu, true);
+        break;
+      }
+      case Op::Split: {
+        const auto in_w = static_cast<uint32_t>(g_.tensor(node.in[0]).ne[0]);
+        const auto piece = width / static_cast<uint32_t>(node.split().n_groups);
+        tr.before({in(0)}, {out});
+        vk::copy_rows(ctx_, rec, in(0), out, nu, 0, in_w, static_cast<uint32_t>(node.split().offset),
+                      static_cast<uint32_t>(node.split().stride), static_cast<uint32_t>(node.split().n_groups), piece, width, 0);
+        break;
+      }
+      case Op::Concat: {
+        uint32_t at = 0;
+        for (size_t k = 0; k < node.in.size(); ++k) {
+          const auto pw = static_cast<uint32_t>(g_.tensor(node.in[k]).ne[0]);
+          tr.before({in(k)}, {out});
+          vk::copy_rows(ctx_, rec, in(k), out, nu, 0, pw, 0, pw, 1, pw, width, at);
+          at += pw;
+        }
+        break;
+      }
+      case Op::SelectLast: {
+        tr.before({in(0)}, {out});
+        uint32_t at = 0;  // rows written (the parts write disjoint rows)
+        for (const Part& p : parts) {
+          const uint32_t take = p.all ? p.n : 1;
+          vk::copy_rows(ctx_, rec, in(0), out, take, p.row + p.n - take, width, 0, width, 1, width, width, at * width);
+          at += take;
+        }
+        break;
+      }
+      case Op::SsmConv: {  // each part through its own sequence's state
+        const auto& wt = g_.tensor(node.in[1]);
+        for (const Part& p : parts) {
+          const View st = state(index, p.seq), x = part_rows(in(0), node.in[0], p), y = part_rows(out, node.out, p);
+          tr.before({x, st}, {y, st});
+          vk::ssm_conv(ctx_, rec, x, w_.f32(node.in[1]), st, y, width, static_cast<uint32_t>(wt.ne[0]), p.n);
+        }
+        break;
+      }
+      case Op::DeltaNet: {
+        for (const Part& p : parts) {
+          const View st = state(index, p.seq), y = part_rows(out, node.out, p);
+          const auto x = [&](size_t k) { return part_rows(in(k), node.in[k], p); };
+          tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st});
+          vk::delta_net(ctx_, rec, x(0), x(1), x(2), x(3), x(4), w_.f32(node.in[5]), w_.f32(node.in[6]), st, y,
+                        static_cast<uint32_t>(node.delta_net().n_head_k), static_cast<uint32_t>(node.delta_net().n_head_v),
+                        static_cast<uint32_t>(node.delta_net().dk), static_cast<uint32_t>(node.delta_net().dv), node.delta_net().tiled_heads, p.n);
+        }
+        break;
+      }
+      case Op::MoE:
+        moe(rec, tr, node, rows, out, nu);
+        break;
+    }
+    // Greedy decoding reads one id per sequence: the argmax of its last logits row, on the device.
+    if (node.out == g_.logits) {
+      const auto nv = static_cast<size_t>(g_.n_vocab);
+      int64_t row = -1;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        row += parts[k].all ? parts[k].n : 1;
+        const View last{res_.logits, static_cast<size_t>(row) * nv * 4, nv * 4}, id{res_.argmax, k * plan_.align, 4};
+        const View scratch{res_.argmax_scratch, k * plan_.argmax_scratch_bytes, plan_.argmax_scratch_bytes};
+        tr.before({last}, {id, scratch});
+        vk::argmax(ctx_, rec, last, id, scratch, static_cast<uint32_t>(nv));
+        recorded_argmax_rows_.push_back(row);
+      }
+    }
+    return n;
+  }
+
+  // A rotation with the norm before it and the cache append after it (plan_fusions).
+  void rope_heads(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View cs, View out,
+                  const std::vector<int64_t>& rows, uint32_t n) {
+    vk::RopeHeadsArgs a;
+    const auto act_of = [&](TensorId t) { return act(t, rows[static_cast<size_t>(t)]); };
+    a.x = act_of(node.in[0]);
+    a.cs = cs;
+    a.y = out;
+    a.n_head = static_cast<uint32_t>(node.rope().n_head);
+    a.head_dim = static_cast<uint32_t>(node.rope().head_dim);
+    a.n_rot = static_cast<uint32_t>(node.rope().n_rot);
+    a.n_tokens = n;
+    a.neox = node.rope().mode == graph::RopeMode::NeoX;
+    if (plan_.rope_norm[index] >= 0) {
+      const Node& norm = g_.nodes[static_cast<size_t>(plan_.rope_norm[index])];
+      a.x = act_of(norm.in[0]);
+      a.norm = true;
+      a.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+      a.eps = norm.norm().eps;
+      a.offset = norm.norm().offset;
+    }
+    View kc, vc;
+    if (plan_.rope_store[index] >= 0 && !multi_) {  // one sequence: its cache rows
+      const Node& at = g_.nodes[static_cast<size_t>(plan_.rope_store[index])];
+      const auto l = static_cast<size_t>(at.layer);
+      kc = View{res_.k[l]};
+      vc = View{res_.v[l]};
+      a.store = true;
+      a.type = plan_.kv_type;
+      a.v = act_of(at.in[2]);
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.step = header(0);
+    }
+    tr.before({a.x, cs, a.v, a.step}, {out, kc, vc});
+    vk::rope_heads(ctx_, rec, a);
+  }
+
+  // Where the K-quant products of a step read `t` (its rows quantized by the op that writes it, q8k_of_
+  // set): the region of the Q8_K scratch for its codes. Else an empty view.
+  View q8k_out(TensorId t, uint32_t width, uint32_t n) {
+    if (!plan_.q8k_input[static_cast<size_t>(t)] || n > kDirectMaxTokens) return View{};
+    q8k_of_ = t;
+    return q8k_view(width, n);
+  }
+
+  View q8k_view(uint32_t width, uint32_t n) const { return View{res_.act_q8k, 0, vk::q8k_row_bytes(width) * n}; }
+
+  // The codes of t (rows x) for a K-quant product: those its producer wrote, else quantized here.
+  View q8k_codes(vk::Recording& rec, Tracker& tr, TensorId t, View x, uint32_t width, uint32_t n) {
+    if (q8k_of_ != t) {
+      tr.before({x}, {q8k_view(width, n)});
+      vk::quantize_q8k(ctx_, rec, x, q8k_view(width, n), width, n);
+      q8k_of_ = t;
+    }
+    return q8k_view(width, n);
+  }
+
+  // A residual add followed by the whole-row norm of its sum: one dispatch for both (the norm node is
+  // then skipped). Not where the norm's output shares memory with an addend other than row for row.
+  bool add_norm(vk::Recording& rec, Tracker& tr, size_t index, View a, View b, View sum, uint32_t width, uint32_t n) {
+    if (index + 1 >= g_.nodes.size()) return false;
+    const Node& norm = g_.nodes[index + 1];
+    if (norm.op != Op::RmsNorm || norm.in[0] != g_.nodes[index].out || norm.norm().group > 0 || !vk::rms_norm_row_fits(width) ||
+        a.bytes != sum.bytes || b.bytes != sum.bytes) {
+      return false;
+    }
+    const View y = act(norm.out, n);
+    const auto clash = [&](const View& v) {
+      return v.buffer == y.buffer && v.offset != y.offset && v.offset < y.offset + y.bytes && y.offset < v.offset + v.bytes;
+    };
+    if (clash(a) || clash(b)) return false;
+    const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    const View xq = q8k_out(norm.out, width, n);
+    tr.before({a, b}, {sum, y, xq});
+    vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, norm.norm().eps, norm.norm().offset);
+    done_[index + 1] = true;
+    return true;
+  }
+
+  // Few tokens: the weights multiply the rows directly. Many: the weight is expanded to f16 a slab of
+  // rows at a time and multiplied as a matrix (tensor cores where the device has them).
+  void matmul(vk::Recording& rec, Tracker& tr, const Node& node, View x, View out, uint32_t n) {
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
+    if (vk::has_mul_mv_q8(wt.type) && n <= kDirectMaxTokens) {
+      // The 32-element formats as the CPU computes them (quantized activations, integer sums, its float
+      // expression per block): the same greedy tokens.
+      const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(ncols) * n};
+      tr.before({x}, {xq, out});
+      vk::mul_mv_q8(ctx_, rec, wt.type, w_.raw(node.in[0]), x, xq, out, ncols, nrows, n);
+      add_bias(rec, tr, bias, out, nrows, n);
+      return;
+    }
+    if (n <= kDirectMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
+      // K-quants as the CPU computes them: activations quantized once for every product that reads
+      // them (q, k and v; gate and up), integer sums per block.
+      const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, n);
+      tr.before({xq}, {out});
+      vk::mul_mv_k(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, n);
+      add_bias(rec, tr, bias, out, nrows, n);
+      return;
+    }
+    if (n <= kDirectMaxTokens || !res_.slabs || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
+      tr.before({x}, {out});
+      vk::mul_mv(ctx_, rec, wt.type, w_.raw(node.in[0]), x, out, bias, ncols, nrows, n);
+      return;
+    }
+    const uint32_t slab_rows = std::max<uint32_t>(64, static_cast<uint32_t>((*res_.slabs)[0]->size / (static_cast<size_t>(ncols) * 2)) / 64 * 64);
+    const bool coop = vk::mul_mm_kernel(ctx_) == vk::MulMmKernel::CoopMatNV;
+    const View xs{res_.x_f16, 0, vk::mul_mm_scratch_bytes(ncols, n)};
+    if (coop && x16_of_ != node.in[1]) {  // X in f16 once for every product that reads it (q, k and v; gate and up)
+      tr.before({x}, {xs});
+      vk::mul_mm_convert_x(ctx_, rec, x, xs, ncols, n);
+      x16_of_ = node.in[1];
+    }
+    for (uint32_t r0 = 0; r0 < nrows; r0 += slab_rows) {
+      // Slabs in turn: a weight's expansion runs beside the product before it, which reads the other.
+      const uint32_t rows = std::min(slab_rows, nrows - r0);
+      const View slab{(*res_.slabs)[slab_next_].get(), 0, 0};
+      slab_next_ ^= 1;
+      tr.before({}, {slab});
+      vk::dequant_f16(ctx_, rec, wt.type, w_.raw(node.in[0]), slab, ncols, r0, rows);
+      if (coop) {
+        tr.before({slab, xs}, {out});
+        vk::mul_mm_f16(ctx_, rec, slab, xs, out, ncols, rows, n, nrows, r0);
+      } else {
+        tr.before({slab, x}, {out});
+        vk::mul_mm(ctx_, rec, slab, x, out, ncols, rows, n, nrows, r0, View{});
+      }
+    }
+    add_bias(rec, tr, bias, out, nrows, n);
+  }
+
+  void add_bias(vk::Recording& rec, Tracker& tr, View bias, View out, uint32_t nrows, uint32_t n) {
+    if (!bias.buffer) return;
+    tr.before({out}, {out});
+    vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
+  }
+
+  // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
+  // the selected experts' gate/up products, the activation, their down products, the weighted sum.
+  void moe(vk::Recording& rec, Tracker& tr, const Node& node, const std::vector<int64_t>& rows, View out, uint32_t n) {
+    const auto& rt = g_.tensor(node.in[1]);
+    const auto& gt = g_.tensor(node.in[2]);
+    const auto& ut = g_.tensor(node.in[3]);
+    const auto& dt = g_.tensor(node.in[4]);
+    const bool fused = node.in[2] == node.in[3];
+    const auto d = static_cast<uint32_t>(rt.ne[0]);
+    const auto ff = static_cast<uint32_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
+    const auto ne = static_cast<uint32_t>(node.moe().n_expert), k = static_cast<uint32_t>(node.moe().n_expert_used);
+    const TensorId x_id = node.in[0];
+    const View x = act(x_id, rows[static_cast<size_t>(x_id)]);
+    const TensorId rin = node.moe().router_in >= 0 ? node.in[static_cast<size_t>(node.moe().router_in)] : x_id;
+    const View router_x = act(rin, rows[static_cast<size_t>(rin)]);
+    const View logits{res_.moe_logits, 0, static_cast<size_t>(ne) * n * 4};
+    const View ids{res_.moe_ids, 0, static_cast<size_t>(k) * n * 4}, wts{res_.moe_weights, 0, static_cast<size_t>(k) * n * 4};
+    tr.before({router_x}, {logits});
+    vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
+    const bool biased = node.moe().bias >= 0;
+    const auto bias = [&](int j) {
+      return biased ? w_.f32(node.in[static_cast<size_t>(node.moe().bias + j)]) : View{};
+    };
+    const View escale = node.moe().expert_scale >= 0 ? w_.f32(node.in[static_cast<size_t>(node.moe().expert_scale)]) : View{};
+    tr.before({logits}, {ids, wts});
+    vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n,
+                  node.moe().routing == graph::MoeRouting::TopKSoftmax, node.moe().norm_topk, node.moe().logit_scale);
+    const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
+    const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
+    // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
+    // activations), as for MatMul.
+    const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
+    const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
+                                    uint32_t rows_out, bool per_slot) {
+      const uint32_t x_rows = n * (per_slot ? k : 1);
+      if (n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, type)) {
+        const View xq{res_.act_q8k, 0, vk::q8k_row_bytes(cols) * x_rows};
+        tr.before({xin}, {xq});
+        vk::quantize_q8k(ctx_, rec, xin, xq, cols, x_rows);
+        q8k_of_ = -1;
+        tr.before({xq, ids}, {yout});
+        vk::mul_mv_k_id(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+      } else if (exact(type)) {
+        const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
+        tr.before({xin}, {xq});
+        vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+      } else {
+        vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
+      }
+    };
+    tr.before({ids, x}, {g, u});
+    if (fused) {
+      // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
+      const View gu{res_.moe_down, 0, slot_bytes * 2 * ff};
+      tr.before({ids, x}, {gu});
+      expert_product(gt.type, w_.raw(node.in[2]), x, gu, View{}, d, 2 * ff, false);
+      tr.before({gu}, {g, u});
+      vk::copy_rows(ctx_, rec, gu, g, k * n, 0, 2 * ff, 0, ff, 1, ff, ff, 0);
+      vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
+    } else {
+      expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
+      tr.before({ids, x}, {g, u});  // the second product's activation codes reuse the same scratch
+      expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
+    }
+    tr.before({g, u}, {g});
+    switch (node.moe().glu) {
+      case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n); break;
+      case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n); break;
+      case graph::MoeGlu::SwiGLUClamped:
+        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, node.moe().glu_alpha, node.moe().glu_limit);
+        break;
+    }
+    tr.before({g, ids}, {y});
+    expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
+    tr.before({y, wts}, {out});
+    vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
+  }
+
+  Context& ctx_;
+  const graph::Graph& g_;
+  const ExecOptions& opts_;
+  const Plan& plan_;
+  const VulkanWeights& w_;
+  const Resources& res_;
+  const std::vector<Part>* parts_ = nullptr;  // the step being recorded
+  bool multi_ = false;                         // it has several parts
+  std::vector<int64_t> recorded_argmax_rows_;  // the logits rows it takes the argmax of
+  TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of
+  TensorId x16_of_ = -1;    // the tensor x_f16 holds in f16
+  std::vector<bool> done_;  // per node: recorded with an earlier node
+  int slab_next_ = 0;       // the slab the next expansion writes
+};
+
+}  // namespace
+
+Recorded record_step(Context& ctx, const graph::Graph& g, const ExecOptions& opts, const Plan& plan,
+                     const VulkanWeights& weights, const Resources& res, const std::vector<Part>& parts) {
+  return Recorder(ctx, g, opts, plan, weights, res).record(parts);
+}
+
+}  // namespace zinc::backend::vk
