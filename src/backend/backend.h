@@ -40,9 +40,11 @@ class Executable {
   // held from n_past on is dropped). Throws zinc::Error when the step does not fit (too many tokens, a
   // context full).
   virtual void run(const graph::StepParams& step) = 0;
-  // Logits of the last step: one row of n_vocab floats per requested token (StepParams says which),
+  // Logits of the last step: one row of n_vocab() floats per requested token (StepParams says which),
   // sequence after sequence.
   virtual std::span<const float> logits() const = 0;
+  // The width of a logits row: the vocabulary (for a graph whose output is its hidden states, as an
+  // embedding graph's, their width).
   virtual int64_t n_vocab() const = 0;
   // The index of the largest logit of logits row `row` of the last step (the first on ties): greedy
   // decoding's next token. Backends that compute it on the device (for the last row of each
@@ -95,12 +97,23 @@ class Weights : public std::enable_shared_from_this<Weights> {
   const graph::Graph& graph() const { return graph_; }
   // A new context over these weights. Throws zinc::Error when the options cannot work (a KV type the
   // heads do not fit, too little device memory).
-  virtual std::unique_ptr<Executable> instantiate(const ExecOptions& opts) = 0;
+  std::unique_ptr<Executable> instantiate(const ExecOptions& opts) { return instantiate(opts, graph_); }
+  // The same running `g`: the weights' graph or one cut from it (the same tensors, the first of its
+  // nodes, another output), as model::embedding_graph's hidden states. Throws zinc::Error for a graph
+  // with other tensors.
+  std::unique_ptr<Executable> instantiate(const ExecOptions& opts, const graph::Graph& g) {
+    bool same = g.tensors.size() == graph_.tensors.size() && g.nodes.size() <= graph_.nodes.size();
+    for (size_t i = 0; same && i < g.tensors.size(); ++i) same = g.tensors[i].name == graph_.tensors[i].name;
+    if (!same) throw Error("a context runs the weights' own graph or one cut from it");
+    return instantiate_graph(opts, g);
+  }
   // Bytes these weights occupy on the backend's device (0 where they are read from the mapped file).
   virtual uint64_t device_bytes() const { return 0; }
 
  protected:
   explicit Weights(graph::Graph g) : graph_(std::move(g)) {}
+  // A context running `g` (checked by instantiate), which it keeps a copy of.
+  virtual std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) = 0;
 
  private:
   graph::Graph graph_;

@@ -270,7 +270,7 @@ class SequencedExecutable : public Executable {
   SequencedExecutable(const graph::Graph& g, const ExecOptions& opts);
 
   const ExecOptions& options() const override { return opts_; }
-  int64_t n_vocab() const override { return g_.n_vocab; }
+  int64_t n_vocab() const override { return g_.tensor(g_.logits).ne[0]; }
   bool can_rewind() const override { return !recurrent_; }
   std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override;
   void load_state(std::span<const uint8_t> bytes, int32_t seq) override;
@@ -300,7 +300,7 @@ class SequencedExecutable : public Executable {
   // of position (one run per block).
   void for_each_block(size_t layer, int32_t seq, int32_t n, const std::function<void(size_t, size_t)>& f) const;
 
-  const graph::Graph& g_;
+  const graph::Graph g_;  // its own copy: the weights' graph, or one cut from it
   ExecOptions opts_;
   gguf::TensorType kv_storage_ = gguf::TensorType::F16;
   std::vector<size_t> kv_row_bytes_;  // per layer (0: no attention)

@@ -94,6 +94,10 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  cmd->add_option("--pooling", a->server.pooling,
+                  "Pooling of /v1/embeddings requests that name none: mean, cls or last (default: the model's own; "
+                  "models that declare none then need it in the request)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--alias", a->alias, "Model name clients use (default: the file name without .gguf)");
   cmd->add_flag("--strict-model-names", a->server.strict_model_names,
                 "Answer a request naming another model with 404 (default: the served model answers it)");

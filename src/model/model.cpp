@@ -143,6 +143,16 @@ void build_output(graph::Builder& b, graph::Graph& g, const gguf::File& f, const
   if (softcap > 0) g.logits = b.softcap(g.logits, softcap, "result_softcap", -1);
 }
 
+graph::Graph embedding_graph(graph::Graph g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.tensor(g.nodes[i].out).name != "result_norm") continue;
+    g.logits = g.nodes[i].out;
+    g.nodes.resize(i + 1);  // the output projection (and any soft-cap) after it
+    return g;
+  }
+  throw Error("this model's graph has no final norm to take hidden states from");
+}
+
 Model load(const gguf::File& f) {
   const auto arch = f.get<std::string>("general.architecture");
   for (const auto& a : kArchitectures) {

@@ -63,6 +63,11 @@ graph::TensorId optional_weight(graph::Builder& b, const gguf::File& f, const st
 void build_output(graph::Builder& b, graph::Graph& g, const gguf::File& f, const HParams& hp, graph::TensorId x,
                   graph::TensorId tok, float softcap = 0.0f);
 
+// The graph of `g` up to its final norm (build_output's "result_norm"): its output is every requested
+// token's hidden state instead of logits (what embeddings pool). Throws zinc::Error for a graph without
+// that norm.
+graph::Graph embedding_graph(graph::Graph g);
+
 // The standard decoder (standard.cpp) that Llama-like architectures configure.
 struct StandardOptions {
   graph::RopeMode rope_mode = graph::RopeMode::Normal;

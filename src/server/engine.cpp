@@ -112,6 +112,18 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
 
 uint64_t Engine::contexts_device_bytes() const { return exe_->device_bytes(); }
 
+std::vector<std::vector<float>> Engine::embed(const std::vector<std::vector<int32_t>>& inputs, runtime::Pooling pooling,
+                                              bool normalize) {
+  const std::lock_guard<std::mutex> lock(embed_mutex_);
+  if (!embedder_) {
+    embedder_ = std::make_unique<runtime::Embedder>(weights_, options_.exec.n_ctx, std::max(options_.exec.max_tokens, 1));
+  }
+  std::vector<std::vector<float>> out;
+  out.reserve(inputs.size());
+  for (const auto& ids : inputs) out.push_back(embedder_->embed(ids, pooling, normalize));
+  return out;
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   EngineStats s = counters_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "runtime/embed.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
@@ -96,6 +97,11 @@ class Engine {
   uint64_t weights_device_bytes() const { return weights_->device_bytes(); }
   uint64_t contexts_device_bytes() const;
   const std::string& backend_name() const { return backend_name_; }
+  // Each input's embedding (runtime::Embedder over the same weights: a context of its own, made at
+  // the first call, whose steps take turns with the slots'). One caller at a time; throws zinc::Error
+  // for an input longer than the context.
+  std::vector<std::vector<float>> embed(const std::vector<std::vector<int32_t>>& inputs, runtime::Pooling pooling,
+                                        bool normalize);
   int32_t n_ctx() const { return options_.exec.n_ctx; }
 
  private:
@@ -118,6 +124,8 @@ class Engine {
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
   std::thread thread_;
+  std::mutex embed_mutex_;
+  std::unique_ptr<runtime::Embedder> embedder_;  // made at the first embeddings request
 };
 
 }  // namespace zinc::server

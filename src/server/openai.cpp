@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 
 #include "core/json_bounded.h"
@@ -572,6 +574,109 @@ std::vector<ordered_json> StreamTranslator::finish(runtime::GenerateResult gen, 
   out.push_back(chat_ ? chat_chunk(result_, ordered_json::object(), reason) : text_chunk(result_, "", reason));
   if (include_usage) out.push_back(usage_chunk(result_, chat_));
   return out;
+}
+
+EmbeddingRequest parse_embedding_request(const nlohmann::ordered_json& body) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  EmbeddingRequest r;
+  if (body.contains("model") && !body["model"].is_string()) bad_field("model", "must be a string");
+  r.model = string_field(body, "model");
+  if (!body.contains("input")) bad_field("input", "is required: a string, an array of strings or of token ids");
+  const auto& in = body["input"];
+  constexpr size_t kMaxInputs = 2048;
+  const auto ids = [](const nlohmann::ordered_json& a, const std::string& where) {
+    std::vector<int32_t> out;
+    for (const auto& t : a) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        bad_field(where, fmt::format("{} is not a token id", t.dump()));
+      }
+      out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    if (out.empty()) bad_field(where, "an input must not be empty");
+    return out;
+  };
+  if (in.is_string()) {
+    r.texts.push_back(in.get<std::string>());
+  } else if (in.is_array() && !in.empty() && in[0].is_number()) {
+    r.tokens.push_back(ids(in, "input"));
+  } else if (in.is_array() && !in.empty()) {
+    if (in.size() > kMaxInputs) bad_field("input", fmt::format("{} inputs; at most {} per request", in.size(), kMaxInputs));
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::string where = fmt::format("input[{}]", i);
+      if (in[i].is_string() && in[0].is_string()) {
+        r.texts.push_back(in[i].get<std::string>());
+      } else if (in[i].is_array() && in[0].is_array()) {
+        r.tokens.push_back(ids(in[i], where));
+      } else {
+        bad_field(where, "inputs must all be strings or all be arrays of token ids");
+      }
+    }
+  } else {
+    bad_field("input", "must be a string, or a non-empty array of strings or of token ids");
+  }
+  for (size_t i = 0; i < r.texts.size(); ++i) {
+    if (r.texts[i].empty()) bad_field(r.texts.size() == 1 && in.is_string() ? "input" : fmt::format("input[{}]", i), "an input must not be empty");
+  }
+  if (body.contains("encoding_format")) {
+    const std::string f = string_field(body, "encoding_format", "?");
+    if (f != "float" && f != "base64") bad_field("encoding_format", "must be \"float\" or \"base64\"");
+    r.base64 = f == "base64";
+  }
+  if (body.contains("dimensions") && !body["dimensions"].is_null()) {
+    if (!body["dimensions"].is_number_integer() || body["dimensions"].get<int64_t>() < 1) {
+      bad_field("dimensions", "must be a positive integer");
+    }
+    r.dimensions = body["dimensions"].get<int64_t>();
+  }
+  if (body.contains("pooling")) {
+    r.pooling = string_field(body, "pooling", "?");
+    if (r.pooling != "mean" && r.pooling != "cls" && r.pooling != "last") bad_field("pooling", "must be mean, cls or last");
+  }
+  if (body.contains("normalize")) {
+    if (!body["normalize"].is_boolean()) bad_field("normalize", "must be true or false");
+    r.normalize = body["normalize"].get<bool>();
+  }
+  if (body.contains("embd_normalize")) {  // llama.cpp's: -1 none, 2 Euclidean (the default)
+    if (!body["embd_normalize"].is_number_integer() || (body["embd_normalize"] != -1 && body["embd_normalize"] != 2)) {
+      bad_field("embd_normalize", "zinc supports -1 (none) and 2 (unit length)");
+    }
+    r.normalize = body["embd_normalize"] == 2;
+  }
+  return r;
+}
+
+namespace {
+std::string base64_floats(const std::vector<float>& v) {
+  static constexpr char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<uint8_t> bytes(v.size() * 4);
+  std::memcpy(bytes.data(), v.data(), bytes.size());  // little-endian float32, as clients decode it
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t n = static_cast<uint32_t>(bytes[i]) << 16 | (i + 1 < bytes.size() ? bytes[i + 1] << 8 : 0) |
+                       (i + 2 < bytes.size() ? bytes[i + 2] : 0);
+    out += kDigits[n >> 18 & 63];
+    out += kDigits[n >> 12 & 63];
+    out += i + 1 < bytes.size() ? kDigits[n >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? kDigits[n & 63] : '=';
+  }
+  return out;
+}
+}  // namespace
+
+ordered_json embeddings_json(const std::vector<std::vector<float>>& vectors, bool base64, const std::string& model,
+                             int64_t prompt_tokens) {
+  ordered_json data = ordered_json::array();
+  for (size_t i = 0; i < vectors.size(); ++i) {
+    ordered_json e = {{"object", "embedding"}, {"index", i}};
+    if (base64) e["embedding"] = base64_floats(vectors[i]);
+    else e["embedding"] = vectors[i];
+    data.push_back(std::move(e));
+  }
+  return {{"object", "list"},
+          {"data", std::move(data)},
+          {"model", model},
+          {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}};
 }
 
 std::string random_id(const std::string& prefix) {

@@ -39,6 +39,23 @@ class ApiError : public Error {
 // {"type": 5} must be a 400 through the caller's checks, never the JSON library's type error).
 std::string string_field(const nlohmann::ordered_json& object, const char* key, const std::string& fallback = "");
 
+// POST /v1/embeddings. `input`: a string, an array of strings, an array of token ids, or an array of
+// arrays of token ids (at most 2048 inputs, none empty).
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<std::string> texts;            // the inputs given as text
+  std::vector<std::vector<int32_t>> tokens;  // or given as token ids (one of the two is empty)
+  bool base64 = false;                       // encoding_format "base64": each vector's float32 bytes
+  std::optional<int64_t> dimensions;         // keep the first this many values (then normalise again)
+  std::string pooling;                       // "mean", "cls" or "last" (zinc's; "": the server's default)
+  bool normalize = true;                     // unit length (zinc's; llama.cpp's embd_normalize -1 is false)
+  size_t size() const { return texts.empty() ? tokens.size() : texts.size(); }
+};
+EmbeddingRequest parse_embedding_request(const nlohmann::ordered_json& body);
+// The response: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}.
+ordered_json embeddings_json(const std::vector<std::vector<float>>& vectors, bool base64, const std::string& model,
+                             int64_t prompt_tokens);
+
 struct CompletionRequest {
   bool chat = true;  // /v1/chat/completions; false: /v1/completions
   std::string model;

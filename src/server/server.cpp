@@ -184,11 +184,68 @@ struct Server::Impl {
     return !host.empty() && (origin == "http://" + host || origin == "https://" + host);
   }
 
-  void check_model(const CompletionRequest& r) const {
-    if (opts.strict_model_names && !r.model.empty() && r.model != opts.model_id) {
-      throw ApiError(404, fmt::format("The model '{}' does not exist; this server has '{}'", r.model, opts.model_id),
+  void check_model(const CompletionRequest& r) const { check_model_name(r.model); }
+  void check_model_name(const std::string& model) const {
+    if (opts.strict_model_names && !model.empty() && model != opts.model_id) {
+      throw ApiError(404, fmt::format("The model '{}' does not exist; this server has '{}'", model, opts.model_id),
                      "invalid_request_error", "model", "model_not_found");
     }
+  }
+
+  // POST /v1/embeddings: every input's vector, pooled as the request, the server (--pooling) or the model
+  // says, in that order.
+  void embeddings(const http::Request& req, http::Response& res) {
+    const EmbeddingRequest r = parse_embedding_request(parse_body(req));
+    check_model_name(r.model);
+    std::optional<runtime::Pooling> pooling;
+    if (!r.pooling.empty()) pooling = runtime::pooling_from_name(r.pooling);
+    else if (!opts.pooling.empty()) pooling = runtime::pooling_from_name(opts.pooling);
+    else pooling = runtime::declared_pooling(file);
+    if (!pooling) {
+      throw ApiError(400, "this model declares no pooling (it is not an embedding model): send \"pooling\": \"mean\", "
+                          "\"cls\" or \"last\", or start the server with --pooling",
+                     "invalid_request_error", "pooling");
+    }
+    std::vector<std::vector<int32_t>> inputs = r.tokens;
+    for (const std::string& t : r.texts) inputs.push_back(tok.encode(t, true, false));
+    int64_t total = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string where = r.size() == 1 ? "input" : fmt::format("input[{}]", i);
+      for (int32_t id : inputs[i]) {
+        if (id >= static_cast<int32_t>(tok.vocab().size())) {
+          throw ApiError(400, fmt::format("'{}': {} is not a token id (0..{})", where, id, tok.vocab().size() - 1),
+                         "invalid_request_error", "input");
+        }
+      }
+      if (inputs[i].empty()) throw ApiError(400, fmt::format("'{}': no tokens", where), "invalid_request_error", "input");
+      if (static_cast<int64_t>(inputs[i].size()) > engine.n_ctx()) {
+        throw ApiError(400, fmt::format("'{}': {} tokens, more than the context of {} (zinc serve -c)", where,
+                                        inputs[i].size(), engine.n_ctx()),
+                       "invalid_request_error", "input", "context_length_exceeded");
+      }
+      total += static_cast<int64_t>(inputs[i].size());
+    }
+    std::vector<std::vector<float>> vectors = engine.embed(inputs, *pooling, r.normalize && !r.dimensions);
+    if (r.dimensions) {
+      const auto dim = vectors.empty() ? 0 : static_cast<int64_t>(vectors[0].size());
+      if (*r.dimensions > dim) {
+        throw ApiError(400, fmt::format("'dimensions': {} is more than this model's {}", *r.dimensions, dim),
+                       "invalid_request_error", "dimensions");
+      }
+      for (auto& v : vectors) {
+        v.resize(static_cast<size_t>(*r.dimensions));
+        double norm = 0;
+        for (float x : v) norm += static_cast<double>(x) * x;
+        if (r.normalize && norm > 0) {
+          for (float& x : v) x = static_cast<float>(x / std::sqrt(norm));
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(metrics.mutex);
+      metrics.prompt_tokens += static_cast<uint64_t>(total);
+    }
+    res.set_content(embeddings_json(vectors, r.base64, opts.model_id, total).dump(), "application/json");
   }
 
   // The vocabulary as grammars see it, built at the first constrained request and shared by all.
@@ -630,6 +687,7 @@ struct Server::Impl {
     }));
     http.route("POST", "/v1/messages", guarded([this](http::Request& req, http::Response& res) { messages(req, res); }));
     http.route("POST", "/v1/responses", guarded([this](http::Request& req, http::Response& res) { responses(req, res); }));
+    http.route("POST", "/v1/embeddings", guarded([this](http::Request& req, http::Response& res) { embeddings(req, res); }));
     http.route("POST", "/v1/messages/count_tokens", guarded([this](http::Request& req, http::Response& res) {
       const MessagesRequest m = parse_messages_request(parse_body(req), opts.defaults, true);
       check_model(m.chat);

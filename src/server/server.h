@@ -30,6 +30,7 @@ struct ServerOptions {
   std::optional<bool> enable_thinking;  // default for chat requests that do not say
   int32_t reasoning_budget = -1;        // reasoning tokens before the engine concludes it (< 0: no limit)
   std::string grammar;                  // GBNF for requests that constrain their output no other way
+  std::string pooling;                  // embeddings' pooling when a request says none ("": the model's own)
   bool context_shift = false;           // a full context drops old tokens instead of ending the answer
   int32_t n_keep = 0;
   // A request that does not say max_tokens generates at most this many (zinc serve -n; < 0: the API's

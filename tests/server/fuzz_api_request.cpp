@@ -1,5 +1,5 @@
 // libFuzzer target: request bodies for every API the server answers (/v1/chat/completions,
-// /v1/completions, /v1/messages, /v1/responses), parsed as the server parses them (nesting bounded) and
+// /v1/completions, /v1/messages, /v1/responses, /v1/embeddings), parsed as the server parses them (nesting bounded) and
 // rendered through a chat template that walks every message, tool call, tool and extra variable (the
 // conversion into template values recurses once per level). Any bytes must give a rendered prompt, a
 // 400 ApiError (for /v1/messages in Anthropic's error shape), or a refusal of deep nesting, never a crash
@@ -12,6 +12,7 @@
 #include "chat/chat_template.h"
 #include "core/json_bounded.h"
 #include "server/anthropic.h"
+#include "server/openai.h"
 #include "server/responses.h"
 
 namespace {
@@ -71,6 +72,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     render(zinc::server::parse_responses_request(body, defaults).chat);
+  } catch (const zinc::server::ApiError& e) {
+    if (e.status() != 400) std::abort();
+  }
+  try {
+    // Inputs are all text or all token ids, none empty; the response of vectors that long encodes.
+    const auto e = zinc::server::parse_embedding_request(body);
+    if (e.size() == 0 || (!e.texts.empty() && !e.tokens.empty())) std::abort();
+    for (const auto& t : e.texts) {
+      if (t.empty()) std::abort();
+    }
+    for (const auto& t : e.tokens) {
+      if (t.empty()) std::abort();
+    }
+    const std::vector<std::vector<float>> vectors(e.size(), std::vector<float>(e.size() % 7, 0.5f));
+    (void)zinc::server::embeddings_json(vectors, e.base64, e.model, 0).dump();
   } catch (const zinc::server::ApiError& e) {
     if (e.status() != 400) std::abort();
   }

@@ -309,5 +309,74 @@ TEST(OpenAiResponse, StopReasonsMapToFinishReasons) {
   EXPECT_NE(random_id("x"), random_id("x"));
 }
 
+
+// POST /v1/embeddings: the input's forms, the encodings and zinc's and llama.cpp's extra fields.
+TEST(EmbeddingRequest, ReadsEveryForm) {
+  EmbeddingRequest r = parse_embedding_request(json::parse(R"({"model": "e", "input": "hello"})"));
+  EXPECT_EQ(r.model, "e");
+  EXPECT_EQ(r.texts, std::vector<std::string>{"hello"});
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_FALSE(r.base64);
+  EXPECT_TRUE(r.normalize);
+  r = parse_embedding_request(json::parse(R"({"input": ["a", "b"], "encoding_format": "base64", "dimensions": 8,
+                                               "pooling": "last", "normalize": false})"));
+  EXPECT_EQ(r.texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(r.base64);
+  EXPECT_EQ(r.dimensions, 8);
+  EXPECT_EQ(r.pooling, "last");
+  EXPECT_FALSE(r.normalize);
+  r = parse_embedding_request(json::parse(R"({"input": [5, 6, 7]})"));
+  EXPECT_EQ(r.tokens, (std::vector<std::vector<int32_t>>{{5, 6, 7}}));
+  r = parse_embedding_request(json::parse(R"({"input": [[1], [2, 3]], "embd_normalize": -1})"));
+  EXPECT_EQ(r.tokens, (std::vector<std::vector<int32_t>>{{1}, {2, 3}}));
+  EXPECT_FALSE(r.normalize);
+  EXPECT_EQ(r.size(), 2u);
+}
+
+TEST(EmbeddingRequest, MalformedFieldsAre400sNamingTheParameter) {
+  const auto param = [](const std::string& body) {
+    try {
+      parse_embedding_request(json::parse(body));
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      return e.body()["error"]["param"].is_null() ? std::string() : e.body()["error"]["param"].get<std::string>();
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(param(R"([1])"), "");
+  EXPECT_EQ(param(R"({})"), "input");
+  EXPECT_EQ(param(R"({"input": ""})"), "input");
+  EXPECT_EQ(param(R"({"input": []})"), "input");
+  EXPECT_EQ(param(R"({"input": 5})"), "input");
+  EXPECT_EQ(param(R"({"input": ["a", ""]})"), "input[1]");
+  EXPECT_EQ(param(R"({"input": ["a", [1]]})"), "input[1]");
+  EXPECT_EQ(param(R"({"input": [[1], []]})"), "input[1]");
+  EXPECT_EQ(param(R"({"input": [1, -2]})"), "input");
+  EXPECT_EQ(param(R"({"input": [1, 2.5]})"), "input");
+  EXPECT_EQ(param(R"({"input": [4294967296]})"), "input");
+  EXPECT_EQ(param(R"({"input": "a", "model": {}})"), "model");
+  EXPECT_EQ(param(R"({"input": "a", "encoding_format": "int8"})"), "encoding_format");
+  EXPECT_EQ(param(R"({"input": "a", "encoding_format": 1})"), "encoding_format");
+  EXPECT_EQ(param(R"({"input": "a", "dimensions": 0})"), "dimensions");
+  EXPECT_EQ(param(R"({"input": "a", "dimensions": "8"})"), "dimensions");
+  EXPECT_EQ(param(R"({"input": "a", "pooling": "max"})"), "pooling");
+  EXPECT_EQ(param(R"({"input": "a", "normalize": 1})"), "normalize");
+  EXPECT_EQ(param(R"({"input": "a", "embd_normalize": 1})"), "embd_normalize");
+  std::string many = R"({"input": [)";
+  for (int i = 0; i < 2049; ++i) many += std::string(i ? "," : "") + R"("x")";
+  EXPECT_EQ(param(many + "]}"), "input");
+}
+
+TEST(EmbeddingRequest, Base64IsTheFloatsLittleEndian) {
+  // 1.0f = 00 00 80 3f, -2.0f = 00 00 00 c0: "AACAPwAAAMA=".
+  const auto j = embeddings_json({{1.0f, -2.0f}}, true, "m", 3);
+  EXPECT_EQ(j["data"][0]["embedding"], "AACAPwAAAMA=");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  const auto f = embeddings_json({{1.0f}, {0.5f}}, false, "m", 2);
+  EXPECT_EQ(f["data"][1]["index"], 1);
+  EXPECT_EQ(f["data"][1]["embedding"][0], 0.5);
+  EXPECT_EQ(f["object"], "list");
+}
+
 }  // namespace
 }  // namespace zinc::server

@@ -18,6 +18,7 @@
 #include "quant/model_quantize.h"
 #include "raw_gguf.h"
 #include "seq_schedule.h"
+#include "runtime/embed.h"
 #include "runtime/session.h"
 
 namespace zinc {
@@ -421,6 +422,19 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   again.add(1, 0, slice(plan[0].prompt, 0, 3));
   exe->run(again);
   EXPECT_LT(relative_gap(exe->logits(), alone[0][0]), kFloat32Gap) << GetParam() << ": a cleared sequence";
+}
+
+TEST_P(VulkanFixture, EmbeddingsMatchTheCpu) {
+  // The graph cut after its final norm (the hidden states embeddings pool), each pooling, prefilled in
+  // one step and in steps of 3, on both backends with an F32 cache: kFloat32Gap, as for the logits.
+  const gguf::File f = file("F32");
+  for (int32_t batch : {96, 3}) {
+    runtime::Embedder cpu(f, *cpu_, 96, 96, {}, backend::KvType::F32), gpu(f, *gpu_, 96, batch, {}, backend::KvType::F32);
+    for (runtime::Pooling p : {runtime::Pooling::Mean, runtime::Pooling::Cls, runtime::Pooling::Last}) {
+      const auto want = cpu.embed(sequence_, p, false), got = gpu.embed(sequence_, p, false);
+      EXPECT_LT(relative_gap(got, want), kFloat32Gap) << GetParam() << " " << runtime::pooling_name(p) << ", steps of " << batch;
+    }
+  }
 }
 
 TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {

@@ -62,7 +62,7 @@ class CpuWeights final : public Weights {
     }
     if (parts.empty()) progress(0, 0);
   }
-  std::unique_ptr<Executable> instantiate(const ExecOptions& opts) override;
+  std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
 
   std::vector<const void*> ptr;  // per tensor: a weight's bytes in the mapped file
   ThreadPool pool;
@@ -71,8 +71,8 @@ class CpuWeights final : public Weights {
 
 class CpuExecutable final : public SequencedExecutable {
  public:
-  CpuExecutable(std::shared_ptr<CpuWeights> weights, const ExecOptions& opts)
-      : SequencedExecutable(weights->graph(), opts), weights_(std::move(weights)), pool_(weights_->pool) {
+  CpuExecutable(std::shared_ptr<CpuWeights> weights, const graph::Graph& g, const ExecOptions& opts)
+      : SequencedExecutable(g, opts), weights_(std::move(weights)), pool_(weights_->pool) {
     plan_buffers();
     // Each layer's cache has its own row width (layers may differ in head size or KV heads); all
     // layers share the block tables.
@@ -107,7 +107,7 @@ class CpuExecutable final : public SequencedExecutable {
   }
 
   std::span<const float> logits() const override {
-    return {buf(g_.logits), static_cast<size_t>(logit_rows_ * g_.n_vocab)};
+    return {buf(g_.logits), static_cast<size_t>(logit_rows_ * n_vocab())};
   }
 
   std::vector<float> activation(TensorId id) const override {
@@ -603,8 +603,8 @@ class CpuExecutable final : public SequencedExecutable {
   size_t cur_ = 0;         // the node being executed
 };
 
-std::unique_ptr<Executable> CpuWeights::instantiate(const ExecOptions& opts) {
-  return std::make_unique<CpuExecutable>(std::static_pointer_cast<CpuWeights>(shared_from_this()), opts);
+std::unique_ptr<Executable> CpuWeights::instantiate_graph(const ExecOptions& opts, const graph::Graph& g) {
+  return std::make_unique<CpuExecutable>(std::static_pointer_cast<CpuWeights>(shared_from_this()), g, opts);
 }
 
 class CpuBackend final : public Backend {

@@ -36,8 +36,8 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 class VulkanExecutable final : public SequencedExecutable {
  public:
-  VulkanExecutable(std::shared_ptr<vk::VulkanWeights> weights, const ExecOptions& opts)
-      : SequencedExecutable(weights->graph(), opts), weights_(std::move(weights)), ctx_(weights_->ctx()) {
+  VulkanExecutable(std::shared_ptr<vk::VulkanWeights> weights, const graph::Graph& g, const ExecOptions& opts)
+      : SequencedExecutable(g, opts), weights_(std::move(weights)), ctx_(weights_->ctx()) {
     static_assert(vk::kKvBlockRows == kKvBlock, "the kernels' cache blocks are the sequences' blocks");
     // Its own bytes: what the device holds more after it is made, but for the slabs it shares.
     const uint64_t before = ctx_.device_bytes_in_use() - weights_->slab_bytes();
@@ -69,7 +69,7 @@ class VulkanExecutable final : public SequencedExecutable {
   }
 
   std::span<const float> logits() const override {
-    return {static_cast<const float*>(logits_->mapped), static_cast<size_t>(logit_rows_ * g_.n_vocab)};
+    return {static_cast<const float*>(logits_->mapped), static_cast<size_t>(logit_rows_ * n_vocab())};
   }
 
   void run(const graph::StepParams& step) override {
@@ -280,8 +280,8 @@ class VulkanBackend final : public Backend {
 std::unique_ptr<Backend> make_vulkan_backend(int device) { return std::make_unique<VulkanBackend>(device); }
 
 namespace vk {
-std::unique_ptr<Executable> VulkanWeights::instantiate(const ExecOptions& opts) {
-  return std::make_unique<VulkanExecutable>(std::static_pointer_cast<VulkanWeights>(shared_from_this()), opts);
+std::unique_ptr<Executable> VulkanWeights::instantiate_graph(const ExecOptions& opts, const graph::Graph& g) {
+  return std::make_unique<VulkanExecutable>(std::static_pointer_cast<VulkanWeights>(shared_from_this()), g, opts);
 }
 }  // namespace vk
 

@@ -104,7 +104,7 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
       opts.keep_activations);
   p.act_offset = arena.offset;
   p.arena_bytes = std::max<size_t>(arena.bytes, 4);
-  p.logits_bytes = static_cast<size_t>(g.n_vocab) * static_cast<size_t>(opts.max_tokens) * 4;
+  p.logits_bytes = static_cast<size_t>(g.tensor(g.logits).ne[0]) * static_cast<size_t>(opts.max_tokens) * 4;
 }
 
 void plan_step_buffer(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -170,7 +170,7 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
     p.slab_bytes = std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64);
     p.x_f16_bytes = mul_mm_scratch_bytes(mm_cols, max_rows);
   }
-  p.argmax_scratch_bytes = align_up(argmax_scratch_bytes(static_cast<uint32_t>(g.n_vocab)), p.align);
+  p.argmax_scratch_bytes = align_up(argmax_scratch_bytes(static_cast<uint32_t>(g.tensor(g.logits).ne[0])), p.align);
 }
 
 }  // namespace

@@ -344,7 +344,7 @@ class Recorder {
     }
     // Greedy decoding reads one id per sequence: the argmax of its last logits row, on the device.
     if (node.out == g_.logits) {
-      const auto nv = static_cast<size_t>(g_.n_vocab);
+      const auto nv = static_cast<size_t>(g_.tensor(g_.logits).ne[0]);
       int64_t row = -1;
       for (size_t k = 0; k < parts.size(); ++k) {
         row += parts[k].all ? parts[k].n : 1;

@@ -25,7 +25,7 @@ class VulkanWeights final : public Weights {
  public:
   // Throws zinc::Error for a node the kernels cannot run, or when the device runs out of memory.
   VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g, const gguf::File& file, const LoadProgress& progress);
-  std::unique_ptr<Executable> instantiate(const ExecOptions& opts) override;
+  std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
   uint64_t device_bytes() const override { return bytes_ + slab_bytes(); }
   uint64_t slab_bytes() const { return slabs_[0]->device_bytes + slabs_[1]->device_bytes; }
 

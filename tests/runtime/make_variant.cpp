@@ -1,9 +1,10 @@
-// Test tool: copies a llama-architecture GGUF with rotary scaling added, so the same weights can be run
-// by zinc and by llama.cpp under each scaling scheme.
-// Usage: zinc_make_rope_variant IN.gguf OUT.gguf linear|yarn|freqs
+// Test tool: copies a llama-architecture GGUF with rotary scaling or a pooling type added, so the same
+// weights can be run by zinc and by llama.cpp under each scaling scheme, and embedded under each pooling.
+// Usage: zinc_make_variant IN.gguf OUT.gguf linear|yarn|freqs|pooling-mean|pooling-cls|pooling-last
 //   linear: rope.scaling.type linear, factor 4
 //   yarn:   rope.scaling.type yarn, factor 4, original context 16 (short, so a 30-token prompt crosses it)
 //   freqs:  a rope_freqs.weight tensor of per-pair divisors 1, 1.5, 2, ... (Llama 3.1's form)
+//   pooling-*: <arch>.pooling_type 1 (mean), 2 (cls) or 3 (last), as embedding models declare it
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,7 +15,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s IN.gguf OUT.gguf linear|yarn|freqs\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IN.gguf OUT.gguf linear|yarn|freqs|pooling-mean|pooling-cls|pooling-last\n", argv[0]);
     return 2;
   }
   using zinc::gguf::Value;
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
       w.add_tensor("rope_freqs.weight", zinc::gguf::TensorType::F32, ne, [factors](const auto& emit) {
         emit(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors->data()), factors->size() * 4));
       });
+    } else if (kind == "pooling-mean" || kind == "pooling-cls" || kind == "pooling-last") {
+      m.set(a + ".pooling_type", Value::u32(kind == "pooling-mean" ? 1 : kind == "pooling-cls" ? 2 : 3));
     } else {
       std::fprintf(stderr, "unknown variant '%s'\n", argv[3]);
       return 2;
