@@ -1,5 +1,7 @@
-// What every executor checks the same way: whether a step fits, the rules of recurrent state, and the
-// layout of a saved context (so that a context saved by one backend loads into another).
+// What every backend's executor does the same way: whether a step fits, the rules of recurrent state,
+// the KV block tables, the layout of a saved context (so that a context saved by one backend loads into
+// another), the activation arena's plan, and a context's bookkeeping of its sequences
+// (SequencedExecutable, whose hooks a backend implements to move the bytes).
 #pragma once
 
 #include <fmt/format.h>
@@ -236,7 +238,6 @@ struct SavedStateLayout {
     return n_past;
   }
 };
-
 
 // ---- activations ------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include "chat/output_parser.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <span>
 #include <utility>
@@ -121,6 +122,65 @@ std::optional<ordered_json> parse_json(std::string_view text) {
   }
 }
 
+// A call's JSON as models get it wrong, mended where only one reading exists: a markdown code fence
+// around it, commas before a closing bracket, Python's True/False/None outside strings, closing
+// brackets missing at the end (the text stopping after a complete value) or one too many there. Returns
+// nothing when the text ends inside a string or the mended text is still not JSON.
+std::optional<ordered_json> repair_json(std::string_view text) {
+  text = trim(text);
+  if (text.starts_with("```")) {
+    const size_t line = text.find('\n');
+    if (line == std::string_view::npos || !text.ends_with("```") || text.size() < line + 4) return std::nullopt;
+    text = trim(text.substr(line + 1, text.size() - 3 - (line + 1)));
+  }
+  std::string out;
+  std::vector<char> open;  // the closers the brackets still open need
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      open.push_back(c == '{' ? '}' : ']');
+    } else if (c == '}' || c == ']') {
+      if (open.empty()) {  // more closers than openers: only as the text's last characters
+        if (trim(text.substr(i)).find_first_not_of("}] \t\r\n") != std::string_view::npos) return std::nullopt;
+        break;
+      }
+      if (open.back() != c) return std::nullopt;
+      open.pop_back();
+      // A comma before it: dropped.
+      size_t k = out.size();
+      while (k > 0 && is_space(out[k - 1])) --k;
+      if (k > 0 && out[k - 1] == ',') out.erase(k - 1, 1);
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      while (j < text.size() && std::isalnum(static_cast<unsigned char>(text[j]))) ++j;
+      const std::string_view word = text.substr(i, j - i);
+      out += word == "True" ? "true" : word == "False" ? "false" : word == "None" ? "null" : std::string(word);
+      i = j - 1;
+      continue;
+    }
+    out += c;
+  }
+  if (in_string) return std::nullopt;
+  size_t k = out.size();
+  while (k > 0 && is_space(out[k - 1])) --k;
+  if (!open.empty() && k > 0 && out[k - 1] == ',') out.erase(k - 1, 1);
+  while (!open.empty()) {
+    out += open.back();
+    open.pop_back();
+  }
+  return parse_json(out);
+}
+
 // {"name": ..., "arguments": {...}} (or "parameters"; or wrapped as {"function": {...}}).
 std::optional<ToolCall> call_from_json(const ordered_json& j) {
   if (!j.is_object()) return std::nullopt;
@@ -181,7 +241,9 @@ std::optional<ToolCall> call_from_xml(std::string_view body) {
 
 std::vector<ToolCall> parse_tool_call_body(std::string_view body) {
   body = trim(body);
-  if (auto j = parse_json(body)) {
+  auto j = parse_json(body);
+  if (!j && (body.starts_with('{') || body.starts_with('[') || body.starts_with("```"))) j = repair_json(body);
+  if (j) {
     std::vector<ToolCall> calls;
     if (j->is_array()) {
       for (const auto& item : *j) {

@@ -156,6 +156,29 @@ TEST(OutputParser, MalformedToolCallIsContent) {
   expect_parse(kHermes, "<tool_call>{\"arguments\": {}}</tool_call>", out("<tool_call>{\"arguments\": {}}</tool_call>"));
 }
 
+TEST(OutputParser, MalformedCallsAreRepairedWhereOnlyOneReadingExists) {
+  const auto f = [](ordered_json args) { return out("", "", {call("f", std::move(args))}); };
+  // Commas before a closing bracket; Python literals outside strings (not inside them).
+  expect_parse(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2,], \"b\": 3,},}</tool_call>",
+               f({{"a", {1, 2}}, {"b", 3}}));
+  expect_parse(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"on\": True, \"x\": None, \"s\": \"True\"}}</tool_call>",
+               f({{"on", true}, {"x", nullptr}, {"s", "True"}}));
+  // A closing brace missing (the model stopped early) or one too many.
+  expect_parse(kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"cats\"}\n</tool_call>", f({{"q", "cats"}}));
+  expect_parse(kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": 1}}}</tool_call>", f({{"q", 1}}));
+  // A markdown fence around the call.
+  expect_parse(kHermes, "<tool_call>\n```json\n{\"name\": \"f\", \"arguments\": {}}\n```\n</tool_call>",
+               f(ordered_json::object()));
+  // More than one reading, or none: shown as written, never guessed.
+  for (const char* bad : {"<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"unclosed}}</tool_call>",
+                          "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": }}</tool_call>",
+                          "<tool_call>{\"name\": \"f\", \"arguments\": {\"q\": 1]}</tool_call>",
+                          "<tool_call>{\"name\": \"f\"} trailing words</tool_call>",
+                          "<tool_call>{'name': 'f'}</tool_call>"}) {
+    expect_parse(kHermes, bad, out(bad));
+  }
+}
+
 TEST(OutputParser, UnterminatedToolCall) {
   expect_parse(kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}", out("", "", {call("f", ordered_json::object())}));
   expect_parse(kHermes, "<tool_call>\n{\"name\"", out("<tool_call>\n{\"name\""));

@@ -518,12 +518,12 @@ TEST(Cli, CompletionsAndManualPageFollowTheCommandLine) {
   const std::string got = bash("source " + quote(tmp.file("zinc.bash").string()) + "\ncd " + quote(tmp.file("models").string()) +
                                "\nt() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _zinc; "
                                "echo \"$*|${COMPREPLY[*]}\"; }\n"
-                               "t zinc ch\nt zinc chat --hide\nt zinc --log-level warn ser\nt zinc serve --po\n"
+                               "t zinc ch\nt zinc chat --hide\nt zinc --log-level warn ser\nt zinc serve --por\n"
                                "t zinc run -m ti\nt zinc quantize --thr\nt zinc ''\n");
   EXPECT_TRUE(contains(got, "zinc ch|chat check\n")) << got;
   EXPECT_TRUE(contains(got, "zinc chat --hide|--hide-thinking\n")) << got;
   EXPECT_TRUE(contains(got, "zinc --log-level warn ser|serve\n")) << got;  // a global option's value skipped
-  EXPECT_TRUE(contains(got, "zinc serve --po|--port\n")) << got;
+  EXPECT_TRUE(contains(got, "zinc serve --por|--port\n")) << got;
   EXPECT_TRUE(contains(got, "zinc run -m ti|tiny.gguf\n")) << got;  // an option's value: a file name
   EXPECT_TRUE(contains(got, "zinc quantize --thr|--threads\n")) << got;
   for (const auto& c : commands) EXPECT_TRUE(contains(got.substr(got.rfind("zinc |")), " " + c) || contains(got, "zinc |" + c)) << c;

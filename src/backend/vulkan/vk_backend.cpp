@@ -32,7 +32,7 @@ using graph::TensorId;
 using vk::OwnedBuffer;
 using vk::View;
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+using vk::align_up;
 
 class VulkanExecutable final : public SequencedExecutable {
  public:

@@ -95,7 +95,10 @@ struct Features {
   bool unified_memory = false;      // every device-local type is also host-visible (lavapipe, APUs)
 };
 
-inline constexpr uint32_t kMaxGroupsYZ = 65535;  // the least maxComputeWorkGroupCount[1..2] Vulkan allows
+inline constexpr uint32_t kMaxGroupsYZ = 65535;
+
+// n rounded up to a multiple of a (offsets and sizes to the device's alignments).
+inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }  // the least maxComputeWorkGroupCount[1..2] Vulkan allows
 
 
 // Where dispatches go: run at once (Context::immediate) or recorded into a command buffer (Recording).

@@ -16,8 +16,6 @@ using graph::TensorId;
 
 namespace {
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
 // A step of several sequences runs the per-sequence ops (cache append, attention, recurrent state)
 // on each part's rows, through views that must start at the device's offset alignment: each part
 // starts at a multiple of this many rows (1 where every such row's bytes are a multiple of the

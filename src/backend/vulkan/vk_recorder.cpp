@@ -195,8 +195,9 @@ class Recorder {
           break;
         }
         tr.before({in(0), cs}, {out});
-        vk::rope(ctx_, rec, in(0), cs, out, static_cast<uint32_t>(node.rope().n_head), static_cast<uint32_t>(node.rope().head_dim),
-                 static_cast<uint32_t>(node.rope().n_rot), node.rope().mode == graph::RopeMode::NeoX, nu);
+        const graph::RopeOpParams& rp = node.rope();
+        vk::rope(ctx_, rec, in(0), cs, out, static_cast<uint32_t>(rp.n_head), static_cast<uint32_t>(rp.head_dim),
+                 static_cast<uint32_t>(rp.n_rot), rp.mode == graph::RopeMode::NeoX, nu);
         break;
       }
       case Op::Attention: {
@@ -219,6 +220,7 @@ class Recorder {
         // has a scratch slot of its own, so every such part's key-range pass is recorded, then one
         // barrier, then every one's merge; a longer part does the whole op in the scratch past the
         // slots (the tracker orders them).
+        const graph::AttentionParams& ap = node.attention();
         const auto args = [&](size_t pi) {
           const Part& p = parts[pi];
           vk::AttentionArgs a;
@@ -232,14 +234,14 @@ class Recorder {
           const size_t slots = multi_ ? plan_.attn_slot_bytes * static_cast<size_t>(opts_.n_seq) : 0;
           a.scratch = multi_ && p.n == 1 ? View{res_.attn_scratch, pi * plan_.attn_slot_bytes, plan_.attn_slot_bytes}
                                          : View{res_.attn_scratch, slots, res_.attn_scratch->size - slots};
-          a.n_head = static_cast<uint32_t>(node.attention().n_head);
-          a.n_head_kv = static_cast<uint32_t>(node.attention().n_head_kv);
-          a.head_dim = static_cast<uint32_t>(node.attention().head_dim);
+          a.n_head = static_cast<uint32_t>(ap.n_head);
+          a.n_head_kv = static_cast<uint32_t>(ap.n_head_kv);
+          a.head_dim = static_cast<uint32_t>(ap.head_dim);
           a.n_tokens = p.n;
           a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
-          a.sliding_window = static_cast<uint32_t>(std::max(0, node.attention().sliding_window));
-          a.scale = node.attention().scale;
-          a.softcap = node.attention().softcap;
+          a.sliding_window = static_cast<uint32_t>(std::max(0, ap.sliding_window));
+          a.scale = ap.scale;
+          a.softcap = ap.softcap;
           return a;
         };
         if (!multi_) {
@@ -362,15 +364,16 @@ class Recorder {
   void rope_heads(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View cs, View out,
                   const std::vector<int64_t>& rows, uint32_t n) {
     vk::RopeHeadsArgs a;
+    const graph::RopeOpParams& rp = node.rope();
     const auto act_of = [&](TensorId t) { return act(t, rows[static_cast<size_t>(t)]); };
     a.x = act_of(node.in[0]);
     a.cs = cs;
     a.y = out;
-    a.n_head = static_cast<uint32_t>(node.rope().n_head);
-    a.head_dim = static_cast<uint32_t>(node.rope().head_dim);
-    a.n_rot = static_cast<uint32_t>(node.rope().n_rot);
+    a.n_head = static_cast<uint32_t>(rp.n_head);
+    a.head_dim = static_cast<uint32_t>(rp.head_dim);
+    a.n_rot = static_cast<uint32_t>(rp.n_rot);
     a.n_tokens = n;
-    a.neox = node.rope().mode == graph::RopeMode::NeoX;
+    a.neox = rp.mode == graph::RopeMode::NeoX;
     if (plan_.rope_norm[index] >= 0) {
       const Node& norm = g_.nodes[static_cast<size_t>(plan_.rope_norm[index])];
       a.x = act_of(norm.in[0]);
@@ -502,6 +505,7 @@ class Recorder {
   // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
   // the selected experts' gate/up products, the activation, their down products, the weighted sum.
   void moe(vk::Recording& rec, Tracker& tr, const Node& node, const std::vector<int64_t>& rows, View out, uint32_t n) {
+    const graph::MoeParams& mp = node.moe();
     const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
     const auto& ut = g_.tensor(node.in[3]);
@@ -509,23 +513,23 @@ class Recorder {
     const bool fused = node.in[2] == node.in[3];
     const auto d = static_cast<uint32_t>(rt.ne[0]);
     const auto ff = static_cast<uint32_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
-    const auto ne = static_cast<uint32_t>(node.moe().n_expert), k = static_cast<uint32_t>(node.moe().n_expert_used);
+    const auto ne = static_cast<uint32_t>(mp.n_expert), k = static_cast<uint32_t>(mp.n_expert_used);
     const TensorId x_id = node.in[0];
     const View x = act(x_id, rows[static_cast<size_t>(x_id)]);
-    const TensorId rin = node.moe().router_in >= 0 ? node.in[static_cast<size_t>(node.moe().router_in)] : x_id;
+    const TensorId rin = mp.router_in >= 0 ? node.in[static_cast<size_t>(mp.router_in)] : x_id;
     const View router_x = act(rin, rows[static_cast<size_t>(rin)]);
     const View logits{res_.moe_logits, 0, static_cast<size_t>(ne) * n * 4};
     const View ids{res_.moe_ids, 0, static_cast<size_t>(k) * n * 4}, wts{res_.moe_weights, 0, static_cast<size_t>(k) * n * 4};
     tr.before({router_x}, {logits});
     vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
-    const bool biased = node.moe().bias >= 0;
+    const bool biased = mp.bias >= 0;
     const auto bias = [&](int j) {
-      return biased ? w_.f32(node.in[static_cast<size_t>(node.moe().bias + j)]) : View{};
+      return biased ? w_.f32(node.in[static_cast<size_t>(mp.bias + j)]) : View{};
     };
-    const View escale = node.moe().expert_scale >= 0 ? w_.f32(node.in[static_cast<size_t>(node.moe().expert_scale)]) : View{};
+    const View escale = mp.expert_scale >= 0 ? w_.f32(node.in[static_cast<size_t>(mp.expert_scale)]) : View{};
     tr.before({logits}, {ids, wts});
     vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n,
-                  node.moe().routing == graph::MoeRouting::TopKSoftmax, node.moe().norm_topk, node.moe().logit_scale);
+                  mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale);
     const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
     const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
     // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
@@ -564,11 +568,11 @@ class Recorder {
       expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
     }
     tr.before({g, u}, {g});
-    switch (node.moe().glu) {
+    switch (mp.glu) {
       case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n); break;
       case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n); break;
       case graph::MoeGlu::SwiGLUClamped:
-        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, node.moe().glu_alpha, node.moe().glu_limit);
+        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit);
         break;
     }
     tr.before({g, ids}, {y});

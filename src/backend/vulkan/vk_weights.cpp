@@ -14,10 +14,6 @@ using graph::Node;
 using graph::TensorId;
 using graph::TensorKind;
 
-namespace {
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-}  // namespace
-
 std::string unsupported(const graph::Graph& g, const Node& n) {
   for (size_t k = 0; k < n.in.size(); ++k) {
     const auto& t = g.tensor(n.in[k]);
