@@ -41,19 +41,11 @@ const char* pooling_name(Pooling p) {
   return "?";
 }
 
+// Only the weights the cut graph reads are loaded (not the output projection); the context is then made
+// as over any weights.
 Embedder::Embedder(const gguf::File& file, backend::Backend& backend, int32_t n_ctx, int32_t batch,
                    const backend::LoadProgress& progress, backend::KvType kv_type)
-    : n_ctx_(n_ctx), batch_(std::min(batch, n_ctx)) {
-  if (n_ctx < 1 || batch < 1) throw Error("embeddings need a positive context and batch size");
-  const graph::Graph g = model::embedding_graph(model::load(file).graph);
-  dim_ = g.tensor(g.logits).ne[0];
-  weights_ = backend.load(g, file, progress);
-  backend::ExecOptions opts;
-  opts.n_ctx = n_ctx_;
-  opts.max_tokens = batch_;
-  opts.kv_type = kv_type;
-  exe_ = weights_->instantiate(opts);
-}
+    : Embedder(backend.load(model::embedding_graph(model::load(file).graph), file, progress), n_ctx, batch, kv_type) {}
 
 Embedder::Embedder(std::shared_ptr<backend::Weights> weights, int32_t n_ctx, int32_t batch, backend::KvType kv_type)
     : weights_(std::move(weights)), n_ctx_(n_ctx), batch_(std::min(batch, n_ctx)) {
