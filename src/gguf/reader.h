@@ -59,6 +59,8 @@ class File {
   uint64_t data_offset() const { return data_offset_; }  // absolute offset of the data section
   uint64_t size() const { return bytes_.size(); }
   std::span<const uint8_t> bytes() const { return bytes_; }
+  // Whether the bytes are a read-only mapping of the file (open), not the caller's memory (parse).
+  bool mapped() const { return !map_.bytes().empty(); }
 
   // Metadata, in file order.
   std::span<const KeyValue> metadata() const { return kvs_; }

@@ -15,6 +15,7 @@
 #include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/matmul.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 #include "quant_codes.h"
 
@@ -192,6 +193,52 @@ TEST(Dot, MatmulOverTokensMatchesPerTokenMatvec) {
       }
     }
   }
+}
+
+// Packed weights (packed.h) against the scalar reference, for every packed type, token counts below,
+// at and above a tile (and above a prefill chunk), several row groups. The packed kernels sum in float
+// once per sub-block (16 or 32 elements): the bound counts one addition per 16 elements.
+TEST(Dot, PackedMatmulMatchesTheReference) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  int ran = 0;
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (int64_t cols : {256, 768}) {
+      const int64_t rows = 48;
+      if (!can_pack(t, rows, cols)) continue;
+      ++ran;
+      EXPECT_FALSE(can_pack(t, rows + 8, cols));
+      std::vector<uint8_t> w(row_size(t, cols) * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto v = random_row(cols, rng);
+        quantize_row(t, v.data(), w.data() + r * row_size(t, cols), cols);
+      }
+      const PackedMatrix packed(t, w.data(), rows, cols, pool);
+      for (int64_t tokens : {1, 3, 8, 9, 21, 70}) {
+        const auto x = random_row(cols * tokens, rng);
+        std::vector<float> y(static_cast<size_t>(rows * tokens), NAN);
+        matmul_packed(packed.view(), x.data(), tokens, y.data(), pool);
+        std::vector<uint8_t> act(activation_row_size(t, cols));
+        for (int64_t tok = 0; tok < tokens; ++tok) {
+          quantize_activation(t, x.data() + tok * cols, act.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* wr = w.data() + r * row_size(t, cols);
+            const double bound = 2.0 * (static_cast<double>(cols) / 16 + 8.0) * 0x1p-24 * magnitude(t, wr, act.data(), cols);
+            ASSERT_NEAR(y[tok * rows + r], dot_ref(t, wr, act.data(), cols), bound)
+                << gguf::tensor_type_name(t) << " cols=" << cols << " tokens=" << tokens << " token " << tok << " row " << r;
+          }
+        }
+      }
+      // A slice of the packed rows (one expert of a stacked tensor) is those rows' product.
+      const auto x = random_row(cols * 2, rng);
+      std::vector<float> all(static_cast<size_t>(rows * 2)), part(static_cast<size_t>(16 * 2));
+      matmul_packed(packed.view(), x.data(), 2, all.data(), pool);
+      matmul_packed(packed.view().slice(32, 16), x.data(), 2, part.data(), pool);
+      for (int tok = 0; tok < 2; ++tok)
+        for (int r = 0; r < 16; ++r) EXPECT_EQ(part[tok * 16 + r], all[tok * rows + 32 + r]);
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU (or ZINC_CPU_ISA) runs no packed kernels (" << dot_isa_in_use() << ")";
 }
 
 TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {

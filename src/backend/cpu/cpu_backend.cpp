@@ -6,9 +6,13 @@
 // loaded and copied as on every backend (SequencedExecutable).
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +26,7 @@
 #include "quant/dot.h"
 #include "quant/fp16.h"
 #include "quant/matmul.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 
 namespace zinc::backend {
@@ -40,33 +45,97 @@ class CpuWeights final : public Weights {
   CpuWeights(const graph::Graph& g, const gguf::File& file, unsigned threads, const LoadProgress& progress)
       : Weights(g), pool(threads ? threads : std::max(1u, cpu_info().physical_cores)) {
     ptr.resize(graph().tensors.size(), nullptr);
-    std::vector<std::span<const uint8_t>> parts;
-    uint64_t total = 0;
+    std::vector<size_t> weights;
+    uint64_t total = 0, done = 0;
     for (size_t i = 0; i < graph().tensors.size(); ++i) {
       const auto& t = graph().tensors[i];
       if (t.kind != TensorKind::Weight) continue;
       const auto bytes = file.tensor_data(file.tensor(t.name));
       ptr[i] = bytes.data();
-      parts.push_back(bytes);
+      weights.push_back(i);
       total += bytes.size();
     }
+    pack(file.mapped(), [&](size_t i) {
+      done += file.tensor(graph().tensors[i].name).n_bytes;
+      if (progress) progress(done, total);
+    });
     if (!progress) return;
-    // Reads the mapped weights in now, one byte per page, so that the wait is here, with progress,
-    // and not in the first steps.
-    uint64_t done = 0;
+    // Reads the other mapped weights in now, one byte per page, so that the wait is here, with
+    // progress, and not in the first steps.
     volatile uint8_t sink = 0;
-    for (const auto& part : parts) {
+    for (size_t i : weights) {
+      if (packed[i].bytes() > 0) continue;
+      const auto part = file.tensor_data(file.tensor(graph().tensors[i].name));
       for (size_t at = 0; at < part.size(); at += 4096) sink = static_cast<uint8_t>(sink + part[at]);
       done += part.size();
       progress(done, total);
     }
-    if (parts.empty()) progress(0, 0);
+    if (weights.empty()) progress(0, 0);
   }
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
 
+  // Weight rows [row0, row0 + rows) of a matrix (or of stacked experts' rows) times n rows of x:
+  // through the packed copy where the tensor has one.
+  void product(graph::TensorId id, int64_t row0, int64_t rows, const float* x, int64_t n, float* y) {
+    const auto& t = graph().tensor(id);
+    const quant::PackedMatrix& pk = packed[static_cast<size_t>(id)];
+    if (pk.bytes() > 0) return quant::matmul_packed(pk.view().slice(row0, rows), x, n, y, pool);
+    const auto* base = static_cast<const uint8_t*>(ptr[static_cast<size_t>(id)]) + quant::row_size(t.type, t.ne[0]) * static_cast<size_t>(row0);
+    quant::matmul(t.type, base, rows, t.ne[0], x, n, y, pool);
+  }
+
   std::vector<const void*> ptr;  // per tensor: a weight's bytes in the mapped file
+  std::vector<quant::PackedMatrix> packed;  // per tensor: its packed copy (packed.h), or none
   ThreadPool pool;
   std::mutex step_mutex;  // held for a step: the pool serves one caller at a time
+
+ private:
+  // Packs the weights that only matrix products read where this CPU has packed kernels for their type
+  // and the row slices the graph takes (whole matrices; experts, and the gate and up halves of fused
+  // expert tensors) are whole groups of rows. Products then read only the packed copy: the mapped
+  // pages of those tensors are released (the file stays mapped; nothing reads them again).
+  void pack(bool mapped, const std::function<void(size_t)>& packed_one) {
+    const auto& g = graph();
+    std::vector<int64_t> slice(g.tensors.size(), 0);  // rows per slice a product takes; -1: read otherwise
+    auto product_of = [&](TensorId id, int64_t rows) {
+      auto& s = slice[static_cast<size_t>(id)];
+      if (s >= 0) s = s == 0 || s == rows ? rows : -1;
+    };
+    for (const Node& node : g.nodes) {
+      if (node.op == Op::MatMul) product_of(node.in[0], g.tensor(node.in[0]).ne[1]);
+      if (node.op == Op::MoE) {
+        product_of(node.in[1], g.tensor(node.in[1]).ne[1]);
+        const bool fused = node.in[2] == node.in[3];
+        product_of(node.in[2], fused ? g.tensor(node.in[2]).ne[1] / 2 : g.tensor(node.in[2]).ne[1]);
+        if (!fused) product_of(node.in[3], g.tensor(node.in[3]).ne[1]);
+        product_of(node.in[4], g.tensor(node.in[4]).ne[1]);
+      }
+      for (size_t k = 0; k < node.in.size(); ++k) {
+        const bool product_input = (node.op == Op::MatMul && k == 0) || (node.op == Op::MoE && k >= 1 && k <= 4);
+        if (!product_input && g.tensor(node.in[k]).kind == TensorKind::Weight) slice[static_cast<size_t>(node.in[k])] = -1;
+      }
+    }
+    packed.resize(g.tensors.size());
+    for (size_t i = 0; i < g.tensors.size(); ++i) {
+      const auto& t = g.tensors[i];
+      if (slice[i] <= 0 || slice[i] % quant::kPackRows != 0) continue;
+      int64_t rows = 1;
+      for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+      if (!quant::can_pack(t.type, rows, t.ne[0])) continue;
+      packed[i] = quant::PackedMatrix(t.type, ptr[i], rows, t.ne[0], pool);
+      if (mapped) release_pages(ptr[i], quant::row_size(t.type, t.ne[0]) * static_cast<size_t>(rows));
+      packed_one(i);
+    }
+  }
+
+  // Drops the whole pages of a read-only file mapping from memory (they would be read from the file
+  // again if touched).
+  static void release_pages(const void* p, size_t bytes) {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
 };
 
 class CpuExecutable final : public SequencedExecutable {
@@ -188,7 +257,7 @@ class CpuExecutable final : public SequencedExecutable {
       case Op::MatMul: {
         const auto& wt = g_.tensor(node.in[0]);
         n = in_rows(1);
-        quant::matmul(wt.type, w(node.in[0]), wt.ne[1], wt.ne[0], buf(node.in[1]), n, out, pool_);
+        weights_->product(node.in[0], 0, wt.ne[1], buf(node.in[1]), n, out);
         if (node.in.size() > 2) {
           std::vector<float> bbuf;
           const float* bias = f32_weight(node.in[2], bbuf);
@@ -321,13 +390,12 @@ class CpuExecutable final : public SequencedExecutable {
   void moe(const Node& node, const float* x, int64_t n, float* out) {
     const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
-    const auto& dt = g_.tensor(node.in[4]);
     const bool fused = node.in[2] == node.in[3];  // one {d, 2 * ff, n_expert} tensor, gate rows first
     const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
     const int ne = node.moe().n_expert, k = node.moe().n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
     const float* router_x = node.moe().router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe().router_in)]) : x;
-    quant::matmul(rt.type, w(node.in[1]), ne, d, router_x, n, logits.data(), pool_);
+    weights_->product(node.in[1], 0, ne, router_x, n, logits.data());
     if (node.moe().logit_scale != 1.0f) {
       for (float& l : logits) l *= node.moe().logit_scale;
     }
@@ -371,14 +439,8 @@ class CpuExecutable final : public SequencedExecutable {
       }
     }
     std::fill(out, out + n * d, 0.0f);
-    const size_t gate_bytes = quant::row_size(gt.type, d) * static_cast<size_t>(fused ? 2 * ff : ff);
-    const auto up_type = g_.tensor(node.in[3]).type;
-    const size_t up_bytes = fused ? gate_bytes : quant::row_size(up_type, d) * static_cast<size_t>(ff);
-    const size_t down_bytes = quant::row_size(dt.type, ff) * static_cast<size_t>(d);
-    const auto* gate_base = static_cast<const uint8_t*>(w(node.in[2]));
-    const auto* up_base = static_cast<const uint8_t*>(w(node.in[3])) +
-                          (fused ? quant::row_size(gt.type, d) * static_cast<size_t>(ff) : 0);
-    const auto* down_base = static_cast<const uint8_t*>(w(node.in[4]));
+    // Expert e's rows: gate [e·gate_rows, + ff), up [e·up_rows + up_first, + ff), down [e·d, + d).
+    const int64_t gate_rows = gt.ne[1], up_rows = g_.tensor(node.in[3]).ne[1], up_first = fused ? ff : 0;
     std::vector<float> xs, g, u, y;
     for (int e = 0; e < ne; ++e) {
       const auto& tokens = routed[static_cast<size_t>(e)];
@@ -391,8 +453,8 @@ class CpuExecutable final : public SequencedExecutable {
       g.resize(static_cast<size_t>(m * ff));
       u.resize(static_cast<size_t>(m * ff));
       y.resize(static_cast<size_t>(m * d));
-      quant::matmul(gt.type, gate_base + gate_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, g.data(), pool_);
-      quant::matmul(up_type, up_base + up_bytes * static_cast<size_t>(e), ff, d, xs.data(), m, u.data(), pool_);
+      weights_->product(node.in[2], e * gate_rows, ff, xs.data(), m, g.data());
+      weights_->product(node.in[3], e * up_rows + up_first, ff, xs.data(), m, u.data());
       if (biased) {
         add_row_bias(g.data(), gate_b + e * ff, m, ff);
         add_row_bias(u.data(), up_b + e * ff, m, ff);
@@ -404,7 +466,7 @@ class CpuExecutable final : public SequencedExecutable {
         case graph::MoeGlu::GeGLU: cpu::geglu(g.data(), u.data(), g.data(), m * ff); break;
         case graph::MoeGlu::SwiGLU: cpu::swiglu(g.data(), u.data(), g.data(), m * ff); break;
       }
-      quant::matmul(dt.type, down_base + down_bytes * static_cast<size_t>(e), d, ff, g.data(), m, y.data(), pool_);
+      weights_->product(node.in[4], e * d, d, g.data(), m, y.data());
       if (biased) add_row_bias(y.data(), down_b + e * d, m, d);
       for (int64_t i = 0; i < m; ++i) {
         const auto [t, wt] = tokens[static_cast<size_t>(i)];
@@ -500,50 +562,62 @@ class CpuExecutable final : public SequencedExecutable {
       visible_rows(v_[l], l, p.step.seq, kw, first, rows, vf_[pi]);
     }
     const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
-    const quant::DotFn dot = dot_f32_;
-    const int64_t n = static_cast<int64_t>(rows_of_parts());
-    pool_.parallel_for(n * node.attention().n_head, [&](int64_t b, int64_t e) {
-      std::vector<float> scores, acc(static_cast<size_t>(hd));
-      size_t pi = 0;
-      for (int64_t job = b; job < e; ++job) {
-        const int64_t tok = job / node.attention().n_head;
-        const int h = static_cast<int>(job % node.attention().n_head);
-        while (tok >= parts_[pi].first + parts_[pi].step.n_tokens) ++pi;
-        const Part& p = parts_[pi];
-        const int64_t first = seen_[pi];
-        const float* const* kr = kf_[pi].data();
-        const float* const* vr = vf_[pi].data();
-        const int64_t koff = static_cast<int64_t>(h / group) * hd;
-        const int64_t pos = p.step.n_past + (tok - p.first);
-        const int64_t lo = node.attention().sliding_window > 0 ? std::max<int64_t>(0, pos - node.attention().sliding_window + 1) : 0;
-        const float* qh = q + tok * qw + static_cast<int64_t>(h) * hd;
-        scores.resize(static_cast<size_t>(pos - first + 1));
-        float mx = -INFINITY;
-        for (int64_t j = lo; j <= pos; ++j) {
-          float sc = dot(kr[j - first] + koff, qh, hd) * node.attention().scale;
-          if (node.attention().softcap > 0) sc = node.attention().softcap * std::tanh(sc / node.attention().softcap);
-          scores[static_cast<size_t>(j - first)] = sc;
-          mx = std::max(mx, sc);
+    // Jobs: blocks of up to kAttnTokens tokens of one part × one KV head; a job's rows are its tokens ×
+    // the query heads of that KV head, which share every key and value row.
+    const auto& ap = node.attention();
+    const int n_head_kv = ap.n_head_kv;
+    struct Job { size_t part; int64_t tok; int tokens; int head_kv; };
+    std::vector<Job> jobs;
+    for (size_t pi = 0; pi < parts_.size(); ++pi) {
+      for (int64_t t = 0; t < parts_[pi].step.n_tokens; t += kAttnTokens) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kAttnTokens, parts_[pi].step.n_tokens - t));
+        for (int h = 0; h < n_head_kv; ++h) jobs.push_back({pi, parts_[pi].first + t, tokens, h});
+      }
+    }
+    pool_.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t b, int64_t e) {
+      std::vector<float> scratch;
+      const float* qs[kAttnTokens * kMaxGroup];
+      float* outs[kAttnTokens * kMaxGroup];
+      int64_t lo[kAttnTokens * kMaxGroup], hi[kAttnTokens * kMaxGroup];
+      float sink[kAttnTokens * kMaxGroup];
+      for (int64_t ji = b; ji < e; ++ji) {
+        const Job& job = jobs[static_cast<size_t>(ji)];
+        const Part& p = parts_[job.part];
+        const int64_t first = seen_[job.part];
+        for (int g0 = 0; g0 < group; g0 += kMaxGroup) {  // query heads of this KV head, kMaxGroup at a time
+          const int heads = std::min(kMaxGroup, group - g0);
+          int nq = 0;
+          for (int t = 0; t < job.tokens; ++t) {
+            const int64_t tok = job.tok + t, pos = p.step.n_past + (tok - p.first);
+            const int64_t from = ap.sliding_window > 0 ? std::max<int64_t>(0, pos - ap.sliding_window + 1) : 0;
+            for (int hh = 0; hh < heads; ++hh, ++nq) {
+              const int h = job.head_kv * group + g0 + hh;
+              qs[nq] = q + tok * qw + static_cast<int64_t>(h) * hd;
+              outs[nq] = out + tok * qw + static_cast<int64_t>(h) * hd;
+              lo[nq] = from - first;
+              hi[nq] = pos - first;
+              if (sinks) sink[nq] = sinks[h];
+            }
+          }
+          cpu::AttendRows rows;
+          rows.q = qs;
+          rows.nq = nq;
+          rows.lo = lo;
+          rows.hi = hi;
+          rows.k = kf_[job.part].data();
+          rows.v = vf_[job.part].data();
+          rows.kv_offset = static_cast<int64_t>(job.head_kv) * hd;
+          rows.hd = hd;
+          rows.scale = ap.scale;
+          rows.softcap = ap.softcap;
+          rows.sink = sinks ? sink : nullptr;
+          rows.out = outs;
+          cpu::attend_rows(rows, scratch);
         }
-        // A sink is one more logit in the softmax whose value row is zero: it only enlarges the sum.
-        if (sinks) mx = std::max(mx, sinks[h]);
-        float sum = sinks ? std::exp(sinks[h] - mx) : 0.0f;
-        for (int64_t j = lo; j <= pos; ++j) {
-          float& sc = scores[static_cast<size_t>(j - first)];
-          sc = std::exp(sc - mx);
-          sum += sc;
-        }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        const float inv = 1.0f / sum;
-        for (int64_t j = lo; j <= pos; ++j) {
-          const float* vj = vr[j - first] + koff;
-          const float pj = scores[static_cast<size_t>(j - first)] * inv;
-          for (int i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += pj * vj[i];
-        }
-        std::memcpy(out + tok * qw + static_cast<int64_t>(h) * hd, acc.data(), static_cast<size_t>(hd) * sizeof(float));
       }
     });
   }
+  static constexpr int kAttnTokens = 4, kMaxGroup = 8;
 
   size_t rows_of_parts() const {
     size_t n = 0;

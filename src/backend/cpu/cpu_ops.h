@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "graph/graph.h"
@@ -34,6 +35,26 @@ void softcap(const float* x, float* out, int64_t n, float cap);
 // oldest first; state: the kernel - 1 rows of inputs before this step, oldest first, replaced by the
 // last kernel - 1 rows of (state, x).
 void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens);
+
+// Causal attention of nq query rows (q[r], hd floats each, already rotated) over key and value rows
+// k[j] + kv_offset, v[j] + kv_offset (hd floats each: the head's slice of a cache row): row r sees keys [lo[r], hi[r]] and
+// writes softmax(scale · q·k, capped by softcap·tanh(s/softcap) when softcap > 0, with an extra
+// logit sink[r] whose value row is zero when sink is set) · V to out[r]. The rows of one call share
+// each key and value row while it is in cache (a block of tokens × the query heads of one KV head).
+struct AttendRows {
+  const float* const* q = nullptr;
+  int nq = 0;
+  const int64_t* lo = nullptr;
+  const int64_t* hi = nullptr;
+  const float* const* k = nullptr;
+  const float* const* v = nullptr;
+  int64_t kv_offset = 0;  // floats added to every k[j] and v[j]
+  int hd = 0;
+  float scale = 1, softcap = 0;
+  const float* sink = nullptr;
+  float* const* out = nullptr;
+};
+void attend_rows(const AttendRows& a, std::vector<float>& scratch);
 
 struct DeltaNetShape {
   int n_head_k = 0, n_head_v = 0, dk = 0, dv = 0;

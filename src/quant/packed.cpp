@@ -1,0 +1,219 @@
+#include "quant/packed.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/blocks.h"
+#include "quant/dot.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
+
+namespace zinc::quant {
+
+namespace {
+
+// ---- codes of the original formats --------------------------------------------------------------
+
+// Element e of a Q6_K super-block, 0..63 (the value is d·scale·(code − 32)): 128-element halves, each
+// 32-element quarter a nibble of ql (low nibbles of bytes 0-31, 32-63, then high nibbles) and two bits
+// of qh.
+inline uint8_t q6k_code(const BlockQ6_K& b, int e) {
+  const int n = e / 128, quarter = (e % 128) / 32, l = e % 32;
+  const uint8_t ql = b.ql[64 * n + l + (quarter % 2 ? 32 : 0)];
+  const uint8_t lo = quarter < 2 ? ql & 15 : ql >> 4;
+  const uint8_t hi = (b.qh[32 * n + l] >> (2 * quarter)) & 3;
+  return static_cast<uint8_t>(lo | hi << 4);
+}
+
+// ---- repacking one group of kPackRows rows ------------------------------------------------------
+
+void pack_q8_0(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackQ8_0*>(dst);
+  for (int64_t i = 0; i < cols / 32; ++i) {
+    PackQ8_0& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      for (int e = 0; e < 32; ++e) p.qs[e / 4][4 * r + e % 4] = static_cast<uint8_t>(b.qs[e] + 128);
+    }
+  }
+}
+
+void pack_q4_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackQ4_K*>(dst);
+  for (int64_t i = 0; i < cols / 256; ++i) {
+    PackQ4_K& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      p.dmin[r] = b.dmin;
+      for (int j = 0; j < 8; ++j) kquant_scale_min(j, b.scales, &p.sc[j][r], &p.mn[j / 2][2 * r + j % 2]);
+      // Sub-block s is the low (s even) or high nibbles of bytes 32·(s/2) .. + 31 of qs; packed, its
+      // elements 8q + [0, 4) go to low nibbles and 8q + [4, 8) to high ones.
+      for (int s = 0; s < 8; ++s) {
+        uint8_t code[32];
+        for (int l = 0; l < 32; ++l) code[l] = s % 2 ? b.qs[32 * (s / 2) + l] >> 4 : b.qs[32 * (s / 2) + l] & 15;
+        for (int q = 0; q < 4; ++q)
+          for (int k = 0; k < 4; ++k) p.qs[s][q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+      }
+    }
+  }
+}
+
+void pack_q6_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackQ6_K*>(dst);
+  for (int64_t i = 0; i < cols / 256; ++i) {
+    PackQ6_K& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      uint8_t code[256];
+      for (int e = 0; e < 256; ++e) code[e] = q6k_code(b, e);
+      for (int s = 0; s < 16; ++s) {
+        p.sc[s][r] = b.scales[s];
+        p.scp[s / 2][2 * r + s % 2] = b.scales[s];
+        const uint8_t* c = code + 16 * s;
+        for (int k = 0; k < 4; ++k) {
+          p.qh[s][4 * r + k] = static_cast<uint8_t>(c[k] >> 4 | (c[4 + k] >> 4) << 2 | (c[8 + k] >> 4) << 4 | (c[12 + k] >> 4) << 6);
+          for (int q = 0; q < 2; ++q) p.ql[s][q][4 * r + k] = static_cast<uint8_t>((c[8 * q + k] & 15) | (c[8 * q + 4 + k] & 15) << 4);
+        }
+      }
+    }
+  }
+}
+
+using PackFn = void (*)(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst);
+
+PackFn pack_fn(TensorType t) {
+  switch (t) {
+    case TensorType::Q8_0: return pack_q8_0;
+    case TensorType::Q4_K: return pack_q4_k;
+    case TensorType::Q6_K: return pack_q6_k;
+    default: return nullptr;
+  }
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+size_t packed_activation_row_size(TensorType t, int64_t n) {
+  return t == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
+}
+
+// The codes and scales quantize_activation() gives, in the packed kernels' blocks.
+void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int64_t n, std::vector<uint8_t>& tmp) {
+  tmp.resize(activation_row_size(t, n));
+  quantize_activation(t, x, tmp.data(), n);
+  if (t == TensorType::Q8_0) {
+    const auto* in = reinterpret_cast<const BlockQ8_0*>(tmp.data());
+    auto* o = reinterpret_cast<BlockQ8_0P*>(out);
+    for (int64_t i = 0; i < n / 32; ++i) {
+      int32_t sum = 0;
+      for (int e = 0; e < 32; ++e) sum += in[i].qs[e];
+      o[i].d = fp16_to_f32(in[i].d);
+      o[i].neg_sum128 = -128 * sum;
+      std::memcpy(o[i].qs, in[i].qs, 32);
+    }
+    return;
+  }
+  const auto* in = reinterpret_cast<const BlockQ8_K*>(tmp.data());
+  auto* o = reinterpret_cast<BlockQ8_KP*>(out);
+  for (int64_t i = 0; i < n / 256; ++i) {
+    o[i].d = in[i].d;
+    std::memcpy(o[i].qs, in[i].qs, 256);
+    std::memcpy(o[i].bsums, in[i].bsums, sizeof(o[i].bsums));
+    for (int s = 0; s < 8; ++s) o[i].bsum32[s] = static_cast<int16_t>(in[i].bsums[2 * s] + in[i].bsums[2 * s + 1]);
+  }
+}
+
+PackedTileFn tile_fn(TensorType t, int nt) { return packed_tile_avx512(t, nt); }
+
+}  // namespace
+
+size_t packed_group_size(TensorType type, int64_t n) {
+  switch (type) {
+    case TensorType::Q8_0: return static_cast<size_t>(n / 32) * sizeof(PackQ8_0);
+    case TensorType::Q4_K: return static_cast<size_t>(n / 256) * sizeof(PackQ4_K);
+    case TensorType::Q6_K: return static_cast<size_t>(n / 256) * sizeof(PackQ6_K);
+    default: throw Error(fmt::format("no packed layout for {} weights", gguf::tensor_type_name(type)));
+  }
+}
+
+bool can_pack(TensorType type, int64_t rows, int64_t cols) {
+  if (!pack_fn(type) || rows <= 0 || rows % kPackRows != 0 || cols <= 0 || cols % block_size(type) != 0) return false;
+  if (dot_isa_in_use() != "avx512") return false;
+  return tile_fn(type, 1) != nullptr;
+}
+
+PackedRows PackedRows::slice(int64_t first, int64_t n) const {
+  return {type, n, cols, data + static_cast<size_t>(first / kPackRows) * packed_group_size(type, cols)};
+}
+
+void PackedMatrix::Free::operator()(uint8_t* p) const { std::free(p); }
+
+PackedMatrix::PackedMatrix(TensorType type, const void* w, int64_t rows, int64_t cols, ThreadPool& pool)
+    : type_(type), rows_(rows), cols_(cols) {
+  if (!can_pack(type, rows, cols)) {
+    throw Error(fmt::format("cannot pack {} weights of {} × {}", gguf::tensor_type_name(type), rows, cols));
+  }
+  const size_t group = packed_group_size(type, cols);
+  bytes_ = group * static_cast<size_t>(rows / kPackRows);
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes_ + 63) / 64 * 64));
+  if (!p) throw std::bad_alloc();
+  data_.reset(p);
+  const PackFn fn = pack_fn(type);
+  const size_t row_bytes = row_size(type, cols);
+  const auto* src = static_cast<const uint8_t*>(w);
+  pool.parallel_for(rows / kPackRows, [&](int64_t b, int64_t e) {
+    for (int64_t g = b; g < e; ++g) fn(src + static_cast<size_t>(g * kPackRows) * row_bytes, row_bytes, cols, p + static_cast<size_t>(g) * group);
+  });
+}
+
+void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const int64_t cols = w.cols, rows = w.rows, groups = rows / kPackRows;
+  const size_t arow = packed_activation_row_size(w.type, cols), group = packed_group_size(w.type, cols);
+  thread_local std::vector<uint8_t> act_buf;
+  const size_t act_bytes = arow * static_cast<size_t>(n_tokens);
+  if (act_buf.size() < act_bytes) act_buf.resize(act_bytes);
+  uint8_t* act = act_buf.data();
+  pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    std::vector<uint8_t> tmp;
+    for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols, tmp);
+  });
+  PackedTileFn tiles[kPackTokens + 1] = {};
+  for (int nt = 1; nt <= kPackTokens; ++nt) tiles[nt] = tile_fn(w.type, nt);
+  // Tokens [t0, t1) of group g, kPackTokens at a time.
+  auto run = [&](int64_t g, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t += kPackTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kPackTokens, t1 - t));
+      tiles[nt](w.data + static_cast<size_t>(g) * group, cols, act + static_cast<size_t>(t) * arow, arow,
+                y + t * rows + g * kPackRows, rows);
+    }
+  };
+  if (n_tokens <= kPackTokens) {
+    // Decode and small steps: groups split statically (each is well under a microsecond of work).
+    pool.parallel_for(groups, [&](int64_t b, int64_t e) {
+      for (int64_t g = b; g < e; ++g) run(g, 0, n_tokens);
+    });
+    return;
+  }
+  // Prefill: chunks of kChunk tokens × one group handed out one at a time, chunk by chunk, so that a
+  // chunk's activations stay in cache while the groups' weights stream past them.
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (n_tokens + kChunk - 1) / kChunk, items = chunks * groups;
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(static_cast<int64_t>(pool.size()), [&](int64_t, int64_t) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const int64_t c = i / groups, g = i % groups;
+      run(g, c * kChunk, std::min(n_tokens, (c + 1) * kChunk));
+    }
+  });
+}
+
+}  // namespace zinc::quant

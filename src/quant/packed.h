@@ -1,0 +1,109 @@
+// Weight matrices repacked once at load for the CPU's matrix products: kPackRows rows interleaved so
+// that one vector register holds four consecutive codes of each of 16 rows. A product then multiplies
+// that register by four activation codes of one token broadcast to every lane (one integer
+// multiply-accumulate instruction for 16 rows × 4 elements), keeps a token tile's sums in registers
+// and writes 16 rows of output at once; the per-block scales are applied once per block and row
+// group, not once per row pair. Decode (one token) and prefill run the same kernels.
+//
+// Layouts (per group of 16 rows, per block of the original format; all codes unsigned):
+//   Q8_0: the 16 scales, then 8 registers of codes + 128 (lane r: 4 codes of row r).
+//   Q4_K: scales d and dmin, the 6-bit sub-block scales and minimums one byte each, then per
+//         32-element sub-block 4 registers of packed nibbles (low: elements 8p..8p+3, high: 8p+4..8p+7).
+//   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
+//         sub-block 2 registers of low nibbles and one of the 2-bit high parts.
+// Activations are quantized once per product into the formats below (the same codes and scales as the
+// Q8_0 / Q8_K activations of dot.h, with the sums the kernels need precomputed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "gguf/types.h"
+
+namespace zinc::quant {
+
+using gguf::TensorType;
+
+inline constexpr int kPackRows = 16;
+inline constexpr int kPackTokens = 8;  // the widest token tile of the packed kernels
+
+struct PackQ8_0 {
+  uint16_t d[kPackRows];
+  uint8_t qs[8][64];
+};
+struct PackQ4_K {
+  uint16_t d[kPackRows], dmin[kPackRows];
+  uint8_t sc[8][kPackRows];      // sub-block s, row r
+  uint8_t mn[4][kPackRows * 2];  // minimums of sub-blocks 2p and 2p+1 per row
+  uint8_t qs[8][4][64];
+};
+struct PackQ6_K {
+  uint16_t d[kPackRows];
+  int8_t sc[16][kPackRows];       // sub-block s, row r
+  int8_t scp[8][kPackRows * 2];   // scales of sub-blocks 2p and 2p+1 per row
+  uint8_t ql[16][2][64];
+  uint8_t qh[16][64];             // bits 2j, 2j+1 of byte b of lane r: high bits of element 4j+b
+};
+static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ6_K) == 3616);
+
+// Activation blocks of the packed kernels.
+struct BlockQ8_0P {  // a Q8_0 block with its scale as a float and −128 × the sum of its codes
+  float d;
+  int32_t neg_sum128;
+  int8_t qs[32];
+};
+struct BlockQ8_KP {  // a Q8_K block with the sums of its codes per 32 elements as well as per 16
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+  int16_t bsum32[8];
+};
+
+// A view of packed rows: `rows` (a multiple of kPackRows) rows of `cols` elements.
+struct PackedRows {
+  TensorType type = TensorType::F32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  // Rows [first, first + n) (multiples of kPackRows), e.g. one expert of a stacked expert tensor.
+  PackedRows slice(int64_t first, int64_t n) const;
+};
+
+// Whether this CPU has packed kernels for `type` and the shape fits them (rows a multiple of
+// kPackRows, cols of the type's block). ZINC_CPU_ISA caps it as it caps dot_kernel().
+bool can_pack(TensorType type, int64_t rows, int64_t cols);
+
+// A packed copy of a row-major weight matrix, 64-byte aligned.
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  // Repacks `rows` rows of `cols` elements stored in `type` (can_pack must hold), in parallel.
+  PackedMatrix(TensorType type, const void* w, int64_t rows, int64_t cols, ThreadPool& pool);
+  PackedRows view() const { return {type_, rows_, cols_, data_.get()}; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  TensorType type_ = TensorType::F32;
+  int64_t rows_ = 0, cols_ = 0;
+  size_t bytes_ = 0;
+  std::unique_ptr<uint8_t, Free> data_;
+};
+
+// Bytes of one packed group of kPackRows rows of n elements.
+size_t packed_group_size(TensorType type, int64_t n);
+
+// Y[t][r] = W[r,:] · X[t,:] over packed weights; same results as matmul() on the original rows up to
+// float summation order.
+void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// The kernels: kPackRows rows (one group) × nt tokens (1..kPackTokens) of packed activations
+// (act_stride bytes apart); y[t·y_stride + r] for r < kPackRows.
+using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, size_t act_stride, float* y,
+                              int64_t y_stride);
+PackedTileFn packed_tile_avx512(TensorType weight, int nt);
+
+}  // namespace zinc::quant

@@ -1,0 +1,186 @@
+// AVX-512 VNNI kernels of the packed matrix products (packed.h): one group of 16 weight rows × up to
+// kPackTokens tokens. Each 512-bit register of codes (4 consecutive codes of 16 rows) is decoded once
+// per block and meets every token of the tile in one _mm512_dpbusd_epi32, whose second operand is the
+// token's 4 activation codes broadcast from memory. Per block (Q8_0) or sub-block (K-quants) the int32
+// sums are converted once and scaled by the 16 rows' scales; offsets and minimums go through the
+// activation block sums (one _mm512_dpwssd_epi32 per pair of sub-blocks). Compiled with the AVX-512
+// flags; the dispatcher calls it only when the CPU has AVX-512 F/BW/VL/VNNI.
+#include "quant/packed.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX512DQ__) && defined(__F16C__)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
+namespace zinc::quant {
+
+namespace {
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+// Four bytes (codes, or two int16 sums) in every 32-bit lane.
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+// 16 fp16 scales → floats.
+inline __m512 scales16(const uint16_t* d) { return _mm512_cvtph_ps(load256(d)); }
+
+template <class B>
+inline const B* act_row(const uint8_t* act, size_t stride, int t) {
+  return reinterpret_cast<const B*>(act + stride * static_cast<size_t>(t));
+}
+
+template <int NT>
+void q8_0_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const auto* blocks = reinterpret_cast<const PackQ8_0*>(w);
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 32; ++i) {
+    const PackQ8_0& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512i c[8];
+    for (int j = 0; j < 8; ++j) c[j] = load512(b.qs[j]);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_0P& a = act_row<BlockQ8_0P>(act, stride, t)[i];
+      // Σ (w + 128)·a − 128·Σa = Σ w·a.
+      __m512i s = _mm512_set1_epi32(a.neg_sum128);
+      for (int j = 0; j < 8; ++j) s = _mm512_dpbusd_epi32(s, c[j], bcast4(a.qs + 4 * j));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a.d)), dw, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+template <int NT>
+void q4_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const auto* blocks = reinterpret_cast<const PackQ4_K*>(w);
+  const __m512i m15 = _mm512_set1_epi8(0x0f);
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const PackQ4_K& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512 blk[NT];  // dw·Σ_s scale_s·Σ code·a, per token
+    for (auto& v : blk) v = _mm512_setzero_ps();
+    for (int s = 0; s < 8; ++s) {
+      const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(load128(b.sc[s]))), dw);
+      __m512i c[8];  // c[j]: elements 32s + 4j .. 32s + 4j + 3 of each row
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = load512(b.qs[s][q]);
+        c[2 * q] = _mm512_and_si512(v, m15);
+        c[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 32 * s;
+        __m512i sum = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) sum = _mm512_dpbusd_epi32(sum, c[j], bcast4(a + 4 * j));
+        blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, blk[t]);
+      }
+    }
+    const __m512 dm = scales16(b.dmin);
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p) mins[p] = _mm512_cvtepu8_epi16(load256(b.mn[p]));
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, mins[p], bcast4(a.bsum32 + 2 * p));
+      // dy·(dw·Σ scale·Σ code·a − dmin·Σ min·Σa)
+      acc[t] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), dm, blk[t]), _mm512_set1_ps(a.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+template <int NT>
+void q6_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const auto* blocks = reinterpret_cast<const PackQ6_K*>(w);
+  const __m512i m15 = _mm512_set1_epi8(0x0f), m48 = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const PackQ6_K& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512 blk[NT];
+    for (auto& v : blk) v = _mm512_setzero_ps();
+    for (int s = 0; s < 16; ++s) {
+      const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b.sc[s]))), dw);
+      const __m512i h = load512(b.qh[s]), q0 = load512(b.ql[s][0]), q1 = load512(b.ql[s][1]);
+      // Codes 0..63: a nibble and two high bits (bits 2j, 2j+1 of h for c[j]) moved to bits 4-5.
+      const __m512i c[4] = {
+          _mm512_or_si512(_mm512_and_si512(q0, m15), _mm512_and_si512(_mm512_slli_epi16(h, 4), m48)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q0, 4), m15), _mm512_and_si512(_mm512_slli_epi16(h, 2), m48)),
+          _mm512_or_si512(_mm512_and_si512(q1, m15), _mm512_and_si512(h, m48)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q1, 4), m15), _mm512_and_si512(_mm512_srli_epi16(h, 2), m48))};
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 16 * s;
+        __m512i sum = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, c[j], bcast4(a + 4 * j));
+        blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, blk[t]);
+      }
+    }
+    // Codes are stored + 32: subtract 32·dw·Σ scale·Σa per 16-element sub-block.
+    const __m512 d32 = _mm512_mul_ps(dw, _mm512_set1_ps(32.0f));
+    __m512i scp[8];
+    for (int p = 0; p < 8; ++p) scp[p] = _mm512_cvtepi8_epi16(load256(b.scp[p]));
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) m = _mm512_dpwssd_epi32(m, scp[p], bcast4(a.bsums + 2 * p));
+      acc[t] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), d32, blk[t]), _mm512_set1_ps(a.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+template <template <int> class K>
+PackedTileFn by_tokens(int nt) {
+  switch (nt) {
+    case 1: return K<1>::fn;
+    case 2: return K<2>::fn;
+    case 3: return K<3>::fn;
+    case 4: return K<4>::fn;
+    case 5: return K<5>::fn;
+    case 6: return K<6>::fn;
+    case 7: return K<7>::fn;
+    case 8: return K<8>::fn;
+    default: return nullptr;
+  }
+}
+template <int NT> struct Q8_0K { static constexpr PackedTileFn fn = q8_0_tile<NT>; };
+template <int NT> struct Q4_KK { static constexpr PackedTileFn fn = q4_k_tile<NT>; };
+template <int NT> struct Q6_KK { static constexpr PackedTileFn fn = q6_k_tile<NT>; };
+static_assert(kPackTokens == 8);
+
+}  // namespace
+
+PackedTileFn packed_tile_avx512(TensorType t, int nt) {
+  switch (t) {
+    case TensorType::Q8_0: return by_tokens<Q8_0K>(nt);
+    case TensorType::Q4_K: return by_tokens<Q4_KK>(nt);
+    case TensorType::Q6_K: return by_tokens<Q6_KK>(nt);
+    default: return nullptr;
+  }
+}
+
+}  // namespace zinc::quant
+
+#else
+
+namespace zinc::quant {
+PackedTileFn packed_tile_avx512(TensorType, int) { return nullptr; }
+}  // namespace zinc::quant
+
+#endif
