@@ -20,7 +20,8 @@ void add_synth_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
   cmd->add_option("output", *out, "GGUF file to write")->required();
   cmd->add_option("--type", o->mixture, "Quantization mixture (as zinc quantize names them)")->capture_default_str();
   cmd->add_option("--layers", o->layers, "Blocks to write instead of the real count (shapes unchanged)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 16).description("")
+                  .name("a count of blocks, at least 1 (leave the option out for the preset's count)"));
   cmd->add_option("--seed", o->seed, "Seed of the random weights")->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Directory with the real tokenizer.json (default: a built-in one)");
   cmd->callback([o, out, &global, &run] {

@@ -81,8 +81,10 @@ void pack_q6_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst)
         p.scp[s / 2][2 * r + s % 2] = b.scales[s];
         const uint8_t* c = code + 16 * s;
         for (int k = 0; k < 4; ++k) {
-          p.qh[s][4 * r + k] = static_cast<uint8_t>(c[k] >> 4 | (c[4 + k] >> 4) << 2 | (c[8 + k] >> 4) << 4 | (c[12 + k] >> 4) << 6);
-          for (int q = 0; q < 2; ++q) p.ql[s][q][4 * r + k] = static_cast<uint8_t>((c[8 * q + k] & 15) | (c[8 * q + 4 + k] & 15) << 4);
+          const uint8_t split = c[8 + k];
+          p.q[s][0][4 * r + k] = static_cast<uint8_t>(c[k] | (split >> 4) << 6);
+          p.q[s][1][4 * r + k] = static_cast<uint8_t>(c[4 + k] | ((split >> 2) & 3) << 6);
+          p.q[s][2][4 * r + k] = static_cast<uint8_t>(c[12 + k] | (split & 3) << 6);
         }
       }
     }

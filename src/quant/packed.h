@@ -10,7 +10,7 @@
 //   Q4_K: scales d and dmin, the 6-bit sub-block scales and minimums one byte each, then per
 //         32-element sub-block 4 registers of packed nibbles (low: elements 8p..8p+3, high: 8p+4..8p+7).
 //   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
-//         sub-block 2 registers of low nibbles and one of the 2-bit high parts.
+//         sub-block 3 registers: three of its 4-element groups' 6-bit codes, the fourth's in their top bits.
 // Activations are quantized once per product into the formats below (the same codes and scales as the
 // Q8_0 / Q8_K activations of dot.h, with the sums the kernels need precomputed).
 #pragma once
@@ -43,8 +43,9 @@ struct PackQ6_K {
   uint16_t d[kPackRows];
   int8_t sc[16][kPackRows];       // sub-block s, row r
   int8_t scp[8][kPackRows * 2];   // scales of sub-blocks 2p and 2p+1 per row
-  uint8_t ql[16][2][64];
-  uint8_t qh[16][64];             // bits 2j, 2j+1 of byte b of lane r: high bits of element 4j+b
+  // Sub-block s: lane r, byte b of q[s][0], q[s][1], q[s][2]: codes of elements 16s + b, + 4 + b and
+  // + 12 + b in bits 0-5; their bits 6-7 hold bits 4-5, 2-3 and 0-1 of the code of element 16s + 8 + b.
+  uint8_t q[16][3][64];
 };
 static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ6_K) == 3616);
 

@@ -545,6 +545,7 @@ class CpuExecutable final : public SequencedExecutable {
     // Append every part's rows, then point at each part's visible rows (in place for an F32 cache,
     // decoded otherwise).
     kf_.resize(parts_.size());
+    kt_.resize(parts_.size());
     vf_.resize(parts_.size());
     seen_.resize(parts_.size());
     decoded_used_ = 0;
@@ -558,34 +559,54 @@ class CpuExecutable final : public SequencedExecutable {
       const int64_t first = node.attention().sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.attention().sliding_window + 1) : 0;
       const int64_t rows = p.step.n_past + p.step.n_tokens - first;
       seen_[pi] = first;
-      visible_rows(k_[l], l, p.step.seq, kw, first, rows, kf_[pi]);
       visible_rows(v_[l], l, p.step.seq, kw, first, rows, vf_[pi]);
+      // Keys in tiles of kAttendTile positions from the aligned position before `first`, converted
+      // from the cache rows (F32, F16) or from rows decoded first (other storage types).
+      const bool direct = kv_storage_ == gguf::TensorType::F32 || kv_storage_ == gguf::TensorType::F16;
+      if (!direct) visible_rows(k_[l], l, p.step.seq, kw, first, rows, kf_[pi]);
+      const int64_t base = first / cpu::kAttendTile * cpu::kAttendTile;
+      const int64_t tiles = (first + rows - 1) / cpu::kAttendTile - base / cpu::kAttendTile + 1;
+      auto& kt = kt_[pi];
+      kt.resize(static_cast<size_t>(tiles * kw * cpu::kAttendTile));
+      pool_.parallel_for(tiles, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const void* lanes[cpu::kAttendTile];
+          for (int x = 0; x < cpu::kAttendTile; ++x) {
+            const int64_t at = base + t * cpu::kAttendTile + x - first;
+            lanes[x] = at < 0 || at >= rows ? nullptr
+                       : direct ? static_cast<const void*>(row(k_[l], l, p.step.seq, static_cast<int32_t>(first + at)))
+                                : kf_[pi][static_cast<size_t>(at)];
+          }
+          cpu::transpose_keys(lanes, kv_storage_ == gguf::TensorType::F16, kw, kt.data() + t * kw * cpu::kAttendTile);
+        }
+      });
     }
     const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
-    // Jobs: blocks of up to kAttnTokens tokens of one part × one KV head; a job's rows are its tokens ×
+    // Jobs: blocks of tokens of one part × one KV head; a job's rows (at most kAttnRows) are its tokens ×
     // the query heads of that KV head, which share every key and value row.
     const auto& ap = node.attention();
     const int n_head_kv = ap.n_head_kv;
     struct Job { size_t part; int64_t tok; int tokens; int head_kv; };
     std::vector<Job> jobs;
+    const int heads_per_pass = std::min(group, kAttnRows), tokens_per_job = kAttnRows / heads_per_pass;
     for (size_t pi = 0; pi < parts_.size(); ++pi) {
-      for (int64_t t = 0; t < parts_[pi].step.n_tokens; t += kAttnTokens) {
-        const int tokens = static_cast<int>(std::min<int64_t>(kAttnTokens, parts_[pi].step.n_tokens - t));
+      for (int64_t t = 0; t < parts_[pi].step.n_tokens; t += tokens_per_job) {
+        const int tokens = static_cast<int>(std::min<int64_t>(tokens_per_job, parts_[pi].step.n_tokens - t));
         for (int h = 0; h < n_head_kv; ++h) jobs.push_back({pi, parts_[pi].first + t, tokens, h});
       }
     }
     pool_.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t b, int64_t e) {
       std::vector<float> scratch;
-      const float* qs[kAttnTokens * kMaxGroup];
-      float* outs[kAttnTokens * kMaxGroup];
-      int64_t lo[kAttnTokens * kMaxGroup], hi[kAttnTokens * kMaxGroup];
-      float sink[kAttnTokens * kMaxGroup];
+      const float* qs[kAttnRows];
+      float* outs[kAttnRows];
+      int64_t lo[kAttnRows], hi[kAttnRows];
+      float sink[kAttnRows];
       for (int64_t ji = b; ji < e; ++ji) {
         const Job& job = jobs[static_cast<size_t>(ji)];
         const Part& p = parts_[job.part];
-        const int64_t first = seen_[job.part];
-        for (int g0 = 0; g0 < group; g0 += kMaxGroup) {  // query heads of this KV head, kMaxGroup at a time
-          const int heads = std::min(kMaxGroup, group - g0);
+        const int64_t first = seen_[job.part], base = first / cpu::kAttendTile * cpu::kAttendTile;
+        for (int g0 = 0; g0 < group; g0 += heads_per_pass) {  // query heads of this KV head
+          const int heads = std::min(heads_per_pass, group - g0);
           int nq = 0;
           for (int t = 0; t < job.tokens; ++t) {
             const int64_t tok = job.tok + t, pos = p.step.n_past + (tok - p.first);
@@ -594,8 +615,8 @@ class CpuExecutable final : public SequencedExecutable {
               const int h = job.head_kv * group + g0 + hh;
               qs[nq] = q + tok * qw + static_cast<int64_t>(h) * hd;
               outs[nq] = out + tok * qw + static_cast<int64_t>(h) * hd;
-              lo[nq] = from - first;
-              hi[nq] = pos - first;
+              lo[nq] = from - base;
+              hi[nq] = pos - base;
               if (sinks) sink[nq] = sinks[h];
             }
           }
@@ -604,8 +625,10 @@ class CpuExecutable final : public SequencedExecutable {
           rows.nq = nq;
           rows.lo = lo;
           rows.hi = hi;
-          rows.k = kf_[job.part].data();
+          rows.kt = kt_[job.part].data();
+          rows.kt_stride = kw * cpu::kAttendTile;
           rows.v = vf_[job.part].data();
+          rows.v_first = first - base;
           rows.kv_offset = static_cast<int64_t>(job.head_kv) * hd;
           rows.hd = hd;
           rows.scale = ap.scale;
@@ -617,7 +640,7 @@ class CpuExecutable final : public SequencedExecutable {
       }
     });
   }
-  static constexpr int kAttnTokens = 4, kMaxGroup = 8;
+  static constexpr int kAttnRows = 16;
 
   size_t rows_of_parts() const {
     size_t n = 0;
@@ -666,6 +689,7 @@ class CpuExecutable final : public SequencedExecutable {
   // The layer being attended, per part: its visible rows as floats (pointers into the cache, or into
   // decoded_), and the position of the first.
   std::vector<std::vector<const float*>> kf_, vf_;
+  std::vector<std::vector<float>> kt_;  // per part: its keys in tiles (cpu::AttendRows)
   std::vector<int64_t> seen_;
   std::vector<std::vector<float>> decoded_;  // scratch for decoded rows, reused step after step
   size_t decoded_used_ = 0;

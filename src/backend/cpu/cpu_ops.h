@@ -36,25 +36,33 @@ void softcap(const float* x, float* out, int64_t n, float cap);
 // last kernel - 1 rows of (state, x).
 void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens);
 
-// Causal attention of nq query rows (q[r], hd floats each, already rotated) over key and value rows
-// k[j] + kv_offset, v[j] + kv_offset (hd floats each: the head's slice of a cache row): row r sees keys [lo[r], hi[r]] and
-// writes softmax(scale · q·k, capped by softcap·tanh(s/softcap) when softcap > 0, with an extra
-// logit sink[r] whose value row is zero when sink is set) · V to out[r]. The rows of one call share
-// each key and value row while it is in cache (a block of tokens × the query heads of one KV head).
+// Causal attention of nq query rows (q[r], hd floats each, already rotated) over a sequence's keys and
+// values. Keys are indexed from a position aligned to kAttendTile: key j is lane j % kAttendTile of
+// tile j / kAttendTile, whose kt_stride floats hold element c of its keys at c·kAttendTile (c over a
+// cache row's width; the head's elements start at kv_offset; keys not seen are zero). Value j is
+// v[j − v_first] + kv_offset. Row r sees keys [lo[r], hi[r]] and writes softmax(scale · q·k, capped by
+// softcap·tanh(s/softcap) when softcap > 0, with an extra logit sink[r] whose value row is zero when
+// sink is set) · V to out[r]. The rows of one call share each key tile (a block of tokens × the query
+// heads of one KV head); a row's result does not depend on the other rows.
+inline constexpr int kAttendTile = 16;
 struct AttendRows {
   const float* const* q = nullptr;
   int nq = 0;
   const int64_t* lo = nullptr;
   const int64_t* hi = nullptr;
-  const float* const* k = nullptr;
+  const float* kt = nullptr;
+  int64_t kt_stride = 0;
   const float* const* v = nullptr;
-  int64_t kv_offset = 0;  // floats added to every k[j] and v[j]
+  int64_t v_first = 0;
+  int64_t kv_offset = 0;
   int hd = 0;
   float scale = 1, softcap = 0;
   const float* sink = nullptr;
   float* const* out = nullptr;
 };
 void attend_rows(const AttendRows& a, std::vector<float>& scratch);
+// One tile of keys: lane l from rows[l], `width` elements stored as F32 or (f16) F16; null rows give zeros.
+void transpose_keys(const void* const* rows, bool f16, int64_t width, float* tile);
 
 struct DeltaNetShape {
   int n_head_k = 0, n_head_v = 0, dk = 0, dv = 0;
