@@ -37,6 +37,28 @@ static_assert(kAttendTile == 16);
 [[gnu::always_inline]] inline void store16(float* p, V16 v) { std::memcpy(p, &v, sizeof v); }
 [[gnu::always_inline]] inline V16 vmax(V16 a, V16 b) { return a > b ? a : b; }
 
+// e^x for x ≤ 0 (softmax terms; e^−∞ = 0): 2^n · e^r with n = round(x·log2 e), r = x − n·ln 2 in two
+// parts, e^r by Cephes' expf polynomial (within 2 ulp of the exact value); x < −87 gives 0.
+typedef int32_t I16 __attribute__((vector_size(64)));
+[[gnu::always_inline]] inline V16 vexp(V16 x) {
+  const V16 zero = {};
+  const V16 xc = x < zero - 87.0f ? zero - 87.0f : x;
+  const I16 ni = __builtin_convertvector(xc * 1.44269504088896341f - 0.5f, I16);  // toward zero: round
+  const V16 n = __builtin_convertvector(ni, V16);
+  const V16 r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  V16 p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const I16 bits = (ni + 127) << 23;
+  V16 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < zero - 87.0f ? zero : p * scale;
+}
+
 // The scaled (and capped) scores of key tiles [t0, t1] for row r, and row r + 1 when kTwo, masked to
 // each row's keys. Four sums over i ≡ 0..3 (mod 4) per row, combined in a fixed order.
 template <bool kTwo>
@@ -83,6 +105,56 @@ template <bool kTwo>
   }
 }
 
+// acc[n][i0, i0 + 16K) = Σ_j p[n][j] · v_j[i0, i0 + 16K) for rows r .. r + NR − 1, over the keys any of
+// them sees (p is 0 outside a row's keys: adding those terms changes nothing), in NR·K registers; each
+// value row is read once for the NR rows.
+// Floats of a scratch array of n, rounded up to whole vectors.
+inline int64_t attend_sums_floats(int64_t n) { return (n + kAttendTile - 1) / kAttendTile * kAttendTile; }
+
+template <int K, int NR>
+[[gnu::always_inline]] inline void weighted_sum(const AttendRows& a, int r, const float* const* p, int i0, float* const* acc) {
+  int64_t lo = a.lo[r], hi = a.hi[r];
+  for (int n = 1; n < NR; ++n) {
+    lo = std::min(lo, a.lo[r + n]);
+    hi = std::max(hi, a.hi[r + n]);
+  }
+  V16 o[NR][K] = {};
+  for (int64_t j = lo; j <= hi; ++j) {
+    const float* v = a.v[j - a.v_first] + a.kv_offset + i0;
+    for (int k = 0; k < K; ++k) {
+      const V16 vk = load16(v + k * kAttendTile);
+      for (int n = 0; n < NR; ++n) o[n][k] += p[n][j] * vk;
+    }
+  }
+  for (int n = 0; n < NR; ++n)
+    for (int k = 0; k < K; ++k) store16(acc[n] + i0 + k * kAttendTile, o[n][k]);
+}
+
+// Every element of rows r .. r + NR − 1: 128 at a time, then the rest of the 16s, then one by one.
+template <int NR>
+[[gnu::always_inline]] inline void weighted_sums(const AttendRows& a, int r, const float* const* p, float* const* acc) {
+  const int hd = a.hd;
+  int i0 = 0;
+  for (; i0 + 8 * kAttendTile <= hd; i0 += 8 * kAttendTile) weighted_sum<8, NR>(a, r, p, i0, acc);
+  switch ((hd - i0) / kAttendTile) {
+    case 7: weighted_sum<7, NR>(a, r, p, i0, acc); break;
+    case 6: weighted_sum<6, NR>(a, r, p, i0, acc); break;
+    case 5: weighted_sum<5, NR>(a, r, p, i0, acc); break;
+    case 4: weighted_sum<4, NR>(a, r, p, i0, acc); break;
+    case 3: weighted_sum<3, NR>(a, r, p, i0, acc); break;
+    case 2: weighted_sum<2, NR>(a, r, p, i0, acc); break;
+    case 1: weighted_sum<1, NR>(a, r, p, i0, acc); break;
+    default: break;
+  }
+  for (int n = 0; n < NR; ++n) {
+    for (int i = hd / kAttendTile * kAttendTile; i < hd; ++i) {
+      float sum = 0;
+      for (int64_t j = a.lo[r + n]; j <= a.hi[r + n]; ++j) sum += p[n][j] * a.v[j - a.v_first][a.kv_offset + i];
+      acc[n][i] = sum;
+    }
+  }
+}
+
 // Always inlined into the per-ISA entry points below, so it is compiled for each of them.
 [[gnu::always_inline]] inline void attend(const AttendRows& a, float* buf) {
   int64_t jlo = a.lo[0], jhi = a.hi[0];
@@ -92,12 +164,14 @@ template <bool kTwo>
   }
   const int64_t t0 = jlo / kAttendTile, t1 = jhi / kAttendTile, width = (t1 - t0 + 1) * kAttendTile;
   const int hd = a.hd;
-  float* acc = buf;  // hd floats, then each row's scores over tiles [t0, t1]
-  float* scores = buf + (hd + kAttendTile - 1) / kAttendTile * kAttendTile;
+  // Two rows of sums, the rows' 1 / Σ, then each row's scores over tiles [t0, t1].
+  float* acc = buf;
+  float* inv = buf + 2 * attend_sums_floats(hd);
+  float* scores = inv + attend_sums_floats(a.nq);
   int r = 0;
   for (; r + 2 <= a.nq; r += 2) scores_of<true>(a, r, t0, t1, scores + r * width, scores + (r + 1) * width);
   if (r < a.nq) scores_of<false>(a, r, t0, t1, scores + r * width, nullptr);
-  for (r = 0; r < a.nq; ++r) {
+  for (r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
     float* s = scores + r * width;
     V16 mv = V16{} - std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t <= t1 - t0; ++t) mv = vmax(mv, load16(s + t * kAttendTile));
@@ -107,25 +181,29 @@ template <bool kTwo>
     if (a.sink) mx = std::max(mx, a.sink[r]);
     V16 sum = {};
     for (int64_t t = 0; t <= t1 - t0; ++t) {
-      V16 e = load16(s + t * kAttendTile);
-      for (int l = 0; l < kAttendTile; ++l) e[l] = std::exp(e[l] - mx);
+      const V16 e = vexp(load16(s + t * kAttendTile) - mx);
       sum += e;
       store16(s + t * kAttendTile, e);
     }
     float total = 0;
     for (int l = 0; l < kAttendTile; ++l) total += sum[l];
     if (a.sink) total += std::exp(a.sink[r] - mx);
-    const float inv = 1.0f / total;
-    // The weighted sum of value rows in a local buffer (no aliasing with the rows read).
-    const int full = hd / kAttendTile * kAttendTile;
-    std::fill(acc, acc + hd, 0.0f);
-    for (int64_t j = a.lo[r]; j <= a.hi[r]; ++j) {
-      const float p = s[j - t0 * kAttendTile];
-      const float* v = a.v[j - a.v_first] + a.kv_offset;
-      for (int i = 0; i < full; i += kAttendTile) store16(acc + i, load16(acc + i) + p * load16(v + i));
-      for (int i = full; i < hd; ++i) acc[i] += p * v[i];
-    }
-    for (int i = 0; i < hd; ++i) a.out[r][i] = acc[i] * inv;
+    inv[r] = 1.0f / total;
+  }
+  // The weighted sums of value rows, two rows at a time.
+  const auto p = [&](int row) { return scores + row * width - t0 * kAttendTile; };  // p(row)[j] for key j
+  for (r = 0; r + 2 <= a.nq; r += 2) {
+    const float* ps[2] = {p(r), p(r + 1)};
+    float* sums[2] = {acc, acc + hd};
+    weighted_sums<2>(a, r, ps, sums);
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < hd; ++i) a.out[r + n][i] = sums[n][i] * inv[r + n];
+  }
+  if (r < a.nq) {
+    const float* ps[1] = {p(r)};
+    float* sums[1] = {acc};
+    weighted_sums<1>(a, r, ps, sums);
+    for (int i = 0; i < hd; ++i) a.out[r][i] = acc[i] * inv[r];
   }
 }
 
@@ -201,9 +279,8 @@ void attend_rows(const AttendRows& a, std::vector<float>& scratch) {
     jlo = std::min(jlo, a.lo[r]);
     jhi = std::max(jhi, a.hi[r]);
   }
-  // One row of sums, then every row's scores over the tiles the rows see.
   const int64_t tiles = jhi / kAttendTile - jlo / kAttendTile + 1;
-  const size_t need = static_cast<size_t>((a.hd + kAttendTile - 1) / kAttendTile * kAttendTile + a.nq * tiles * kAttendTile);
+  const size_t need = static_cast<size_t>(2 * attend_sums_floats(a.hd) + attend_sums_floats(a.nq) + a.nq * tiles * kAttendTile);
   if (scratch.size() < need) scratch.resize(need);
   fn(a, scratch.data());
 }
