@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -134,7 +135,9 @@ void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int6
   }
 }
 
-PackedTileFn tile_fn(TensorType t, int nt) { return packed_tile_avx512(t, nt); }
+// Packed kernels exist for AVX-512 VNNI. (AVX2 kernels over the same layout, 8 rows per register,
+// made prefill 1.45× faster but single-token products 0.83× as fast as the row kernels: not used.)
+PackedTileFn tile_fn(TensorType t, int nt) { return dot_isa_in_use() == "avx512" ? packed_tile_avx512(t, nt) : nullptr; }
 
 }  // namespace
 
@@ -149,7 +152,6 @@ size_t packed_group_size(TensorType type, int64_t n) {
 
 bool can_pack(TensorType type, int64_t rows, int64_t cols) {
   if (!pack_fn(type) || rows <= 0 || rows % kPackRows != 0 || cols <= 0 || cols % block_size(type) != 0) return false;
-  if (dot_isa_in_use() != "avx512") return false;
   return tile_fn(type, 1) != nullptr;
 }
 

@@ -105,6 +105,8 @@ void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float*
 // (act_stride bytes apart); y[t·y_stride + r] for r < kPackRows.
 using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, size_t act_stride, float* y,
                               int64_t y_stride);
+// Per instruction set (nullptr where it has none for the type); the products use them when
+// dot_kernel() uses that set.
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
 
 }  // namespace zinc::quant
