@@ -108,5 +108,6 @@ using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, s
 // Per instruction set (nullptr where it has none for the type); the products use them when
 // dot_kernel() uses that set.
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
+PackedTileFn packed_tile_avx2(TensorType weight, int nt);
 
 }  // namespace zinc::quant

@@ -229,6 +229,18 @@ TEST(Dot, PackedMatmulMatchesTheReference) {
           }
         }
       }
+      // A token's products do not depend on the tile it runs in (one token alone, or among others):
+      // prefill in chunks and decode token by token give the same numbers.
+      {
+        const int64_t tokens = 11;
+        const auto x = random_row(cols * tokens, rng);
+        std::vector<float> all(static_cast<size_t>(rows * tokens)), one(static_cast<size_t>(rows));
+        matmul_packed(packed.view(), x.data(), tokens, all.data(), pool);
+        for (int64_t tok = 0; tok < tokens; ++tok) {
+          matmul_packed(packed.view(), x.data() + tok * cols, 1, one.data(), pool);
+          for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[r], all[tok * rows + r]) << gguf::tensor_type_name(t) << " token " << tok;
+        }
+      }
       // A slice of the packed rows (one expert of a stacked tensor) is those rows' product.
       const auto x = random_row(cols * 2, rng);
       std::vector<float> all(static_cast<size_t>(rows * 2)), part(static_cast<size_t>(16 * 2));

@@ -1,0 +1,238 @@
+// AVX2 kernels of the packed matrix products (packed.h) for K-quants: each group of 16 rows runs as two
+// halves of 8 rows (one 256-bit register: 4 codes of each of 8 rows), up to 4 tokens at a time (8 as
+// two passes). Codes meet a token's 4 activation codes, broadcast, in _mm256_maddubs_epi16; the int16
+// pair sums of several code registers are added before one _mm256_madd_epi16 widens them (Q4_K: a whole
+// 32-element sub-block, 8·2·15·127 < 2^15; Q6_K: two registers, 2·2·63·127 < 2^15). Scales are applied
+// per sub-block in float, the token's scale folded in. Compiled with -mavx2 -mfma -mf16c; the
+// dispatcher calls it only when the CPU has all three.
+#include "quant/packed.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace zinc::quant {
+
+namespace {
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m128i load64(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+// Bits of b where m is set, of a elsewhere.
+inline __m256i select(__m256i a, __m256i b, __m256i m) { return _mm256_xor_si256(a, _mm256_and_si256(_mm256_xor_si256(a, b), m)); }
+
+template <class B>
+inline const B* act_row(const uint8_t* act, size_t stride, int t) {
+  return reinterpret_cast<const B*>(act + stride * static_cast<size_t>(t));
+}
+
+// Rows 8h .. 8h + 7 of a Q4_K group × NT tokens.
+template <int NT>
+void q4_k_half(const PackQ4_K* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ4_K& b = blocks[i];
+    const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+    __m256 dy[NT];
+    for (int t = 0; t < NT; ++t) dy[t] = _mm256_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d);
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 320 * s + 64 * l, _MM_HINT_T0);
+      const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(b.sc[s] + 8 * h))), dw);
+      __m256i c[8];
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = load256(b.qs[s][q] + 32 * h);
+        c[2 * q] = _mm256_and_si256(v, m15);
+        c[2 * q + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 32 * s;
+        __m256i p = _mm256_maddubs_epi16(c[0], bcast4(a));
+        for (int j = 1; j < 8; ++j) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[j], bcast4(a + 4 * j)));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_mul_ps(sc, dy[t]), acc[t]);
+      }
+    }
+    const __m256 dm = _mm256_cvtph_ps(load128(b.dmin + 8 * h));
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+      __m256i m = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_cvtepu8_epi16(load128(b.mn[p] + 16 * h)), bcast4(a.bsum32 + 2 * p)));
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dm, dy[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
+}
+
+// Rows 8h .. 8h + 7 of a Q6_K group × NT tokens.
+template <int NT>
+void q6_k_half(const PackQ6_K* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const __m256i m63 = _mm256_set1_epi8(0x3f), m_c0 = _mm256_set1_epi8(static_cast<char>(0xc0)),
+                m_f0 = _mm256_set1_epi8(static_cast<char>(0xf0)), ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ6_K& b = blocks[i];
+    const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+    __m256 dy[NT];
+    for (int t = 0; t < NT; ++t) dy[t] = _mm256_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d);
+    for (int s = 0; s < 16; ++s) {
+      for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 192 * s + 64 * l, _MM_HINT_T0);
+      const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw);
+      const __m256i r0 = load256(b.q[s][0] + 32 * h), r1 = load256(b.q[s][1] + 32 * h), r2 = load256(b.q[s][2] + 32 * h);
+      const __m256i u = select(_mm256_srli_epi16(r1, 2), r0, m_c0);
+      const __m256i v = select(_mm256_srli_epi16(r2, 4), u, m_f0);
+      const __m256i c[4] = {_mm256_and_si256(r0, m63), _mm256_and_si256(r1, m63),
+                            _mm256_and_si256(_mm256_srli_epi16(v, 2), m63), _mm256_and_si256(r2, m63)};
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 16 * s;
+        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], bcast4(a)), _mm256_maddubs_epi16(c[1], bcast4(a + 4)));
+        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], bcast4(a + 8)), _mm256_maddubs_epi16(c[3], bcast4(a + 12)));
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, dy[t]), acc[t]);
+      }
+    }
+    // Codes are stored + 32: subtract 32·dw·Σ scale·Σa per 16-element sub-block.
+    const __m256 d32 = _mm256_mul_ps(dw, _mm256_set1_ps(32.0f));
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+      __m256i m = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p) m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(b.scp[p] + 16 * h)), bcast4(a.bsums + 2 * p)));
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(d32, dy[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
+}
+
+// One token (decode): both halves in one pass over the blocks, each code register used as soon as it
+// is decoded; the same operations per half as q4_k_half<1>, so the same results.
+void q4_k_one(const PackQ4_K* blocks, int64_t nb, const uint8_t* act, float* y) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto* a = reinterpret_cast<const BlockQ8_KP*>(act);
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ4_K& b = blocks[i];
+    const __m256 dy = _mm256_set1_ps(a[i].d);
+    const __m256 dw[2] = {_mm256_cvtph_ps(load128(b.d)), _mm256_cvtph_ps(load128(b.d + 8))};
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 320 * s + 64 * l, _MM_HINT_T0);
+      const int8_t* q8 = a[i].qs + 32 * s;
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(b.sc[s] + 8 * h))), dw[h]);
+        __m256i p = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+          const __m256i v = load256(b.qs[s][q] + 32 * h);
+          const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m15), bcast4(q8 + 8 * q));
+          const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15), bcast4(q8 + 8 * q + 4));
+          p = q == 0 ? _mm256_add_epi16(lo, hi) : _mm256_add_epi16(_mm256_add_epi16(p, lo), hi);
+        }
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_mul_ps(sc, dy), acc[h]);
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dm = _mm256_cvtph_ps(load128(b.dmin + 8 * h));
+      __m256i m = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_cvtepu8_epi16(load128(b.mn[p] + 16 * h)), bcast4(a[i].bsum32 + 2 * p)));
+      acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dm, dy), acc[h]);
+    }
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+void q6_k_one(const PackQ6_K* blocks, int64_t nb, const uint8_t* act, float* y) {
+  const __m256i m63 = _mm256_set1_epi8(0x3f), m_c0 = _mm256_set1_epi8(static_cast<char>(0xc0)),
+                m_f0 = _mm256_set1_epi8(static_cast<char>(0xf0)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto* a = reinterpret_cast<const BlockQ8_KP*>(act);
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ6_K& b = blocks[i];
+    const __m256 dy = _mm256_set1_ps(a[i].d);
+    const __m256 dw[2] = {_mm256_cvtph_ps(load128(b.d)), _mm256_cvtph_ps(load128(b.d + 8))};
+    for (int s = 0; s < 16; ++s) {
+      for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 192 * s + 64 * l, _MM_HINT_T0);
+      const int8_t* q8 = a[i].qs + 16 * s;
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw[h]);
+        const __m256i r0 = load256(b.q[s][0] + 32 * h), r1 = load256(b.q[s][1] + 32 * h), r2 = load256(b.q[s][2] + 32 * h);
+        const __m256i u = select(_mm256_srli_epi16(r1, 2), r0, m_c0);
+        const __m256i v = select(_mm256_srli_epi16(r2, 4), u, m_f0);
+        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(r0, m63), bcast4(q8)),
+                                             _mm256_maddubs_epi16(_mm256_and_si256(r1, m63), bcast4(q8 + 4)));
+        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 2), m63), bcast4(q8 + 8)),
+                                             _mm256_maddubs_epi16(_mm256_and_si256(r2, m63), bcast4(q8 + 12)));
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, dy), acc[h]);
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d32 = _mm256_mul_ps(_mm256_cvtph_ps(load128(b.d + 8 * h)), _mm256_set1_ps(32.0f));
+      __m256i m = _mm256_setzero_si256();
+      for (int p = 0; p < 8; ++p) m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(b.scp[p] + 16 * h)), bcast4(a[i].bsums + 2 * p)));
+      acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(d32, dy), acc[h]);
+    }
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+// A group: both halves, tokens 4 at a time.
+template <class P, template <int> class Half, int NT>
+void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const auto* blocks = reinterpret_cast<const P*>(w);
+  if constexpr (NT == 1) {
+    if constexpr (std::is_same_v<P, PackQ4_K>) return q4_k_one(blocks, n / 256, act, y);
+    else return q6_k_one(blocks, n / 256, act, y);
+  }
+  constexpr int kFirst = NT > 4 ? 4 : NT;
+  for (int h = 0; h < 2; ++h) {
+    Half<kFirst>::run(blocks, n / 256, h, act, stride, y, y_stride);
+    if constexpr (NT > 4) Half<NT - 4>::run(blocks, n / 256, h, act + 4 * stride, stride, y + 4 * y_stride, y_stride);
+  }
+}
+template <int NT> struct Q4_KH { static constexpr auto run = q4_k_half<NT>; };
+template <int NT> struct Q6_KH { static constexpr auto run = q6_k_half<NT>; };
+
+template <class P, template <int> class Half>
+PackedTileFn by_tokens(int nt) {
+  switch (nt) {
+    case 1: return tile<P, Half, 1>;
+    case 2: return tile<P, Half, 2>;
+    case 3: return tile<P, Half, 3>;
+    case 4: return tile<P, Half, 4>;
+    case 5: return tile<P, Half, 5>;
+    case 6: return tile<P, Half, 6>;
+    case 7: return tile<P, Half, 7>;
+    case 8: return tile<P, Half, 8>;
+    default: return nullptr;
+  }
+}
+static_assert(kPackTokens == 8);
+
+}  // namespace
+
+PackedTileFn packed_tile_avx2(TensorType t, int nt) {
+  switch (t) {
+    case TensorType::Q4_K: return by_tokens<PackQ4_K, Q4_KH>(nt);
+    case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
+    default: return nullptr;
+  }
+}
+
+}  // namespace zinc::quant
+
+#else
+
+namespace zinc::quant {
+PackedTileFn packed_tile_avx2(TensorType, int) { return nullptr; }
+}  // namespace zinc::quant
+
+#endif
