@@ -190,7 +190,7 @@ void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float*
   if (act_buf.size() < act_bytes) act_buf.resize(act_bytes);
   uint8_t* act = act_buf.data();
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    std::vector<uint8_t> tmp;
+    thread_local std::vector<uint8_t> tmp;  // the activation codes as quantize_activation() writes them
     for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols, tmp);
   });
   PackedTileFn tiles[kPackTokens + 1] = {};

@@ -1,9 +1,10 @@
 // Weight matrices repacked once at load for the CPU's matrix products: kPackRows rows interleaved so
-// that one vector register holds four consecutive codes of each of 16 rows. A product then multiplies
-// that register by four activation codes of one token broadcast to every lane (one integer
-// multiply-accumulate instruction for 16 rows × 4 elements), keeps a token tile's sums in registers
-// and writes 16 rows of output at once; the per-block scales are applied once per block and row
-// group, not once per row pair. Decode (one token) and prefill run the same kernels.
+// that one 512-bit register holds four consecutive codes of each of 16 rows (AVX2: half of it, 8
+// rows). A product then multiplies that register by four activation codes of one token broadcast to
+// every lane (one integer multiply-accumulate instruction for 16 rows × 4 elements with AVX-512
+// VNNI), keeps a token tile's sums in registers and writes 16 rows of output at once; the per-block
+// scales are applied once per block and row group, not once per row pair. Decode (one token) reads
+// the same layout; a token's results do not depend on the tile it runs in.
 //
 // Layouts (per group of 16 rows, per block of the original format; all codes unsigned):
 //   Q8_0: the 16 scales, then 8 registers of codes + 128 (lane r: 4 codes of row r).

@@ -30,7 +30,7 @@ typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 typedef float V8 __attribute__((vector_size(32)));
 typedef int32_t I8 __attribute__((vector_size(32)));
-typedef _Float16 H16 __attribute__((vector_size(32)));  // 16 halves (converted by F16C where compiled with it)
+typedef uint16_t W16 __attribute__((vector_size(32)));  // 16 fp16 bit patterns
 static_assert(kAttendTile == 16);
 struct Wide {
   using F = V16;
@@ -246,7 +246,24 @@ template <class T>
   }
 }
 
-// Lane l of a tile from row l: F32 copied, F16 converted (by F16C where the instruction set has it),
+// 16 fp16 values → floats, exactly, by integer operations on the bits (vectorized on every
+// instruction set): normal numbers rebias the exponent, subnormals are their mantissa times 2^-24,
+// infinities and NaNs keep the maximal exponent.
+[[gnu::always_inline]] inline V16 halves_to_floats(const uint16_t* p) {
+  W16 w;
+  std::memcpy(&w, p, sizeof w);
+  const I16 x = __builtin_convertvector(w, I16);
+  const I16 sign = (x & 0x8000) << 16, e = (x >> 10) & 0x1f, m = x & 0x3ff;
+  const V16 sub = __builtin_convertvector(m, V16) * 0x1p-24f;
+  I16 sub_bits;
+  std::memcpy(&sub_bits, &sub, sizeof sub_bits);
+  const I16 bits = e == 0 ? (sub_bits | sign) : e == 31 ? (sign | 0x7f800000 | m << 13) : (sign | (e + 112) << 23 | m << 13);
+  V16 f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Lane l of a tile from row l: F32 copied, F16 converted,
 // 16 elements of the row at a time.
 [[gnu::always_inline]] inline void transpose(const void* const* rows, bool f16, int64_t width, float* tile) {
   for (int l = 0; l < kAttendTile; ++l) {
@@ -262,9 +279,7 @@ template <class T>
       } else {
         const uint16_t* h = static_cast<const uint16_t*>(rows[l]) + c0;
         if (n == kAttendTile) {
-          H16 x;
-          std::memcpy(&x, h, sizeof x);
-          const V16 f = __builtin_convertvector(x, V16);
+          const V16 f = halves_to_floats(h);
           std::memcpy(v, &f, sizeof f);
         } else {
           for (int64_t i = 0; i < n; ++i) v[i] = quant::fp16_to_f32(h[i]);

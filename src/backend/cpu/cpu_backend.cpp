@@ -1,6 +1,7 @@
 // The CPU backend: the reference executor every other backend is compared with, and the fallback
-// that always runs. Weights are read in place from the mapped GGUF (CpuWeights: the tensor pointers
-// and the thread pool, shared by every context); each context's activations live in one arena planned
+// that always runs. Weights are read in place from the mapped GGUF, or from a copy packed at load for
+// the matrix products (CpuWeights: the tensor pointers, packed copies and the thread pool, shared by
+// every context); each context's activations live in one arena planned
 // once per graph (plan_arena: a range is reused once the last node reading its tensor has run); the KV
 // cache is blocks of rows per layer that sequences hold through tables, and sequences are saved,
 // loaded and copied as on every backend (SequencedExecutable).
@@ -38,7 +39,7 @@ using graph::Op;
 using graph::TensorId;
 using graph::TensorKind;
 
-// The weights in place in the mapped file, and the threads every context of them computes on (one
+// The weights in place in the mapped file or packed, and the threads every context of them computes on (one
 // step at a time: a step takes the pool for its whole length).
 class CpuWeights final : public Weights {
  public:
@@ -532,9 +533,9 @@ class CpuExecutable final : public SequencedExecutable {
 
   // Causal attention with grouped KV heads, each sequence over its own cache rows: token t of a part
   // (position n_past + t) attends to positions [max(0, pos - window + 1), pos] of its sequence; with
-  // sinks, head h's softmax also counts exp(sinks[h]). The rows a part can see are decoded to floats
-  // once per step (not once per query and head); scores use the vectorized float dot product, the
-  // softmax subtracts the max.
+  // sinks, head h's softmax also counts exp(sinks[h]). The keys a part can see are laid out once per
+  // step in tiles of positions (cpu::AttendRows) and its values decoded to float rows; jobs of a few
+  // tokens × the query heads of one KV head share them (cpu::attend_rows).
   void attention(const Node& node, float* out) {
     const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width_of(node.layer);
     const float* q = buf(node.in[0]);
@@ -542,8 +543,8 @@ class CpuExecutable final : public SequencedExecutable {
     const float* v = buf(node.in[2]);
     const auto l = static_cast<size_t>(node.layer);
     const int hd = node.attention().head_dim, group = node.attention().n_head / node.attention().n_head_kv;
-    // Append every part's rows, then point at each part's visible rows (in place for an F32 cache,
-    // decoded otherwise).
+    // Append every part's rows, then lay out the keys each part sees and point at its value rows (in
+    // place for an F32 cache, decoded otherwise).
     kf_.resize(parts_.size());
     kt_.resize(parts_.size());
     vf_.resize(parts_.size());
@@ -642,12 +643,6 @@ class CpuExecutable final : public SequencedExecutable {
   }
   static constexpr int kAttnRows = 16;
 
-  size_t rows_of_parts() const {
-    size_t n = 0;
-    for (const Part& p : parts_) n += static_cast<size_t>(p.step.n_tokens);
-    return n;
-  }
-
   // Row pointers to positions [first, first + rows) of a sequence's cache as floats: into the cache
   // for an F32 cache, else into rows decoded into this part's scratch.
   void visible_rows(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int64_t width, int64_t first, int64_t rows,
@@ -693,7 +688,6 @@ class CpuExecutable final : public SequencedExecutable {
   std::vector<int64_t> seen_;
   std::vector<std::vector<float>> decoded_;  // scratch for decoded rows, reused step after step
   size_t decoded_used_ = 0;
-  quant::DotFn dot_f32_ = quant::dot_kernel(gguf::TensorType::F32).fn;
   int64_t logit_rows_ = 0;
   std::vector<int64_t> rows_;               // rows each activation held in the last step
   // Per node: the recurrent state of SsmConv and DeltaNet nodes, one after another for each sequence.
