@@ -24,17 +24,7 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-// GCC 12's AVX-512 headers initialise their "undefined" vectors from themselves, which its own
-// -Wuninitialized then reports at every use (GCC bug 105593, fixed in GCC 13): silence it for the header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include "quant/immintrin_x86.h"
 
 #include <array>
 #include <cstddef>

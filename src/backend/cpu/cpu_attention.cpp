@@ -296,15 +296,12 @@ template <class T>
 #endif
 void transpose_base(const void* const* r, bool f16, int64_t w, float* t) { transpose(r, f16, w, t); }
 
-using TransposeFn = void (*)(const void* const*, bool, int64_t, float*);
-
-TransposeFn transpose_fn() {
+// The entry point of the instruction set the CPU kernels use (quant::dot_isa_in_use; off x86-64 the
+// callers pass the baseline for all three).
+template <class Fn>
+Fn by_isa(Fn avx512, Fn avx2, Fn base) {
   const std::string isa = quant::dot_isa_in_use();
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == "avx512") return transpose_avx512;
-  if (isa == "avx2") return transpose_avx2;
-#endif
-  return transpose_base;
+  return isa == "avx512" ? avx512 : isa == "avx2" ? avx2 : base;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -313,21 +310,14 @@ TransposeFn transpose_fn() {
 #endif
 void attend_base(const AttendRows& a, float* buf) { attend<Narrow>(a, buf); }
 
-using AttendFn = void (*)(const AttendRows&, float*);
-
-AttendFn attend_fn() {
-  const std::string isa = quant::dot_isa_in_use();
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (isa == "avx512") return attend_avx512;
-  if (isa == "avx2") return attend_avx2;
-#endif
-  return attend_base;
-}
-
 }  // namespace
 
 void attend_rows(const AttendRows& a, std::vector<float>& scratch) {
-  static const AttendFn fn = attend_fn();
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const auto fn = by_isa(attend_avx512, attend_avx2, attend_base);
+#else
+  static const auto fn = by_isa(attend_base, attend_base, attend_base);
+#endif
   int64_t jlo = a.lo[0], jhi = a.hi[0];
   for (int r = 1; r < a.nq; ++r) {
     jlo = std::min(jlo, a.lo[r]);
@@ -340,7 +330,11 @@ void attend_rows(const AttendRows& a, std::vector<float>& scratch) {
 }
 
 void transpose_keys(const void* const* rows, bool f16, int64_t width, float* tile) {
-  static const TransposeFn fn = transpose_fn();
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const auto fn = by_isa(transpose_avx512, transpose_avx2, transpose_base);
+#else
+  static const auto fn = by_isa(transpose_base, transpose_base, transpose_base);
+#endif
   fn(rows, f16, width, tile);
 }
 
