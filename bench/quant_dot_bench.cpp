@@ -4,7 +4,11 @@
 // markdown table. The kernel is called directly, row by row, so threading and activation
 // quantization are not part of the time.
 //
-// Usage: zinc_quant_dot_bench [--rows 4096] [--cols 4096] [--types Q4_0,Q4_K,...] [--min-ms 300]
+// With --tokens T it measures matrix products of T tokens instead (T > 1: prompt processing), on one
+// thread, through the packed kernels (quant/packed.h) and through the row-by-row products for weights
+// that are not packed, in GMAC/s; ZINC_CPU_ISA picks the instruction set of both.
+//
+// Usage: zinc_quant_dot_bench [--rows 4096] [--cols 4096] [--types Q4_0,Q4_K,...] [--min-ms 300] [--tokens T]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +21,10 @@
 #include <vector>
 
 #include "core/system_info.h"
+#include "core/thread_pool.h"
 #include "quant/dot.h"
+#include "quant/matmul.h"
+#include "quant/packed.h"
 #include "quant/quant.h"
 
 using namespace zinc;
@@ -51,10 +58,58 @@ double time_matvec(quant::DotFn fn, const uint8_t* w, size_t wrow, const uint8_t
   return best;
 }
 
+// Best time of a repeated call, in seconds.
+template <class F>
+double best_time(F&& f, double min_seconds) {
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
+    const auto t0 = Clock::now();
+    f();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, s);
+    total += s;
+  }
+  return best;
+}
+
+// Products of `tokens` tokens, packed and row by row, one thread.
+int bench_products(const std::vector<TensorType>& types, int64_t rows, int64_t cols, int64_t tokens, double min_ms) {
+  ThreadPool pool(1);
+  fmt::print("CPU: {}; kernels: {}; one thread; {}x{} weights x {} tokens; GMAC/s (best of repeats)\n\n", cpu_info().name,
+             quant::dot_isa_in_use(), rows, cols, tokens);
+  fmt::print("| type | packed GMAC/s | row products GMAC/s | packed vs rows |\n| --- | ---: | ---: | ---: |\n");
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (TensorType type : types) {
+    if (cols % quant::block_size(type) != 0) continue;
+    const size_t wrow = quant::row_size(type, cols);
+    std::vector<uint8_t> w(wrow * static_cast<size_t>(rows));
+    std::vector<float> src(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& v : src) v = g(rng);
+      quant::quantize_row(type, src.data(), w.data() + static_cast<size_t>(r) * wrow, cols);
+    }
+    std::vector<float> x(static_cast<size_t>(cols * tokens)), y(static_cast<size_t>(rows * tokens));
+    for (auto& v : x) v = g(rng);
+    const double macs = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(tokens);
+    const double rows_s = best_time([&] { quant::matmul(type, w.data(), rows, cols, x.data(), tokens, y.data(), pool); }, min_ms / 1000);
+    std::string packed = "-", ratio = "-";
+    if (quant::can_pack(type, rows, cols)) {
+      const quant::PackedMatrix p(type, w.data(), rows, cols, pool);
+      const double s = best_time([&] { quant::matmul_packed(p.view(), x.data(), tokens, y.data(), pool); }, min_ms / 1000);
+      packed = fmt::format("{:.1f}", macs / s / 1e9);
+      ratio = fmt::format("{:.2f}x", rows_s / s);
+    }
+    fmt::print("| {} | {} | {:.1f} | {} |\n", gguf::tensor_type_name(type), packed, macs / rows_s / 1e9, ratio);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t rows = 4096, cols = 4096;
+  int64_t rows = 4096, cols = 4096, tokens = 0;
   double min_ms = 300;
   std::vector<TensorType> types(std::begin(kAllTypes), std::end(kAllTypes));
   for (int i = 1; i < argc; ++i) {
@@ -63,6 +118,7 @@ int main(int argc, char** argv) {
     if (a == "--rows" && v) rows = std::atoll(argv[++i]);
     else if (a == "--cols" && v) cols = std::atoll(argv[++i]);
     else if (a == "--min-ms" && v) min_ms = std::atof(argv[++i]);
+    else if (a == "--tokens" && v) tokens = std::max<int64_t>(1, std::atoll(argv[++i]));  // 0: the matvec table
     else if (a == "--types" && v) {
       types.clear();
       std::string list = argv[++i];
@@ -78,10 +134,12 @@ int main(int argc, char** argv) {
         pos = end + 1;
       }
     } else {
-      fmt::print(stderr, "usage: {} [--rows N] [--cols N] [--types T,T,...] [--min-ms MS]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--rows N] [--cols N] [--types T,T,...] [--min-ms MS] [--tokens T]\n", argv[0]);
       return 2;
     }
   }
+
+  if (tokens > 0) return bench_products(types, rows, cols, tokens, min_ms);
 
   const CpuInfo cpu = cpu_info();
   const Table tables[] = {

@@ -1,4 +1,4 @@
-// AVX2 kernels of the packed matrix products (packed.h) for K-quants: each group of 16 rows runs as two
+// AVX2 kernels of the packed matrix products (packed.h) for Q8_0 and K-quants: each group of 16 rows runs as two
 // halves of 8 rows (one 256-bit register: 4 codes of each of 8 rows), up to 4 tokens at a time (8 as
 // two passes). Codes meet a token's 4 activation codes, broadcast, in _mm256_maddubs_epi16; the int16
 // pair sums of several code registers are added before one _mm256_madd_epi16 widens them (Q4_K: a whole
@@ -112,6 +112,36 @@ void q6_k_half(const PackQ6_K* blocks, int64_t nb, int h, const uint8_t* act, si
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
 }
 
+// Rows 8h .. 8h + 7 of a Q8_0 group × NT tokens in one pass (a code register meets every token): the
+// integer sums in registers, the float sums in memory. The codes are stored + 128; flipping the top
+// bit gives the signed code w, and |w|·(a·sign w) = w·a with the unsigned operand first, as maddubs
+// wants (|w| ≤ 128 and |a| ≤ 127, so a pair sum stays under 2^15); each register's pair sums are
+// widened before they are added.
+template <int NT>
+void q8_0_half(const PackQ8_0* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const __m256i m80 = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  alignas(32) float acc[NT][8] = {};
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ8_0& b = blocks[i];
+    _mm_prefetch(reinterpret_cast<const char*>(&b + 2) + 256 * h, _MM_HINT_T0);
+    __m256i s[NT];
+    for (auto& v : s) v = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w = _mm256_xor_si256(load256(b.qs[j] + 32 * h), m80), aw = _mm256_sign_epi8(w, w);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(act_row<BlockQ8_0P>(act, stride, t)[i].qs + 4 * j), w));
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, ones));
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+    for (int t = 0; t < NT; ++t) {
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(act_row<BlockQ8_0P>(act, stride, t)[i].d));
+      _mm256_store_ps(acc[t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), scale, _mm256_load_ps(acc[t])));
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, _mm256_load_ps(acc[t]));
+}
+
 // One token (decode): both halves in one pass over the blocks, each code register used as soon as it
 // is decoded; the same operations per half as q4_k_half<1>, so the same results.
 void q4_k_one(const PackQ4_K* blocks, int64_t nb, const uint8_t* act, float* y) {
@@ -184,20 +214,48 @@ void q6_k_one(const PackQ6_K* blocks, int64_t nb, const uint8_t* act, float* y) 
   _mm256_storeu_ps(y + 8, acc[1]);
 }
 
-// A group: both halves, tokens 4 at a time.
+// The same operations per half as q8_0_half<1>, both halves in one pass.
+void q8_0_one(const PackQ8_0* blocks, int64_t nb, const uint8_t* act, float* y) {
+  const __m256i m80 = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto* a = reinterpret_cast<const BlockQ8_0P*>(act);
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackQ8_0& b = blocks[i];
+    for (int l = 0; l < 9; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 2) + 64 * l, _MM_HINT_T0);
+    __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = bcast4(a[i].qs + 4 * j);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = _mm256_xor_si256(load256(b.qs[j] + 32 * h), m80);
+        s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w)), ones));
+      }
+    }
+    const __m256 dy = _mm256_set1_ps(a[i].d);
+    for (int h = 0; h < 2; ++h) acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(_mm256_cvtph_ps(load128(b.d + 8 * h)), dy), acc[h]);
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+// A group: both halves; K-quant tokens 4 at a time, Q8_0 tokens all at once.
 template <class P, template <int> class Half, int NT>
 void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
   const auto* blocks = reinterpret_cast<const P*>(w);
-  if constexpr (NT == 1) {
-    if constexpr (std::is_same_v<P, PackQ4_K>) return q4_k_one(blocks, n / 256, act, y);
-    else return q6_k_one(blocks, n / 256, act, y);
-  }
-  constexpr int kFirst = NT > 4 ? 4 : NT;
-  for (int h = 0; h < 2; ++h) {
-    Half<kFirst>::run(blocks, n / 256, h, act, stride, y, y_stride);
-    if constexpr (NT > 4) Half<NT - 4>::run(blocks, n / 256, h, act + 4 * stride, stride, y + 4 * y_stride, y_stride);
+  if constexpr (std::is_same_v<P, PackQ8_0>) {
+    if constexpr (NT == 1) q8_0_one(blocks, n / 32, act, y);
+    else for (int h = 0; h < 2; ++h) q8_0_half<NT>(blocks, n / 32, h, act, stride, y, y_stride);
+  } else if constexpr (NT == 1) {
+    if constexpr (std::is_same_v<P, PackQ4_K>) q4_k_one(blocks, n / 256, act, y);
+    else q6_k_one(blocks, n / 256, act, y);
+  } else {
+    constexpr int kFirst = NT > 4 ? 4 : NT;
+    for (int h = 0; h < 2; ++h) {
+      Half<kFirst>::run(blocks, n / 256, h, act, stride, y, y_stride);
+      if constexpr (NT > 4) Half<NT - 4>::run(blocks, n / 256, h, act + 4 * stride, stride, y + 4 * y_stride, y_stride);
+    }
   }
 }
+template <int NT> struct Q8_0H { static constexpr auto run = q8_0_half<NT>; };
 template <int NT> struct Q4_KH { static constexpr auto run = q4_k_half<NT>; };
 template <int NT> struct Q6_KH { static constexpr auto run = q6_k_half<NT>; };
 
@@ -221,6 +279,7 @@ static_assert(kPackTokens == 8);
 
 PackedTileFn packed_tile_avx2(TensorType t, int nt) {
   switch (t) {
+    case TensorType::Q8_0: return by_tokens<PackQ8_0, Q8_0H>(nt);
     case TensorType::Q4_K: return by_tokens<PackQ4_K, Q4_KH>(nt);
     case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
     default: return nullptr;
