@@ -199,16 +199,49 @@ class CpuExecutable final : public SequencedExecutable {
   }
   static constexpr size_t kArenaAlign = 64;  // a cache line
 
-  // The hooks of SequencedExecutable: the caches and states are host memory.
+  // The hooks of SequencedExecutable: the caches and states are host memory. They address a block's
+  // first rows (offset: the block's start); tiled keys (tiled_keys) are gathered into rows and
+  // scattered back, copied a whole tile at a time.
   void kv_copy(size_t l, size_t from, size_t to, size_t bytes) override {
-    std::memcpy(k_[l].data() + to, k_[l].data() + from, bytes);
     std::memcpy(v_[l].data() + to, v_[l].data() + from, bytes);
+    if (tiled_keys()) {
+      const size_t tile = kv_row_bytes_[l] * cpu::kAttendTile;
+      bytes = (bytes + tile - 1) / tile * tile;
+    }
+    std::memcpy(k_[l].data() + to, k_[l].data() + from, bytes);
   }
   void kv_read(size_t l, bool v, size_t offset, void* out, size_t bytes) const override {
-    std::memcpy(out, (v ? v_ : k_)[l].data() + offset, bytes);
+    if (v || !tiled_keys()) return (void)std::memcpy(out, (v ? v_ : k_)[l].data() + offset, bytes);
+    const size_t rb = kv_row_bytes_[l];
+    for (size_t r = 0; r < bytes / rb; ++r) key_row(l, k_[l].data() + offset, static_cast<int>(r), static_cast<uint8_t*>(out) + r * rb, false);
   }
   void kv_write(size_t l, bool v, size_t offset, const void* in, size_t bytes) override {
-    std::memcpy((v ? v_ : k_)[l].data() + offset, in, bytes);
+    if (v || !tiled_keys()) return (void)std::memcpy((v ? v_ : k_)[l].data() + offset, in, bytes);
+    const size_t rb = kv_row_bytes_[l];
+    for (size_t r = 0; r < bytes / rb; ++r)
+      key_row(l, k_[l].data() + offset, static_cast<int>(r), const_cast<uint8_t*>(static_cast<const uint8_t*>(in)) + r * rb, true);
+  }
+
+  // Keys of an F32 or F16 cache are stored as the attention reads them: each block of kKvBlock
+  // positions as tiles of kAttendTile positions, element c of the tile's lane x at c·kAttendTile + x.
+  // Other storage types keep rows.
+  bool tiled_keys() const { return kv_storage_ == gguf::TensorType::F32 || kv_storage_ == gguf::TensorType::F16; }
+  static_assert(kKvBlock % cpu::kAttendTile == 0);
+  // Row r of the tiled keys of the block at `block` copied out to `row` (or in from it when `in`).
+  void key_row(size_t l, const uint8_t* block, int r, uint8_t* row, bool in) const {
+    const size_t elem = kv_storage_ == gguf::TensorType::F32 ? 4 : 2, width = kv_row_bytes_[l] / elem;
+    auto* tile = const_cast<uint8_t*>(block) + static_cast<size_t>(r / cpu::kAttendTile) * cpu::kAttendTile * kv_row_bytes_[l];
+    const auto lane = static_cast<size_t>(r % cpu::kAttendTile);
+    for (size_t c = 0; c < width; ++c) {
+      uint8_t* t = tile + (c * cpu::kAttendTile + lane) * elem;
+      if (in) std::memcpy(t, row + c * elem, elem);
+      else std::memcpy(row + c * elem, t, elem);
+    }
+  }
+  // The tile of keys holding position `pos` of a sequence (tiled_keys).
+  const uint8_t* key_tile(size_t layer, int32_t seq, int32_t pos) const {
+    const auto block = static_cast<size_t>(blocks_.block(seq, pos));
+    return k_[layer].data() + (block * kKvBlock + static_cast<size_t>(pos % kKvBlock / cpu::kAttendTile * cpu::kAttendTile)) * kv_row_bytes_[layer];
   }
   float* state_at(size_t node, int32_t seq) { return state_[node].data() + static_cast<size_t>(seq) * state_floats_[node]; }
   void state_read(size_t node, int32_t seq, float* out) const override {
@@ -533,9 +566,10 @@ class CpuExecutable final : public SequencedExecutable {
 
   // Causal attention with grouped KV heads, each sequence over its own cache rows: token t of a part
   // (position n_past + t) attends to positions [max(0, pos - window + 1), pos] of its sequence; with
-  // sinks, head h's softmax also counts exp(sinks[h]). The keys a part can see are laid out once per
-  // step in tiles of positions (cpu::AttendRows) and its values decoded to float rows; jobs of a few
-  // tokens × the query heads of one KV head share them (cpu::attend_rows).
+  // sinks, head h's softmax also counts exp(sinks[h]). Jobs of a few tokens × the query heads of one
+  // KV head share each key tile and value row (cpu::attend_rows). A part with few query rows per KV
+  // head (decode) reads the cache in place (fp16 converted in registers); one with more converts the
+  // keys and values it sees once per step, for all its rows. Both give the same numbers.
   void attention(const Node& node, float* out) {
     const int64_t qw = g_.tensor(node.in[0]).ne[0], kw = g_.kv_width_of(node.layer);
     const float* q = buf(node.in[0]);
@@ -543,52 +577,84 @@ class CpuExecutable final : public SequencedExecutable {
     const float* v = buf(node.in[2]);
     const auto l = static_cast<size_t>(node.layer);
     const int hd = node.attention().head_dim, group = node.attention().n_head / node.attention().n_head_kv;
-    // Append every part's rows, then lay out the keys each part sees and point at its value rows (in
-    // place for an F32 cache, decoded otherwise).
-    kf_.resize(parts_.size());
+    const bool tiled = tiled_keys(), f16 = kv_storage_ == gguf::TensorType::F16;
+    const size_t rb = kv_row_bytes_[l];
     kt_.resize(parts_.size());
-    vf_.resize(parts_.size());
+    ktp_.resize(parts_.size());
+    vp_.resize(parts_.size());
     seen_.resize(parts_.size());
+    in_place_.resize(parts_.size());
     decoded_used_ = 0;
     for (size_t pi = 0; pi < parts_.size(); ++pi) {
       const Part& p = parts_[pi];
+      // Append the part's rows.
+      std::vector<uint8_t>& key = row_scratch_;
+      key.resize(rb);
       for (int64_t t = 0; t < p.step.n_tokens; ++t) {
         const auto pos = static_cast<int32_t>(p.step.n_past + t);
-        quant::quantize_row(kv_storage_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
         quant::quantize_row(kv_storage_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
+        if (!tiled) {
+          quant::quantize_row(kv_storage_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
+          continue;
+        }
+        quant::quantize_row(kv_storage_, k + (p.first + t) * kw, key.data(), kw);
+        const int in_block = pos % kKvBlock;
+        key_row(l, key_tile(l, p.step.seq, pos) - static_cast<size_t>(in_block / cpu::kAttendTile * cpu::kAttendTile) * rb, in_block, key.data(), true);
       }
+      // The positions it sees, in tiles from the aligned position before the first.
       const int64_t first = node.attention().sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.attention().sliding_window + 1) : 0;
       const int64_t rows = p.step.n_past + p.step.n_tokens - first;
-      seen_[pi] = first;
-      visible_rows(v_[l], l, p.step.seq, kw, first, rows, vf_[pi]);
-      // Keys in tiles of kAttendTile positions from the aligned position before `first`, converted
-      // from the cache rows (F32, F16) or from rows decoded first (other storage types).
-      const bool direct = kv_storage_ == gguf::TensorType::F32 || kv_storage_ == gguf::TensorType::F16;
-      if (!direct) visible_rows(k_[l], l, p.step.seq, kw, first, rows, kf_[pi]);
       const int64_t base = first / cpu::kAttendTile * cpu::kAttendTile;
       const int64_t tiles = (first + rows - 1) / cpu::kAttendTile - base / cpu::kAttendTile + 1;
+      seen_[pi] = first;
+      const bool in_place = kv_storage_ == gguf::TensorType::F32 || (f16 && p.step.n_tokens * group <= kInPlaceRows);
+      in_place_[pi] = in_place;
+      auto& ktp = ktp_[pi];
+      ktp.resize(static_cast<size_t>(tiles));
+      auto& vp = vp_[pi];
+      vp.resize(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) vp[static_cast<size_t>(r)] = row(v_[l], l, p.step.seq, static_cast<int32_t>(first + r));
+      if (in_place) {
+        for (int64_t t = 0; t < tiles; ++t) ktp[static_cast<size_t>(t)] = key_tile(l, p.step.seq, static_cast<int32_t>(base + t * cpu::kAttendTile));
+        continue;
+      }
+      // Converted: values decoded to float rows, keys to float tiles (from the fp16 tiles, or from
+      // rows decoded first).
+      float* vf = decode_rows(vp, kw);
+      for (int64_t r = 0; r < rows; ++r) vp[static_cast<size_t>(r)] = vf + r * kw;
       auto& kt = kt_[pi];
       kt.resize(static_cast<size_t>(tiles * kw * cpu::kAttendTile));
-      pool_.parallel_for(tiles, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-          const void* lanes[cpu::kAttendTile];
-          for (int x = 0; x < cpu::kAttendTile; ++x) {
-            const int64_t at = base + t * cpu::kAttendTile + x - first;
-            lanes[x] = at < 0 || at >= rows ? nullptr
-                       : direct ? static_cast<const void*>(row(k_[l], l, p.step.seq, static_cast<int32_t>(first + at)))
-                                : kf_[pi][static_cast<size_t>(at)];
+      if (tiled) {
+        pool_.parallel_for(tiles, [&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t) {
+            const auto* h = reinterpret_cast<const uint16_t*>(key_tile(l, p.step.seq, static_cast<int32_t>(base + t * cpu::kAttendTile)));
+            cpu::halves_to_floats(h, kt.data() + t * kw * cpu::kAttendTile, kw * cpu::kAttendTile);
           }
-          cpu::transpose_keys(lanes, kv_storage_ == gguf::TensorType::F16, kw, kt.data() + t * kw * cpu::kAttendTile);
-        }
-      });
+        });
+      } else {
+        std::vector<const void*> kr(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) kr[static_cast<size_t>(r)] = row(k_[l], l, p.step.seq, static_cast<int32_t>(first + r));
+        const float* kf = decode_rows(kr, kw);
+        pool_.parallel_for(tiles, [&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t) {
+            const float* lanes[cpu::kAttendTile];
+            for (int x = 0; x < cpu::kAttendTile; ++x) {
+              const int64_t at = base + t * cpu::kAttendTile + x - first;
+              lanes[x] = at < 0 || at >= rows ? nullptr : kf + at * kw;
+            }
+            cpu::transpose_keys(lanes, kw, kt.data() + t * kw * cpu::kAttendTile);
+          }
+        });
+      }
+      for (int64_t t = 0; t < tiles; ++t) ktp[static_cast<size_t>(t)] = kt.data() + t * kw * cpu::kAttendTile;
     }
     const float* sinks = node.in.size() > 3 ? static_cast<const float*>(w(node.in[3])) : nullptr;
     // Jobs: blocks of tokens of one part × one KV head; a job's rows (at most kAttnRows) are its tokens ×
     // the query heads of that KV head, which share every key and value row.
     const auto& ap = node.attention();
     const int n_head_kv = ap.n_head_kv;
-    struct Job { size_t part; int64_t tok; int tokens; int head_kv; };
-    std::vector<Job> jobs;
+    std::vector<AttnJob>& jobs = jobs_;
+    jobs.clear();
     const int heads_per_pass = std::min(group, kAttnRows), tokens_per_job = kAttnRows / heads_per_pass;
     for (size_t pi = 0; pi < parts_.size(); ++pi) {
       for (int64_t t = 0; t < parts_[pi].step.n_tokens; t += tokens_per_job) {
@@ -597,13 +663,13 @@ class CpuExecutable final : public SequencedExecutable {
       }
     }
     pool_.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t b, int64_t e) {
-      std::vector<float> scratch;
+      thread_local std::vector<float> scratch;
       const float* qs[kAttnRows];
       float* outs[kAttnRows];
       int64_t lo[kAttnRows], hi[kAttnRows];
       float sink[kAttnRows];
       for (int64_t ji = b; ji < e; ++ji) {
-        const Job& job = jobs[static_cast<size_t>(ji)];
+        const AttnJob& job = jobs[static_cast<size_t>(ji)];
         const Part& p = parts_[job.part];
         const int64_t first = seen_[job.part], base = first / cpu::kAttendTile * cpu::kAttendTile;
         for (int g0 = 0; g0 < group; g0 += heads_per_pass) {  // query heads of this KV head
@@ -626,9 +692,9 @@ class CpuExecutable final : public SequencedExecutable {
           rows.nq = nq;
           rows.lo = lo;
           rows.hi = hi;
-          rows.kt = kt_[job.part].data();
-          rows.kt_stride = kw * cpu::kAttendTile;
-          rows.v = vf_[job.part].data();
+          rows.kt = ktp_[job.part].data();
+          rows.v = vp_[job.part].data();
+          rows.f16 = in_place_[job.part] && f16;
           rows.v_first = first - base;
           rows.kv_offset = static_cast<int64_t>(job.head_kv) * hd;
           rows.hd = hd;
@@ -642,28 +708,29 @@ class CpuExecutable final : public SequencedExecutable {
     });
   }
   static constexpr int kAttnRows = 16;
+  struct AttnJob {
+    size_t part;
+    int64_t tok;
+    int tokens;
+    int head_kv;
+  };
+  // Query rows per KV head up to which a part reads fp16 keys and values in place.
+  static constexpr int64_t kInPlaceRows = 8;
 
-  // Row pointers to positions [first, first + rows) of a sequence's cache as floats: into the cache
-  // for an F32 cache, else into rows decoded into this part's scratch.
-  void visible_rows(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int64_t width, int64_t first, int64_t rows,
-                    std::vector<const float*>& ptrs) {
-    ptrs.resize(static_cast<size_t>(rows));
-    if (kv_storage_ == gguf::TensorType::F32) {
-      for (int64_t r = 0; r < rows; ++r) {
-        ptrs[static_cast<size_t>(r)] = reinterpret_cast<const float*>(row(cache, layer, seq, static_cast<int32_t>(first + r)));
-      }
-      return;
-    }
+  // The cache rows `rows` decoded to floats, `width` each, in scratch reused step after step.
+  float* decode_rows(const std::vector<const void*>& rows, int64_t width) {
     if (decoded_used_ == decoded_.size()) decoded_.emplace_back();
     auto& buffer = decoded_[decoded_used_++];
-    buffer.resize(static_cast<size_t>(rows * width));
-    float* scratch = buffer.data();
-    pool_.parallel_for(rows, [&](int64_t b, int64_t e) {
+    buffer.resize(rows.size() * static_cast<size_t>(width));
+    float* out = buffer.data();
+    pool_.parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        quant::dequantize_row(kv_storage_, row(cache, layer, seq, static_cast<int32_t>(first + r)), scratch + r * width, width);
+        const void* src = rows[static_cast<size_t>(r)];
+        if (kv_storage_ == gguf::TensorType::F16) cpu::halves_to_floats(static_cast<const uint16_t*>(src), out + r * width, width);
+        else quant::dequantize_row(kv_storage_, src, out + r * width, width);
       }
     });
-    for (int64_t r = 0; r < rows; ++r) ptrs[static_cast<size_t>(r)] = scratch + r * width;
+    return out;
   }
 
   // The recurrent state of node cur_ for sequence `seq`.
@@ -681,13 +748,16 @@ class CpuExecutable final : public SequencedExecutable {
   std::vector<float> arena_;
   std::vector<std::vector<uint8_t>> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
   std::vector<Part> parts_;                   // the step being run
-  // The layer being attended, per part: its visible rows as floats (pointers into the cache, or into
-  // decoded_), and the position of the first.
-  std::vector<std::vector<const float*>> kf_, vf_;
-  std::vector<std::vector<float>> kt_;  // per part: its keys in tiles (cpu::AttendRows)
+  // The layer being attended, per part: its key tiles and value rows (in the cache, or converted into
+  // kt_ and decoded_), whether in place, and the position of the first.
+  std::vector<std::vector<const void*>> ktp_, vp_;
+  std::vector<std::vector<float>> kt_;  // per part: its keys converted to float tiles
+  std::vector<char> in_place_;
   std::vector<int64_t> seen_;
   std::vector<std::vector<float>> decoded_;  // scratch for decoded rows, reused step after step
   size_t decoded_used_ = 0;
+  std::vector<uint8_t> row_scratch_;  // one key row before it is tiled
+  std::vector<AttnJob> jobs_;  // the attention's jobs, rebuilt per layer in the same storage
   int64_t logit_rows_ = 0;
   std::vector<int64_t> rows_;               // rows each activation held in the last step
   // Per node: the recurrent state of SsmConv and DeltaNet nodes, one after another for each sequence.

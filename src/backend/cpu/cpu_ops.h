@@ -38,21 +38,23 @@ void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t 
 
 // Causal attention of nq query rows (q[r], hd floats each, already rotated) over a sequence's keys and
 // values. Keys are indexed from a position aligned to kAttendTile: key j is lane j % kAttendTile of
-// tile j / kAttendTile, whose kt_stride floats hold element c of its keys at c·kAttendTile (c over a
-// cache row's width; the head's elements start at kv_offset; keys not seen are zero). Value j is
-// v[j − v_first] + kv_offset. Row r sees keys [lo[r], hi[r]] and writes softmax(scale · q·k, capped by
-// softcap·tanh(s/softcap) when softcap > 0, with an extra logit sink[r] whose value row is zero when
-// sink is set) · V to out[r]. The rows of one call share each key tile (a block of tokens × the query
-// heads of one KV head); a row's result does not depend on the other rows.
+// tile kt[j / kAttendTile], which holds element c of its keys at c·kAttendTile (c over a cache row's
+// width; the head's elements start at kv_offset). Value j is v[j − v_first] + kv_offset. Keys and values
+// are floats, or fp16 bit patterns when f16 is set. Row r sees keys [lo[r], hi[r]] (other lanes of a
+// tile may hold anything finite) and writes softmax(scale · q·k, capped by softcap·tanh(s/softcap)
+// when softcap > 0, with an extra logit sink[r] whose value row is zero when sink is set) · V to
+// out[r]. The rows of one call share each key tile (a block of tokens × the query heads of one KV
+// head); a row's result does not depend on the other rows, nor on whether keys and values came as
+// fp16 or as the floats they convert to.
 inline constexpr int kAttendTile = 16;
 struct AttendRows {
   const float* const* q = nullptr;
   int nq = 0;
   const int64_t* lo = nullptr;
   const int64_t* hi = nullptr;
-  const float* kt = nullptr;
-  int64_t kt_stride = 0;
-  const float* const* v = nullptr;
+  const void* const* kt = nullptr;
+  const void* const* v = nullptr;
+  bool f16 = false;
   int64_t v_first = 0;
   int64_t kv_offset = 0;
   int hd = 0;
@@ -61,8 +63,10 @@ struct AttendRows {
   float* const* out = nullptr;
 };
 void attend_rows(const AttendRows& a, std::vector<float>& scratch);
-// One tile of keys: lane l from rows[l], `width` elements stored as F32 or (f16) F16; null rows give zeros.
-void transpose_keys(const void* const* rows, bool f16, int64_t width, float* tile);
+// One tile of keys: lane l from rows[l] (`width` floats); null rows give zeros.
+void transpose_keys(const float* const* rows, int64_t width, float* tile);
+// n fp16 bit patterns → floats (exact).
+void halves_to_floats(const uint16_t* h, float* out, int64_t n);
 
 struct DeltaNetShape {
   int n_head_k = 0, n_head_v = 0, dk = 0, dv = 0;

@@ -1,0 +1,6 @@
+// The attention kernels for AVX2 + FMA + F16C (8-float registers, fp16 keys and values converted by vcvtph2ps).
+// Compiled with that set's flags; cpu_attention.cpp calls them only on CPUs that have it.
+#if defined(__x86_64__) && defined(__AVX2__)
+#define ZINC_ATTEND_ISA(name) name##_avx2
+#include "backend/cpu/cpu_attention_kernels.h"
+#endif

@@ -1,0 +1,322 @@
+// The attention kernels (cpu_ops.h: attend_rows), included by one source file per instruction set
+// (cpu_attention_avx512.cpp, _avx2.cpp, _base.cpp), each compiled for its set; everything here has
+// internal linkage, so the copies never mix. Keys come in tiles of 16 positions transposed (element i
+// of 16 keys in one register), so a row's scores for a tile are hd multiply-adds of its element i
+// broadcast, with no horizontal sums, two rows at a time sharing each tile with 16-float registers;
+// the softmax runs on tiles too, and the weighted sum of value rows 16 elements at a time. Keys and
+// values are read as floats or as fp16 bits converted in registers (exactly, so both give the same
+// numbers). A row's result depends only on the row, its keys and the tile grid (absolute positions),
+// never on which rows share the call: prefill in chunks equals decode token by token.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX512F__))
+#include "quant/immintrin_x86.h"
+#endif
+
+#include "backend/cpu/cpu_attention_isa.h"
+#include "backend/cpu/cpu_ops.h"
+#include "quant/fp16.h"
+
+namespace zinc::backend::cpu {
+namespace {
+
+// The vector helpers are always inlined into the per-ISA functions, so no vector crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+// Vectors of 16 floats (one AVX-512 register) or 8 (one AVX2 register, two SSE ones), as the
+// instruction set compiled for holds them natively; a key tile is 16 / W vectors.
+typedef float V16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+typedef uint16_t H16 __attribute__((vector_size(32)));  // 16 fp16 bit patterns
+typedef uint16_t H8 __attribute__((vector_size(16)));
+static_assert(kAttendTile == 16);
+struct Wide {
+  using F = V16;
+  using I = I16;
+};
+struct Narrow {
+  using F = V8;
+  using I = I8;
+};
+template <class V> struct Ints;
+template <> struct Ints<V16> { using I = I16; using H = H16; };
+template <> struct Ints<V8> { using I = I8; using H = H8; };
+
+template <class V>
+[[gnu::always_inline]] inline V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+[[gnu::always_inline]] inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <class V>
+constexpr int lanes() { return sizeof(V) / sizeof(float); }
+
+// fp16 values → floats, exactly, by integer operations on the bits (any instruction set): normal
+// numbers rebias the exponent, subnormals are their mantissa times 2^-24, infinities and NaNs keep the
+// maximal exponent.
+template <class V>
+[[gnu::always_inline]] inline V halves_exact(const uint16_t* p) {
+  using I = typename Ints<V>::I;
+  typename Ints<V>::H w;
+  std::memcpy(&w, p, sizeof w);
+  const I x = __builtin_convertvector(w, I);
+  const I sign = (x & 0x8000) << 16, e = (x >> 10) & 0x1f, m = x & 0x3ff;
+  const V sub = __builtin_convertvector(m, V) * 0x1p-24f;
+  I sub_bits;
+  std::memcpy(&sub_bits, &sub, sizeof sub_bits);
+  const I bits = e == 0 ? (sub_bits | sign) : e == 31 ? (sign | 0x7f800000 | m << 13) : (sign | (e + 112) << 23 | m << 13);
+  V f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// A vector of fp16 values as floats: the conversion instruction where the set has one (exact too).
+template <class V>
+[[gnu::always_inline]] inline V load(const uint16_t* p) {
+#if defined(__x86_64__) && defined(__AVX512F__)
+  if constexpr (lanes<V>() == 16) return __builtin_bit_cast(V, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#endif
+#if defined(__x86_64__) && defined(__F16C__)
+  if constexpr (lanes<V>() == 8) return __builtin_bit_cast(V, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#endif
+  return halves_exact<V>(p);
+}
+[[gnu::always_inline]] inline float to_float(float x) { return x; }
+[[gnu::always_inline]] inline float to_float(uint16_t h) { return quant::fp16_to_f32(h); }
+template <class V>
+[[gnu::always_inline]] inline V vmax(V a, V b) { return a > b ? a : b; }
+// e^x for x ≤ 0 (softmax terms; e^−∞ = 0): 2^n · e^r with n = round(x·log2 e), r = x − n·ln 2 in two
+// parts, e^r by Cephes' expf polynomial (within 2 ulp of the exact value); x < −87 gives 0.
+template <class T>
+[[gnu::always_inline]] inline typename T::F vexp(typename T::F x) {
+  using V = typename T::F;
+  using I = typename T::I;
+  const V zero = {};
+  const V xc = x < zero - 87.0f ? zero - 87.0f : x;
+  const I ni = __builtin_convertvector(xc * 1.44269504088896341f - 0.5f, I);  // toward zero: round
+  const V n = __builtin_convertvector(ni, V);
+  const V r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  V p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const I bits = (ni + 127) << 23;
+  V scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < zero - 87.0f ? zero : p * scale;
+}
+
+// The scaled (and capped) scores of key tiles [t0, t1] for row r, and row r + 1 when kTwo, masked to
+// each row's keys. Four sums over i ≡ 0..3 (mod 4) per row and vector of the tile, combined in a
+// fixed order. E: the element type of keys and values (float, or uint16_t for fp16 bits).
+template <class T, class E, bool kTwo>
+[[gnu::always_inline]] inline void scores_of(const AttendRows& a, int r, int64_t t0, int64_t t1, float* s0, float* s1) {
+  using V = typename T::F;
+  constexpr int W = lanes<V>();
+  const int hd = a.hd;
+  const V minus_inf = V{} - std::numeric_limits<float>::infinity();
+  V lane;
+  for (int l = 0; l < W; ++l) lane[l] = static_cast<float>(l);
+  const float* q0 = a.q[r];
+  const float* q1 = kTwo ? a.q[r + 1] : q0;
+  for (int64_t t = t0; t <= t1; ++t) {
+    for (int h = 0; h < kAttendTile / W; ++h) {
+      const E* kt = static_cast<const E*>(a.kt[t]) + a.kv_offset * kAttendTile + h * W;
+      V x0 = {}, x1 = {}, x2 = {}, x3 = {}, y0 = {}, y1 = {}, y2 = {}, y3 = {};
+      int i = 0;
+      for (; i + 4 <= hd; i += 4) {
+        const V k0 = load<V>(kt + (i + 0) * kAttendTile), k1 = load<V>(kt + (i + 1) * kAttendTile);
+        const V k2 = load<V>(kt + (i + 2) * kAttendTile), k3 = load<V>(kt + (i + 3) * kAttendTile);
+        x0 += q0[i] * k0;
+        x1 += q0[i + 1] * k1;
+        x2 += q0[i + 2] * k2;
+        x3 += q0[i + 3] * k3;
+        if constexpr (kTwo) {
+          y0 += q1[i] * k0;
+          y1 += q1[i + 1] * k1;
+          y2 += q1[i + 2] * k2;
+          y3 += q1[i + 3] * k3;
+        }
+      }
+      for (; i < hd; ++i) {
+        const V k = load<V>(kt + i * kAttendTile);
+        x0 += q0[i] * k;
+        if constexpr (kTwo) y0 += q1[i] * k;
+      }
+      const V pos = lane + static_cast<float>(t * kAttendTile + h * W);
+      for (int w = 0; w < (kTwo ? 2 : 1); ++w) {
+        V v = (w == 0 ? (x0 + x1) + (x2 + x3) : (y0 + y1) + (y2 + y3)) * a.scale;
+        if (a.softcap > 0) {
+          for (int l = 0; l < W; ++l) v[l] = a.softcap * std::tanh(v[l] / a.softcap);
+        }
+        const auto lo = static_cast<float>(a.lo[r + w]), hi = static_cast<float>(a.hi[r + w]);
+        v = (pos >= lo && pos <= hi) ? v : minus_inf;
+        store<V>((w == 0 ? s0 : s1) + (t - t0) * kAttendTile + h * W, v);
+      }
+    }
+  }
+}
+
+
+// acc[n][i0, i0 + K·W) = Σ_j p[n][j] · v_j[i0, i0 + K·W) for rows r .. r + NR − 1, over the keys any of
+// them sees (p is 0 outside a row's keys: adding those terms changes nothing), in NR·K registers; each
+// value row is read once for the NR rows.
+template <class V, class E, int K, int NR>
+[[gnu::always_inline]] inline void weighted_sum(const AttendRows& a, int r, const float* const* p, int i0, float* const* acc) {
+  constexpr int W = lanes<V>();
+  int64_t lo = a.lo[r], hi = a.hi[r];
+  for (int n = 1; n < NR; ++n) {
+    lo = std::min(lo, a.lo[r + n]);
+    hi = std::max(hi, a.hi[r + n]);
+  }
+  V o[NR][K] = {};
+  for (int64_t j = lo; j <= hi; ++j) {
+    const E* v = static_cast<const E*>(a.v[j - a.v_first]) + a.kv_offset + i0;
+    for (int k = 0; k < K; ++k) {
+      const V vk = load<V>(v + k * W);
+      for (int n = 0; n < NR; ++n) o[n][k] += p[n][j] * vk;
+    }
+  }
+  for (int n = 0; n < NR; ++n)
+    for (int k = 0; k < K; ++k) store<V>(acc[n] + i0 + k * W, o[n][k]);
+}
+
+// Every element of rows r .. r + NR − 1: KMAX vectors at a time, then the rest of the whole vectors,
+// then one by one.
+template <class V, class E, int NR, int KMAX>
+[[gnu::always_inline]] inline void weighted_sums(const AttendRows& a, int r, const float* const* p, float* const* acc) {
+  constexpr int W = lanes<V>();
+  static_assert(KMAX == 8);
+  const int hd = a.hd;
+  int i0 = 0;
+  for (; i0 + KMAX * W <= hd; i0 += KMAX * W) weighted_sum<V, E, KMAX, NR>(a, r, p, i0, acc);
+  switch ((hd - i0) / W) {
+    case 7: weighted_sum<V, E, 7, NR>(a, r, p, i0, acc); break;
+    case 6: weighted_sum<V, E, 6, NR>(a, r, p, i0, acc); break;
+    case 5: weighted_sum<V, E, 5, NR>(a, r, p, i0, acc); break;
+    case 4: weighted_sum<V, E, 4, NR>(a, r, p, i0, acc); break;
+    case 3: weighted_sum<V, E, 3, NR>(a, r, p, i0, acc); break;
+    case 2: weighted_sum<V, E, 2, NR>(a, r, p, i0, acc); break;
+    case 1: weighted_sum<V, E, 1, NR>(a, r, p, i0, acc); break;
+    default: break;
+  }
+  for (int n = 0; n < NR; ++n) {
+    for (int i = hd / W * W; i < hd; ++i) {
+      float sum = 0;
+      for (int64_t j = a.lo[r + n]; j <= a.hi[r + n]; ++j) sum += p[n][j] * to_float(static_cast<const E*>(a.v[j - a.v_first])[a.kv_offset + i]);
+      acc[n][i] = sum;
+    }
+  }
+}
+
+// Always inlined into the per-ISA entry points below, so it is compiled for each of them. With Wide
+// (32 registers of 16 floats, AVX-512) scores and sums run two rows at a time; with Narrow (16
+// registers of 8 floats, or pairs of 4) one row at a time.
+template <class T, class E>
+[[gnu::always_inline]] inline void attend(const AttendRows& a, float* buf) {
+  using V = typename T::F;
+  constexpr bool kPairs = lanes<V>() == 16;
+  int64_t jlo = a.lo[0], jhi = a.hi[0];
+  for (int r = 1; r < a.nq; ++r) {
+    jlo = std::min(jlo, a.lo[r]);
+    jhi = std::max(jhi, a.hi[r]);
+  }
+  const int64_t t0 = jlo / kAttendTile, t1 = jhi / kAttendTile, width = (t1 - t0 + 1) * kAttendTile;
+  const int hd = a.hd;
+  // Two rows of sums, the rows' 1 / Σ, then each row's scores over tiles [t0, t1].
+  float* acc = buf;
+  float* inv = buf + 2 * attend_sums_floats(hd);
+  float* scores = inv + attend_sums_floats(a.nq);
+  int r = 0;
+  if constexpr (kPairs) {
+    for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t0, t1, scores + r * width, scores + (r + 1) * width);
+  }
+  for (; r < a.nq; ++r) scores_of<T, E, false>(a, r, t0, t1, scores + r * width, nullptr);
+  for (r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
+    float* s = scores + r * width;
+    constexpr int W = lanes<V>();
+    V mv = V{} - std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < width; i += W) mv = vmax(mv, load<V>(s + i));
+    float mx = mv[0];
+    for (int l = 1; l < W; ++l) mx = std::max(mx, mv[l]);
+    // A sink is one more logit in the softmax whose value row is zero: it only enlarges the sum.
+    if (a.sink) mx = std::max(mx, a.sink[r]);
+    V sum = {};
+    for (int64_t i = 0; i < width; i += W) {
+      const V e = vexp<T>(load<V>(s + i) - mx);
+      sum += e;
+      store<V>(s + i, e);
+    }
+    float total = 0;
+    for (int l = 0; l < W; ++l) total += sum[l];
+    if (a.sink) total += std::exp(a.sink[r] - mx);
+    inv[r] = 1.0f / total;
+  }
+  // The weighted sums of value rows.
+  const auto p = [&](int row) { return scores + row * width - t0 * kAttendTile; };  // p(row)[j] for key j
+  r = 0;
+  if constexpr (kPairs) {
+    for (; r + 2 <= a.nq; r += 2) {
+      const float* ps[2] = {p(r), p(r + 1)};
+      float* sums[2] = {acc, acc + attend_sums_floats(hd)};
+      weighted_sums<V, E, 2, 8>(a, r, ps, sums);
+      for (int n = 0; n < 2; ++n)
+        for (int i = 0; i < hd; ++i) a.out[r + n][i] = sums[n][i] * inv[r + n];
+    }
+  }
+  for (; r < a.nq; ++r) {
+    const float* ps[1] = {p(r)};
+    float* sums[1] = {acc};
+    weighted_sums<V, E, 1, 8>(a, r, ps, sums);
+    for (int i = 0; i < hd; ++i) a.out[r][i] = acc[i] * inv[r];
+  }
+}
+
+
+// With 32 registers of 16 floats (AVX-512) scores and sums run two rows at a time; with 16 of 8
+// floats (AVX2), or pairs of 4, one row at a time.
+#if defined(__AVX512F__)
+using Vectors = Wide;
+#else
+using Vectors = Narrow;
+#endif
+
+}  // namespace
+
+void ZINC_ATTEND_ISA(attend)(const AttendRows& a, float* buf) {
+  if (a.f16) attend<Vectors, uint16_t>(a, buf);
+  else attend<Vectors, float>(a, buf);
+}
+
+void ZINC_ATTEND_ISA(halves_to_floats)(const uint16_t* h, float* out, int64_t n) {
+  using V = Vectors::F;
+  constexpr int W = lanes<V>();
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store<V>(out + i, load<V>(h + i));
+  for (; i < n; ++i) out[i] = quant::fp16_to_f32(h[i]);
+}
+
+void ZINC_ATTEND_ISA(transpose)(const float* const* rows, int64_t width, float* tile) {
+  for (int l = 0; l < kAttendTile; ++l) {
+    if (!rows[l]) {
+      for (int64_t c = 0; c < width; ++c) tile[c * kAttendTile + l] = 0.0f;
+      continue;
+    }
+    for (int64_t c = 0; c < width; ++c) tile[c * kAttendTile + l] = rows[l][c];
+  }
+}
+
+}  // namespace zinc::backend::cpu
