@@ -103,14 +103,16 @@ PackFn pack_fn(TensorType t) {
   }
 }
 
-// ---- activations --------------------------------------------------------------------------------
-
-size_t packed_activation_row_size(TensorType t, int64_t n) {
-  return t == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
+PackedTileFn tile_fn(TensorType t, int nt) {
+  const std::string isa = dot_isa_in_use();
+  if (isa == "avx512") return packed_tile_avx512(t, nt);
+  if (isa == "avx2") return packed_tile_avx2(t, nt);
+  return nullptr;
 }
 
-// The codes and scales quantize_activation() gives, in the packed kernels' blocks.
-void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int64_t n, std::vector<uint8_t>& tmp) {
+// The scalar packed activations: quantize_activation()'s blocks with their sums.
+void quantize_packed_scalar(TensorType t, const float* x, uint8_t* out, int64_t n) {
+  thread_local std::vector<uint8_t> tmp;
   tmp.resize(activation_row_size(t, n));
   quantize_activation(t, x, tmp.data(), n);
   if (t == TensorType::Q8_0) {
@@ -135,14 +137,18 @@ void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int6
   }
 }
 
-PackedTileFn tile_fn(TensorType t, int nt) {
-  const std::string isa = dot_isa_in_use();
-  if (isa == "avx512") return packed_tile_avx512(t, nt);
-  if (isa == "avx2") return packed_tile_avx2(t, nt);
-  return nullptr;
+}  // namespace
+
+size_t packed_activation_row_size(TensorType t, int64_t n) {
+  return t == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
 }
 
-}  // namespace
+void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int64_t n) {
+  static const bool avx2 = dot_isa_in_use() == "avx2" || dot_isa_in_use() == "avx512";
+  if (!avx2) return quantize_packed_scalar(t, x, out, n);
+  if (t == TensorType::Q8_0) quantize_q8_0p_avx2(x, reinterpret_cast<BlockQ8_0P*>(out), n / 32);
+  else quantize_q8_kp_avx2(x, reinterpret_cast<BlockQ8_KP*>(out), n / 256);
+}
 
 size_t packed_group_size(TensorType type, int64_t n) {
   switch (type) {
@@ -190,8 +196,7 @@ void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float*
   if (act_buf.size() < act_bytes) act_buf.resize(act_bytes);
   uint8_t* act = act_buf.data();
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    thread_local std::vector<uint8_t> tmp;  // the activation codes as quantize_activation() writes them
-    for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols, tmp);
+    for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols);
   });
   PackedTileFn tiles[kPackTokens + 1] = {};
   for (int nt = 1; nt <= kPackTokens; ++nt) tiles[nt] = tile_fn(w.type, nt);

@@ -111,4 +111,12 @@ using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, s
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
 PackedTileFn packed_tile_avx2(TensorType weight, int nt);
 
+// The activation row of n elements the packed kernels for `weight` read (BlockQ8_0P or BlockQ8_KP
+// blocks): the codes and scales quantize_activation() gives, with their sums.
+size_t packed_activation_row_size(TensorType weight, int64_t n);
+void quantize_packed_activation(TensorType weight, const float* x, uint8_t* out, int64_t n);
+// The same with AVX2 (the packed products use it where the CPU kernels are AVX2 or AVX-512).
+void quantize_q8_0p_avx2(const float* x, BlockQ8_0P* y, int64_t nb);
+void quantize_q8_kp_avx2(const float* x, BlockQ8_KP* y, int64_t nb);
+
 }  // namespace zinc::quant

@@ -275,7 +275,85 @@ PackedTileFn by_tokens(int nt) {
 }
 static_assert(kPackTokens == 8);
 
+// ---- activations --------------------------------------------------------------------------------
+
+// max |x| over n floats (a multiple of 8), NaN skipped: the integer maximum of the bit patterns, as
+// rounding.h's abs_max.
+inline float abs_max8(const float* x, int n) {
+  const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  __m256i m = _mm256_setzero_si256();
+  for (int j = 0; j < n; j += 8) {
+    const __m256i b = _mm256_and_si256(load256(x + j), abs);
+    m = _mm256_max_epi32(m, _mm256_andnot_si256(_mm256_cmpgt_epi32(b, inf), b));
+  }
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  float f;
+  const int32_t bits = _mm_cvtsi128_si32(h);
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Codes of 8 floats times id, clamped to ±127 (NaN → −127) and rounded as code_round_away (kAway) or
+// code_round_even (rounding.h), exactly.
+template <bool kAway>
+inline __m256i codes8(const float* x, __m256 id) {
+  __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), id);
+  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  if constexpr (kAway) {
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), f = _mm256_sub_ps(v, t), one = _mm256_set1_ps(1.0f);
+    v = _mm256_sub_ps(_mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one)),
+                      _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(-0.5f), _CMP_LE_OQ), one));
+  } else {
+    v = _mm256_sub_ps(_mm256_add_ps(v, _mm256_set1_ps(12582912.0f)), _mm256_set1_ps(12582912.0f));
+  }
+  return _mm256_cvttps_epi32(v);
+}
+
+inline int32_t hsum8(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  return _mm_cvtsi128_si32(h);
+}
+
+// 32 int32 codes (4 registers in order) → 32 bytes in order.
+inline void store_codes32(int8_t* out, const __m256i c[4]) {
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 }  // namespace
+
+void quantize_q8_0p_avx2(const float* x, BlockQ8_0P* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    const float d = abs_max8(x, 32) / 127;
+    const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    __m256i c[4];
+    for (int k = 0; k < 4; ++k) c[k] = codes8<true>(x + 8 * k, id);
+    store_codes32(y[i].qs, c);
+    y[i].d = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+    y[i].neg_sum128 = -128 * hsum8(_mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3])));
+  }
+}
+
+void quantize_q8_kp_avx2(const float* x, BlockQ8_KP* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 256) {
+    const float d = abs_max8(x, 256) / 127;
+    const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    y[i].d = d;
+    for (int s = 0; s < 8; ++s) {
+      __m256i c[4];
+      for (int k = 0; k < 4; ++k) c[k] = codes8<false>(x + 32 * s + 8 * k, id);
+      store_codes32(y[i].qs + 32 * s, c);
+      const int32_t lo = hsum8(_mm256_add_epi32(c[0], c[1])), hi = hsum8(_mm256_add_epi32(c[2], c[3]));
+      y[i].bsums[2 * s] = static_cast<int16_t>(lo);
+      y[i].bsums[2 * s + 1] = static_cast<int16_t>(hi);
+      y[i].bsum32[s] = static_cast<int16_t>(lo + hi);
+    }
+  }
+}
 
 PackedTileFn packed_tile_avx2(TensorType t, int nt) {
   switch (t) {
@@ -292,6 +370,8 @@ PackedTileFn packed_tile_avx2(TensorType t, int nt) {
 
 namespace zinc::quant {
 PackedTileFn packed_tile_avx2(TensorType, int) { return nullptr; }
+void quantize_q8_0p_avx2(const float*, BlockQ8_0P*, int64_t) {}
+void quantize_q8_kp_avx2(const float*, BlockQ8_KP*, int64_t) {}
 }  // namespace zinc::quant
 
 #endif

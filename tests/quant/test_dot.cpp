@@ -260,6 +260,54 @@ TEST(Dot, PackedMatmulMatchesTheReference) {
   if (ran == 0) GTEST_SKIP() << "this CPU (or ZINC_CPU_ISA) runs no packed kernels (" << dot_isa_in_use() << ")";
 }
 
+// The packed kernels' activation blocks hold exactly quantize_activation()'s codes and scales, with
+// the sums of their codes: random rows, rows with ties at ±0.5 (after scaling), zeros, NaN and an
+// infinity.
+TEST(Dot, PackedActivationsHoldTheQuantizersCodes) {
+  std::mt19937 rng(11);
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_K}) {
+    const int64_t n = 512;
+    std::vector<std::vector<float>> rows;
+    for (int k = 0; k < 4; ++k) rows.push_back(random_row(n, rng));
+    std::vector<float> ties(n);
+    for (int64_t i = 0; i < n; ++i) ties[i] = (i % 32 == 0) ? 127.0f : static_cast<float>(i % 255 - 127) + 0.5f;
+    rows.push_back(ties);
+    std::vector<float> special = random_row(n, rng);
+    for (int64_t i = 0; i < 32; ++i) special[i] = 0.0f;
+    special[40] = NAN;
+    special[300] = INFINITY;
+    special[301] = -2.5f;
+    rows.push_back(special);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      std::vector<uint8_t> want(activation_row_size(t, n)), got(packed_activation_row_size(t, n));
+      quantize_activation(t, rows[k].data(), want.data(), n);
+      quantize_packed_activation(t, rows[k].data(), got.data(), n);
+      if (t == TensorType::Q8_0) {
+        const auto* w = reinterpret_cast<const BlockQ8_0*>(want.data());
+        const auto* g = reinterpret_cast<const BlockQ8_0P*>(got.data());
+        for (int64_t i = 0; i < n / 32; ++i) {
+          int32_t sum = 0;
+          for (int e = 0; e < 32; ++e) {
+            ASSERT_EQ(g[i].qs[e], w[i].qs[e]) << "row " << k << " block " << i << " element " << e;
+            sum += w[i].qs[e];
+          }
+          ASSERT_EQ(g[i].d, fp16_to_f32(w[i].d)) << "row " << k << " block " << i;
+          ASSERT_EQ(g[i].neg_sum128, -128 * sum) << "row " << k << " block " << i;
+        }
+      } else {
+        const auto* w = reinterpret_cast<const BlockQ8_K*>(want.data());
+        const auto* g = reinterpret_cast<const BlockQ8_KP*>(got.data());
+        for (int64_t i = 0; i < n / 256; ++i) {
+          ASSERT_EQ(g[i].d, w[i].d) << "row " << k << " block " << i;
+          for (int e = 0; e < 256; ++e) ASSERT_EQ(g[i].qs[e], w[i].qs[e]) << "row " << k << " block " << i << " element " << e;
+          for (int s = 0; s < 16; ++s) ASSERT_EQ(g[i].bsums[s], w[i].bsums[s]) << "row " << k << " block " << i;
+          for (int s = 0; s < 8; ++s) ASSERT_EQ(g[i].bsum32[s], w[i].bsums[2 * s] + w[i].bsums[2 * s + 1]) << "row " << k << " block " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, CoversEveryIndexOnceAndRethrows) {
   ThreadPool pool(4);
   for (int64_t n : {1, 3, 4, 5, 1000}) {

@@ -38,13 +38,17 @@ typedef int32_t I8 __attribute__((vector_size(32)));
 typedef uint16_t H16 __attribute__((vector_size(32)));  // 16 fp16 bit patterns
 typedef uint16_t H8 __attribute__((vector_size(16)));
 static_assert(kAttendTile == 16);
+// Rows run two at a time (sharing each key and value vector they load); the weighted sums keep
+// kSumVectors vectors of each row in registers.
 struct Wide {
   using F = V16;
   using I = I16;
+  static constexpr int kSumVectors = 8;
 };
 struct Narrow {
   using F = V8;
   using I = I8;
+  static constexpr int kSumVectors = 4;
 };
 template <class V> struct Ints;
 template <> struct Ints<V16> { using I = I16; using H = H16; };
@@ -199,7 +203,7 @@ template <class V, class E, int K, int NR>
 template <class V, class E, int NR, int KMAX>
 [[gnu::always_inline]] inline void weighted_sums(const AttendRows& a, int r, const float* const* p, float* const* acc) {
   constexpr int W = lanes<V>();
-  static_assert(KMAX == 8);
+  static_assert(KMAX >= 1 && KMAX <= 8);
   const int hd = a.hd;
   int i0 = 0;
   for (; i0 + KMAX * W <= hd; i0 += KMAX * W) weighted_sum<V, E, KMAX, NR>(a, r, p, i0, acc);
@@ -222,13 +226,12 @@ template <class V, class E, int NR, int KMAX>
   }
 }
 
-// Always inlined into the per-ISA entry points below, so it is compiled for each of them. With Wide
-// (32 registers of 16 floats, AVX-512) scores and sums run two rows at a time; with Narrow (16
-// registers of 8 floats, or pairs of 4) one row at a time.
+// Always inlined into the entry points below. Scores and weighted sums run two rows at a time (the
+// last one alone when nq is odd).
 template <class T, class E>
 [[gnu::always_inline]] inline void attend(const AttendRows& a, float* buf) {
   using V = typename T::F;
-  constexpr bool kPairs = lanes<V>() == 16;
+  constexpr int KS = T::kSumVectors;
   int64_t jlo = a.lo[0], jhi = a.hi[0];
   for (int r = 1; r < a.nq; ++r) {
     jlo = std::min(jlo, a.lo[r]);
@@ -241,9 +244,7 @@ template <class T, class E>
   float* inv = buf + 2 * attend_sums_floats(hd);
   float* scores = inv + attend_sums_floats(a.nq);
   int r = 0;
-  if constexpr (kPairs) {
-    for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t0, t1, scores + r * width, scores + (r + 1) * width);
-  }
+  for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t0, t1, scores + r * width, scores + (r + 1) * width);
   for (; r < a.nq; ++r) scores_of<T, E, false>(a, r, t0, t1, scores + r * width, nullptr);
   for (r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
     float* s = scores + r * width;
@@ -267,27 +268,24 @@ template <class T, class E>
   }
   // The weighted sums of value rows.
   const auto p = [&](int row) { return scores + row * width - t0 * kAttendTile; };  // p(row)[j] for key j
-  r = 0;
-  if constexpr (kPairs) {
-    for (; r + 2 <= a.nq; r += 2) {
-      const float* ps[2] = {p(r), p(r + 1)};
-      float* sums[2] = {acc, acc + attend_sums_floats(hd)};
-      weighted_sums<V, E, 2, 8>(a, r, ps, sums);
-      for (int n = 0; n < 2; ++n)
-        for (int i = 0; i < hd; ++i) a.out[r + n][i] = sums[n][i] * inv[r + n];
-    }
+  for (r = 0; r + 2 <= a.nq; r += 2) {
+    const float* ps[2] = {p(r), p(r + 1)};
+    float* sums[2] = {acc, acc + attend_sums_floats(hd)};
+    weighted_sums<V, E, 2, KS>(a, r, ps, sums);
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < hd; ++i) a.out[r + n][i] = sums[n][i] * inv[r + n];
   }
   for (; r < a.nq; ++r) {
     const float* ps[1] = {p(r)};
     float* sums[1] = {acc};
-    weighted_sums<V, E, 1, 8>(a, r, ps, sums);
+    weighted_sums<V, E, 1, KS>(a, r, ps, sums);
     for (int i = 0; i < hd; ++i) a.out[r][i] = acc[i] * inv[r];
   }
 }
 
 
-// With 32 registers of 16 floats (AVX-512) scores and sums run two rows at a time; with 16 of 8
-// floats (AVX2), or pairs of 4, one row at a time.
+// 16-float vectors with AVX-512 (32 registers), 8-float ones otherwise (16 AVX2 registers, or pairs
+// of 4).
 #if defined(__AVX512F__)
 using Vectors = Wide;
 #else

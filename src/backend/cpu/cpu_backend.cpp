@@ -255,6 +255,16 @@ class CpuExecutable final : public SequencedExecutable {
     std::memcpy(state_at(node, dst), state_at(node, src), state_floats_[node] * sizeof(float));
   }
 
+  // fn(first, end) over rows [0, n) of `width` floats: split among the threads when the rows hold
+  // enough elements to pay for it (prompts), else on this thread (a decode step's single rows). Each
+  // row's result is the same either way.
+  template <class Fn>
+  void by_rows(int64_t n, int64_t width, const Fn& fn) {
+    if (n < 2 || n * width < kParallelElements) return fn(0, n);
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) { fn(b, e); });
+  }
+  static constexpr int64_t kParallelElements = 16384;
+
   float* buf(TensorId id) { return arena_.data() + offset_[static_cast<size_t>(id)]; }
   const float* buf(TensorId id) const { return arena_.data() + offset_[static_cast<size_t>(id)]; }
   const void* w(TensorId id) const { return weights_->ptr[static_cast<size_t>(id)]; }
@@ -271,12 +281,14 @@ class CpuExecutable final : public SequencedExecutable {
         const auto& wt = g_.tensor(node.in[0]);
         const size_t rs = quant::row_size(wt.type, wt.ne[0]);
         const auto* base = static_cast<const uint8_t*>(w(node.in[0]));
-        for (int64_t t = 0; t < n; ++t) {
-          quant::dequantize_row(wt.type, base + rs * static_cast<size_t>(step.tokens[static_cast<size_t>(t)]), out + t * width, width);
-          if (node.embed().scale != 1.0f) {
-            for (int64_t i = 0; i < width; ++i) out[t * width + i] *= node.embed().scale;
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            quant::dequantize_row(wt.type, base + rs * static_cast<size_t>(step.tokens[static_cast<size_t>(t)]), out + t * width, width);
+            if (node.embed().scale != 1.0f) {
+              for (int64_t i = 0; i < width; ++i) out[t * width + i] *= node.embed().scale;
+            }
           }
-        }
+        });
         break;
       }
       case Op::RmsNorm: {
@@ -285,7 +297,10 @@ class CpuExecutable final : public SequencedExecutable {
         std::vector<float> wbuf;
         if (node.in.size() > 1) wv = f32_weight(node.in[1], wbuf);
         const int64_t group = node.norm().group > 0 ? node.norm().group : width;
-        cpu::rms_norm(buf(node.in[0]), wv, out, width, group, n, node.norm().eps, node.norm().offset);
+        const float* x = buf(node.in[0]);
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          cpu::rms_norm(x + t0 * width, wv, out + t0 * width, width, group, t1 - t0, node.norm().eps, node.norm().offset);
+        });
         break;
       }
       case Op::MatMul: {
@@ -304,9 +319,11 @@ class CpuExecutable final : public SequencedExecutable {
         n = in_rows(0);
         const float* a = buf(node.in[0]);
         const float* b = buf(node.in[1]);
-        const int64_t count = n * width;
-        if (node.op == Op::Add) for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
-        else for (int64_t i = 0; i < count; ++i) out[i] = a[i] * b[i];
+        const bool add = node.op == Op::Add;
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          if (add) for (int64_t i = t0 * width; i < t1 * width; ++i) out[i] = a[i] + b[i];
+          else for (int64_t i = t0 * width; i < t1 * width; ++i) out[i] = a[i] * b[i];
+        });
         break;
       }
       case Op::Rope: {
@@ -315,8 +332,10 @@ class CpuExecutable final : public SequencedExecutable {
         const float* factors = node.in.size() > 1 ? f32_weight(node.in[1], fbuf) : nullptr;
         const graph::RopeOpParams& r = node.rope();
         for (const Part& p : parts_) {  // each sequence's tokens at its own positions
-          cpu::rope(buf(node.in[0]) + p.first * width, out + p.first * width, p.step.n_tokens, r.n_head, r.head_dim,
-                    r.n_rot, r.mode, r.rope, factors, p.step.n_past);
+          by_rows(p.step.n_tokens, width, [&](int64_t t0, int64_t t1) {
+            cpu::rope(buf(node.in[0]) + (p.first + t0) * width, out + (p.first + t0) * width, t1 - t0, r.n_head, r.head_dim,
+                      r.n_rot, r.mode, r.rope, factors, static_cast<int32_t>(p.step.n_past + t0));
+          });
         }
         break;
       }
@@ -326,15 +345,21 @@ class CpuExecutable final : public SequencedExecutable {
         break;
       case Op::SwiGLU:
         n = in_rows(0);
-        cpu::swiglu(buf(node.in[0]), buf(node.in[1]), out, n * width);
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          cpu::swiglu(buf(node.in[0]) + t0 * width, buf(node.in[1]) + t0 * width, out + t0 * width, (t1 - t0) * width);
+        });
         break;
       case Op::GeGLU:
         n = in_rows(0);
-        cpu::geglu(buf(node.in[0]), buf(node.in[1]), out, n * width);
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          cpu::geglu(buf(node.in[0]) + t0 * width, buf(node.in[1]) + t0 * width, out + t0 * width, (t1 - t0) * width);
+        });
         break;
       case Op::Softcap:
         n = in_rows(0);
-        cpu::softcap(buf(node.in[0]), out, n * width, node.softcap().cap);
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          cpu::softcap(buf(node.in[0]) + t0 * width, out + t0 * width, (t1 - t0) * width, node.softcap().cap);
+        });
         break;
       case Op::MoE:
         n = in_rows(0);
@@ -588,19 +613,21 @@ class CpuExecutable final : public SequencedExecutable {
     for (size_t pi = 0; pi < parts_.size(); ++pi) {
       const Part& p = parts_[pi];
       // Append the part's rows.
-      std::vector<uint8_t>& key = row_scratch_;
-      key.resize(rb);
-      for (int64_t t = 0; t < p.step.n_tokens; ++t) {
-        const auto pos = static_cast<int32_t>(p.step.n_past + t);
-        quant::quantize_row(kv_storage_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
-        if (!tiled) {
-          quant::quantize_row(kv_storage_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
-          continue;
+      by_rows(p.step.n_tokens, 2 * kw, [&](int64_t t0, int64_t t1) {
+        thread_local std::vector<uint8_t> key;
+        key.resize(rb);
+        for (int64_t t = t0; t < t1; ++t) {
+          const auto pos = static_cast<int32_t>(p.step.n_past + t);
+          quant::quantize_row(kv_storage_, v + (p.first + t) * kw, row(v_[l], l, p.step.seq, pos), kw);
+          if (!tiled) {
+            quant::quantize_row(kv_storage_, k + (p.first + t) * kw, row(k_[l], l, p.step.seq, pos), kw);
+            continue;
+          }
+          quant::quantize_row(kv_storage_, k + (p.first + t) * kw, key.data(), kw);
+          const int in_block = pos % kKvBlock;
+          key_row(l, key_tile(l, p.step.seq, pos) - static_cast<size_t>(in_block / cpu::kAttendTile * cpu::kAttendTile) * rb, in_block, key.data(), true);
         }
-        quant::quantize_row(kv_storage_, k + (p.first + t) * kw, key.data(), kw);
-        const int in_block = pos % kKvBlock;
-        key_row(l, key_tile(l, p.step.seq, pos) - static_cast<size_t>(in_block / cpu::kAttendTile * cpu::kAttendTile) * rb, in_block, key.data(), true);
-      }
+      });
       // The positions it sees, in tiles from the aligned position before the first.
       const int64_t first = node.attention().sliding_window > 0 ? std::max<int64_t>(0, p.step.n_past - node.attention().sliding_window + 1) : 0;
       const int64_t rows = p.step.n_past + p.step.n_tokens - first;
@@ -756,7 +783,6 @@ class CpuExecutable final : public SequencedExecutable {
   std::vector<int64_t> seen_;
   std::vector<std::vector<float>> decoded_;  // scratch for decoded rows, reused step after step
   size_t decoded_used_ = 0;
-  std::vector<uint8_t> row_scratch_;  // one key row before it is tiled
   std::vector<AttnJob> jobs_;  // the attention's jobs, rebuilt per layer in the same storage
   int64_t logit_rows_ = 0;
   std::vector<int64_t> rows_;               // rows each activation held in the last step
