@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -43,6 +44,28 @@ void pack_q8_0(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst)
       const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(r) * row_bytes)[i];
       p.d[r] = b.d;
       for (int e = 0; e < 32; ++e) p.qs[e / 4][4 * r + e % 4] = static_cast<uint8_t>(b.qs[e] + 128);
+    }
+  }
+}
+
+// Q4_0, IQ4_NL (B: their block, P: PackQ4_0) and MXFP4 (PackMXFP4): element j of a block is nibble j
+// of its 16 bytes (low nibbles first).
+template <class B, class P>
+void pack_nibbles32(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<P*>(dst);
+  for (int64_t i = 0; i < cols / 32; ++i) {
+    P& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const B& b = reinterpret_cast<const B*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      if constexpr (std::is_same_v<P, PackMXFP4>) p.e[r] = b.e;
+      else p.d[r] = b.d;
+      uint8_t code[32];
+      for (int j = 0; j < 16; ++j) {
+        code[j] = b.qs[j] & 15;
+        code[j + 16] = b.qs[j] >> 4;
+      }
+      for (int q = 0; q < 4; ++q)
+        for (int k = 0; k < 4; ++k) p.qs[q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
     }
   }
 }
@@ -97,6 +120,9 @@ using PackFn = void (*)(const uint8_t* src, size_t row_bytes, int64_t cols, uint
 PackFn pack_fn(TensorType t) {
   switch (t) {
     case TensorType::Q8_0: return pack_q8_0;
+    case TensorType::Q4_0: return pack_nibbles32<BlockQ4_0, PackQ4_0>;
+    case TensorType::IQ4_NL: return pack_nibbles32<BlockIQ4_NL, PackQ4_0>;
+    case TensorType::MXFP4: return pack_nibbles32<BlockMXFP4, PackMXFP4>;
     case TensorType::Q4_K: return pack_q4_k;
     case TensorType::Q6_K: return pack_q6_k;
     default: return nullptr;
@@ -115,7 +141,7 @@ void quantize_packed_scalar(TensorType t, const float* x, uint8_t* out, int64_t 
   thread_local std::vector<uint8_t> tmp;
   tmp.resize(activation_row_size(t, n));
   quantize_activation(t, x, tmp.data(), n);
-  if (t == TensorType::Q8_0) {
+  if (dot_activation_type(t) == TensorType::Q8_0) {
     const auto* in = reinterpret_cast<const BlockQ8_0*>(tmp.data());
     auto* o = reinterpret_cast<BlockQ8_0P*>(out);
     for (int64_t i = 0; i < n / 32; ++i) {
@@ -140,19 +166,21 @@ void quantize_packed_scalar(TensorType t, const float* x, uint8_t* out, int64_t 
 }  // namespace
 
 size_t packed_activation_row_size(TensorType t, int64_t n) {
-  return t == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
+  return dot_activation_type(t) == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
 }
 
 void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int64_t n) {
   static const bool avx2 = dot_isa_in_use() == "avx2" || dot_isa_in_use() == "avx512";
   if (!avx2) return quantize_packed_scalar(t, x, out, n);
-  if (t == TensorType::Q8_0) quantize_q8_0p_avx2(x, reinterpret_cast<BlockQ8_0P*>(out), n / 32);
+  if (dot_activation_type(t) == TensorType::Q8_0) quantize_q8_0p_avx2(x, reinterpret_cast<BlockQ8_0P*>(out), n / 32);
   else quantize_q8_kp_avx2(x, reinterpret_cast<BlockQ8_KP*>(out), n / 256);
 }
 
 size_t packed_group_size(TensorType type, int64_t n) {
   switch (type) {
     case TensorType::Q8_0: return static_cast<size_t>(n / 32) * sizeof(PackQ8_0);
+    case TensorType::Q4_0: case TensorType::IQ4_NL: return static_cast<size_t>(n / 32) * sizeof(PackQ4_0);
+    case TensorType::MXFP4: return static_cast<size_t>(n / 32) * sizeof(PackMXFP4);
     case TensorType::Q4_K: return static_cast<size_t>(n / 256) * sizeof(PackQ4_K);
     case TensorType::Q6_K: return static_cast<size_t>(n / 256) * sizeof(PackQ6_K);
     default: throw Error(fmt::format("no packed layout for {} weights", gguf::tensor_type_name(type)));

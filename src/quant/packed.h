@@ -8,6 +8,9 @@
 //
 // Layouts (per group of 16 rows, per block of the original format; all codes unsigned):
 //   Q8_0: the 16 scales, then 8 registers of codes + 128 (lane r: 4 codes of row r).
+//   Q4_0, IQ4_NL, MXFP4: the 16 scales (fp16; MXFP4: the E8M0 exponent bytes), then 4 registers of
+//         packed nibbles (low: elements 8q..8q+3, high: 8q+4..8q+7), codes as stored (kernels map them
+//         to values through a 16-entry table).
 //   Q4_K: scales d and dmin, the 6-bit sub-block scales and minimums one byte each, then per
 //         32-element sub-block 4 registers of packed nibbles (low: elements 8p..8p+3, high: 8p+4..8p+7).
 //   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
@@ -34,6 +37,14 @@ struct PackQ8_0 {
   uint16_t d[kPackRows];
   uint8_t qs[8][64];
 };
+struct PackQ4_0 {  // also IQ4_NL
+  uint16_t d[kPackRows];
+  uint8_t qs[4][64];
+};
+struct PackMXFP4 {
+  uint8_t e[kPackRows];
+  uint8_t qs[4][64];
+};
 struct PackQ4_K {
   uint16_t d[kPackRows], dmin[kPackRows];
   uint8_t sc[8][kPackRows];      // sub-block s, row r
@@ -49,6 +60,7 @@ struct PackQ6_K {
   uint8_t q[16][3][64];
 };
 static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ6_K) == 3616);
+static_assert(sizeof(PackQ4_0) == 288 && sizeof(PackMXFP4) == 272);
 
 // Activation blocks of the packed kernels.
 struct BlockQ8_0P {  // a Q8_0 block with its scale as a float and −128 × the sum of its codes
