@@ -129,8 +129,9 @@ PackFn pack_fn(TensorType t) {
   }
 }
 
+// The kernels of the instruction set dot_kernel() uses (fixed for the process).
 PackedTileFn tile_fn(TensorType t, int nt) {
-  const std::string isa = dot_isa_in_use();
+  static const std::string isa = dot_isa_in_use();
   if (isa == "avx512") return packed_tile_avx512(t, nt);
   if (isa == "avx2") return packed_tile_avx2(t, nt);
   return nullptr;
@@ -170,7 +171,7 @@ size_t packed_activation_row_size(TensorType t, int64_t n) {
 }
 
 void quantize_packed_activation(TensorType t, const float* x, uint8_t* out, int64_t n) {
-  static const bool avx2 = dot_isa_in_use() == "avx2" || dot_isa_in_use() == "avx512";
+  static const bool avx2 = dot_isa_in_use() == "avx2" || dot_isa_in_use() == "avx512";  // AVX-512 CPUs have AVX2
   if (!avx2) return quantize_packed_scalar(t, x, out, n);
   if (dot_activation_type(t) == TensorType::Q8_0) quantize_q8_0p_avx2(x, reinterpret_cast<BlockQ8_0P*>(out), n / 32);
   else quantize_q8_kp_avx2(x, reinterpret_cast<BlockQ8_KP*>(out), n / 256);

@@ -213,13 +213,15 @@ class CpuExecutable final : public SequencedExecutable {
   void kv_read(size_t l, bool v, size_t offset, void* out, size_t bytes) const override {
     if (v || !tiled_keys()) return (void)std::memcpy(out, (v ? v_ : k_)[l].data() + offset, bytes);
     const size_t rb = kv_row_bytes_[l];
-    for (size_t r = 0; r < bytes / rb; ++r) key_row(l, k_[l].data() + offset, static_cast<int>(r), static_cast<uint8_t*>(out) + r * rb, false);
+    for (size_t r = 0; r < bytes / rb; ++r) {
+      const KeyLane k = key_lane(l, const_cast<uint8_t*>(k_[l].data()) + offset, static_cast<int>(r));
+      for (size_t c = 0; c < k.width; ++c) std::memcpy(static_cast<uint8_t*>(out) + r * rb + c * k.elem, k.at(c), k.elem);
+    }
   }
   void kv_write(size_t l, bool v, size_t offset, const void* in, size_t bytes) override {
     if (v || !tiled_keys()) return (void)std::memcpy((v ? v_ : k_)[l].data() + offset, in, bytes);
     const size_t rb = kv_row_bytes_[l];
-    for (size_t r = 0; r < bytes / rb; ++r)
-      key_row(l, k_[l].data() + offset, static_cast<int>(r), const_cast<uint8_t*>(static_cast<const uint8_t*>(in)) + r * rb, true);
+    for (size_t r = 0; r < bytes / rb; ++r) store_key(l, k_[l].data() + offset, static_cast<int>(r), static_cast<const uint8_t*>(in) + r * rb);
   }
 
   // Keys of an F32 or F16 cache are stored as the attention reads them: each block of kKvBlock
@@ -227,21 +229,28 @@ class CpuExecutable final : public SequencedExecutable {
   // Other storage types keep rows.
   bool tiled_keys() const { return kv_storage_ == gguf::TensorType::F32 || kv_storage_ == gguf::TensorType::F16; }
   static_assert(kKvBlock % cpu::kAttendTile == 0);
-  // Row r of the tiled keys of the block at `block` copied out to `row` (or in from it when `in`).
-  void key_row(size_t l, const uint8_t* block, int r, uint8_t* row, bool in) const {
-    const size_t elem = kv_storage_ == gguf::TensorType::F32 ? 4 : 2, width = kv_row_bytes_[l] / elem;
-    auto* tile = const_cast<uint8_t*>(block) + static_cast<size_t>(r / cpu::kAttendTile) * cpu::kAttendTile * kv_row_bytes_[l];
-    const auto lane = static_cast<size_t>(r % cpu::kAttendTile);
-    for (size_t c = 0; c < width; ++c) {
-      uint8_t* t = tile + (c * cpu::kAttendTile + lane) * elem;
-      if (in) std::memcpy(t, row + c * elem, elem);
-      else std::memcpy(row + c * elem, t, elem);
-    }
+  // Where the elements of row r of a block of tiled keys are.
+  struct KeyLane {
+    uint8_t* tile;
+    size_t lane, elem, width;
+    uint8_t* at(size_t c) const { return tile + (c * cpu::kAttendTile + lane) * elem; }
+  };
+  KeyLane key_lane(size_t l, uint8_t* block, int r) const {
+    const size_t elem = kv_storage_ == gguf::TensorType::F32 ? 4 : 2;
+    return {block + static_cast<size_t>(r / cpu::kAttendTile) * cpu::kAttendTile * kv_row_bytes_[l], static_cast<size_t>(r % cpu::kAttendTile),
+            elem, kv_row_bytes_[l] / elem};
   }
-  // The tile of keys holding position `pos` of a sequence (tiled_keys).
-  const uint8_t* key_tile(size_t layer, int32_t seq, int32_t pos) const {
-    const auto block = static_cast<size_t>(blocks_.block(seq, pos));
-    return k_[layer].data() + (block * kKvBlock + static_cast<size_t>(pos % kKvBlock / cpu::kAttendTile * cpu::kAttendTile)) * kv_row_bytes_[layer];
+  // Row r of a block of tiled keys from a row of the storage type.
+  void store_key(size_t l, uint8_t* block, int r, const uint8_t* row) const {
+    const KeyLane k = key_lane(l, block, r);
+    for (size_t c = 0; c < k.width; ++c) std::memcpy(k.at(c), row + c * k.elem, k.elem);
+  }
+  // The block of keys holding position `pos` of a sequence, and the tile holding it (tiled_keys).
+  uint8_t* key_block(size_t layer, int32_t seq, int32_t pos) {
+    return k_[layer].data() + static_cast<size_t>(blocks_.block(seq, pos)) * kKvBlock * kv_row_bytes_[layer];
+  }
+  const uint8_t* key_tile(size_t layer, int32_t seq, int32_t pos) {
+    return key_block(layer, seq, pos) + static_cast<size_t>(pos % kKvBlock / cpu::kAttendTile * cpu::kAttendTile) * kv_row_bytes_[layer];
   }
   float* state_at(size_t node, int32_t seq) { return state_[node].data() + static_cast<size_t>(seq) * state_floats_[node]; }
   void state_read(size_t node, int32_t seq, float* out) const override {
@@ -624,8 +633,7 @@ class CpuExecutable final : public SequencedExecutable {
             continue;
           }
           quant::quantize_row(kv_storage_, k + (p.first + t) * kw, key.data(), kw);
-          const int in_block = pos % kKvBlock;
-          key_row(l, key_tile(l, p.step.seq, pos) - static_cast<size_t>(in_block / cpu::kAttendTile * cpu::kAttendTile) * rb, in_block, key.data(), true);
+          store_key(l, key_block(l, p.step.seq, pos), pos % kKvBlock, key.data());
         }
       });
       // The positions it sees, in tiles from the aligned position before the first.
