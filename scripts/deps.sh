@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages ZINC needs, and nothing when they are all present.
 # Usage: scripts/deps.sh [--test]   (--test adds what the test suite needs: GoogleTest, clang, libFuzzer,
-# tmux for the terminal-chat test, curl and chromium for the server tests, man and groff for the manual page)
+# tmux for the terminal-chat test, curl, chromium and haproxy for the server tests, man and groff for the manual page)
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config git
       libvulkan-dev libvulkan-volk-dev glslang-dev glslang-tools mesa-vulkan-drivers
       libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libedit-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium man-db groff-base)
+  pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium haproxy man-db groff-base)
 fi
 
 missing() {

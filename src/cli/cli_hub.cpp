@@ -1,6 +1,9 @@
 // Managed models: `zinc pull` (download with progress, resume and verification), `zinc list` (installed,
-// or --available: the catalog with what fits this machine) and `zinc rm`.
+// or --available: the catalog with what fits this machine), `zinc rm`, and `zinc ps` (what a running
+// server has loaded).
 #include <fmt/format.h>
+
+#include <httplib.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -13,6 +16,7 @@
 #include "core/system_info.h"
 #include "hub/catalog.h"
 #include "hub/store.h"
+#include "server/models.h"
 
 namespace zinc::cli {
 
@@ -173,6 +177,68 @@ int run_list(bool available, bool markdown, const GlobalOptions& global) {
   return 0;
 }
 
+struct PsArgs {
+  std::string url = "http://127.0.0.1:8080";
+  std::string api_key;
+  bool all = false, markdown = false;
+};
+
+// `zinc ps`: the models a running server has loaded (GET /v1/models), or with --all every one it serves.
+int run_ps(const PsArgs& a, const GlobalOptions& global) {
+  std::string url = a.url;
+  if (url.find("://") == std::string::npos) url = "http://" + url;
+  while (url.ends_with('/')) url.pop_back();
+  httplib::Client client(url);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  httplib::Headers headers;
+  if (!a.api_key.empty()) headers.emplace("Authorization", "Bearer " + a.api_key);
+  const auto res = client.Get("/v1/models", headers);
+  if (!res) throw Error(fmt::format("{}: no server answers there ({})", url, httplib::to_string(res.error())));
+  if (res->status != 200) throw Error(fmt::format("{}/v1/models answered {}: {}", url, res->status, res->body));
+  json models;
+  try {
+    models = json::parse(res->body).at("data");
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}/v1/models: not a model list ({})", url, e.what()));
+  }
+  json shown = json::array();
+  for (const auto& m : models) {
+    if (a.all || m.value("status", "loaded") != "available") shown.push_back(m);
+  }
+  if (global.json) {
+    fmt::print("{}\n", shown.dump(2));
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& m : shown) {
+    const std::string status = m.value("status", "loaded");
+    std::string until = "-";
+    if (status == "loaded") {
+      if (m.value("pinned", false)) {
+        until = "kept (-m)";
+      } else if (m.value("requests", 0) > 0) {
+        until = "in use";
+      } else if (m.contains("expires_in") && m["expires_in"].is_number()) {
+        until = "idle, unloads in " + server::format_duration(m["expires_in"].get<double>());
+      } else {
+        until = "idle, kept";
+      }
+    }
+    const json meta = m.value("meta", json::object());
+    rows.push_back({m.value("id", ""), status, format_bytes(m.value("bytes", uint64_t{0})), meta.value("backend", "-"),
+                    meta.contains("n_ctx") ? std::to_string(meta["n_ctx"].get<int64_t>()) : "-",
+                    meta.contains("slots") ? fmt::format("{}/{}", meta.value("slots_busy", 0), meta.value("slots", 0)) : "-",
+                    until});
+  }
+  if (rows.empty()) {
+    fmt::print("{} has no model loaded{}\n", url, a.all ? "" : " (--all lists those it can load)");
+    return 0;
+  }
+  print_table({"model", "status", "size", "backend", "context", "busy", "until"}, rows, a.markdown);
+  return 0;
+}
+
 void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
   auto p = std::make_shared<PullArgs>();
   CLI::App* pull = app.add_subcommand("pull", "Download a model: a catalog id, hf://owner/repo/file.gguf or an https:// URL");
@@ -198,6 +264,14 @@ void add_hub_commands(CLI::App& app, const GlobalOptions& global, Runner& run) {
   list->callback([available, markdown, &global, &run] {
     run = [available, markdown, &global] { return run_list(*available, *markdown, global); };
   });
+
+  auto ps = std::make_shared<PsArgs>();
+  CLI::App* ps_cmd = app.add_subcommand("ps", "Models a running zinc serve has loaded (--all: every one it serves)");
+  ps_cmd->add_option("--url", ps->url, "The server")->capture_default_str();
+  ps_cmd->add_option("--api-key", ps->api_key, "Its API key (zinc serve --api-key)");
+  ps_cmd->add_flag("--all", ps->all, "Also the models it would load on demand");
+  ps_cmd->add_flag("--markdown", ps->markdown, "A Markdown table instead of aligned columns");
+  ps_cmd->callback([ps, &global, &run] { run = [ps, &global] { return run_ps(*ps, global); }; });
 
   auto id = std::make_shared<std::string>();
   CLI::App* rm = app.add_subcommand("rm", "Remove an installed model");

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "hub/store.h"
 #include "sample/grammar.h"
+#include "server/models.h"
+#include "server/openai.h"
 #include "server/server.h"
 
 namespace zinc::cli {
@@ -21,7 +23,10 @@ struct ServeArgs {
   GenerationArgs gen;
   server::ServerOptions server;
   int parallel = 1, queue = 32, batch_tokens = 256;
-  std::string alias;
+  std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
+  std::string models_dir, keep_alive = "5m";
+  int max_models = 3;
+  double models_mem_gb = 0;
 };
 
 std::atomic<server::Server*> g_server{nullptr};
@@ -32,9 +37,6 @@ extern "C" void on_stop_signal(int) {
 }
 
 int run_serve(ServeArgs& a) {
-  const std::string path = hub::resolve_model_path(a.gen.model);
-  auto file = gguf::File::open(path);
-  auto tok = tokenizer::Tokenizer::from_gguf(file);
   server::EngineOptions eo;
   eo.n_slots = a.parallel;
   eo.queue_limit = a.queue;
@@ -44,10 +46,28 @@ int run_serve(ServeArgs& a) {
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
   auto& so = a.server;
-  // Clients name the model by its alias, its installed id, or the file's name without .gguf.
-  so.model_id = !a.alias.empty()                 ? a.alias
-                : path != a.gen.model            ? a.gen.model
-                                                 : std::filesystem::path(a.gen.model).stem().string();
+  std::string alias;
+  for (const auto& n : a.aliases) {
+    const auto eq = n.find('=');
+    if (eq == std::string::npos) {
+      alias = n;
+    } else if (eq == 0 || eq + 1 == n.size()) {
+      throw Error(fmt::format("--alias {}: give NAME=MODEL, or NAME for the model -m names", n));
+    } else {
+      so.models.aliases.emplace_back(n.substr(0, eq), n.substr(eq + 1));
+    }
+  }
+  if (!alias.empty() && a.gen.model.empty()) throw Error(fmt::format("--alias {}: there is no -m model to name", alias));
+  // Models on demand: those under --models-dir, or the installed ones when no model is given at all.
+  so.models.dir = a.models_dir;
+  so.models.installed = a.gen.model.empty() && a.models_dir.empty();
+  so.models.keep_alive_s = server::parse_keep_alive(nlohmann::ordered_json(a.keep_alive), "--keep-alive");
+  so.models.max_loaded = a.max_models;
+  so.models.memory_bytes = static_cast<uint64_t>(a.models_mem_gb * 1e9);
+  if (so.models.installed && hub::installed_models().empty()) {
+    throw Error("zinc serve needs a model: -m FILE.gguf (or an installed id), --models-dir DIR, or installed models "
+                "(zinc pull ID)");
+  }
   so.defaults = a.gen.sampler_params(a.gen.ctx);
   so.enable_thinking = a.gen.enable_thinking();
   so.reasoning_budget = a.gen.reasoning_budget;
@@ -56,13 +76,35 @@ int run_serve(ServeArgs& a) {
   so.context_shift = a.gen.context_shift;
   so.n_keep = a.gen.n_keep;
   so.max_tokens = a.gen.n_predict;  // -n: the limit of a request that sets none
-  server::Server srv(file, tok, chat_template(a.gen, file, tok), eo, so);
+  std::optional<gguf::File> file;
+  std::optional<tokenizer::Tokenizer> tok;
+  std::unique_ptr<server::Server> server;
+  if (!a.gen.model.empty()) {
+    const std::string path = hub::resolve_model_path(a.gen.model);
+    file.emplace(gguf::File::open(path));
+    tok.emplace(tokenizer::Tokenizer::from_gguf(*file));
+    // Clients name the model by its alias, its installed id, or the file's name without .gguf.
+    so.model_id = !alias.empty()         ? alias
+                  : path != a.gen.model ? a.gen.model
+                                        : std::filesystem::path(a.gen.model).stem().string();
+    server = std::make_unique<server::Server>(*file, *tok, chat_template(a.gen, *file, *tok), eo, so);
+  } else {
+    if (!a.gen.chat_template_file.empty()) throw Error("--chat-template applies to the -m model: give one");
+    server = std::make_unique<server::Server>(eo, so);
+  }
+  server::Server& srv = *server;
   const int port = srv.bind();
   g_server.store(&srv);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  fmt::print(stderr, "zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI and Anthropic APIs at /v1)\n", so.model_id,
-             so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
+  // One write: a reader that waits for the address gets the whole startup message.
+  std::string line = so.model_id.empty()
+      ? fmt::format("zinc serve: models on http://{}:{}/ ({} slot{} of {} tokens each; OpenAI and Anthropic APIs at /v1)\n",
+                    so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx)
+      : fmt::format("zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI and Anthropic APIs at /v1)\n",
+                    so.model_id, so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
+  if (const std::string on_demand = srv.models_summary(); !on_demand.empty()) line += "zinc serve: " + on_demand + "\n";
+  fmt::print(stderr, "{}", line);
   srv.run();
   g_server.store(nullptr);
   fmt::print(stderr, "zinc serve: stopped\n");
@@ -74,6 +116,10 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
   a->gen.sampling = sample::SamplerParams::chat();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API, with a web chat page");
   add_generation_options(cmd, a->gen, true);
+  // Without a model, the server loads models on demand (--models-dir, or the installed ones).
+  cmd->get_option("--model")->required(false)->description(
+      "GGUF model file, or an installed model id (zinc list): loaded at start and kept. Without one (and without "
+      "--models-dir) the installed models are served on demand");
   cmd->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->server.port, "Port (0 = any free one)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", a->server.api_key, "Require Authorization: Bearer KEY on the API");
@@ -98,7 +144,24 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
                   "Pooling of /v1/embeddings requests that name none: mean, cls or last (default: the model's own; "
                   "models that declare none then need it in the request)")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
-  cmd->add_option("--alias", a->alias, "Model name clients use (default: the file name without .gguf)");
+  cmd->add_option("--alias", a->aliases,
+                  "NAME: the name clients use for the -m model (default: the file name without .gguf); NAME=MODEL: "
+                  "another name for a model (repeatable)");
+  cmd->add_option("--models-dir", a->models_dir,
+                  "Serve every GGUF file under DIR (named by its path without .gguf), each loaded when a request "
+                  "names it")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--keep-alive", a->keep_alive,
+                  "How long a model loaded on demand stays after its last request (30s, 5m, 1h; -1: until room is "
+                  "needed; a request's keep_alive overrides it)")
+      ->capture_default_str();
+  cmd->add_option("--max-models", a->max_models,
+                  "Models loaded at once (the least recently used idle one is unloaded for another; 0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--models-mem", a->models_mem_gb,
+                  "GB the loaded models may hold together (files or device weights, plus device contexts; 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--strict-model-names", a->server.strict_model_names,
                 "Answer a request naming another model with 404 (default: the served model answers it)");
   cmd->callback([a, &run] { run = [a] { return run_serve(*a); }; });

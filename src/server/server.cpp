@@ -21,6 +21,7 @@
 #include "core/json_bounded.h"
 #include "runtime/chat_session.h"
 #include "server/http.h"
+#include "server/models.h"
 #include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/responses.h"
@@ -65,35 +66,52 @@ std::string sse(const ordered_json& j) { return "data: " + j.dump(-1, ' ', false
 }  // namespace
 
 struct Server::Impl {
-  const gguf::File& file;
-  const tokenizer::Tokenizer& tok;
-  chat::ChatTemplate tmpl;
-  chat::OutputFormat format;
   ServerOptions opts;
-  Engine engine;
+  EngineOptions engine_options;
+  ModelPool models;  // before http: a stream still running holds a lease of its model
   http::Server http;
   Metrics metrics;
   int64_t started = 0;
-  chat::jinja::RenderOptions render_options;
   mutable std::counting_semaphore<> render_slots{4};
 
-  Impl(const gguf::File& f, const tokenizer::Tokenizer& t, chat::ChatTemplate tp, EngineOptions eo, ServerOptions so)
-      : file(f),
-        tok(t),
-        tmpl(std::move(tp)),
-        format(chat::detect_output_format(tmpl.source())),
-        opts(std::move(so)),
-        engine(f, t, std::move(eo)),
+  Impl(std::unique_ptr<LoadedModel> pinned, EngineOptions eo, ServerOptions so)
+      : opts(std::move(so)),
+        engine_options(std::move(eo)),
+        models(pool_options(opts),
+               [this](const std::string& id, const std::filesystem::path& path) {
+                 return std::make_unique<LoadedModel>(id, path, engine_options);
+               },
+               std::move(pinned)),
         http(limits(opts)) {
     started = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    // A prompt is at most the request body plus the template's own text, and never more than the
-    // context can take (64 bytes a token is far above any tokenizer's average).
-    auto& l = render_options.limits;
-    l.max_output_bytes = std::max<size_t>({size_t{1} << 20, 2 * opts.max_body_bytes, static_cast<size_t>(engine.n_ctx()) * 64});
+    routes();
+  }
+
+  static ModelPoolOptions pool_options(const ServerOptions& o) {
+    ModelPoolOptions p = o.models;
+    p.strict_names = o.strict_model_names;
+    return p;
+  }
+
+  // The budgets a chat template renders within: a prompt is at most the request body plus the
+  // template's own text, and never more than the context can take (64 bytes a token is far above any
+  // tokenizer's average).
+  chat::jinja::RenderOptions render_options(const LoadedModel& m) const {
+    chat::jinja::RenderOptions r;
+    auto& l = r.limits;
+    l.max_output_bytes = std::max<size_t>({size_t{1} << 20, 2 * opts.max_body_bytes, static_cast<size_t>(m.engine().n_ctx()) * 64});
     l.max_string_bytes = 4 * l.max_output_bytes;
     l.max_heap_values = size_t{1} << 20;
     l.max_heap_objects = size_t{1} << 18;
-    routes();
+    return r;
+  }
+
+  // The model a request names, loaded if it is not (its lease keeps it loaded while the request runs);
+  // the body's keep_alive says how long it stays after.
+  std::shared_ptr<LoadedModel> model_for(const std::string& name, const ordered_json& body) {
+    std::optional<double> keep_alive;
+    if (body.is_object() && body.contains("keep_alive")) keep_alive = parse_keep_alive(body["keep_alive"]);
+    return models.acquire(name, keep_alive);
   }
 
   static http::Limits limits(const ServerOptions& o) {
@@ -184,23 +202,18 @@ struct Server::Impl {
     return !host.empty() && (origin == "http://" + host || origin == "https://" + host);
   }
 
-  void check_model(const CompletionRequest& r) const { check_model_name(r.model); }
-  void check_model_name(const std::string& model) const {
-    if (opts.strict_model_names && !model.empty() && model != opts.model_id) {
-      throw ApiError(404, fmt::format("The model '{}' does not exist; this server has '{}'", model, opts.model_id),
-                     "invalid_request_error", "model", "model_not_found");
-    }
-  }
-
   // POST /v1/embeddings: every input's vector, pooled as the request, the server (--pooling) or the model
   // says, in that order.
   void embeddings(const http::Request& req, http::Response& res) {
-    const EmbeddingRequest r = parse_embedding_request(parse_body(req));
-    check_model_name(r.model);
+    const ordered_json body = parse_body(req);
+    const EmbeddingRequest r = parse_embedding_request(body);
+    const auto m = model_for(r.model, body);
+    const tokenizer::Tokenizer& tok = m->tok();
+    Engine& engine = m->engine();
     std::optional<runtime::Pooling> pooling;
     if (!r.pooling.empty()) pooling = runtime::pooling_from_name(r.pooling);
     else if (!opts.pooling.empty()) pooling = runtime::pooling_from_name(opts.pooling);
-    else pooling = runtime::declared_pooling(file);
+    else pooling = runtime::declared_pooling(m->file());
     if (!pooling) {
       throw ApiError(400, "this model declares no pooling (it is not an embedding model): send \"pooling\": \"mean\", "
                           "\"cls\" or \"last\", or start the server with --pooling",
@@ -245,50 +258,19 @@ struct Server::Impl {
       std::lock_guard<std::mutex> lock(metrics.mutex);
       metrics.prompt_tokens += static_cast<uint64_t>(total);
     }
-    res.set_content(embeddings_json(vectors, r.base64, opts.model_id, total).dump(), "application/json");
+    res.set_content(embeddings_json(vectors, r.base64, m->id(), total).dump(), "application/json");
   }
-
-  // The vocabulary as grammars see it, built at the first constrained request and shared by all.
-  std::shared_ptr<const sample::GrammarVocab> grammar_vocab() {
-    std::lock_guard<std::mutex> lock(grammar_vocab_mutex);
-    if (!grammar_vocab_) grammar_vocab_ = sample::GrammarVocab::from_tokenizer(tok);
-    return grammar_vocab_;
-  }
-  std::mutex grammar_vocab_mutex;
-  std::shared_ptr<const sample::GrammarVocab> grammar_vocab_;
-
-  // Grammars by their text, with their mask caches: requests with the same schema share the work
-  // (the most recent few are kept).
-  std::pair<std::shared_ptr<const sample::Grammar>, std::shared_ptr<sample::GrammarMaskCache>> compiled_grammar(
-      const std::string& gbnf) {
-    std::lock_guard<std::mutex> lock(grammar_vocab_mutex);
-    for (auto it = grammars.begin(); it != grammars.end(); ++it) {
-      if (it->text == gbnf) {
-        grammars.splice(grammars.begin(), grammars, it);
-        return {grammars.front().grammar, grammars.front().cache};
-      }
-    }
-    grammars.push_front({gbnf, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf)),
-                         std::make_shared<sample::GrammarMaskCache>()});
-    if (grammars.size() > 16) grammars.pop_back();
-    return {grammars.front().grammar, grammars.front().cache};
-  }
-  struct CompiledGrammar {
-    std::string text;
-    std::shared_ptr<const sample::Grammar> grammar;
-    std::shared_ptr<sample::GrammarMaskCache> cache;
-  };
-  std::list<CompiledGrammar> grammars;
 
   // The request's thinking settings against the server's defaults (a template that reads
   // reasoning_effort, as GPT-OSS's does, is left to use it itself).
-  ThinkingPlan thinking(const CompletionRequest& r) const {
-    return plan_thinking(r, tmpl.source().find("reasoning_effort") != std::string::npos, opts.enable_thinking,
+  ThinkingPlan thinking(const LoadedModel& m, const CompletionRequest& r) const {
+    return plan_thinking(r, m.tmpl().source().find("reasoning_effort") != std::string::npos, opts.enable_thinking,
                          opts.reasoning_budget);
   }
 
   // The prompt's tokens; `opens_reasoning` tells whether a chat template started the reasoning block.
-  std::vector<int32_t> prompt_tokens(const CompletionRequest& r, bool* opens_reasoning) const {
+  std::vector<int32_t> prompt_tokens(const LoadedModel& m, const CompletionRequest& r, bool* opens_reasoning) const {
+    const tokenizer::Tokenizer& tok = m.tok();
     std::vector<int32_t> ids;
     *opens_reasoning = false;
     if (r.chat) {
@@ -296,7 +278,7 @@ struct Server::Impl {
       cr.messages = r.messages;
       cr.tools = r.tools;
       cr.add_generation_prompt = true;
-      cr.enable_thinking = thinking(r).enable_thinking;
+      cr.enable_thinking = thinking(m, r).enable_thinking;
       cr.extra = r.template_vars;
       std::string text;
       try {
@@ -307,7 +289,7 @@ struct Server::Impl {
           std::counting_semaphore<>& s;
           ~Release() { s.release(); }
         } release{render_slots};
-        text = tmpl.render(cr, render_options);
+        text = m.tmpl().render(cr, render_options(m));
       } catch (const Error& e) {
         throw ApiError(400, fmt::format("the chat template rejected the conversation: {}", e.what()));
       }
@@ -317,23 +299,23 @@ struct Server::Impl {
       ids = tok.encode(r.prompt, true, true);
     }
     if (ids.empty()) throw ApiError(400, "the prompt is empty", "invalid_request_error", r.chat ? "messages" : "prompt");
-    if (static_cast<int64_t>(ids.size()) >= engine.n_ctx()) {
+    if (static_cast<int64_t>(ids.size()) >= m.engine().n_ctx()) {
       throw ApiError(400,
                      fmt::format("the prompt has {} tokens; the context holds {} (and needs room for an answer)", ids.size(),
-                                 engine.n_ctx()),
+                                 m.engine().n_ctx()),
                      "invalid_request_error", r.chat ? "messages" : "prompt", "context_length_exceeded");
     }
     return ids;
   }
 
   // Text of a token as the API shows it (its bytes as the detokenizer would produce them).
-  std::string token_text(int32_t id) const { return tok.token_to_piece(id, false); }
+  static std::string token_text(const LoadedModel& m, int32_t id) { return m.tok().token_to_piece(id, false); }
 
-  void fill_logprob_texts(CompletionResult& c) const {
+  static void fill_logprob_texts(const LoadedModel& m, CompletionResult& c) {
     for (const auto& lp : c.gen.logprobs) {
-      c.token_texts.push_back(token_text(lp.chosen.token));
+      c.token_texts.push_back(token_text(m, lp.chosen.token));
       std::vector<std::string> tops;
-      for (const auto& t : lp.top) tops.push_back(token_text(t.token));
+      for (const auto& t : lp.top) tops.push_back(token_text(m, t.token));
       c.top_texts.push_back(std::move(tops));
     }
   }
@@ -362,8 +344,9 @@ struct Server::Impl {
 
   // Starts a request on the engine: its prompt, its generation options, its job. 503 when every slot
   // is busy and the queue is full.
-  std::shared_ptr<Job> start_job(const CompletionRequest& r, const ordered_json& body, bool* opens_reasoning, http::Response& res) {
-    auto prompt = prompt_tokens(r, opens_reasoning);
+  std::shared_ptr<Job> start_job(LoadedModel& m, const CompletionRequest& r, const ordered_json& body, bool* opens_reasoning,
+                                 http::Response& res) {
+    auto prompt = prompt_tokens(m, r, opens_reasoning);
     runtime::GenerateOptions g;
     g.max_tokens = r.max_tokens;
     if (opts.max_tokens >= 0 && !body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
@@ -375,8 +358,8 @@ struct Server::Impl {
     g.n_keep = opts.n_keep;
     g.decode.at_start = r.chat;  // a completion continues its prompt's text
     if (r.chat) {
-      const chat::ReasoningMarkers markers = chat::reasoning_markers(format);
-      g.reasoning = {thinking(r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
+      const chat::ReasoningMarkers markers = chat::reasoning_markers(m.format());
+      g.reasoning = {thinking(m, r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
     }
     std::string gbnf = r.grammar.empty() && r.tool_choice.empty() ? opts.grammar : r.grammar;
     if (!r.tool_choice.empty()) {
@@ -385,15 +368,15 @@ struct Server::Impl {
                        "invalid_request_error", "tool_choice");
       }
       const bool any = r.tool_choice == "required";
-      gbnf = tool_call_grammar(format, r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
+      gbnf = tool_call_grammar(m.format(), r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
     }
     if (!gbnf.empty()) {
-      std::tie(g.grammar, g.grammar_cache) = compiled_grammar(gbnf);
-      g.grammar_vocab = grammar_vocab();
-      g.grammar_overlap = engine.backend_name() != "cpu";
+      std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(gbnf);
+      g.grammar_vocab = m.grammar_vocab();
+      g.grammar_overlap = m.engine().backend_name() != "cpu";
     }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
-    if (!engine.submit(job)) {
+    if (!m.engine().submit(job)) {
       res.set_header("Retry-After", "1");
       throw ApiError(503, "the server is busy: every slot is working and the queue is full; retry shortly",
                      "server_busy_error");
@@ -472,25 +455,25 @@ struct Server::Impl {
       ++metrics.requests;
     }
     const ordered_json body = parse_body(req);
-    const MessagesRequest m = parse_messages_request(body, opts.defaults);
-    check_model(m.chat);
+    const MessagesRequest mr = parse_messages_request(body, opts.defaults);
+    const auto model = model_for(mr.chat.model, body);
     bool opens_reasoning = false;
-    auto job = start_job(m.chat, body, &opens_reasoning, res);
+    auto job = start_job(*model, mr.chat, body, &opens_reasoning, res);
     const auto input_tokens = static_cast<int64_t>(job->prompt_size());
     auto result = std::make_shared<CompletionResult>();
     result->id = random_id("msg_");
-    result->model = opts.model_id;
+    result->model = model->id();
     chat::OutputParserOptions popts;
-    popts.format = format;
+    popts.format = model->format();
     popts.starts_in_reasoning = opens_reasoning;
-    const std::vector<std::string> stop = m.chat.stop;
-    if (!m.stream) {
+    const std::vector<std::string> stop = mr.chat.stop;
+    if (!mr.stream) {
       if (!collect(*job, popts, *result, req, res)) return;
       res.set_content(message_json(*result, stop).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
     }
     stream_headers(res);
-    res.stream = [this, job, result, popts, input_tokens, stop](http::StreamWriter& w) {
+    res.stream = [this, model, job, result, popts, input_tokens, stop](http::StreamWriter& w) {
       MessagesStream stream(*result, popts, input_tokens);
       pump(
           *job, w, [&] { return write_events(w, stream.start()); },
@@ -510,15 +493,15 @@ struct Server::Impl {
     }
     const ordered_json body = parse_body(req);
     auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(body, opts.defaults));
-    check_model(rr->chat);
+    const auto model = model_for(rr->chat.model, body);
     bool opens_reasoning = false;
-    auto job = start_job(rr->chat, body, &opens_reasoning, res);
+    auto job = start_job(*model, rr->chat, body, &opens_reasoning, res);
     auto result = std::make_shared<CompletionResult>();
     result->id = random_id("resp_");
-    result->model = opts.model_id;
+    result->model = model->id();
     result->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     chat::OutputParserOptions popts;
-    popts.format = format;
+    popts.format = model->format();
     popts.starts_in_reasoning = opens_reasoning;
     if (!rr->stream) {
       if (!collect(*job, popts, *result, req, res)) return;
@@ -526,7 +509,7 @@ struct Server::Impl {
       return;
     }
     stream_headers(res);
-    res.stream = [this, job, result, popts, rr](http::StreamWriter& w) {
+    res.stream = [this, model, job, result, popts, rr](http::StreamWriter& w) {
       ResponsesStream stream(*result, rr->chat, popts);
       pump(
           *job, w, [&] { return write_events(w, stream.start()); },
@@ -547,26 +530,26 @@ struct Server::Impl {
     }
     const ordered_json body = parse_body(req);
     CompletionRequest r = chat ? parse_chat_request(body, opts.defaults) : parse_completion_request(body, opts.defaults);
-    check_model(r);
+    const auto model = model_for(r.model, body);
     for (const auto& [id, bias] : r.sampling.logit_bias) {
-      if (id >= static_cast<int64_t>(tok.vocab().size())) {
-        throw ApiError(400, fmt::format("'logit_bias': {} is not a token id (0..{})", id, tok.vocab().size() - 1),
+      if (id >= static_cast<int64_t>(model->tok().vocab().size())) {
+        throw ApiError(400, fmt::format("'logit_bias': {} is not a token id (0..{})", id, model->tok().vocab().size() - 1),
                        "invalid_request_error", "logit_bias");
       }
     }
     bool opens_reasoning = false;
-    auto job = start_job(r, body, &opens_reasoning, res);
+    auto job = start_job(*model, r, body, &opens_reasoning, res);
     auto result = std::make_shared<CompletionResult>();
     result->id = random_id(chat ? "chatcmpl-" : "cmpl-");
-    result->model = opts.model_id;
+    result->model = model->id();
     result->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     chat::OutputParserOptions popts;
-    popts.format = chat ? format : chat::OutputFormat::Plain;
+    popts.format = chat ? model->format() : chat::OutputFormat::Plain;
     popts.starts_in_reasoning = opens_reasoning;  // the template opened the reasoning block
 
     if (!r.stream) {
       if (!collect(*job, popts, *result, req, res)) return;
-      if (r.logprobs) fill_logprob_texts(*result);
+      if (r.logprobs) fill_logprob_texts(*model, *result);
       const ordered_json out = chat ? chat_completion_json(*result, r.logprobs) : text_completion_json(*result, r.logprobs);
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
@@ -574,7 +557,7 @@ struct Server::Impl {
 
     stream_headers(res);
     const bool include_usage = r.include_usage;
-    res.stream = [this, job, result, chat, popts, include_usage](http::StreamWriter& w) {
+    res.stream = [this, model, job, result, chat, popts, include_usage](http::StreamWriter& w) {
       StreamTranslator stream(*result, chat, popts);
       const auto write_all = [&](const std::vector<ordered_json>& chunks) {
         for (const auto& c : chunks) {
@@ -657,27 +640,56 @@ struct Server::Impl {
       res.set_content(std::string(web_page_html()), "text/html; charset=utf-8");
     });
     http.route("GET", "/health", [this](http::Request&, http::Response& res) {
-      const auto s = engine.stats();
+      int loaded = 0;
+      const auto s = models.stats(&loaded);
       res.set_content(json{{"status", "ok"}, {"slots_idle", s.n_slots - s.busy_slots}, {"slots_busy", s.busy_slots},
-                           {"queued", s.queued}}.dump(),
+                           {"queued", s.queued}, {"models_loaded", loaded}}.dump(),
                       "application/json");
     });
-    auto model_json = [this] {
-      return json{{"id", opts.model_id},
-                  {"object", "model"},
-                  {"created", started},
-                  {"owned_by", "zinc"},
-                  {"meta", {{"n_ctx", engine.n_ctx()}, {"architecture", file.get_or<std::string>("general.architecture", "")}}}};
-    };
-    http.route("GET", "/v1/models", [model_json](http::Request&, http::Response& res) {
-      res.set_content(json{{"object", "list"}, {"data", json::array({model_json()})}}.dump(), "application/json");
-    });
-    http.route("GET", R"(/v1/models/(.+))", guarded([this, model_json](http::Request& req, http::Response& res) {
-      if (req.matches[0] != opts.model_id) {
-        throw ApiError(404, fmt::format("The model '{}' does not exist", req.matches[0]), "invalid_request_error", "model",
-                       "model_not_found");
+    // A model as GET /v1/models shows it: OpenAI's fields, then its state on this server (zinc ps reads them).
+    auto model_json = [this](const ModelState& m) {
+      json j = {{"id", m.id}, {"object", "model"}, {"created", m.loaded_at ? m.loaded_at : started}, {"owned_by", "zinc"},
+                {"status", m.state}, {"pinned", m.pinned}, {"bytes", m.bytes}, {"requests", m.requests},
+                {"aliases", m.aliases}};
+      if (m.state == "loaded") {
+        j["meta"] = {{"n_ctx", m.n_ctx}, {"architecture", m.architecture}, {"backend", m.backend}, {"slots", m.slots},
+                     {"slots_busy", m.busy_slots}};
+        j["expires_in"] = m.expires_in_s ? json(*m.expires_in_s) : json(nullptr);
       }
-      res.set_content(model_json().dump(), "application/json");
+      return j;
+    };
+    http.route("GET", "/v1/models", guarded([this, model_json](http::Request&, http::Response& res) {
+      json data = json::array();
+      for (const auto& m : models.list()) data.push_back(model_json(m));
+      res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    }));
+    http.route("GET", R"(/v1/models/(.+))", guarded([this, model_json](http::Request& req, http::Response& res) {
+      for (const auto& m : models.list()) {
+        if (m.id == req.matches[0] || std::find(m.aliases.begin(), m.aliases.end(), req.matches[0]) != m.aliases.end() ||
+            (!models.on_demand() && !opts.strict_model_names)) {
+          res.set_content(model_json(m).dump(), "application/json");
+          return;
+        }
+      }
+      throw ApiError(404, fmt::format("The model '{}' does not exist", req.matches[0]), "invalid_request_error", "model",
+                     "model_not_found");
+    }));
+    // Loading and unloading by hand: {"model": NAME} (and for a load, "keep_alive").
+    const auto model_field = [](const ordered_json& body) {
+      if (!body.is_object() || !body.contains("model") || !body["model"].is_string()) {
+        throw ApiError(400, "'model': must be the name of a model", "invalid_request_error", "model");
+      }
+      return body["model"].get<std::string>();
+    };
+    http.route("POST", "/models/load", guarded([this, model_field](http::Request& req, http::Response& res) {
+      const ordered_json body = parse_body(req);
+      const auto m = model_for(model_field(body), body);
+      res.set_content(json{{"model", m->id()}, {"status", "loaded"}}.dump(), "application/json");
+    }));
+    http.route("POST", "/models/unload", guarded([this, model_field](http::Request& req, http::Response& res) {
+      const std::string name = model_field(parse_body(req));
+      models.unload(name);
+      res.set_content(json{{"model", name}, {"status", "unloading"}}.dump(), "application/json");
     }));
     http.route("POST", "/v1/chat/completions", guarded([this](http::Request& req, http::Response& res) {
       completion(req, res, true);
@@ -689,10 +701,11 @@ struct Server::Impl {
     http.route("POST", "/v1/responses", guarded([this](http::Request& req, http::Response& res) { responses(req, res); }));
     http.route("POST", "/v1/embeddings", guarded([this](http::Request& req, http::Response& res) { embeddings(req, res); }));
     http.route("POST", "/v1/messages/count_tokens", guarded([this](http::Request& req, http::Response& res) {
-      const MessagesRequest m = parse_messages_request(parse_body(req), opts.defaults, true);
-      check_model(m.chat);
+      const ordered_json body = parse_body(req);
+      const MessagesRequest mr = parse_messages_request(body, opts.defaults, true);
+      const auto model = model_for(mr.chat.model, body);
       bool opens_reasoning = false;
-      const auto ids = prompt_tokens(m.chat, &opens_reasoning);
+      const auto ids = prompt_tokens(*model, mr.chat, &opens_reasoning);
       res.set_content(ordered_json({{"input_tokens", ids.size()}}).dump(), "application/json");
     }));
     http.route("POST", "/tokenize", guarded([this](http::Request& req, http::Response& res) {
@@ -702,11 +715,12 @@ struct Server::Impl {
       }
       const bool add_special = bool_field(body, "add_special", false), parse_special = bool_field(body, "parse_special", true),
                  with_pieces = bool_field(body, "with_pieces", false);
-      const auto ids = tok.encode(body["content"].get<std::string>(), add_special, parse_special);
+      const auto model = model_for(string_field(body, "model"), body);
+      const auto ids = model->tok().encode(body["content"].get<std::string>(), add_special, parse_special);
       json out = {{"tokens", ids}};
       if (with_pieces) {
         json pieces = json::array();
-        for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", token_text(id)}});
+        for (int32_t id : ids) pieces.push_back({{"id", id}, {"piece", token_text(*model, id)}});
         out["tokens"] = pieces;
       }
       res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -716,6 +730,8 @@ struct Server::Impl {
       if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
         throw ApiError(400, "'tokens': must be an array of token ids", "invalid_request_error", "tokens");
       }
+      const auto model = model_for(string_field(body, "model"), body);
+      const tokenizer::Tokenizer& tok = model->tok();
       std::vector<int32_t> ids;
       for (const auto& t : body["tokens"]) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= static_cast<int64_t>(tok.vocab().size())) {
@@ -728,7 +744,9 @@ struct Server::Impl {
                       "application/json");
     }));
     http.route("GET", "/metrics", [this](http::Request&, http::Response& res) {
-      const auto s = engine.stats();
+      int loaded = 0;
+      const auto s = models.stats(&loaded);
+      const int64_t loads = models.loads(), unloads = models.unloads();
       std::lock_guard<std::mutex> lock(metrics.mutex);
       std::string out;
       auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -751,7 +769,12 @@ struct Server::Impl {
       counter("zinc_step_tokens_total", "Tokens evaluated by the steps, summed.", static_cast<uint64_t>(s.step_tokens));
       counter("zinc_step_prompt_tokens_total", "Prompt tokens evaluated in chunks beside decoding sequences, summed.",
               static_cast<uint64_t>(s.step_prompt_tokens));
-      gauge("zinc_step_sequences_max", "The most sequences one step has carried.", s.max_step_sequences);
+      gauge("zinc_step_sequences_max", "The most sequences one step has carried (by a model loaded now).",
+            s.max_step_sequences);
+      gauge("zinc_models_loaded", "Models loaded now.", loaded);
+      counter("zinc_model_loads_total", "Models loaded on demand.", static_cast<uint64_t>(loads));
+      counter("zinc_model_unloads_total", "Models unloaded (idle past their keep-alive, asked, or for room).",
+              static_cast<uint64_t>(unloads));
       out += metrics.ttft.text("zinc_time_to_first_token_seconds", "From request start to the first token.");
       out += metrics.queue_wait.text("zinc_queue_wait_seconds", "From a request's arrival to its slot.");
       out += metrics.per_token.text("zinc_time_per_output_token_seconds", "Decode time per generated token.");
@@ -769,20 +792,27 @@ struct Server::Impl {
 };
 
 Server::Server(const gguf::File& file, const tokenizer::Tokenizer& tok, chat::ChatTemplate tmpl, EngineOptions engine,
-               ServerOptions options)
-    : impl_(std::make_unique<Impl>(file, tok, std::move(tmpl), std::move(engine), std::move(options))) {}
+               ServerOptions options) {
+  auto pinned = std::make_unique<LoadedModel>(options.model_id, file, tok, std::move(tmpl), engine);
+  impl_ = std::make_unique<Impl>(std::move(pinned), std::move(engine), std::move(options));
+}
+
+Server::Server(EngineOptions engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(nullptr, std::move(engine), std::move(options))) {}
 
 Server::~Server() = default;
 
 std::string Server::memory_summary() const {
-  const Engine& e = impl_->engine;
-  std::string out = e.backend_name();
-  if (e.weights_device_bytes() > 0) {
-    out += fmt::format(": weights {} once, a context of {} sequence{} {}", format_bytes(e.weights_device_bytes()),
-                       e.stats().n_slots, e.stats().n_slots == 1 ? "" : "s", format_bytes(e.contexts_device_bytes()));
+  for (const auto& m : impl_->models.list()) {
+    if (!m.pinned) continue;
+    if (m.backend == "cpu") return m.backend;
+    return fmt::format("{}: {} ({} sequence{} of {} tokens)", m.backend, format_bytes(m.bytes), m.slots,
+                       m.slots == 1 ? "" : "s", m.n_ctx);
   }
-  return out;
+  return "";
 }
+
+std::string Server::models_summary() const { return impl_->models.on_demand() ? impl_->models.summary() : ""; }
 
 int Server::bind() {
   auto& o = impl_->opts;

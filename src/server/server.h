@@ -11,6 +11,7 @@
 #include "gguf/reader.h"
 #include "sample/sampler.h"
 #include "server/engine.h"
+#include "server/models.h"
 #include "tokenizer/tokenizer.h"
 
 namespace zinc::server {
@@ -22,10 +23,11 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;  // browser origins allowed besides the server's own page ("*" for any)
   std::vector<std::string> allowed_hosts;  // Host names answered besides localhost, IP literals and `host` ("*": any)
   size_t max_body_bytes = 8u << 20;
-  std::string model_id;               // the name clients ask for
+  std::string model_id;               // the name clients ask for the model given to the constructor
   // Serving one model, a request naming another is served by it (the answer names the real one), as
-  // clients configured for another server expect; strict: a 404.
+  // clients configured for another server expect; strict: a 404. Serving several, an unknown name is a 404.
   bool strict_model_names = false;
+  ModelPoolOptions models;            // the models loaded on demand (--models-dir, installed), aliases, keep-alive
   sample::SamplerParams defaults = sample::SamplerParams::chat();
   std::optional<bool> enable_thinking;  // default for chat requests that do not say
   int32_t reasoning_budget = -1;        // reasoning tokens before the engine concludes it (< 0: no limit)
@@ -41,14 +43,19 @@ struct ServerOptions {
 
 class Server {
  public:
-  // `file` and `tok` must outlive the server.
+  // A model loaded now and kept, named options.model_id (`file` and `tok` must outlive the server),
+  // and those of options.models on demand.
   Server(const gguf::File& file, const tokenizer::Tokenizer& tok, chat::ChatTemplate tmpl, EngineOptions engine,
          ServerOptions options);
+  // Only models loaded on demand (options.models names where they are).
+  Server(EngineOptions engine, ServerOptions options);
   ~Server();
 
-  // Where the model computes and what it holds on the device: "vulkan: weights 4.7 GB once, 8
-  // contexts 2.3 GB" ("cpu" alone on the CPU).
+  // Where the model given to the constructor computes and what it holds on the device ("cpu" alone on
+  // the CPU; "" without one).
   std::string memory_summary() const;
+  // How models load on demand ("" when only the constructor's is served).
+  std::string models_summary() const;
   // Binds the listening socket; returns the port. Throws zinc::Error when the address is unusable.
   int bind();
   // Serves until stop() (from another thread or a signal handler's thread).

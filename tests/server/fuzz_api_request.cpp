@@ -1,9 +1,10 @@
 // libFuzzer target: request bodies for every API the server answers (/v1/chat/completions,
-// /v1/completions, /v1/messages, /v1/responses, /v1/embeddings), parsed as the server parses them (nesting bounded) and
+// /v1/completions, /v1/messages, /v1/responses, /v1/embeddings; any one's keep_alive), parsed as the server parses them (nesting bounded) and
 // rendered through a chat template that walks every message, tool call, tool and extra variable (the
 // conversion into template values recurses once per level). Any bytes must give a rendered prompt, a
 // 400 ApiError (for /v1/messages in Anthropic's error shape), or a refusal of deep nesting, never a crash
 // or another exception.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "chat/chat_template.h"
 #include "core/json_bounded.h"
 #include "server/anthropic.h"
+#include "server/models.h"
 #include "server/openai.h"
 #include "server/responses.h"
 
@@ -89,6 +91,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)zinc::server::embeddings_json(vectors, e.base64, e.model, 0).dump();
   } catch (const zinc::server::ApiError& e) {
     if (e.status() != 400) std::abort();
+  }
+  if (body.is_object() && body.contains("keep_alive")) {
+    try {
+      // Seconds, or -1 for "stay loaded".
+      const double s = zinc::server::parse_keep_alive(nlohmann::ordered_json(body["keep_alive"]));
+      if (!(s == -1 || (s >= 0 && std::isfinite(s)))) std::abort();
+    } catch (const zinc::server::ApiError& e) {
+      if (e.status() != 400) std::abort();
+    }
   }
   return 0;
 }

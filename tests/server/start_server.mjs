@@ -4,9 +4,11 @@ import { readFileSync } from "node:fs";
 import { spawn } from "node:child_process";
 
 // Starts `zinc serve` on a free port for a test and resolves once it listens (the port is read from
-// its startup line on stderr). Returns { port, base, proc }; the caller kills proc.
+// its startup line on stderr). Returns { port, base, proc, stderr() }; the caller kills proc. A null
+// model starts a server without -m (its arguments say where its models are).
 export async function startServer(zinc, model, args = []) {
-  const proc = spawn(zinc, ["serve", "-m", model, "--port", "0", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+  const proc = spawn(zinc, ["serve", ...(model ? ["-m", model] : []), "--port", "0", ...args],
+                     { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("server did not start: " + err)), 20000);
@@ -17,7 +19,7 @@ export async function startServer(zinc, model, args = []) {
     });
     proc.on("exit", (code) => reject(new Error(`server exited (${code}): ${err}`)));
   });
-  return { port, base: `http://127.0.0.1:${port}`, proc };
+  return { port, base: `http://127.0.0.1:${port}`, proc, stderr: () => err };
 }
 
 // One test script's servers and checks: check() prints ok/FAIL lines, start() starts a server that
@@ -30,8 +32,8 @@ export function testRun(zinc, model) {
       console.log(`${ok ? "ok" : "FAIL"} ${what}${ok || !detail ? "" : ": " + detail}`);
       if (!ok) failures++;
     },
-    async start(args) {
-      const s = await startServer(zinc, model, args);
+    async start(args, serverModel = model) {
+      const s = await startServer(zinc, serverModel, args);
       servers.push(s.proc);
       return s;
     },
