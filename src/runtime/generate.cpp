@@ -79,6 +79,8 @@ struct Generation::Impl {
   std::string marker_tail;
   std::deque<int32_t> forced;
   std::unique_ptr<sample::GrammarMatcher> grammar;
+  bool grammar_active = true;     // a lazy grammar is inactive until its trigger appears
+  std::string trigger_tail;       // the output since the last place its trigger could begin
   int64_t grammar_state = 0;      // tokens the grammar has taken: names the state a mask belongs to
   std::vector<uint64_t> bits;     // the grammar's mask, when the best few candidates could not decide
   std::vector<int32_t> allowed_ids;  // the tokens it allows, when they are few
@@ -189,6 +191,7 @@ Generation::Generation(Session& session, const tokenizer::Tokenizer& tok, sample
     impl_->grammar = std::make_unique<sample::GrammarMatcher>(
         opts_.grammar, opts_.grammar_vocab ? opts_.grammar_vocab : sample::GrammarVocab::from_tokenizer(tok_),
         opts_.grammar_cache);
+    impl_->grammar_active = opts_.grammar_trigger.empty();
   }
   r_.prompt_tokens = static_cast<int64_t>(prompt_.size());
 }
@@ -278,6 +281,24 @@ void Generation::track_reasoning(std::string_view text) {
   }
 }
 
+void Generation::watch_trigger(std::string_view text) {
+  const std::string& trigger = opts_.grammar_trigger;
+  std::string& t = impl_->trigger_tail;
+  t += text;
+  for (size_t at; (at = t.find(trigger)) != std::string::npos;) {
+    // The grammar takes the output from the trigger on, or this occurrence is not where it starts.
+    impl_->grammar->reset();
+    if (impl_->grammar->accept_text(std::string_view(t).substr(at))) {
+      impl_->grammar_active = true;
+      ++impl_->grammar_state;
+      t.clear();
+      return;
+    }
+    t.erase(0, at + 1);
+  }
+  if (t.size() >= trigger.size()) t.erase(0, t.size() - (trigger.size() - 1));
+}
+
 bool Generation::decode_one() {
   if (opts_.cancel && opts_.cancel->load()) {
     r_.reason = StopReason::Cancelled;
@@ -292,7 +313,7 @@ bool Generation::decode_one() {
     r_.reasoning_concluded = true;
   }
   const bool forced = !impl_->forced.empty();
-  sample::GrammarMatcher* grammar = !forced && !was_reasoning ? impl_->grammar.get() : nullptr;
+  sample::GrammarMatcher* grammar = !forced && !was_reasoning && impl_->grammar_active ? impl_->grammar.get() : nullptr;
   if (grammar && grammar->exhausted()) {  // the grammar's sentence is complete and nothing may follow
     r_.reason = StopReason::EndOfGeneration;
     return false;
@@ -365,6 +386,7 @@ bool Generation::decode_one() {
   if (was_reasoning) ++r_.reasoning_tokens;
   std::string text = impl_->detok.push(next);
   if (opts_.reasoning.tracked()) track_reasoning(text);
+  if (!impl_->grammar_active && impl_->grammar && !was_reasoning && !impl_->reasoning) watch_trigger(text);
   if (emit_text(std::move(text))) return false;
   if (opts_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= opts_.max_tokens) {
     r_.reason = StopReason::Length;
@@ -379,7 +401,9 @@ bool Generation::decode_one() {
     session_.shift(opts_.n_keep, std::max(1, n_discard));
     ++r_.context_shifts;
   }
-  if (impl_->grammar && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) impl_->start_mask_job();
+  if (impl_->grammar && impl_->grammar_active && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) {
+    impl_->start_mask_job();
+  }
   session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));  // queued where the session is batched
   return true;
 }

@@ -61,6 +61,11 @@ struct GenerateOptions {
   std::shared_ptr<const sample::Grammar> grammar;
   std::shared_ptr<const sample::GrammarVocab> grammar_vocab;
   std::shared_ptr<sample::GrammarMaskCache> grammar_cache;  // masks shared by generations of one grammar
+  // A lazy grammar: free text until the output (outside reasoning) contains this text, then the grammar
+  // from that text on (the text itself is its first words; a tool call's opening tag, so only the call's
+  // arguments are constrained). When the grammar refuses what follows an occurrence, the next one is tried.
+  // "": the grammar applies from the first token.
+  std::string grammar_trigger;
   // Compute each step's mask on another thread while the model evaluates the previous token, so a
   // choice the grammar refuses is drawn again at once. For GPU backends: on the CPU it would take a
   // core from the model.
@@ -132,6 +137,7 @@ class Generation {
   void finish();
   bool emit_text(std::string text);
   void track_reasoning(std::string_view text);
+  void watch_trigger(std::string_view text);  // activates a lazy grammar where its trigger appears
 
   Session& session_;
   const tokenizer::Tokenizer& tok_;

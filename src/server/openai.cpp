@@ -291,7 +291,6 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
       if (c == "required") {
         if (!r.tools.is_array()) bad("tool_choice", "required needs tools");
         r.tool_choice = "required";
-        r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
       }
     } else if (choice->is_object()) {
       const json* fn = choice->contains("function") ? &(*choice)["function"] : nullptr;
@@ -306,6 +305,7 @@ CompletionRequest parse_chat_request(const json& body, const sample::SamplerPara
       bad("tool_choice", "must be none, auto, required or a function");
     }
   }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
   r.logprobs = boolean(body, "logprobs", false);
   r.top_logprobs = static_cast<int32_t>(integer(body, "top_logprobs", 0, 20, 0));
   if (const json* kw = field(body, "chat_template_kwargs")) {

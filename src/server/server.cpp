@@ -361,19 +361,12 @@ struct Server::Impl {
       const chat::ReasoningMarkers markers = chat::reasoning_markers(m.format());
       g.reasoning = {thinking(m, r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
     }
-    std::string gbnf = r.grammar.empty() && r.tool_choice.empty() ? opts.grammar : r.grammar;
-    if (!r.tool_choice.empty()) {
-      if (!gbnf.empty()) {
-        throw ApiError(400, "'tool_choice': a forced tool call and a response format cannot both constrain the output",
-                       "invalid_request_error", "tool_choice");
-      }
-      const bool any = r.tool_choice == "required";
-      gbnf = tool_call_grammar(m.format(), r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
-    }
-    if (!gbnf.empty()) {
-      std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(gbnf);
+    const OutputConstraint constraint = output_constraint(m.format(), r, opts.grammar);
+    if (!constraint.gbnf.empty()) {
+      std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(constraint.gbnf);
       g.grammar_vocab = m.grammar_vocab();
       g.grammar_overlap = m.engine().backend_name() != "cpu";
+      g.grammar_trigger = constraint.trigger;
     }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!m.engine().submit(job)) {

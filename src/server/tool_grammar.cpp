@@ -50,4 +50,25 @@ std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered
   return g.gbnf(root + "call ::= " + call + "\n");
 }
 
+OutputConstraint output_constraint(chat::OutputFormat format, const CompletionRequest& r, const std::string& server_grammar) {
+  OutputConstraint c;
+  c.gbnf = r.grammar.empty() && r.tool_choice.empty() ? server_grammar : r.grammar;
+  if (!r.tool_choice.empty()) {
+    if (!c.gbnf.empty()) {
+      throw ApiError(400, "'tool_choice': a forced tool call and a response format cannot both constrain the output",
+                     "invalid_request_error", "tool_choice");
+    }
+    const bool any = r.tool_choice == "required";
+    c.gbnf = tool_call_grammar(format, r.tools, any ? "" : r.tool_choice, any && r.parallel_tool_calls);
+  } else if (c.gbnf.empty() && r.tools.is_array() && !r.tools.empty() && format == chat::OutputFormat::Hermes) {
+    try {
+      c.gbnf = tool_call_grammar(format, r.tools, "", r.parallel_tool_calls);
+      c.trigger = "<tool_call>";
+    } catch (const ApiError&) {
+      c.gbnf.clear();  // a schema the grammar cannot express: the calls stay free
+    }
+  }
+  return c;
+}
+
 }  // namespace zinc::server

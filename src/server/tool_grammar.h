@@ -1,6 +1,7 @@
-// The grammar of a forced tool call (tool_choice required, or naming a tool), written in the model's own
-// tool-call format so the output parser reads it back as tool calls: each call's arguments follow the
-// tool's parameters schema.
+// The grammar of a tool call, written in the model's own tool-call format so the output parser reads it
+// back as tool calls: each call's arguments follow the tool's parameters schema. A forced call
+// (tool_choice required, or naming a tool) is the whole output; with tool_choice auto the model writes
+// freely and, in the formats whose calls open with a tag, the grammar takes over from that tag.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,10 +12,22 @@
 
 namespace zinc::server {
 
+struct CompletionRequest;
+
 // `tools`: the OpenAI tools array; `only`: the tool that must be called ("" for any of them); `several`:
 // one or more calls (else exactly one). Throws ApiError (400) for a format whose calls cannot be
 // constrained, or a schema that cannot.
 std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered_json& tools, const std::string& only,
                               bool several);
+
+// What a request's output must follow: a GBNF grammar ("" for none) and the text from which it applies
+// ("" for the whole output). In order: the request's own grammar (response_format, grammar, json_schema);
+// a forced tool call (with a grammar of its own too: a 400); the server's default grammar; for tool_choice
+// auto in the Hermes format, the calls' grammar from "<tool_call>" on (none when a tool's schema cannot be
+// written as a grammar: those calls stay free, as without it).
+struct OutputConstraint {
+  std::string gbnf, trigger;
+};
+OutputConstraint output_constraint(chat::OutputFormat format, const CompletionRequest& r, const std::string& server_grammar);
 
 }  // namespace zinc::server

@@ -315,6 +315,49 @@ TEST(Generate, AGrammarConstrainsTheOutputWithOrWithoutOverlap) {
   EXPECT_EQ(results[1].tokens, results[3].tokens);
 }
 
+TEST(Generate, ALazyGrammarAppliesFromItsTrigger) {
+  ZINC_REQUIRE_TESTDATA();
+  Stories m;
+  const auto prompt = m.tok.encode("Once upon a time", true, false);
+  const auto run = [&](const std::string& gbnf, const std::string& trigger) {
+    auto s = m.session(256);
+    sample::Sampler sampler(sample::SamplerParams::greedy());
+    GenerateOptions o;
+    o.max_tokens = 60;
+    o.decode.at_start = false;
+    if (!gbnf.empty()) o.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+    o.grammar_trigger = trigger;
+    return generate(*s, m.tok, sampler, prompt, o, nullptr);
+  };
+  const GenerateResult free = run("", "");
+  // stories260K's greedy text: ", there was a little girl named Lily. She loved to play ..."
+  const size_t named = free.text.find("named");
+  ASSERT_NE(named, std::string::npos) << free.text;
+
+  // Free until "named", then the grammar (whose text begins with the trigger) to its end.
+  const std::string gbnf = R"(root ::= "named " [A-Z] [a-z]+ " " [0-9]{2} ".")";
+  const GenerateResult lazy = run(gbnf, "named");
+  ASSERT_GE(lazy.text.size(), named + 5) << lazy.text;
+  EXPECT_EQ(lazy.text.substr(0, named + 5), free.text.substr(0, named + 5));
+  sample::GrammarMatcher check(std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf)),
+                               sample::GrammarVocab::from_tokenizer(m.tok));
+  EXPECT_TRUE(check.accept_text(lazy.text.substr(named)) && check.complete()) << lazy.text;
+  EXPECT_EQ(lazy.reason, StopReason::EndOfGeneration) << lazy.text;
+
+  // A trigger that never appears: the output is the free one, token for token.
+  const GenerateResult never = run(gbnf, "dragon");
+  EXPECT_EQ(never.tokens, free.tokens);
+  EXPECT_EQ(never.grammar_resamples, 0);
+
+  // An occurrence the grammar refuses ("was": "as", not "a little") is passed over; the next one starts it.
+  const std::string little = R"(root ::= "a little " [a-z]+ " named Zed.")";
+  const GenerateResult second = run(little, "a");
+  const size_t at = free.text.find("a little");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_LT(free.text.find('a'), at);  // an earlier "a" the grammar refuses
+  EXPECT_EQ(second.text, free.text.substr(0, at) + "a little girl named Zed.") << second.text;
+}
+
 TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;

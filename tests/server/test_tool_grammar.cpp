@@ -69,3 +69,69 @@ TEST(ToolGrammar, FormatsWithoutConstrainableCallsAre400s) {
 
 }  // namespace
 }  // namespace zinc::server
+
+namespace zinc::server {
+namespace {
+
+CompletionRequest chat_request(const std::string& body) {
+  return parse_chat_request(ordered_json::parse(body), sample::SamplerParams::chat());
+}
+
+TEST(OutputConstraint, AutoToolChoiceConstrainsHermesCallsFromTheirTag) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+  const auto c = output_constraint(chat::OutputFormat::Hermes,
+                                   chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"), "");
+  EXPECT_EQ(c.trigger, "<tool_call>");
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  EXPECT_TRUE(accepts(c.gbnf, call));
+  EXPECT_TRUE(accepts(c.gbnf, call + "\n" + call));  // parallel_tool_calls defaults to true
+  EXPECT_FALSE(accepts(c.gbnf, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Oslo\"}}\n</tool_call>"));
+  // parallel_tool_calls false: one call, then the output ends.
+  const auto one = output_constraint(chat::OutputFormat::Hermes,
+                                     chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], "parallel_tool_calls": false, )" +
+                                                  tools + "}"), "");
+  EXPECT_TRUE(accepts(one.gbnf, call));
+  EXPECT_FALSE(accepts(one.gbnf, call + "\n" + call));
+
+  // No lazy grammar: tool_choice none (the model is not told of the tools), a format whose calls open
+  // with no tag, a request's own response format (it constrains everything), a schema the grammar
+  // cannot express (the call stays free rather than failing the request).
+  for (const auto& [format, body] : std::vector<std::pair<chat::OutputFormat, std::string>>{
+           {chat::OutputFormat::Hermes, R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "none", )" + tools + "}"},
+           {chat::OutputFormat::Llama3, R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"},
+           {chat::OutputFormat::Hermes, R"({"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function",
+               "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}}}]})"}}) {
+    const auto none = output_constraint(format, chat_request(body), "");
+    EXPECT_EQ(none.gbnf, "") << body;
+    EXPECT_EQ(none.trigger, "") << body;
+  }
+  const auto format = output_constraint(chat::OutputFormat::Hermes,
+      chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}, )" + tools + "}"), "");
+  EXPECT_TRUE(accepts(format.gbnf, R"({"a": 1})"));
+  EXPECT_EQ(format.trigger, "");
+}
+
+TEST(OutputConstraint, ForcedCallsAndServerGrammarsConstrainTheWholeOutput) {
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "now"}}])";
+  const auto forced = output_constraint(chat::OutputFormat::Hermes,
+      chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "required", )" + tools + "}"), "");
+  EXPECT_EQ(forced.trigger, "");
+  EXPECT_TRUE(accepts(forced.gbnf, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  try {
+    output_constraint(chat::OutputFormat::Hermes,
+                      chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "required",
+                                       "response_format": {"type": "json_object"}, )" + tools + "}"), "");
+    ADD_FAILURE() << "a forced call with a response format was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+  }
+  // The server's grammar applies to requests that give none, tools or not.
+  const auto server = output_constraint(chat::OutputFormat::Hermes,
+      chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"), "root ::= \"x\"");
+  EXPECT_EQ(server.gbnf, "root ::= \"x\"");
+  EXPECT_EQ(server.trigger, "");
+}
+
+}  // namespace
+}  // namespace zinc::server
