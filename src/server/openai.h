@@ -101,6 +101,7 @@ struct CompletionResult {
   chat::ParsedOutput message;                           // chat: the parsed answer
   std::vector<std::string> token_texts;                 // logprobs: the text of each generated token
   std::vector<std::vector<std::string>> top_texts;      // and of each alternative
+  ordered_json response_fields = ordered_json::object();  // Responses: fields the request sets (store, ...)
 };
 
 // "stop", "length" or "tool_calls".

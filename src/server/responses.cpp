@@ -81,6 +81,11 @@ ordered_json base(const CompletionResult& c, const CompletionRequest& r, const c
           {"metadata", ordered_json::object()}};
 }
 
+ordered_json with_fields(ordered_json j, const ordered_json& fields) {
+  for (const auto& [k, v] : fields.items()) j[k] = v;
+  return j;
+}
+
 ordered_json usage_of(const runtime::GenerateResult& g) {
   const auto out = static_cast<int64_t>(g.tokens.size());
   return {{"input_tokens", g.prompt_tokens},
@@ -104,17 +109,24 @@ void finish_fields(ordered_json& j, const runtime::GenerateResult& g) {
 
 ResponsesRequest parse_responses_request(const json& body, const sample::SamplerParams& defaults) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
-    throw ApiError(400, "'previous_response_id': this server keeps no responses; send the whole conversation as input",
-                   "invalid_request_error", "previous_response_id");
-  }
   ResponsesRequest r;
+  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
+    if (!body["previous_response_id"].is_string() || body["previous_response_id"].get<std::string>().empty()) {
+      bad("previous_response_id", "must be the id of a response");
+    }
+    r.previous_response_id = body["previous_response_id"].get<std::string>();
+  }
+  if (body.contains("store") && !body["store"].is_null()) {
+    if (!body["store"].is_boolean()) bad("store", "must be true or false");
+    r.store = body["store"].get<bool>();
+  }
   json o = json::object();
   if (body.contains("model")) o["model"] = body["model"];
   json messages = json::array();
   if (body.contains("instructions") && !body["instructions"].is_null()) {
     if (!body["instructions"].is_string()) bad("instructions", "must be a string");
     messages.push_back({{"role", "system"}, {"content", body["instructions"]}});
+    r.instructions = 1;
   }
   if (!body.contains("input")) bad("input", "is required");
   const json& input = body["input"];
@@ -203,7 +215,7 @@ ResponsesRequest parse_responses_request(const json& body, const sample::Sampler
 }
 
 ordered_json response_json(const CompletionResult& c, const CompletionRequest& r) {
-  ordered_json j = base(c, r, "completed");
+  ordered_json j = with_fields(base(c, r, "completed"), c.response_fields);
   const std::string s = suffix(c.id);
   if (!c.message.reasoning.empty()) {
     j["output"].push_back({{"type", "reasoning"}, {"id", "rs_" + s}, {"summary", ordered_json::array()},
@@ -232,7 +244,7 @@ void ResponsesStream::add(const std::string& type, ordered_json data, std::vecto
 
 std::vector<ResponsesStream::Event> ResponsesStream::start() {
   std::vector<Event> out;
-  const ordered_json r = base(result_, request_, "in_progress");
+  const ordered_json r = with_fields(base(result_, request_, "in_progress"), result_.response_fields);
   add("response.created", {{"response", r}}, out);
   add("response.in_progress", {{"response", r}}, out);
   return out;
@@ -320,6 +332,59 @@ std::vector<ResponsesStream::Event> ResponsesStream::finish(runtime::GenerateRes
   result_.gen = std::move(gen);
   add(incomplete(result_.gen) ? "response.incomplete" : "response.completed", {{"response", response_json(result_, request_)}}, out);
   return out;
+}
+
+ordered_json response_assistant_message(const CompletionResult& c) {
+  ordered_json m = {{"role", "assistant"}, {"content", c.message.content}};
+  if (!c.message.reasoning.empty()) m["reasoning_content"] = c.message.reasoning;
+  if (!c.message.tool_calls.empty()) {
+    ordered_json calls = ordered_json::array();
+    for (size_t i = 0; i < c.message.tool_calls.size(); ++i) {
+      const auto& call = c.message.tool_calls[i];
+      // The call id the output item gave the client, which its function_call_output names.
+      calls.push_back({{"id", function_call_item(call, c.id, i, "completed")["call_id"]},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    m["tool_calls"] = std::move(calls);
+  }
+  return m;
+}
+
+void ResponseStore::put(const std::string& id, Stored stored) {
+  const size_t bytes = stored.conversation.dump().size() + stored.response.dump().size();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = index_.find(id); it != index_.end()) {
+    bytes_ -= it->second->bytes;
+    order_.erase(it->second);
+    index_.erase(it);
+  }
+  order_.push_front({id, std::move(stored), bytes});
+  index_[id] = order_.begin();
+  bytes_ += bytes;
+  while (!order_.empty() && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
+    bytes_ -= order_.back().bytes;
+    index_.erase(order_.back().id);
+    order_.pop_back();
+  }
+}
+
+std::optional<ResponseStore::Stored> ResponseStore::get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  order_.splice(order_.begin(), order_, it->second);
+  return it->second->stored;
+}
+
+bool ResponseStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = index_.find(id);
+  if (it == index_.end()) return false;
+  bytes_ -= it->second->bytes;
+  order_.erase(it->second);
+  index_.erase(it);
+  return true;
 }
 
 }  // namespace zinc::server

@@ -1,12 +1,18 @@
-// OpenAI's Responses API (POST /v1/responses) over the same engine, stateless: a request's input items
-// (messages, function calls and their outputs), instructions and function tools become a chat request in
-// the Chat Completions shape; the answer goes back as a response object with output items (reasoning,
-// message, function calls), or streamed as the Responses events. previous_response_id is refused: the
-// server keeps no responses, the client sends the whole conversation.
+// OpenAI's Responses API (POST /v1/responses) over the same engine: a request's input items (messages,
+// function calls and their outputs), instructions and function tools become a chat request in the Chat
+// Completions shape; the answer goes back as a response object with output items (reasoning, message,
+// function calls), or streamed as the Responses events. Responses are kept in memory (store, the default)
+// so a request can continue one by its previous_response_id: the conversation it ended comes before the
+// request's input (its instructions do not carry over, as the API says), and the engine's slots reuse the
+// cached tokens of that conversation's prefix.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,10 +25,44 @@ namespace zinc::server {
 struct ResponsesRequest {
   CompletionRequest chat;
   bool stream = false;
+  bool store = true;                 // keep the response for previous_response_id and GET
+  std::string previous_response_id;  // "" for none
+  size_t instructions = 0;           // leading messages of chat.messages that are the instructions (0 or 1)
 };
 
 // Throws ApiError (400) naming the field for anything malformed or not supported.
 ResponsesRequest parse_responses_request(const nlohmann::ordered_json& body, const sample::SamplerParams& defaults);
+
+// The answer as the assistant message of a chat request (content, reasoning, tool calls with the call ids
+// the response's output items gave): what the conversation holds for the next turn.
+ordered_json response_assistant_message(const CompletionResult& c);
+
+// Responses kept for previous_response_id and GET/DELETE /v1/responses/{id}: the conversation each ended
+// (chat-request messages, without its instructions) and the response object. The most recently used
+// `max_entries`, within `max_bytes` of JSON, are kept.
+class ResponseStore {
+ public:
+  struct Stored {
+    ordered_json conversation;  // messages
+    ordered_json response;      // the response object
+  };
+  explicit ResponseStore(size_t max_entries = 1000, size_t max_bytes = size_t{64} << 20)
+      : max_entries_(max_entries), max_bytes_(max_bytes) {}
+  void put(const std::string& id, Stored stored);
+  std::optional<Stored> get(const std::string& id);
+  bool erase(const std::string& id);
+
+ private:
+  struct Entry {
+    std::string id;
+    Stored stored;
+    size_t bytes;
+  };
+  size_t max_entries_, max_bytes_, bytes_ = 0;
+  std::mutex mutex_;
+  std::list<Entry> order_;  // most recently used first
+  std::map<std::string, std::list<Entry>::iterator> index_;
+};
 
 // The finished response object.
 ordered_json response_json(const CompletionResult& c, const CompletionRequest& r);

@@ -478,7 +478,8 @@ struct Server::Impl {
     };
   }
 
-  // POST /v1/responses: OpenAI's Responses API, stateless, on the same engine (responses.h).
+  // POST /v1/responses: OpenAI's Responses API on the same engine (responses.h), continuing a kept
+  // response when the request names one.
   void responses(const http::Request& req, http::Response& res) {
     {
       std::lock_guard<std::mutex> lock(metrics.mutex);
@@ -486,6 +487,22 @@ struct Server::Impl {
     }
     const ordered_json body = parse_body(req);
     auto rr = std::make_shared<ResponsesRequest>(parse_responses_request(body, opts.defaults));
+    // The conversation so far: the kept one's, then this request's input (its instructions not included).
+    auto conversation = std::make_shared<ordered_json>(ordered_json::array());
+    if (!rr->previous_response_id.empty()) {
+      const auto previous = stored_responses.get(rr->previous_response_id);
+      if (!previous) {
+        throw ApiError(400, fmt::format("Previous response with id '{}' not found.", rr->previous_response_id),
+                       "invalid_request_error", "previous_response_id", "previous_response_not_found");
+      }
+      *conversation = previous->conversation;
+      auto& messages = rr->chat.messages;
+      messages.insert(messages.begin() + static_cast<std::ptrdiff_t>(rr->instructions), conversation->begin(),
+                      conversation->end());
+    }
+    for (size_t i = rr->instructions + conversation->size(); i < rr->chat.messages.size(); ++i) {
+      conversation->push_back(rr->chat.messages[i]);
+    }
     const auto model = model_for(rr->chat.model, body);
     bool opens_reasoning = false;
     auto job = start_job(*model, rr->chat, body, &opens_reasoning, res);
@@ -493,21 +510,36 @@ struct Server::Impl {
     result->id = random_id("resp_");
     result->model = model->id();
     result->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    result->response_fields = {{"store", rr->store},
+                               {"previous_response_id", rr->previous_response_id.empty() ? ordered_json() : ordered_json(rr->previous_response_id)}};
     chat::OutputParserOptions popts;
     popts.format = model->format();
     popts.starts_in_reasoning = opens_reasoning;
+    // A finished response is kept, with its conversation, for the next turn and GET /v1/responses/{id}.
+    const auto keep = [this, rr, conversation](const CompletionResult& r, const ordered_json& response) {
+      if (!rr->store) return;
+      ordered_json c = *conversation;
+      c.push_back(response_assistant_message(r));
+      stored_responses.put(r.id, {std::move(c), response});
+    };
     if (!rr->stream) {
       if (!collect(*job, popts, *result, req, res)) return;
-      res.set_content(response_json(*result, rr->chat).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+      const ordered_json out = response_json(*result, rr->chat);
+      keep(*result, out);
+      res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
       return;
     }
     stream_headers(res);
-    res.stream = [this, model, job, result, popts, rr](http::StreamWriter& w) {
+    res.stream = [this, model, job, result, popts, rr, keep](http::StreamWriter& w) {
       ResponsesStream stream(*result, rr->chat, popts);
       pump(
           *job, w, [&] { return write_events(w, stream.start()); },
           [&](const std::string& piece) { return write_events(w, stream.push(piece)); },
-          [&] { return write_events(w, stream.finish(job->result())); },
+          [&] {
+            const auto events = stream.finish(job->result());
+            keep(*result, events.back().second["response"]);
+            return write_events(w, events);
+          },
           [&](int status, const std::string& message) {
             ordered_json e = ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error").body();
             e["type"] = "error";
@@ -515,6 +547,24 @@ struct Server::Impl {
           });
     };
   }
+
+  // GET and DELETE /v1/responses/{id}: a kept response.
+  void stored_response(const http::Request& req, http::Response& res, bool erase) {
+    const std::string id = req.matches[0];
+    const auto not_found = [&] {
+      return ApiError(404, fmt::format("No response with id '{}' is kept here (responses made with store false are not)", id),
+                      "invalid_request_error", "response_id", "not_found");
+    };
+    if (erase) {
+      if (!stored_responses.erase(id)) throw not_found();
+      res.set_content(ordered_json({{"id", id}, {"object", "response"}, {"deleted", true}}).dump(), "application/json");
+      return;
+    }
+    const auto kept = stored_responses.get(id);
+    if (!kept) throw not_found();
+    res.set_content(kept->response.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  }
+  ResponseStore stored_responses;
 
   void completion(const http::Request& req, http::Response& res, bool chat) {
     {
@@ -598,7 +648,7 @@ struct Server::Impl {
         res.set_header("Vary", "Origin");
       }
       if (req.method == "OPTIONS") {
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
         res.status = 204;
         return true;
@@ -692,6 +742,10 @@ struct Server::Impl {
     }));
     http.route("POST", "/v1/messages", guarded([this](http::Request& req, http::Response& res) { messages(req, res); }));
     http.route("POST", "/v1/responses", guarded([this](http::Request& req, http::Response& res) { responses(req, res); }));
+    http.route("GET", R"(/v1/responses/([A-Za-z0-9_-]+))",
+               guarded([this](http::Request& req, http::Response& res) { stored_response(req, res, false); }));
+    http.route("DELETE", R"(/v1/responses/([A-Za-z0-9_-]+))",
+               guarded([this](http::Request& req, http::Response& res) { stored_response(req, res, true); }));
     http.route("POST", "/v1/embeddings", guarded([this](http::Request& req, http::Response& res) { embeddings(req, res); }));
     http.route("POST", "/v1/messages/count_tokens", guarded([this](http::Request& req, http::Response& res) {
       const ordered_json body = parse_body(req);

@@ -57,8 +57,57 @@ try {
   check(inst.usage.input_tokens > r.usage.input_tokens, "instructions reach the template",
         `${inst.usage.input_tokens} vs ${r.usage.input_tokens}`);
 
-  await expectError("previous_response_id: 400 (stateless)", client.responses.create({ model: "stories260K", input: "x",
-    previous_response_id: "resp_x" }), 400, "previous_response_id");
+  // Kept responses: previous_response_id puts the conversation a response ended before the new input.
+  const first = await client.responses.create({ model: "stories260K", input: "Once upon a time", max_output_tokens: 12, temperature: 0 });
+  const next = await client.responses.create({ model: "stories260K", previous_response_id: first.id, input: "The end",
+                                               max_output_tokens: 12, temperature: 0 });
+  const whole = await client.responses.create({ model: "stories260K", max_output_tokens: 12, temperature: 0, store: false, input: [
+    { role: "user", content: "Once upon a time" }, { role: "assistant", content: first.output_text }, { role: "user", content: "The end" }] });
+  check(first.store === true && first.previous_response_id === null && next.previous_response_id === first.id &&
+        whole.store === false, "a response says whether it is kept and what it continues",
+        JSON.stringify([first.store, first.previous_response_id, next.previous_response_id, whole.store]));
+  check(next.output_text === whole.output_text && next.usage.input_tokens === whole.usage.input_tokens,
+        "previous_response_id continues the conversation: the same answer as sending it whole",
+        JSON.stringify([next.output_text, whole.output_text, next.usage.input_tokens, whole.usage.input_tokens]));
+  check(next.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens,
+        "... evaluating only what the slot's cache does not hold", JSON.stringify([next.usage, first.usage.input_tokens]));
+  // Streamed continuations are kept too, and chains go on.
+  const streamedNext = client.responses.stream({ model: "stories260K", previous_response_id: next.id, input: "Again",
+                                                 max_output_tokens: 6, temperature: 0 });
+  for await (const e of streamedNext) void e;
+  const third = await streamedNext.finalResponse();
+  const fourth = await client.responses.create({ model: "stories260K", previous_response_id: third.id, input: "More",
+                                                 max_output_tokens: 4, temperature: 0 });
+  const thirdText = third.output.filter((o) => o.type === "message").flatMap((o) => o.content).map((c) => c.text).join("");
+  const fourthWhole = await client.responses.create({ model: "stories260K", max_output_tokens: 4, temperature: 0, store: false, input: [
+    { role: "user", content: "Once upon a time" }, { role: "assistant", content: first.output_text }, { role: "user", content: "The end" },
+    { role: "assistant", content: next.output_text }, { role: "user", content: "Again" }, { role: "assistant", content: thirdText },
+    { role: "user", content: "More" }] });
+  check(fourth.usage.input_tokens === fourthWhole.usage.input_tokens && fourth.output_text === fourthWhole.output_text,
+        "a chain through a streamed response holds every turn", JSON.stringify([fourth.usage, fourthWhole.usage]));
+  // Instructions do not carry over: only the request's own apply.
+  const instructed = await client.responses.create({ model: "stories260K", previous_response_id: first.id, input: "The end",
+                                                     instructions: "Tell a story.", max_output_tokens: 2, temperature: 0 });
+  const instructedNext = await client.responses.create({ model: "stories260K", previous_response_id: instructed.id, input: "x",
+                                                         max_output_tokens: 2, temperature: 0 });
+  const noInstructions = await client.responses.create({ model: "stories260K", store: false, max_output_tokens: 2, temperature: 0, input: [
+    { role: "user", content: "Once upon a time" }, { role: "assistant", content: first.output_text }, { role: "user", content: "The end" },
+    { role: "assistant", content: instructed.output_text }, { role: "user", content: "x" }] });
+  check(instructed.usage.input_tokens > next.usage.input_tokens && instructedNext.usage.input_tokens === noInstructions.usage.input_tokens,
+        "a response's instructions apply to it, not to those that continue it",
+        JSON.stringify([instructed.usage.input_tokens, next.usage.input_tokens, instructedNext.usage.input_tokens, noInstructions.usage.input_tokens]));
+  // GET and DELETE /v1/responses/{id}.
+  const got = await client.responses.retrieve(first.id);
+  check(got.id === first.id && got.output_text === first.output_text && got.usage.input_tokens === first.usage.input_tokens,
+        "a kept response can be retrieved", JSON.stringify(got).slice(0, 200));
+  await client.responses.delete(first.id);
+  await expectError("a deleted response is gone", client.responses.retrieve(first.id), 404);
+  await expectError("previous_response_id of a deleted response: 400", client.responses.create({ model: "stories260K",
+    input: "x", previous_response_id: first.id }), 400, "previous_response_id");
+  await expectError("previous_response_id of a response made with store false: 400", client.responses.create({
+    model: "stories260K", input: "x", previous_response_id: whole.id }), 400, "previous_response_id");
+  await expectError("store that is not a boolean: 400", client.responses.create({ model: "stories260K", input: "x",
+    store: "yes" }), 400, "store");
   await expectError("a built-in tool: 400", client.responses.create({ model: "stories260K", input: "x",
     tools: [{ type: "web_search" }] }), 400, "tools[0]");
   await expectError("an image part: 400", client.responses.create({ model: "stories260K",
@@ -82,6 +131,19 @@ try {
         "function tools, calls and their outputs reach the template",
         `${plain.usage.input_tokens} / ${withTools.usage.input_tokens} / ${roundTrip.usage.input_tokens}`);
   check(withTools.tools.length === 1 && withTools.tools[0].name === "get_weather", "the response lists its tools");
+  // A forced call, then its output sent by previous_response_id: the same prompt as the whole conversation
+  // (the call id the output item gave, and its arguments, are in the kept conversation).
+  const call = await tc.responses.create({ model: "stories260K", input: "Once upon a time", tools, tool_choice: "required",
+                                           max_output_tokens: 64, temperature: 0 });
+  const fc = call.output.find((o) => o.type === "function_call");
+  const answered = await tc.responses.create({ model: "stories260K", previous_response_id: call.id, tools, max_output_tokens: 2,
+    temperature: 0, input: [{ type: "function_call_output", call_id: fc?.call_id, output: "sunny, 21 C" }] });
+  const answeredWhole = await tc.responses.create({ model: "stories260K", tools, max_output_tokens: 2, temperature: 0, store: false,
+    input: [{ role: "user", content: "Once upon a time" },
+            { type: "function_call", call_id: fc?.call_id, name: fc?.name, arguments: fc?.arguments },
+            { type: "function_call_output", call_id: fc?.call_id, output: "sunny, 21 C" }] });
+  check(fc && answered.usage.input_tokens === answeredWhole.usage.input_tokens && answered.output_text === answeredWhole.output_text,
+        "a function call's output continues its kept response", JSON.stringify([fc, answered.usage, answeredWhole.usage]));
 } catch (e) {
   check(false, "responses client run", e.stack || String(e));
 } finally {

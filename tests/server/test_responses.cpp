@@ -51,11 +51,48 @@ TEST(ResponsesRequest, ItemsBecomeTheConversation) {
   EXPECT_EQ(parse(R"({"input": "hi"})").chat.messages, ordered_json::array({{{"role", "user"}, {"content", "hi"}}}));
 }
 
+TEST(ResponsesRequest, PreviousResponseAndStore) {
+  const auto r = parse(R"({"input": "x", "previous_response_id": "resp_1", "instructions": "Be brief."})");
+  EXPECT_EQ(r.previous_response_id, "resp_1");
+  EXPECT_TRUE(r.store);  // the API's default
+  EXPECT_EQ(r.instructions, 1u);
+  EXPECT_EQ(r.chat.messages[0]["role"], "system");
+  const auto s = parse(R"({"input": "x", "store": false})");
+  EXPECT_FALSE(s.store);
+  EXPECT_EQ(s.previous_response_id, "");
+  EXPECT_EQ(s.instructions, 0u);
+}
+
+TEST(ResponseStore, KeepsTheMostRecentlyUsedWithinItsBounds) {
+  ResponseStore store(3, 1 << 20);
+  for (int i = 0; i < 4; ++i) store.put("r" + std::to_string(i), {ordered_json::array({i}), ordered_json::object()});
+  EXPECT_FALSE(store.get("r0"));  // the oldest went
+  ASSERT_TRUE(store.get("r1"));   // now the most recently used
+  store.put("r4", {ordered_json::array(), ordered_json::object()});
+  EXPECT_TRUE(store.get("r1"));
+  EXPECT_FALSE(store.get("r2"));
+  EXPECT_EQ(store.get("r3")->conversation, ordered_json::array({3}));
+  EXPECT_TRUE(store.erase("r3"));
+  EXPECT_FALSE(store.erase("r3"));
+  EXPECT_FALSE(store.get("r3"));
+  // Bytes: one large response pushes the others out, and one larger than the bound is not kept.
+  ResponseStore small(100, 1000);
+  small.put("a", {ordered_json::array({std::string(300, 'a')}), ordered_json::object()});
+  small.put("b", {ordered_json::array({std::string(300, 'b')}), ordered_json::object()});
+  small.put("c", {ordered_json::array({std::string(600, 'c')}), ordered_json::object()});
+  EXPECT_FALSE(small.get("a"));
+  EXPECT_TRUE(small.get("c"));
+  small.put("d", {ordered_json::array({std::string(2000, 'd')}), ordered_json::object()});
+  EXPECT_FALSE(small.get("d"));
+}
+
 TEST(ResponsesRequest, UnsupportedIsA400NamingTheField) {
   expect_400(R"({"model": "m"})", "input");
   expect_400(R"({"input": []})", "input");
   expect_400(R"({"input": [{"type": 5, "role": "user", "content": "x"}]})", "input[0].type");
-  expect_400(R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id");
+  expect_400(R"({"input": "x", "previous_response_id": 5})", "previous_response_id");
+  expect_400(R"({"input": "x", "previous_response_id": ""})", "previous_response_id");
+  expect_400(R"({"input": "x", "store": "yes"})", "store");
   expect_400(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})", "input[0].content");
   expect_400(R"({"input": [{"type": "web_search_call"}]})", "input[0].type");
   expect_400(R"({"input": [{"type": "function_call", "name": "f", "arguments": {}}]})", "input[0].arguments");
