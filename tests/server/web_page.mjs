@@ -4,9 +4,11 @@
 // starts an empty conversation, a failed request shows the server's error in place; conversations and
 // settings survive a reload, the list switches between conversations, Regenerate and Edit resend,
 // Copy copies, markdown tables, links and code blocks render, and Enter while an input method composes
-// does not send. A screenshot of each state is saved and its path printed.
+// does not send; with several models, a list chooses the one requests name, kept across reloads. A
+// screenshot of each state is saved and its path printed.
 // Usage: node web_page.mjs ORACLE_DIR ZINC MODEL.gguf WORKDIR
-import { mkdirSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { createRequire } from "node:module";
 import { startServer } from "./start_server.mjs";
@@ -28,7 +30,7 @@ if (!executablePath) {
   process.exit(1);
 }
 
-let server = null;
+let server = null, many = null;
 let browser;
 try {
   server = await startServer(zinc, model, ["-c", "2048"]);
@@ -185,10 +187,36 @@ try {
   check((await page.$$(".msg")).length === count && (await page.inputValue("#input")) === "にほん",
         "Enter during input-method composition does not send");
   check(await page.evaluate(() => document.querySelector("link[rel=icon]") !== null), "the page has a favicon");
+
+  // Several models (--models-dir): a list to choose from; the choice is what requests name, and it is kept.
+  const dir = path.join(work, "models");
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  symlinkSync(path.resolve(model), path.join(dir, "stories.gguf"));
+  execFileSync(zinc, ["quantize", model, path.join(dir, "stories-q8.gguf"), "Q8_0"], { stdio: "ignore" });
+  many = await startServer(zinc, null, ["--models-dir", dir, "-c", "512", "--backend", "cpu"]);
+  await page.goto(many.base + "/");
+  await page.waitForFunction(() => !document.getElementById("model-select").hidden, null, { timeout: 10000 });
+  const options = await page.$$eval("#model-select option", (os) => os.map((o) => o.value));
+  check(options.length === 2 && options.includes("stories") && options.includes("stories-q8"), "several models: a list of them",
+        JSON.stringify(options));
+  await page.selectOption("#model-select", "stories-q8");
+  await page.click("#new");
+  await page.fill("#input", "Once upon a time");
+  await page.press("#input", "Enter");
+  await idle();
+  const states = (await (await fetch(many.base + "/v1/models")).json()).data;
+  check(states.find((m) => m.id === "stories-q8")?.status === "loaded" && states.find((m) => m.id === "stories")?.status === "available",
+        "the chosen model answers (the server loaded it)", JSON.stringify(states.map((m) => [m.id, m.status])));
+  await page.reload();
+  await page.waitForFunction(() => !document.getElementById("model-select").hidden, null, { timeout: 10000 });
+  check(await page.inputValue("#model-select") === "stories-q8", "the chosen model survives a reload");
+  await shot("models");
 } catch (e) {
   check(false, "web page run", e.stack || String(e));
 } finally {
   if (browser) await browser.close();
   if (server) server.proc.kill("SIGTERM");
+  if (many) many.proc.kill("SIGTERM");
 }
 process.exit(failures ? 1 : 0);
