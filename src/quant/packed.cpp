@@ -70,22 +70,33 @@ void pack_nibbles32(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t*
   }
 }
 
-void pack_q4_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
-  auto* out = reinterpret_cast<PackQ4_K*>(dst);
+// Q4_K and Q5_K (B: BlockQ4_K or BlockQ5_K, P: PackQ4_K or PackQ5_K).
+template <class B, class P>
+void pack_q4_5_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  constexpr bool kFive = std::is_same_v<B, BlockQ5_K>;
+  auto* out = reinterpret_cast<P*>(dst);
   for (int64_t i = 0; i < cols / 256; ++i) {
-    PackQ4_K& p = out[i];
+    P& p = out[i];
     for (int r = 0; r < kPackRows; ++r) {
-      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      const B& b = reinterpret_cast<const B*>(src + static_cast<size_t>(r) * row_bytes)[i];
       p.d[r] = b.d;
       p.dmin[r] = b.dmin;
       for (int j = 0; j < 8; ++j) kquant_scale_min(j, b.scales, &p.sc[j][r], &p.mn[j / 2][2 * r + j % 2]);
       // Sub-block s is the low (s even) or high nibbles of bytes 32·(s/2) .. + 31 of qs; packed, its
-      // elements 8q + [0, 4) go to low nibbles and 8q + [4, 8) to high ones.
+      // elements 8q + [0, 4) go to low nibbles and 8q + [4, 8) to high ones. Q5_K's fifth bit of element
+      // l is bit s of qh[l].
       for (int s = 0; s < 8; ++s) {
         uint8_t code[32];
         for (int l = 0; l < 32; ++l) code[l] = s % 2 ? b.qs[32 * (s / 2) + l] >> 4 : b.qs[32 * (s / 2) + l] & 15;
         for (int q = 0; q < 4; ++q)
           for (int k = 0; k < 4; ++k) p.qs[s][q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+        if constexpr (kFive) {
+          for (int k = 0; k < 4; ++k) {
+            uint8_t bits = 0;
+            for (int j = 0; j < 8; ++j) bits |= static_cast<uint8_t>(((b.qh[4 * j + k] >> s) & 1) << j);
+            p.qs[s][4][4 * r + k] = bits;
+          }
+        }
       }
     }
   }
@@ -123,7 +134,8 @@ PackFn pack_fn(TensorType t) {
     case TensorType::Q4_0: return pack_nibbles32<BlockQ4_0, PackQ4_0>;
     case TensorType::IQ4_NL: return pack_nibbles32<BlockIQ4_NL, PackQ4_0>;
     case TensorType::MXFP4: return pack_nibbles32<BlockMXFP4, PackMXFP4>;
-    case TensorType::Q4_K: return pack_q4_k;
+    case TensorType::Q4_K: return pack_q4_5_k<BlockQ4_K, PackQ4_K>;
+    case TensorType::Q5_K: return pack_q4_5_k<BlockQ5_K, PackQ5_K>;
     case TensorType::Q6_K: return pack_q6_k;
     default: return nullptr;
   }
@@ -183,6 +195,7 @@ size_t packed_group_size(TensorType type, int64_t n) {
     case TensorType::Q4_0: case TensorType::IQ4_NL: return static_cast<size_t>(n / 32) * sizeof(PackQ4_0);
     case TensorType::MXFP4: return static_cast<size_t>(n / 32) * sizeof(PackMXFP4);
     case TensorType::Q4_K: return static_cast<size_t>(n / 256) * sizeof(PackQ4_K);
+    case TensorType::Q5_K: return static_cast<size_t>(n / 256) * sizeof(PackQ5_K);
     case TensorType::Q6_K: return static_cast<size_t>(n / 256) * sizeof(PackQ6_K);
     default: throw Error(fmt::format("no packed layout for {} weights", gguf::tensor_type_name(type)));
   }

@@ -13,6 +13,8 @@
 //         to values through a 16-entry table).
 //   Q4_K: scales d and dmin, the 6-bit sub-block scales and minimums one byte each, then per
 //         32-element sub-block 4 registers of packed nibbles (low: elements 8p..8p+3, high: 8p+4..8p+7).
+//   Q5_K: as Q4_K, each sub-block's 4 registers followed by one of its fifth bits: lane r, byte b, bit j
+//         = bit 4 of the code of element 4j + b of row r (the element at byte b of code register j).
 //   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
 //         sub-block 3 registers: three of its 4-element groups' 6-bit codes, the fourth's in their top bits.
 // Activations are quantized once per product into the formats below (the same codes and scales as the
@@ -51,6 +53,12 @@ struct PackQ4_K {
   uint8_t mn[4][kPackRows * 2];  // minimums of sub-blocks 2p and 2p+1 per row
   uint8_t qs[8][4][64];
 };
+struct PackQ5_K {
+  uint16_t d[kPackRows], dmin[kPackRows];
+  uint8_t sc[8][kPackRows];
+  uint8_t mn[4][kPackRows * 2];
+  uint8_t qs[8][5][64];  // sub-block s: 4 registers of nibbles as Q4_K's, then the fifth bits
+};
 struct PackQ6_K {
   uint16_t d[kPackRows];
   int8_t sc[16][kPackRows];       // sub-block s, row r
@@ -59,7 +67,7 @@ struct PackQ6_K {
   // + 12 + b in bits 0-5; their bits 6-7 hold bits 4-5, 2-3 and 0-1 of the code of element 16s + 8 + b.
   uint8_t q[16][3][64];
 };
-static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ6_K) == 3616);
+static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ5_K) == 2880 && sizeof(PackQ6_K) == 3616);
 static_assert(sizeof(PackQ4_0) == 288 && sizeof(PackMXFP4) == 272);
 
 // Activation blocks of the packed kernels.

@@ -2,7 +2,8 @@
 // halves of 8 rows (one 256-bit register: 4 codes of each of 8 rows), up to 4 tokens at a time (8 as
 // two passes). Codes meet a token's 4 activation codes, broadcast, in _mm256_maddubs_epi16; the int16
 // pair sums of several code registers are added before one _mm256_madd_epi16 widens them (Q4_K: a whole
-// 32-element sub-block, 8·2·15·127 < 2^15; Q6_K: two registers, 2·2·63·127 < 2^15). Scales are applied
+// 32-element sub-block, 8·2·15·127 < 2^15; Q5_K: four registers, 4·2·31·127 < 2^15; Q6_K: two
+// registers, 2·2·63·127 < 2^15). Scales are applied
 // per sub-block in float, the token's scale folded in. Compiled with -mavx2 -mfma -mf16c; the
 // dispatcher calls it only when the CPU has all three.
 #include "quant/packed.h"
@@ -36,31 +37,74 @@ inline const B* act_row(const uint8_t* act, size_t stride, int t) {
   return reinterpret_cast<const B*>(act + stride * static_cast<size_t>(t));
 }
 
-// Rows 8h .. 8h + 7 of a Q4_K group × NT tokens.
-template <int NT>
-void q4_k_half(const PackQ4_K* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
-  const __m256i m15 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+// Bit j of each byte of h moved to bit 4 (Q5_K's fifth bit of code register j).
+template <int J>
+inline __m256i fifth_bit(__m256i h, __m256i m16) {
+  if constexpr (J <= 4) return _mm256_and_si256(_mm256_slli_epi16(h, 4 - J), m16);
+  else return _mm256_and_si256(_mm256_srli_epi16(h, J - 4), m16);
+}
+
+// Register j of a Q4_K or Q5_K sub-block (half h): elements 4j .. 4j + 3 of each of its 8 rows.
+template <class P, int J>
+inline __m256i k_codes(const P& b, int s, int h, __m256i m15, __m256i m16) {
+  const __m256i v = load256(b.qs[s][J / 2] + 32 * h);
+  const __m256i c = J % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) : _mm256_and_si256(v, m15);
+  if constexpr (std::is_same_v<P, PackQ5_K>) return _mm256_or_si256(c, fifth_bit<J>(load256(b.qs[s][4] + 32 * h), m16));
+  else return c;
+}
+
+// Σ over a sub-block's 8 code registers of code·a, as int32 per row. Q4_K adds every int16 pair sum before
+// widening (8·2·15·127 < 2^15); Q5_K's 5-bit codes allow 4 (4·2·31·127 < 2^15).
+template <class P>
+inline __m256i k_sum(const __m256i c[8], const int8_t* a, __m256i ones) {
+  constexpr int kRun = std::is_same_v<P, PackQ5_K> ? 4 : 8;
+  __m256i sum = _mm256_setzero_si256();
+  for (int j0 = 0; j0 < 8; j0 += kRun) {
+    __m256i p = _mm256_maddubs_epi16(c[j0], bcast4(a + 4 * j0));
+    for (int j = j0 + 1; j < j0 + kRun; ++j) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[j], bcast4(a + 4 * j)));
+    sum = j0 == 0 ? _mm256_madd_epi16(p, ones) : _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
+  }
+  return sum;
+}
+
+template <class P>
+inline void k_codes_all(const P& b, int s, int h, __m256i m15, __m256i m16, __m256i c[8]) {
+  c[0] = k_codes<P, 0>(b, s, h, m15, m16);
+  c[1] = k_codes<P, 1>(b, s, h, m15, m16);
+  c[2] = k_codes<P, 2>(b, s, h, m15, m16);
+  c[3] = k_codes<P, 3>(b, s, h, m15, m16);
+  c[4] = k_codes<P, 4>(b, s, h, m15, m16);
+  c[5] = k_codes<P, 5>(b, s, h, m15, m16);
+  c[6] = k_codes<P, 6>(b, s, h, m15, m16);
+  c[7] = k_codes<P, 7>(b, s, h, m15, m16);
+}
+
+// Bytes of the next block asked for per sub-block, and in how many lines.
+template <class P>
+inline void prefetch_sub(const P& b, int s) {
+  constexpr int kStride = std::is_same_v<P, PackQ5_K> ? 360 : 320, kLines = std::is_same_v<P, PackQ5_K> ? 6 : 5;
+  for (int l = 0; l < kLines; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + kStride * s + 64 * l, _MM_HINT_T0);
+}
+
+// Rows 8h .. 8h + 7 of a Q4_K or Q5_K group × NT tokens.
+template <class P, int NT>
+void q4_5_k_half(const P* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
   __m256 acc[NT];
   for (auto& v : acc) v = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    const PackQ4_K& b = blocks[i];
+    const P& b = blocks[i];
     const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
     __m256 dy[NT];
     for (int t = 0; t < NT; ++t) dy[t] = _mm256_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d);
     for (int s = 0; s < 8; ++s) {
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 320 * s + 64 * l, _MM_HINT_T0);
+      prefetch_sub(b, s);
       const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(b.sc[s] + 8 * h))), dw);
       __m256i c[8];
-      for (int q = 0; q < 4; ++q) {
-        const __m256i v = load256(b.qs[s][q] + 32 * h);
-        c[2 * q] = _mm256_and_si256(v, m15);
-        c[2 * q + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-      }
+      k_codes_all(b, s, h, m15, m16, c);
       for (int t = 0; t < NT; ++t) {
         const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 32 * s;
-        __m256i p = _mm256_maddubs_epi16(c[0], bcast4(a));
-        for (int j = 1; j < 8; ++j) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(c[j], bcast4(a + 4 * j)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_mul_ps(sc, dy[t]), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(k_sum<P>(c, a, ones)), _mm256_mul_ps(sc, dy[t]), acc[t]);
       }
     }
     const __m256 dm = _mm256_cvtph_ps(load128(b.dmin + 8 * h));
@@ -245,29 +289,25 @@ void nibble32_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t strid
   else for (int h = 0; h < 2; ++h) nibble32_half<T, NT>(blocks, n / 32, h, act, stride, y, y_stride);
 }
 
-// One token (decode): both halves in one pass over the blocks, each code register used as soon as it
-// is decoded; the same operations per half as q4_k_half<1>, so the same results.
-void q4_k_one(const PackQ4_K* blocks, int64_t nb, const uint8_t* act, float* y) {
-  const __m256i m15 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+// One token (decode): both halves in one pass over the blocks; the same operations per half as
+// q4_5_k_half<P, 1>, so the same results.
+template <class P>
+void q4_5_k_one(const P* blocks, int64_t nb, const uint8_t* act, float* y) {
+  const __m256i m15 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const auto* a = reinterpret_cast<const BlockQ8_KP*>(act);
   for (int64_t i = 0; i < nb; ++i) {
-    const PackQ4_K& b = blocks[i];
+    const P& b = blocks[i];
     const __m256 dy = _mm256_set1_ps(a[i].d);
     const __m256 dw[2] = {_mm256_cvtph_ps(load128(b.d)), _mm256_cvtph_ps(load128(b.d + 8))};
     for (int s = 0; s < 8; ++s) {
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 320 * s + 64 * l, _MM_HINT_T0);
+      prefetch_sub(b, s);
       const int8_t* q8 = a[i].qs + 32 * s;
       for (int h = 0; h < 2; ++h) {
         const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(b.sc[s] + 8 * h))), dw[h]);
-        __m256i p = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
-          const __m256i v = load256(b.qs[s][q] + 32 * h);
-          const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m15), bcast4(q8 + 8 * q));
-          const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m15), bcast4(q8 + 8 * q + 4));
-          p = q == 0 ? _mm256_add_epi16(lo, hi) : _mm256_add_epi16(_mm256_add_epi16(p, lo), hi);
-        }
-        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_mul_ps(sc, dy), acc[h]);
+        __m256i c[8];
+        k_codes_all(b, s, h, m15, m16, c);
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(k_sum<P>(c, q8, ones)), _mm256_mul_ps(sc, dy), acc[h]);
       }
     }
     for (int h = 0; h < 2; ++h) {
@@ -351,8 +391,8 @@ void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float*
     if constexpr (NT == 1) q8_0_one(blocks, n / 32, act, y);
     else for (int h = 0; h < 2; ++h) q8_0_half<NT>(blocks, n / 32, h, act, stride, y, y_stride);
   } else if constexpr (NT == 1) {
-    if constexpr (std::is_same_v<P, PackQ4_K>) q4_k_one(blocks, n / 256, act, y);
-    else q6_k_one(blocks, n / 256, act, y);
+    if constexpr (std::is_same_v<P, PackQ6_K>) q6_k_one(blocks, n / 256, act, y);
+    else q4_5_k_one(blocks, n / 256, act, y);
   } else {
     constexpr int kFirst = NT > 4 ? 4 : NT;
     for (int h = 0; h < 2; ++h) {
@@ -362,7 +402,8 @@ void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float*
   }
 }
 template <int NT> struct Q8_0H { static constexpr auto run = q8_0_half<NT>; };
-template <int NT> struct Q4_KH { static constexpr auto run = q4_k_half<NT>; };
+template <int NT> struct Q4_KH { static constexpr auto run = q4_5_k_half<PackQ4_K, NT>; };
+template <int NT> struct Q5_KH { static constexpr auto run = q4_5_k_half<PackQ5_K, NT>; };
 template <int NT> struct Q6_KH { static constexpr auto run = q6_k_half<NT>; };
 
 template <TensorType T>
@@ -483,6 +524,7 @@ PackedTileFn packed_tile_avx2(TensorType t, int nt) {
     case TensorType::IQ4_NL: return nibble_by_tokens<TensorType::IQ4_NL>(nt);
     case TensorType::MXFP4: return nibble_by_tokens<TensorType::MXFP4>(nt);
     case TensorType::Q4_K: return by_tokens<PackQ4_K, Q4_KH>(nt);
+    case TensorType::Q5_K: return by_tokens<PackQ5_K, Q5_KH>(nt);
     case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
     default: return nullptr;
   }

@@ -121,25 +121,41 @@ void nibble32_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t strid
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-template <int NT>
-void q4_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
-  const auto* blocks = reinterpret_cast<const PackQ4_K*>(w);
-  const __m512i m15 = _mm512_set1_epi8(0x0f);
+// Q4_K and Q5_K (P: PackQ4_K or PackQ5_K): Q5_K's fifth bits join each code register as bit 4 (bit j of
+// a byte belongs to register j: moved to bit 4 by a shift, merged by one ternary-logic instruction).
+template <class P, int NT>
+void q4_5_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  constexpr bool kFive = std::is_same_v<P, PackQ5_K>;
+  constexpr int kLines = (sizeof(P) / 64 + 7) / 8;  // of the next block, per sub-block
+  const auto* blocks = reinterpret_cast<const P*>(w);
+  const __m512i m15 = _mm512_set1_epi8(0x0f), m16 = _mm512_set1_epi8(0x10);
   __m512 acc[NT];
   for (auto& v : acc) v = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / 256; ++i) {
-    const PackQ4_K& b = blocks[i];
+    const P& b = blocks[i];
     const __m512 dw = scales16(b.d);
     __m512 blk[NT];  // dw·Σ_s scale_s·Σ code·a, per token
     for (auto& v : blk) v = _mm512_setzero_ps();
     for (int s = 0; s < 8; ++s) {
-      prefetch_next(&b, s, 5);
+      prefetch_next(&b, s, kLines);
       const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(load128(b.sc[s]))), dw);
       __m512i c[8];  // c[j]: elements 32s + 4j .. 32s + 4j + 3 of each row
       for (int q = 0; q < 4; ++q) {
         const __m512i v = load512(b.qs[s][q]);
         c[2 * q] = _mm512_and_si512(v, m15);
         c[2 * q + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+      }
+      if constexpr (kFive) {
+        const __m512i h = load512(b.qs[s][4]);
+        constexpr int kOrAnd = 0xf8;  // a | (b & c)
+        c[0] = _mm512_ternarylogic_epi32(c[0], _mm512_slli_epi16(h, 4), m16, kOrAnd);
+        c[1] = _mm512_ternarylogic_epi32(c[1], _mm512_slli_epi16(h, 3), m16, kOrAnd);
+        c[2] = _mm512_ternarylogic_epi32(c[2], _mm512_slli_epi16(h, 2), m16, kOrAnd);
+        c[3] = _mm512_ternarylogic_epi32(c[3], _mm512_slli_epi16(h, 1), m16, kOrAnd);
+        c[4] = _mm512_ternarylogic_epi32(c[4], h, m16, kOrAnd);
+        c[5] = _mm512_ternarylogic_epi32(c[5], _mm512_srli_epi16(h, 1), m16, kOrAnd);
+        c[6] = _mm512_ternarylogic_epi32(c[6], _mm512_srli_epi16(h, 2), m16, kOrAnd);
+        c[7] = _mm512_ternarylogic_epi32(c[7], _mm512_srli_epi16(h, 3), m16, kOrAnd);
       }
       for (int t = 0; t < NT; ++t) {
         const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 32 * s;
@@ -226,7 +242,8 @@ template <int NT> struct Q8_0K { static constexpr PackedTileFn fn = q8_0_tile<NT
 template <int NT> struct Q4_0K { static constexpr PackedTileFn fn = nibble32_tile<TensorType::Q4_0, NT>; };
 template <int NT> struct IQ4_NLK { static constexpr PackedTileFn fn = nibble32_tile<TensorType::IQ4_NL, NT>; };
 template <int NT> struct MXFP4K { static constexpr PackedTileFn fn = nibble32_tile<TensorType::MXFP4, NT>; };
-template <int NT> struct Q4_KK { static constexpr PackedTileFn fn = q4_k_tile<NT>; };
+template <int NT> struct Q4_KK { static constexpr PackedTileFn fn = q4_5_k_tile<PackQ4_K, NT>; };
+template <int NT> struct Q5_KK { static constexpr PackedTileFn fn = q4_5_k_tile<PackQ5_K, NT>; };
 template <int NT> struct Q6_KK { static constexpr PackedTileFn fn = q6_k_tile<NT>; };
 static_assert(kPackTokens == 8);
 
@@ -239,6 +256,7 @@ PackedTileFn packed_tile_avx512(TensorType t, int nt) {
     case TensorType::IQ4_NL: return by_tokens<IQ4_NLK>(nt);
     case TensorType::MXFP4: return by_tokens<MXFP4K>(nt);
     case TensorType::Q4_K: return by_tokens<Q4_KK>(nt);
+    case TensorType::Q5_K: return by_tokens<Q5_KK>(nt);
     case TensorType::Q6_K: return by_tokens<Q6_KK>(nt);
     default: return nullptr;
   }

@@ -204,6 +204,7 @@ std::shared_ptr<LoadedModel> ModelPool::lease(Entry& e) {
   };
   // The entry stays in the map while leased (only available entries are forgotten).
   auto holder = std::shared_ptr<Lease>(new Lease{this, &e, e.model}, [](Lease* l) {
+    l->model.reset();  // before the entry says idle: an unload then frees the model where it runs
     l->pool->release(*l->entry);
     delete l;
   });
