@@ -102,6 +102,29 @@ void pack_q4_5_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* ds
   }
 }
 
+void pack_iq4_xs(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackIQ4_XS*>(dst);
+  for (int64_t i = 0; i < cols / 256; ++i) {
+    PackIQ4_XS& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      // Sub-block s: bytes 16s .. 16s + 15 of qs, elements 0-15 their low nibbles, 16-31 their high ones.
+      for (int s = 0; s < 8; ++s) {
+        const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xf) | (((b.scales_h >> (2 * s)) & 3) << 4);
+        p.sc[s][r] = static_cast<int8_t>(ls - 32);
+        uint8_t code[32];
+        for (int l = 0; l < 16; ++l) {
+          code[l] = b.qs[16 * s + l] & 15;
+          code[l + 16] = b.qs[16 * s + l] >> 4;
+        }
+        for (int q = 0; q < 4; ++q)
+          for (int k = 0; k < 4; ++k) p.qs[s][q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+      }
+    }
+  }
+}
+
 void pack_q6_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
   auto* out = reinterpret_cast<PackQ6_K*>(dst);
   for (int64_t i = 0; i < cols / 256; ++i) {
@@ -136,6 +159,7 @@ PackFn pack_fn(TensorType t) {
     case TensorType::MXFP4: return pack_nibbles32<BlockMXFP4, PackMXFP4>;
     case TensorType::Q4_K: return pack_q4_5_k<BlockQ4_K, PackQ4_K>;
     case TensorType::Q5_K: return pack_q4_5_k<BlockQ5_K, PackQ5_K>;
+    case TensorType::IQ4_XS: return pack_iq4_xs;
     case TensorType::Q6_K: return pack_q6_k;
     default: return nullptr;
   }
@@ -196,6 +220,7 @@ size_t packed_group_size(TensorType type, int64_t n) {
     case TensorType::MXFP4: return static_cast<size_t>(n / 32) * sizeof(PackMXFP4);
     case TensorType::Q4_K: return static_cast<size_t>(n / 256) * sizeof(PackQ4_K);
     case TensorType::Q5_K: return static_cast<size_t>(n / 256) * sizeof(PackQ5_K);
+    case TensorType::IQ4_XS: return static_cast<size_t>(n / 256) * sizeof(PackIQ4_XS);
     case TensorType::Q6_K: return static_cast<size_t>(n / 256) * sizeof(PackQ6_K);
     default: throw Error(fmt::format("no packed layout for {} weights", gguf::tensor_type_name(type)));
   }

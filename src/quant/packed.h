@@ -15,6 +15,8 @@
 //         32-element sub-block 4 registers of packed nibbles (low: elements 8p..8p+3, high: 8p+4..8p+7).
 //   Q5_K: as Q4_K, each sub-block's 4 registers followed by one of its fifth bits: lane r, byte b, bit j
 //         = bit 4 of the code of element 4j + b of row r (the element at byte b of code register j).
+//   IQ4_XS: scale d, the sub-block scales − 32 one byte each, then Q4_K's nibble registers (indices
+//         into the IQ4_NL values).
 //   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
 //         sub-block 3 registers: three of its 4-element groups' 6-bit codes, the fourth's in their top bits.
 // Activations are quantized once per product into the formats below (the same codes and scales as the
@@ -59,6 +61,11 @@ struct PackQ5_K {
   uint8_t mn[4][kPackRows * 2];
   uint8_t qs[8][5][64];  // sub-block s: 4 registers of nibbles as Q4_K's, then the fifth bits
 };
+struct PackIQ4_XS {
+  uint16_t d[kPackRows];
+  int8_t sc[8][kPackRows];  // sub-block s, row r: its scale − 32
+  uint8_t qs[8][4][64];
+};
 struct PackQ6_K {
   uint16_t d[kPackRows];
   int8_t sc[16][kPackRows];       // sub-block s, row r
@@ -68,7 +75,7 @@ struct PackQ6_K {
   uint8_t q[16][3][64];
 };
 static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ5_K) == 2880 && sizeof(PackQ6_K) == 3616);
-static_assert(sizeof(PackQ4_0) == 288 && sizeof(PackMXFP4) == 272);
+static_assert(sizeof(PackQ4_0) == 288 && sizeof(PackMXFP4) == 272 && sizeof(PackIQ4_XS) == 2208);
 
 // Activation blocks of the packed kernels.
 struct BlockQ8_0P {  // a Q8_0 block with its scale as a float and −128 × the sum of its codes

@@ -282,6 +282,70 @@ void nibble32_one(const NibblePack<T>* blocks, int64_t nb, const uint8_t* act, f
   _mm256_storeu_ps(y + 8, acc[1]);
 }
 
+// IQ4_XS (rows 8h .. 8h + 7 × NT tokens): IQ4_NL's signed values by table and the sign trick, each register's
+// pair sums widened (the values reach −127), a signed scale per 32-element sub-block.
+template <int NT>
+void iq4_xs_half(const PackIQ4_XS* blocks, int64_t nb, int h, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const __m256i lut = _mm256_broadcastsi128_si256(load128(nibble_values<TensorType::IQ4_NL>())), m15 = _mm256_set1_epi8(0x0f),
+                ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (auto& v : acc) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackIQ4_XS& b = blocks[i];
+    const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+    __m256 dy[NT];
+    for (int t = 0; t < NT; ++t) dy[t] = _mm256_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d);
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 288 * s + 64 * l, _MM_HINT_T0);
+      const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw);
+      __m256i sum[NT];
+      for (auto& v : sum) v = _mm256_setzero_si256();
+      for (int q = 0; q < 4; ++q) {
+        const __m256i v = load256(b.qs[s][q] + 32 * h);
+        for (int half = 0; half < 2; ++half) {  // elements 8q + 4·half .. + 3
+          const __m256i w = _mm256_shuffle_epi8(lut, _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m15)), aw = _mm256_sign_epi8(w, w);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 32 * s + 8 * q + 4 * half;
+            sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(a), w)), ones));
+          }
+        }
+      }
+      for (int t = 0; t < NT; ++t) acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), _mm256_mul_ps(sc, dy[t]), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * h, acc[t]);
+}
+
+// One token: both halves in one pass, the same operations per half as iq4_xs_half<1>.
+void iq4_xs_one(const PackIQ4_XS* blocks, int64_t nb, const uint8_t* act, float* y) {
+  const __m256i lut = _mm256_broadcastsi128_si256(load128(nibble_values<TensorType::IQ4_NL>())), m15 = _mm256_set1_epi8(0x0f),
+                ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto* a = reinterpret_cast<const BlockQ8_KP*>(act);
+  for (int64_t i = 0; i < nb; ++i) {
+    const PackIQ4_XS& b = blocks[i];
+    const __m256 dy = _mm256_set1_ps(a[i].d);
+    const __m256 dw[2] = {_mm256_cvtph_ps(load128(b.d)), _mm256_cvtph_ps(load128(b.d + 8))};
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 288 * s + 64 * l, _MM_HINT_T0);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw[h]);
+        __m256i sum = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+          const __m256i v = load256(b.qs[s][q] + 32 * h);
+          for (int half = 0; half < 2; ++half) {
+            const __m256i w = _mm256_shuffle_epi8(lut, _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, m15)), aw = _mm256_sign_epi8(w, w);
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(a[i].qs + 32 * s + 8 * q + 4 * half), w)), ones));
+          }
+        }
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, dy), acc[h]);
+      }
+    }
+  }
+  _mm256_storeu_ps(y, acc[0]);
+  _mm256_storeu_ps(y + 8, acc[1]);
+}
+
 template <TensorType T, int NT>
 void nibble32_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
   const auto* blocks = reinterpret_cast<const NibblePack<T>*>(w);
@@ -392,6 +456,7 @@ void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float*
     else for (int h = 0; h < 2; ++h) q8_0_half<NT>(blocks, n / 32, h, act, stride, y, y_stride);
   } else if constexpr (NT == 1) {
     if constexpr (std::is_same_v<P, PackQ6_K>) q6_k_one(blocks, n / 256, act, y);
+    else if constexpr (std::is_same_v<P, PackIQ4_XS>) iq4_xs_one(blocks, n / 256, act, y);
     else q4_5_k_one(blocks, n / 256, act, y);
   } else {
     constexpr int kFirst = NT > 4 ? 4 : NT;
@@ -404,6 +469,7 @@ void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float*
 template <int NT> struct Q8_0H { static constexpr auto run = q8_0_half<NT>; };
 template <int NT> struct Q4_KH { static constexpr auto run = q4_5_k_half<PackQ4_K, NT>; };
 template <int NT> struct Q5_KH { static constexpr auto run = q4_5_k_half<PackQ5_K, NT>; };
+template <int NT> struct IQ4_XSH { static constexpr auto run = iq4_xs_half<NT>; };
 template <int NT> struct Q6_KH { static constexpr auto run = q6_k_half<NT>; };
 
 template <TensorType T>
@@ -525,6 +591,7 @@ PackedTileFn packed_tile_avx2(TensorType t, int nt) {
     case TensorType::MXFP4: return nibble_by_tokens<TensorType::MXFP4>(nt);
     case TensorType::Q4_K: return by_tokens<PackQ4_K, Q4_KH>(nt);
     case TensorType::Q5_K: return by_tokens<PackQ5_K, Q5_KH>(nt);
+    case TensorType::IQ4_XS: return by_tokens<PackIQ4_XS, IQ4_XSH>(nt);
     case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
     default: return nullptr;
   }

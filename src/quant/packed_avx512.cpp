@@ -178,6 +178,41 @@ void q4_5_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride,
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// IQ4_XS: the nibbles through the IQ4_NL table + 128, as nibble32_tile, with a signed scale per 32-element
+// sub-block; the + 128 comes off through the activation's sums per sub-block.
+template <int NT>
+void iq4_xs_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  constexpr int kLines = (sizeof(PackIQ4_XS) / 64 + 8) / 8;
+  const auto* blocks = reinterpret_cast<const PackIQ4_XS*>(w);
+  const __m512i lut = _mm512_broadcast_i32x4(load128(nibble_values<TensorType::IQ4_NL>())), m15 = _mm512_set1_epi8(0x0f);
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const PackIQ4_XS& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512 blk[NT];
+    for (auto& v : blk) v = _mm512_setzero_ps();
+    for (int s = 0; s < 8; ++s) {
+      prefetch_next(&b, s, kLines);
+      const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b.sc[s]))), dw);
+      __m512i c[8];
+      for (int q = 0; q < 4; ++q) {
+        const __m512i v = load512(b.qs[s][q]);
+        c[2 * q] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m15));
+        c[2 * q + 1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+      }
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+        __m512i sum = _mm512_set1_epi32(-128 * a.bsum32[s]);
+        for (int j = 0; j < 8; ++j) sum = _mm512_dpbusd_epi32(sum, c[j], bcast4(a.qs + 32 * s + 4 * j));
+        blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, blk[t]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(blk[t], _mm512_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 template <int NT>
 void q6_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
   const auto* blocks = reinterpret_cast<const PackQ6_K*>(w);
@@ -244,6 +279,7 @@ template <int NT> struct IQ4_NLK { static constexpr PackedTileFn fn = nibble32_t
 template <int NT> struct MXFP4K { static constexpr PackedTileFn fn = nibble32_tile<TensorType::MXFP4, NT>; };
 template <int NT> struct Q4_KK { static constexpr PackedTileFn fn = q4_5_k_tile<PackQ4_K, NT>; };
 template <int NT> struct Q5_KK { static constexpr PackedTileFn fn = q4_5_k_tile<PackQ5_K, NT>; };
+template <int NT> struct IQ4_XSK { static constexpr PackedTileFn fn = iq4_xs_tile<NT>; };
 template <int NT> struct Q6_KK { static constexpr PackedTileFn fn = q6_k_tile<NT>; };
 static_assert(kPackTokens == 8);
 
@@ -257,6 +293,7 @@ PackedTileFn packed_tile_avx512(TensorType t, int nt) {
     case TensorType::MXFP4: return by_tokens<MXFP4K>(nt);
     case TensorType::Q4_K: return by_tokens<Q4_KK>(nt);
     case TensorType::Q5_K: return by_tokens<Q5_KK>(nt);
+    case TensorType::IQ4_XS: return by_tokens<IQ4_XSK>(nt);
     case TensorType::Q6_K: return by_tokens<Q6_KK>(nt);
     default: return nullptr;
   }
