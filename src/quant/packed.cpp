@@ -35,6 +35,18 @@ inline uint8_t q6k_code(const BlockQ6_K& b, int e) {
 }
 
 // ---- repacking one group of kPackRows rows ------------------------------------------------------
+// Four codes at a time, as 32-bit words: loading, shifting and masking bytes together.
+
+inline uint32_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline void store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+// Bytes b of the packed nibble register: nibbles `shift` of p[b] (low) and of p[4 + b] (high).
+inline uint32_t nibbles4(const uint8_t* p, int shift) {
+  return ((load32(p) >> shift) & 0x0f0f0f0fu) | ((load32(p + 4) >> shift) & 0x0f0f0f0fu) << 4;
+}
 
 void pack_q8_0(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
   auto* out = reinterpret_cast<PackQ8_0*>(dst);
@@ -43,7 +55,8 @@ void pack_q8_0(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst)
     for (int r = 0; r < kPackRows; ++r) {
       const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(r) * row_bytes)[i];
       p.d[r] = b.d;
-      for (int e = 0; e < 32; ++e) p.qs[e / 4][4 * r + e % 4] = static_cast<uint8_t>(b.qs[e] + 128);
+      // + 128 on a byte is its top bit flipped.
+      for (int j = 0; j < 8; ++j) store32(&p.qs[j][4 * r], load32(reinterpret_cast<const uint8_t*>(b.qs) + 4 * j) ^ 0x80808080u);
     }
   }
 }
@@ -59,13 +72,8 @@ void pack_nibbles32(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t*
       const B& b = reinterpret_cast<const B*>(src + static_cast<size_t>(r) * row_bytes)[i];
       if constexpr (std::is_same_v<P, PackMXFP4>) p.e[r] = b.e;
       else p.d[r] = b.d;
-      uint8_t code[32];
-      for (int j = 0; j < 16; ++j) {
-        code[j] = b.qs[j] & 15;
-        code[j + 16] = b.qs[j] >> 4;
-      }
-      for (int q = 0; q < 4; ++q)
-        for (int k = 0; k < 4; ++k) p.qs[q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+      // Elements 0-15 are the low nibbles of qs, 16-31 the high ones.
+      for (int q = 0; q < 4; ++q) store32(&p.qs[q][4 * r], nibbles4(b.qs + 8 * (q % 2), q < 2 ? 0 : 4));
     }
   }
 }
@@ -86,10 +94,7 @@ void pack_q4_5_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* ds
       // elements 8q + [0, 4) go to low nibbles and 8q + [4, 8) to high ones. Q5_K's fifth bit of element
       // l is bit s of qh[l].
       for (int s = 0; s < 8; ++s) {
-        uint8_t code[32];
-        for (int l = 0; l < 32; ++l) code[l] = s % 2 ? b.qs[32 * (s / 2) + l] >> 4 : b.qs[32 * (s / 2) + l] & 15;
-        for (int q = 0; q < 4; ++q)
-          for (int k = 0; k < 4; ++k) p.qs[s][q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+        for (int q = 0; q < 4; ++q) store32(&p.qs[s][q][4 * r], nibbles4(b.qs + 32 * (s / 2) + 8 * q, s % 2 ? 4 : 0));
         if constexpr (kFive) {
           for (int k = 0; k < 4; ++k) {
             uint8_t bits = 0;
@@ -113,13 +118,7 @@ void pack_iq4_xs(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* ds
       for (int s = 0; s < 8; ++s) {
         const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xf) | (((b.scales_h >> (2 * s)) & 3) << 4);
         p.sc[s][r] = static_cast<int8_t>(ls - 32);
-        uint8_t code[32];
-        for (int l = 0; l < 16; ++l) {
-          code[l] = b.qs[16 * s + l] & 15;
-          code[l + 16] = b.qs[16 * s + l] >> 4;
-        }
-        for (int q = 0; q < 4; ++q)
-          for (int k = 0; k < 4; ++k) p.qs[s][q][4 * r + k] = static_cast<uint8_t>(code[8 * q + k] | code[8 * q + 4 + k] << 4);
+        for (int q = 0; q < 4; ++q) store32(&p.qs[s][q][4 * r], nibbles4(b.qs + 16 * s + 8 * (q % 2), q < 2 ? 0 : 4));
       }
     }
   }
@@ -235,18 +234,14 @@ PackedRows PackedRows::slice(int64_t first, int64_t n) const {
   return {type, n, cols, data + static_cast<size_t>(first / kPackRows) * packed_group_size(type, cols)};
 }
 
-void PackedMatrix::Free::operator()(uint8_t* p) const { std::free(p); }
-
 PackedMatrix::PackedMatrix(TensorType type, const void* w, int64_t rows, int64_t cols, ThreadPool& pool)
     : type_(type), rows_(rows), cols_(cols) {
   if (!can_pack(type, rows, cols)) {
     throw Error(fmt::format("cannot pack {} weights of {} × {}", gguf::tensor_type_name(type), rows, cols));
   }
   const size_t group = packed_group_size(type, cols);
-  bytes_ = group * static_cast<size_t>(rows / kPackRows);
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes_ + 63) / 64 * 64));
-  if (!p) throw std::bad_alloc();
-  data_.reset(p);
+  data_ = BigBuffer(group * static_cast<size_t>(rows / kPackRows));
+  uint8_t* p = data_.data();
   const PackFn fn = pack_fn(type);
   const size_t row_bytes = row_size(type, cols);
   const auto* src = static_cast<const uint8_t*>(w);

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/big_buffer.h"
 #include "core/thread_pool.h"
 #include "gguf/types.h"
 
@@ -103,23 +104,19 @@ struct PackedRows {
 // kPackRows, cols of the type's block). ZINC_CPU_ISA caps it as it caps dot_kernel().
 bool can_pack(TensorType type, int64_t rows, int64_t cols);
 
-// A packed copy of a row-major weight matrix, 64-byte aligned.
+// A packed copy of a row-major weight matrix (in huge pages where the system gives them).
 class PackedMatrix {
  public:
   PackedMatrix() = default;
   // Repacks `rows` rows of `cols` elements stored in `type` (can_pack must hold), in parallel.
   PackedMatrix(TensorType type, const void* w, int64_t rows, int64_t cols, ThreadPool& pool);
-  PackedRows view() const { return {type_, rows_, cols_, data_.get()}; }
-  size_t bytes() const { return bytes_; }
+  PackedRows view() const { return {type_, rows_, cols_, data_.data()}; }
+  size_t bytes() const { return data_.size(); }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
   TensorType type_ = TensorType::F32;
   int64_t rows_ = 0, cols_ = 0;
-  size_t bytes_ = 0;
-  std::unique_ptr<uint8_t, Free> data_;
+  BigBuffer data_;
 };
 
 // Bytes of one packed group of kPackRows rows of n elements.

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/exec_common.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/big_buffer.h"
 #include "core/error.h"
 #include "core/system_info.h"
 #include "core/thread_pool.h"
@@ -150,8 +151,9 @@ class CpuExecutable final : public SequencedExecutable {
     v_.resize(kv_row_bytes_.size());
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
       const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(blocks_.n_blocks()) * kKvBlock;
-      k_[l].assign(layer_bytes, 0);
-      v_[l].assign(layer_bytes, 0);
+      // Zeros that take memory only once written: a cache costs what its sequences fill.
+      k_[l] = BigBuffer(layer_bytes);
+      v_[l] = BigBuffer(layer_bytes);
     }
     state_.resize(g_.nodes.size());
     for (size_t i = 0; i < state_floats_.size(); ++i) state_[i].assign(state_floats_[i] * static_cast<size_t>(opts_.n_seq), 0.0f);
@@ -590,12 +592,12 @@ class CpuExecutable final : public SequencedExecutable {
 
   // Position `pos` of sequence `seq` in a layer's cache (K or V): a row of that layer's kv width in
   // kv_storage_, in the block the sequence's table gives.
-  uint8_t* row(std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
+  uint8_t* row(BigBuffer& cache, size_t layer, int32_t seq, int32_t pos) const {
     const size_t block = static_cast<size_t>(blocks_.block(seq, pos));
     return cache.data() + (block * kKvBlock + static_cast<size_t>(pos % kKvBlock)) * kv_row_bytes_[layer];
   }
-  const uint8_t* row(const std::vector<uint8_t>& cache, size_t layer, int32_t seq, int32_t pos) const {
-    return row(const_cast<std::vector<uint8_t>&>(cache), layer, seq, pos);
+  const uint8_t* row(const BigBuffer& cache, size_t layer, int32_t seq, int32_t pos) const {
+    return row(const_cast<BigBuffer&>(cache), layer, seq, pos);
   }
 
   // Causal attention with grouped KV heads, each sequence over its own cache rows: token t of a part
@@ -781,7 +783,7 @@ class CpuExecutable final : public SequencedExecutable {
   ThreadPool& pool_;
   std::vector<size_t> offset_;  // per activation: its first float in arena_
   std::vector<float> arena_;
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
+  std::vector<BigBuffer> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
   std::vector<Part> parts_;                   // the step being run
   // The layer being attended, per part: its key tiles and value rows (in the cache, or converted into
   // kt_ and decoded_), whether in place, and the position of the first.
