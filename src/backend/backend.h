@@ -31,6 +31,9 @@ struct ExecOptions {
   // Every activation keeps its own memory, readable after a step through Executable::activation()
   // (zinc validate compares backends tensor by tensor). Costs memory; off for inference.
   bool keep_activations = false;
+  // KV blocks beyond the sequences' own (n_seq contexts of n_ctx positions): room where a prefix
+  // cache keeps blocks no sequence holds any more (Executable::blocks_hold).
+  int32_t cache_blocks = 0;
 };
 
 class Executable {
@@ -75,6 +78,25 @@ class Executable {
   // Sequence `dst` holds the first n_tokens of `src` (their cache rows shared, copied only where one of
   // them later writes; a recurrent state can only be copied whole: n_tokens must be all src holds).
   virtual void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) = 0;
+
+  // The KV cache as blocks of positions, for a prefix cache shared by the context's sequences (0: this
+  // context does not share blocks; the calls below then throw).
+  virtual int32_t kv_block_tokens() const { return 0; }
+  // Bytes one block holds over all layers (K and V).
+  virtual uint64_t kv_block_bytes() const { return 0; }
+  // The blocks holding the first n_tokens positions of `seq` (one per started block).
+  virtual std::vector<int32_t> seq_blocks(int32_t seq, int32_t n_tokens) const;
+  // Takes (hold) or gives back a reference on each block: a held block keeps its rows after every
+  // sequence holding it has moved on or been cleared.
+  virtual void blocks_hold(std::span<const int32_t> blocks, bool hold);
+  // Sequence `seq` holds exactly the first n_tokens positions of `blocks` (shared, copied only where
+  // it later writes). A context with recurrent state needs that state after those tokens (`state`, as
+  // recurrent_state() gave it); one without takes an empty span.
+  virtual void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state);
+  // The recurrent state of `seq` after its first n_tokens tokens, every state node's in order (empty
+  // for a context without recurrent state). Throws zinc::Error unless the state holds exactly those
+  // tokens (all the sequence holds).
+  virtual std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const;
 };
 
 // Throws unless `id` is an activation (or the logits) and `opts` keeps activations.

@@ -41,6 +41,15 @@ ArenaPlan plan_arena(const graph::Graph& g, const std::vector<int>& last_use,
   return plan;
 }
 
+std::vector<int32_t> Executable::seq_blocks(int32_t, int32_t) const {
+  throw Error("this context does not share KV blocks");
+}
+void Executable::blocks_hold(std::span<const int32_t>, bool) { throw Error("this context does not share KV blocks"); }
+void Executable::seq_adopt(int32_t, std::span<const int32_t>, int32_t, std::span<const float>) {
+  throw Error("this context does not share KV blocks");
+}
+std::vector<float> Executable::recurrent_state(int32_t, int32_t) const { throw Error("this context does not share KV blocks"); }
+
 SequencedExecutable::SequencedExecutable(const graph::Graph& g, const ExecOptions& opts)
     : g_(g), opts_(opts), blocks_(0, kKvBlock, 0) {
   if (opts_.max_tokens < 1 || opts_.n_ctx < 1 || opts_.n_seq < 1) {
@@ -50,7 +59,8 @@ SequencedExecutable::SequencedExecutable(const graph::Graph& g, const ExecOption
   kv_row_bytes_ = kv_row_bytes(g_, kv_storage_);
   // Enough blocks for every sequence to fill its context.
   blocks_per_seq_ = (opts_.n_ctx + kKvBlock - 1) / kKvBlock;
-  blocks_ = KvBlocks(blocks_per_seq_ * opts_.n_seq, kKvBlock, opts_.n_seq);
+  if (opts_.cache_blocks < 0) throw Error("a context's cache blocks cannot be negative");
+  blocks_ = KvBlocks(blocks_per_seq_ * opts_.n_seq + opts_.cache_blocks, kKvBlock, opts_.n_seq);
   state_floats_.assign(g_.nodes.size(), 0);
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     if (const int64_t st = graph::state_size(g_, g_.nodes[i]); st > 0) {
@@ -186,6 +196,62 @@ void SequencedExecutable::seq_copy(int32_t src, int32_t dst, int32_t n_tokens) {
     }
   }
   state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
+}
+
+uint64_t SequencedExecutable::kv_block_bytes() const {
+  uint64_t n = 0;
+  for (size_t r : kv_row_bytes_) n += 2 * r * kKvBlock;
+  return n;
+}
+
+std::vector<int32_t> SequencedExecutable::seq_blocks(int32_t seq, int32_t n_tokens) const {
+  check_seq(seq);
+  if (n_tokens < 0 || n_tokens > blocks_.length(seq)) {
+    throw Error(fmt::format("sequence {} holds {} positions, not {}", seq, blocks_.length(seq), n_tokens));
+  }
+  const auto& t = blocks_.table(seq);
+  return {t.begin(), t.begin() + (n_tokens + kKvBlock - 1) / kKvBlock};
+}
+
+void SequencedExecutable::blocks_hold(std::span<const int32_t> blocks, bool hold) {
+  for (int32_t b : blocks) hold ? blocks_.hold(b) : blocks_.unhold(b);
+}
+
+void SequencedExecutable::seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens,
+                                    std::span<const float> state) {
+  check_seq(seq);
+  size_t total = 0;
+  for (size_t f : state_floats_) total += f;
+  if (state.size() != total) {
+    throw Error(fmt::format("a recurrent state of {} floats, this context's has {}", state.size(), total));
+  }
+  blocks_.adopt(seq, blocks, n_tokens);
+  const float* at = state.data();
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    state_write(i, seq, at);
+    at += state_floats_[i];
+  }
+  state_pos_[static_cast<size_t>(seq)] = recurrent_ ? n_tokens : 0;
+}
+
+std::vector<float> SequencedExecutable::recurrent_state(int32_t seq, int32_t n_tokens) const {
+  check_seq(seq);
+  if (!recurrent_) return {};
+  if (state_pos_[static_cast<size_t>(seq)] != n_tokens || blocks_.length(seq) != n_tokens) {
+    throw Error(fmt::format("the recurrent state of sequence {} holds {} tokens, not {}", seq,
+                            std::max<int64_t>(state_pos_[static_cast<size_t>(seq)], 0), n_tokens));
+  }
+  size_t total = 0;
+  for (size_t f : state_floats_) total += f;
+  std::vector<float> out(total);
+  float* at = out.data();
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    state_read(i, seq, at);
+    at += state_floats_[i];
+  }
+  return out;
 }
 
 }  // namespace zinc::backend

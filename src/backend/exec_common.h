@@ -111,6 +111,33 @@ class KvBlocks {
     lengths_[static_cast<size_t>(seq)] = 0;
   }
 
+  // A reference on `block` taken (a holder outside the tables, such as a prefix cache) or given back.
+  void hold(int32_t block) {
+    check_block(block);
+    if (refs_[static_cast<size_t>(block)] == 0) throw Error(fmt::format("block {} holds nothing to keep", block));
+    ++refs_[static_cast<size_t>(block)];
+  }
+  void unhold(int32_t block) {
+    check_block(block);
+    if (refs_[static_cast<size_t>(block)] == 0) throw Error(fmt::format("block {} is not held", block));
+    release(block);
+  }
+
+  // Makes `seq` hold the first n_tokens positions of `blocks` (each in use, shared: no rows copied).
+  void adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens) {
+    if (n_tokens < 0 || static_cast<size_t>((n_tokens + block_ - 1) / block_) != blocks.size()) {
+      throw Error(fmt::format("{} positions do not fill {} blocks of {}", n_tokens, blocks.size(), block_));
+    }
+    for (int32_t b : blocks) {
+      check_block(b);
+      if (refs_[static_cast<size_t>(b)] == 0) throw Error(fmt::format("block {} holds nothing to adopt", b));
+    }
+    for (int32_t b : blocks) ++refs_[static_cast<size_t>(b)];  // before clear(): a block seq holds stays
+    clear(seq);
+    tables_[static_cast<size_t>(seq)].assign(blocks.begin(), blocks.end());
+    lengths_[static_cast<size_t>(seq)] = n_tokens;
+  }
+
   // Makes `dst` hold the first n_tokens of `src`, sharing its blocks (no rows are copied).
   void share(int32_t src, int32_t dst, int32_t n_tokens) {
     if (n_tokens < 0 || n_tokens > length(src)) {
@@ -131,6 +158,9 @@ class KvBlocks {
   }
 
  private:
+  void check_block(int32_t b) const {
+    if (b < 0 || b >= n_blocks()) throw Error(fmt::format("block {} is not one of the cache's {}", b, n_blocks()));
+  }
   int32_t take() {
     const int32_t b = free_.back();
     free_.pop_back();
@@ -277,6 +307,12 @@ class SequencedExecutable : public Executable {
   void load_state(std::span<const uint8_t> bytes, int32_t seq) override;
   void seq_clear(int32_t seq) override;
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
+  int32_t kv_block_tokens() const override { return kKvBlock; }
+  uint64_t kv_block_bytes() const override;
+  std::vector<int32_t> seq_blocks(int32_t seq, int32_t n_tokens) const override;
+  void blocks_hold(std::span<const int32_t> blocks, bool hold) override;
+  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override;
+  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override;
 
  protected:
   // Copies `bytes` bytes of layer l's K and V caches from offset `from` to offset `to`.

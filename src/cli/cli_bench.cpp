@@ -51,6 +51,8 @@ struct BenchArgs {
   std::vector<int> parallel{1};
   std::vector<int> concurrency;
   int batch_tokens = 256;
+  int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
+  double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
 };
 
 // --concurrency C: 2·C requests of -p random prompt tokens and -n generated tokens through the
@@ -61,6 +63,10 @@ struct ConcurrencyResult {
   double request_tps_p50 = 0;          // one request's decode tok/s (its tokens / first to last token)
   double ttft_p50 = 0, ttft_p99 = 0;   // submission to the first token, seconds
   double itl_p50 = 0, itl_p99 = 0;     // gaps between a request's tokens, seconds
+  // With a shared prefix: the first request's time to its first token alone (nothing cached yet), and
+  // what the prefix cache held and gave back afterwards.
+  double cold_ttft = 0;
+  runtime::PrefixCacheStats cache;
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -75,7 +81,8 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
   server::EngineOptions eo;
   eo.n_slots = concurrency;
   eo.queue_limit = 4 * concurrency;
-  eo.exec.n_ctx = prompt + generate + 8;
+  eo.exec.n_ctx = a.shared_prefix + prompt + generate + 8;
+  eo.cache_bytes = static_cast<uint64_t>(a.cache_mem_gb * 1e9);
   eo.exec.max_tokens = a.batch_tokens;
   eo.exec.kv_type = kv_type_from_name(a.kv_type);
   eo.backend = a.backend;
@@ -86,12 +93,23 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
   std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
   ConcurrencyResult r;
   r.concurrency = concurrency;
-  for (int round = 0; round < 2; ++round) {  // the first is a warm-up (recordings of the step shapes)
-    const int n_req = 2 * concurrency;
+  const auto random_tokens = [&](int n) {
+    std::vector<int32_t> p(static_cast<size_t>(std::max(0, n)));
+    for (auto& t : p) t = any(rng);
+    return p;
+  };
+  const std::vector<int32_t> shared = random_tokens(a.shared_prefix);
+  // Rounds: a warm-up (recordings of the step shapes; its own prefix), with a shared prefix the first
+  // request that carries it alone, then the measured round.
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1 && shared.empty()) continue;
+    const int n_req = round == 1 ? 1 : 2 * concurrency;
+    const std::vector<int32_t> prefix = round == 0 ? random_tokens(a.shared_prefix) : shared;
     std::vector<std::shared_ptr<server::Job>> jobs;
     for (int i = 0; i < n_req; ++i) {
-      std::vector<int32_t> p(static_cast<size_t>(std::max(1, prompt)));
-      for (auto& t : p) t = any(rng);
+      std::vector<int32_t> p = prefix;
+      const auto own = random_tokens(std::max(1, prompt));
+      p.insert(p.end(), own.begin(), own.end());
       runtime::GenerateOptions go;
       go.max_tokens = generate;
       go.ignore_eog = true;
@@ -115,6 +133,11 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
     for (auto& t : readers) t.join();
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     if (round == 0) continue;
+    if (round == 1) {
+      if (jobs[0]->result().token_times.empty()) throw Error("the benchmark's first request produced no token");
+      r.cold_ttft = jobs[0]->result().token_times.front() - t0s;
+      continue;
+    }
     int64_t tokens = 0;
     std::vector<double> ttft, itl, tps;
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -136,6 +159,7 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
     r.itl_p50 = percentile(itl, 0.5);
     r.itl_p99 = percentile(itl, 0.99);
   }
+  r.cache = engine.stats().cache;
   return r;
 }
 
@@ -355,7 +379,15 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                            {"first_token_ms_p50", r.ttft_p50 * 1e3},
                            {"first_token_ms_p99", r.ttft_p99 * 1e3},
                            {"inter_token_ms_p50", r.itl_p50 * 1e3},
-                           {"inter_token_ms_p99", r.itl_p99 * 1e3}});
+                           {"inter_token_ms_p99", r.itl_p99 * 1e3},
+                           {"shared_prefix_tokens", a.shared_prefix},
+                           {"first_request_first_token_ms", r.cold_ttft * 1e3},
+                           {"prefix_cache", {{"budget_bytes", r.cache.budget_bytes},
+                                             {"kv_bytes", r.cache.kv_bytes},
+                                             {"checkpoint_bytes", r.cache.checkpoint_bytes},
+                                             {"hits", r.cache.hits},
+                                             {"lookups", r.cache.lookups},
+                                             {"tokens_reused", r.cache.tokens_reused}}}});
   }
 
   if (global.json) {
@@ -386,6 +418,17 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  c["aggregate_tokens_per_s"].get<double>(), c["request_tokens_per_s_p50"].get<double>(),
                  c["first_token_ms_p50"].get<double>(), c["first_token_ms_p99"].get<double>(),
                  c["inter_token_ms_p50"].get<double>(), c["inter_token_ms_p99"].get<double>());
+    }
+    for (const auto& c : concurrency) {
+      if (c["shared_prefix_tokens"].get<int>() == 0) continue;
+      const auto& pc = c["prefix_cache"];
+      fmt::print("\nconcurrency {}: every prompt starts with the same {} tokens; the first request alone: first token in "
+                 "{:.0f} ms; prefix cache: {} of {} prompts found a cached prefix, {} tokens reused, {} of KV blocks "
+                 "held ({} of checkpoints; budget {})\n",
+                 c["concurrency"].get<int>(), c["shared_prefix_tokens"].get<int>(),
+                 c["first_request_first_token_ms"].get<double>(), pc["hits"].get<int64_t>(), pc["lookups"].get<int64_t>(),
+                 pc["tokens_reused"].get<int64_t>(), format_bytes(pc["kv_bytes"].get<uint64_t>()),
+                 format_bytes(pc["checkpoint_bytes"].get<uint64_t>()), format_bytes(pc["budget_bytes"].get<uint64_t>()));
     }
   }
   for (const auto& c : chats) {
@@ -440,6 +483,14 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
   cmd->add_option("--batch-tokens", a->batch_tokens, "With --concurrency: tokens one step evaluates at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 8192));
+  cmd->add_option("--shared-prefix", a->shared_prefix,
+                  "With --concurrency: every request's prompt starts with the same this many tokens (a system prompt); "
+                  "the first such request runs alone first, then the measured ones find it in the prefix cache")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--cache-mem", a->cache_mem_gb, "With --concurrency: GB for the server's prefix cache (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

@@ -45,6 +45,7 @@ int run_serve(ServeArgs& a) {
   eo.backend = a.gen.backend;
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
+  eo.cache_bytes = static_cast<uint64_t>(a.gen.cache_mem_gb * 1e9);
   auto& so = a.server;
   std::string alias;
   for (const auto& n : a.aliases) {
@@ -104,6 +105,10 @@ int run_serve(ServeArgs& a) {
       : fmt::format("zinc serve: {} on http://{}:{}/ ({} slot{} of {} tokens on {}; OpenAI and Anthropic APIs at /v1)\n",
                     so.model_id, so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
   if (const std::string on_demand = srv.models_summary(); !on_demand.empty()) line += "zinc serve: " + on_demand + "\n";
+  line += eo.cache_bytes > 0
+              ? fmt::format("zinc serve: prefix cache: {:.2f} GB per model for KV blocks and state checkpoints (--cache-mem)\n",
+                            a.gen.cache_mem_gb)
+              : "zinc serve: prefix cache off (--cache-mem 0): each slot reuses only its own last prompt\n";
   fmt::print(stderr, "{}", line);
   srv.run();
   g_server.store(nullptr);

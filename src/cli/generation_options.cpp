@@ -17,6 +17,7 @@
 #include "hub/store.h"
 #include "core/error.h"
 #include "sample/json_schema.h"
+#include "backend/exec_common.h"
 #include "core/system_info.h"
 #include "model/model.h"
 #include "runtime/chat_session.h"
@@ -178,6 +179,13 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
     cmd->add_option("--chat-template", a.chat_template_file, "Jinja chat template file to use instead of the model's");
     cmd->add_flag("--drop-old-turns", a.drop_old_turns,
                   "When the conversation outgrows the context, drop the oldest turns instead of stopping");
+    a.prefix_cache = true;
+    cmd->add_option("--cache-mem", a.cache_mem_gb,
+                    "GB for the prefix cache: KV blocks of earlier prompts (serve: shared by the slots, on the model's "
+                    "device) and recurrent-state checkpoints (host memory), from which a hybrid model resumes a "
+                    "conversation whose history changed; 0: off")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
   }
 }
 
@@ -187,7 +195,8 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   auto file = gguf::File::open(hub::resolve_model_path(a.model));
   auto tok = tokenizer::Tokenizer::from_gguf(file);
   // "auto" passes over a GPU backend that cannot run one of the model's ops or weight types.
-  auto backend = backend::make_backend_for(a.backend, model::load(file).graph, a.device, a.threads);
+  const graph::Graph g = model::load(file).graph;
+  auto backend = backend::make_backend_for(a.backend, g, a.device, a.threads);
   auto m = std::unique_ptr<LoadedModel>(new LoadedModel{std::move(file), std::move(tok), std::move(backend), nullptr, 0});
   // On a terminal, a progress line while the weights are read (and uploaded to a GPU); elsewhere none,
   // so that scripts' output stays the model's.
@@ -199,8 +208,16 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
       bar->update(done, total);
     };
   }
+  // A model with recurrent state cannot rewind: a conversation whose history changed (an edit, a
+  // template that drops the last reasoning) resumes from the prefix cache's checkpoints. One with only
+  // attention rewinds in its own context and needs none.
+  const bool recurrent = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const graph::Node& n) { return graph::state_size(g, n) > 0; });
+  const bool cached = recurrent && a.prefix_cache && a.cache_mem_gb > 0;
   const auto open_session = [&] {
-    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, a.exec_options(), progress);
+    backend::ExecOptions opts = a.exec_options();
+    if (cached) opts.cache_blocks = (opts.n_ctx + backend::SequencedExecutable::kKvBlock - 1) / backend::SequencedExecutable::kKvBlock;
+    m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts, progress);
+    if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
     if (bar) bar->finish();
     bar.reset();
   };

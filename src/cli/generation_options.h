@@ -43,6 +43,9 @@ struct GenerationArgs {
   int reasoning_budget = -1;  // reasoning tokens before the engine concludes it; < 0: no limit
   bool drop_old_turns = false;
   std::string chat_template_file;  // overrides the model's template
+  // The prefix cache (chat, serve): GB for KV blocks of earlier prompts and recurrent-state checkpoints.
+  double cache_mem_gb = 1.0;
+  bool prefix_cache = false;  // the command has one (chat_options)
 
   std::optional<bool> enable_thinking() const;
   backend::ExecOptions exec_options() const;  // context, threads, KV type; 256-token prefill steps

@@ -238,6 +238,7 @@ bool Generation::prefill() {
 bool Generation::prefilled() {
   awaiting_prefill_ = false;
   r_.prefill_s = since(impl_->t0);
+  session_.remember();  // the prompt, for the next request sharing its beginning
   impl_->t1 = Clock::now();
   if (opts_.sampler_sees_prompt) {
     for (size_t i = static_cast<size_t>(r_.cached_tokens); i < prompt_.size(); ++i) sampler_.accept(prompt_[i]);
@@ -410,6 +411,7 @@ bool Generation::decode_one() {
 
 void Generation::finish() {
   done_ = true;
+  session_.remember();  // the whole exchange, for the conversation's next turn
   if (r_.reason != StopReason::StopString && !emit_text(impl_->detok.flush())) {
     const std::string held = impl_->stops.flush();
     if (!held.empty()) {

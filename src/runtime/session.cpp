@@ -23,6 +23,20 @@ Session::Session(std::shared_ptr<backend::Weights> weights, std::shared_ptr<back
   exe_->seq_clear(seq_);
 }
 
+int32_t Session::chunk(int64_t available, int32_t room) const {
+  auto n = static_cast<int32_t>(std::min<int64_t>(available, room));
+  if (n < available && cache_ && cache_->recurrent()) {
+    const int32_t block = exe_->kv_block_tokens();
+    const int32_t end = (n_past_ + n) / block * block;
+    if (end > n_past_) n = end - n_past_;
+  }
+  return n;
+}
+
+void Session::checkpoint_mid_prompt() {
+  if (cache_ && cache_->recurrent() && n_past_ % exe_->kv_block_tokens() == 0) cache_->insert(history_, seq_);
+}
+
 void Session::committed(int32_t n, int64_t row) {
   if (n < 1 || n > static_cast<int32_t>(pending_.size())) throw Error("committed tokens that were not pending");
   n_past_ += n;
@@ -30,6 +44,7 @@ void Session::committed(int32_t n, int64_t row) {
   history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
   pending_.erase(pending_.begin(), pending_.begin() + n);
   row_ = row;
+  if (!pending_.empty()) checkpoint_mid_prompt();
 }
 
 std::span<const float> Session::last_logits() const {
@@ -68,14 +83,17 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     run_step(tokens, all_logits);
     return exe_->logits();
   }
-  for (size_t i = 0; i < tokens.size(); i += chunk) {
+  for (size_t i = 0; i < tokens.size();) {
     if (i > 0 && cancel && cancel->load()) {
       logits_.clear();
       break;
     }
-    run_step(tokens.subspan(i, std::min(chunk, tokens.size() - i)), all_logits);
+    const auto n = static_cast<size_t>(this->chunk(static_cast<int64_t>(tokens.size() - i), static_cast<int32_t>(chunk)));
+    run_step(tokens.subspan(i, n), all_logits);
+    i += n;
     const auto l = exe_->logits();
-    if (all_logits || i + chunk >= tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
+    if (all_logits || i == tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
+    if (i < tokens.size()) checkpoint_mid_prompt();
   }
   return logits_;
 }
@@ -98,12 +116,27 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   if (common == tokens.size()) --common;
   // A recurrent state cannot forget tokens: anything but a pure continuation starts again.
   if (!exe_->can_rewind() && common != history_.size()) common = 0;
+  if (cache_) {
+    // The cache's prefix where it is longer (another sequence's, or one this session moved away from):
+    // its blocks are shared and, for a recurrent context, its checkpointed state loaded.
+    const auto m = cache_->lookup(tokens, static_cast<int32_t>(tokens.size()) - 1);
+    if (static_cast<size_t>(m.tokens) > common) {
+      cache_->adopt(seq_, m);
+      common = static_cast<size_t>(m.tokens);
+      history_.assign(tokens.begin(), tokens.begin() + m.tokens);
+    }
+  }
   // Rows past the kept prefix stay in the cache but are never read again: attention only looks at
   // positions before the one being written, and the next tokens overwrite them.
   n_past_ = static_cast<int32_t>(common);
   history_.resize(common);
   reused_ = static_cast<int32_t>(common);
   return eval(tokens.subspan(common), false, cancel);
+}
+
+void Session::remember() {
+  if (!cache_ || !pending_.empty() || history_.empty()) return;
+  cache_->insert(history_, seq_);  // skipped by the cache where the context has moved past them
 }
 
 void Session::shift(int32_t n_keep, int32_t n_discard) {

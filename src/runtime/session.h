@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "gguf/reader.h"
 #include "model/model.h"
+#include "runtime/prefix_cache.h"
 
 namespace zinc::runtime {
 
@@ -34,6 +35,10 @@ class Session {
   bool batched() const { return batched_; }
   const std::vector<int32_t>& pending() const { return pending_; }
   int32_t seq() const { return seq_; }
+  // How many of `available` tokens (pending, or of a prompt) to take into a step with room for `room`:
+  // all that fit, except that where a prompt goes on past the step and a recurrent prefix cache keeps
+  // checkpoints, the step ends on a cache block boundary (where the state is then checkpointed).
+  int32_t chunk(int64_t available, int32_t room) const;
   // The step ran the first n pending tokens; `row` is this session's last logits row in it.
   void committed(int32_t n, int64_t row);
   // Forgets the queued tokens (a cancelled request).
@@ -59,8 +64,20 @@ class Session {
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
-  // How many leading tokens the last eval_reusing_prefix() found already in the context.
+  // How many leading tokens the last eval_reusing_prefix() found already in the context (its own, or
+  // the prefix cache's).
   int32_t reused_tokens() const { return reused_; }
+
+  // A prefix cache over this session's context, shared with the other sessions of it: then
+  // eval_reusing_prefix() also takes the longest prefix any of them left there (where it is longer
+  // than what this session holds), and remember() leaves this session's tokens there.
+  void set_prefix_cache(std::shared_ptr<PrefixCache> cache) { cache_ = std::move(cache); }
+  // A prefix cache of `budget_bytes` over this session's own context (its ExecOptions::cache_blocks).
+  void use_prefix_cache(uint64_t budget_bytes) { cache_ = std::make_shared<PrefixCache>(exe_, budget_bytes); }
+  const std::shared_ptr<PrefixCache>& prefix_cache() const { return cache_; }
+  // Leaves the tokens the context holds now in the prefix cache (with a checkpoint of the recurrent
+  // state where there is one). Nothing without a cache, or while tokens wait for a step.
+  void remember();
 
   // Makes room in a full context: keeps the first n_keep tokens, drops the n_discard after them and
   // moves the rest down, recomputing the moved tokens at their new positions (exact, unlike rotating
@@ -93,6 +110,7 @@ class Session {
 
  private:
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
+  void checkpoint_mid_prompt();  // a recurrent cache's checkpoint at a block boundary inside a prompt
 
   std::shared_ptr<backend::Weights> weights_;
   std::shared_ptr<backend::Executable> exe_;
@@ -105,6 +123,7 @@ class Session {
   int64_t tokens_evaluated_ = 0;
   int32_t reused_ = 0;
   std::vector<float> logits_;
+  std::shared_ptr<PrefixCache> cache_;
 };
 
 // Index of the largest value (the first one on ties).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/exec_common.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -74,10 +75,23 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   backend::ExecOptions exec = options_.exec;
   exec.n_seq = options_.n_slots;
   exec.max_tokens = std::max(exec.max_tokens, options_.n_slots);
+  if (options_.cache_bytes > 0) {
+    // The cache's blocks beside the slots' own: as many as its bytes buy (a model without attention
+    // layers has blocks of no bytes: then one context's worth).
+    uint64_t block_bytes = 0;
+    for (size_t r : backend::kv_row_bytes(model.graph, backend::kv_storage_type(exec.kv_type))) {
+      block_bytes += 2 * r * backend::SequencedExecutable::kKvBlock;
+    }
+    const int64_t per_ctx = (exec.n_ctx + backend::SequencedExecutable::kKvBlock - 1) / backend::SequencedExecutable::kKvBlock;
+    exec.cache_blocks = static_cast<int32_t>(
+        std::max<int64_t>(1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : per_ctx));
+  }
   exe_ = weights_->instantiate(exec);
+  if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes);
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->session = std::make_unique<runtime::Session>(weights_, exe_, i);
+    slot->session->set_prefix_cache(cache_);
     slots_.push_back(std::move(slot));
   }
   thread_ = std::thread([this] { loop(); });
@@ -130,6 +144,7 @@ EngineStats Engine::stats() const {
   s.n_slots = static_cast<int>(slots_.size());
   s.queued = static_cast<int>(queue_.size());
   for (const auto& slot : slots_) s.busy_slots += slot->job != nullptr;
+  if (cache_) s.cache = cache_->stats();
   return s;
 }
 
@@ -222,7 +237,7 @@ void Engine::run_step() {
       if (!s->job || room == 0) continue;
       const auto& p = s->session->pending();
       if (p.empty() || (p.size() == 1) != decoding) continue;
-      const auto n = static_cast<int32_t>(std::min<size_t>(p.size(), static_cast<size_t>(room)));
+      const int32_t n = s->session->chunk(static_cast<int64_t>(p.size()), room);
       step.add(s->session->seq(), s->session->n_past(), std::vector<int32_t>(p.begin(), p.begin() + n));
       parts.emplace_back(s.get(), n);
       room -= n;

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "runtime/embed.h"
 #include "runtime/generate.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -34,6 +35,9 @@ struct EngineOptions {
   std::string backend = "cpu";  // cpu, vulkan or auto
   int device = -1;
   unsigned threads = 0;  // CPU threads (0: every physical core)
+  // The prefix cache shared by the slots (0: none; each slot then reuses only its own last prompt):
+  // bytes of KV blocks set aside beside the slots' contexts plus recurrent-state checkpoints.
+  uint64_t cache_bytes = 0;
 };
 
 class Job {
@@ -82,6 +86,7 @@ struct EngineStats {
   // the most sequences one step carried.
   int64_t steps = 0, step_sequences = 0, step_tokens = 0, step_prompt_tokens = 0;
   int max_step_sequences = 0;
+  runtime::PrefixCacheStats cache;  // the prefix cache shared by the slots (all zero without one)
 };
 
 class Engine {
@@ -116,6 +121,7 @@ class Engine {
   std::unique_ptr<backend::Backend> backend_;
   std::shared_ptr<backend::Weights> weights_;  // loaded once
   std::shared_ptr<backend::Executable> exe_;   // one context; slot i is its sequence i
+  std::shared_ptr<runtime::PrefixCache> cache_;  // over exe_'s blocks, shared by the slots (or none)
   EngineStats counters_;                       // the step counters (under mutex_)
   std::string backend_name_;
   std::vector<std::unique_ptr<Slot>> slots_;

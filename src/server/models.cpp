@@ -413,6 +413,16 @@ EngineStats ModelPool::stats(int* loaded) {
     total.step_tokens += s.step_tokens;
     total.step_prompt_tokens += s.step_prompt_tokens;
     total.max_step_sequences = std::max(total.max_step_sequences, s.max_step_sequences);
+    auto& c = total.cache;
+    c.lookups += s.cache.lookups;
+    c.hits += s.cache.hits;
+    c.tokens_reused += s.cache.tokens_reused;
+    c.evictions += s.cache.evictions;
+    c.kv_bytes += s.cache.kv_bytes;
+    c.checkpoint_bytes += s.cache.checkpoint_bytes;
+    c.budget_bytes += s.cache.budget_bytes;
+    c.nodes += s.cache.nodes;
+    c.checkpoints += s.cache.checkpoints;
   }
   return total;
 }

@@ -799,9 +799,10 @@ struct Server::Impl {
       auto counter = [&](const char* name, const char* help, uint64_t v) {
         out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
       };
-      auto gauge = [&](const char* name, const char* help, int v) {
+      auto gauge64 = [&](const char* name, const char* help, uint64_t v) {
         out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
       };
+      auto gauge = [&](const char* name, const char* help, int v) { gauge64(name, help, static_cast<uint64_t>(std::max(v, 0))); };
       counter("zinc_requests_total", "Completion requests received.", metrics.requests);
       counter("zinc_request_errors_total", "Requests answered with an error.", metrics.errors);
       counter("zinc_requests_cancelled_total", "Requests whose client went away before the end.", metrics.cancelled);
@@ -818,6 +819,16 @@ struct Server::Impl {
               static_cast<uint64_t>(s.step_prompt_tokens));
       gauge("zinc_step_sequences_max", "The most sequences one step has carried (by a model loaded now).",
             s.max_step_sequences);
+      counter("zinc_prefix_cache_lookups_total", "Prompts looked up in the prefix cache.", static_cast<uint64_t>(s.cache.lookups));
+      counter("zinc_prefix_cache_hits_total", "Prompts that found a cached prefix.", static_cast<uint64_t>(s.cache.hits));
+      counter("zinc_prefix_cache_tokens_reused_total", "Prompt tokens taken from the prefix cache instead of evaluated.",
+              static_cast<uint64_t>(s.cache.tokens_reused));
+      counter("zinc_prefix_cache_evictions_total", "Cached blocks evicted for room.", static_cast<uint64_t>(s.cache.evictions));
+      gauge64("zinc_prefix_cache_kv_bytes", "Bytes of KV blocks the prefix cache holds.", s.cache.kv_bytes);
+      gauge64("zinc_prefix_cache_checkpoint_bytes", "Bytes of recurrent-state checkpoints the prefix cache holds.",
+              s.cache.checkpoint_bytes);
+      gauge64("zinc_prefix_cache_budget_bytes", "The prefix caches' budgets (--cache-mem), summed over loaded models.",
+              s.cache.budget_bytes);
       gauge("zinc_models_loaded", "Models loaded now.", loaded);
       counter("zinc_model_loads_total", "Models loaded on demand.", static_cast<uint64_t>(loads));
       counter("zinc_model_unloads_total", "Models unloaded (idle past their keep-alive, asked, or for room).",

@@ -80,5 +80,37 @@ TEST(KvBlocks, RunningOutIsAClearErrorThatChangesNothing) {
   EXPECT_EQ(b.length(0), 8);
 }
 
+TEST(KvBlocks, HeldBlocksOutliveTheirSequenceAndAreAdoptedShared) {
+  // A holder outside the tables (a prefix cache) keeps blocks a cleared sequence held; another sequence
+  // adopts them without copying, and copies only the block it writes into.
+  KvBlocks b(6, 4, 2);
+  Copies copies;
+  auto copy = [&](int32_t f, int32_t t, int32_t r) { copies.emplace_back(f, t, r); };
+  b.prepare(0, 0, 6, copy);  // two blocks
+  const std::vector<int32_t> held = b.table(0);
+  for (int32_t blk : held) b.hold(blk);
+  b.clear(0);
+  EXPECT_EQ(b.free_blocks(), 4);  // still held
+  b.adopt(1, held, 5);             // positions 0..4: both blocks, the second in part
+  EXPECT_EQ(b.length(1), 5);
+  EXPECT_EQ(b.refs(held[1]), 2);
+  b.prepare(1, 5, 1, copy);  // writes position 5, inside the shared second block: copied first
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(std::get<0>(copies[0]), held[1]);
+  EXPECT_EQ(std::get<2>(copies[0]), 1);
+  EXPECT_EQ(b.table(1)[0], held[0]);
+  // Given back: the blocks no table holds return.
+  for (int32_t blk : held) b.unhold(blk);
+  EXPECT_EQ(b.refs(held[1]), 0);
+  EXPECT_EQ(b.free_blocks(), 4);
+  // Bad input changes nothing.
+  EXPECT_THROW(b.hold(held[1]), Error);        // a free block
+  EXPECT_THROW(b.unhold(held[1]), Error);
+  EXPECT_THROW(b.hold(99), Error);
+  EXPECT_THROW(b.adopt(0, held, 9), Error);    // 9 positions need 3 blocks
+  EXPECT_THROW(b.adopt(0, {&held[1], 1}, 3), Error);  // a free block
+  EXPECT_EQ(b.length(0), 0);
+}
+
 }  // namespace
 }  // namespace zinc::backend

@@ -1,0 +1,62 @@
+// The prefix cache through the real server and the official OpenAI client: a request sharing a long
+// beginning with an earlier one reuses it from another slot (the earlier one's slot busy with a third
+// request), its usage counts those tokens as cached, its greedy answer equals the one a server without
+// the cache gives, /metrics counts the hits; with --cache-mem 0 the same request reuses nothing.
+// Usage: node prefix_cache.mjs ORACLE_DIR ZINC STORIES.gguf
+import path from "node:path";
+import { createRequire } from "node:module";
+import { testRun } from "./start_server.mjs";
+
+const [oracleDir, zinc, model] = process.argv.slice(2);
+const require = createRequire(path.resolve(oracleDir, "package.json"));
+const OpenAI = require("openai").default ?? require("openai");
+const { check, start, stopAll, failures } = testRun(zinc, model);
+
+const metric = (text, name) => Number((text.match(new RegExp(`^${name} ([0-9.e+-]+)`, "m")) || [0, 0])[1]);
+
+// One scenario on a server started with `flags`: request A; then a long request X, which takes A's
+// slot (the first free one: neither shares a beginning with X); then B, which shares A's first part
+// (about 250 tokens) and lands in the other slot while X runs. Returns B's answer and usage.
+async function scenario(flags) {
+  const s = await start(["-c", "512", "--parallel", "2", "--backend", "cpu", ...flags]);
+  const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const shared = "Once upon a time there was a little girl who lived in a small house near the woods. ".repeat(12);
+  const ask = (prompt, max_tokens) =>
+    client.completions.create({ model: "stories260K", prompt, max_tokens, temperature: 0 });
+  const a = await ask(shared + "One day she", 8);
+  const x = ask("The dog ran and ran", 300);  // long enough to keep its slot busy while B runs
+  await new Promise((r) => setTimeout(r, 50));
+  const health = await (await fetch(s.base + "/health")).json();
+  const b = await ask(shared + "The next morning", 16);
+  await x;
+  const metrics = await (await fetch(s.base + "/metrics")).text();
+  return { a, b, busy: health.slots_busy, metrics, sharedTokens: a.usage.prompt_tokens - 3 };
+}
+
+try {
+  const withCache = await scenario([]);
+  const without = await scenario(["--cache-mem", "0"]);
+  check(withCache.busy >= 1, "the first slot was busy with another request while B ran", String(withCache.busy));
+  const cached = withCache.b.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  check(cached >= withCache.sharedTokens - 32 && cached < withCache.b.usage.prompt_tokens,
+        "B, in the other slot, reused the shared beginning from the cache (usage.prompt_tokens_details.cached_tokens)",
+        `${cached} of ${withCache.b.usage.prompt_tokens} (shared about ${withCache.sharedTokens})`);
+  check(withCache.b.choices[0].text === without.b.choices[0].text && withCache.b.choices[0].text.length > 0,
+        "B's greedy answer is the one a server without the cache gives",
+        JSON.stringify([withCache.b.choices[0].text, without.b.choices[0].text]));
+  check((without.b.usage.prompt_tokens_details?.cached_tokens ?? 0) === 0,
+        "with --cache-mem 0 the other slot reuses nothing", JSON.stringify(without.b.usage));
+  const m = withCache.metrics;
+  check(metric(m, "zinc_prefix_cache_hits_total") >= 1 && metric(m, "zinc_prefix_cache_tokens_reused_total") >= cached &&
+          metric(m, "zinc_prefix_cache_kv_bytes") > 0 && metric(m, "zinc_prefix_cache_budget_bytes") === 1e9,
+        "/metrics reports the cache's hits, reused tokens, bytes and budget",
+        ["hits_total", "tokens_reused_total", "kv_bytes", "budget_bytes"]
+          .map((k) => `${k} ${metric(m, "zinc_prefix_cache_" + k)}`).join(", "));
+  check(metric(without.metrics, "zinc_prefix_cache_budget_bytes") === 0, "without the cache /metrics shows no budget");
+} catch (e) {
+  check(false, "the prefix cache test ran to the end", e.stack);
+} finally {
+  stopAll();
+}
+console.log(failures() ? `${failures()} check(s) failed` : "all checks passed");
+process.exit(failures() ? 1 : 0);
