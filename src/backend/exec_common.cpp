@@ -41,6 +41,10 @@ ArenaPlan plan_arena(const graph::Graph& g, const std::vector<int>& last_use,
   return plan;
 }
 
+int32_t kv_blocks(int64_t positions) {
+  return static_cast<int32_t>((positions + SequencedExecutable::kKvBlock - 1) / SequencedExecutable::kKvBlock);
+}
+
 std::vector<int32_t> Executable::seq_blocks(int32_t, int32_t) const {
   throw Error("this context does not share KV blocks");
 }

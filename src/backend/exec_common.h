@@ -190,6 +190,9 @@ inline bool recurrent_restart(int64_t state_pos, int32_t n_past) {
   return false;
 }
 
+// Blocks of SequencedExecutable::kKvBlock positions that hold `positions` positions.
+int32_t kv_blocks(int64_t positions);
+
 // The storage type of a KV cache.
 inline gguf::TensorType kv_storage_type(KvType t) {
   return t == KvType::F32 ? gguf::TensorType::F32 : t == KvType::F16 ? gguf::TensorType::F16 : gguf::TensorType::Q8_0;

@@ -19,6 +19,7 @@
 #include "cli/generation_options.h"
 #include "cli/json_util.h"
 #include "core/bandwidth.h"
+#include "backend/exec_common.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -103,7 +104,8 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
   // request that carries it alone, then the measured round.
   for (int round = 0; round < 3; ++round) {
     if (round == 1 && shared.empty()) continue;
-    const int n_req = round == 1 ? 1 : 2 * concurrency;
+    // Two requests per slot; with a shared prefix, clients sharing a system prompt: one each.
+    const int n_req = round == 1 ? 1 : shared.empty() ? 2 * concurrency : concurrency;
     const std::vector<int32_t> prefix = round == 0 ? random_tokens(a.shared_prefix) : shared;
     std::vector<std::shared_ptr<server::Job>> jobs;
     for (int i = 0; i < n_req; ++i) {
@@ -164,7 +166,7 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
 }
 
 // --suite FILE: {"tests": [{"prompt": 512}, {"generate": 128, "depth": 4096},
-//                          {"chat": {"system": 1024, "turns": 4, "user": 64, "answer": 64}}]}
+//                          {"chat": {"system": 1024, "turns": 4, "user": 64, "answer": 64, "reasoning": 0}}]}
 struct Suite {
   std::vector<runtime::BenchCase> cases;
   std::vector<runtime::ChatBenchCase> chats;
@@ -187,7 +189,8 @@ Suite read_suite(const std::string& path) {
     try {
       if (t.contains("chat")) {
         const json& c = t["chat"];
-        s.chats.push_back({c.value("system", 1024), c.value("turns", 4), c.value("user", 64), c.value("answer", 64)});
+        s.chats.push_back({c.value("system", 1024), c.value("turns", 4), c.value("user", 64), c.value("answer", 64),
+                           c.value("reasoning", 0)});
       } else {
         s.cases.push_back({t.value("prompt", 0), t.value("generate", 0), t.value("depth", 0)});
         if (s.cases.back().prompt > 0 && s.cases.back().generate > 0) {
@@ -250,7 +253,12 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   opts.n_ctx = static_cast<int32_t>(need);
   opts.max_tokens = 512;
   opts.kv_type = kv_type_from_name(a.kv_type);
+  // Chats as zinc chat holds them: a prefix cache (the checkpoints a recurrent model resumes from when
+  // the next prompt drops what the session holds).
+  const bool chat_cache = !suite.chats.empty() && a.cache_mem_gb > 0;
+  if (chat_cache) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
   runtime::Session session(file, *backend, opts);
+  if (chat_cache) session.use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
   const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
   ThreadPool pool(threads);
   // The roofline: the GPU's measured copy bandwidth, or the CPU's measured read bandwidth.
@@ -331,7 +339,9 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                        {"first_token_ms", t.first_token_s * 1e3},
                        {"decode_tokens_per_s", t.decode_tps}});
     }
-    chats.push_back({{"test", fmt::format("chat s{} x{} u{} a{}", c.system, c.turns, c.user, c.answer)}, {"turns", turns}});
+    chats.push_back({{"test", fmt::format("chat s{} x{} u{} a{}{}", c.system, c.turns, c.user, c.answer,
+                                          c.reasoning ? fmt::format(" (r{} dropped)", c.reasoning) : "")},
+                     {"turns", turns}});
   }
 
   if (!a.compare.empty()) {
@@ -409,7 +419,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     for (const auto& r : results) print_row(r);
   }
   if (!concurrency.empty()) {
-    fmt::print("\nrequests through the server's scheduler (2 per slot, all at once, continuous batching):\n\n"
+    fmt::print("\nrequests through the server's scheduler (2 per slot, or 1 with a shared prefix; all at once, continuous "
+               "batching):\n\n"
                "| concurrency | requests | aggregate tok/s | per request tok/s | first token ms p50 / p99 | inter-token ms "
                "p50 / p99 |\n|---|---|---|---|---|---|\n");
     for (const auto& c : concurrency) {
@@ -485,10 +496,12 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::Range(1, 8192));
   cmd->add_option("--shared-prefix", a->shared_prefix,
                   "With --concurrency: every request's prompt starts with the same this many tokens (a system prompt); "
-                  "the first such request runs alone first, then the measured ones find it in the prefix cache")
+                  "the first such request runs alone first, then one request per slot, all at once, finds it in the "
+                  "prefix cache")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--cache-mem", a->cache_mem_gb, "With --concurrency: GB for the server's prefix cache (0: off)")
+  cmd->add_option("--cache-mem", a->cache_mem_gb,
+                  "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")

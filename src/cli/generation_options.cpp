@@ -215,7 +215,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   const bool cached = recurrent && a.prefix_cache && a.cache_mem_gb > 0;
   const auto open_session = [&] {
     backend::ExecOptions opts = a.exec_options();
-    if (cached) opts.cache_blocks = (opts.n_ctx + backend::SequencedExecutable::kKvBlock - 1) / backend::SequencedExecutable::kKvBlock;
+    if (cached) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts, progress);
     if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
     if (bar) bar->finish();

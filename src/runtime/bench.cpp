@@ -125,7 +125,8 @@ ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>
 
 std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase& c, uint32_t seed) {
   const int64_t need = static_cast<int64_t>(c.system) + static_cast<int64_t>(c.turns) * (c.user + c.answer) + 1;
-  if (c.system < 1 || c.turns < 1 || c.user < 1 || c.answer < 1 || need > session.n_ctx()) {
+  if (c.system < 1 || c.turns < 1 || c.user < 1 || c.answer < 1 || c.reasoning < 0 || c.reasoning >= c.answer ||
+      need > session.n_ctx()) {
     throw Error(fmt::format("the chat case needs a context of {} tokens and positive sizes; the session has {}", need,
                             session.n_ctx()));
   }
@@ -142,6 +143,7 @@ std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase
     const int64_t before = session.tokens_evaluated();
     const auto t0 = Clock::now();
     session.eval_reusing_prefix(conversation);
+    session.remember();  // as a generation does after its prompt (and at its end, below)
     int32_t next = session.last_argmax();
     r.first_token_s = since(t0);
     r.evaluated_tokens = session.tokens_evaluated() - before;
@@ -154,6 +156,10 @@ std::vector<ChatTurnResult> run_chat_bench(Session& session, const ChatBenchCase
       }
     }
     r.decode_tps = c.answer / since(t1);
+    session.remember();
+    // A template that drops the reasoning: the next prompt has the answer's final part only.
+    const auto r0 = static_cast<std::ptrdiff_t>(conversation.size()) - c.answer;
+    conversation.erase(conversation.begin() + r0, conversation.begin() + r0 + std::min(c.reasoning, c.answer));
     out.push_back(r);
   }
   return out;

@@ -49,6 +49,9 @@ ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.
 struct ChatBenchCase {
   int32_t system = 1024, turns = 4, user = 64, answer = 64;
+  // The first `reasoning` tokens of each answer are left out of the next turn's prompt, as templates
+  // that drop past reasoning do (the session then holds tokens the conversation no longer has).
+  int32_t reasoning = 0;
 };
 
 struct ChatTurnResult {

@@ -82,9 +82,8 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     for (size_t r : backend::kv_row_bytes(model.graph, backend::kv_storage_type(exec.kv_type))) {
       block_bytes += 2 * r * backend::SequencedExecutable::kKvBlock;
     }
-    const int64_t per_ctx = (exec.n_ctx + backend::SequencedExecutable::kKvBlock - 1) / backend::SequencedExecutable::kKvBlock;
-    exec.cache_blocks = static_cast<int32_t>(
-        std::max<int64_t>(1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : per_ctx));
+    exec.cache_blocks = static_cast<int32_t>(std::max<uint64_t>(
+        1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : backend::kv_blocks(exec.n_ctx)));
   }
   exe_ = weights_->instantiate(exec);
   if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes);
