@@ -202,11 +202,13 @@ void SequencedExecutable::seq_copy(int32_t src, int32_t dst, int32_t n_tokens) {
   state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
 }
 
-uint64_t SequencedExecutable::kv_block_bytes() const {
+uint64_t kv_block_bytes(const std::vector<size_t>& row_bytes) {
   uint64_t n = 0;
-  for (size_t r : kv_row_bytes_) n += 2 * r * kKvBlock;
+  for (size_t r : row_bytes) n += 2 * r * SequencedExecutable::kKvBlock;
   return n;
 }
+
+uint64_t SequencedExecutable::kv_block_bytes() const { return backend::kv_block_bytes(kv_row_bytes_); }
 
 std::vector<int32_t> SequencedExecutable::seq_blocks(int32_t seq, int32_t n_tokens) const {
   check_seq(seq);

@@ -214,6 +214,10 @@ inline std::vector<size_t> kv_row_bytes(const graph::Graph& g, gguf::TensorType 
   return out;
 }
 
+// Bytes of one KV block (SequencedExecutable::kKvBlock positions, K and V of every layer) for the rows
+// kv_row_bytes gives.
+uint64_t kv_block_bytes(const std::vector<size_t>& row_bytes);
+
 // A saved context: a header {magic, fingerprint, n_past}, then per layer its first n_past K rows and
 // V rows, then every node's recurrent state (floats).
 struct SavedStateLayout {

@@ -79,10 +79,10 @@ inline void k_codes_all(const P& b, int s, int h, __m256i m15, __m256i m16, __m2
   c[7] = k_codes<P, 7>(b, s, h, m15, m16);
 }
 
-// Bytes of the next block asked for per sub-block, and in how many lines.
+// Sub-block s of a block asks for the s-th eighth of the next block (in whole cache lines).
 template <class P>
 inline void prefetch_sub(const P& b, int s) {
-  constexpr int kStride = std::is_same_v<P, PackQ5_K> ? 360 : 320, kLines = std::is_same_v<P, PackQ5_K> ? 6 : 5;
+  constexpr int kStride = static_cast<int>(sizeof(P) / 8), kLines = (kStride + 63) / 64;
   for (int l = 0; l < kLines; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + kStride * s + 64 * l, _MM_HINT_T0);
 }
 
@@ -296,7 +296,7 @@ void iq4_xs_half(const PackIQ4_XS* blocks, int64_t nb, int h, const uint8_t* act
     __m256 dy[NT];
     for (int t = 0; t < NT; ++t) dy[t] = _mm256_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d);
     for (int s = 0; s < 8; ++s) {
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 288 * s + 64 * l, _MM_HINT_T0);
+      prefetch_sub(b, s);
       const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw);
       __m256i sum[NT];
       for (auto& v : sum) v = _mm256_setzero_si256();
@@ -327,7 +327,7 @@ void iq4_xs_one(const PackIQ4_XS* blocks, int64_t nb, const uint8_t* act, float*
     const __m256 dy = _mm256_set1_ps(a[i].d);
     const __m256 dw[2] = {_mm256_cvtph_ps(load128(b.d)), _mm256_cvtph_ps(load128(b.d + 8))};
     for (int s = 0; s < 8; ++s) {
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + 288 * s + 64 * l, _MM_HINT_T0);
+      prefetch_sub(b, s);
       for (int h = 0; h < 2; ++h) {
         const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load64(b.sc[s] + 8 * h))), dw[h]);
         __m256i sum = _mm256_setzero_si256();

@@ -263,6 +263,16 @@ bool Generation::emit_text(std::string text) {
   return out.stopped;
 }
 
+namespace {
+
+// Keeps only the end of `tail` that could still begin `marker` (its last marker.size() - 1 bytes): the
+// text after which a marker split over several tokens can still be found, and no more.
+void keep_partial_marker(std::string& tail, const std::string& marker) {
+  if (tail.size() >= marker.size()) tail.erase(0, tail.size() - (marker.size() - 1));
+}
+
+}  // namespace
+
 void Generation::track_reasoning(std::string_view text) {
   std::string& t = impl_->marker_tail;
   t += text;
@@ -273,10 +283,7 @@ void Generation::track_reasoning(std::string_view text) {
       return;
     }
     const size_t at = t.find(marker);
-    if (at == std::string::npos) {
-      if (t.size() >= marker.size()) t.erase(0, t.size() - (marker.size() - 1));
-      return;
-    }
+    if (at == std::string::npos) return keep_partial_marker(t, marker);
     t.erase(0, at + marker.size());
     impl_->reasoning = !impl_->reasoning;
   }
@@ -297,7 +304,7 @@ void Generation::watch_trigger(std::string_view text) {
     }
     t.erase(0, at + 1);
   }
-  if (t.size() >= trigger.size()) t.erase(0, t.size() - (trigger.size() - 1));
+  keep_partial_marker(t, trigger);
 }
 
 bool Generation::decode_one() {

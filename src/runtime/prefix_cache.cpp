@@ -44,10 +44,11 @@ PrefixCache::Node* PrefixCache::find_child(Node* n, std::span<const int32_t> tok
   return nullptr;
 }
 
-PrefixCache::Match PrefixCache::lookup(std::span<const int32_t> prompt, int32_t limit) {
+PrefixCache::Match PrefixCache::lookup(std::span<const int32_t> prompt, int32_t limit, int32_t longer_than) {
   const std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.lookups;
   Match best;
+  best.tokens = std::max(longer_than, 0);
   Node* best_node = nullptr;
   limit = std::min<int32_t>(limit, static_cast<int32_t>(prompt.size()));
   Node* n = root_.get();
@@ -75,17 +76,19 @@ PrefixCache::Match PrefixCache::lookup(std::span<const int32_t> prompt, int32_t 
     pos += block_tokens_;
     n = down;
   }
-  if (best_node) {
-    ++stats_.hits;
-    stats_.tokens_reused += best.tokens;
-    if (recurrent_) best.state = best_node->state;
-    const uint64_t now = ++clock_;
-    for (Node* p = best_node; p != root_.get(); p = p->parent) p->last_use = now;
-  }
+  if (!best_node) return {};
+  if (recurrent_) best.state = best_node->state;
+  const uint64_t now = ++clock_;
+  for (Node* p = best_node; p != root_.get(); p = p->parent) p->last_use = now;
   return best;
 }
 
-void PrefixCache::adopt(int32_t seq, const Match& m) { exe_->seq_adopt(seq, m.blocks, m.tokens, m.state); }
+void PrefixCache::adopt(int32_t seq, const Match& m) {
+  exe_->seq_adopt(seq, m.blocks, m.tokens, m.state);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.hits;
+  stats_.tokens_reused += m.tokens;
+}
 
 void PrefixCache::insert(std::span<const int32_t> history, int32_t seq) {
   if (history.empty() || stats_.budget_bytes == 0) return;

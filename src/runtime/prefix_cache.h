@@ -22,7 +22,7 @@
 namespace zinc::runtime {
 
 struct PrefixCacheStats {
-  int64_t lookups = 0, hits = 0;    // lookups, and those that found at least one token
+  int64_t lookups = 0, hits = 0;    // lookups, and those whose prefix a sequence took
   int64_t tokens_reused = 0;        // tokens the hits gave back
   int64_t evictions = 0;            // nodes evicted under the budget
   uint64_t kv_bytes = 0;            // bytes of the blocks held (block count × block bytes)
@@ -49,8 +49,9 @@ class PrefixCache {
   };
   // The longest cached prefix of `prompt` no longer than `limit` tokens that this context can resume
   // from: any prefix for a context without recurrent state (a block may be matched in part), one
-  // ending at a checkpoint otherwise. Marks what it found as recently used.
-  Match lookup(std::span<const int32_t> prompt, int32_t limit);
+  // ending at a checkpoint otherwise. Only one longer than `longer_than` tokens (what the caller holds
+  // already) is returned, and marked as recently used.
+  Match lookup(std::span<const int32_t> prompt, int32_t limit, int32_t longer_than = 0);
   // Makes `seq` hold a match's tokens (the context's blocks and, where recurrent, its state).
   void adopt(int32_t seq, const Match& m);
   // Records the first history.size() tokens `seq` holds now (its blocks; for a recurrent context, a

@@ -119,8 +119,8 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   if (cache_) {
     // The cache's prefix where it is longer (another sequence's, or one this session moved away from):
     // its blocks are shared and, for a recurrent context, its checkpointed state loaded.
-    const auto m = cache_->lookup(tokens, static_cast<int32_t>(tokens.size()) - 1);
-    if (static_cast<size_t>(m.tokens) > common) {
+    const auto m = cache_->lookup(tokens, static_cast<int32_t>(tokens.size()) - 1, static_cast<int32_t>(common));
+    if (m.tokens > 0) {
       cache_->adopt(seq_, m);
       common = static_cast<size_t>(m.tokens);
       history_.assign(tokens.begin(), tokens.begin() + m.tokens);

@@ -78,10 +78,7 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   if (options_.cache_bytes > 0) {
     // The cache's blocks beside the slots' own: as many as its bytes buy (a model without attention
     // layers has blocks of no bytes: then one context's worth).
-    uint64_t block_bytes = 0;
-    for (size_t r : backend::kv_row_bytes(model.graph, backend::kv_storage_type(exec.kv_type))) {
-      block_bytes += 2 * r * backend::SequencedExecutable::kKvBlock;
-    }
+    const uint64_t block_bytes = backend::kv_block_bytes(backend::kv_row_bytes(model.graph, backend::kv_storage_type(exec.kv_type)));
     exec.cache_blocks = static_cast<int32_t>(std::max<uint64_t>(
         1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : backend::kv_blocks(exec.n_ctx)));
   }

@@ -116,8 +116,11 @@ ModelPool::~ModelPool() {
   if (reaper_.joinable()) reaper_.join();
 }
 
-void ModelPool::rescan() {
+void ModelPool::rescan(bool force) {
   if (!on_demand()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && scanned_ && std::chrono::duration<double>(now - *scanned_).count() < kRescanS) return;
+  scanned_ = now;
   std::map<std::string, std::pair<std::filesystem::path, uint64_t>> found;
   if (!options_.dir.empty()) {
     // Shards after the first of a split model are not models of their own.
@@ -184,7 +187,7 @@ ModelPool::Entry* ModelPool::find(const std::string& name) {
     throw ApiError(404, fmt::format("The model '{}' does not exist; this server has '{}'", name, pinned_id_),
                    "invalid_request_error", "model", "model_not_found");
   }
-  rescan();
+  rescan(true);  // a file added since the last look
   if (auto it = entries_.find(id); it != entries_.end()) return &it->second;
   throw ApiError(404, fmt::format("The model '{}' does not exist (GET /v1/models lists this server's)", name),
                  "invalid_request_error", "model", "model_not_found");
@@ -380,6 +383,8 @@ std::vector<ModelState> ModelPool::list() {
       s.slots = st.n_slots;
       s.busy_slots = st.busy_slots;
       s.loaded_at = e.loaded_at;
+      s.weights_device_bytes = e.model->engine().weights_device_bytes();
+      s.contexts_device_bytes = e.model->engine().contexts_device_bytes();
       if (!e.pinned && e.leases == 0 && e.keep_alive_s >= 0) {
         s.expires_in_s = std::max(0.0, e.keep_alive_s - std::chrono::duration<double>(now - e.last_used).count());
       }

@@ -102,6 +102,9 @@ struct ModelState {
   int32_t n_ctx = 0;
   int slots = 0, busy_slots = 0;
   int64_t loaded_at = 0;  // Unix seconds
+  // Loaded on a GPU: its weights there (held once) and its context (every slot's sequence and the
+  // prefix cache's blocks); 0 on the CPU.
+  uint64_t weights_device_bytes = 0, contexts_device_bytes = 0;
 };
 
 class ModelPool {
@@ -150,7 +153,10 @@ class ModelPool {
     int64_t loaded_at = 0;
   };
   Entry* find(const std::string& name);  // with mutex_ held; rescans the directory for an unknown name
-  void rescan();                         // with mutex_ held
+  // With mutex_ held: the models on disk again, unless they were read less than kRescanS ago (a listing
+  // polled by the web page or `zinc ps` does not walk the directory each time); `force` reads them now.
+  void rescan(bool force = false);
+  static constexpr double kRescanS = 2.0;
   std::shared_ptr<LoadedModel> lease(Entry& e);
   void release(Entry& e);
   uint64_t held_bytes(const Entry& e) const;
@@ -164,6 +170,7 @@ class ModelPool {
   std::map<std::string, std::string> aliases_;
   std::string pinned_id_;
   int64_t loads_ = 0, unloads_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> scanned_;  // the last rescan
   bool stop_ = false;
   std::thread reaper_;
 };

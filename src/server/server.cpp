@@ -863,9 +863,10 @@ Server::~Server() = default;
 std::string Server::memory_summary() const {
   for (const auto& m : impl_->models.list()) {
     if (!m.pinned) continue;
-    if (m.backend == "cpu") return m.backend;
-    return fmt::format("{}: {} ({} sequence{} of {} tokens)", m.backend, format_bytes(m.bytes), m.slots,
-                       m.slots == 1 ? "" : "s", m.n_ctx);
+    if (m.weights_device_bytes == 0) return m.backend;
+    return fmt::format("{}: weights {} once, a context of {} sequence{} of {} tokens {}", m.backend,
+                       format_bytes(m.weights_device_bytes), m.slots, m.slots == 1 ? "" : "s", m.n_ctx,
+                       format_bytes(m.contexts_device_bytes));
   }
   return "";
 }

@@ -1,7 +1,11 @@
 // Keep-alive values as requests and --keep-alive give them (numbers of seconds, Go-style durations as
-// Ollama's clients send them, negative for "stay loaded"), and how the server prints them.
+// Ollama's clients send them, negative for "stay loaded"), and how the server prints them; how often
+// the model pool looks at its directory.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "raw_gguf.h"
 #include "server/models.h"
 #include "server/openai.h"
 
@@ -57,6 +61,33 @@ TEST(KeepAlive, PrintedAsTheServerShowsIt) {
   EXPECT_EQ(format_duration(90), "1m30s");
   EXPECT_EQ(format_duration(3600), "1h");
   EXPECT_EQ(format_duration(5400), "1h30m");
+}
+
+TEST(ModelPool, AListingPolledOftenDoesNotWalkTheDirectoryEachTimeButAnUnknownNameDoes) {
+  test::TempDir tmp;
+  const auto dir = tmp.file("models");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.gguf") << "not read: the loader below opens nothing";
+  ModelPoolOptions o;
+  o.dir = dir;
+  std::vector<std::string> asked;
+  ModelPool pool(o, [&](const std::string& id, const std::filesystem::path&) -> std::unique_ptr<LoadedModel> {
+    asked.push_back(id);
+    throw Error("this test loads no model");
+  });
+  EXPECT_EQ(pool.list().size(), 1u);
+  std::ofstream(dir / "b.gguf") << "x";
+  EXPECT_EQ(pool.list().size(), 1u);  // looked less than ModelPool::kRescanS ago
+  // A request naming the new file finds it at once (the load fails here, but not with a 404).
+  try {
+    pool.acquire("b");
+    ADD_FAILURE() << "the loader throws";
+  } catch (const ApiError& e) {
+    EXPECT_NE(e.status(), 404) << e.what();
+  }
+  EXPECT_EQ(asked, std::vector<std::string>{"b"});
+  EXPECT_EQ(pool.list().size(), 2u);
+  EXPECT_THROW(pool.acquire("c"), ApiError);
 }
 
 }  // namespace
