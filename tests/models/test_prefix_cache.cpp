@@ -99,6 +99,22 @@ class PrefixCacheFixture : public ::testing::TestWithParam<std::tuple<std::strin
     return t;
   }
 
+  // One context of two sequences with a prefix cache over it, and a session on each: two slots of a
+  // server.
+  struct Slots {
+    std::shared_ptr<backend::Executable> exe;
+    std::shared_ptr<runtime::PrefixCache> cache;
+    runtime::Session a, b;
+  };
+  Slots slots(int32_t cache_blocks) {
+    auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(cache_blocks)));
+    auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
+    Slots out{exe, cache, runtime::Session(weights_, exe, 0), runtime::Session(weights_, exe, 1)};
+    out.a.set_prefix_cache(cache);
+    out.b.set_prefix_cache(cache);
+    return out;
+  }
+
   // A batched session's queued tokens run as the server runs them: chunks of at most kStep (ending on
   // cache block boundaries where the session says so).
   static std::vector<float> run_pending(backend::Executable& exe, runtime::Session& s) {
@@ -162,11 +178,8 @@ std::vector<Tokens> pieces(const Tokens& t, std::initializer_list<size_t> ends) 
 }
 
 TEST_P(PrefixCacheFixture, ASecondTurnInAnotherSequenceEvaluatesOnlyItsNewTokens) {
-  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(8)));
-  auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
-  runtime::Session a(weights_, exe, 0), b(weights_, exe, 1);
-  a.set_prefix_cache(cache);
-  b.set_prefix_cache(cache);
+  Slots s = slots(8);
+  auto& [exe, cache, a, b] = s;
   const Tokens system = random(40), user1 = random(10), answer = random(6), user2 = random(8);
   const Tokens turn1 = cat({&system, &user1});
   request(*exe, a, turn1, answer);
@@ -187,11 +200,8 @@ TEST_P(PrefixCacheFixture, ASecondTurnInAnotherSequenceEvaluatesOnlyItsNewTokens
 }
 
 TEST_P(PrefixCacheFixture, AnEditedMessageIsEvaluatedFromWhereItDiffers) {
-  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(8)));
-  auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
-  runtime::Session a(weights_, exe, 0), b(weights_, exe, 1);
-  a.set_prefix_cache(cache);
-  b.set_prefix_cache(cache);
+  Slots s = slots(8);
+  auto& [exe, cache, a, b] = s;
   const Tokens system = random(40), user = random(30);
   const Tokens first = cat({&system, &user});  // steps [0, 32), [32, 64), [64, 70)
   request(*exe, a, first);
@@ -214,10 +224,8 @@ TEST_P(PrefixCacheFixture, AnEditedMessageIsEvaluatedFromWhereItDiffers) {
 TEST_P(PrefixCacheFixture, ATemplateThatDropsReasoningStillReusesTheEarlierTurns) {
   // Turn 1 answers with reasoning and a final text; the next prompt renders the history with the final
   // text only: it differs from what the sequence holds right after the first prompt.
-  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(8)));
-  auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
-  runtime::Session a(weights_, exe, 0);
-  a.set_prefix_cache(cache);
+  Slots s = slots(8);
+  auto& [exe, cache, a, b] = s;
   const Tokens system = random(40), user1 = random(12), reasoning = random(9), final_text = random(4), user2 = random(5);
   Tokens answer = cat({&reasoning, &final_text});
   const Tokens turn1 = cat({&system, &user1});
@@ -236,11 +244,8 @@ TEST_P(PrefixCacheFixture, ATemplateThatDropsReasoningStillReusesTheEarlierTurns
 TEST_P(PrefixCacheFixture, TheCacheStaysWithinItsBlocksAndNeverStarvesASequence) {
   // Room for 3 cached blocks: the oldest prompts go, the newest stays findable, and both sequences
   // can still fill their whole contexts.
-  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(3)));
-  auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
-  runtime::Session a(weights_, exe, 0), b(weights_, exe, 1);
-  a.set_prefix_cache(cache);
-  b.set_prefix_cache(cache);
+  Slots s = slots(3);
+  auto& [exe, cache, a, b] = s;
   std::vector<Tokens> prompts;
   for (int i = 0; i < 4; ++i) {
     prompts.push_back(random(40));
@@ -288,7 +293,7 @@ TEST_P(PrefixCacheFixture, ASessionOfItsOwnResumesFromItsCheckpoints) {
 INSTANTIATE_TEST_SUITE_P(Architectures, PrefixCacheFixture,
                          ::testing::Combine(::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "qwen3_next"),
                                             ::testing::Values(ZINC_TEST_BACKEND)),
-                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 }  // namespace
 }  // namespace zinc
