@@ -258,7 +258,6 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   const bool chat_cache = !suite.chats.empty() && a.cache_mem_gb > 0;
   if (chat_cache) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
   runtime::Session session(file, *backend, opts);
-  if (chat_cache) session.use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
   const unsigned threads = a.threads ? a.threads : std::max(1u, cpu_info().physical_cores);
   ThreadPool pool(threads);
   // The roofline: the GPU's measured copy bandwidth, or the CPU's measured read bandwidth.
@@ -332,6 +331,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   }
   json chats = json::array();
   for (const auto& c : suite.chats) {
+    // Each chat starts with an empty cache (nothing left by the other tests).
+    if (chat_cache) session.use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
     json turns = json::array();
     for (const auto& t : runtime::run_chat_bench(session, c, a.seed)) {
       turns.push_back({{"prompt_tokens", t.prompt_tokens},
