@@ -97,6 +97,13 @@ class Executable {
   // for a context without recurrent state). Throws zinc::Error unless the state holds exactly those
   // tokens (all the sequence holds).
   virtual std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const;
+  // One block's rows as bytes (kv_block_bytes() of them: every attending layer's K rows, then its V
+  // rows), so a prefix cache can keep them in host memory after giving the block back; and a free
+  // block filled from such bytes, returned with one reference held by the caller (blocks_hold(false)
+  // gives it back). Throws zinc::Error for a block in no use, bytes of another size, or where no block
+  // is free.
+  virtual std::vector<uint8_t> block_read(int32_t block) const;
+  virtual int32_t block_write(std::span<const uint8_t> bytes);
 };
 
 // Throws unless `id` is an activation (or the logits) and `opts` keeps activations.

@@ -53,6 +53,8 @@ void Executable::seq_adopt(int32_t, std::span<const int32_t>, int32_t, std::span
   throw Error("this context does not share KV blocks");
 }
 std::vector<float> Executable::recurrent_state(int32_t, int32_t) const { throw Error("this context does not share KV blocks"); }
+std::vector<uint8_t> Executable::block_read(int32_t) const { throw Error("this context does not share KV blocks"); }
+int32_t Executable::block_write(std::span<const uint8_t>) { throw Error("this context does not share KV blocks"); }
 
 SequencedExecutable::SequencedExecutable(const graph::Graph& g, const ExecOptions& opts)
     : g_(g), opts_(opts), blocks_(0, kKvBlock, 0) {
@@ -258,6 +260,43 @@ std::vector<float> SequencedExecutable::recurrent_state(int32_t seq, int32_t n_t
     at += state_floats_[i];
   }
   return out;
+}
+
+std::vector<uint8_t> SequencedExecutable::block_read(int32_t block) const {
+  blocks_.check_used(block);
+  std::vector<uint8_t> out(kv_block_bytes());
+  size_t at = 0;
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    const size_t n = kv_row_bytes_[l] * kKvBlock;
+    if (n == 0) continue;
+    for (const bool v : {false, true}) {
+      kv_read(l, v, static_cast<size_t>(block) * n, out.data() + at, n);
+      at += n;
+    }
+  }
+  return out;
+}
+
+int32_t SequencedExecutable::block_write(std::span<const uint8_t> bytes) {
+  if (bytes.size() != kv_block_bytes()) {
+    throw Error(fmt::format("{} bytes are not a KV block of this context ({} bytes)", bytes.size(), kv_block_bytes()));
+  }
+  const int32_t block = blocks_.alloc();
+  size_t at = 0;
+  try {
+    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+      const size_t n = kv_row_bytes_[l] * kKvBlock;
+      if (n == 0) continue;
+      for (const bool v : {false, true}) {
+        kv_write(l, v, static_cast<size_t>(block) * n, bytes.data() + at, n);
+        at += n;
+      }
+    }
+  } catch (...) {
+    blocks_.unhold(block);
+    throw;
+  }
+  return block;
 }
 
 }  // namespace zinc::backend

@@ -117,6 +117,17 @@ class KvBlocks {
     if (refs_[static_cast<size_t>(block)] == 0) throw Error(fmt::format("block {} holds nothing to keep", block));
     ++refs_[static_cast<size_t>(block)];
   }
+  // A free block, held once by the caller (a prefix cache filling it from host memory). Throws
+  // zinc::Error where none is free.
+  int32_t alloc() {
+    if (free_.empty()) throw Error(fmt::format("the KV cache is full: none of its {} blocks is free", n_blocks()));
+    return take();
+  }
+  // Throws unless `block` is in use (its rows hold something).
+  void check_used(int32_t block) const {
+    check_block(block);
+    if (refs_[static_cast<size_t>(block)] == 0) throw Error(fmt::format("block {} holds nothing", block));
+  }
   void unhold(int32_t block) {
     check_block(block);
     if (refs_[static_cast<size_t>(block)] == 0) throw Error(fmt::format("block {} is not held", block));
@@ -320,6 +331,8 @@ class SequencedExecutable : public Executable {
   void blocks_hold(std::span<const int32_t> blocks, bool hold) override;
   void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override;
   std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override;
+  std::vector<uint8_t> block_read(int32_t block) const override;
+  int32_t block_write(std::span<const uint8_t> bytes) override;
 
  protected:
   // Copies `bytes` bytes of layer l's K and V caches from offset `from` to offset `to`.

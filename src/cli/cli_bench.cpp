@@ -54,6 +54,7 @@ struct BenchArgs {
   int batch_tokens = 256;
   int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
+  double cache_ram_gb = 0;     // and its host tier
 };
 
 // --concurrency C: 2·C requests of -p random prompt tokens and -n generated tokens through the
@@ -84,6 +85,7 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
   eo.queue_limit = 4 * concurrency;
   eo.exec.n_ctx = a.shared_prefix + prompt + generate + 8;
   eo.cache_bytes = static_cast<uint64_t>(a.cache_mem_gb * 1e9);
+  eo.cache_host_bytes = static_cast<uint64_t>(a.cache_ram_gb * 1e9);
   eo.exec.max_tokens = a.batch_tokens;
   eo.exec.kv_type = kv_type_from_name(a.kv_type);
   eo.backend = a.backend;
@@ -332,7 +334,7 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
   json chats = json::array();
   for (const auto& c : suite.chats) {
     // Each chat starts with an empty cache (nothing left by the other tests).
-    if (chat_cache) session.use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
+    if (chat_cache) session.use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9), static_cast<uint64_t>(a.cache_ram_gb * 1e9));
     json turns = json::array();
     for (const auto& t : runtime::run_chat_bench(session, c, a.seed)) {
       turns.push_back({{"prompt_tokens", t.prompt_tokens},
@@ -503,6 +505,9 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,
                   "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache-ram", a->cache_ram_gb, "GB of host memory for blocks that prefix cache evicts (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")

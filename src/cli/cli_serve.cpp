@@ -46,6 +46,7 @@ int run_serve(ServeArgs& a) {
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
   eo.cache_bytes = static_cast<uint64_t>(a.gen.cache_mem_gb * 1e9);
+  eo.cache_host_bytes = static_cast<uint64_t>(a.gen.cache_ram_gb * 1e9);
   auto& so = a.server;
   std::string alias;
   for (const auto& n : a.aliases) {
@@ -106,8 +107,11 @@ int run_serve(ServeArgs& a) {
                     so.model_id, so.host, port, a.parallel, a.parallel == 1 ? "" : "s", a.gen.ctx, srv.memory_summary());
   if (const std::string on_demand = srv.models_summary(); !on_demand.empty()) line += "zinc serve: " + on_demand + "\n";
   line += eo.cache_bytes > 0
-              ? fmt::format("zinc serve: prefix cache: {:.2f} GB per model for KV blocks and state checkpoints (--cache-mem)\n",
-                            a.gen.cache_mem_gb)
+              ? fmt::format("zinc serve: prefix cache: {:.2f} GB per model for KV blocks and state checkpoints (--cache-mem){}\n",
+                            a.gen.cache_mem_gb,
+                            eo.cache_host_bytes > 0
+                                ? fmt::format(", {:.2f} GB of host memory for those it evicts (--cache-ram)", a.gen.cache_ram_gb)
+                                : std::string())
               : "zinc serve: prefix cache off (--cache-mem 0): each slot reuses only its own last prompt\n";
   fmt::print(stderr, "{}", line);
   srv.run();

@@ -186,6 +186,11 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
                     "conversation whose history changed; 0: off")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--cache-ram", a.cache_ram_gb,
+                    "GB of host memory the prefix cache may keep blocks evicted from --cache-mem in, written back "
+                    "when a prompt matches them (faster than evaluating them again); 0: evicted blocks are dropped")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
   }
 }
 
@@ -217,7 +222,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
     backend::ExecOptions opts = a.exec_options();
     if (cached) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts, progress);
-    if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9));
+    if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9), static_cast<uint64_t>(a.cache_ram_gb * 1e9));
     if (bar) bar->finish();
     bar.reset();
   };

@@ -45,6 +45,7 @@ struct GenerationArgs {
   std::string chat_template_file;  // overrides the model's template
   // The prefix cache (chat, serve): GB for KV blocks of earlier prompts and recurrent-state checkpoints.
   double cache_mem_gb = 1.0;
+  double cache_ram_gb = 0;    // its host tier: GB of host memory for blocks evicted from the device
   bool prefix_cache = false;  // the command has one (chat_options)
 
   std::optional<bool> enable_thinking() const;

@@ -73,7 +73,9 @@ class Session {
   // than what this session holds), and remember() leaves this session's tokens there.
   void set_prefix_cache(std::shared_ptr<PrefixCache> cache) { cache_ = std::move(cache); }
   // A prefix cache of `budget_bytes` over this session's own context (its ExecOptions::cache_blocks).
-  void use_prefix_cache(uint64_t budget_bytes) { cache_ = std::make_shared<PrefixCache>(exe_, budget_bytes); }
+  void use_prefix_cache(uint64_t budget_bytes, uint64_t host_budget_bytes = 0) {
+    cache_ = std::make_shared<PrefixCache>(exe_, budget_bytes, host_budget_bytes);
+  }
   const std::shared_ptr<PrefixCache>& prefix_cache() const { return cache_; }
   // Leaves the tokens the context holds now in the prefix cache (with a checkpoint of the recurrent
   // state where there is one). Nothing without a cache, or while tokens wait for a step.

@@ -38,6 +38,9 @@ struct EngineOptions {
   // The prefix cache shared by the slots (0: none; each slot then reuses only its own last prompt):
   // bytes of KV blocks set aside beside the slots' contexts plus recurrent-state checkpoints.
   uint64_t cache_bytes = 0;
+  // Its host tier (0: none): bytes of host memory for blocks evicted from the device (and their
+  // checkpoints), written back when a prompt matches them.
+  uint64_t cache_host_bytes = 0;
 };
 
 class Job {

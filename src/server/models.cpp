@@ -428,6 +428,11 @@ EngineStats ModelPool::stats(int* loaded) {
     c.budget_bytes += s.cache.budget_bytes;
     c.nodes += s.cache.nodes;
     c.checkpoints += s.cache.checkpoints;
+    c.host_bytes += s.cache.host_bytes;
+    c.host_budget_bytes += s.cache.host_budget_bytes;
+    c.host_nodes += s.cache.host_nodes;
+    c.spills += s.cache.spills;
+    c.restores += s.cache.restores;
   }
   return total;
 }

@@ -829,6 +829,14 @@ struct Server::Impl {
               s.cache.checkpoint_bytes);
       gauge64("zinc_prefix_cache_budget_bytes", "The prefix caches' budgets (--cache-mem), summed over loaded models.",
               s.cache.budget_bytes);
+      gauge64("zinc_prefix_cache_host_bytes", "Bytes of KV blocks and checkpoints the prefix cache keeps in host memory.",
+              s.cache.host_bytes);
+      gauge64("zinc_prefix_cache_host_budget_bytes", "The prefix caches' host-memory budgets (--cache-ram), summed.",
+              s.cache.host_budget_bytes);
+      counter("zinc_prefix_cache_spills_total", "Cached blocks moved from the device to host memory.",
+              static_cast<uint64_t>(s.cache.spills));
+      counter("zinc_prefix_cache_restores_total", "Cached blocks written back from host memory for a prompt.",
+              static_cast<uint64_t>(s.cache.restores));
       gauge("zinc_models_loaded", "Models loaded now.", loaded);
       counter("zinc_model_loads_total", "Models loaded on demand.", static_cast<uint64_t>(loads));
       counter("zinc_model_unloads_total", "Models unloaded (idle past their keep-alive, asked, or for room).",

@@ -106,9 +106,9 @@ class PrefixCacheFixture : public ::testing::TestWithParam<std::tuple<std::strin
     std::shared_ptr<runtime::PrefixCache> cache;
     runtime::Session a, b;
   };
-  Slots slots(int32_t cache_blocks) {
+  Slots slots(int32_t cache_blocks, uint64_t host_bytes = 0) {
     auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(cache_blocks)));
-    auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30);
+    auto cache = std::make_shared<runtime::PrefixCache>(exe, uint64_t{1} << 30, host_bytes);
     Slots out{exe, cache, runtime::Session(weights_, exe, 0), runtime::Session(weights_, exe, 1)};
     out.a.set_prefix_cache(cache);
     out.b.set_prefix_cache(cache);
@@ -270,6 +270,112 @@ TEST_P(PrefixCacheFixture, TheCacheStaysWithinItsBlocksAndNeverStarvesASequence)
   a.set_prefix_cache(none);
   request(*exe, a, prompts[1]);
   EXPECT_EQ(none->stats().nodes, 0) << name();
+}
+
+TEST_P(PrefixCacheFixture, BlocksEvictedToHostMemoryComeBackWhenAPromptMatchesThem) {
+  // Room for 3 blocks on the device and plenty in host memory: the oldest prompts move to the host
+  // tier instead of going, and the oldest is reused whole again (its rows written back, a hybrid's
+  // checkpoint with them), with the logits of the same steps taken alone.
+  Slots s = slots(3, uint64_t{1} << 30);
+  auto& [exe, cache, a, b] = s;
+  std::vector<Tokens> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(random(40));  // steps [0, 32), [32, 40): a whole block and a partial one
+    request(*exe, a, prompts.back());
+    EXPECT_LE(cache->stats().nodes - cache->stats().host_nodes, 3) << name();
+  }
+  auto st = cache->stats();
+  EXPECT_EQ(st.nodes, 8) << name();  // nothing dropped
+  EXPECT_EQ(st.host_nodes, 5) << name();
+  EXPECT_EQ(st.spills, 5) << name();
+  EXPECT_GE(st.host_bytes, 5 * exe->kv_block_bytes()) << name();
+  Tokens oldest = prompts.front();
+  oldest.push_back(1);
+  const int64_t before = b.tokens_evaluated();
+  const auto got = request(*exe, b, oldest);
+  EXPECT_EQ(b.reused_tokens(), 40) << name();
+  EXPECT_EQ(b.tokens_evaluated() - before, 1) << name();
+  expect_same(got, alone(pieces(oldest, {32, 40, 41})));
+  st = cache->stats();
+  EXPECT_EQ(st.restores, 2) << name();
+  EXPECT_LE(st.nodes - st.host_nodes, 3) << name();
+  // Both sequences still fill their contexts beside the cache's blocks.
+  request(*exe, a, random(127));
+  request(*exe, b, random(127));
+  EXPECT_LE(cache->stats().nodes - cache->stats().host_nodes, 3) << name();
+}
+
+TEST_P(PrefixCacheFixture, APrefixLongerThanTheDeviceTierComesBackFromHostMemory) {
+  // Room for one block on the device: a 100-token prompt's other three blocks are in host memory, and
+  // come back for the next request into blocks the sequence alone holds (none leaked: both sequences
+  // still fill their contexts afterwards).
+  Slots s = slots(1, uint64_t{1} << 30);
+  auto& [exe, cache, a, b] = s;
+  const Tokens prompt = random(100);  // steps [0, 32), [32, 64), [64, 96), [96, 100)
+  request(*exe, a, prompt);
+  EXPECT_EQ(cache->stats().host_nodes, 3) << name();
+  Tokens more = prompt;
+  more.push_back(1);
+  const int64_t before = b.tokens_evaluated();
+  const auto got = request(*exe, b, more);
+  EXPECT_EQ(b.reused_tokens(), 100) << name();
+  EXPECT_EQ(b.tokens_evaluated() - before, 1) << name();
+  expect_same(got, alone(pieces(more, {32, 64, 96, 100, 101})));
+  EXPECT_LE(cache->stats().nodes - cache->stats().host_nodes, 1) << name();
+  request(*exe, a, random(127));
+  request(*exe, b, random(127));
+  EXPECT_LE(cache->stats().nodes - cache->stats().host_nodes, 1) << name();
+}
+
+TEST_P(PrefixCacheFixture, TheHostTierStaysWithinItsBudget) {
+  // A host tier of 3 blocks (and their checkpoints' bytes): the least recently used go from there.
+  auto probe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(2)));
+  uint64_t state_bytes = 0;
+  if (!probe->can_rewind()) {
+    runtime::Session one(weights_, probe, 0);
+    one.eval(random(8));
+    run_pending(*probe, one);
+    state_bytes = probe->recurrent_state(0, 8).size() * sizeof(float);
+  }
+  const uint64_t host_budget = 3 * (probe->kv_block_bytes() + state_bytes);
+  Slots s = slots(2, host_budget);
+  auto& [exe, cache, a, b] = s;
+  std::vector<Tokens> prompts;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(random(40));
+    request(*exe, a, prompts.back());
+    const auto st = cache->stats();
+    EXPECT_LE(st.host_bytes, host_budget) << name();
+    EXPECT_LE(st.nodes - st.host_nodes, 2) << name();
+  }
+  EXPECT_GT(cache->stats().spills, 0) << name();
+  Tokens recent = prompts[4];
+  recent.push_back(1);
+  const auto got = request(*exe, b, recent);
+  EXPECT_EQ(b.reused_tokens(), 40) << name();  // spilled, and back
+  expect_same(got, alone(pieces(recent, {32, 40, 41})));
+  Tokens oldest = prompts.front();
+  oldest.push_back(1);
+  request(*exe, b, oldest);
+  EXPECT_EQ(b.reused_tokens(), 0) << name();  // gone from both tiers
+  EXPECT_LE(cache->stats().host_bytes, host_budget) << name();
+}
+
+TEST_P(PrefixCacheFixture, ABlockReadOutIsWrittenBackExactly) {
+  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(options(4)));
+  runtime::Session s(weights_, exe, 0);
+  s.eval(random(40));
+  run_pending(*exe, s);
+  const auto blocks = exe->seq_blocks(0, 40);
+  ASSERT_EQ(blocks.size(), 2u) << name();
+  const auto bytes = exe->block_read(blocks[0]);
+  ASSERT_EQ(bytes.size(), exe->kv_block_bytes()) << name();
+  const int32_t copy = exe->block_write(bytes);
+  EXPECT_NE(copy, blocks[0]) << name();
+  EXPECT_EQ(exe->block_read(copy), bytes) << name();
+  exe->blocks_hold(std::span<const int32_t>(&copy, 1), false);
+  EXPECT_THROW(exe->block_read(copy), Error) << name();  // given back: holds nothing
+  EXPECT_THROW(exe->block_write(std::span<const uint8_t>(bytes.data(), bytes.size() - 1)), Error) << name();
 }
 
 TEST_P(PrefixCacheFixture, ASessionOfItsOwnResumesFromItsCheckpoints) {

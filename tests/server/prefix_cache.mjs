@@ -1,7 +1,9 @@
 // The prefix cache through the real server and the official OpenAI client: a request sharing a long
 // beginning with an earlier one reuses it from another slot (the earlier one's slot busy with a third
 // request), its usage counts those tokens as cached, its greedy answer equals the one a server without
-// the cache gives, /metrics counts the hits; with --cache-mem 0 the same request reuses nothing.
+// the cache gives, /metrics counts the hits; with --cache-mem 0 the same request reuses nothing; with
+// room for two blocks on the device and a host tier (--cache-ram), the blocks evicted to host memory
+// come back for B, with the same answer.
 // Usage: node prefix_cache.mjs ORACLE_DIR ZINC STORIES.gguf
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -36,6 +38,8 @@ async function scenario(flags) {
 try {
   const withCache = await scenario([]);
   const without = await scenario(["--cache-mem", "0"]);
+  // stories260K's KV block (32 positions, 5 layers, K and V rows of 32 f16) is 20 KiB: 50 kB holds two.
+  const tiered = await scenario(["--cache-mem", "0.00005", "--cache-ram", "0.01"]);
   check(withCache.busy >= 1, "the first slot was busy with another request while B ran", String(withCache.busy));
   const cached = withCache.b.usage.prompt_tokens_details?.cached_tokens ?? 0;
   check(cached >= withCache.sharedTokens - 32 && cached < withCache.b.usage.prompt_tokens,
@@ -53,6 +57,18 @@ try {
         ["hits_total", "tokens_reused_total", "kv_bytes", "budget_bytes"]
           .map((k) => `${k} ${metric(m, "zinc_prefix_cache_" + k)}`).join(", "));
   check(metric(without.metrics, "zinc_prefix_cache_budget_bytes") === 0, "without the cache /metrics shows no budget");
+  const tieredCached = tiered.b.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  check(tieredCached >= tiered.sharedTokens - 32, "with a host tier, B reused the blocks evicted to host memory",
+        `${tieredCached} of ${tiered.b.usage.prompt_tokens} (shared about ${tiered.sharedTokens})`);
+  check(tiered.b.choices[0].text === without.b.choices[0].text, "with a host tier, B's greedy answer is the same",
+        JSON.stringify([tiered.b.choices[0].text, without.b.choices[0].text]));
+  const t = tiered.metrics;
+  check(metric(t, "zinc_prefix_cache_spills_total") > 0 && metric(t, "zinc_prefix_cache_restores_total") > 0 &&
+          metric(t, "zinc_prefix_cache_host_budget_bytes") === 1e7 && metric(t, "zinc_prefix_cache_host_bytes") > 0 &&
+          metric(t, "zinc_prefix_cache_kv_bytes") <= 5e4,
+        "/metrics reports the host tier: blocks spilled and restored, its bytes within its budget, the device's within --cache-mem",
+        ["spills_total", "restores_total", "host_bytes", "host_budget_bytes", "kv_bytes"]
+          .map((k) => `${k} ${metric(t, "zinc_prefix_cache_" + k)}`).join(", "));
 } catch (e) {
   check(false, "the prefix cache test ran to the end", e.stack);
 } finally {
