@@ -234,12 +234,7 @@ void SequencedExecutable::seq_adopt(int32_t seq, std::span<const int32_t> blocks
     throw Error(fmt::format("a recurrent state of {} floats, this context's has {}", state.size(), total));
   }
   blocks_.adopt(seq, blocks, n_tokens);
-  const float* at = state.data();
-  for (size_t i = 0; i < state_floats_.size(); ++i) {
-    if (state_floats_[i] == 0) continue;
-    state_write(i, seq, at);
-    at += state_floats_[i];
-  }
+  if (total > 0) states_write(seq, state.data());
   state_pos_[static_cast<size_t>(seq)] = recurrent_ ? n_tokens : 0;
 }
 
@@ -253,27 +248,14 @@ std::vector<float> SequencedExecutable::recurrent_state(int32_t seq, int32_t n_t
   size_t total = 0;
   for (size_t f : state_floats_) total += f;
   std::vector<float> out(total);
-  float* at = out.data();
-  for (size_t i = 0; i < state_floats_.size(); ++i) {
-    if (state_floats_[i] == 0) continue;
-    state_read(i, seq, at);
-    at += state_floats_[i];
-  }
+  states_read(seq, out.data());
   return out;
 }
 
 std::vector<uint8_t> SequencedExecutable::block_read(int32_t block) const {
   blocks_.check_used(block);
   std::vector<uint8_t> out(kv_block_bytes());
-  size_t at = 0;
-  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-    const size_t n = kv_row_bytes_[l] * kKvBlock;
-    if (n == 0) continue;
-    for (const bool v : {false, true}) {
-      kv_read(l, v, static_cast<size_t>(block) * n, out.data() + at, n);
-      at += n;
-    }
-  }
+  kv_block_read(block, out.data());
   return out;
 }
 
@@ -282,21 +264,51 @@ int32_t SequencedExecutable::block_write(std::span<const uint8_t> bytes) {
     throw Error(fmt::format("{} bytes are not a KV block of this context ({} bytes)", bytes.size(), kv_block_bytes()));
   }
   const int32_t block = blocks_.alloc();
-  size_t at = 0;
   try {
-    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-      const size_t n = kv_row_bytes_[l] * kKvBlock;
-      if (n == 0) continue;
-      for (const bool v : {false, true}) {
-        kv_write(l, v, static_cast<size_t>(block) * n, bytes.data() + at, n);
-        at += n;
-      }
-    }
+    kv_block_write(block, bytes.data());
   } catch (...) {
     blocks_.unhold(block);
     throw;
   }
   return block;
+}
+
+void SequencedExecutable::kv_block_read(int32_t block, uint8_t* out) const {
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    const size_t n = kv_row_bytes_[l] * kKvBlock;
+    for (const bool v : {false, true}) {
+      if (n == 0) continue;
+      kv_read(l, v, static_cast<size_t>(block) * n, out, n);
+      out += n;
+    }
+  }
+}
+
+void SequencedExecutable::kv_block_write(int32_t block, const uint8_t* in) {
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    const size_t n = kv_row_bytes_[l] * kKvBlock;
+    for (const bool v : {false, true}) {
+      if (n == 0) continue;
+      kv_write(l, v, static_cast<size_t>(block) * n, in, n);
+      in += n;
+    }
+  }
+}
+
+void SequencedExecutable::states_read(int32_t seq, float* out) const {
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    state_read(i, seq, out);
+    out += state_floats_[i];
+  }
+}
+
+void SequencedExecutable::states_write(int32_t seq, const float* in) {
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] == 0) continue;
+    state_write(i, seq, in);
+    in += state_floats_[i];
+  }
 }
 
 }  // namespace zinc::backend

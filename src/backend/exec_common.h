@@ -84,7 +84,8 @@ class KvBlocks {
     }
     const size_t keep = static_cast<size_t>((n_past + block_ - 1) / block_);
     const size_t need = static_cast<size_t>((n_past + n + block_ - 1) / block_);
-    const bool cow = n_past % block_ != 0 && keep <= t.size() && refs_[static_cast<size_t>(t[keep - 1])] > 1;
+    // A shared block is copied only where this sequence will write into it.
+    const bool cow = n > 0 && n_past % block_ != 0 && keep <= t.size() && refs_[static_cast<size_t>(t[keep - 1])] > 1;
     const size_t fresh = need - keep + (cow ? 1 : 0);
     size_t available = free_.size();  // and the blocks past n_past that only this sequence holds
     for (size_t i = keep; i < t.size(); ++i) available += refs_[static_cast<size_t>(t[i])] == 1;
@@ -344,6 +345,13 @@ class SequencedExecutable : public Executable {
   virtual void state_read(size_t node, int32_t seq, float* out) const = 0;
   virtual void state_write(size_t node, int32_t seq, const float* in) = 0;
   virtual void state_copy(size_t node, int32_t src, int32_t dst) = 0;
+  // Block `block` of every attending layer (K rows, then V rows, layer by layer: block_read's bytes),
+  // and every node's recurrent state of `seq` (node by node: recurrent_state's floats), read and
+  // written; through the hooks above one run at a time, unless a backend moves many runs at once.
+  virtual void kv_block_read(int32_t block, uint8_t* out) const;
+  virtual void kv_block_write(int32_t block, const uint8_t* in);
+  virtual void states_read(int32_t seq, float* out) const;
+  virtual void states_write(int32_t seq, const float* in);
 
   // Before a step's work: checks the step (check_step; each part's start within what its sequence
   // holds; a recurrent state resumes only where it stopped) before changing anything, then gives each

@@ -400,7 +400,11 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                              {"checkpoint_bytes", r.cache.checkpoint_bytes},
                                              {"hits", r.cache.hits},
                                              {"lookups", r.cache.lookups},
-                                             {"tokens_reused", r.cache.tokens_reused}}}});
+                                             {"tokens_reused", r.cache.tokens_reused},
+                                             {"host_budget_bytes", r.cache.host_budget_bytes},
+                                             {"host_bytes", r.cache.host_bytes},
+                                             {"spills", r.cache.spills},
+                                             {"restores", r.cache.restores}}}});
   }
 
   if (global.json) {
@@ -443,6 +447,11 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  c["first_request_first_token_ms"].get<double>(), pc["hits"].get<int64_t>(), pc["lookups"].get<int64_t>(),
                  pc["tokens_reused"].get<int64_t>(), format_bytes(pc["kv_bytes"].get<uint64_t>()),
                  format_bytes(pc["checkpoint_bytes"].get<uint64_t>()), format_bytes(pc["budget_bytes"].get<uint64_t>()));
+      if (pc["host_budget_bytes"].get<uint64_t>() > 0) {
+        fmt::print("host tier: {} blocks read out of the device, {} written back, {} held (budget {})\n",
+                   pc["spills"].get<int64_t>(), pc["restores"].get<int64_t>(), format_bytes(pc["host_bytes"].get<uint64_t>()),
+                   format_bytes(pc["host_budget_bytes"].get<uint64_t>()));
+      }
     }
   }
   for (const auto& c : chats) {

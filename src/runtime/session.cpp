@@ -117,6 +117,16 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
   // A recurrent state cannot forget tokens: anything but a pure continuation starts again.
   if (!exe_->can_rewind() && common != history_.size()) common = 0;
   if (cache_) {
+    // What the sequence holds past the kept prefix goes back first: blocks the cache may need to
+    // bring a longer prefix back from host memory.
+    if (common < history_.size()) {
+      if (common == 0) {
+        exe_->seq_clear(seq_);
+      } else {
+        exe_->seq_copy(seq_, seq_, static_cast<int32_t>(common));  // a context that rewinds: a recurrent one keeps all or nothing
+      }
+      history_.resize(common);
+    }
     // The cache's prefix where it is longer (another sequence's, or one this session moved away from):
     // its blocks are shared and, for a recurrent context, its checkpointed state loaded.
     const auto m = cache_->lookup(tokens, static_cast<int32_t>(tokens.size()) - 1, static_cast<int32_t>(common));

@@ -67,6 +67,26 @@ TEST(KvBlocks, ASharedPrefixIsCopiedOnlyWhereWritten) {
   EXPECT_EQ(b.free_blocks(), 8);
 }
 
+TEST(KvBlocks, CuttingASequenceInsideASharedBlockCopiesNothing) {
+  // Keeping the first 6 of 10 positions, the rest given back: the block holding positions 4..7 stays
+  // shared until the sequence writes into it (even with no block free).
+  KvBlocks b(6, 4, 2);
+  Copies copies;
+  auto copy = [&](int32_t f, int32_t t, int32_t r) { copies.emplace_back(f, t, r); };
+  b.prepare(0, 0, 10, copy);
+  b.share(0, 1, 10);
+  b.prepare(0, 10, 8, copy);  // sequence 0 grows to 18 positions: its third block copied, two more
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(b.free_blocks(), 0);
+  copies.clear();
+  b.share(1, 1, 6);  // sequence 1 keeps 6 positions
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(b.length(1), 6);
+  EXPECT_EQ(b.table(1).size(), 2u);
+  EXPECT_EQ(b.table(1)[1], b.table(0)[1]);
+  EXPECT_EQ(b.free_blocks(), 1);  // its third block, which sequence 0 no longer shared
+}
+
 TEST(KvBlocks, RunningOutIsAClearErrorThatChangesNothing) {
   KvBlocks b(3, 4, 2);
   auto none = [](int32_t, int32_t, int32_t) {};

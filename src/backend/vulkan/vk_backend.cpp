@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -99,7 +100,9 @@ class VulkanExecutable final : public SequencedExecutable {
         if (recordings_.size() >= kMaxRecordings) recordings_.clear();
         last_rows_ = nullptr;
       }
+      const auto t0 = std::chrono::steady_clock::now();
       it = recordings_.emplace(key, vk::record_step(ctx_, g_, opts_, plan_, *weights_, res_, parts)).first;
+      ctx_.note_recording(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     it->second.rec->submit_and_wait();
     logit_rows_ = it->second.logit_rows;
@@ -124,6 +127,22 @@ class VulkanExecutable final : public SequencedExecutable {
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     SequencedExecutable::seq_copy(src, dst, n_tokens);
+  }
+  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
+  }
+  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::recurrent_state(seq, n_tokens);
+  }
+  std::vector<uint8_t> block_read(int32_t block) const override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::block_read(block);
+  }
+  int32_t block_write(std::span<const uint8_t> bytes) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::block_write(bytes);
   }
 
  private:
@@ -242,6 +261,35 @@ class VulkanExecutable final : public SequencedExecutable {
   void state_copy(size_t node, int32_t src, int32_t dst) override {
     ctx_.copy(*state_[node], state_offset(node, src), *state_[node], state_offset(node, dst), state_floats_[node] * 4);
   }
+  // A whole block, or a sequence's whole state, in one submission rather than one per layer or node
+  // (what the prefix cache moves to and from host memory).
+  std::vector<vk::Context::HostRun> block_runs(int32_t block, uint8_t* host) const {
+    std::vector<vk::Context::HostRun> runs;
+    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+      const size_t n = kv_row_bytes_[l] * kKvBlock;
+      if (n == 0) continue;
+      for (const auto* cache : {&k_, &v_}) {
+        runs.push_back({(*cache)[l].get(), static_cast<size_t>(block) * n, host, n});
+        host += n;
+      }
+    }
+    return runs;
+  }
+  std::vector<vk::Context::HostRun> state_runs(int32_t seq, float* host) const {
+    std::vector<vk::Context::HostRun> runs;
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      if (state_floats_[i] == 0) continue;
+      runs.push_back({state_[i].get(), state_offset(i, seq), host, state_floats_[i] * 4});
+      host += state_floats_[i];
+    }
+    return runs;
+  }
+  void kv_block_read(int32_t block, uint8_t* out) const override { ctx_.download(block_runs(block, out)); }
+  void kv_block_write(int32_t block, const uint8_t* in) override {
+    ctx_.upload(block_runs(block, const_cast<uint8_t*>(in)));  // read from, not written
+  }
+  void states_read(int32_t seq, float* out) const override { ctx_.download(state_runs(seq, out)); }
+  void states_write(int32_t seq, const float* in) override { ctx_.upload(state_runs(seq, const_cast<float*>(in))); }
 
   std::shared_ptr<vk::VulkanWeights> weights_;
   vk::Context& ctx_;

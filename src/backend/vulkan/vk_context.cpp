@@ -276,6 +276,11 @@ std::string Context::profile() const {
   std::string out = fmt::format("Vulkan profile: {} submissions, {:.3f} ms each on the host clock, {:.3f} ms of kernels\n",
                                 submissions_, submissions_ ? submitted_ns_ / submissions_ / 1e6 : 0.0,
                                 submissions_ ? total / submissions_ / 1e6 : 0.0);
+  if (recordings_ > 0) {
+    out += fmt::format("{} step recordings (a shape of step seen anew), {:.1f} ms each on the host; {} pipelines made in "
+                       "{:.1f} ms\n", recordings_, recording_ns_ / static_cast<double>(recordings_) / 1e6, pipelines_made_,
+                       pipeline_ns_ / 1e6);
+  }
   out += "| kernel | calls per submission | us per call | % of kernel time |\n|---|---|---|---|\n";
   for (const auto& [name, t] : rows) {
     out += fmt::format("| {} | {:.1f} | {:.2f} | {:.1f}% |\n", name, submissions_ ? static_cast<double>(t.count) / submissions_ : 0.0,
@@ -494,6 +499,58 @@ void Context::download(const Buffer& src, size_t offset, void* dst, size_t bytes
   }
 }
 
+void Context::upload(std::span<const HostRun> runs) {
+  for (size_t i = 0; i < runs.size();) {
+    // A run of its own where the buffer is mapped or the run outgrows the staging buffer; otherwise as
+    // many as fit it, in one submission.
+    if (runs[i].buffer->mapped || runs[i].bytes > kStagingBytes) {
+      upload(*runs[i].buffer, runs[i].offset, runs[i].host, runs[i].bytes);
+      ++i;
+      continue;
+    }
+    if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
+    VkCommandBuffer cb = begin_one_shot();
+    for (size_t at = 0; i < runs.size() && !runs[i].buffer->mapped && runs[i].bytes <= kStagingBytes - at; ++i) {
+      if (runs[i].bytes == 0) continue;
+      std::memcpy(static_cast<uint8_t*>(staging_.mapped) + at, runs[i].host, runs[i].bytes);
+      const VkBufferCopy region{at, runs[i].offset, runs[i].bytes};
+      vkCmdCopyBuffer(cb, staging_.buffer, runs[i].buffer->buffer, 1, &region);
+      at += runs[i].bytes;
+    }
+    submit_one_shot(cb);
+  }
+}
+
+void Context::download(std::span<const HostRun> runs) {
+  for (size_t i = 0; i < runs.size();) {
+    if (runs[i].buffer->mapped || runs[i].bytes > kStagingBytes) {
+      download(*runs[i].buffer, runs[i].offset, runs[i].host, runs[i].bytes);
+      ++i;
+      continue;
+    }
+    if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
+    VkCommandBuffer cb = begin_one_shot();
+    const size_t first = i;
+    for (size_t at = 0; i < runs.size() && !runs[i].buffer->mapped && runs[i].bytes <= kStagingBytes - at; ++i) {
+      if (runs[i].bytes == 0) continue;
+      const VkBufferCopy region{runs[i].offset, at, runs[i].bytes};
+      vkCmdCopyBuffer(cb, runs[i].buffer->buffer, staging_.buffer, 1, &region);
+      at += runs[i].bytes;
+    }
+    VkMemoryBarrier mb{};
+    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    submit_one_shot(cb);
+    for (size_t k = first, at = 0; k < i; ++k) {
+      if (runs[k].bytes == 0) continue;
+      std::memcpy(runs[k].host, static_cast<const uint8_t*>(staging_.mapped) + at, runs[k].bytes);
+      at += runs[k].bytes;
+    }
+  }
+}
+
 void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
   if (bytes == 0) return;
   if (dst.mapped) {
@@ -614,7 +671,11 @@ const Kernel& Context::pipeline(std::string_view shader, uint32_t n_bindings, ui
   std::string key(shader);
   for (uint32_t s : spec) key += fmt::format(":{}", s);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
-  return pipelines_.emplace(key, kernel(shader, n_bindings, push_bytes, spec)).first->second;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Kernel& k = pipelines_.emplace(key, kernel(shader, n_bindings, push_bytes, spec)).first->second;
+  ++pipelines_made_;
+  pipeline_ns_ += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  return k;
 }
 
 namespace {

@@ -172,6 +172,16 @@ class Context {
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
   void download(const Buffer& src, size_t offset, void* dst, size_t bytes);
   void fill_zero(const Buffer& dst, size_t offset, size_t bytes);
+  // Many runs of bytes between device buffers and host memory in as few submissions as the staging
+  // buffer allows, waiting until done.
+  struct HostRun {
+    const Buffer* buffer;
+    size_t offset;
+    void* host;  // where the bytes go (download) or come from (upload)
+    size_t bytes;
+  };
+  void upload(std::span<const HostRun> runs);
+  void download(std::span<const HostRun> runs);
   // Copies bytes between device buffers (the ranges must not overlap), waiting until done.
   void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes);
 
@@ -195,6 +205,12 @@ class Context {
   // ZINC_VULKAN_PROFILE=1: recordings time every dispatch; the context prints the time per kernel when it
   // closes (to stderr), and profile() returns it as text.
   bool profiling() const { return profiling_; }
+  // A step recorded (a shape seen for the first time, or again after its recording was evicted), for
+  // the profile: how many, and the host time they took.
+  void note_recording(double seconds) {
+    ++recordings_;
+    recording_ns_ += seconds * 1e9;
+  }
   std::string profile() const;
 
   // Device memory bandwidth in GB/s: bytes read plus bytes written per second by device-to-device
@@ -242,6 +258,8 @@ class Context {
   std::map<std::string, KernelTime> kernel_times_;
   double submitted_ns_ = 0;  // wall time of the profiled submissions
   uint64_t submissions_ = 0;
+  uint64_t recordings_ = 0, pipelines_made_ = 0;
+  double recording_ns_ = 0, pipeline_ns_ = 0;
 };
 
 }  // namespace zinc::backend::vk
