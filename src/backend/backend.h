@@ -68,6 +68,9 @@ class Executable {
   // Bytes this context holds on its backend's device (KV cache, state, activations, scratch; not the
   // shared weights). 0 for the CPU.
   virtual uint64_t device_bytes() const { return 0; }
+  // Makes now what the first steps of each size would otherwise make in a request's time (a GPU
+  // backend's pipelines, compiled by the driver on first use): a server calls it once at start.
+  virtual void warm_up() {}
   // The context after n_past tokens as bytes (the first n_past rows of every KV cache and any recurrent
   // state), and back: a session set aside and resumed continues exactly where it was. load_state()
   // throws zinc::Error for bytes saved by another model, backend or option set.

@@ -83,6 +83,7 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
         1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : backend::kv_blocks(exec.n_ctx)));
   }
   exe_ = weights_->instantiate(exec);
+  exe_->warm_up();  // a GPU's pipelines made now, not in the first requests' time
   if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes, options_.cache_host_bytes);
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();

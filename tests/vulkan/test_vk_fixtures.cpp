@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/vulkan/vk_context.h"
 #include "convert/convert.h"
 #include "core/error.h"
 #include "load_progress.h"
@@ -462,6 +463,47 @@ TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {
   EXPECT_GE(r.first_unclear, 32) << "too few clear choices to judge";
   EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << "F16 rounding alone moves logits " << rounding;
 }
+
+// A server warms its context up at start (Executable::warm_up): its first requests then wait for no
+// pipeline compile. After the warm-up, steps of every size up to max_tokens, of one sequence or of
+// several, make no pipeline (a fresh process per test, as ctest runs them: none was made before).
+class VulkanWarmUp : public VulkanFixture {};
+
+TEST_P(VulkanWarmUp, StepsOfAnySizeMakeNoPipelineAfterIt) {
+  const gguf::File f = file("Q4_K_M");
+  const model::Model m = model::load(f);
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.n_seq = 3;
+  opts.max_tokens = 40;
+  auto weights = gpu_->load(m.graph, f);
+  auto exe = weights->instantiate(opts);
+  const auto ctx = backend::vk::Context::shared();
+  exe->warm_up();
+  const uint64_t made = ctx->pipelines_made();
+  EXPECT_GT(made, 0u) << GetParam();
+  std::vector<int32_t> text;
+  while (text.size() < 40) text.insert(text.end(), sequence_.begin(), sequence_.end());
+  for (int32_t n = 1; n <= 40; ++n) {
+    exe->seq_clear(0);
+    graph::StepParams step;
+    step.add(0, 0, std::vector<int32_t>(text.begin(), text.begin() + n));
+    exe->run(step);
+    EXPECT_EQ(ctx->pipelines_made(), made) << GetParam() << ": a step of " << n << " tokens";
+  }
+  // Several sequences in one step: three decoding, then prompts beside a decode.
+  graph::StepParams decode;
+  for (int32_t s = 0; s < 3; ++s) decode.add(s, s == 0 ? 40 : 0, {text[0]});
+  exe->run(decode);
+  graph::StepParams mixed;
+  mixed.add(0, 41, {text[1]});
+  mixed.add(1, 1, std::vector<int32_t>(text.begin(), text.begin() + 13));
+  mixed.add(2, 1, std::vector<int32_t>(text.begin(), text.begin() + 5));
+  exe->run(mixed);
+  EXPECT_EQ(ctx->pipelines_made(), made) << GetParam() << ": steps of several sequences";
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanWarmUp, ::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "gpt_oss"));
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe",

@@ -111,6 +111,27 @@ class VulkanExecutable final : public SequencedExecutable {
     end_step(step);
   }
 
+  // Kernels are chosen by a step's size (the mat-vec's tokens per pass up to 8, attention's query rows
+  // per workgroup, the prefill GEMM's tiles) and by whether it has several sequences (their cache
+  // appends apart from the rotation): a step of one sequence and each of 1..8 tokens and the powers of
+  // two up to max_tokens, and one of two sequences, is recorded and dropped, which makes every
+  // pipeline those choices name. A first process on a machine compiles them here (seconds) instead of
+  // during requests.
+  void warm_up() override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    std::vector<uint32_t> sizes = {1, 2, 3, 4, 5, 6, 7, 8};
+    for (uint32_t n = 16; n < static_cast<uint32_t>(opts_.max_tokens); n *= 2) sizes.push_back(n);
+    sizes.push_back(static_cast<uint32_t>(opts_.max_tokens));
+    for (uint32_t n : sizes) {
+      if (n > static_cast<uint32_t>(opts_.max_tokens)) break;
+      (void)vk::record_step(ctx_, g_, opts_, plan_, *weights_, res_, {{0, 0, n, false, 0}});
+    }
+    if (opts_.n_seq > 1 && opts_.max_tokens > 1) {
+      (void)vk::record_step(ctx_, g_, opts_, plan_, *weights_, res_,
+                            {{0, 0, 1, false, 0}, {1, 0, 1, false, static_cast<uint32_t>(align_up(1, plan_.row_pad))}});
+    }
+  }
+
   // The device's queue is the contexts' one: what these submit waits for any step in flight.
   std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);

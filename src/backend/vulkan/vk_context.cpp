@@ -280,6 +280,7 @@ std::string Context::profile() const {
     out += fmt::format("{} step recordings (a shape of step seen anew), {:.1f} ms each on the host; {} pipelines made in "
                        "{:.1f} ms\n", recordings_, recording_ns_ / static_cast<double>(recordings_) / 1e6, pipelines_made_,
                        pipeline_ns_ / 1e6);
+    out += pipeline_log_;
   }
   out += "| kernel | calls per submission | us per call | % of kernel time |\n|---|---|---|---|\n";
   for (const auto& [name, t] : rows) {
@@ -674,7 +675,9 @@ const Kernel& Context::pipeline(std::string_view shader, uint32_t n_bindings, ui
   const auto t0 = std::chrono::steady_clock::now();
   const Kernel& k = pipelines_.emplace(key, kernel(shader, n_bindings, push_bytes, spec)).first->second;
   ++pipelines_made_;
-  pipeline_ns_ += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  pipeline_ns_ += ns;
+  if (profiling_) pipeline_log_ += fmt::format("  {} ({:.1f} ms, after {} recordings)\n", key, ns / 1e6, recordings_);
   return k;
 }
 

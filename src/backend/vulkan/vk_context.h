@@ -205,6 +205,8 @@ class Context {
   // ZINC_VULKAN_PROFILE=1: recordings time every dispatch; the context prints the time per kernel when it
   // closes (to stderr), and profile() returns it as text.
   bool profiling() const { return profiling_; }
+  // Pipelines made by pipeline() so far (each a driver compile, unless its cache had it).
+  uint64_t pipelines_made() const { return pipelines_made_; }
   // A step recorded (a shape seen for the first time, or again after its recording was evicted), for
   // the profile: how many, and the host time they took.
   void note_recording(double seconds) {
@@ -259,6 +261,7 @@ class Context {
   double submitted_ns_ = 0;  // wall time of the profiled submissions
   uint64_t submissions_ = 0;
   uint64_t recordings_ = 0, pipelines_made_ = 0;
+  std::string pipeline_log_;  // profiling: each pipeline made, when
   double recording_ns_ = 0, pipeline_ns_ = 0;
 };
 
