@@ -28,6 +28,8 @@ struct PrefixCache::Tally {
 
 namespace {
 
+int64_t kv_blocks_of_tokens(int32_t n, int32_t block_tokens) { return (n + block_tokens - 1) / block_tokens; }
+
 size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   const size_t n = std::min(a.size(), b.size());
   size_t i = 0;
@@ -117,20 +119,22 @@ PrefixCache::Match PrefixCache::lookup(std::span<const int32_t> prompt, int32_t 
     }
   }
   for (Node* p : chain) p->pinned = false;
+  // Gives back the blocks written for this match alone from the k-th on.
+  const auto drop_from = [&](size_t k) {
+    for (size_t i = k; i < blocks.size(); ++i) {
+      if (transient[i]) exe_->blocks_hold(std::span<const int32_t>(&blocks[i], 1), false);
+    }
+    blocks.resize(k);
+    transient.resize(k);
+  };
   if (blocks.size() < chain.size()) {
     // The match ends within the whole blocks written back (where a recurrent context has a checkpoint).
     chain.resize(blocks.size());
     while (!chain.empty() && recurrent_ && chain.back()->state.empty()) chain.pop_back();
-    for (size_t i = chain.size(); i < blocks.size(); ++i) {
-      if (transient[i]) exe_->blocks_hold(std::span<const int32_t>(&blocks[i], 1), false);
-    }
-    blocks.resize(chain.size());
-    transient.resize(chain.size());
+    drop_from(chain.size());
     const auto tokens = static_cast<int32_t>(chain.size()) * block_tokens_;
     if (chain.empty() || tokens <= std::max(longer_than, 0)) {
-      for (size_t i = 0; i < blocks.size(); ++i) {
-        if (transient[i]) exe_->blocks_hold(std::span<const int32_t>(&blocks[i], 1), false);
-      }
+      drop_from(0);
       tally();
       return {};
     }
@@ -175,10 +179,13 @@ void PrefixCache::insert(std::span<const int32_t> history, int32_t seq) {
   }
   const std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t now = ++clock_;
+  // Blocks the device tier can take besides what it holds, less this history's (its new nodes come
+  // first): nodes in the host tier that this history passes take the sequence's blocks within that.
   const Tally t = tally();
-  int64_t device_room = std::min<int64_t>(exe_->options().cache_blocks - t.device_nodes,
-                                          static_cast<int64_t>((stats_.budget_bytes - std::min(stats_.budget_bytes, stats_.kv_bytes + t.device_state_bytes)) / block_bytes_)) -
-                        n / block_tokens_ - 1;  // the new nodes first
+  const uint64_t used = static_cast<uint64_t>(t.device_nodes) * block_bytes_ + t.device_state_bytes;
+  const auto free_bytes = static_cast<int64_t>((stats_.budget_bytes - std::min(stats_.budget_bytes, used)) / block_bytes_);
+  int64_t device_room = std::min<int64_t>(exe_->options().cache_blocks - t.device_nodes, free_bytes) -
+                        kv_blocks_of_tokens(n, block_tokens_);
   Node* node = root_.get();
   for (int32_t pos = 0, k = 0; pos < n; pos += block_tokens_, ++k) {
     const auto span = history.subspan(static_cast<size_t>(pos), static_cast<size_t>(std::min(block_tokens_, n - pos)));
