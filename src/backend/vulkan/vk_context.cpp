@@ -462,81 +462,67 @@ void Context::submit_one_shot(VkCommandBuffer cb) {
 }
 
 void Context::upload(const Buffer& dst, size_t offset, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  if (dst.mapped) {
-    std::memcpy(static_cast<uint8_t*>(dst.mapped) + offset, src, bytes);
-    return;
-  }
-  if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
-  for (size_t done = 0; done < bytes; done += kStagingBytes) {
-    const size_t n = std::min(kStagingBytes, bytes - done);
-    std::memcpy(staging_.mapped, static_cast<const uint8_t*>(src) + done, n);
-    VkCommandBuffer cb = begin_one_shot();
-    const VkBufferCopy region{0, offset + done, n};
-    vkCmdCopyBuffer(cb, staging_.buffer, dst.buffer, 1, &region);
-    submit_one_shot(cb);
-  }
+  const HostRun run{&dst, offset, const_cast<void*>(src), bytes};  // read from, not written
+  upload(std::span<const HostRun>(&run, 1));
 }
 
 void Context::download(const Buffer& src, size_t offset, void* dst, size_t bytes) {
-  if (bytes == 0) return;
-  if (src.mapped) {
-    std::memcpy(dst, static_cast<const uint8_t*>(src.mapped) + offset, bytes);
-    return;
-  }
-  if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
-  for (size_t done = 0; done < bytes; done += kStagingBytes) {
-    const size_t n = std::min(kStagingBytes, bytes - done);
-    VkCommandBuffer cb = begin_one_shot();
-    const VkBufferCopy region{offset + done, 0, n};
-    vkCmdCopyBuffer(cb, src.buffer, staging_.buffer, 1, &region);
-    VkMemoryBarrier mb{};
-    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-    mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
-    submit_one_shot(cb);
-    std::memcpy(static_cast<uint8_t*>(dst) + done, staging_.mapped, n);
-  }
+  const HostRun run{&src, offset, dst, bytes};
+  download(std::span<const HostRun>(&run, 1));
 }
 
-void Context::upload(std::span<const HostRun> runs) {
-  for (size_t i = 0; i < runs.size();) {
-    // A run of its own where the buffer is mapped or the run outgrows the staging buffer; otherwise as
-    // many as fit it, in one submission.
-    if (runs[i].buffer->mapped || runs[i].bytes > kStagingBytes) {
-      upload(*runs[i].buffer, runs[i].offset, runs[i].host, runs[i].bytes);
-      ++i;
+namespace {
+
+// The runs through the staging buffer, none longer than it (longer ones cut), after the ones in mapped
+// buffers have been copied directly by `direct`.
+template <class Direct>
+std::vector<Context::HostRun> staged_runs(std::span<const Context::HostRun> runs, size_t limit, const Direct& direct) {
+  std::vector<Context::HostRun> out;
+  for (const Context::HostRun& r : runs) {
+    if (r.bytes == 0) continue;
+    if (r.buffer->mapped) {
+      direct(r);
       continue;
     }
+    for (size_t done = 0; done < r.bytes; done += limit) {
+      out.push_back({r.buffer, r.offset + done, static_cast<uint8_t*>(r.host) + done, std::min(limit, r.bytes - done)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Context::upload(std::span<const HostRun> runs) {
+  const auto staged = staged_runs(runs, kStagingBytes, [](const HostRun& r) {
+    std::memcpy(static_cast<uint8_t*>(r.buffer->mapped) + r.offset, r.host, r.bytes);
+  });
+  // As many runs as fill the staging buffer in each submission.
+  for (size_t i = 0; i < staged.size();) {
     if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
     VkCommandBuffer cb = begin_one_shot();
-    for (size_t at = 0; i < runs.size() && !runs[i].buffer->mapped && runs[i].bytes <= kStagingBytes - at; ++i) {
-      if (runs[i].bytes == 0) continue;
-      std::memcpy(static_cast<uint8_t*>(staging_.mapped) + at, runs[i].host, runs[i].bytes);
-      const VkBufferCopy region{at, runs[i].offset, runs[i].bytes};
-      vkCmdCopyBuffer(cb, staging_.buffer, runs[i].buffer->buffer, 1, &region);
-      at += runs[i].bytes;
+    for (size_t at = 0; i < staged.size() && staged[i].bytes <= kStagingBytes - at; ++i) {
+      std::memcpy(static_cast<uint8_t*>(staging_.mapped) + at, staged[i].host, staged[i].bytes);
+      const VkBufferCopy region{at, staged[i].offset, staged[i].bytes};
+      vkCmdCopyBuffer(cb, staging_.buffer, staged[i].buffer->buffer, 1, &region);
+      at += staged[i].bytes;
     }
     submit_one_shot(cb);
   }
 }
 
 void Context::download(std::span<const HostRun> runs) {
-  for (size_t i = 0; i < runs.size();) {
-    if (runs[i].buffer->mapped || runs[i].bytes > kStagingBytes) {
-      download(*runs[i].buffer, runs[i].offset, runs[i].host, runs[i].bytes);
-      ++i;
-      continue;
-    }
+  const auto staged = staged_runs(runs, kStagingBytes, [](const HostRun& r) {
+    std::memcpy(r.host, static_cast<const uint8_t*>(r.buffer->mapped) + r.offset, r.bytes);
+  });
+  for (size_t i = 0; i < staged.size();) {
     if (!staging_.buffer) staging_ = host_buffer(kStagingBytes);
     VkCommandBuffer cb = begin_one_shot();
     const size_t first = i;
-    for (size_t at = 0; i < runs.size() && !runs[i].buffer->mapped && runs[i].bytes <= kStagingBytes - at; ++i) {
-      if (runs[i].bytes == 0) continue;
-      const VkBufferCopy region{runs[i].offset, at, runs[i].bytes};
-      vkCmdCopyBuffer(cb, runs[i].buffer->buffer, staging_.buffer, 1, &region);
-      at += runs[i].bytes;
+    for (size_t at = 0; i < staged.size() && staged[i].bytes <= kStagingBytes - at; ++i) {
+      const VkBufferCopy region{staged[i].offset, at, staged[i].bytes};
+      vkCmdCopyBuffer(cb, staged[i].buffer->buffer, staging_.buffer, 1, &region);
+      at += staged[i].bytes;
     }
     VkMemoryBarrier mb{};
     mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
@@ -545,9 +531,8 @@ void Context::download(std::span<const HostRun> runs) {
     vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
     submit_one_shot(cb);
     for (size_t k = first, at = 0; k < i; ++k) {
-      if (runs[k].bytes == 0) continue;
-      std::memcpy(runs[k].host, static_cast<const uint8_t*>(staging_.mapped) + at, runs[k].bytes);
-      at += runs[k].bytes;
+      std::memcpy(staged[k].host, static_cast<const uint8_t*>(staging_.mapped) + at, staged[k].bytes);
+      at += staged[k].bytes;
     }
   }
 }
