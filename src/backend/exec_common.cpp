@@ -273,26 +273,25 @@ int32_t SequencedExecutable::block_write(std::span<const uint8_t> bytes) {
   return block;
 }
 
-void SequencedExecutable::kv_block_read(int32_t block, uint8_t* out) const {
+void SequencedExecutable::for_each_block_run(int32_t block,
+                                             const std::function<void(size_t, bool, size_t, size_t, size_t)>& f) const {
+  size_t at = 0;
   for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
     const size_t n = kv_row_bytes_[l] * kKvBlock;
+    if (n == 0) continue;
     for (const bool v : {false, true}) {
-      if (n == 0) continue;
-      kv_read(l, v, static_cast<size_t>(block) * n, out, n);
-      out += n;
+      f(l, v, static_cast<size_t>(block) * n, n, at);
+      at += n;
     }
   }
 }
 
+void SequencedExecutable::kv_block_read(int32_t block, uint8_t* out) const {
+  for_each_block_run(block, [&](size_t l, bool v, size_t offset, size_t n, size_t at) { kv_read(l, v, offset, out + at, n); });
+}
+
 void SequencedExecutable::kv_block_write(int32_t block, const uint8_t* in) {
-  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-    const size_t n = kv_row_bytes_[l] * kKvBlock;
-    for (const bool v : {false, true}) {
-      if (n == 0) continue;
-      kv_write(l, v, static_cast<size_t>(block) * n, in, n);
-      in += n;
-    }
-  }
+  for_each_block_run(block, [&](size_t l, bool v, size_t offset, size_t n, size_t at) { kv_write(l, v, offset, in + at, n); });
 }
 
 void SequencedExecutable::states_read(int32_t seq, float* out) const {

@@ -349,6 +349,9 @@ class SequencedExecutable : public Executable {
   // and every node's recurrent state of `seq` (node by node: recurrent_state's floats), read and
   // written; through the hooks above one run at a time, unless a backend moves many runs at once.
   virtual void kv_block_read(int32_t block, uint8_t* out) const;
+  // Calls f(layer, v, offset, bytes, at) for each run of block `block` in that order: the run's offset
+  // in layer l's K (v false) or V cache and its place `at` in block_read's bytes.
+  void for_each_block_run(int32_t block, const std::function<void(size_t, bool, size_t, size_t, size_t)>& f) const;
   virtual void kv_block_write(int32_t block, const uint8_t* in);
   virtual void states_read(int32_t seq, float* out) const;
   virtual void states_write(int32_t seq, const float* in);

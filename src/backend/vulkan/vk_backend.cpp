@@ -286,14 +286,9 @@ class VulkanExecutable final : public SequencedExecutable {
   // (what the prefix cache moves to and from host memory).
   std::vector<vk::Context::HostRun> block_runs(int32_t block, uint8_t* host) const {
     std::vector<vk::Context::HostRun> runs;
-    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
-      const size_t n = kv_row_bytes_[l] * kKvBlock;
-      if (n == 0) continue;
-      for (const auto* cache : {&k_, &v_}) {
-        runs.push_back({(*cache)[l].get(), static_cast<size_t>(block) * n, host, n});
-        host += n;
-      }
-    }
+    for_each_block_run(block, [&](size_t l, bool v, size_t offset, size_t n, size_t at) {
+      runs.push_back({(v ? v_ : k_)[l].get(), offset, host + at, n});
+    });
     return runs;
   }
   std::vector<vk::Context::HostRun> state_runs(int32_t seq, float* host) const {
