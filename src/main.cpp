@@ -72,12 +72,15 @@ int main(int argc, char** argv) {
     fmt::print("{}", app.help());
     return 0;
   }
-  // llama.cpp's -ngl is one flag, not -n gl: read it as --n-gpu-layers.
+  // llama.cpp's -ngl and -md are one flag each, not -n gl or -m d: read them as --n-gpu-layers and
+  // --model-draft.
   std::vector<std::string> owned(argv, argv + argc);  // the arguments, as rewritten below
   std::vector<char*> args;
   for (auto& s : owned) {
     if (s == "-ngl") s = "--n-gpu-layers";
     else if (s.rfind("-ngl=", 0) == 0) s = "--n-gpu-layers=" + s.substr(5);
+    else if (s == "-md") s = "--model-draft";
+    else if (s.rfind("-md=", 0) == 0) s = "--model-draft=" + s.substr(4);
     args.push_back(s.data());
   }
   argv = args.data();

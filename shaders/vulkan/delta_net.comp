@@ -13,7 +13,9 @@
 // bytes per head) plus 4 * (2 dk + 2 dv + 2) bytes per token and head. Decode: dv / 32 * n_head_v
 // workgroups (128 for Qwen3.5's 32 heads of 128); prefill walks the tokens inside the workgroup.
 // Bindings: 0 q, 1 k [n][n_head_k * dk]; 2 v [n][n_head_v * dv]; 3 a, 4 b [n][n_head_v]; 5 A, 6 dt_bias
-// {n_head_v} F32; 7 state [n_head_v][dk][dv], updated in place; 8 out [n][n_head_v * dv].
+// {n_head_v} F32; 7 state [n_head_v][dk][dv], updated in place; 8 out [n][n_head_v * dv]; 9 kept: with
+// keep_stride > 0, the state after each token t also written at kept[t * keep_stride...] (a speculative
+// step's states, to go back to one of them).
 // Grid: (ceil(dv / 32), n_head_v). Specialisation constant 0: RPT = ceil(dk / 8).
 #define COLS 32
 #define RG 8
@@ -28,6 +30,7 @@ layout(std430, binding = 5) readonly buffer GA { float A[]; };
 layout(std430, binding = 6) readonly buffer Gd { float dt_bias[]; };
 layout(std430, binding = 7) buffer St { float state[]; };
 layout(std430, binding = 8) writeonly buffer O { float o[]; };
+layout(std430, binding = 9) writeonly buffer Kp { float kept[]; };
 layout(push_constant) uniform Params {
   uint n_head_k;
   uint n_head_v;
@@ -35,6 +38,7 @@ layout(push_constant) uniform Params {
   uint dv;
   uint tiled;  // 1: v head h reads q/k head h % n_head_k, else h / (n_head_v / n_head_k)
   uint n_tokens;
+  uint keep_stride;  // floats between the kept states of consecutive tokens (0: none kept)
 } p;
 
 shared float part_k[RG][COLS], part_q[RG][COLS];  // per row group: S^T k, S^T q partial sums
@@ -108,6 +112,12 @@ void main() {
         nq += norm_q[g];
       }
       o[out_at] = sq * (q_scale * inversesqrt(nq + 1e-6));
+    }
+    if (p.keep_stride != 0u) {
+      for (uint m = 0u; m < RPT; ++m) {
+        const uint i = m * RG + r;
+        if (live && i < p.dk) kept[t * p.keep_stride + s_base + i * p.dv] = S[m];
+      }
     }
   }
   for (uint m = 0u; m < RPT; ++m) {

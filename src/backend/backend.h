@@ -34,6 +34,11 @@ struct ExecOptions {
   // KV blocks beyond the sequences' own (n_seq contexts of n_ctx positions): room where a prefix
   // cache keeps blocks no sequence holds any more (Executable::blocks_hold).
   int32_t cache_blocks = 0;
+  // The most tokens of one sequence's part of a step that may keep the recurrent state after each of
+  // them (SeqStep::keep_states), so the sequence can go back to any of them afterwards (seq_keep): a
+  // speculative step verifying drafted tokens. Costs that many copies of each sequence's recurrent
+  // state; a context without recurrent state keeps nothing and needs none.
+  int32_t kept_states = 0;
 };
 
 class Executable {
@@ -81,6 +86,11 @@ class Executable {
   // Sequence `dst` holds the first n_tokens of `src` (their cache rows shared, copied only where one of
   // them later writes; a recurrent state can only be copied whole: n_tokens must be all src holds).
   virtual void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) = 0;
+  // Sequence `seq` keeps only its first n_tokens positions (those after them are forgotten): the
+  // drafted tokens a speculative step verified and the target model refused. A context with recurrent
+  // state goes back only inside the last step, and only where that step kept the states of seq's part
+  // (SeqStep::keep_states): to the state after one of its tokens. Throws zinc::Error otherwise.
+  virtual void seq_keep(int32_t seq, int32_t n_tokens);
 
   // The KV cache as blocks of positions, for a prefix cache shared by the context's sequences (0: this
   // context does not share blocks; the calls below then throw).

@@ -52,6 +52,10 @@ void Executable::blocks_hold(std::span<const int32_t>, bool) { throw Error("this
 void Executable::seq_adopt(int32_t, std::span<const int32_t>, int32_t, std::span<const float>) {
   throw Error("this context does not share KV blocks");
 }
+void Executable::seq_keep(int32_t seq, int32_t n_tokens) {
+  if (!can_rewind()) throw Error("this context cannot go back inside a step");
+  seq_copy(seq, seq, n_tokens);
+}
 std::vector<float> Executable::recurrent_state(int32_t, int32_t) const { throw Error("this context does not share KV blocks"); }
 std::vector<uint8_t> Executable::block_read(int32_t) const { throw Error("this context does not share KV blocks"); }
 int32_t Executable::block_write(std::span<const uint8_t>) { throw Error("this context does not share KV blocks"); }
@@ -75,6 +79,9 @@ SequencedExecutable::SequencedExecutable(const graph::Graph& g, const ExecOption
     }
   }
   state_pos_.assign(static_cast<size_t>(opts_.n_seq), 0);
+  if (opts_.kept_states < 0) throw Error("a context's kept states cannot be negative");
+  kept_from_.assign(static_cast<size_t>(opts_.n_seq), 0);
+  kept_count_.assign(static_cast<size_t>(opts_.n_seq), 0);
   layout_ = {kv_storage_, opts_.n_ctx, kv_row_bytes_, state_floats_};
 }
 
@@ -100,6 +107,10 @@ void SequencedExecutable::begin_step(const graph::StepParams& step) {
                               s.n_past));
     }
     if (recurrent_) (void)recurrent_restart(state_pos_[static_cast<size_t>(s.seq)], s.n_past);
+    if (s.keep_states && s.n_tokens > kept_states() && recurrent_) {
+      throw Error(fmt::format("a step keeping the states after {} tokens of sequence {}; the context keeps {}", s.n_tokens,
+                              s.seq, kept_states()));
+    }
   }
   for (const graph::SeqStep& s : step.seqs) {
     blocks_.prepare(s.seq, s.n_past, s.n_tokens, [this](int32_t from, int32_t to, int32_t rows) {
@@ -124,7 +135,12 @@ void SequencedExecutable::begin_step(const graph::StepParams& step) {
 
 void SequencedExecutable::end_step(const graph::StepParams& step) {
   if (!recurrent_) return;
-  for (const graph::SeqStep& s : step.seqs) state_pos_[static_cast<size_t>(s.seq)] = s.n_past + s.n_tokens;
+  for (const graph::SeqStep& s : step.seqs) {
+    const auto q = static_cast<size_t>(s.seq);
+    state_pos_[q] = s.n_past + s.n_tokens;
+    kept_from_[q] = s.n_past;
+    kept_count_[q] = s.keep_states ? s.n_tokens : 0;
+  }
 }
 
 std::vector<uint8_t> SequencedExecutable::save_state(int32_t n_past, int32_t seq) const {
@@ -155,6 +171,7 @@ std::vector<uint8_t> SequencedExecutable::save_state(int32_t n_past, int32_t seq
 
 void SequencedExecutable::load_state(std::span<const uint8_t> bytes, int32_t seq) {
   check_seq(seq);
+  kept_count_[static_cast<size_t>(seq)] = 0;
   const auto n_past = static_cast<int32_t>(layout_.check(bytes));
   blocks_.clear(seq);
   blocks_.prepare(seq, 0, n_past, [](int32_t, int32_t, int32_t) {});
@@ -180,6 +197,7 @@ void SequencedExecutable::load_state(std::span<const uint8_t> bytes, int32_t seq
 
 void SequencedExecutable::seq_clear(int32_t seq) {
   check_seq(seq);
+  kept_count_[static_cast<size_t>(seq)] = 0;
   blocks_.clear(seq);
   for (size_t i = 0; i < state_floats_.size(); ++i) {
     if (state_floats_[i] > 0) state_write(i, seq, nullptr);
@@ -197,11 +215,31 @@ void SequencedExecutable::seq_copy(int32_t src, int32_t dst, int32_t n_tokens) {
   }
   blocks_.share(src, dst, n_tokens);
   if (src != dst) {
+    kept_count_[static_cast<size_t>(dst)] = 0;
     for (size_t i = 0; i < state_floats_.size(); ++i) {
       if (state_floats_[i] > 0) state_copy(i, src, dst);
     }
   }
   state_pos_[static_cast<size_t>(dst)] = recurrent_ ? n_tokens : 0;
+}
+
+void SequencedExecutable::seq_keep(int32_t seq, int32_t n_tokens) {
+  check_seq(seq);
+  const auto q = static_cast<size_t>(seq);
+  if (n_tokens < 0 || n_tokens > blocks_.length(seq)) {
+    throw Error(fmt::format("sequence {} holds {} positions; it cannot keep {}", seq, blocks_.length(seq), n_tokens));
+  }
+  if (recurrent_ && n_tokens != state_pos_[q]) {
+    // Back to the state after one of the last step's tokens, where that step kept them.
+    const int64_t t = n_tokens - kept_from_[q] - 1;
+    if (state_pos_[q] < 0 || t < 0 || t >= kept_count_[q]) {
+      throw Error(fmt::format("the recurrent state of sequence {} holds {} tokens and kept none at {}", seq,
+                              std::max<int64_t>(state_pos_[q], 0), n_tokens));
+    }
+    state_from_kept(seq, static_cast<int32_t>(t));
+    state_pos_[q] = n_tokens;
+  }
+  blocks_.share(seq, seq, n_tokens);
 }
 
 uint64_t kv_block_bytes(const std::vector<size_t>& row_bytes) {
@@ -234,6 +272,7 @@ void SequencedExecutable::seq_adopt(int32_t seq, std::span<const int32_t> blocks
     throw Error(fmt::format("a recurrent state of {} floats, this context's has {}", state.size(), total));
   }
   blocks_.adopt(seq, blocks, n_tokens);
+  kept_count_[static_cast<size_t>(seq)] = 0;
   if (total > 0) states_write(seq, state.data());
   state_pos_[static_cast<size_t>(seq)] = recurrent_ ? n_tokens : 0;
 }

@@ -326,6 +326,7 @@ class SequencedExecutable : public Executable {
   void load_state(std::span<const uint8_t> bytes, int32_t seq) override;
   void seq_clear(int32_t seq) override;
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
+  void seq_keep(int32_t seq, int32_t n_tokens) override;
   int32_t kv_block_tokens() const override { return kKvBlock; }
   uint64_t kv_block_bytes() const override;
   std::vector<int32_t> seq_blocks(int32_t seq, int32_t n_tokens) const override;
@@ -355,6 +356,12 @@ class SequencedExecutable : public Executable {
   virtual void kv_block_write(int32_t block, const uint8_t* in);
   virtual void states_read(int32_t seq, float* out) const;
   virtual void states_write(int32_t seq, const float* in);
+  // Every node's recurrent state of `seq` becomes the one the last step kept after the part's token
+  // `t` (SeqStep::keep_states): the backend keeps, per node and sequence, kept_states() regions of
+  // state_floats()[node] floats, region t holding the state after the part's token t.
+  virtual void state_from_kept(int32_t seq, int32_t t) = 0;
+  // Regions of kept states per node and sequence (ExecOptions::kept_states; 0 without recurrent state).
+  int32_t kept_states() const { return recurrent_ ? opts_.kept_states : 0; }
 
   // Before a step's work: checks the step (check_step; each part's start within what its sequence
   // holds; a recurrent state resumes only where it stopped) before changing anything, then gives each
@@ -378,6 +385,8 @@ class SequencedExecutable : public Executable {
   bool recurrent_ = false;
   SavedStateLayout layout_;           // what save_state() writes
   std::vector<int64_t> state_pos_;    // per sequence: tokens its state has absorbed (-1: a step failed part-way)
+  // Per sequence: the positions whose states the last step kept, [kept_from, kept_from + kept_count).
+  std::vector<int64_t> kept_from_, kept_count_;
 };
 
 }  // namespace zinc::backend

@@ -62,6 +62,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     copts.system = a.gen.system;
     copts.enable_thinking = a.gen.enable_thinking();
     copts.generate = a.gen.generate_options(m->backend->name());
+    copts.generate.draft = m->drafter.get();
     runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
     bool in_reasoning = false;
     // On a terminal, what the model writes is shown inert (a model's text cannot steer the terminal);
@@ -97,6 +98,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                               prompt.size(), a.gen.n_predict, session.n_ctx()));
     }
     auto gopts = a.gen.generate_options(m->backend->name());
+    gopts.draft = m->drafter.get();
     gopts.decode.at_start = false;  // the stream continues the prompt already shown
     if (!global.json) write(a.prompt);
     const bool tty = is_terminal(stdout);
@@ -126,6 +128,8 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                         {"tokens", r.tokens},
                         {"grammar_resamples", r.grammar_resamples},
                         {"grammar_s", r.grammar_s},
+                        {"draft_tokens", r.draft_tokens},
+                        {"draft_accepted", r.draft_accepted},
                         {"text", r.text},
                         {"timings", timings}};
     if (a.chat) {
@@ -138,9 +142,12 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
   } else {
     write("\n");
     fmt::print(stderr,
-               "prompt {} tokens at {:.1f} tok/s · first token after {:.2f} s · generated {} tokens at {:.1f} tok/s"
+               "prompt {} tokens at {:.1f} tok/s · first token after {:.2f} s · generated {} tokens at {:.1f} tok/s{}"
                " · load {:.2f} s · {}{}\n",
                r.prompt_tokens, r.prefill_tokens_per_s(), r.first_token_s, r.tokens.size(), r.decode_tokens_per_s(),
+               r.draft_tokens > 0 ? fmt::format(" · drafted {}, accepted {} ({:.0f}%)", r.draft_tokens, r.draft_accepted,
+                                                100.0 * r.draft_accepted / r.draft_tokens)
+                                  : std::string(),
                m->load_s,
                m->backend->device_name().empty()
                    ? m->backend->name()

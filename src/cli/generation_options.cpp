@@ -131,6 +131,15 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
                 "When the context fills, drop the older half (after --keep tokens) and go on instead of stopping");
   cmd->add_option("--keep", a.n_keep, "Tokens at the start that a context shift keeps")->capture_default_str()->check(
       CLI::NonNegativeNumber);
+  cmd->add_option("--draft,--model-draft", a.draft_model,
+                  "A draft model (GGUF file or installed id) of the same vocabulary: speculative decoding, the same "
+                  "output in fewer steps of the model");
+  cmd->add_option("--draft-max", a.draft_max, "Tokens the draft model proposes per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 32));
+  cmd->add_option("--spec", a.spec, "Speculative decoding with --draft: on, off, or auto (while the acceptance pays)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   auto& sp = a.sampling;
   cmd->add_option("--temp,--temperature", sp.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", sp.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
@@ -218,9 +227,11 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   // attention rewinds in its own context and needs none.
   const bool recurrent = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const graph::Node& n) { return graph::state_size(g, n) > 0; });
   const bool cached = recurrent && a.prefix_cache && a.cache_mem_gb > 0;
+  const bool drafting = !a.draft_model.empty() && runtime::parse_spec_mode(a.spec) != runtime::SpecMode::Off;
   const auto open_session = [&] {
     backend::ExecOptions opts = a.exec_options();
     if (cached) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
+    if (drafting) opts.kept_states = a.draft_max + 1;  // a hybrid goes back to any token of a verifying step
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts, progress);
     if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9), static_cast<uint64_t>(a.cache_ram_gb * 1e9));
     if (bar) bar->finish();
@@ -236,6 +247,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
     m->backend = backend::make_cpu_backend(a.threads);
     open_session();
   }
+  if (drafting) load_draft(*m, a.draft_model, a.draft_max, runtime::parse_spec_mode(a.spec));
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // A context past what the model was trained on runs, but its answers degrade there.
   const std::string arch = m->file.get_or<std::string>("general.architecture", "");
@@ -244,6 +256,26 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
                  trained);
   }
   return m;
+}
+
+void load_draft(LoadedModel& m, const std::string& path, int32_t max_draft, runtime::SpecMode mode) {
+  m.draft_file = std::make_unique<gguf::File>(gguf::File::open(hub::resolve_model_path(path)));
+  const auto dtok = tokenizer::Tokenizer::from_gguf(*m.draft_file);
+  const auto& dv = dtok.vocab();
+  const auto& tv = m.tok.vocab();
+  bool same = dv.size() == tv.size();
+  for (int32_t id = 0; same && id < dv.size(); ++id) same = dv.text(id) == tv.text(id);
+  if (!same) {
+    throw Error(fmt::format("the draft model '{}' has another vocabulary ({} tokens; the model's {}): a draft must share it",
+                            path, dv.size(), tv.size()));
+  }
+  backend::ExecOptions opts;
+  opts.n_ctx = m.session->n_ctx();
+  opts.max_tokens = m.session->executable().options().max_tokens;
+  opts.kv_type = m.session->executable().options().kv_type;
+  m.draft_session = std::make_unique<runtime::Session>(*m.draft_file, *m.backend, opts);
+  m.drafter = std::make_unique<runtime::ModelDrafter>(*m.draft_session, max_draft, mode);
+  m.drafter->check_target(*m.session);
 }
 
 chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {

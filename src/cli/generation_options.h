@@ -15,6 +15,7 @@
 #include "gguf/reader.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,6 +48,11 @@ struct GenerationArgs {
   double cache_mem_gb = 1.0;
   double cache_ram_gb = 0;    // its host tier: GB of host memory for blocks evicted from the device
   bool prefix_cache = false;  // the command has one (chat_options)
+  // Speculative decoding: a draft model of the same vocabulary, the tokens it drafts per step, and
+  // whether to (on, off, auto: while the acceptance measured pays for it).
+  std::string draft_model;
+  int draft_max = 6;
+  std::string spec = "auto";
 
   std::optional<bool> enable_thinking() const;
   backend::ExecOptions exec_options() const;  // context, threads, KV type; 256-token prefill steps
@@ -71,7 +77,16 @@ struct LoadedModel {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<runtime::Session> session;
   double load_s = 0;
+  // --draft: the draft model's file and session, and what drafts from it (null: none).
+  std::unique_ptr<gguf::File> draft_file;
+  std::unique_ptr<runtime::Session> draft_session;
+  std::unique_ptr<runtime::ModelDrafter> drafter;
 };
+
+// Loads the draft model `path` for `m`'s session on its backend (the same context size; the
+// target's session must keep enough states for a hybrid: ExecOptions::kept_states). Throws
+// zinc::Error for a draft whose vocabulary is not the model's.
+void load_draft(LoadedModel& m, const std::string& path, int32_t max_draft, runtime::SpecMode mode);
 
 std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a);
 

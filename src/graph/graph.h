@@ -197,6 +197,9 @@ struct SeqStep {
   int32_t n_past = 0;
   int32_t n_tokens = 0;
   bool all_logits = false;  // a logits row for every one of its tokens, not only its last
+  // The recurrent state after each of its tokens is kept (at most ExecOptions::kept_states of them), so
+  // the sequence can go back to any of them (Executable::seq_keep).
+  bool keep_states = false;
 };
 
 // What changes from step to step: the tokens of one or more sequences, sequence after sequence. Every
@@ -215,9 +218,10 @@ struct StepParams {
     return s;
   }
   // Appends `tokens` of sequence `seq` at positions n_past...
-  void add(int32_t seq, int32_t n_past, const std::vector<int32_t>& part, bool all_logits = false) {
+  void add(int32_t seq, int32_t n_past, const std::vector<int32_t>& part, bool all_logits = false,
+           bool keep_states = false) {
     tokens.insert(tokens.end(), part.begin(), part.end());
-    seqs.push_back({seq, n_past, static_cast<int32_t>(part.size()), all_logits});
+    seqs.push_back({seq, n_past, static_cast<int32_t>(part.size()), all_logits, keep_states});
   }
   int64_t logit_rows() const {
     int64_t n = 0;

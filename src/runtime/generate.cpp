@@ -131,6 +131,10 @@ struct Generation::Impl {
     }
   };
   std::unique_ptr<MaskWorker> worker;
+  // Speculative decoding: the tokens drafted after the last evaluated one, and how many of them the
+  // model has chosen so far (the session stands at that row of the verifying step).
+  std::vector<int32_t> drafts;
+  size_t draft_at = 0;
 
   bool worker_has(int64_t state) {
     if (!worker) return false;
@@ -400,6 +404,7 @@ bool Generation::decode_one() {
     r_.reason = StopReason::Length;
     return false;  // the last token needs no evaluation
   }
+  if (took_draft(next)) return true;
   if (session_.n_past() >= session_.n_ctx()) {
     if (!opts_.context_shift) {
       r_.reason = StopReason::ContextFull;
@@ -412,12 +417,62 @@ bool Generation::decode_one() {
   if (impl_->grammar && impl_->grammar_active && opts_.grammar_overlap && !impl_->reasoning && impl_->forced.empty()) {
     impl_->start_mask_job();
   }
-  session_.eval(std::span<const int32_t>(&r_.tokens.back(), 1));  // queued where the session is batched
+  evaluate(next);
   return true;
+}
+
+bool Generation::took_draft(int32_t next) {
+  auto& d = impl_->drafts;
+  if (impl_->draft_at < d.size() && d[impl_->draft_at] == next) {
+    ++impl_->draft_at;
+    ++r_.draft_accepted;
+    session_.speculative_accept();
+    return true;
+  }
+  end_draft();
+  return false;
+}
+
+void Generation::end_draft() {
+  if (impl_->drafts.empty()) return;
+  opts_.draft->accepted(static_cast<int32_t>(impl_->drafts.size()), static_cast<int32_t>(impl_->draft_at));
+  impl_->drafts.clear();
+  impl_->draft_at = 0;
+  session_.speculative_end();
+}
+
+void Generation::evaluate(int32_t next) {
+  if (opts_.draft && !session_.batched() && impl_->forced.empty()) {
+    // Drafted tokens the model could still choose: within the token limit (the last token is never
+    // evaluated), the context and the step (with recurrent state: the states it keeps).
+    const auto& eo = session_.executable().options();
+    int64_t room = std::min<int64_t>(session_.n_ctx() - session_.n_past(), eo.max_tokens) - 1;
+    if (!session_.executable().can_rewind()) room = std::min<int64_t>(room, eo.kept_states - 1);
+    if (opts_.max_tokens >= 0) room = std::min<int64_t>(room, opts_.max_tokens - static_cast<int64_t>(r_.tokens.size()) - 1);
+    if (room > 0) {
+      std::vector<int32_t> context(session_.history());
+      context.push_back(next);
+      impl_->drafts = opts_.draft->propose(context, static_cast<int32_t>(room));
+    }
+    const auto t0 = Clock::now();
+    if (!impl_->drafts.empty()) {
+      std::vector<int32_t> step{next};
+      step.insert(step.end(), impl_->drafts.begin(), impl_->drafts.end());
+      session_.eval_speculative(step);
+      impl_->draft_at = 0;
+      r_.draft_tokens += static_cast<int32_t>(impl_->drafts.size());
+    } else {
+      session_.eval(std::span<const int32_t>(&next, 1));
+    }
+    opts_.draft->target_step(1 + static_cast<int32_t>(impl_->drafts.size()), since(t0));
+    return;
+  }
+  session_.eval(std::span<const int32_t>(&next, 1));  // queued where the session is batched
 }
 
 void Generation::finish() {
   done_ = true;
+  if (opts_.draft) end_draft();
   session_.remember();  // the whole exchange, for the conversation's next turn
   if (r_.reason != StopReason::StopString && !emit_text(impl_->detok.flush())) {
     const std::string held = impl_->stops.flush();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 #include "sample/grammar_matcher.h"
 #include "sample/sampler.h"
 #include "tokenizer/detokenizer.h"
@@ -74,6 +75,9 @@ struct GenerateOptions {
   bool ignore_eog = false;
   // Benchmarks: record when each token was chosen (GenerateResult::token_times).
   bool token_times = false;
+  // Speculative decoding: drafted tokens verified in one step of the session (not a batched one).
+  // The output is the same as without; must outlive the generation.
+  Drafter* draft = nullptr;
 };
 
 struct TokenLogprob {
@@ -103,6 +107,8 @@ struct GenerateResult {
   double decode_s = 0;          // from the first sampled token to the end
   std::vector<TokenLogprobs> logprobs;  // one per generated token when asked for
   std::vector<double> token_times;      // with GenerateOptions::token_times: steady-clock seconds per token
+  int32_t draft_tokens = 0;    // speculative decoding: tokens drafted and verified
+  int32_t draft_accepted = 0;  // of which the model chose (generated without a step of their own)
 
   double prefill_tokens_per_s() const;
   double decode_tokens_per_s() const;
@@ -138,6 +144,9 @@ class Generation {
   bool emit_text(std::string text);
   void track_reasoning(std::string_view text);
   void watch_trigger(std::string_view text);  // activates a lazy grammar where its trigger appears
+  bool took_draft(int32_t next);  // the token is the next drafted one: the model has evaluated it already
+  void end_draft();               // the drafted tokens after the one reached are dropped
+  void evaluate(int32_t next);    // the chosen token into the context, with drafted ones after it where drafting
 
   Session& session_;
   const tokenizer::Tokenizer& tok_;

@@ -49,7 +49,7 @@ void Session::committed(int32_t n, int64_t row) {
 
 std::span<const float> Session::last_logits() const {
   const auto nv = static_cast<size_t>(n_vocab());
-  if (!batched_) {
+  if (!batched_ && row_ < 0) {
     const std::span<const float> l = logits_.empty() ? exe_->logits() : std::span<const float>(logits_);
     return l.subspan(l.size() - nv);
   }
@@ -59,6 +59,7 @@ std::span<const float> Session::last_logits() const {
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits,
                                      const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
+  speculative_end();
   const auto held = n_past_ + static_cast<int64_t>(pending_.size());
   if (held + static_cast<int64_t>(tokens.size()) > n_ctx()) {
     throw Error(fmt::format("the prompt does not fit: {} tokens in the context, {} more, context size {}", held,
@@ -98,7 +99,48 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
+void Session::eval_speculative(std::span<const int32_t> tokens) {
+  if (batched_) throw Error("a batched session does not take speculative steps");
+  speculative_end();
+  const auto n = static_cast<int32_t>(tokens.size());
+  if (n < 1 || n > exe_->options().max_tokens || (!exe_->can_rewind() && n > exe_->options().kept_states)) {
+    throw Error(fmt::format("a speculative step of {} tokens does not fit (step size {}, kept states {})", n,
+                            exe_->options().max_tokens, exe_->options().kept_states));
+  }
+  if (n_past_ + n > n_ctx()) {
+    throw Error(fmt::format("the context is full: {} tokens in it, {} more do not fit in {}", n_past_, n, n_ctx()));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab()) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab() - 1));
+  }
+  logits_.clear();
+  graph::StepParams step;
+  step.add(seq_, n_past_, {tokens.begin(), tokens.end()}, true, !exe_->can_rewind());
+  exe_->run(step);
+  n_past_ += n;
+  tokens_evaluated_ += n;
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  spec_tokens_ = n;
+  row_ = 0;
+}
+
+void Session::speculative_accept() {
+  if (speculative_ahead() < 1) throw Error("no speculated token left to accept");
+  ++row_;
+}
+
+void Session::speculative_end() {
+  if (spec_tokens_ == 0) return;
+  const int32_t drop = speculative_ahead();
+  spec_tokens_ = 0;  // the row stood at stays the last logits until the next step
+  if (drop == 0) return;
+  n_past_ -= drop;
+  history_.resize(static_cast<size_t>(n_past_));
+  exe_->seq_keep(seq_, n_past_);
+}
+
 void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
+  row_ = -1;
   graph::StepParams step;
   step.add(seq_, n_past_, {tokens.begin(), tokens.end()}, all_logits);
   exe_->run(step);
@@ -109,6 +151,7 @@ void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
 
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
+  speculative_end();
   pending_.clear();
   size_t common = 0;
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
@@ -145,11 +188,13 @@ std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tok
 }
 
 void Session::remember() {
+  speculative_end();
   if (!cache_ || !pending_.empty() || history_.empty()) return;
   cache_->insert(history_, seq_);  // skipped by the cache where the context has moved past them
 }
 
 void Session::shift(int32_t n_keep, int32_t n_discard) {
+  speculative_end();
   if (n_keep < 0 || n_discard <= 0 || static_cast<int64_t>(n_keep) + n_discard > n_past_) {
     throw Error(fmt::format("cannot drop {} tokens after the first {}: the context holds {}", n_discard, n_keep, n_past_));
   }
@@ -168,6 +213,8 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
 Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_, seq_)}; }
 
 void Session::restore(const Snapshot& s) {
+  spec_tokens_ = 0;
+  row_ = -1;
   exe_->load_state(s.state, seq_);
   pending_.clear();
   history_ = s.history;

@@ -53,6 +53,19 @@ class Session {
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false,
                               const std::atomic<bool>* cancel = nullptr);
 
+  // Speculative decoding: evaluates the next token and drafted ones after it in one step (at most
+  // the step size; for a context with recurrent state at most ExecOptions::kept_states), keeping every
+  // row's logits and, for a recurrent state, the state after each token. The session then stands at
+  // the first of them (last_logits() / last_argmax() are its row); speculative_accept() moves on to
+  // the next, once the caller has chosen the token the model evaluated after it; speculative_end()
+  // makes the context forget the tokens after the row it stands at (the drafts not accepted). Any
+  // eval, remember() or shift() ends a speculative step first. Not for a batched session.
+  void eval_speculative(std::span<const int32_t> tokens);
+  void speculative_accept();
+  void speculative_end();
+  // Tokens of the speculative step after the one the session stands at (0: none, or no such step).
+  int32_t speculative_ahead() const { return spec_tokens_ == 0 ? 0 : spec_tokens_ - 1 - static_cast<int32_t>(row_); }
+
   // Makes the context hold exactly `tokens`, reusing the longest common prefix with what it holds
   // now (only the rest is evaluated), and returns the last token's logits. This is how a chat's second
   // turn prefills only its new tokens. At least one token is always evaluated to produce logits.
@@ -60,7 +73,7 @@ class Session {
 
   // The largest logit's index in the last row of the last eval() (greedy decoding; on a GPU backend
   // this reads one id instead of the logits).
-  int32_t last_argmax() const { return batched_ ? exe_->argmax(row_) : exe_->argmax(); }
+  int32_t last_argmax() const { return row_ >= 0 ? exe_->argmax(row_) : exe_->argmax(); }
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
@@ -101,6 +114,8 @@ class Session {
   int32_t n_ctx() const { return exe_->options().n_ctx; }
   int64_t n_vocab() const { return exe_->n_vocab(); }
   void reset() {
+    spec_tokens_ = 0;
+    row_ = -1;
     n_past_ = 0;
     reused_ = 0;
     history_.clear();
@@ -119,7 +134,10 @@ class Session {
   int32_t seq_ = 0;
   bool batched_ = false;
   std::vector<int32_t> pending_;  // batched: checked tokens waiting for a step
-  int64_t row_ = -1;              // batched: this session's logits row in the last step
+  // This session's logits row in the last step: batched, its part's; else the row of a speculative
+  // step it stands at (-1: the last row).
+  int64_t row_ = -1;
+  int32_t spec_tokens_ = 0;       // the tokens of the speculative step under way (0: none)
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order
   int64_t tokens_evaluated_ = 0;

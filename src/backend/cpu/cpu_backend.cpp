@@ -157,6 +157,10 @@ class CpuExecutable final : public SequencedExecutable {
     }
     state_.resize(g_.nodes.size());
     for (size_t i = 0; i < state_floats_.size(); ++i) state_[i].assign(state_floats_[i] * static_cast<size_t>(opts_.n_seq), 0.0f);
+    kept_.resize(g_.nodes.size());
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      kept_[i].assign(state_floats_[i] * static_cast<size_t>(opts_.n_seq) * static_cast<size_t>(kept_states()), 0.0f);
+    }
   }
 
   void run(const graph::StepParams& step) override {
@@ -416,8 +420,14 @@ class CpuExecutable final : public SequencedExecutable {
         n = in_rows(0);
         const auto& wt = g_.tensor(node.in[1]);
         for (const Part& p : parts_) {
-          cpu::ssm_conv(buf(node.in[0]) + p.first * width, static_cast<const float*>(w(node.in[1])), state_of(p.step.seq),
-                        out + p.first * width, width, static_cast<int>(wt.ne[0]), p.step.n_tokens);
+          // Keeping its states: token by token, the state after each copied out.
+          const int64_t pieces = p.step.keep_states ? p.step.n_tokens : 1, each = p.step.n_tokens / pieces;
+          for (int64_t t = 0; t < pieces; ++t) {
+            const int64_t at = p.first + t * each;
+            cpu::ssm_conv(buf(node.in[0]) + at * width, static_cast<const float*>(w(node.in[1])), state_of(p.step.seq),
+                          out + at * width, width, static_cast<int>(wt.ne[0]), each);
+            if (p.step.keep_states) keep_state(p.step.seq, t);
+          }
         }
         break;
       }
@@ -573,6 +583,16 @@ class CpuExecutable final : public SequencedExecutable {
     const cpu::DeltaNetShape shape{node.delta_net().n_head_k, node.delta_net().n_head_v, node.delta_net().dk, node.delta_net().dv, node.delta_net().tiled_heads};
     const int64_t qw = g_.tensor(node.in[0]).ne[0], vw = g_.tensor(node.in[2]).ne[0], ow = g_.tensor(node.out).ne[0];
     for (const Part& p : parts_) {  // each sequence through its own state, its tokens in order
+      if (p.step.keep_states) {  // token by token (as single-token steps go), the state after each copied out
+        for (int64_t t = 0; t < p.step.n_tokens; ++t) {
+          const int64_t f = p.first + t;
+          cpu::gated_delta_rule(buf(node.in[0]) + f * qw, buf(node.in[1]) + f * qw, buf(node.in[2]) + f * vw,
+                                g.data() + f * hv, beta.data() + f * hv, state_of(p.step.seq), out + f * ow, 1, shape, 0,
+                                pool_);
+          keep_state(p.step.seq, t);
+        }
+        continue;
+      }
       const int64_t m = p.step.n_tokens, f = p.first;
       cpu::gated_delta_rule(buf(node.in[0]) + f * qw, buf(node.in[1]) + f * qw, buf(node.in[2]) + f * vw,
                             g.data() + f * hv, beta.data() + f * hv, state_of(p.step.seq), out + f * ow, m, shape,
@@ -772,6 +792,18 @@ class CpuExecutable final : public SequencedExecutable {
 
   // The recurrent state of node cur_ for sequence `seq`.
   float* state_of(int32_t seq) { return state_at(cur_, seq); }
+  // Node cur_'s state of `seq` as kept after its part's token t.
+  float* kept_at(size_t node, int32_t seq, int32_t t) {
+    return kept_[node].data() + (static_cast<size_t>(seq) * static_cast<size_t>(kept_states()) + static_cast<size_t>(t)) * state_floats_[node];
+  }
+  void keep_state(int32_t seq, int64_t t) {
+    std::memcpy(kept_at(cur_, seq, static_cast<int32_t>(t)), state_of(seq), state_floats_[cur_] * sizeof(float));
+  }
+  void state_from_kept(int32_t seq, int32_t t) override {
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      if (state_floats_[i] > 0) std::memcpy(state_at(i, seq), kept_at(i, seq, t), state_floats_[i] * sizeof(float));
+    }
+  }
 
   // A step's part: the sequence's share and the row of the step its first token is.
   struct Part {
@@ -798,6 +830,7 @@ class CpuExecutable final : public SequencedExecutable {
   std::vector<int64_t> rows_;               // rows each activation held in the last step
   // Per node: the recurrent state of SsmConv and DeltaNet nodes, one after another for each sequence.
   std::vector<std::vector<float>> state_;
+  std::vector<std::vector<float>> kept_;  // per node: kept_states() states per sequence (keep_states)
   size_t cur_ = 0;         // the node being executed
 };
 

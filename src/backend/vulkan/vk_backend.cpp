@@ -82,15 +82,15 @@ class VulkanExecutable final : public SequencedExecutable {
     uint32_t row = 0;
     for (const graph::SeqStep& s : step.seqs) {
       row = static_cast<uint32_t>(align_up(row, plan_.row_pad));
-      parts.push_back({s.seq, s.n_past, static_cast<uint32_t>(s.n_tokens), s.all_logits, row});
+      parts.push_back({s.seq, s.n_past, static_cast<uint32_t>(s.n_tokens), s.all_logits, row, s.keep_states && kept_states() > 0});
       row += static_cast<uint32_t>(s.n_tokens);
     }
     write_step(step, parts);
     // Recordings are keyed by the step's shape: which sequences, how many tokens each, which want
-    // every row's logits (their cache and state offsets are recorded; positions come from the step
-    // buffer).
+    // every row's logits, which keep their recurrent states (their cache and state offsets are
+    // recorded; positions come from the step buffer).
     std::vector<uint32_t> key;
-    for (const vk::Part& p : parts) key.insert(key.end(), {static_cast<uint32_t>(p.seq), p.n, p.all ? 1u : 0u});
+    for (const vk::Part& p : parts) key.insert(key.end(), {static_cast<uint32_t>(p.seq), p.n, p.all ? 1u : 0u, p.keep ? 1u : 0u});
     auto it = recordings_.find(key);
     if (it == recordings_.end()) {
       // Keep the decode shapes (one token per sequence) and a few others; a new shape beyond that
@@ -149,6 +149,10 @@ class VulkanExecutable final : public SequencedExecutable {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     SequencedExecutable::seq_copy(src, dst, n_tokens);
   }
+  void seq_keep(int32_t seq, int32_t n_tokens) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_keep(seq, n_tokens);
+  }
   void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
@@ -170,7 +174,7 @@ class VulkanExecutable final : public SequencedExecutable {
   static constexpr size_t kMaxRecordings = 16;
 
   static bool decode_shape(const std::vector<uint32_t>& key) {
-    for (size_t i = 1; i < key.size(); i += 3) {
+    for (size_t i = 1; i < key.size(); i += 4) {
       if (key[i] != 1) return false;
     }
     return true;
@@ -210,6 +214,13 @@ class VulkanExecutable final : public SequencedExecutable {
       if (plan_.state_seq_bytes[i] == 0) continue;
       res_.state[i] = device(state_[i], plan_.state_seq_bytes[i] * static_cast<size_t>(opts_.n_seq));
       ctx_.fill_zero(*state_[i], 0, state_[i]->size);
+    }
+    // Room for the states a speculative step keeps after each of its tokens.
+    kept_.resize(g_.nodes.size());
+    res_.kept.assign(g_.nodes.size(), nullptr);
+    for (size_t i = 0; i < g_.nodes.size() && kept_states() > 0; ++i) {
+      if (plan_.state_seq_bytes[i] == 0) continue;
+      res_.kept[i] = device(kept_[i], plan_.state_seq_bytes[i] * static_cast<size_t>(opts_.n_seq) * static_cast<size_t>(kept_states()));
     }
     res_.attn_scratch = device(attn_scratch_, plan_.attn_scratch_bytes);
     res_.act_q8 = device(act_q8_, plan_.act_q8_bytes);
@@ -304,6 +315,16 @@ class VulkanExecutable final : public SequencedExecutable {
   void kv_block_write(int32_t block, const uint8_t* in) override {
     ctx_.upload(block_runs(block, const_cast<uint8_t*>(in)));  // read from, not written
   }
+  void state_from_kept(int32_t seq, int32_t t) override {
+    std::vector<vk::Context::CopyRun> runs;
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      if (state_floats_[i] == 0) continue;
+      const size_t region = plan_.state_seq_bytes[i];
+      const size_t from = (static_cast<size_t>(seq) * static_cast<size_t>(kept_states()) + static_cast<size_t>(t)) * region;
+      runs.push_back({kept_[i].get(), from, state_[i].get(), state_offset(i, seq), state_floats_[i] * 4});
+    }
+    ctx_.copy(runs);
+  }
   void states_read(int32_t seq, float* out) const override { ctx_.download(state_runs(seq, out)); }
   void states_write(int32_t seq, const float* in) override { ctx_.upload(state_runs(seq, const_cast<float*>(in))); }
 
@@ -312,7 +333,7 @@ class VulkanExecutable final : public SequencedExecutable {
   vk::Plan plan_;
   OwnedBuffer arena_, logits_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
       moe_weights_, moe_gate_, moe_up_, moe_down_, argmax_, argmax_scratch_;
-  std::vector<OwnedBuffer> k_, v_, state_;  // per layer; per node
+  std::vector<OwnedBuffer> k_, v_, state_, kept_;  // per layer; per node; per node (ExecOptions::kept_states)
   vk::Buffer empty_;  // what a buffer of no bytes is
   vk::Resources res_;  // the same buffers as the recordings see them
   std::map<std::vector<uint32_t>, vk::Recorded> recordings_;  // by shape: (sequence, tokens, all logits) per part

@@ -549,11 +549,19 @@ void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
 }
 
 void Context::copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes) {
-  if (bytes == 0) return;
-  VkCommandBuffer cb = begin_one_shot();
-  const VkBufferCopy region{src_offset, dst_offset, bytes};
-  vkCmdCopyBuffer(cb, src.buffer, dst.buffer, 1, &region);
-  submit_one_shot(cb);
+  const CopyRun run{&src, src_offset, &dst, dst_offset, bytes};
+  copy(std::span<const CopyRun>(&run, 1));
+}
+
+void Context::copy(std::span<const CopyRun> runs) {
+  VkCommandBuffer cb = VK_NULL_HANDLE;
+  for (const CopyRun& r : runs) {
+    if (r.bytes == 0) continue;
+    if (cb == VK_NULL_HANDLE) cb = begin_one_shot();
+    const VkBufferCopy region{r.src_offset, r.dst_offset, r.bytes};
+    vkCmdCopyBuffer(cb, r.src->buffer, r.dst->buffer, 1, &region);
+  }
+  if (cb != VK_NULL_HANDLE) submit_one_shot(cb);
 }
 
 double Context::copy_bandwidth_gbs() {

@@ -184,6 +184,14 @@ class Context {
   void download(std::span<const HostRun> runs);
   // Copies bytes between device buffers (the ranges must not overlap), waiting until done.
   void copy(const Buffer& src, size_t src_offset, const Buffer& dst, size_t dst_offset, size_t bytes);
+  // Many such copies in one submission.
+  struct CopyRun {
+    const Buffer* src;
+    size_t src_offset;
+    const Buffer* dst;
+    size_t dst_offset, bytes;
+  };
+  void copy(std::span<const CopyRun> runs);
 
   // A compute pipeline from an embedded shader with n_bindings storage buffers (binding 0..n-1),
   // push_bytes of push constants and specialization constants 0..spec.size()-1. The caller owns it.

@@ -55,20 +55,20 @@ void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, ui
 }
 
 void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out, uint32_t width, uint32_t kernel,
-              uint32_t n_tokens) {
+              uint32_t n_tokens, const Kept& kept) {
   if (kernel == 0) throw Error("Vulkan ssm_conv: a kernel of 0 taps");
   if (n_tokens == 0 || width == 0) return;
-  const Kernel& k = ctx.pipeline("ssm_conv", 4, 16);
+  const Kernel& k = ctx.pipeline("ssm_conv", 5, 20);
   // Blocks of at least kernel - 1 tokens (only block 0 then reads the state; see the shader).
   const uint32_t block = std::max(8u, kernel - 1);
-  const uint32_t push[] = {width, kernel, n_tokens, block};
-  const View bindings[] = {x, w, state, out};
+  const uint32_t push[] = {width, kernel, n_tokens, block, kept.stride_bytes / 4};
+  const View bindings[] = {x, w, state, out, kept.stride_bytes > 0 ? kept.view : state};
   d.dispatch(k, bindings, push, (width + 127) / 128, (n_tokens + block - 1) / block);
 }
 
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens) {
+               uint32_t n_tokens, const Kept& kept) {
   if (n_head_k == 0 || (!tiled && n_head_v % n_head_k != 0) || dk == 0 || dk > 1024 || dv == 0) {
     throw Error(fmt::format("Vulkan delta_net: {} v heads over {} q/k heads of {} x {} is not supported", n_head_v,
                             n_head_k, dk, dv));
@@ -76,9 +76,9 @@ void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View
   if (n_tokens == 0) return;
   // Rows of the state each invocation holds in registers (8 row groups per workgroup).
   const uint32_t spec[] = {(dk + 7) / 8};
-  const Kernel& kn = ctx.pipeline("delta_net", 9, 24, spec);
-  const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens};
-  const View bindings[] = {q, k, v, a, b, A, dt_bias, state, out};
+  const Kernel& kn = ctx.pipeline("delta_net", 10, 28, spec);
+  const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens, kept.stride_bytes / 4};
+  const View bindings[] = {q, k, v, a, b, A, dt_bias, state, out, kept.stride_bytes > 0 ? kept.view : state};
   d.dispatch(kn, bindings, push, (dv + 31) / 32, n_head_v);
 }
 

@@ -29,10 +29,17 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
 void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,
                  uint32_t n_tokens);
 
+// Where a recurrent op also writes the state after each token (a speculative step's, to go back to):
+// token t's at view.offset + t * stride_bytes. stride_bytes 0: nowhere.
+struct Kept {
+  View view{};
+  uint32_t stride_bytes = 0;
+};
+
 // Op::SsmConv: out = silu(causal depthwise conv of (state, x) with w [width][kernel]), state float
 // [kernel - 1][width] updated in place (cpu::ssm_conv). One dispatch; out must not alias x.
 void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out, uint32_t width, uint32_t kernel,
-              uint32_t n_tokens);
+              uint32_t n_tokens, const Kept& kept = {});
 
 // Op::DeltaNet: the gates (beta = sigmoid(b), g = A softplus(a + dt_bias)) and the gated delta rule
 // token by token, state [n_head_v][dk][dv] float updated in place (cpu::gated_delta_rule's layout).
@@ -41,7 +48,7 @@ void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out,
 // One dispatch of ceil(dv / 32) * n_head_v workgroups of 256; dk <= 1024 (throws otherwise).
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens);
+               uint32_t n_tokens, const Kept& kept = {});
 
 // out[t * out_stride + out_offset + g * piece + i] = in[(t + in_row0) * in_stride + in_offset + g * group_stride + i]
 // for t < n_tokens, g < n_groups, i < piece (all in floats). Split: one call; Concat: one call per

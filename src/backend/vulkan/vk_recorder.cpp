@@ -134,6 +134,15 @@ class Recorder {
   View state(size_t i, int32_t seq) const {
     return View{res_.state[i], static_cast<size_t>(seq) * plan_.state_seq_bytes[i], plan_.state_seq_bytes[i]};
   }
+  // Where node i writes the states after each token of part p (nowhere unless the part keeps them).
+  Kept kept(size_t i, const Part& p) const {
+    if (!p.keep) return {};
+    const size_t region = plan_.state_seq_bytes[i], per_seq = region * static_cast<size_t>(opts_.kept_states);
+    if (i >= res_.kept.size() || !res_.kept[i] || p.n > static_cast<uint32_t>(opts_.kept_states)) {
+      throw Error("Vulkan: a step keeps more recurrent states than the context has room for");
+    }
+    return {View{res_.kept[i], static_cast<size_t>(p.seq) * per_seq, per_seq}, static_cast<uint32_t>(region)};
+  }
 
   // The rows a node's output holds in a step of n_tok tokens (SelectLast: see emit).
   int64_t step_rows(const Node& node, uint32_t n_tok, const std::vector<int64_t>& rows) const {
@@ -324,8 +333,9 @@ class Recorder {
         const auto& wt = g_.tensor(node.in[1]);
         for (const Part& p : parts) {
           const View st = state(index, p.seq), x = part_rows(in(0), node.in[0], p), y = part_rows(out, node.out, p);
-          tr.before({x, st}, {y, st});
-          vk::ssm_conv(ctx_, rec, x, w_.f32(node.in[1]), st, y, width, static_cast<uint32_t>(wt.ne[0]), p.n);
+          const Kept kp = kept(index, p);
+          tr.before({x, st}, {y, st, kp.stride_bytes > 0 ? kp.view : st});
+          vk::ssm_conv(ctx_, rec, x, w_.f32(node.in[1]), st, y, width, static_cast<uint32_t>(wt.ne[0]), p.n, kp);
         }
         break;
       }
@@ -333,10 +343,11 @@ class Recorder {
         for (const Part& p : parts) {
           const View st = state(index, p.seq), y = part_rows(out, node.out, p);
           const auto x = [&](size_t k) { return part_rows(in(k), node.in[k], p); };
-          tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st});
+          const Kept kp = kept(index, p);
+          tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st, kp.stride_bytes > 0 ? kp.view : st});
           vk::delta_net(ctx_, rec, x(0), x(1), x(2), x(3), x(4), w_.f32(node.in[5]), w_.f32(node.in[6]), st, y,
                         static_cast<uint32_t>(node.delta_net().n_head_k), static_cast<uint32_t>(node.delta_net().n_head_v),
-                        static_cast<uint32_t>(node.delta_net().dk), static_cast<uint32_t>(node.delta_net().dv), node.delta_net().tiled_heads, p.n);
+                        static_cast<uint32_t>(node.delta_net().dk), static_cast<uint32_t>(node.delta_net().dv), node.delta_net().tiled_heads, p.n, kp);
         }
         break;
       }

@@ -24,6 +24,7 @@ struct Part {
   uint32_t n;
   bool all;  // every row's logits
   uint32_t row;
+  bool keep = false;  // the recurrent states after each token are kept (SeqStep::keep_states)
 };
 
 // The buffers of a context that its recordings bind (the context owns them and outlives its
@@ -37,6 +38,8 @@ struct Resources {
   const std::array<OwnedBuffer, 2>* slabs = nullptr;           // the weights' f16 slabs (null: no prefill GEMM)
   std::vector<const Buffer*> k, v;   // per layer (null without attention)
   std::vector<const Buffer*> state;  // per node (null without recurrent state)
+  // Per node: opts.kept_states regions of plan.state_seq_bytes per sequence (null: none kept).
+  std::vector<const Buffer*> kept;
 };
 
 struct Recorded {
