@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -55,6 +56,8 @@ struct BenchArgs {
   int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
   double cache_ram_gb = 0;     // and its host tier
+  int spec_cost = 0;           // speculative decoding's costs for 1..spec_cost drafted tokens (0: not measured)
+  std::string draft;           // and the draft model's step
 };
 
 // --concurrency C: 2·C requests of -p random prompt tokens and -n generated tokens through the
@@ -377,6 +380,29 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     }
   }
 
+  // Speculative decoding: what verifying drafted tokens costs, and what it would gain.
+  json spec = json::object();
+  if (a.spec_cost > 0) {
+    std::optional<gguf::File> dfile;
+    std::shared_ptr<backend::Weights> dw;
+    if (!a.draft.empty()) {
+      dfile.emplace(gguf::File::open(hub::resolve_model_path(a.draft)));
+      dw = backend->load(model::load(*dfile).graph, *dfile);
+    }
+    const auto c = runtime::measure_spec_cost(session.weights(), dw, opts, a.spec_cost, a.depth, a.runs, a.seed);
+    json rows = json::array();
+    for (int32_t k = 1; k <= a.spec_cost; ++k) {
+      rows.push_back({{"drafted", k},
+                      {"verify_ms", c.verify_s[static_cast<size_t>(k - 1)] * 1e3},
+                      {"extra_per_drafted_token", (c.verify_s[static_cast<size_t>(k - 1)] - c.step_s) / k / c.step_s},
+                      {"break_even_acceptance", c.break_even(k)},
+                      {"speedup_at_0_6", c.speedup(0.6, k)},
+                      {"speedup_at_0_7", c.speedup(0.7, k)},
+                      {"speedup_at_0_8", c.speedup(0.8, k)}});
+    }
+    spec = {{"depth", a.depth}, {"step_ms", c.step_s * 1e3}, {"draft", a.draft}, {"draft_step_ms", c.draft_s * 1e3}, {"rows", rows}};
+  }
+
   // Requests through the server's scheduler, several at once.
   json concurrency = json::array();
   for (int c : a.concurrency) {
@@ -418,7 +444,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                       {gpu ? "copy_bandwidth_gb_per_s" : "read_bandwidth_gb_per_s", bandwidth},
                                       {"results", results},
                                       {"chats", chats},
-                                      {"concurrency", concurrency}}));
+                                      {"concurrency", concurrency},
+                                      {"speculative", spec}}));
     return 0;
   }
   if (!streaming) {
@@ -452,6 +479,21 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                    pc["spills"].get<int64_t>(), pc["restores"].get<int64_t>(), format_bytes(pc["host_bytes"].get<uint64_t>()),
                    format_bytes(pc["host_budget_bytes"].get<uint64_t>()));
       }
+    }
+  }
+  if (!spec.empty()) {
+    fmt::print("\nspeculative decoding at depth {}: a decode step {:.2f} ms{}; a step verifying k drafted tokens, and the "
+               "expected speed-up at an acceptance per drafted token of 0.6 / 0.7 / 0.8{}:\n\n"
+               "| drafted k | verify ms | extra per drafted token (× a step) | break-even acceptance | speed-up at 0.6 / "
+               "0.7 / 0.8 |\n|---|---|---|---|---|\n",
+               spec["depth"].get<int>(), spec["step_ms"].get<double>(),
+               a.draft.empty() ? std::string() : fmt::format("; a draft model step {:.2f} ms", spec["draft_step_ms"].get<double>()),
+               a.draft.empty() ? " (drafting itself counted free: the bound a model's own prediction head approaches)" : "");
+    for (const auto& r : spec["rows"]) {
+      fmt::print("| {} | {:.2f} | {:.3f} | {:.2f} | {:.2f}× / {:.2f}× / {:.2f}× |\n", r["drafted"].get<int>(),
+                 r["verify_ms"].get<double>(), r["extra_per_drafted_token"].get<double>(),
+                 r["break_even_acceptance"].get<double>(), r["speedup_at_0_6"].get<double>(),
+                 r["speedup_at_0_7"].get<double>(), r["speedup_at_0_8"].get<double>());
     }
   }
   for (const auto& c : chats) {
@@ -519,6 +561,11 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
   cmd->add_option("--cache-ram", a->cache_ram_gb, "GB of host memory for blocks that prefix cache evicts (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--spec-cost", a->spec_cost,
+                  "Speculative decoding: time steps verifying 1..K drafted tokens against a decode step, and print "
+                  "the break-even acceptance and expected speed-ups")
+      ->check(CLI::Range(0, 32));
+  cmd->add_option("--draft", a->draft, "With --spec-cost: a draft model whose decode step is counted too");
   cmd->add_option("--suite", a->suite, "A JSON list of tests (prompt, generate, depth, or a multi-turn chat)")
       ->check(CLI::ExistingFile);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_bench(*a, global); }; });

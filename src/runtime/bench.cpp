@@ -1,5 +1,7 @@
 #include "runtime/bench.h"
 
+#include "runtime/speculative.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include "core/error.h"
 #include "quant/quant.h"
 #include "runtime/generate.h"
+#include "runtime/speculative.h"
 #include "sample/sampler.h"
 
 namespace zinc::runtime {
@@ -210,6 +213,77 @@ uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, ba
 
 uint64_t decode_bytes_per_token(const graph::Graph& g, const gguf::File& file, backend::KvType kv, int64_t context) {
   return decode_bytes_per_step(g, file, kv, context, 1);
+}
+
+double SpecCost::speedup(double a, int32_t k) const {
+  if (k < 1 || static_cast<size_t>(k) > verify_s.size() || step_s <= 0) return 1.0;
+  return expected_tokens_per_step(a, k) * step_s / (verify_s[static_cast<size_t>(k - 1)] + k * draft_s);
+}
+
+double SpecCost::break_even(int32_t k) const {
+  if (speedup(1.0, k) <= 1.0) return 1.0;
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = (lo + hi) / 2;
+    (speedup(mid, k) < 1.0 ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+SpecCost measure_spec_cost(const std::shared_ptr<backend::Weights>& target, const std::shared_ptr<backend::Weights>& draft,
+                           const backend::ExecOptions& opts, int32_t max_draft, int32_t depth, int runs, uint32_t seed) {
+  if (max_draft < 1) throw Error("--spec-cost needs at least one drafted token");
+  backend::ExecOptions o = opts;
+  o.n_seq = 1;
+  o.kept_states = max_draft + 1;
+  const int32_t reps = std::max(3, runs);
+  // Each timed step leaves one token behind (the context grows by reps * (max_draft + 2) tokens).
+  o.n_ctx = std::max(o.n_ctx, depth + 8 + reps * (max_draft + 3));
+  std::mt19937 rng(seed);
+  const auto n_vocab = static_cast<int32_t>(target->graph().n_vocab);
+  std::uniform_int_distribution<int32_t> any(0, n_vocab - 1);
+  const auto random = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = any(rng);
+    return t;
+  };
+  const auto timed = [](const auto& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  SpecCost out;
+  Session t(target, o);
+  t.eval(random(std::max(1, depth)));
+  t.eval(random(1));  // untimed: the first decode step
+  std::vector<double> steps;
+  for (int i = 0; i < reps; ++i) steps.push_back(timed([&] { t.eval(random(1)); }));
+  out.step_s = median(steps);
+  for (int32_t k = 1; k <= max_draft; ++k) {
+    std::vector<double> v;
+    t.eval_speculative(random(k + 1));  // untimed: the first of its shape
+    for (int i = 0; i < reps; ++i) {
+      // The drafts refused but the first (the context goes back, as after a wrong guess).
+      v.push_back(timed([&] {
+        t.eval_speculative(random(k + 1));
+        t.speculative_end();
+      }));
+    }
+    out.verify_s.push_back(median(v));
+  }
+  if (draft) {
+    Session d(draft, o);
+    d.eval(random(std::max(1, depth)));
+    d.eval(random(1));
+    std::vector<double> ds;
+    for (int i = 0; i < reps; ++i) ds.push_back(timed([&] { d.eval(random(1)); }));
+    out.draft_s = median(ds);
+  }
+  return out;
 }
 
 }  // namespace zinc::runtime

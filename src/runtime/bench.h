@@ -73,4 +73,21 @@ uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, ba
 
 BenchSpread spread(std::vector<double> v);
 
+// What speculative decoding costs on a model (zinc bench --spec-cost K): after `depth` random tokens,
+// the median seconds of a decode step (one token), of a verifying step of k + 1 tokens for k = 1..K
+// (each row's logits kept, a recurrent state after each token), and, with a draft model, of one of its
+// decode steps. Uses its own contexts over the sessions' weights.
+struct SpecCost {
+  double step_s = 0;
+  std::vector<double> verify_s;  // [k - 1]: a step verifying k drafted tokens
+  double draft_s = 0;            // 0 without a draft model
+  // Generated tokens per second over plain decoding when each drafted token is accepted with
+  // probability a and k are drafted: expected tokens per step against the step's cost.
+  double speedup(double a, int32_t k) const;
+  // The acceptance at which drafting k tokens breaks even (1 where it never does).
+  double break_even(int32_t k) const;
+};
+SpecCost measure_spec_cost(const std::shared_ptr<backend::Weights>& target, const std::shared_ptr<backend::Weights>& draft,
+                           const backend::ExecOptions& opts, int32_t max_draft, int32_t depth, int runs, uint32_t seed);
+
 }  // namespace zinc::runtime

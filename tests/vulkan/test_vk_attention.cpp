@@ -412,7 +412,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"70 at 33, hd 256, softcap, F32", KvCacheType::F32, 4, 1, 256, 70, 33, 0, 5.0f},
                       Case{"70 at 33, 3 splits, F32, codes", KvCacheType::F32, 8, 2, 128, 70, 33, 0, 0, false, 3, true},
                       Case{"70 at 33, one split, sinks, F16", KvCacheType::F16, 8, 2, 128, 70, 33, 0, 0, true, 1},
-                      Case{"7 at 33, hd 512, F16", KvCacheType::F16, 2, 1, 512, 7, 33}),
+                      Case{"7 at 33, hd 512, F16", KvCacheType::F16, 2, 1, 512, 7, 33},
+                      // A verifying step's few tokens: each token's rows as a decode step takes them.
+                      Case{"4 at 1500, GQA 4:1, F16, codes", KvCacheType::F16, 8, 2, 128, 4, 1500, 0, 0, false, 0, true},
+                      Case{"8 at 700, window 100, sinks, GQA 4:1, F32", KvCacheType::F32, 8, 2, 64, 8, 700, 100, 0, true}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,
