@@ -47,6 +47,9 @@ int run_serve(ServeArgs& a) {
   eo.threads = a.gen.threads;
   eo.cache_bytes = static_cast<uint64_t>(a.gen.cache_mem_gb * 1e9);
   eo.cache_host_bytes = static_cast<uint64_t>(a.gen.cache_ram_gb * 1e9);
+  if (!a.gen.draft_model.empty()) eo.draft_model = hub::resolve_model_path(a.gen.draft_model);
+  eo.draft_max = a.gen.draft_max;
+  eo.spec = runtime::parse_spec_mode(a.gen.spec);
   auto& so = a.server;
   std::string alias;
   for (const auto& n : a.aliases) {
@@ -113,6 +116,12 @@ int run_serve(ServeArgs& a) {
                                 ? fmt::format(", {:.2f} GB of host memory for those it evicts (--cache-ram)", a.gen.cache_ram_gb)
                                 : std::string())
               : "zinc serve: prefix cache off (--cache-mem 0): each slot reuses only its own last prompt\n";
+  if (!eo.draft_model.empty()) {
+    line += eo.spec == runtime::SpecMode::Off
+                ? "zinc serve: speculative decoding off (--spec off)\n"
+                : fmt::format("zinc serve: speculative decoding: {} drafts up to {} tokens per step ({})\n",
+                              a.gen.draft_model, eo.draft_max, a.gen.spec == "on" ? "always" : "while it pays");
+  }
   fmt::print(stderr, "{}", line);
   srv.run();
   g_server.store(nullptr);

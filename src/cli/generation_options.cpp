@@ -260,15 +260,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
 
 void load_draft(LoadedModel& m, const std::string& path, int32_t max_draft, runtime::SpecMode mode) {
   m.draft_file = std::make_unique<gguf::File>(gguf::File::open(hub::resolve_model_path(path)));
-  const auto dtok = tokenizer::Tokenizer::from_gguf(*m.draft_file);
-  const auto& dv = dtok.vocab();
-  const auto& tv = m.tok.vocab();
-  bool same = dv.size() == tv.size();
-  for (int32_t id = 0; same && id < dv.size(); ++id) same = dv.text(id) == tv.text(id);
-  if (!same) {
-    throw Error(fmt::format("the draft model '{}' has another vocabulary ({} tokens; the model's {}): a draft must share it",
-                            path, dv.size(), tv.size()));
-  }
+  runtime::check_draft_vocab(m.tok, tokenizer::Tokenizer::from_gguf(*m.draft_file), path);
   backend::ExecOptions opts;
   opts.n_ctx = m.session->n_ctx();
   opts.max_tokens = m.session->executable().options().max_tokens;

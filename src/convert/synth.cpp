@@ -60,6 +60,10 @@ const Preset kPresets[] = {
     // gated full-attention layer, 256 experts (8 used) plus a shared one.
     {"qwen3.6-35b-a3b", "qwen35moe", 40, 2048, 0, 248320, 16, 2, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 256,
      8, 512, 16, 32, 128, 4, 512, 0.25f},
+    // Qwen3.6-27B (the Qwen3.5-27B layout, dense): 64 layers, three gated-DeltaNet layers (16 key and 48
+    // value heads of 128) to one gated full-attention layer (24 heads of 256 over 4 KV heads).
+    {"qwen3.6-27b", "qwen35", 64, 5120, 17408, 248320, 24, 4, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 0, 0, 0,
+     16, 48, 128, 4, 0, 0.25f},
     // GPT-OSS-20B: 24 layers alternating 128-token windows and full attention, sinks, biases, YaRN
     // (factor 32 over 4096), 32 experts (4 used) with the clamped SwiGLU.
     {"gpt-oss-20b", "gpt-oss", 24, 2880, 2880, 201088, 64, 8, 64, 150000.0f, 1e-5f, false, 131072, "gpt-4o", 0, 128,

@@ -135,6 +135,10 @@ struct Generation::Impl {
   // model has chosen so far (the session stands at that row of the verifying step).
   std::vector<int32_t> drafts;
   size_t draft_at = 0;
+  // The target step under way for the drafter's measure: its tokens and when it was asked for (its
+  // logits arrive by the next decode_one: at once, or after a scheduler's step).
+  int32_t step_tokens = 0;
+  Clock::time_point step_at;
 
   bool worker_has(int64_t state) {
     if (!worker) return false;
@@ -312,6 +316,10 @@ void Generation::watch_trigger(std::string_view text) {
 }
 
 bool Generation::decode_one() {
+  if (impl_->step_tokens > 0) {
+    opts_.draft->target_step(impl_->step_tokens, since(impl_->step_at));
+    impl_->step_tokens = 0;
+  }
   if (opts_.cancel && opts_.cancel->load()) {
     r_.reason = StopReason::Cancelled;
     return false;
@@ -442,7 +450,7 @@ void Generation::end_draft() {
 }
 
 void Generation::evaluate(int32_t next) {
-  if (opts_.draft && !session_.batched() && impl_->forced.empty()) {
+  if (opts_.draft && impl_->forced.empty()) {
     // Drafted tokens the model could still choose: within the token limit (the last token is never
     // evaluated), the context and the step (with recurrent state: the states it keeps).
     const auto& eo = session_.executable().options();
@@ -454,18 +462,16 @@ void Generation::evaluate(int32_t next) {
       context.push_back(next);
       impl_->drafts = opts_.draft->propose(context, static_cast<int32_t>(room));
     }
-    const auto t0 = Clock::now();
+    impl_->step_at = Clock::now();
+    impl_->step_tokens = 1 + static_cast<int32_t>(impl_->drafts.size());
     if (!impl_->drafts.empty()) {
       std::vector<int32_t> step{next};
       step.insert(step.end(), impl_->drafts.begin(), impl_->drafts.end());
-      session_.eval_speculative(step);
+      session_.eval_speculative(step);  // queued where the session is batched
       impl_->draft_at = 0;
       r_.draft_tokens += static_cast<int32_t>(impl_->drafts.size());
-    } else {
-      session_.eval(std::span<const int32_t>(&next, 1));
+      return;
     }
-    opts_.draft->target_step(1 + static_cast<int32_t>(impl_->drafts.size()), since(t0));
-    return;
   }
   session_.eval(std::span<const int32_t>(&next, 1));  // queued where the session is batched
 }

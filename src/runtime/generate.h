@@ -75,8 +75,8 @@ struct GenerateOptions {
   bool ignore_eog = false;
   // Benchmarks: record when each token was chosen (GenerateResult::token_times).
   bool token_times = false;
-  // Speculative decoding: drafted tokens verified in one step of the session (not a batched one).
-  // The output is the same as without; must outlive the generation.
+  // Speculative decoding: drafted tokens verified in one step of the session (over a batched session,
+  // one part of the scheduler's step). The output is the same as without; must outlive the generation.
   Drafter* draft = nullptr;
 };
 

@@ -39,6 +39,24 @@ void Session::checkpoint_mid_prompt() {
 
 void Session::committed(int32_t n, int64_t row) {
   if (n < 1 || n > static_cast<int32_t>(pending_.size())) throw Error("committed tokens that were not pending");
+  if (spec_pending_) {
+    // A speculative step, taken whole with a row for each token: the session stands at its first.
+    if (n != static_cast<int32_t>(pending_.size())) throw Error("a speculative step's tokens go in one step");
+    spec_pending_ = false;
+    n_past_ += n;
+    tokens_evaluated_ += n;
+    history_.insert(history_.end(), pending_.begin(), pending_.end());
+    pending_.clear();
+    spec_tokens_ = n;
+    spec_row0_ = row_ = row;
+    // Its rows are read over the next decode turns, while later steps (other sequences') overwrite the
+    // executable's logits: kept here.
+    const auto nv = static_cast<size_t>(n_vocab());
+    const auto l = exe_->logits().subspan(static_cast<size_t>(row) * nv, static_cast<size_t>(n) * nv);
+    spec_logits_.assign(l.begin(), l.end());
+    return;
+  }
+  spec_logits_.clear();
   n_past_ += n;
   tokens_evaluated_ += n;
   history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
@@ -49,6 +67,7 @@ void Session::committed(int32_t n, int64_t row) {
 
 std::span<const float> Session::last_logits() const {
   const auto nv = static_cast<size_t>(n_vocab());
+  if (!spec_logits_.empty()) return std::span<const float>(spec_logits_).subspan(static_cast<size_t>(row_ - spec_row0_) * nv, nv);
   if (!batched_ && row_ < 0) {
     const std::span<const float> l = logits_.empty() ? exe_->logits() : std::span<const float>(logits_);
     return l.subspan(l.size() - nv);
@@ -100,8 +119,8 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
 }
 
 void Session::eval_speculative(std::span<const int32_t> tokens) {
-  if (batched_) throw Error("a batched session does not take speculative steps");
   speculative_end();
+  if (!pending_.empty()) throw Error("a speculative step after tokens still waiting for a step");
   const auto n = static_cast<int32_t>(tokens.size());
   if (n < 1 || n > exe_->options().max_tokens || (!exe_->can_rewind() && n > exe_->options().kept_states)) {
     throw Error(fmt::format("a speculative step of {} tokens does not fit (step size {}, kept states {})", n,
@@ -114,6 +133,11 @@ void Session::eval_speculative(std::span<const int32_t> tokens) {
     if (t < 0 || t >= n_vocab()) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab() - 1));
   }
   logits_.clear();
+  if (batched_) {  // queued: the scheduler takes it whole (step_part), then committed()
+    pending_.assign(tokens.begin(), tokens.end());
+    spec_pending_ = true;
+    return;
+  }
   graph::StepParams step;
   step.add(seq_, n_past_, {tokens.begin(), tokens.end()}, true, !exe_->can_rewind());
   exe_->run(step);
@@ -121,7 +145,15 @@ void Session::eval_speculative(std::span<const int32_t> tokens) {
   tokens_evaluated_ += n;
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   spec_tokens_ = n;
-  row_ = 0;
+  spec_row0_ = row_ = 0;
+}
+
+void Session::add_to(graph::StepParams& step, int32_t n) const {
+  if (n < 1 || n > static_cast<int32_t>(pending_.size()) || (spec_pending_ && n != static_cast<int32_t>(pending_.size()))) {
+    throw Error("a step part of tokens that are not queued");
+  }
+  step.add(seq_, n_past_, std::vector<int32_t>(pending_.begin(), pending_.begin() + n), spec_pending_,
+           spec_pending_ && !exe_->can_rewind());
 }
 
 void Session::speculative_accept() {
@@ -152,7 +184,7 @@ void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
   speculative_end();
-  pending_.clear();
+  drop_pending();
   size_t common = 0;
   while (common < history_.size() && common < tokens.size() && history_[common] == tokens[common]) ++common;
   // Keep at least the last token to evaluate: its logits are the answer.
@@ -206,7 +238,7 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
   }
   n_past_ = n_keep;
   history_.resize(static_cast<size_t>(n_keep));
-  pending_.clear();
+  drop_pending();
   if (!moved.empty()) eval(moved);
 }
 
@@ -214,9 +246,10 @@ Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_p
 
 void Session::restore(const Snapshot& s) {
   spec_tokens_ = 0;
+  spec_logits_.clear();
   row_ = -1;
   exe_->load_state(s.state, seq_);
-  pending_.clear();
+  drop_pending();
   history_ = s.history;
   n_past_ = static_cast<int32_t>(history_.size());
   reused_ = 0;

@@ -16,6 +16,9 @@
 
 namespace zinc::runtime {
 
+// Index of the largest value (the first one on ties).
+int32_t argmax(std::span<const float> v);
+
 class Session {
  public:
   // Loads the model's weights for this session alone (telling `progress` how far, when given). `file`
@@ -42,7 +45,16 @@ class Session {
   // The step ran the first n pending tokens; `row` is this session's last logits row in it.
   void committed(int32_t n, int64_t row);
   // Forgets the queued tokens (a cancelled request).
-  void drop_pending() { pending_.clear(); }
+  void drop_pending() {
+    pending_.clear();
+    spec_pending_ = false;
+  }
+  // The queued tokens are a speculative step (eval_speculative): a scheduler takes them whole, with a
+  // logits row for each and (for a recurrent state) the states after each kept, and passes committed()
+  // the first of their rows.
+  bool pending_speculative() const { return spec_pending_; }
+  // The part of a step that runs `n` of the queued tokens (chunk()'s count; all of a speculative step's).
+  void add_to(graph::StepParams& step, int32_t n) const;
   // The logits of the last evaluated token (of the last eval() or committed step).
   std::span<const float> last_logits() const;
 
@@ -59,12 +71,15 @@ class Session {
   // the first of them (last_logits() / last_argmax() are its row); speculative_accept() moves on to
   // the next, once the caller has chosen the token the model evaluated after it; speculative_end()
   // makes the context forget the tokens after the row it stands at (the drafts not accepted). Any
-  // eval, remember() or shift() ends a speculative step first. Not for a batched session.
+  // eval, remember() or shift() ends a speculative step first. A batched session queues the step
+  // (pending_speculative) and stands at its first row once the scheduler has run it.
   void eval_speculative(std::span<const int32_t> tokens);
   void speculative_accept();
   void speculative_end();
   // Tokens of the speculative step after the one the session stands at (0: none, or no such step).
-  int32_t speculative_ahead() const { return spec_tokens_ == 0 ? 0 : spec_tokens_ - 1 - static_cast<int32_t>(row_); }
+  int32_t speculative_ahead() const {
+    return spec_tokens_ == 0 ? 0 : spec_tokens_ - 1 - static_cast<int32_t>(row_ - spec_row0_);
+  }
 
   // Makes the context hold exactly `tokens`, reusing the longest common prefix with what it holds
   // now (only the rest is evaluated), and returns the last token's logits. This is how a chat's second
@@ -73,7 +88,10 @@ class Session {
 
   // The largest logit's index in the last row of the last eval() (greedy decoding; on a GPU backend
   // this reads one id instead of the logits).
-  int32_t last_argmax() const { return row_ >= 0 ? exe_->argmax(row_) : exe_->argmax(); }
+  int32_t last_argmax() const {
+    if (!spec_logits_.empty()) return argmax(last_logits());
+    return row_ >= 0 ? exe_->argmax(row_) : exe_->argmax();
+  }
 
   // Tokens evaluated since construction (prompt and generated), for counters and tests.
   int64_t tokens_evaluated() const { return tokens_evaluated_; }
@@ -115,11 +133,12 @@ class Session {
   int64_t n_vocab() const { return exe_->n_vocab(); }
   void reset() {
     spec_tokens_ = 0;
+    spec_logits_.clear();
     row_ = -1;
     n_past_ = 0;
     reused_ = 0;
     history_.clear();
-    pending_.clear();
+    drop_pending();
   }
   const graph::Graph& graph() const { return weights_->graph(); }
   const std::shared_ptr<backend::Weights>& weights() const { return weights_; }
@@ -138,6 +157,9 @@ class Session {
   // step it stands at (-1: the last row).
   int64_t row_ = -1;
   int32_t spec_tokens_ = 0;       // the tokens of the speculative step under way (0: none)
+  int64_t spec_row0_ = 0;         // the logits row of its first token
+  bool spec_pending_ = false;     // batched: the queued tokens are a speculative step
+  std::vector<float> spec_logits_;  // batched: the rows of the last step's speculative part
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;  // the tokens whose keys and values the cache holds, in order
   int64_t tokens_evaluated_ = 0;
@@ -145,8 +167,5 @@ class Session {
   std::vector<float> logits_;
   std::shared_ptr<PrefixCache> cache_;
 };
-
-// Index of the largest value (the first one on ties).
-int32_t argmax(std::span<const float> v);
 
 }  // namespace zinc::runtime

@@ -17,6 +17,17 @@ SpecMode parse_spec_mode(const std::string& s) {
   throw Error(fmt::format("--spec takes on, off or auto, not '{}'", s));
 }
 
+void check_draft_vocab(const tokenizer::Tokenizer& target, const tokenizer::Tokenizer& draft, const std::string& name) {
+  const auto& dv = draft.vocab();
+  const auto& tv = target.vocab();
+  bool same = dv.size() == tv.size();
+  for (int32_t id = 0; same && id < dv.size(); ++id) same = dv.text(id) == tv.text(id);
+  if (!same) {
+    throw Error(fmt::format("the draft model '{}' has another vocabulary ({} tokens; the model's {}): a draft must share it",
+                            name, dv.size(), tv.size()));
+  }
+}
+
 double expected_tokens_per_step(double a, int32_t k) {
   double sum = 0, p = 1;
   for (int32_t i = 0; i <= k; ++i, p *= a) sum += p;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace zinc::runtime {
 
@@ -81,6 +82,10 @@ class ModelDrafter final : public Drafter {
  private:
   Session& draft_;
 };
+
+// Throws zinc::Error unless the draft model's tokenizer has the target's tokens, id for id (`name`: the
+// draft's, for the message).
+void check_draft_vocab(const tokenizer::Tokenizer& target, const tokenizer::Tokenizer& draft, const std::string& name);
 
 // The expected tokens per target step when each drafted token is accepted with probability a and k
 // are drafted: 1 + a + a^2 + ... + a^k.

@@ -58,6 +58,8 @@ void Job::fail(int status, std::string message) {
 
 struct Engine::Slot {
   std::unique_ptr<runtime::Session> session;
+  std::unique_ptr<runtime::Session> draft;          // speculative decoding: the draft model's context
+  std::unique_ptr<runtime::ModelDrafter> drafter;   // and what drafts from it (null: none)
   std::shared_ptr<Job> job;
   std::unique_ptr<sample::Sampler> sampler;
   std::unique_ptr<runtime::Generation> generation;
@@ -82,6 +84,16 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     exec.cache_blocks = static_cast<int32_t>(std::max<uint64_t>(
         1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : backend::kv_blocks(exec.n_ctx)));
   }
+  const bool drafting = !options_.draft_model.empty() && options_.spec != runtime::SpecMode::Off;
+  backend::ExecOptions draft_exec = exec;
+  if (drafting) {
+    exec.kept_states = options_.draft_max + 1;  // a hybrid goes back to any token of a verifying step
+    draft_file_ = std::make_unique<gguf::File>(gguf::File::open(options_.draft_model));
+    runtime::check_draft_vocab(tok_, tokenizer::Tokenizer::from_gguf(*draft_file_), options_.draft_model);
+    draft_weights_ = backend_->load(model::load(*draft_file_).graph, *draft_file_);
+    draft_exec.n_seq = 1;
+    draft_exec.cache_blocks = 0;
+  }
   exe_ = weights_->instantiate(exec);
   exe_->warm_up();  // a GPU's pipelines made now, not in the first requests' time
   if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes, options_.cache_host_bytes);
@@ -89,6 +101,11 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     auto slot = std::make_unique<Slot>();
     slot->session = std::make_unique<runtime::Session>(weights_, exe_, i);
     slot->session->set_prefix_cache(cache_);
+    if (drafting) {  // each slot drafts in a context of its own over the draft model's weights
+      slot->draft = std::make_unique<runtime::Session>(draft_weights_, draft_exec);
+      slot->drafter = std::make_unique<runtime::ModelDrafter>(*slot->draft, options_.draft_max, options_.spec);
+      slot->drafter->check_target(*slot->session);
+    }
     slots_.push_back(std::move(slot));
   }
   thread_ = std::thread([this] { loop(); });
@@ -150,6 +167,7 @@ void Engine::start_job(Slot& slot, std::shared_ptr<Job> job) {
   slot.job = std::move(job);
   Job* j = slot.job.get();
   j->queue_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - j->submitted_).count();
+  j->options_.draft = slot.drafter.get();
   try {
     slot.sampler = std::make_unique<sample::Sampler>(j->sampling_, &tok_);
     slot.generation = std::make_unique<runtime::Generation>(*slot.session, tok_, *slot.sampler, j->prompt_, j->options_,
@@ -208,7 +226,13 @@ void Engine::loop() {
         continue;
       }
       if (!more) {
-        s->job->finish(s->generation->take_result());
+        auto r = s->generation->take_result();
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          counters_.draft_tokens += r.draft_tokens;
+          counters_.draft_accepted += r.draft_accepted;
+        }
+        s->job->finish(std::move(r));
         end_job(*s);
       }
     }
@@ -233,9 +257,13 @@ void Engine::run_step() {
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;
       const auto& p = s->session->pending();
-      if (p.empty() || (p.size() == 1) != decoding) continue;
-      const int32_t n = s->session->chunk(static_cast<int64_t>(p.size()), room);
-      step.add(s->session->seq(), s->session->n_past(), std::vector<int32_t>(p.begin(), p.begin() + n));
+      // A decoding slot's next token, or its next token and the drafts after it (taken whole, where
+      // they fit); then prompts.
+      const bool spec = s->session->pending_speculative();
+      if (p.empty() || (p.size() == 1 || spec) != decoding) continue;
+      if (spec && static_cast<int32_t>(p.size()) > room) continue;
+      const int32_t n = spec ? static_cast<int32_t>(p.size()) : s->session->chunk(static_cast<int64_t>(p.size()), room);
+      s->session->add_to(step, n);
       parts.emplace_back(s.get(), n);
       room -= n;
       if (!decoding) prompt_tokens += n;
@@ -255,7 +283,14 @@ void Engine::run_step() {
     }
     return;
   }
-  for (size_t k = 0; k < parts.size(); ++k) parts[k].first->session->committed(parts[k].second, static_cast<int64_t>(k));
+  // Each part's logits rows: one, or (a speculative step's) one per token, committed() given the first.
+  int64_t row = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const auto& part = step.seqs[k];
+    const int64_t rows = part.all_logits ? part.n_tokens : 1;
+    parts[k].first->session->committed(parts[k].second, part.all_logits ? row : row + rows - 1);
+    row += rows;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   ++counters_.steps;
   counters_.step_sequences += static_cast<int64_t>(parts.size());

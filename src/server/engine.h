@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "runtime/embed.h"
 #include "runtime/generate.h"
+#include "runtime/speculative.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/session.h"
 #include "sample/sampler.h"
@@ -41,6 +42,11 @@ struct EngineOptions {
   // Its host tier (0: none): bytes of host memory for blocks evicted from the device (and their
   // checkpoints), written back when a prompt matches them.
   uint64_t cache_host_bytes = 0;
+  // Speculative decoding: a draft model of the same vocabulary (a GGUF path; "" for none), loaded on
+  // the same backend with a context per slot, drafting up to draft_max tokens per step.
+  std::string draft_model;
+  int draft_max = 6;
+  runtime::SpecMode spec = runtime::SpecMode::Auto;
 };
 
 class Job {
@@ -89,6 +95,9 @@ struct EngineStats {
   // the most sequences one step carried.
   int64_t steps = 0, step_sequences = 0, step_tokens = 0, step_prompt_tokens = 0;
   int max_step_sequences = 0;
+  // Speculative decoding, over finished requests: tokens drafted and verified, and of those the ones
+  // the model chose.
+  int64_t draft_tokens = 0, draft_accepted = 0;
   runtime::PrefixCacheStats cache;  // the prefix cache shared by the slots (all zero without one)
 };
 
@@ -123,6 +132,8 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<backend::Backend> backend_;
   std::shared_ptr<backend::Weights> weights_;  // loaded once
+  std::unique_ptr<gguf::File> draft_file_;     // speculative decoding: the draft model (or none)
+  std::shared_ptr<backend::Weights> draft_weights_;
   std::shared_ptr<backend::Executable> exe_;   // one context; slot i is its sequence i
   std::shared_ptr<runtime::PrefixCache> cache_;  // over exe_'s blocks, shared by the slots (or none)
   EngineStats counters_;                       // the step counters (under mutex_)

@@ -817,6 +817,11 @@ struct Server::Impl {
       counter("zinc_step_tokens_total", "Tokens evaluated by the steps, summed.", static_cast<uint64_t>(s.step_tokens));
       counter("zinc_step_prompt_tokens_total", "Prompt tokens evaluated in chunks beside decoding sequences, summed.",
               static_cast<uint64_t>(s.step_prompt_tokens));
+      counter("zinc_draft_tokens_total", "Speculative decoding: tokens the draft model proposed and the model verified.",
+              static_cast<uint64_t>(s.draft_tokens));
+      counter("zinc_draft_accepted_tokens_total",
+              "Speculative decoding: drafted tokens the model chose (/ zinc_draft_tokens_total: the acceptance).",
+              static_cast<uint64_t>(s.draft_accepted));
       gauge("zinc_step_sequences_max", "The most sequences one step has carried (by a model loaded now).",
             s.max_step_sequences);
       counter("zinc_prefix_cache_lookups_total", "Prompts looked up in the prefix cache.", static_cast<uint64_t>(s.cache.lookups));
