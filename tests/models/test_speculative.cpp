@@ -2,8 +2,9 @@
 // DeltaNet) fixtures, on the CPU and on a Vulkan device where there is one: the output with drafted
 // tokens verified in one step is the output without them, token for token, for 256 greedy tokens and
 // for sampled ones seed by seed, whether the drafts are right, wrong at the first token or wrong
-// further on (so the KV cache and the recurrent state go back to the token the model chose); a
-// context that went back continues exactly as one that never drafted; a draft model of the same
+// further on (so the KV cache and the recurrent state go back to the token the model chose), alone or
+// as a part of a step beside another sequence's; a context that went back continues exactly as one
+// that never drafted; a draft model of the same
 // vocabulary drafts what its target keeps; and a sampled speculated token follows the model's own
 // distribution (a chi-square test against the softmax of its logits, computed here).
 #include <gtest/gtest.h>
@@ -198,6 +199,58 @@ TEST_P(SpeculativeFixture, ADraftModelDraftsWhatItsTargetKeeps) {
   if (hybrid) {
     EXPECT_THROW(runtime::ModelDrafter(*spec, kMaxDraft), Error);
   }
+}
+
+TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
+  // Two sequences of one context as the server steps them: each generation's tokens (a verifying
+  // step's, or one) are parts of one step, rows handed to each; one sequence drafts, the other not.
+  auto plain = session(weights_);
+  const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr, 128);
+  backend::ExecOptions o;
+  o.n_ctx = 320;
+  o.max_tokens = 32;
+  o.n_seq = 2;
+  o.kv_type = backend::KvType::F32;
+  o.kept_states = kMaxDraft + 1;
+  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(o));
+  runtime::Session a(weights_, exe, 0), b(weights_, exe, 1);
+  ScriptedDrafter drafts(prompt_.size(), want.tokens, static_cast<int32_t>(a.n_vocab()));
+  sample::Sampler sa(sample::SamplerParams::greedy()), sb(sample::SamplerParams::greedy());
+  runtime::GenerateOptions go;
+  go.max_tokens = 128;
+  go.ignore_eog = true;
+  runtime::Generation gb(b, *tok_, sb, prompt_, go, nullptr);
+  go.draft = &drafts;
+  runtime::Generation ga(a, *tok_, sa, prompt_, go, nullptr);
+  int steps = 0;
+  for (bool more = true; more;) {
+    more = false;
+    for (runtime::Generation* g : {&ga, &gb}) more = g->step() || more;
+    graph::StepParams step;
+    std::vector<runtime::Session*> parts;
+    for (runtime::Session* s : {&a, &b}) {
+      if (s->pending().empty()) continue;
+      const int32_t n = s->pending_speculative() ? static_cast<int32_t>(s->pending().size())
+                                                 : s->chunk(static_cast<int64_t>(s->pending().size()), 16);
+      s->add_to(step, n);
+      parts.push_back(s);
+    }
+    if (parts.empty()) continue;
+    exe->run(step);
+    ++steps;
+    int64_t row = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto& p = step.seqs[k];
+      parts[k]->committed(p.n_tokens, row);  // its first row (a speculative part's), or its one
+      row += p.all_logits ? p.n_tokens : 1;
+    }
+  }
+  EXPECT_EQ(ga.result().tokens, want.tokens) << name();
+  EXPECT_EQ(gb.result().tokens, want.tokens) << name();
+  EXPECT_GT(ga.result().draft_accepted, 32) << name();
+  EXPECT_LT(ga.result().draft_accepted, ga.result().draft_tokens) << name();
+  // The other sequence's prompt in chunks of 16 and its 127 evaluated tokens: a step each.
+  EXPECT_EQ(steps, static_cast<int>((prompt_.size() + 15) / 16) + 127) << name();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeFixture,
