@@ -213,6 +213,7 @@ bool Generation::step() {
     // A batched session whose tokens the scheduler has not run yet: nothing to do but notice a cancel.
     if (!(opts_.cancel && opts_.cancel->load())) return true;
     session_.drop_pending();
+    impl_->drafts.clear();  // never verified
     r_.reason = StopReason::Cancelled;
     more = false;
   } else if (!started_) {

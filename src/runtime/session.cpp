@@ -133,7 +133,7 @@ void Session::eval_speculative(std::span<const int32_t> tokens) {
     if (t < 0 || t >= n_vocab()) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab() - 1));
   }
   logits_.clear();
-  if (batched_) {  // queued: the scheduler takes it whole (step_part), then committed()
+  if (batched_) {  // queued: the scheduler takes it whole (add_to), then committed()
     pending_.assign(tokens.begin(), tokens.end());
     spec_pending_ = true;
     return;
@@ -242,7 +242,10 @@ void Session::shift(int32_t n_keep, int32_t n_discard) {
   if (!moved.empty()) eval(moved);
 }
 
-Session::Snapshot Session::save() const { return {history_, exe_->save_state(n_past_, seq_)}; }
+Session::Snapshot Session::save() const {
+  if (speculative_ahead() > 0) throw Error("a session is saved only after its speculative step has ended");
+  return {history_, exe_->save_state(n_past_, seq_)};
+}
 
 void Session::restore(const Snapshot& s) {
   spec_tokens_ = 0;

@@ -201,6 +201,34 @@ TEST_P(SpeculativeFixture, ADraftModelDraftsWhatItsTargetKeeps) {
   }
 }
 
+TEST_P(SpeculativeFixture, GoingBackOutsideAVerifyingStepIsAClearError) {
+  backend::ExecOptions o;
+  o.n_ctx = 64;
+  o.max_tokens = 16;
+  o.kept_states = kMaxDraft + 1;
+  const auto exe = weights_->instantiate(o);
+  backend::Executable& e = *exe;
+  const bool recurrent = !e.can_rewind();
+  e.run(graph::StepParams::one({1, 2, 3}));
+  graph::StepParams verify;
+  verify.add(0, 3, {4, 5, 6}, true, true);
+  e.run(verify);
+  e.seq_keep(0, 5);  // after the verifying step's second token
+  e.seq_keep(0, 4);  // and further back, still inside it
+  if (recurrent) {
+    EXPECT_THROW(e.seq_keep(0, 2), Error) << name();  // before the step: no state kept there
+  } else {
+    e.seq_keep(0, 2);  // a cache alone goes back anywhere
+  }
+  graph::StepParams too_many;
+  too_many.add(0, 2, Tokens(static_cast<size_t>(kMaxDraft + 2), 7), true, true);
+  if (recurrent) {
+    EXPECT_THROW(e.run(too_many), Error) << name();  // more states than the context keeps
+  } else {
+    e.run(too_many);
+  }
+}
+
 TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
   // Two sequences of one context as the server steps them: each generation's tokens (a verifying
   // step's, or one) are parts of one step, rows handed to each; one sequence drafts, the other not.

@@ -792,7 +792,7 @@ class CpuExecutable final : public SequencedExecutable {
 
   // The recurrent state of node cur_ for sequence `seq`.
   float* state_of(int32_t seq) { return state_at(cur_, seq); }
-  // Node cur_'s state of `seq` as kept after its part's token t.
+  // Node `node`'s state of `seq` as the last step kept it after its part's token t.
   float* kept_at(size_t node, int32_t seq, int32_t t) {
     return kept_[node].data() + (static_cast<size_t>(seq) * static_cast<size_t>(kept_states()) + static_cast<size_t>(t)) * state_floats_[node];
   }
