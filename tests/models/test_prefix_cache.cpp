@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "convert/convert.h"
+#include "fixture_backend.h"
 #include "model/model.h"
 #include "raw_gguf.h"
 #include "runtime/prefix_cache.h"
@@ -22,12 +23,7 @@
 namespace zinc {
 namespace {
 
-const std::filesystem::path kFixtures = ZINC_FIXTURES_DIR;
-// Built twice: into the model tests on the CPU, and into the Vulkan tests (not run by the sanitizer
-// build: a driver's own allocations are not ours) on the device the loader offers.
-#ifndef ZINC_TEST_BACKEND
-#define ZINC_TEST_BACKEND "cpu"
-#endif
+using test::kFixtures;
 constexpr int32_t kStep = 32;  // tokens per step (a prompt is taken in chunks of this many)
 
 using Tokens = std::vector<int32_t>;
@@ -46,15 +42,9 @@ constexpr double kGpuGap = 2e-4;
 class PrefixCacheFixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    if (backend_name() == "vulkan") {
-      try {
-        backend_ = backend::make_vulkan_backend();
-      } catch (const Error& e) {
-        GTEST_SKIP() << "no Vulkan device: " << e.what();
-      }
-    } else {
-      backend_ = backend::make_cpu_backend(1);
-    }
+    std::string why;
+    backend_ = test::fixture_backend(backend_name(), why);
+    if (!backend_) GTEST_SKIP() << why;
     convert::ConvertOptions copts;
     copts.outtype = "f32";
     convert::convert_hf(kFixtures / fixture(), tmp_.file("m.gguf"), copts);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "convert/convert.h"
+#include "fixture_backend.h"
 #include "model/model.h"
 #include "raw_gguf.h"
 #include "runtime/generate.h"
@@ -24,10 +25,7 @@
 namespace zinc {
 namespace {
 
-const std::filesystem::path kFixtures = ZINC_FIXTURES_DIR;
-#ifndef ZINC_TEST_BACKEND
-#define ZINC_TEST_BACKEND "cpu"
-#endif
+using test::kFixtures;
 
 using Tokens = std::vector<int32_t>;
 constexpr int32_t kMaxDraft = 6;
@@ -66,15 +64,9 @@ class SpeculativeFixture : public ::testing::TestWithParam<std::tuple<std::strin
   static void TearDownTestSuite() { shared_.reset(); }
   void SetUp() override {
     if (!shared_) {
-      if (backend_name() == "vulkan") {
-        try {
-          shared_ = backend::make_vulkan_backend();
-        } catch (const Error& e) {
-          GTEST_SKIP() << "no Vulkan device: " << e.what();
-        }
-      } else {
-        shared_ = backend::make_cpu_backend(1);
-      }
+      std::string why;
+      shared_ = test::fixture_backend(backend_name(), why);
+      if (!shared_) GTEST_SKIP() << why;
     }
     backend_ = shared_.get();
     weights_ = load(fixture(), "f32", file_);
