@@ -227,7 +227,8 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   // attention rewinds in its own context and needs none.
   const bool recurrent = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const graph::Node& n) { return graph::state_size(g, n) > 0; });
   const bool cached = recurrent && a.prefix_cache && a.cache_mem_gb > 0;
-  const bool drafting = !a.draft_model.empty() && runtime::parse_spec_mode(a.spec) != runtime::SpecMode::Off;
+  const runtime::SpecMode spec = runtime::parse_spec_mode(a.spec);
+  const bool drafting = !a.draft_model.empty() && spec != runtime::SpecMode::Off;
   const auto open_session = [&] {
     backend::ExecOptions opts = a.exec_options();
     if (cached) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
@@ -247,7 +248,7 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
     m->backend = backend::make_cpu_backend(a.threads);
     open_session();
   }
-  if (drafting) load_draft(*m, a.draft_model, a.draft_max, runtime::parse_spec_mode(a.spec));
+  if (drafting) load_draft(*m, a.draft_model, a.draft_max, spec);
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // A context past what the model was trained on runs, but its answers degrade there.
   const std::string arch = m->file.get_or<std::string>("general.architecture", "");

@@ -1,7 +1,5 @@
 #include "runtime/bench.h"
 
-#include "runtime/speculative.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
