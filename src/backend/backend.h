@@ -51,6 +51,11 @@ class Executable {
   // Logits of the last step: one row of n_vocab() floats per requested token (StepParams says which),
   // sequence after sequence.
   virtual std::span<const float> logits() const = 0;
+  // The rows of the graph's `hidden` tensor in the last step (graph::Graph::hidden; as many rows as it
+  // held, in the step's token order), `hidden_width()` floats each. Throws zinc::Error for a graph
+  // without one.
+  virtual std::span<const float> hidden() const { throw Error("this model's graph hands out no hidden states"); }
+  virtual int64_t hidden_width() const { return 0; }
   // The width of a logits row: the vocabulary (for a graph whose output is its hidden states, as an
   // embedding graph's, their width).
   virtual int64_t n_vocab() const = 0;
@@ -141,10 +146,12 @@ class Weights : public std::enable_shared_from_this<Weights> {
   // heads do not fit, too little device memory).
   std::unique_ptr<Executable> instantiate(const ExecOptions& opts) { return instantiate(opts, graph_); }
   // The same running `g`: the weights' graph or one cut from it (the same tensors, the first of its
-  // nodes, another output), as model::embedding_graph's hidden states. Throws zinc::Error for a graph
+  // nodes, another output), as model::embedding_graph's hidden states, or its multi-token-prediction
+  // head (graph().mtp). Throws zinc::Error for a graph
   // with other tensors.
   std::unique_ptr<Executable> instantiate(const ExecOptions& opts, const graph::Graph& g) {
-    bool same = g.tensors.size() == graph_.tensors.size() && g.nodes.size() <= graph_.nodes.size();
+    const size_t nodes = graph_.nodes.size() + (graph_.mtp ? graph_.mtp->nodes.size() : 0);
+    bool same = g.tensors.size() == graph_.tensors.size() && g.nodes.size() <= nodes;
     for (size_t i = 0; same && i < g.tensors.size(); ++i) same = g.tensors[i].name == graph_.tensors[i].name;
     if (!same) throw Error("a context runs the weights' own graph or one cut from it");
     return instantiate_graph(opts, g);

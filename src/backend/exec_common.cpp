@@ -7,6 +7,7 @@ std::vector<int> last_uses(const graph::Graph& g) {
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     for (graph::TensorId i : g.nodes[n].in) last[static_cast<size_t>(i)] = static_cast<int>(n);
   }
+  if (g.hidden >= 0) last[static_cast<size_t>(g.hidden)] = -1;  // handed out after the step
   return last;
 }
 

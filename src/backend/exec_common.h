@@ -46,6 +46,14 @@ inline void check_step(const graph::Graph& g, const ExecOptions& opts, const gra
     sum += s.n_tokens;
   }
   if (sum != n) throw Error(fmt::format("the step's parts hold {} tokens, the step {}", sum, n));
+  int64_t input_width = 0;
+  for (const graph::Node& node : g.nodes) {
+    if (node.op == graph::Op::Input) input_width = g.tensor(node.out).ne[0];
+  }
+  if (static_cast<int64_t>(step.inputs.size()) != input_width * n) {
+    throw Error(fmt::format("the step carries {} input floats; this graph takes {} per token ({} tokens)", step.inputs.size(),
+                            input_width, n));
+  }
   for (int32_t t : step.tokens) {
     if (t < 0 || t >= g.n_vocab) throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", t, g.n_vocab - 1));
   }
@@ -290,7 +298,8 @@ struct SavedStateLayout {
 
 // ---- activations ------------------------------------------------------------------------------
 
-// Per tensor, the index of the last node reading it (-1: none reads it).
+// Per tensor, the index of the last node reading it (-1: none reads it, or it is the graph's `hidden`,
+// read after the step).
 std::vector<int> last_uses(const graph::Graph& g);
 
 // Where every activation of a step lives in one arena: a tensor holds its range from the node that

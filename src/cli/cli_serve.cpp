@@ -48,7 +48,7 @@ int run_serve(ServeArgs& a) {
   eo.cache_bytes = static_cast<uint64_t>(a.gen.cache_mem_gb * 1e9);
   eo.cache_host_bytes = static_cast<uint64_t>(a.gen.cache_ram_gb * 1e9);
   if (!a.gen.draft_model.empty()) eo.draft_model = hub::resolve_model_path(a.gen.draft_model);
-  eo.draft_max = a.gen.draft_max;
+  eo.draft_max = a.gen.draft_tokens();
   eo.spec = runtime::parse_spec_mode(a.gen.spec);
   auto& so = a.server;
   std::string alias;

@@ -134,10 +134,12 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
   cmd->add_option("--draft,--model-draft", a.draft_model,
                   "A draft model (GGUF file or installed id) of the same vocabulary: speculative decoding, the same "
                   "output in fewer steps of the model");
-  cmd->add_option("--draft-max", a.draft_max, "Tokens the draft model proposes per step")
-      ->capture_default_str()
+  cmd->add_option("--draft-max", a.draft_max,
+                  "Tokens drafted per step (default: 6 from a draft model, 3 from the model's own prediction head)")
       ->check(CLI::Range(1, 32));
-  cmd->add_option("--spec", a.spec, "Speculative decoding with --draft: on, off, or auto (while the acceptance pays)")
+  cmd->add_option("--spec", a.spec,
+                  "Speculative decoding with --draft, or with the model's own multi-token-prediction head where it "
+                  "has one: on, off, or auto (while the acceptance pays)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off", "auto"}));
   auto& sp = a.sampling;
@@ -228,11 +230,12 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
   const bool recurrent = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const graph::Node& n) { return graph::state_size(g, n) > 0; });
   const bool cached = recurrent && a.prefix_cache && a.cache_mem_gb > 0;
   const runtime::SpecMode spec = runtime::parse_spec_mode(a.spec);
-  const bool drafting = !a.draft_model.empty() && spec != runtime::SpecMode::Off;
+  // A draft model, else the model's own multi-token-prediction head.
+  const bool drafting = (!a.draft_model.empty() || g.mtp) && spec != runtime::SpecMode::Off;
   const auto open_session = [&] {
     backend::ExecOptions opts = a.exec_options();
     if (cached) opts.cache_blocks = backend::kv_blocks(opts.n_ctx);
-    if (drafting) opts.kept_states = a.draft_max + 1;  // a hybrid goes back to any token of a verifying step
+    if (drafting) opts.kept_states = a.draft_tokens() + 1;  // a hybrid goes back to any token of a verifying step
     m->session = std::make_unique<runtime::Session>(m->file, *m->backend, opts, progress);
     if (cached) m->session->use_prefix_cache(static_cast<uint64_t>(a.cache_mem_gb * 1e9), static_cast<uint64_t>(a.cache_ram_gb * 1e9));
     if (bar) bar->finish();
@@ -248,7 +251,8 @@ std::unique_ptr<LoadedModel> load_model(const GenerationArgs& a) {
     m->backend = backend::make_cpu_backend(a.threads);
     open_session();
   }
-  if (drafting) load_draft(*m, a.draft_model, a.draft_max, spec);
+  if (drafting && !a.draft_model.empty()) load_draft(*m, a.draft_model, a.draft_tokens(), spec);
+  else if (drafting) m->drafter = std::make_unique<runtime::MtpDrafter>(*m->session, a.draft_tokens(), spec);
   m->load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // A context past what the model was trained on runs, but its answers degrade there.
   const std::string arch = m->file.get_or<std::string>("general.architecture", "");
@@ -267,8 +271,9 @@ void load_draft(LoadedModel& m, const std::string& path, int32_t max_draft, runt
   opts.max_tokens = m.session->executable().options().max_tokens;
   opts.kv_type = m.session->executable().options().kv_type;
   m.draft_session = std::make_unique<runtime::Session>(*m.draft_file, *m.backend, opts);
-  m.drafter = std::make_unique<runtime::ModelDrafter>(*m.draft_session, max_draft, mode);
-  m.drafter->check_target(*m.session);
+  auto drafter = std::make_unique<runtime::ModelDrafter>(*m.draft_session, max_draft, mode);
+  drafter->check_target(*m.session);
+  m.drafter = std::move(drafter);
 }
 
 chat::ChatTemplate chat_template(const GenerationArgs& a, const gguf::File& file, const tokenizer::Tokenizer& tok) {

@@ -48,10 +48,12 @@ struct GenerationArgs {
   double cache_mem_gb = 1.0;
   double cache_ram_gb = 0;    // its host tier: GB of host memory for blocks evicted from the device
   bool prefix_cache = false;  // the command has one (chat_options)
-  // Speculative decoding: a draft model of the same vocabulary, the tokens it drafts per step, and
-  // whether to (on, off, auto: while the acceptance measured pays for it).
+  // Speculative decoding: a draft model of the same vocabulary (else the model's own multi-token-
+  // prediction head, where it has one), the tokens drafted per step (0: 6 for a draft model, 3 for a
+  // head) and whether to (on, off, auto: while the acceptance measured pays for it).
   std::string draft_model;
-  int draft_max = 6;
+  int draft_max = 0;
+  int32_t draft_tokens() const { return draft_max > 0 ? draft_max : draft_model.empty() ? 3 : 6; }
   std::string spec = "auto";
 
   std::optional<bool> enable_thinking() const;
@@ -77,10 +79,11 @@ struct LoadedModel {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<runtime::Session> session;
   double load_s = 0;
-  // --draft: the draft model's file and session, and what drafts from it (null: none).
+  // --draft: the draft model's file and session; what drafts (from it, or from the model's own
+  // multi-token-prediction head; null: nothing).
   std::unique_ptr<gguf::File> draft_file;
   std::unique_ptr<runtime::Session> draft_session;
-  std::unique_ptr<runtime::ModelDrafter> drafter;
+  std::unique_ptr<runtime::Drafter> drafter;
 };
 
 // Loads the draft model `path` for `m`'s session on its backend (the same context size; the

@@ -137,8 +137,19 @@ void plan_qwen3next(Job& job) {
   job.set("ssm.time_step_rank", u32(d.hv));
   job.set("ssm.inner_size", u32(d.value_dim()));
   job.set("full_attention_interval", u32(interval));
+  // A checkpoint's multi-token-prediction head (mtp.*) is kept: one more block, after the model's own.
+  const bool mtp = job.ckpt.find("mtp.fc.weight") != nullptr && job.get_opt<uint32_t>("mtp_num_hidden_layers").value_or(1) > 0;
+  if (mtp && job.get_opt<uint32_t>("mtp_num_hidden_layers").value_or(1) != 1) {
+    throw Error(fmt::format("{}: {} multi-token-prediction layers are not supported (one)", job.config_path.string(),
+                            *job.get_opt<uint32_t>("mtp_num_hidden_layers")));
+  }
+  if (mtp) {
+    job.set("block_count", u32(job.n_layer + 1));
+    job.set("nextn_predict_layers", u32(1));
+  }
   std::vector<gguf::Value> flags;
   for (bool r : recurrent) flags.push_back(gguf::Value::boolean(r));
+  if (mtp) flags.push_back(gguf::Value::boolean(false));
   job.set("attention.recurrent_layers", gguf::Value::array(gguf::ValueType::BOOL, flags));
   json rope = job.config.contains("rope_parameters") ? job.config["rope_parameters"] : json::object();
   const float partial = cfg_opt<float>(rope, "partial_rotary_factor").value_or(job.get_opt<float>("partial_rotary_factor").value_or(0.25f));
@@ -158,10 +169,9 @@ void plan_qwen3next(Job& job) {
       job.set("expert_shared_feed_forward_length", gguf::Value::u32(*shared));
     }
   }
-  for (uint32_t l = 0; l < job.n_layer; ++l) {
-    const std::string hp = "model.layers." + std::to_string(l) + ".", gp = "blk." + std::to_string(l) + ".";
+  const auto layer = [&](const std::string& hp, const std::string& gp, bool is_recurrent) {
     job.need(hp + "input_layernorm.weight", gp + "attn_norm.weight");
-    if (recurrent[l]) {
+    if (is_recurrent) {
       plan_linear_attention(job, hp, gp, d, qwen35);
     } else {
       // q_proj keeps its per-head [query | gate] rows.
@@ -183,6 +193,18 @@ void plan_qwen3next(Job& job) {
       job.need(hp + "mlp.up_proj.weight", gp + "ffn_up.weight");
       job.need(hp + "mlp.down_proj.weight", gp + "ffn_down.weight");
     }
+  };
+  for (uint32_t l = 0; l < job.n_layer; ++l) {
+    layer("model.layers." + std::to_string(l) + ".", "blk." + std::to_string(l) + ".", recurrent[l]);
+  }
+  if (mtp) {
+    // The multi-token-prediction head, as the block after the model's own (a full-attention layer).
+    const std::string gp = "blk." + std::to_string(job.n_layer) + ".";
+    layer("mtp.layers.0.", gp, false);
+    job.need("mtp.fc.weight", gp + "nextn.eh_proj.weight");
+    job.need("mtp.pre_fc_norm_embedding.weight", gp + "nextn.enorm.weight");
+    job.need("mtp.pre_fc_norm_hidden.weight", gp + "nextn.hnorm.weight");
+    job.need("mtp.norm.weight", gp + "nextn.shared_head_norm.weight");
   }
 }
 

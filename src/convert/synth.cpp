@@ -45,6 +45,7 @@ struct Preset {
   // layers with their own head size, KV heads and base. Logits soft-capped at final_cap.
   int global_every = 0, head_dim_swa = 0, n_head_kv_swa = 0;
   float rope_base_swa = 0, final_cap = 0;
+  bool mtp = false;  // a multi-token-prediction head (one full-attention block after the others)
 };
 
 // Shapes and settings of the released models.
@@ -59,11 +60,11 @@ const Preset kPresets[] = {
     // Qwen3.6-35B-A3B (the Qwen3.5-35B-A3B layout): 40 layers, three gated-DeltaNet layers to one
     // gated full-attention layer, 256 experts (8 used) plus a shared one.
     {"qwen3.6-35b-a3b", "qwen35moe", 40, 2048, 0, 248320, 16, 2, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 256,
-     8, 512, 16, 32, 128, 4, 512, 0.25f},
+     8, 512, 16, 32, 128, 4, 512, 0.25f, 0, 0, 0, 0, 0, true},
     // Qwen3.6-27B (the Qwen3.5-27B layout, dense): 64 layers, three gated-DeltaNet layers (16 key and 48
     // value heads of 128) to one gated full-attention layer (24 heads of 256 over 4 KV heads).
     {"qwen3.6-27b", "qwen35", 64, 5120, 17408, 248320, 24, 4, 256, 1e7f, 1e-6f, false, 262144, "qwen35", 0, 0, 0, 0, 0,
-     16, 48, 128, 4, 0, 0.25f},
+     16, 48, 128, 4, 0, 0.25f, 0, 0, 0, 0, 0, true},
     // GPT-OSS-20B: 24 layers alternating 128-token windows and full attention, sinks, biases, YaRN
     // (factor 32 over 4096), 32 experts (4 used) with the clamped SwiGLU.
     {"gpt-oss-20b", "gpt-oss", 24, 2880, 2880, 201088, 64, 8, 64, 150000.0f, 1e-5f, false, 131072, "gpt-4o", 0, 128,
@@ -151,6 +152,7 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   const auto mixture = quant::mixture_by_name(o.mixture);
   if (!mixture) throw Error(fmt::format("unknown mixture '{}'", o.mixture));
   const int n_layer = o.layers > 0 ? o.layers : p.n_layer;
+  const int n_block = n_layer + (p.mtp && o.mtp ? 1 : 0);  // the head's block last
   const std::string a = p.arch;
   const bool gemma = a == "gemma3" || a == "gemma4";
   const bool gemma4 = a == "gemma4";
@@ -165,7 +167,8 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   m.set("general.file_type", Value::u32(mixture->file_type));
   m.set(a + ".context_length", Value::u32(p.n_ctx));
   m.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(p.n_embd)));
-  m.set(a + ".block_count", Value::u32(static_cast<uint32_t>(n_layer)));
+  m.set(a + ".block_count", Value::u32(static_cast<uint32_t>(n_block)));
+  if (n_block > n_layer) m.set(a + ".nextn_predict_layers", Value::u32(static_cast<uint32_t>(n_block - n_layer)));
   if (p.n_ff > 0) m.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(p.n_ff)));
   m.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(p.n_head)));
   m.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(p.n_head_kv)));
@@ -245,13 +248,20 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   // Gemma 4's proportional rotation: the per-pair frequency divisors of the global layers (filled below).
   if (gemma4) ts.push_back({"rope_freqs.weight", {static_cast<uint64_t>(p.head_dim / 2)}, false});
   int n_attn_v = 0;
-  for (int l = 0; l < n_layer; ++l) {
+  for (int l = 0; l < n_block; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
+    const bool head_block = l >= n_layer;  // the multi-token-prediction head's: full attention
+    if (head_block) {
+      ts.push_back({b + "nextn.eh_proj.weight", {2 * d, d}, false});
+      ts.push_back({b + "nextn.enorm.weight", {d}, true});
+      ts.push_back({b + "nextn.hnorm.weight", {d}, true});
+      ts.push_back({b + "nextn.shared_head_norm.weight", {d}, true});
+    }
     const int head = global(l) ? p.head_dim : p.head_dim_swa, kv_heads = global(l) ? p.n_head_kv : p.n_head_kv_swa;
     const auto qw = static_cast<uint64_t>(p.n_head * head), kvw = static_cast<uint64_t>(kv_heads * head);
     const auto hd = static_cast<uint64_t>(head);
     ts.push_back({b + "attn_norm.weight", {d}, true});
-    if (hybrid && (l + 1) % p.full_every != 0) {
+    if (hybrid && !head_block && (l + 1) % p.full_every != 0) {
       const auto kd = static_cast<uint64_t>(p.lin_hk * p.lin_d), vd = static_cast<uint64_t>(p.lin_hv * p.lin_d);
       const auto hv = static_cast<uint64_t>(p.lin_hv);
       ts.push_back({b + "attn_qkv.weight", {d, 2 * kd + vd}, false});
@@ -315,11 +325,11 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
 
   quant::ModelFacts facts;
   facts.arch = a;
-  facts.n_layer = n_layer;
+  facts.n_layer = n_block;
   facts.n_gqa = p.n_head / p.n_head_kv;
   facts.tied_embeddings = p.tied;
   facts.n_attn_v = n_attn_v;
-  facts.n_ffn_down = n_layer;
+  facts.n_ffn_down = n_block;
   quant::TypeSelector selector(*mixture, facts);
   auto pool = std::make_shared<ThreadPool>(0);
   SynthReport report;

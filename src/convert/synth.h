@@ -16,6 +16,8 @@ struct SynthOptions {
   std::string preset;            // synth_presets()
   std::string mixture = "Q4_K_M";
   int layers = 0;                // > 0: this many blocks instead of the real count (every shape kept)
+  // The released model's multi-token-prediction head (Qwen3.5/3.6), one more block after the others.
+  bool mtp = true;
   uint32_t seed = 1;
   // A directory with the real model's tokenizer.json (+ tokenizer_config.json); empty: a built-in
   // byte-level vocabulary padded to the real size (the text is meaningless, the shapes are right).

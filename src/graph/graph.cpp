@@ -31,6 +31,7 @@ const char* op_name(Op op) {
     case Op::SsmConv: return "ssm_conv";
     case Op::DeltaNet: return "delta_net";
     case Op::Scale: return "scale";
+    case Op::Input: return "input";
   }
   return "?";
 }
@@ -69,9 +70,15 @@ Node& Builder::emit(Op op, TensorId out, std::vector<TensorId> in) {
   return g_.nodes.back();
 }
 
-TensorId Builder::embed(TensorId w, float scale) {
-  const TensorId out = act("inp_embd", g_.tensor(w).ne[0]);
+TensorId Builder::embed(TensorId w, float scale, const std::string& name) {
+  const TensorId out = act(name, g_.tensor(w).ne[0]);
   emit(Op::Embed, out, {w}).params = EmbedParams{scale};
+  return out;
+}
+
+TensorId Builder::input(int64_t width, const std::string& name) {
+  const TensorId out = act(name, width);
+  emit(Op::Input, out, {});
   return out;
 }
 

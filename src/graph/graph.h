@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -81,6 +82,8 @@ enum class Op : uint8_t {
                // 1/sqrt(dk); S = exp(g) S + k (beta (v - S^T k))^T, out = S^T q
                //                                                in: q, k, v, a, b, A, dt_bias
   Scale,       // out = x * w, w a weight of width floats or of one float (broadcast)       in: x, w
+  Input,       // out[t] = row t of the step's inputs (StepParams::inputs): what another context computed,
+               // such as the target model's hidden states a multi-token-prediction head reads    in: none
 };
 
 enum class MoeRouting : uint8_t {
@@ -178,6 +181,15 @@ struct Graph {
   int64_t kv_width = 0;  // per layer: n_head_kv * head_dim (K and V rows); the widest when layers differ
   std::vector<int64_t> layer_kv_width;  // (n_layer) each layer's K/V row width, 0 where it has no attention
   int64_t n_vocab = 0;
+  // A tensor whose rows a context hands out after each step (Executable::hidden()), -1 for none: a
+  // model with a multi-token-prediction head sets it to its final-normed hidden state of every token
+  // of the step, which that head reads.
+  TensorId hidden = -1;
+  // The model's multi-token-prediction (MTP / NextN) head, or null: a graph over the same tensors (its
+  // weights load with this graph's) whose step takes tokens t+1 and, as inputs (Op::Input), the hidden
+  // rows of tokens t (this graph's `hidden`), and whose logits guess tokens t+2. Its own `hidden` is its
+  // final-normed row of each logits row, which it reads again for the guess after that.
+  std::shared_ptr<const Graph> mtp;
 
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
   // The K/V row width of one layer's cache (Gemma 4's global layers have wider heads than its local ones).
@@ -208,6 +220,8 @@ struct SeqStep {
 struct StepParams {
   std::vector<int32_t> tokens;
   std::vector<SeqStep> seqs;
+  // For a graph with an Op::Input node: one row of its width per token, in the tokens' order.
+  std::vector<float> inputs;
 
   // The usual step: `tokens` of sequence 0 at positions n_past...
   static StepParams one(std::vector<int32_t> tokens, int32_t n_past = 0, bool all_logits = false) {
@@ -237,7 +251,9 @@ class Builder {
   TensorId weight(const std::string& name, gguf::TensorType type, std::array<int64_t, 4> ne, int layer = -1);
   TensorId act(const std::string& name, int64_t width, int layer = -1);
 
-  TensorId embed(TensorId w, float scale = 1.0f);
+  TensorId embed(TensorId w, float scale = 1.0f, const std::string& name = "inp_embd");
+  // The step's input rows (Op::Input) of `width` floats.
+  TensorId input(int64_t width, const std::string& name);
   TensorId rms_norm(TensorId x, TensorId w, float eps, float offset, const std::string& name, int layer);
   // RMSNorm of each head_dim-wide group of the row (per-head q/k norms); w = -1: no weight.
   TensorId rms_norm_heads(TensorId x, TensorId w, int head_dim, float eps, const std::string& name, int layer);

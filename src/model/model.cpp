@@ -148,6 +148,8 @@ graph::Graph embedding_graph(graph::Graph g) {
     if (g.tensor(g.nodes[i].out).name != "result_norm") continue;
     g.logits = g.nodes[i].out;
     g.nodes.resize(i + 1);  // the output projection (and any soft-cap) after it
+    g.hidden = -1;
+    g.mtp = nullptr;
     return g;
   }
   throw Error("this model's graph has no final norm to take hidden states from");

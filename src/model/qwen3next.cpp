@@ -8,6 +8,7 @@
 // grouped (v head h reads key head h / (Hv / Hk)).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -17,9 +18,53 @@ namespace zinc::model {
 
 namespace {
 
+// The multi-token-prediction head (blk.<n_layer>): the embedding of token t+1 and the hidden state of
+// token t, each RMS-normed, side by side through nextn.eh_proj, then one gated full-attention layer
+// with its feed-forward, the head's own final norm and the model's output projection. Emitted into
+// g's tensors and cut into g.mtp; g hands out its final-normed rows of every token (g.hidden).
+template <class Layer>
+void build_mtp(graph::Builder& b, graph::Graph& g, const gguf::File& f, const HParams& hp, graph::TensorId x,
+               graph::TensorId tok, const Layer& layer) {
+  const auto existing = [&](const std::string& name) {
+    for (size_t i = 0; i < g.tensors.size(); ++i) {
+      if (g.tensors[i].name == name) return static_cast<graph::TensorId>(i);
+    }
+    throw Error(fmt::format("{}: the graph has no tensor {}", f.name(), name));
+  };
+  const int l = hp.n_layer;
+  const int64_t d = hp.n_embd;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const auto W = [&](const std::string& name, std::vector<int64_t> shape) { return require_weight(b, f, p + name, std::move(shape), l); };
+  const auto output = std::find_if(g.tensors.begin(), g.tensors.end(), [](const graph::Tensor& t) { return t.name == "output.weight"; });
+  const graph::TensorId out_w = output == g.tensors.end() ? tok : static_cast<graph::TensorId>(output - g.tensors.begin());
+  g.hidden = b.rms_norm(x, existing("output_norm.weight"), hp.rms_eps, 0.0f, "result_hidden", -1);
+  const size_t main_nodes = g.nodes.size();
+  auto e = b.rms_norm(b.embed(tok, 1.0f, "mtp_inp_embd"), W("nextn.enorm.weight", {d}), hp.rms_eps, 0.0f, p + "mtp_enorm", l);
+  auto h = b.rms_norm(b.input(d, "mtp_inp_hidden"), W("nextn.hnorm.weight", {d}), hp.rms_eps, 0.0f, p + "mtp_hnorm", l);
+  auto y = b.matmul(W("nextn.eh_proj.weight", {2 * d, d}), b.concat({e, h}, p + "mtp_concat", l), p + "mtp_proj", l);
+  y = b.select_last(layer(y, l, false), "mtp_result_last");
+  const auto normed = b.rms_norm(y, W("nextn.shared_head_norm.weight", {d}), hp.rms_eps, 0.0f, "mtp_result_norm", -1);
+  const auto logits = b.matmul(out_w, normed, "mtp_result_output", -1);
+  auto mtp = std::make_shared<graph::Graph>(g);
+  mtp->nodes.erase(mtp->nodes.begin(), mtp->nodes.begin() + static_cast<std::ptrdiff_t>(main_nodes));
+  mtp->logits = logits;
+  mtp->hidden = normed;
+  mtp->n_layer = l + 1;
+  mtp->mtp = nullptr;
+  g.nodes.resize(main_nodes);
+  g.mtp = std::move(mtp);
+}
+
 graph::Graph build_hybrid(const gguf::File& f, HParams& hp, const std::string& arch) {
   hp = read_common_hparams(f, arch);
   const std::string p0 = arch + ".";
+  // Files with a multi-token-prediction head count its layer among the blocks, after the model's own.
+  const auto nextn = static_cast<int>(f.get_or<uint32_t>(p0 + "nextn_predict_layers", 0));
+  if (nextn < 0 || nextn > 1 || nextn >= hp.n_layer) {
+    throw Error(fmt::format("{}: {} multi-token-prediction layers of {} blocks are not supported (one at most)", f.name(),
+                            nextn, hp.n_layer));
+  }
+  hp.n_layer -= nextn;
   const bool grouped_ba = arch == "qwen3next", tiled = arch != "qwen3next", moe = arch != "qwen35";
   const int hk = static_cast<int>(f.get<uint32_t>(p0 + "ssm.group_count"));
   const int hv = static_cast<int>(f.get<uint32_t>(p0 + "ssm.time_step_rank"));
@@ -36,12 +81,15 @@ graph::Graph build_hybrid(const gguf::File& f, HParams& hp, const std::string& a
   if (const auto* kv = f.find(p0 + "attention.recurrent_layers")) {
     if (kv->value.type() != gguf::ValueType::ARRAY) throw Error(fmt::format("{}: attention.recurrent_layers is not an array", f.name()));
     const auto flags = kv->value.array();
-    if (flags.size() != recurrent.size()) {
+    if (flags.size() != recurrent.size() && flags.size() != recurrent.size() + static_cast<size_t>(nextn)) {
       throw Error(fmt::format("{}: attention.recurrent_layers lists {} layers, the model has {}", f.name(), flags.size(),
                               hp.n_layer));
     }
     size_t i = 0;
-    for (gguf::ValueView v : flags) recurrent[i++] = v.as<bool>().value_or(false);
+    for (gguf::ValueView v : flags) {
+      if (i < recurrent.size()) recurrent[i] = v.as<bool>().value_or(false);
+      ++i;
+    }
   } else {
     const auto interval = static_cast<int>(f.get_or<uint32_t>(p0 + "full_attention_interval", 4));
     for (int l = 0; l < hp.n_layer; ++l) recurrent[static_cast<size_t>(l)] = interval <= 0 || (l + 1) % interval != 0;
@@ -65,13 +113,13 @@ graph::Graph build_hybrid(const gguf::File& f, HParams& hp, const std::string& a
   g.n_layer = hp.n_layer;
   g.n_vocab = hp.n_vocab;
   const auto tok = require_weight(b, f, "token_embd.weight", {d, hp.n_vocab});
-  graph::TensorId x = b.embed(tok);
-  for (int l = 0; l < hp.n_layer; ++l) {
+  // One decoder layer over x (recurrent: gated DeltaNet, else gated full attention), then its feed-forward.
+  const auto layer = [&](graph::TensorId x, int l, bool is_recurrent) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const auto W = [&](const std::string& name, std::vector<int64_t> shape) { return require_weight(b, f, p + name, std::move(shape), l); };
     auto h = b.rms_norm(x, W("attn_norm.weight", {d}), eps, 0.0f, p + "attn_norm", l);
     graph::TensorId mixed;
-    if (recurrent[static_cast<size_t>(l)]) {
+    if (is_recurrent) {
       auto qkv = b.matmul(W("attn_qkv.weight", {d, conv_dim}), h, p + "qkv", l);
       auto z = b.matmul(W("attn_gate.weight", {d, vd}), h, p + "z", l);
       graph::TensorId beta, alpha;
@@ -126,9 +174,12 @@ graph::Graph build_hybrid(const gguf::File& f, HParams& hp, const std::string& a
                           b.matmul(W("ffn_up.weight", {d, ff}), h, p + "ffn_up", l), p + "ffn_act", l);
       ffn = b.matmul(W("ffn_down.weight", {ff, d}), act, p + "ffn_out", l);
     }
-    x = b.add(x, ffn, p + "ffn_residual", l);
-  }
+    return b.add(x, ffn, p + "ffn_residual", l);
+  };
+  graph::TensorId x = b.embed(tok);
+  for (int l = 0; l < hp.n_layer; ++l) x = layer(x, l, recurrent[static_cast<size_t>(l)]);
   build_output(b, g, f, hp, x, tok);
+  if (nextn > 0) build_mtp(b, g, f, hp, x, tok, layer);
   return g;
 }
 

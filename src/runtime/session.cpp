@@ -146,6 +146,7 @@ void Session::eval_speculative(std::span<const int32_t> tokens) {
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   spec_tokens_ = n;
   spec_row0_ = row_ = 0;
+  if (observer_) observer_(n_past_ - n, tokens, true);
 }
 
 void Session::add_to(graph::StepParams& step, int32_t n) const {
@@ -179,6 +180,7 @@ void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
   n_past_ += static_cast<int32_t>(step.tokens.size());
   tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
   history_.insert(history_.end(), step.tokens.begin(), step.tokens.end());
+  if (observer_) observer_(n_past_ - static_cast<int32_t>(tokens.size()), tokens, false);
 }
 
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -140,6 +141,12 @@ class Session {
     history_.clear();
     drop_pending();
   }
+  // Told after each step this session runs itself (not a batched session's, which a scheduler runs):
+  // the position of its first token, its tokens, and whether it verifies drafted tokens (those after
+  // the first). The executable still holds the step's results (hidden(), logits()).
+  using StepObserver = std::function<void(int32_t n_past, std::span<const int32_t> tokens, bool speculative)>;
+  void set_step_observer(StepObserver observer) { observer_ = std::move(observer); }
+
   const graph::Graph& graph() const { return weights_->graph(); }
   const std::shared_ptr<backend::Weights>& weights() const { return weights_; }
   const backend::Executable& executable() const { return *exe_; }
@@ -166,6 +173,7 @@ class Session {
   int32_t reused_ = 0;
   std::vector<float> logits_;
   std::shared_ptr<PrefixCache> cache_;
+  StepObserver observer_;
 };
 
 }  // namespace zinc::runtime

@@ -67,6 +67,101 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> context, int32
   return out;
 }
 
+MtpDrafter::MtpDrafter(Session& target, int32_t max_draft, SpecMode mode) : Drafter(max_draft, mode), target_(target) {
+  const graph::Graph& g = target_.graph();
+  if (!g.mtp || g.hidden < 0) throw Error("the model has no multi-token-prediction head to draft with");
+  if (target_.batched()) throw Error("drafting with the model's multi-token-prediction head needs a session of its own");
+  const backend::ExecOptions& to = target_.executable().options();
+  backend::ExecOptions opts;
+  opts.n_ctx = to.n_ctx;
+  opts.max_tokens = to.max_tokens;
+  opts.kv_type = to.kv_type;
+  head_ = target_.weights()->instantiate(opts, *g.mtp);
+  width_ = g.tensor(g.hidden).ne[0];
+  target_.set_step_observer([this](int32_t n_past, std::span<const int32_t> tokens, bool speculative) {
+    on_step(n_past, tokens, speculative);
+  });
+}
+
+MtpDrafter::~MtpDrafter() { target_.set_step_observer({}); }
+
+void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative) {
+  (void)speculative;  // its rows after the first wait for the verdict: draft() reads only accepted ones
+  const auto w = static_cast<size_t>(width_);
+  const auto held = static_cast<int32_t>(rows_.size() / w);
+  // Rows from n_past on are replaced; a step past the rows held leaves a gap (read as zeros).
+  if (n_past < rows_from_ || n_past > rows_from_ + held) {
+    rows_.clear();
+    rows_from_ = n_past;
+  } else {
+    rows_.resize(static_cast<size_t>(n_past - rows_from_) * w);
+  }
+  if (!tokens.empty()) keep_until(n_past, tokens[0]);
+  const std::span<const float> h = target_.executable().hidden();
+  if (h.size() != tokens.size() * w) throw Error("the model handed out hidden rows that do not match its step");
+  rows_.insert(rows_.end(), h.begin(), h.end());
+  // A long run of rows (a prompt, or decoding without drafts) is fed now, in steps of many positions,
+  // so the rows held stay few.
+  if (!speculative && rows_.size() / w >= static_cast<size_t>(kFeedRows)) {
+    feed(target_.history(), target_.n_past() - 1);
+  }
+}
+
+void MtpDrafter::keep_until(int32_t pos, int32_t token) {
+  // Position pos - 1 paired the row of token pos - 1 (unchanged) with the token at pos.
+  const auto p = static_cast<size_t>(std::max(pos, 0));
+  size_t keep = p > 0 ? p - 1 : 0;
+  if (p > 0 && fed_.size() >= p && fed_[p - 1] == token) keep = p;
+  if (fed_.size() > keep) fed_.resize(keep);
+}
+
+void MtpDrafter::feed(std::span<const int32_t> context, int32_t end) {
+  const auto w = static_cast<size_t>(width_);
+  const auto step_max = head_->options().max_tokens;
+  while (done() < end) {
+    const int32_t at = done(), n = std::min(end - at, step_max);
+    graph::StepParams step;
+    step.add(0, at, std::vector<int32_t>(context.begin() + at + 1, context.begin() + at + 1 + n));
+    step.inputs.assign(static_cast<size_t>(n) * w, 0.0f);
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t r = at + i - rows_from_;
+      if (r >= 0 && static_cast<size_t>(r + 1) * w <= rows_.size()) {
+        std::copy_n(rows_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * w), w,
+                    step.inputs.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * w));
+      }
+    }
+    head_->run(step);
+    fed_.insert(fed_.end(), step.tokens.begin(), step.tokens.end());
+  }
+  // Rows of positions the head has read are not needed again, but for the last one (draft() reads
+  // that position again for its guess).
+  const int32_t drop = std::clamp(done() - 1 - rows_from_, 0, static_cast<int32_t>(rows_.size() / w));
+  rows_.erase(rows_.begin(), rows_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(drop) * w));
+  rows_from_ += drop;
+}
+
+std::vector<int32_t> MtpDrafter::draft(std::span<const int32_t> context, int32_t n) {
+  // context: the target's tokens (positions 0..p-1 evaluated) and the next token, at p.
+  const auto p = static_cast<int32_t>(context.size()) - 1;
+  if (p < 1 || p > target_.n_past()) return {};
+  // Position p - 1 pairs the last evaluated token's row with the next token: its guess is token p + 1,
+  // so the head's last step is that position's (fed again where the head holds it already).
+  if (fed_.size() > static_cast<size_t>(p - 1)) fed_.resize(static_cast<size_t>(p - 1));
+  feed(context, p);
+  std::vector<int32_t> out{head_->argmax()};
+  while (static_cast<int32_t>(out.size()) < n && p + static_cast<int32_t>(out.size()) < head_->options().n_ctx) {
+    // The head's own hidden row of its last guess, with that guess, at the next position. These
+    // positions are the drafts': the next feed() goes back over them.
+    const std::span<const float> h = head_->hidden();
+    graph::StepParams step;
+    step.add(0, p - 1 + static_cast<int32_t>(out.size()), {out.back()});
+    step.inputs.assign(h.end() - width_, h.end());
+    head_->run(step);
+    out.push_back(head_->argmax());
+  }
+  return out;
+}
+
 namespace {
 
 // An exponentially weighted mean (the first sample taken as it is).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -81,6 +82,49 @@ class ModelDrafter final : public Drafter {
 
  private:
   Session& draft_;
+};
+
+// Drafts with the model's own multi-token-prediction head (graph::Graph::mtp, Qwen3.5/3.6's MTP
+// layer): the head reads the target's hidden state of token t and the embedding of token t+1 and
+// guesses token t+2; further guesses read the head's own hidden state. It runs in a context of its
+// own over the target's weights, with a cache of its own: every position of the target's context is
+// fed to it (the target's hidden rows, watched step by step), so that its attention sees the whole
+// text as the target does. Rows wait until drafting needs them (a plain step costs the head nothing)
+// and go through in steps of many positions.
+class MtpDrafter final : public Drafter {
+ public:
+  // `target` must outlive the drafter, run its own steps (not a batched session) and have a model
+  // with a multi-token-prediction head. Throws zinc::Error otherwise.
+  MtpDrafter(Session& target, int32_t max_draft, SpecMode mode = SpecMode::On);
+  ~MtpDrafter() override;
+  MtpDrafter(const MtpDrafter&) = delete;
+  MtpDrafter& operator=(const MtpDrafter&) = delete;
+
+ protected:
+  std::vector<int32_t> draft(std::span<const int32_t> context, int32_t n) override;
+
+ private:
+  static constexpr int32_t kFeedRows = 64;  // rows that wait at most (outside drafting)
+
+  void on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative);
+  // The target's context holds `token` at position `pos` and what was there from pos on is gone: the
+  // head forgets the positions that paired a row or a token no longer there.
+  void keep_until(int32_t pos, int32_t token);
+  int32_t done() const { return static_cast<int32_t>(fed_.size()); }
+  // Feeds the head positions [done(), end): the target's hidden row of each with the token after it
+  // (context[i + 1]); a position whose row was never seen (a prefix another context computed) reads
+  // zeros. Leaves the last position's guess in the head's logits.
+  void feed(std::span<const int32_t> context, int32_t end);
+
+  Session& target_;
+  std::unique_ptr<backend::Executable> head_;
+  int64_t width_;  // of a hidden row
+  // The head's cache holds positions [0, fed_.size()) of the target's context: position i paired the
+  // target's row of token i with token i + 1 (fed_[i]).
+  std::vector<int32_t> fed_;
+  // The target's hidden rows the head has not read yet: positions [rows_from_, rows_from_ + rows).
+  int32_t rows_from_ = 0;
+  std::vector<float> rows_;
 };
 
 // Throws zinc::Error unless the draft model's tokenizer has the target's tokens, id for id (`name`: the

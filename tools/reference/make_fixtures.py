@@ -3,17 +3,20 @@
 
 Run on a machine with torch + transformers (the GPU machine; the work itself runs on its CPU):
     python3 tools/reference/make_fixtures.py OUT_DIR [NAME ...]
+    python3 tools/reference/make_fixtures.py --mtp OUT_DIR qwen3_5 qwen3_5_moe   (with the MTP head)
 For each architecture (or only the named fixtures) it writes OUT_DIR/<arch>/ with a bf16 safetensors checkpoint, config.json, a
 small byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json) and reference.json: fixed token
 sequences, the float64 logits at every position of each (logits_<i>.f32, float32 little-endian,
 [tokens x vocab]) and a 32-token greedy continuation. Dimensions are multiples of 256 so K-quants
 apply; output weights are scaled so the top-1 margin is visible after quantization.
 """
+import copy
 import json
 import os
 import sys
 
 import numpy as np
+import safetensors.torch
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -171,7 +174,79 @@ def randomize(model, seed):
                 p.copy_(0.04 * torch.randn(p.shape, generator=g))
 
 
-def main(out_root, names):
+def add_mtp(arch, cfg, out, model, seqs, ref):
+    """Qwen3.5's multi-token-prediction head (mtp.*, which transformers loads no module for): token t+1's
+    embedding and token t's final hidden state, each RMS-normed (pre_fc_norm_embedding / _hidden), side
+    by side through fc, one full-attention decoder layer, a final norm (mtp.norm), the model's lm_head:
+    logits for token t+2. The reference runs the layer and the norm as a one-layer model of the same
+    family, so every op is transformers' own; written to mtp_logits_<i>.f32 ([tokens - 1 x vocab], row i
+    for position i) and reference.json's "mtp"."""
+    mcfg = copy.deepcopy(cfg)
+    mcfg.num_hidden_layers = 1
+    mcfg.layer_types = ["full_attention"]
+    torch.manual_seed(1)
+    mini = transformers.AutoModelForCausalLM.from_config(mcfg, dtype=torch.float32)
+    randomize_sparse(mini, seed=4321)
+    d = cfg.hidden_size
+    g = torch.Generator().manual_seed(99)
+    mtp = {"mtp.fc.weight": 0.04 * torch.randn(d, 2 * d, generator=g),
+           "mtp.pre_fc_norm_embedding.weight": 0.1 * torch.randn(d, generator=g),
+           "mtp.pre_fc_norm_hidden.weight": 0.1 * torch.randn(d, generator=g)}
+    for name, p in mini.model.named_parameters():
+        if name.startswith("layers.0."):
+            mtp["mtp." + name] = p.detach()
+        elif name == "norm.weight":
+            mtp["mtp.norm.weight"] = p.detach()
+    mtp = {k: v.to(torch.bfloat16).contiguous() for k, v in mtp.items()}
+    path = os.path.join(out, "model.safetensors")
+    tensors = safetensors.torch.load_file(path)
+    tensors.update(mtp)
+    safetensors.torch.save_file(tensors, path, metadata={"format": "pt"})
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    config["mtp_num_hidden_layers"] = 1
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    with open(os.path.join(out, "parameters.txt"), "a") as f:
+        for name, t in mtp.items():
+            f.write(f"{name} {list(t.shape)}\n")
+    # The same bf16 values in float64.
+    mcfg._experts_implementation = "eager"
+    mini = transformers.AutoModelForCausalLM.from_config(mcfg, dtype=torch.float64)
+    if hasattr(mini, "set_experts_implementation"):
+        mini.set_experts_implementation("eager")
+    state = mini.model.state_dict()
+    for k in state:
+        src = "mtp.norm.weight" if k == "norm.weight" else "mtp." + k
+        if src in mtp:
+            state[k] = mtp[src].to(torch.float64)
+    mini.model.load_state_dict(state)
+    mini = mini.eval()
+    norm_cls = type(model.model.norm)
+    norms = {}
+    for key in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"):
+        n = norm_cls(d, eps=cfg.rms_norm_eps).to(torch.float64)
+        with torch.no_grad():
+            n.weight.copy_(mtp[key].to(torch.float64))
+        norms[key] = n
+    fc = mtp["mtp.fc.weight"].to(torch.float64)
+    ref["mtp"] = {"logits": [], "margins": []}
+    with torch.no_grad():
+        for i, s in enumerate(seqs):
+            ids = torch.tensor([s])
+            h = model.model(ids).last_hidden_state[:, :-1]  # final-normed rows of tokens 0..n-2
+            e = model.model.embed_tokens(ids)[:, 1:]          # tokens 1..n-1
+            x = torch.cat([norms["mtp.pre_fc_norm_embedding.weight"](e), norms["mtp.pre_fc_norm_hidden.weight"](h)], dim=-1) @ fc.T
+            y = mini.model(inputs_embeds=x).last_hidden_state
+            logits = model.lm_head(y)[0].to(torch.float64).numpy()
+            logits.astype("<f4").tofile(os.path.join(out, f"mtp_logits_{i}.f32"))
+            ref["mtp"]["logits"].append({"file": f"mtp_logits_{i}.f32", "shape": list(logits.shape)})
+            top2 = np.sort(logits, axis=-1)[:, -2:]
+            ref["mtp"]["margins"].append(float(np.median(top2[:, 1] - top2[:, 0])))
+    print(f"{arch}: mtp head, median top-1 margin {ref['mtp']['margins']}")
+
+
+def main(out_root, names, mtp=False):
     all_configs = dict(configs())
     for arch, make in sparse_configs().items():
         if names and arch not in names:
@@ -184,14 +259,14 @@ def main(out_root, names):
         if names and arch not in names:
             continue
         try:
-            make_one(arch, cfg, out_root)
+            make_one(arch, cfg, out_root, mtp)
         except Exception as e:  # the other families still get their fixtures
             import traceback
             traceback.print_exc()
             print(f"{arch}: failed: {type(e).__name__}: {e}")
 
 
-def make_one(arch, cfg, out_root):
+def make_one(arch, cfg, out_root, mtp=False):
     print(arch, "rope:", getattr(cfg, "rope_parameters", None))
     out = os.path.join(out_root, arch)
     os.makedirs(out, exist_ok=True)
@@ -241,6 +316,8 @@ def make_one(arch, cfg, out_root):
                              min_new_tokens=GREEDY, pad_token_id=1,
                              suppress_tokens=list(range(n_tokens, VOCAB)) or None)
         ref["greedy"] = [int(t) for t in gen[0][len(seqs[0]):]]
+    if mtp:
+        add_mtp(arch, cfg, out, model, seqs, ref)
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1)
     size = sum(os.path.getsize(os.path.join(out, n)) for n in os.listdir(out))
@@ -248,4 +325,8 @@ def make_one(arch, cfg, out_root):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "fixtures", sys.argv[2:])
+    args = sys.argv[1:]
+    # --mtp: the hybrid families with a multi-token-prediction head (tests/models/fixtures-mtp).
+    with_mtp = "--mtp" in args
+    args = [a for a in args if a != "--mtp"]
+    main(args[0] if args else "fixtures", args[1:], with_mtp)

@@ -103,7 +103,13 @@ class CpuWeights final : public Weights {
       auto& s = slice[static_cast<size_t>(id)];
       if (s >= 0) s = s == 0 || s == rows ? rows : -1;
     };
-    for (const Node& node : g.nodes) {
+    std::vector<const Node*> nodes;  // the graph's and its multi-token-prediction head's
+    for (const Node& node : g.nodes) nodes.push_back(&node);
+    if (g.mtp) {
+      for (const Node& node : g.mtp->nodes) nodes.push_back(&node);
+    }
+    for (const Node* np : nodes) {
+      const Node& node = *np;
       if (node.op == Op::MatMul) product_of(node.in[0], g.tensor(node.in[0]).ne[1]);
       if (node.op == Op::MoE) {
         product_of(node.in[1], g.tensor(node.in[1]).ne[1]);
@@ -185,6 +191,12 @@ class CpuExecutable final : public SequencedExecutable {
   std::span<const float> logits() const override {
     return {buf(g_.logits), static_cast<size_t>(logit_rows_ * n_vocab())};
   }
+
+  std::span<const float> hidden() const override {
+    if (g_.hidden < 0) return Executable::hidden();
+    return {buf(g_.hidden), static_cast<size_t>(rows_[static_cast<size_t>(g_.hidden)] * hidden_width())};
+  }
+  int64_t hidden_width() const override { return g_.hidden < 0 ? 0 : g_.tensor(g_.hidden).ne[0]; }
 
   std::vector<float> activation(TensorId id) const override {
     check_activation(g_, opts_, id);
@@ -446,6 +458,9 @@ class CpuExecutable final : public SequencedExecutable {
           for (int64_t i = 0; i < width; ++i) out[t * width + i] = a[t * width + i] * sv[one ? 0 : i];
         break;
       }
+      case Op::Input:
+        std::memcpy(out, step.inputs.data(), static_cast<size_t>(n * width) * sizeof(float));
+        break;
       case Op::SelectLast: {
         // Per sequence: all its rows, or its last. Rows only move towards the front, in order.
         const float* src = buf(node.in[0]);
@@ -858,6 +873,9 @@ class CpuBackend final : public Backend {
   using Backend::load;
   std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
     if (std::string why = why_unsupported(g); !why.empty()) throw Error(why);
+    if (g.mtp) {
+      if (std::string why = why_unsupported(*g.mtp); !why.empty()) throw Error(why);
+    }
     return std::make_shared<CpuWeights>(g, file, threads_, progress);
   }
 

@@ -72,6 +72,11 @@ class VulkanExecutable final : public SequencedExecutable {
   std::span<const float> logits() const override {
     return {static_cast<const float*>(logits_->mapped), static_cast<size_t>(logit_rows_ * n_vocab())};
   }
+  std::span<const float> hidden() const override {
+    if (!hidden_) return Executable::hidden();
+    return {static_cast<const float*>(hidden_->mapped), static_cast<size_t>(hidden_rows_ * hidden_width())};
+  }
+  int64_t hidden_width() const override { return g_.hidden < 0 ? 0 : g_.tensor(g_.hidden).ne[0]; }
 
   void run(const graph::StepParams& step) override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
@@ -106,6 +111,7 @@ class VulkanExecutable final : public SequencedExecutable {
     }
     it->second.rec->submit_and_wait();
     logit_rows_ = it->second.logit_rows;
+    hidden_rows_ = it->second.hidden_rows;
     last_rows_ = &it->second.rows;
     argmax_rows_ = it->second.argmax_rows;
     end_step(step);
@@ -190,6 +196,10 @@ class VulkanExecutable final : public SequencedExecutable {
     res_.arena = device(arena_, plan_.arena_bytes);
     logits_ = ctx_.owned_host_buffer(plan_.logits_bytes);
     res_.logits = logits_.get();
+    if (plan_.hidden_bytes > 0) {
+      hidden_ = ctx_.owned_host_buffer(plan_.hidden_bytes);
+      res_.hidden = hidden_.get();
+    }
     step_ = ctx_.owned_host_buffer(plan_.step_bytes);
     std::memset(step_->mapped, 0, plan_.step_bytes);
     res_.step_host = step_.get();
@@ -258,6 +268,15 @@ class VulkanExecutable final : public SequencedExecutable {
     for (const vk::Part& p : parts) {
       std::memcpy(ids + p.row, step.tokens.data() + t, p.n * 4);
       t += p.n;
+    }
+    if (const size_t w = plan_.input_width; w > 0) {  // input rows at the parts' rows, padding rows zero
+      auto* in = reinterpret_cast<float*>(base + plan_.inputs_offset);
+      std::fill(in, in + rows * w, 0.0f);
+      t = 0;
+      for (const vk::Part& p : parts) {
+        std::memcpy(in + p.row * w, step.inputs.data() + t * w, p.n * w * 4);
+        t += p.n;
+      }
     }
     for (const vk::RopeTable& r : plan_.ropes) {
       const float* f = r.factors >= 0 ? weights_->host_f32(r.factors).data() : nullptr;
@@ -331,13 +350,13 @@ class VulkanExecutable final : public SequencedExecutable {
   std::shared_ptr<vk::VulkanWeights> weights_;
   vk::Context& ctx_;
   vk::Plan plan_;
-  OwnedBuffer arena_, logits_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
+  OwnedBuffer arena_, logits_, hidden_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
       moe_weights_, moe_gate_, moe_up_, moe_down_, argmax_, argmax_scratch_;
   std::vector<OwnedBuffer> k_, v_, state_, kept_;  // per layer; per node; per node (ExecOptions::kept_states)
   vk::Buffer empty_;  // what a buffer of no bytes is
   vk::Resources res_;  // the same buffers as the recordings see them
   std::map<std::vector<uint32_t>, vk::Recorded> recordings_;  // by shape: (sequence, tokens, all logits) per part
-  int64_t logit_rows_ = 0;
+  int64_t logit_rows_ = 0, hidden_rows_ = 0;
   const std::vector<int64_t>* last_rows_ = nullptr;
   std::vector<int64_t> argmax_rows_;  // the last step's: the logits rows the device took the argmax of
   uint64_t device_bytes_ = 0;

@@ -93,7 +93,7 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   for (size_t r = 0; r < p.rope_norm.size(); ++r) {
     if (p.rope_norm[r] >= 0) {
       auto& u = last_use[static_cast<size_t>(g.nodes[static_cast<size_t>(p.rope_norm[r])].in[0])];
-      u = std::max(u, static_cast<int>(r));
+      if (u >= 0) u = std::max(u, static_cast<int>(r));  // (-1: kept to the end already)
     }
   }
   const ArenaPlan arena = plan_arena(
@@ -103,6 +103,7 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   p.act_offset = arena.offset;
   p.arena_bytes = std::max<size_t>(arena.bytes, 4);
   p.logits_bytes = static_cast<size_t>(g.tensor(g.logits).ne[0]) * static_cast<size_t>(opts.max_tokens) * 4;
+  if (g.hidden >= 0) p.hidden_bytes = static_cast<size_t>(g.tensor(g.hidden).ne[0]) * static_cast<size_t>(opts.max_tokens) * 4;
 }
 
 void plan_step_buffer(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -111,6 +112,11 @@ void plan_step_buffer(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   size_t at = p.header_stride * static_cast<size_t>(opts.n_seq);
   p.tokens_offset = at;
   at = align_up(at + static_cast<size_t>(p.max_rows) * 4, p.align);
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Input) p.input_width = static_cast<uint32_t>(g.tensor(n.out).ne[0]);
+  }
+  p.inputs_offset = at;
+  at = align_up(at + static_cast<size_t>(p.input_width) * p.max_rows * 4, p.align);
   for (const Node& n : g.nodes) {
     if (n.op != Op::Rope || p.rope_index(n) >= 0) continue;  // (the same rotation as an earlier node)
     const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;

@@ -50,12 +50,16 @@ struct Plan {
   std::vector<size_t> act_offset;  // per activation: its offset in the arena (the logits have their own buffer)
   size_t arena_bytes = 0;
   size_t logits_bytes = 0;
+  size_t hidden_bytes = 0;  // the graph's `hidden` rows, copied to a host buffer of their own (0: none)
 
   // The step buffer: per part a header {n_past, n_tokens, 0, 0} and its sequence's block table
-  // (header_stride apart), the step's token ids at tokens_offset, then the rotation tables.
+  // (header_stride apart), the step's token ids at tokens_offset, its input rows (Op::Input, rows as
+  // the activations' are padded) at inputs_offset, then the rotation tables.
   int32_t blocks_per_seq = 0;
   size_t header_stride = 16;
   size_t tokens_offset = 0;
+  size_t inputs_offset = 0;
+  uint32_t input_width = 0;
   std::vector<RopeTable> ropes;
   size_t step_bytes = 0;
 

@@ -67,6 +67,7 @@ class Recorder {
       rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, rows);
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
+    if (g_.hidden >= 0) out.hidden_rows = copy_hidden(tr, rec, rows[static_cast<size_t>(g_.hidden)], n_tok);
     out.rows = rows;
     out.argmax_rows = std::move(recorded_argmax_rows_);
     recorded_argmax_rows_.clear();
@@ -142,6 +143,25 @@ class Recorder {
       throw Error("Vulkan: a step keeps more recurrent states than the context has room for");
     }
     return {View{res_.kept[i], static_cast<size_t>(p.seq) * per_seq, per_seq}, static_cast<uint32_t>(region)};
+  }
+
+  // The graph's `hidden` rows into the host buffer, in token order without the padding between parts
+  // (a tensor of every token's row holds n_tok rows, padding included; one after SelectLast is compact
+  // already). Returns the rows copied.
+  int64_t copy_hidden(Tracker& tr, vk::Recording& rec, int64_t rows, uint32_t n_tok) {
+    const auto width = static_cast<uint32_t>(g_.tensor(g_.hidden).ne[0]);
+    const View from = act(g_.hidden, rows), to{res_.hidden, 0, static_cast<size_t>(rows) * width * 4};
+    tr.before({from}, {to});
+    if (rows != static_cast<int64_t>(n_tok)) {
+      vk::copy_rows(ctx_, rec, from, to, static_cast<uint32_t>(rows), 0, width, 0, width, 1, width, width, 0);
+      return rows;
+    }
+    uint32_t at = 0;
+    for (const Part& p : *parts_) {
+      vk::copy_rows(ctx_, rec, from, to, p.n, p.row, width, 0, width, 1, width, width, at * width);
+      at += p.n;
+    }
+    return at;
   }
 
   // The rows a node's output holds in a step of n_tok tokens (SelectLast: see emit).
@@ -317,6 +337,12 @@ class Recorder {
           vk::copy_rows(ctx_, rec, in(k), out, nu, 0, pw, 0, pw, 1, pw, width, at);
           at += pw;
         }
+        break;
+      }
+      case Op::Input: {  // the rows the host wrote into the step buffer, padding rows included
+        const View rows_in{res_.step_host, plan_.inputs_offset, static_cast<size_t>(n_tok) * width * 4};
+        tr.before({rows_in}, {out});
+        vk::copy_rows(ctx_, rec, rows_in, out, n_tok, 0, width, 0, width, 1, width, width, 0);
         break;
       }
       case Op::SelectLast: {

@@ -30,7 +30,7 @@ struct Part {
 // The buffers of a context that its recordings bind (the context owns them and outlives its
 // recordings).
 struct Resources {
-  const Buffer *arena = nullptr, *logits = nullptr, *step_host = nullptr, *step_dev = nullptr;
+  const Buffer *arena = nullptr, *logits = nullptr, *hidden = nullptr, *step_host = nullptr, *step_dev = nullptr;
   const Buffer *attn_scratch = nullptr, *act_q8 = nullptr, *act_q8k = nullptr, *x_f16 = nullptr;
   const Buffer *moe_logits = nullptr, *moe_ids = nullptr, *moe_weights = nullptr;
   const Buffer *moe_gate = nullptr, *moe_up = nullptr, *moe_down = nullptr;
@@ -47,6 +47,7 @@ struct Recorded {
   int64_t logit_rows = 0;
   std::vector<int64_t> argmax_rows;  // per part: its last logits row, whose argmax the device takes
   std::vector<int64_t> rows;         // rows each activation holds after the step
+  int64_t hidden_rows = 0;           // rows of the graph's `hidden` in the host buffer (Resources::hidden)
 };
 
 // Records the step of `parts` (rows as the Plan pads them).
