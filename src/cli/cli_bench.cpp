@@ -400,7 +400,8 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                       {"speedup_at_0_7", c.speedup(0.7, k)},
                       {"speedup_at_0_8", c.speedup(0.8, k)}});
     }
-    spec = {{"depth", a.depth}, {"step_ms", c.step_s * 1e3}, {"draft", a.draft}, {"draft_step_ms", c.draft_s * 1e3}, {"rows", rows}};
+    spec = {{"depth", a.depth},          {"step_ms", c.step_s * 1e3}, {"draft", c.head ? "mtp" : a.draft},
+            {"draft_step_ms", c.draft_s * 1e3}, {"rows", rows}};
   }
 
   // Requests through the server's scheduler, several at once.
@@ -487,8 +488,10 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                "| drafted k | verify ms | extra per drafted token (× a step) | break-even acceptance | speed-up at 0.6 / "
                "0.7 / 0.8 |\n|---|---|---|---|---|\n",
                spec["depth"].get<int>(), spec["step_ms"].get<double>(),
-               a.draft.empty() ? std::string() : fmt::format("; a draft model step {:.2f} ms", spec["draft_step_ms"].get<double>()),
-               a.draft.empty() ? " (drafting itself counted free: the bound a model's own prediction head approaches)" : "");
+               spec["draft"] == "" ? std::string()
+                                   : fmt::format("; a {} step {:.2f} ms", spec["draft"] == "mtp" ? "prediction head" : "draft model",
+                                                 spec["draft_step_ms"].get<double>()),
+               spec["draft"] == "" ? " (drafting itself counted free)" : "");
     for (const auto& r : spec["rows"]) {
       fmt::print("| {} | {:.2f} | {:.3f} | {:.2f} | {:.2f}× / {:.2f}× / {:.2f}× |\n", r["drafted"].get<int>(),
                  r["verify_ms"].get<double>(), r["extra_per_drafted_token"].get<double>(),

@@ -280,6 +280,29 @@ SpecCost measure_spec_cost(const std::shared_ptr<backend::Weights>& target, cons
     std::vector<double> ds;
     for (int i = 0; i < reps; ++i) ds.push_back(timed([&] { d.eval(random(1)); }));
     out.draft_s = median(ds);
+  } else if (const graph::Graph& g = target->graph(); g.mtp) {
+    // The model's own head: a drafting round feeds it the accepted positions (one step) and guesses
+    // on from its own rows (a step each), k steps for k drafted tokens; its cache at the same depth.
+    const auto head = target->instantiate(o, *g.mtp);
+    const auto width = static_cast<size_t>(g.tensor(g.hidden).ne[0]);
+    const auto step = [&](int32_t n_past, int32_t n) {
+      graph::StepParams s = graph::StepParams::one(random(n), n_past);
+      s.inputs.assign(static_cast<size_t>(n) * width, 0.01f);
+      head->run(s);
+      (void)head->argmax();
+    };
+    int32_t at = 0;
+    for (int32_t left = std::max(1, depth); left > 0;) {
+      const int32_t n = std::min(left, o.max_tokens);
+      step(at, n);
+      at += n;
+      left -= n;
+    }
+    step(at, 1);
+    std::vector<double> hs;
+    for (int i = 0; i < reps; ++i) hs.push_back(timed([&] { step(at + 1, 1); }));
+    out.draft_s = median(hs);
+    out.head = true;
   }
   return out;
 }

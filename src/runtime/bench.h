@@ -80,7 +80,8 @@ BenchSpread spread(std::vector<double> v);
 struct SpecCost {
   double step_s = 0;
   std::vector<double> verify_s;  // [k - 1]: a step verifying k drafted tokens
-  double draft_s = 0;            // 0 without a draft model
+  double draft_s = 0;            // a step of the draft model, or of the model's own prediction head (0: neither)
+  bool head = false;             // draft_s is the model's multi-token-prediction head's
   // Generated tokens per second over plain decoding when each drafted token is accepted with
   // probability a and k are drafted: expected tokens per step against the step's cost.
   double speedup(double a, int32_t k) const;

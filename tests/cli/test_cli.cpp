@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../models/mtp_checkpoint.h"
 #include "raw_gguf.h"
 
 namespace {
@@ -369,6 +370,33 @@ TEST(Cli, RunContinuesAPromptGreedily) {
   const RunResult full = zinc({"run", "-m", stories(), "-p", "Once upon a time", "-n", "5000", "-c", "256"});
   EXPECT_EQ(full.status, 1);
   EXPECT_TRUE(contains(full.err, "do not fit the context of 256")) << full.err;
+}
+
+TEST(Cli, AModelsOwnPredictionHeadDraftsAndChangesNothing) {
+  // A checkpoint with Qwen3.5's multi-token-prediction head: converted with it, drafting with it by
+  // default (--spec auto tries it, then judges it by its acceptance), always with --spec on, never with
+  // off; the text is the same every way.
+  zinc::test::TempDir tmp;
+  const std::string model = tmp.file("m.gguf").string();
+  const auto ckpt = zinc::test::mtp_checkpoint(ZINC_MTP_FIXTURES_DIR, "qwen3_5", tmp.path());
+  ASSERT_EQ(zinc({"convert", ckpt.string(), model, "--outtype", "f32"}).status, 0);
+  const auto run = [&](const std::string& spec) {
+    return json::parse(zinc({"run", "--json", "-m", model, "-p", "The cat sat on the", "-n", "48", "-c", "256", "--spec", spec}).out);
+  };
+  const json off = run("off"), on = run("on"), automatic = run("auto");
+  EXPECT_EQ(on["tokens"], off["tokens"]);
+  EXPECT_EQ(automatic["tokens"], off["tokens"]);
+  EXPECT_EQ(off["draft_tokens"].get<int>(), 0) << off.dump();
+  EXPECT_GE(on["draft_tokens"].get<int>(), 3 * 40) << on.dump();  // 3 a step (the default for a head)
+  EXPECT_GT(automatic["draft_tokens"].get<int>(), 0) << automatic.dump();
+  EXPECT_LT(automatic["draft_tokens"].get<int>(), on["draft_tokens"].get<int>()) << automatic.dump();  // random weights: dropped
+  // The bench measures the head's step as the drafting cost.
+  const json b = json::parse(zinc({"bench", "--json", "-m", model, "-p", "8", "-n", "4", "--runs", "2", "--warmup", "0",
+                                   "--spec-cost", "2"}).out);
+  const json& spec = b["speculative"];
+  EXPECT_EQ(spec["draft"], "mtp") << spec.dump();
+  EXPECT_GT(spec["draft_step_ms"].get<double>(), 0.0) << spec.dump();
+  EXPECT_EQ(spec["rows"].size(), 2u) << spec.dump();
 }
 
 TEST(Cli, RunSamplesReproduciblyAndStops) {

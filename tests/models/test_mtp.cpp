@@ -1,6 +1,7 @@
 // Multi-token prediction (Qwen3.5's MTP head: graph::Graph::mtp, runtime::MtpDrafter) on the dense and
-// the mixture-of-experts hybrid fixtures with a head (tests/models/fixtures-mtp, made by
-// tools/reference/make_fixtures.py --mtp), on the CPU and on a Vulkan device where there is one:
+// the mixture-of-experts hybrid fixtures with a head (tests/models/fixtures-mtp beside the models of
+// tests/models/fixtures, made by tools/reference/make_fixtures.py --mtp), on the CPU and on a Vulkan
+// device where there is one:
 //  - the head's logits at every position are transformers' (the head run there as a one-layer model of
 //    the same family over the model's final-normed hidden states);
 //  - the head's drafts, fed position by position as the target steps (verifying steps accepted in
@@ -18,6 +19,7 @@
 #include "convert/convert.h"
 #include "fixture_backend.h"
 #include "model/model.h"
+#include "mtp_checkpoint.h"
 #include "raw_gguf.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
@@ -63,7 +65,7 @@ class MtpFixture : public ::testing::TestWithParam<std::tuple<std::string, std::
     convert::ConvertOptions copts;
     copts.outtype = "f32";
     const auto path = tmp_.file("m.gguf");
-    convert::convert_hf(kMtpFixtures / fixture(), path, copts);
+    convert::convert_hf(test::mtp_checkpoint(kMtpFixtures, fixture(), tmp_.path()), path, copts);
     file_.emplace(gguf::File::open(path));
     weights_ = shared_->load(model::load(*file_).graph, *file_);
     tok_.emplace(tokenizer::Tokenizer::from_gguf(*file_));
@@ -282,7 +284,7 @@ TEST(Mtp, AModelWithoutAHeadOrABatchedSessionIsRefused) {
   }
   EXPECT_THROW(s.executable().hidden(), Error);
 
-  convert::convert_hf(kMtpFixtures / "qwen3_5", tmp.file("h.gguf"), copts);
+  convert::convert_hf(test::mtp_checkpoint(kMtpFixtures, "qwen3_5", tmp.path()), tmp.file("h.gguf"), copts);
   const auto hfile = gguf::File::open(tmp.file("h.gguf"));
   const auto hw = be->load(model::load(hfile).graph, hfile);
   auto exe = std::shared_ptr<backend::Executable>(hw->instantiate(o));
@@ -299,7 +301,7 @@ TEST(Mtp, ConvertKeepsTheHeadAsTheLastBlock) {
   test::TempDir tmp;
   convert::ConvertOptions copts;
   copts.outtype = "f32";
-  convert::convert_hf(kMtpFixtures / "qwen3_5_moe", tmp.file("m.gguf"), copts);
+  convert::convert_hf(test::mtp_checkpoint(kMtpFixtures, "qwen3_5_moe", tmp.path()), tmp.file("m.gguf"), copts);
   const auto file = gguf::File::open(tmp.file("m.gguf"));
   EXPECT_EQ(file.get<uint32_t>("qwen35moe.block_count"), 3u);
   EXPECT_EQ(file.get<uint32_t>("qwen35moe.nextn_predict_layers"), 1u);

@@ -3,7 +3,8 @@
 
 Run on a machine with torch + transformers (the GPU machine; the work itself runs on its CPU):
     python3 tools/reference/make_fixtures.py OUT_DIR [NAME ...]
-    python3 tools/reference/make_fixtures.py --mtp OUT_DIR qwen3_5 qwen3_5_moe   (with the MTP head)
+    python3 tools/reference/make_fixtures.py --mtp OUT_DIR qwen3_5 qwen3_5_moe   (with the MTP head: the
+        same model plus mtp.safetensors; tests/models/fixtures-mtp keeps what differs from tests/models/fixtures)
 For each architecture (or only the named fixtures) it writes OUT_DIR/<arch>/ with a bf16 safetensors checkpoint, config.json, a
 small byte-level BPE tokenizer (tokenizer.json, tokenizer_config.json) and reference.json: fixed token
 sequences, the float64 logits at every position of each (logits_<i>.f32, float32 little-endian,
@@ -198,10 +199,13 @@ def add_mtp(arch, cfg, out, model, seqs, ref):
         elif name == "norm.weight":
             mtp["mtp.norm.weight"] = p.detach()
     mtp = {k: v.to(torch.bfloat16).contiguous() for k, v in mtp.items()}
-    path = os.path.join(out, "model.safetensors")
-    tensors = safetensors.torch.load_file(path)
-    tensors.update(mtp)
-    safetensors.torch.save_file(tensors, path, metadata={"format": "pt"})
+    # A shard of its own beside the model's: tests/models/fixtures-mtp keeps only what differs from the
+    # fixture without the head (the model's weights are the same, seed for seed).
+    safetensors.torch.save_file(mtp, os.path.join(out, "mtp.safetensors"), metadata={"format": "pt"})
+    weight_map = {k: "model.safetensors" for k in safetensors.torch.load_file(os.path.join(out, "model.safetensors"))}
+    weight_map.update({k: "mtp.safetensors" for k in mtp})
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     config["mtp_num_hidden_layers"] = 1
