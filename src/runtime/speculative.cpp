@@ -86,7 +86,6 @@ MtpDrafter::MtpDrafter(Session& target, int32_t max_draft, SpecMode mode) : Draf
 MtpDrafter::~MtpDrafter() { target_.set_step_observer({}); }
 
 void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative) {
-  (void)speculative;  // its rows after the first wait for the verdict: draft() reads only accepted ones
   const auto w = static_cast<size_t>(width_);
   const auto held = static_cast<int32_t>(rows_.size() / w);
   // Rows from n_past on are replaced; a step past the rows held leaves a gap (read as zeros).
@@ -101,7 +100,8 @@ void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool s
   if (h.size() != tokens.size() * w) throw Error("the model handed out hidden rows that do not match its step");
   rows_.insert(rows_.end(), h.begin(), h.end());
   // A long run of rows (a prompt, or decoding without drafts) is fed now, in steps of many positions,
-  // so the rows held stay few.
+  // so the rows held stay few. A verifying step's rows wait for the verdict: draft() feeds only the
+  // accepted ones.
   if (!speculative && rows_.size() / w >= static_cast<size_t>(kFeedRows)) {
     feed(target_.history(), target_.n_past() - 1);
   }

@@ -90,7 +90,8 @@ class ModelDrafter final : public Drafter {
 // own over the target's weights, with a cache of its own: every position of the target's context is
 // fed to it (the target's hidden rows, watched step by step), so that its attention sees the whole
 // text as the target does. Rows wait until drafting needs them (a plain step costs the head nothing)
-// and go through in steps of many positions.
+// and go through in steps of many positions. A position whose row it never saw (a prefix taken from a
+// cache, a context restored whole) reads zeros: its drafts may be worse there, the output never is.
 class MtpDrafter final : public Drafter {
  public:
   // `target` must outlive the drafter, run its own steps (not a batched session) and have a model
