@@ -116,11 +116,11 @@ int run_serve(ServeArgs& a) {
                                 ? fmt::format(", {:.2f} GB of host memory for those it evicts (--cache-ram)", a.gen.cache_ram_gb)
                                 : std::string())
               : "zinc serve: prefix cache off (--cache-mem 0): each slot reuses only its own last prompt\n";
-  if (!eo.draft_model.empty()) {
-    line += eo.spec == runtime::SpecMode::Off
-                ? "zinc serve: speculative decoding off (--spec off)\n"
-                : fmt::format("zinc serve: speculative decoding: {} drafts up to {} tokens per step ({})\n",
-                              a.gen.draft_model, eo.draft_max, a.gen.spec == "on" ? "always" : "while it pays");
+  if (const std::string drafting = srv.drafting(); !drafting.empty()) {
+    line += fmt::format("zinc serve: speculative decoding: {} drafts up to {} tokens per step ({})\n", drafting,
+                        eo.draft_max, a.gen.spec == "on" ? "always" : "while it pays");
+  } else if (!eo.draft_model.empty()) {
+    line += "zinc serve: speculative decoding off (--spec off)\n";
   }
   fmt::print(stderr, "{}", line);
   srv.run();

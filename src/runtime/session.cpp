@@ -37,8 +37,23 @@ void Session::checkpoint_mid_prompt() {
   if (cache_ && cache_->recurrent() && n_past_ % exe_->kv_block_tokens() == 0) cache_->insert(history_, seq_);
 }
 
-void Session::committed(int32_t n, int64_t row) {
+std::span<const float> Session::hidden_rows(int64_t first_token, int32_t n) const {
+  if (graph().hidden < 0) return {};
+  const auto w = static_cast<size_t>(exe_->hidden_width());
+  return exe_->hidden().subspan(static_cast<size_t>(first_token) * w, static_cast<size_t>(n) * w);
+}
+
+void Session::committed(int32_t n, int64_t row, int64_t first_token) {
   if (n < 1 || n > static_cast<int32_t>(pending_.size())) throw Error("committed tokens that were not pending");
+  if (observer_ && first_token < 0) throw Error("a step observer needs the part's first token in the step");
+  const std::vector<int32_t> tokens = observer_ ? std::vector<int32_t>(pending_.begin(), pending_.begin() + n) : std::vector<int32_t>{};
+  const int32_t at = n_past_;
+  const bool speculative = spec_pending_;
+  commit(n, row);
+  if (observer_) observer_(at, tokens, speculative, hidden_rows(first_token, n));
+}
+
+void Session::commit(int32_t n, int64_t row) {
   if (spec_pending_) {
     // A speculative step, taken whole with a row for each token: the session stands at its first.
     if (n != static_cast<int32_t>(pending_.size())) throw Error("a speculative step's tokens go in one step");
@@ -146,7 +161,7 @@ void Session::eval_speculative(std::span<const int32_t> tokens) {
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   spec_tokens_ = n;
   spec_row0_ = row_ = 0;
-  if (observer_) observer_(n_past_ - n, tokens, true);
+  if (observer_) observer_(n_past_ - n, tokens, true, hidden_rows(0, n));
 }
 
 void Session::add_to(graph::StepParams& step, int32_t n) const {
@@ -180,7 +195,7 @@ void Session::run_step(std::span<const int32_t> tokens, bool all_logits) {
   n_past_ += static_cast<int32_t>(step.tokens.size());
   tokens_evaluated_ += static_cast<int64_t>(step.tokens.size());
   history_.insert(history_.end(), step.tokens.begin(), step.tokens.end());
-  if (observer_) observer_(n_past_ - static_cast<int32_t>(tokens.size()), tokens, false);
+  if (observer_) observer_(n_past_ - static_cast<int32_t>(tokens.size()), tokens, false, hidden_rows(0, static_cast<int32_t>(tokens.size())));
 }
 
 std::span<const float> Session::eval_reusing_prefix(std::span<const int32_t> tokens, const std::atomic<bool>* cancel) {

@@ -43,8 +43,10 @@ class Session {
   // all that fit, except that where a prompt goes on past the step and a recurrent prefix cache keeps
   // checkpoints, the step ends on a cache block boundary (where the state is then checkpointed).
   int32_t chunk(int64_t available, int32_t room) const;
-  // The step ran the first n pending tokens; `row` is this session's last logits row in it.
-  void committed(int32_t n, int64_t row);
+  // The step ran the first n pending tokens; `row` is this session's last logits row in it (a
+  // speculative step's first), `first_token` the index of its first token among the step's (where the
+  // executable's hidden rows are; needed by a step observer).
+  void committed(int32_t n, int64_t row, int64_t first_token = -1);
   // Forgets the queued tokens (a cancelled request).
   void drop_pending() {
     pending_.clear();
@@ -141,10 +143,11 @@ class Session {
     history_.clear();
     drop_pending();
   }
-  // Told after each step this session runs itself (not a batched session's, which a scheduler runs):
-  // the position of its first token, its tokens, and whether it verifies drafted tokens (those after
-  // the first). The executable still holds the step's results (hidden(), logits()).
-  using StepObserver = std::function<void(int32_t n_past, std::span<const int32_t> tokens, bool speculative)>;
+  // Told after each step of this session's tokens (run here, or by a scheduler: committed()): the
+  // position of its first token, its tokens, whether it verifies drafted tokens (those after the
+  // first), and the executable's hidden rows of those tokens (graph::Graph::hidden; empty without).
+  using StepObserver = std::function<void(int32_t n_past, std::span<const int32_t> tokens, bool speculative,
+                                          std::span<const float> hidden)>;
   void set_step_observer(StepObserver observer) { observer_ = std::move(observer); }
 
   const graph::Graph& graph() const { return weights_->graph(); }
@@ -153,6 +156,9 @@ class Session {
 
  private:
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
+  void commit(int32_t n, int64_t row);  // committed()'s bookkeeping
+  // The executable's hidden rows of n tokens of the last step from its first_token-th (empty without).
+  std::span<const float> hidden_rows(int64_t first_token, int32_t n) const;
   void checkpoint_mid_prompt();  // a recurrent cache's checkpoint at a block boundary inside a prompt
 
   std::shared_ptr<backend::Weights> weights_;

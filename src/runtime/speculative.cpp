@@ -70,7 +70,6 @@ std::vector<int32_t> ModelDrafter::draft(std::span<const int32_t> context, int32
 MtpDrafter::MtpDrafter(Session& target, int32_t max_draft, SpecMode mode) : Drafter(max_draft, mode), target_(target) {
   const graph::Graph& g = target_.graph();
   if (!g.mtp || g.hidden < 0) throw Error("the model has no multi-token-prediction head to draft with");
-  if (target_.batched()) throw Error("drafting with the model's multi-token-prediction head needs a session of its own");
   const backend::ExecOptions& to = target_.executable().options();
   backend::ExecOptions opts;
   opts.n_ctx = to.n_ctx;
@@ -78,14 +77,14 @@ MtpDrafter::MtpDrafter(Session& target, int32_t max_draft, SpecMode mode) : Draf
   opts.kv_type = to.kv_type;
   head_ = target_.weights()->instantiate(opts, *g.mtp);
   width_ = g.tensor(g.hidden).ne[0];
-  target_.set_step_observer([this](int32_t n_past, std::span<const int32_t> tokens, bool speculative) {
-    on_step(n_past, tokens, speculative);
+  target_.set_step_observer([this](int32_t n_past, std::span<const int32_t> tokens, bool speculative, std::span<const float> hidden) {
+    on_step(n_past, tokens, speculative, hidden);
   });
 }
 
 MtpDrafter::~MtpDrafter() { target_.set_step_observer({}); }
 
-void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative) {
+void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative, std::span<const float> h) {
   const auto w = static_cast<size_t>(width_);
   const auto held = static_cast<int32_t>(rows_.size() / w);
   // Rows from n_past on are replaced; a step past the rows held leaves a gap (read as zeros).
@@ -96,7 +95,6 @@ void MtpDrafter::on_step(int32_t n_past, std::span<const int32_t> tokens, bool s
     rows_.resize(static_cast<size_t>(n_past - rows_from_) * w);
   }
   if (!tokens.empty()) keep_until(n_past, tokens[0]);
-  const std::span<const float> h = target_.executable().hidden();
   if (h.size() != tokens.size() * w) throw Error("the model handed out hidden rows that do not match its step");
   rows_.insert(rows_.end(), h.begin(), h.end());
   // A long run of rows (a prompt, or decoding without drafts) is fed now, in steps of many positions,

@@ -94,8 +94,8 @@ class ModelDrafter final : public Drafter {
 // cache, a context restored whole) reads zeros: its drafts may be worse there, the output never is.
 class MtpDrafter final : public Drafter {
  public:
-  // `target` must outlive the drafter, run its own steps (not a batched session) and have a model
-  // with a multi-token-prediction head. Throws zinc::Error otherwise.
+  // `target` must outlive the drafter and have a model with a multi-token-prediction head (throws
+  // zinc::Error otherwise); a batched one's scheduler passes committed() each part's first token.
   MtpDrafter(Session& target, int32_t max_draft, SpecMode mode = SpecMode::On);
   ~MtpDrafter() override;
   MtpDrafter(const MtpDrafter&) = delete;
@@ -107,7 +107,7 @@ class MtpDrafter final : public Drafter {
  private:
   static constexpr int32_t kFeedRows = 64;  // rows that wait at most (outside drafting)
 
-  void on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative);
+  void on_step(int32_t n_past, std::span<const int32_t> tokens, bool speculative, std::span<const float> hidden);
   // The target's context holds `token` at position `pos` and what was there from pos on is gone: the
   // head forgets the positions that paired a row or a token no longer there.
   void keep_until(int32_t pos, int32_t token);

@@ -58,8 +58,8 @@ void Job::fail(int status, std::string message) {
 
 struct Engine::Slot {
   std::unique_ptr<runtime::Session> session;
-  std::unique_ptr<runtime::Session> draft;          // speculative decoding: the draft model's context
-  std::unique_ptr<runtime::ModelDrafter> drafter;   // and what drafts from it (null: none)
+  std::unique_ptr<runtime::Session> draft;     // speculative decoding: the draft model's context
+  std::unique_ptr<runtime::Drafter> drafter;   // what drafts (from it, or the model's own head; null: none)
   std::shared_ptr<Job> job;
   std::unique_ptr<sample::Sampler> sampler;
   std::unique_ptr<runtime::Generation> generation;
@@ -84,10 +84,13 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     exec.cache_blocks = static_cast<int32_t>(std::max<uint64_t>(
         1, block_bytes ? std::min<uint64_t>(options_.cache_bytes / block_bytes, 1u << 20) : backend::kv_blocks(exec.n_ctx)));
   }
-  const bool drafting = !options_.draft_model.empty() && options_.spec != runtime::SpecMode::Off;
+  // A draft model, else the model's own multi-token-prediction head.
+  const bool drafting = (!options_.draft_model.empty() || model.graph.mtp) && options_.spec != runtime::SpecMode::Off;
+  const bool draft_model = drafting && !options_.draft_model.empty();
   backend::ExecOptions draft_exec = exec;
-  if (drafting) {
-    exec.kept_states = options_.draft_max + 1;  // a hybrid goes back to any token of a verifying step
+  if (drafting) exec.kept_states = options_.draft_max + 1;  // a hybrid goes back to any token of a verifying step
+  drafting_ = !drafting ? "" : draft_model ? options_.draft_model : "the model's own prediction head";
+  if (draft_model) {
     draft_file_ = std::make_unique<gguf::File>(gguf::File::open(options_.draft_model));
     runtime::check_draft_vocab(tok_, tokenizer::Tokenizer::from_gguf(*draft_file_), options_.draft_model);
     draft_weights_ = backend_->load(model::load(*draft_file_).graph, *draft_file_);
@@ -101,10 +104,13 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     auto slot = std::make_unique<Slot>();
     slot->session = std::make_unique<runtime::Session>(weights_, exe_, i);
     slot->session->set_prefix_cache(cache_);
-    if (drafting) {  // each slot drafts in a context of its own over the draft model's weights
+    if (draft_model) {  // each slot drafts in a context of its own over the draft model's weights
       slot->draft = std::make_unique<runtime::Session>(draft_weights_, draft_exec);
-      slot->drafter = std::make_unique<runtime::ModelDrafter>(*slot->draft, options_.draft_max, options_.spec);
-      slot->drafter->check_target(*slot->session);
+      auto drafter = std::make_unique<runtime::ModelDrafter>(*slot->draft, options_.draft_max, options_.spec);
+      drafter->check_target(*slot->session);
+      slot->drafter = std::move(drafter);
+    } else if (drafting) {  // or from the model's own head, in a context of the slot's own
+      slot->drafter = std::make_unique<runtime::MtpDrafter>(*slot->session, options_.draft_max, options_.spec);
     }
     slots_.push_back(std::move(slot));
   }
@@ -284,12 +290,13 @@ void Engine::run_step() {
     return;
   }
   // Each part's logits rows: one, or (a speculative step's) one per token, committed() given the first.
-  int64_t row = 0;
+  int64_t row = 0, first = 0;
   for (size_t k = 0; k < parts.size(); ++k) {
     const auto& part = step.seqs[k];
     const int64_t rows = part.all_logits ? part.n_tokens : 1;
-    parts[k].first->session->committed(parts[k].second, part.all_logits ? row : row + rows - 1);
+    parts[k].first->session->committed(parts[k].second, part.all_logits ? row : row + rows - 1, first);
     row += rows;
+    first += part.n_tokens;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ++counters_.steps;

@@ -114,6 +114,9 @@ class Engine {
   uint64_t weights_device_bytes() const { return weights_->device_bytes(); }
   uint64_t contexts_device_bytes() const;
   const std::string& backend_name() const { return backend_name_; }
+  // What drafts tokens for speculative decoding: the draft model's path, "the model's own prediction
+  // head", or "" (nothing).
+  const std::string& drafting() const { return drafting_; }
   // Each input's embedding (runtime::Embedder over the same weights: a context of its own, made at
   // the first call, whose steps take turns with the slots'). One caller at a time; throws zinc::Error
   // for an input longer than the context.
@@ -138,6 +141,7 @@ class Engine {
   std::shared_ptr<runtime::PrefixCache> cache_;  // over exe_'s blocks, shared by the slots (or none)
   EngineStats counters_;                       // the step counters (under mutex_)
   std::string backend_name_;
+  std::string drafting_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -385,6 +385,7 @@ std::vector<ModelState> ModelPool::list() {
       s.loaded_at = e.loaded_at;
       s.weights_device_bytes = e.model->engine().weights_device_bytes();
       s.contexts_device_bytes = e.model->engine().contexts_device_bytes();
+      s.drafting = e.model->engine().drafting();
       if (!e.pinned && e.leases == 0 && e.keep_alive_s >= 0) {
         s.expires_in_s = std::max(0.0, e.keep_alive_s - std::chrono::duration<double>(now - e.last_used).count());
       }

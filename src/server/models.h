@@ -105,6 +105,7 @@ struct ModelState {
   // Loaded on a GPU: its weights there (held once) and its context (every slot's sequence and the
   // prefix cache's blocks); 0 on the CPU.
   uint64_t weights_device_bytes = 0, contexts_device_bytes = 0;
+  std::string drafting;  // what drafts for speculative decoding (Engine::drafting(); "" for nothing)
 };
 
 class ModelPool {

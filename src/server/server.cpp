@@ -884,6 +884,13 @@ std::string Server::memory_summary() const {
   return "";
 }
 
+std::string Server::drafting() const {
+  for (const auto& m : impl_->models.list()) {
+    if (m.pinned) return m.drafting;
+  }
+  return "";
+}
+
 std::string Server::models_summary() const { return impl_->models.on_demand() ? impl_->models.summary() : ""; }
 
 int Server::bind() {

@@ -56,6 +56,8 @@ class Server {
   std::string memory_summary() const;
   // How models load on demand ("" when only the constructor's is served).
   std::string models_summary() const;
+  // What drafts tokens for the -m model's speculative decoding ("" for nothing).
+  std::string drafting() const;
   // Binds the listening socket; returns the port. Throws zinc::Error when the address is unusable.
   int bind();
   // Serves until stop() (from another thread or a signal handler's thread).

@@ -243,6 +243,66 @@ TEST_P(MtpFixture, GreedyOutputIsTheSameDraftingWithTheHead) {
               static_cast<long long>(head.stats().accepted), static_cast<long long>(head.stats().drafted));
 }
 
+TEST_P(MtpFixture, SequencesSteppedTogetherDraftWithTheHead) {
+  // Two sequences of one context as the server steps them: each generation's tokens are parts of one
+  // step, a verifying step's among them; each drafts with the head, fed its own part's rows.
+  backend::ExecOptions o = options(16);
+  o.n_seq = 2;
+  auto exe = std::shared_ptr<backend::Executable>(weights_->instantiate(o));
+  runtime::Session a(weights_, exe, 0), b(weights_, exe, 1);
+  runtime::MtpDrafter ha(a, kDraft, runtime::SpecMode::On), hb(b, kDraft, runtime::SpecMode::On);
+  const Tokens other = tok_->encode("The quick brown cat sat on the mat and then", true, false);
+  sample::Sampler sa(sample::SamplerParams::greedy()), sb(sample::SamplerParams::greedy());
+  runtime::GenerateOptions go;
+  go.max_tokens = 96;
+  go.ignore_eog = true;
+  go.draft = &ha;
+  runtime::Generation ga(a, *tok_, sa, prompt_, go, nullptr);
+  go.draft = &hb;
+  runtime::Generation gb(b, *tok_, sb, other, go, nullptr);
+  for (bool more = true; more;) {
+    more = false;
+    for (runtime::Generation* g : {&ga, &gb}) more = g->step() || more;
+    graph::StepParams step;
+    std::vector<runtime::Session*> parts;
+    for (runtime::Session* s : {&a, &b}) {
+      if (s->pending().empty()) continue;
+      const int32_t n = s->pending_speculative() ? static_cast<int32_t>(s->pending().size())
+                                                 : s->chunk(static_cast<int64_t>(s->pending().size()), 8);
+      s->add_to(step, n);
+      parts.push_back(s);
+    }
+    if (parts.empty()) continue;
+    exe->run(step);
+    int64_t row = 0, first = 0;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto& p = step.seqs[k];
+      parts[k]->committed(p.n_tokens, row, first);
+      row += p.all_logits ? p.n_tokens : 1;
+      first += p.n_tokens;
+    }
+  }
+  auto plain = session();
+  EXPECT_EQ(ga.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, 96).tokens) << name();
+  plain = session();
+  EXPECT_EQ(gb.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, 96, &other).tokens) << name();
+  EXPECT_GT(ga.result().draft_tokens, 96) << name();
+  EXPECT_GT(gb.result().draft_tokens, 96) << name();
+  // Each head read its own sequence's rows: its next drafts are those of a head fed the whole context.
+  for (auto* s : {&a, &b}) {
+    Tokens context = s->history();
+    context.push_back(s->last_argmax());
+    runtime::MtpDrafter& h = s == &a ? ha : hb;
+    const Tokens drafted = h.propose(context, kDraft);
+    const auto ref = from_scratch(context, kDraft);
+    ASSERT_EQ(drafted.size(), ref.size()) << name();
+    EXPECT_TRUE(drafted[0] == ref[0].first || ref[0].second < 1e-3) << name();
+  }
+  // Without the part's place in the step, a session whose head watches it cannot hand the rows on.
+  a.eval(std::span<const int32_t>(prompt_.data(), 1));
+  EXPECT_THROW(a.committed(1, 0), Error) << name();
+}
+
 TEST_P(MtpFixture, SampledOutputIsTheSameSeedBySeed) {
   auto sp = sample::SamplerParams::chat();
   sp.temperature = 0.9f;
@@ -263,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MtpFixture,
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 #if !defined(ZINC_TEST_ON_DEVICE)  // CPU tests: once, in the model tests
-TEST(Mtp, AModelWithoutAHeadOrABatchedSessionIsRefused) {
+TEST(Mtp, AModelWithoutAHeadIsRefused) {
   test::TempDir tmp;
   convert::ConvertOptions copts;
   copts.outtype = "f32";
@@ -287,9 +347,6 @@ TEST(Mtp, AModelWithoutAHeadOrABatchedSessionIsRefused) {
   convert::convert_hf(test::mtp_checkpoint(kMtpFixtures, "qwen3_5", tmp.path()), tmp.file("h.gguf"), copts);
   const auto hfile = gguf::File::open(tmp.file("h.gguf"));
   const auto hw = be->load(model::load(hfile).graph, hfile);
-  auto exe = std::shared_ptr<backend::Executable>(hw->instantiate(o));
-  runtime::Session batched(hw, exe, 0);
-  EXPECT_THROW(runtime::MtpDrafter(batched, kDraft), Error);
   // A head's step carries one input row per token, no more and no fewer.
   const auto head = hw->instantiate(o, *hw->graph().mtp);
   graph::StepParams step = graph::StepParams::one({3, 4});

@@ -258,11 +258,12 @@ TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
     if (parts.empty()) continue;
     exe->run(step);
     ++steps;
-    int64_t row = 0;
+    int64_t row = 0, first = 0;
     for (size_t k = 0; k < parts.size(); ++k) {
       const auto& p = step.seqs[k];
-      parts[k]->committed(p.n_tokens, row);  // its first row (a speculative part's), or its one
+      parts[k]->committed(p.n_tokens, row, first);  // its first row (a speculative part's), or its one
       row += p.all_logits ? p.n_tokens : 1;
+      first += p.n_tokens;
     }
   }
   EXPECT_EQ(ga.result().tokens, want.tokens) << name();

@@ -2,15 +2,17 @@
 // same stories model rounded to 4 bits, so it mostly agrees and sometimes does not), 8 concurrent
 // streams on --parallel 4 (verifying steps batched with other slots' tokens), greedy and sampled with
 // a seed, give exactly the answers of a server without a draft; /metrics counts the drafted tokens and
-// those the model kept, many of them but not all.
-// Usage: node speculative.mjs ORACLE_DIR ZINC STORIES.gguf WORKDIR
+// those the model kept, many of them but not all. And a hybrid model with its own multi-token-prediction
+// head (tests/models/fixtures-mtp over tests/models/fixtures) drafts with the head on every slot, the
+// answers again those of a server that does not draft.
+// Usage: node speculative.mjs ORACLE_DIR ZINC STORIES.gguf WORKDIR MTP_FIXTURES_DIR
 import fs from "node:fs";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { testRun } from "./start_server.mjs";
 
-const [oracleDir, zinc, model, work] = process.argv.slice(2);
+const [oracleDir, zinc, model, work, mtpFixtures] = process.argv.slice(2);
 const require = createRequire(path.resolve(oracleDir, "package.json"));
 const OpenAI = require("openai").default ?? require("openai");
 const { check, start, stopAll, failures } = testRun(zinc, model);
@@ -49,6 +51,29 @@ try {
   const none = await (await fetch(plain.base + "/metrics")).text();
   check(metric(none, "zinc_draft_tokens_total") === 0, "a server without a draft model drafts nothing");
   check(/speculative decoding/.test(spec.stderr()), "the server says it decodes speculatively", spec.stderr());
+
+  // The model's own head: the checkpoint is the fixture's model with the head's shard beside it.
+  const ckpt = path.join(work, "qwen3_5-mtp");
+  fs.rmSync(ckpt, { recursive: true, force: true });
+  fs.mkdirSync(ckpt);
+  for (const f of fs.readdirSync(path.join(mtpFixtures, "qwen3_5"))) fs.symlinkSync(path.join(mtpFixtures, "qwen3_5", f), path.join(ckpt, f));
+  fs.symlinkSync(path.join(mtpFixtures, "..", "fixtures", "qwen3_5", "model.safetensors"), path.join(ckpt, "model.safetensors"));
+  const hybrid = path.join(work, "qwen3_5-mtp.gguf");
+  execFileSync(zinc, ["convert", ckpt, hybrid, "--outtype", "f32"], { stdio: "ignore" });
+  const hargs = ["-c", "256", "--parallel", "3", "--backend", "cpu"];
+  const hplain = await start([...hargs, "--spec", "off"], hybrid);
+  const hspec = await start([...hargs, "--spec", "on"], hybrid);
+  for (const sampled of [false, true]) {
+    const want = await Promise.all(starts.slice(0, 5).map((p, i) => ask(hplain, p, i, sampled)));
+    const got = await Promise.all(starts.slice(0, 5).map((p, i) => ask(hspec, p, i, sampled)));
+    const differ = got.map((t, i) => (t === want[i] ? null : { i, want: want[i], got: t })).filter(Boolean);
+    check(differ.length === 0, `5 ${sampled ? "sampled (seeded)" : "greedy"} streams on 3 slots drafting with the model's own head: the answers of a server that does not draft`,
+          JSON.stringify(differ.slice(0, 2)));
+  }
+  const hm = await (await fetch(hspec.base + "/metrics")).text();
+  check(metric(hm, "zinc_draft_tokens_total") > 200, "/metrics: the head drafted", String(metric(hm, "zinc_draft_tokens_total")));
+  check(/prediction head drafts up to 3 tokens/.test(hspec.stderr()), "the server says the model's head drafts", hspec.stderr());
+  check(metric(await (await fetch(hplain.base + "/metrics")).text(), "zinc_draft_tokens_total") === 0, "--spec off: the head drafts nothing");
 } catch (e) {
   check(false, "speculative decoding through the server", e.stack || String(e));
 } finally {
