@@ -343,6 +343,15 @@ TensorId Builder::delta_net(TensorId q, TensorId k, TensorId v, TensorId a, Tens
   return out;
 }
 
+std::vector<const Node*> nodes_with_head(const Graph& g) {
+  std::vector<const Node*> out;
+  for (const Node& n : g.nodes) out.push_back(&n);
+  if (g.mtp) {
+    for (const Node& n : g.mtp->nodes) out.push_back(&n);
+  }
+  return out;
+}
+
 int64_t state_size(const Graph& g, const Node& n) {
   switch (n.op) {
     case Op::SsmConv: return (g.tensor(n.in[1]).ne[0] - 1) * g.tensor(n.in[1]).ne[1];

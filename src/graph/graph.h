@@ -169,6 +169,10 @@ struct Node {
   const DeltaNetParams& delta_net() const { return std::get<DeltaNetParams>(params); }
 };
 
+// The nodes of `g` and of its multi-token-prediction head (Graph::mtp): every node whose weights a
+// backend loads with the graph.
+std::vector<const Node*> nodes_with_head(const Graph& g);
+
 // Floats of recurrent state a node keeps between steps (SsmConv, DeltaNet), 0 for the others.
 int64_t state_size(const Graph& g, const Node& n);
 

@@ -3,9 +3,12 @@
 // device).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -31,5 +34,23 @@ inline std::unique_ptr<backend::Backend> fixture_backend(const std::string& name
     return nullptr;
   }
 }
+
+// A suite over (fixture, backend name) whose tests share one backend, made by the first of them (a
+// device's pipelines are compiled once, not in every test).
+class FixtureOnBackend : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  static void TearDownTestSuite() { shared_.reset(); }
+  const std::string& fixture() const { return std::get<0>(GetParam()); }
+  const std::string& backend_name() const { return std::get<1>(GetParam()); }
+  std::string name() const { return fixture() + " on " + backend_name(); }
+  // The suite's backend; null, with `why`, where there is none (the test then skips, saying why).
+  backend::Backend* shared_backend(std::string& why) {
+    if (!shared_) shared_ = fixture_backend(backend_name(), why);
+    return shared_.get();
+  }
+
+ private:
+  static inline std::unique_ptr<backend::Backend> shared_;
+};
 
 }  // namespace zinc::test

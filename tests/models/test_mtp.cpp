@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "mtp_checkpoint.h"
 #include "raw_gguf.h"
+#include "spec_test_util.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -53,27 +54,21 @@ std::pair<int32_t, double> top(std::span<const float> l) {
   return {static_cast<int32_t>(best), l[best] - second};
 }
 
-class MtpFixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+class MtpFixture : public test::FixtureOnBackend {
  protected:
-  static void TearDownTestSuite() { shared_.reset(); }
   void SetUp() override {
-    if (!shared_) {
-      std::string why;
-      shared_ = test::fixture_backend(backend_name(), why);
-      if (!shared_) GTEST_SKIP() << why;
-    }
+    std::string why;
+    backend::Backend* be = shared_backend(why);
+    if (!be) GTEST_SKIP() << why;
     convert::ConvertOptions copts;
     copts.outtype = "f32";
     const auto path = tmp_.file("m.gguf");
     convert::convert_hf(test::mtp_checkpoint(kMtpFixtures, fixture(), tmp_.path()), path, copts);
     file_.emplace(gguf::File::open(path));
-    weights_ = shared_->load(model::load(*file_).graph, *file_);
+    weights_ = be->load(model::load(*file_).graph, *file_);
     tok_.emplace(tokenizer::Tokenizer::from_gguf(*file_));
     prompt_ = tok_->encode("The quick brown fox jumps over the lazy dog", true, false);
   }
-  const std::string& fixture() const { return std::get<0>(GetParam()); }
-  const std::string& backend_name() const { return std::get<1>(GetParam()); }
-  std::string name() const { return fixture() + " on " + backend_name(); }
   const graph::Graph& head_graph() const { return *weights_->graph().mtp; }
 
   backend::ExecOptions options(int32_t max_tokens) const {
@@ -119,7 +114,6 @@ class MtpFixture : public ::testing::TestWithParam<std::tuple<std::string, std::
     return out;
   }
 
-  static inline std::unique_ptr<backend::Backend> shared_;
   test::TempDir tmp_;
   std::optional<gguf::File> file_;
   std::shared_ptr<backend::Weights> weights_;
@@ -181,13 +175,7 @@ class WatchingDrafter final : public runtime::Drafter {
  protected:
   Tokens draft(std::span<const int32_t> context, int32_t n) override {
     seen.emplace_back(Tokens(context.begin(), context.end()), head_.propose(context, n));
-    const size_t next = context.size() - prompt_;
-    Tokens out;
-    for (int32_t i = 0; i < n && next + static_cast<size_t>(i) < ref_.size(); ++i) out.push_back(ref_[next + static_cast<size_t>(i)]);
-    const size_t wrong = static_cast<size_t>(rounds++ % (n + 2));
-    if (wrong < out.size()) out[wrong] = (out[wrong] + 1) % n_vocab_;
-    if (out.empty()) out.push_back(0);
-    return out;
+    return test::scripted_draft(context, n, prompt_, ref_, n_vocab_, rounds++, n + 2);
   }
 
  private:
@@ -260,28 +248,7 @@ TEST_P(MtpFixture, SequencesSteppedTogetherDraftWithTheHead) {
   runtime::Generation ga(a, *tok_, sa, prompt_, go, nullptr);
   go.draft = &hb;
   runtime::Generation gb(b, *tok_, sb, other, go, nullptr);
-  for (bool more = true; more;) {
-    more = false;
-    for (runtime::Generation* g : {&ga, &gb}) more = g->step() || more;
-    graph::StepParams step;
-    std::vector<runtime::Session*> parts;
-    for (runtime::Session* s : {&a, &b}) {
-      if (s->pending().empty()) continue;
-      const int32_t n = s->pending_speculative() ? static_cast<int32_t>(s->pending().size())
-                                                 : s->chunk(static_cast<int64_t>(s->pending().size()), 8);
-      s->add_to(step, n);
-      parts.push_back(s);
-    }
-    if (parts.empty()) continue;
-    exe->run(step);
-    int64_t row = 0, first = 0;
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const auto& p = step.seqs[k];
-      parts[k]->committed(p.n_tokens, row, first);
-      row += p.all_logits ? p.n_tokens : 1;
-      first += p.n_tokens;
-    }
-  }
+  test::step_together(*exe, {&ga, &gb}, {&a, &b}, 8);
   auto plain = session();
   EXPECT_EQ(ga.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, 96).tokens) << name();
   plain = session();

@@ -18,6 +18,7 @@
 #include "fixture_backend.h"
 #include "model/model.h"
 #include "raw_gguf.h"
+#include "spec_test_util.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -42,14 +43,7 @@ class ScriptedDrafter final : public runtime::Drafter {
 
  protected:
   Tokens draft(std::span<const int32_t> context, int32_t n) override {
-    // The context ends with generated token j; the reference goes on with j + 1.
-    const size_t next = context.size() - prompt_;
-    Tokens out;
-    for (int32_t i = 0; i < n && next + static_cast<size_t>(i) < ref_.size(); ++i) out.push_back(ref_[next + static_cast<size_t>(i)]);
-    const size_t wrong = static_cast<size_t>(rounds++ % (n + 1));
-    if (wrong < out.size()) out[wrong] = (out[wrong] + 1) % n_vocab_;
-    if (out.empty()) out.push_back(0);
-    return out;
+    return test::scripted_draft(context, n, prompt_, ref_, n_vocab_, rounds++, n + 1);
   }
 
  private:
@@ -58,25 +52,16 @@ class ScriptedDrafter final : public runtime::Drafter {
   int32_t n_vocab_;
 };
 
-class SpeculativeFixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+class SpeculativeFixture : public test::FixtureOnBackend {
  protected:
-  // One backend for the suite: a device's pipelines are compiled once, not in every test.
-  static void TearDownTestSuite() { shared_.reset(); }
   void SetUp() override {
-    if (!shared_) {
-      std::string why;
-      shared_ = test::fixture_backend(backend_name(), why);
-      if (!shared_) GTEST_SKIP() << why;
-    }
-    backend_ = shared_.get();
+    std::string why;
+    backend_ = shared_backend(why);
+    if (!backend_) GTEST_SKIP() << why;
     weights_ = load(fixture(), "f32", file_);
     tok_.emplace(tokenizer::Tokenizer::from_gguf(*file_));
     prompt_ = tok_->encode("The quick brown fox jumps over the lazy dog", true, false);
   }
-  const std::string& fixture() const { return std::get<0>(GetParam()); }
-  const std::string& backend_name() const { return std::get<1>(GetParam()); }
-  std::string name() const { return fixture() + " on " + backend_name(); }
-
   std::shared_ptr<backend::Weights> load(const std::string& dir, const std::string& type, std::optional<gguf::File>& file) {
     convert::ConvertOptions copts;
     copts.outtype = type;
@@ -105,7 +90,6 @@ class SpeculativeFixture : public ::testing::TestWithParam<std::tuple<std::strin
     return runtime::generate(s, *tok_, sampler, prompt_, o, nullptr);
   }
 
-  static inline std::unique_ptr<backend::Backend> shared_;
   backend::Backend* backend_ = nullptr;
   test::TempDir tmp_;
   std::optional<gguf::File> file_;
@@ -242,30 +226,7 @@ TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
   runtime::Generation gb(b, *tok_, sb, prompt_, go, nullptr);
   go.draft = &drafts;
   runtime::Generation ga(a, *tok_, sa, prompt_, go, nullptr);
-  int steps = 0;
-  for (bool more = true; more;) {
-    more = false;
-    for (runtime::Generation* g : {&ga, &gb}) more = g->step() || more;
-    graph::StepParams step;
-    std::vector<runtime::Session*> parts;
-    for (runtime::Session* s : {&a, &b}) {
-      if (s->pending().empty()) continue;
-      const int32_t n = s->pending_speculative() ? static_cast<int32_t>(s->pending().size())
-                                                 : s->chunk(static_cast<int64_t>(s->pending().size()), 16);
-      s->add_to(step, n);
-      parts.push_back(s);
-    }
-    if (parts.empty()) continue;
-    exe->run(step);
-    ++steps;
-    int64_t row = 0, first = 0;
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const auto& p = step.seqs[k];
-      parts[k]->committed(p.n_tokens, row, first);  // its first row (a speculative part's), or its one
-      row += p.all_logits ? p.n_tokens : 1;
-      first += p.n_tokens;
-    }
-  }
+  const int steps = test::step_together(*exe, {&ga, &gb}, {&a, &b}, 16);
   EXPECT_EQ(ga.result().tokens, want.tokens) << name();
   EXPECT_EQ(gb.result().tokens, want.tokens) << name();
   EXPECT_GT(ga.result().draft_accepted, 32) << name();

@@ -103,12 +103,7 @@ class CpuWeights final : public Weights {
       auto& s = slice[static_cast<size_t>(id)];
       if (s >= 0) s = s == 0 || s == rows ? rows : -1;
     };
-    std::vector<const Node*> nodes;  // the graph's and its multi-token-prediction head's
-    for (const Node& node : g.nodes) nodes.push_back(&node);
-    if (g.mtp) {
-      for (const Node& node : g.mtp->nodes) nodes.push_back(&node);
-    }
-    for (const Node* np : nodes) {
+    for (const Node* np : graph::nodes_with_head(g)) {
       const Node& node = *np;
       if (node.op == Op::MatMul) product_of(node.in[0], g.tensor(node.in[0]).ne[1]);
       if (node.op == Op::MoE) {

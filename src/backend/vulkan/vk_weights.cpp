@@ -33,12 +33,7 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
                              const LoadProgress& progress)
     : Weights(g), ctx_(std::move(ctx)) {
   std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
-  std::vector<const Node*> nodes;  // the graph's and its multi-token-prediction head's
-  for (const Node& n : g.nodes) nodes.push_back(&n);
-  if (g.mtp) {
-    for (const Node& n : g.mtp->nodes) nodes.push_back(&n);
-  }
-  for (const Node* np : nodes) {
+  for (const Node* np : graph::nodes_with_head(g)) {
     const Node& n = *np;
     if (std::string why = unsupported(g, n); !why.empty()) {
       throw Error(fmt::format("Vulkan cannot run {}: {}", g.tensor(n.out).name, why));
