@@ -23,6 +23,9 @@ void add_synth_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::Range(1, 1 << 16).description("")
                   .name("a count of blocks, at least 1 (leave the option out for the preset's count)"));
   cmd->add_option("--seed", o->seed, "Seed of the random weights")->capture_default_str();
+  cmd->add_flag("--quantize", o->quantize,
+                 "Quantize every row of random values instead of drawing blocks from a pool quantized once "
+                 "(slower; the pool gives the same value distribution)");
   cmd->add_flag("!--no-mtp", o->mtp, "Leave out the multi-token-prediction head of the models that have one");
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Directory with the real tokenizer.json (default: a built-in one)");
   cmd->callback([o, out, &global, &run] {

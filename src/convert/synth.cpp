@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -332,6 +334,28 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
   facts.n_ffn_down = n_block;
   quant::TypeSelector selector(*mixture, facts);
   auto pool = std::make_shared<ThreadPool>(0);
+  // Block pools: per quantized type, kPoolBlocks blocks of normal(0, 0.02) values quantized once.
+  constexpr int kPoolBits = 14;
+  constexpr int64_t kPoolBlocks = int64_t{1} << kPoolBits;
+  std::map<TensorType, std::shared_ptr<const std::vector<uint8_t>>> block_pools;
+  const auto block_pool = [&](TensorType type) {
+    auto& slot = block_pools[type];
+    if (slot) return slot;
+    const int64_t bs = quant::block_size(type);
+    const size_t bb = quant::row_size(type, bs);
+    auto blocks = std::make_shared<std::vector<uint8_t>>(bb * static_cast<size_t>(kPoolBlocks));
+    pool->parallel_for(kPoolBlocks, [&](int64_t b0, int64_t e0) {
+      std::vector<float> v(static_cast<size_t>(bs));
+      for (int64_t i = b0; i < e0; ++i) {
+        std::mt19937 rng(o.seed * 7919u + static_cast<uint32_t>(type) * 1000003u + static_cast<uint32_t>(i));
+        std::normal_distribution<float> g(0.0f, 0.02f);
+        for (auto& x : v) x = g(rng);
+        quant::quantize_row(type, v.data(), blocks->data() + static_cast<size_t>(i) * bb, bs);
+      }
+    });
+    slot = blocks;
+    return slot;
+  };
   SynthReport report;
   report.architecture = a;
   report.layers = n_layer;
@@ -352,6 +376,9 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
     // Gemma 4: pairs past the rotated quarter turn at 1e30 times lower frequency (so not at all).
     const int64_t rotated_pairs = t.name == "rope_freqs.weight" ? static_cast<int64_t>(p.partial_rotary * static_cast<float>(cols)) : -1;
     const uint32_t s = tensor_seed++;
+    const bool from_pool = !o.quantize && !norm && rotated_pairs < 0 && quant::block_size(type) > 1;
+    std::shared_ptr<const std::vector<uint8_t>> blocks;
+    if (from_pool) blocks = block_pool(type);
     w.add_tensor(t.name, type, t.ne, [=](const auto& emit) {
       const size_t rs = quant::row_size(type, cols);
       const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / rs));
@@ -361,6 +388,23 @@ SynthReport synthesize(const SynthOptions& o, const std::filesystem::path& out) 
         buf.resize(rs * static_cast<size_t>(nr));
         pool->parallel_for(nr, [&](int64_t b0, int64_t e0) {
           // Each row from its own seed: the file is the same whatever the thread count.
+          if (blocks) {
+            const int64_t bs = quant::block_size(type);
+            const size_t bb = quant::row_size(type, bs);
+            for (int64_t i = b0; i < e0; ++i) {
+              uint64_t state = (uint64_t{s} << 32) ^ static_cast<uint64_t>(r0 + i);
+              uint8_t* dst = buf.data() + static_cast<size_t>(i) * rs;
+              for (int64_t b = 0; b < cols / bs; ++b) {
+                // splitmix64
+                uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+                z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                z ^= z >> 31;
+                std::memcpy(dst + static_cast<size_t>(b) * bb, blocks->data() + static_cast<size_t>(z >> (64 - kPoolBits)) * bb, bb);
+              }
+            }
+            return;
+          }
           std::vector<float> row(static_cast<size_t>(cols));
           for (int64_t i = b0; i < e0; ++i) {
             std::mt19937 rng(s * 2654435761u + static_cast<uint32_t>(r0 + i));

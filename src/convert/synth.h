@@ -19,6 +19,9 @@ struct SynthOptions {
   // The released model's multi-token-prediction head (Qwen3.5/3.6), one more block after the others.
   bool mtp = true;
   uint32_t seed = 1;
+  // Quantize every row of random values (the mixture's search, minutes for a large model) instead of
+  // drawing each block from a pool quantized once per type (near disk speed).
+  bool quantize = false;
   // A directory with the real model's tokenizer.json (+ tokenizer_config.json); empty: a built-in
   // byte-level vocabulary padded to the real size (the text is meaningless, the shapes are right).
   std::filesystem::path tokenizer_dir;

@@ -104,19 +104,21 @@ class Tables {
 };
 
 // Expected output rows (n tokens x width) and a bound per element: `bound` for every path, plus
-// `f16` where the backend rounds to f16 (the Vulkan backend's prefill GEMM: steps of more than 32
-// tokens) and `codes` where it multiplies int8 codes of the activations (block-format weights on the
+// `f16` where the backend rounds to f16 (the Vulkan backend's prefill GEMM: steps of more than
+// Case::f16_above tokens) and `codes` where it multiplies int8 codes of the activations (block-format weights on the
 // CPU, and on Vulkan in steps of up to 32 tokens). Empty: none.
 struct Expect {
   std::vector<double> want, bound, f16, codes;
 };
 constexpr int kDirectTokens = 32;  // the Vulkan backend multiplies steps up to this size by the weights directly
+constexpr int kMvMaxTokens = 8;    // and the experts of steps up to this size
 
 struct Case {
   std::string name;
   int n = 4;               // tokens
   std::vector<int> steps;  // token counts of the steps it is fed in (empty: one step)
   TensorType weight_type = TensorType::F32;  // what a backend's unsupported() is asked about
+  int f16_above = kDirectTokens;             // Vulkan steps longer than this add Expect::f16 to the bound
   std::function<TensorId(Builder&, Tables&)> build;
   std::function<Expect(const Tables&)> reference;
 };
@@ -523,6 +525,7 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
                        d == 256 && ff == 256 ? "" : fmt::format("/d{}/ff{}", d, ff));
   c.n = n;
   c.weight_type = type;
+  c.f16_above = kMvMaxTokens;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId x = t.input(b, "x", d, n);
     const TensorId r = t.weight(b, "router", TensorType::F32, {d, n_expert, 1, 1}, -0.2f, 0.2f);
@@ -532,6 +535,9 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
     return b.moe(x, r, g, u, dn, k, true, "out", 0);
   };
   const bool blocks = quant::block_size(type) > 1;
+  // The grouped products of long steps round x, the activation and the weights to f16 on a tensor-core
+  // device (2^-11 each), float weights aside.
+  const bool rounds_f16 = blocks;
   c.reference = [=](const Tables& t) {
     Expect e;
     int ties = 0;
@@ -568,11 +574,12 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
       for (int q = 0; q < k; ++q) wsum += prob[static_cast<size_t>(order[static_cast<size_t>(q)])];
       const double rel_w = 2 * rel_p + (k + 4) * kU;
       std::vector<double> out(static_cast<size_t>(d), 0.0), base(static_cast<size_t>(d), 0.0), codes(static_cast<size_t>(d), 0.0),
-          mag(static_cast<size_t>(d), 0.0);
+          mag(static_cast<size_t>(d), 0.0), f16(static_cast<size_t>(d), 0.0);
       for (int q = 0; q < k; ++q) {
         const int ex = order[static_cast<size_t>(q)];
         const double w = prob[static_cast<size_t>(ex)] / wsum;
-        std::vector<double> h(static_cast<size_t>(ff)), dh(static_cast<size_t>(ff)), dh_codes(static_cast<size_t>(ff));
+        std::vector<double> h(static_cast<size_t>(ff)), dh(static_cast<size_t>(ff)), dh_codes(static_cast<size_t>(ff)),
+            dh_f16(static_cast<size_t>(ff));
         for (int64_t f = 0; f < ff; ++f) {
           double g = 0, gm = 0, gc = 0, u = 0, um = 0, uc = 0;
           const float* gw = t.values("gate").data() + (ex * ff + f) * d;
@@ -590,21 +597,24 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
           dh[static_cast<size_t>(f)] = 1.1 * (d + 4) * kU * gm * std::fabs(u) + std::fabs(sg) * (d + 4) * kU * um +
                                        transcendental_ulps(g) * kU * std::fabs(sg * u);
           dh_codes[static_cast<size_t>(f)] = 1.1 * gc * std::fabs(u) + std::fabs(sg) * uc;
+          dh_f16[static_cast<size_t>(f)] = 0x1p-10 * (1.1 * gm * std::fabs(u) + std::fabs(sg) * um);
         }
         const std::vector<double> he = code_errors(h);
         for (int64_t o = 0; o < d; ++o) {
           const float* dw = t.values("down").data() + (ex * d + o) * ff;
-          double y = 0, ym = 0, dy = 0, dyc = 0;
+          double y = 0, ym = 0, dy = 0, dyc = 0, dyf = 0;
           for (int64_t f = 0; f < ff; ++f) {
             y += dw[f] * h[static_cast<size_t>(f)];
             ym += std::fabs(dw[f] * h[static_cast<size_t>(f)]);
             dy += std::fabs(dw[f]) * dh[static_cast<size_t>(f)];
             dyc += std::fabs(dw[f]) * (dh_codes[static_cast<size_t>(f)] + he[static_cast<size_t>(f)]);
+            dyf += std::fabs(dw[f]) * (dh_f16[static_cast<size_t>(f)] + 0x1p-10 * std::fabs(h[static_cast<size_t>(f)]));
           }
           dy += (ff + 4) * kU * ym;
           out[static_cast<size_t>(o)] += w * y;
           base[static_cast<size_t>(o)] += w * dy + rel_w * w * std::fabs(y);
           codes[static_cast<size_t>(o)] += w * dyc;
+          f16[static_cast<size_t>(o)] += w * dyf;
           mag[static_cast<size_t>(o)] += std::fabs(w * y);
         }
       }
@@ -612,7 +622,7 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
         e.want.push_back(out[static_cast<size_t>(o)]);
         e.bound.push_back(tie ? INFINITY : base[static_cast<size_t>(o)] + (k + 2) * kU * mag[static_cast<size_t>(o)]);
         e.codes.push_back(blocks ? codes[static_cast<size_t>(o)] : 0.0);
-        e.f16.push_back(0.0);
+        e.f16.push_back(rounds_f16 ? f16[static_cast<size_t>(o)] : 0.0);
       }
     }
     EXPECT_LE(ties * 2, n) << "too many tokens routed at a near tie to judge";
@@ -763,6 +773,7 @@ std::vector<Case> all_cases() {
   for (TensorType t : {TensorType::F32, TensorType::Q8_0, TensorType::Q4_K}) {
     cs.push_back(moe(t, 8, 2, 1));
     cs.push_back(moe(t, 8, 2, 5));
+    cs.push_back(moe(t, 8, 2, 40));  // the grouped products of a prefill step on Vulkan
   }
   cs.push_back(moe(TensorType::Q4_0, 4, 1, 3));
   cs.push_back(delta_net(2, 4, 64, 64, false, {1, 1, 1, 1, 1, 1}));
@@ -784,6 +795,7 @@ std::vector<Case> all_cases() {
     cs.push_back(rms_norm(4096, 4096, true, 0.0f, 64));
     cs.push_back(attention(32, 8, 128, 0, 0.0f, false, 63, 1));
     cs.push_back(moe(TensorType::Q4_K, 128, 8, 2, 2048, 768));  // (two tokens: one may route at a near tie)
+    cs.push_back(moe(TensorType::Q4_K, 128, 8, 256, 2048, 768));  // a prefill step's grouped experts
     cs.push_back(delta_net(16, 32, 128, 128, false, {1}));
   }
   return cs;
@@ -847,7 +859,7 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   Expect e = c.reference(t);
   ASSERT_EQ(got.size(), e.want.size());
   const int most = *std::max_element(steps.begin(), steps.end());
-  const bool f16 = backend_name == "vulkan" && most > kDirectTokens;
+  const bool f16 = backend_name == "vulkan" && most > c.f16_above;
   const bool codes = backend_name == "cpu" || most <= kDirectTokens;
   for (size_t i = 0; i < e.bound.size(); ++i) {
     if (f16 && !e.f16.empty()) e.bound[i] += e.f16[i];

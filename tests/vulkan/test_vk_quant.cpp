@@ -4,6 +4,7 @@
 // writes; products are checked against the dequantized rows multiplied in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/vulkan/vk_gemm.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "quant/fp16.h"
@@ -261,6 +263,148 @@ TEST_P(QuantKernels, DequantF16MatchesTheRowsRoundedToHalf) {
     }
   }
   EXPECT_EQ(off_by_more, 0u) << "halves more than one unit in the last place from the CPU's value";
+}
+
+// The prefill products on stored weights (mul_mm_q, mul_mm_q_id), with every kernel the device has.
+// The portable kernel multiplies the decoded floats in float: DotCheck's bound. The tensor-core one
+// rounds each decoded weight and each x to f16 (2^-11 relative each, nearest; a value below f16's
+// normal range is off by at most 2^-25 absolute): held to 2^-10 more, relative to the terms plus
+// 2^-15 sum |x| (the absolute part as a relative one). A slot of a K-step read from the wrong column
+// moves a result by about its magnitude over sqrt(ncols), far above either bound.
+std::vector<MulMmKernel> mm_kernels(const Context& ctx) {
+  std::vector<MulMmKernel> out{MulMmKernel::Tiled};
+  if (mul_mm_kernel(ctx) == MulMmKernel::CoopMatNV) out.push_back(MulMmKernel::CoopMatNV);
+  return out;
+}
+
+double mm_bound(MulMmKernel k, uint32_t ncols) {
+  return DotCheck::bound(ncols) + (k == MulMmKernel::CoopMatNV ? 0x1p-10 : 0.0);
+}
+
+// The X operand the kernel reads: x itself (Tiled), or x in f16 (CoopMatNV), converted on the device.
+View mm_x(Context& ctx, MulMmKernel k, const Buffer& x, Buffer& x16, uint32_t ncols, uint32_t rows) {
+  if (k == MulMmKernel::Tiled) return View{&x, 0, 0};
+  Recording rec(ctx, 1);
+  mul_mm_convert_x(ctx, rec, View{&x, 0, 0}, View{&x16, 0, 0}, ncols, rows);
+  rec.finish();
+  rec.submit_and_wait();
+  return View{&x16, 0, 0};
+}
+
+double abs_sum(const float* x, uint32_t n) {
+  double s = 0;
+  for (uint32_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(x[i]));
+  return s;
+}
+
+TEST_P(QuantKernels, MulMmQMatchesTheDequantizedWeights) {
+  // 70 rows (a ragged row tile for both kernels), 1, 70 and 130 tokens (ragged token tiles: 130 is a
+  // third tile of 2 for the portable kernel, a second for the tensor-core one), 768 columns (three
+  // K-quant blocks, an odd number of 256-element blocks and of K-steps: the double buffer ends on its
+  // other half); the output at column 3 of rows of 75 (the rest of Y untouched); with and without a bias.
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 51);
+  const uint32_t ncols = 768, nrows = 70, y_stride = 75, y_offset = 3;
+  const Weight w = random_weight(type, ncols, nrows, rng);
+  const auto owner = test::code_bits(type);
+  const std::vector<float> bias = random_floats(nrows, rng);
+  const Buffer& bw = buffer(w.bytes);
+  const Buffer& bb = buffer(bias);
+  for (const uint32_t ntok : {1u, 70u, 130u}) {
+    const std::vector<float> x = random_floats(static_cast<size_t>(ncols) * ntok, rng);
+    const Buffer& bx = buffer(x);
+    Buffer& bx16 = buffer(nullptr, mul_mm_scratch_bytes(ncols, ntok));
+    Buffer& by = buffer(nullptr, static_cast<size_t>(y_stride) * ntok * 4);
+    for (const MulMmKernel k : mm_kernels(*ctx_)) {
+      const View xv = mm_x(*ctx_, k, bx, bx16, ncols, ntok);
+      for (const bool with_bias : {false, true}) {
+        std::fill_n(static_cast<float*>(by.mapped), static_cast<size_t>(y_stride) * ntok, -7.0f);
+        mul_mm_q(*ctx_, ctx_->immediate(), k, type, whole(bw), xv, whole(by), with_bias ? whole(bb) : View{}, ncols, nrows,
+                 ntok, y_stride, y_offset);
+        const auto* got = static_cast<const float*>(by.mapped);
+        DotCheck check;
+        size_t stray = 0;
+        for (uint32_t t = 0; t < ntok; ++t) {
+          const float* xt = x.data() + static_cast<size_t>(t) * ncols;
+          for (uint32_t c = 0; c < y_stride; ++c) {
+            const float g = got[static_cast<size_t>(t) * y_stride + c];
+            if (c < y_offset || c >= y_offset + nrows) {
+              stray += g != -7.0f;
+              continue;
+            }
+            const uint32_t r = c - y_offset;
+            double want = with_bias ? bias[r] : 0.0;
+            for (uint32_t i = 0; i < ncols; ++i) want += static_cast<double>(w.values[static_cast<size_t>(r) * ncols + i]) * xt[i];
+            const double terms = row_terms(type, owner, w, r, xt, ncols) + (with_bias ? std::fabs(bias[r]) : 0.0) +
+                                 (k == MulMmKernel::CoopMatNV ? 0x1p-15 * abs_sum(xt, ncols) : 0.0);
+            check.add(g, want, terms);
+          }
+        }
+        EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << ", " << ntok << " tokens" << (with_bias ? ", bias" : "");
+        EXPECT_EQ(stray, 0u) << mul_mm_kernel_name(k) << ": floats of Y outside the product changed";
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
+  // 6 experts, 2 per token, 150 tokens: expert 1 is every token's first choice (150 slots: three
+  // tiles of the portable kernel, two of the tensor-core one), the second is one of 2..5 at random,
+  // and one token names expert 9 (clamped to 5); expert 0 is never chosen. x shared per token (gate,
+  // up) or one per slot (down); with and without the per-expert bias. The route is sorted once per
+  // kernel and read by all four products.
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 61);
+  const uint32_t ncols = 256, nrows = 37, n_expert = 6, n_used = 2, ntok = 150;
+  const Weight w = random_weight(type, ncols, nrows * n_expert, rng);
+  const auto owner = test::code_bits(type);
+  std::vector<uint32_t> ids(static_cast<size_t>(ntok) * n_used);
+  std::uniform_int_distribution<uint32_t> pick(2, 5);
+  for (uint32_t t = 0; t < ntok; ++t) {
+    ids[2 * t] = 1;
+    ids[2 * t + 1] = t == 77 ? 9 : pick(rng);
+  }
+  const std::vector<float> bias = random_floats(static_cast<size_t>(nrows) * n_expert, rng);
+  const Buffer& bw = buffer(w.bytes);
+  const Buffer& bi = buffer(ids);
+  const Buffer& bb = buffer(bias);
+  const Buffer& broute = buffer(nullptr, moe_route_bytes(ntok, n_used, n_expert));
+  Buffer& by = buffer(nullptr, static_cast<size_t>(nrows) * n_used * ntok * 4);
+  for (const MulMmKernel k : mm_kernels(*ctx_)) {
+    moe_sort(*ctx_, ctx_->immediate(), k, whole(bi), whole(broute), ntok, n_used, n_expert);
+    for (const bool per_slot : {false, true}) {
+      const uint32_t xrows = ntok * (per_slot ? n_used : 1);
+      const std::vector<float> x = random_floats(static_cast<size_t>(ncols) * xrows, rng);
+      const Buffer& bx = buffer(x);
+      Buffer& bx16 = buffer(nullptr, mul_mm_scratch_bytes(ncols, xrows));
+      const View xv = mm_x(*ctx_, k, bx, bx16, ncols, xrows);
+      for (const bool with_bias : {false, true}) {
+        std::fill_n(static_cast<float*>(by.mapped), static_cast<size_t>(nrows) * n_used * ntok, NAN);
+        mul_mm_q_id(*ctx_, ctx_->immediate(), k, type, whole(bw), whole(broute), xv, whole(by), with_bias ? whole(bb) : View{},
+                    ncols, nrows, n_expert, n_used, ntok, per_slot);
+        const auto* got = static_cast<const float*>(by.mapped);
+        DotCheck check;
+        for (uint32_t t = 0; t < ntok; ++t) {
+          for (uint32_t j = 0; j < n_used; ++j) {
+            const uint32_t e = std::min(ids[t * n_used + j], n_expert - 1);
+            const float* xs = x.data() + static_cast<size_t>(per_slot ? t * n_used + j : t) * ncols;
+            for (uint32_t r = 0; r < nrows; ++r) {
+              const float* wr = w.values.data() + (static_cast<size_t>(e) * nrows + r) * ncols;
+              const double b = with_bias ? bias[static_cast<size_t>(e) * nrows + r] : 0.0;
+              double want = b;
+              for (uint32_t i = 0; i < ncols; ++i) want += static_cast<double>(wr[i]) * xs[i];
+              const double terms = row_terms(type, owner, w, e * nrows + r, xs, ncols) + std::fabs(b) +
+                                   (k == MulMmKernel::CoopMatNV ? 0x1p-15 * abs_sum(xs, ncols) : 0.0);
+              const float g = got[(static_cast<size_t>(t) * n_used + j) * nrows + r];
+              check.add(std::isnan(g) ? 1e30 : g, want, terms);
+            }
+          }
+        }
+        EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << (per_slot ? ", x per slot" : ", x per token")
+                                                   << (with_bias ? ", bias" : "");
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryType, QuantKernels, ::testing::ValuesIn(kTypes), type_name);

@@ -40,11 +40,11 @@ class VulkanExecutable final : public SequencedExecutable {
   VulkanExecutable(std::shared_ptr<vk::VulkanWeights> weights, const graph::Graph& g, const ExecOptions& opts)
       : SequencedExecutable(g, opts), weights_(std::move(weights)), ctx_(weights_->ctx()) {
     static_assert(vk::kKvBlockRows == kKvBlock, "the kernels' cache blocks are the sequences' blocks");
-    // Its own bytes: what the device holds more after it is made, but for the slabs it shares.
-    const uint64_t before = ctx_.device_bytes_in_use() - weights_->slab_bytes();
+    // Its own bytes: what the device holds more after it is made.
+    const uint64_t before = ctx_.device_bytes_in_use();
     plan_ = vk::make_plan(ctx_, g_, opts_, state_floats_);
     allocate();
-    device_bytes_ = ctx_.device_bytes_in_use() - weights_->slab_bytes() - before;
+    device_bytes_ = ctx_.device_bytes_in_use() - before;
   }
   ~VulkanExecutable() override { recordings_.clear(); }  // before the buffers they bind
 
@@ -241,10 +241,8 @@ class VulkanExecutable final : public SequencedExecutable {
     res_.moe_gate = device(moe_gate_, plan_.moe_slot_bytes);
     res_.moe_up = device(moe_up_, plan_.moe_slot_bytes);
     res_.moe_down = device(moe_down_, plan_.moe_slot_bytes);
-    if (plan_.slab_bytes > 0) {
-      res_.slabs = &weights_->slabs(plan_.slab_bytes);
-      res_.x_f16 = device(x_f16_, plan_.x_f16_bytes);
-    }
+    res_.moe_route = device(moe_route_, plan_.moe_route_bytes);
+    res_.x_f16 = device(x_f16_, plan_.x_f16_bytes);
     // Each part's greedy id (at a multiple of the alignment), each from its own scratch.
     argmax_ = ctx_.owned_host_buffer(plan_.align * static_cast<size_t>(opts_.n_seq));
     res_.argmax = argmax_.get();
@@ -351,7 +349,7 @@ class VulkanExecutable final : public SequencedExecutable {
   vk::Context& ctx_;
   vk::Plan plan_;
   OwnedBuffer arena_, logits_, hidden_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
-      moe_weights_, moe_gate_, moe_up_, moe_down_, argmax_, argmax_scratch_;
+      moe_weights_, moe_gate_, moe_up_, moe_down_, moe_route_, argmax_, argmax_scratch_;
   std::vector<OwnedBuffer> k_, v_, state_, kept_;  // per layer; per node; per node (ExecOptions::kept_states)
   vk::Buffer empty_;  // what a buffer of no bytes is
   vk::Resources res_;  // the same buffers as the recordings see them

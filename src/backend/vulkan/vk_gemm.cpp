@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "core/knobs.h"
 
@@ -170,6 +172,105 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
   const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, kTiledRows, kTiledTokens, &gx, &gy);
   const View bindings[] = {w_f16, x, y};
   d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
+}
+
+namespace {
+
+// mm_q.glsl's push constants.
+struct MulMmQPush {
+  uint32_t ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, row_bytes, n_expert, n_used, x_per_slot,
+      has_bias, list_offset;
+};
+
+uint32_t tile_tokens(MulMmKernel k) { return k == MulMmKernel::CoopMatNV ? kCoopTokens : kTiledTokens; }
+
+// The most tiles moe_sort makes of n_slots entries: every expert's last tile may be partial.
+uint32_t route_tiles(uint32_t n_slots, uint32_t n_expert, uint32_t tokens_per_tile) {
+  return (n_slots + tokens_per_tile - 1) / tokens_per_tile + std::min(n_expert, n_slots);
+}
+
+// Records mul_mm_q(_coopmat) for `push` (its shape and mode filled in; the tiles here).
+void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op, gguf::TensorType type, View w, View x,
+                 View y, View route, View bias, MulMmQPush push, uint32_t n_matrices) {
+  const char* variant = weight_variant(op, type, push.ncols, &push.row_bytes);
+  if (push.ncols % 32 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 32", op, push.ncols));
+  if (uint64_t{push.row_bytes} * push.nrows * n_matrices > (uint64_t{1} << 32)) {
+    throw Error(fmt::format("Vulkan {}: a weight over the kernels' 4 GiB", op));
+  }
+  const bool coop = kernel == MulMmKernel::CoopMatNV;
+  if (coop) require_coopmat(ctx);
+  const uint32_t rows = coop ? coop_rows(push.nrows, push.n_tokens) : kTiledRows;
+  push.has_bias = bias.buffer ? 1 : 0;
+  push.tiles = push.token_tiles * ((push.nrows + rows - 1) / rows);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, push.tiles, &gx, &gy);
+  const View bindings[] = {w, x, y, route.buffer ? route : x, bias.buffer ? bias : x};
+  if (coop) {
+    const uint32_t warps = knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
+    const uint32_t spec[] = {rows, warps * 32};
+    d.dispatch(ctx.pipeline(std::string("mul_mm_q_coopmat_") + variant, 5, sizeof(MulMmQPush), spec), bindings, &push, gx,
+               gy);
+  } else {
+    d.dispatch(ctx.pipeline(std::string("mul_mm_q_") + variant, 5, sizeof(MulMmQPush)), bindings, &push, gx, gy);
+  }
+}
+
+constexpr uint32_t kSortMaxExperts = 512;  // moe_sort's shared counters
+
+}  // namespace
+
+void mul_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType type, View w, View x, View y,
+              View bias, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset) {
+  check_shape(ncols, nrows, y_stride, y_offset);
+  if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
+  MulMmQPush push{};
+  push.ncols = ncols;
+  push.nrows = nrows;
+  push.n_tokens = n_tokens;
+  push.y_stride = y_stride;
+  push.y_offset = y_offset;
+  push.token_tiles = (n_tokens + tile_tokens(kernel) - 1) / tile_tokens(kernel);
+  record_mm_q(ctx, d, kernel, "mul_mm_q", type, w, x, y, View{}, bias, push, 1);
+}
+
+size_t moe_route_bytes(uint32_t n_tokens, uint32_t n_used, uint32_t n_expert) {
+  const uint32_t slots = n_tokens * n_used;
+  // The smaller tile makes the most tiles.
+  const uint32_t tiles = route_tiles(slots, n_expert, std::min(kTiledTokens, kCoopTokens));
+  return (size_t{1} + 3 * size_t{tiles} + slots) * 4;
+}
+
+void moe_sort(Context& ctx, Dispatcher& d, MulMmKernel kernel, View ids, View route, uint32_t n_tokens, uint32_t n_used,
+              uint32_t n_expert) {
+  if (n_expert == 0 || n_expert > kSortMaxExperts) {
+    throw Error(fmt::format("Vulkan moe_sort: {} experts is outside the kernel's 1..{}", n_expert, kSortMaxExperts));
+  }
+  const uint32_t slots = n_tokens * n_used;
+  if (slots == 0) return;
+  const uint32_t push[] = {slots, n_expert, tile_tokens(kernel), 1 + 3 * route_tiles(slots, n_expert, tile_tokens(kernel))};
+  const View bindings[] = {ids, route};
+  d.dispatch(ctx.pipeline("moe_sort", 2, sizeof(push)), bindings, push, 1, 1);
+}
+
+void mul_mm_q_id(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType type, View w, View route, View x,
+                 View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
+                 uint32_t n_tokens, bool x_per_slot) {
+  const uint32_t slots = n_tokens * n_used;
+  if (slots == 0 || nrows == 0 || ncols == 0) return;
+  if (n_expert == 0 || n_expert > kSortMaxExperts) {
+    throw Error(fmt::format("Vulkan mul_mm_q_id: {} experts is outside the kernel's 1..{}", n_expert, kSortMaxExperts));
+  }
+  MulMmQPush push{};
+  push.ncols = ncols;
+  push.nrows = nrows;
+  push.n_tokens = slots;
+  push.y_stride = nrows;
+  push.token_tiles = route_tiles(slots, n_expert, tile_tokens(kernel));
+  push.n_expert = n_expert;
+  push.n_used = n_used;
+  push.x_per_slot = x_per_slot ? 1 : 0;
+  push.list_offset = 1 + 3 * push.token_tiles;
+  record_mm_q(ctx, d, kernel, "mul_mm_q_id", type, w, x, y, route, bias, push, n_expert);
 }
 
 }  // namespace zinc::backend::vk

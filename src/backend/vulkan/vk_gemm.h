@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "backend/vulkan/vk_context.h"
+#include "gguf/types.h"
 
 namespace zinc::backend::vk {
 
@@ -49,5 +50,29 @@ void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x,
 void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t ncols, uint32_t n_tokens);
 void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uint32_t ncols, uint32_t nrows,
                 uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset);
+
+// Products on weights in their stored type (every type of vk_weight_types.def; no f16 copy of the
+// weight): each weight unit is decoded as the kernel stages its tile (mul_mm_q.comp,
+// mul_mm_q_coopmat.comp). The Tiled kernel multiplies float X by the decoded floats; CoopMatNV rounds
+// both to f16 (the decoded weight as dequant_f16 rounds it) and takes X already in f16
+// (mul_mm_convert_x). ncols a multiple of 32 and of the type's block; views at offset_alignment.
+//
+// Dense: Y[t * y_stride + y_offset + r] = W[r] . X[t] (+ bias[r]) for t < n_tokens, r < nrows.
+void mul_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType type, View w, View x, View y,
+              View bias, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset);
+
+// Experts, for steps of many tokens: the routing's ids [n_tokens][n_used] (uint32, clamped to
+// n_expert - 1) grouped by expert into `route` (moe_route_bytes), then each expert's weight read
+// once per tile of its tokens. A barrier between moe_sort and the products; several products may
+// read one route. n_expert <= 512.
+size_t moe_route_bytes(uint32_t n_tokens, uint32_t n_used, uint32_t n_expert);
+void moe_sort(Context& ctx, Dispatcher& d, MulMmKernel kernel, View ids, View route, uint32_t n_tokens, uint32_t n_used,
+              uint32_t n_expert);
+// y[t][j] = W_ids[t][j] . x_(t,j) (+ bias[ids[t][j]]), laid out as mul_mv_id's (W {ncols, nrows,
+// n_expert}; x_(t,j) = x[t], or x[t][j] with x_per_slot; y [n_tokens][n_used][nrows]; bias {nrows,
+// n_expert} or none), with the route moe_sort made for the same ids and kernel.
+void mul_mm_q_id(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType type, View w, View route, View x,
+                 View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
+                 uint32_t n_tokens, bool x_per_slot);
 
 }  // namespace zinc::backend::vk

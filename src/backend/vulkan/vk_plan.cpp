@@ -154,6 +154,13 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
                                  mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       p.act_q8k_bytes = std::max({p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                   q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+      // Longer steps: the slots grouped by expert, x in f16 for the gate and up products (the down
+      // product's goes in moe_up, free by then).
+      if (max_rows > kMvMaxTokens) {
+        p.moe_route_bytes = std::max(p.moe_route_bytes, moe_route_bytes(max_rows, static_cast<uint32_t>(n.moe().n_expert_used),
+                                                                        static_cast<uint32_t>(n.moe().n_expert)));
+        mm_cols = std::max(mm_cols, static_cast<uint32_t>(d));
+      }
     }
     if (n.op != Op::MatMul) continue;
     const auto& wt = g.tensor(n.in[0]);
@@ -170,10 +177,7 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
   // One slot per sequence for its one-token parts (decode steps of many sequences).
   p.attn_slot_bytes = opts.n_seq > 1 ? align_up(attn_one, p.align) : 0;
   p.attn_scratch_bytes = p.attn_slot_bytes * static_cast<size_t>(opts.n_seq) + attn;
-  if (mm_cols > 0) {
-    p.slab_bytes = std::max<size_t>(kSlabBytes, static_cast<size_t>(mm_cols) * 2 * 64);
-    p.x_f16_bytes = mul_mm_scratch_bytes(mm_cols, max_rows);
-  }
+  if (mm_cols > 0 && mul_mm_kernel(ctx) == MulMmKernel::CoopMatNV) p.x_f16_bytes = mul_mm_scratch_bytes(mm_cols, max_rows);
   p.argmax_scratch_bytes = align_up(argmax_scratch_bytes(static_cast<uint32_t>(g.tensor(g.logits).ne[0])), p.align);
 }
 

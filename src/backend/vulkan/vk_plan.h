@@ -16,14 +16,13 @@
 
 namespace zinc::backend::vk {
 
-// Experts: steps up to this many tokens take the CPU's arithmetic.
+// Experts: steps up to this many tokens take the CPU's arithmetic (mat-vec products per token and
+// slot); longer ones group the slots by expert for the matrix product (mul_mm_q_id).
 inline constexpr uint32_t kMvMaxTokens = 8;
 // Products of steps up to this many rows multiply by the weights directly (the kernels take up to 8 rows
-// per pass over a weight, so 32 rows read it 4 times); longer steps expand the weights to f16 a slab at
-// a time for the GEMM, a cost per step that only many rows repay (measured on an H100, 8B Q4_K_M: 9.6 ms
-// for 8 rows directly, about 60 ms for the GEMM at 16).
+// per pass over a weight, so 32 rows read it 4 times); longer steps take the matrix product on the
+// stored weights (mul_mm_q).
 inline constexpr uint32_t kDirectMaxTokens = 32;
-inline constexpr uint32_t kSlabBytes = 64u << 20;  // the f16 slab a quantized weight is expanded into for prefill
 inline constexpr int32_t kKvBlockRows = 32;        // positions per cache block (kv_rows.glsl's KV_BLOCK)
 
 // A distinct rotation: its (cos, sin) table for the step's rows sits at `offset` of the step buffer.
@@ -68,8 +67,8 @@ struct Plan {
   size_t attn_scratch_bytes = 0; // the slots, then a whole step's
   size_t act_q8_bytes = 0, act_q8k_bytes = 0;
   size_t moe_logits_bytes = 0, moe_ids_bytes = 0, moe_slot_bytes = 0;
-  size_t slab_bytes = 0;         // the weights' f16 slabs, when steps past kDirectMaxTokens use the GEMM (0: never)
-  size_t x_f16_bytes = 0;
+  size_t moe_route_bytes = 0;    // moe_sort's output, when steps past kMvMaxTokens group the experts' slots
+  size_t x_f16_bytes = 0;        // the matrix products' x in f16 (tensor-core kernel only)
   size_t argmax_scratch_bytes = 0;  // per part
   std::vector<bool> q8k_input;   // per tensor: read by a K-quant product (mul_mv_k) in decode
 

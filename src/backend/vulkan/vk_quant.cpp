@@ -57,6 +57,10 @@ const QuantType& checked(const char* op, TensorType type, uint32_t ncols, uint32
 
 }  // namespace
 
+const char* weight_variant(const char* op, TensorType type, uint32_t ncols, uint32_t* row_bytes) {
+  return checked(op, type, ncols, row_bytes).name;
+}
+
 std::string rows_unsupported(TensorType type, int64_t ncols) {
   const QuantType* t = find_type(type);
   if (!t) return fmt::format("no Vulkan kernel reads weights of type {}", gguf::tensor_type_name(type));

@@ -72,6 +72,10 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 void mul_mv_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View y, View bias,
                uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
 
+// The suffix of `type`'s shader variants (vk_weight_types.def) and the bytes of a row of ncols; throws
+// zinc::Error, naming op, where no kernel reads the type or ncols is not whole units of it.
+const char* weight_variant(const char* op, gguf::TensorType type, uint32_t ncols, uint32_t* row_bytes);
+
 // Why the kernels cannot read rows of ncols values of `type` ("" when they can): every kernel that
 // reads a weight as stored (get_rows, the products) takes whole units of its type.
 std::string rows_unsupported(gguf::TensorType type, int64_t ncols);

@@ -45,7 +45,6 @@ class Recorder {
     Tracker tr(rec);
     q8k_of_ = -1;
     x16_of_ = -1;
-    slab_next_ = 0;
     done_.assign(g_.nodes.size(), false);
     // The step's parameters as the host wrote them, into device memory first: the kernels read them
     // (block tables per key tile, rotation tables per row) at device latency, not across the bus.
@@ -478,8 +477,8 @@ class Recorder {
     return true;
   }
 
-  // Few tokens: the weights multiply the rows directly. Many: the weight is expanded to f16 a slab of
-  // rows at a time and multiplied as a matrix (tensor cores where the device has them).
+  // Few tokens: the weights multiply the rows directly. Many: a matrix product that decodes the stored
+  // weight as it stages its tiles (tensor cores where the device has them).
   void matmul(vk::Recording& rec, Tracker& tr, const Node& node, View x, View out, uint32_t n) {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
@@ -502,35 +501,29 @@ class Recorder {
       add_bias(rec, tr, bias, out, nrows, n);
       return;
     }
-    if (n <= kDirectMaxTokens || !res_.slabs || ncols % 32 != 0) {  // the GEMM takes K in steps of 32
+    if (n <= kDirectMaxTokens || ncols % 32 != 0) {  // the matrix product takes K in steps of 32
       tr.before({x}, {out});
       vk::mul_mv(ctx_, rec, wt.type, w_.raw(node.in[0]), x, out, bias, ncols, nrows, n);
       return;
     }
-    const uint32_t slab_rows = std::max<uint32_t>(64, static_cast<uint32_t>((*res_.slabs)[0]->size / (static_cast<size_t>(ncols) * 2)) / 64 * 64);
-    const bool coop = vk::mul_mm_kernel(ctx_) == vk::MulMmKernel::CoopMatNV;
+    const vk::MulMmKernel kernel = vk::mul_mm_kernel(ctx_);
+    const View xin = gemm_x(rec, tr, kernel, node.in[1], x, ncols, n);
+    tr.before({xin}, {out});
+    vk::mul_mm_q(ctx_, rec, kernel, wt.type, w_.raw(node.in[0]), xin, out, bias, ncols, nrows, n, nrows, 0);
+  }
+
+  // x (tensor t, n rows of ncols) as the matrix product reads it: itself for the portable kernel; in
+  // f16 for the tensor-core one, converted once for every product that reads it (q, k and v; gate and
+  // up).
+  View gemm_x(vk::Recording& rec, Tracker& tr, vk::MulMmKernel kernel, TensorId t, View x, uint32_t ncols, uint32_t n) {
+    if (kernel == vk::MulMmKernel::Tiled) return x;
     const View xs{res_.x_f16, 0, vk::mul_mm_scratch_bytes(ncols, n)};
-    if (coop && x16_of_ != node.in[1]) {  // X in f16 once for every product that reads it (q, k and v; gate and up)
+    if (x16_of_ != t) {
       tr.before({x}, {xs});
       vk::mul_mm_convert_x(ctx_, rec, x, xs, ncols, n);
-      x16_of_ = node.in[1];
+      x16_of_ = t;
     }
-    for (uint32_t r0 = 0; r0 < nrows; r0 += slab_rows) {
-      // Slabs in turn: a weight's expansion runs beside the product before it, which reads the other.
-      const uint32_t rows = std::min(slab_rows, nrows - r0);
-      const View slab{(*res_.slabs)[slab_next_].get(), 0, 0};
-      slab_next_ ^= 1;
-      tr.before({}, {slab});
-      vk::dequant_f16(ctx_, rec, wt.type, w_.raw(node.in[0]), slab, ncols, r0, rows);
-      if (coop) {
-        tr.before({slab, xs}, {out});
-        vk::mul_mm_f16(ctx_, rec, slab, xs, out, ncols, rows, n, nrows, r0);
-      } else {
-        tr.before({slab, x}, {out});
-        vk::mul_mm(ctx_, rec, slab, x, out, ncols, rows, n, nrows, r0, View{});
-      }
-    }
-    add_bias(rec, tr, bias, out, nrows, n);
+    return xs;
   }
 
   void add_bias(vk::Recording& rec, Tracker& tr, View bias, View out, uint32_t nrows, uint32_t n) {
@@ -569,13 +562,36 @@ class Recorder {
                   mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale);
     const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
     const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
+    // Steps of many tokens: the slots grouped by expert once, then each expert's weight read once per
+    // tile of its tokens (tensor cores where the device has them, but float weights stay in float).
+    const bool grouped = n > kMvMaxTokens && ne <= 512 && groupable(gt.type, d) && groupable(ut.type, d) &&
+                         groupable(dt.type, ff);
+    const vk::MulMmKernel kernel = grouped && !float_type(gt.type) && !float_type(ut.type) && !float_type(dt.type)
+                                       ? vk::mul_mm_kernel(ctx_)
+                                       : vk::MulMmKernel::Tiled;
+    const View route{res_.moe_route, 0, grouped ? vk::moe_route_bytes(n, k, ne) : 0};
+    View gemm_in{};  // x as the grouped gate and up products read it
+    if (grouped) {
+      tr.before({ids}, {route});
+      vk::moe_sort(ctx_, rec, kernel, ids, route, n, k, ne);
+      gemm_in = gemm_x(rec, tr, kernel, x_id, x, d, n);
+    }
     // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
     // activations), as for MatMul.
     const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
       const uint32_t x_rows = n * (per_slot ? k : 1);
-      if (n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, type)) {
+      if (grouped) {
+        View xm = per_slot ? xin : gemm_in;
+        if (per_slot && kernel == vk::MulMmKernel::CoopMatNV) {  // the down product's x (the activation) in f16
+          xm = View{res_.moe_up, 0, vk::mul_mm_scratch_bytes(cols, x_rows)};
+          tr.before({xin}, {xm});
+          vk::mul_mm_convert_x(ctx_, rec, xin, xm, cols, x_rows);
+        }
+        tr.before({xm, route}, {yout});
+        vk::mul_mm_q_id(ctx_, rec, kernel, type, w, route, xm, yout, b, cols, rows_out, ne, k, n, per_slot);
+      } else if (n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, type)) {
         const View xq{res_.act_q8k, 0, vk::q8k_row_bytes(cols) * x_rows};
         tr.before({xin}, {xq});
         vk::quantize_q8k(ctx_, rec, xin, xq, cols, x_rows);
@@ -618,6 +634,14 @@ class Recorder {
     vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
   }
 
+  // Whether experts of `type` with rows of `cols` can take the grouped matrix product.
+  static bool groupable(gguf::TensorType type, uint32_t cols) {
+    return cols % 32 == 0 && vk::has_quant_kernels(type) && vk::rows_unsupported(type, cols).empty();
+  }
+  static bool float_type(gguf::TensorType t) {
+    return t == gguf::TensorType::F32 || t == gguf::TensorType::F16 || t == gguf::TensorType::BF16;
+  }
+
   Context& ctx_;
   const graph::Graph& g_;
   const ExecOptions& opts_;
@@ -630,7 +654,6 @@ class Recorder {
   TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of
   TensorId x16_of_ = -1;    // the tensor x_f16 holds in f16
   std::vector<bool> done_;  // per node: recorded with an earlier node
-  int slab_next_ = 0;       // the slab the next expansion writes
 };
 
 }  // namespace

@@ -34,8 +34,8 @@ struct Resources {
   const Buffer *attn_scratch = nullptr, *act_q8 = nullptr, *act_q8k = nullptr, *x_f16 = nullptr;
   const Buffer *moe_logits = nullptr, *moe_ids = nullptr, *moe_weights = nullptr;
   const Buffer *moe_gate = nullptr, *moe_up = nullptr, *moe_down = nullptr;
+  const Buffer* moe_route = nullptr;  // a prefill step's slots grouped by expert (moe_sort)
   const Buffer *argmax = nullptr, *argmax_scratch = nullptr;  // per part: an id (plan.align apart) and its scratch
-  const std::array<OwnedBuffer, 2>* slabs = nullptr;           // the weights' f16 slabs (null: no prefill GEMM)
   std::vector<const Buffer*> k, v;   // per layer (null without attention)
   std::vector<const Buffer*> state;  // per node (null without recurrent state)
   // Per node: opts.kept_states regions of plan.state_seq_bytes per sequence (null: none kept).

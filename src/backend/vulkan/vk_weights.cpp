@@ -74,15 +74,4 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
   }
 }
 
-const std::array<OwnedBuffer, 2>& VulkanWeights::slabs(size_t bytes) {
-  std::lock_guard<std::mutex> lock(slab_mutex_);
-  if (!slabs_[0] || slabs_[0]->size < bytes) {
-    for (OwnedBuffer& slab : slabs_) {
-      slab.reset();
-      slab = ctx_->owned_device_buffer(bytes);
-    }
-  }
-  return slabs_;
-}
-
 }  // namespace zinc::backend::vk

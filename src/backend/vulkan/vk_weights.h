@@ -1,11 +1,9 @@
 // The Vulkan backend's weights: uploaded once into device-local buffers and shared by every context
 // instantiated from them (quantized tensors as they are in the file; small float weights such as norms,
 // biases and scales, which the kernels read as F32, converted on the way), with a host copy of those the
-// host reads per step (rotation frequency factors), and the f16 slabs prefill's products expand weights
-// into (scratch within a step, shared by the contexts, whose steps are serialised by step_mutex).
+// host reads per step (rotation frequency factors).
 #pragma once
 
-#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,13 +24,10 @@ class VulkanWeights final : public Weights {
   // Throws zinc::Error for a node the kernels cannot run, or when the device runs out of memory.
   VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g, const gguf::File& file, const LoadProgress& progress);
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
-  uint64_t device_bytes() const override { return bytes_ + slab_bytes(); }
-  uint64_t slab_bytes() const { return slabs_[0]->device_bytes + slabs_[1]->device_bytes; }
+  uint64_t device_bytes() const override { return bytes_; }
 
   Context& ctx() const { return *ctx_; }
-  // The two slabs, of at least `bytes` each (made or grown by the first context that needs them).
-  const std::array<OwnedBuffer, 2>& slabs(size_t bytes);
-  std::mutex step_mutex;  // held for a step: contexts share the slabs and the one queue
+  std::mutex step_mutex;  // held for a step: contexts share the one queue
   // A weight as stored in the file, or converted to F32 (small float weights).
   View raw(graph::TensorId id) const { return View{raw_[static_cast<size_t>(id)].get(), 0, 0}; }
   View f32(graph::TensorId id) const { return View{f32_[static_cast<size_t>(id)].get(), 0, 0}; }
@@ -43,8 +38,6 @@ class VulkanWeights final : public Weights {
   std::vector<OwnedBuffer> raw_, f32_;  // per tensor (empty where not read that way)
   std::map<graph::TensorId, std::vector<float>> host_f32_;
   uint64_t bytes_ = 0;
-  std::mutex slab_mutex_;
-  std::array<OwnedBuffer, 2> slabs_;
 };
 
 }  // namespace zinc::backend::vk

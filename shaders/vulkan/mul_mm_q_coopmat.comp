@@ -1,0 +1,159 @@
+#version 450
+//! variants-by-type all
+// Matrix-matrix product for prefill on tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 16 f16 inputs,
+// f32 accumulation) on weights in their stored type: a dense product or each expert over its tokens
+// (mm_q.glsl says which rows meet which). W is decoded as it is staged (quant.glsl's unit_load, each
+// value rounded to f16 as packHalf2x16 rounds it); X comes in f16 (cvt_f16.comp), Y float. As a
+// matrix product Y_tile = X_tile (tokens x K) * W_tile^T. A workgroup of NW = 4 or 8 subgroups of 32
+// owns a BM-row (128 or 64) x 128-token tile; subgroup s owns rows BM/2 (s % 2).. and tokens
+// TW (s / 2).. (TW = 256 / NW) as TW/16 x BM/32 accumulators. Per K-step of 32 slots every invocation
+// fetches and decodes the next step's units of W and its uvec4 of X into registers before the current
+// step's multiplies and stores them to the other half of a double-buffered shared tile after them
+// (one barrier per step). Shared rows carry 16 bytes of skew (80-byte stride). Ragged tiles read
+// zeros; the accumulators go through a per-subgroup 16 x 16 shared tile to Y with bounds checks.
+// Requires subgroups of 32, 44 KiB of shared memory and the Vulkan memory model.
+// Bindings: 0 W (raw blocks), 1 X f16 (uvec4 view: row t at t * ncols / 8), 2 Y, 3 route (moe_sort's;
+// any buffer for a dense product), 4 bias (floats; any buffer without). Grid: p.tiles workgroups.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_NV_cooperative_matrix : require
+
+layout(local_size_x_id = 1) in;
+
+#include "quant.glsl"
+
+layout(std430, binding = 1) readonly buffer Xbuf { uvec4 x[]; };
+layout(std430, binding = 2) writeonly buffer Ybuf { float y[]; };
+layout(std430, binding = 3) readonly buffer Rbuf { uint route[]; };
+layout(std430, binding = 4) readonly buffer Bbuf { float bias[]; };
+
+#include "mm_q.glsl"
+
+layout(constant_id = 0) const uint BM = 128;   // W rows per tile: 128 or 64
+layout(constant_id = 1) const uint WGS = 128;  // invocations: 4 subgroups of 32, or 8
+const uint NW = WGS / 32u;       // subgroups
+const uint BN = 128;             // tokens per tile
+const uint BK = 32;              // slots per K-step
+const uint ROW = BK / 8u + 1u;   // uvec4 per shared row: 32 halves and one uvec4 of skew
+const uint WSTAGE = BM * ROW;    // uvec4 of W per buffer
+const uint XSTAGE = BN * ROW;    // uvec4 of X per buffer
+const uint TW = BN / (NW / 2u);  // tokens per subgroup: 64 (4 subgroups) or 32 (8)
+const uint TB = TW / 16u;        // 16-token accumulator blocks per subgroup
+const uint RB = BM / 32u;        // 16-row accumulator blocks per subgroup (BM / 2 rows)
+const uint PASS = WGS / 4u;      // X rows one pass of loads covers (four invocations per row)
+const uint XL = BN / PASS;       // uvec4 of X each invocation loads per step
+const uint WI = (BM * UPS + WGS - 1u) / WGS;  // units of W each invocation decodes per step
+
+shared uvec4 ws[2u * WSTAGE];    // [buffer][W row][slot / 8]
+shared uvec4 xs[2u * XSTAGE];    // [buffer][token][slot / 8]
+shared float cs[NW * 256u];      // [subgroup][16][16]: accumulators on their way to Y
+
+#define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MAT32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+void main() {
+  quant_init();
+  uint r0, e, start, count;
+  if (!mm_tile(BM, BN, r0, e, start, count)) return;
+  const uint lid = gl_LocalInvocationIndex;
+  const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+  const uint sg_r = (sg % 2u) * (BM / 2u), sg_t = (sg / 2u) * TW;  // the subgroup's part, tile-relative
+  const uint wbase = e * p.nrows * p.row_bytes;
+
+  // X roles: rows lid / 4 + PASS i, run lid % 4 (one uvec4: 8 halves).
+  const uint lrow = lid / 4u, lq = lid % 4u, kv = p.ncols / 8u;
+  uint xrow[XL];
+  [[unroll]] for (uint i = 0u; i < XL; ++i) {
+    const uint row = lrow + PASS * i;
+    xrow[i] = row < count ? mm_x_row(start, row) : 0xffffffffu;
+  }
+  // W roles: items lid + WGS m: row item / UPS, the step's unit item % UPS; UR runs of 4 halves each.
+  uvec2 wreg[WI][UR];
+  uvec4 xreg[XL];
+
+  MAT32 acc[TB][RB];  // [token block][row block]
+  [[unroll]] for (uint i = 0u; i < TB; ++i) {
+    [[unroll]] for (uint j = 0u; j < RB; ++j) acc[i][j] = MAT32(0.0);
+  }
+  const bool sg_works = sg_t < count;  // a subgroup whose tokens all lie past the tile's skips the multiplies
+
+  const uint nk = p.ncols / BK;
+  for (uint kt = 0u; kt <= nk; ++kt) {
+    // Step kt: fetch step kt's tiles (kt < nk), multiply step kt - 1's (kt > 0) from buffer
+    // (kt - 1) % 2, store the fetched tiles to buffer kt % 2 (last read by step kt - 2's multiplies,
+    // which every invocation finished before the previous barrier).
+    if (kt < nk) {
+      [[unroll]] for (uint m = 0u; m < WI; ++m) {
+        const uint i = lid + WGS * m, row = i / UPS, u = kt * UPS + i % UPS;
+        if (i < BM * UPS && r0 + row < p.nrows) {
+          vec4 q[UR];
+          float a[UR], b[UR];
+          unit_load(wbase + (r0 + row) * p.row_bytes, u, q, a, b);
+          [[unroll]] for (uint k = 0u; k < UR; ++k) {
+            const vec4 v = unit_run(q, a, b, k);
+            wreg[m][k] = uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw));
+          }
+        } else {
+          [[unroll]] for (uint k = 0u; k < UR; ++k) wreg[m][k] = uvec2(0u);
+        }
+      }
+      [[unroll]] for (uint i = 0u; i < XL; ++i) {
+        xreg[i] = xrow[i] != 0xffffffffu ? x[xrow[i] * kv + kstep_run(kt, lq) / 8u] : uvec4(0u);
+      }
+    }
+    if (kt > 0u && sg_works) {
+      const uint wb = ((kt - 1u) % 2u) * WSTAGE, xb = ((kt - 1u) % 2u) * XSTAGE;
+      [[unroll]] for (uint kk = 0u; kk < BK / 16u; ++kk) {
+        MAT16 a[TB];
+        [[unroll]] for (uint i = 0u; i < TB; ++i) {
+          coopMatLoadNV(a[i], xs, xb + (sg_t + 16u * i) * ROW + 2u * kk, ROW, false);
+        }
+        [[unroll]] for (uint j = 0u; j < RB; ++j) {
+          MAT16 b;
+          coopMatLoadNV(b, ws, wb + (sg_r + 16u * j) * ROW + 2u * kk, ROW, true);
+          [[unroll]] for (uint i = 0u; i < TB; ++i) acc[i][j] = coopMatMulAddNV(a[i], b, acc[i][j]);
+        }
+      }
+    }
+    if (kt < nk) {
+      const uint wb = (kt % 2u) * WSTAGE, xb = (kt % 2u) * XSTAGE;
+      [[unroll]] for (uint m = 0u; m < WI; ++m) {
+        const uint i = lid + WGS * m, row = i / UPS, u = kt * UPS + i % UPS;
+        if (i < BM * UPS) {
+          [[unroll]] for (uint k = 0u; k < UR; ++k) {
+            const uint slot = kstep_slot(kt, u, k), at = wb + row * ROW + slot / 8u;
+            if ((slot & 4u) == 0u) {
+              ws[at].xy = wreg[m][k];
+            } else {
+              ws[at].zw = wreg[m][k];
+            }
+          }
+        }
+      }
+      [[unroll]] for (uint i = 0u; i < XL; ++i) xs[xb + (lrow + PASS * i) * ROW + lq] = xreg[i];
+    }
+    barrier();
+  }
+
+  if (!sg_works) return;
+  const uint c0 = sg * 256u;
+  [[unroll]] for (uint i = 0u; i < TB; ++i) {
+    [[unroll]] for (uint j = 0u; j < RB; ++j) {
+      coopMatStoreNV(acc[i][j], cs, c0, 16u, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      // Lane l writes element (e / 16, e % 16) for e = l + 32 u: 16 neighbouring lanes, one row of Y.
+      [[unroll]] for (uint u = 0u; u < 8u; ++u) {
+        const uint el = lane + 32u * u;
+        const uint t = sg_t + 16u * i + el / 16u, r = r0 + sg_r + 16u * j + el % 16u;
+        if (t < count && r < p.nrows) {
+          y[mm_y_at(start, t, r)] = cs[c0 + el] + (p.has_bias != 0u ? bias[e * p.nrows + r] : 0.0);
+        }
+      }
+      subgroupBarrier();
+    }
+  }
+}
