@@ -1,5 +1,5 @@
 // Dequantization of GGUF weight rows, shared by the kernels that read weights (mul_mv, get_rows,
-// dequant_f16). The includer defines one TYPE_* (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q4_0, TYPE_Q4_1,
+// mul_mm_q). The includer defines one TYPE_* (TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q4_0, TYPE_Q4_1,
 // TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K,
 // TYPE_IQ4_NL, TYPE_IQ4_XS, TYPE_MXFP4) and gets:
 //

@@ -106,8 +106,7 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
 }
 
 TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
-  // Three contexts from one load: the device holds the weights once (with the prefill slabs they
-  // share) and each context's own memory (cache, arena, scratch) besides. Used in turn, interleaved,
+  // Three contexts from one load: the device holds the weights once and each context's own memory (cache, arena, scratch) besides. Used in turn, interleaved,
   // each computes exactly the logits of the first: no context reads another's cache or activations.
   // (Against the CPU: LogitsMatchTheCpu; the 40-token steps here take the prefill GEMM, which on a
   // cooperative-matrix device rounds F32 activations to f16.)
@@ -130,9 +129,8 @@ TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
     contexts += sessions.back()->executable().device_bytes();
   }
   EXPECT_GT(contexts, 0u);
-  // Slabs the first prefilling context asked the weights for are the weights' (shared) bytes.
   EXPECT_EQ(gpu_->device_bytes_in_use() - start, weights->device_bytes() + contexts) << GetParam();
-  // Two 40-token steps each (the prefill GEMM and its slabs), interleaved across the contexts.
+  // Two 40-token steps each (the prefill GEMM), interleaved across the contexts.
   std::vector<int32_t> text;
   while (text.size() < 80) text.insert(text.end(), sequence_.begin(), sequence_.end());
   text.resize(80);

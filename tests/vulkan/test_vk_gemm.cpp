@@ -1,6 +1,7 @@
-// The Vulkan matrix-matrix product (vk_gemm.h) against a float64 product of the same f16 weights and
-// float activations (the graph's Op::MatMul: out[t] = W · x[t]), over ragged tiles, output slabs
-// and view offsets, with every kernel the device has. ZINC_TEST_VULKAN_BENCH=1 adds a throughput table.
+// The Vulkan matrix-matrix product (vk_gemm.h's mul_mm_q) on F16 weights against a float64 product of
+// the same weights and float activations (the graph's Op::MatMul: out[t] = W · x[t]), over ragged
+// tiles, output column ranges and view offsets, with every kernel the device has (the other weight
+// types: test_vk_quant.cpp). ZINC_TEST_VULKAN_BENCH=1 adds a throughput table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,6 +110,17 @@ struct Operands {
   const float* got() const { return reinterpret_cast<const float*>(static_cast<const uint8_t*>(y.mapped) + vy.offset); }
 };
 
+// Records the product of an F16 weight: X converted to f16 first (then a barrier) for the tensor-core
+// kernel, which reads it so.
+void product(Context& ctx, Dispatcher& d, MulMmKernel k, View w, View x, View y, View x16, const Shape& s) {
+  if (k == MulMmKernel::CoopMatNV) {
+    mul_mm_convert_x(ctx, d, x, x16, s.ncols, s.n_tokens);
+    d.barrier();
+  }
+  mul_mm_q(ctx, d, k, gguf::TensorType::F16, w, k == MulMmKernel::CoopMatNV ? x16 : x, y, View{}, s.ncols, s.nrows,
+           s.n_tokens, s.y_stride, s.y_offset);
+}
+
 // Worst |got - want| / sum |terms| over the product, and whether every other float of Y is untouched.
 struct Verdict {
   double worst = 0, worst_x16 = 0;
@@ -151,7 +163,7 @@ void expect_close(MulMmKernel k, const Verdict& v, const char* what) {
   EXPECT_EQ(v.stray, 0u) << what << ": floats of Y outside the product changed";
 }
 
-TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
+TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndColumnRanges) {
   std::printf("mul_mm picks %s on %s\n", mul_mm_kernel_name(mul_mm_kernel(*ctx_)), ctx_->device_name().c_str());
   std::mt19937 rng(11);
   // 200 rows: a partial last tile for both kernels; 1, 7, 130 tokens: partial token tiles (130: a
@@ -168,7 +180,7 @@ TEST_F(VulkanGemm, ProductMatchesFloat64OnRaggedTilesAndSlabs) {
         // "w": 8 subgroups (the default), else 4.
         ScopedEnv rows("ZINC_VULKAN_MM_BM", bm), warps("ZINC_VULKAN_MM_WARPS", *bm ? (std::string(bm).ends_with("w") ? "8" : "4") : "");
         Operands o(*ctx_, p);
-        mul_mm(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
+        product(*ctx_, ctx_->immediate(), k, o.vw, o.vx, o.vy, o.vs, s);
         const Verdict v = judge(p, o.got(), o.y_floats);
         char what[192];
         std::snprintf(what, sizeof what, "%s%s%s: %u cols, %u rows, %u tokens, Y columns [%u, %u) of %u", mul_mm_kernel_name(k),
@@ -187,7 +199,7 @@ TEST_F(VulkanGemm, DefaultLauncherUsesThePickedKernelInARecording) {
   const Problem p(s, rng);
   Operands o(*ctx_, p);
   Recording rec(*ctx_, 2);
-  mul_mm(*ctx_, rec, o.vw, o.vx, o.vy, s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, o.vs);
+  product(*ctx_, rec, mul_mm_kernel(*ctx_), o.vw, o.vx, o.vy, o.vs, s);
   rec.finish();
   for (int i = 0; i < 2; ++i) {
     rec.submit_and_wait();
@@ -203,23 +215,26 @@ TEST_F(VulkanGemm, GridSplitIntoRowsSkipsTheWorkgroupsPastTheEnd) {
   const Shape s{64, 300, 130, 300, 0};
   const Problem p(s, rng);
   Operands o(*ctx_, p);
-  const uint32_t push[8] = {s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, 3, 15, 0};
-  const View bindings[] = {o.vw, o.vx, o.vy};
-  ctx_->immediate().dispatch(ctx_->pipeline("mul_mm", 3, 32), bindings, push, 8, 2);
+  // mm_q.glsl's push constants: a dense product (no experts) of rows of ncols halves.
+  const uint32_t push[13] = {s.ncols, s.nrows, s.n_tokens, s.y_stride, s.y_offset, 3, 15, s.ncols * 2, 0, 0, 0, 0, 0};
+  const View bindings[] = {o.vw, o.vx, o.vy, o.vx, o.vx};
+  ctx_->immediate().dispatch(ctx_->pipeline("mul_mm_q_f16", 5, sizeof(push)), bindings, push, 8, 2);
   expect_close(MulMmKernel::Tiled, judge(p, o.got(), o.y_floats), "tiled kernel on an 8 x 2 grid");
 }
 
 TEST_F(VulkanGemm, BadShapesAndMissingKernelsAreClearErrors) {
   Buffer b = ctx_->host_buffer(1 << 16);
   const View v{&b, 0, 0};
-  EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 48, 4, 2, 4, 0, v), Error);    // 48 columns
-  EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 64, 4, 2, 10, 7, v), Error);   // rows 7..11 of 10
-  if (mul_mm_kernel(*ctx_) != MulMmKernel::CoopMatNV) {
-    EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), MulMmKernel::CoopMatNV, v, v, v, 64, 4, 2, 4, 0, v), Error);
-  } else {
-    const View small{&b, 0, 64};
-    EXPECT_THROW(mul_mm(*ctx_, ctx_->immediate(), v, v, v, 64, 4, 2, 4, 0, small), Error);  // scratch too small
+  const auto f16 = gguf::TensorType::F16;
+  const MulMmKernel k = mul_mm_kernel(*ctx_);
+  EXPECT_THROW(mul_mm_q(*ctx_, ctx_->immediate(), k, f16, v, v, v, View{}, 48, 4, 2, 4, 0), Error);   // 48 columns
+  EXPECT_THROW(mul_mm_q(*ctx_, ctx_->immediate(), k, f16, v, v, v, View{}, 64, 4, 2, 10, 7), Error);  // rows 7..11 of 10
+  if (k != MulMmKernel::CoopMatNV) {
+    EXPECT_THROW(mul_mm_q(*ctx_, ctx_->immediate(), MulMmKernel::CoopMatNV, f16, v, v, v, View{}, 64, 4, 2, 4, 0), Error);
   }
+  const View small{&b, 0, 64};
+  EXPECT_THROW(mul_mm_convert_x(*ctx_, ctx_->immediate(), v, small, 64, 4), Error);  // f16 X too small
+  EXPECT_THROW(moe_sort(*ctx_, ctx_->immediate(), k, v, v, 4, 2, 513), Error);        // over 512 experts
   ctx_->release(b);
 }
 
@@ -245,7 +260,7 @@ TEST_F(VulkanGemm, Throughput) {
       if (const auto ks = kernels(); std::find(ks.begin(), ks.end(), kern) == ks.end()) continue;
       ScopedEnv rows("ZINC_VULKAN_MM_BM", bm), subgroups("ZINC_VULKAN_MM_WARPS", warps);
       const double best = seconds_per_rep(*ctx_, 10, 2, [&](Recording& rec) {
-        mul_mm(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, k, n, m, n, 0, View{&bs});
+        product(*ctx_, rec, kern, View{&bw}, View{&bx}, View{&by}, View{&bs}, Shape{k, n, m, n, 0});
       });
       std::printf("| %s%s%s%s%s | %u | %u | %u | %.3f | %.1f |\n", mul_mm_kernel_name(kern), *bm ? ", rows per tile " : "", bm,
                   *warps ? ", subgroups " : "", warps, m, n, k, best * 1e3, 2.0 * m * n * k / best / 1e12);

@@ -243,28 +243,6 @@ TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
   }
 }
 
-TEST_P(QuantKernels, DequantF16MatchesTheRowsRoundedToHalf) {
-  const TensorType type = GetParam();
-  std::mt19937 rng(static_cast<uint32_t>(type) + 41);
-  const uint32_t ncols = 768, nrows = 37, row0 = 3, n = 30;
-  const Weight w = random_weight(type, ncols, nrows, rng);
-  const Buffer& bw = buffer(w.bytes);
-  const Buffer& bo = buffer(nullptr, static_cast<size_t>(ncols) * n * 2);
-  dequant_f16(*ctx_, ctx_->immediate(), type, whole(bw), whole(bo), ncols, row0, n);
-  const auto* got = static_cast<const uint16_t*>(bo.mapped);  // little-endian: the low half first
-  size_t off_by_more = 0;
-  for (uint32_t r = 0; r < n; ++r) {
-    for (uint32_t i = 0; i < ncols; ++i) {
-      const float v = w.values[static_cast<size_t>(row0 + r) * ncols + i];
-      const float g = quant::fp16_to_f32(got[static_cast<size_t>(r) * ncols + i]);
-      // packHalf2x16's rounding is the implementation's: nearest, or toward zero (one half-ulp off).
-      const float ulp = std::max(std::ldexp(1.0f, std::ilogb(std::max(std::fabs(v), 6.2e-5f)) - 10), 5.97e-8f);
-      if (!(std::fabs(g - v) <= ulp) || (std::signbit(g) != std::signbit(v) && v != 0.0f)) ++off_by_more;
-    }
-  }
-  EXPECT_EQ(off_by_more, 0u) << "halves more than one unit in the last place from the CPU's value";
-}
-
 // The prefill products on stored weights (mul_mm_q, mul_mm_q_id), with every kernel the device has.
 // The portable kernel multiplies the decoded floats in float: DotCheck's bound. The tensor-core one
 // rounds each decoded weight and each x to f16 (2^-11 relative each, nearest; a value below f16's
@@ -501,7 +479,8 @@ TEST_F(QuantFixture, UnsupportedTypesAndWidthsAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
   }
   EXPECT_THROW(get_rows(*ctx_, ctx_->immediate(), TensorType::F16, v, v, v, 10, 1, 1.0f), Error);  // 10 % 4
-  EXPECT_THROW(dequant_f16(*ctx_, ctx_->immediate(), TensorType::Q4_K, v, v, 128, 0, 1), Error);   // 128 % 256
+  EXPECT_THROW(mul_mm_q(*ctx_, ctx_->immediate(), MulMmKernel::Tiled, TensorType::Q4_K, v, v, v, View{}, 128, 1, 1, 1, 0),
+               Error);  // 128 % 256
 }
 
 }  // namespace

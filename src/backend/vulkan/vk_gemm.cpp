@@ -18,22 +18,17 @@ namespace {
 // Output tile (W rows x tokens) of each kernel; the shaders hold the same constants.
 constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
 constexpr uint32_t kCoopTokens = 128;
-// mul_mm_coopmat's shared memory (its largest tile): two buffers of W's and X's 128 x 80-byte tiles,
+// mul_mm_q_coopmat's shared memory (its largest tile): two buffers of W's and X's 128 x 80-byte tiles,
 // and 1 KiB per subgroup (8 at most) of accumulators on their way out.
 constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 
-// mul_mm_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
+// mul_mm_q_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
 // 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
 // ZINC_VULKAN_MM_BM (64 or 128) forces one, for measurements.
 uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   const uint32_t tiles = ((nrows + 127) / 128) * ((n_tokens + kCoopTokens - 1) / kCoopTokens);
   return knob_u32("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
-
-// mul_mm.glsl's push constants.
-struct MulMmPush {
-  uint32_t ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, pad;
-};
 
 // Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
 void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
@@ -42,7 +37,7 @@ void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   *gx = (groups + *gy - 1) / *gy;
 }
 
-// Whether the driver lists the shape mul_mm_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
+// Whether the driver lists the shape mul_mm_q_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
 // subgroup: NVIDIA does; the query guards against a driver that does not) and has the Vulkan memory
 // model that glslang declares for GL_KHR_memory_scope_semantics (Context::create enables it wherever
 // it is present). Asked once per device.
@@ -91,17 +86,8 @@ void check_shape(uint32_t ncols, uint32_t nrows, uint32_t y_stride, uint32_t y_o
 
 void require_coopmat(const Context& ctx) {
   if (!coopmat_usable(ctx)) {
-    throw Error(fmt::format("Vulkan mul_mm: {} has no usable NV cooperative matrix", ctx.device_name()));
+    throw Error(fmt::format("Vulkan mul_mm_q: {} has no usable NV cooperative matrix", ctx.device_name()));
   }
-}
-
-// The push constants and grid of an output of tile_rows x tile_tokens tiles.
-MulMmPush tile_grid(const Context& ctx, uint32_t ncols, uint32_t nrows, uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset,
-                    uint32_t tile_rows, uint32_t tile_tokens, uint32_t* gx, uint32_t* gy) {
-  const uint32_t token_tiles = (n_tokens + tile_tokens - 1) / tile_tokens;
-  const uint32_t tiles = token_tiles * ((nrows + tile_rows - 1) / tile_rows);
-  grid(ctx, tiles, gx, gy);
-  return MulMmPush{ncols, nrows, n_tokens, y_stride, y_offset, token_tiles, tiles, 0};
 }
 
 void check_scratch(const View& s, uint32_t ncols, uint32_t n_tokens) {
@@ -118,16 +104,11 @@ MulMmKernel mul_mm_kernel(const Context& ctx) {
 }
 
 const char* mul_mm_kernel_name(MulMmKernel k) {
-  return k == MulMmKernel::CoopMatNV ? "mul_mm_coopmat (NV cooperative matrix, f16 x f16 -> f32)"
-                                     : "mul_mm (tiled, float)";
+  return k == MulMmKernel::CoopMatNV ? "mul_mm_q_coopmat (NV cooperative matrix, f16 x f16 -> f32)"
+                                     : "mul_mm_q (tiled, float)";
 }
 
 size_t mul_mm_scratch_bytes(uint32_t ncols, uint32_t n_tokens) { return size_t{ncols} * n_tokens * 2; }
-
-void mul_mm(Context& ctx, Dispatcher& d, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows, uint32_t n_tokens,
-            uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
-  mul_mm(ctx, d, mul_mm_kernel(ctx), w_f16, x, y, ncols, nrows, n_tokens, y_stride, y_offset, x_f16_scratch);
-}
 
 void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t ncols, uint32_t n_tokens) {
   if (ncols % 4 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 4", ncols));
@@ -138,40 +119,6 @@ void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t 
   grid(ctx, (n4 + 255) / 256, &cx, &cy);
   const View convert[] = {x, x_f16};
   d.dispatch(ctx.pipeline("cvt_f16", 2, 4), convert, &n4, cx, cy);
-}
-
-void mul_mm_f16(Context& ctx, Dispatcher& d, View w_f16, View x_f16, View y, uint32_t ncols, uint32_t nrows,
-                uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset) {
-  check_shape(ncols, nrows, y_stride, y_offset);
-  if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
-  require_coopmat(ctx);
-  check_scratch(x_f16, ncols, n_tokens);
-  const uint32_t tile_rows = coop_rows(nrows, n_tokens);
-  uint32_t gx = 0, gy = 0;
-  const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, tile_rows, kCoopTokens, &gx, &gy);
-  const View bindings[] = {w_f16, x_f16, y};
-  // Eight subgroups per workgroup: on an H100, 512 tokens of a 4096 x 4096 weight take 120 TFLOPS with
-  // eight, 90 with four (more subgroups hide the loads). ZINC_VULKAN_MM_WARPS (4 or 8) for measurements.
-  const uint32_t warps = knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
-  const uint32_t spec[] = {tile_rows, warps * 32};
-  d.dispatch(ctx.pipeline("mul_mm_coopmat", 3, sizeof(MulMmPush), spec), bindings, &push, gx, gy);
-}
-
-void mul_mm(Context& ctx, Dispatcher& d, MulMmKernel kernel, View w_f16, View x, View y, uint32_t ncols, uint32_t nrows,
-            uint32_t n_tokens, uint32_t y_stride, uint32_t y_offset, View x_f16_scratch) {
-  check_shape(ncols, nrows, y_stride, y_offset);
-  if (n_tokens == 0 || nrows == 0 || ncols == 0) return;
-  if (kernel == MulMmKernel::CoopMatNV) {
-    require_coopmat(ctx);  // before the conversion is recorded
-    mul_mm_convert_x(ctx, d, x, x_f16_scratch, ncols, n_tokens);
-    d.barrier();
-    mul_mm_f16(ctx, d, w_f16, x_f16_scratch, y, ncols, nrows, n_tokens, y_stride, y_offset);
-    return;
-  }
-  uint32_t gx = 0, gy = 0;
-  const MulMmPush push = tile_grid(ctx, ncols, nrows, n_tokens, y_stride, y_offset, kTiledRows, kTiledTokens, &gx, &gy);
-  const View bindings[] = {w_f16, x, y};
-  d.dispatch(ctx.pipeline("mul_mm", 3, sizeof(MulMmPush)), bindings, &push, gx, gy);
 }
 
 namespace {

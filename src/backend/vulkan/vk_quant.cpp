@@ -166,21 +166,6 @@ void get_rows(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View i
   d.dispatch(k, bindings, &push, gx, gy);
 }
 
-void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View out, uint32_t ncols, uint32_t row0,
-                 uint32_t nrows) {
-  uint32_t row_bytes = 0;
-  const QuantType& t = checked("dequant_f16", type, ncols, &row_bytes);
-  if (nrows == 0 || ncols == 0) return;
-  check_bytes("dequant_f16", uint64_t{row_bytes} * (uint64_t{row0} + nrows));
-  const Kernel& k = ctx.pipeline(std::string("dequant_f16_") + t.name, 2, 16);
-  const uint32_t n = nrows * (ncols / t.unit);
-  const uint32_t push[] = {ncols, row_bytes, row0, n};
-  const View bindings[] = {w, out};
-  uint32_t gx = 0, gy = 0;
-  grid(ctx, (n + 63) / 64, &gx, &gy);
-  d.dispatch(k, bindings, push, gx, gy);
-}
-
 namespace {
 
 // The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME): the types that pair with

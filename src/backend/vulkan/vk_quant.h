@@ -85,9 +85,4 @@ std::string rows_unsupported(gguf::TensorType type, int64_t ncols);
 void get_rows(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View out, uint32_t ncols,
               uint32_t n_tokens, float scale);
 
-// Rows [row0, row0 + nrows) of W as halves: out [nrows][ncols / 2] uint32, each holding columns 2i
-// (low 16 bits) and 2i + 1 (high), as packHalf2x16 rounds them (the prefill GEMM's B operand).
-void dequant_f16(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View out, uint32_t ncols, uint32_t row0,
-                 uint32_t nrows);
-
 }  // namespace zinc::backend::vk
