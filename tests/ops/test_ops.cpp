@@ -119,6 +119,7 @@ struct Case {
   std::vector<int> steps;  // token counts of the steps it is fed in (empty: one step)
   TensorType weight_type = TensorType::F32;  // what a backend's unsupported() is asked about
   int f16_above = kDirectTokens;             // Vulkan steps longer than this add Expect::f16 to the bound
+  backend::KvType kv = backend::KvType::F32;  // the KV cache of its context
   std::function<TensorId(Builder&, Tables&)> build;
   std::function<Expect(const Tables&)> reference;
 };
@@ -344,10 +345,19 @@ Case rope(graph::RopeMode mode, int head_dim, int n_rot, int n_past) {
 // then by a relative 2·head_dim·u·S (its score and the max), the exp's (3 + 2|s_j - m|) ulp with
 // |s_j - m| <= 2S, the denominator's n_keys·u and the division's 2.5 ulp; out = Σ p v adds n_keys·u of
 // Σ p|v|. So |Δ| <= (2·(head_dim + 2)·S + 2·n_keys + 8)·u·Σ p|v|.
-Case attention(int n_head, int n_head_kv, int head_dim, int window, float softcap, bool sinks, int first, int second) {
+// With an F16 cache (f16_kv) k and v are rounded to f16 (2^-11 each): a logit moves by at most
+// 2^-11 S, which moves the softmax's weighted mean by at most twice that times sum p|v|, and v's
+// rounding adds 2^-11 sum p|v|. Vulkan's tensor-core prompt kernel (steps past 8 tokens) also rounds q
+// and p to f16: as much again (Expect::f16). 10% over for the second-order terms.
+Case attention(int n_head, int n_head_kv, int head_dim, int window, float softcap, bool sinks, int first, int second,
+               bool f16_kv = false) {
   Case c;
-  c.name = fmt::format("attention/{}q{}kv/hd{}{}{}{}/{}+{}", n_head, n_head_kv, head_dim, window ? fmt::format("/win{}", window) : "",
-                       softcap != 0 ? "/softcap" : "", sinks ? "/sinks" : "", first, second);
+  c.name = fmt::format("attention/{}q{}kv/hd{}{}{}{}{}/{}+{}", n_head, n_head_kv, head_dim, window ? fmt::format("/win{}", window) : "",
+                       softcap != 0 ? "/softcap" : "", sinks ? "/sinks" : "", f16_kv ? "/f16" : "", first, second);
+  if (f16_kv) {
+    c.kv = backend::KvType::F16;
+    c.f16_above = kMvMaxTokens;
+  }
   const int n = first + second;
   c.n = n;
   c.steps = {first, second};
@@ -391,7 +401,9 @@ Case attention(int n_head, int n_head_kv, int head_dim, int window, float softca
             pv += logit[j] / sum * std::fabs(vj);
           }
           e.want.push_back(o);
-          e.bound.push_back((2 * (head_dim + 2) * S + 2 * keys + 8) * kU * pv);
+          const double f16_terms = 1.1 * (0x1p-10 * S + 0x1p-11) * pv;
+          e.bound.push_back((2 * (head_dim + 2) * S + 2 * keys + 8) * kU * pv + (f16_kv ? f16_terms : 0.0));
+          e.f16.push_back(f16_kv ? f16_terms : 0.0);
         }
       }
     }
@@ -770,6 +782,11 @@ std::vector<Case> all_cases() {
   cs.push_back(attention(4, 2, 64, 0, 30.0f, false, 4, 2));
   cs.push_back(attention(4, 2, 64, 3, 0.0f, true, 5, 2));
   cs.push_back(attention(2, 1, 256, 0, 0.0f, false, 3, 1));
+  // Prompt steps over an F16 cache (on a tensor-core device, the prompt kernel: 32-row blocks of a kv
+  // head's GQA rows, 64-key tiles, a second step after the first's keys).
+  cs.push_back(attention(8, 2, 128, 0, 0.0f, false, 40, 30, true));
+  cs.push_back(attention(4, 4, 64, 16, 30.0f, true, 24, 20, true));
+  cs.push_back(attention(4, 2, 64, 0, 0.0f, false, 3, 2, true));
   for (TensorType t : {TensorType::F32, TensorType::Q8_0, TensorType::Q4_K}) {
     cs.push_back(moe(t, 8, 2, 1));
     cs.push_back(moe(t, 8, 2, 5));
@@ -794,6 +811,7 @@ std::vector<Case> all_cases() {
     cs.push_back(rms_norm(4096, 4096, true, 0.0f, 1));
     cs.push_back(rms_norm(4096, 4096, true, 0.0f, 64));
     cs.push_back(attention(32, 8, 128, 0, 0.0f, false, 63, 1));
+    cs.push_back(attention(32, 4, 128, 0, 0.0f, false, 512, 0, true));  // a prompt's attention (F16 cache)
     cs.push_back(moe(TensorType::Q4_K, 128, 8, 2, 2048, 768));  // (two tokens: one may route at a near tie)
     cs.push_back(moe(TensorType::Q4_K, 128, 8, 256, 2048, 768));  // a prefill step's grouped experts
     cs.push_back(delta_net(16, 32, 128, 128, false, {1}));
@@ -838,9 +856,9 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   const gguf::File f = t.write(tmp.file("case.gguf"));
   auto weights = be->load(g, f);
   backend::ExecOptions opts;
-  opts.n_ctx = 64;
+  opts.n_ctx = std::max(64, c.n);
   opts.max_tokens = c.n;
-  opts.kv_type = backend::KvType::F32;
+  opts.kv_type = c.kv;
   auto exe = weights->instantiate(opts);
   const std::vector<int> steps = c.steps.empty() ? std::vector<int>{c.n} : c.steps;
   std::vector<float> got;

@@ -139,12 +139,15 @@ struct Case {
 // tanh). Perturbing the weights of a weighted mean by d_j moves it by at most sum w_j d_j |v_j - out| /
 // sum w_j <= 2 max|v| (sum w_j d_j / sum w_j); the sums of the N weights and weighted rows round by at
 // most (N + splits + 4) u of max|v| and |out|; the final division by 2.5 ulps and a product by half of one.
+// The tensor-core prompt kernel (attention_uses_coopmat) rounds q (times scale) and the weights p to
+// f16: a score moves by at most 2^-11 sum |q k| scale, which moves the mean by twice that times max|v|,
+// and p's rounding by 2^-11 max|v| more (10% over for the second-order terms).
 struct Reference {
   std::vector<double> out, bound;  // [n_tokens][n_head * head_dim]
 };
 
 Reference reference(const Case& c, const std::vector<float>& q, const std::vector<float>& kf, const std::vector<float>& vf,
-                    const std::vector<float>& sinks, float scale, uint32_t splits) {
+                    const std::vector<float>& sinks, float scale, uint32_t splits, bool f16_qp = false) {
   using test::Fb;
   const uint32_t hd = c.head_dim, kw = c.n_head_kv * hd, qw = c.n_head * hd, group = c.n_head / c.n_head_kv;
   Reference r{std::vector<double>(static_cast<size_t>(c.n_tokens) * qw), std::vector<double>(static_cast<size_t>(c.n_tokens) * qw)};
@@ -158,8 +161,11 @@ Reference reference(const Case& c, const std::vector<float>& q, const std::vecto
       std::vector<Fb> qs(hd);
       for (uint32_t i = 0; i < hd; ++i) qs[i] = Fb(q[static_cast<size_t>(t) * qw + h * hd + i]) * Fb(scale);
       std::vector<double> sc;
-      double mx = -INFINITY, e_s = 0;
+      double mx = -INFINITY, e_s = 0, mag = 0;
       for (int64_t j = lo; j <= pos; ++j) {
+        double m = 0;
+        for (uint32_t i = 0; i < hd; ++i) m += std::fabs(qs[i].v * kf[static_cast<size_t>(j) * kw + koff + i]);
+        mag = std::max(mag, m);
         Fb s = test::dot(qs, test::exact(&kf[static_cast<size_t>(j) * kw + koff], hd));
         if (c.softcap > 0) {
           // cap * tanh_safe(s / cap): tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2 |x|).
@@ -196,7 +202,8 @@ Reference reference(const Case& c, const std::vector<float>& q, const std::vecto
         const size_t at = static_cast<size_t>(t) * qw + h * hd + i;
         r.out[at] = out;
         r.bound[at] = 1.01 * (2 * vmax * spread / sum + (n_keys + splits + 4) * test::kU * (vmax + std::fabs(out)) +
-                              test::ulps(3, std::fabs(out)));
+                              test::ulps(3, std::fabs(out))) +
+                      (f16_qp ? 1.1 * (0x1p-10 * mag + 0x1p-11) * vmax : 0.0);
       }
     }
   }
@@ -272,7 +279,9 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
 
   const uint32_t rows = c.n_past + c.n_tokens;
   const auto row_of = [&](uint32_t i) { return step.row_of(i); };
-  const Reference want = reference(c, qv, caches.decoded(false, rows, row_of), caches.decoded(true, rows, row_of), sv, scale, splits);
+  const Reference want = reference(c, qv, caches.decoded(false, rows, row_of), caches.decoded(true, rows, row_of), sv, scale, splits,
+                                   attention_uses_coopmat(ctx, a));
+  if (attention_uses_coopmat(ctx, a)) std::printf("%s: the tensor-core prompt kernel\n", c.name);
   EXPECT_EQ(outside(out.data(), want, c.name), 0) << c.name << " (" << splits << " splits)";
   if (codes) {
     std::vector<uint8_t> got(q8k_row_bytes(qw) * c.n_tokens);

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/vulkan/vk_gemm.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace zinc::backend::vk {
 
@@ -102,6 +104,18 @@ Plan make_plan(const Features& f, const AttentionArgs& a) {
   return p;
 }
 
+// Prompt steps over an F16 cache with heads of 64 or 128 take attention_coopmat (tensor cores, one
+// split) where the device has the cooperative-matrix GEMM: 32 query rows per workgroup, keys in tiles
+// of 64. ZINC_VULKAN_FA_COOPMAT=0 keeps attention.comp, for measurements.
+constexpr uint32_t kCoopRows = 32;
+constexpr size_t kCoopShared = 64 * 17 * 16 + 32 * 132 * 4 + 32 * 9 * 16 + 32 * 4;
+
+bool coop_attention(const Context& ctx, const AttentionArgs& a) {
+  return a.type == KvCacheType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_tokens > kFewTokens &&
+         a.n_split == 0 && mul_mm_kernel(ctx) == MulMmKernel::CoopMatNV && ctx.features().shared_memory >= kCoopShared &&
+         knob_u32("ZINC_VULKAN_FA_COOPMAT", 1, 0, 1) == 1;
+}
+
 void check_args(const AttentionArgs& a) {
   if (a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0) {
     throw Error(fmt::format("Vulkan attention: {} heads do not group over {} kv heads", a.n_head, a.n_head_kv));
@@ -181,9 +195,11 @@ void rope_heads(Context& ctx, Dispatcher& d, const RopeHeadsArgs& a) {
   d.dispatch(k, bindings, &push, a.n_head, a.n_tokens);
 }
 
+bool attention_uses_coopmat(const Context& ctx, const AttentionArgs& a) { return coop_attention(ctx, a); }
+
 uint32_t attention_splits(const Context& ctx, const AttentionArgs& a) {
   check_args(a);
-  return make_plan(ctx.features(), a).n_split;
+  return coop_attention(ctx, a) ? 1 : make_plan(ctx.features(), a).n_split;
 }
 
 size_t attention_scratch_bytes(uint32_t n_split, uint32_t n_head, uint32_t head_dim, uint32_t n_tokens) {
@@ -219,6 +235,23 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   }
   if (a.xq.buffer && a.n_tokens > kMaxGroupsYZ) throw Error("Vulkan attention: too many tokens for a Q8_K output");
   if (a.phase > 2 || (a.phase > 0 && a.xq.buffer)) throw Error("Vulkan attention: a phase is 0, 1 or 2, without Q8_K output");
+  const uint32_t kv_width = a.n_head_kv * a.head_dim;
+  if (coop_attention(ctx, a)) {
+    const uint32_t blocks = (a.n_tokens * (a.n_head / a.n_head_kv) + kCoopRows - 1) / kCoopRows;
+    if (blocks > kMaxGroupsYZ) throw Error(fmt::format("Vulkan attention: {} tokens need {} row blocks", a.n_tokens, blocks));
+    const uint32_t spec[] = {a.head_dim};
+    struct {
+      uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
+      float scale, softcap;
+    } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
+           a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap};
+    const View bindings[] = {a.q, a.k_cache, a.v_cache, a.sinks.buffer ? a.sinks : a.q, a.step, a.out, a.q};
+    if (a.phase != 2) d.dispatch(ctx.pipeline("attention_coopmat", 7, sizeof(push), spec), bindings, &push, 1, blocks, a.n_head_kv);
+    if (!a.xq.buffer) return;
+    d.barrier();
+    quantize_q8k(ctx, d, a.out, a.xq, a.n_head * a.head_dim, a.n_tokens);
+    return;
+  }
   const Plan p = make_plan(ctx.features(), a);
   if (p.n_blk > ctx.features().max_groups_x) {
     throw Error(
@@ -226,7 +259,6 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   }
   const uint32_t spec[] = {p.hd, p.nr, p.tk, p.dc, p.nkt, p.cv, p.nvr};
   const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 7, 40, spec);
-  const uint32_t kv_width = a.n_head_kv * a.head_dim;
   struct {
     uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
     float scale, softcap;

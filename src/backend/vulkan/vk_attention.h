@@ -76,6 +76,10 @@ struct AttentionArgs {
 // Splits attention() uses for these sizes (n_split = 0: its own choice) and the scratch they need:
 // n_split * n_tokens * n_head * (head_dim + 2) floats when n_split > 1, else nothing.
 uint32_t attention_splits(const Context& ctx, const AttentionArgs& a);
+// Whether attention() takes the tensor-core prompt kernel for these arguments (attention_coopmat.comp:
+// an F16 cache, heads of 64 or 128, more than 8 tokens, automatic splits, a cooperative-matrix device):
+// it rounds q and the softmax weights to f16.
+bool attention_uses_coopmat(const Context& ctx, const AttentionArgs& a);
 size_t attention_scratch_bytes(uint32_t n_split, uint32_t n_head, uint32_t head_dim, uint32_t n_tokens);
 // The most scratch any attention() call with n_tokens <= max_tokens (and automatic splits) needs: the
 // executor allocates this once per model.
