@@ -30,6 +30,15 @@ uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   return knob_u32("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
+// mul_mm_q_coopmat's shared memory with `rows` W rows per tile: the tiles, the accumulators' staging,
+// and the 16-entry codebook of the types that decode through one (quant.glsl's HAS_CODEBOOK), which
+// takes a 128-row tile 64 bytes past 48 KiB.
+size_t coop_shared_bytes(uint32_t rows, gguf::TensorType type) {
+  const bool codebook = type == gguf::TensorType::IQ4_NL || type == gguf::TensorType::IQ4_XS ||
+                        type == gguf::TensorType::MXFP4;
+  return size_t{2} * rows * 80 + size_t{2} * kCoopTokens * 80 + 8192 + (codebook ? 64 : 0);
+}
+
 // Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
 void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
   const uint32_t max_x = ctx.features().max_groups_x;
@@ -146,7 +155,8 @@ void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op
   }
   const bool coop = kernel == MulMmKernel::CoopMatNV;
   if (coop) require_coopmat(ctx);
-  const uint32_t rows = coop ? coop_rows(push.nrows, push.n_tokens) : kTiledRows;
+  uint32_t rows = coop ? coop_rows(push.nrows, push.n_tokens) : kTiledRows;
+  if (coop && coop_shared_bytes(rows, type) > ctx.features().shared_memory) rows = 64;
   push.has_bias = bias.buffer ? 1 : 0;
   push.tiles = push.token_tiles * ((push.nrows + rows - 1) / rows);
   uint32_t gx = 0, gy = 0;
