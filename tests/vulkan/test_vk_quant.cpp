@@ -115,6 +115,34 @@ double row_terms(TensorType t, const std::vector<int>& owner, const Weight& w, u
   return test::code_and_offset_terms(t, owner, w.bytes.data() + r * w.row_bytes, x, ncols);
 }
 
+// Every slot's expert product y[t][j] (experts ids[t][j], clamped to n_expert - 1, rows back to back in
+// w; x per token or per slot; bias {nrows, n_expert} or null) against the dequantized experts in
+// double. x_slack times sum |x| joins each row's terms (the tensor-core bound's absolute part); a NaN
+// counts as a result far off.
+DotCheck check_experts(TensorType type, const Weight& w, const std::vector<uint32_t>& ids, const std::vector<float>& x,
+                       const float* bias, const float* got, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                       uint32_t n_used, uint32_t ntok, bool per_slot, double x_slack) {
+  const auto owner = test::code_bits(type);
+  DotCheck check;
+  for (uint32_t t = 0; t < ntok; ++t) {
+    for (uint32_t j = 0; j < n_used; ++j) {
+      const uint32_t e = std::min(ids[t * n_used + j], n_expert - 1);
+      const float* xs = x.data() + static_cast<size_t>(per_slot ? t * n_used + j : t) * ncols;
+      double xsum = 0;
+      for (uint32_t i = 0; i < ncols; ++i) xsum += std::fabs(static_cast<double>(xs[i]));
+      for (uint32_t r = 0; r < nrows; ++r) {
+        const float* wr = w.values.data() + (static_cast<size_t>(e) * nrows + r) * ncols;
+        const double b = bias ? bias[static_cast<size_t>(e) * nrows + r] : 0.0;
+        double want = b;
+        for (uint32_t i = 0; i < ncols; ++i) want += static_cast<double>(wr[i]) * xs[i];
+        const float g = got[(static_cast<size_t>(t) * n_used + j) * nrows + r];
+        check.add(std::isnan(g) ? 1e30 : g, want, row_terms(type, owner, w, e * nrows + r, xs, ncols) + std::fabs(b) + x_slack * xsum);
+      }
+    }
+  }
+  return check;
+}
+
 class QuantFixture : public VulkanTest {
  protected:
   void TearDown() override {
@@ -209,7 +237,6 @@ TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
   std::mt19937 rng(static_cast<uint32_t>(type) + 23);
   const uint32_t ncols = 512, nrows = 37, n_expert = 4, n_used = 2, ntok = 3;
   const Weight w = random_weight(type, ncols, nrows * n_expert, rng);  // experts' rows back to back
-  const auto owner = test::code_bits(type);
   const std::vector<uint32_t> ids = {3, 1, 2, 2, 1, 3};
   const std::vector<float> bias = random_floats(static_cast<size_t>(nrows) * n_expert, rng);
   const Buffer& bw = buffer(w.bytes);
@@ -222,22 +249,8 @@ TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
     for (const bool with_bias : {false, true}) {
       mul_mv_id(*ctx_, ctx_->immediate(), type, whole(bw), whole(bi), whole(bx), whole(by),
                 with_bias ? whole(bb) : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
-      const auto* got = static_cast<const float*>(by.mapped);
-      DotCheck check;
-      for (uint32_t t = 0; t < ntok; ++t) {
-        for (uint32_t k = 0; k < n_used; ++k) {
-          const uint32_t e = ids[t * n_used + k];
-          const float* xv = x.data() + static_cast<size_t>(per_slot ? t * n_used + k : t) * ncols;
-          for (uint32_t r = 0; r < nrows; ++r) {
-            const float* wr = w.values.data() + (static_cast<size_t>(e) * nrows + r) * ncols;
-            const double b = with_bias ? bias[static_cast<size_t>(e) * nrows + r] : 0.0;
-            double want = b;
-            for (uint32_t i = 0; i < ncols; ++i) want += static_cast<double>(wr[i]) * xv[i];
-            check.add(got[(static_cast<size_t>(t) * n_used + k) * nrows + r], want,
-                      row_terms(type, owner, w, e * nrows + r, xv, ncols) + std::fabs(b));
-          }
-        }
-      }
+      const DotCheck check = check_experts(type, w, ids, x, with_bias ? bias.data() : nullptr,
+                                           static_cast<const float*>(by.mapped), ncols, nrows, n_expert, n_used, ntok, per_slot, 0.0);
       EXPECT_LT(check.worst, DotCheck::bound(ncols)) << (per_slot ? "x per slot" : "x per token") << (with_bias ? ", bias" : "");
     }
   }
@@ -338,7 +351,6 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
   std::mt19937 rng(static_cast<uint32_t>(type) + 61);
   const uint32_t ncols = 256, nrows = 37, n_expert = 6, n_used = 2, ntok = 150;
   const Weight w = random_weight(type, ncols, nrows * n_expert, rng);
-  const auto owner = test::code_bits(type);
   std::vector<uint32_t> ids(static_cast<size_t>(ntok) * n_used);
   std::uniform_int_distribution<uint32_t> pick(2, 5);
   for (uint32_t t = 0; t < ntok; ++t) {
@@ -363,24 +375,9 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
         std::fill_n(static_cast<float*>(by.mapped), static_cast<size_t>(nrows) * n_used * ntok, NAN);
         mul_mm_q_id(*ctx_, ctx_->immediate(), k, type, whole(bw), whole(broute), xv, whole(by), with_bias ? whole(bb) : View{},
                     ncols, nrows, n_expert, n_used, ntok, per_slot);
-        const auto* got = static_cast<const float*>(by.mapped);
-        DotCheck check;
-        for (uint32_t t = 0; t < ntok; ++t) {
-          for (uint32_t j = 0; j < n_used; ++j) {
-            const uint32_t e = std::min(ids[t * n_used + j], n_expert - 1);
-            const float* xs = x.data() + static_cast<size_t>(per_slot ? t * n_used + j : t) * ncols;
-            for (uint32_t r = 0; r < nrows; ++r) {
-              const float* wr = w.values.data() + (static_cast<size_t>(e) * nrows + r) * ncols;
-              const double b = with_bias ? bias[static_cast<size_t>(e) * nrows + r] : 0.0;
-              double want = b;
-              for (uint32_t i = 0; i < ncols; ++i) want += static_cast<double>(wr[i]) * xs[i];
-              const double terms = row_terms(type, owner, w, e * nrows + r, xs, ncols) + std::fabs(b) +
-                                   (k == MulMmKernel::CoopMatNV ? 0x1p-15 * abs_sum(xs, ncols) : 0.0);
-              const float g = got[(static_cast<size_t>(t) * n_used + j) * nrows + r];
-              check.add(std::isnan(g) ? 1e30 : g, want, terms);
-            }
-          }
-        }
+        const DotCheck check = check_experts(type, w, ids, x, with_bias ? bias.data() : nullptr, static_cast<const float*>(by.mapped),
+                                             ncols, nrows, n_expert, n_used, ntok, per_slot,
+                                             k == MulMmKernel::CoopMatNV ? 0x1p-15 : 0.0);
         EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << (per_slot ? ", x per slot" : ", x per token")
                                                    << (with_bias ? ", bias" : "");
       }

@@ -86,9 +86,9 @@ bool coopmat_usable(const Context& ctx) {
 }
 
 void check_shape(uint32_t ncols, uint32_t nrows, uint32_t y_stride, uint32_t y_offset) {
-  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 32", ncols));
+  if (ncols % 32 != 0) throw Error(fmt::format("Vulkan mul_mm_q: {} columns is not a multiple of 32", ncols));
   if (uint64_t{y_offset} + nrows > y_stride) {
-    throw Error(fmt::format("Vulkan mul_mm: rows [{}, {}) do not fit in output rows of {}", y_offset,
+    throw Error(fmt::format("Vulkan mul_mm_q: rows [{}, {}) do not fit in output rows of {}", y_offset,
                             uint64_t{y_offset} + nrows, y_stride));
   }
 }
@@ -102,7 +102,7 @@ void require_coopmat(const Context& ctx) {
 void check_scratch(const View& s, uint32_t ncols, uint32_t n_tokens) {
   const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
   if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
-    throw Error(fmt::format("Vulkan mul_mm: the f16 scratch view holds fewer than the {} bytes needed", scratch));
+    throw Error(fmt::format("Vulkan mul_mm_convert_x: the f16 view holds fewer than the {} bytes needed", scratch));
   }
 }
 
@@ -120,7 +120,7 @@ const char* mul_mm_kernel_name(MulMmKernel k) {
 size_t mul_mm_scratch_bytes(uint32_t ncols, uint32_t n_tokens) { return size_t{ncols} * n_tokens * 2; }
 
 void mul_mm_convert_x(Context& ctx, Dispatcher& d, View x, View x_f16, uint32_t ncols, uint32_t n_tokens) {
-  if (ncols % 4 != 0) throw Error(fmt::format("Vulkan mul_mm: {} columns is not a multiple of 4", ncols));
+  if (ncols % 4 != 0) throw Error(fmt::format("Vulkan mul_mm_convert_x: {} columns is not a multiple of 4", ncols));
   check_scratch(x_f16, ncols, n_tokens);
   const uint32_t n4 = ncols / 4 * n_tokens;
   if (n4 == 0) return;
@@ -172,8 +172,6 @@ void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op
   }
 }
 
-constexpr uint32_t kSortMaxExperts = 512;  // moe_sort's shared counters
-
 }  // namespace
 
 void mul_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType type, View w, View x, View y,
@@ -199,8 +197,8 @@ size_t moe_route_bytes(uint32_t n_tokens, uint32_t n_used, uint32_t n_expert) {
 
 void moe_sort(Context& ctx, Dispatcher& d, MulMmKernel kernel, View ids, View route, uint32_t n_tokens, uint32_t n_used,
               uint32_t n_expert) {
-  if (n_expert == 0 || n_expert > kSortMaxExperts) {
-    throw Error(fmt::format("Vulkan moe_sort: {} experts is outside the kernel's 1..{}", n_expert, kSortMaxExperts));
+  if (n_expert == 0 || n_expert > kMoeSortMaxExperts) {
+    throw Error(fmt::format("Vulkan moe_sort: {} experts is outside the kernel's 1..{}", n_expert, kMoeSortMaxExperts));
   }
   const uint32_t slots = n_tokens * n_used;
   if (slots == 0) return;
@@ -214,8 +212,8 @@ void mul_mm_q_id(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorTy
                  uint32_t n_tokens, bool x_per_slot) {
   const uint32_t slots = n_tokens * n_used;
   if (slots == 0 || nrows == 0 || ncols == 0) return;
-  if (n_expert == 0 || n_expert > kSortMaxExperts) {
-    throw Error(fmt::format("Vulkan mul_mm_q_id: {} experts is outside the kernel's 1..{}", n_expert, kSortMaxExperts));
+  if (n_expert == 0 || n_expert > kMoeSortMaxExperts) {
+    throw Error(fmt::format("Vulkan mul_mm_q_id: {} experts is outside the kernel's 1..{}", n_expert, kMoeSortMaxExperts));
   }
   MulMmQPush push{};
   push.ncols = ncols;

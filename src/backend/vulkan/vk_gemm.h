@@ -45,7 +45,8 @@ void mul_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType 
 // Experts, for steps of many tokens: the routing's ids [n_tokens][n_used] (uint32, clamped to
 // n_expert - 1) grouped by expert into `route` (moe_route_bytes), then each expert's weight read
 // once per tile of its tokens. A barrier between moe_sort and the products; several products may
-// read one route. n_expert <= 512.
+// read one route. n_expert <= kMoeSortMaxExperts.
+inline constexpr uint32_t kMoeSortMaxExperts = 512;  // moe_sort's shared counters
 size_t moe_route_bytes(uint32_t n_tokens, uint32_t n_used, uint32_t n_expert);
 void moe_sort(Context& ctx, Dispatcher& d, MulMmKernel kernel, View ids, View route, uint32_t n_tokens, uint32_t n_used,
               uint32_t n_expert);

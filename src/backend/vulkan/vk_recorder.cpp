@@ -564,7 +564,7 @@ class Recorder {
     const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
     // Steps of many tokens: the slots grouped by expert once, then each expert's weight read once per
     // tile of its tokens (tensor cores where the device has them, but float weights stay in float).
-    const bool grouped = n > kMvMaxTokens && ne <= 512 && groupable(gt.type, d) && groupable(ut.type, d) &&
+    const bool grouped = n > kMvMaxTokens && ne <= vk::kMoeSortMaxExperts && groupable(gt.type, d) && groupable(ut.type, d) &&
                          groupable(dt.type, ff);
     const vk::MulMmKernel kernel = grouped && !float_type(gt.type) && !float_type(ut.type) && !float_type(dt.type)
                                        ? vk::mul_mm_kernel(ctx_)
