@@ -235,17 +235,19 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   }
   if (a.xq.buffer && a.n_tokens > kMaxGroupsYZ) throw Error("Vulkan attention: too many tokens for a Q8_K output");
   if (a.phase > 2 || (a.phase > 0 && a.xq.buffer)) throw Error("Vulkan attention: a phase is 0, 1 or 2, without Q8_K output");
+  // Both kernels' push constants (n_split set below). Absent bindings are bound to q (never read or written).
   const uint32_t kv_width = a.n_head_kv * a.head_dim;
+  struct {
+    uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
+    float scale, softcap;
+  } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
+         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap};
+  const View sinks = a.sinks.buffer ? a.sinks : a.q;
   if (coop_attention(ctx, a)) {
     const uint32_t blocks = (a.n_tokens * (a.n_head / a.n_head_kv) + kCoopRows - 1) / kCoopRows;
     if (blocks > kMaxGroupsYZ) throw Error(fmt::format("Vulkan attention: {} tokens need {} row blocks", a.n_tokens, blocks));
     const uint32_t spec[] = {a.head_dim};
-    struct {
-      uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
-      float scale, softcap;
-    } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
-           a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap};
-    const View bindings[] = {a.q, a.k_cache, a.v_cache, a.sinks.buffer ? a.sinks : a.q, a.step, a.out, a.q};
+    const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, a.q};
     if (a.phase != 2) d.dispatch(ctx.pipeline("attention_coopmat", 7, sizeof(push), spec), bindings, &push, 1, blocks, a.n_head_kv);
     if (!a.xq.buffer) return;
     d.barrier();
@@ -258,22 +260,8 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
         fmt::format("Vulkan attention: {} tokens need {} row blocks, over the device's limit", a.n_tokens, p.n_blk));
   }
   const uint32_t spec[] = {p.hd, p.nr, p.tk, p.dc, p.nkt, p.cv, p.nvr};
-  const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 7, 40, spec);
-  struct {
-    uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
-    float scale, softcap;
-  } push{a.n_tokens,
-         a.n_head,
-         a.n_head_kv,
-         kv_width,
-         static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
-         a.sliding_window,
-         p.n_split,
-         a.sinks.buffer ? 1u : 0u,
-         a.scale,
-         a.softcap};
-  // Absent bindings are bound to q (never read or written).
-  const View sinks = a.sinks.buffer ? a.sinks : a.q;
+  const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 7, sizeof(push), spec);
+  push.n_split = p.n_split;
   const View scratch = p.n_split > 1 ? a.scratch : a.q;
   if (p.n_split > 1) {
     const size_t need = attention_scratch_bytes(p.n_split, a.n_head, a.head_dim, a.n_tokens);

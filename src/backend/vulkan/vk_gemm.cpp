@@ -18,9 +18,6 @@ namespace {
 // Output tile (W rows x tokens) of each kernel; the shaders hold the same constants.
 constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
 constexpr uint32_t kCoopTokens = 128;
-// mul_mm_q_coopmat's shared memory (its largest tile): two buffers of W's and X's 128 x 80-byte tiles,
-// and 1 KiB per subgroup (8 at most) of accumulators on their way out.
-constexpr uint32_t kCoopSharedBytes = 2 * 2 * 128 * 80 + 8192;
 
 // mul_mm_q_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
 // 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
@@ -30,8 +27,8 @@ uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   return knob_u32("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
-// mul_mm_q_coopmat's shared memory with `rows` W rows per tile: the tiles, the accumulators' staging,
-// and the 16-entry codebook of the types that decode through one (quant.glsl's HAS_CODEBOOK), which
+// mul_mm_q_coopmat's shared memory with `rows` W rows per tile: two buffers of W's and X's 80-byte
+// rows, 1 KiB per subgroup (8 at most) of accumulators on their way out, and the 16-entry codebook of the types that decode through one (quant.glsl's HAS_CODEBOOK), which
 // takes a 128-row tile 64 bytes past 48 KiB.
 size_t coop_shared_bytes(uint32_t rows, gguf::TensorType type) {
   const bool codebook = type == gguf::TensorType::IQ4_NL || type == gguf::TensorType::IQ4_XS ||
@@ -82,7 +79,8 @@ bool driver_has_coopmat(const Context& ctx) {
 
 bool coopmat_usable(const Context& ctx) {
   const Features& f = ctx.features();
-  return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= kCoopSharedBytes && driver_has_coopmat(ctx);
+  return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= coop_shared_bytes(128, gguf::TensorType::F16) &&
+         driver_has_coopmat(ctx);
 }
 
 void check_shape(uint32_t ncols, uint32_t nrows, uint32_t y_stride, uint32_t y_offset) {

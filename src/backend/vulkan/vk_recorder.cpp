@@ -11,6 +11,7 @@
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "quant/quant.h"
 
 namespace zinc::backend::vk {
 
@@ -566,9 +567,9 @@ class Recorder {
     // tile of its tokens (tensor cores where the device has them, but float weights stay in float).
     const bool grouped = n > kMvMaxTokens && ne <= vk::kMoeSortMaxExperts && groupable(gt.type, d) && groupable(ut.type, d) &&
                          groupable(dt.type, ff);
-    const vk::MulMmKernel kernel = grouped && !float_type(gt.type) && !float_type(ut.type) && !float_type(dt.type)
-                                       ? vk::mul_mm_kernel(ctx_)
-                                       : vk::MulMmKernel::Tiled;
+    const bool float_experts =
+        quant::block_size(gt.type) == 1 || quant::block_size(ut.type) == 1 || quant::block_size(dt.type) == 1;
+    const vk::MulMmKernel kernel = grouped && !float_experts ? vk::mul_mm_kernel(ctx_) : vk::MulMmKernel::Tiled;
     const View route{res_.moe_route, 0, grouped ? vk::moe_route_bytes(n, k, ne) : 0};
     View gemm_in{};  // x as the grouped gate and up products read it
     if (grouped) {
@@ -637,9 +638,6 @@ class Recorder {
   // Whether experts of `type` with rows of `cols` can take the grouped matrix product.
   static bool groupable(gguf::TensorType type, uint32_t cols) {
     return cols % 32 == 0 && vk::has_quant_kernels(type) && vk::rows_unsupported(type, cols).empty();
-  }
-  static bool float_type(gguf::TensorType t) {
-    return t == gguf::TensorType::F32 || t == gguf::TensorType::F16 || t == gguf::TensorType::BF16;
   }
 
   Context& ctx_;
