@@ -2,18 +2,20 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : enable
 // Mixture-of-experts routing (graph Op::MoE, CpuExecutable::moe), after the router's mat-vec: per token,
 // l = logits * logit_scale (+ router bias), then either
 //   softmax-top-k (SoftmaxTopK): p = softmax(l) over all experts, the k largest p, or
 //   top-k-softmax (TopKSoftmax): the k largest l, then a softmax over those k only;
 // optionally divided by the sum of the k weights (norm_topk), then times expert_scale[e]. Slots are in
 // selection order: larger value first, equal values by lower expert index (the CPU's partial_sort).
-// One workgroup of 64 per token; invocation i holds experts i, i + 64, ... in shared memory. Each of the
-// k rounds picks the best remaining expert with one workgroup reduction (workgroup_select.glsl).
+// One workgroup of 256 per token; invocation i holds expert i in shared memory and ranks it against
+// every expert (the same shared words read by the whole workgroup at once); the experts of ranks
+// below k are the slots.
 // Bindings: 0 logits [n_tokens][n_expert] float; 1 router bias {n_expert} (flag 4); 2 expert_scale
 // {n_expert} (flag 8); 3 ids [n_tokens][n_used] uint; 4 weights [n_tokens][n_used] float.
 // Grid: n_tokens workgroups as x * y. Moves 4 * n_expert bytes in, 8 * n_used out per token.
-#define WG_SIZE 64
+#define WG_SIZE 256
 #define MAX_EXPERT 256
 #define MAX_USED 16
 layout(local_size_x = WG_SIZE) in;
@@ -33,6 +35,9 @@ layout(push_constant) uniform Params {
 #include "workgroup_select.glsl"
 
 shared float vals[MAX_EXPERT];
+shared uint keys[MAX_EXPERT];
+shared uint sel_e[MAX_USED];
+shared float sel_v[MAX_USED];
 
 void main() {
   const uint t = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
@@ -71,45 +76,41 @@ void main() {
   }
   barrier();
 
-  // k rounds of "best remaining expert"; each invocation remembers which of its own it gave away.
-  uint taken = 0u;
-  uint sel[MAX_USED];
-  float w[MAX_USED];
-  for (uint r = 0u; r < p.n_used; ++r) {
-    uint key = 0u, idx = 0xffffffffu;
-    for (uint s = 0u; s < slots; ++s) {
-      const uint e = lid + s * WG_SIZE;
-      if (e < p.n_expert && (taken & (1u << s)) == 0u) {
-        const uint ks = order_key(vals[e]);
-        if (ks > key) {  // slots ascend in expert index, so ties keep the lower one
-          key = ks;
-          idx = e;
-        }
+  // Each expert's rank: the experts ahead of it (a larger value, or an equal one at a lower index),
+  // counted by its invocation against all of them, 16 keys a step (unrolled, every invocation reading
+  // the same words); ranks below k are the slots. Keys past n_expert are 0, below every expert's.
+  keys[lid] = lid < p.n_expert ? order_key(vals[lid]) : 0u;
+  barrier();
+  if (lid < p.n_expert) {
+    const uint ke = keys[lid];
+    uint rank = 0u;
+    for (uint o = 0u; o < p.n_expert; o += 16u) {
+      [[unroll]] for (uint c = 0u; c < 16u; ++c) {
+        const uint ko = keys[o + c];
+        rank += (ko > ke || (ko == ke && o + c < lid)) ? 1u : 0u;
       }
     }
-    const uvec2 best = wg_best(key, idx);
-    if (best.y % WG_SIZE == lid) taken |= 1u << (best.y / WG_SIZE);
-    sel[r] = best.y;
-    w[r] = vals[best.y];
-  }
-
-  // Every invocation holds the same k slots; the first writes them.
-  if (lid != 0u) return;
-  if (topk_first) {
-    const float top_l = w[0];
-    float sum = 0.0;
-    for (uint i = 0u; i < p.n_used; ++i) {
-      w[i] = exp(w[i] - top_l);
-      sum += w[i];
+    if (rank < p.n_used) {
+      sel_e[rank] = lid;
+      sel_v[rank] = vals[lid];
     }
-    for (uint i = 0u; i < p.n_used; ++i) w[i] /= sum;
+  }
+  barrier();
+
+  // Invocation r < k writes slot r; each computes the sums over the k slots itself, in slot order
+  // (the same arithmetic in every invocation, no arrays of its own).
+  if (lid >= p.n_used) return;
+  const float top_l = sel_v[0];
+  float sum = 0.0;
+  if (topk_first) {
+    for (uint i = 0u; i < p.n_used; ++i) sum += exp(sel_v[i] - top_l);
   }
   float top = 0.0;
-  for (uint i = 0u; i < p.n_used; ++i) top += w[i];
-  for (uint i = 0u; i < p.n_used; ++i) {
-    float wt = (p.flags & 2u) != 0u ? w[i] / top : w[i];
-    if ((p.flags & 8u) != 0u) wt *= expert_scale[sel[i]];
-    ids[t * p.n_used + i] = sel[i];
-    weights[t * p.n_used + i] = wt;
-  }
+  for (uint i = 0u; i < p.n_used; ++i) top += topk_first ? exp(sel_v[i] - top_l) / sum : sel_v[i];
+  const uint e = sel_e[lid];
+  float wt = topk_first ? exp(sel_v[lid] - top_l) / sum : sel_v[lid];
+  if ((p.flags & 2u) != 0u) wt /= top;
+  if ((p.flags & 8u) != 0u) wt *= expert_scale[e];
+  ids[t * p.n_used + lid] = e;
+  weights[t * p.n_used + lid] = wt;
 }

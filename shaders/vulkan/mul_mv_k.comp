@@ -1,6 +1,7 @@
 #version 450
 //! variants-by-type kdot
 //! variants-by-type kdot id_ MUL_MV_ID
+//! variants-by-type kdot idc_ MUL_MV_ID,MUL_MV_COMBINE
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -20,10 +21,14 @@
 // MUL_MV_ID (mixture of experts, variants id_*): z runs over (token, slot) pairs (NTOK = 1); the pair's
 // expert ids[pair] (clamped below n_expert) picks the matrix expert_stride bytes on, its activation row
 // is xq[pair] (x_per_slot) or xq[pair / n_used], y[pair][r], plus the expert's bias row when has_bias.
+// MUL_MV_COMBINE (variants idc_*, the down product with the combine folded in): z runs over tokens,
+// the GROUPS = n_used groups of a workgroup take one slot each (x per slot) over the same ROWS rows,
+// and y[token][r] = sum over slots in slot order of weights[token][slot] * (product + bias), as
+// moe_combine.comp adds them.
 //
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
-// 4 bias [n_expert][nrows] floats. Grid: x*y = ceil(nrows / ROWS) workgroups, z = token groups (or
+// 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]. Grid: x*y = ceil(nrows / ROWS) workgroups, z = token groups (or
 // pairs). Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_EXT_spirv_intrinsics : require
@@ -34,6 +39,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;  // invocations per workgroup, a multiple of 8
 layout(constant_id = 1) const uint ROWS = 4;  // rows per workgroup
 layout(constant_id = 2) const uint NTOK = 1;  // tokens per workgroup
+layout(constant_id = 3) const uint GROUPS = 1;  // row groups per workgroup (a divisor of WG / 8)
 
 layout(std430, binding = 0) readonly restrict buffer Wbuf { uint w[]; };
 layout(std430, binding = 0) readonly restrict buffer Wbuf4 { uvec4 w4[]; };
@@ -43,6 +49,13 @@ layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
+#endif
+#if defined(MUL_MV_COMBINE)
+layout(std430, binding = 5) readonly restrict buffer Wtbuf { float slot_w[]; };
+const uint ROW_GROUPS = 1u;  // every group the same rows
+shared float weighted[GROUPS * ROWS];
+#else
+const uint ROW_GROUPS = GROUPS;
 #endif
 layout(push_constant) uniform Params {
   uint ncols;      // a multiple of 256
@@ -175,21 +188,31 @@ float block_value(ivec2 v, vec2 d, float dx) {
   return r;
 }
 
-shared float red[ROWS * NTOK * (WG / 8u)];  // one partial sum per (row, token) and subgroup
+shared float red[GROUPS * ROWS * NTOK * (WG / 8u)];  // one partial sum per (group, row, token) and subgroup
 
 void main() {
-  const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u;
-  const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
-  if (row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
+  const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u / GROUPS;
+  const uint wg_row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS * ROW_GROUPS;
+  if (wg_row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
+  // Short rows (fewer blocks than the workgroup takes a step): the slots split into GROUPS groups of
+  // `slots`, each its own ROWS rows.
+  const uint grp = (tid >> 3) / slots, row0 = wg_row0 + (ROW_GROUPS > 1u ? grp * ROWS : 0u);
   const uint nb = p.ncols / 256u, sums0 = p.ncols / 4u, d0 = sums0 + p.ncols / 16u;
-#if defined(MUL_MV_ID)
+#if defined(MUL_MV_COMBINE)
+  const uint n_sets = p.n_tokens;
+#elif defined(MUL_MV_ID)
   const uint n_sets = p.n_tokens * p.n_used;  // (token, slot) pairs
 #else
   const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
 #endif
   for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
     uint xr[NTOK], rb[ROWS];
-#if defined(MUL_MV_ID)
+#if defined(MUL_MV_COMBINE)
+    const uint pair = set * p.n_used + grp;
+    const uint e = min(ids[pair], p.n_expert - 1u);
+    xr[0] = pair * p.xstride;
+    const uint wb = e * p.expert_stride;
+#elif defined(MUL_MV_ID)
     const uint e = min(ids[set], p.n_expert - 1u);
     xr[0] = (p.x_per_slot != 0u ? set : set / p.n_used) * p.xstride;
     const uint wb = e * p.expert_stride;
@@ -200,7 +223,7 @@ void main() {
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
     float acc[ROWS * NTOK];
     [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
-    for (uint b = tid >> 3; b < nb; b += slots) {
+    for (uint b = (tid >> 3) % slots; b < nb; b += slots) {
       Codes c[ROWS];
       [[unroll]] for (uint r = 0u; r < ROWS; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j);
       [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
@@ -211,15 +234,37 @@ void main() {
         }
       }
     }
-    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
-      const float s = subgroupAdd(acc[i]);
-      if (subgroupElect()) red[i * slots + gl_SubgroupID] = s;
+    // A subgroup may hold several groups: each group's sums are added with the others' as zeros.
+    const uint nsub = WG / 8u;
+    [[unroll]] for (uint g = 0u; g < GROUPS; ++g) {
+      [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
+        const float s = subgroupAdd(grp == g ? acc[i] : 0.0);
+        if (subgroupElect()) red[(g * ROWS * NTOK + i) * nsub + gl_SubgroupID] = s;
+      }
     }
     barrier();
-    for (uint i = tid; i < ROWS * NTOK; i += WG) {
+#if defined(MUL_MV_COMBINE)
+    // Each (slot, row)'s product, weighted, by its own invocation; then each row's slots in order.
+    for (uint i = tid; i < GROUPS * ROWS; i += WG) {
       float s = 0.0;
-      for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * slots + g];
-      const uint row = row0 + i / NTOK;
+      for (uint sg = 0u; sg < gl_NumSubgroups; ++sg) s += red[i * nsub + sg];
+      const uint pair = set * p.n_used + i / ROWS, row = min(wg_row0 + i % ROWS, p.nrows - 1u);
+      if (p.has_bias != 0u) s += bias[min(ids[pair], p.n_expert - 1u) * p.nrows + row];
+      weighted[i] = slot_w[pair] * s;
+    }
+    barrier();
+    for (uint i = tid; i < ROWS; i += WG) {
+      const uint row = wg_row0 + i;
+      if (row >= p.nrows) continue;
+      float total = 0.0;
+      for (uint g = 0u; g < GROUPS; ++g) total += weighted[g * ROWS + i];
+      y[set * p.nrows + row] = total;
+    }
+#else
+    for (uint i = tid; i < GROUPS * ROWS * NTOK; i += WG) {
+      float s = 0.0;
+      for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * nsub + g];
+      const uint row = wg_row0 + i / NTOK;
 #if defined(MUL_MV_ID)
       if (row < p.nrows) y[set * p.nrows + row] = s + (p.has_bias != 0u ? bias[e * p.nrows + row] : 0.0);
 #else
@@ -227,6 +272,7 @@ void main() {
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
 #endif
     }
+#endif
     barrier();
   }
 }

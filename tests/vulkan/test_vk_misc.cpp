@@ -7,14 +7,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_misc.h"
+#include "backend/vulkan/vk_ops.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "sample/sampler.h"
@@ -190,6 +194,29 @@ TEST_F(VulkanMisc, MoeRoutingMatchesTheCpu) {
   Buf b(*ctx_, one);
   EXPECT_THROW(moe_route(*ctx_, ctx_->immediate(), b.view(), {}, {}, b.view(), b.view(), 300, 8, 1, false, false, 1.0f),
                Error);
+}
+
+TEST_F(VulkanMisc, MoeRoutingLatency) {
+  // One token's routing as a decode step runs it (each after the one before): wall time per dispatch of
+  // a recording of 100, best of 3, beside an element-wise add of one 2048-float row (a dispatch's floor).
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the latency table";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(256), row(2048);
+  for (auto& v : logits) v = nd(rng);
+  for (auto& v : row) v = nd(rng);
+  Buf bl(*ctx_, logits), bi(*ctx_, 64 * 4), bw(*ctx_, 64 * 4), ba(*ctx_, row), bo(*ctx_, row.size() * 4);
+  std::printf("| kernel | experts | used | us per dispatch |\n|---|---|---|---|\n");
+  const double floor = seconds_per_rep(*ctx_, 100, 1, [&](Recording& r) {
+    eltwise(*ctx_, r, Eltwise::Add, ba.view(), ba.view(), bo.view(), 2048, 2048, 1);
+  });
+  std::printf("| eltwise_add (2048) | - | - | %.2f |\n", floor * 1e6);
+  for (const auto& [ne, k, topk_first] : {std::tuple{128u, 8u, false}, {256u, 8u, false}, {32u, 4u, true}}) {
+    const double t = seconds_per_rep(*ctx_, 100, 1, [&](Recording& r) {
+      moe_route(*ctx_, r, bl.view(), View{}, View{}, bi.view(), bw.view(), ne, k, 1, topk_first, true, 1.0f);
+    });
+    std::printf("| moe_route | %u | %u | %.2f |\n", ne, k, t * 1e6);
+  }
 }
 
 TEST_F(VulkanMisc, MoeCombineIsTheWeightedSumOfTheExperts) {

@@ -253,6 +253,30 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
                          fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
                                      per_slot ? "slot" : "token", i % nrows, i / nrows));
         }
+        if (!per_slot) continue;
+        // The down product with the combine folded in: each token's row is the slots' products (with
+        // their bias rows) weighted and added in slot order.
+        std::vector<float> wts(ids.size());
+        for (auto& v : wts) v = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        Buffer bwts = ctx_->device_buffer(wts.size() * 4);
+        ctx_->upload(bwts, 0, wts.data(), wts.size() * 4);
+        ASSERT_TRUE(mul_mv_k_id_combine(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&bwts}, View{&b.xq}, View{&b.y},
+                                        View{&b.bias}, ncols, nrows, n_expert, n_used, ntok));
+        const std::vector<float> comb = b.result(static_cast<size_t>(ntok) * nrows);
+        ctx_->release(bwts);
+        const double roundings = ncols / 32.0 + ncols / 256.0 + 8;
+        for (uint32_t t = 0; t < ntok; ++t) {
+          for (uint32_t r = 0; r < nrows; ++r) {
+            double sum = 0, bound = 0;
+            for (uint32_t k = 0; k < n_used; ++k) {
+              const CpuDot& d = want[(t * n_used + k) * nrows + r];
+              const double wk = wts[t * n_used + k];
+              sum += wk * d.value;
+              bound += wk * (roundings * 0x1p-24 * d.terms + (n_used + 2) * 0x1p-24 * std::fabs(d.value));
+            }
+            ASSERT_NEAR(comb[t * nrows + r], sum, bound) << gguf::tensor_type_name(type) << " cols " << ncols << " combined: token " << t << " row " << r;
+          }
+        }
       }
     }
   }
@@ -342,9 +366,10 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
-    // One block and 17 blocks (a row that the workgroup's 16 blocks a step do not divide), rows not
-    // a multiple of the rows per workgroup, token counts below, at and above the tokens per workgroup.
-    for (const uint32_t ncols : {256u, 4352u}) {
+    // One block, 3 (rows that split the workgroup into groups, the last slot of each idle) and 17
+    // blocks (a row that the workgroup's 16 blocks a step do not divide), rows not a multiple of the
+    // rows per workgroup, token counts below, at and above the tokens per workgroup.
+    for (const uint32_t ncols : {256u, 768u, 4352u}) {
       for (const uint32_t ntok : {1u, 3u, 6u}) {
         const uint32_t nrows = 70;
         const size_t rs = quant::row_size(type, ncols), qb = q8k_row_bytes(ncols);
@@ -368,8 +393,10 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
         quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, ntok);
         // The launcher's shapes for these sizes, then every workgroup size, rows and tokens per
         // workgroup it can pick for others.
-        for (const auto& [wg, rows, tpw] : {std::tuple{"", "", ""}, {"64", "4", "8"}, {"128", "2", "2"}, {"64", "1", "16"}}) {
-          ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows), e3("ZINC_VULKAN_MVK_TOKENS", tpw);
+        for (const auto& [wg, rows, tpw, groups] : {std::tuple{"", "", "", ""}, {"64", "4", "8", ""}, {"128", "2", "2", "1"},
+                                                    {"64", "1", "16", ""}, {"128", "2", "4", "16"}, {"256", "3", "1", "4"}}) {
+          ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows), e3("ZINC_VULKAN_MVK_TOKENS", tpw),
+              e4("ZINC_VULKAN_MVK_GROUPS", groups);
           const std::vector<float> zeros(want.size(), 0.0f);
           ctx_->upload(by, 0, zeros.data(), zeros.size() * 4);
           mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok);
@@ -377,8 +404,8 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
           ctx_->download(by, 0, got.data(), got.size() * 4);
           for (size_t i = 0; i < got.size(); ++i) {
             expect_product(type, got[i], want[i], ncols,
-                           fmt::format("{} cols {} tokens {} shape {}/{}/{}: row {} token {}", gguf::tensor_type_name(type), ncols, ntok,
-                                       wg, rows, tpw, i % nrows, i / nrows));
+                           fmt::format("{} cols {} tokens {} shape {}/{}/{}/{}: row {} token {}", gguf::tensor_type_name(type), ncols,
+                                       ntok, wg, rows, tpw, groups, i % nrows, i / nrows));
           }
         }
         for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
@@ -484,6 +511,30 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
           expect_product(type, got[i], want[i], ncols,
                          fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
                                      per_slot ? "slot" : "token", i % nrows, i / nrows));
+        }
+        if (!per_slot) continue;
+        // The down product with the combine folded in: each token's row is the slots' products (with
+        // their bias rows) weighted and added in slot order.
+        std::vector<float> wts(ids.size());
+        for (auto& v : wts) v = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        Buffer bwts = ctx_->device_buffer(wts.size() * 4);
+        ctx_->upload(bwts, 0, wts.data(), wts.size() * 4);
+        ASSERT_TRUE(mul_mv_k_id_combine(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&bwts}, View{&b.xq}, View{&b.y},
+                                        View{&b.bias}, ncols, nrows, n_expert, n_used, ntok));
+        const std::vector<float> comb = b.result(static_cast<size_t>(ntok) * nrows);
+        ctx_->release(bwts);
+        const double roundings = ncols / 32.0 + ncols / 256.0 + 8;
+        for (uint32_t t = 0; t < ntok; ++t) {
+          for (uint32_t r = 0; r < nrows; ++r) {
+            double sum = 0, bound = 0;
+            for (uint32_t k = 0; k < n_used; ++k) {
+              const CpuDot& d = want[(t * n_used + k) * nrows + r];
+              const double wk = wts[t * n_used + k];
+              sum += wk * d.value;
+              bound += wk * (roundings * 0x1p-24 * d.terms + (n_used + 2) * 0x1p-24 * std::fabs(d.value));
+            }
+            ASSERT_NEAR(comb[t * nrows + r], sum, bound) << gguf::tensor_type_name(type) << " cols " << ncols << " combined: token " << t << " row " << r;
+          }
         }
       }
     }

@@ -154,6 +154,11 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
                                  mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       p.act_q8k_bytes = std::max({p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                   q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+      // Decode-sized steps read x's codes as its norm writes them.
+      if (has_mul_mv_k(ctx, gt.type) && has_mul_mv_k(ctx, g.tensor(n.in[3]).type) && d % 256 == 0) {
+        p.q8k_input[static_cast<size_t>(n.in[0])] = true;
+        p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
+      }
       // Longer steps: the slots grouped by expert, x in f16 for the gate and up products (the down
       // product's goes in moe_up, free by then).
       if (max_rows > kMvMaxTokens) {

@@ -63,6 +63,12 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
 // rows, or n_tokens * n_used with x_per_slot).
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                  uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
+// The down product and the combine in one dispatch: y[t][r] = sum over slots k, in order, of
+// weights[t][k] * (W_ids[t][k] . xq[t][k] (+ bias)), xq per slot; y [n_tokens][nrows]. False (nothing
+// recorded) for more than 32 slots (mul_mv_k_id and moe_combine then).
+bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
+                         View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
+                         uint32_t n_tokens);
 
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:

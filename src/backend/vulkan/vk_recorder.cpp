@@ -11,6 +11,7 @@
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "quant/quant.h"
 
 namespace zinc::backend::vk {
@@ -580,6 +581,12 @@ class Recorder {
     // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
     // activations), as for MatMul.
     const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
+    const auto kdot = [&](gguf::TensorType t, uint32_t cols) {
+      return !grouped && n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, t);
+    };
+    // The down product's codes written by the GLU itself (one dispatch fewer, and none between them).
+    const bool down_codes = kdot(dt.type, ff);
+    const View down_xq = down_codes ? View{res_.act_q8k, 0, vk::q8k_row_bytes(ff) * k * n} : View{};
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
       const uint32_t x_rows = n * (per_slot ? k : 1);
@@ -592,11 +599,17 @@ class Recorder {
         }
         tr.before({xm, route}, {yout});
         vk::mul_mm_q_id(ctx_, rec, kernel, type, w, route, xm, yout, b, cols, rows_out, ne, k, n, per_slot);
-      } else if (n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, type)) {
-        const View xq{res_.act_q8k, 0, vk::q8k_row_bytes(cols) * x_rows};
-        tr.before({xin}, {xq});
-        vk::quantize_q8k(ctx_, rec, xin, xq, cols, x_rows);
-        q8k_of_ = -1;
+      } else if (kdot(type, cols)) {
+        // Activation codes: x's from its norm (or quantized once for gate and up), the activation's
+        // from the GLU that wrote it.
+        View xq{res_.act_q8k, 0, vk::q8k_row_bytes(cols) * x_rows};
+        if (!per_slot) {
+          xq = q8k_codes(rec, tr, x_id, x, cols, n);
+        } else if (!down_codes) {
+          tr.before({xin}, {xq});
+          vk::quantize_q8k(ctx_, rec, xin, xq, cols, x_rows);
+          q8k_of_ = -1;
+        }
         tr.before({xq, ids}, {yout});
         vk::mul_mv_k_id(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else if (exact(type)) {
@@ -618,16 +631,22 @@ class Recorder {
       vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
     } else {
       expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
-      tr.before({ids, x}, {g, u});  // the second product's activation codes reuse the same scratch
+      tr.before({ids, x}, {g, u});
       expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
     }
-    tr.before({g, u}, {g});
+    tr.before({g, u}, {g, down_xq});
     switch (mp.glu) {
-      case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n); break;
-      case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n); break;
+      case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
+      case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
       case graph::MoeGlu::SwiGLUClamped:
-        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit);
+        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq);
         break;
+    }
+    if (down_codes) q8k_of_ = -1;  // the scratch holds the activation's codes, no graph tensor's
+    if (down_codes && knob_u32("ZINC_VULKAN_MOE_FUSED_DOWN", 1, 0, 1) == 1) {
+      // The down product adds the slots' outputs itself: one dispatch fewer.
+      tr.before({down_xq, ids, wts}, {out});
+      if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, down_xq, out, bias(3), ff, d, ne, k, n)) return;
     }
     tr.before({g, ids}, {y});
     expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
