@@ -601,6 +601,63 @@ TEST_F(VulkanKQuant, Throughput) {
   }
 }
 
+TEST_F(VulkanKQuant, ExpertLatency) {
+  // One token's expert products as a decode step runs them (each after the one before): wall time per
+  // dispatch of a recording of 64, best of 3, under a few shapes, beside a dense product of the same
+  // bytes; GB/s of the 8 selected experts' weight bytes. Each dispatch reads 8 other experts (a dense
+  // product: the next 8 experts' rows), all 128 every 16 dispatches, so the weights come from memory
+  // rather than the last-level cache, as in a model. Shapes of qwen3-30b-a3b (128 experts, 8 used).
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the latency table";
+  std::mt19937 rng(9);
+  const uint32_t n_expert = 128, n_used = 8, reps = 64;
+  std::printf("| product | type | rows | cols | wg/rows/groups | us | GB/s |\n|---|---|---|---|---|---|---|\n");
+  std::vector<uint32_t> ids(size_t{n_used} * reps);
+  for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 5) % n_expert;  // 8 distinct experts per dispatch
+  std::vector<float> wts(ids.size(), 0.125f);
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
+    for (const auto& [nrows, ncols] : {std::pair{768u, 2048u}, {2048u, 768u}, {512u, 2048u}, {2048u, 512u}}) {
+      const size_t per_expert = quant::row_size(type, ncols) * nrows, bytes = per_expert * n_expert, used = per_expert * n_used;
+      std::vector<uint32_t> wq((bytes + 3) / 4 + 4);
+      for (auto& v : wq) v = static_cast<uint32_t>(rng()) & 0x3bff3bffu;
+      std::vector<float> x(size_t{ncols} * n_used);
+      for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+      Buffer bw = ctx_->device_buffer(wq.size() * 4), bx = ctx_->device_buffer(x.size() * 4), bq = ctx_->device_buffer(q8k_row_bytes(ncols) * n_used),
+             by = ctx_->device_buffer(size_t{nrows} * 4 * n_used), bi = ctx_->device_buffer(ids.size() * 4), bt = ctx_->device_buffer(wts.size() * 4);
+      ctx_->upload(bw, 0, wq.data(), wq.size() * 4);
+      ctx_->upload(bx, 0, x.data(), x.size() * 4);
+      ctx_->upload(bi, 0, ids.data(), ids.size() * 4);
+      ctx_->upload(bt, 0, wts.data(), wts.size() * 4);
+      quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, n_used);
+      const auto row = [&](const char* what, const std::string& shape, double sec) {
+        std::printf("| %s | %s | %u | %u | %s | %.2f | %.0f |\n", what, std::string(gguf::tensor_type_name(type)).c_str(), nrows, ncols,
+                    shape.c_str(), sec * 1e6, static_cast<double>(used) / sec / 1e9);
+      };
+      for (const auto& [wg, rows, groups] : {std::tuple{"", "", ""}, {"64", "2", "1"}, {"64", "4", ""}, {"128", "4", ""}, {"64", "1", ""}}) {
+        ScopedEnv e1("ZINC_VULKAN_MVK_WG", wg), e2("ZINC_VULKAN_MVK_ROWS", rows), e3("ZINC_VULKAN_MVK_GROUPS", groups);
+        const std::string shape = fmt::format("{}/{}/{}", wg, rows, groups);
+        uint32_t rep = 0;
+        row("dense", shape, seconds_per_rep(*ctx_, reps, 1, [&](Recording& r) {
+          const View w{&bw, (rep++ % (n_expert / n_used)) * used, used};
+          mul_mv_k(*ctx_, r, type, w, View{&bq}, View{&by}, ncols, nrows * n_used, 1);
+        }));
+        rep = 0;
+        row("experts", shape, seconds_per_rep(*ctx_, reps, 1, [&](Recording& r) {
+          const View id{&bi, (rep++ % reps) * n_used * 4, n_used * 4};
+          mul_mv_k_id(*ctx_, r, type, View{&bw}, id, View{&bq}, View{&by}, View{}, ncols, nrows, n_expert, n_used, 1, nrows > ncols);
+        }));
+        if (nrows > ncols) {
+          rep = 0;
+          row("experts + combine", shape, seconds_per_rep(*ctx_, reps, 1, [&](Recording& r) {
+            const View id{&bi, (rep++ % reps) * n_used * 4, n_used * 4};
+            mul_mv_k_id_combine(*ctx_, r, type, View{&bw}, id, View{&bt}, View{&bq}, View{&by}, View{}, ncols, nrows, n_expert, n_used, 1);
+          }));
+        }
+      }
+      for (Buffer* b : {&bw, &bx, &bq, &by, &bi, &bt}) ctx_->release(*b);
+    }
+  }
+}
+
 TEST_F(VulkanKQuant, TokensThroughput) {
   // Products of several tokens (the steps of many sequences): wall time per product of a recording
   // of 30, best of 3, under the shapes the launcher can take (workgroup size, rows and tokens per
