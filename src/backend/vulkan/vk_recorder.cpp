@@ -614,13 +614,15 @@ class Recorder {
         vk::mul_mv_k_id(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else if (exact(type)) {
         const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
-        tr.before({xin}, {xq});
+        tr.before({xin, ids}, {xq, yout});
         vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else {
+        tr.before({xin, ids}, {yout});
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
       }
     };
-    tr.before({ids, x}, {g, u});
+    // Each product waits only for what it reads and writes: gate and up from the same codes run side
+    // by side.
     if (fused) {
       // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
       const View gu{res_.moe_down, 0, slot_bytes * 2 * ff};
@@ -631,7 +633,6 @@ class Recorder {
       vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
     } else {
       expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
-      tr.before({ids, x}, {g, u});
       expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
     }
     tr.before({g, u}, {g, down_xq});
