@@ -9,9 +9,8 @@
 //   top-k-softmax (TopKSoftmax): the k largest l, then a softmax over those k only;
 // optionally divided by the sum of the k weights (norm_topk), then times expert_scale[e]. Slots are in
 // selection order: larger value first, equal values by lower expert index (the CPU's partial_sort).
-// One workgroup of 256 per token; invocation i holds expert i in shared memory and ranks it against
-// every expert (the same shared words read by the whole workgroup at once); the experts of ranks
-// below k are the slots.
+// One workgroup of 256 per token; invocation i holds expert i and ranks it against every expert (the
+// same shared words read by the whole workgroup at once); the experts of ranks below k are the slots.
 // Bindings: 0 logits [n_tokens][n_expert] float; 1 router bias {n_expert} (flag 4); 2 expert_scale
 // {n_expert} (flag 8); 3 ids [n_tokens][n_used] uint; 4 weights [n_tokens][n_used] float.
 // Grid: n_tokens workgroups as x * y. Moves 4 * n_expert bytes in, 8 * n_used out per token.
@@ -34,7 +33,6 @@ layout(push_constant) uniform Params {
 
 #include "workgroup_select.glsl"
 
-shared float vals[MAX_EXPERT];
 shared uint keys[MAX_EXPERT];
 shared uint sel_e[MAX_USED];
 shared float sel_v[MAX_USED];
@@ -44,44 +42,26 @@ void main() {
   if (t >= p.n_tokens) return;  // whole workgroups only: the barriers below stay uniform
   const uint lid = gl_LocalInvocationID.x;
   const bool topk_first = (p.flags & 1u) != 0u;
-  const uint slots = (p.n_expert + WG_SIZE - 1u) / WG_SIZE;
+  const bool live = lid < p.n_expert;
 
-  // Scaled, biased logits; with softmax first, turned into probabilities.
-  float mx = uintBitsToFloat(0xff800000u);  // -inf
-  for (uint s = 0u; s < slots; ++s) {
-    const uint e = lid + s * WG_SIZE;
-    if (e < p.n_expert) {
-      float l = logits[t * p.n_expert + e] * p.logit_scale;
-      if ((p.flags & 4u) != 0u) l += router_b[e];
-      vals[e] = l;
-      mx = max(mx, l);
-    }
+  // Invocation lid's expert: its scaled, biased logit; with softmax first, its probability.
+  float v = uintBitsToFloat(0xff800000u);  // -inf: no expert
+  if (live) {
+    v = logits[t * p.n_expert + lid] * p.logit_scale;
+    if ((p.flags & 4u) != 0u) v += router_b[lid];
   }
   if (!topk_first) {
-    mx = wg_max(mx);
-    float sum = 0.0;
-    for (uint s = 0u; s < slots; ++s) {
-      const uint e = lid + s * WG_SIZE;
-      if (e < p.n_expert) {
-        const float x = exp(vals[e] - mx);
-        vals[e] = x;
-        sum += x;
-      }
-    }
-    sum = wg_sum(sum);
-    for (uint s = 0u; s < slots; ++s) {
-      const uint e = lid + s * WG_SIZE;
-      if (e < p.n_expert) vals[e] /= sum;
-    }
+    const float mx = wg_max(v);
+    const float x = live ? exp(v - mx) : 0.0;
+    v = x / wg_sum(x);
   }
-  barrier();
 
   // Each expert's rank: the experts ahead of it (a larger value, or an equal one at a lower index),
   // counted by its invocation against all of them, 16 keys a step (unrolled, every invocation reading
   // the same words); ranks below k are the slots. Keys past n_expert are 0, below every expert's.
-  keys[lid] = lid < p.n_expert ? order_key(vals[lid]) : 0u;
+  keys[lid] = live ? order_key(v) : 0u;
   barrier();
-  if (lid < p.n_expert) {
+  if (live) {
     const uint ke = keys[lid];
     uint rank = 0u;
     for (uint o = 0u; o < p.n_expert; o += 16u) {
@@ -92,7 +72,7 @@ void main() {
     }
     if (rank < p.n_used) {
       sel_e[rank] = lid;
-      sel_v[rank] = vals[lid];
+      sel_v[rank] = v;
     }
   }
   barrier();

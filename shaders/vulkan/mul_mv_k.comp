@@ -28,8 +28,9 @@
 //
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
-// 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]. Grid: x*y = ceil(nrows / ROWS) workgroups, z = token groups (or
-// pairs). Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
+// 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]. Grid: x*y =
+// ceil(nrows / (ROWS * row groups)) workgroups, z = token groups (pairs; MUL_MV_COMBINE: tokens).
+// Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require

@@ -267,6 +267,13 @@ struct MulMvKPush {
 struct MvkShape {
   uint32_t wg, rows, ntok, groups;
 };
+// Blocks a step for a group of invocations on rows of nb blocks: nb rounded up to a power of two, at
+// most `most`.
+uint32_t blocks_per_group(uint32_t nb, uint32_t most) {
+  uint32_t per_group = 1;
+  while (per_group < nb && per_group * 2 <= most) per_group *= 2;
+  return per_group;
+}
 MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens) {
   const bool q6 = type == TensorType::Q6_K;
   const bool one = n_tokens == 1;
@@ -277,10 +284,8 @@ MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_
   const uint32_t per_pass = std::min(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 8, 1, 16));
   const uint32_t passes = (n_tokens + per_pass - 1) / per_pass;
   s.ntok = (n_tokens + passes - 1) / passes;
-  const uint32_t slots = s.wg / 8, nb = ncols / 256;
-  uint32_t per_group = 1;
-  while (per_group < nb && per_group < slots) per_group *= 2;
-  s.groups = slots / per_group;
+  const uint32_t slots = s.wg / 8;
+  s.groups = slots / blocks_per_group(ncols / 256, slots);
   if (const uint32_t g = knob_u32("ZINC_VULKAN_MVK_GROUPS", 0, 0, 32); g > 0) {
     s.groups = 1;
     while (s.groups * 2 <= g && slots % (s.groups * 2) == 0) s.groups *= 2;
@@ -360,10 +365,7 @@ bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vie
   check_bytes("mul_mv_k_id_combine", uint64_t{row_bytes} * nrows * n_expert);
   // One group of invocations per slot, each as many blocks a step as a row has (up to a power of
   // two), 256 invocations at most.
-  const uint32_t nb = ncols / 256;
-  uint32_t per_group = 1;
-  while (per_group < nb && 8 * n_used * per_group * 2 <= 256) per_group *= 2;
-  const uint32_t wg = 8 * n_used * per_group, rows = knob_u32("ZINC_VULKAN_MVK_ROWS", 2, 1, 8);
+  const uint32_t wg = 8 * n_used * blocks_per_group(ncols / 256, 256 / (8 * n_used)), rows = knob_u32("ZINC_VULKAN_MVK_ROWS", 2, 1, 8);
   const uint32_t spec[] = {wg, rows, 1, n_used};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                         n_expert, row_bytes * nrows, 1u, bias.buffer ? 1u : 0u};
