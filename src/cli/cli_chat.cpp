@@ -273,7 +273,7 @@ int run_chat(const ChatArgs& a) {
   copts.system = a.gen.system;
   copts.enable_thinking = a.gen.enable_thinking();
   copts.drop_oldest_turns = a.gen.drop_old_turns;
-  copts.generate = a.gen.generate_options(m->backend->name());
+  copts.generate = a.gen.generate_options(m->backend->name(), &m->tok);
     copts.generate.draft = m->drafter.get();
   copts.generate.cancel = &interrupted;
   runtime::ChatSession chat(*m->session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);

@@ -61,7 +61,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
     runtime::ChatOptions copts;
     copts.system = a.gen.system;
     copts.enable_thinking = a.gen.enable_thinking();
-    copts.generate = a.gen.generate_options(m->backend->name());
+    copts.generate = a.gen.generate_options(m->backend->name(), &m->tok);
     copts.generate.draft = m->drafter.get();
     runtime::ChatSession chat(session, m->tok, sampler, chat_template(a.gen, m->file, m->tok), copts);
     bool in_reasoning = false;
@@ -97,7 +97,7 @@ int run_generate(RunArgs a, const GlobalOptions& global) {
                               "--context-shift)",
                               prompt.size(), a.gen.n_predict, session.n_ctx()));
     }
-    auto gopts = a.gen.generate_options(m->backend->name());
+    auto gopts = a.gen.generate_options(m->backend->name(), &m->tok);
     gopts.draft = m->drafter.get();
     gopts.decode.at_start = false;  // the stream continues the prompt already shown
     if (!global.json) write(a.prompt);

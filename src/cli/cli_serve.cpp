@@ -77,7 +77,8 @@ int run_serve(ServeArgs& a) {
   so.enable_thinking = a.gen.enable_thinking();
   so.reasoning_budget = a.gen.reasoning_budget;
   so.grammar = a.gen.grammar_gbnf();
-  if (!so.grammar.empty()) sample::Grammar::parse(so.grammar);  // a bad one stops here, not at the first request
+  // A bad one stops here, not at the first request (its <text> tokens are looked up in each model).
+  if (!so.grammar.empty()) sample::Grammar::parse(so.grammar, "root", sample::any_token);
   so.context_shift = a.gen.context_shift;
   so.n_keep = a.gen.n_keep;
   so.max_tokens = a.gen.n_predict;  // -n: the limit of a request that sets none

@@ -95,7 +95,7 @@ std::string GenerationArgs::grammar_gbnf() const {
   return sample::json_schema_to_gbnf(j);
 }
 
-runtime::GenerateOptions GenerationArgs::generate_options(const std::string& backend_name) const {
+runtime::GenerateOptions GenerationArgs::generate_options(const std::string& backend_name, const tokenizer::Tokenizer* tok) const {
   runtime::GenerateOptions g;
   g.max_tokens = n_predict;
   g.stop = stop;
@@ -103,7 +103,10 @@ runtime::GenerateOptions GenerationArgs::generate_options(const std::string& bac
   g.n_keep = n_keep;
   g.reasoning.tokens = reasoning_budget;  // the chat's template supplies the markers
   const std::string gbnf = grammar_gbnf();
-  if (!gbnf.empty()) g.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
+  if (!gbnf.empty()) {
+    g.grammar = std::make_shared<const sample::Grammar>(
+        sample::Grammar::parse(gbnf, "root", tok ? sample::grammar_token_lookup(*tok) : sample::Grammar::TokenLookup()));
+  }
   g.grammar_overlap = backend_name != "cpu";
   return g;
 }

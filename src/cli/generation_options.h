@@ -61,7 +61,8 @@ struct GenerationArgs {
   sample::SamplerParams sampler_params(int32_t n_ctx) const;
   // Throws zinc::Error for a grammar it cannot read. `backend`: the loaded backend's name (a GPU's
   // masks are computed while it evaluates).
-  runtime::GenerateOptions generate_options(const std::string& backend = "cpu") const;
+  // `tok` resolves the grammar's <text> token elements (none: they are an error).
+  runtime::GenerateOptions generate_options(const std::string& backend = "cpu", const tokenizer::Tokenizer* tok = nullptr) const;
   // The grammar --grammar, --grammar-file, --json-schema or --json-schema-file give, as GBNF ("" for none).
   std::string grammar_gbnf() const;
 };

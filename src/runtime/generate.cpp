@@ -81,9 +81,9 @@ struct Generation::Impl {
   std::unique_ptr<sample::GrammarMatcher> grammar;
   bool grammar_active = true;     // a lazy grammar is inactive until its trigger appears
   std::string trigger_tail;       // the output since the last place its trigger could begin
+  bool trigger_missed = false;    // a trigger that must begin the answer did not
   int64_t grammar_state = 0;      // tokens the grammar has taken: names the state a mask belongs to
   std::vector<uint64_t> bits;     // the grammar's mask, when the best few candidates could not decide
-  std::vector<int32_t> allowed_ids;  // the tokens it allows, when they are few
   bool masked_last = false;       // the last step needed the whole mask
   // grammar_overlap: a mask computed on another thread, over a snapshot of the grammar's state, while
   // the model evaluates; used when its state is the one the step needs, never waited for otherwise.
@@ -302,6 +302,20 @@ void Generation::watch_trigger(std::string_view text) {
   const std::string& trigger = opts_.grammar_trigger;
   std::string& t = impl_->trigger_tail;
   t += text;
+  if (opts_.grammar_trigger_at_start) {
+    const size_t begin = t.find_first_not_of(" \t\r\n");
+    if (begin == std::string::npos) return t.clear();
+    const std::string_view answer = std::string_view(t).substr(begin);
+    if (answer.size() < trigger.size() && std::string_view(trigger).starts_with(answer)) return;  // may still be it
+    impl_->grammar->reset();
+    if (answer.starts_with(trigger) && impl_->grammar->accept_text(answer)) {
+      impl_->grammar_active = true;
+      ++impl_->grammar_state;
+    } else {
+      impl_->trigger_missed = true;
+    }
+    return t.clear();
+  }
   for (size_t at; (at = t.find(trigger)) != std::string::npos;) {
     // The grammar takes the output from the trigger on, or this occurrence is not where it starts.
     impl_->grammar->reset();
@@ -363,26 +377,12 @@ bool Generation::decode_one() {
     }
     impl_->masked_last = next < 0;
     if (next < 0) {
-      // The whole mask: the best k + 64 candidates hold k it allows where most tokens are allowed;
-      // else the chain runs over the allowed tokens alone.
+      // The whole mask: the chain over the tokens it allows (its top-k one pass over the row).
       impl_->current_mask();
-      const std::vector<uint64_t>& bits = impl_->bits;
-      const auto allowed = [&bits](int32_t t) { return (bits[static_cast<size_t>(t) / 64] >> (static_cast<size_t>(t) % 64)) & 1; };
-      next = sampler_.sample_allowed(logits, allowed);
-      if (next < 0) {
-        std::vector<int32_t>& ids = impl_->allowed_ids;
-        ids.clear();
-        for (size_t w = 0; w < bits.size(); ++w) {
-          for (uint64_t b = bits[w]; b != 0; b &= b - 1) {
-            const auto t = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(b)));
-            if (static_cast<size_t>(t) < logits.size()) ids.push_back(t);
-          }
-        }
-        if (ids.empty()) {  // the grammar allows no token of this vocabulary: stop rather than break it
-          r_.reason = StopReason::EndOfGeneration;
-          return false;
-        }
-        next = sampler_.sample_among(logits, ids);
+      next = sampler_.sample_masked(logits, impl_->bits);
+      if (next < 0) {  // the grammar allows no token of this vocabulary: stop rather than break it
+        r_.reason = StopReason::EndOfGeneration;
+        return false;
       }
       ++r_.grammar_resamples;
     }
@@ -407,7 +407,9 @@ bool Generation::decode_one() {
   if (was_reasoning) ++r_.reasoning_tokens;
   std::string text = impl_->detok.push(next);
   if (opts_.reasoning.tracked()) track_reasoning(text);
-  if (!impl_->grammar_active && impl_->grammar && !was_reasoning && !impl_->reasoning) watch_trigger(text);
+  if (!impl_->grammar_active && impl_->grammar && !impl_->trigger_missed && !was_reasoning && !impl_->reasoning) {
+    watch_trigger(text);
+  }
   if (emit_text(std::move(text))) return false;
   if (opts_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= opts_.max_tokens) {
     r_.reason = StopReason::Length;

@@ -67,6 +67,9 @@ struct GenerateOptions {
   // arguments are constrained). When the grammar refuses what follows an occurrence, the next one is tried.
   // "": the grammar applies from the first token.
   std::string grammar_trigger;
+  // The trigger counts only where it begins the answer (whitespace before it aside, outside reasoning):
+  // once the answer has other text, the output stays free (a Llama 3 call is a JSON object opening it).
+  bool grammar_trigger_at_start = false;
   // Compute each step's mask on another thread while the model evaluates the previous token, so a
   // choice the grammar refuses is drawn again at once. For GPU backends: on the CPU it would take a
   // core from the model.

@@ -6,6 +6,7 @@
 // the threshold sits in the upper tail of the logits, so nearly every block costs one compare.
 #include "sample/candidates.h"
 
+#include <bit>
 #include <cmath>
 
 #if defined(__SSE2__)
@@ -103,8 +104,12 @@ void Candidates::for_each_segment(OnRange&& on_range, OnOverride&& on_override) 
   if (next < n_vocab_) on_range(next, n_vocab_);
 }
 
-void Candidates::keep_top_k(size_t k) {
+void Candidates::keep_top_k(size_t k, const uint64_t* allowed) {
   if (k == 0) k = 1;
+  if (allowed && !whole_) {
+    std::erase_if(list_, [&](const TokenProb& c) { return !((allowed[static_cast<size_t>(c.id) / 64] >> (c.id % 64)) & 1); });
+    sorted_ = 0;
+  }
   if (!whole_) {
     if (k >= list_.size()) return;
     sort_prefix(k);
@@ -112,7 +117,7 @@ void Candidates::keep_top_k(size_t k) {
     sorted_ = k;
     return;
   }
-  if (k >= static_cast<size_t>(n_vocab_)) return;
+  if (k >= static_cast<size_t>(n_vocab_) && !allowed) return;
 
   // Running selection: admit a token only if it ranks before the current k-th best; when the
   // buffer fills, cut it back to the k best and raise the bar to the new k-th.
@@ -128,8 +133,9 @@ void Candidates::keep_top_k(size_t k) {
     bar = buf[k - 1].logit;
     bar_id = buf[k - 1].id;
   };
+  const auto is_allowed = [allowed](int32_t id) { return ((allowed[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) != 0; };
   const auto consider = [&](int32_t id, float x) {
-    if (x > bar || (x == bar && id < bar_id)) {
+    if ((x > bar || (x == bar && id < bar_id)) && (!allowed || is_allowed(id))) {
       buf.push_back({id, clean_logit(x), 0.0f});
       if (buf.size() == cap) shrink();
     }
@@ -138,6 +144,26 @@ void Candidates::keep_top_k(size_t k) {
   for_each_segment(
       [&](int32_t begin, int32_t end) {
         int32_t i = begin;
+        if (allowed) {
+          // By the mask's words: a block the mask or the bar rules out is skipped whole (a grammar's
+          // mask is often sparse, and then the bar never rises), else its allowed tokens.
+          static_assert(64 % kBlock == 0);
+          for (; i < end && i % 64 != 0; ++i) consider(i, row[i]);
+          for (; i + 64 <= end; i += 64) {
+            const uint64_t word = allowed[static_cast<size_t>(i) / 64];
+            if (word == 0) continue;
+            for (int32_t q = 0; q < 64; q += kBlock) {
+              uint64_t b = (word >> q) & ((uint64_t{1} << kBlock) - 1);
+              if (b == 0 || !block_any_at_least(row + i + q, bar)) continue;
+              for (; b != 0; b &= b - 1) {
+                const int32_t id = i + q + std::countr_zero(b);
+                consider(id, row[id]);
+              }
+            }
+          }
+          for (; i < end; ++i) consider(i, row[i]);
+          return;
+        }
         for (; i + kBlock <= end; i += kBlock) {
           if (!block_any_at_least(row + i, bar)) continue;
           for (int32_t j = 0; j < kBlock; ++j) consider(i + j, row[i + j]);

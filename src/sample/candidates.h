@@ -162,7 +162,9 @@ class Candidates {
   void adjust(std::span<const int32_t> ids, F&& f);
 
   // Keeps the k best-ranked tokens (k >= 1), leaving them sorted. One thresholded pass over the row.
-  void keep_top_k(size_t k);
+  // `allowed` (bits by token id, bit t % 64 of word t / 64, covering the row): only those tokens are
+  // candidates at all (a grammar's mask), so fewer than k may be kept.
+  void keep_top_k(size_t k, const uint64_t* allowed = nullptr);
   // Keeps every token whose logit is >= threshold; when fewer than max(min_keep, 1) pass, keeps the
   // max(min_keep, 1) best-ranked tokens instead.
   void keep_logit_at_least(float threshold, size_t min_keep);

@@ -27,7 +27,7 @@ bool is_name_char(char c) {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, const Grammar::TokenLookup& tokens) : text_(text), tokens_(tokens) {}
 
   Grammar run(std::string_view root_rule) {
     for (;;) {
@@ -260,6 +260,10 @@ class Parser {
         last_start = out.size();
         out.push_back({GrammarOp::Ref, sub});
         have_last = true;
+      } else if (c == '<' || (c == '!' && peek(1) == '<')) {
+        last_start = out.size();
+        out.push_back(parse_token());
+        have_last = true;
       } else if (c == '.') {
         ++pos_;
         last_start = out.size();
@@ -293,6 +297,36 @@ class Parser {
       }
       skip_space(nested);
     }
+  }
+
+  // <[id]>, <text>, !<[id]> or !<text>.
+  GrammarElem parse_token() {
+    const size_t start = pos_;
+    const bool negated = peek() == '!';
+    if (negated) ++pos_;
+    const size_t open = pos_++;
+    int64_t id = -1;
+    if (peek() == '[') {
+      ++pos_;
+      const size_t digits = pos_;
+      id = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        id = id * 10 + (peek() - '0');
+        if (id > INT32_MAX) fail("a token id beyond the vocabulary");
+        ++pos_;
+      }
+      if (pos_ == digits || peek() != ']' || peek(1) != '>') fail("expected a token id: <[123]>");
+      pos_ += 2;
+    } else {
+      while (!at_end() && peek() != '>' && peek() != '\n') ++pos_;
+      if (peek() != '>') fail_at(start, "a token <...> is not closed");
+      ++pos_;
+      const std::string_view text = text_.substr(open, pos_ - open);
+      if (!tokens_) fail_at(start, fmt::format("the token {} needs the model's vocabulary (write <[id]> where there is none)", text));
+      id = tokens_(text);
+      if (id < 0) fail_at(start, fmt::format("{} is not one token of this model's vocabulary", text));
+    }
+    return {negated ? GrammarOp::TokenNot : GrammarOp::Token, static_cast<uint32_t>(id)};
   }
 
   // out[last_start..] repeated min..max times (max UINT32_MAX: no bound), with generated rules:
@@ -347,7 +381,7 @@ class Parser {
             alt_nullable = true;
           } else if (e.op == GrammarOp::Ref) {
             alt_nullable = alt_nullable && nullable[e.value];
-          } else if (is_char_elem(e.op)) {
+          } else if (is_terminal(e.op)) {
             alt_nullable = false;
           }
         }
@@ -363,7 +397,7 @@ class Parser {
         } else if (e.op == GrammarOp::Ref) {
           if (prefix_nullable) left[r].push_back(e.value);
           prefix_nullable = prefix_nullable && nullable[e.value];
-        } else if (is_char_elem(e.op)) {
+        } else if (is_terminal(e.op)) {
           prefix_nullable = false;
         }
       }
@@ -392,6 +426,7 @@ class Parser {
   }
 
   std::string_view text_;
+  const Grammar::TokenLookup& tokens_;
   size_t pos_ = 0;
   Grammar g_;
   std::map<std::string, uint32_t> ids_;
@@ -439,7 +474,9 @@ std::string gbnf_literal(std::string_view text) {
   return out + "\"";
 }
 
-Grammar Grammar::parse(std::string_view text, std::string_view root_rule) { return Parser(text).run(root_rule); }
+Grammar Grammar::parse(std::string_view text, std::string_view root_rule, const TokenLookup& tokens) {
+  return Parser(text, tokens).run(root_rule);
+}
 
 size_t Grammar::size() const {
   size_t n = 0;
@@ -462,6 +499,8 @@ std::string Grammar::to_gbnf() const {
         case GrammarOp::Alt: out += " |"; break;
         case GrammarOp::Ref: out += " " + names[e.value]; break;
         case GrammarOp::Any: out += " ."; break;
+        case GrammarOp::Token: out += fmt::format(" <[{}]>", e.value); break;
+        case GrammarOp::TokenNot: out += fmt::format(" !<[{}]>", e.value); break;
         case GrammarOp::Char:
         case GrammarOp::CharNot: {
           out += e.op == GrammarOp::CharNot ? " [^" : " [";
@@ -493,6 +532,7 @@ std::string Grammar::to_gbnf() const {
 
 bool char_set_matches(const GrammarElem* set, uint32_t cp) {
   if (set->op == GrammarOp::Any) return true;
+  if (is_token_elem(set->op)) return false;
   const bool negated = set->op == GrammarOp::CharNot;
   bool found = false;
   const GrammarElem* e = set;
@@ -510,6 +550,7 @@ bool char_set_matches(const GrammarElem* set, uint32_t cp) {
 
 bool char_set_intersects(const GrammarElem* set, uint32_t lo, uint32_t hi) {
   if (set->op == GrammarOp::Any) return true;
+  if (is_token_elem(set->op)) return false;
   std::vector<std::pair<uint32_t, uint32_t>> ranges;
   const GrammarElem* e = set;
   do {
@@ -539,7 +580,7 @@ bool char_set_intersects(const GrammarElem* set, uint32_t lo, uint32_t hi) {
 }
 
 const GrammarElem* char_set_end(const GrammarElem* set) {
-  if (set->op == GrammarOp::Any) return set + 1;
+  if (set->op == GrammarOp::Any || is_token_elem(set->op)) return set + 1;
   const GrammarElem* e = set;
   do {
     e += e[1].op == GrammarOp::RangeUpper ? 2 : 1;

@@ -61,6 +61,15 @@ std::shared_ptr<const GrammarVocab> GrammarVocab::from_tokenizer(const tokenizer
   return std::make_shared<const GrammarVocab>(std::move(pieces), std::move(eog));
 }
 
+Grammar::TokenLookup grammar_token_lookup(const tokenizer::Tokenizer& tok) {
+  return [&tok](std::string_view text) -> int32_t {
+    const int32_t id = tok.vocab().find(text);
+    if (id >= 0) return id;
+    const auto ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    return ids.size() == 1 ? ids[0] : -1;
+  };
+}
+
 std::shared_ptr<const GrammarMaskCache::Entry> GrammarMaskCache::find(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = entries_.find(key);
@@ -199,12 +208,38 @@ bool GrammarMatcher::run(std::vector<uint32_t>& stacks, std::string& partial, st
   return true;
 }
 
+bool GrammarMatcher::token_matches(const GrammarElem* top, int32_t token) const {
+  if (top->op == GrammarOp::Token) return top->value == static_cast<uint32_t>(token);
+  return top->op == GrammarOp::TokenNot && top->value != static_cast<uint32_t>(token) && !vocab_->eog(token);
+}
+
+// The stacks whose top is a token element taking `token`, with it consumed. A token element matches
+// only where a token begins, so never while a character's bytes are pending.
+void GrammarMatcher::token_step(const std::vector<uint32_t>& in, int32_t token, std::vector<uint32_t>& out) const {
+  out.clear();
+  if (!partial_.empty()) return;
+  for (uint32_t s : in) {
+    if (is_marker(s) || !token_matches(arena_[s].pos, token)) continue;
+    const GrammarElem* next = arena_[s].pos + 1;
+    expand(is_end_of_sequence(next->op) ? arena_[s].parent : push(next, arena_[s].parent), out);
+  }
+}
+
+bool GrammarMatcher::token_allowed(int32_t token) const {
+  if (!partial_.empty()) return false;
+  for (uint32_t s : stacks_) {
+    if (!is_marker(s) && token_matches(arena_[s].pos, token)) return true;
+  }
+  return false;
+}
+
 bool GrammarMatcher::complete() const { return std::find(stacks_.begin(), stacks_.end(), kEmpty) != stacks_.end() && partial_.empty(); }
 
 bool GrammarMatcher::exhausted() const { return complete() && stacks_.size() == 1; }
 
 bool GrammarMatcher::allows(int32_t token) const {
   if (token < 0 || static_cast<size_t>(token) >= vocab_->size()) return false;
+  if (token_allowed(token)) return true;
   if (vocab_->eog(token)) return complete();
   const std::string& piece = vocab_->piece(token);
   if (piece.empty()) return false;
@@ -217,15 +252,35 @@ bool GrammarMatcher::allows(int32_t token) const {
 }
 
 void GrammarMatcher::accept(int32_t token) {
-  if (token >= 0 && static_cast<size_t>(token) < vocab_->size() && vocab_->eog(token)) {
-    if (!complete()) throw Error("grammar: the output ended before the grammar allows it");
-    stacks_.assign(1, kEmpty);
+  if (token < 0 || static_cast<size_t>(token) >= vocab_->size()) throw Error(fmt::format("grammar: token {} is not in the vocabulary", token));
+  // Readings where a token element takes the whole token, and readings of its text.
+  std::vector<uint32_t> by_token;
+  token_step(stacks_, token, by_token);
+  if (vocab_->eog(token)) {
+    if (by_token.empty()) {
+      if (!complete()) throw Error("grammar: the output ended before the grammar allows it");
+      by_token.assign(1, kEmpty);
+    }
+    stacks_ = std::move(by_token);
     return;
   }
-  if (token < 0 || static_cast<size_t>(token) >= vocab_->size() || vocab_->piece(token).empty() ||
-      !accept_text(vocab_->piece(token))) {
-    throw Error(fmt::format("grammar: token {} is not allowed here", token));
+  const std::string& piece = vocab_->piece(token);
+  if (by_token.empty()) {
+    if (piece.empty() || !accept_text(piece)) throw Error(fmt::format("grammar: token {} is not allowed here", token));
+    return;
   }
+  const size_t mark = arena_.size();
+  std::vector<uint32_t> by_text = stacks_;
+  std::string partial;
+  // A text reading that ends inside a character cannot share a state with the token readings (its
+  // bytes pending): the token readings are kept.
+  if (!piece.empty() && run(by_text, partial, piece) && partial.empty()) {
+    for (uint32_t st : by_text) add_unique(by_token, st);
+  } else {
+    arena_.resize(mark);  // the text reading's nodes; the token readings lie below the mark
+  }
+  stacks_ = std::move(by_token);
+  if (arena_.size() > (size_t{1} << 13)) compact();
 }
 
 bool GrammarMatcher::accept_text(std::string_view bytes) {
@@ -412,6 +467,19 @@ void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
   arena_.resize(mark);
   if (complete()) {
     for (int32_t t : vocab_->eog_tokens()) set(t);
+  }
+  // Token elements on top of a stack: their tokens, whatever their text.
+  if (!partial_.empty()) return;
+  for (uint32_t s : stacks_) {
+    if (is_marker(s)) continue;
+    const GrammarElem* top = arena_[s].pos;
+    if (top->op == GrammarOp::Token && top->value < vocab_->size()) {
+      set(static_cast<int32_t>(top->value));
+    } else if (top->op == GrammarOp::TokenNot) {
+      for (size_t t = 0; t < vocab_->size(); ++t) {
+        if (t != top->value && !vocab_->eog(static_cast<int32_t>(t))) set(static_cast<int32_t>(t));
+      }
+    }
   }
 }
 

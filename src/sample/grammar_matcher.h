@@ -2,7 +2,8 @@
 // points, run on the bytes of each token.
 //
 // The state is a set of stacks of grammar positions (each stack one way the text so far can continue;
-// ambiguous grammars keep several). A stack's top is always a character set; accepting a character
+// ambiguous grammars keep several). A stack's top is always a terminal (a character set or a token
+// element); accepting a character
 // pops the sets it matches and expands rule references until a character set is on top again. An
 // empty stack means the text so far is a complete sentence: end-of-generation tokens are allowed then.
 // Stacks are persistent linked lists in an arena (pushing shares the tail), so trying a token copies
@@ -11,7 +12,9 @@
 // Tokens may split a character's UTF-8 bytes: the bytes of an incomplete character are carried to the
 // next token, and a token ending inside a character is allowed when some stack can take a character
 // beginning with those bytes. Invalid UTF-8 is never allowed. Tokens without text (control tokens) are
-// never allowed, except end-of-generation tokens once the text is complete — as llama.cpp's grammars.
+// allowed only where a token element (<[id]>, <|channel|>) takes them, and end-of-generation tokens
+// also once the text is complete — as llama.cpp's grammars. A token element takes a whole token where
+// a token begins (never while a character's bytes are pending), whatever its text.
 //
 // The mask over the whole vocabulary walks the tokens sorted by their bytes (an implicit trie), so
 // tokens sharing a prefix share the work of checking it, and a prefix the grammar refuses removes
@@ -62,6 +65,10 @@ class GrammarVocab {
   std::vector<int32_t> sorted_, eog_ids_;
   size_t max_piece_ = 0;
 };
+
+// <text> token elements of a grammar resolved in a model's vocabulary: the token stored with exactly
+// that text (<|channel|>, <think>), else the one token the text encodes to (special tokens parsed).
+Grammar::TokenLookup grammar_token_lookup(const tokenizer::Tokenizer& tok);
 
 // Masks of the top frames of stacks, keyed by those frames; shared by the matchers of one grammar and
 // vocabulary (several requests with the same schema), safe to use from several threads.
@@ -128,6 +135,9 @@ class GrammarMatcher {
   bool same_stack(uint32_t a, uint32_t b) const;
   void step(const std::vector<uint32_t>& in, uint32_t cp, std::vector<uint32_t>& out) const;
   bool partial_possible(const std::vector<uint32_t>& stacks, std::string_view partial) const;
+  bool token_matches(const GrammarElem* top, int32_t token) const;
+  void token_step(const std::vector<uint32_t>& in, int32_t token, std::vector<uint32_t>& out) const;
+  bool token_allowed(int32_t token) const;
   // Runs bytes through the stacks; false when refused. `partial` holds an incomplete character's bytes.
   bool run(std::vector<uint32_t>& stacks, std::string& partial, std::string_view bytes) const;
   void walk(size_t begin, size_t end, size_t depth, std::vector<uint8_t>& allowed,

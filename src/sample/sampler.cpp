@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/error.h"
@@ -336,26 +337,61 @@ void Sampler::apply_stage(Stage s) {
   }
 }
 
-int32_t Sampler::sample_allowed(std::span<const float> logits, const std::function<bool(int32_t)>& allowed, size_t scan) {
-  // The chain's first cut: the best token (greedy) or top-k. Anything else needs the whole mask.
-  size_t first_cut = 0;
-  while (first_cut < stages_.size() && (stages_[first_cut] == Stage::Penalties || stages_[first_cut] == Stage::Dry)) ++first_cut;
-  size_t k = 0;
+size_t Sampler::first_cut(size_t& k) const {
+  size_t cut = 0;
+  while (cut < stages_.size() && (stages_[cut] == Stage::Penalties || stages_[cut] == Stage::Dry)) ++cut;
+  k = 0;
   if (greedy_) {
-    first_cut = greedy_prefix_;
     k = 1;
-  } else if (first_cut < stages_.size() && stages_[first_cut] == Stage::TopK) {
-    k = static_cast<size_t>(params_.top_k);
-  } else {
-    return -1;
+    return greedy_prefix_;
   }
+  if (cut < stages_.size() && stages_[cut] == Stage::TopK) k = static_cast<size_t>(params_.top_k);
+  return cut;
+}
+
+void Sampler::start_until(std::span<const float> logits, size_t cut) {
   if (logits.empty() || logits.size() > static_cast<size_t>(INT32_MAX)) {
     throw Error(fmt::format("sampler: a logits row of {} values: expected 1 to 2^31-1", logits.size()));
   }
   check_bias_ids(logits.size());
   cands_.start(logits);
   stage::logit_bias(cands_, bias_ids_, bias_values_);
-  for (size_t i = 0; i < first_cut; ++i) apply_sparse(stages_[i]);
+  for (size_t i = 0; i < cut; ++i) apply_sparse(stages_[i]);
+}
+
+int32_t Sampler::sample_masked(std::span<const float> logits, std::span<const uint64_t> allowed) {
+  if (allowed.size() * 64 < logits.size()) {  // a row longer than the vocabulary (padded): the rest refused
+    padded_mask_.assign((logits.size() + 63) / 64, 0);
+    std::copy(allowed.begin(), allowed.end(), padded_mask_.begin());
+    allowed = padded_mask_;
+  }
+  size_t k = 0;
+  const size_t cut = first_cut(k);
+  if (k == 0) {  // another first cut: the chain over the allowed tokens
+    std::vector<int32_t>& ids = allowed_ids_;
+    ids.clear();
+    for (size_t w = 0; w < allowed.size(); ++w) {
+      for (uint64_t b = allowed[w]; b != 0; b &= b - 1) {
+        const size_t t = w * 64 + static_cast<size_t>(std::countr_zero(b));
+        if (t < logits.size()) ids.push_back(static_cast<int32_t>(t));
+      }
+    }
+    return ids.empty() ? -1 : sample_among(logits, ids);
+  }
+  start_until(logits, cut);
+  cands_.keep_top_k(k, allowed.data());
+  if (cands_.list().empty()) return -1;
+  if (greedy_) return pick();
+  for (size_t i = cut + 1; i < stages_.size(); ++i) apply_stage(stages_[i]);
+  return stage::draw(cands_, draw_rng_);
+}
+
+int32_t Sampler::sample_allowed(std::span<const float> logits, const std::function<bool(int32_t)>& allowed, size_t scan) {
+  // The chain's first cut: the best token (greedy) or top-k. Anything else needs the whole mask.
+  size_t k = 0;
+  const size_t first_cut = this->first_cut(k);
+  if (k == 0) return -1;
+  start_until(logits, first_cut);
   cands_.keep_top_k(k + scan);
   cands_.sort_prefix(k + scan);  // a vocabulary no larger than k + scan is left whole, in id order
   // The allowed ones among them, in rank order: when k are there, they are the masked row's top k.

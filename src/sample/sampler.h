@@ -106,9 +106,14 @@ class Sampler {
   // allowed they are the masked row's top k, so the answer is exact. Returns -1 when that cannot
   // decide (another chain, or fewer allowed): then mask the row and call sample().
   int32_t sample_allowed(std::span<const float> logits, const std::function<bool(int32_t)>& allowed, size_t scan = 64);
+
   // sample() over the row with every token but `ids` (distinct ids) at -inf: the same token, without
   // writing that row. Throws zinc::Error when ids is empty.
   int32_t sample_among(std::span<const float> logits, std::span<const int32_t> ids);
+  // The same over the tokens whose bit is set in `allowed` (bit t % 64 of word t / 64; a grammar's
+  // whole mask): when the chain's first cut is top-k (or greedy) that cut is one pass over the row that
+  // skips refused tokens, with no list of the allowed ones. -1 when the row has no allowed token.
+  int32_t sample_masked(std::span<const float> logits, std::span<const uint64_t> allowed);
   // The chain without the draw: the surviving tokens in ascending id order with their final
   // probabilities (summing to 1). Advances XTC's random stream like sample() does.
   std::span<const TokenProb> distribution(std::span<const float> logits);
@@ -135,6 +140,10 @@ class Sampler {
   void apply_sparse(Stage s);
   void apply_stage(Stage s);
   int32_t pick();  // after the chain: the best candidate (greedy) or the seeded draw
+  // The index in stages_ of the chain's first cut, with k its top-k (1 when greedy; 0 when the first
+  // cut is not top-k), and the step started up to it (bias and the sparse stages before it).
+  size_t first_cut(size_t& k) const;
+  void start_until(std::span<const float> logits, size_t cut);
   void check_bias_ids(size_t n_vocab);
   std::span<const int32_t> window(int32_t last_n) const;
 
@@ -155,6 +164,8 @@ class Sampler {
   std::vector<int32_t> pen_slot_;  // token -> index in pen_ids_, grown on demand, all -1 between uses
   Candidates cands_;
   std::vector<TokenProb> out_;
+  std::vector<int32_t> allowed_ids_;  // sample_masked's ids when the chain needs them listed
+  std::vector<uint64_t> padded_mask_;  // sample_masked's mask when shorter than the row
   std::mt19937_64 draw_rng_, xtc_rng_;
 };
 

@@ -67,7 +67,7 @@ std::pair<std::shared_ptr<const sample::Grammar>, std::shared_ptr<sample::Gramma
       return {grammars_.front().grammar, grammars_.front().cache};
     }
   }
-  grammars_.push_front({gbnf, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf)),
+  grammars_.push_front({gbnf, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, "root", sample::grammar_token_lookup(*tok_))),
                         std::make_shared<sample::GrammarMaskCache>()});
   if (grammars_.size() > 16) grammars_.pop_back();
   return {grammars_.front().grammar, grammars_.front().cache};

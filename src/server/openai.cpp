@@ -108,7 +108,7 @@ std::string content_text(const json& content, const std::string& param) {
 // A grammar's text, checked now so that a bad one is a 400 naming its field.
 std::string checked_grammar(std::string gbnf, const std::string& param) {
   try {
-    sample::Grammar::parse(gbnf);
+    sample::Grammar::parse(gbnf, "root", sample::any_token);  // <text> tokens: looked up in the model's vocabulary later
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("'{}': {}", param, e.what()), "invalid_request_error", param);
   }

@@ -363,10 +363,25 @@ struct Server::Impl {
     }
     const OutputConstraint constraint = output_constraint(m.format(), r, opts.grammar);
     if (!constraint.gbnf.empty()) {
-      std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(constraint.gbnf);
+      try {
+        std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(constraint.gbnf);
+      } catch (const Error& e) {  // a <text> token this model's vocabulary does not have
+        // A lazy grammar only helps: without it the calls are free, as they would be anyway.
+        if (constraint.trigger.empty()) throw ApiError(400, e.what(), "invalid_request_error", constraint.param);
+      }
+    }
+    if (g.grammar) {
       g.grammar_vocab = m.grammar_vocab();
       g.grammar_overlap = m.engine().backend_name() != "cpu";
       g.grammar_trigger = constraint.trigger;
+      g.grammar_trigger_at_start = constraint.trigger_at_start;
+      // A forced Harmony call: the budget's conclusion ends the analysis message only (the grammar writes
+      // the call's header next), not opening the final channel as it otherwise does.
+      const std::string& close = g.reasoning.close;
+      const size_t end = close.empty() ? std::string::npos : g.reasoning.conclusion.find(close);
+      if (m.format() == chat::OutputFormat::Harmony && constraint.param == "tool_choice" && end != std::string::npos) {
+        g.reasoning.conclusion.resize(end + close.size());
+      }
     }
     auto job = std::make_shared<Job>(std::move(prompt), r.sampling, g);
     if (!m.engine().submit(job)) {

@@ -15,18 +15,23 @@ namespace zinc::server {
 struct CompletionRequest;
 
 // `tools`: the OpenAI tools array; `only`: the tool that must be called ("" for any of them); `several`:
-// one or more calls (else exactly one). Throws ApiError (400) for a format whose calls cannot be
-// constrained, or a schema that cannot.
+// one or more calls (else exactly one; Harmony has one call per turn); `lazy`: the grammar of calls that
+// begin at the trigger output_constraint names rather than of the whole answer (differs for Harmony
+// only). Throws ApiError (400) for a format whose calls cannot be constrained, or a schema that cannot.
+// Harmony's grammar names control tokens (<|channel|>): it compiles only against a vocabulary that has them.
 std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered_json& tools, const std::string& only,
-                              bool several);
+                              bool several, bool lazy = false);
 
 // What a request's output must follow: a GBNF grammar ("" for none) and the text from which it applies
 // ("" for the whole output). In order: the request's own grammar (response_format, grammar, json_schema);
 // a forced tool call (with a grammar of its own too: a 400); the server's default grammar; for tool_choice
-// auto in the Hermes format, the calls' grammar from "<tool_call>" on (none when a tool's schema cannot be
-// written as a grammar: those calls stay free, as without it).
+// auto, the calls' grammar from where a call opens: Hermes "<tool_call>", Harmony a message's
+// "to=functions.", Llama 3 a "{" that begins the answer (none when a tool's schema cannot be written as a
+// grammar: those calls stay free, as without it).
 struct OutputConstraint {
   std::string gbnf, trigger;
+  bool trigger_at_start = false;  // the trigger counts only where it begins the answer (after whitespace)
+  std::string param;              // the request field the grammar came from, for a 400 ("" the server's)
 };
 OutputConstraint output_constraint(chat::OutputFormat format, const CompletionRequest& r, const std::string& server_grammar);
 

@@ -2,6 +2,7 @@
 // `response_format` fields). The first byte picks the input's kind:
 //   even: GBNF text. It parses or throws zinc::Error; a grammar that parses prints back to GBNF that
 //         parses again, and a matcher over a small vocabulary gives a mask equal to checking each token.
+//         The vocabulary has two control tokens (no text), <|a|> and <|b|> to token elements.
 //   odd:  a JSON schema. It converts or throws zinc::Error; what it converts to always parses.
 // Any other exception, a crash or a sanitizer report is a failure.
 #include <cstddef>
@@ -20,10 +21,12 @@ namespace {
 std::shared_ptr<const zinc::sample::GrammarVocab> small_vocab() {
   static const auto v = std::make_shared<const zinc::sample::GrammarVocab>(
       std::vector<std::string>{"</s>", "a", "b", "ab", "{", "}", "\"", " ", "\n", "1", "\xC3", "\xA9", "\xC3\xA9", "\xF0\x9F",
-                               "\xA6\x99", "[", "]", ",", ":", "null", "true", "x\xFF"},
+                               "\xA6\x99", "[", "]", ",", ":", "null", "true", "x\xFF", "", ""},
       std::vector<bool>{true});
   return v;
 }
+
+int32_t control_token(std::string_view text) { return text == "<|a|>" ? 22 : text == "<|b|>" ? 23 : -1; }
 
 void exercise(const zinc::sample::Grammar& g) {
   using namespace zinc::sample;
@@ -50,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     if (data[0] % 2 == 0) {
-      exercise(zinc::sample::Grammar::parse(text));
+      exercise(zinc::sample::Grammar::parse(text, "root", control_token));
     } else {
       nlohmann::ordered_json schema;
       try {

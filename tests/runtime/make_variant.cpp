@@ -5,8 +5,12 @@
 //   yarn:   rope.scaling.type yarn, factor 4, original context 16 (short, so a 30-token prompt crosses it)
 //   freqs:  a rope_freqs.weight tensor of per-pair divisors 1, 1.5, 2, ... (Llama 3.1's form)
 //   pooling-*: <arch>.pooling_type 1 (mean), 2 (cls) or 3 (last), as embedding models declare it
+//   harmony: the vocabulary's last 7 tokens become GPT-OSS's control tokens (<|start|>, <|channel|>,
+//            <|message|>, <|constrain|>, <|end|>, <|return|>, <|call|>), so a server given GPT-OSS's
+//            chat template writes and reads Harmony messages with them
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,7 +19,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s IN.gguf OUT.gguf linear|yarn|freqs|pooling-mean|pooling-cls|pooling-last\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IN.gguf OUT.gguf linear|yarn|freqs|pooling-mean|pooling-cls|pooling-last|harmony\n", argv[0]);
     return 2;
   }
   using zinc::gguf::Value;
@@ -38,6 +42,20 @@ int main(int argc, char** argv) {
       });
     } else if (kind == "pooling-mean" || kind == "pooling-cls" || kind == "pooling-last") {
       m.set(a + ".pooling_type", Value::u32(kind == "pooling-mean" ? 1 : kind == "pooling-cls" ? 2 : 3));
+    } else if (kind == "harmony") {
+      const auto* tokens = f.find("tokenizer.ggml.tokens");
+      const auto* types = f.find("tokenizer.ggml.token_type");
+      if (!tokens || !types) throw std::runtime_error("no tokenizer.ggml.tokens / token_type");
+      std::vector<std::string> names;
+      for (std::string_view t : tokens->value.array().strings()) names.emplace_back(t);
+      auto kinds = types->value.as<std::vector<int32_t>>().value();
+      const char* control[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>"};
+      for (size_t i = 0; i < 7; ++i) {
+        names[names.size() - 7 + i] = control[i];
+        kinds[kinds.size() - 7 + i] = 3;  // control
+      }
+      m.set("tokenizer.ggml.tokens", Value::strings(names));
+      m.set("tokenizer.ggml.token_type", Value::i32s(kinds));
     } else {
       std::fprintf(stderr, "unknown variant '%s'\n", argv[3]);
       return 2;

@@ -319,7 +319,7 @@ TEST(Generate, ALazyGrammarAppliesFromItsTrigger) {
   ZINC_REQUIRE_TESTDATA();
   Stories m;
   const auto prompt = m.tok.encode("Once upon a time", true, false);
-  const auto run = [&](const std::string& gbnf, const std::string& trigger) {
+  const auto run = [&](const std::string& gbnf, const std::string& trigger, bool at_start = false) {
     auto s = m.session(256);
     sample::Sampler sampler(sample::SamplerParams::greedy());
     GenerateOptions o;
@@ -327,6 +327,7 @@ TEST(Generate, ALazyGrammarAppliesFromItsTrigger) {
     o.decode.at_start = false;
     if (!gbnf.empty()) o.grammar = std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf));
     o.grammar_trigger = trigger;
+    o.grammar_trigger_at_start = at_start;
     return generate(*s, m.tok, sampler, prompt, o, nullptr);
   };
   const GenerateResult free = run("", "");
@@ -356,6 +357,20 @@ TEST(Generate, ALazyGrammarAppliesFromItsTrigger) {
   ASSERT_NE(at, std::string::npos);
   ASSERT_LT(free.text.find('a'), at);  // an earlier "a" the grammar refuses
   EXPECT_EQ(second.text, free.text.substr(0, at) + "a little girl named Zed.") << second.text;
+
+  // A trigger that must begin the answer (a Llama 3 call's "{"): where the free text begins with it, the
+  // grammar takes the whole answer; where it appears only later, the output stays free.
+  ASSERT_EQ(free.text.rfind(", there was a ", 0), 0u) << free.text;
+  const std::string opening = R"(root ::= ", there was a " [a-z]+ " named Zed.")";
+  const GenerateResult start = run(opening, ",", true);
+  sample::GrammarMatcher whole(std::make_shared<const sample::Grammar>(sample::Grammar::parse(opening)),
+                               sample::GrammarVocab::from_tokenizer(m.tok));
+  EXPECT_TRUE(whole.accept_text(start.text) && whole.complete()) << start.text;
+  EXPECT_EQ(start.text.rfind(", there was a little", 0), 0u) << start.text;
+  EXPECT_EQ(start.reason, StopReason::EndOfGeneration);
+  const GenerateResult later = run(gbnf, "named", true);
+  EXPECT_EQ(later.tokens, free.tokens);
+  EXPECT_EQ(later.grammar_resamples, 0);
 }
 
 TEST(Session, ShiftMatchesEvaluatingTheShiftedContextFromScratch) {

@@ -161,6 +161,10 @@ TEST(GrammarMatcher, MaskEqualsCheckingEachToken) {
                            // The same string rule in different places: masks cached for one are reused in the
                            // others, with what follows each string decided on its own stack.
                            R"(root ::= "{" str ":" str ( "," str ":" "[" str ( "," str )* "]" )* "}"
+str ::= "\"" ( [a-z b{}] | "é" )* "\"")",
+                           // Token elements (token 1 has no text, a control token) beside text: masks of
+                           // cached top frames plus the tokens the elements take.
+                           R"(root ::= ( <[1]> [a-z{}]* | !<[1]> "}" | "{" str <[1]> )+ "\n"
 str ::= "\"" ( [a-z b{}] | "é" )* "\"")"}) {
     GrammarMatcher m(parse(text), v);
     std::vector<uint8_t> mask;
@@ -175,6 +179,83 @@ str ::= "\"" ( [a-z b{}] | "é" )* "\"")"}) {
       m.accept(allowed[rng() % allowed.size()]);
     }
   }
+}
+
+// A vocabulary with control tokens (no text) beside text tokens, as a Harmony model's: 0 ends
+// generation, 1 <|channel|>, 2 <|message|>, 9 <|call|> (also ends generation).
+std::shared_ptr<const GrammarVocab> control_vocab() {
+  std::vector<std::string> pieces = {"</s>", "", "", "ab", "a", "b", "\xC3", "\xA9", "<|channel|>", ""};
+  std::vector<bool> eog(pieces.size(), false);
+  eog[0] = eog[9] = true;
+  return std::make_shared<const GrammarVocab>(std::move(pieces), std::move(eog));
+}
+
+int32_t control_ids(std::string_view text) {
+  if (text == "<|channel|>") return 1;
+  if (text == "<|message|>") return 2;
+  if (text == "<|call|>") return 9;
+  return -1;
+}
+
+TEST(Grammar, TokenElements) {
+  const auto g = Grammar::parse(R"(root ::= <[1]> "a" !<[2]>* <|message|> <|call|>?)", "root", control_ids);
+  EXPECT_EQ(g.to_gbnf(), "root ::= <[1]> [a] root-1 <[2]> root-2\nroot-1 ::= !<[2]> root-1 | \"\"\nroot-2 ::= <[9]> | \"\"\n");
+  EXPECT_EQ(Grammar::parse(g.to_gbnf()).to_gbnf(), g.to_gbnf());  // ids need no vocabulary
+  expect_error(R"(root ::= <|channel|>)", "needs the model's vocabulary");
+  try {
+    Grammar::parse(R"(root ::= <|nope|>)", "root", control_ids);
+    ADD_FAILURE() << "an unknown token was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("<|nope|> is not one token"), std::string::npos) << e.what();
+  }
+  expect_error(R"(root ::= <[12)", "expected a token id");
+  expect_error(R"(root ::= <[]>)", "expected a token id");
+  expect_error(R"(root ::= <|channel|)", "not closed");
+  expect_error(R"(root ::= <[99999999999]>)", "beyond the vocabulary");
+  // A token consumes: a rule behind one is not left-recursive.
+  EXPECT_NO_THROW(Grammar::parse(R"(root ::= <[1]> root | "a")"));
+  expect_error(R"(root ::= x <[1]>
+x ::= root "a")", "left-recursive");
+}
+
+TEST(GrammarMatcher, TokenElementsTakeWholeTokens) {
+  auto v = control_vocab();
+  GrammarMatcher m(std::make_shared<const Grammar>(
+                       Grammar::parse(R"(root ::= <|channel|> "ab" <|message|> [a-z]* !<|message|> "é" <|call|>)", "root", control_ids)),
+                   v);
+  const auto allowed = [&] {
+    std::vector<uint8_t> mask;
+    m.fill_mask(mask);
+    std::vector<int32_t> ids;
+    for (int32_t t = 0; t < static_cast<int32_t>(mask.size()); ++t) {
+      EXPECT_EQ(mask[static_cast<size_t>(t)] != 0, m.allows(t)) << "token " << t;
+      if (mask[static_cast<size_t>(t)]) ids.push_back(t);
+    }
+    return ids;
+  };
+  // Only the control token, not the text token spelling it.
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{1}));
+  m.accept(1);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{3, 4}));  // "ab", "a"
+  m.accept(3);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{2}));
+  m.accept(2);
+  // [a-z]* then any one token but <|message|> (never one that ends generation): text tokens by their
+  // text or whole, and the other control token.
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{1, 3, 4, 5, 6, 7, 8}));
+  EXPECT_THROW(m.accept(2), Error);
+  m.accept(6);  // "\xC3": first byte of é, taken whole by !<|message|>
+  EXPECT_FALSE(m.complete());
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{6}));  // then "é" ("\xC3" "\xA9" would need a second byte first)
+  m.accept(6);
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{7}));  // a character's bytes pending: no token element
+  m.accept(7);
+  // <|call|> ends generation but is taken by its element before the grammar is complete.
+  EXPECT_FALSE(m.complete());
+  EXPECT_EQ(allowed(), (std::vector<int32_t>{9}));
+  m.accept(9);
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.exhausted());
 }
 
 TEST(JsonSchema, PropertiesInOrderRequiredAndOptional) {

@@ -542,7 +542,10 @@ TEST(Sampler, SampleAllowedIsSamplingTheMaskedRow) {
     penalised.logit_bias = {{7, 3.0f}, {11, -INFINITY}};
     auto greedy_biased = SamplerParams::greedy();
     greedy_biased.logit_bias = {{3, 5.0f}};
-    std::vector<SamplerParams> chains = {SamplerParams::greedy(), SamplerParams::chat(), SamplerParams{}, penalised, greedy_biased};
+    auto nucleus_first = SamplerParams{};
+    nucleus_first.top_k = 0;
+    std::vector<SamplerParams> chains = {SamplerParams::greedy(), SamplerParams::chat(), SamplerParams{}, penalised, greedy_biased,
+                                         nucleus_first};
     for (size_t c = 0; c < chains.size(); ++c) {
       for (double fraction : {0.9, 0.3, 0.02, 0.002}) {
         for (int trial = 0; trial < 20; ++trial) {
@@ -573,6 +576,16 @@ TEST(Sampler, SampleAllowedIsSamplingTheMaskedRow) {
             masked_row.accept(h);
           }
           EXPECT_EQ(among.sample_among(logits, ids), masked_row.sample(masked)) << "chain " << c << " fraction " << fraction;
+          // Over the mask's bits: the same token, and the random streams moved alike.
+          std::vector<uint64_t> bits((n + 63) / 64, 0);
+          for (size_t t = 0; t < n; ++t) bits[t / 64] |= uint64_t{ok[t]} << (t % 64);
+          Sampler by_bits(params), by_row(params);
+          for (int32_t h : {7, 8, 9, 7}) {
+            by_bits.accept(h);
+            by_row.accept(h);
+          }
+          EXPECT_EQ(by_bits.sample_masked(logits, bits), by_row.sample(masked)) << "chain " << c << " fraction " << fraction;
+          EXPECT_EQ(by_bits.sample(logits), by_row.sample(logits));
           const int32_t fast = a.sample_allowed(logits, [&](int32_t t) { return ok[static_cast<size_t>(t)] != 0; }, n == 700 ? 1024 : 64);
           if (fast < 0) {
             ++undecided;
@@ -596,6 +609,17 @@ TEST(Sampler, SampleAllowedIsSamplingTheMaskedRow) {
   std::vector<float> logits(100, 0.0f);
   EXPECT_EQ(s.sample_allowed(logits, [](int32_t) { return true; }), -1);
   EXPECT_THROW(s.sample_among(logits, {}), Error);
+  // A mask that allows nothing; one shorter than the row (a vocabulary smaller than the padded row):
+  // the tokens past it are refused.
+  std::vector<float> rising(300);
+  for (size_t t = 0; t < rising.size(); ++t) rising[t] = static_cast<float>(t) * 0.01f;
+  for (const SamplerParams& p : {SamplerParams::greedy(), SamplerParams::chat(), nucleus}) {
+    Sampler m(p);
+    EXPECT_EQ(m.sample_masked(rising, std::vector<uint64_t>(5, 0)), -1);
+    const int32_t t = m.sample_masked(rising, std::vector<uint64_t>(2, ~uint64_t{0}));
+    EXPECT_TRUE(t >= 0 && t < 128) << t;
+  }
+  EXPECT_EQ(Sampler(SamplerParams::greedy()).sample_masked(rising, std::vector<uint64_t>(2, ~uint64_t{0})), 127);
 }
 
 }  // namespace

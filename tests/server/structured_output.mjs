@@ -3,12 +3,16 @@
 // OpenAI, Anthropic and Responses APIs (streamed and not), and the errors of what cannot be enforced.
 // stories260K writes stories, never JSON or tool calls by itself: every answer below that parses, keeps
 // the schema's property order and types, or is a well-formed call, does so because of the constraint.
-// Usage: node structured_output.mjs ORACLE_DIR ZINC STORIES.gguf TEMPLATES_DIR
+// GPT-OSS's Harmony calls run on a copy of stories260K whose vocabulary has Harmony's control tokens
+// (zinc_make_variant ... harmony), served with GPT-OSS's template.
+// Usage: node structured_output.mjs ORACLE_DIR ZINC STORIES.gguf TEMPLATES_DIR MAKE_VARIANT WORK_DIR
+import { execFileSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
 import { testRun } from "./start_server.mjs";
 
-const [oracleDir, zinc, model, templates] = process.argv.slice(2);
+const [oracleDir, zinc, model, templates, makeVariant, workDir] = process.argv.slice(2);
 const require = createRequire(path.resolve(oracleDir, "package.json"));
 const OpenAI = require("openai").default ?? require("openai");
 const Anthropic = require("@anthropic-ai/sdk").default ?? require("@anthropic-ai/sdk");
@@ -61,8 +65,8 @@ try {
 
   // Forced tool calls.
   const tools = [{ type: "function", function: { name: "get_weather", description: "Weather in a city",
-                   parameters: { type: "object", properties: { city: { type: "string" }, days: { type: "integer" } }, required: ["city"] } } },
-                 { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } }, required: ["zone"] } } }];
+                   parameters: { type: "object", properties: { city: { type: "string", maxLength: 24 }, days: { type: "integer" } }, required: ["city"] } } },
+                 { type: "function", function: { name: "get_time", description: "The time in a zone", parameters: { type: "object", properties: { zone: { type: "string", maxLength: 24 } }, required: ["zone"] } } }];
   const named = await openai.chat.completions.create({ ...base, tools, tool_choice: { type: "function", function: { name: "get_time" } } });
   const call = named.choices[0].message.tool_calls?.[0];
   const args = parses(call?.function?.arguments ?? "");
@@ -108,6 +112,47 @@ try {
     tools: [{ type: "function", name: "get_time", parameters: tools[1].function.parameters }], tool_choice: "required" });
   const fc = rt.output.find((i) => i.type === "function_call");
   check(fc?.name === "get_time" && parses(fc.arguments).ok, "Responses tool_choice required: a function_call item", JSON.stringify(rt.output));
+
+  // Harmony: the forced call is a message to functions.NAME whose header the control tokens make; the
+  // model may reason in the analysis channel first (unconstrained, here within a budget: the engine's
+  // conclusion ends the analysis message and the grammar writes the call's header), sampled or greedy.
+  mkdirSync(workDir, { recursive: true });
+  const harmonyModel = path.join(workDir, "stories260K-harmony.gguf");
+  execFileSync(makeVariant, [model, harmonyModel, "harmony"]);
+  const hs = await start(["-c", "2048", "--chat-template", path.join(templates, "openai-gpt-oss-120b.jinja")], harmonyModel);
+  const ho = new OpenAI({ baseURL: hs.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const harmonyRuns = [[{ type: "function", function: { name: "get_weather" } }, { temperature: 0 }],
+                       ["required", { temperature: 0 }], ["required", { temperature: 1.0, seed: 1 }], ["required", { temperature: 1.0, seed: 2 }],
+                       ["required", { temperature: 1.0, seed: 3 }]];
+  let reasoned = 0;
+  for (const [choice, sampling] of harmonyRuns) {
+    const r = await ho.chat.completions.create({ ...base, ...sampling, tools, tool_choice: choice, thinking_budget_tokens: 24 });
+    const m = r.choices[0].message;
+    const tc = m.tool_calls ?? [];
+    const a = parses(tc[0]?.function?.arguments ?? "");
+    const ok = tc[0]?.function?.name === "get_weather" ? typeof a.value?.city === "string" : typeof a.value?.zone === "string";
+    check(r.choices[0].finish_reason === "tool_calls" && tc.length === 1 && a.ok && ok &&
+          (choice === "required" || tc[0].function.name === "get_weather") && !m.content && !(m.reasoning_content ?? "").includes("<|"),
+          `Harmony tool_choice ${JSON.stringify(choice)} ${JSON.stringify(sampling)}: one call of the tool's schema`, JSON.stringify(m));
+    if (m.reasoning_content) ++reasoned;
+  }
+  check(reasoned > 0, "Harmony: some of those calls came after reasoning", String(reasoned));
+  const hDeltas = [];
+  let hContent = "";
+  for await (const c of await ho.chat.completions.create({ ...base, tools, tool_choice: { type: "function", function: { name: "get_time" } },
+                                                           stream: true })) {
+    hContent += c.choices[0]?.delta?.content ?? "";
+    for (const t of c.choices[0]?.delta?.tool_calls ?? []) hDeltas.push(t);
+  }
+  const hArgs = parses(hDeltas.map((t) => t.function?.arguments ?? "").join(""));
+  check(hDeltas[0]?.function?.name === "get_time" && hArgs.ok && typeof hArgs.value.zone === "string" && !hContent.includes("<|"),
+        "Harmony: the forced call streamed, no markup in the content", JSON.stringify({ hDeltas, hContent }));
+  const ha = await new Anthropic({ baseURL: hs.base, apiKey: "none", maxRetries: 0 }).messages.create({
+    model: "stories260K", max_tokens: 200, temperature: 0, messages, tools: tools.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters })),
+    tool_choice: { type: "tool", name: "get_time" } });
+  const hUse = ha.content.find((b) => b.type === "tool_use");
+  check(ha.stop_reason === "tool_use" && hUse?.name === "get_time" && typeof hUse.input.zone === "string",
+        "Harmony: Anthropic tool_choice tool", JSON.stringify(ha.content));
 
   // What cannot be enforced is a 400 naming the field.
   const status = async (p) => {

@@ -3,6 +3,8 @@
 // outside the tool's schema, another tool's name or trailing text are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sample/grammar_matcher.h"
 #include "server/openai.h"
 #include "server/tool_grammar.h"
@@ -54,8 +56,81 @@ TEST(ToolGrammar, Llama3CallsParseBackAsTheSameCall) {
   EXPECT_EQ(parsed.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Oslo"})"));
 }
 
+// Harmony's control tokens (no text), as GPT-OSS's vocabulary has them; <|return|> and <|call|> end
+// generation.
+const std::vector<std::string> kHarmonyTokens = {"<|return|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>"};
+
+// Whether the grammar takes the output: control tokens by id, other pieces as text; then complete.
+bool harmony_accepts(const std::string& gbnf, const std::vector<std::string>& output) {
+  const auto id = [](std::string_view text) -> int32_t {
+    const auto it = std::find(kHarmonyTokens.begin(), kHarmonyTokens.end(), text);
+    return it == kHarmonyTokens.end() ? -1 : static_cast<int32_t>(it - kHarmonyTokens.begin());
+  };
+  std::vector<bool> eog(kHarmonyTokens.size(), false);
+  eog[0] = eog[6] = true;
+  sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, "root", id)),
+                           std::make_shared<const sample::GrammarVocab>(std::vector<std::string>(kHarmonyTokens.size()), eog));
+  for (const std::string& piece : output) {
+    if (id(piece) >= 0) {
+      if (!m.allows(id(piece))) return false;
+      m.accept(id(piece));
+    } else if (!m.accept_text(piece)) {
+      return false;
+    }
+  }
+  return m.complete();
+}
+
+std::string joined(const std::vector<std::string>& pieces) {
+  std::string s;
+  for (const auto& p : pieces) s += p;
+  return s;
+}
+
+TEST(ToolGrammar, HarmonyCallsParseBackAsTheSameCall) {
+  const std::string any = tool_call_grammar(chat::OutputFormat::Harmony, kTools, "", true);
+  // What GPT-OSS writes after "<|start|>assistant": analysis (reasoning: the grammar resumes after its
+  // <|end|>), then the call; the call's end <|call|> ends generation, so the text stops before it.
+  const std::vector<std::string> call = {"<|channel|>", "commentary to=functions.get_weather", " ", "<|constrain|>", "json",
+                                         "<|message|>", "{\"city\": \"Paris\", \"days\": 2}"};
+  std::vector<std::string> whole = call;
+  whole.push_back("<|call|>");
+  EXPECT_TRUE(harmony_accepts(any, whole));
+  EXPECT_FALSE(harmony_accepts(any, call));  // <|call|> must end it
+  std::vector<std::string> thought = {"<|channel|>", "analysis", "<|message|>", "<|start|>", "assistant"};
+  thought.insert(thought.end(), whole.begin(), whole.end());
+  EXPECT_TRUE(harmony_accepts(any, thought));
+  const std::string reasoning = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant";
+  const auto parsed = chat::OutputParser::parse(reasoning + joined(call), {chat::OutputFormat::Harmony, false});
+  ASSERT_EQ(parsed.tool_calls.size(), 1u) << joined(call);
+  EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Paris", "days": 2})"));
+  EXPECT_EQ(parsed.reasoning, "Need weather.");
+  EXPECT_EQ(parsed.content, "");
+  // The header as text is not the header: the markers are tokens.
+  EXPECT_FALSE(harmony_accepts(any, {"<|channel|>commentary to=functions.now<|message|>{}", "<|call|>"}));
+  EXPECT_FALSE(harmony_accepts(any, {"<|channel|>", "commentary to=functions.get_weather", "<|message|>", "{\"days\": 2}", "<|call|>"}));
+  EXPECT_FALSE(harmony_accepts(any, {"<|channel|>", "final", "<|message|>", "Hi", "<|return|>"}));
+  EXPECT_TRUE(harmony_accepts(tool_call_grammar(chat::OutputFormat::Harmony, kTools, "now", false),
+                              {"<|channel|>", "commentary to=functions.now", "<|message|>", "{}", "<|call|>"}));
+  EXPECT_FALSE(harmony_accepts(tool_call_grammar(chat::OutputFormat::Harmony, kTools, "now", false), whole));
+
+  // Lazy (tool_choice auto): from the recipient on, whichever side of the channel it is written.
+  const std::string lazy = tool_call_grammar(chat::OutputFormat::Harmony, kTools, "", true, true);
+  const std::vector<std::string> after = {"to=functions.get_weather", "<|channel|>", "commentary json", "<|message|>", "{\"city\": \"Oslo\"}", "<|call|>"};
+  EXPECT_TRUE(harmony_accepts(lazy, after));
+  EXPECT_FALSE(harmony_accepts(lazy, {"to=functions.now <|constrain|>json", "<|message|>", "{}", "<|call|>"}));
+  EXPECT_TRUE(harmony_accepts(lazy, {"to=functions.now ", "<|constrain|>", "json", "<|message|>", "{}", "<|call|>"}));
+  EXPECT_FALSE(harmony_accepts(lazy, {"to=functions.get_weather", "<|message|>", "{\"town\": \"Oslo\"}", "<|call|>"}));
+  const auto recipient_first =
+      chat::OutputParser::parse("<|start|>assistant " + joined({after.begin(), after.end() - 1}), {chat::OutputFormat::Harmony, false});
+  ASSERT_EQ(recipient_first.tool_calls.size(), 1u);
+  EXPECT_EQ(recipient_first.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(recipient_first.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Oslo"})"));
+}
+
 TEST(ToolGrammar, FormatsWithoutConstrainableCallsAre400s) {
-  for (auto f : {chat::OutputFormat::Plain, chat::OutputFormat::Harmony}) {
+  for (auto f : {chat::OutputFormat::Plain}) {
     try {
       tool_call_grammar(f, kTools, "", true);
       ADD_FAILURE() << "accepted " << chat::output_format_name(f);
@@ -94,12 +169,33 @@ TEST(OutputConstraint, AutoToolChoiceConstrainsHermesCallsFromTheirTag) {
   EXPECT_TRUE(accepts(one.gbnf, call));
   EXPECT_FALSE(accepts(one.gbnf, call + "\n" + call));
 
-  // No lazy grammar: tool_choice none (the model is not told of the tools), a format whose calls open
-  // with no tag, a request's own response format (it constrains everything), a schema the grammar
-  // cannot express (the call stays free rather than failing the request).
+  EXPECT_FALSE(c.trigger_at_start);
+  EXPECT_EQ(c.param, "tools");
+
+  // Llama 3: a call is a JSON object that opens the answer, one or more separated by ";".
+  const auto llama = output_constraint(chat::OutputFormat::Llama3,
+                                       chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"), "");
+  EXPECT_EQ(llama.trigger, "{");
+  EXPECT_TRUE(llama.trigger_at_start);
+  const std::string json_call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+  EXPECT_TRUE(accepts(llama.gbnf, json_call));
+  EXPECT_TRUE(accepts(llama.gbnf, json_call + "; " + json_call));
+  EXPECT_FALSE(accepts(llama.gbnf, "{\"name\": \"get_weather\", \"parameters\": {\"city\": 1}}"));
+  const auto parsed = chat::OutputParser::parse(json_call + "; " + json_call, {chat::OutputFormat::Llama3, false});
+  EXPECT_EQ(parsed.tool_calls.size(), 2u);
+  // Harmony: from a message's recipient.
+  const auto harmony = output_constraint(chat::OutputFormat::Harmony,
+                                         chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"), "");
+  EXPECT_EQ(harmony.trigger, "to=functions.");
+  EXPECT_FALSE(harmony.trigger_at_start);
+  EXPECT_TRUE(harmony_accepts(harmony.gbnf, {"to=functions.get_weather", "<|message|>", "{\"city\": \"Oslo\"}", "<|call|>"}));
+
+  // No lazy grammar: tool_choice none (the model is not told of the tools), a format with no tool
+  // calls, a request's own response format (it constrains everything), a schema the grammar cannot
+  // express (the call stays free rather than failing the request).
   for (const auto& [format, body] : std::vector<std::pair<chat::OutputFormat, std::string>>{
            {chat::OutputFormat::Hermes, R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "none", )" + tools + "}"},
-           {chat::OutputFormat::Llama3, R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"},
+           {chat::OutputFormat::Plain, R"({"messages": [{"role": "user", "content": "Hi"}], )" + tools + "}"},
            {chat::OutputFormat::Hermes, R"({"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function",
                "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "#/nowhere"}}}}}]})"}}) {
     const auto none = output_constraint(format, chat_request(body), "");
@@ -117,6 +213,7 @@ TEST(OutputConstraint, ForcedCallsAndServerGrammarsConstrainTheWholeOutput) {
   const auto forced = output_constraint(chat::OutputFormat::Hermes,
       chat_request(R"({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": "required", )" + tools + "}"), "");
   EXPECT_EQ(forced.trigger, "");
+  EXPECT_EQ(forced.param, "tool_choice");
   EXPECT_TRUE(accepts(forced.gbnf, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
   try {
     output_constraint(chat::OutputFormat::Hermes,
