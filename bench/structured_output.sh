@@ -3,11 +3,13 @@
 # schema, alternating runs; prints the median decode tok/s of each and their ratio, and how many tokens
 # the grammar made the sampler choose again (a random-weight model's choices almost never fit, so every
 # step takes the masked path: the worst case for the grammar's cost).
-# Usage: [TEMP=0.8] bench/structured_output.sh ZINC MODEL.gguf [RUNS=5] [extra zinc run options...]
+# Usage: [TEMP=0.8] [SCHEMA=JSON] bench/structured_output.sh ZINC MODEL.gguf [RUNS=5] [extra zinc run options...]
+# SCHEMA replaces the default schema (an array of 200 objects of four typed properties).
 set -euo pipefail
 zinc=$1 model=$2 runs=${3:-5} temp=${TEMP:-0.8}
 shift $(( $# < 3 ? $# : 3 ))
-schema='{"type":"array","minItems":200,"items":{"type":"object","properties":{"id":{"type":"integer"},"ok":{"type":"boolean"},"kind":{"enum":["alpha","beta","gamma"]},"name":{"type":"string"}},"required":["id","ok","kind","name"]}}'
+schema=${SCHEMA:-}
+[ -n "$schema" ] || schema='{"type":"array","minItems":200,"items":{"type":"object","properties":{"id":{"type":"integer"},"ok":{"type":"boolean"},"kind":{"enum":["alpha","beta","gamma"]},"name":{"type":"string"}},"required":["id","ok","kind","name"]}}'
 run() {
   "$zinc" run --json -m "$model" -p "List the items as JSON" -n 256 --temp "$temp" --seed 5 "$@" |
     python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["timings"]["decode_tokens_per_s"], len(j["tokens"]), j.get("grammar_resamples", 0), 1e3 * j.get("grammar_s", 0) / max(1, len(j["tokens"])))'
