@@ -84,7 +84,6 @@ struct Generation::Impl {
   bool trigger_missed = false;    // a trigger that must begin the answer did not
   int64_t grammar_state = 0;      // tokens the grammar has taken: names the state a mask belongs to
   std::vector<uint64_t> bits;     // the grammar's mask, when the best few candidates could not decide
-  bool masked_last = false;       // the last step needed the whole mask
   // grammar_overlap: a mask computed on another thread, over a snapshot of the grammar's state, while
   // the model evaluates; used when its state is the one the step needs, never waited for otherwise.
   struct MaskWorker {
@@ -140,10 +139,11 @@ struct Generation::Impl {
   int32_t step_tokens = 0;
   Clock::time_point step_at;
 
-  bool worker_has(int64_t state) {
+  // The worker has finished this state's mask (waiting for it costs nothing).
+  bool worker_done(int64_t state) {
     if (!worker) return false;
     std::lock_guard<std::mutex> lock(worker->mutex);
-    return worker->state == state;
+    return worker->state == state && worker->done;
   }
   // The mask of the grammar's current state: the worker's when it has (or is computing) this state.
   void current_mask() {
@@ -366,16 +366,15 @@ bool Generation::decode_one() {
   } else {
     const auto t_grammar = Clock::now();
     // Under a grammar the choice is the chain's over the logits with the refused tokens removed. The
-    // device's argmax is that when the grammar allows it; else the best few candidates usually decide
-    // it (Sampler::sample_allowed); only when they cannot is the whole vocabulary masked.
+    // device's argmax is that when the grammar allows it; else a mask the worker has finished decides
+    // it at once; else the best few candidates usually do (Sampler::sample_allowed); only when they
+    // cannot is the whole vocabulary's mask waited for or computed.
     next = backend_pick ? session_.last_argmax() : -1;
     if (next < 0 || !grammar->allows(next)) {
       if (logits.empty()) logits = session_.last_logits();
-      // Where the last step needed the whole mask and this one's is being computed, go to it directly.
-      const bool to_mask = impl_->masked_last && impl_->worker_has(impl_->grammar_state);
+      const bool to_mask = impl_->worker_done(impl_->grammar_state);
       next = to_mask ? -1 : sampler_.sample_allowed(logits, [grammar](int32_t t) { return grammar->allows(t); });
     }
-    impl_->masked_last = next < 0;
     if (next < 0) {
       // The whole mask: the chain over the tokens it allows (its top-k one pass over the row).
       impl_->current_mask();

@@ -82,6 +82,18 @@ void GrammarMaskCache::put(const std::string& key, std::shared_ptr<const Entry> 
   entries_[key] = std::move(entry);
 }
 
+std::shared_ptr<const GrammarMaskCache::Allowed> GrammarMaskCache::find_pending(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = pending_.find(key);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
+void GrammarMaskCache::put_pending(const std::string& key, std::shared_ptr<const Allowed> allowed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pending_.size() >= kMaxEntries) pending_.clear();
+  pending_[key] = std::move(allowed);
+}
+
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,
                                std::shared_ptr<GrammarMaskCache> cache)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), cache_(cache ? std::move(cache) : std::make_shared<GrammarMaskCache>()) {
@@ -444,27 +456,43 @@ void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
   bits = entry->allowed;
   const auto set = [&](int32_t t) { bits[static_cast<size_t>(t) / 64] |= uint64_t{1} << (static_cast<size_t>(t) % 64); };
   const auto get = [&](int32_t t) { return (bits[static_cast<size_t>(t) / 64] >> (static_cast<size_t>(t) % 64)) & 1; };
-  // Tokens that popped below the top frames: their rest, run on the stack below the cut (memoised).
-  const size_t mark = arena_.size();
-  std::vector<uint32_t> below;  // the stacks once the common frames are popped
-  if (!entry->pending.empty()) expand(cut, below);
-  std::unordered_map<std::string_view, bool> memo;
-  const auto& sorted = vocab_->sorted();
-  for (const auto& p : entry->pending) {
-    for (uint32_t idx = p.begin; idx < p.end; ++idx) {
-      const int32_t t = sorted[idx];
-      if (get(t)) continue;
-      const std::string_view rest = std::string_view(vocab_->piece(t)).substr(p.depth);
-      auto [it, fresh] = memo.try_emplace(rest, false);
-      if (fresh) {
-        std::vector<uint32_t> stacks = below;
-        std::string partial;
-        it->second = run(stacks, partial, rest);
-      }
-      if (it->second) set(t);
+  // Tokens that popped below the top frames: their rest, run on the stack below the cut (memoised),
+  // the answer kept with the entry's key and that stack's positions.
+  if (!entry->pending.empty()) {
+    std::string pending_key = key;
+    pending_key.push_back('\0');
+    for (uint32_t n = cut; n != kEmpty; n = arena_[n].parent) {
+      const GrammarElem* pos = arena_[n].pos;
+      pending_key.append(reinterpret_cast<const char*>(&pos), sizeof pos);
     }
+    std::shared_ptr<const GrammarMaskCache::Allowed> allowed = cache_->find_pending(pending_key);
+    if (!allowed) {
+      auto found = std::make_shared<GrammarMaskCache::Allowed>();
+      const size_t mark = arena_.size();
+      std::vector<uint32_t> below;  // the stacks once the common frames are popped
+      expand(cut, below);
+      std::unordered_map<std::string_view, bool> memo;
+      const auto& sorted = vocab_->sorted();
+      for (const auto& p : entry->pending) {
+        for (uint32_t idx = p.begin; idx < p.end; ++idx) {
+          const int32_t t = sorted[idx];
+          if (get(t)) continue;
+          const std::string_view rest = std::string_view(vocab_->piece(t)).substr(p.depth);
+          auto [it, fresh] = memo.try_emplace(rest, false);
+          if (fresh) {
+            std::vector<uint32_t> stacks = below;
+            std::string partial;
+            it->second = run(stacks, partial, rest);
+          }
+          if (it->second) found->push_back(t);
+        }
+      }
+      arena_.resize(mark);
+      allowed = found;
+      cache_->put_pending(pending_key, allowed);
+    }
+    for (int32_t t : *allowed) set(t);
   }
-  arena_.resize(mark);
   if (complete()) {
     for (int32_t t : vocab_->eog_tokens()) set(t);
   }

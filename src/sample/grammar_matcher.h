@@ -84,11 +84,17 @@ class GrammarMaskCache {
   };
   std::shared_ptr<const Entry> find(const std::string& key) const;
   void put(const std::string& key, std::shared_ptr<const Entry> entry);
+  // The pending tokens of an entry that the stack below its cut allows, keyed by the entry's key and
+  // that stack's positions: the same each step while the text stays inside one rule (a string).
+  using Allowed = std::vector<int32_t>;
+  std::shared_ptr<const Allowed> find_pending(const std::string& key) const;
+  void put_pending(const std::string& key, std::shared_ptr<const Allowed> allowed);
 
  private:
   static constexpr size_t kMaxEntries = 256;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const Entry>> entries_;
+  std::unordered_map<std::string, std::shared_ptr<const Allowed>> pending_;
 };
 
 class GrammarMatcher {
