@@ -36,17 +36,20 @@ std::vector<std::pair<std::string, std::string>> tool_arguments(sample::JsonGram
 // Harmony (GPT-OSS): a message to functions.NAME whose body is the arguments, ended by <|call|> (one
 // call per turn). The header's markers are control tokens, written as token elements. `lazy`: the
 // grammar starts at the recipient ("to=functions.", the trigger), whose message may have opened with
-// the channel before or after it; else it is the whole answer after any analysis messages (their
-// bodies are reasoning, outside the grammar: it resumes at the <|start|> after their <|end|>).
+// the channel before or after it; else it is the whole answer after at most one analysis message (its
+// body is reasoning, outside the grammar: it resumes at the <|start|> after its <|end|>).
 std::string harmony_call_grammar(const std::vector<std::pair<std::string, std::string>>& tools, bool lazy) {
   std::string calls;
   for (const auto& [name, args] : tools) {
-    calls += fmt::format("{}{} ( <|channel|> \"commentary\" )? \" \"? <|constrain|>? \"json\"? <|message|> {} <|call|>",
+    // The name ends at a space or a marker (as the output parser reads it): "json" only after one.
+    calls += fmt::format("{}{} ( <|channel|> \"commentary\" )? ( \" \" <|constrain|>? \"json\"? | <|constrain|> \"json\"? )? "
+                         "<|message|> {} <|call|>",
                          calls.empty() ? "" : " | ", sample::gbnf_literal(name), args);
   }
   const std::string recipient = "\"to=functions.\" ( " + calls + " )";
   if (lazy) return "root ::= " + recipient + "\n";
-  return "root ::= ( <|start|> \"assistant\" )? ( <|channel|> \"analysis\" <|message|> <|start|> \"assistant\" )* "
+  // One analysis message at most: a second would reason again past a budget already spent.
+  return "root ::= ( <|start|> \"assistant\" )? ( <|channel|> \"analysis\" <|message|> <|start|> \"assistant\" )? "
          "<|channel|> \"commentary \" " + recipient + "\n";
 }
 

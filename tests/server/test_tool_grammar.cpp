@@ -100,6 +100,9 @@ TEST(ToolGrammar, HarmonyCallsParseBackAsTheSameCall) {
   std::vector<std::string> thought = {"<|channel|>", "analysis", "<|message|>", "<|start|>", "assistant"};
   thought.insert(thought.end(), whole.begin(), whole.end());
   EXPECT_TRUE(harmony_accepts(any, thought));
+  std::vector<std::string> twice = {"<|channel|>", "analysis", "<|message|>", "<|start|>", "assistant"};
+  twice.insert(twice.end(), thought.begin(), thought.end());
+  EXPECT_FALSE(harmony_accepts(any, twice));  // reasoning again after its budget was spent
   const std::string reasoning = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant";
   const auto parsed = chat::OutputParser::parse(reasoning + joined(call), {chat::OutputFormat::Harmony, false});
   ASSERT_EQ(parsed.tool_calls.size(), 1u) << joined(call);
@@ -122,6 +125,27 @@ TEST(ToolGrammar, HarmonyCallsParseBackAsTheSameCall) {
   EXPECT_FALSE(harmony_accepts(lazy, {"to=functions.now <|constrain|>json", "<|message|>", "{}", "<|call|>"}));
   EXPECT_TRUE(harmony_accepts(lazy, {"to=functions.now ", "<|constrain|>", "json", "<|message|>", "{}", "<|call|>"}));
   EXPECT_FALSE(harmony_accepts(lazy, {"to=functions.get_weather", "<|message|>", "{\"town\": \"Oslo\"}", "<|call|>"}));
+  // Every header the grammar takes names the tool as the output parser reads it (the name ends at a
+  // space or a marker: "get_weatherjson" would be another tool).
+  EXPECT_FALSE(harmony_accepts(lazy, {"to=functions.get_weather", "json", "<|message|>", "{\"city\": \"Oslo\"}", "<|call|>"}));
+  for (const std::vector<std::string>& header : std::vector<std::vector<std::string>>{
+           {"to=functions.get_weather", "<|message|>"},
+           {"to=functions.get_weather ", "<|message|>"},
+           {"to=functions.get_weather json", "<|message|>"},
+           {"to=functions.get_weather ", "<|constrain|>", "json", "<|message|>"},
+           {"to=functions.get_weather", "<|constrain|>", "json", "<|message|>"},
+           {"to=functions.get_weather", "<|constrain|>", "<|message|>"},
+           {"to=functions.get_weather", "<|channel|>", "commentary", "<|message|>"},
+           {"to=functions.get_weather", "<|channel|>", "commentary json", "<|message|>"},
+           {"to=functions.get_weather", "<|channel|>", "commentary ", "<|constrain|>", "json", "<|message|>"}}) {
+    std::vector<std::string> output = header;
+    output.push_back("{\"city\": \"Oslo\"}");
+    output.push_back("<|call|>");
+    EXPECT_TRUE(harmony_accepts(lazy, output)) << joined(header);
+    const auto p = chat::OutputParser::parse("<|start|>assistant " + joined({output.begin(), output.end() - 1}), {chat::OutputFormat::Harmony, false});
+    ASSERT_EQ(p.tool_calls.size(), 1u) << joined(header);
+    EXPECT_EQ(p.tool_calls[0].name, "get_weather") << joined(header);
+  }
   const auto recipient_first =
       chat::OutputParser::parse("<|start|>assistant " + joined({after.begin(), after.end() - 1}), {chat::OutputFormat::Harmony, false});
   ASSERT_EQ(recipient_first.tool_calls.size(), 1u);
