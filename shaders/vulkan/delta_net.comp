@@ -12,7 +12,9 @@
 // reads and writes 128 contiguous bytes of the state; the whole state moves once per call (8 * dk * dv
 // bytes per head) plus 4 * (2 dk + 2 dv + 2) bytes per token and head. Decode: dv / 32 * n_head_v
 // workgroups (128 for Qwen3.5's 32 heads of 128); prefill walks the tokens inside the workgroup.
-// Bindings: 0 q, 1 k [n][n_head_k * dk]; 2 v [n][n_head_v * dv]; 3 a, 4 b [n][n_head_v]; 5 A, 6 dt_bias
+// Bindings: 0 q, 1 k [n][n_head_k * dk]; 2 v [n][n_head_v * dv] (each may be a piece of wider rows:
+// q[t * qk_row + q_off + ...], k at k_off, v[t * v_row + v_off + ...], so the conv's output is read
+// without splitting it first); 3 a, 4 b [n][n_head_v]; 5 A, 6 dt_bias
 // {n_head_v} F32; 7 state [n_head_v][dk][dv], updated in place; 8 out [n][n_head_v * dv]; 9 kept: with
 // keep_stride > 0, the state after each token t also written at kept[t * keep_stride...] (a speculative
 // step's states, to go back to one of them).
@@ -39,6 +41,9 @@ layout(push_constant) uniform Params {
   uint tiled;  // 1: v head h reads q/k head h % n_head_k, else h / (n_head_v / n_head_k)
   uint n_tokens;
   uint keep_stride;  // floats between the kept states of consecutive tokens (0: none kept)
+  uint qk_row;       // floats between tokens' rows of q and of k
+  uint v_row;        // of v
+  uint q_off, k_off, v_off;  // floats from a row's start to the piece read
 } p;
 
 shared float part_k[RG][COLS], part_q[RG][COLS];  // per row group: S^T k, S^T q partial sums
@@ -65,7 +70,7 @@ void main() {
   }
   const float A_h = A[h], dt_h = dt_bias[h];
   for (uint t = 0u; t < p.n_tokens; ++t) {
-    const uint gate = t * p.n_head_v + h, qk_base = (t * p.n_head_k + kh) * p.dk;
+    const uint gate = t * p.n_head_v + h, qk_base = t * p.qk_row + kh * p.dk;
     const float x = a[gate] + dt_h;
     const float decay = exp(A_h * (x > 20.0 ? x : log1p_(exp(x))));
     const float beta = 1.0 / (1.0 + exp(-b[gate]));
@@ -73,7 +78,7 @@ void main() {
     float sk = 0.0, nk = 0.0;
     for (uint m = 0u; m < RPT; ++m) {
       const uint i = m * RG + r;
-      kr[m] = i < p.dk ? k[qk_base + i] : 0.0;
+      kr[m] = i < p.dk ? k[p.k_off + qk_base + i] : 0.0;
       S[m] *= decay;
       sk += S[m] * kr[m];
       nk += kr[m] * kr[m];
@@ -89,12 +94,12 @@ void main() {
     }
     const float inv_k = inversesqrt(nk + 1e-6);
     const uint out_at = (t * p.n_head_v + h) * p.dv + col;
-    const float delta = ((live ? v[out_at] : 0.0) - sk * inv_k) * beta;
+    const float delta = ((live ? v[p.v_off + t * p.v_row + h * p.dv + col] : 0.0) - sk * inv_k) * beta;
     const float dk_ = inv_k * delta;
     float sq = 0.0, nq = 0.0;
     for (uint m = 0u; m < RPT; ++m) {
       const uint i = m * RG + r;
-      const float qi = i < p.dk ? q[qk_base + i] : 0.0;
+      const float qi = i < p.dk ? q[p.q_off + qk_base + i] : 0.0;
       S[m] += kr[m] * dk_;
       sq += S[m] * qi;
       nq += qi * qi;

@@ -68,7 +68,7 @@ void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out,
 
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens, const Kept& kept) {
+               uint32_t n_tokens, const Kept& kept, const DeltaNetRows& rows) {
   if (n_head_k == 0 || (!tiled && n_head_v % n_head_k != 0) || dk == 0 || dk > 1024 || dv == 0) {
     throw Error(fmt::format("Vulkan delta_net: {} v heads over {} q/k heads of {} x {} is not supported", n_head_v,
                             n_head_k, dk, dv));
@@ -76,8 +76,10 @@ void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View
   if (n_tokens == 0) return;
   // Rows of the state each invocation holds in registers (8 row groups per workgroup).
   const uint32_t spec[] = {(dk + 7) / 8};
-  const Kernel& kn = ctx.pipeline("delta_net", 10, 28, spec);
-  const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens, kept.stride_bytes / 4};
+  const Kernel& kn = ctx.pipeline("delta_net", 10, 48, spec);
+  const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens, kept.stride_bytes / 4,
+                           rows.qk_row != 0 ? rows.qk_row : n_head_k * dk, rows.v_row != 0 ? rows.v_row : n_head_v * dv,
+                           rows.q_off, rows.k_off, rows.v_off};
   const View bindings[] = {q, k, v, a, b, A, dt_bias, state, out, kept.stride_bytes > 0 ? kept.view : state};
   d.dispatch(kn, bindings, push, (dv + 31) / 32, n_head_v);
 }

@@ -46,9 +46,14 @@ void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out,
 // q, k [n_tokens][n_head_k * dk]; v, out [n_tokens][n_head_v * dv]; a, b [n_tokens][n_head_v]; A,
 // dt_bias {n_head_v} F32. v head h reads q/k head h % n_head_k when tiled, else h / (n_head_v / n_head_k).
 // One dispatch of ceil(dv / 32) * n_head_v workgroups of 256; dk <= 1024 (throws otherwise).
+// `rows`: q, k and v read as pieces of wider rows (a split the dispatch does itself): q[t * qk_row +
+// q_off + ...], k[t * qk_row + k_off + ...], v[t * v_row + v_off + ...] in floats (rows 0: dense).
+struct DeltaNetRows {
+  uint32_t qk_row = 0, v_row = 0, q_off = 0, k_off = 0, v_off = 0;
+};
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens, const Kept& kept = {});
+               uint32_t n_tokens, const Kept& kept = {}, const DeltaNetRows& rows = {});
 
 // out[t * out_stride + out_offset + g * piece + i] = in[(t + in_row0) * in_stride + in_offset + g * group_stride + i]
 // for t < n_tokens, g < n_groups, i < piece (all in floats). Split: one call; Concat: one call per

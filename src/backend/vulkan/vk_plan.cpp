@@ -51,11 +51,30 @@ void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   p.rope_store.assign(nn, -1);
   p.skip.assign(nn, false);
   p.kv_stored.assign(nn, false);
+  p.delta_qkv.assign(nn, {});
   if (opts.keep_activations) return;
   std::vector<int> readers(g.tensors.size(), 0), producer(g.tensors.size(), -1);
   for (size_t i = 0; i < nn; ++i) {
     for (TensorId t : g.nodes[i].in) ++readers[static_cast<size_t>(t)];
     producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < nn; ++i) {
+    const Node& dn = g.nodes[i];
+    if (dn.op != Op::DeltaNet) continue;
+    Plan::DeltaQkv d;
+    bool ok = true;
+    for (size_t k = 0; k < 3 && ok; ++k) {
+      const int sp = producer[static_cast<size_t>(dn.in[k])];
+      const Node* s = sp >= 0 ? &g.nodes[static_cast<size_t>(sp)] : nullptr;
+      ok = s && s->op == Op::Split && s->split().n_groups == 1 && readers[static_cast<size_t>(dn.in[k])] == 1 &&
+           (k == 0 || s->in[0] == d.src) && s->split().stride == g.tensor(s->in[0]).ne[0];
+      if (!ok) break;
+      d.src = s->in[0];
+      d.off[k] = static_cast<uint32_t>(s->split().offset);
+    }
+    if (!ok) continue;
+    p.delta_qkv[i] = d;
+    for (size_t k = 0; k < 3; ++k) p.skip[static_cast<size_t>(producer[static_cast<size_t>(dn.in[k])])] = true;
   }
   for (size_t r = 0; r < nn; ++r) {
     const Node& rot = g.nodes[r];
@@ -94,6 +113,10 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
     if (p.rope_norm[r] >= 0) {
       auto& u = last_use[static_cast<size_t>(g.nodes[static_cast<size_t>(p.rope_norm[r])].in[0])];
       if (u >= 0) u = std::max(u, static_cast<int>(r));  // (-1: kept to the end already)
+    }
+    if (p.delta_qkv[r].src >= 0) {  // read by the DeltaNet itself
+      auto& u = last_use[static_cast<size_t>(p.delta_qkv[r].src)];
+      if (u >= 0) u = std::max(u, static_cast<int>(r));
     }
   }
   const ArenaPlan arena = plan_arena(

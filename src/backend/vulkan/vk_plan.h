@@ -45,6 +45,14 @@ struct Plan {
   // dispatch, whether an attention's cache append is done by its k rotation.
   std::vector<int> rope_norm, rope_store;
   std::vector<bool> skip, kv_stored;
+  // A DeltaNet whose q, k and v are contiguous pieces of one tensor's rows (three splits of the conv's
+  // output, whose only reader it is) reads them there: the splits are skipped. Per node: that tensor
+  // (-1: none) and the pieces' offsets in its rows.
+  struct DeltaQkv {
+    graph::TensorId src = -1;
+    uint32_t off[3] = {0, 0, 0};
+  };
+  std::vector<DeltaQkv> delta_qkv;
 
   std::vector<size_t> act_offset;  // per activation: its offset in the arena (the logits have their own buffer)
   size_t arena_bytes = 0;

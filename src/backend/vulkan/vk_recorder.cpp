@@ -367,14 +367,25 @@ class Recorder {
         break;
       }
       case Op::DeltaNet: {
+        // q, k and v straight from the conv's rows when the plan skipped their splits.
+        const Plan::DeltaQkv& dq = plan_.delta_qkv[index];
+        vk::DeltaNetRows qkv_rows;
+        if (dq.src >= 0) {
+          const auto w = static_cast<uint32_t>(g_.tensor(dq.src).ne[0]);
+          qkv_rows = {w, w, dq.off[0], dq.off[1], dq.off[2]};
+        }
         for (const Part& p : parts) {
           const View st = state(index, p.seq), y = part_rows(out, node.out, p);
-          const auto x = [&](size_t k) { return part_rows(in(k), node.in[k], p); };
+          const auto x = [&](size_t k) {
+            return k < 3 && dq.src >= 0 ? part_rows(act(dq.src, rows[static_cast<size_t>(dq.src)]), dq.src, p)
+                                        : part_rows(in(k), node.in[k], p);
+          };
           const Kept kp = kept(index, p);
           tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st, kp.stride_bytes > 0 ? kp.view : st});
           vk::delta_net(ctx_, rec, x(0), x(1), x(2), x(3), x(4), w_.f32(node.in[5]), w_.f32(node.in[6]), st, y,
                         static_cast<uint32_t>(node.delta_net().n_head_k), static_cast<uint32_t>(node.delta_net().n_head_v),
-                        static_cast<uint32_t>(node.delta_net().dk), static_cast<uint32_t>(node.delta_net().dv), node.delta_net().tiled_heads, p.n, kp);
+                        static_cast<uint32_t>(node.delta_net().dk), static_cast<uint32_t>(node.delta_net().dv), node.delta_net().tiled_heads, p.n, kp,
+                        qkv_rows);
         }
         break;
       }
