@@ -367,18 +367,30 @@ class Recorder {
         break;
       }
       case Op::DeltaNet: {
-        // q, k and v straight from the conv's rows when the plan skipped their splits.
+        // q, k and v straight from the conv's rows when the plan skipped their splits, in decode-sized
+        // steps; a prompt's are split here first (its many tokens run faster over dense rows: H200,
+        // qwen3.6-35b-a3b pp512 2% slower without).
         const Plan::DeltaQkv& dq = plan_.delta_qkv[index];
+        const bool from_src = dq.src >= 0 && n <= kMvMaxTokens;
         vk::DeltaNetRows qkv_rows;
         if (dq.src >= 0) {
           const auto w = static_cast<uint32_t>(g_.tensor(dq.src).ne[0]);
-          qkv_rows = {w, w, dq.off[0], dq.off[1], dq.off[2]};
+          const View src = act(dq.src, rows[static_cast<size_t>(dq.src)]);
+          if (from_src) {
+            qkv_rows = {w, w, dq.off[0], dq.off[1], dq.off[2]};
+          } else {
+            for (size_t k = 0; k < 3; ++k) {
+              const auto piece = static_cast<uint32_t>(g_.tensor(node.in[k]).ne[0]);
+              tr.before({src}, {in(k)});
+              vk::copy_rows(ctx_, rec, src, in(k), nu, 0, w, dq.off[k], w, 1, piece, piece, 0);
+            }
+          }
         }
         for (const Part& p : parts) {
           const View st = state(index, p.seq), y = part_rows(out, node.out, p);
           const auto x = [&](size_t k) {
-            return k < 3 && dq.src >= 0 ? part_rows(act(dq.src, rows[static_cast<size_t>(dq.src)]), dq.src, p)
-                                        : part_rows(in(k), node.in[k], p);
+            return k < 3 && from_src ? part_rows(act(dq.src, rows[static_cast<size_t>(dq.src)]), dq.src, p)
+                                     : part_rows(in(k), node.in[k], p);
           };
           const Kept kp = kept(index, p);
           tr.before({x(0), x(1), x(2), x(3), x(4), st}, {y, st, kp.stride_bytes > 0 ? kp.view : st});
