@@ -18,7 +18,7 @@
 // {n_head_v} F32; 7 state [n_head_v][dk][dv], updated in place; 8 out [n][n_head_v * dv]; 9 kept: with
 // keep_stride > 0, the state after each token t also written at kept[t * keep_stride...] (a speculative
 // step's states, to go back to one of them).
-// Grid: (ceil(dv / 32), n_head_v). Specialisation constant 0: RPT = ceil(dk / 8).
+// Grid: (ceil(dv / 32), n_head_v). Specialisation constant 0: RPT = ceil(dk / 8); 1-5 the row layout.
 #define COLS 32
 #define RG 8
 layout(local_size_x = COLS, local_size_y = RG) in;
@@ -41,10 +41,14 @@ layout(push_constant) uniform Params {
   uint tiled;  // 1: v head h reads q/k head h % n_head_k, else h / (n_head_v / n_head_k)
   uint n_tokens;
   uint keep_stride;  // floats between the kept states of consecutive tokens (0: none kept)
-  uint qk_row;       // floats between tokens' rows of q and of k
-  uint v_row;        // of v
-  uint q_off, k_off, v_off;  // floats from a row's start to the piece read
 } p;
+// Rows of q, k and v as pieces of wider rows: floats between tokens' rows of q and k (0: dense,
+// n_head_k * dk) and of v (0: n_head_v * dv), and from a row's start to each piece.
+layout(constant_id = 1) const uint QK_ROW = 0;
+layout(constant_id = 2) const uint V_ROW = 0;
+layout(constant_id = 3) const uint Q_OFF = 0;
+layout(constant_id = 4) const uint K_OFF = 0;
+layout(constant_id = 5) const uint V_OFF = 0;
 
 shared float part_k[RG][COLS], part_q[RG][COLS];  // per row group: S^T k, S^T q partial sums
 shared float norm_k[RG], norm_q[RG];               // per row group: sum of k^2, of q^2
@@ -70,7 +74,8 @@ void main() {
   }
   const float A_h = A[h], dt_h = dt_bias[h];
   for (uint t = 0u; t < p.n_tokens; ++t) {
-    const uint gate = t * p.n_head_v + h, qk_base = t * p.qk_row + kh * p.dk;
+    const uint gate = t * p.n_head_v + h;
+    const uint qk_base = QK_ROW != 0u ? t * QK_ROW + kh * p.dk : (t * p.n_head_k + kh) * p.dk;
     const float x = a[gate] + dt_h;
     const float decay = exp(A_h * (x > 20.0 ? x : log1p_(exp(x))));
     const float beta = 1.0 / (1.0 + exp(-b[gate]));
@@ -78,7 +83,7 @@ void main() {
     float sk = 0.0, nk = 0.0;
     for (uint m = 0u; m < RPT; ++m) {
       const uint i = m * RG + r;
-      kr[m] = i < p.dk ? k[p.k_off + qk_base + i] : 0.0;
+      kr[m] = i < p.dk ? k[K_OFF + qk_base + i] : 0.0;
       S[m] *= decay;
       sk += S[m] * kr[m];
       nk += kr[m] * kr[m];
@@ -94,12 +99,13 @@ void main() {
     }
     const float inv_k = inversesqrt(nk + 1e-6);
     const uint out_at = (t * p.n_head_v + h) * p.dv + col;
-    const float delta = ((live ? v[p.v_off + t * p.v_row + h * p.dv + col] : 0.0) - sk * inv_k) * beta;
+    const uint v_at = V_ROW != 0u ? V_OFF + t * V_ROW + h * p.dv + col : out_at;
+    const float delta = ((live ? v[v_at] : 0.0) - sk * inv_k) * beta;
     const float dk_ = inv_k * delta;
     float sq = 0.0, nq = 0.0;
     for (uint m = 0u; m < RPT; ++m) {
       const uint i = m * RG + r;
-      const float qi = i < p.dk ? q[p.q_off + qk_base + i] : 0.0;
+      const float qi = i < p.dk ? q[Q_OFF + qk_base + i] : 0.0;
       S[m] += kr[m] * dk_;
       sq += S[m] * qi;
       nq += qi * qi;
