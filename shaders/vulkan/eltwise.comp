@@ -4,6 +4,7 @@
 //! variant swiglu OP_SWIGLU
 //! variant geglu OP_GEGLU
 //! variant sigmoid_mul OP_SIGMOID_MUL
+//! variant sigmoid_mul_add OP_SIGMOID_MUL,ADD_AFTER
 //! variant softcap OP_SOFTCAP
 //! variant swiglu_clamped OP_SWIGLU_CLAMPED
 // Element-wise ops (one variant per OP_* define): out[i] = f(a[i], b[i]) over n elements, one
@@ -12,6 +13,9 @@
 // every row (biases, scale vectors). Moves 12 bytes per element.
 //   OP_ADD a + b   OP_MUL a * b   OP_SWIGLU silu(a) * b   OP_GEGLU gelu_tanh(a) * b
 //   OP_SIGMOID_MUL a * sigmoid(b)   OP_SOFTCAP cap * tanh(a / cap)   OP_SWIGLU_CLAMPED (GPT-OSS)
+//
+// ADD_AFTER (with OP_SIGMOID_MUL): the add that follows too, s[i] = c[i] + out[i] (bindings 4 c, 5
+// s), the same two roundings as two dispatches (a shared expert's gated output added to the experts').
 //
 // With q8k_stride > 0 the result is also quantized to Q8_K (q8k.glsl's layout, rows q8k_stride words
 // apart in q) for the K-quant product that reads it (the down projection after a GLU): a workgroup is
@@ -24,6 +28,10 @@ layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+#if defined(ADD_AFTER)
+layout(std430, binding = 4) readonly buffer C { float c[]; };
+layout(std430, binding = 5) writeonly buffer S { float s[]; };
+#endif
 layout(push_constant) uniform Params {
   uint n;
   uint a_width;
@@ -65,7 +73,13 @@ shared int codes[256];
 void main() {
   const uint lid = gl_LocalInvocationID.x, i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + lid;
   if (p.q8k_stride == 0u) {
-    if (i < p.n) o[i] = value(i);
+    if (i < p.n) {
+      const float v = value(i);
+      o[i] = v;
+#if defined(ADD_AFTER)
+      s[i] = c[i] + v;
+#endif
+    }
     return;
   }
   // One block per workgroup: its max |value|, d, and the codes gathered in shared memory to be packed

@@ -105,4 +105,19 @@ void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, 
   d.dispatch(k, bindings, &push, gx, gy);
 }
 
+void sigmoid_mul_add(Context& ctx, Dispatcher& d, View a, View b, View c, View out, View sum, uint32_t a_width,
+                     uint32_t b_width, uint32_t n_tokens) {
+  const Kernel& k = ctx.pipeline("eltwise_sigmoid_mul_add", 6, 28);
+  const uint32_t n = a_width * n_tokens;
+  struct {
+    uint32_t n, a_width, b_width, b_row_stride;
+    float p0, p1;
+    uint32_t q8k_stride;
+  } push{n, a_width, b_width, b_width, 0, 0, 0};
+  const View bindings[] = {a, b, out, out, c, sum};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (n + 255) / 256, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy);
+}
+
 }  // namespace zinc::backend::vk

@@ -36,5 +36,8 @@ enum class Eltwise { Add, Mul, SwiGLU, GeGLU, SigmoidMul, Softcap, SwiGLUClamped
 // quantize_q8k does (a_width a multiple of 256; has_mul_mv_k's device).
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
              uint32_t n_tokens, bool b_shared = false, float p0 = 0, float p1 = 0, View xq = View{});
+// SigmoidMul, then the add after it in the same dispatch: out = a * sigmoid(b), sum = c + out.
+void sigmoid_mul_add(Context& ctx, Dispatcher& d, View a, View b, View c, View out, View sum, uint32_t a_width,
+                     uint32_t b_width, uint32_t n_tokens);
 
 }  // namespace zinc::backend::vk

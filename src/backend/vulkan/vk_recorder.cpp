@@ -311,6 +311,7 @@ class Recorder {
         break;
       case Op::SigmoidMul: {
         const auto bw = static_cast<uint32_t>(g_.tensor(node.in[1]).ne[0]);
+        if (sigmoid_mul_add(rec, tr, index, in(0), in(1), out, width, bw, nu, rows)) break;
         tr.before({in(0), in(1)}, {out});
         vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu);
         break;
@@ -478,6 +479,31 @@ class Recorder {
       q8k_of_ = t;
     }
     return q8k_view(width, n);
+  }
+
+  // A gate followed by an add of its output to another row of its width (a shared expert's gated output
+  // added to the experts'): one dispatch for both, the add node then skipped. Not where that add would
+  // take the norm after it (add_norm), nor where the sum overlaps the per-row gate or another row of a
+  // row-wise input (element for element in place is fine: each invocation reads its element first).
+  bool sigmoid_mul_add(vk::Recording& rec, Tracker& tr, size_t index, View a, View b, View out, uint32_t width, uint32_t bw,
+                       uint32_t n, const std::vector<int64_t>& rows) {
+    if (index + 1 >= g_.nodes.size()) return false;
+    const Node& add = g_.nodes[index + 1];
+    const TensorId me = g_.nodes[index].out;
+    if (add.op != Op::Add || (add.in[0] == me) == (add.in[1] == me) || g_.tensor(add.out).ne[0] != width) return false;
+    if (index + 2 < g_.nodes.size() && g_.nodes[index + 2].op == Op::RmsNorm && g_.nodes[index + 2].in[0] == add.out) return false;
+    const TensorId other = add.in[0] == me ? add.in[1] : add.in[0];
+    if (rows[static_cast<size_t>(other)] != static_cast<int64_t>(n)) return false;
+    const View c = act(other, n), sum = act(add.out, n);
+    const auto overlaps = [&](const View& v) {
+      return v.buffer == sum.buffer && v.offset < sum.offset + sum.bytes && sum.offset < v.offset + v.bytes;
+    };
+    const auto clash = [&](const View& v) { return overlaps(v) && v.offset != sum.offset; };
+    if (clash(a) || overlaps(b) || clash(out) || clash(c)) return false;
+    tr.before({a, b, c}, {out, sum});
+    vk::sigmoid_mul_add(ctx_, rec, a, b, c, out, sum, width, bw, n);
+    done_[index + 1] = true;
+    return true;
   }
 
   // A residual add followed by the whole-row norm of its sum: one dispatch for both (the norm node is
