@@ -54,8 +54,9 @@ std::shared_ptr<const GrammarVocab> GrammarVocab::from_tokenizer(const tokenizer
   std::vector<std::string> pieces(static_cast<size_t>(v.size()));
   std::vector<bool> eog(pieces.size());
   for (int32_t i = 0; i < v.size(); ++i) {
-    // Control tokens have no text here (special = false): a grammar never allows them.
-    pieces[static_cast<size_t>(i)] = tok.token_to_piece(i, false);
+    // Control tokens and protocol markers have no text here: only a token element takes them (so a
+    // JSON string never swallows a Harmony header's <|channel|>).
+    if (!(v.attr(i) & tokenizer::kAttrFormat)) pieces[static_cast<size_t>(i)] = tok.token_to_piece(i, false);
     eog[static_cast<size_t>(i)] = v.is_eog(i);
   }
   return std::make_shared<const GrammarVocab>(std::move(pieces), std::move(eog));

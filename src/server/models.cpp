@@ -59,15 +59,16 @@ std::shared_ptr<const sample::GrammarVocab> LoadedModel::grammar_vocab() {
 }
 
 std::pair<std::shared_ptr<const sample::Grammar>, std::shared_ptr<sample::GrammarMaskCache>> LoadedModel::compiled_grammar(
-    const std::string& gbnf) {
+    const std::string& gbnf, const std::string& root) {
   std::lock_guard<std::mutex> lock(grammar_mutex_);
+  const std::string key = root + '\0' + gbnf;
   for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
-    if (it->text == gbnf) {
+    if (it->text == key) {
       grammars_.splice(grammars_.begin(), grammars_, it);
       return {grammars_.front().grammar, grammars_.front().cache};
     }
   }
-  grammars_.push_front({gbnf, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, "root", sample::grammar_token_lookup(*tok_))),
+  grammars_.push_front({key, std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, root, sample::grammar_token_lookup(*tok_))),
                         std::make_shared<sample::GrammarMaskCache>()});
   if (grammars_.size() > 16) grammars_.pop_back();
   return {grammars_.front().grammar, grammars_.front().cache};

@@ -53,10 +53,11 @@ class LoadedModel {
 
   // The vocabulary as grammars see it, built at the first constrained request.
   std::shared_ptr<const sample::GrammarVocab> grammar_vocab();
-  // A grammar by its text, with its mask cache: requests with the same schema share the work (the most
-  // recent 16 are kept).
+  // A grammar by its text (and the rule it starts from), with its mask cache: requests with the same
+  // schema share the work (the most recent 16 are kept). Its <text> tokens are looked up in this model's
+  // vocabulary; throws zinc::Error for one it lacks.
   std::pair<std::shared_ptr<const sample::Grammar>, std::shared_ptr<sample::GrammarMaskCache>> compiled_grammar(
-      const std::string& gbnf);
+      const std::string& gbnf, const std::string& root = "root");
 
  private:
   std::string id_;
@@ -68,7 +69,7 @@ class LoadedModel {
   chat::OutputFormat format_;
   std::unique_ptr<Engine> engine_;
   struct CompiledGrammar {
-    std::string text;
+    std::string text;  // the root rule's name, a NUL, the grammar
     std::shared_ptr<const sample::Grammar> grammar;
     std::shared_ptr<sample::GrammarMaskCache> cache;
   };

@@ -362,7 +362,19 @@ struct Server::Impl {
       g.reasoning = {thinking(m, r).budget, markers.open, markers.close, markers.conclusion, *opens_reasoning};
     }
     const OutputConstraint constraint = output_constraint(m.format(), r, opts.grammar);
-    if (!constraint.gbnf.empty()) {
+    // A grammar of the whole answer lets a thinking model open its reasoning block first, where the
+    // prompt did not (Harmony's forced calls say so themselves).
+    bool lead = m.format() == chat::OutputFormat::Harmony && constraint.param == "tool_choice";
+    if (!constraint.gbnf.empty() && constraint.trigger.empty() && r.chat && !*opens_reasoning &&
+        thinking(m, r).enable_thinking.value_or(true) && !lead) {
+      const std::string wrapped = with_reasoning_lead(m.format(), constraint.gbnf);
+      try {
+        if (!wrapped.empty()) std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(wrapped, kAfterReasoning);
+        lead = g.grammar != nullptr;
+      } catch (const Error&) {  // a vocabulary without the block's tokens, or a rule of that name: the grammar alone
+      }
+    }
+    if (!constraint.gbnf.empty() && !g.grammar) {
       try {
         std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(constraint.gbnf);
       } catch (const Error& e) {  // a <text> token this model's vocabulary does not have
@@ -375,11 +387,12 @@ struct Server::Impl {
       g.grammar_overlap = m.engine().backend_name() != "cpu";
       g.grammar_trigger = constraint.trigger;
       g.grammar_trigger_at_start = constraint.trigger_at_start;
-      // A forced Harmony call: the budget's conclusion ends the analysis message only (the grammar writes
-      // the call's header next), not opening the final channel as it otherwise does.
+      // A Harmony grammar that writes the headers after reasoning (a forced call's, or the final channel's):
+      // the budget's conclusion ends the analysis message only, not opening the final channel as it
+      // otherwise does.
       const std::string& close = g.reasoning.close;
       const size_t end = close.empty() ? std::string::npos : g.reasoning.conclusion.find(close);
-      if (m.format() == chat::OutputFormat::Harmony && constraint.param == "tool_choice" && end != std::string::npos) {
+      if (m.format() == chat::OutputFormat::Harmony && lead && end != std::string::npos) {
         g.reasoning.conclusion.resize(end + close.size());
       }
     }

@@ -86,6 +86,19 @@ std::string tool_call_grammar(chat::OutputFormat format, const nlohmann::ordered
   return g.gbnf(root + "call ::= " + call + "\n");
 }
 
+std::string with_reasoning_lead(chat::OutputFormat format, const std::string& gbnf) {
+  std::string lead;
+  switch (format) {
+    case chat::OutputFormat::Hermes:
+    case chat::OutputFormat::Llama3: lead = "( <think> [ \\t\\r\\n]* )?"; break;
+    case chat::OutputFormat::Harmony:
+      lead = "( <|channel|> \"analysis\" <|message|> <|start|> \"assistant\" )? ( <|channel|> \"final\" <|message|> )?";
+      break;
+    case chat::OutputFormat::Plain: return "";
+  }
+  return gbnf + "\n" + kAfterReasoning + " ::= " + lead + " root\n";
+}
+
 OutputConstraint output_constraint(chat::OutputFormat format, const CompletionRequest& r, const std::string& server_grammar) {
   OutputConstraint c;
   c.gbnf = r.grammar.empty() && r.tool_choice.empty() ? server_grammar : r.grammar;

@@ -35,4 +35,13 @@ struct OutputConstraint {
 };
 OutputConstraint output_constraint(chat::OutputFormat format, const CompletionRequest& r, const std::string& server_grammar);
 
+// A grammar that constrains the whole answer of a thinking model whose prompt does not open its
+// reasoning block (Qwen3 writes <think> itself, GPT-OSS its analysis message): `gbnf` with a rule
+// kAfterReasoning that lets the answer begin with the block's opening (the block's body is outside the
+// grammar; it resumes after the block ends) and, for Harmony, the final channel's header. "" for a
+// format without reasoning. Names the format's tokens (<think>, <|channel|>): compile it against the
+// model's vocabulary and fall back to `gbnf` alone when that fails.
+inline constexpr const char* kAfterReasoning = "zinc-answer-after-reasoning";
+std::string with_reasoning_lead(chat::OutputFormat format, const std::string& gbnf);
+
 }  // namespace zinc::server

@@ -591,7 +591,7 @@ void Vocab::apply_fixups(const Source& src) {
   // GPT-OSS (harmony) format tokens are always rendered, so a chat parser can read them.
   for (std::string_view t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
     const int32_t id = find(t);
-    if (id >= 0) attrs_[static_cast<size_t>(id)] = kAttrUserDefined;
+    if (id >= 0) attrs_[static_cast<size_t>(id)] = kAttrUserDefined | kAttrFormat;
   }
   add_eog(special_.eos);
   add_eog(special_.eot);
@@ -605,7 +605,7 @@ void Vocab::apply_fixups(const Source& src) {
                              ((eog_has("<|call|>") || eog_has("<|calls|>")) && eog_has("<|flush|>")))) {
     const int32_t end = find("<|end|>");
     eog_.erase(std::find(eog_.begin(), eog_.end(), end));
-    attrs_[static_cast<size_t>(end)] = kAttrUserDefined;
+    attrs_[static_cast<size_t>(end)] = kAttrUserDefined | kAttrFormat;
   }
   // Gemma 4 and PaddleOCR: </s> is an ordinary HTML-ish token there.
   if (eog_has("<|tool_response>") && eog_has("</s>")) {

@@ -39,6 +39,9 @@ enum TokenAttr : uint32_t {
   kAttrByte = 1 << 5,
   kAttrLstrip = 1 << 7,  // whitespace before the token is dropped when it is matched in text
   kAttrRstrip = 1 << 8,  // whitespace after it is dropped
+  // A protocol marker rendered as its text (Harmony's <|channel|>, <|message|>, ...: user-defined here so
+  // chat parsers read them) that is still no text to a grammar: only a token element takes it.
+  kAttrFormat = 1 << 9,
 };
 
 // The algorithm, from tokenizer.ggml.model.

@@ -154,6 +154,31 @@ try {
   check(ha.stop_reason === "tool_use" && hUse?.name === "get_time" && typeof hUse.input.zone === "string",
         "Harmony: Anthropic tool_choice tool", JSON.stringify(ha.content));
 
+  // A response format on Harmony: the model may reason first (the analysis message, free, within a
+  // budget), then its answer in the final channel follows the schema.
+  const small = { type: "json_schema", json_schema: { name: "s", strict: true, schema: { type: "object",
+    properties: { title: { type: "string", maxLength: 16 }, pages: { type: "integer" } }, required: ["title", "pages"], additionalProperties: false } } };
+  let answeredAfterReasoning = 0;
+  for (const sampling of [{ temperature: 0 }, { temperature: 1.0, seed: 1 }, { temperature: 1.0, seed: 2 }, { temperature: 1.0, seed: 3 },
+                          { temperature: 1.0, seed: 4 }]) {
+    const r = await ho.chat.completions.create({ ...base, ...sampling, response_format: small, thinking_budget_tokens: 24 });
+    const m = r.choices[0].message;
+    const v = parses(m.content ?? "");
+    // The header markers are tokens a JSON string never takes (they render as text: "<|channel|>").
+    check(v.ok && JSON.stringify(Object.keys(v.value)) === '["title","pages"]' && Number.isInteger(v.value.pages) &&
+          r.choices[0].finish_reason === "stop" && !m.content.includes("<|"),
+          `Harmony response_format ${JSON.stringify(sampling)}: the final channel's answer in the schema`, JSON.stringify(m));
+    if (m.reasoning_content && v.ok) ++answeredAfterReasoning;
+  }
+  check(answeredAfterReasoning > 0, "Harmony: some of those answers came after reasoning", String(answeredAfterReasoning));
+  // Even a model pushed toward <|channel|> at every step writes it only as a header.
+  const channel = (await (await fetch(hs.base + "/tokenize", { method: "POST", body: JSON.stringify({ content: "<|channel|>" }) })).json()).tokens;
+  const pushed = await ho.chat.completions.create({ ...base, temperature: 1.0, seed: 1, response_format: small, thinking_budget_tokens: 24,
+                                                   logit_bias: { [channel[0]]: 100 } });
+  const pm = pushed.choices[0].message;
+  check(channel.length === 1 && parses(pm.content ?? "").ok && !pm.content.includes("<|"), "Harmony: a header marker never inside the answer's strings",
+        JSON.stringify({ channel, pm }));
+
   // What cannot be enforced is a 400 naming the field.
   const status = async (p) => {
     try {

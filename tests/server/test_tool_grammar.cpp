@@ -61,14 +61,14 @@ TEST(ToolGrammar, Llama3CallsParseBackAsTheSameCall) {
 const std::vector<std::string> kHarmonyTokens = {"<|return|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>"};
 
 // Whether the grammar takes the output: control tokens by id, other pieces as text; then complete.
-bool harmony_accepts(const std::string& gbnf, const std::vector<std::string>& output) {
+bool harmony_accepts(const std::string& gbnf, const std::vector<std::string>& output, const std::string& root = "root") {
   const auto id = [](std::string_view text) -> int32_t {
     const auto it = std::find(kHarmonyTokens.begin(), kHarmonyTokens.end(), text);
     return it == kHarmonyTokens.end() ? -1 : static_cast<int32_t>(it - kHarmonyTokens.begin());
   };
   std::vector<bool> eog(kHarmonyTokens.size(), false);
   eog[0] = eog[6] = true;
-  sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, "root", id)),
+  sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(gbnf, root, id)),
                            std::make_shared<const sample::GrammarVocab>(std::vector<std::string>(kHarmonyTokens.size()), eog));
   for (const std::string& piece : output) {
     if (id(piece) >= 0) {
@@ -151,6 +151,40 @@ TEST(ToolGrammar, HarmonyCallsParseBackAsTheSameCall) {
   ASSERT_EQ(recipient_first.tool_calls.size(), 1u);
   EXPECT_EQ(recipient_first.tool_calls[0].name, "get_weather");
   EXPECT_EQ(recipient_first.tool_calls[0].arguments, ordered_json::parse(R"({"city": "Oslo"})"));
+}
+
+TEST(ToolGrammar, AThinkingModelMayOpenItsReasoningBeforeTheAnswer) {
+  const std::string json = R"(root ::= "{" [a-z]* "}")";
+  // Harmony: an analysis message (its body outside the grammar), then the final channel's header, each
+  // optional; the answer itself stays constrained.
+  const std::string h = with_reasoning_lead(chat::OutputFormat::Harmony, json);
+  for (const std::vector<std::string>& ok : std::vector<std::vector<std::string>>{
+           {"<|channel|>", "analysis", "<|message|>", "<|start|>", "assistant", "<|channel|>", "final", "<|message|>", "{ab}"},
+           {"<|channel|>", "final", "<|message|>", "{ab}"},
+           {"{ab}"}}) {
+    EXPECT_TRUE(harmony_accepts(h, ok, kAfterReasoning)) << joined(ok);
+  }
+  EXPECT_FALSE(harmony_accepts(h, {"<|channel|>", "final", "<|message|>", "{a1}"}, kAfterReasoning));
+  EXPECT_FALSE(harmony_accepts(h, {"<|channel|>", "commentary", "<|message|>", "{ab}"}, kAfterReasoning));
+  // Hermes and Llama 3: <think> (a token), whitespace after the block, then the answer.
+  const std::string t = with_reasoning_lead(chat::OutputFormat::Hermes, json);
+  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Llama3, json), t);
+  std::vector<bool> eog = {true, false, false, false};
+  const std::vector<std::string> pieces = {"</s>", "<think>", "{ab}", "\n\n"};
+  const auto think = [](std::string_view text) -> int32_t { return text == "<think>" ? 1 : -1; };
+  for (const std::vector<int32_t>& ok : std::vector<std::vector<int32_t>>{{1, 3, 2}, {1, 2}, {2}}) {
+    sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(t, kAfterReasoning, think)),
+                             std::make_shared<const sample::GrammarVocab>(pieces, eog));
+    for (int32_t id : ok) {
+      ASSERT_TRUE(m.allows(id)) << id;
+      m.accept(id);
+    }
+    EXPECT_TRUE(m.complete());
+  }
+  sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(t, kAfterReasoning, think)),
+                           std::make_shared<const sample::GrammarVocab>(pieces, eog));
+  EXPECT_FALSE(m.allows(3));  // whitespace only after the block
+  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Plain, json), "");
 }
 
 TEST(ToolGrammar, FormatsWithoutConstrainableCallsAre400s) {
