@@ -71,28 +71,16 @@ Grammar::TokenLookup grammar_token_lookup(const tokenizer::Tokenizer& tok) {
   };
 }
 
-std::shared_ptr<const GrammarMaskCache::Entry> GrammarMaskCache::find(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : it->second;
-}
+std::shared_ptr<const GrammarMaskCache::Entry> GrammarMaskCache::find(const std::string& key) const { return find_in(entries_, key); }
 
-void GrammarMaskCache::put(const std::string& key, std::shared_ptr<const Entry> entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.size() >= kMaxEntries) entries_.clear();  // a grammar with this many positions in use: start over
-  entries_[key] = std::move(entry);
-}
+void GrammarMaskCache::put(const std::string& key, std::shared_ptr<const Entry> entry) { put_in(entries_, key, std::move(entry)); }
 
 std::shared_ptr<const GrammarMaskCache::Allowed> GrammarMaskCache::find_pending(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = pending_.find(key);
-  return it == pending_.end() ? nullptr : it->second;
+  return find_in(pending_, key);
 }
 
 void GrammarMaskCache::put_pending(const std::string& key, std::shared_ptr<const Allowed> allowed) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (pending_.size() >= kMaxEntries) pending_.clear();
-  pending_[key] = std::move(allowed);
+  put_in(pending_, key, std::move(allowed));
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab,

@@ -92,6 +92,21 @@ class GrammarMaskCache {
 
  private:
   static constexpr size_t kMaxEntries = 256;
+  // Both maps: a find under the lock, and a put that starts over once a grammar has this many in use.
+  template <class V>
+  std::shared_ptr<const V> find_in(const std::unordered_map<std::string, std::shared_ptr<const V>>& map,
+                                   const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = map.find(key);
+    return it == map.end() ? nullptr : it->second;
+  }
+  template <class V>
+  void put_in(std::unordered_map<std::string, std::shared_ptr<const V>>& map, const std::string& key,
+              std::shared_ptr<const V> value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (map.size() >= kMaxEntries) map.clear();
+    map[key] = std::move(value);
+  }
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const Entry>> entries_;
   std::unordered_map<std::string, std::shared_ptr<const Allowed>> pending_;

@@ -364,13 +364,14 @@ struct Server::Impl {
     const OutputConstraint constraint = output_constraint(m.format(), r, opts.grammar);
     // A grammar of the whole answer lets a thinking model open its reasoning block first, where the
     // prompt did not (Harmony's forced calls say so themselves).
-    bool lead = m.format() == chat::OutputFormat::Harmony && constraint.param == "tool_choice";
+    // Whether the grammar writes the headers after an analysis message (a Harmony forced call's does).
+    bool headers_after_reasoning = m.format() == chat::OutputFormat::Harmony && constraint.param == "tool_choice";
     if (!constraint.gbnf.empty() && constraint.trigger.empty() && r.chat && !*opens_reasoning &&
-        thinking(m, r).enable_thinking.value_or(true) && !lead) {
+        thinking(m, r).enable_thinking.value_or(true) && !headers_after_reasoning) {
       const std::string wrapped = with_reasoning_lead(m.format(), constraint.gbnf);
       try {
         if (!wrapped.empty()) std::tie(g.grammar, g.grammar_cache) = m.compiled_grammar(wrapped, kAfterReasoning);
-        lead = g.grammar != nullptr;
+        headers_after_reasoning = g.grammar != nullptr;
       } catch (const Error&) {  // a vocabulary without the block's tokens, or a rule of that name: the grammar alone
       }
     }
@@ -392,7 +393,7 @@ struct Server::Impl {
       // otherwise does.
       const std::string& close = g.reasoning.close;
       const size_t end = close.empty() ? std::string::npos : g.reasoning.conclusion.find(close);
-      if (m.format() == chat::OutputFormat::Harmony && lead && end != std::string::npos) {
+      if (m.format() == chat::OutputFormat::Harmony && headers_after_reasoning && end != std::string::npos) {
         g.reasoning.conclusion.resize(end + close.size());
       }
     }

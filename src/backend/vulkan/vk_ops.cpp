@@ -84,6 +84,23 @@ void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head,
   d.dispatch(k, bindings, push, gx, gy);
 }
 
+namespace {
+
+// eltwise.comp's push constants, and one dispatch of it over n_tokens rows of a_width.
+struct EltwisePush {
+  uint32_t n, a_width, b_width, b_row_stride;
+  float p0, p1;
+  uint32_t q8k_stride;
+};
+
+void dispatch_eltwise(Context& ctx, Dispatcher& d, const Kernel& k, std::span<const View> bindings, const EltwisePush& push) {
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (push.n + 255) / 256, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy);
+}
+
+}  // namespace
+
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
              uint32_t n_tokens, bool b_shared, float p0, float p1, View xq) {
   static constexpr const char* kNames[] = {"eltwise_add",         "eltwise_mul",     "eltwise_swiglu",
@@ -92,32 +109,18 @@ void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, 
   if (xq.buffer && (a_width % 256 != 0 || ctx.features().subgroup_size < 4)) {
     throw Error(fmt::format("Vulkan eltwise: no Q8_K codes for rows of {} on this device", a_width));
   }
-  const Kernel& k = ctx.pipeline(kNames[static_cast<int>(op)], 4, 28);
-  const uint32_t n = a_width * n_tokens;
-  struct {
-    uint32_t n, a_width, b_width, b_row_stride;
-    float p0, p1;
-    uint32_t q8k_stride;
-  } push{n, a_width, b_width, b_shared ? 0u : b_width, p0, p1, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(a_width) / 4) : 0u};
+  const Kernel& k = ctx.pipeline(kNames[static_cast<int>(op)], 4, sizeof(EltwisePush));
   const View bindings[] = {a, b.buffer ? b : a, out, xq.buffer ? xq : out};
-  uint32_t gx = 0, gy = 0;
-  grid(ctx, (n + 255) / 256, &gx, &gy);
-  d.dispatch(k, bindings, &push, gx, gy);
+  dispatch_eltwise(ctx, d, k, bindings,
+                   {a_width * n_tokens, a_width, b_width, b_shared ? 0u : b_width, p0, p1,
+                    xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(a_width) / 4) : 0u});
 }
 
 void sigmoid_mul_add(Context& ctx, Dispatcher& d, View a, View b, View c, View out, View sum, uint32_t a_width,
                      uint32_t b_width, uint32_t n_tokens) {
-  const Kernel& k = ctx.pipeline("eltwise_sigmoid_mul_add", 6, 28);
-  const uint32_t n = a_width * n_tokens;
-  struct {
-    uint32_t n, a_width, b_width, b_row_stride;
-    float p0, p1;
-    uint32_t q8k_stride;
-  } push{n, a_width, b_width, b_width, 0, 0, 0};
+  const Kernel& k = ctx.pipeline("eltwise_sigmoid_mul_add", 6, sizeof(EltwisePush));
   const View bindings[] = {a, b, out, out, c, sum};
-  uint32_t gx = 0, gy = 0;
-  grid(ctx, (n + 255) / 256, &gx, &gy);
-  d.dispatch(k, bindings, &push, gx, gy);
+  dispatch_eltwise(ctx, d, k, bindings, {a_width * n_tokens, a_width, b_width, b_width, 0, 0, 0});
 }
 
 }  // namespace zinc::backend::vk
