@@ -148,6 +148,55 @@ void pack_q6_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst)
   }
 }
 
+// Q2_K and Q3_K: the low 2 bits of element 4g + b of sub-block s (elements 16s .. 16s + 15) sit at bits
+// 2j of qs[32n + 16(s % 2) + 4g + b] (n = s / 8, j = (s % 8) / 2); packed, bits 2g of byte b.
+inline uint32_t crumbs4(const uint8_t* qs, int s) {
+  const uint8_t* base = qs + 32 * (s / 8) + 16 * (s % 2);
+  const int j = (s % 8) / 2;
+  uint32_t v = 0;
+  for (int g = 0; g < 4; ++g) v |= ((load32(base + 4 * g) >> (2 * j)) & 0x03030303u) << (2 * g);
+  return v;
+}
+
+void pack_q2_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackQ2_K*>(dst);
+  for (int64_t i = 0; i < cols / 256; ++i) {
+    PackQ2_K& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockQ2_K& b = reinterpret_cast<const BlockQ2_K*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      p.dmin[r] = b.dmin;
+      for (int s = 0; s < 16; ++s) {
+        p.sm[s / 2][2 * r + s % 2] = b.scales[s];
+        store32(&p.qs[s][4 * r], crumbs4(b.qs, s));
+      }
+    }
+  }
+}
+
+void pack_q3_k(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst) {
+  auto* out = reinterpret_cast<PackQ3_K*>(dst);
+  for (int64_t i = 0; i < cols / 256; ++i) {
+    PackQ3_K& p = out[i];
+    for (int r = 0; r < kPackRows; ++r) {
+      const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(src + static_cast<size_t>(r) * row_bytes)[i];
+      p.d[r] = b.d;
+      uint8_t sc[16];
+      q3k_scales(b.scales, sc);
+      for (int s = 0; s < 16; ++s) {
+        p.sc[s][r] = static_cast<int8_t>(sc[s] - 32);
+        store32(&p.q[s / 2][s % 2][4 * r], crumbs4(b.qs, s));
+      }
+      // The third bit of element 32p + 4j + b is bit p of hmask[4j + b].
+      for (int pr = 0; pr < 8; ++pr) {
+        uint32_t v = 0;
+        for (int j = 0; j < 8; ++j) v |= ((load32(b.hmask + 4 * j) >> pr) & 0x01010101u) << j;
+        store32(&p.q[pr][2][4 * r], v);
+      }
+    }
+  }
+}
+
 using PackFn = void (*)(const uint8_t* src, size_t row_bytes, int64_t cols, uint8_t* dst);
 
 PackFn pack_fn(TensorType t) {
@@ -160,6 +209,8 @@ PackFn pack_fn(TensorType t) {
     case TensorType::Q5_K: return pack_q4_5_k<BlockQ5_K, PackQ5_K>;
     case TensorType::IQ4_XS: return pack_iq4_xs;
     case TensorType::Q6_K: return pack_q6_k;
+    case TensorType::Q2_K: return pack_q2_k;
+    case TensorType::Q3_K: return pack_q3_k;
     default: return nullptr;
   }
 }
@@ -221,6 +272,8 @@ size_t packed_group_size(TensorType type, int64_t n) {
     case TensorType::Q5_K: return static_cast<size_t>(n / 256) * sizeof(PackQ5_K);
     case TensorType::IQ4_XS: return static_cast<size_t>(n / 256) * sizeof(PackIQ4_XS);
     case TensorType::Q6_K: return static_cast<size_t>(n / 256) * sizeof(PackQ6_K);
+    case TensorType::Q2_K: return static_cast<size_t>(n / 256) * sizeof(PackQ2_K);
+    case TensorType::Q3_K: return static_cast<size_t>(n / 256) * sizeof(PackQ3_K);
     default: throw Error(fmt::format("no packed layout for {} weights", gguf::tensor_type_name(type)));
   }
 }

@@ -19,6 +19,12 @@
 //         into the IQ4_NL values).
 //   Q6_K: scale d, sub-block scales (as bytes and as pairs for the offset term), then per 16-element
 //         sub-block 3 registers: three of its 4-element groups' 6-bit codes, the fourth's in their top bits.
+//   Q2_K: scales d and dmin, each sub-block's scale/minimum byte as stored (in pairs of sub-blocks per
+//         row), then per 16-element sub-block one register of 2-bit codes: lane r, byte b, bits 2g..2g+1
+//         = the code of element 4g + b.
+//   Q3_K: scale d, the sub-block scales − 32 one byte each, then per pair of 16-element sub-blocks the
+//         two sub-blocks' low 2 bits as Q2_K's codes and one register of their third bits: lane r,
+//         byte b, bit j = bit 2 of the code of element 4j + b of the pair (codes 0..7, value code − 4).
 // Activations are quantized once per product into the formats below (the same codes and scales as the
 // Q8_0 / Q8_K activations of dot.h, with the sums the kernels need precomputed).
 #pragma once
@@ -75,8 +81,19 @@ struct PackQ6_K {
   // + 12 + b in bits 0-5; their bits 6-7 hold bits 4-5, 2-3 and 0-1 of the code of element 16s + 8 + b.
   uint8_t q[16][3][64];
 };
+struct PackQ2_K {
+  uint16_t d[kPackRows], dmin[kPackRows];
+  uint8_t sm[8][kPackRows * 2];  // pair p: byte 2r + k = the scale (low nibble) and minimum of sub-block 2p + k of row r
+  uint8_t qs[16][64];
+};
+struct PackQ3_K {
+  uint16_t d[kPackRows];
+  int8_t sc[16][kPackRows];  // sub-block s, row r: its scale − 32
+  uint8_t q[8][3][64];       // pair p: the low bits of sub-blocks 2p and 2p + 1, then the pair's third bits
+};
 static_assert(sizeof(PackQ8_0) == 544 && sizeof(PackQ4_K) == 2368 && sizeof(PackQ5_K) == 2880 && sizeof(PackQ6_K) == 3616);
 static_assert(sizeof(PackQ4_0) == 288 && sizeof(PackMXFP4) == 272 && sizeof(PackIQ4_XS) == 2208);
+static_assert(sizeof(PackQ2_K) == 1344 && sizeof(PackQ3_K) == 1824);
 
 // Activation blocks of the packed kernels.
 struct BlockQ8_0P {  // a Q8_0 block with its scale as a float and −128 × the sum of its codes

@@ -447,6 +447,126 @@ void q8_0_one(const PackQ8_0* blocks, int64_t nb, const uint8_t* act, float* y) 
   _mm256_storeu_ps(y + 8, acc[1]);
 }
 
+// Bit j of each byte of h moved to bit 2 (Q3_K's third bit of code register j of a pair), the rest 0.
+template <int J>
+inline __m256i third_bit(__m256i h, __m256i m4) {
+  if constexpr (J < 2) return _mm256_and_si256(_mm256_slli_epi16(h, 2 - J), m4);
+  else if constexpr (J == 2) return _mm256_and_si256(h, m4);
+  else return _mm256_and_si256(_mm256_srli_epi16(h, J - 2), m4);
+}
+
+// Q2_K and Q3_K, rows 8h .. 8h + 7 for h in [h0, h0 + NH) × NT tokens (decode: both halves in one
+// pass; the operations per half do not depend on NH, so neither do the results). A sub-block's 4 code
+// registers meet the token in maddubs, their pair sums added in int16 (4·2·7·127 < 2^15) and multiplied
+// by the row's scale as they are widened (madd against the scale in both halves of each lane): the
+// block's sum stays in int32 (16·31·4·2·7·127 < 2^31) and is converted once. Q3_K's −4 offset joins
+// each sub-block's pair sums before the widening (|4·Σa| ≤ 8128, so the int16 sums stay under 2^15).
+template <class P, int NT, int NH>
+void q2_3_k_rows(const P* blocks, int64_t nb, int h0, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  constexpr bool kThree = std::is_same_v<P, PackQ3_K>;
+  constexpr int kStride = static_cast<int>(sizeof(P) / 8);
+  const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4), m15 = _mm256_set1_epi32(0x000f000f);
+  // Within each lane, the int16 of sub-block 2p (bytes 0-1) or 2p + 1 (bytes 2-3) in both halves.
+  const __m256i even = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+  const __m256i odd = _mm256_add_epi8(even, _mm256_set1_epi8(2));
+  __m256 acc[NH][NT];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const P& b = blocks[i];
+    __m256i isum[NH][NT];
+    for (auto& a : isum)
+      for (auto& v : a) v = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {
+      for (int l = 0; l < (kStride + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(&b + 1) + kStride * p + 64 * l, _MM_HINT_T0);
+      for (int hh = 0; hh < NH; ++hh) {
+        const int h = h0 + hh;
+        __m256i scale[2];  // per lane: the row's scale of sub-block 2p + k in both int16 halves
+        __m256i c[8];      // c[4k + g]: elements 4g .. 4g + 3 of sub-block 2p + k
+        if constexpr (kThree) {
+          for (int k = 0; k < 2; ++k) {
+            const __m128i x = load64(b.sc[2 * p + k] + 8 * h);
+            scale[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, x));
+          }
+          const __m256i hb = load256(b.q[p][2] + 32 * h);
+          const __m256i lo[2] = {load256(b.q[p][0] + 32 * h), load256(b.q[p][1] + 32 * h)};
+          const __m256i third[8] = {third_bit<0>(hb, m4), third_bit<1>(hb, m4), third_bit<2>(hb, m4), third_bit<3>(hb, m4),
+                                    third_bit<4>(hb, m4), third_bit<5>(hb, m4), third_bit<6>(hb, m4), third_bit<7>(hb, m4)};
+          for (int k = 0; k < 2; ++k)
+            for (int g = 0; g < 4; ++g)
+              c[4 * k + g] = _mm256_or_si256(_mm256_and_si256(g ? _mm256_srli_epi16(lo[k], 2 * g) : lo[k], m3), third[4 * k + g]);
+        } else {
+          const __m256i x = _mm256_and_si256(_mm256_cvtepu8_epi16(load128(b.sm[p] + 16 * h)), m15);
+          scale[0] = _mm256_shuffle_epi8(x, even);
+          scale[1] = _mm256_shuffle_epi8(x, odd);
+          for (int k = 0; k < 2; ++k) {
+            const __m256i v = load256(b.qs[2 * p + k] + 32 * h);
+            for (int g = 0; g < 4; ++g) c[4 * k + g] = _mm256_and_si256(g ? _mm256_srli_epi16(v, 2 * g) : v, m3);
+          }
+        }
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+          for (int k = 0; k < 2; ++k) {
+            const int s = 2 * p + k;
+            const int8_t* q8 = a.qs + 16 * s;
+            __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(c[4 * k], bcast4(q8)), _mm256_maddubs_epi16(c[4 * k + 1], bcast4(q8 + 4)));
+            pr = _mm256_add_epi16(pr, _mm256_add_epi16(_mm256_maddubs_epi16(c[4 * k + 2], bcast4(q8 + 8)), _mm256_maddubs_epi16(c[4 * k + 3], bcast4(q8 + 12))));
+            if constexpr (kThree) pr = _mm256_add_epi16(pr, _mm256_set1_epi32(static_cast<uint16_t>(-4 * a.bsums[s])));
+            isum[hh][t] = _mm256_add_epi32(isum[hh][t], _mm256_madd_epi16(pr, scale[k]));
+          }
+        }
+      }
+    }
+    for (int hh = 0; hh < NH; ++hh) {
+      const int h = h0 + hh;
+      const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+        const __m256 dy = _mm256_set1_ps(a.d);
+        acc[hh][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[hh][t]), _mm256_mul_ps(dw, dy), acc[hh][t]);
+        if constexpr (!kThree) {
+          __m256i m = _mm256_setzero_si256();
+          for (int p = 0; p < 8; ++p)
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_srli_epi16(_mm256_cvtepu8_epi16(load128(b.sm[p] + 16 * h)), 4), bcast4(a.bsums + 2 * p)));
+          acc[hh][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm256_cvtph_ps(load128(b.dmin + 8 * h)), dy), acc[hh][t]);
+        }
+      }
+    }
+  }
+  for (int hh = 0; hh < NH; ++hh)
+    for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * (h0 + hh), acc[hh][t]);
+}
+
+// A Q2_K or Q3_K group: one token with both halves in one pass, more tokens 4 at a time per half.
+template <class P, int NT>
+void q2_3_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  const auto* blocks = reinterpret_cast<const P*>(w);
+  if constexpr (NT == 1) {
+    q2_3_k_rows<P, 1, 2>(blocks, n / 256, 0, act, stride, y, y_stride);
+  } else {
+    constexpr int kFirst = NT > 4 ? 4 : NT;
+    for (int h = 0; h < 2; ++h) {
+      q2_3_k_rows<P, kFirst, 1>(blocks, n / 256, h, act, stride, y, y_stride);
+      if constexpr (NT > 4) q2_3_k_rows<P, NT - 4, 1>(blocks, n / 256, h, act + 4 * stride, stride, y + 4 * y_stride, y_stride);
+    }
+  }
+}
+
+template <class P>
+PackedTileFn q2_3_k_by_tokens(int nt) {
+  switch (nt) {
+    case 1: return q2_3_k_tile<P, 1>;
+    case 2: return q2_3_k_tile<P, 2>;
+    case 3: return q2_3_k_tile<P, 3>;
+    case 4: return q2_3_k_tile<P, 4>;
+    case 5: return q2_3_k_tile<P, 5>;
+    case 6: return q2_3_k_tile<P, 6>;
+    case 7: return q2_3_k_tile<P, 7>;
+    case 8: return q2_3_k_tile<P, 8>;
+    default: return nullptr;
+  }
+}
+
 // A group: both halves; K-quant tokens 4 at a time, Q8_0 tokens all at once.
 template <class P, template <int> class Half, int NT>
 void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
@@ -593,6 +713,8 @@ PackedTileFn packed_tile_avx2(TensorType t, int nt) {
     case TensorType::Q5_K: return by_tokens<PackQ5_K, Q5_KH>(nt);
     case TensorType::IQ4_XS: return by_tokens<PackIQ4_XS, IQ4_XSH>(nt);
     case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
+    case TensorType::Q2_K: return q2_3_k_by_tokens<PackQ2_K>(nt);
+    case TensorType::Q3_K: return q2_3_k_by_tokens<PackQ3_K>(nt);
     default: return nullptr;
   }
 }

@@ -259,6 +259,101 @@ void q6_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, f
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q2_K: 2-bit codes (one register per 16-element sub-block, 4 code groups by shifts), a 4-bit scale and
+// minimum per sub-block from one byte; the minimums through the activation's 16-element sums.
+template <int NT>
+void q2_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  constexpr int kLines = (sizeof(PackQ2_K) + 63) / 64;
+  const auto* blocks = reinterpret_cast<const PackQ2_K*>(w);
+  const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi32(0xf);
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const PackQ2_K& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512 blk[NT];
+    for (auto& v : blk) v = _mm512_setzero_ps();
+    for (int p = 0; p < 8; ++p) {
+      prefetch_next(&b, p, (kLines + 7) / 8);
+      const __m512i x = _mm512_cvtepu8_epi16(load256(b.sm[p]));  // lane r: the bytes of sub-blocks 2p, 2p + 1
+      const __m512 sc[2] = {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, m15)), dw),
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, 16), m15)), dw)};
+      for (int k = 0; k < 2; ++k) {
+        const int s = 2 * p + k;
+        const __m512i v = load512(b.qs[s]);
+        const __m512i c[4] = {_mm512_and_si512(v, m3), _mm512_and_si512(_mm512_srli_epi16(v, 2), m3),
+                              _mm512_and_si512(_mm512_srli_epi16(v, 4), m3), _mm512_and_si512(_mm512_srli_epi16(v, 6), m3)};
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* a = act_row<BlockQ8_KP>(act, stride, t)[i].qs + 16 * s;
+          __m512i sum = _mm512_setzero_si512();
+          for (int g = 0; g < 4; ++g) sum = _mm512_dpbusd_epi32(sum, c[g], bcast4(a + 4 * g));
+          blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc[k], blk[t]);
+        }
+      }
+    }
+    const __m512 dm = scales16(b.dmin);
+    __m512i mins[8];
+    for (int p = 0; p < 8; ++p) mins[p] = _mm512_srli_epi16(_mm512_cvtepu8_epi16(load256(b.sm[p])), 4);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) m = _mm512_dpwssd_epi32(m, mins[p], bcast4(a.bsums + 2 * p));
+      acc[t] = _mm512_fmadd_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), dm, blk[t]), _mm512_set1_ps(a.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Bit j of each byte of h moved to bit 2 (Q3_K's third bit of code register j of a pair), the rest 0.
+template <int J>
+inline __m512i third_bit(__m512i h) {
+  const __m512i m4 = _mm512_set1_epi8(4);
+  if constexpr (J < 2) return _mm512_and_si512(_mm512_slli_epi16(h, 2 - J), m4);
+  else if constexpr (J == 2) return _mm512_and_si512(h, m4);
+  else return _mm512_and_si512(_mm512_srli_epi16(h, J - 2), m4);
+}
+
+// Q3_K: codes 0..7 (low 2 bits as Q2_K's, the third bit merged in per register), value code − 4: each
+// sub-block's sum starts at −4·Σa; a signed scale per 16-element sub-block.
+template <int NT>
+void q3_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
+  constexpr int kLines = (sizeof(PackQ3_K) + 63) / 64;
+  const auto* blocks = reinterpret_cast<const PackQ3_K*>(w);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  constexpr int kAndOr = 0xea;  // (a & b) | c
+  __m512 acc[NT];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const PackQ3_K& b = blocks[i];
+    const __m512 dw = scales16(b.d);
+    __m512 blk[NT];
+    for (auto& v : blk) v = _mm512_setzero_ps();
+    for (int p = 0; p < 8; ++p) {
+      prefetch_next(&b, p, (kLines + 7) / 8);
+      const __m512i h = load512(b.q[p][2]);
+      const __m512i hb[8] = {third_bit<0>(h), third_bit<1>(h), third_bit<2>(h), third_bit<3>(h),
+                             third_bit<4>(h), third_bit<5>(h), third_bit<6>(h), third_bit<7>(h)};
+      for (int k = 0; k < 2; ++k) {
+        const int s = 2 * p + k;
+        const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b.sc[s]))), dw);
+        const __m512i v = load512(b.q[p][k]);
+        const __m512i c[4] = {_mm512_ternarylogic_epi32(v, m3, hb[4 * k], kAndOr),
+                              _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 2), m3, hb[4 * k + 1], kAndOr),
+                              _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m3, hb[4 * k + 2], kAndOr),
+                              _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 6), m3, hb[4 * k + 3], kAndOr)};
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8_KP& a = act_row<BlockQ8_KP>(act, stride, t)[i];
+          __m512i sum = _mm512_set1_epi32(-4 * a.bsums[s]);
+          for (int g = 0; g < 4; ++g) sum = _mm512_dpbusd_epi32(sum, c[g], bcast4(a.qs + 16 * s + 4 * g));
+          blk[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, blk[t]);
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(blk[t], _mm512_set1_ps(act_row<BlockQ8_KP>(act, stride, t)[i].d), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 template <template <int> class K>
 PackedTileFn by_tokens(int nt) {
   switch (nt) {
@@ -281,6 +376,8 @@ template <int NT> struct Q4_KK { static constexpr PackedTileFn fn = q4_5_k_tile<
 template <int NT> struct Q5_KK { static constexpr PackedTileFn fn = q4_5_k_tile<PackQ5_K, NT>; };
 template <int NT> struct IQ4_XSK { static constexpr PackedTileFn fn = iq4_xs_tile<NT>; };
 template <int NT> struct Q6_KK { static constexpr PackedTileFn fn = q6_k_tile<NT>; };
+template <int NT> struct Q2_KK { static constexpr PackedTileFn fn = q2_k_tile<NT>; };
+template <int NT> struct Q3_KK { static constexpr PackedTileFn fn = q3_k_tile<NT>; };
 static_assert(kPackTokens == 8);
 
 }  // namespace
@@ -295,6 +392,8 @@ PackedTileFn packed_tile_avx512(TensorType t, int nt) {
     case TensorType::Q5_K: return by_tokens<Q5_KK>(nt);
     case TensorType::IQ4_XS: return by_tokens<IQ4_XSK>(nt);
     case TensorType::Q6_K: return by_tokens<Q6_KK>(nt);
+    case TensorType::Q2_K: return by_tokens<Q2_KK>(nt);
+    case TensorType::Q3_K: return by_tokens<Q3_KK>(nt);
     default: return nullptr;
   }
 }

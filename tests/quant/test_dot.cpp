@@ -202,7 +202,8 @@ TEST(Dot, PackedMatmulMatchesTheReference) {
   std::mt19937 rng(7);
   ThreadPool pool(2);
   int ran = 0;
-  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K, TensorType::IQ4_XS, TensorType::Q6_K}) {
+  for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q4_K, TensorType::Q5_K, TensorType::IQ4_XS, TensorType::Q6_K,
+                       TensorType::Q2_K, TensorType::Q3_K}) {
     for (int64_t cols : {256, 768}) {
       const int64_t rows = 48;
       if (!can_pack(t, rows, cols)) continue;
