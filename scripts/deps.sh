@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages ZINC needs, and nothing when they are all present.
 # Usage: scripts/deps.sh [--test]   (--test adds what the test suite needs: GoogleTest, clang, libFuzzer,
-# tmux for the terminal-chat test, curl, chromium and haproxy for the server tests, man and groff for the manual page)
+# tmux for the terminal-chat test, curl, chromium and haproxy for the server tests, man and groff for the manual page,
+# and on x86-64 an AArch64 cross compiler and qemu for the NEON kernels' tests)
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config git
@@ -9,6 +10,7 @@ pkgs=(cmake ninja-build g++ pkg-config git
       libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libedit-dev)
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium haproxy man-db groff-base)
+  [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] && pkgs+=(g++-aarch64-linux-gnu qemu-user)
 fi
 
 missing() {

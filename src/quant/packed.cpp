@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/system_info.h"
 #include "quant/blocks.h"
 #include "quant/dot.h"
 #include "quant/fp16.h"
@@ -220,6 +221,8 @@ PackedTileFn tile_fn(TensorType t, int nt) {
   static const std::string isa = dot_isa_in_use();
   if (isa == "avx512") return packed_tile_avx512(t, nt);
   if (isa == "avx2") return packed_tile_avx2(t, nt);
+  static const bool dotprod = cpu_info().arm_dotprod;
+  if (isa == "neon" && dotprod) return packed_tile_neon(t, nt);
   return nullptr;
 }
 

@@ -151,6 +151,7 @@ using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, s
 // dot_kernel() uses that set.
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
 PackedTileFn packed_tile_avx2(TensorType weight, int nt);
+PackedTileFn packed_tile_neon(TensorType weight, int nt);  // needs the dot-product extension
 
 // The activation row of n elements the packed kernels for `weight` read (BlockQ8_0P or BlockQ8_KP
 // blocks): the codes and scales quantize_activation() gives, with their sums.
