@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace zinc {
 
@@ -24,6 +25,10 @@ void chunk_of(int64_t n, unsigned parts, unsigned index, int64_t* begin, int64_t
   const int64_t per = n / parts, extra = n % parts;
   *begin = static_cast<int64_t>(index) * per + std::min<int64_t>(index, extra);
   *end = *begin + per + (static_cast<int64_t>(index) < extra ? 1 : 0);
+}
+
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 inline void cpu_relax() {
@@ -56,12 +61,15 @@ void ThreadPool::worker_loop(unsigned index) {
     seen = g;
     int64_t b, e;
     chunk_of(job_n_, size(), index, &b, &e);
+    const bool timed = accounting_.load(std::memory_order_relaxed);
+    const int64_t t0 = timed ? now_ns() : 0;
     try {
       if (b < e) (*job_)(b, e);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
+    if (timed) worker_busy_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
     // seq_cst on both sides: either the caller sees pending_ reach 0 before it sleeps, or this sees
     // caller_waiting_ and wakes it.
     if (pending_.fetch_sub(1) == 1 && caller_waiting_.load()) {
@@ -95,6 +103,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   } catch (...) {
     mine = std::current_exception();
   }
+  const bool timed = accounting_.load(std::memory_order_relaxed);
+  const int64_t wait_from = timed ? now_ns() : 0;
   for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
   std::unique_lock<std::mutex> lock(mutex_);
   if (pending_.load() != 0) {
@@ -102,6 +112,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     done_.wait(lock, [&] { return pending_.load() == 0; });
     caller_waiting_.store(false);
   }
+  if (timed) caller_wait_ns_.fetch_add(now_ns() - wait_from, std::memory_order_relaxed);
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);

@@ -9,8 +9,6 @@
 
 namespace zinc::graph {
 
-namespace {
-
 const char* op_name(Op op) {
   switch (op) {
     case Op::Embed: return "embed";
@@ -35,8 +33,6 @@ const char* op_name(Op op) {
   }
   return "?";
 }
-
-}  // namespace
 
 std::string Graph::dump() const {
   std::string out;

@@ -85,6 +85,7 @@ enum class Op : uint8_t {
   Input,       // out[t] = row t of the step's inputs (StepParams::inputs): what another context computed,
                // such as the target model's hidden states a multi-token-prediction head reads    in: none
 };
+const char* op_name(Op op);  // "matmul", "delta_net", ...
 
 enum class MoeRouting : uint8_t {
   SoftmaxTopK,  // softmax over all experts, then the top k (optionally renormalised)

@@ -372,6 +372,45 @@ TEST(Cli, RunContinuesAPromptGreedily) {
   EXPECT_TRUE(contains(full.err, "do not fit the context of 256")) << full.err;
 }
 
+// ZINC_CPU_PROFILE=1: the same text, and at exit a table per kind of step of the ops that ran, with the
+// threads' idle share of each.
+TEST(Cli, CpuProfilePrintsEachOpsTimeAndIdleShare) {
+  ZINC_REQUIRE_TESTDATA();
+  const std::vector<std::string> args = {"run", "-m", stories(), "-p", "Once upon a time", "-n", "6", "--backend", "cpu", "-t", "2"};
+  const RunResult plain = zinc(args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_FALSE(contains(plain.err, "CPU profile")) << plain.err;
+  ::setenv("ZINC_CPU_PROFILE", "1", 1);
+  const RunResult r = zinc(args);
+  ::unsetenv("ZINC_CPU_PROFILE");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, plain.out);
+  EXPECT_TRUE(contains(r.err, "CPU profile: 2 threads")) << r.err;
+  const size_t prompt = r.err.find("prompt steps: 1 ("), decode = r.err.find("decode steps: ");
+  ASSERT_NE(prompt, std::string::npos) << r.err;
+  ASSERT_NE(decode, std::string::npos) << r.err;
+  // Each table lists the products and the attention, with a time and an idle share in [0, 100]%.
+  for (size_t at : {prompt, decode}) {
+    const size_t end = r.err.find(" steps: ", at + 14);
+    const std::string table = r.err.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    for (const char* op : {"matmul", "attention", "rms_norm"}) {
+      const size_t line = table.find(std::string("\n  ") + op + " ");
+      ASSERT_NE(line, std::string::npos) << op << " in\n" << table;
+      std::istringstream row(table.substr(line + 1));
+      std::string name, share, idle;
+      double nodes = -1, ms = -1;
+      row >> name >> nodes >> ms >> share >> idle;
+      EXPECT_GT(nodes, 0) << table;
+      EXPECT_GE(ms, 0.0) << table;
+      ASSERT_FALSE(idle.empty()) << table;
+      EXPECT_EQ(idle.back(), '%') << table;
+      const double idle_pct = std::stod(idle);
+      EXPECT_GE(idle_pct, 0.0) << table;
+      EXPECT_LE(idle_pct, 100.0) << table;
+    }
+  }
+}
+
 TEST(Cli, AModelsOwnPredictionHeadDraftsAndChangesNothing) {
   // A checkpoint with Qwen3.5's multi-token-prediction head: converted with it, drafting with it by
   // default (--spec auto tries it, then judges it by its acceptance), always with --spec on, never with

@@ -66,5 +66,29 @@ TEST(ThreadPool, ExceptionsReachTheCallerAndThePoolKeepsWorking) {
   }
 }
 
+// Time accounting: off, nothing is counted; on, a worker's chunk counts as its busy time and the caller's
+// wait for it after a short chunk of its own as the caller's wait; off again, nothing more. Sleeps give
+// lower bounds only (a loaded machine makes them longer, never shorter).
+TEST(ThreadPool, AccountingCountsWorkersBusyTimeAndTheCallersWait) {
+  using namespace std::chrono_literals;
+  ThreadPool pool(2);
+  // Chunk 0 is the caller's, chunk 1 the worker's.
+  const auto worker_sleeps = [](int64_t b, int64_t) {
+    if (b == 1) std::this_thread::sleep_for(30ms);
+  };
+  pool.parallel_for(2, worker_sleeps);
+  EXPECT_EQ(pool.usage().worker_busy_ns, 0);
+  EXPECT_EQ(pool.usage().caller_wait_ns, 0);
+  pool.set_accounting(true);
+  pool.parallel_for(2, worker_sleeps);
+  const ThreadPool::Usage u = pool.usage();
+  EXPECT_GE(u.worker_busy_ns, 30'000'000);
+  EXPECT_GE(u.caller_wait_ns, 25'000'000);
+  pool.set_accounting(false);
+  pool.parallel_for(2, worker_sleeps);
+  EXPECT_EQ(pool.usage().worker_busy_ns, u.worker_busy_ns);
+  EXPECT_EQ(pool.usage().caller_wait_ns, u.caller_wait_ns);
+}
+
 }  // namespace
 }  // namespace zinc

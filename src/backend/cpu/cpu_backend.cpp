@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -23,6 +26,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/big_buffer.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/system_info.h"
 #include "core/thread_pool.h"
 #include "quant/dot.h"
@@ -145,6 +149,11 @@ class CpuExecutable final : public SequencedExecutable {
  public:
   CpuExecutable(std::shared_ptr<CpuWeights> weights, const graph::Graph& g, const ExecOptions& opts)
       : SequencedExecutable(g, opts), weights_(std::move(weights)), pool_(weights_->pool) {
+    if (const char* e = knob("ZINC_CPU_PROFILE"); e && *e && *e != '0') {
+      profiling_ = true;
+      pool_.set_accounting(true);
+      for (auto& v : op_time_) v.resize(static_cast<size_t>(Op::Input) + 1);
+    }
     plan_buffers();
     // Each layer's cache has its own row width (layers may differ in head size or KV heads); all
     // layers share the block tables.
@@ -175,12 +184,33 @@ class CpuExecutable final : public SequencedExecutable {
     }
     auto& rows = rows_;  // rows held by each activation this step
     rows.assign(g_.tensors.size(), 0);
+    const size_t kind = step.tokens.size() > 1 ? 1 : 0;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       cur_ = i;
+      if (!profiling_) {
+        exec(g_.nodes[i], step, rows);
+        continue;
+      }
+      const ThreadPool::Usage u0 = pool_.usage();
+      const int64_t t0 = now_ns();
       exec(g_.nodes[i], step, rows);
+      const int64_t wall = now_ns() - t0;
+      const ThreadPool::Usage u1 = pool_.usage();
+      OpTime& o = op_time_[kind][static_cast<size_t>(g_.nodes[i].op)];
+      ++o.nodes;
+      o.wall_ns += wall;
+      o.idle_ns += static_cast<int64_t>(pool_.size() - 1) * wall - (u1.worker_busy_ns - u0.worker_busy_ns) + (u1.caller_wait_ns - u0.caller_wait_ns);
+    }
+    if (profiling_) {
+      ++steps_[kind];
+      tokens_[kind] += static_cast<int64_t>(step.tokens.size());
     }
     logit_rows_ = rows[static_cast<size_t>(g_.logits)];
     end_step(step);
+  }
+
+  ~CpuExecutable() override {
+    if (profiling_) std::fputs(profile().c_str(), stderr);
   }
 
   std::span<const float> logits() const override {
@@ -200,6 +230,47 @@ class CpuExecutable final : public SequencedExecutable {
   }
 
  private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  // ZINC_CPU_PROFILE: per kind of step (decode: one token; prompt: more), per op: its time and the
+  // threads' idle time inside it (thread time not spent in the op's work: a thread waiting for the
+  // others, or the op running on one thread), as a table sorted by time.
+  std::string profile() const {
+    const unsigned threads = pool_.size();
+    std::string out = fmt::format("CPU profile: {} thread{}; idle: the share of the threads' time inside an op not spent working\n",
+                                  threads, threads == 1 ? "" : "s");
+    const char* kinds[] = {"decode", "prompt"};
+    for (size_t k = 0; k < 2; ++k) {
+      if (steps_[k] == 0) continue;
+      int64_t total = 0, idle = 0;
+      std::vector<size_t> order;
+      for (size_t op = 0; op < op_time_[k].size(); ++op) {
+        total += op_time_[k][op].wall_ns;
+        idle += op_time_[k][op].idle_ns;
+        if (op_time_[k][op].nodes > 0) order.push_back(op);
+      }
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return op_time_[k][a].wall_ns > op_time_[k][b].wall_ns; });
+      const auto pct = [&](int64_t part, int64_t whole) { return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0; };
+      out += fmt::format("{} steps: {} ({} tokens), {:.3f} ms per step in ops, {:.1f}% idle\n", kinds[k], steps_[k], tokens_[k],
+                         static_cast<double>(total) / 1e6 / static_cast<double>(steps_[k]), pct(idle, total * threads));
+      out += fmt::format("  {:<12} {:>8} {:>12} {:>7} {:>7}\n", "op", "nodes", "ms per step", "share", "idle");
+      for (size_t op : order) {
+        const OpTime& o = op_time_[k][op];
+        out += fmt::format("  {:<12} {:>8} {:>12.3f} {:>6.1f}% {:>6.1f}%\n", graph::op_name(static_cast<Op>(op)), o.nodes / steps_[k],
+                           static_cast<double>(o.wall_ns) / 1e6 / static_cast<double>(steps_[k]), pct(o.wall_ns, total), pct(o.idle_ns, o.wall_ns * threads));
+      }
+    }
+    return out;
+  }
+  struct OpTime {
+    int64_t nodes = 0, wall_ns = 0, idle_ns = 0;
+  };
+  bool profiling_ = false;
+  std::vector<OpTime> op_time_[2];  // [decode, prompt][op]
+  int64_t steps_[2] = {}, tokens_[2] = {};
+
   // Every activation's place in one arena of width * max_tokens floats each, reused once the last node
   // reading a tensor has run (plan_arena, as every backend plans it).
   void plan_buffers() {
@@ -729,14 +800,19 @@ class CpuExecutable final : public SequencedExecutable {
         for (int h = 0; h < n_head_kv; ++h) jobs.push_back({pi, parts_[pi].first + t, tokens, h});
       }
     }
-    pool_.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t b, int64_t e) {
+    // Jobs handed out one at a time, the last tokens (the longest spans) first: in a prompt a job's work
+    // grows with its position, and a static split left a thread idle for a third of the attention
+    // (measured with ZINC_CPU_PROFILE). A job's results do not depend on the thread that runs it.
+    const auto n_jobs = static_cast<int64_t>(jobs.size());
+    std::atomic<int64_t> next{0};
+    pool_.parallel_for(std::min<int64_t>(pool_.size(), n_jobs), [&](int64_t, int64_t) {
       thread_local std::vector<float> scratch;
       const float* qs[kAttnRows];
       float* outs[kAttnRows];
       int64_t lo[kAttnRows], hi[kAttnRows];
       float sink[kAttnRows];
-      for (int64_t ji = b; ji < e; ++ji) {
-        const AttnJob& job = jobs[static_cast<size_t>(ji)];
+      for (int64_t ji; (ji = next.fetch_add(1, std::memory_order_relaxed)) < n_jobs;) {
+        const AttnJob& job = jobs[static_cast<size_t>(n_jobs - 1 - ji)];
         const Part& p = parts_[job.part];
         const int64_t first = seen_[job.part], base = first / cpu::kAttendTile * cpu::kAttendTile;
         for (int g0 = 0; g0 < group; g0 += heads_per_pass) {  // query heads of this KV head
