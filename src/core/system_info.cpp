@@ -90,6 +90,9 @@ void detect_x86(CpuInfo& info) {
   info.avx512bw = (b & (1u << 30)) && os_avx512;
   info.avx512vl = (b & (1u << 31)) && os_avx512;
   info.avx512vnni = (c & (1u << 11)) && os_avx512;
+  // AMX: the tile unit and its int8 products, with the tile state in XCR0 (bits 17, 18). Linux also
+  // asks a process to request the tile data state before its first tile instruction (amx_request()).
+  info.amx_int8 = (d & (1u << 24)) && (d & (1u << 25)) && (xcr0 & 0x60000) == 0x60000;
   __cpuid_count(7, 1, a, b, c, d);
   info.avxvnni = (a & (1u << 4)) && os_avx;
   info.avx512bf16 = (a & (1u << 5)) && os_avx512;
@@ -103,7 +106,7 @@ std::vector<std::string> CpuInfo::feature_names() const {
   const std::pair<bool, const char*> all[] = {
       {sse3, "sse3"},         {avx, "avx"},           {avx2, "avx2"},           {fma, "fma"},
       {f16c, "f16c"},         {avx512f, "avx512f"},   {avx512bw, "avx512bw"},   {avx512vl, "avx512vl"},
-      {avx512vnni, "avx512_vnni"}, {avx512bf16, "avx512_bf16"}, {avxvnni, "avx_vnni"}, {neon, "neon"},
+      {avx512vnni, "avx512_vnni"}, {avx512bf16, "avx512_bf16"}, {avxvnni, "avx_vnni"}, {amx_int8, "amx_int8"}, {neon, "neon"},
       {arm_dotprod, "dotprod"}, {arm_i8mm, "i8mm"},  {sve, "sve"}};
   for (const auto& [present, feature] : all) {
     if (present) out.emplace_back(feature);

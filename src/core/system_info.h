@@ -15,7 +15,7 @@ struct CpuInfo {
   // Instruction-set features usable by this process (CPU support and OS-enabled register state).
   bool sse3 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
-  bool avxvnni = false;
+  bool avxvnni = false, amx_int8 = false;
   bool neon = false, arm_dotprod = false, arm_i8mm = false, sve = false;
 
   std::vector<std::string> feature_names() const;  // the features that are present, lower case

@@ -455,8 +455,8 @@ inline __m256i third_bit(__m256i h, __m256i m4) {
   else return _mm256_and_si256(_mm256_srli_epi16(h, J - 2), m4);
 }
 
-// Q2_K and Q3_K, rows 8h .. 8h + 7 for h in [h0, h0 + NH) × NT tokens (decode: both halves in one
-// pass; the operations per half do not depend on NH, so neither do the results). A sub-block's 4 code
+// Q2_K and Q3_K, rows 8h .. 8h + 7 for h in [h0, h0 + NH) × NT tokens (tile() runs one token with both
+// halves in one pass; the operations per half do not depend on NH, so neither do the results). A sub-block's 4 code
 // registers meet the token in maddubs, their pair sums added in int16 (4·2·7·127 < 2^15) and multiplied
 // by the row's scale as they are widened (madd against the scale in both halves of each lane): the
 // block's sum stays in int32 (16·31·4·2·7·127 < 2^31) and is converted once. Q3_K's −4 offset joins
@@ -537,36 +537,6 @@ void q2_3_k_rows(const P* blocks, int64_t nb, int h0, const uint8_t* act, size_t
     for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * (h0 + hh), acc[hh][t]);
 }
 
-// A Q2_K or Q3_K group: one token with both halves in one pass, more tokens 4 at a time per half.
-template <class P, int NT>
-void q2_3_k_tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
-  const auto* blocks = reinterpret_cast<const P*>(w);
-  if constexpr (NT == 1) {
-    q2_3_k_rows<P, 1, 2>(blocks, n / 256, 0, act, stride, y, y_stride);
-  } else {
-    constexpr int kFirst = NT > 4 ? 4 : NT;
-    for (int h = 0; h < 2; ++h) {
-      q2_3_k_rows<P, kFirst, 1>(blocks, n / 256, h, act, stride, y, y_stride);
-      if constexpr (NT > 4) q2_3_k_rows<P, NT - 4, 1>(blocks, n / 256, h, act + 4 * stride, stride, y + 4 * y_stride, y_stride);
-    }
-  }
-}
-
-template <class P>
-PackedTileFn q2_3_k_by_tokens(int nt) {
-  switch (nt) {
-    case 1: return q2_3_k_tile<P, 1>;
-    case 2: return q2_3_k_tile<P, 2>;
-    case 3: return q2_3_k_tile<P, 3>;
-    case 4: return q2_3_k_tile<P, 4>;
-    case 5: return q2_3_k_tile<P, 5>;
-    case 6: return q2_3_k_tile<P, 6>;
-    case 7: return q2_3_k_tile<P, 7>;
-    case 8: return q2_3_k_tile<P, 8>;
-    default: return nullptr;
-  }
-}
-
 // A group: both halves; K-quant tokens 4 at a time, Q8_0 tokens all at once.
 template <class P, template <int> class Half, int NT>
 void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
@@ -577,6 +547,7 @@ void tile(const uint8_t* w, int64_t n, const uint8_t* act, size_t stride, float*
   } else if constexpr (NT == 1) {
     if constexpr (std::is_same_v<P, PackQ6_K>) q6_k_one(blocks, n / 256, act, y);
     else if constexpr (std::is_same_v<P, PackIQ4_XS>) iq4_xs_one(blocks, n / 256, act, y);
+    else if constexpr (std::is_same_v<P, PackQ2_K> || std::is_same_v<P, PackQ3_K>) q2_3_k_rows<P, 1, 2>(blocks, n / 256, 0, act, stride, y, y_stride);
     else q4_5_k_one(blocks, n / 256, act, y);
   } else {
     constexpr int kFirst = NT > 4 ? 4 : NT;
@@ -591,6 +562,8 @@ template <int NT> struct Q4_KH { static constexpr auto run = q4_5_k_half<PackQ4_
 template <int NT> struct Q5_KH { static constexpr auto run = q4_5_k_half<PackQ5_K, NT>; };
 template <int NT> struct IQ4_XSH { static constexpr auto run = iq4_xs_half<NT>; };
 template <int NT> struct Q6_KH { static constexpr auto run = q6_k_half<NT>; };
+template <int NT> struct Q2_KH { static constexpr auto run = q2_3_k_rows<PackQ2_K, NT, 1>; };
+template <int NT> struct Q3_KH { static constexpr auto run = q2_3_k_rows<PackQ3_K, NT, 1>; };
 
 template <TensorType T>
 PackedTileFn nibble_by_tokens(int nt) {
@@ -713,8 +686,8 @@ PackedTileFn packed_tile_avx2(TensorType t, int nt) {
     case TensorType::Q5_K: return by_tokens<PackQ5_K, Q5_KH>(nt);
     case TensorType::IQ4_XS: return by_tokens<PackIQ4_XS, IQ4_XSH>(nt);
     case TensorType::Q6_K: return by_tokens<PackQ6_K, Q6_KH>(nt);
-    case TensorType::Q2_K: return q2_3_k_by_tokens<PackQ2_K>(nt);
-    case TensorType::Q3_K: return q2_3_k_by_tokens<PackQ3_K>(nt);
+    case TensorType::Q2_K: return by_tokens<PackQ2_K, Q2_KH>(nt);
+    case TensorType::Q3_K: return by_tokens<PackQ3_K, Q3_KH>(nt);
     default: return nullptr;
   }
 }

@@ -54,15 +54,28 @@ inline int32x4_t pair_dot(int32x4_t m, uint8x8_t bytes, const int16_t* sums) {
   return vaddq_s32(m, vpaddq_s32(vmull_s16(vget_low_s16(b), vget_low_s16(s)), vmull_high_s16(b, s)));
 }
 
-// The kernels: quads [q0, q0 + NQ) × NT tokens; y[t·y_stride + 4q + r].
+// A pass's float sums: quads [q0, q0 + NQ) × NT tokens, stored to y[t·y_stride + 4q + r].
+template <int NT, int NQ>
+struct Acc {
+  float32x4_t v[NQ][NT];
+  Acc() {
+    for (auto& a : v)
+      for (auto& x : a) x = vdupq_n_f32(0.0f);
+  }
+  float32x4_t* operator[](int qq) { return v[qq]; }
+  void store(float* y, int64_t y_stride, int q0) const {
+    for (int qq = 0; qq < NQ; ++qq)
+      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), v[qq][t]);
+  }
+};
+
+// The kernels: run<NT, NQ>(w, n, q0, ...) sums quads [q0, q0 + NQ) × NT tokens.
 struct Q8_0N {
   template <int NT, int NQ>
   static void run(const uint8_t* w, int64_t n, int q0, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
     const auto* blocks = reinterpret_cast<const PackQ8_0*>(w);
     const uint8x16_t m80 = vdupq_n_u8(0x80);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 32; ++i) {
       const PackQ8_0& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -76,8 +89,7 @@ struct Q8_0N {
         }
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
@@ -108,9 +120,7 @@ struct Nibble32N {
     const auto* blocks = reinterpret_cast<const P*>(w);
     const int8x16_t lut = table();
     const uint8x16_t m15 = vdupq_n_u8(0x0f);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 32; ++i) {
       const P& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -128,8 +138,7 @@ struct Nibble32N {
         }
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
@@ -142,9 +151,7 @@ struct Q45_KN {
     constexpr bool kFive = std::is_same_v<P, PackQ5_K>;
     const auto* blocks = reinterpret_cast<const P*>(w);
     const uint8x16_t m15 = vdupq_n_u8(0x0f), m16 = vdupq_n_u8(0x10);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 256; ++i) {
       const P& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -178,8 +185,7 @@ struct Q45_KN {
         }
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
@@ -190,9 +196,7 @@ struct IQ4_XSN {
     const auto* blocks = reinterpret_cast<const PackIQ4_XS*>(w);
     const int8x16_t lut = vld1q_s8(kIQ4NLValues);
     const uint8x16_t m15 = vdupq_n_u8(0x0f);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 256; ++i) {
       const PackIQ4_XS& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -216,8 +220,7 @@ struct IQ4_XSN {
         for (int t = 0; t < NT; ++t) acc[qq][t] = vfmaq_n_f32(acc[qq][t], blk[t], act_block<BlockQ8_KP>(act, stride, t, i).d);
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
@@ -228,9 +231,7 @@ struct Q6_KN {
   static void run(const uint8_t* w, int64_t n, int q0, const uint8_t* act, size_t stride, float* y, int64_t y_stride) {
     const auto* blocks = reinterpret_cast<const PackQ6_K*>(w);
     const uint8x16_t m63 = vdupq_n_u8(0x3f);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 256; ++i) {
       const PackQ6_K& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -253,8 +254,7 @@ struct Q6_KN {
         for (int t = 0; t < NT; ++t) acc[qq][t] = vfmaq_n_f32(acc[qq][t], blk[t], act_block<BlockQ8_KP>(act, stride, t, i).d);
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
@@ -267,9 +267,7 @@ struct Q23_KN {
     constexpr bool kThree = std::is_same_v<P, PackQ3_K>;
     const auto* blocks = reinterpret_cast<const P*>(w);
     const uint8x16_t m3 = vdupq_n_u8(3), m4 = vdupq_n_u8(4);
-    float32x4_t acc[NQ][NT];
-    for (auto& a : acc)
-      for (auto& v : a) v = vdupq_n_f32(0.0f);
+    Acc<NT, NQ> acc;
     for (int64_t i = 0; i < n / 256; ++i) {
       const P& b = blocks[i];
       for (int qq = 0; qq < NQ; ++qq) {
@@ -322,8 +320,7 @@ struct Q23_KN {
         }
       }
     }
-    for (int qq = 0; qq < NQ; ++qq)
-      for (int t = 0; t < NT; ++t) vst1q_f32(y + t * y_stride + 4 * (q0 + qq), acc[qq][t]);
+    acc.store(y, y_stride, q0);
   }
 };
 
