@@ -462,12 +462,14 @@ class CpuExecutable final : public SequencedExecutable {
         n = in_rows(0);
         const int64_t in_w = g_.tensor(node.in[0]).ne[0], piece = width / node.split().n_groups;
         const float* x = buf(node.in[0]);
-        for (int64_t t = 0; t < n; ++t) {
-          for (int gi = 0; gi < node.split().n_groups; ++gi) {
-            std::memcpy(out + t * width + gi * piece, x + t * in_w + gi * node.split().stride + node.split().offset,
-                        static_cast<size_t>(piece) * sizeof(float));
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            for (int gi = 0; gi < node.split().n_groups; ++gi) {
+              std::memcpy(out + t * width + gi * piece, x + t * in_w + gi * node.split().stride + node.split().offset,
+                          static_cast<size_t>(piece) * sizeof(float));
+            }
           }
-        }
+        });
         break;
       }
       case Op::Concat: {
@@ -476,7 +478,9 @@ class CpuExecutable final : public SequencedExecutable {
         for (TensorId part : node.in) {
           const int64_t pw = g_.tensor(part).ne[0];
           const float* x = buf(part);
-          for (int64_t t = 0; t < n; ++t) std::memcpy(out + t * width + at, x + t * pw, static_cast<size_t>(pw) * sizeof(float));
+          by_rows(n, pw, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) std::memcpy(out + t * width + at, x + t * pw, static_cast<size_t>(pw) * sizeof(float));
+          });
           at += pw;
         }
         break;
@@ -486,12 +490,14 @@ class CpuExecutable final : public SequencedExecutable {
         const float* a = buf(node.in[0]);
         const float* b = buf(node.in[1]);
         const int64_t bw = g_.tensor(node.in[1]).ne[0];
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t i = 0; i < width; ++i) {
-            const float gate = b[t * bw + (bw == 1 ? 0 : i)];
-            out[t * width + i] = a[t * width + i] / (1.0f + std::exp(-gate));
+        by_rows(n, width, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            for (int64_t i = 0; i < width; ++i) {
+              const float gate = b[t * bw + (bw == 1 ? 0 : i)];
+              out[t * width + i] = a[t * width + i] / (1.0f + std::exp(-gate));
+            }
           }
-        }
+        });
         break;
       }
       case Op::SsmConv: {
@@ -503,7 +509,7 @@ class CpuExecutable final : public SequencedExecutable {
           for (int64_t t = 0; t < pieces; ++t) {
             const int64_t at = p.first + t * each;
             cpu::ssm_conv(buf(node.in[0]) + at * width, static_cast<const float*>(w(node.in[1])), state_of(p.step.seq),
-                          out + at * width, width, static_cast<int>(wt.ne[0]), each);
+                          out + at * width, width, static_cast<int>(wt.ne[0]), each, &pool_);
             if (p.step.keep_states) keep_state(p.step.seq, t);
           }
         }

@@ -150,18 +150,44 @@ void chunked_head(const float* q, const float* k, const float* v, const float* g
 
 }  // namespace
 
-void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens) {
+void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens, ThreadPool* pool) {
   const int64_t hist = kernel - 1;
   // Rows of (state, x) as one sequence: row r < hist is state row r, else x row r - hist.
   const auto row = [&](int64_t r) { return r < hist ? state + r * width : x + (r - hist) * width; };
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float* o = out + t * width;
-    for (int64_t ch = 0; ch < width; ++ch) {
-      const float* wc = w + ch * kernel;
-      float s = 0;
-      for (int j = 0; j < kernel; ++j) s += wc[j] * row(t + j)[ch];
-      o[ch] = silu(s);
+  // Each output: s = 0, then s += w[j]·row[j] for j = 0, 1, ..., in that order whichever loop computes it,
+  // so every token's values are the same in a prompt or alone.
+  if (n_tokens < 4) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float* o = out + t * width;
+      for (int64_t ch = 0; ch < width; ++ch) {
+        const float* wc = w + ch * kernel;
+        float s = 0;
+        for (int j = 0; j < kernel; ++j) s += wc[j] * row(t + j)[ch];
+        o[ch] = silu(s);
+      }
     }
+  } else {
+    // Prompts: the taps transposed (tap j of every channel in a row), so a token's channels run as vectors;
+    // tokens split among the threads (each reads rows t .. t + hist; the state changes only after).
+    thread_local std::vector<float> wt;
+    wt.resize(static_cast<size_t>(kernel * width));
+    for (int64_t ch = 0; ch < width; ++ch)
+      for (int j = 0; j < kernel; ++j) wt[static_cast<size_t>(j * width + ch)] = w[ch * kernel + j];
+    const float* wtp = wt.data();
+    const auto tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* o = out + t * width;
+        std::fill_n(o, width, 0.0f);
+        for (int j = 0; j < kernel; ++j) {
+          const float* r = row(t + j);
+          const float* wj = wtp + j * width;
+          for (int64_t ch = 0; ch < width; ++ch) o[ch] += wj[ch] * r[ch];
+        }
+        for (int64_t ch = 0; ch < width; ++ch) o[ch] = silu(o[ch]);
+      }
+    };
+    if (pool && n_tokens * width >= 16384) pool->parallel_for(n_tokens, tokens);
+    else tokens(0, n_tokens);
   }
   // The new state: the last hist rows of (state, x).
   std::vector<float> keep(static_cast<size_t>(hist * width));

@@ -33,8 +33,10 @@ void softcap(const float* x, float* out, int64_t n, float cap);
 
 // Depthwise causal convolution over time then SiLU (Op::SsmConv). w: `width` rows of `kernel` taps,
 // oldest first; state: the kernel - 1 rows of inputs before this step, oldest first, replaced by the
-// last kernel - 1 rows of (state, x).
-void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens);
+// last kernel - 1 rows of (state, x). With a pool, a prompt's tokens are split among its threads (the
+// same values).
+void ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int64_t n_tokens,
+              ThreadPool* pool = nullptr);
 
 // Causal attention of nq query rows (q[r], hd floats each, already rotated) over a sequence's keys and
 // values. Keys are indexed from a position aligned to kAttendTile: key j is lane j % kAttendTile of
