@@ -26,8 +26,10 @@ async function scenario(flags) {
   const ask = (prompt, max_tokens) =>
     client.completions.create({ model: "stories260K", prompt, max_tokens, temperature: 0 });
   const a = await ask(shared + "One day she", 8);
-  const x = ask("The dog ran and ran", 300);  // long enough to keep its slot busy while B runs
-  await new Promise((r) => setTimeout(r, 50));
+  // Long enough to keep its slot busy while B runs (300 tokens once finished first on a fast machine, and
+  // B then took X's slot, sharing its first token).
+  const x = ask("The dog ran and ran", 480);
+  await new Promise((r) => setTimeout(r, 20));
   const health = await (await fetch(s.base + "/health")).json();
   const b = await ask(shared + "The next morning", 16);
   await x;
@@ -48,6 +50,7 @@ try {
   check(withCache.b.choices[0].text === without.b.choices[0].text && withCache.b.choices[0].text.length > 0,
         "B's greedy answer is the one a server without the cache gives",
         JSON.stringify([withCache.b.choices[0].text, without.b.choices[0].text]));
+  check(without.busy >= 1, "without the cache too, the first slot was busy while B ran", String(without.busy));
   check((without.b.usage.prompt_tokens_details?.cached_tokens ?? 0) === 0,
         "with --cache-mem 0 the other slot reuses nothing", JSON.stringify(without.b.usage));
   const m = withCache.metrics;
