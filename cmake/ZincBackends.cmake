@@ -52,6 +52,22 @@ if(NOT ZINC_CUDA STREQUAL "OFF")
   endif()
 endif()
 _zinc_backend_decision(cuda "${ZINC_CUDA}" ${_cuda_found} "CUDA toolkit (nvcc) not found")
+# The GPU architectures the kernels are compiled for: the GPU of this machine where one is visible,
+# else every architecture the kernels support (Ampere, Ada, Hopper, and Hopper's PTX for later GPUs).
+# A build that only needs the kernels to compile (CI) passes one: -DZINC_CUDA_ARCHS=90.
+if(ZINC_HAVE_CUDA AND NOT ZINC_CUDA_ARCHS)
+  execute_process(COMMAND nvidia-smi -L RESULT_VARIABLE _smi OUTPUT_QUIET ERROR_QUIET)
+  if(_smi EQUAL 0)
+    set(_archs native)
+  else()
+    set(_archs "80-real;86-real;89-real;90")
+  endif()
+  set(ZINC_CUDA_ARCHS "${_archs}" CACHE STRING "GPU architectures of the CUDA kernels (CMake CUDA_ARCHITECTURES)")
+endif()
+if(ZINC_HAVE_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES "${ZINC_CUDA_ARCHS}")
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+endif()
 
 # Metal: Apple platforms only.
 set(_metal_found FALSE)

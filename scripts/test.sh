@@ -23,7 +23,7 @@ cmake --build build -j "$jobs"
 
 echo "== sanitizer build"
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
-  -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
+  -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" -DZINC_CUDA=OFF >/dev/null
 cmake --build build-san -j "$jobs" --target zinc_unit_test_targets zinc_fuzz_gguf_reader zinc_fuzz_safetensors zinc_fuzz_tokenizer zinc_fuzz_grammar zinc_gguf_samples
 
 status=0
@@ -48,7 +48,7 @@ isa_tests='^(Ops|Architectures|Stories260K|Generate|ChatSession|Session|KvCache|
 # Not again under the other kernel paths: the GPU's own cases (the op suite's Vulkan cases judge the
 # GPU against a double-precision definition; the fixture cases that compare it with the CPU repeat the
 # CPU fixtures' own checks) and the web page in a browser. Half of these passes' time, no CPU kernel.
-isa_skip='VulkanFixture|/vulkan_|_vulkan|^oracle\.web_page'
+isa_skip='VulkanFixture|CudaFixture|/vulkan_|_vulkan|_cuda$|^oracle\.web_page'
 logs=(build/ctest.log build-san/ctest.log)
 for isa in $others; do
   echo "== tests on the $isa kernels (ZINC_CPU_ISA=$isa)"

@@ -217,7 +217,10 @@ std::unique_ptr<Backend> make_cpu_backend(unsigned threads = 0);
 // The Vulkan backend on device `device` (-1: ZINC_VULKAN_DEVICE, else the first discrete GPU). Throws
 // zinc::Error saying why when there is no usable device or this build has no Vulkan.
 std::unique_ptr<Backend> make_vulkan_backend(int device = -1);
-// A backend by name: "cpu", "vulkan", or "auto" (Vulkan when a GPU offers it, else the CPU). Throws
+// The CUDA backend on device `device` (-1: ZINC_CUDA_DEVICE, else device 0). Throws zinc::Error saying
+// why when there is no NVIDIA GPU with a driver, or this build has no CUDA.
+std::unique_ptr<Backend> make_cuda_backend(int device = -1);
+// A backend by name: "cpu", "vulkan", "cuda", or "auto" (Vulkan when a GPU offers it, else the CPU). Throws
 // zinc::Error for an unknown name or a backend that cannot start. `threads` is the CPU backend's.
 std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1, unsigned threads = 0);
 // The same for a model: "auto" also passes over a GPU backend that cannot run one of the graph's nodes

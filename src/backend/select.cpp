@@ -15,6 +15,11 @@ std::unique_ptr<Backend> make_vulkan_backend(int) {
   throw Error("this zinc was built without Vulkan (install libvulkan-dev, libvulkan-volk-dev and glslang-tools, then rebuild)");
 }
 #endif
+#if !defined(ZINC_WITH_CUDA)
+std::unique_ptr<Backend> make_cuda_backend(int) {
+  throw Error("this zinc was built without CUDA (install the CUDA toolkit so that nvcc is found, then rebuild)");
+}
+#endif
 
 namespace {
 
@@ -33,13 +38,14 @@ bool gpu_offered() {
 std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsigned threads) {
   if (name == "cpu") return make_cpu_backend(threads);
   if (name == "vulkan") return make_vulkan_backend(device);
+  if (name == "cuda") return make_cuda_backend(device);
   if (name == "auto") return gpu_offered() ? make_vulkan_backend(device) : make_cpu_backend(threads);
-  if (name == "cuda" || name == "metal" || name == "zinc_rt") {
-    throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan or auto are; Vulkan runs on NVIDIA, "
+  if (name == "metal" || name == "zinc_rt") {
+    throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan, cuda or auto are; Vulkan runs on NVIDIA, "
                             "AMD and Intel GPUs)",
                             name));
   }
-  throw Error(fmt::format("unknown backend '{}' (cpu, vulkan or auto)", name));
+  throw Error(fmt::format("unknown backend '{}' (cpu, vulkan, cuda or auto)", name));
 }
 
 std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device, unsigned threads) {

@@ -26,7 +26,7 @@ struct GenerationArgs {
   int n_predict = -1;  // per answer; < 0: until the context is full (run sets its own default)
   int ctx = 4096;
   unsigned threads = 0;
-  std::string backend = "auto";  // cpu, vulkan, auto (a GPU through Vulkan when there is one)
+  std::string backend = "auto";  // cpu, vulkan, cuda, auto (a GPU through Vulkan when there is one)
   int device = -1;               // the Vulkan device's index (zinc check lists them); -1: the first discrete GPU
   std::string kv_type = "f16";
   bool context_shift = false;

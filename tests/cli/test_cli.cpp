@@ -766,9 +766,15 @@ TEST(Cli, TakesLlamaCppFlags) {
   const RunResult none = run({});
   EXPECT_EQ(none.status, 1);
   EXPECT_TRUE(contains(none.err, "no prompt: give -p TEXT, -p - (standard input) or -f FILE")) << none.err;
+  const RunResult metal = run({"-p", "x", "--backend", "metal"});
+  EXPECT_EQ(metal.status, 1);
+  EXPECT_TRUE(contains(metal.err, "the metal backend is not in this zinc yet")) << metal.err;
+  // CUDA runs where an NVIDIA GPU is visible; elsewhere it says why it cannot.
   const RunResult cuda = run({"-p", "x", "--backend", "cuda"});
-  EXPECT_EQ(cuda.status, 1);
-  EXPECT_TRUE(contains(cuda.err, "the cuda backend is not in this zinc yet")) << cuda.err;
+  if (cuda.status != 0) {
+    EXPECT_EQ(cuda.status, 1);
+    EXPECT_TRUE(contains(cuda.err, "no CUDA device") || contains(cuda.err, "built without CUDA")) << cuda.err;
+  }
 }
 
 TEST(Cli, TakesTheModelWithOrWithoutDashM) {

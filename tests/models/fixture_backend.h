@@ -1,6 +1,6 @@
-// The backend a model-fixture test runs on, by name: the CPU on one thread, or the Vulkan device the
-// loader offers (the same tests are built for both: tests/models for the CPU, tests/vulkan for the
-// device).
+// The backend a model-fixture test runs on, by name: the CPU on one thread, the Vulkan device the
+// loader offers, or the first CUDA device (the same tests are built for each: tests/models for the
+// CPU, tests/vulkan and tests/cuda for the devices).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,8 +24,17 @@ namespace zinc::test {
 // The transformers fixtures (tests/models/fixtures).
 inline const std::filesystem::path kFixtures = ZINC_FIXTURES_DIR;
 
-// "cpu" or "vulkan"; null, with `why`, where there is no Vulkan device (the test then skips, saying why).
+// "cpu", "vulkan" or "cuda"; null, with `why`, where there is no such device (the test then skips,
+// saying why).
 inline std::unique_ptr<backend::Backend> fixture_backend(const std::string& name, std::string& why) {
+  if (name == "cuda") {
+    try {
+      return backend::make_cuda_backend();
+    } catch (const Error& e) {
+      why = std::string("no CUDA device: ") + e.what();
+      return nullptr;
+    }
+  }
   if (name != "vulkan") return backend::make_cpu_backend(1);
   try {
     return backend::make_vulkan_backend();

@@ -1,7 +1,16 @@
 // Every architecture's fixture (tests/models/fixtures: tiny random-weight checkpoints with transformers'
-// reference outputs) through the Vulkan backend, against the CPU backend on the same file: logits at
+// reference outputs) through a GPU backend (Vulkan; CUDA in tests/cuda), against the CPU backend on the same file: logits at
 // every position, by one prefill and by prefill then decode (the recorded decode step replayed), and
 // 64 greedy tokens on Q8_0 weights chosen by the device's argmax.
+// Built for each GPU backend: Vulkan here (tests/vulkan), CUDA from tests/cuda with these four set.
+#ifndef ZINC_GPU_FIXTURE
+#define ZINC_GPU_FIXTURE VulkanFixture
+#define ZINC_GPU_REAL_WEIGHTS VulkanRealWeights
+#define ZINC_GPU_MAKE backend::make_vulkan_backend
+#define ZINC_GPU_NAME "Vulkan"
+#define ZINC_GPU_IS_VULKAN 1
+#endif
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#if defined(ZINC_GPU_IS_VULKAN)
 #include "backend/vulkan/vk_context.h"
+#endif
 #include "convert/convert.h"
 #include "core/error.h"
 #include "load_progress.h"
@@ -29,13 +40,13 @@ const std::filesystem::path kFixtures = ZINC_FIXTURES_DIR;
 
 std::vector<int32_t> ints(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
-class VulkanFixture : public ::testing::TestWithParam<std::string> {
+class ZINC_GPU_FIXTURE : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     try {
-      gpu_ = backend::make_vulkan_backend();
+      gpu_ = ZINC_GPU_MAKE();
     } catch (const Error& e) {
-      GTEST_SKIP() << "no Vulkan device: " << e.what();
+      GTEST_SKIP() << "no " ZINC_GPU_NAME " device: " << e.what();
     }
     std::ifstream in(kFixtures / GetParam() / "reference.json");
     const auto j = nlohmann::json::parse(in);
@@ -79,7 +90,7 @@ double relative_gap(std::span<const float> got, std::span<const float> want) {
   return worst / scale;
 }
 
-TEST_P(VulkanFixture, LogitsMatchTheCpu) {
+TEST_P(ZINC_GPU_FIXTURE, LogitsMatchTheCpu) {
   const gguf::File f = file("F32");
   backend::ExecOptions opts;
   opts.n_ctx = 96;
@@ -105,7 +116,7 @@ TEST_P(VulkanFixture, LogitsMatchTheCpu) {
   }
 }
 
-TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
+TEST_P(ZINC_GPU_FIXTURE, ContextsShareOneCopyOfTheWeights) {
   // Three contexts from one load: the device holds the weights once and each context's own memory (cache, arena, scratch) besides. Used in turn, interleaved,
   // each computes exactly the logits of the first: no context reads another's cache or activations.
   // (Against the CPU: LogitsMatchTheCpu; the 40-token steps here take the prefill GEMM, which on a
@@ -154,7 +165,7 @@ TEST_P(VulkanFixture, ContextsShareOneCopyOfTheWeights) {
   EXPECT_EQ(gpu_->device_bytes_in_use(), start) << GetParam() << ": memory left behind";
 }
 
-TEST_P(VulkanFixture, SavedContextMovesBetweenBackends) {
+TEST_P(ZINC_GPU_FIXTURE, SavedContextMovesBetweenBackends) {
   // Both backends save a context in one layout: 8 tokens evaluated on one, saved, restored on the other,
   // continue as one session that never moved (KV rows and recurrent state alike).
   const gguf::File f = file("F32");
@@ -172,7 +183,7 @@ TEST_P(VulkanFixture, SavedContextMovesBetweenBackends) {
     EXPECT_EQ(dst.n_past(), 8);
     const auto got = dst.eval(tail);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LT(relative_gap(got, want), kFloat32Gap) << GetParam() << (from_gpu ? ": Vulkan to CPU" : ": CPU to Vulkan");
+    EXPECT_LT(relative_gap(got, want), kFloat32Gap) << GetParam() << (from_gpu ? ": " ZINC_GPU_NAME " to CPU" : ": CPU to " ZINC_GPU_NAME);
   }
 }
 
@@ -184,9 +195,10 @@ struct GreedyRun {
   int first_unclear = 64;  // the first step whose choice was not clear (64: none)
 };
 
-GreedyRun greedy_pair(const gguf::File& f, backend::Backend& cpu_backend, backend::Backend& gpu_backend,
-                      const std::vector<int32_t>& prompt, const backend::ExecOptions& opts, bool teacher_forced) {
-  runtime::Session cpu(f, cpu_backend, opts), gpu(f, gpu_backend, opts);
+GreedyRun greedy_pair(const gguf::File& cpu_file, const gguf::File& gpu_file, backend::Backend& cpu_backend,
+                      backend::Backend& gpu_backend, const std::vector<int32_t>& prompt, const backend::ExecOptions& opts,
+                      bool teacher_forced) {
+  runtime::Session cpu(cpu_file, cpu_backend, opts), gpu(gpu_file, gpu_backend, opts);
   cpu.eval(prompt);
   gpu.eval(prompt);
   GreedyRun r;
@@ -235,7 +247,7 @@ double f16_cache_effect(const gguf::File& f, backend::Backend& cpu, const std::v
   return rounding;
 }
 
-TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
+TEST_P(ZINC_GPU_FIXTURE, GreedyTokensMatchTheCpu) {
   // F32 weights and an F32 cache: both backends compute the same float32 function up to summation
   // order, so each follows its own argmax and the 64 greedy tokens are the same up to the first step
   // whose choice is not clear (its margin under twice the logit gap; on these fixtures there is none).
@@ -244,7 +256,7 @@ TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
   opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
   opts.max_tokens = 8;
   opts.kv_type = backend::KvType::F32;
-  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, opts, false);
+  const GreedyRun r = greedy_pair(f, f, *cpu_, *gpu_, prompt_, opts, false);
   const auto n = static_cast<size_t>(r.first_unclear);
   EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n))
       << GetParam();
@@ -252,7 +264,7 @@ TEST_P(VulkanFixture, GreedyTokensMatchTheCpu) {
   EXPECT_LT(r.worst_gap, kFloat32Gap) << GetParam();
 }
 
-TEST_P(VulkanFixture, F16CacheStaysWithinItsRounding) {
+TEST_P(ZINC_GPU_FIXTURE, F16CacheStaysWithinItsRounding) {
   // The default F16 cache: each backend rounds its float keys and values to f16. Where the two floats
   // differ in their last bits they may round to neighbouring f16 values, so the backends' caches
   // differ by at most one f16 ulp per element, while rounding an F32 cache to F16 moves each element
@@ -265,7 +277,7 @@ TEST_P(VulkanFixture, F16CacheStaysWithinItsRounding) {
   o16.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
   o16.max_tokens = 8;
   const double rounding = f16_cache_effect(f, *cpu_, prompt_, o16);
-  const GreedyRun r = greedy_pair(f, *cpu_, *gpu_, prompt_, o16, true);
+  const GreedyRun r = greedy_pair(f, f, *cpu_, *gpu_, prompt_, o16, true);
   std::printf("%s: F16 cache: worst logit gap %.2e, F16 rounding's own effect %.2e\n", GetParam().c_str(), r.worst_gap,
               rounding);
   EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << GetParam() << ": F16 rounding alone moves logits " << rounding;
@@ -279,12 +291,12 @@ TEST_P(VulkanFixture, F16CacheStaysWithinItsRounding) {
 // boundary; on these random-weight fixtures that moves the logits by 1-4% (measured on lavapipe). Fed
 // the same (CPU-chosen) tokens for 64 steps, the logits stay within 6%, and wherever the CPU's choice
 // leads its runner-up by more than the two backends differ, the device makes the same choice.
-void expect_close_quantized_decode(const gguf::File& f, backend::Backend& cpu, backend::Backend& gpu,
+[[maybe_unused]] void expect_close_quantized_decode(const gguf::File& f, backend::Backend& cpu, backend::Backend& gpu,
                                    const std::vector<int32_t>& prompt, const std::string& what) {
   backend::ExecOptions opts;
   opts.n_ctx = static_cast<int32_t>(prompt.size()) + 80;
   opts.max_tokens = 8;  // prompt steps small enough for the decode kernels (the CPU's arithmetic)
-  const GreedyRun r = greedy_pair(f, cpu, gpu, prompt, opts, true);
+  const GreedyRun r = greedy_pair(f, f, cpu, gpu, prompt, opts, true);
   EXPECT_LT(r.worst_gap, 0.06) << what;
   EXPECT_EQ(r.clear_agree, r.clear_steps) << what;
   EXPECT_GE(r.clear_steps, 32) << what << ": too few clear choices to judge";
@@ -292,14 +304,49 @@ void expect_close_quantized_decode(const gguf::File& f, backend::Backend& cpu, b
               r.worst_gap, r.clear_steps, std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
 }
 
-TEST_P(VulkanFixture, Q8_0LogitsStayCloseOverAGreedyDecode) {
+#if defined(ZINC_GPU_FLOAT_ACTIVATIONS)
+// A backend whose products keep float activations against the stored weight blocks (CUDA) computes
+// the float32 function of the dequantized weights: against the CPU on a file holding exactly those
+// values as F32 (the quantized file dequantized), the logits agree within kFloat32Gap over 64 steps fed
+// the same tokens, and every clear choice agrees. (Against the CPU on the quantized file they differ
+// by the CPU's own rounding of activations to 8-bit codes, 4-13% on these fixtures.)
+void expect_dequantized_decode(const gguf::File& quantized, const std::filesystem::path& f32_path, backend::Backend& cpu,
+                               backend::Backend& gpu, const std::vector<int32_t>& prompt, const std::string& what) {
+  quant::QuantizeOptions qo;
+  qo.mixture = *quant::mixture_by_name("F32");
+  qo.allow_requantize = true;
+  qo.threads = 2;
+  quant::quantize_model(quantized, f32_path, qo);
+  const gguf::File f32 = gguf::File::open(f32_path);
+  backend::ExecOptions opts;
+  opts.n_ctx = static_cast<int32_t>(prompt.size()) + 80;
+  opts.max_tokens = 8;
+  opts.kv_type = backend::KvType::F32;
+  const GreedyRun r = greedy_pair(f32, quantized, cpu, gpu, prompt, opts, true);
+  EXPECT_LT(r.worst_gap, kFloat32Gap) << what;
+  EXPECT_EQ(r.clear_agree, r.clear_steps) << what;
+  EXPECT_GE(r.clear_steps, 32) << what << ": too few clear choices to judge";
+  std::printf("%s: worst logit gap to the dequantized weights on the CPU %.2e, %d of 64 steps clear\n", what.c_str(), r.worst_gap,
+              r.clear_steps);
+}
+
+TEST_P(ZINC_GPU_FIXTURE, Q8_0LogitsAreThoseOfTheDequantizedWeights) {
+  expect_dequantized_decode(file("Q8_0"), tmp_.file("Q8_0-f32.gguf"), *cpu_, *gpu_, prompt_, GetParam() + " Q8_0");
+}
+
+TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsAreThoseOfTheDequantizedWeights) {
+  expect_dequantized_decode(file("Q4_K_M"), tmp_.file("Q4_K_M-f32.gguf"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M");
+}
+#else
+TEST_P(ZINC_GPU_FIXTURE, Q8_0LogitsStayCloseOverAGreedyDecode) {
   expect_close_quantized_decode(file("Q8_0"), *cpu_, *gpu_, prompt_, GetParam() + " Q8_0");
 }
 
-TEST_P(VulkanFixture, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
+TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
   // Q4_K and Q6_K (the fixtures' 256 and 512 columns take K-quants) through the integer-dot kernels.
   expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M");
 }
+#endif
 
 // Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four
 // sequences of different lengths start at different steps, prefill in chunks beside the others'
@@ -308,7 +355,7 @@ TEST_P(VulkanFixture, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
 // context of its own with the same chunks: both compute the same float32 function (F32 weights and
 // cache; steps of at most 8 rows take the decode kernels), so within kFloat32Gap, and each greedy
 // token the same wherever the alone run's choice is clear (margin over twice the gap).
-TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
+TEST_P(ZINC_GPU_FIXTURE, SequencesSteppedTogetherMatchEachAlone) {
   const gguf::File f = file("F32");
   const model::Model m = model::load(f);
   auto weights = gpu_->load(m.graph, f);
@@ -423,7 +470,7 @@ TEST_P(VulkanFixture, SequencesSteppedTogetherMatchEachAlone) {
   EXPECT_LT(relative_gap(exe->logits(), alone[0][0]), kFloat32Gap) << GetParam() << ": a cleared sequence";
 }
 
-TEST_P(VulkanFixture, EmbeddingsMatchTheCpu) {
+TEST_P(ZINC_GPU_FIXTURE, EmbeddingsMatchTheCpu) {
   // The graph cut after its final norm (the hidden states embeddings pool), each pooling, prefilled in
   // one step and in steps of 3, on both backends with an F32 cache: kFloat32Gap, as for the logits.
   const gguf::File f = file("F32");
@@ -436,16 +483,16 @@ TEST_P(VulkanFixture, EmbeddingsMatchTheCpu) {
   }
 }
 
-TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {
+TEST(ZINC_GPU_REAL_WEIGHTS, StoriesGreedyTextMatchesTheCpu) {
   // stories260K: trained weights (F32), whose logits have the margins of a real model. 64 greedy
   // tokens after a prompt prefilled in one step (the GEMM) and decoded on the device.
   const auto path = test::testdata_dir() / "models/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no test data at " << path;
   std::unique_ptr<backend::Backend> gpu;
   try {
-    gpu = backend::make_vulkan_backend();
+    gpu = ZINC_GPU_MAKE();
   } catch (const Error& e) {
-    GTEST_SKIP() << "no Vulkan device: " << e.what();
+    GTEST_SKIP() << "no " ZINC_GPU_NAME " device: " << e.what();
   }
   const gguf::File f = gguf::File::open(path);
   auto cpu = backend::make_cpu_backend();
@@ -455,13 +502,14 @@ TEST(VulkanRealWeights, StoriesGreedyTextMatchesTheCpu) {
   // The default F16 cache, each backend following its own argmax: the bound of
   // F16CacheStaysWithinItsRounding, and the same text up to the first choice that is not clear.
   const double rounding = f16_cache_effect(f, *cpu, prompt, opts);
-  const GreedyRun r = greedy_pair(f, *cpu, *gpu, prompt, opts, false);
+  const GreedyRun r = greedy_pair(f, f, *cpu, *gpu, prompt, opts, false);
   const auto n = static_cast<size_t>(r.first_unclear);
   EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n));
   EXPECT_GE(r.first_unclear, 32) << "too few clear choices to judge";
   EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << "F16 rounding alone moves logits " << rounding;
 }
 
+#if defined(ZINC_GPU_IS_VULKAN)
 // A server warms its context up at start (Executable::warm_up): its first requests then wait for no
 // pipeline compile. After the warm-up, steps of every size up to max_tokens, of one sequence or of
 // several, make no pipeline (a fresh process per test, as ctest runs them: none was made before).
@@ -502,8 +550,9 @@ TEST_P(VulkanWarmUp, StepsOfAnySizeMakeNoPipelineAfterIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanWarmUp, ::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "gpt_oss"));
+#endif
 
-INSTANTIATE_TEST_SUITE_P(Architectures, VulkanFixture,
+INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,
                          ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "llama_rope_llama3", "qwen3_yarn", "qwen3_moe",
                                            "qwen3_next", "qwen3_5", "qwen3_5_moe", "gpt_oss", "gemma4", "gemma4_moe",
                                            "gemma4_global_kv"));

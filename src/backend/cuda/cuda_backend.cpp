@@ -1,0 +1,901 @@
+// The CUDA backend: the graph's nodes as kernel launches on one stream per context (cuda_kernels.h).
+//
+// The weights are uploaded once (CudaWeights) and shared by every context: matrices as the file stores
+// them, the small float weights (norms, biases, gates) as F32. A context holds its activation arena
+// (plan_arena), each attending layer's K and V cache in blocks of kKvBlock rows that sequences hold
+// through tables (SequencedExecutable), the recurrent state per node and sequence, and a step buffer
+// the host fills per step (token ids, each row's position, cache slot and table, the rotation tables,
+// the rows that reach the logits) and copies over once. A step is its launches, then one copy of the
+// logits back.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/exec_common.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc::backend {
+
+namespace {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+using graph::TensorKind;
+namespace ck = cuda;
+
+static_assert(ck::kF32 == static_cast<int>(gguf::TensorType::F32) && ck::kF16 == static_cast<int>(gguf::TensorType::F16) &&
+              ck::kQ4_0 == static_cast<int>(gguf::TensorType::Q4_0) && ck::kQ4_1 == static_cast<int>(gguf::TensorType::Q4_1) &&
+              ck::kQ5_0 == static_cast<int>(gguf::TensorType::Q5_0) && ck::kQ5_1 == static_cast<int>(gguf::TensorType::Q5_1) &&
+              ck::kQ8_0 == static_cast<int>(gguf::TensorType::Q8_0) && ck::kQ2_K == static_cast<int>(gguf::TensorType::Q2_K) &&
+              ck::kQ3_K == static_cast<int>(gguf::TensorType::Q3_K) && ck::kQ4_K == static_cast<int>(gguf::TensorType::Q4_K) &&
+              ck::kQ5_K == static_cast<int>(gguf::TensorType::Q5_K) && ck::kQ6_K == static_cast<int>(gguf::TensorType::Q6_K) &&
+              ck::kIQ4_NL == static_cast<int>(gguf::TensorType::IQ4_NL) &&
+              ck::kIQ4_XS == static_cast<int>(gguf::TensorType::IQ4_XS) &&
+              ck::kBF16 == static_cast<int>(gguf::TensorType::BF16) && ck::kMXFP4 == static_cast<int>(gguf::TensorType::MXFP4));
+static_assert(ck::kKvBlock == SequencedExecutable::kKvBlock, "the kernels' cache blocks are the sequences' blocks");
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+// Bytes allocated by this process's CUDA backend (device_bytes_in_use).
+std::atomic<uint64_t> g_allocated{0};
+
+// Device memory, freed with its owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error(fmt::format("CUDA: cannot allocate {:.1f} MiB of device memory: {}", static_cast<double>(bytes) / (1 << 20),
+                              cudaGetErrorString(e)));
+    }
+    ptr_ = p;
+    g_allocated += bytes;
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr_) {
+      cudaFree(ptr_);
+      g_allocated -= bytes_;
+    }
+  }
+  template <class T = void>
+  T* get() const { return static_cast<T*>(ptr_); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory (copies to and from it run at full speed, asynchronously).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    check(cudaMallocHost(&ptr_, bytes), "cudaMallocHost");
+  }
+  HostBuffer(HostBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~HostBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  template <class T = void>
+  T* get() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+int64_t elements(const graph::Tensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
+
+// Why the kernels cannot run node `n`, or "".
+std::string cuda_unsupported(const graph::Graph& g, const Node& n) {
+  for (size_t k = 0; k < n.in.size(); ++k) {
+    const auto& t = g.tensor(n.in[k]);
+    if (t.kind != TensorKind::Weight || n.small_f32_input(k)) continue;
+    if (n.op == Op::SsmConv) {
+      if (!quant::can_dequantize(t.type)) return fmt::format("its weight '{}' cannot be read as floats", t.name);
+      continue;
+    }
+    if (!ck::weight_type_supported(static_cast<int>(t.type))) {
+      return fmt::format("its weight '{}' is stored as {}, which the CUDA kernels do not read", t.name, gguf::tensor_type_name(t.type));
+    }
+    if (t.ne[0] % 32 != 0) return fmt::format("its weight '{}' has rows of {} elements (the kernels read multiples of 32)", t.name, t.ne[0]);
+  }
+  switch (n.op) {
+    case Op::Attention:
+      if (n.attention().head_dim > 512) return "heads wider than 512";
+      break;
+    case Op::MoE:
+      if (n.moe().n_expert_used > 64) return "more than 64 experts per token";
+      break;
+    case Op::SsmConv:
+      if (g.tensor(n.in[1]).ne[0] > 9) return "convolutions of more than 9 taps";
+      break;
+    case Op::DeltaNet:
+      if (n.delta_net().dk > 256) return "key heads wider than 256";
+      break;
+    default: break;
+  }
+  return "";
+}
+
+class CudaExecutable;
+
+class CudaWeights final : public Weights {
+ public:
+  CudaWeights(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) : Weights(g) {
+    std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
+    for (const Node* np : graph::nodes_with_head(g)) {
+      const Node& n = *np;
+      if (std::string why = cuda_unsupported(g, n); !why.empty()) {
+        throw Error(fmt::format("cuda cannot run {}: {}", g.tensor(n.out).name, why));
+      }
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        const auto id = static_cast<size_t>(n.in[k]);
+        if (g.tensors[id].kind != TensorKind::Weight) continue;
+        (n.small_f32_input(k) || n.op == Op::SsmConv ? as_f32 : raw)[id] = true;
+      }
+    }
+    raw_.resize(g.tensors.size());
+    f32_.resize(g.tensors.size());
+    uint64_t total = 0, done = 0;
+    for (const auto& t : g.tensors) {
+      if (t.kind == TensorKind::Weight) total += file.tensor(t.name).n_bytes;
+    }
+    for (size_t i = 0; i < g.tensors.size(); ++i) {
+      const auto& t = g.tensors[i];
+      if (t.kind != TensorKind::Weight) continue;
+      const auto bytes = file.tensor_data(file.tensor(t.name));
+      done += bytes.size();
+      if (raw[i]) {
+        raw_[i] = DeviceBuffer(bytes.size() + 16);
+        check(cudaMemcpy(raw_[i].get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
+        bytes_ += raw_[i].size();
+      }
+      if (as_f32[i]) {
+        std::vector<float> f(static_cast<size_t>(elements(t)));
+        if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
+        else quant::dequantize_row(t.type, bytes.data(), f.data(), elements(t));
+        f32_[i] = DeviceBuffer(f.size() * 4);
+        check(cudaMemcpy(f32_[i].get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
+        bytes_ += f32_[i].size();
+        host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
+      }
+      if (progress) progress(done, total);
+    }
+  }
+
+  uint64_t device_bytes() const override { return bytes_; }
+  const void* raw(TensorId id) const { return raw_[static_cast<size_t>(id)].get(); }
+  const float* f32(TensorId id) const { return f32_[static_cast<size_t>(id)].get<float>(); }
+  const float* f32_or_null(const Node& n, size_t k) const { return k < n.in.size() ? f32(n.in[k]) : nullptr; }
+  const std::vector<float>& host_f32(TensorId id) const { return host_f32_.at(id); }
+  std::mutex step_mutex;  // one step at a time on the device
+
+ protected:
+  std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
+
+ private:
+  std::vector<DeviceBuffer> raw_, f32_;
+  std::map<TensorId, std::vector<float>> host_f32_;
+  uint64_t bytes_ = 0;
+};
+
+class CudaExecutable final : public SequencedExecutable {
+ public:
+  CudaExecutable(std::shared_ptr<CudaWeights> weights, const graph::Graph& g, const ExecOptions& opts)
+      : SequencedExecutable(g, opts), weights_(std::move(weights)) {
+    const uint64_t before = g_allocated;
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    plan();
+    device_bytes_ = g_allocated - before;
+  }
+  ~CudaExecutable() override {
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    if (profiling_) std::fputs(profile().c_str(), stderr);
+  }
+
+  uint64_t device_bytes() const override { return device_bytes_; }
+
+  std::span<const float> logits() const override { return {logits_host_.get<float>(), static_cast<size_t>(logit_rows_ * n_vocab())}; }
+  std::span<const float> hidden() const override {
+    if (g_.hidden < 0) return Executable::hidden();
+    return {hidden_host_.get<float>(), static_cast<size_t>(hidden_rows_ * hidden_width())};
+  }
+  int64_t hidden_width() const override { return g_.hidden < 0 ? 0 : g_.tensor(g_.hidden).ne[0]; }
+
+  std::vector<float> activation(TensorId id) const override {
+    check_activation(g_, opts_, id);
+    if (rows_.empty()) throw Error("no step has run yet");
+    std::vector<float> out(static_cast<size_t>(rows_[static_cast<size_t>(id)] * g_.tensor(id).ne[0]));
+    check(cudaMemcpy(out.data(), act(id), out.size() * 4, cudaMemcpyDeviceToHost), "activation read");
+    return out;
+  }
+
+  // A step: the step buffer written, then its launches. Each step shape (which sequences, how many
+  // tokens each, which want every row's logits, which keep their states) is captured once as a CUDA
+  // graph and replayed: everything a step's launches take from the host is fixed by its shape, and
+  // the rest (token ids, positions, tables, rotations) is read from the step buffer, which the graph
+  // copies in first. ZINC_CUDA_GRAPHS=0 launches every step directly.
+  void run(const graph::StepParams& step) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    begin_step(step);
+    write_step(step);
+    if (!use_graphs_ || profiling_) {
+      record(step);
+      sync("a step");
+      if (profiling_) account(step);
+      end_step(step);
+      return;
+    }
+    std::vector<int32_t> key;
+    for (const graph::SeqStep& s : step.seqs) key.insert(key.end(), {s.seq, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (graphs_.size() >= kMaxGraphs) {  // keep the decode shapes, drop the others (all, if decode fills it)
+        for (auto g = graphs_.begin(); g != graphs_.end();) g = decode_shape(g->first) ? std::next(g) : graphs_.erase(g);
+        if (graphs_.size() >= kMaxGraphs) graphs_.clear();
+      }
+      Captured g;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      cudaGraph_t captured = nullptr;
+      try {
+        record(step);
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream_, &captured);
+        if (captured) cudaGraphDestroy(captured);
+        (void)cudaGetLastError();
+        throw;
+      }
+      check(cudaStreamEndCapture(stream_, &captured), "cudaStreamEndCapture");
+      const cudaError_t e = cudaGraphInstantiate(&g.exec, captured, 0);
+      cudaGraphDestroy(captured);
+      check(e, "cudaGraphInstantiate");
+      g.rows = rows_;
+      it = graphs_.emplace(key, std::move(g)).first;
+    }
+    check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
+    rows_ = it->second.rows;
+    logit_rows_ = rows_[static_cast<size_t>(g_.logits)];
+    if (g_.hidden >= 0) hidden_rows_ = rows_[static_cast<size_t>(g_.hidden)];
+    sync("a step");
+    end_step(step);
+  }
+
+  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::save_state(n_past, seq);
+  }
+  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::load_state(bytes, seq);
+  }
+  void seq_clear(int32_t seq) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_clear(seq);
+  }
+  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_copy(src, dst, n_tokens);
+  }
+  void seq_keep(int32_t seq, int32_t n_tokens) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_keep(seq, n_tokens);
+  }
+  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
+  }
+  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::recurrent_state(seq, n_tokens);
+  }
+  std::vector<uint8_t> block_read(int32_t block) const override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::block_read(block);
+  }
+  int32_t block_write(std::span<const uint8_t> bytes) override {
+    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    return SequencedExecutable::block_write(bytes);
+  }
+
+ private:
+  // The step's work on the stream: the step buffer in, every node, the logits (and hidden rows) out.
+  void record(const graph::StepParams& step) {
+    check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_bytes_, cudaMemcpyHostToDevice, stream_), "step upload");
+    rows_.assign(g_.tensors.size(), 0);
+    if (profiling_ && events_.empty()) {
+      events_.resize(g_.nodes.size() + 1);
+      for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (profiling_) check(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
+      exec(i, step);
+    }
+    if (profiling_) check(cudaEventRecord(events_.back(), stream_), "cudaEventRecord");
+    logit_rows_ = rows_[static_cast<size_t>(g_.logits)];
+    check(cudaMemcpyAsync(logits_host_.get(), act(g_.logits), static_cast<size_t>(logit_rows_ * n_vocab()) * 4, cudaMemcpyDeviceToHost,
+                          stream_),
+          "logits read");
+    if (g_.hidden >= 0) {
+      hidden_rows_ = rows_[static_cast<size_t>(g_.hidden)];
+      check(cudaMemcpyAsync(hidden_host_.get(), act(g_.hidden), static_cast<size_t>(hidden_rows_ * hidden_width()) * 4,
+                            cudaMemcpyDeviceToHost, stream_),
+            "hidden read");
+    }
+  }
+
+  // ZINC_CUDA_PROFILE=1: every step launched directly, each node timed by events; per kind of step
+  // (decode: one token per sequence; prompt), per op, the time per step, printed when the context goes.
+  void account(const graph::StepParams& step) {
+    bool decode = true;
+    for (const graph::SeqStep& s : step.seqs) decode &= s.n_tokens == 1;
+    const size_t kind = decode ? 0 : 1;
+    ++steps_[kind];
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+      op_ms_[kind][static_cast<size_t>(g_.nodes[i].op)] += ms;
+      op_nodes_[kind][static_cast<size_t>(g_.nodes[i].op)] += 1;
+    }
+  }
+  std::string profile() const {
+    std::string out = "CUDA profile (kernel time per op, from events between nodes)\n";
+    const char* kinds[] = {"decode", "prompt"};
+    for (size_t k = 0; k < 2; ++k) {
+      if (steps_[k] == 0) continue;
+      double total = 0;
+      std::vector<size_t> order;
+      for (size_t op = 0; op < op_ms_[k].size(); ++op) {
+        total += op_ms_[k][op];
+        if (op_nodes_[k][op] > 0) order.push_back(op);
+      }
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return op_ms_[k][a] > op_ms_[k][b]; });
+      out += fmt::format("{} steps: {}, {:.3f} ms per step\n", kinds[k], steps_[k], total / static_cast<double>(steps_[k]));
+      for (size_t op : order) {
+        out += fmt::format("  {:<12} {:>6} {:>10.3f} ms {:>6.1f}%\n", graph::op_name(static_cast<Op>(op)), op_nodes_[k][op] / steps_[k],
+                           op_ms_[k][op] / static_cast<double>(steps_[k]), 100.0 * op_ms_[k][op] / total);
+      }
+    }
+    return out;
+  }
+  const bool profiling_ = [] {
+    const char* v = std::getenv("ZINC_CUDA_PROFILE");
+    return v && std::string(v) == "1";
+  }();
+  std::vector<cudaEvent_t> events_;
+  std::array<double, 32> op_ms_[2] = {};
+  std::array<int64_t, 32> op_nodes_[2] = {};
+  int64_t steps_[2] = {};
+
+  static bool decode_shape(const std::vector<int32_t>& key) {
+    for (size_t i = 1; i < key.size(); i += 4) {
+      if (key[i] != 1) return false;
+    }
+    return true;
+  }
+  // A captured step, replayed for every step of its shape.
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<int64_t> rows;  // rows each activation holds after it
+    Captured() = default;
+    Captured(Captured&& o) noexcept : exec(o.exec), rows(std::move(o.rows)) { o.exec = nullptr; }
+    Captured& operator=(Captured&&) = delete;
+    ~Captured() {
+      if (exec) cudaGraphExecDestroy(exec);
+    }
+  };
+  static constexpr size_t kMaxGraphs = 16;
+
+  void sync(const char* what) const {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    std::string err = e == cudaSuccess ? ck::last_error() : cudaGetErrorString(e);
+    if (!err.empty()) throw Error(fmt::format("CUDA: {} failed: {}", what, err));
+  }
+
+  // The arena, caches, states, scratch and the step buffer's layout.
+  void plan() {
+    const ArenaPlan arena = plan_arena(
+        g_, last_uses(g_), [&](TensorId t) { return static_cast<size_t>(g_.tensor(t).ne[0] * opts_.max_tokens) * sizeof(float); },
+        kAlign, opts_.keep_activations);
+    offset_ = arena.offset;
+    arena_ = DeviceBuffer(std::max<size_t>(arena.bytes, kAlign));
+    const auto rows = static_cast<size_t>(opts_.max_tokens);
+    logits_host_ = HostBuffer(rows * static_cast<size_t>(n_vocab()) * 4);
+    if (g_.hidden >= 0) hidden_host_ = HostBuffer(rows * static_cast<size_t>(hidden_width()) * 4);
+    // The caches: every block any sequence's table may name.
+    k_.resize(kv_row_bytes_.size());
+    v_.resize(kv_row_bytes_.size());
+    for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+      if (kv_row_bytes_[l] == 0) continue;
+      const size_t bytes = kv_row_bytes_[l] * kKvBlock * static_cast<size_t>(blocks_.n_blocks());
+      k_[l] = DeviceBuffer(bytes);
+      v_[l] = DeviceBuffer(bytes);
+      check(cudaMemset(k_[l].get(), 0, bytes), "cudaMemset");
+      check(cudaMemset(v_[l].get(), 0, bytes), "cudaMemset");
+    }
+    state_.resize(g_.nodes.size());
+    kept_.resize(g_.nodes.size());
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      if (state_floats_[i] == 0) continue;
+      state_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq));
+      check(cudaMemset(state_[i].get(), 0, state_[i].size()), "cudaMemset");
+      if (kept_states() > 0) kept_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq * kept_states()));
+    }
+    // Scratch: the experts' rows and the delta rule's gates, sized for the widest node.
+    size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, gates = 0;
+    for (const Node& n : g_.nodes) {
+      if (n.op == Op::MoE) {
+        const auto& gt = g_.tensor(n.in[2]);
+        const bool fused = n.in[2] == n.in[3];
+        const auto ff = static_cast<size_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
+        const auto d = static_cast<size_t>(g_.tensor(n.in[1]).ne[0]);
+        const auto k = static_cast<size_t>(n.moe().n_expert_used);
+        moe_slots = std::max(moe_slots, rows * k);
+        moe_hidden = std::max(moe_hidden, rows * k * ff);
+        moe_out = std::max(moe_out, rows * k * d);
+        moe_logits = std::max(moe_logits, rows * static_cast<size_t>(n.moe().n_expert));
+      }
+      if (n.op == Op::DeltaNet) gates = std::max(gates, rows * static_cast<size_t>(n.delta_net().n_head_v));
+    }
+    moe_ids_ = DeviceBuffer(moe_slots * 4);
+    moe_weights_ = DeviceBuffer(moe_slots * 4);
+    moe_gate_ = DeviceBuffer(moe_hidden * 4);
+    moe_up_ = DeviceBuffer(moe_hidden * 4);
+    moe_y_ = DeviceBuffer(moe_out * 4);
+    moe_logits_ = DeviceBuffer(moe_logits * 4);
+    gate_g_ = DeviceBuffer(gates * 4);
+    gate_beta_ = DeviceBuffer(gates * 4);
+    // The step buffer: ids, positions, cache slots, table offsets, the rows reaching the logits, the
+    // tables, the rotation tables, the inputs.
+    size_t at = 0;
+    const auto take = [&](size_t bytes) {
+      const size_t o = at;
+      at = (at + bytes + kAlign - 1) / kAlign * kAlign;
+      return o;
+    };
+    ids_at_ = take(rows * 4);
+    pos_at_ = take(rows * 4);
+    slot_at_ = take(rows * 4);
+    table_at_ = take(rows * 4);
+    select_at_ = take(rows * 4);
+    tables_at_ = take(static_cast<size_t>(opts_.n_seq) * static_cast<size_t>(blocks_.n_blocks()) * 4);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.op == Op::Rope) rope_of_.emplace(i, rope_table(n, take(rows * static_cast<size_t>(n.rope().n_rot) * 4)));
+      if (n.op == Op::Input) input_width_ = static_cast<size_t>(g_.tensor(n.out).ne[0]);
+    }
+    inputs_at_ = take(rows * input_width_ * 4);
+    step_bytes_ = at;
+    step_host_ = HostBuffer(step_bytes_);
+    step_dev_ = DeviceBuffer(step_bytes_);
+  }
+
+  // Rotations with the same angles share one table of (cos, sin) per row.
+  struct RopeTable {
+    int n_rot;
+    graph::RopeParams params;
+    TensorId factors;
+    size_t offset;
+  };
+  size_t rope_table(const Node& n, size_t fresh) {
+    const graph::RopeOpParams& r = n.rope();
+    const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
+    for (size_t i = 0; i < ropes_.size(); ++i) {
+      const RopeTable& t = ropes_[i];
+      if (t.n_rot == r.n_rot && t.factors == factors && std::memcmp(&t.params, &r.rope, sizeof(r.rope)) == 0) return i;
+    }
+    ropes_.push_back({r.n_rot, r.rope, factors, fresh});
+    return ropes_.size() - 1;
+  }
+
+  void write_step(const graph::StepParams& step) {
+    auto* base = step_host_.get<uint8_t>();
+    auto* ids = reinterpret_cast<int32_t*>(base + ids_at_);
+    auto* pos = reinterpret_cast<int32_t*>(base + pos_at_);
+    auto* slot = reinterpret_cast<int32_t*>(base + slot_at_);
+    auto* table_at = reinterpret_cast<int32_t*>(base + table_at_);
+    auto* select = reinterpret_cast<int32_t*>(base + select_at_);
+    auto* tables = reinterpret_cast<int32_t*>(base + tables_at_);
+    parts_.clear();
+    int64_t row = 0, selected = 0;
+    for (size_t pi = 0; pi < step.seqs.size(); ++pi) {
+      const graph::SeqStep& s = step.seqs[pi];
+      parts_.push_back({s, row});
+      const std::vector<int32_t>& table = blocks_.table(s.seq);
+      int32_t* mine = tables + pi * static_cast<size_t>(blocks_.n_blocks());
+      std::copy(table.begin(), table.end(), mine);
+      for (int32_t t = 0; t < s.n_tokens; ++t, ++row) {
+        const int32_t p = s.n_past + t;
+        ids[row] = step.tokens[static_cast<size_t>(row)];
+        pos[row] = p;
+        slot[row] = table[static_cast<size_t>(p / kKvBlock)] * kKvBlock + p % kKvBlock;
+        table_at[row] = static_cast<int32_t>(pi * static_cast<size_t>(blocks_.n_blocks()));
+      }
+      for (int32_t t = s.all_logits ? 0 : s.n_tokens - 1; t < s.n_tokens; ++t) select[selected++] = static_cast<int32_t>(row - s.n_tokens + t);
+    }
+    for (const RopeTable& r : ropes_) {
+      const float* f = r.factors >= 0 ? weights_->host_f32(r.factors).data() : nullptr;
+      auto* cs = reinterpret_cast<float*>(base + r.offset);
+      for (int64_t t = 0; t < row; ++t) cpu::rope_cos_sin(r.n_rot, r.params, f, pos[t], cs + t * r.n_rot);
+    }
+    if (input_width_ > 0) std::memcpy(base + inputs_at_, step.inputs.data(), step.inputs.size() * 4);
+  }
+
+  float* act(TensorId id) const { return reinterpret_cast<float*>(arena_.bytes() + offset_[static_cast<size_t>(id)]); }
+  template <class T>
+  const T* step_dev(size_t at) const { return reinterpret_cast<const T*>(step_dev_.bytes() + at); }
+
+  void exec(size_t index, const graph::StepParams& step) {
+    const Node& node = g_.nodes[index];
+    const auto& out_t = g_.tensor(node.out);
+    const int64_t width = out_t.ne[0];
+    const auto in_rows = [&](size_t k) { return rows_[static_cast<size_t>(node.in[k])]; };
+    float* out = act(node.out);
+    const auto s = stream_;
+    int64_t n = static_cast<int64_t>(step.tokens.size());
+    switch (node.op) {
+      case Op::Embed: {
+        const auto& wt = g_.tensor(node.in[0]);
+        ck::embed(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), step_dev<int32_t>(ids_at_),
+                  width, static_cast<int>(n), node.embed().scale, out);
+        break;
+      }
+      case Op::RmsNorm:
+        n = in_rows(0);
+        ck::rms_norm(s, act(node.in[0]), weights_->f32_or_null(node, 1), out, width, node.norm().group > 0 ? node.norm().group : width,
+                     static_cast<int>(n), node.norm().eps, node.norm().offset);
+        break;
+      case Op::MatMul: {
+        const auto& wt = g_.tensor(node.in[0]);
+        n = in_rows(1);
+        ck::mul_mat(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), wt.ne[1], wt.ne[0],
+                    act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2));
+        break;
+      }
+      case Op::Add: case Op::Mul:
+        n = in_rows(0);
+        ck::elementwise(s, node.op == Op::Add ? ck::Elementwise::Add : ck::Elementwise::Mul, act(node.in[0]), act(node.in[1]), out, n * width);
+        break;
+      case Op::Rope: {
+        n = in_rows(0);
+        const graph::RopeOpParams& r = node.rope();
+        const RopeTable& t = ropes_[rope_of_.at(index)];
+        ck::rope(s, act(node.in[0]), out, step_dev<float>(t.offset), static_cast<int>(n), r.n_head, r.head_dim, r.n_rot,
+                 r.mode == graph::RopeMode::NeoX);
+        break;
+      }
+      case Op::Attention:
+        n = in_rows(0);
+        attention(node, static_cast<int>(n), out);
+        break;
+      case Op::SwiGLU: case Op::GeGLU:
+        n = in_rows(0);
+        ck::elementwise(s, node.op == Op::SwiGLU ? ck::Elementwise::SwiGLU : ck::Elementwise::GeGLU, act(node.in[0]), act(node.in[1]), out,
+                        n * width);
+        break;
+      case Op::Softcap:
+        n = in_rows(0);
+        ck::softcap(s, act(node.in[0]), out, n * width, node.softcap().cap);
+        break;
+      case Op::MoE:
+        n = in_rows(0);
+        moe(node, static_cast<int>(n), out);
+        break;
+      case Op::Split: {
+        n = in_rows(0);
+        const int groups = node.split().n_groups;
+        ck::copy_cols(s, act(node.in[0]), g_.tensor(node.in[0]).ne[0], node.split().offset, node.split().stride, groups, out, width, 0,
+                      width / groups, static_cast<int>(n));
+        break;
+      }
+      case Op::Concat: {
+        n = in_rows(0);
+        int64_t at = 0;
+        for (TensorId part : node.in) {
+          const int64_t pw = g_.tensor(part).ne[0];
+          ck::copy_cols(s, act(part), pw, 0, 0, 1, out, width, at, pw, static_cast<int>(n));
+          at += pw;
+        }
+        break;
+      }
+      case Op::SigmoidMul:
+        n = in_rows(0);
+        ck::sigmoid_mul(s, act(node.in[0]), act(node.in[1]), out, width, g_.tensor(node.in[1]).ne[0], static_cast<int>(n));
+        break;
+      case Op::SsmConv: {
+        n = in_rows(0);
+        const auto& wt = g_.tensor(node.in[1]);
+        for (const Part& p : parts_) {
+          ck::ssm_conv(s, act(node.in[0]) + p.first * width, weights_->f32(node.in[1]), state_of(index, p.step.seq), out + p.first * width,
+                       width, static_cast<int>(wt.ne[0]), p.step.n_tokens, p.step.keep_states ? kept_of(index, p.step.seq) : nullptr,
+                       state_floats_[index]);
+        }
+        break;
+      }
+      case Op::DeltaNet: {
+        n = in_rows(0);
+        const graph::DeltaNetParams& d = node.delta_net();
+        ck::delta_gates(s, act(node.in[3]), act(node.in[4]), weights_->f32(node.in[5]), weights_->f32(node.in[6]), d.n_head_v,
+                        static_cast<int>(n), gate_g_.get<float>(), gate_beta_.get<float>());
+        const int64_t qw = g_.tensor(node.in[0]).ne[0], vw = g_.tensor(node.in[2]).ne[0];
+        for (const Part& p : parts_) {
+          ck::DeltaArgs a;
+          a.q = act(node.in[0]) + p.first * qw;
+          a.k = act(node.in[1]) + p.first * qw;
+          a.v = act(node.in[2]) + p.first * vw;
+          a.g = gate_g_.get<float>() + p.first * d.n_head_v;
+          a.beta = gate_beta_.get<float>() + p.first * d.n_head_v;
+          a.state = state_of(index, p.step.seq);
+          a.out = out + p.first * width;
+          a.n = p.step.n_tokens;
+          a.q_stride = qw;
+          a.v_stride = vw;
+          a.hk = d.n_head_k;
+          a.hv = d.n_head_v;
+          a.dk = d.dk;
+          a.dv = d.dv;
+          a.tiled = d.tiled_heads;
+          a.kept = p.step.keep_states ? kept_of(index, p.step.seq) : nullptr;
+          a.kept_stride = state_floats_[index];
+          ck::delta_rule(s, a);
+        }
+        break;
+      }
+      case Op::Scale: {
+        n = in_rows(0);
+        ck::scale(s, act(node.in[0]), weights_->f32(node.in[1]), elements(g_.tensor(node.in[1])) == 1, out, width, static_cast<int>(n));
+        break;
+      }
+      case Op::Input:
+        check(cudaMemcpyAsync(out, step_dev_.bytes() + inputs_at_, static_cast<size_t>(n * width) * 4, cudaMemcpyDeviceToDevice, s),
+              "input copy");
+        break;
+      case Op::SelectLast: {
+        n = 0;
+        for (const Part& p : parts_) n += p.step.all_logits ? p.step.n_tokens : 1;
+        ck::gather_rows(s, act(node.in[0]), step_dev<int32_t>(select_at_), width, static_cast<int>(n), out);
+        break;
+      }
+    }
+    rows_[static_cast<size_t>(node.out)] = n;
+  }
+
+  void attention(const Node& node, int n, float* out) {
+    const auto l = static_cast<size_t>(node.layer);
+    const int64_t kw = g_.kv_width_of(node.layer);
+    const int kv_type = static_cast<int>(kv_storage_);
+    ck::kv_append(stream_, kv_type, act(node.in[1]), act(node.in[2]), kw, n, step_dev<int32_t>(slot_at_), kv_row_bytes_[l], k_[l].get(),
+                  v_[l].get());
+    const graph::AttentionParams& p = node.attention();
+    ck::AttentionArgs a;
+    a.q = act(node.in[0]);
+    a.q_stride = g_.tensor(node.in[0]).ne[0];
+    a.k = k_[l].get();
+    a.v = v_[l].get();
+    a.kv_type = kv_type;
+    a.row_bytes = kv_row_bytes_[l];
+    a.n = n;
+    a.pos = step_dev<int32_t>(pos_at_);
+    a.table_at = step_dev<int32_t>(table_at_);
+    a.tables = step_dev<int32_t>(tables_at_);
+    a.n_head = p.n_head;
+    a.n_head_kv = p.n_head_kv;
+    a.head_dim = p.head_dim;
+    a.window = p.sliding_window;
+    a.scale = p.scale;
+    a.softcap = p.softcap;
+    a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
+    a.out = out;
+    ck::attention(stream_, a);
+  }
+
+  // Routing on the device, then each token's k experts: gate and up products (with the optional
+  // biases), the activation, the down product, and the weighted sum in increasing expert order.
+  void moe(const Node& node, int n, float* out) {
+    const graph::MoeParams& mp = node.moe();
+    const auto& rt = g_.tensor(node.in[1]);
+    const auto& gt = g_.tensor(node.in[2]);
+    const auto& ut = g_.tensor(node.in[3]);
+    const auto& dt = g_.tensor(node.in[4]);
+    const bool fused = node.in[2] == node.in[3];
+    const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
+    const int ne = mp.n_expert, k = mp.n_expert_used;
+    const float* x = act(node.in[0]);
+    const float* router_x = mp.router_in >= 0 ? act(node.in[static_cast<size_t>(mp.router_in)]) : x;
+    float* logits = moe_logits_.get<float>();
+    ck::mul_mat(stream_, static_cast<int>(rt.type), weights_->raw(node.in[1]), quant::row_size(rt.type, d), ne, d, router_x, d, n, logits, ne,
+                nullptr);
+    const auto bias = [&](int b) { return mp.bias >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.bias + b)]) : nullptr; };
+    int32_t* ids = moe_ids_.get<int32_t>();
+    float* wts = moe_weights_.get<float>();
+    ck::moe_route(stream_, logits, n, ne, k, mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale, bias(0),
+                  mp.expert_scale >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.expert_scale)]) : nullptr, ids, wts);
+    const int slots = n * k;
+    const size_t g_row = quant::row_size(gt.type, d), u_row = quant::row_size(ut.type, d), d_row = quant::row_size(dt.type, ff);
+    float* gate = moe_gate_.get<float>();
+    float* up = moe_up_.get<float>();
+    ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d, x, d,
+                   k, ids, slots, gate, ff, bias(1), ff);
+    ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
+                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff);
+    const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
+                                : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
+                                                                       : ck::Elementwise::SwiGLU;
+    ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
+    float* y = moe_y_.get<float>();
+    ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
+                   ids, slots, y, d, bias(3), d);
+    ck::moe_combine(stream_, y, wts, n, k, d, out);
+  }
+
+  float* state_of(size_t node, int32_t seq) const { return state_[node].get<float>() + static_cast<size_t>(seq) * state_floats_[node]; }
+  float* kept_of(size_t node, int32_t seq) const {
+    return kept_[node].get<float>() + static_cast<size_t>(seq) * static_cast<size_t>(kept_states()) * state_floats_[node];
+  }
+
+  // The hooks of SequencedExecutable, through synchronous copies on the context's stream.
+  void copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind) const {
+    check(cudaMemcpyAsync(to, from, bytes, kind, stream_), "cudaMemcpy");
+    sync("a copy");
+  }
+  void kv_copy(size_t l, size_t from, size_t to, size_t bytes) override {
+    check(cudaMemcpyAsync(k_[l].bytes() + to, k_[l].bytes() + from, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy");
+    copy(v_[l].bytes() + to, v_[l].bytes() + from, bytes, cudaMemcpyDeviceToDevice);
+  }
+  void kv_read(size_t l, bool v, size_t offset, void* out, size_t bytes) const override {
+    copy(out, (v ? v_ : k_)[l].bytes() + offset, bytes, cudaMemcpyDeviceToHost);
+  }
+  void kv_write(size_t l, bool v, size_t offset, const void* in, size_t bytes) override {
+    copy((v ? v_ : k_)[l].bytes() + offset, in, bytes, cudaMemcpyHostToDevice);
+  }
+  void state_read(size_t node, int32_t seq, float* out) const override {
+    copy(out, state_of(node, seq), state_floats_[node] * 4, cudaMemcpyDeviceToHost);
+  }
+  void state_write(size_t node, int32_t seq, const float* in) override {
+    if (in) return copy(state_of(node, seq), in, state_floats_[node] * 4, cudaMemcpyHostToDevice);
+    check(cudaMemsetAsync(state_of(node, seq), 0, state_floats_[node] * 4, stream_), "cudaMemset");
+    sync("a clear");
+  }
+  void state_copy(size_t node, int32_t src, int32_t dst) override {
+    copy(state_of(node, dst), state_of(node, src), state_floats_[node] * 4, cudaMemcpyDeviceToDevice);
+  }
+  void state_from_kept(int32_t seq, int32_t t) override {
+    for (size_t i = 0; i < state_floats_.size(); ++i) {
+      if (state_floats_[i] == 0) continue;
+      check(cudaMemcpyAsync(state_of(i, seq), kept_of(i, seq) + static_cast<size_t>(t) * state_floats_[i], state_floats_[i] * 4,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "cudaMemcpy");
+    }
+    sync("a state copy");
+  }
+
+  static constexpr size_t kAlign = 256;
+
+  struct Part {
+    graph::SeqStep step;
+    int64_t first = 0;  // the row of the step its first token is
+  };
+
+  std::shared_ptr<CudaWeights> weights_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<size_t> offset_;  // per activation: its bytes in the arena
+  DeviceBuffer arena_;
+  HostBuffer logits_host_, hidden_host_, step_host_;
+  DeviceBuffer step_dev_;
+  size_t step_bytes_ = 0, ids_at_ = 0, pos_at_ = 0, slot_at_ = 0, table_at_ = 0, select_at_ = 0, tables_at_ = 0, inputs_at_ = 0;
+  size_t input_width_ = 0;
+  std::vector<RopeTable> ropes_;
+  std::map<size_t, size_t> rope_of_;  // rope node -> its table
+  std::vector<DeviceBuffer> k_, v_, state_, kept_;
+  DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
+  std::vector<Part> parts_;
+  std::vector<int64_t> rows_;  // rows each activation held in the last step
+  int64_t logit_rows_ = 0, hidden_rows_ = 0;
+  uint64_t device_bytes_ = 0;
+  const bool use_graphs_ = [] {
+    const char* v = std::getenv("ZINC_CUDA_GRAPHS");
+    return !v || std::string(v) != "0";
+  }();
+  std::map<std::vector<int32_t>, Captured> graphs_;  // by step shape; destroyed before the buffers they use
+};
+
+std::unique_ptr<Executable> CudaWeights::instantiate_graph(const ExecOptions& opts, const graph::Graph& g) {
+  return std::make_unique<CudaExecutable>(std::static_pointer_cast<CudaWeights>(shared_from_this()), g, opts);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      throw Error(fmt::format("no CUDA device: {}", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible"));
+    }
+    if (device < 0) {
+      const char* env = std::getenv("ZINC_CUDA_DEVICE");
+      device = env ? std::atoi(env) : 0;
+    }
+    if (device >= n) throw Error(fmt::format("CUDA device {} does not exist ({} visible)", device, n));
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    name_ = p.name;
+  }
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return name_; }
+  uint64_t device_bytes_in_use() const override { return g_allocated; }
+  // A 256 MiB device-to-device copy, best of a few: bytes read plus bytes written per second.
+  double measured_bandwidth_gbs() override {
+    if (bandwidth_ > 0) return bandwidth_;
+    constexpr size_t bytes = 256u << 20;
+    DeviceBuffer a(bytes), b(bytes);
+    check(cudaMemset(a.get(), 1, bytes), "cudaMemset");
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      const auto t0 = std::chrono::steady_clock::now();
+      check(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    bandwidth_ = 2.0 * bytes / best / 1e9;
+    return bandwidth_;
+  }
+  std::string unsupported(const graph::Graph& g, const Node& n) const override { return cuda_unsupported(g, n); }
+  using Backend::load;
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
+    return std::make_shared<CudaWeights>(g, file, progress);
+  }
+
+ private:
+  std::string name_;
+  double bandwidth_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace zinc::backend

@@ -1,0 +1,963 @@
+// The CUDA backend's kernels (declared in cuda_kernels.h). Weight blocks are decoded eight elements at
+// a time (dec8): every block format splits into groups of eight consecutive elements that share one
+// scale, so a group is a few byte loads and multiplies whatever the type. Products accumulate in
+// float32; activations stay float32 throughout.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace zinc::backend::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t ld16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
+__constant__ int8_t kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ int8_t kMxfp4Table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+__device__ __forceinline__ float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ void kquant_scale_min(int j, const uint8_t* q, int& s, int& m) {
+  if (j < 4) {
+    s = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    s = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Byte k of a word as a float, without an integer conversion (a quarter-rate instruction): the byte
+// placed in the mantissa of 2^23, then 2^23 subtracted (exact).
+__device__ __forceinline__ float byte_float(uint32_t word, int k) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | static_cast<uint32_t>(k))) - 8388608.0f;
+}
+// Byte i (0..11) of three words, chosen by selects (an array indexed at run time would live in local memory).
+__device__ __forceinline__ uint32_t byte_of(const uint32_t* w, int i) {
+  const uint32_t word = i < 4 ? w[0] : i < 8 ? w[1] : w[2];
+  return (word >> (8 * (i & 3))) & 0xff;
+}
+
+// Elements 8g .. 8g + 7 of a row of type T into v (the definitions of src/quant/dequantize.cpp).
+template <int T>
+__device__ __forceinline__ void dec8(const uint8_t* row, int64_t g, float* v) {
+  if constexpr (T == kF32) {
+    const float4* p = reinterpret_cast<const float4*>(row) + 2 * g;
+    const float4 a = p[0], b = p[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else if constexpr (T == kF16 || T == kBF16) {
+    const uint4 u = reinterpret_cast<const uint4*>(row)[g];
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (T == kF16) {
+        v[2 * i] = half_bits(static_cast<uint16_t>(w[i] & 0xffff));
+        v[2 * i + 1] = half_bits(static_cast<uint16_t>(w[i] >> 16));
+      } else {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+    }
+  } else if constexpr (T == kQ4_0 || T == kQ4_1 || T == kQ5_0 || T == kQ5_1 || T == kQ8_0 || T == kIQ4_NL ||
+                       T == kMXFP4) {
+    constexpr int bytes = T == kQ4_0 || T == kIQ4_NL ? 18 : T == kQ4_1 ? 20 : T == kQ5_0 ? 22 : T == kQ5_1 ? 24 : T == kQ8_0 ? 34 : 17;
+    const uint8_t* b = row + (g >> 2) * bytes;
+    const int j = static_cast<int>(g & 3);  // elements 8j .. 8j + 7 of the block
+    if constexpr (T == kQ8_0) {  // 34-byte blocks: 16-bit aligned
+      const auto* h = reinterpret_cast<const uint16_t*>(b);
+      const float d = half_bits(h[0]);
+      for (int i = 0; i < 4; ++i) {
+        const uint16_t two = h[1 + 4 * j + i];
+        v[2 * i] = static_cast<float>(static_cast<int8_t>(two & 0xff)) * d;
+        v[2 * i + 1] = static_cast<float>(static_cast<int8_t>(two >> 8)) * d;
+      }
+    } else if constexpr (T == kMXFP4) {
+      const float d = e8m0_half(b[0]);
+      const uint8_t* qs = b + 1 + 8 * (j & 1);
+      for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(kMxfp4Table[(qs[i] >> (4 * (j >> 1))) & 0xf]) * d;
+    } else if constexpr (T == kIQ4_NL) {
+      const float d = half_bits(ld16(b));
+      const uint8_t* qs = b + 2 + 8 * (j & 1);
+      for (int i = 0; i < 8; ++i) v[i] = static_cast<float>(kIq4Table[(qs[i] >> (4 * (j >> 1))) & 0xf]) * d;
+    } else {
+      const bool has_min = T == kQ4_1 || T == kQ5_1, five = T == kQ5_0 || T == kQ5_1;
+      const float d = half_bits(ld16(b)), m = has_min ? half_bits(ld16(b + 2)) : 0.0f;
+      const uint8_t* qs = b + (has_min ? 4 : 2) + (five ? 4 : 0) + 8 * (j & 1);
+      const uint32_t qh = five ? ld32(b + (has_min ? 4 : 2)) : 0;
+      for (int i = 0; i < 8; ++i) {
+        int q = (qs[i] >> (4 * (j >> 1))) & 0xf;
+        if (five) q |= static_cast<int>((qh >> (8 * j + i)) & 1) << 4;
+        v[i] = has_min ? static_cast<float>(q) * d + m : static_cast<float>(q - (five ? 16 : 8)) * d;
+      }
+    }
+  } else {
+    constexpr int bytes = T == kQ2_K ? 84 : T == kQ3_K ? 110 : T == kQ4_K ? 144 : T == kQ5_K ? 176 : T == kQ6_K ? 210 : 136;
+    const uint8_t* b = row + (g >> 5) * bytes;
+    const int e0 = static_cast<int>(g & 31) * 8;  // the group's first element in the super-block
+    if constexpr (T == kQ2_K || T == kQ3_K) {
+      // e = n*128 + j*32 + h*16 + l: byte n*32 + h*16 + l of qs, bits 2j, sub-block 8n + 2j + h.
+      const int n = e0 >> 7, j = (e0 >> 5) & 3, h = (e0 >> 4) & 1, l0 = e0 & 15;
+      const uint8_t* qs = b + (T == kQ2_K ? 16 : 32) + n * 32 + h * 16 + l0;
+      if constexpr (T == kQ2_K) {
+        const float d = half_bits(ld16(b + 80)), dmin = half_bits(ld16(b + 82));
+        const uint8_t sc = b[8 * n + 2 * j + h];
+        const float dl = d * static_cast<float>(sc & 0xf), ml = dmin * static_cast<float>(sc >> 4);
+        for (int i = 0; i < 8; ++i) v[i] = dl * static_cast<float>((qs[i] >> (2 * j)) & 3) - ml;
+      } else {
+        const uint8_t* p = b + 96;
+        const int s = 8 * n + 2 * j + h, jj = s & 3;
+        int sc;
+        if (s < 4) sc = (p[jj] & 0xf) | (((p[8 + jj] >> 0) & 3) << 4);
+        else if (s < 8) sc = (p[4 + jj] & 0xf) | (((p[8 + jj] >> 2) & 3) << 4);
+        else if (s < 12) sc = (p[jj] >> 4) | (((p[8 + jj] >> 4) & 3) << 4);
+        else sc = (p[4 + jj] >> 4) | (((p[8 + jj] >> 6) & 3) << 4);
+        const float dl = half_bits(ld16(b + 108)) * static_cast<float>(sc - 32);
+        const uint8_t* hm = b + h * 16 + l0;
+        for (int i = 0; i < 8; ++i) {
+          const int lo = (qs[i] >> (2 * j)) & 3, high = (hm[i] >> (4 * n + j)) & 1;
+          v[i] = dl * static_cast<float>(lo - (high ? 0 : 4));
+        }
+      }
+    } else if constexpr (T == kQ4_K || T == kQ5_K) {
+      // e = c*64 + h*32 + l: nibble h of qs byte c*32 + l, sub-block 2c + h.
+      const int c = e0 >> 6, h = (e0 >> 5) & 1, l0 = e0 & 31;
+      int s, m;
+      kquant_scale_min(2 * c + h, b + 4, s, m);
+      const float dl = half_bits(ld16(b)) * static_cast<float>(s), ml = half_bits(ld16(b + 2)) * static_cast<float>(m);
+      const uint8_t* qs = b + (T == kQ4_K ? 16 : 48) + c * 32 + l0;
+      for (int i = 0; i < 8; ++i) {
+        int q = (qs[i] >> (4 * h)) & 0xf;
+        if constexpr (T == kQ5_K) q |= ((b[16 + l0 + i] >> (2 * c + h)) & 1) << 4;
+        v[i] = dl * static_cast<float>(q) - ml;
+      }
+    } else if constexpr (T == kQ6_K) {
+      // e = n*128 + k*32 + l: nibble k>>1 of ql byte n*64 + (k&1)*32 + l, 2 bits of qh byte n*32 + l at
+      // 2k, sub-block n*8 + 2k + l/16.
+      const int n = e0 >> 7, k = (e0 >> 5) & 3, l0 = e0 & 31;
+      const float dl = half_bits(ld16(b + 208)) * static_cast<float>(static_cast<int8_t>(b[192 + n * 8 + 2 * k + l0 / 16]));
+      const uint8_t* ql = b + n * 64 + (k & 1) * 32 + l0;
+      const uint8_t* qh = b + 128 + n * 32 + l0;
+      for (int i = 0; i < 8; ++i) {
+        const int q = (((ql[i] >> (4 * (k >> 1))) & 0xf) | (((qh[i] >> (2 * k)) & 3) << 4)) - 32;
+        v[i] = dl * static_cast<float>(q);
+      }
+    } else {  // IQ4_XS: element 32s + j of sub-block s (j < 16: low nibble of qs[16s + j], else high)
+      const int s = e0 >> 5, half = (e0 >> 4) & 1, j0 = e0 & 15;
+      const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0xf) | (((ld16(b + 2) >> (2 * s)) & 3) << 4);
+      const float dl = half_bits(ld16(b)) * static_cast<float>(ls - 32);
+      const uint8_t* qs = b + 8 + 16 * s + j0;
+      for (int i = 0; i < 8; ++i) v[i] = dl * static_cast<float>(kIq4Table[(qs[i] >> (4 * half)) & 0xf]);
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// ---- embedding and products -------------------------------------------------------------------
+
+template <int T>
+__global__ void k_embed(const uint8_t* w, size_t row_bytes, const int32_t* ids, int64_t groups, float scale, float* out) {
+  const int t = blockIdx.y;
+  const uint8_t* row = w + static_cast<size_t>(ids[t]) * row_bytes;
+  for (int64_t g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+    float v[8];
+    dec8<T>(row, g, v);
+    float* o = out + static_cast<int64_t>(t) * groups * 8 + g * 8;
+    for (int i = 0; i < 8; ++i) o[i] = v[i] * scale;
+  }
+}
+
+// A row split into pieces for the mat-vec kernels: a piece is kRuns runs of eight consecutive weights;
+// a lane loads a piece's raw bytes (load), then decodes them into floats (decode). Q4_K and Q6_K take
+// wide pieces (one load of packed codes for 16 or 32 weights, their scales once); other types decode
+// a group of eight with dec8.
+template <int T>
+struct Piece {
+  static constexpr int kRuns = 1;
+  struct Raw {
+    float v[8];
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 8; }
+  __device__ static int64_t run(int64_t u, int) { return u * 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) { dec8<T>(row, u, r.v); }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    for (int i = 0; i < 8; ++i) w[i] = r.v[i];
+  }
+};
+
+// Piece u: super-block u / 16, c = (u / 4) % 4, bytes l0 = 8 (u % 4) of that c's 32 code bytes:
+// elements c*64 + l0 + i (low nibbles, sub-block 2c) and c*64 + 32 + l0 + i (high, sub-block 2c + 1).
+template <>
+struct Piece<kQ4_K> {
+  static constexpr int kRuns = 2;
+  struct Raw {
+    uint32_t dm, sc[3];
+    uint2 q;
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 256 * 16; }
+  __device__ static int64_t run(int64_t u, int k) { return (u >> 4) * 256 + (static_cast<int>(u >> 2) & 3) * 64 + (u & 3) * 8 + k * 32; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) {
+    const uint8_t* b = row + (u >> 4) * 144;
+    const int c = static_cast<int>(u >> 2) & 3, l0 = static_cast<int>(u & 3) * 8;
+    r.dm = *reinterpret_cast<const uint32_t*>(b);
+    const auto* s32 = reinterpret_cast<const uint32_t*>(b + 4);
+    r.sc[0] = s32[0], r.sc[1] = s32[1], r.sc[2] = s32[2];
+    r.q = *reinterpret_cast<const uint2*>(b + 16 + c * 32 + l0);
+  }
+  // Sub-block j's 6-bit scale and min (kquant_scale_min on the three words).
+  __device__ static void scale_min(const uint32_t* sc, int j, float& s, float& m) {
+    uint32_t si, mi;
+    if (j < 4) {
+      si = byte_of(sc, j) & 63;
+      mi = byte_of(sc, j + 4) & 63;
+    } else {
+      si = (byte_of(sc, j + 4) & 0xf) | ((byte_of(sc, j - 4) >> 6) << 4);
+      mi = (byte_of(sc, j + 4) >> 4) | ((byte_of(sc, j) >> 6) << 4);
+    }
+    s = __uint_as_float(0x4B000000u | si) - 8388608.0f;
+    m = __uint_as_float(0x4B000000u | mi) - 8388608.0f;
+  }
+  __device__ static void decode(const Raw& r, int64_t u, float* w) {
+    const int c = static_cast<int>(u >> 2) & 3;
+    float s0, m0, s1, m1;
+    scale_min(r.sc, 2 * c, s0, m0);
+    scale_min(r.sc, 2 * c + 1, s1, m1);
+    const float d = half_bits(static_cast<uint16_t>(r.dm & 0xffff)), dmin = half_bits(static_cast<uint16_t>(r.dm >> 16));
+    const float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
+    const uint32_t lo[2] = {r.q.x & 0x0F0F0F0Fu, r.q.y & 0x0F0F0F0Fu}, hi[2] = {(r.q.x >> 4) & 0x0F0F0F0Fu, (r.q.y >> 4) & 0x0F0F0F0Fu};
+    for (int i = 0; i < 8; ++i) {
+      w[i] = d0 * byte_float(lo[i / 4], i & 3) - n0;
+      w[8 + i] = d1 * byte_float(hi[i / 4], i & 3) - n1;
+    }
+  }
+};
+
+// Piece u: super-block u / 8, n = (u / 4) % 2, l0 = 8 (u % 4): elements n*128 + k*32 + l0 + i for
+// k = 0..3 (low nibbles of ql bytes n*64 + l0 + i for k = 0, of n*64 + 32 + l0 + i for k = 1, their
+// high nibbles for k = 2, 3; bits 2k of qh byte n*32 + l0 + i). 210-byte blocks: 16-bit loads.
+template <>
+struct Piece<kQ6_K> {
+  static constexpr int kRuns = 4;
+  struct Raw {
+    uint32_t lo0[2], lo1[2], hi[2], sc;
+    uint16_t d;
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 256 * 8; }
+  __device__ static int64_t run(int64_t u, int k) { return (u >> 3) * 256 + (static_cast<int>(u >> 2) & 1) * 128 + (u & 3) * 8 + k * 32; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) {
+    const uint8_t* b = row + (u >> 3) * 210;
+    const int n = static_cast<int>(u >> 2) & 1, l0 = static_cast<int>(u & 3) * 8;
+    const auto* p0 = reinterpret_cast<const uint16_t*>(b + n * 64 + l0);
+    const auto* p1 = reinterpret_cast<const uint16_t*>(b + n * 64 + 32 + l0);
+    const auto* ph = reinterpret_cast<const uint16_t*>(b + 128 + n * 32 + l0);
+    for (int h = 0; h < 2; ++h) {
+      r.lo0[h] = p0[2 * h] | static_cast<uint32_t>(p0[2 * h + 1]) << 16;
+      r.lo1[h] = p1[2 * h] | static_cast<uint32_t>(p1[2 * h + 1]) << 16;
+      r.hi[h] = ph[2 * h] | static_cast<uint32_t>(ph[2 * h + 1]) << 16;
+    }
+    // The piece's four scales: bytes n*8 + 2k + l0/16 for k = 0..3.
+    const auto* ps = reinterpret_cast<const uint16_t*>(b + 192 + n * 8);
+    const int hb = 8 * (l0 / 16);
+    r.sc = ((ps[0] >> hb) & 0xffu) | ((ps[1] >> hb) & 0xffu) << 8 | ((ps[2] >> hb) & 0xffu) << 16 | ((ps[3] >> hb) & 0xffu) << 24;
+    r.d = *reinterpret_cast<const uint16_t*>(b + 208);
+  }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    const float d = half_bits(r.d);
+    float dk[4];
+    for (int k = 0; k < 4; ++k) dk[k] = d * static_cast<float>(static_cast<int8_t>((r.sc >> (8 * k)) & 0xff));
+    for (int h = 0; h < 2; ++h) {
+      // Four 6-bit codes per word for each k: low or high nibbles of ql, two bits of qh above them.
+      const uint32_t q[4] = {(r.lo0[h] & 0x0F0F0F0Fu) | ((r.hi[h] & 0x03030303u) << 4),
+                             (r.lo1[h] & 0x0F0F0F0Fu) | (((r.hi[h] >> 2) & 0x03030303u) << 4),
+                             ((r.lo0[h] >> 4) & 0x0F0F0F0Fu) | (((r.hi[h] >> 4) & 0x03030303u) << 4),
+                             ((r.lo1[h] >> 4) & 0x0F0F0F0Fu) | (((r.hi[h] >> 6) & 0x03030303u) << 4)};
+      for (int k = 0; k < 4; ++k)
+        for (int i = 0; i < 4; ++i) w[8 * k + 4 * h + i] = dk[k] * (byte_float(q[k], i) - 32.0f);
+    }
+  }
+};
+
+// One warp's share of R rows · NT activation rows (t < nt), added to acc[r][t]. Each lane loads B
+// pieces of every row before decoding any (bytes in flight to cover the memory's latency); one
+// token's activations are read once for all R rows.
+template <int T, int NT, int R, int B>
+__device__ __forceinline__ void rows_dot(const uint8_t* const* wr, int64_t cols, const float* const* xs, int nt, float (*acc)[NT],
+                                         int start, int stride) {
+  using P = Piece<T>;
+  const int64_t pieces = P::count(cols);
+  for (int64_t u0 = start; u0 < pieces; u0 += static_cast<int64_t>(stride) * B) {
+    typename P::Raw raw[B][R];
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      if (u0 + j * stride >= pieces) break;
+#pragma unroll
+      for (int r = 0; r < R; ++r) P::load(wr[r], u0 + j * stride, raw[j][r]);
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int64_t u = u0 + j * stride;
+      if (u >= pieces) break;
+      float xv[P::kRuns * 8];
+      if constexpr (NT == 1) {
+#pragma unroll
+        for (int k = 0; k < P::kRuns; ++k) {
+          const float4* xp = reinterpret_cast<const float4*>(xs[0] + P::run(u, k));
+          const float4 a = xp[0], b = xp[1];
+          xv[8 * k] = a.x, xv[8 * k + 1] = a.y, xv[8 * k + 2] = a.z, xv[8 * k + 3] = a.w;
+          xv[8 * k + 4] = b.x, xv[8 * k + 5] = b.y, xv[8 * k + 6] = b.z, xv[8 * k + 7] = b.w;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float w[P::kRuns * 8];
+        P::decode(raw[j][r], u, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= nt) break;
+          float sum = 0;
+#pragma unroll
+          for (int k = 0; k < P::kRuns; ++k) {
+            if constexpr (NT == 1) {
+              for (int i = 0; i < 8; ++i) sum += w[8 * k + i] * xv[8 * k + i];
+            } else {
+              const float4* xp = reinterpret_cast<const float4*>(xs[t] + P::run(u, k));
+              const float4 a = xp[0], b = xp[1];
+              sum += w[8 * k] * a.x + w[8 * k + 1] * a.y + w[8 * k + 2] * a.z + w[8 * k + 3] * a.w + w[8 * k + 4] * b.x +
+                     w[8 * k + 5] * b.y + w[8 * k + 6] * b.z + w[8 * k + 7] * b.w;
+            }
+          }
+          acc[r][t] += sum;
+        }
+      }
+    }
+  }
+}
+
+// One block per R output rows and NT tokens (each decoded weight used NT times, each token's
+// activations for R rows); its warps split the row's pieces, their sums added in shared memory. With
+// ids, one token per block and its rows' expert.
+constexpr int kMvWarps = 4;
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, size_t row_bytes, size_t expert_bytes, int64_t first,
+                                                             int64_t rows, int64_t cols, const float* x, int64_t xs, int x_div,
+                                                             const int32_t* ids, int n, float* out, int64_t os, const float* bias,
+                                                             int64_t bias_stride) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int t0 = blockIdx.y * NT;
+  const int64_t e = ids ? ids[t0] : 0;
+  const uint8_t* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w + e * expert_bytes + (first + min(r0 + r, rows - 1)) * row_bytes;
+  const float* xr[NT];
+  for (int t = 0; t < NT; ++t) xr[t] = x + ((t0 + t) / x_div) * xs;
+  float acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0;
+  constexpr int kB = R > 1 ? (Piece<T>::kRuns > 2 ? 1 : 2) : 4;
+  rows_dot<T, NT, R, kB>(wr, cols, xr, n - t0, acc, threadIdx.x, kMvWarps * kWarp);
+  __shared__ float part[kMvWarps][R * NT];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < NT; ++t) {
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0) part[warp][r * NT + t] = sum;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * NT; i += blockDim.x) {
+    const int r = i / NT, t = i % NT;
+    float sum = 0;
+    for (int k = 0; k < kMvWarps; ++k) sum += part[k][i];
+    if (t0 + t < n && r0 + r < rows) out[(t0 + t) * os + r0 + r] = sum + (bias ? bias[e * bias_stride + r0 + r] : 0.0f);
+  }
+}
+
+// Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
+// eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs.
+constexpr int kTm = 64, kTn = 64, kTk = 32;
+template <int T>
+__global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                                                const float* x, int64_t xs, int n, float* out, int64_t os, const float* bias) {
+  __shared__ float ws[kTk][kTm + 4];
+  __shared__ float xsh[kTk][kTn + 4];
+  const int tid = threadIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTm;
+  const int n0 = blockIdx.y * kTn;
+  const int lr = tid / 4, lg = tid % 4;  // the row (token) and group this thread loads
+  const int tr = tid / 16, tc = tid % 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
+    float v[8];
+    if (m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, v);
+    else for (int i = 0; i < 8; ++i) v[i] = 0;
+    for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = v[i];
+    if (n0 + lr < n) {
+      const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + lr) * xs + k0 + lg * 8);
+      const float4 a = xp[0], b = xp[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+      for (int i = 0; i < 8; ++i) v[i] = 0;
+    }
+    for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = v[i];
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kTk; ++kk) {
+      const float4 a = *reinterpret_cast<const float4*>(&ws[kk][tr * 4]);
+      const float4 b = *reinterpret_cast<const float4*>(&xsh[kk][tc * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  for (int j = 0; j < 4; ++j) {
+    const int t = n0 + tc * 4 + j;
+    if (t >= n) break;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = m0 + tr * 4 + i;
+      if (r < rows) out[t * os + r] = acc[i][j] + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+template <int T>
+void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                    const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
+                    const float* bias, int64_t bias_stride) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const dim3 block(kMvWarps * kWarp);
+  const auto row_blocks = [&](int r) { return static_cast<unsigned>((rows + r - 1) / r); };
+  if (ids) {
+    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
+                                                               out, os, bias, bias_stride);
+  } else if (n > 8 && first == 0) {
+    k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                      x, xs, n, out, os, bias);
+  } else if (n >= 8) {
+    k_mul_mv<T, 8, 1><<<dim3(row_blocks(1), (n + 7) / 8), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
+                                                                         os, bias, 0);
+  } else if (n >= 4) {
+    k_mul_mv<T, 4, 1><<<dim3(row_blocks(1), (n + 3) / 4), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
+                                                                         os, bias, 0);
+  } else if (n == 2) {
+    k_mul_mv<T, 2, 1><<<dim3(row_blocks(1), 1), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+  } else {
+    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+  }
+}
+
+#define ZINC_CUDA_TYPES(X) \
+  X(kF32) X(kF16) X(kBF16) X(kQ4_0) X(kQ4_1) X(kQ5_0) X(kQ5_1) X(kQ8_0) X(kQ2_K) X(kQ3_K) X(kQ4_K) X(kQ5_K) X(kQ6_K) \
+  X(kIQ4_NL) X(kIQ4_XS) X(kMXFP4)
+
+// ---- small ops ----------------------------------------------------------------------------------
+
+__global__ void k_rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t group, float eps, float offset) {
+  // One block per (row, group).
+  const int64_t groups = width / group;
+  const int64_t row = blockIdx.x / groups, gi = blockIdx.x % groups;
+  const float* xr = x + row * width + gi * group;
+  float* o = out + row * width + gi * group;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float part[32];
+  ss = warp_sum(ss);
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    float t = threadIdx.x < blockDim.x / kWarp ? part[threadIdx.x] : 0.0f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) part[0] = t;
+  }
+  __syncthreads();
+  const float scale = 1.0f / sqrtf(part[0] / static_cast<float>(group) + eps);
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) o[i] = w ? xr[i] * scale * (w[i] + offset) : xr[i] * scale;
+}
+
+// One block per (row, head), a thread per rotated pair (and the dims past n_rot copied).
+__global__ void k_rope(const float* x, float* out, const float* cs, int n_head, int head_dim, int n_rot, bool neox) {
+  const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
+  const int64_t at = (static_cast<int64_t>(t) * n_head + h) * head_dim;
+  const float* xh = x + at;
+  float* oh = out + at;
+  const float* c = cs + static_cast<int64_t>(t) * n_rot;
+  const int half = n_rot / 2;
+  for (int pair = threadIdx.x; pair < half; pair += blockDim.x) {
+    const int a = neox ? pair : 2 * pair, b = neox ? pair + half : 2 * pair + 1;
+    const float cv = c[2 * pair], sv = c[2 * pair + 1], x0 = xh[a], x1 = xh[b];
+    oh[a] = x0 * cv - x1 * sv;
+    oh[b] = x0 * sv + x1 * cv;
+  }
+  for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) oh[i] = xh[i];
+}
+
+__global__ void k_elementwise(Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = a[i], y = b[i];
+    float r;
+    switch (op) {
+      case Elementwise::Add: r = x + y; break;
+      case Elementwise::Mul: r = x * y; break;
+      case Elementwise::SwiGLU: r = x / (1.0f + expf(-x)) * y; break;
+      case Elementwise::GeGLU:
+        r = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x))) * y;
+        break;
+      default: {
+        const float g = fminf(x, limit), u = fminf(fmaxf(y, -limit), limit);
+        r = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+      }
+    }
+    out[i] = r;
+  }
+}
+
+__global__ void k_softcap(const float* x, float* out, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void k_sigmoid_mul(const float* a, const float* b, float* out, int64_t width, int64_t bw, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / width, c = i % width;
+    out[i] = a[i] / (1.0f + expf(-b[t * bw + (bw == 1 ? 0 : c)]));
+  }
+}
+
+__global__ void k_scale(const float* x, const float* w, bool one, float* out, int64_t width, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = x[i] * w[one ? 0 : i % width];
+}
+
+__global__ void k_copy_cols(const float* x, int64_t in_width, int64_t at, int64_t stride, int groups, float* out, int64_t out_width,
+                            int64_t out_at, int64_t width, int64_t n) {
+  const int64_t per_row = width * groups;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * per_row; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / per_row, c = i % per_row, gi = c / width, j = c % width;
+    out[t * out_width + out_at + c] = x[t * in_width + gi * stride + at + j];
+  }
+}
+
+__global__ void k_gather_rows(const float* x, const int32_t* rows, int64_t width, float* out) {
+  const int64_t r = blockIdx.y;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < width; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[r * width + i] = x[static_cast<int64_t>(rows[r]) * width + i];
+}
+
+unsigned grid_for(int64_t n, int block = 256) {
+  const int64_t g = (n + block - 1) / block;
+  return static_cast<unsigned>(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+// ---- KV cache and attention ---------------------------------------------------------------------
+
+// One block per (row, K or V): the row stored at its slot. Q8_0: a warp per block of 32 elements.
+__global__ void k_kv_append(int kv_type, const float* k, const float* v, int64_t kw, const int32_t* slots, size_t row_bytes,
+                            uint8_t* kc, uint8_t* vc) {
+  const int t = blockIdx.x;
+  const bool is_v = blockIdx.y == 1;
+  const float* src = (is_v ? v : k) + static_cast<int64_t>(t) * kw;
+  uint8_t* dst = (is_v ? vc : kc) + static_cast<size_t>(slots[t]) * row_bytes;
+  if (kv_type == kF32) {
+    for (int64_t i = threadIdx.x; i < kw; i += blockDim.x) reinterpret_cast<float*>(dst)[i] = src[i];
+  } else if (kv_type == kF16) {
+    for (int64_t i = threadIdx.x; i < kw; i += blockDim.x) reinterpret_cast<__half*>(dst)[i] = __float2half_rn(src[i]);
+  } else {  // Q8_0, as the reference quantizer rounds: d = amax / 127, q = round(x / d) away from zero
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+    for (int64_t b = warp; b < kw / 32; b += warps) {
+      const float x = src[b * 32 + lane];
+      const float amax = warp_max(fabsf(x));
+      const float d = amax / 127;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      uint8_t* blk = dst + b * 34;
+      if (lane == 0) {
+        const uint16_t h = __half_as_ushort(__float2half_rn(d));
+        blk[0] = static_cast<uint8_t>(h & 0xff);
+        blk[1] = static_cast<uint8_t>(h >> 8);
+      }
+      blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(x * id)));
+    }
+  }
+}
+
+template <int KV>
+__device__ __forceinline__ float kv_elem(const uint8_t* row, int i) {
+  if constexpr (KV == kF32) return reinterpret_cast<const float*>(row)[i];
+  else if constexpr (KV == kF16) return half_bits(reinterpret_cast<const uint16_t*>(row)[i]);
+  else {
+    const uint8_t* b = row + (i / 32) * 34;
+    return half_bits(ld16(b)) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+  }
+}
+
+// One block of kAttnWarps warps per (query head, row); each warp an online softmax over every
+// kAttnWarps-th visible key, lane l holding elements l + 32 i of the head; the warps merged at the end.
+constexpr int kAttnWarps = 4;
+template <int P, int KV>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs a) {
+  const int h = blockIdx.x, r = blockIdx.y;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = a.n_head / a.n_head_kv, kvh = h / group, hd = a.head_dim;
+  const int pos = a.pos[r];
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int32_t* table = a.tables + a.table_at[r];
+  const float* q = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * hd;
+  float qv[P], acc[P];
+  for (int i = 0; i < P; ++i) {
+    const int c = lane + 32 * i;
+    qv[i] = c < hd ? q[c] : 0.0f;
+    acc[i] = 0;
+  }
+  float mx = -INFINITY, l = 0;
+  const auto* kc = static_cast<const uint8_t*>(a.k);
+  const auto* vc = static_cast<const uint8_t*>(a.v);
+  const int base = kvh * hd;
+  for (int j = lo + warp; j <= pos; j += kAttnWarps) {
+    const size_t slot = static_cast<size_t>(table[j / kKvBlock]) * kKvBlock + j % kKvBlock;
+    const uint8_t* kr = kc + slot * a.row_bytes;
+    float dot = 0;
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      if (c < hd) dot += qv[i] * kv_elem<KV>(kr, base + c);
+    }
+    float s = warp_sum(dot) * a.scale;
+    if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
+    const float m_new = fmaxf(mx, s);
+    const float corr = expf(mx - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+    const uint8_t* vr = vc + slot * a.row_bytes;
+    for (int i = 0; i < P; ++i) {
+      const int c = lane + 32 * i;
+      acc[i] = acc[i] * corr + (c < hd ? p * kv_elem<KV>(vr, base + c) : 0.0f);
+    }
+    mx = m_new;
+  }
+  __shared__ float wm[kAttnWarps], wl[kAttnWarps];
+  __shared__ float wacc[kAttnWarps][32 * P];
+  if (lane == 0) {
+    wm[warp] = mx;
+    wl[warp] = l;
+  }
+  for (int i = 0; i < P; ++i) wacc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, wm[w]);
+  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+  M = fmaxf(M, sink);
+  float L = a.sinks ? expf(sink - M) : 0.0f;
+  float f[kAttnWarps];
+  for (int w = 0; w < kAttnWarps; ++w) {
+    f[w] = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M);
+    L += wl[w] * f[w];
+  }
+  float* o = a.out + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * hd;
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+    float sum = 0;
+    for (int w = 0; w < kAttnWarps; ++w) sum += wacc[w][c] * f[w];
+    o[c] = sum / L;
+  }
+}
+
+template <int KV>
+void launch_attention(Stream s, const AttentionArgs& a) {
+  const dim3 grid(a.n_head, a.n);
+  const int p = (a.head_dim + 31) / 32;
+  if (p <= 1) k_attention<1, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+  else if (p <= 2) k_attention<2, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+  else if (p <= 4) k_attention<4, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+  else if (p <= 8) k_attention<8, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+  else k_attention<16, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+}
+
+// ---- mixture of experts -------------------------------------------------------------------------
+
+// One thread per token (the experts are few): the routing of cpu_backend.cpp's moe(), same order of
+// operations, ties to the lower expert.
+__global__ void k_moe_route(float* logits, int n, int ne, int k, bool topk_first, bool norm, float logit_scale,
+                            const float* router_b, const float* expert_scale, int32_t* ids, float* weights) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  float* l = logits + static_cast<int64_t>(t) * ne;
+  for (int e = 0; e < ne; ++e) {
+    if (logit_scale != 1.0f) l[e] *= logit_scale;
+    if (router_b) l[e] += router_b[e];
+  }
+  if (!topk_first) {
+    float mx = l[0];
+    for (int e = 1; e < ne; ++e) mx = fmaxf(mx, l[e]);
+    float sum = 0;
+    for (int e = 0; e < ne; ++e) sum += l[e] = expf(l[e] - mx);
+    for (int e = 0; e < ne; ++e) l[e] /= sum;
+  }
+  int sel[64];
+  for (int i = 0; i < k; ++i) {  // the i-th largest: larger value first, lower index on ties
+    int best = -1;
+    for (int e = 0; e < ne; ++e) {
+      bool taken = false;
+      for (int j = 0; j < i; ++j) taken |= sel[j] == e;
+      if (!taken && (best < 0 || l[e] > l[best])) best = e;
+    }
+    sel[i] = best;
+  }
+  if (topk_first) {
+    const float mx = l[sel[0]];
+    float sum = 0;
+    for (int i = 0; i < k; ++i) sum += l[sel[i]] = expf(l[sel[i]] - mx);
+    for (int i = 0; i < k; ++i) l[sel[i]] /= sum;
+  }
+  float top = 0;
+  for (int i = 0; i < k; ++i) top += l[sel[i]];
+  // The slots in increasing expert order (the order the CPU sums them in).
+  for (int i = 1; i < k; ++i)
+    for (int j = i; j > 0 && sel[j - 1] > sel[j]; --j) {
+      const int x = sel[j];
+      sel[j] = sel[j - 1];
+      sel[j - 1] = x;
+    }
+  for (int i = 0; i < k; ++i) {
+    const int e = sel[i];
+    const float wt = norm ? l[e] / top : l[e];
+    ids[t * k + i] = e;
+    weights[t * k + i] = expert_scale ? wt * expert_scale[e] : wt;
+  }
+}
+
+__global__ void k_moe_combine(const float* y, const float* weights, int k, int64_t d, float* out) {
+  const int t = blockIdx.y;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d; j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int i = 0; i < k; ++i) sum += weights[t * k + i] * y[(static_cast<int64_t>(t) * k + i) * d + j];
+    out[t * d + j] = sum;
+  }
+}
+
+// ---- recurrent layers ---------------------------------------------------------------------------
+
+// One thread per channel, the tokens in order.
+__global__ void k_ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n,
+                           float* kept, size_t kept_stride) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= width) return;
+  float win[8];  // the kernel - 1 earlier inputs, oldest first (kernels of up to 8 taps)
+  for (int j = 0; j < kernel - 1; ++j) win[j] = state[j * width + c];
+  for (int t = 0; t < n; ++t) {
+    const float xt = x[static_cast<int64_t>(t) * width + c];
+    float sum = 0;
+    for (int j = 0; j < kernel - 1; ++j) sum += w[c * kernel + j] * win[j];
+    sum += w[c * kernel + kernel - 1] * xt;
+    out[static_cast<int64_t>(t) * width + c] = sum / (1.0f + expf(-sum));
+    for (int j = 0; j + 1 < kernel - 1; ++j) win[j] = win[j + 1];
+    if (kernel > 1) win[kernel - 2] = xt;
+    if (kept) {
+      for (int j = 0; j < kernel - 1; ++j) kept[t * kept_stride + j * width + c] = win[j];
+    }
+  }
+  for (int j = 0; j < kernel - 1; ++j) state[j * width + c] = win[j];
+}
+
+__global__ void k_delta_gates(const float* a, const float* b, const float* A, const float* dt, int hv, int64_t n, float* g, float* beta) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * hv; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int h = static_cast<int>(i % hv);
+    const float x = a[i] + dt[h];
+    const float softplus = x > 20.0f ? x : log1pf(expf(x));
+    g[i] = A[h] * softplus;
+    beta[i] = 1.0f / (1.0f + expf(-b[i]));
+  }
+}
+
+// One warp per column j of one v head's state S (dk x dv, row i: key dimension i); lane l holds rows
+// l + 32 i. Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
+// delta = beta (v_j - S[:, j] . k), S[:, j] += k delta, out_j = S[:, j] . q.
+template <int P>
+__global__ void k_delta_rule(DeltaArgs a) {
+  const int hv = blockIdx.x;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int j = blockIdx.y * (blockDim.x / kWarp) + warp;
+  if (j >= a.dv) return;
+  const int hk = a.tiled ? hv % a.hk : hv / (a.hv / a.hk);
+  const int dk = a.dk;
+  float* S = a.state + static_cast<int64_t>(hv) * dk * a.dv;
+  float s[P];
+  for (int i = 0; i < P; ++i) {
+    const int row = lane + 32 * i;
+    s[i] = row < dk ? S[static_cast<int64_t>(row) * a.dv + j] : 0.0f;
+  }
+  const float qscale = 1.0f / sqrtf(static_cast<float>(dk));
+  for (int t = 0; t < a.n; ++t) {
+    const float* q = a.q + t * a.q_stride + static_cast<int64_t>(hk) * dk;
+    const float* k = a.k + t * a.q_stride + static_cast<int64_t>(hk) * dk;
+    float qv[P], kv[P], qq = 0, kk = 0;
+    for (int i = 0; i < P; ++i) {
+      const int row = lane + 32 * i;
+      qv[i] = row < dk ? q[row] : 0.0f;
+      kv[i] = row < dk ? k[row] : 0.0f;
+      qq += qv[i] * qv[i];
+      kk += kv[i] * kv[i];
+    }
+    const float qn = qscale / sqrtf(warp_sum(qq) + 1e-6f), kn = 1.0f / sqrtf(warp_sum(kk) + 1e-6f);
+    const float decay = expf(a.g[static_cast<int64_t>(t) * a.hv + hv]), b = a.beta[static_cast<int64_t>(t) * a.hv + hv];
+    float sk = 0;
+    for (int i = 0; i < P; ++i) {
+      s[i] *= decay;
+      sk += s[i] * kv[i] * kn;
+    }
+    const float vj = a.v[t * a.v_stride + static_cast<int64_t>(hv) * a.dv + j];
+    const float delta = (vj - warp_sum(sk)) * b;
+    float o = 0;
+    for (int i = 0; i < P; ++i) {
+      s[i] += kv[i] * kn * delta;
+      o += s[i] * qv[i] * qn;
+    }
+    o = warp_sum(o);
+    if (lane == 0) a.out[t * a.v_stride + static_cast<int64_t>(hv) * a.dv + j] = o;
+    if (a.kept) {
+      float* K = a.kept + t * a.kept_stride + static_cast<int64_t>(hv) * dk * a.dv;
+      for (int i = 0; i < P; ++i) {
+        const int row = lane + 32 * i;
+        if (row < dk) K[static_cast<int64_t>(row) * a.dv + j] = s[i];
+      }
+    }
+  }
+  for (int i = 0; i < P; ++i) {
+    const int row = lane + 32 * i;
+    if (row < dk) S[static_cast<int64_t>(row) * a.dv + j] = s[i];
+  }
+}
+
+}  // namespace
+
+bool weight_type_supported(int type) {
+  switch (type) {
+#define ZINC_CASE(T) case T:
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    return true;
+    default: return false;
+  }
+}
+
+std::string last_error() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
+}
+
+void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale, float* out) {
+  const dim3 grid(grid_for(width / 8), n);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: k_embed<T><<<grid, 256, 0, s>>>(wb, row_bytes, ids, width / 8, scale, out); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
+}
+
+void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out, int64_t out_stride,
+                const float* bias, int64_t bias_stride) {
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
+}
+
+void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n,
+             float* out, int64_t out_stride, const float* bias) {
+  mul_mat_id(s, type, w, row_bytes, 0, 0, rows, cols, x, x_stride, 1, nullptr, n, out, out_stride, bias, 0);
+}
+
+void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps, float offset) {
+  const int64_t blocks = static_cast<int64_t>(n) * (width / group);
+  const int threads = group >= 1024 ? 1024 : group >= 256 ? 256 : 64;
+  k_rms_norm<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, out, width, group, eps, offset);
+}
+
+void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox) {
+  k_rope<<<n * n_head, 64, 0, s>>>(x, out, cs, n_head, head_dim, n_rot, neox);
+}
+
+void elementwise(Stream s, Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
+  k_elementwise<<<grid_for(n), 256, 0, s>>>(op, a, b, out, n, alpha, limit);
+}
+
+void softcap(Stream s, const float* x, float* out, int64_t n, float cap) { k_softcap<<<grid_for(n), 256, 0, s>>>(x, out, n, cap); }
+
+void sigmoid_mul(Stream s, const float* a, const float* b, float* out, int64_t width, int64_t bw, int n) {
+  k_sigmoid_mul<<<grid_for(width * n), 256, 0, s>>>(a, b, out, width, bw, width * n);
+}
+
+void scale(Stream s, const float* x, const float* w, bool one, float* out, int64_t width, int n) {
+  k_scale<<<grid_for(width * n), 256, 0, s>>>(x, w, one, out, width, width * n);
+}
+
+void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t stride, int groups, float* out, int64_t out_width,
+               int64_t out_at, int64_t width, int n) {
+  k_copy_cols<<<grid_for(width * groups * n), 256, 0, s>>>(x, in_width, at, stride, groups, out, out_width, out_at, width, n);
+}
+
+void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out) {
+  k_gather_rows<<<dim3(grid_for(width), n), 256, 0, s>>>(x, rows, width, out);
+}
+
+void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,
+               void* kc, void* vc) {
+  k_kv_append<<<dim3(n, 2), 256, 0, s>>>(kv_type, k, v, kv_width, slots, row_bytes, static_cast<uint8_t*>(kc), static_cast<uint8_t*>(vc));
+}
+
+void attention(Stream s, const AttentionArgs& a) {
+  if (a.kv_type == kF32) launch_attention<kF32>(s, a);
+  else if (a.kv_type == kF16) launch_attention<kF16>(s, a);
+  else launch_attention<kQ8_0>(s, a);
+}
+
+void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale, const float* router_b,
+               const float* expert_scale, int32_t* ids, float* weights) {
+  k_moe_route<<<(n + 63) / 64, 64, 0, s>>>(logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
+}
+
+void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {
+  k_moe_combine<<<dim3(grid_for(d), n), 256, 0, s>>>(y, weights, k, d, out);
+}
+
+void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n, float* kept,
+              size_t kept_stride) {
+  k_ssm_conv<<<grid_for(width, 128), 128, 0, s>>>(x, w, state, out, width, kernel, n, kept, kept_stride);
+}
+
+void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g, float* beta) {
+  k_delta_gates<<<grid_for(static_cast<int64_t>(n) * hv), 256, 0, s>>>(a, b, A, dt_bias, hv, n, g, beta);
+}
+
+void delta_rule(Stream s, const DeltaArgs& a) {
+  constexpr int warps = 4;
+  const dim3 grid(a.hv, (a.dv + warps - 1) / warps);
+  const int p = (a.dk + 31) / 32;
+  if (p <= 1) k_delta_rule<1><<<grid, warps * kWarp, 0, s>>>(a);
+  else if (p <= 2) k_delta_rule<2><<<grid, warps * kWarp, 0, s>>>(a);
+  else if (p <= 4) k_delta_rule<4><<<grid, warps * kWarp, 0, s>>>(a);
+  else k_delta_rule<8><<<grid, warps * kWarp, 0, s>>>(a);
+}
+
+}  // namespace zinc::backend::cuda

@@ -1,0 +1,117 @@
+// The CUDA backend's kernels, as host functions that launch them on a stream (cuda_kernels.cu, built by
+// nvcc). Activations are float rows; weights are the GGUF blocks as stored, decoded eight elements at a
+// time inside the products (every weight type the CPU reads for products, listed in kWeightTypes).
+// Every launcher returns at once; errors surface through check() after the step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct CUstream_st;
+
+namespace zinc::backend::cuda {
+
+using Stream = CUstream_st*;  // cudaStream_t
+
+// The weight types the kernels decode, by their GGUF numbers (cuda_backend.cpp checks them against
+// gguf::TensorType).
+enum WeightType : int {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
+  kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23, kBF16 = 30, kMXFP4 = 39,
+};
+bool weight_type_supported(int type);
+
+// "" when the last launches succeeded, else the CUDA error's text (and the error is cleared).
+std::string last_error();
+
+// out[t] = row ids[t] of w, times scale. width: a multiple of 32.
+void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale,
+           float* out);
+
+// out[t][r] = w_r · x[t] (+ bias[r]) for rows r < rows, tokens t < n. cols: a multiple of 32.
+void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+             int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias);
+// The same with a weight matrix per row of the output: out[i] = W_{ids[i]} rows [first, first + rows) ·
+// x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes.
+void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
+                int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out,
+                int64_t out_stride, const float* bias, int64_t bias_stride);
+
+// x / sqrt(mean(x^2) + eps) * (w + offset) over groups of `group` of each row of `width`; w: group floats or null.
+void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps,
+              float offset);
+// Rotation of the first n_rot dims of each head by the rows' (cos, sin) tables (n_rot floats per row).
+void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox);
+
+enum class Elementwise : int { Add, Mul, SwiGLU, GeGLU, SwiGLUClamped };
+// out[i] = f(a[i], b[i]) over n elements (SwiGLUClamped: alpha, limit).
+void elementwise(Stream s, Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha = 0,
+                 float limit = 0);
+void softcap(Stream s, const float* x, float* out, int64_t n, float cap);
+// out = a * sigmoid(b): b as wide as a (bw = width) or one value per row (bw = 1).
+void sigmoid_mul(Stream s, const float* a, const float* b, float* out, int64_t width, int64_t bw, int n);
+// out = x * w: w of width floats, or one (one = true).
+void scale(Stream s, const float* x, const float* w, bool one, float* out, int64_t width, int n);
+// Columns [at, at + width) of rows of in_width go to rows of out_width from column out_at, for n rows;
+// with groups > 1, `groups` pieces of width each from columns g * stride + at of the input.
+void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t stride, int groups, float* out,
+               int64_t out_width, int64_t out_at, int64_t width, int n);
+// out[i] = x[rows[i]] (rows of width floats).
+void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out);
+
+// The KV cache: rows of kv_width elements of type kv_type (F32, F16, Q8_0) at cache rows slots[t].
+void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots,
+               size_t row_bytes, void* kc, void* vc);
+// Causal attention of every row's query heads over its sequence's cache: row t at position pos[t] sees
+// positions [max(0, pos - window + 1), pos] (window 0: from 0), found through tables + table_at[t]
+// (block of kKvBlock rows per entry).
+struct AttentionArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int kv_type = 0;
+  size_t row_bytes = 0;
+  int n = 0;
+  const int32_t* pos = nullptr;
+  const int32_t* table_at = nullptr;
+  const int32_t* tables = nullptr;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, window = 0;
+  float scale = 1, softcap = 0;
+  const float* sinks = nullptr;
+  float* out = nullptr;
+};
+inline constexpr int kKvBlock = 32;
+void attention(Stream s, const AttentionArgs& a);
+
+// Mixture of experts: per token, the routing (softmax then top k, or top k then softmax; optional
+// renormalisation, router bias, logit scale and per-expert scale) into ids and weights [n][k], the k
+// slots in increasing expert order; then the weighted sum of the k slots' rows of y per token.
+void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale,
+               const float* router_b, const float* expert_scale, int32_t* ids, float* weights);
+void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out);
+
+// Causal depthwise convolution then SiLU over n tokens of one sequence; state: its kernel - 1 rows
+// of earlier inputs (oldest first), updated. With kept, the state after each token t is also written
+// to kept + t * kept_stride.
+void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n,
+              float* kept, size_t kept_stride);
+// The gated delta rule's gates: g = A * softplus(a + dt_bias), beta = sigmoid(b), [n][n_head_v].
+void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g,
+                 float* beta);
+// The delta rule over n tokens of one sequence, token by token (state: hv matrices of dk x dv).
+struct DeltaArgs {
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  float* state = nullptr;
+  float* out = nullptr;
+  int n = 0;
+  int64_t q_stride = 0, v_stride = 0;
+  int hk = 0, hv = 0, dk = 0, dv = 0;
+  bool tiled = false;
+  float* kept = nullptr;  // the state after each token t at kept + t * kept_stride
+  size_t kept_stride = 0;
+};
+void delta_rule(Stream s, const DeltaArgs& a);
+
+}  // namespace zinc::backend::cuda

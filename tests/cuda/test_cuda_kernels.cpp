@@ -1,0 +1,144 @@
+// The CUDA products against the reference dequantization (src/quant/dequantize.cpp): for every weight
+// type the kernels read, random rows quantized by the reference quantizer, then the product of each
+// path (one token, a few, the tiled product, one expert per row) and the embedding lookup, compared
+// with a double-precision product of the dequantized rows. Skips, saying why, where no NVIDIA GPU is
+// visible.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace zinc {
+namespace {
+
+using gguf::TensorType;
+
+// Device memory for a test's buffers.
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) {
+    if (cudaMalloc(&p, bytes) != cudaSuccess) throw Error("cudaMalloc failed");
+  }
+  ~Dev() { cudaFree(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+void upload(Dev& d, const void* h, size_t bytes) { ASSERT_EQ(cudaMemcpy(d.p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess); }
+
+class CudaKernels : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      GTEST_SKIP() << "no CUDA device is visible";
+    }
+  }
+};
+
+TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
+  const TensorType type = GetParam();
+  const int64_t rows = 67, cols = 512, n_expert = 3;  // 67: a partial tile and a partial block of warps
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t rb = quant::row_size(type, cols);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows * n_expert));
+  std::vector<float> deq(static_cast<size_t>(rows * n_expert * cols)), row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows * n_expert; ++r) {
+    for (float& v : row) v = dist(rng);
+    quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(r) * rb, cols);
+    quant::dequantize_row(type, w.data() + static_cast<size_t>(r) * rb, deq.data() + r * cols, cols);
+  }
+  const int max_n = 40;
+  std::vector<float> x(static_cast<size_t>(max_n * cols)), bias(static_cast<size_t>(rows * n_expert));
+  for (float& v : x) v = dist(rng);
+  for (float& v : bias) v = dist(rng);
+  Dev dw(w.size() + 16), dx(x.size() * 4), db(bias.size() * 4), dout(static_cast<size_t>(max_n * rows) * 4), dids(max_n * 4);
+  upload(dw, w.data(), w.size());
+  upload(dx, x.data(), x.size() * 4);
+  upload(db, bias.data(), bias.size() * 4);
+  std::vector<float> got(static_cast<size_t>(max_n * rows));
+  // A sum of `cols` float products: off by at most cols * 2^-24 of the sum of the terms' magnitudes.
+  const auto expect_row = [&](int64_t wrow, int64_t xrow, float b, float g, const std::string& what) {
+    double sum = 0, mag = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double term = static_cast<double>(deq[static_cast<size_t>(wrow * cols + c)]) * x[static_cast<size_t>(xrow * cols + c)];
+      sum += term;
+      mag += std::fabs(term);
+    }
+    sum += b;
+    ASSERT_LE(std::fabs(g - sum), 1e-6 * (mag + std::fabs(b)) + static_cast<double>(cols) * 6e-8 * mag) << what;
+  };
+  for (int n : {1, 2, 3, 5, 8, 11, 40}) {
+    backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
+                  n % 2 ? db.as<float>() : nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        expect_row(r, t, n % 2 ? bias[static_cast<size_t>(r)] : 0.0f, got[static_cast<size_t>(t * rows + r)],
+                   fmt::format("{} tokens, token {} row {}", n, t, r));
+  }
+  // One expert per output row: rows [first, first + 31) of expert ids[i], token i / 2.
+  const int slots = 6;
+  const std::vector<int32_t> ids = {2, 0, 1, 1, 0, 2};
+  upload(dids, ids.data(), ids.size() * 4);
+  const int64_t first = 5, count = 31;
+  backend::cuda::mul_mat_id(nullptr, static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(), cols, 2,
+                   dids.as<int32_t>(), slots, dout.as<float>(), count, db.as<float>(), rows);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(slots * count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < slots; ++i)
+    for (int64_t r = 0; r < count; ++r)
+      expect_row(ids[static_cast<size_t>(i)] * rows + first + r, i / 2, bias[static_cast<size_t>(ids[static_cast<size_t>(i)] * rows + r)],
+                 got[static_cast<size_t>(i * count + r)], fmt::format("slot {} row {}", i, r));
+  // Embedding rows, scaled: exactly the dequantized values times the scale.
+  const std::vector<int32_t> tokens = {3, 0, 66, 3};
+  upload(dids, tokens.data(), tokens.size() * 4);
+  backend::cuda::embed(nullptr, static_cast<int>(type), dw.p, rb, dids.as<int32_t>(), cols, 4, 0.5f, dout.as<float>());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(4 * cols) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(got[t * static_cast<size_t>(cols) + static_cast<size_t>(c)], deq[static_cast<size_t>(tokens[t] * cols + c)] * 0.5f)
+          << "token " << tokens[t] << " element " << c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaKernels,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL,
+                                           TensorType::IQ4_XS, TensorType::MXFP4),
+                         [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
+
+TEST(CudaBackend, SaysWhyWhereItCannotStart) {
+  int n = 0;
+  const bool visible = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  if (visible) {
+    auto b = backend::make_cuda_backend();
+    EXPECT_EQ(b->name(), "cuda");
+    EXPECT_FALSE(b->device_name().empty());
+    EXPECT_GT(b->measured_bandwidth_gbs(), 10.0);
+    EXPECT_THROW(backend::make_cuda_backend(n), Error);  // one past the last device
+  } else {
+    try {
+      (void)backend::make_cuda_backend();
+      FAIL() << "a CUDA backend started without a device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zinc
