@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
+#include "quant/dot.h"
 #include "quant/quant.h"
 
 namespace zinc {
@@ -118,6 +119,81 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaKernels,
                                            TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL,
                                            TensorType::IQ4_XS, TensorType::MXFP4),
+                         [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
+
+// Q4_K and Q6_K with one token (decode) or one expert slot at a time: against the activations' 8-bit
+// codes, as the CPU's reference dot product computes them (integer sums per sub-block, exact), so the
+// results differ from dot_ref() only by the order of a row's float multiply-adds.
+class CudaCodeKernels : public CudaKernels {};
+
+TEST_P(CudaCodeKernels, DecodeProductsMatchTheCpuReferenceDot) {
+  const TensorType type = GetParam();
+  ASSERT_TRUE(backend::cuda::uses_codes(static_cast<int>(type)));
+  const int64_t rows = 37, cols = 768, n_expert = 3;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t rb = quant::row_size(type, cols);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows * n_expert));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows * n_expert; ++r) {
+    for (float& v : row) v = dist(rng);
+    quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(r) * rb, cols);
+  }
+  const int tokens = 3, slots = 6;
+  std::vector<float> x(static_cast<size_t>(tokens * cols));
+  for (float& v : x) v = dist(rng) * 3.0f;
+  // The CPU's codes of each token and its reference dot with every row.
+  const size_t ab = quant::activation_row_size(type, cols);
+  std::vector<uint8_t> act(ab * tokens);
+  for (int t = 0; t < tokens; ++t) quant::quantize_activation(type, x.data() + t * cols, act.data() + t * ab, cols);
+  const auto want = [&](int64_t wrow, int t) {
+    return quant::dot_ref(type, w.data() + static_cast<size_t>(wrow) * rb, act.data() + static_cast<size_t>(t) * ab, cols);
+  };
+  std::vector<float> deq(static_cast<size_t>(cols));
+  const auto bound = [&](int64_t wrow, int t) {  // float rounding of a few hundred multiply-adds
+    quant::dequantize_row(type, w.data() + static_cast<size_t>(wrow) * rb, deq.data(), cols);
+    double mag = 0;
+    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[static_cast<size_t>(t * cols + c)]);
+    return 1e-5 * mag;
+  };
+  Dev dw(w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(slots * rows) * 4), dids(slots * 4),
+      dq8(backend::cuda::q8_bytes(slots, cols));
+  upload(dw, w.data(), w.size());
+  upload(dx, x.data(), x.size() * 4);
+  std::vector<float> got(static_cast<size_t>(slots * rows));
+  // One token (the second).
+  backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>() + cols, cols, 1, dout.as<float>(), rows,
+                         nullptr, dq8.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[static_cast<size_t>(r)], want(r, 1), bound(r, 1)) << "row " << r;
+  // Steps of a few tokens: each weight piece against every token's codes.
+  for (int n : {2, 3}) {
+    backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
+                           nullptr, dq8.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t)) << n << " tokens, token " << t << " row " << r;
+  }
+  // Expert slots: slot i is token i / 2 against expert ids[i]'s rows [2, 2 + 30).
+  const std::vector<int32_t> ids = {1, 2, 0, 2, 1, 0};
+  upload(dids, ids.data(), ids.size() * 4);
+  const int64_t first = 2, count = 30;
+  backend::cuda::mul_mat_id(nullptr, static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(), cols,
+                            2, dids.as<int32_t>(), slots, dout.as<float>(), count, nullptr, 0, dq8.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(slots * count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < slots; ++i) {
+    for (int64_t r = 0; r < count; ++r) {
+      const int64_t wrow = ids[static_cast<size_t>(i)] * rows + first + r;
+      EXPECT_NEAR(got[static_cast<size_t>(i * count + r)], want(wrow, i / 2), bound(wrow, i / 2)) << "slot " << i << " row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {

@@ -478,6 +478,18 @@ class CudaExecutable final : public SequencedExecutable {
       }
       if (n.op == Op::DeltaNet) gates = std::max(gates, rows * static_cast<size_t>(n.delta_net().n_head_v));
     }
+    // The activations' 8-bit codes for the products that take them: a decode step's rows, or every
+    // expert slot of a step.
+    size_t q8 = 0;
+    for (const Node& n : g_.nodes) {
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        const auto& t = g_.tensor(n.in[k]);
+        if (t.kind != TensorKind::Weight || !ck::uses_codes(static_cast<int>(t.type))) continue;
+        const int64_t slots = n.op == Op::MoE ? static_cast<int64_t>(rows) * n.moe().n_expert_used : std::min<int64_t>(8, static_cast<int64_t>(rows));
+        q8 = std::max(q8, ck::q8_bytes(slots, t.ne[0]));
+      }
+    }
+    q8_ = DeviceBuffer(q8);
     moe_ids_ = DeviceBuffer(moe_slots * 4);
     moe_weights_ = DeviceBuffer(moe_slots * 4);
     moe_gate_ = DeviceBuffer(moe_hidden * 4);
@@ -590,7 +602,7 @@ class CudaExecutable final : public SequencedExecutable {
         const auto& wt = g_.tensor(node.in[0]);
         n = in_rows(1);
         ck::mul_mat(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), wt.ne[1], wt.ne[0],
-                    act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2));
+                    act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2), q8_.get());
         break;
       }
       case Op::Add: case Op::Mul:
@@ -756,16 +768,16 @@ class CudaExecutable final : public SequencedExecutable {
     float* gate = moe_gate_.get<float>();
     float* up = moe_up_.get<float>();
     ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d, x, d,
-                   k, ids, slots, gate, ff, bias(1), ff);
+                   k, ids, slots, gate, ff, bias(1), ff, q8_.get());
     ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
-                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff);
+                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get());
     const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
                                 : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
                                                                        : ck::Elementwise::SwiGLU;
     ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
     float* y = moe_y_.get<float>();
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
-                   ids, slots, y, d, bias(3), d);
+                   ids, slots, y, d, bias(3), d, q8_.get());
     ck::moe_combine(stream_, y, wts, n, k, d, out);
   }
 
@@ -828,6 +840,7 @@ class CudaExecutable final : public SequencedExecutable {
   std::vector<RopeTable> ropes_;
   std::map<size_t, size_t> rope_of_;  // rope node -> its table
   std::vector<DeviceBuffer> k_, v_, state_, kept_;
+  DeviceBuffer q8_;  // activation codes (ck::mul_mat's q8)
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;
   std::vector<int64_t> rows_;  // rows each activation held in the last step

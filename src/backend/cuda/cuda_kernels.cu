@@ -391,6 +391,138 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, s
   }
 }
 
+// ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
+
+// Activation rows as the CPU quantizes them for K-quant dot products (Q8_K): per 256 elements
+// d = amax / 127 and codes round-to-nearest-even(x / d) in [-127, 127]. Codes [n][cols], scales
+// [n][cols / 256]. One block of 256 threads per (row, super-block).
+__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, int8_t* q, float* d) {
+  const int64_t row = blockIdx.y, b = blockIdx.x;
+  const float v = x[(row / x_div) * xs + b * 256 + threadIdx.x];
+  float amax = warp_max(fabsf(v));
+  __shared__ float part[8];
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = amax;
+  __syncthreads();
+  amax = part[0];
+  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, part[i]);
+  const float dd = amax / 127;
+  const float id = dd != 0 ? 1.0f / dd : 0.0f;
+  q[row * cols + b * 256 + threadIdx.x] = static_cast<int8_t>(rintf(fminf(127.0f, fmaxf(-127.0f, v * id))));
+  if (threadIdx.x == 0) d[row * (cols / 256) + b] = dd;
+}
+
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
+
+// One warp per R rows of Q4_K or Q6_K against NT rows of codes (each weight piece loaded once for
+// all of them); lane pieces of 64 weights (Q4_K: the 32 code bytes of sub-blocks 2c and 2c + 1;
+// Q6_K: a quarter of a super-block), integer dot products per sub-block (dp4a), then one float
+// multiply-add per sub-block with the scales. With ids, one slot per block and its rows' expert.
+template <int T, int R, int NT>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv_q8(const uint8_t* w, size_t row_bytes, size_t expert_bytes,
+                                                                int64_t first, int64_t rows, int64_t cols, const int8_t* q8,
+                                                                const float* d8, const int32_t* ids, int n, float* out, int64_t os,
+                                                                const float* bias, int64_t bias_stride) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * R;
+  if (r0 >= rows) return;
+  const int t0 = blockIdx.y * NT;
+  const int nt = min(NT, n - t0);
+  const int64_t e = ids ? ids[t0] : 0;
+  float acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0;
+  const int64_t pieces = cols / 64;  // four per super-block
+  for (int64_t u = lane; u < pieces; u += kWarp) {
+    const int64_t b = u >> 2;
+    const int c = static_cast<int>(u & 3);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + e * expert_bytes + (first + min(r0 + r, rows - 1)) * row_bytes;
+      if constexpr (T == kQ4_K) {
+        // Elements c*64 + l: low nibbles of code bytes c*32 + l for l < 32 (sub-block 2c), high
+        // nibbles for l >= 32 (sub-block 2c + 1).
+        const uint8_t* blk = row + b * 144;
+        const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);
+        const auto* s32 = reinterpret_cast<const uint32_t*>(blk + 4);
+        const uint32_t sc[3] = {s32[0], s32[1], s32[2]};
+        const int4* qp = reinterpret_cast<const int4*>(blk + 16 + c * 32);
+        const int4 q0 = qp[0], q1 = qp[1];
+        const uint32_t qw[8] = {static_cast<uint32_t>(q0.x), static_cast<uint32_t>(q0.y), static_cast<uint32_t>(q0.z),
+                                static_cast<uint32_t>(q0.w), static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
+                                static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
+        float s0, m0, s1, m1;
+        Piece<kQ4_K>::scale_min(sc, 2 * c, s0, m0);
+        Piece<kQ4_K>::scale_min(sc, 2 * c + 1, s1, m1);
+        const float d = half_bits(static_cast<uint16_t>(dm & 0xffff)), dmin = half_bits(static_cast<uint16_t>(dm >> 16));
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= nt) break;
+          const int4* ap = reinterpret_cast<const int4*>(q8 + (t0 + t) * cols + u * 64);
+          int sl = 0, sh = 0, xl = 0, xh = 0;
+          for (int i = 0; i < 2; ++i) {
+            const int4 lo = ap[i], hi = ap[2 + i];
+            const uint32_t al[4] = {static_cast<uint32_t>(lo.x), static_cast<uint32_t>(lo.y), static_cast<uint32_t>(lo.z), static_cast<uint32_t>(lo.w)};
+            const uint32_t ah[4] = {static_cast<uint32_t>(hi.x), static_cast<uint32_t>(hi.y), static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w)};
+            for (int j = 0; j < 4; ++j) {
+              sl = dp4a(qw[4 * i + j] & 0x0F0F0F0Fu, al[j], sl);
+              sh = dp4a((qw[4 * i + j] >> 4) & 0x0F0F0F0Fu, ah[j], sh);
+              xl = dp4a(0x01010101u, al[j], xl);
+              xh = dp4a(0x01010101u, ah[j], xh);
+            }
+          }
+          const float dx = d8[(t0 + t) * (cols / 256) + b];
+          acc[r][t] += dx * (d * (s0 * static_cast<float>(sl) + s1 * static_cast<float>(sh)) -
+                             dmin * (m0 * static_cast<float>(xl) + m1 * static_cast<float>(xh)));
+        }
+      } else {
+        // Elements nn*128 + k*32 + l0 + l, l < 16, k = 0..3, nn = c / 2, l0 = 16 (c % 2): low nibbles of
+        // ql bytes nn*64 + (k&1)*32 + l0 + l for k < 2, high for k >= 2, bits 2k of qh byte
+        // nn*32 + l0 + l; sub-block nn*8 + 2k + l0/16. 210-byte blocks: 16-bit loads.
+        const uint8_t* blk = row + b * 210;
+        const int nn = c >> 1, l0 = (c & 1) * 16;
+        const auto* p0 = reinterpret_cast<const uint16_t*>(blk + nn * 64 + l0);
+        const auto* p1 = reinterpret_cast<const uint16_t*>(blk + nn * 64 + 32 + l0);
+        const auto* ph = reinterpret_cast<const uint16_t*>(blk + 128 + nn * 32 + l0);
+        uint32_t q[4][4];  // [k][word]: codes minus 32 as signed bytes
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t lo0 = p0[2 * i] | static_cast<uint32_t>(p0[2 * i + 1]) << 16;
+          const uint32_t lo1 = p1[2 * i] | static_cast<uint32_t>(p1[2 * i + 1]) << 16;
+          const uint32_t hi = ph[2 * i] | static_cast<uint32_t>(ph[2 * i + 1]) << 16;
+          q[0][i] = __vsub4((lo0 & 0x0F0F0F0Fu) | ((hi & 0x03030303u) << 4), 0x20202020u);
+          q[1][i] = __vsub4((lo1 & 0x0F0F0F0Fu) | (((hi >> 2) & 0x03030303u) << 4), 0x20202020u);
+          q[2][i] = __vsub4(((lo0 >> 4) & 0x0F0F0F0Fu) | (((hi >> 4) & 0x03030303u) << 4), 0x20202020u);
+          q[3][i] = __vsub4(((lo1 >> 4) & 0x0F0F0F0Fu) | (((hi >> 6) & 0x03030303u) << 4), 0x20202020u);
+        }
+        const auto* ps = reinterpret_cast<const uint16_t*>(blk + 192 + nn * 8);
+        const int hb = 8 * (l0 / 16);
+        float sck[4];
+        for (int k = 0; k < 4; ++k) sck[k] = static_cast<float>(static_cast<int8_t>((ps[k] >> hb) & 0xff));
+        const float d = half_bits(*reinterpret_cast<const uint16_t*>(blk + 208));
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= nt) break;
+          const int8_t* a = q8 + (t0 + t) * cols + b * 256 + nn * 128 + l0;
+          float tot = 0;
+          for (int k = 0; k < 4; ++k) {
+            const int4 aw = *reinterpret_cast<const int4*>(a + k * 32);
+            int sum = dp4a(q[k][0], static_cast<uint32_t>(aw.x), 0);
+            sum = dp4a(q[k][1], static_cast<uint32_t>(aw.y), sum);
+            sum = dp4a(q[k][2], static_cast<uint32_t>(aw.z), sum);
+            sum = dp4a(q[k][3], static_cast<uint32_t>(aw.w), sum);
+            tot += sck[k] * static_cast<float>(sum);
+          }
+          acc[r][t] += d8[(t0 + t) * (cols / 256) + b] * d * tot;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < NT; ++t) {
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0 && t < nt && r0 + r < rows) out[(t0 + t) * os + r0 + r] = sum + (bias ? bias[e * bias_stride + r0 + r] : 0.0f);
+    }
+  }
+}
+
 // Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
 // eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs.
 constexpr int kTm = 64, kTn = 64, kTk = 32;
@@ -442,8 +574,25 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
 template <int T>
 void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                     const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
-                    const float* bias, int64_t bias_stride) {
+                    const float* bias, int64_t bias_stride, void* q8) {
   const auto* wb = static_cast<const uint8_t*>(w);
+  if constexpr (T == kQ4_K || T == kQ6_K) {
+    // One token per sequence (decode) or one per expert slot: against 8-bit codes.
+    // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
+    if (q8 && (ids || n <= 8)) {
+      auto* codes = static_cast<int8_t*>(q8);
+      auto* scales = reinterpret_cast<float*>(codes + static_cast<int64_t>(n) * cols);
+      k_quantize_q8k<<<dim3(static_cast<unsigned>(cols / 256), n), 256, 0, s>>>(x, xs, x_div, cols, codes, scales);
+      constexpr int R = 2;
+      const auto grid = [&](int nt) { return dim3(static_cast<unsigned>((rows + kMvWarps * R - 1) / (kMvWarps * R)), (n + nt - 1) / nt); };
+      const dim3 block(kMvWarps * kWarp);
+      if (ids || n == 1) k_mul_mv_q8<T, R, 1><<<grid(1), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, codes, scales, ids, n, out, os, bias, bias_stride);
+      else if (n == 2) k_mul_mv_q8<T, R, 2><<<grid(2), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
+      else if (n <= 4) k_mul_mv_q8<T, R, 4><<<grid(4), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
+      else k_mul_mv_q8<T, R, 8><<<grid(8), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
+      return;
+    }
+  }
   const dim3 block(kMvWarps * kWarp);
   const auto row_blocks = [&](int r) { return static_cast<unsigned>((rows + r - 1) / r); };
   if (ids) {
@@ -873,10 +1022,10 @@ void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* i
 
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                 const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out, int64_t out_stride,
-                const float* bias, int64_t bias_stride) {
+                const float* bias, int64_t bias_stride, void* q8) {
   switch (type) {
 #define ZINC_CASE(T) \
-  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride); break;
+  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride, q8); break;
     ZINC_CUDA_TYPES(ZINC_CASE)
 #undef ZINC_CASE
     default: break;
@@ -884,9 +1033,11 @@ void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expe
 }
 
 void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n,
-             float* out, int64_t out_stride, const float* bias) {
-  mul_mat_id(s, type, w, row_bytes, 0, 0, rows, cols, x, x_stride, 1, nullptr, n, out, out_stride, bias, 0);
+             float* out, int64_t out_stride, const float* bias, void* q8) {
+  mul_mat_id(s, type, w, row_bytes, 0, 0, rows, cols, x, x_stride, 1, nullptr, n, out, out_stride, bias, 0, q8);
 }
+
+bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
 
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps, float offset) {
   const int64_t blocks = static_cast<int64_t>(n) * (width / group);
