@@ -344,6 +344,7 @@ class CudaExecutable final : public SequencedExecutable {
   void record(const graph::StepParams& step) {
     check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_bytes_, cudaMemcpyHostToDevice, stream_), "step upload");
     rows_.assign(g_.tensors.size(), 0);
+    codes_for_ = {-1, 0};
     if (profiling_ && events_.empty()) {
       events_.resize(g_.nodes.size() + 1);
       for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
@@ -602,7 +603,8 @@ class CudaExecutable final : public SequencedExecutable {
         const auto& wt = g_.tensor(node.in[0]);
         n = in_rows(1);
         ck::mul_mat(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), wt.ne[1], wt.ne[0],
-                    act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2), q8_.get());
+                    act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2), q8_.get(),
+                    codes_of(wt.type, node.in[1], 1));
         break;
       }
       case Op::Add: case Op::Mul:
@@ -768,17 +770,29 @@ class CudaExecutable final : public SequencedExecutable {
     float* gate = moe_gate_.get<float>();
     float* up = moe_up_.get<float>();
     ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d, x, d,
-                   k, ids, slots, gate, ff, bias(1), ff, q8_.get());
+                   k, ids, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
     ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
-                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get());
+                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get(), codes_of(ut.type, node.in[0], k));
     const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
                                 : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
                                                                        : ck::Elementwise::SwiGLU;
     ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
     float* y = moe_y_.get<float>();
+    codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
                    ids, slots, y, d, bias(3), d, q8_.get());
     ck::moe_combine(stream_, y, wts, n, k, d, out);
+  }
+
+  // Whether the activation codes in q8_ already are those of tensor x's rows (read x_div rows per
+  // row): the previous product that took codes read the same rows (q, k and v of one norm; gate and
+  // up). Within a step, a tensor's rows do not change between the products that read them.
+  bool codes_of(gguf::TensorType type, TensorId x, int x_div) {
+    if (!q8_.get() || !ck::uses_codes(static_cast<int>(type))) return false;
+    const std::pair<TensorId, int> key{x, x_div};
+    const bool ready = codes_for_ == key;
+    codes_for_ = key;
+    return ready;
   }
 
   float* state_of(size_t node, int32_t seq) const { return state_[node].get<float>() + static_cast<size_t>(seq) * state_floats_[node]; }
@@ -841,6 +855,7 @@ class CudaExecutable final : public SequencedExecutable {
   std::map<size_t, size_t> rope_of_;  // rope node -> its table
   std::vector<DeviceBuffer> k_, v_, state_, kept_;
   DeviceBuffer q8_;  // activation codes (ck::mul_mat's q8)
+  std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;
   std::vector<int64_t> rows_;  // rows each activation held in the last step

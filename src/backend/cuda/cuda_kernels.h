@@ -33,15 +33,17 @@ void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* i
 // With q8 (scratch of q8_bytes(n, cols)), the types uses_codes() names take steps of up to 8 tokens
 // and expert slots against the activations' 8-bit codes, as the CPU computes them (Q8_K: integer dot
 // products per sub-block); otherwise, and for longer steps (prefill), against the float32 activations.
+// q8_ready: q8 already holds these activations' codes (the previous product read the same rows).
 void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
-             int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr);
+             int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr,
+             bool q8_ready = false);
 bool uses_codes(int type);
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4); }
 // The same with a weight matrix per row of the output: out[i] = W_{ids[i]} rows [first, first + rows) ·
 // x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes.
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
                 int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out,
-                int64_t out_stride, const float* bias, int64_t bias_stride, void* q8 = nullptr);
+                int64_t out_stride, const float* bias, int64_t bias_stride, void* q8 = nullptr, bool q8_ready = false);
 
 // x / sqrt(mean(x^2) + eps) * (w + offset) over groups of `group` of each row of `width`; w: group floats or null.
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps,
