@@ -143,6 +143,7 @@ std::string cuda_unsupported(const graph::Graph& g, const Node& n) {
       break;
     case Op::MoE:
       if (n.moe().n_expert_used > 64) return "more than 64 experts per token";
+      if (n.moe().n_expert > 1024) return "more than 1024 experts";
       break;
     case Op::SsmConv:
       if (g.tensor(n.in[1]).ne[0] > 9) return "convolutions of more than 9 taps";

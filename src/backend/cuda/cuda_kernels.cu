@@ -842,38 +842,54 @@ void launch_attention(Stream s, const AttentionArgs& a) {
 
 // ---- mixture of experts -------------------------------------------------------------------------
 
-// One thread per token (the experts are few): the routing of cpu_backend.cpp's moe(), same order of
-// operations, ties to the lower expert.
+// One warp per token: the routing of cpu_backend.cpp's moe() (same operations; the softmax's sum in
+// another order), lane l holding experts l + 32 j; the top k chosen one at a time by a warp-wide
+// argmax (larger weight first, the lower expert on ties).
 __global__ void k_moe_route(float* logits, int n, int ne, int k, bool topk_first, bool norm, float logit_scale,
                             const float* router_b, const float* expert_scale, int32_t* ids, float* weights) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const int t = blockIdx.x, lane = threadIdx.x;
   if (t >= n) return;
   float* l = logits + static_cast<int64_t>(t) * ne;
-  for (int e = 0; e < ne; ++e) {
-    if (logit_scale != 1.0f) l[e] *= logit_scale;
-    if (router_b) l[e] += router_b[e];
+  float mx = -INFINITY;
+  for (int e = lane; e < ne; e += kWarp) {
+    float v = l[e];
+    if (logit_scale != 1.0f) v *= logit_scale;
+    if (router_b) v += router_b[e];
+    l[e] = v;
+    mx = fmaxf(mx, v);
   }
   if (!topk_first) {
-    float mx = l[0];
-    for (int e = 1; e < ne; ++e) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
     float sum = 0;
-    for (int e = 0; e < ne; ++e) sum += l[e] = expf(l[e] - mx);
-    for (int e = 0; e < ne; ++e) l[e] /= sum;
+    for (int e = lane; e < ne; e += kWarp) sum += l[e] = expf(l[e] - mx);
+    sum = warp_sum(sum);
+    for (int e = lane; e < ne; e += kWarp) l[e] /= sum;
   }
-  int sel[64];
-  for (int i = 0; i < k; ++i) {  // the i-th largest: larger value first, lower index on ties
-    int best = -1;
-    for (int e = 0; e < ne; ++e) {
-      bool taken = false;
-      for (int j = 0; j < i; ++j) taken |= sel[j] == e;
-      if (!taken && (best < 0 || l[e] > l[best])) best = e;
+  __syncwarp();
+  __shared__ int sel[64];
+  uint32_t taken = 0;  // bit j: expert lane + 32 j chosen
+  for (int i = 0; i < k; ++i) {
+    float bv = -INFINITY;
+    int be = ne;
+    for (int j = 0, e = lane; e < ne; ++j, e += kWarp) {
+      if (taken >> j & 1u) continue;
+      const float v = l[e];
+      if (be == ne || v > bv) bv = v, be = e;  // e rises: ties keep the lower expert
     }
-    sel[i] = best;
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+      if (oe < ne && (be == ne || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+    }
+    if (be % kWarp == lane) taken |= 1u << (be / kWarp);
+    if (lane == 0) sel[i] = be;
   }
+  __syncwarp();
+  if (lane != 0) return;
   if (topk_first) {
-    const float mx = l[sel[0]];
+    const float m0 = l[sel[0]];
     float sum = 0;
-    for (int i = 0; i < k; ++i) sum += l[sel[i]] = expf(l[sel[i]] - mx);
+    for (int i = 0; i < k; ++i) sum += l[sel[i]] = expf(l[sel[i]] - m0);
     for (int i = 0; i < k; ++i) l[sel[i]] /= sum;
   }
   float top = 0;
@@ -1089,7 +1105,7 @@ void attention(Stream s, const AttentionArgs& a) {
 
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale, const float* router_b,
                const float* expert_scale, int32_t* ids, float* weights) {
-  k_moe_route<<<(n + 63) / 64, 64, 0, s>>>(logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
+  k_moe_route<<<n, kWarp, 0, s>>>(logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
 }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {
