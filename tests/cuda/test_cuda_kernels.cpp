@@ -69,6 +69,10 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
   upload(db, bias.data(), bias.size() * 4);
   std::vector<float> got(static_cast<size_t>(max_n * rows));
   // A sum of `cols` float products: off by at most cols * 2^-24 of the sum of the terms' magnitudes.
+  // Prompts (more than 8 tokens) of quantized weights run on tensor cores with weights and activations
+  // rounded to f16: each product off by at most 2^-10 of its magnitude more.
+  const bool float_weights = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16;
+  double f16_rounding = 0;
   const auto expect_row = [&](int64_t wrow, int64_t xrow, float b, float g, const std::string& what) {
     double sum = 0, mag = 0;
     for (int64_t c = 0; c < cols; ++c) {
@@ -77,9 +81,10 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
       mag += std::fabs(term);
     }
     sum += b;
-    ASSERT_LE(std::fabs(g - sum), 1e-6 * (mag + std::fabs(b)) + static_cast<double>(cols) * 6e-8 * mag) << what;
+    ASSERT_LE(std::fabs(g - sum), 1e-6 * (mag + std::fabs(b)) + static_cast<double>(cols) * 6e-8 * mag + f16_rounding * mag) << what;
   };
   for (int n : {1, 2, 3, 5, 8, 11, 40}) {
+    f16_rounding = n > 8 && !float_weights ? 1.0 / 1024 : 0;
     backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
                   n % 2 ? db.as<float>() : nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -89,6 +94,7 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
         expect_row(r, t, n % 2 ? bias[static_cast<size_t>(r)] : 0.0f, got[static_cast<size_t>(t * rows + r)],
                    fmt::format("{} tokens, token {} row {}", n, t, r));
   }
+  f16_rounding = 0;
   // One expert per output row: rows [first, first + 31) of expert ids[i], token i / 2.
   const int slots = 6;
   const std::vector<int32_t> ids = {2, 0, 1, 1, 0, 2};

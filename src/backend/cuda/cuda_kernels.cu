@@ -3,6 +3,7 @@
 // scale, so a group is a few byte loads and multiplies whatever the type. Products accumulate in
 // float32; activations stay float32 throughout.
 #include <cuda_fp16.h>
+#include <mma.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -573,6 +574,66 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
   }
 }
 
+// Prompts on tensor cores (quantized weights): tiles of 64 rows x 64 tokens over steps of 32 columns,
+// weights decoded to f16 and activations rounded to f16 in shared memory, products accumulated in
+// float32 by 16x16x16 matrix instructions (each of the 4 warps a 32 x 32 corner), the result staged in
+// shared memory and written with the bias. Activations lose the bits f16 does not hold (relative
+// 2^-11), as on the Vulkan backend's cooperative-matrix path; float weights keep k_mul_mm.
+template <int T>
+__global__ void __launch_bounds__(128) k_mul_mm_tc(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                                                   int64_t xs, int n, float* out, int64_t os, const float* bias) {
+  using namespace nvcuda;
+  constexpr int kLd = 40;  // halves per shared row: 32 + 8 (rows 80 bytes apart, fragments 32-byte aligned)
+  __shared__ __align__(32) half ws[kTm][kLd];
+  __shared__ __align__(32) half xh[kTn][kLd];
+  __shared__ __align__(32) float stage[4][32][36];
+  const int tid = threadIdx.x, warp = tid / kWarp;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTm;
+  const int n0 = blockIdx.y * kTn;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
+    // 64 rows x 4 groups of 8 weights: two groups per thread.
+    for (int g = tid; g < kTm * 4; g += 128) {
+      const int r = g / 4, gi = g % 4;
+      float v[8];
+      if (m0 + r < rows) dec8<T>(w + (m0 + r) * row_bytes, k0 / 8 + gi, v);
+      else for (int i = 0; i < 8; ++i) v[i] = 0;
+      for (int i = 0; i < 8; i += 2) *reinterpret_cast<half2*>(&ws[r][gi * 8 + i]) = __floats2half2_rn(v[i], v[i + 1]);
+    }
+    // 64 tokens x 32 activations: sixteen per thread.
+    for (int g = tid; g < kTn * 8; g += 128) {
+      const int t = g / 8, q = g % 8;
+      float4 a = make_float4(0, 0, 0, 0);
+      if (n0 + t < n) a = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + t) * xs + k0 + q * 4);
+      *reinterpret_cast<half2*>(&xh[t][q * 4]) = __floats2half2_rn(a.x, a.y);
+      *reinterpret_cast<half2*>(&xh[t][q * 4 + 2]) = __floats2half2_rn(a.z, a.w);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kTk; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[2];
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &ws[wm + 16 * i][kk], kLd);
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &xh[wn + 16 * j][kk], kLd);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  // The warp's 32 rows x 32 tokens, stored token-major ([token][row]) then written out.
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::store_matrix_sync(&stage[warp][16 * j][16 * i], acc[i][j], 36, wmma::mem_col_major);
+  __syncwarp();
+  const int lane = tid % kWarp;
+  for (int t = 0; t < 32; ++t) {
+    const int tok = n0 + wn + t;
+    const int64_t r = m0 + wm + lane;
+    if (tok < n && r < rows) out[static_cast<int64_t>(tok) * os + r] = stage[warp][t][lane] + (bias ? bias[r] : 0.0f);
+  }
+}
+
 template <int T>
 void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                     const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
@@ -602,6 +663,9 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
   if (ids) {
     k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
                                                                out, os, bias, bias_stride);
+  } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
+    k_mul_mm_tc<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 128, 0, s>>>(wb, row_bytes, rows, cols, x, xs,
+                                                                                                        n, out, os, bias);
   } else if (n > 8 && first == 0) {
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
