@@ -350,4 +350,30 @@ void SequencedExecutable::states_write(int32_t seq, const float* in) {
   }
 }
 
+WeightUses weight_uses(const graph::Graph& g, const std::string& backend,
+                       const std::function<std::string(const graph::Node&)>& unsupported,
+                       const std::function<bool(const graph::Node&, size_t)>& also_f32) {
+  WeightUses u{std::vector<bool>(g.tensors.size(), false), std::vector<bool>(g.tensors.size(), false)};
+  for (const graph::Node* np : graph::nodes_with_head(g)) {
+    const graph::Node& n = *np;
+    if (std::string why = unsupported(n); !why.empty()) {
+      throw Error(fmt::format("{} cannot run {}: {}", backend, g.tensor(n.out).name, why));
+    }
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      const auto id = static_cast<size_t>(n.in[k]);
+      if (g.tensors[id].kind != graph::TensorKind::Weight) continue;
+      (n.small_f32_input(k) || (also_f32 && also_f32(n, k)) ? u.f32 : u.raw)[id] = true;
+    }
+  }
+  return u;
+}
+
+std::vector<float> weight_floats(const graph::Tensor& t, std::span<const uint8_t> bytes) {
+  const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  std::vector<float> f(static_cast<size_t>(count));
+  if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
+  else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
+  return f;
+}
+
 }  // namespace zinc::backend

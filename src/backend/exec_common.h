@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -397,5 +398,78 @@ class SequencedExecutable : public Executable {
   // Per sequence: the positions whose states the last step kept, [kept_from, kept_from + kept_count).
   std::vector<int64_t> kept_from_, kept_count_;
 };
+
+// A context whose device is shared by the contexts of one set of weights (a GPU's queue or stream
+// work): every call that moves a sequence's bytes holds the weights' step mutex, as steps do.
+class SharedDeviceExecutable : public SequencedExecutable {
+ public:
+  SharedDeviceExecutable(const graph::Graph& g, const ExecOptions& opts, std::mutex& step_mutex)
+      : SequencedExecutable(g, opts), step_mutex_(step_mutex) {}
+  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    return SequencedExecutable::save_state(n_past, seq);
+  }
+  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    SequencedExecutable::load_state(bytes, seq);
+  }
+  void seq_clear(int32_t seq) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    SequencedExecutable::seq_clear(seq);
+  }
+  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    SequencedExecutable::seq_copy(src, dst, n_tokens);
+  }
+  void seq_keep(int32_t seq, int32_t n_tokens) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    SequencedExecutable::seq_keep(seq, n_tokens);
+  }
+  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
+  }
+  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    return SequencedExecutable::recurrent_state(seq, n_tokens);
+  }
+  std::vector<uint8_t> block_read(int32_t block) const override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    return SequencedExecutable::block_read(block);
+  }
+  int32_t block_write(std::span<const uint8_t> bytes) override {
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    return SequencedExecutable::block_write(bytes);
+  }
+
+ protected:
+  std::mutex& step_mutex_;
+};
+
+// ---- weights ------------------------------------------------------------------------------------
+
+// How a GPU backend holds each weight of a graph (its head included): `raw`, the bytes as stored (what
+// the products read); `f32`, as floats (the small weights nodes read as F32, and those also_f32
+// names). Throws zinc::Error naming the backend for the first node `unsupported` refuses.
+struct WeightUses {
+  std::vector<bool> raw, f32;  // per tensor
+};
+WeightUses weight_uses(const graph::Graph& g, const std::string& backend,
+                       const std::function<std::string(const graph::Node&)>& unsupported,
+                       const std::function<bool(const graph::Node&, size_t)>& also_f32 = {});
+// A weight's elements as floats (copied, or dequantized from its type).
+std::vector<float> weight_floats(const graph::Tensor& t, std::span<const uint8_t> bytes);
+
+// The shape of a mixture-of-experts node: model width d, expert width ff, and whether gate and up
+// are one tensor (gate rows first, then up rows, per expert).
+struct MoeShape {
+  int64_t d = 0, ff = 0;
+  bool fused = false;
+};
+inline MoeShape moe_shape(const graph::Graph& g, const graph::Node& node) {
+  const bool fused = node.in[2] == node.in[3];
+  const int64_t gate_rows = g.tensor(node.in[2]).ne[1];
+  return {g.tensor(node.in[1]).ne[0], fused ? gate_rows / 2 : gate_rows, fused};
+}
 
 }  // namespace zinc::backend

@@ -559,10 +559,8 @@ class CpuExecutable final : public SequencedExecutable {
   // optional inputs (Node::moe_*): the router's own input and logit scale, a per-expert factor on the
   // final weights (Gemma 4), biases on the router and every projection (GPT-OSS).
   void moe(const Node& node, const float* x, int64_t n, float* out) {
-    const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
-    const bool fused = node.in[2] == node.in[3];  // one {d, 2 * ff, n_expert} tensor, gate rows first
-    const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
+    const auto [d, ff, fused] = moe_shape(g_, node);  // fused: one {d, 2 * ff, n_expert} tensor, gate rows first
     const int ne = node.moe().n_expert, k = node.moe().n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
     const float* router_x = node.moe().router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe().router_in)]) : x;

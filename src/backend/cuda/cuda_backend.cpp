@@ -161,18 +161,10 @@ class CudaExecutable;
 class CudaWeights final : public Weights {
  public:
   CudaWeights(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) : Weights(g) {
-    std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
-    for (const Node* np : graph::nodes_with_head(g)) {
-      const Node& n = *np;
-      if (std::string why = cuda_unsupported(g, n); !why.empty()) {
-        throw Error(fmt::format("cuda cannot run {}: {}", g.tensor(n.out).name, why));
-      }
-      for (size_t k = 0; k < n.in.size(); ++k) {
-        const auto id = static_cast<size_t>(n.in[k]);
-        if (g.tensors[id].kind != TensorKind::Weight) continue;
-        (n.small_f32_input(k) || n.op == Op::SsmConv ? as_f32 : raw)[id] = true;
-      }
-    }
+    // The convolution's taps are read as floats too.
+    const WeightUses uses = weight_uses(
+        g, "cuda", [&](const Node& n) { return cuda_unsupported(g, n); }, [](const Node& n, size_t) { return n.op == Op::SsmConv; });
+    const std::vector<bool>&raw = uses.raw, &as_f32 = uses.f32;
     raw_.resize(g.tensors.size());
     f32_.resize(g.tensors.size());
     uint64_t total = 0, done = 0;
@@ -190,9 +182,7 @@ class CudaWeights final : public Weights {
         bytes_ += raw_[i].size();
       }
       if (as_f32[i]) {
-        std::vector<float> f(static_cast<size_t>(elements(t)));
-        if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
-        else quant::dequantize_row(t.type, bytes.data(), f.data(), elements(t));
+        std::vector<float> f = weight_floats(t, bytes);
         f32_[i] = DeviceBuffer(f.size() * 4);
         check(cudaMemcpy(f32_[i].get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
         bytes_ += f32_[i].size();
@@ -218,10 +208,10 @@ class CudaWeights final : public Weights {
   uint64_t bytes_ = 0;
 };
 
-class CudaExecutable final : public SequencedExecutable {
+class CudaExecutable final : public SharedDeviceExecutable {
  public:
   CudaExecutable(std::shared_ptr<CudaWeights> weights, const graph::Graph& g, const ExecOptions& opts)
-      : SequencedExecutable(g, opts), weights_(std::move(weights)) {
+      : SharedDeviceExecutable(g, opts, weights->step_mutex), weights_(std::move(weights)) {
     const uint64_t before = g_allocated;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     plan();
@@ -303,42 +293,6 @@ class CudaExecutable final : public SequencedExecutable {
     end_step(step);
   }
 
-  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::save_state(n_past, seq);
-  }
-  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::load_state(bytes, seq);
-  }
-  void seq_clear(int32_t seq) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_clear(seq);
-  }
-  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_copy(src, dst, n_tokens);
-  }
-  void seq_keep(int32_t seq, int32_t n_tokens) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_keep(seq, n_tokens);
-  }
-  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
-  }
-  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::recurrent_state(seq, n_tokens);
-  }
-  std::vector<uint8_t> block_read(int32_t block) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::block_read(block);
-  }
-  int32_t block_write(std::span<const uint8_t> bytes) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::block_write(bytes);
-  }
 
  private:
   // The step's work on the stream: the step buffer in, every node, the logits (and hidden rows) out.
@@ -468,10 +422,8 @@ class CudaExecutable final : public SequencedExecutable {
     size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, gates = 0;
     for (const Node& n : g_.nodes) {
       if (n.op == Op::MoE) {
-        const auto& gt = g_.tensor(n.in[2]);
-        const bool fused = n.in[2] == n.in[3];
-        const auto ff = static_cast<size_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
-        const auto d = static_cast<size_t>(g_.tensor(n.in[1]).ne[0]);
+        const MoeShape shape = moe_shape(g_, n);
+        const auto ff = static_cast<size_t>(shape.ff), d = static_cast<size_t>(shape.d);
         const auto k = static_cast<size_t>(n.moe().n_expert_used);
         moe_slots = std::max(moe_slots, rows * k);
         moe_hidden = std::max(moe_hidden, rows * k * ff);
@@ -753,8 +705,7 @@ class CudaExecutable final : public SequencedExecutable {
     const auto& gt = g_.tensor(node.in[2]);
     const auto& ut = g_.tensor(node.in[3]);
     const auto& dt = g_.tensor(node.in[4]);
-    const bool fused = node.in[2] == node.in[3];
-    const int64_t d = rt.ne[0], ff = fused ? gt.ne[1] / 2 : gt.ne[1];
+    const auto [d, ff, fused] = moe_shape(g_, node);
     const int ne = mp.n_expert, k = mp.n_expert_used;
     const float* x = act(node.in[0]);
     const float* router_x = mp.router_in >= 0 ? act(node.in[static_cast<size_t>(mp.router_in)]) : x;

@@ -35,10 +35,10 @@ using vk::View;
 
 using vk::align_up;
 
-class VulkanExecutable final : public SequencedExecutable {
+class VulkanExecutable final : public SharedDeviceExecutable {
  public:
   VulkanExecutable(std::shared_ptr<vk::VulkanWeights> weights, const graph::Graph& g, const ExecOptions& opts)
-      : SequencedExecutable(g, opts), weights_(std::move(weights)), ctx_(weights_->ctx()) {
+      : SharedDeviceExecutable(g, opts, weights->step_mutex), weights_(std::move(weights)), ctx_(weights_->ctx()) {
     static_assert(vk::kKvBlockRows == kKvBlock, "the kernels' cache blocks are the sequences' blocks");
     // Its own bytes: what the device holds more after it is made.
     const uint64_t before = ctx_.device_bytes_in_use();
@@ -138,43 +138,8 @@ class VulkanExecutable final : public SequencedExecutable {
     }
   }
 
-  // The device's queue is the contexts' one: what these submit waits for any step in flight.
-  std::vector<uint8_t> save_state(int32_t n_past, int32_t seq) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::save_state(n_past, seq);
-  }
-  void load_state(std::span<const uint8_t> bytes, int32_t seq) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::load_state(bytes, seq);
-  }
-  void seq_clear(int32_t seq) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_clear(seq);
-  }
-  void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_copy(src, dst, n_tokens);
-  }
-  void seq_keep(int32_t seq, int32_t n_tokens) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_keep(seq, n_tokens);
-  }
-  void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    SequencedExecutable::seq_adopt(seq, blocks, n_tokens, state);
-  }
-  std::vector<float> recurrent_state(int32_t seq, int32_t n_tokens) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::recurrent_state(seq, n_tokens);
-  }
-  std::vector<uint8_t> block_read(int32_t block) const override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::block_read(block);
-  }
-  int32_t block_write(std::span<const uint8_t> bytes) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    return SequencedExecutable::block_write(bytes);
-  }
+  // The device's queue is the contexts' one: moving a sequence's bytes waits for any step in flight
+  // (SharedDeviceExecutable holds the weights' step mutex).
 
  private:
   static constexpr size_t kMaxRecordings = 16;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "backend/exec_common.h"
 #include "backend/vulkan/vk_attention.h"
 #include "backend/vulkan/vk_gemm.h"
 #include "backend/vulkan/vk_misc.h"
@@ -591,9 +592,9 @@ class Recorder {
     const auto& gt = g_.tensor(node.in[2]);
     const auto& ut = g_.tensor(node.in[3]);
     const auto& dt = g_.tensor(node.in[4]);
-    const bool fused = node.in[2] == node.in[3];
-    const auto d = static_cast<uint32_t>(rt.ne[0]);
-    const auto ff = static_cast<uint32_t>(fused ? gt.ne[1] / 2 : gt.ne[1]);
+    const MoeShape shape = moe_shape(g_, node);
+    const bool fused = shape.fused;
+    const auto d = static_cast<uint32_t>(shape.d), ff = static_cast<uint32_t>(shape.ff);
     const auto ne = static_cast<uint32_t>(mp.n_expert), k = static_cast<uint32_t>(mp.n_expert_used);
     const TensorId x_id = node.in[0];
     const View x = act(x_id, rows[static_cast<size_t>(x_id)]);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "backend/exec_common.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -32,18 +33,8 @@ std::string unsupported(const graph::Graph& g, const Node& n) {
 VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g, const gguf::File& file,
                              const LoadProgress& progress)
     : Weights(g), ctx_(std::move(ctx)) {
-  std::vector<bool> as_f32(g.tensors.size(), false), raw(g.tensors.size(), false);
-  for (const Node* np : graph::nodes_with_head(g)) {
-    const Node& n = *np;
-    if (std::string why = unsupported(g, n); !why.empty()) {
-      throw Error(fmt::format("Vulkan cannot run {}: {}", g.tensor(n.out).name, why));
-    }
-    for (size_t k = 0; k < n.in.size(); ++k) {
-      const auto id = static_cast<size_t>(n.in[k]);
-      if (g.tensors[id].kind != TensorKind::Weight) continue;
-      (n.small_f32_input(k) ? as_f32 : raw)[id] = true;
-    }
-  }
+  const WeightUses uses = weight_uses(g, "Vulkan", [&](const Node& n) { return unsupported(g, n); });
+  const std::vector<bool>&raw = uses.raw, &as_f32 = uses.f32;
   raw_.resize(g.tensors.size());
   f32_.resize(g.tensors.size());
   uint64_t total = 0, done = 0;
@@ -61,10 +52,7 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
       bytes_ += raw_[i]->device_bytes;
     }
     if (as_f32[i]) {
-      const int64_t count = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
-      std::vector<float> f(static_cast<size_t>(count));
-      if (t.type == gguf::TensorType::F32) std::memcpy(f.data(), bytes.data(), f.size() * 4);
-      else quant::dequantize_row(t.type, bytes.data(), f.data(), count);
+      std::vector<float> f = weight_floats(t, bytes);
       f32_[i] = ctx_->owned_device_buffer(f.size() * 4);
       ctx_->upload(*f32_[i], 0, f.data(), f.size() * 4);
       bytes_ += f32_[i]->device_bytes;
