@@ -45,10 +45,10 @@ kernels=$(build/src/zinc check | sed -n 's/^cpu kernels: \([a-z0-9]*\) (this CPU
 native=${kernels%%:*}
 others=$(for k in ${kernels#*:}; do [ "$k" = "$native" ] || echo "$k"; done)
 isa_tests='^(Ops|Architectures|Stories260K|Generate|ChatSession|Session|KvCache|RecurrentState|GptOss|GptOssOps|CpuGemma4Ops|SsmConv|QuantFixture|ModelQuantize|Dot|VulkanRealWeights|Cli)[./]|^oracle\.'
-# Not again under the other kernel paths: the GPU's own cases (the op suite's Vulkan cases judge the
+# Not again under the other kernel paths: the GPUs' own cases (the op suite's Vulkan and CUDA cases judge the
 # GPU against a double-precision definition; the fixture cases that compare it with the CPU repeat the
 # CPU fixtures' own checks) and the web page in a browser. Half of these passes' time, no CPU kernel.
-isa_skip='VulkanFixture|CudaFixture|/vulkan_|_vulkan|_cuda$|^oracle\.web_page'
+isa_skip='VulkanFixture|CudaFixture|/vulkan_|_vulkan|/cuda_|_cuda$|^oracle\.web_page'
 logs=(build/ctest.log build-san/ctest.log)
 for isa in $others; do
   echo "== tests on the $isa kernels (ZINC_CPU_ISA=$isa)"

@@ -111,6 +111,7 @@ struct Expect {
   std::vector<double> want, bound, f16, codes;
 };
 constexpr int kDirectTokens = 32;  // the Vulkan backend multiplies steps up to this size by the weights directly
+constexpr int kCudaDirectTokens = 8;  // and the CUDA backend
 constexpr int kMvMaxTokens = 8;    // and the experts of steps up to this size
 
 struct Case {
@@ -877,8 +878,11 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   Expect e = c.reference(t);
   ASSERT_EQ(got.size(), e.want.size());
   const int most = *std::max_element(steps.begin(), steps.end());
-  const bool f16 = backend_name == "vulkan" && most > c.f16_above;
-  const bool codes = backend_name == "cpu" || most <= kDirectTokens;
+  // CUDA: steps of more than 8 tokens take the tensor-core products (f16 operands) and steps of up to 8
+  // the activations' 8-bit codes (Q4_K, Q6_K), as Vulkan's direct products do.
+  const bool cuda = backend_name == "cuda";
+  const bool f16 = (backend_name == "vulkan" && most > c.f16_above) || (cuda && most > kCudaDirectTokens);
+  const bool codes = backend_name == "cpu" || (cuda ? most <= kCudaDirectTokens : most <= kDirectTokens);
   for (size_t i = 0; i < e.bound.size(); ++i) {
     if (f16 && !e.f16.empty()) e.bound[i] += e.f16[i];
     if (codes && !e.codes.empty()) e.bound[i] += e.codes[i];
@@ -913,7 +917,7 @@ std::string case_name(const ::testing::TestParamInfo<OpSuite::ParamType>& info) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
-                         ::testing::Combine(::testing::Values("cpu", "vulkan"), ::testing::Range<size_t>(0, cases().size())),
+                         ::testing::Combine(::testing::Values("cpu", "vulkan", "cuda"), ::testing::Range<size_t>(0, cases().size())),
                          case_name);
 
 }  // namespace
