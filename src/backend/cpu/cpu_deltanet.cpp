@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_deltanet_isa.h"
 #include "backend/cpu/cpu_ops.h"
+#include "quant/dot.h"
 
 namespace zinc::backend::cpu {
 
@@ -13,139 +16,14 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// x / sqrt(sum x^2 + 1e-6), as the reference models normalise q and k.
-void l2_normalise(const float* x, float* out, int n, float scale) {
-  float ss = 0;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  const float inv = scale / std::sqrt(ss + 1e-6f);
-  for (int i = 0; i < n; ++i) out[i] = x[i] * inv;
-}
-
-// One v head, token by token. S is dk x dv (row i: key dimension i).
-void recurrent_head(const float* q, const float* k, const float* v, const float* g, const float* beta, float* S,
-                    float* out, int64_t n, int64_t q_stride, int64_t v_stride, int64_t gate_stride, int dk, int dv) {
-  std::vector<float> qn(static_cast<size_t>(dk)), kn(static_cast<size_t>(dk)), delta(static_cast<size_t>(dv));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  for (int64_t t = 0; t < n; ++t) {
-    l2_normalise(q + t * q_stride, qn.data(), dk, scale);
-    l2_normalise(k + t * q_stride, kn.data(), dk, 1.0f);
-    const float decay = std::exp(g[t * gate_stride]), b = beta[t * gate_stride];
-    const float* vt = v + t * v_stride;
-    // delta = beta (v - S^T k), after the decay of S.
-    for (int j = 0; j < dv; ++j) delta[static_cast<size_t>(j)] = 0;
-    for (int i = 0; i < dk; ++i) {
-      float* row = S + static_cast<int64_t>(i) * dv;
-      const float ki = kn[static_cast<size_t>(i)];
-      for (int j = 0; j < dv; ++j) {
-        row[j] *= decay;
-        delta[static_cast<size_t>(j)] += row[j] * ki;
-      }
-    }
-    for (int j = 0; j < dv; ++j) delta[static_cast<size_t>(j)] = (vt[j] - delta[static_cast<size_t>(j)]) * b;
-    float* o = out + t * v_stride;
-    for (int j = 0; j < dv; ++j) o[j] = 0;
-    for (int i = 0; i < dk; ++i) {
-      float* row = S + static_cast<int64_t>(i) * dv;
-      const float ki = kn[static_cast<size_t>(i)], qi = qn[static_cast<size_t>(i)];
-      for (int j = 0; j < dv; ++j) {
-        row[j] += ki * delta[static_cast<size_t>(j)];
-        o[j] += row[j] * qi;
-      }
-    }
-  }
-}
-
-// One v head in blocks of up to `chunk` tokens. Within a block of C tokens with cumulative log decay
-// c_i, the delta rule's corrections solve a unit lower-triangular system: T = (I - L)^-1 with
-// L_ij = -beta_i (k_i . k_j) exp(c_i - c_j) for j < i. Then U = T (beta v), W = T (beta k exp(c)), the
-// block's new values are V' = U - W S, its outputs exp(c_i) q_i S + sum_{j<=i} (q_i . k_j) exp(c_i - c_j) V'_j,
-// and the state moves to exp(c_last) S + sum_j exp(c_last - c_j) k_j V'_j^T.
-void chunked_head(const float* q, const float* k, const float* v, const float* g, const float* beta, float* S,
-                  float* out, int64_t n, int64_t q_stride, int64_t v_stride, int64_t gate_stride, int dk, int dv,
-                  int chunk) {
-  const auto C = static_cast<size_t>(chunk);
-  const auto udk = static_cast<size_t>(dk), udv = static_cast<size_t>(dv);
-  std::vector<float> qn(C * udk), kn(C * udk), c(C), b(C), T(C * C), U(C * udv), W(C * udk), Vn(C * udv);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-    const auto m = static_cast<size_t>(std::min<int64_t>(chunk, n - t0));
-    float acc = 0;
-    for (size_t i = 0; i < m; ++i) {
-      const int64_t t = t0 + static_cast<int64_t>(i);
-      l2_normalise(q + t * q_stride, qn.data() + i * udk, dk, scale);
-      l2_normalise(k + t * q_stride, kn.data() + i * udk, dk, 1.0f);
-      acc += g[t * gate_stride];
-      c[i] = acc;
-      b[i] = beta[t * gate_stride];
-    }
-    const auto dot = [&](const float* x, const float* y) {
-      float s = 0;
-      for (size_t d = 0; d < udk; ++d) s += x[d] * y[d];
-      return s;
-    };
-    // T: rows in order, each from the rows above it (forward substitution). Going left to right, the
-    // entries right of j still hold L's values, which is what row i's update reads.
-    for (size_t i = 0; i < m; ++i) {
-      float* Ti = T.data() + i * C;
-      for (size_t j = 0; j < i; ++j) Ti[j] = -b[i] * dot(kn.data() + i * udk, kn.data() + j * udk) * std::exp(c[i] - c[j]);
-      for (size_t j = 0; j < i; ++j) {
-        float sum = Ti[j];
-        for (size_t l = j + 1; l < i; ++l) sum += Ti[l] * T[l * C + j];
-        Ti[j] = sum;
-      }
-      Ti[i] = 1.0f;
-    }
-    // U = T (beta v), W = T (beta exp(c) k), then V' = U - W S.
-    for (size_t i = 0; i < m; ++i) {
-      float* Ui = U.data() + i * udv;
-      float* Wi = W.data() + i * udk;
-      std::fill(Ui, Ui + udv, 0.0f);
-      std::fill(Wi, Wi + udk, 0.0f);
-      for (size_t j = 0; j <= i; ++j) {
-        const float tv = T[i * C + j] * b[j], tk = tv * std::exp(c[j]);
-        const float* vj = v + (t0 + static_cast<int64_t>(j)) * v_stride;
-        const float* kj = kn.data() + j * udk;
-        for (size_t d = 0; d < udv; ++d) Ui[d] += tv * vj[d];
-        for (size_t d = 0; d < udk; ++d) Wi[d] += tk * kj[d];
-      }
-      float* Vi = Vn.data() + i * udv;
-      std::copy(Ui, Ui + udv, Vi);
-      for (size_t d = 0; d < udk; ++d) {
-        const float* Sd = S + d * udv;
-        for (size_t e = 0; e < udv; ++e) Vi[e] -= Wi[d] * Sd[e];
-      }
-    }
-    // Outputs: the state's contribution and the block's own.
-    for (size_t i = 0; i < m; ++i) {
-      float* o = out + (t0 + static_cast<int64_t>(i)) * v_stride;
-      const float* qi = qn.data() + i * udk;
-      const float ec = std::exp(c[i]);
-      std::fill(o, o + udv, 0.0f);
-      for (size_t d = 0; d < udk; ++d) {
-        const float* Sd = S + d * udv;
-        const float w = ec * qi[d];
-        for (size_t e = 0; e < udv; ++e) o[e] += w * Sd[e];
-      }
-      for (size_t j = 0; j <= i; ++j) {
-        const float a = dot(qi, kn.data() + j * udk) * std::exp(c[i] - c[j]);
-        const float* Vj = Vn.data() + j * udv;
-        for (size_t e = 0; e < udv; ++e) o[e] += a * Vj[e];
-      }
-    }
-    // The state after the block.
-    const float last = c[m - 1], el = std::exp(last);
-    for (size_t d = 0; d < udk * udv; ++d) S[d] *= el;
-    for (size_t j = 0; j < m; ++j) {
-      const float dj = std::exp(last - c[j]);
-      const float* kj = kn.data() + j * udk;
-      const float* Vj = Vn.data() + j * udv;
-      for (size_t d = 0; d < udk; ++d) {
-        float* Sd = S + d * udv;
-        const float w = dj * kj[d];
-        for (size_t e = 0; e < udv; ++e) Sd[e] += w * Vj[e];
-      }
-    }
-  }
+// The delta-rule kernels of the instruction set the CPU kernels use (off x86-64 only the baseline).
+DeltaHeadFn delta_fn(bool chunked) {
+#if defined(__x86_64__)
+  const std::string isa = quant::dot_isa_in_use();
+  if (isa == "avx512") return chunked ? chunked_head_avx512 : recurrent_head_avx512;
+  if (isa == "avx2") return chunked ? chunked_head_avx2 : recurrent_head_avx2;
+#endif
+  return chunked ? chunked_head_base : recurrent_head_base;
 }
 
 }  // namespace
@@ -199,6 +77,7 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                       float* out, int64_t n_tokens, const DeltaNetShape& s, int chunk, ThreadPool& pool) {
   const int64_t q_stride = int64_t{s.n_head_k} * s.dk, v_stride = int64_t{s.n_head_v} * s.dv;
   const int ratio = s.n_head_v / s.n_head_k;
+  static const DeltaHeadFn chunked_head = delta_fn(true), recurrent_head = delta_fn(false);
   pool.parallel_for(s.n_head_v, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t kh = s.tiled ? h % s.n_head_k : h / ratio;
@@ -210,7 +89,7 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                      s.dk, s.dv, chunk);
       } else {
         recurrent_head(qh, kk, v + h * s.dv, g + h, beta + h, S, out + h * s.dv, n_tokens, q_stride, v_stride,
-                       s.n_head_v, s.dk, s.dv);
+                       s.n_head_v, s.dk, s.dv, 0);
       }
     }
   });
