@@ -376,4 +376,23 @@ std::vector<float> weight_floats(const graph::Tensor& t, std::span<const uint8_t
   return f;
 }
 
+void read_weights(const graph::Graph& g, const gguf::File& file, const WeightUses& uses, const LoadProgress& progress,
+                  const std::function<void(graph::TensorId, std::span<const uint8_t>)>& raw,
+                  const std::function<void(graph::TensorId, std::vector<float>)>& floats) {
+  uint64_t total = 0, done = 0;
+  for (const auto& t : g.tensors) {
+    if (t.kind == graph::TensorKind::Weight) total += file.tensor(t.name).n_bytes;
+  }
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    const auto& t = g.tensors[i];
+    if (t.kind != graph::TensorKind::Weight) continue;
+    const auto bytes = file.tensor_data(file.tensor(t.name));
+    done += bytes.size();
+    const auto id = static_cast<graph::TensorId>(i);
+    if (uses.raw[i]) raw(id, bytes);
+    if (uses.f32[i]) floats(id, weight_floats(t, bytes));
+    if (progress) progress(done, total);
+  }
+}
+
 }  // namespace zinc::backend

@@ -459,6 +459,11 @@ WeightUses weight_uses(const graph::Graph& g, const std::string& backend,
                        const std::function<bool(const graph::Node&, size_t)>& also_f32 = {});
 // A weight's elements as floats (copied, or dequantized from its type).
 std::vector<float> weight_floats(const graph::Tensor& t, std::span<const uint8_t> bytes);
+// Reads every weight of `g` from `file` once, in order: raw(id, bytes) for those uses.raw names,
+// floats(id, weight_floats) for those uses.f32 names, and progress(done, total) after each.
+void read_weights(const graph::Graph& g, const gguf::File& file, const WeightUses& uses, const LoadProgress& progress,
+                  const std::function<void(graph::TensorId, std::span<const uint8_t>)>& raw,
+                  const std::function<void(graph::TensorId, std::vector<float>)>& floats);
 
 // The shape of a mixture-of-experts node: model width d, expert width ff, and whether gate and up
 // are one tensor (gate rows first, then up rows, per expert).

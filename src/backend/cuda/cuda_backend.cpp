@@ -57,32 +57,37 @@ void check(cudaError_t e, const char* what) {
 // Bytes allocated by this process's CUDA backend (device_bytes_in_use).
 std::atomic<uint64_t> g_allocated{0};
 
-// Device memory, freed with its owner.
-class DeviceBuffer {
+// Memory owned by one object and freed with it: device memory (kDevice; counted in g_allocated), or
+// page-locked host memory (copies to and from it run at full speed, asynchronously).
+template <bool kDevice>
+class Owned {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  Owned() = default;
+  explicit Owned(size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
+    const cudaError_t e = kDevice ? cudaMalloc(&p, bytes) : cudaMallocHost(&p, bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw Error(fmt::format("CUDA: cannot allocate {:.1f} MiB of device memory: {}", static_cast<double>(bytes) / (1 << 20),
-                              cudaGetErrorString(e)));
+      throw Error(fmt::format("CUDA: cannot allocate {:.1f} MiB of {} memory: {}", static_cast<double>(bytes) / (1 << 20),
+                              kDevice ? "device" : "page-locked host", cudaGetErrorString(e)));
     }
     ptr_ = p;
-    g_allocated += bytes;
+    if (kDevice) g_allocated += bytes;
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  Owned(Owned&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  Owned& operator=(Owned&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
     return *this;
   }
-  ~DeviceBuffer() {
-    if (ptr_) {
+  ~Owned() {
+    if (!ptr_) return;
+    if (kDevice) {
       cudaFree(ptr_);
       g_allocated -= bytes_;
+    } else {
+      cudaFreeHost(ptr_);
     }
   }
   template <class T = void>
@@ -94,32 +99,8 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// Page-locked host memory (copies to and from it run at full speed, asynchronously).
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes == 0) return;
-    check(cudaMallocHost(&ptr_, bytes), "cudaMallocHost");
-  }
-  HostBuffer(HostBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
-  HostBuffer& operator=(HostBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~HostBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  template <class T = void>
-  T* get() const { return static_cast<T*>(ptr_); }
-  size_t size() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = Owned<true>;
+using HostBuffer = Owned<false>;
 
 int64_t elements(const graph::Tensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
@@ -164,32 +145,23 @@ class CudaWeights final : public Weights {
     // The convolution's taps are read as floats too.
     const WeightUses uses = weight_uses(
         g, "cuda", [&](const Node& n) { return cuda_unsupported(g, n); }, [](const Node& n, size_t) { return n.op == Op::SsmConv; });
-    const std::vector<bool>&raw = uses.raw, &as_f32 = uses.f32;
     raw_.resize(g.tensors.size());
     f32_.resize(g.tensors.size());
-    uint64_t total = 0, done = 0;
-    for (const auto& t : g.tensors) {
-      if (t.kind == TensorKind::Weight) total += file.tensor(t.name).n_bytes;
-    }
-    for (size_t i = 0; i < g.tensors.size(); ++i) {
-      const auto& t = g.tensors[i];
-      if (t.kind != TensorKind::Weight) continue;
-      const auto bytes = file.tensor_data(file.tensor(t.name));
-      done += bytes.size();
-      if (raw[i]) {
-        raw_[i] = DeviceBuffer(bytes.size() + 16);
-        check(cudaMemcpy(raw_[i].get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
-        bytes_ += raw_[i].size();
-      }
-      if (as_f32[i]) {
-        std::vector<float> f = weight_floats(t, bytes);
-        f32_[i] = DeviceBuffer(f.size() * 4);
-        check(cudaMemcpy(f32_[i].get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
-        bytes_ += f32_[i].size();
-        host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
-      }
-      if (progress) progress(done, total);
-    }
+    read_weights(
+        g, file, uses, progress,
+        [&](TensorId id, std::span<const uint8_t> bytes) {
+          DeviceBuffer& b = raw_[static_cast<size_t>(id)];
+          b = DeviceBuffer(bytes.size() + 16);
+          check(cudaMemcpy(b.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
+          bytes_ += b.size();
+        },
+        [&](TensorId id, std::vector<float> f) {
+          DeviceBuffer& b = f32_[static_cast<size_t>(id)];
+          b = DeviceBuffer(f.size() * 4);
+          check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
+          bytes_ += b.size();
+          host_f32_.emplace(id, std::move(f));
+        });
   }
 
   uint64_t device_bytes() const override { return bytes_; }

@@ -34,32 +34,23 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
                              const LoadProgress& progress)
     : Weights(g), ctx_(std::move(ctx)) {
   const WeightUses uses = weight_uses(g, "Vulkan", [&](const Node& n) { return unsupported(g, n); });
-  const std::vector<bool>&raw = uses.raw, &as_f32 = uses.f32;
   raw_.resize(g.tensors.size());
   f32_.resize(g.tensors.size());
-  uint64_t total = 0, done = 0;
-  for (const auto& t : g.tensors) {
-    if (t.kind == TensorKind::Weight) total += file.tensor(t.name).n_bytes;
-  }
-  for (size_t i = 0; i < g.tensors.size(); ++i) {
-    const auto& t = g.tensors[i];
-    if (t.kind != TensorKind::Weight) continue;
-    const auto bytes = file.tensor_data(file.tensor(t.name));
-    done += bytes.size();
-    if (raw[i]) {
-      raw_[i] = ctx_->owned_device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
-      ctx_->upload(*raw_[i], 0, bytes.data(), bytes.size());
-      bytes_ += raw_[i]->device_bytes;
-    }
-    if (as_f32[i]) {
-      std::vector<float> f = weight_floats(t, bytes);
-      f32_[i] = ctx_->owned_device_buffer(f.size() * 4);
-      ctx_->upload(*f32_[i], 0, f.data(), f.size() * 4);
-      bytes_ += f32_[i]->device_bytes;
-      host_f32_.emplace(static_cast<TensorId>(i), std::move(f));
-    }
-    if (progress) progress(done, total);
-  }
+  read_weights(
+      g, file, uses, progress,
+      [&](TensorId id, std::span<const uint8_t> bytes) {
+        auto& b = raw_[static_cast<size_t>(id)];
+        b = ctx_->owned_device_buffer(align_up(bytes.size(), 4) + 16);  // kernels read whole words
+        ctx_->upload(*b, 0, bytes.data(), bytes.size());
+        bytes_ += b->device_bytes;
+      },
+      [&](TensorId id, std::vector<float> f) {
+        auto& b = f32_[static_cast<size_t>(id)];
+        b = ctx_->owned_device_buffer(f.size() * 4);
+        ctx_->upload(*b, 0, f.data(), f.size() * 4);
+        bytes_ += b->device_bytes;
+        host_f32_.emplace(id, std::move(f));
+      });
 }
 
 }  // namespace zinc::backend::vk
