@@ -560,7 +560,10 @@ class CpuExecutable final : public SequencedExecutable {
   // final weights (Gemma 4), biases on the router and every projection (GPT-OSS).
   void moe(const Node& node, const float* x, int64_t n, float* out) {
     const auto& gt = g_.tensor(node.in[2]);
-    const auto [d, ff, fused] = moe_shape(g_, node);  // fused: one {d, 2 * ff, n_expert} tensor, gate rows first
+    // fused: one {d, 2 * ff, n_expert} tensor, gate rows first (named, not bound: lambdas below capture them)
+    const MoeShape shape = moe_shape(g_, node);
+    const int64_t d = shape.d, ff = shape.ff;
+    const bool fused = shape.fused;
     const int ne = node.moe().n_expert, k = node.moe().n_expert_used;
     std::vector<float> logits(static_cast<size_t>(n * ne));
     const float* router_x = node.moe().router_in >= 0 ? buf(node.in[static_cast<size_t>(node.moe().router_in)]) : x;

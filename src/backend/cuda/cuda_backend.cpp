@@ -677,7 +677,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const auto& gt = g_.tensor(node.in[2]);
     const auto& ut = g_.tensor(node.in[3]);
     const auto& dt = g_.tensor(node.in[4]);
-    const auto [d, ff, fused] = moe_shape(g_, node);
+    const MoeShape shape = moe_shape(g_, node);
+    const int64_t d = shape.d, ff = shape.ff;
+    const bool fused = shape.fused;
     const int ne = mp.n_expert, k = mp.n_expert_used;
     const float* x = act(node.in[0]);
     const float* router_x = mp.router_in >= 0 ? act(node.in[static_cast<size_t>(mp.router_in)]) : x;
