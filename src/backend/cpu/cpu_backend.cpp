@@ -642,8 +642,8 @@ class CpuExecutable final : public SequencedExecutable {
     // Each token's sum over its experts in increasing expert order (whichever thread ran an expert):
     // out[t] = 0 + w·y of its first expert + w·y of the next ...
     std::fill(out, out + n * d, 0.0f);
-    if (n == 1 || pool_.size() == 1) {
-      // Decode: experts one after another, each product split among the threads.
+    if (pool_.size() == 1) {
+      // One thread: experts one after another.
       std::vector<float> y;
       for (int e = 0; e < ne; ++e) {
         const auto& tokens = routed[static_cast<size_t>(e)];
@@ -658,9 +658,10 @@ class CpuExecutable final : public SequencedExecutable {
       }
       return;
     }
-    // Prompts: whole experts handed out to the threads one at a time, the most tokens first, each
-    // expert's products on its thread alone; every (token, expert) output kept, then summed per token.
-    // (Experts one after another with their products split left a thread idle for 16-20% of a step.)
+    // Whole experts handed out to the threads one at a time, the most tokens first, each expert's
+    // products on its thread alone; every (token, expert) output kept, then summed per token. (Experts
+    // one after another with their products split left a thread idle for 16-20% of a prompt step, and
+    // 8-16% of a decode step, whose k experts are small products each.)
     std::vector<int64_t> offset(static_cast<size_t>(ne) + 1, 0);  // expert e's rows in ys
     std::vector<int> busy;
     for (int e = 0; e < ne; ++e) {
