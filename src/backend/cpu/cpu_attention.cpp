@@ -6,23 +6,13 @@
 #include <vector>
 
 #include "backend/cpu/cpu_attention_isa.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_ops.h"
 #include "quant/dot.h"
 
 namespace zinc::backend::cpu {
 
 namespace {
-
-// The entry point of the instruction set the CPU kernels use (off x86-64 only the baseline exists).
-template <class Fn>
-Fn by_isa([[maybe_unused]] Fn avx512, [[maybe_unused]] Fn avx2, Fn base) {
-#if defined(__x86_64__)
-  const std::string isa = quant::dot_isa_in_use();
-  return isa == "avx512" ? avx512 : isa == "avx2" ? avx2 : base;
-#else
-  return base;
-#endif
-}
 
 #if !defined(__x86_64__)
 // Never called: by_isa picks the baseline.

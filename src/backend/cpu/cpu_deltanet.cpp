@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_deltanet_isa.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cpu_ops.h"
-#include "quant/dot.h"
 
 namespace zinc::backend::cpu {
 
@@ -16,15 +15,11 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// The delta-rule kernels of the instruction set the CPU kernels use (off x86-64 only the baseline).
-DeltaHeadFn delta_fn(bool chunked) {
-#if defined(__x86_64__)
-  const std::string isa = quant::dot_isa_in_use();
-  if (isa == "avx512") return chunked ? chunked_head_avx512 : recurrent_head_avx512;
-  if (isa == "avx2") return chunked ? chunked_head_avx2 : recurrent_head_avx2;
+#if !defined(__x86_64__)
+// Never called: by_isa picks the baseline.
+constexpr DeltaHeadFn chunked_head_avx512 = chunked_head_base, chunked_head_avx2 = chunked_head_base;
+constexpr DeltaHeadFn recurrent_head_avx512 = recurrent_head_base, recurrent_head_avx2 = recurrent_head_base;
 #endif
-  return chunked ? chunked_head_base : recurrent_head_base;
-}
 
 }  // namespace
 
@@ -77,7 +72,8 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                       float* out, int64_t n_tokens, const DeltaNetShape& s, int chunk, ThreadPool& pool) {
   const int64_t q_stride = int64_t{s.n_head_k} * s.dk, v_stride = int64_t{s.n_head_v} * s.dv;
   const int ratio = s.n_head_v / s.n_head_k;
-  static const DeltaHeadFn chunked_head = delta_fn(true), recurrent_head = delta_fn(false);
+  static const DeltaHeadFn chunked_head = by_isa<DeltaHeadFn>(chunked_head_avx512, chunked_head_avx2, chunked_head_base);
+  static const DeltaHeadFn recurrent_head = by_isa<DeltaHeadFn>(recurrent_head_avx512, recurrent_head_avx2, recurrent_head_base);
   pool.parallel_for(s.n_head_v, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t kh = s.tiled ? h % s.n_head_k : h / ratio;

@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -27,6 +26,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/exec_common.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "quant/quant.h"
 
 namespace zinc::backend {
@@ -328,8 +328,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     return out;
   }
   const bool profiling_ = [] {
-    const char* v = std::getenv("ZINC_CUDA_PROFILE");
-    return v && std::string(v) == "1";
+    const char* v = knob("ZINC_CUDA_PROFILE");
+    return v && *v != '0';
   }();
   std::vector<cudaEvent_t> events_;
   std::array<double, 32> op_ms_[2] = {};
@@ -788,7 +788,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   int64_t logit_rows_ = 0, hidden_rows_ = 0;
   uint64_t device_bytes_ = 0;
   const bool use_graphs_ = [] {
-    const char* v = std::getenv("ZINC_CUDA_GRAPHS");
+    const char* v = knob("ZINC_CUDA_GRAPHS");
     return !v || std::string(v) != "0";
   }();
   std::map<std::vector<int32_t>, Captured> graphs_;  // by step shape; destroyed before the buffers they use
@@ -807,10 +807,7 @@ class CudaBackend final : public Backend {
       (void)cudaGetLastError();
       throw Error(fmt::format("no CUDA device: {}", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible"));
     }
-    if (device < 0) {
-      const char* env = std::getenv("ZINC_CUDA_DEVICE");
-      device = env ? std::atoi(env) : 0;
-    }
+    if (device < 0) device = static_cast<int>(knob_u32("ZINC_CUDA_DEVICE", 0, 0, 1023));
     if (device >= n) throw Error(fmt::format("CUDA device {} does not exist ({} visible)", device, n));
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp p{};
