@@ -202,6 +202,180 @@ TEST_P(CudaCodeKernels, DecodeProductsMatchTheCpuReferenceDot) {
 INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 
+// The fused launches against their parts: products of one input in one launch (types mixed, enough
+// rows that each row has one warp), gate and up with their activation, and the add + norm that also
+// writes the codes the next products read.
+class CudaFused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      GTEST_SKIP() << "no CUDA device is visible";
+    }
+  }
+};
+
+struct QuantRows {
+  TensorType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> w;
+  size_t rb;
+  QuantRows(TensorType t, int64_t r, int64_t c, std::mt19937& rng) : type(t), rows(r), cols(c), rb(quant::row_size(t, c)) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    w.resize(rb * static_cast<size_t>(rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      for (float& v : row) v = dist(rng);
+      quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(i) * rb, cols);
+    }
+  }
+  // The CPU's reference dot of row r with x (its codes), and a bound on the float rounding.
+  double dot(int64_t r, const float* x) const {
+    std::vector<uint8_t> act(quant::activation_row_size(type, cols));
+    quant::quantize_activation(type, x, act.data(), cols);
+    return quant::dot_ref(type, w.data() + static_cast<size_t>(r) * rb, act.data(), cols);
+  }
+  double bound(int64_t r, const float* x) const {
+    std::vector<float> deq(static_cast<size_t>(cols));
+    quant::dequantize_row(type, w.data() + static_cast<size_t>(r) * rb, deq.data(), cols);
+    double mag = 0;
+    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[c]);
+    return 1e-5 * mag;
+  }
+};
+
+TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t cols = 768;
+  const QuantRows a(TensorType::Q4_K, 2100, cols, rng), b(TensorType::Q6_K, 2050, cols, rng), c(TensorType::Q4_K, 37, cols, rng);
+  const int max_n = 8;
+  std::vector<float> x(static_cast<size_t>(max_n * cols));
+  for (float& v : x) v = dist(rng);
+  Dev da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
+  Dev oa(static_cast<size_t>(max_n * a.rows) * 4), ob(static_cast<size_t>(max_n * b.rows) * 4), oc(static_cast<size_t>(max_n * c.rows) * 4);
+  upload(da, a.w.data(), a.w.size());
+  upload(db, b.w.data(), b.w.size());
+  upload(dc, c.w.data(), c.w.size());
+  upload(dx, x.data(), x.size() * 4);
+  backend::cuda::Product p[3];
+  p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
+  p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
+  p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
+  for (int n : {1, 3, 8}) {
+    for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 4}, {4, 4}}) {
+      backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None, split,
+                                   rows_per_warp);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (const auto& [q, out] : {std::pair{&a, &oa}, std::pair{&b, &ob}, std::pair{&c, &oc}}) {
+        std::vector<float> got(static_cast<size_t>(n * q->rows));
+        ASSERT_EQ(cudaMemcpy(got.data(), out->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t) {
+          const float* xt = x.data() + t * cols;
+          for (int64_t r = 0; r < q->rows; r += 7)
+            ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], q->dot(r, xt), q->bound(r, xt))
+                << gguf::tensor_type_name(q->type) << ", " << n << " tokens, split " << split << ", rows per warp " << rows_per_warp
+                << ", token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaFused, GateAndUpWithTheirActivation) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t cols = 512, rows = 45;
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+    const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
+    std::vector<float> x(static_cast<size_t>(3 * cols)), bias(static_cast<size_t>(2 * rows));
+    for (float& v : x) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(3, cols)),
+        dout(static_cast<size_t>(3 * rows) * 4);
+    upload(dg, g.w.data(), g.w.size());
+    upload(du, u.w.data(), u.w.size());
+    upload(dx, x.data(), x.size() * 4);
+    upload(dbias, bias.data(), bias.size() * 4);
+    backend::cuda::Product p[2];
+    p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
+    p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
+    for (const auto& [glu, n, rows_per_warp] : {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0}, {backend::cuda::Glu::GeGLU, 3, 0},
+                                                 {backend::cuda::Glu::SwiGLU, 1, 1}, {backend::cuda::Glu::GeGLU, 1, 2}}) {
+      backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, 0, rows_per_warp);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got(static_cast<size_t>(n * rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int t = 0; t < n; ++t) {
+        const float* xt = x.data() + t * cols;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
+          const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
+                                                               : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
+          // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
+          const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
+          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol) << gguf::tensor_type_name(type) << " token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t width = 1280;  // five super-blocks: warps with one and with none
+  const int n = 3;
+  ASSERT_TRUE(backend::cuda::add_rms_norm_fits(width));
+  std::vector<float> a(static_cast<size_t>(n * width)), b(a.size()), w(static_cast<size_t>(width));
+  for (float& v : a) v = dist(rng);
+  for (float& v : b) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  Dev da(a.size() * 4), db(b.size() * 4), dw(w.size() * 4), dsum(a.size() * 4), dout(a.size() * 4), dq8(backend::cuda::q8_bytes(n, width)),
+      dq8b(backend::cuda::q8_bytes(n, width)), dp(16);
+  upload(da, a.data(), a.size() * 4);
+  upload(db, b.data(), b.size() * 4);
+  upload(dw, w.data(), w.size() * 4);
+  backend::cuda::add_rms_norm(nullptr, da.as<float>(), db.as<float>(), dsum.as<float>(), dw.as<float>(), dout.as<float>(), width, n, 1e-6f,
+                              0.5f, dq8.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> sum(a.size()), out(a.size());
+  ASSERT_EQ(cudaMemcpy(sum.data(), dsum.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int t = 0; t < n; ++t) {
+    double ss = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      const size_t k = static_cast<size_t>(t * width + i);
+      ASSERT_EQ(sum[k], a[k] + b[k]) << "row " << t << " element " << i;
+      ss += static_cast<double>(sum[k]) * sum[k];
+    }
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(width) + 1e-6);
+    for (int64_t i = 0; i < width; ++i) {
+      const size_t k = static_cast<size_t>(t * width + i);
+      const double want = sum[k] * scale * (w[static_cast<size_t>(i)] + 0.5);
+      ASSERT_NEAR(out[k], want, 1e-5 * std::fabs(want) + 1e-6) << "row " << t << " element " << i;
+    }
+  }
+  // The codes are those the products would make of the norm's rows themselves (a product that
+  // quantizes them into a second buffer).
+  std::mt19937 rng2(14);
+  const QuantRows one(TensorType::Q4_K, 1, width, rng2);
+  Dev dwq(one.w.size()), dy(static_cast<size_t>(n) * 4);
+  upload(dwq, one.w.data(), one.w.size());
+  backend::cuda::mul_mat(nullptr, static_cast<int>(one.type), dwq.p, one.rb, 1, width, dout.as<float>(), width, n, dy.as<float>(), 1, nullptr,
+                         dq8b.p, false);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> fused(backend::cuda::q8_bytes(n, width)), separate(fused.size());
+  ASSERT_EQ(cudaMemcpy(fused.data(), dq8.p, fused.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(separate.data(), dq8b.p, separate.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(fused, separate);
+  // And the product against them is the CPU's reference dot of the norm's rows.
+  std::vector<float> y(static_cast<size_t>(n));
+  ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int t = 0; t < n; ++t) EXPECT_NEAR(y[static_cast<size_t>(t)], one.dot(0, out.data() + t * width), one.bound(0, out.data() + t * width));
+}
+
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {
   int n = 0;
   const bool visible = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;

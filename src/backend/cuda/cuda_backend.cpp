@@ -186,6 +186,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
       : SharedDeviceExecutable(g, opts, weights->step_mutex), weights_(std::move(weights)) {
     const uint64_t before = g_allocated;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    const char* pdl = knob("ZINC_CUDA_PDL");
+    ck::set_programmatic_launch(!(pdl && std::string(pdl) == "0"));
+    plan_fusions();
     plan();
     device_bytes_ = g_allocated - before;
   }
@@ -276,9 +279,16 @@ class CudaExecutable final : public SharedDeviceExecutable {
       events_.resize(g_.nodes.size() + 1);
       for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
     }
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      if (profiling_) check(cudaEventRecord(events_[i], stream_), "cudaEventRecord");
-      exec(i, step);
+    for (size_t i = 0; i < g_.nodes.size();) {
+      const size_t fused = fusion(i);
+      for (size_t k = i; profiling_ && k < i + std::max<size_t>(fused, 1); ++k) check(cudaEventRecord(events_[k], stream_), "cudaEventRecord");
+      if (fused > 0) {
+        exec_fused(i, fused);
+        i += fused;
+      } else {
+        exec(i, step);
+        ++i;
+      }
     }
     if (profiling_) check(cudaEventRecord(events_.back(), stream_), "cudaEventRecord");
     logit_rows_ = rows_[static_cast<size_t>(g_.logits)];
@@ -363,8 +373,18 @@ class CudaExecutable final : public SharedDeviceExecutable {
 
   // The arena, caches, states, scratch and the step buffer's layout.
   void plan() {
+    // A fused launch reads its nodes' inputs while it writes their outputs: the inputs stay live to
+    // the group's last node, so no output takes their place.
+    std::vector<int> last = last_uses(g_);
+    for (size_t i = 0; i < fuse_.size(); ++i) {
+      if (fuse_[i].kind == Fuse::None) continue;
+      const int end = static_cast<int>(i + fuse_[i].count - 1);
+      for (size_t k = i; k <= static_cast<size_t>(end); ++k)
+        for (TensorId t : g_.nodes[k].in)
+          if (int& l = last[static_cast<size_t>(t)]; l >= 0 && l < end) l = end;
+    }
     const ArenaPlan arena = plan_arena(
-        g_, last_uses(g_), [&](TensorId t) { return static_cast<size_t>(g_.tensor(t).ne[0] * opts_.max_tokens) * sizeof(float); },
+        g_, last, [&](TensorId t) { return static_cast<size_t>(g_.tensor(t).ne[0] * opts_.max_tokens) * sizeof(float); },
         kAlign, opts_.keep_activations);
     offset_ = arena.offset;
     arena_ = DeviceBuffer(std::max<size_t>(arena.bytes, kAlign));
@@ -695,19 +715,206 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const size_t g_row = quant::row_size(gt.type, d), u_row = quant::row_size(ut.type, d), d_row = quant::row_size(dt.type, ff);
     float* gate = moe_gate_.get<float>();
     float* up = moe_up_.get<float>();
-    ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d, x, d,
-                   k, ids, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
-    ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
-                   fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get(), codes_of(ut.type, node.in[0], k));
-    const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
-                                : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
-                                                                       : ck::Elementwise::SwiGLU;
-    ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
+    if (q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped) {
+      // Each slot's gate and up rows on the same warps, the activation applied as they are written.
+      ck::Product p[2];
+      p[0] = {static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, gate, ff, bias(1), ff};
+      p[1] = {static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]), fused ? ff : 0, ff, up, ff,
+              bias(2), ff};
+      ck::mul_mat_codes(stream_, p, 2, d, x, d, k, ids, slots, q8_.get(), codes_of(gt.type, node.in[0], k),
+                        mp.glu == graph::MoeGlu::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+    } else {
+      ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
+                     x, d, k, ids, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
+      ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
+                     fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get(), codes_of(ut.type, node.in[0], k));
+      const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
+                                  : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
+                                                                         : ck::Elementwise::SwiGLU;
+      ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
+    }
     float* y = moe_y_.get<float>();
     codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
                    ids, slots, y, d, bias(3), d, q8_.get());
     ck::moe_combine(stream_, y, wts, n, k, d, out);
+  }
+
+  // Launches doing the work of consecutive nodes, decided once per graph and taken at a step when its
+  // rows allow (products against codes: up to 8 rows): an add and the norm of its sum (with the codes
+  // of the norm when products against codes read it next); a norm and its codes; products of the same
+  // input in one launch (q, k, v); gate and up products with their activation (the two products'
+  // outputs then never written: they have no other reader); the per-head norms of q and k and their
+  // rotations, or the two rotations alone (the norms' outputs then never written).
+  enum class Fuse : uint8_t { None, AddNorm, Norm, Products, Glu, HeadsRope };
+  struct Fusion {
+    Fuse kind = Fuse::None;
+    uint8_t count = 0;  // nodes done
+    bool codes = false;  // the norm writes the codes the next product reads
+    bool swap = false;   // Glu: the activation applies to the second product
+  };
+  std::vector<Fusion> fuse_;
+
+  bool codes_product(size_t i, TensorId x) const {
+    if (i >= g_.nodes.size()) return false;
+    const Node& n = g_.nodes[i];
+    return n.op == Op::MatMul && n.in[1] == x && ck::uses_codes(static_cast<int>(g_.tensor(n.in[0]).type));
+  }
+  bool row_norm(const Node& n) const {
+    const int64_t width = g_.tensor(n.out).ne[0];
+    return n.op == Op::RmsNorm && (n.norm().group == 0 || n.norm().group == width) && ck::add_rms_norm_fits(width);
+  }
+
+  void plan_fusions() {
+    const size_t count = g_.nodes.size();
+    fuse_.assign(count, Fusion{});
+    if (const char* v = knob("ZINC_CUDA_FUSE"); v && std::string(v) == "0") return;
+    std::vector<int> readers(g_.tensors.size(), 0);
+    for (const Node& n : g_.nodes)
+      for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+    for (TensorId t : {g_.logits, g_.hidden})
+      if (t >= 0) ++readers[static_cast<size_t>(t)];
+    const auto same_rotation = [&](size_t a, size_t b) {
+      const Node &x = g_.nodes[a], &y = g_.nodes[b];
+      if (x.op != Op::Rope || y.op != Op::Rope) return false;
+      const TensorId fx = x.in.size() > 1 ? x.in[1] : -1, fy = y.in.size() > 1 ? y.in[1] : -1;  // as rope_table shares tables
+      return fx == fy && std::memcmp(&x.rope().rope, &y.rope().rope, sizeof(x.rope().rope)) == 0 && x.rope().head_dim == y.rope().head_dim &&
+             x.rope().n_rot == y.rope().n_rot && x.rope().mode == y.rope().mode && x.rope().head_dim <= 1024;
+    };
+    const auto head_norm = [&](size_t k, int head_dim) {
+      const Node& x = g_.nodes[k];
+      return x.op == Op::RmsNorm && x.norm().group == head_dim && readers[static_cast<size_t>(x.out)] == 1;
+    };
+    for (size_t i = 0; i < count; ++i) {
+      const Node& n = g_.nodes[i];
+      if (i + 3 < count && !opts_.keep_activations && same_rotation(i + 2, i + 3) && g_.nodes[i + 2].in[0] == n.out &&
+          g_.nodes[i + 3].in[0] == g_.nodes[i + 1].out && head_norm(i, g_.nodes[i + 2].rope().head_dim) &&
+          head_norm(i + 1, g_.nodes[i + 2].rope().head_dim)) {
+        fuse_[i] = {Fuse::HeadsRope, 4, false, false};
+        i += 3;
+        continue;
+      }
+      if (i + 1 < count && same_rotation(i, i + 1)) {
+        fuse_[i] = {Fuse::HeadsRope, 2, false, false};
+        ++i;
+        continue;
+      }
+      if (n.op == Op::Add && i + 1 < count && row_norm(g_.nodes[i + 1]) && g_.nodes[i + 1].in[0] == n.out) {
+        fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, g_.nodes[i + 1].out), false};
+        ++i;
+        continue;
+      }
+      if (row_norm(n) && codes_product(i + 1, n.out)) {
+        fuse_[i] = {Fuse::Norm, 1, true, false};
+        continue;
+      }
+      if (!codes_product(i, n.in.size() > 1 ? n.in[1] : -1)) continue;
+      const TensorId x = n.in[1];
+      const auto& w0 = g_.tensor(n.in[0]);
+      if (codes_product(i + 1, x) && i + 2 < count && !opts_.keep_activations) {
+        const Node& up = g_.nodes[i + 1];
+        const Node& act = g_.nodes[i + 2];
+        const auto& w1 = g_.tensor(up.in[0]);
+        const bool pair = act.in.size() == 2 && ((act.in[0] == n.out && act.in[1] == up.out) || (act.in[0] == up.out && act.in[1] == n.out));
+        if ((act.op == Op::SwiGLU || act.op == Op::GeGLU) && pair && w0.type == w1.type && w0.ne[1] == w1.ne[1] && w0.ne[0] == w1.ne[0] &&
+            readers[static_cast<size_t>(n.out)] == 1 && readers[static_cast<size_t>(up.out)] == 1) {
+          fuse_[i] = {Fuse::Glu, 3, false, act.in[0] == up.out};
+          i += 2;
+          continue;
+        }
+      }
+      uint8_t k = 1;
+      while (k < 3 && codes_product(i + k, x) && g_.tensor(g_.nodes[i + k].in[0]).ne[0] == w0.ne[0]) ++k;
+      if (k > 1) {
+        fuse_[i] = {Fuse::Products, k, false, false};
+        i += k - 1;
+      }
+    }
+  }
+
+  // How many nodes from i one fused launch does at this step (0: node i alone).
+  size_t fusion(size_t i) const {
+    const Fusion& f = fuse_[i];
+    if (f.kind == Fuse::None) return 0;
+    if ((f.kind == Fuse::Products || f.kind == Fuse::Glu) && rows_[static_cast<size_t>(g_.nodes[i].in[1])] > 8) return 0;
+    return f.count;
+  }
+
+  void exec_fused(size_t i, size_t count) {
+    const Fusion& f = fuse_[i];
+    const Node& first = g_.nodes[i];
+    const auto s = stream_;
+    switch (f.kind) {
+      case Fuse::AddNorm: case Fuse::Norm: {
+        const Node& norm = g_.nodes[i + count - 1];
+        const int64_t width = g_.tensor(norm.out).ne[0];
+        const int64_t n = rows_[static_cast<size_t>(first.in[0])];
+        const bool codes = f.codes && n <= 8;
+        const bool add = f.kind == Fuse::AddNorm;
+        ck::add_rms_norm(s, act(first.in[0]), add ? act(first.in[1]) : nullptr, add ? act(first.out) : nullptr, weights_->f32_or_null(norm, 1),
+                         act(norm.out), width, static_cast<int>(n), norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr);
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        if (codes) codes_for_ = {norm.out, 1};
+        break;
+      }
+      case Fuse::Products: case Fuse::Glu: {
+        const TensorId x = first.in[1];
+        const int64_t n = rows_[static_cast<size_t>(x)];
+        const int64_t cols = g_.tensor(first.in[0]).ne[0];
+        const size_t products = f.kind == Fuse::Glu ? 2 : count;
+        ck::Product p[3];
+        for (size_t k = 0; k < products; ++k) {
+          const Node& m = g_.nodes[i + (f.swap ? 1 - k : k)];
+          const auto& wt = g_.tensor(m.in[0]);
+          p[k].type = static_cast<int>(wt.type);
+          p[k].w = weights_->raw(m.in[0]);
+          p[k].row_bytes = quant::row_size(wt.type, cols);
+          p[k].rows = wt.ne[1];
+          p[k].out = act(f.kind == Fuse::Glu ? g_.nodes[i + 2].out : m.out);
+          p[k].out_stride = wt.ne[1];
+          p[k].bias = weights_->f32_or_null(m, 2);
+        }
+        const Op glu = g_.nodes[i + count - 1].op;
+        ck::mul_mat_codes(s, p, static_cast<int>(products), cols, act(x), cols, 1, nullptr, static_cast<int>(n), q8_.get(),
+                          codes_of(g_.tensor(first.in[0]).type, x, 1),
+                          f.kind != Fuse::Glu ? ck::Glu::None : glu == Op::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        break;
+      }
+      case Fuse::HeadsRope: {
+        const bool norms = count == 4;
+        ck::HeadsArgs a;
+        a.nparts = 2;
+        int64_t n = 0;
+        for (size_t p = 0; p < 2; ++p) {
+          const size_t ri = i + (norms ? 2 : 0) + p;
+          const Node& r = g_.nodes[ri];
+          ck::HeadsPart& part = a.part[p];
+          const TensorId in = norms ? g_.nodes[i + p].in[0] : r.in[0];
+          n = rows_[static_cast<size_t>(in)];
+          part.in = act(in);
+          part.out = act(r.out);
+          part.n_head = r.rope().n_head;
+          if (norms) {
+            const Node& nm = g_.nodes[i + p];
+            part.norm = true;
+            part.w = weights_->f32_or_null(nm, 1);
+            part.eps = nm.norm().eps;
+            part.offset = nm.norm().offset;
+          }
+          if (p == 0) {
+            a.head_dim = r.rope().head_dim;
+            a.n_rot = r.rope().n_rot;
+            a.neox = r.rope().mode == graph::RopeMode::NeoX;
+            a.cs = step_dev<float>(ropes_[rope_of_.at(ri)].offset);
+          }
+        }
+        ck::heads_norm_rope(s, a, static_cast<int>(n));
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        break;
+      }
+      case Fuse::None: break;
+    }
   }
 
   // Whether the activation codes in q8_ already are those of tensor x's rows (read x_div rows per

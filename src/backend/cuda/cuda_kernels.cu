@@ -8,6 +8,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -172,6 +173,50 @@ __device__ __forceinline__ float warp_sum(float x) {
 __device__ __forceinline__ float warp_max(float x) {
   for (int o = kWarp / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
+}
+
+// Programmatic dependent launch (sm_90 on): the kernels of a decode step launched with it may start
+// while the previous one finishes; each waits (pdl_wait) before it reads what an earlier kernel wrote
+// or writes anything, and lets the next one start (pdl_trigger) as soon as all its blocks run. The
+// products load their first weights before waiting: weights do not depend on earlier kernels.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+bool g_pdl_allowed = true;  // set_programmatic_launch
+
+bool pdl_on(Stream s) {
+  static const bool sm90 = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return sm90 && g_pdl_allowed && s != nullptr;
+}
+
+// A launch that may overlap the previous kernel of the stream (pdl_on); the kernel must pdl_wait.
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream s, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_on(s) ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(std::forward<A>(args))...);
 }
 
 // ---- embedding and products -------------------------------------------------------------------
@@ -395,135 +440,352 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, s
 // ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
 
 // Activation rows as the CPU quantizes them for K-quant dot products (Q8_K): per 256 elements
-// d = amax / 127 and codes round-to-nearest-even(x / d) in [-127, 127]. Codes [n][cols], scales
-// [n][cols / 256]. One block of 256 threads per (row, super-block).
-__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, int8_t* q, float* d) {
-  const int64_t row = blockIdx.y, b = blockIdx.x;
-  const float v = x[(row / x_div) * xs + b * 256 + threadIdx.x];
-  float amax = warp_max(fabsf(v));
-  __shared__ float part[8];
-  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = amax;
-  __syncthreads();
-  amax = part[0];
-  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, part[i]);
+// d = amax / 127 and codes round-to-nearest-even(x / d) in [-127, 127]; beside them the sum of each
+// 32 codes (the Q4_K minimums' term). Layout (codes_layout): codes [n][cols], scales [n][cols / 256],
+// sums [n][cols / 32].
+struct Codes {
+  int8_t* q;
+  float* d;
+  int16_t* s;
+};
+__host__ __device__ inline Codes codes_layout(void* base, int64_t n, int64_t cols) {
+  auto* q = static_cast<int8_t*>(base);
+  auto* d = reinterpret_cast<float*>(q + n * cols);
+  return {q, d, reinterpret_cast<int16_t*>(d + n * (cols / 256))};
+}
+
+// The codes of one super-block held by a warp, eight values per lane (lane l: elements 8l .. 8l + 7),
+// stored with its scale and its four-lane sums.
+__device__ __forceinline__ void store_codes(const float* v, int64_t row, int64_t b, int64_t cols, const Codes& c) {
+  const int lane = threadIdx.x % kWarp;
+  float amax = 0;
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  amax = warp_max(amax);
   const float dd = amax / 127;
   const float id = dd != 0 ? 1.0f / dd : 0.0f;
-  q[row * cols + b * 256 + threadIdx.x] = static_cast<int8_t>(rintf(fminf(127.0f, fmaxf(-127.0f, v * id))));
-  if (threadIdx.x == 0) d[row * (cols / 256) + b] = dd;
+  uint32_t packed[2] = {0, 0};
+  int sum = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int q = static_cast<int>(rintf(fminf(127.0f, fmaxf(-127.0f, v[i] * id))));
+    sum += q;
+    packed[i / 4] |= (static_cast<uint32_t>(q) & 0xffu) << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2*>(c.q + row * cols + b * 256 + lane * 8) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (lane % 4 == 0) c.s[row * (cols / 32) + b * 8 + lane / 4] = static_cast<int16_t>(sum);
+  if (lane == 0) c.d[row * (cols / 256) + b] = dd;
+}
+
+// One warp per (row, super-block), a row read x_div rows of codes apart (expert slots of one token).
+__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, Codes c) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.y, b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (b >= cols / 256) return;
+  const float4* p = reinterpret_cast<const float4*>(x + (row / x_div) * xs + b * 256 + (threadIdx.x % kWarp) * 8);
+  const float4 a = p[0], e = p[1];
+  const float v[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
+  store_codes(v, row, b, cols, c);
 }
 
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
 
-// One warp per R rows of Q4_K or Q6_K against NT rows of codes (each weight piece loaded once for
-// all of them); lane pieces of 64 weights (Q4_K: the 32 code bytes of sub-blocks 2c and 2c + 1;
-// Q6_K: a quarter of a super-block), integer dot products per sub-block (dp4a), then one float
-// multiply-add per sub-block with the scales. With ids, one slot per block and its rows' expert.
-template <int T, int R, int NT>
-__global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv_q8(const uint8_t* w, size_t row_bytes, size_t expert_bytes,
-                                                                int64_t first, int64_t rows, int64_t cols, const int8_t* q8,
-                                                                const float* d8, const int32_t* ids, int n, float* out, int64_t os,
-                                                                const float* bias, int64_t bias_stride) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * R;
-  if (r0 >= rows) return;
-  const int t0 = blockIdx.y * NT;
-  const int nt = min(NT, n - t0);
-  const int64_t e = ids ? ids[t0] : 0;
-  float acc[R][NT];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0;
-  const int64_t pieces = cols / 64;  // four per super-block
-#pragma unroll 2
-  for (int64_t u = lane; u < pieces; u += kWarp) {
-    const int64_t b = u >> 2;
-    const int c = static_cast<int>(u & 3);
+// Weight bytes are read once: loads that leave L1 to the activations' codes.
+__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream16(const uint8_t* p) {
+  unsigned short v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+// A super-block is read by eight lanes (l8 = lane % 8), a warp's four groups on four consecutive
+// super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
+// Q4_K: lane l8 holds code bytes 16 l8 .. 16 l8 + 15 (c = l8 / 2: low nibbles are elements
+// 64c + 16(l8 % 2) + i of sub-block 2c, high nibbles the same 32 further, sub-block 2c + 1) and the
+// 16-byte head (d, dmin, the twelve scale bytes). Offsets within a row are 32-bit.
+struct Q4kLane {
+  static constexpr int kBytes = 144;
+  struct Lane {
+    int act, sum, sh;  // the lane's codes (low half) and sub-block sums within a super-block; 16 (c % 2)
+    bool low, first;   // c < 2; the lane that adds the minimums' term (l8 even)
+    __device__ explicit Lane(int l8)
+        : act((l8 >> 1) * 64 + (l8 & 1) * 16), sum(2 * (l8 >> 1)), sh(16 * ((l8 >> 1) & 1)), low(l8 < 4), first((l8 & 1) == 0) {}
+  };
+  // One token's activations for the lane's 32 elements of a super-block.
+  struct Act {
+    int4 lo, hi;
+    int x0, x1;
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    a.lo = *reinterpret_cast<const int4*>(p);
+    a.hi = *reinterpret_cast<const int4*>(p + 32);
+    const uint32_t xs = *reinterpret_cast<const uint32_t*>(c.s + (t * (cols / 32) + b * 8 + ln.sum));
+    a.x0 = static_cast<int16_t>(xs & 0xffff);
+    a.x1 = static_cast<int16_t>(xs >> 16);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint4 head, q;
+  __device__ void load(const uint8_t* blk, int l8) {
+    head = ld_stream(blk);
+    q = ld_stream(blk + 16 + 16 * l8);
+  }
+  // The lane's part of the super-block's product with one token, as the CPU's dot product forms a
+  // block (integer sums of scales times code products, and of minimums times code sums, then the two
+  // float scales).
+  __device__ float part(const Lane& ln, const Act& a) const {
+    // Scales and minimums of sub-blocks 2c, 2c + 1 as the two low bytes of sp and mp.
+    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
+    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
+    const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
+                        dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
+    const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
+                         dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
+    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
+    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
+  }
+};
+
+// Q6_K: lane l8 holds elements 128n + 32k + l0 + i (n = l8 / 4, l0 = 8 (l8 % 4), k = 0..3, i < 8):
+// low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n + 32(k % 2) + l0 + i, bits 2k of
+// qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks are only 2-byte aligned: each
+// 8 bytes come from three aligned words (cached: the lanes of a block share their lines).
+__device__ __forceinline__ uint2 ld8_aligned2(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t sh = (reinterpret_cast<uintptr_t>(p) & 2) * 8;
+  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
+struct Q6kLane {
+  static constexpr int kBytes = 210;
+  struct Lane {
+    int act, hs;  // the lane's codes within a super-block; the shift of its scale bytes
+    __device__ explicit Lane(int l8) : act((l8 >> 2) * 128 + (l8 & 3) * 8), hs(((l8 & 3) >> 1) * 8) {}
+  };
+  struct Act {
+    uint2 k[4];
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    for (int k = 0; k < 4; ++k) a.k[k] = *reinterpret_cast<const uint2*>(p + 32 * k);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint2 la, lb, qh, sc;
+  uint32_t d;
+  __device__ void load(const uint8_t* blk, int l8) {
+    const int n = l8 >> 2, l0 = (l8 & 3) * 8;
+    la = ld8_aligned2(blk + n * 64 + l0);
+    lb = ld8_aligned2(blk + n * 64 + 32 + l0);
+    qh = ld8_aligned2(blk + 128 + n * 32 + l0);
+    sc = ld8_aligned2(blk + 192 + n * 8);
+    d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const uint32_t wa[2] = {la.x, la.y}, wb[2] = {lb.x, lb.y}, wh[2] = {qh.x, qh.y}, ws[2] = {sc.x, sc.y};
+    int tot = 0;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* row = w + e * expert_bytes + (first + min(r0 + r, rows - 1)) * row_bytes;
-      if constexpr (T == kQ4_K) {
-        // Elements c*64 + l: low nibbles of code bytes c*32 + l for l < 32 (sub-block 2c), high
-        // nibbles for l >= 32 (sub-block 2c + 1).
-        const uint8_t* blk = row + b * 144;
-        const uint32_t dm = *reinterpret_cast<const uint32_t*>(blk);
-        const auto* s32 = reinterpret_cast<const uint32_t*>(blk + 4);
-        const uint32_t sc[3] = {s32[0], s32[1], s32[2]};
-        const int4* qp = reinterpret_cast<const int4*>(blk + 16 + c * 32);
-        const int4 q0 = qp[0], q1 = qp[1];
-        const uint32_t qw[8] = {static_cast<uint32_t>(q0.x), static_cast<uint32_t>(q0.y), static_cast<uint32_t>(q0.z),
-                                static_cast<uint32_t>(q0.w), static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
-                                static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
-        float s0, m0, s1, m1;
-        Piece<kQ4_K>::scale_min(sc, 2 * c, s0, m0);
-        Piece<kQ4_K>::scale_min(sc, 2 * c + 1, s1, m1);
-        const float d = half_bits(static_cast<uint16_t>(dm & 0xffff)), dmin = half_bits(static_cast<uint16_t>(dm >> 16));
+    for (int k = 0; k < 4; ++k) {
+      int dot = 0;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (t >= nt) break;
-          const int4* ap = reinterpret_cast<const int4*>(q8 + (t0 + t) * cols + u * 64);
-          int sl = 0, sh = 0, xl = 0, xh = 0;
-          for (int i = 0; i < 2; ++i) {
-            const int4 lo = ap[i], hi = ap[2 + i];
-            const uint32_t al[4] = {static_cast<uint32_t>(lo.x), static_cast<uint32_t>(lo.y), static_cast<uint32_t>(lo.z), static_cast<uint32_t>(lo.w)};
-            const uint32_t ah[4] = {static_cast<uint32_t>(hi.x), static_cast<uint32_t>(hi.y), static_cast<uint32_t>(hi.z), static_cast<uint32_t>(hi.w)};
-            for (int j = 0; j < 4; ++j) {
-              sl = dp4a(qw[4 * i + j] & 0x0F0F0F0Fu, al[j], sl);
-              sh = dp4a((qw[4 * i + j] >> 4) & 0x0F0F0F0Fu, ah[j], sh);
-              xl = dp4a(0x01010101u, al[j], xl);
-              xh = dp4a(0x01010101u, ah[j], xh);
-            }
-          }
-          const float dx = d8[(t0 + t) * (cols / 256) + b];
-          acc[r][t] += dx * (d * (s0 * static_cast<float>(sl) + s1 * static_cast<float>(sh)) -
-                             dmin * (m0 * static_cast<float>(xl) + m1 * static_cast<float>(xh)));
-        }
-      } else {
-        // Elements nn*128 + k*32 + l0 + l, l < 16, k = 0..3, nn = c / 2, l0 = 16 (c % 2): low nibbles of
-        // ql bytes nn*64 + (k&1)*32 + l0 + l for k < 2, high for k >= 2, bits 2k of qh byte
-        // nn*32 + l0 + l; sub-block nn*8 + 2k + l0/16. 210-byte blocks: 16-bit loads.
-        const uint8_t* blk = row + b * 210;
-        const int nn = c >> 1, l0 = (c & 1) * 16;
-        const auto* p0 = reinterpret_cast<const uint16_t*>(blk + nn * 64 + l0);
-        const auto* p1 = reinterpret_cast<const uint16_t*>(blk + nn * 64 + 32 + l0);
-        const auto* ph = reinterpret_cast<const uint16_t*>(blk + 128 + nn * 32 + l0);
-        uint32_t q[4][4];  // [k][word]: codes minus 32 as signed bytes
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t lo0 = p0[2 * i] | static_cast<uint32_t>(p0[2 * i + 1]) << 16;
-          const uint32_t lo1 = p1[2 * i] | static_cast<uint32_t>(p1[2 * i + 1]) << 16;
-          const uint32_t hi = ph[2 * i] | static_cast<uint32_t>(ph[2 * i + 1]) << 16;
-          q[0][i] = __vsub4((lo0 & 0x0F0F0F0Fu) | ((hi & 0x03030303u) << 4), 0x20202020u);
-          q[1][i] = __vsub4((lo1 & 0x0F0F0F0Fu) | (((hi >> 2) & 0x03030303u) << 4), 0x20202020u);
-          q[2][i] = __vsub4(((lo0 >> 4) & 0x0F0F0F0Fu) | (((hi >> 4) & 0x03030303u) << 4), 0x20202020u);
-          q[3][i] = __vsub4(((lo1 >> 4) & 0x0F0F0F0Fu) | (((hi >> 6) & 0x03030303u) << 4), 0x20202020u);
-        }
-        const auto* ps = reinterpret_cast<const uint16_t*>(blk + 192 + nn * 8);
-        const int hb = 8 * (l0 / 16);
-        float sck[4];
-        for (int k = 0; k < 4; ++k) sck[k] = static_cast<float>(static_cast<int8_t>((ps[k] >> hb) & 0xff));
-        const float d = half_bits(*reinterpret_cast<const uint16_t*>(blk + 208));
+      for (int h = 0; h < 2; ++h) {
+        // Four codes minus 32 as signed bytes: nibble k / 2 of ql (a for even k, b for odd), two bits
+        // of qh at 2k above them.
+        const uint32_t l = k & 1 ? wb[h] : wa[h];
+        const uint32_t code = ((k < 2 ? l : l >> 4) & 0x0F0F0F0Fu) | (((wh[h] >> (2 * k)) & 0x03030303u) << 4);
+        dot = dp4a(__vsub4(code, 0x20202020u), h ? a.k[k].y : a.k[k].x, dot);
+      }
+      // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
+      tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
+    }
+    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(tot);
+  }
+};
+
+// A warp's share of R rows (each nsb super-blocks): super-blocks 4 (ks + S u) + lane / 8 for u = 0, 1,
+// ...; U steps loaded before any is used (bytes in flight). c: the codes from row t0 on.
+template <class L, int NT, int S, int R>
+__device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, int ks, const Codes& c, int cols, int nt, float (*acc)[NT]) {
+  constexpr int U = sizeof(L) * R > 64 ? 1 : sizeof(L) * R > 32 ? 2 : 4;
+  const int lane = threadIdx.x % kWarp, l8 = lane & 7;
+  const typename L::Lane ln(l8);
+  bool waited = false;
+  for (int b0 = ks * 4 + lane / 8; b0 < nsb; b0 += 4 * S * U) {
+    L raw[U][R];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (t >= nt) break;
-          const int8_t* a = q8 + (t0 + t) * cols + b * 256 + nn * 128 + l0;
-          float tot = 0;
-          for (int k = 0; k < 4; ++k) {
-            const int4 aw = *reinterpret_cast<const int4*>(a + k * 32);
-            int sum = dp4a(q[k][0], static_cast<uint32_t>(aw.x), 0);
-            sum = dp4a(q[k][1], static_cast<uint32_t>(aw.y), sum);
-            sum = dp4a(q[k][2], static_cast<uint32_t>(aw.z), sum);
-            sum = dp4a(q[k][3], static_cast<uint32_t>(aw.w), sum);
-            tot += sck[k] * static_cast<float>(sum);
-          }
-          acc[r][t] += d8[(t0 + t) * (cols / 256) + b] * d * tot;
-        }
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b < nsb) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r].load(rows[r] + b * L::kBytes, l8);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b >= nsb) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+        const typename L::Act a = L::act(ln, b, c, cols, t);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] += raw[u][r].part(ln, a);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
+}
+
+// Up to three products reading the same codes in one launch (q, k and v; gate and up), each segment
+// its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
+// computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
+// per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
+// per block and its rows' expert.
+struct MvSeg {
+  const uint8_t* w;
+  size_t row_bytes, expert_bytes;
+  int64_t first, rows, os;
+  float* out;
+  const float* bias;
+  int64_t bias_stride;
+  int type;
+  unsigned blocks;
+};
+struct MvArgs {
+  MvSeg seg[3];
+  int nseg;
+  Codes c;
+  int64_t cols;
+  const int32_t* ids;
+  int n;
+  Glu glu;
+};
+
+template <int NT, int S, int RW, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
+  pdl_trigger();
+  if (a.ids) pdl_wait();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW;
+  const int ks = warp % S;
+  const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
+  const int64_t e = a.ids ? a.ids[t0] : 0;
+  constexpr int P = GLU ? 2 : 1, R = RW * P;  // row i of product p: acc[p * RW + i]
+  float acc[R][NT];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) acc[i][t] = 0;
+  if (r0 < g.rows) {
+    const uint8_t* rows[R];
+    for (int p = 0; p < P; ++p) {
+      const MvSeg& gp = a.seg[GLU ? p : si];
+      for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
+    }
+    const int cols = static_cast<int>(a.cols);
+    const Codes c{a.c.q + static_cast<int64_t>(t0) * cols, a.c.d + t0 * (cols / 256), a.c.s + t0 * (cols / 32)};
+    if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+  }
+  pdl_wait();  // (again: warps with no rows, lanes with no super-blocks)
+  __shared__ float part[kMvWarps][R * NT];
+  for (int i = 0; i < R; ++i) {
     for (int t = 0; t < NT; ++t) {
-      const float sum = warp_sum(acc[r][t]);
-      if (lane == 0 && t < nt && r0 + r < rows) out[(t0 + t) * os + r0 + r] = sum + (bias ? bias[e * bias_stride + r0 + r] : 0.0f);
+      const float v = warp_sum(acc[i][t]);
+      if (lane == 0) part[warp][i * NT + t] = v;
     }
   }
+  if constexpr (S > 1) __syncthreads();
+  else __syncwarp();
+  if (ks != 0 || lane >= nt * RW) return;
+  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i
+  const int64_t r = r0 + i;
+  if (t >= nt || r >= g.rows) return;
+  float y[P];
+  for (int p = 0; p < P; ++p) {
+    float v = 0;
+    for (int k = 0; k < S; ++k) v += part[warp + k][(p * RW + i) * NT + t];
+    const MvSeg& gp = a.seg[GLU ? p : si];
+    y[p] = v + (gp.bias ? gp.bias[e * gp.bias_stride + r] : 0.0f);
+  }
+  float out = y[0];
+  if constexpr (GLU) {
+    const float x = y[0];
+    out = a.glu == Glu::GeGLU ? 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x))) * y[1]
+                              : x / (1.0f + expf(-x)) * y[1];
+  }
+  g.out[(t0 + t) * g.os + r] = out;
+}
+
+// The launch shape: RW rows per warp (sharing each step's activation loads) and S warps per group of
+// rows (each a share of the super-blocks), measured with zinc_cuda_matvec_bench on an H200 for one
+// token: at least 4096 rows (counting expert slots), four rows a warp and two warps for rows of 4096
+// columns or more (gate and up together: two rows of each, one warp); 1024 to 4096 rows, two rows and
+// four warps; fewer, one row. Several tokens: one row a warp.
+template <int NT, bool GLU>
+void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t groups_y = (a.n + NT - 1) / NT;
+  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? groups_y : 1);
+  int RW = 1, S = 1;
+  if (work >= 4096) {
+    RW = GLU ? 2 : 4;
+    S = GLU || nsb < 16 ? 1 : 2;
+  } else if (work >= 1024) {
+    RW = 2;
+    S = nsb >= 16 ? 4 : nsb >= 8 ? 2 : 1;
+  } else {
+    while (S < 4 && nsb / (2 * S) >= 8) S *= 2;
+  }
+  if (rows_per_warp > 0) RW = rows_per_warp;
+  if (GLU && RW > 2) RW = 2;
+  if (NT > 1 || (RW != 1 && RW != 2 && RW != 4)) RW = 1;
+  if (split == 1 || split == 2 || split == 4) S = split;
+  unsigned blocks = 0;
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
+  const dim3 grid(blocks, static_cast<unsigned>(groups_y)), block(kMvWarps * kWarp);
+#define ZINC_MV(SS, RR) \
+  if (S == SS && RW == RR) return launch(k_mv_codes<NT, SS, RR, GLU>, grid, block, s, a);
+  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1)
+  if constexpr (NT == 1) {
+    ZINC_MV(1, 2) ZINC_MV(2, 2) ZINC_MV(4, 2)
+    if constexpr (!GLU) { ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4) }
+  }
+#undef ZINC_MV
+}
+
+void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
+  a.c = codes_layout(q8, a.n, a.cols);
+  if (!q8_ready) {
+    launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), a.n), dim3(256), s, x, xs, x_div, a.cols, a.c);
+  }
+  const bool glu = a.glu != Glu::None;
+  if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
+  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, 1) : launch_mv_codes<2, false>(s, a, split, 1);
+  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, 1) : launch_mv_codes<4, false>(s, a, split, 1);
+  else glu ? launch_mv_codes<8, true>(s, a, split, 1) : launch_mv_codes<8, false>(s, a, split, 1);
 }
 
 // Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
@@ -643,18 +905,14 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     // One token per sequence (decode) or one per expert slot: against 8-bit codes.
     // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
     if (q8 && (ids || n <= 8)) {
-      auto* codes = static_cast<int8_t*>(q8);
-      auto* scales = reinterpret_cast<float*>(codes + static_cast<int64_t>(n) * cols);
-      if (!q8_ready) k_quantize_q8k<<<dim3(static_cast<unsigned>(cols / 256), n), 256, 0, s>>>(x, xs, x_div, cols, codes, scales);
-      // One row per warp: more warps in flight measured faster than two or four rows sharing a warp's
-      // activation loads (qwen3-8b Q4_K_M on an H200: 205, 195, 178 tok/s).
-      constexpr int R = 1;
-      const auto grid = [&](int nt) { return dim3(static_cast<unsigned>((rows + kMvWarps * R - 1) / (kMvWarps * R)), (n + nt - 1) / nt); };
-      const dim3 block(kMvWarps * kWarp);
-      if (ids || n == 1) k_mul_mv_q8<T, R, 1><<<grid(1), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, codes, scales, ids, n, out, os, bias, bias_stride);
-      else if (n == 2) k_mul_mv_q8<T, R, 2><<<grid(2), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
-      else if (n <= 4) k_mul_mv_q8<T, R, 4><<<grid(4), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
-      else k_mul_mv_q8<T, R, 8><<<grid(8), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, codes, scales, nullptr, n, out, os, bias, 0);
+      MvArgs a{};
+      a.seg[0] = {wb, row_bytes, expert_bytes, first, rows, os, out, bias, bias_stride, T, 0};
+      a.nseg = 1;
+      a.cols = cols;
+      a.ids = ids;
+      a.n = n;
+      a.glu = Glu::None;
+      mv_codes(s, a, x, xs, x_div, q8, q8_ready, 0, 0);
       return;
     }
   }
@@ -710,6 +968,59 @@ __global__ void k_rms_norm(const float* x, const float* w, float* out, int64_t w
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) o[i] = w ? xr[i] * scale * (w[i] + offset) : xr[i] * scale;
 }
 
+// Rows whose width is a multiple of 256 (at most kNormWarps * kNormPer super-blocks): h = a (+ b),
+// written to sum when given; out = h / rms(h) * (w + offset); with codes, out's activation codes as
+// k_quantize_q8k makes them. One block of kNormWarps warps per row, warp i the super-blocks i,
+// i + kNormWarps, ..., eight elements per lane held in registers between the passes.
+constexpr int kNormWarps = 8, kNormPer = 8;
+__global__ void __launch_bounds__(kNormWarps * kWarp) k_add_rms_norm(const float* a, const float* b, float* sum, const float* w,
+                                                                     float* out, int64_t width, float eps, float offset, Codes c,
+                                                                     bool codes) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t nsb = width / 256;
+  float v[kNormPer][8];
+  float ss = 0;
+#pragma unroll
+  for (int i = 0; i < kNormPer; ++i) {
+    const int64_t sb = warp + i * kNormWarps;
+    if (sb >= nsb) break;
+    const int64_t at = row * width + sb * 256 + lane * 8;
+    float4 x0 = *reinterpret_cast<const float4*>(a + at), x1 = *reinterpret_cast<const float4*>(a + at + 4);
+    if (b) {
+      const float4 y0 = *reinterpret_cast<const float4*>(b + at), y1 = *reinterpret_cast<const float4*>(b + at + 4);
+      x0 = make_float4(x0.x + y0.x, x0.y + y0.y, x0.z + y0.z, x0.w + y0.w);
+      x1 = make_float4(x1.x + y1.x, x1.y + y1.y, x1.z + y1.z, x1.w + y1.w);
+    }
+    if (sum) {
+      *reinterpret_cast<float4*>(sum + at) = x0;
+      *reinterpret_cast<float4*>(sum + at + 4) = x1;
+    }
+    v[i][0] = x0.x, v[i][1] = x0.y, v[i][2] = x0.z, v[i][3] = x0.w, v[i][4] = x1.x, v[i][5] = x1.y, v[i][6] = x1.z, v[i][7] = x1.w;
+    for (int j = 0; j < 8; ++j) ss += v[i][j] * v[i][j];
+  }
+  __shared__ float part[kNormWarps];
+  ss = warp_sum(ss);
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  ss = 0;
+  for (int k = 0; k < kNormWarps; ++k) ss += part[k];
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(width) + eps);
+#pragma unroll
+  for (int i = 0; i < kNormPer; ++i) {
+    const int64_t sb = warp + i * kNormWarps;
+    if (sb >= nsb) break;
+    const int64_t col = sb * 256 + lane * 8;
+    float o[8];
+    for (int j = 0; j < 8; ++j) o[j] = w ? v[i][j] * scale * (w[col + j] + offset) : v[i][j] * scale;
+    *reinterpret_cast<float4*>(out + row * width + col) = make_float4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<float4*>(out + row * width + col + 4) = make_float4(o[4], o[5], o[6], o[7]);
+    if (codes) store_codes(o, row, sb, width, c);
+  }
+}
+
 // One block per (row, head), a thread per rotated pair (and the dims past n_rot copied).
 __global__ void k_rope(const float* x, float* out, const float* cs, int n_head, int head_dim, int n_rot, bool neox) {
   const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
@@ -725,6 +1036,50 @@ __global__ void k_rope(const float* x, float* out, const float* cs, int n_head, 
     oh[b] = x0 * sv + x1 * cv;
   }
   for (int i = n_rot + threadIdx.x; i < head_dim; i += blockDim.x) oh[i] = xh[i];
+}
+
+// Heads of one or two activations (q and k) in one launch: each head optionally normalised (a norm
+// over the head, times w + offset), then rotated by the step's table. One block per (head, row), its
+// head staged in shared memory between the norm and the rotation (head_dim at most 1024).
+__global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
+  pdl_trigger();
+  pdl_wait();
+  const int t = blockIdx.y;
+  int h = blockIdx.x, p = 0;
+  if (h >= a.part[0].n_head) h -= a.part[0].n_head, p = 1;
+  const HeadsPart& part = a.part[p];
+  const int64_t at = (static_cast<int64_t>(t) * part.n_head + h) * a.head_dim;
+  const float* x = part.in + at;
+  __shared__ float v[1024];
+  __shared__ float red[4];
+  float ss = 0;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) {
+    const float e = x[i];
+    v[i] = e;
+    ss += e * e;
+  }
+  float scale = 1.0f;
+  if (part.norm) {
+    ss = warp_sum(ss);
+    if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = ss;
+    __syncthreads();
+    ss = 0;
+    for (int k = 0; k < static_cast<int>(blockDim.x / kWarp); ++k) ss += red[k];
+    scale = 1.0f / sqrtf(ss / static_cast<float>(a.head_dim) + part.eps);
+  } else {
+    __syncthreads();
+  }
+  const auto normed = [&](int i) { return part.norm ? (part.w ? v[i] * scale * (part.w[i] + part.offset) : v[i] * scale) : v[i]; };
+  float* o = part.out + at;
+  const float* c = a.cs + static_cast<int64_t>(t) * a.n_rot;
+  const int half = a.n_rot / 2;
+  for (int pair = threadIdx.x; pair < half; pair += blockDim.x) {
+    const int i0 = a.neox ? pair : 2 * pair, i1 = a.neox ? pair + half : 2 * pair + 1;
+    const float cv = c[2 * pair], sv = c[2 * pair + 1], x0 = normed(i0), x1 = normed(i1);
+    o[i0] = x0 * cv - x1 * sv;
+    o[i1] = x0 * sv + x1 * cv;
+  }
+  for (int i = a.n_rot + threadIdx.x; i < a.head_dim; i += blockDim.x) o[i] = normed(i);
 }
 
 __global__ void k_elementwise(Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
@@ -789,6 +1144,8 @@ unsigned grid_for(int64_t n, int block = 256) {
 // One block per (row, K or V): the row stored at its slot. Q8_0: a warp per block of 32 elements.
 __global__ void k_kv_append(int kv_type, const float* k, const float* v, int64_t kw, const int32_t* slots, size_t row_bytes,
                             uint8_t* kc, uint8_t* vc) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x;
   const bool is_v = blockIdx.y == 1;
   const float* src = (is_v ? v : k) + static_cast<int64_t>(t) * kw;
@@ -830,6 +1187,8 @@ __device__ __forceinline__ float kv_elem(const uint8_t* row, int i) {
 constexpr int kAttnWarps = 4;
 template <int P, int KV>
 __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int h = blockIdx.x, r = blockIdx.y;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int group = a.n_head / a.n_head_kv, kvh = h / group, hd = a.head_dim;
@@ -897,11 +1256,11 @@ template <int KV>
 void launch_attention(Stream s, const AttentionArgs& a) {
   const dim3 grid(a.n_head, a.n);
   const int p = (a.head_dim + 31) / 32;
-  if (p <= 1) k_attention<1, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
-  else if (p <= 2) k_attention<2, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
-  else if (p <= 4) k_attention<4, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
-  else if (p <= 8) k_attention<8, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
-  else k_attention<16, KV><<<grid, kAttnWarps * kWarp, 0, s>>>(a);
+  if (p <= 1) launch(k_attention<1, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
+  else if (p <= 2) launch(k_attention<2, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
+  else if (p <= 4) launch(k_attention<4, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
+  else if (p <= 8) launch(k_attention<8, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
+  else launch(k_attention<16, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
 }
 
 // ---- mixture of experts -------------------------------------------------------------------------
@@ -1123,10 +1482,40 @@ void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, 
 
 bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
 
+void set_programmatic_launch(bool on) { g_pdl_allowed = on; }
+
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps, float offset) {
   const int64_t blocks = static_cast<int64_t>(n) * (width / group);
   const int threads = group >= 1024 ? 1024 : group >= 256 ? 256 : 64;
   k_rms_norm<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, out, width, group, eps, offset);
+}
+
+bool add_rms_norm_fits(int64_t width) { return width % 256 == 0 && width / 256 <= kNormWarps * kNormPer; }
+
+void add_rms_norm(Stream s, const float* a, const float* b, float* sum, const float* w, float* out, int64_t width, int n, float eps,
+                  float offset, void* q8) {
+  const Codes c = q8 ? codes_layout(q8, n, width) : Codes{};
+  launch(k_add_rms_norm, dim3(static_cast<unsigned>(n)), dim3(kNormWarps * kWarp), s, a, b, sum, w, out, width, eps, offset, c, q8 != nullptr);
+}
+
+void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
+                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+  MvArgs a{};
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
+                p[i].bias, p[i].bias_stride, p[i].type, 0};
+  }
+  a.nseg = count;
+  a.cols = cols;
+  a.ids = ids;
+  a.n = n;
+  a.glu = glu;
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
+}
+
+void heads_norm_rope(Stream s, const HeadsArgs& a, int n) {
+  const int heads = a.part[0].n_head + (a.nparts > 1 ? a.part[1].n_head : 0);
+  launch(k_heads_norm_rope, dim3(static_cast<unsigned>(heads), static_cast<unsigned>(n)), dim3(a.head_dim >= 256 ? 128 : 64), s, a);
 }
 
 void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox) {
@@ -1158,7 +1547,7 @@ void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, i
 
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,
                void* kc, void* vc) {
-  k_kv_append<<<dim3(n, 2), 256, 0, s>>>(kv_type, k, v, kv_width, slots, row_bytes, static_cast<uint8_t*>(kc), static_cast<uint8_t*>(vc));
+  launch(k_kv_append, dim3(n, 2), dim3(256), s, kv_type, k, v, kv_width, slots, row_bytes, static_cast<uint8_t*>(kc), static_cast<uint8_t*>(vc));
 }
 
 void attention(Stream s, const AttentionArgs& a) {

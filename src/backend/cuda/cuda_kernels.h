@@ -24,6 +24,10 @@ bool weight_type_supported(int type);
 
 // "" when the last launches succeeded, else the CUDA error's text (and the error is cleared).
 std::string last_error();
+// The decode kernels (products against codes, norms, rotations, the cache append, attention) launched
+// so that each may start while the previous kernel of its stream finishes (sm_90 and later; streams
+// other than the default one). On unless turned off.
+void set_programmatic_launch(bool on);
 
 // out[t] = row ids[t] of w, times scale. width: a multiple of 32.
 void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale,
@@ -38,7 +42,27 @@ void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, 
              int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr,
              bool q8_ready = false);
 bool uses_codes(int type);
-inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4); }
+// Codes [n][cols], a scale per 256 and a sum per 32 of them.
+inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
+// Products of up to three weights of uses_codes() types and cols columns over the same n <= 8 rows of
+// x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows from expert ids[t]), in
+// one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its
+// bias. With glu, two products (gate, up) of the same rows combined, act(gate) * up, into the first's
+// out. split (warps per row group) and rows_per_warp: 0 chooses (measuring only).
+enum class Glu : int { None, SwiGLU, GeGLU };
+struct Product {
+  int type = 0;
+  const void* w = nullptr;
+  size_t row_bytes = 0, expert_bytes = 0;
+  int64_t first = 0, rows = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  const float* bias = nullptr;
+  int64_t bias_stride = 0;
+};
+void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
+                   const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
+                   int rows_per_warp = 0);
 // The same with a weight matrix per row of the output: out[i] = W_{ids[i]} rows [first, first + rows) ·
 // x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes.
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
@@ -49,7 +73,32 @@ void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expe
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps,
               float offset);
 // Rotation of the first n_rot dims of each head by the rows' (cos, sin) tables (n_rot floats per row).
+// Rows of width add_rms_norm_fits() takes: h = a + b (b may be null) written to sum (may be null),
+// out = rms_norm(h) * (w + offset) (w may be null), and with q8 the activation codes of out (as
+// mul_mat reads them for n <= 8 rows).
+bool add_rms_norm_fits(int64_t width);
+void add_rms_norm(Stream s, const float* a, const float* b, float* sum, const float* w, float* out, int64_t width, int n,
+                  float eps, float offset, void* q8);
 void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox);
+// The heads of one or two activations of n rows (q and k) in one launch, each optionally normalised per
+// head (x / rms(head) * (w + offset)) and then rotated by the table cs (as rope takes it). head_dim at
+// most 1024.
+struct HeadsPart {
+  const float* in = nullptr;
+  float* out = nullptr;
+  int n_head = 0;
+  bool norm = false;
+  const float* w = nullptr;
+  float eps = 0, offset = 0;
+};
+struct HeadsArgs {
+  HeadsPart part[2];
+  int nparts = 1;
+  int head_dim = 0, n_rot = 0;
+  bool neox = false;
+  const float* cs = nullptr;
+};
+void heads_norm_rope(Stream s, const HeadsArgs& a, int n);
 
 enum class Elementwise : int { Add, Mul, SwiGLU, GeGLU, SwiGLUClamped };
 // out[i] = f(a[i], b[i]) over n elements (SwiGLUClamped: alpha, limit).

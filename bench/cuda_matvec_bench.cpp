@@ -1,0 +1,175 @@
+// Decode products on the CUDA backend: each shape's time per launch and bytes per second against the
+// device's copy bandwidth (launches replayed from a CUDA graph, weights cycled through copies larger
+// than L2 so every launch reads them from memory). Usage: zinc_cuda_matvec_bench [tokens] [iterations]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "gguf/types.h"
+#include "quant/quant.h"
+
+namespace ck = zinc::backend::cuda;
+using zinc::gguf::TensorType;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+struct Weights {
+  TensorType type;
+  int64_t rows, cols;
+  size_t bytes;
+  std::vector<void*> copies;
+};
+
+Weights make(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weights w{type, rows, cols, zinc::quant::row_size(type, cols) * static_cast<size_t>(rows), {}};
+  // Quantized random rows (valid scales), copied until the copies outgrow L2 four times over.
+  std::vector<uint8_t> host(w.bytes);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t rb = zinc::quant::row_size(type, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r < 64) {
+      for (float& v : row) v = dist(rng);
+      zinc::quant::quantize_row(type, row.data(), host.data() + static_cast<size_t>(r) * rb, cols);
+    } else {
+      std::copy_n(host.data() + static_cast<size_t>(r % 64) * rb, rb, host.data() + static_cast<size_t>(r) * rb);
+    }
+  }
+  const size_t n = std::max<size_t>(2, (256u << 20) / w.bytes + 1);
+  for (size_t i = 0; i < n; ++i) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, w.bytes), "cudaMalloc");
+    check(cudaMemcpy(p, host.data(), w.bytes, cudaMemcpyHostToDevice), "upload");
+    w.copies.push_back(p);
+  }
+  return w;
+}
+
+// Mean microseconds per launch of `launch(copy)` over `iters` launches replayed from one graph.
+template <class F>
+double time_graph(cudaStream_t s, int iters, F launch) {
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < iters; ++i) launch(i);
+  check(cudaStreamEndCapture(s, &g), "capture end");
+  check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+  check(cudaGraphLaunch(exec, s), "warm-up");
+  check(cudaStreamSynchronize(s), "sync");
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  check(cudaGraphLaunch(exec, s), "launch");
+  cudaEventRecord(b, s);
+  check(cudaStreamSynchronize(s), "sync");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  return 1000.0 * ms / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 1;
+  const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  // Copy bandwidth as the backend measures it: a 256 MiB device-to-device copy, best of five, bytes
+  // read plus written.
+  const size_t cb = size_t{256} << 20;
+  void *src, *dst;
+  check(cudaMalloc(&src, cb), "cudaMalloc");
+  check(cudaMalloc(&dst, cb), "cudaMalloc");
+  check(cudaMemset(src, 1, cb), "memset");
+  check(cudaMemset(dst, 0, cb), "memset");
+  double copy_us = time_graph(s, 1, [&](int) { check(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, s), "copy"); });
+  for (int i = 0; i < 4; ++i)
+    copy_us = std::min(copy_us, time_graph(s, 1, [&](int) { check(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, s), "copy"); }));
+  const double copy_gbs = 2.0 * static_cast<double>(cb) / (copy_us * 1e3);
+  cudaFree(src);
+  cudaFree(dst);
+  std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; %d token(s)\n\n", prop.name, prop.multiProcessorCount, copy_gbs, n);
+
+  std::mt19937 rng(1);
+  struct Shape {
+    std::string name;
+    std::vector<Weights> parts;
+    ck::Glu glu;
+  };
+  std::vector<Shape> shapes;
+  const auto one = [&](const std::string& name, TensorType t, int64_t rows, int64_t cols) {
+    shapes.push_back({name, {make(t, rows, cols, rng)}, ck::Glu::None});
+  };
+  one("q/o 4096x4096 Q4_K", TensorType::Q4_K, 4096, 4096);
+  one("k 1024x4096 Q4_K", TensorType::Q4_K, 1024, 4096);
+  one("v 1024x4096 Q6_K", TensorType::Q6_K, 1024, 4096);
+  one("gate 12288x4096 Q4_K", TensorType::Q4_K, 12288, 4096);
+  one("down 4096x12288 Q6_K", TensorType::Q6_K, 4096, 12288);
+  one("down 4096x12288 Q4_K", TensorType::Q4_K, 4096, 12288);
+  one("expert 768x2048 Q4_K", TensorType::Q4_K, 768, 2048);
+  shapes.push_back({"qkv 4096+1024+1024 (Q4_K,Q4_K,Q6_K)",
+                    {make(TensorType::Q4_K, 4096, 4096, rng), make(TensorType::Q4_K, 1024, 4096, rng), make(TensorType::Q6_K, 1024, 4096, rng)},
+                    ck::Glu::None});
+  shapes.push_back({"gate+up+SwiGLU 2x12288x4096 Q4_K", {make(TensorType::Q4_K, 12288, 4096, rng), make(TensorType::Q4_K, 12288, 4096, rng)},
+                    ck::Glu::SwiGLU});
+
+  int64_t max_cols = 0, max_rows = 0;
+  for (const Shape& sh : shapes)
+    for (const Weights& w : sh.parts) max_cols = std::max(max_cols, w.cols), max_rows = std::max(max_rows, w.rows);
+  float *x, *out;
+  void* q8;
+  check(cudaMalloc(reinterpret_cast<void**>(&x), static_cast<size_t>(n * max_cols) * 4), "cudaMalloc");
+  check(cudaMemset(x, 0, static_cast<size_t>(n * max_cols) * 4), "memset");
+  check(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(3 * n * max_rows) * 4), "cudaMalloc");
+  check(cudaMalloc(&q8, ck::q8_bytes(n, max_cols)), "cudaMalloc");
+
+  std::printf("| product | warps per row x rows per warp | us per launch | GB/s | %% of copy |\n|---|---|---|---|---|\n");
+  for (const Shape& sh : shapes) {
+    size_t bytes = 0;
+    for (const Weights& w : sh.parts) bytes += w.bytes;
+    const size_t copies = sh.parts[0].copies.size();
+    for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}}) {
+      if (n > 1 && rpw > 1) continue;
+      const double us = time_graph(s, iters, [&](int i) {
+        ck::Product p[3];
+        for (size_t k = 0; k < sh.parts.size(); ++k) {
+          const Weights& w = sh.parts[k];
+          p[k].type = static_cast<int>(w.type);
+          p[k].w = w.copies[static_cast<size_t>(i) % std::min(copies, w.copies.size())];
+          p[k].row_bytes = zinc::quant::row_size(w.type, w.cols);
+          p[k].rows = w.rows;
+          p[k].out = out + k * static_cast<size_t>(n * max_rows);
+          p[k].out_stride = w.rows;
+        }
+        ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, i > 0, sh.glu,
+                          split, rpw);
+      });
+      std::printf("| %s | %s | %.2f | %.0f | %.0f%% |\n", sh.name.c_str(),
+                  split == 0 ? "auto" : (std::to_string(split) + " x " + std::to_string(rpw) + " rows").c_str(), us,
+                  static_cast<double>(bytes) / (us * 1e3), 100.0 * static_cast<double>(bytes) / (us * 1e3) / copy_gbs);
+    }
+  }
+  // The norm with its codes, and quantization alone.
+  const double norm_us = time_graph(s, iters, [&](int) { ck::add_rms_norm(s, x, x, out, nullptr, out + 8192, 4096, n, 1e-6f, 0, q8); });
+  std::printf("\nadd + rms_norm + codes, 4096 wide: %.2f us per launch\n", norm_us);
+  check(cudaGetLastError(), "kernels");
+  return 0;
+}
