@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -116,7 +117,11 @@ std::string cuda_unsupported(const graph::Graph& g, const Node& n) {
     if (!ck::weight_type_supported(static_cast<int>(t.type))) {
       return fmt::format("its weight '{}' is stored as {}, which the CUDA kernels do not read", t.name, gguf::tensor_type_name(t.type));
     }
-    if (t.ne[0] % 32 != 0) return fmt::format("its weight '{}' has rows of {} elements (the kernels read multiples of 32)", t.name, t.ne[0]);
+    // A product's weight rows of other lengths are stored as float32 rows padded to a multiple of 32.
+    const bool padded = n.op == Op::MatMul && k == 0 && quant::can_dequantize(t.type);
+    if (t.ne[0] % 32 != 0 && !padded) {
+      return fmt::format("its weight '{}' has rows of {} elements (the kernels read multiples of 32)", t.name, t.ne[0]);
+    }
   }
   switch (n.op) {
     case Op::Attention:
@@ -151,6 +156,18 @@ class CudaWeights final : public Weights {
         g, file, uses, progress,
         [&](TensorId id, std::span<const uint8_t> bytes) {
           DeviceBuffer& b = raw_[static_cast<size_t>(id)];
+          const auto& t = g.tensor(id);
+          if (t.ne[0] % 32 != 0) {  // a product's rows (cuda_unsupported): float32, zeros to a multiple of 32
+            const int64_t cols = (t.ne[0] + 31) / 32 * 32, rows = elements(t) / t.ne[0];
+            const size_t rb = quant::row_size(t.type, t.ne[0]);
+            std::vector<float> f(static_cast<size_t>(rows * cols), 0.0f);
+            for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t.type, bytes.data() + static_cast<size_t>(r) * rb, f.data() + r * cols, t.ne[0]);
+            padded_.emplace(id, cols);
+            b = DeviceBuffer(f.size() * 4);
+            check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
+            bytes_ += b.size();
+            return;
+          }
           b = DeviceBuffer(bytes.size() + 16);
           check(cudaMemcpy(b.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
           bytes_ += b.size();
@@ -169,6 +186,11 @@ class CudaWeights final : public Weights {
   const float* f32(TensorId id) const { return f32_[static_cast<size_t>(id)].get<float>(); }
   const float* f32_or_null(const Node& n, size_t k) const { return k < n.in.size() ? f32(n.in[k]) : nullptr; }
   const std::vector<float>& host_f32(TensorId id) const { return host_f32_.at(id); }
+  // The padded row length of a product's weight stored as padded float32 rows, or 0.
+  int64_t padded_cols(TensorId id) const {
+    const auto it = padded_.find(id);
+    return it == padded_.end() ? 0 : it->second;
+  }
   std::mutex step_mutex;  // one step at a time on the device
 
  protected:
@@ -177,6 +199,7 @@ class CudaWeights final : public Weights {
  private:
   std::vector<DeviceBuffer> raw_, f32_;
   std::map<TensorId, std::vector<float>> host_f32_;
+  std::map<TensorId, int64_t> padded_;
   uint64_t bytes_ = 0;
 };
 
@@ -436,6 +459,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     }
     q8_ = DeviceBuffer(q8);
+    // The inputs of products whose weights are padded rows, each row padded with zeros as its weight.
+    size_t pad = 0;
+    for (const Node& n : g_.nodes)
+      if (n.op == Op::MatMul) pad = std::max(pad, rows * static_cast<size_t>(weights_->padded_cols(n.in[0])) * 4);
+    if (pad > 0) {
+      pad_x_ = DeviceBuffer(pad);
+      check(cudaMemset(pad_x_.get(), 0, pad), "cudaMemset");
+    }
     moe_ids_ = DeviceBuffer(moe_slots * 4);
     moe_weights_ = DeviceBuffer(moe_slots * 4);
     moe_gate_ = DeviceBuffer(moe_hidden * 4);
@@ -547,6 +578,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
       case Op::MatMul: {
         const auto& wt = g_.tensor(node.in[0]);
         n = in_rows(1);
+        if (const int64_t cols = weights_->padded_cols(node.in[0]); cols > 0) {
+          // Padded float32 rows: the input copied into rows of the same length (their tails stay zero).
+          ck::copy_cols(s, act(node.in[1]), wt.ne[0], 0, 0, 1, pad_x_.get<float>(), cols, 0, wt.ne[0], static_cast<int>(n));
+          ck::mul_mat(s, ck::kF32, weights_->raw(node.in[0]), static_cast<size_t>(cols) * 4, wt.ne[1], cols, pad_x_.get<float>(), cols,
+                      static_cast<int>(n), out, width, weights_->f32_or_null(node, 2));
+          break;
+        }
         ck::mul_mat(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), wt.ne[1], wt.ne[0],
                     act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2), q8_.get(),
                     codes_of(wt.type, node.in[1], 1));
@@ -664,8 +702,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const auto l = static_cast<size_t>(node.layer);
     const int64_t kw = g_.kv_width_of(node.layer);
     const int kv_type = static_cast<int>(kv_storage_);
-    ck::kv_append(stream_, kv_type, act(node.in[1]), act(node.in[2]), kw, n, step_dev<int32_t>(slot_at_), kv_row_bytes_[l], k_[l].get(),
-                  v_[l].get());
+    if (!std::exchange(kv_appended_, false)) {  // else stored by the rotation's launch
+      ck::kv_append(stream_, kv_type, act(node.in[1]), act(node.in[2]), kw, n, step_dev<int32_t>(slot_at_), kv_row_bytes_[l], k_[l].get(),
+                    v_[l].get());
+    }
     const graph::AttentionParams& p = node.attention();
     ck::AttentionArgs a;
     a.q = act(node.in[0]);
@@ -752,6 +792,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     uint8_t count = 0;  // nodes done
     bool codes = false;  // the norm writes the codes the next product reads
     bool swap = false;   // Glu: the activation applies to the second product
+    bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
   };
   std::vector<Fusion> fuse_;
 
@@ -785,17 +826,28 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const Node& x = g_.nodes[k];
       return x.op == Op::RmsNorm && x.norm().group == head_dim && readers[static_cast<size_t>(x.out)] == 1;
     };
+    // The attention right after the rotation of k (node k_rope) reads k and v of full heads from F32 or
+    // F16 caches: the rotation's launch stores them.
+    const auto appends = [&](size_t k_rope) {
+      if (k_rope + 1 >= count) return false;
+      const Node& att = g_.nodes[k_rope + 1];
+      if (att.op != Op::Attention || att.in[1] != g_.nodes[k_rope].out) return false;
+      const int64_t kw = g_.kv_width_of(att.layer);
+      return (kv_storage_ == gguf::TensorType::F32 || kv_storage_ == gguf::TensorType::F16) &&
+             g_.tensor(att.in[1]).ne[0] == kw && g_.tensor(att.in[2]).ne[0] == kw && kw % g_.nodes[k_rope].rope().head_dim == 0 &&
+             att.attention().head_dim == g_.nodes[k_rope].rope().head_dim;
+    };
     for (size_t i = 0; i < count; ++i) {
       const Node& n = g_.nodes[i];
       if (i + 3 < count && !opts_.keep_activations && same_rotation(i + 2, i + 3) && g_.nodes[i + 2].in[0] == n.out &&
           g_.nodes[i + 3].in[0] == g_.nodes[i + 1].out && head_norm(i, g_.nodes[i + 2].rope().head_dim) &&
           head_norm(i + 1, g_.nodes[i + 2].rope().head_dim)) {
-        fuse_[i] = {Fuse::HeadsRope, 4, false, false};
+        fuse_[i] = {Fuse::HeadsRope, 4, false, false, appends(i + 3)};
         i += 3;
         continue;
       }
       if (i + 1 < count && same_rotation(i, i + 1)) {
-        fuse_[i] = {Fuse::HeadsRope, 2, false, false};
+        fuse_[i] = {Fuse::HeadsRope, 2, false, false, appends(i + 1)};
         ++i;
         continue;
       }
@@ -909,6 +961,18 @@ class CudaExecutable final : public SharedDeviceExecutable {
             a.cs = step_dev<float>(ropes_[rope_of_.at(ri)].offset);
           }
         }
+        if (f.append) {
+          const Node& att = g_.nodes[i + count];
+          const auto l = static_cast<size_t>(att.layer);
+          a.kc = k_[l].bytes();
+          a.vc = v_[l].bytes();
+          a.v = act(att.in[2]);
+          a.v_heads = static_cast<int>(g_.kv_width_of(att.layer) / a.head_dim);
+          a.slots = step_dev<int32_t>(slot_at_);
+          a.row_bytes = kv_row_bytes_[l];
+          a.kv_type = static_cast<int>(kv_storage_);
+          kv_appended_ = true;
+        }
         ck::heads_norm_rope(s, a, static_cast<int>(n));
         for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
         break;
@@ -988,6 +1052,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   std::map<size_t, size_t> rope_of_;  // rope node -> its table
   std::vector<DeviceBuffer> k_, v_, state_, kept_;
   DeviceBuffer q8_;  // activation codes (ck::mul_mat's q8)
+  DeviceBuffer pad_x_;
+  bool kv_appended_ = false;  // the next attention's k and v are in the cache already
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;

@@ -1041,10 +1041,23 @@ __global__ void k_rope(const float* x, float* out, const float* cs, int n_head, 
 // Heads of one or two activations (q and k) in one launch: each head optionally normalised (a norm
 // over the head, times w + offset), then rotated by the step's table. One block per (head, row), its
 // head staged in shared memory between the norm and the rotation (head_dim at most 1024).
+__device__ __forceinline__ void store_kv(uint8_t* row, int64_t i, float v, int type) {
+  if (type == kF32) reinterpret_cast<float*>(row)[i] = v;
+  else reinterpret_cast<__half*>(row)[i] = __float2half_rn(v);
+}
+
 __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
   pdl_trigger();
   pdl_wait();
   const int t = blockIdx.y;
+  const int heads = a.part[0].n_head + (a.nparts > 1 ? a.part[1].n_head : 0);
+  if (static_cast<int>(blockIdx.x) >= heads) {  // a head of v into the cache
+    const int64_t hv = blockIdx.x - heads;
+    const float* src = a.v + (static_cast<int64_t>(t) * a.v_heads + hv) * a.head_dim;
+    uint8_t* row = a.vc + static_cast<size_t>(a.slots[t]) * a.row_bytes;
+    for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) store_kv(row, hv * a.head_dim + i, src[i], a.kv_type);
+    return;
+  }
   int h = blockIdx.x, p = 0;
   if (h >= a.part[0].n_head) h -= a.part[0].n_head, p = 1;
   const HeadsPart& part = a.part[p];
@@ -1073,13 +1086,22 @@ __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
   float* o = part.out + at;
   const float* c = a.cs + static_cast<int64_t>(t) * a.n_rot;
   const int half = a.n_rot / 2;
+  // The second part's heads (k) also into the cache row of the token's slot when kc is given.
+  uint8_t* kv = p == 1 && a.kc ? a.kc + static_cast<size_t>(a.slots[t]) * a.row_bytes : nullptr;
+  const int64_t kv_at = static_cast<int64_t>(h) * a.head_dim;
   for (int pair = threadIdx.x; pair < half; pair += blockDim.x) {
     const int i0 = a.neox ? pair : 2 * pair, i1 = a.neox ? pair + half : 2 * pair + 1;
     const float cv = c[2 * pair], sv = c[2 * pair + 1], x0 = normed(i0), x1 = normed(i1);
-    o[i0] = x0 * cv - x1 * sv;
-    o[i1] = x0 * sv + x1 * cv;
+    const float y0 = x0 * cv - x1 * sv, y1 = x0 * sv + x1 * cv;
+    o[i0] = y0;
+    o[i1] = y1;
+    if (kv) store_kv(kv, kv_at + i0, y0, a.kv_type), store_kv(kv, kv_at + i1, y1, a.kv_type);
   }
-  for (int i = a.n_rot + threadIdx.x; i < a.head_dim; i += blockDim.x) o[i] = normed(i);
+  for (int i = a.n_rot + threadIdx.x; i < a.head_dim; i += blockDim.x) {
+    const float y = normed(i);
+    o[i] = y;
+    if (kv) store_kv(kv, kv_at + i, y, a.kv_type);
+  }
 }
 
 __global__ void k_elementwise(Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
@@ -1514,7 +1536,7 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
 }
 
 void heads_norm_rope(Stream s, const HeadsArgs& a, int n) {
-  const int heads = a.part[0].n_head + (a.nparts > 1 ? a.part[1].n_head : 0);
+  const int heads = a.part[0].n_head + (a.nparts > 1 ? a.part[1].n_head : 0) + (a.kc ? a.v_heads : 0);
   launch(k_heads_norm_rope, dim3(static_cast<unsigned>(heads), static_cast<unsigned>(n)), dim3(a.head_dim >= 256 ? 128 : 64), s, a);
 }
 

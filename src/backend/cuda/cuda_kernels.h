@@ -97,6 +97,14 @@ struct HeadsArgs {
   int head_dim = 0, n_rot = 0;
   bool neox = false;
   const float* cs = nullptr;
+  // With kc (F32 or F16 caches): the second part's results (k) and v's v_heads heads (rows of
+  // v_heads * head_dim) also stored at cache row slots[t] of kc and vc, as kv_append stores them.
+  uint8_t *kc = nullptr, *vc = nullptr;
+  const float* v = nullptr;
+  int v_heads = 0;
+  const int32_t* slots = nullptr;
+  size_t row_bytes = 0;
+  int kv_type = 0;
 };
 void heads_norm_rope(Stream s, const HeadsArgs& a, int n);
 
