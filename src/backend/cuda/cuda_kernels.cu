@@ -497,11 +497,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint32_t ld_stream16(const uint8_t* p) {
-  unsigned short v;
-  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
 
 // A super-block is read by eight lanes (l8 = lane % 8), a warp's four groups on four consecutive
 // super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
@@ -836,63 +831,97 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
   }
 }
 
-// Prompts on tensor cores (quantized weights): tiles of 64 rows x 64 tokens over steps of 32 columns,
-// weights decoded to f16 and activations rounded to f16 in shared memory, products accumulated in
-// float32 by 16x16x16 matrix instructions (each of the 4 warps a 32 x 32 corner), the result staged in
-// shared memory and written with the bias. Activations lose the bits f16 does not hold (relative
-// 2^-11), as on the Vulkan backend's cooperative-matrix path; float weights keep k_mul_mm.
+// Prompts on tensor cores (quantized weights): tiles of 128 rows x 128 tokens over steps of 32
+// columns, weights decoded to f16 and activations rounded to f16 in shared memory, products
+// accumulated in float32 by 16x16x16 matrix instructions (8 warps, each 32 rows x 64 tokens). The next
+// step's weights and activations are read into registers while the current step's products run (two
+// shared buffers, one barrier a step); the results leave through a per-warp 16 x 16 stage with the
+// bias. Activations lose the bits f16 does not hold (relative 2^-11), as on the Vulkan backend's
+// cooperative-matrix path; float weights keep k_mul_mm.
+constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = 40;  // halves per shared row: 32 + 8
 template <int T>
-__global__ void __launch_bounds__(128) k_mul_mm_tc(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+__global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
                                                    int64_t xs, int n, float* out, int64_t os, const float* bias) {
   using namespace nvcuda;
-  constexpr int kLd = 40;  // halves per shared row: 32 + 8 (rows 80 bytes apart, fragments 32-byte aligned)
-  __shared__ __align__(32) half ws[kTm][kLd];
-  __shared__ __align__(32) half xh[kTn][kLd];
-  __shared__ __align__(32) float stage[4][32][36];
-  const int tid = threadIdx.x, warp = tid / kWarp;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTm;
-  const int n0 = blockIdx.y * kTn;
-  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  __shared__ __align__(32) half ws[2][kTcM][kTcLd];
+  __shared__ __align__(32) half xh[2][kTcN][kTcLd];
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcM;
+  const int n0 = blockIdx.y * kTcN;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 64;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+#pragma unroll
   for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
-    // 64 rows x 4 groups of 8 weights: two groups per thread.
-    for (int g = tid; g < kTm * 4; g += 128) {
-      const int r = g / 4, gi = g % 4;
-      float v[8];
-      if (m0 + r < rows) dec8<T>(w + (m0 + r) * row_bytes, k0 / 8 + gi, v);
-      else for (int i = 0; i < 8; ++i) v[i] = 0;
-      for (int i = 0; i < 8; i += 2) *reinterpret_cast<half2*>(&ws[r][gi * 8 + i]) = __floats2half2_rn(v[i], v[i + 1]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  // A step's share per thread: two groups of eight weights (rows r, r + 64 of group gi) and four
+  // float4s of activations (tokens t + 32 q, quarter qi).
+  const int wr = tid / 4, wg = tid % 4, xt = tid / 8, xq = tid % 8;
+  float v[2][8];
+  float4 a[4];
+  const auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = m0 + wr + 64 * h;
+      if (r < rows) dec8<T>(w + r * row_bytes, k0 / 8 + wg, v[h]);
+      else for (int i = 0; i < 8; ++i) v[h][i] = 0;
     }
-    // 64 tokens x 32 activations: sixteen per thread.
-    for (int g = tid; g < kTn * 8; g += 128) {
-      const int t = g / 8, q = g % 8;
-      float4 a = make_float4(0, 0, 0, 0);
-      if (n0 + t < n) a = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + t) * xs + k0 + q * 4);
-      *reinterpret_cast<half2*>(&xh[t][q * 4]) = __floats2half2_rn(a.x, a.y);
-      *reinterpret_cast<half2*>(&xh[t][q * 4 + 2]) = __floats2half2_rn(a.z, a.w);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int t = n0 + xt + 32 * q;
+      a[q] = t < n ? *reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * xs + k0 + xq * 4) : make_float4(0, 0, 0, 0);
     }
-    __syncthreads();
-    for (int kk = 0; kk < kTk; kk += 16) {
+  };
+  const auto put = [&](int b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) *reinterpret_cast<half2*>(&ws[b][wr + 64 * h][wg * 8 + i]) = __floats2half2_rn(v[h][i], v[h][i + 1]);
+    for (int q = 0; q < 4; ++q) {
+      *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4]) = __floats2half2_rn(a[q].x, a[q].y);
+      *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4 + 2]) = __floats2half2_rn(a[q].z, a[q].w);
+    }
+  };
+  fetch(0);
+  put(0);
+  __syncthreads();
+  int cur = 0;
+  for (int64_t k0 = 0; k0 < cols; k0 += kTcK) {
+    const bool more = k0 + kTcK < cols;
+    if (more) fetch(k0 + kTcK);
+#pragma unroll
+    for (int kk = 0; kk < kTcK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[2];
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &ws[wm + 16 * i][kk], kLd);
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &xh[wn + 16 * j][kk], kLd);
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &ws[cur][wm + 16 * i][kk], kTcLd);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wmma::load_matrix_sync(fb[j], &xh[cur][wn + 16 * j][kk], kTcLd);
+#pragma unroll
       for (int i = 0; i < 2; ++i)
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
     }
+    if (more) put(cur ^ 1);
     __syncthreads();
+    cur ^= 1;
   }
-  // The warp's 32 rows x 32 tokens, stored token-major ([token][row]) then written out.
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) wmma::store_matrix_sync(&stage[warp][16 * j][16 * i], acc[i][j], 36, wmma::mem_col_major);
-  __syncwarp();
-  const int lane = tid % kWarp;
-  for (int t = 0; t < 32; ++t) {
-    const int tok = n0 + wn + t;
-    const int64_t r = m0 + wm + lane;
-    if (tok < n && r < rows) out[static_cast<int64_t>(tok) * os + r] = stage[warp][t][lane] + (bias ? bias[r] : 0.0f);
+  // Each 16 x 16 result through the warp's stage (token-major), then written with the bias.
+  float* stage = reinterpret_cast<float*>(&ws[0][0][0]) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_col_major);  // stage[t * 16 + r]
+      __syncwarp();
+      for (int e = lane; e < 256; e += kWarp) {
+        const int t = e / 16, rr = e % 16;
+        const int tok = n0 + wn + 16 * j + t;
+        const int64_t r = m0 + wm + 16 * i + rr;
+        if (tok < n && r < rows) out[static_cast<int64_t>(tok) * os + r] = stage[e] + (bias ? bias[r] : 0.0f);
+      }
+      __syncwarp();
+    }
   }
 }
 
@@ -922,8 +951,8 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
                                                                out, os, bias, bias_stride);
   } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
-    k_mul_mm_tc<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 128, 0, s>>>(wb, row_bytes, rows, cols, x, xs,
-                                                                                                        n, out, os, bias);
+    k_mul_mm_tc<T><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + kTcN - 1) / kTcN), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                         x, xs, n, out, os, bias);
   } else if (n > 8 && first == 0) {
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
