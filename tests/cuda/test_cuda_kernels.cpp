@@ -35,15 +35,19 @@ struct Dev {
 
 void upload(Dev& d, const void* h, size_t bytes) { ASSERT_EQ(cudaMemcpy(d.p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess); }
 
+// Skips the test, saying why, where no CUDA device is visible.
+#define ZINC_NEED_CUDA_DEVICE()                                    \
+  do {                                                             \
+    int devices = 0;                                               \
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) { \
+      (void)cudaGetLastError();                                    \
+      GTEST_SKIP() << "no CUDA device is visible";                 \
+    }                                                              \
+  } while (0)
+
 class CudaKernels : public ::testing::TestWithParam<TensorType> {
  protected:
-  void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      (void)cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device is visible";
-    }
-  }
+  void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
 };
 
 TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
@@ -207,13 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q
 // writes the codes the next products read.
 class CudaFused : public ::testing::Test {
  protected:
-  void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      (void)cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device is visible";
-    }
-  }
+  void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
 };
 
 struct QuantRows {
