@@ -112,6 +112,31 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
     for (int64_t r = 0; r < count; ++r)
       expect_row(ids[static_cast<size_t>(i)] * rows + first + r, i / 2, bias[static_cast<size_t>(ids[static_cast<size_t>(i)] * rows + r)],
                  got[static_cast<size_t>(i * count + r)], fmt::format("slot {} row {}", i, r));
+  // A prompt's expert slots grouped by expert, one tiled product per expert (quantized weights, on
+  // tensor cores): slot i is token i / 2 against rows [first, first + 31) of expert ids[i], 70 slots
+  // (one expert past a tile of 64).
+  if (backend::cuda::grouped_mul_mat_supported(static_cast<int>(type))) {
+    f16_rounding = 1.0 / 1024;
+    const int many = 70;
+    std::vector<int32_t> slot_ids(static_cast<size_t>(many));
+    for (int i = 0; i < many; ++i) slot_ids[static_cast<size_t>(i)] = i < 66 ? 1 : (i % 3 == 0 ? 0 : 2);
+    Dev dslot(many * 4), dorder(many * 4), doffsets(4 * 4), dgout(static_cast<size_t>(many * count) * 4);
+    upload(dslot, slot_ids.data(), slot_ids.size() * 4);
+    backend::cuda::moe_group(nullptr, dslot.as<int32_t>(), many, static_cast<int>(n_expert), dorder.as<int32_t>(), doffsets.as<int32_t>());
+    backend::cuda::grouped_mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(),
+                                   cols, 2, dorder.as<int32_t>(), doffsets.as<int32_t>(), static_cast<int>(n_expert), many, dgout.as<float>(), count,
+                                   db.as<float>(), rows);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> gout(static_cast<size_t>(many * count));
+    ASSERT_EQ(cudaMemcpy(gout.data(), dgout.p, gout.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < many; ++i) {
+      const int64_t e = slot_ids[static_cast<size_t>(i)];
+      for (int64_t r = 0; r < count; ++r)
+        expect_row(e * rows + first + r, i / 2, bias[static_cast<size_t>(e * rows + r)], gout[static_cast<size_t>(i * count + r)],
+                   fmt::format("grouped slot {} row {}", i, r));
+    }
+    f16_rounding = 0;
+  }
   // Embedding rows, scaled: exactly the dequantized values times the scale.
   const std::vector<int32_t> tokens = {3, 0, 66, 3};
   upload(dids, tokens.data(), tokens.size() * 4);

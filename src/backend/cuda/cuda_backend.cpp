@@ -434,7 +434,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (kept_states() > 0) kept_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq * kept_states()));
     }
     // Scratch: the experts' rows and the delta rule's gates, sized for the widest node.
-    size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, gates = 0;
+    size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, moe_experts = 0, gates = 0;
     for (const Node& n : g_.nodes) {
       if (n.op == Op::MoE) {
         const MoeShape shape = moe_shape(g_, n);
@@ -444,6 +444,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         moe_hidden = std::max(moe_hidden, rows * k * ff);
         moe_out = std::max(moe_out, rows * k * d);
         moe_logits = std::max(moe_logits, rows * static_cast<size_t>(n.moe().n_expert));
+        moe_experts = std::max(moe_experts, static_cast<size_t>(n.moe().n_expert));
       }
       if (n.op == Op::DeltaNet) gates = std::max(gates, rows * static_cast<size_t>(n.delta_net().n_head_v));
     }
@@ -468,6 +469,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
       check(cudaMemset(pad_x_.get(), 0, pad), "cudaMemset");
     }
     moe_ids_ = DeviceBuffer(moe_slots * 4);
+    moe_order_ = DeviceBuffer(moe_slots * 4);
+    moe_offsets_ = DeviceBuffer((moe_experts + 1) * 4);
     moe_weights_ = DeviceBuffer(moe_slots * 4);
     moe_gate_ = DeviceBuffer(moe_hidden * 4);
     moe_up_ = DeviceBuffer(moe_hidden * 4);
@@ -755,6 +758,27 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const size_t g_row = quant::row_size(gt.type, d), u_row = quant::row_size(ut.type, d), d_row = quant::row_size(dt.type, ff);
     float* gate = moe_gate_.get<float>();
     float* up = moe_up_.get<float>();
+    float* y = moe_y_.get<float>();
+    const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
+                                : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
+                                                                       : ck::Elementwise::SwiGLU;
+    const auto grouped = [](gguf::TensorType t) { return ck::grouped_mul_mat_supported(static_cast<int>(t)); };
+    if (n > 8 && grouped(gt.type) && grouped(ut.type) && grouped(dt.type)) {
+      // A prompt: the slots grouped by expert, each expert's three products one tiled product over its
+      // slots (its weights read once per 64 of them, not once per slot).
+      auto* order = moe_order_.get<int32_t>();
+      auto* offsets = moe_offsets_.get<int32_t>();
+      ck::moe_group(stream_, ids, slots, ne, order, offsets);
+      ck::grouped_mul_mat(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
+                          x, d, k, order, offsets, ne, slots, gate, ff, bias(1), ff);
+      ck::grouped_mul_mat(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
+                          fused ? ff : 0, ff, d, x, d, k, order, offsets, ne, slots, up, ff, bias(2), ff);
+      ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
+      ck::grouped_mul_mat(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate,
+                          ff, 1, order, offsets, ne, slots, y, d, bias(3), d);
+      ck::moe_combine(stream_, y, wts, n, k, d, out);
+      return;
+    }
     if (q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped) {
       // Each slot's gate and up rows on the same warps, the activation applied as they are written.
       ck::Product p[2];
@@ -768,12 +792,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
                      x, d, k, ids, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
       ck::mul_mat_id(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
                      fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get(), codes_of(ut.type, node.in[0], k));
-      const ck::Elementwise glu = mp.glu == graph::MoeGlu::SwiGLUClamped ? ck::Elementwise::SwiGLUClamped
-                                  : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
-                                                                         : ck::Elementwise::SwiGLU;
       ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
     }
-    float* y = moe_y_.get<float>();
     codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
                    ids, slots, y, d, bias(3), d, q8_.get());
@@ -1055,6 +1075,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   DeviceBuffer pad_x_;
   bool kv_appended_ = false;  // the next attention's k and v are in the cache already
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
+  DeviceBuffer moe_order_, moe_offsets_;  // a prompt's slots grouped by expert (ck::moe_group)
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;
   std::vector<int64_t> rows_;  // rows each activation held in the last step

@@ -831,34 +831,71 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
   }
 }
 
-// Prompts on tensor cores (quantized weights): tiles of 128 rows x 128 tokens over steps of 32
-// columns, weights decoded to f16 and activations rounded to f16 in shared memory, products
-// accumulated in float32 by 16x16x16 matrix instructions (8 warps, each 32 rows x 64 tokens). The next
-// step's weights and activations are read into registers while the current step's products run (two
-// shared buffers, one barrier a step); the results leave through a per-warp 16 x 16 stage with the
-// bias. Activations lose the bits f16 does not hold (relative 2^-11), as on the Vulkan backend's
+// Prompts on tensor cores (quantized weights): tiles of 128 rows x TN tokens (128 or 64) over steps
+// of 32 columns, weights decoded to f16 and activations rounded to f16 in shared memory, products
+// accumulated in float32 by 16x16x16 matrix instructions (8 warps, each 32 rows x TN/2 tokens). The
+// next step's weights and activations are read into registers while the current step's products run
+// (two shared buffers, one barrier a step); the results leave through a per-warp 16 x 16 stage with
+// the bias. Activations lose the bits f16 does not hold (relative 2^-11), as on the Vulkan backend's
 // cooperative-matrix path; float weights keep k_mul_mm.
-constexpr int kTcM = 128, kTcN = 128, kTcK = 32, kTcLd = 40;  // halves per shared row: 32 + 8
-template <int T>
+//
+// Grouped (a mixture's prompt, g.order given): the expert slots sorted by expert (moe_group); block
+// row y is tile y of the concatenated experts' tiles, its tokens slots order[base + j] of one expert
+// (x row slot / x_div, out row slot), its weights that expert's.
+struct TcGroups {
+  const int32_t* order = nullptr;    // slots by expert
+  const int32_t* offsets = nullptr;  // expert e's slots: order[offsets[e] .. offsets[e + 1])
+  int n_expert = 0, x_div = 1;
+  size_t expert_bytes = 0;
+  int64_t first = 0, bias_stride = 0;
+};
+constexpr int kTcM = 128, kTcK = 32, kTcLd = 40;  // halves per shared row: 32 + 8
+template <int T, int TN>
 __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
-                                                   int64_t xs, int n, float* out, int64_t os, const float* bias) {
+                                                   int64_t xs, int n, float* out, int64_t os, const float* bias, TcGroups g) {
   using namespace nvcuda;
+  constexpr int FJ = TN / 32;  // fragments of 16 tokens per warp
   __shared__ __align__(32) half ws[2][kTcM][kTcLd];
-  __shared__ __align__(32) half xh[2][kTcN][kTcLd];
+  __shared__ __align__(32) half xh[2][TN][kTcLd];
+  __shared__ int32_t slot_of[TN];
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcM;
-  const int n0 = blockIdx.y * kTcN;
-  const int wm = (warp / 2) * 32, wn = (warp % 2) * 64;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+  int n0 = blockIdx.y * TN, count = n - n0;
+  if (g.order) {
+    // Tile blockIdx.y of the experts' tiles in order.
+    int tile = blockIdx.y, e = 0;
+    for (; e < g.n_expert; ++e) {
+      const int c = g.offsets[e + 1] - g.offsets[e], tiles = (c + TN - 1) / TN;
+      if (tile < tiles) break;
+      tile -= tiles;
+    }
+    if (e == g.n_expert) return;
+    n0 = g.offsets[e] + tile * TN;
+    count = g.offsets[e + 1] - n0;
+    w += static_cast<int64_t>(e) * g.expert_bytes + g.first * static_cast<int64_t>(row_bytes);
+    if (bias) bias += static_cast<int64_t>(e) * g.bias_stride;
+  }
+  count = min(count, TN);
+  for (int j = tid; j < TN; j += blockDim.x) slot_of[j] = j >= count ? -1 : g.order ? g.order[n0 + j] : n0 + j;
+  __syncthreads();
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * (TN / 2);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][FJ];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  // A step's share per thread: two groups of eight weights (rows r, r + 64 of group gi) and four
-  // float4s of activations (tokens t + 32 q, quarter qi).
+    for (int j = 0; j < FJ; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  // A step's share per thread: two groups of eight weights (rows r, r + 64 of group gi) and TN / 32
+  // float4s of activations (tokens xt + 32 q, quarter xq).
   const int wr = tid / 4, wg = tid % 4, xt = tid / 8, xq = tid % 8;
+  constexpr int XQ = TN / 32;
+  int64_t xrow[XQ];
+#pragma unroll
+  for (int q = 0; q < XQ; ++q) {
+    const int slot = slot_of[xt + 32 * q];
+    xrow[q] = slot < 0 ? -1 : static_cast<int64_t>(slot / g.x_div) * xs;
+  }
   float v[2][8];
-  float4 a[4];
+  float4 a[XQ];
   const auto fetch = [&](int64_t k0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -867,17 +904,15 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
       else for (int i = 0; i < 8; ++i) v[h][i] = 0;
     }
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int t = n0 + xt + 32 * q;
-      a[q] = t < n ? *reinterpret_cast<const float4*>(x + static_cast<int64_t>(t) * xs + k0 + xq * 4) : make_float4(0, 0, 0, 0);
-    }
+    for (int q = 0; q < XQ; ++q) a[q] = xrow[q] >= 0 ? *reinterpret_cast<const float4*>(x + xrow[q] + k0 + xq * 4) : make_float4(0, 0, 0, 0);
   };
   const auto put = [&](int b) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < 8; i += 2) *reinterpret_cast<half2*>(&ws[b][wr + 64 * h][wg * 8 + i]) = __floats2half2_rn(v[h][i], v[h][i + 1]);
-    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int q = 0; q < XQ; ++q) {
       *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4]) = __floats2half2_rn(a[q].x, a[q].y);
       *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4 + 2]) = __floats2half2_rn(a[q].z, a[q].w);
     }
@@ -892,15 +927,15 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
 #pragma unroll
     for (int kk = 0; kk < kTcK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[4];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[FJ];
 #pragma unroll
       for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &ws[cur][wm + 16 * i][kk], kTcLd);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) wmma::load_matrix_sync(fb[j], &xh[cur][wn + 16 * j][kk], kTcLd);
+      for (int j = 0; j < FJ; ++j) wmma::load_matrix_sync(fb[j], &xh[cur][wn + 16 * j][kk], kTcLd);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        for (int j = 0; j < FJ; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
     }
     if (more) put(cur ^ 1);
     __syncthreads();
@@ -911,18 +946,41 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < FJ; ++j) {
       wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_col_major);  // stage[t * 16 + r]
       __syncwarp();
       for (int e = lane; e < 256; e += kWarp) {
         const int t = e / 16, rr = e % 16;
-        const int tok = n0 + wn + 16 * j + t;
+        const int slot = slot_of[wn + 16 * j + t];
         const int64_t r = m0 + wm + 16 * i + rr;
-        if (tok < n && r < rows) out[static_cast<int64_t>(tok) * os + r] = stage[e] + (bias ? bias[r] : 0.0f);
+        if (slot >= 0 && r < rows) out[static_cast<int64_t>(slot) * os + r] = stage[e] + (bias ? bias[r] : 0.0f);
       }
       __syncwarp();
     }
   }
+}
+
+// A mixture's slots sorted by expert: counts, their prefix sums (offsets[0 .. n_expert]), then each
+// slot placed after the earlier ones of its expert (the order within an expert does not matter: each
+// slot's row of a product is computed alone). One block.
+__global__ void __launch_bounds__(1024) k_moe_group(const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets) {
+  __shared__ int32_t cnt[1024];
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int at = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      const int c = cnt[e];
+      offsets[e] = at;
+      cnt[e] = at;
+      at += c;
+    }
+    offsets[n_expert] = at;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) order[atomicAdd(&cnt[ids[i]], 1)] = i;
 }
 
 template <int T>
@@ -951,8 +1009,8 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
                                                                out, os, bias, bias_stride);
   } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
-    k_mul_mm_tc<T><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + kTcN - 1) / kTcN), 256, 0, s>>>(wb, row_bytes, rows, cols,
-                                                                                                         x, xs, n, out, os, bias);
+    k_mul_mm_tc<T, 128><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + 127) / 128), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                      x, xs, n, out, os, bias, TcGroups{});
   } else if (n > 8 && first == 0) {
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
@@ -1610,6 +1668,35 @@ void attention(Stream s, const AttentionArgs& a) {
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale, const float* router_b,
                const float* expert_scale, int32_t* ids, float* weights) {
   k_moe_route<<<n, kWarp, 0, s>>>(logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
+}
+
+void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets) {
+  k_moe_group<<<1, 1024, 0, s>>>(ids, slots, n_expert, order, offsets);
+}
+
+bool grouped_mul_mat_supported(int type) { return type != kF32 && type != kF16 && type != kBF16 && weight_type_supported(type); }
+
+void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                     const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets, int n_expert, int slots,
+                     float* out, int64_t out_stride, const float* bias, int64_t bias_stride) {
+  TcGroups g;
+  g.order = order;
+  g.offsets = offsets;
+  g.n_expert = n_expert;
+  g.x_div = x_div;
+  g.expert_bytes = expert_bytes;
+  g.first = first;
+  g.bias_stride = bias_stride;
+  // Tiles of 64 slots: an expert's last tile is partly empty, at most n_expert of them.
+  const dim3 grid(static_cast<unsigned>((rows + kTcM - 1) / kTcM), static_cast<unsigned>((slots + 63) / 64 + n_expert));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: k_mul_mm_tc<T, 64><<<grid, 256, 0, s>>>(wb, row_bytes, rows, cols, x, x_stride, slots, out, out_stride, bias, g); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
 }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {

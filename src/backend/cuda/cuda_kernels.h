@@ -155,6 +155,17 @@ void attention(Stream s, const AttentionArgs& a);
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale,
                const float* router_b, const float* expert_scale, int32_t* ids, float* weights);
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out);
+// A mixture's prompt grouped by expert: the slots (ids: each slot's expert, slots of them) sorted by
+// expert into order, expert e's at order[offsets[e] .. offsets[e + 1]) (n_expert at most 1024).
+void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets);
+// Then one tiled product per expert over its slots (quantized types, grouped_mul_mat_supported):
+// for every slot i of expert e, out row i (out_stride apart) = rows [first, first + rows) of expert e
+// (expert_bytes apart) . x row i / x_div, plus that expert's bias row (bias_stride apart). Each
+// expert's weights are read once per tile of 64 of its slots.
+bool grouped_mul_mat_supported(int type);
+void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
+                     int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets,
+                     int n_expert, int slots, float* out, int64_t out_stride, const float* bias, int64_t bias_stride);
 
 // Causal depthwise convolution then SiLU over n tokens of one sequence; state: its kernel - 1 rows
 // of earlier inputs (oldest first), updated. With kept, the state after each token t is also written
