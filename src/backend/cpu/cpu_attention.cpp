@@ -19,6 +19,8 @@ namespace {
 constexpr auto attend_avx512 = attend_base, attend_avx2 = attend_base;
 constexpr auto halves_to_floats_avx512 = halves_to_floats_base, halves_to_floats_avx2 = halves_to_floats_base;
 constexpr auto transpose_avx512 = transpose_base, transpose_avx2 = transpose_base;
+constexpr auto swiglu_avx512 = swiglu_base, swiglu_avx2 = swiglu_base;
+constexpr auto geglu_avx512 = geglu_base, geglu_avx2 = geglu_base;
 #endif
 
 }  // namespace
@@ -39,6 +41,16 @@ void attend_rows(const AttendRows& a, std::vector<float>& scratch) {
 void transpose_keys(const float* const* rows, int64_t width, float* tile) {
   static const auto fn = by_isa(transpose_avx512, transpose_avx2, transpose_base);
   fn(rows, width, tile);
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  static const auto fn = by_isa(swiglu_avx512, swiglu_avx2, swiglu_base);
+  fn(gate, up, out, n);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  static const auto fn = by_isa(geglu_avx512, geglu_avx2, geglu_base);
+  fn(gate, up, out, n);
 }
 
 void halves_to_floats(const uint16_t* h, float* out, int64_t n) {

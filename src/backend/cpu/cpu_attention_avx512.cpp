@@ -3,4 +3,5 @@
 #if defined(__x86_64__) && defined(__AVX512F__)
 #define ZINC_ATTEND_ISA(name) name##_avx512
 #include "backend/cpu/cpu_attention_kernels.h"
+#include "backend/cpu/cpu_act_kernels.h"
 #endif

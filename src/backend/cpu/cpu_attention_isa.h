@@ -19,6 +19,13 @@ void attend_base(const AttendRows& a, float* buf);
 void halves_to_floats_avx512(const uint16_t* h, float* out, int64_t n);
 void halves_to_floats_avx2(const uint16_t* h, float* out, int64_t n);
 void halves_to_floats_base(const uint16_t* h, float* out, int64_t n);
+// swiglu and geglu (cpu_act_kernels.h, compiled with the attention kernels).
+void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_base(const float* gate, const float* up, float* out, int64_t n);
+void geglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+void geglu_base(const float* gate, const float* up, float* out, int64_t n);
 // transpose_keys.
 void transpose_avx512(const float* const* rows, int64_t width, float* tile);
 void transpose_avx2(const float* const* rows, int64_t width, float* tile);

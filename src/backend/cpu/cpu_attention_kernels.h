@@ -99,15 +99,17 @@ template <class V>
 [[gnu::always_inline]] inline float to_float(uint16_t h) { return quant::fp16_to_f32(h); }
 template <class V>
 [[gnu::always_inline]] inline V vmax(V a, V b) { return a > b ? a : b; }
-// e^x for x ≤ 0 (softmax terms; e^−∞ = 0): 2^n · e^r with n = round(x·log2 e), r = x − n·ln 2 in two
-// parts, e^r by Cephes' expf polynomial (within 2 ulp of the exact value); x < −87 gives 0.
+// e^x (softmax terms, e^−∞ = 0; the gated activations, cpu_act_kernels.h): 2^n · e^r with
+// n = round(x·log2 e), r = x − n·ln 2 in two parts, e^r by Cephes' expf polynomial (within 2 ulp of the
+// exact value); x < −87 gives 0, x > 88 gives e^88.
 template <class T>
 [[gnu::always_inline]] inline typename T::F vexp(typename T::F x) {
   using V = typename T::F;
   using I = typename T::I;
   const V zero = {};
-  const V xc = x < zero - 87.0f ? zero - 87.0f : x;
-  const I ni = __builtin_convertvector(xc * 1.44269504088896341f - 0.5f, I);  // toward zero: round
+  const V xc = x < zero - 87.0f ? zero - 87.0f : x > zero + 88.0f ? zero + 88.0f : x;
+  const V y = xc * 1.44269504088896341f;
+  const I ni = __builtin_convertvector(y + (y < zero ? zero - 0.5f : zero + 0.5f), I);  // toward zero: round
   const V n = __builtin_convertvector(ni, V);
   const V r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
   V p = zero + 1.9875691500e-4f;

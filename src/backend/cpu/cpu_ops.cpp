@@ -82,18 +82,6 @@ void rope(const float* x, float* out, int64_t n_tokens, int n_head, int head_dim
   }
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
-
-void geglu(const float* gate, const float* up, float* out, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + 0.044715f * g * g))) * up[i];
-  }
-}
-
 void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::min(gate[i], limit);
