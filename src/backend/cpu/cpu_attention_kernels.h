@@ -64,6 +64,14 @@ template <class V>
 [[gnu::always_inline]] inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 template <class V>
 constexpr int lanes() { return sizeof(V) / sizeof(float); }
+// Keeps v in a register: GCC otherwise folds a vector loaded once but used by two multiply-adds into
+// both as a memory operand, loading it twice (load ports, not multiply-adds, then bound the loop).
+template <class V>
+[[gnu::always_inline]] inline void in_register([[maybe_unused]] V& v) {
+#if defined(__x86_64__) && (defined(__AVX512F__) || defined(__AVX2__))
+  if constexpr (sizeof(V) == 64 || sizeof(V) == 32) asm("" : "+v"(v));
+#endif
+}
 
 // fp16 values → floats, exactly, by integer operations on the bits (any instruction set): normal
 // numbers rebias the exponent, subnormals are their mantissa times 2^-24, infinities and NaNs keep the
@@ -144,8 +152,9 @@ template <class T, class E, bool kTwo>
       V x0 = {}, x1 = {}, x2 = {}, x3 = {}, y0 = {}, y1 = {}, y2 = {}, y3 = {};
       int i = 0;
       for (; i + 4 <= hd; i += 4) {
-        const V k0 = load<V>(kt + (i + 0) * kAttendTile), k1 = load<V>(kt + (i + 1) * kAttendTile);
-        const V k2 = load<V>(kt + (i + 2) * kAttendTile), k3 = load<V>(kt + (i + 3) * kAttendTile);
+        V k0 = load<V>(kt + (i + 0) * kAttendTile), k1 = load<V>(kt + (i + 1) * kAttendTile);
+        V k2 = load<V>(kt + (i + 2) * kAttendTile), k3 = load<V>(kt + (i + 3) * kAttendTile);
+        if constexpr (kTwo) in_register(k0), in_register(k1), in_register(k2), in_register(k3);
         x0 += q0[i] * k0;
         x1 += q0[i + 1] * k1;
         x2 += q0[i + 2] * k2;
@@ -192,7 +201,8 @@ template <class V, class E, int K, int NR>
   for (int64_t j = lo; j <= hi; ++j) {
     const E* v = static_cast<const E*>(a.v[j - a.v_first]) + a.kv_offset + i0;
     for (int k = 0; k < K; ++k) {
-      const V vk = load<V>(v + k * W);
+      V vk = load<V>(v + k * W);
+      if constexpr (NR > 1) in_register(vk);
       for (int n = 0; n < NR; ++n) o[n][k] += p[n][j] * vk;
     }
   }

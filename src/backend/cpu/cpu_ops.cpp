@@ -12,10 +12,16 @@ void rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t
     const float* xr = x + t * width;
     float* orow = out + t * width;
     for (int64_t g0 = 0; g0 < width; g0 += group) {
-      double sum = 0;  // accumulate in double: rows of thousands of squares
-      for (int64_t i = 0; i < group; ++i) sum += static_cast<double>(xr[g0 + i]) * xr[g0 + i];
+      // Accumulated in double (rows of thousands of squares), eight running sums so the additions do
+      // not wait on one another.
+      double part[8] = {};
+      int64_t i = 0;
+      for (; i + 8 <= group; i += 8)
+        for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(xr[g0 + i + k]) * xr[g0 + i + k];
+      for (; i < group; ++i) part[0] += static_cast<double>(xr[g0 + i]) * xr[g0 + i];
+      const double sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(group)) + eps);
-      for (int64_t i = 0; i < group; ++i) {
+      for (i = 0; i < group; ++i) {
         const float v = xr[g0 + i] * scale;
         orow[g0 + i] = w ? v * (w[i] + offset) : v;  // the weight spans one group
       }
