@@ -1,0 +1,866 @@
+// The CUDA backend's matrix products (declared in cuda_kernels.h): embedding rows, products against
+// float32 activations (any weight type, dec8), decode products against 8-bit activation codes (Q4_K,
+// Q6_K), prompt tiles on tensor cores, and a mixture's prompt grouped by expert. Products accumulate in
+// float32.
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_device.cuh"
+
+namespace zinc::backend::cuda {
+
+namespace {
+
+// ---- embedding and products -------------------------------------------------------------------
+
+template <int T>
+__global__ void k_embed(const uint8_t* w, size_t row_bytes, const int32_t* ids, int64_t groups, float scale, float* out) {
+  const int t = blockIdx.y;
+  const uint8_t* row = w + static_cast<size_t>(ids[t]) * row_bytes;
+  for (int64_t g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+    float v[8];
+    dec8<T>(row, g, v);
+    float* o = out + static_cast<int64_t>(t) * groups * 8 + g * 8;
+    for (int i = 0; i < 8; ++i) o[i] = v[i] * scale;
+  }
+}
+
+// A row split into pieces for the mat-vec kernels: a piece is kRuns runs of eight consecutive weights;
+// a lane loads a piece's raw bytes (load), then decodes them into floats (decode). Q4_K and Q6_K take
+// wide pieces (one load of packed codes for 16 or 32 weights, their scales once); other types decode
+// a group of eight with dec8.
+template <int T>
+struct Piece {
+  static constexpr int kRuns = 1;
+  struct Raw {
+    float v[8];
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 8; }
+  __device__ static int64_t run(int64_t u, int) { return u * 8; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) { dec8<T>(row, u, r.v); }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    for (int i = 0; i < 8; ++i) w[i] = r.v[i];
+  }
+};
+
+// Piece u: super-block u / 16, c = (u / 4) % 4, bytes l0 = 8 (u % 4) of that c's 32 code bytes:
+// elements c*64 + l0 + i (low nibbles, sub-block 2c) and c*64 + 32 + l0 + i (high, sub-block 2c + 1).
+template <>
+struct Piece<kQ4_K> {
+  static constexpr int kRuns = 2;
+  struct Raw {
+    uint32_t dm, sc[3];
+    uint2 q;
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 256 * 16; }
+  __device__ static int64_t run(int64_t u, int k) { return (u >> 4) * 256 + (static_cast<int>(u >> 2) & 3) * 64 + (u & 3) * 8 + k * 32; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) {
+    const uint8_t* b = row + (u >> 4) * 144;
+    const int c = static_cast<int>(u >> 2) & 3, l0 = static_cast<int>(u & 3) * 8;
+    r.dm = *reinterpret_cast<const uint32_t*>(b);
+    const auto* s32 = reinterpret_cast<const uint32_t*>(b + 4);
+    r.sc[0] = s32[0], r.sc[1] = s32[1], r.sc[2] = s32[2];
+    r.q = *reinterpret_cast<const uint2*>(b + 16 + c * 32 + l0);
+  }
+  // Sub-block j's 6-bit scale and min (kquant_scale_min on the three words).
+  __device__ static void scale_min(const uint32_t* sc, int j, float& s, float& m) {
+    uint32_t si, mi;
+    if (j < 4) {
+      si = byte_of(sc, j) & 63;
+      mi = byte_of(sc, j + 4) & 63;
+    } else {
+      si = (byte_of(sc, j + 4) & 0xf) | ((byte_of(sc, j - 4) >> 6) << 4);
+      mi = (byte_of(sc, j + 4) >> 4) | ((byte_of(sc, j) >> 6) << 4);
+    }
+    s = __uint_as_float(0x4B000000u | si) - 8388608.0f;
+    m = __uint_as_float(0x4B000000u | mi) - 8388608.0f;
+  }
+  __device__ static void decode(const Raw& r, int64_t u, float* w) {
+    const int c = static_cast<int>(u >> 2) & 3;
+    float s0, m0, s1, m1;
+    scale_min(r.sc, 2 * c, s0, m0);
+    scale_min(r.sc, 2 * c + 1, s1, m1);
+    const float d = half_bits(static_cast<uint16_t>(r.dm & 0xffff)), dmin = half_bits(static_cast<uint16_t>(r.dm >> 16));
+    const float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
+    const uint32_t lo[2] = {r.q.x & 0x0F0F0F0Fu, r.q.y & 0x0F0F0F0Fu}, hi[2] = {(r.q.x >> 4) & 0x0F0F0F0Fu, (r.q.y >> 4) & 0x0F0F0F0Fu};
+    for (int i = 0; i < 8; ++i) {
+      w[i] = d0 * byte_float(lo[i / 4], i & 3) - n0;
+      w[8 + i] = d1 * byte_float(hi[i / 4], i & 3) - n1;
+    }
+  }
+};
+
+// Piece u: super-block u / 8, n = (u / 4) % 2, l0 = 8 (u % 4): elements n*128 + k*32 + l0 + i for
+// k = 0..3 (low nibbles of ql bytes n*64 + l0 + i for k = 0, of n*64 + 32 + l0 + i for k = 1, their
+// high nibbles for k = 2, 3; bits 2k of qh byte n*32 + l0 + i). 210-byte blocks: 16-bit loads.
+template <>
+struct Piece<kQ6_K> {
+  static constexpr int kRuns = 4;
+  struct Raw {
+    uint32_t lo0[2], lo1[2], hi[2], sc;
+    uint16_t d;
+  };
+  __device__ static int64_t count(int64_t cols) { return cols / 256 * 8; }
+  __device__ static int64_t run(int64_t u, int k) { return (u >> 3) * 256 + (static_cast<int>(u >> 2) & 1) * 128 + (u & 3) * 8 + k * 32; }
+  __device__ static void load(const uint8_t* row, int64_t u, Raw& r) {
+    const uint8_t* b = row + (u >> 3) * 210;
+    const int n = static_cast<int>(u >> 2) & 1, l0 = static_cast<int>(u & 3) * 8;
+    const auto* p0 = reinterpret_cast<const uint16_t*>(b + n * 64 + l0);
+    const auto* p1 = reinterpret_cast<const uint16_t*>(b + n * 64 + 32 + l0);
+    const auto* ph = reinterpret_cast<const uint16_t*>(b + 128 + n * 32 + l0);
+    for (int h = 0; h < 2; ++h) {
+      r.lo0[h] = p0[2 * h] | static_cast<uint32_t>(p0[2 * h + 1]) << 16;
+      r.lo1[h] = p1[2 * h] | static_cast<uint32_t>(p1[2 * h + 1]) << 16;
+      r.hi[h] = ph[2 * h] | static_cast<uint32_t>(ph[2 * h + 1]) << 16;
+    }
+    // The piece's four scales: bytes n*8 + 2k + l0/16 for k = 0..3.
+    const auto* ps = reinterpret_cast<const uint16_t*>(b + 192 + n * 8);
+    const int hb = 8 * (l0 / 16);
+    r.sc = ((ps[0] >> hb) & 0xffu) | ((ps[1] >> hb) & 0xffu) << 8 | ((ps[2] >> hb) & 0xffu) << 16 | ((ps[3] >> hb) & 0xffu) << 24;
+    r.d = *reinterpret_cast<const uint16_t*>(b + 208);
+  }
+  __device__ static void decode(const Raw& r, int64_t, float* w) {
+    const float d = half_bits(r.d);
+    float dk[4];
+    for (int k = 0; k < 4; ++k) dk[k] = d * static_cast<float>(static_cast<int8_t>((r.sc >> (8 * k)) & 0xff));
+    for (int h = 0; h < 2; ++h) {
+      // Four 6-bit codes per word for each k: low or high nibbles of ql, two bits of qh above them.
+      const uint32_t q[4] = {(r.lo0[h] & 0x0F0F0F0Fu) | ((r.hi[h] & 0x03030303u) << 4),
+                             (r.lo1[h] & 0x0F0F0F0Fu) | (((r.hi[h] >> 2) & 0x03030303u) << 4),
+                             ((r.lo0[h] >> 4) & 0x0F0F0F0Fu) | (((r.hi[h] >> 4) & 0x03030303u) << 4),
+                             ((r.lo1[h] >> 4) & 0x0F0F0F0Fu) | (((r.hi[h] >> 6) & 0x03030303u) << 4)};
+      for (int k = 0; k < 4; ++k)
+        for (int i = 0; i < 4; ++i) w[8 * k + 4 * h + i] = dk[k] * (byte_float(q[k], i) - 32.0f);
+    }
+  }
+};
+
+// One warp's share of R rows · NT activation rows (t < nt), added to acc[r][t]. Each lane loads B
+// pieces of every row before decoding any (bytes in flight to cover the memory's latency); one
+// token's activations are read once for all R rows.
+template <int T, int NT, int R, int B>
+__device__ __forceinline__ void rows_dot(const uint8_t* const* wr, int64_t cols, const float* const* xs, int nt, float (*acc)[NT],
+                                         int start, int stride) {
+  using P = Piece<T>;
+  const int64_t pieces = P::count(cols);
+  for (int64_t u0 = start; u0 < pieces; u0 += static_cast<int64_t>(stride) * B) {
+    typename P::Raw raw[B][R];
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      if (u0 + j * stride >= pieces) break;
+#pragma unroll
+      for (int r = 0; r < R; ++r) P::load(wr[r], u0 + j * stride, raw[j][r]);
+    }
+#pragma unroll
+    for (int j = 0; j < B; ++j) {
+      const int64_t u = u0 + j * stride;
+      if (u >= pieces) break;
+      float xv[P::kRuns * 8];
+      if constexpr (NT == 1) {
+#pragma unroll
+        for (int k = 0; k < P::kRuns; ++k) {
+          const float4* xp = reinterpret_cast<const float4*>(xs[0] + P::run(u, k));
+          const float4 a = xp[0], b = xp[1];
+          xv[8 * k] = a.x, xv[8 * k + 1] = a.y, xv[8 * k + 2] = a.z, xv[8 * k + 3] = a.w;
+          xv[8 * k + 4] = b.x, xv[8 * k + 5] = b.y, xv[8 * k + 6] = b.z, xv[8 * k + 7] = b.w;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float w[P::kRuns * 8];
+        P::decode(raw[j][r], u, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= nt) break;
+          float sum = 0;
+#pragma unroll
+          for (int k = 0; k < P::kRuns; ++k) {
+            if constexpr (NT == 1) {
+              for (int i = 0; i < 8; ++i) sum += w[8 * k + i] * xv[8 * k + i];
+            } else {
+              const float4* xp = reinterpret_cast<const float4*>(xs[t] + P::run(u, k));
+              const float4 a = xp[0], b = xp[1];
+              sum += w[8 * k] * a.x + w[8 * k + 1] * a.y + w[8 * k + 2] * a.z + w[8 * k + 3] * a.w + w[8 * k + 4] * b.x +
+                     w[8 * k + 5] * b.y + w[8 * k + 6] * b.z + w[8 * k + 7] * b.w;
+            }
+          }
+          acc[r][t] += sum;
+        }
+      }
+    }
+  }
+}
+
+// One block per R output rows and NT tokens (each decoded weight used NT times, each token's
+// activations for R rows); its warps split the row's pieces, their sums added in shared memory. With
+// ids, one token per block and its rows' expert.
+constexpr int kMvWarps = 4;
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, size_t row_bytes, size_t expert_bytes, int64_t first,
+                                                             int64_t rows, int64_t cols, const float* x, int64_t xs, int x_div,
+                                                             const int32_t* ids, int n, float* out, int64_t os, const float* bias,
+                                                             int64_t bias_stride) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int t0 = blockIdx.y * NT;
+  const int64_t e = ids ? ids[t0] : 0;
+  const uint8_t* wr[R];
+  for (int r = 0; r < R; ++r) wr[r] = w + e * expert_bytes + (first + min(r0 + r, rows - 1)) * row_bytes;
+  const float* xr[NT];
+  for (int t = 0; t < NT; ++t) xr[t] = x + ((t0 + t) / x_div) * xs;
+  float acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0;
+  constexpr int kB = R > 1 ? (Piece<T>::kRuns > 2 ? 1 : 2) : 4;
+  rows_dot<T, NT, R, kB>(wr, cols, xr, n - t0, acc, threadIdx.x, kMvWarps * kWarp);
+  __shared__ float part[kMvWarps][R * NT];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < NT; ++t) {
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0) part[warp][r * NT + t] = sum;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * NT; i += blockDim.x) {
+    const int r = i / NT, t = i % NT;
+    float sum = 0;
+    for (int k = 0; k < kMvWarps; ++k) sum += part[k][i];
+    if (t0 + t < n && r0 + r < rows) out[(t0 + t) * os + r0 + r] = sum + (bias ? bias[e * bias_stride + r0 + r] : 0.0f);
+  }
+}
+
+// ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
+
+// One warp per (row, super-block), a row read x_div rows of codes apart (expert slots of one token).
+__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, Codes c) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.y, b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (b >= cols / 256) return;
+  const float4* p = reinterpret_cast<const float4*>(x + (row / x_div) * xs + b * 256 + (threadIdx.x % kWarp) * 8);
+  const float4 a = p[0], e = p[1];
+  const float v[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
+  store_codes(v, row, b, cols, c);
+}
+
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
+
+// Weight bytes are read once: loads that leave L1 to the activations' codes.
+__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// A super-block is read by eight lanes (l8 = lane % 8), a warp's four groups on four consecutive
+// super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
+// Q4_K: lane l8 holds code bytes 16 l8 .. 16 l8 + 15 (c = l8 / 2: low nibbles are elements
+// 64c + 16(l8 % 2) + i of sub-block 2c, high nibbles the same 32 further, sub-block 2c + 1) and the
+// 16-byte head (d, dmin, the twelve scale bytes). Offsets within a row are 32-bit.
+struct Q4kLane {
+  static constexpr int kBytes = 144;
+  struct Lane {
+    int act, sum, sh;  // the lane's codes (low half) and sub-block sums within a super-block; 16 (c % 2)
+    bool low, first;   // c < 2; the lane that adds the minimums' term (l8 even)
+    __device__ explicit Lane(int l8)
+        : act((l8 >> 1) * 64 + (l8 & 1) * 16), sum(2 * (l8 >> 1)), sh(16 * ((l8 >> 1) & 1)), low(l8 < 4), first((l8 & 1) == 0) {}
+  };
+  // One token's activations for the lane's 32 elements of a super-block.
+  struct Act {
+    int4 lo, hi;
+    int x0, x1;
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    a.lo = *reinterpret_cast<const int4*>(p);
+    a.hi = *reinterpret_cast<const int4*>(p + 32);
+    const uint32_t xs = *reinterpret_cast<const uint32_t*>(c.s + (t * (cols / 32) + b * 8 + ln.sum));
+    a.x0 = static_cast<int16_t>(xs & 0xffff);
+    a.x1 = static_cast<int16_t>(xs >> 16);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint4 head, q;
+  __device__ void load(const uint8_t* blk, int l8) {
+    head = ld_stream(blk);
+    q = ld_stream(blk + 16 + 16 * l8);
+  }
+  // The lane's part of the super-block's product with one token, as the CPU's dot product forms a
+  // block (integer sums of scales times code products, and of minimums times code sums, then the two
+  // float scales).
+  __device__ float part(const Lane& ln, const Act& a) const {
+    // Scales and minimums of sub-blocks 2c, 2c + 1 as the two low bytes of sp and mp.
+    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
+    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
+    const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
+                        dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
+    const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
+                         dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
+    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
+    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
+  }
+};
+
+// Q6_K: lane l8 holds elements 128n + 32k + l0 + i (n = l8 / 4, l0 = 8 (l8 % 4), k = 0..3, i < 8):
+// low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n + 32(k % 2) + l0 + i, bits 2k of
+// qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks are only 2-byte aligned: each
+// 8 bytes come from three aligned words (cached: the lanes of a block share their lines).
+__device__ __forceinline__ uint2 ld8_aligned2(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t sh = (reinterpret_cast<uintptr_t>(p) & 2) * 8;
+  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
+struct Q6kLane {
+  static constexpr int kBytes = 210;
+  struct Lane {
+    int act, hs;  // the lane's codes within a super-block; the shift of its scale bytes
+    __device__ explicit Lane(int l8) : act((l8 >> 2) * 128 + (l8 & 3) * 8), hs(((l8 & 3) >> 1) * 8) {}
+  };
+  struct Act {
+    uint2 k[4];
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    for (int k = 0; k < 4; ++k) a.k[k] = *reinterpret_cast<const uint2*>(p + 32 * k);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint2 la, lb, qh, sc;
+  uint32_t d;
+  __device__ void load(const uint8_t* blk, int l8) {
+    const int n = l8 >> 2, l0 = (l8 & 3) * 8;
+    la = ld8_aligned2(blk + n * 64 + l0);
+    lb = ld8_aligned2(blk + n * 64 + 32 + l0);
+    qh = ld8_aligned2(blk + 128 + n * 32 + l0);
+    sc = ld8_aligned2(blk + 192 + n * 8);
+    d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const uint32_t wa[2] = {la.x, la.y}, wb[2] = {lb.x, lb.y}, wh[2] = {qh.x, qh.y}, ws[2] = {sc.x, sc.y};
+    int tot = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int dot = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Four codes minus 32 as signed bytes: nibble k / 2 of ql (a for even k, b for odd), two bits
+        // of qh at 2k above them.
+        const uint32_t l = k & 1 ? wb[h] : wa[h];
+        const uint32_t code = ((k < 2 ? l : l >> 4) & 0x0F0F0F0Fu) | (((wh[h] >> (2 * k)) & 0x03030303u) << 4);
+        dot = dp4a(__vsub4(code, 0x20202020u), h ? a.k[k].y : a.k[k].x, dot);
+      }
+      // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
+      tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
+    }
+    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(tot);
+  }
+};
+
+// A warp's share of R rows (each nsb super-blocks): super-blocks 4 (ks + S u) + lane / 8 for u = 0, 1,
+// ...; U steps loaded before any is used (bytes in flight). c: the codes from row t0 on.
+template <class L, int NT, int S, int R>
+__device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, int ks, const Codes& c, int cols, int nt, float (*acc)[NT]) {
+  constexpr int U = sizeof(L) * R > 64 ? 1 : sizeof(L) * R > 32 ? 2 : 4;
+  const int lane = threadIdx.x % kWarp, l8 = lane & 7;
+  const typename L::Lane ln(l8);
+  bool waited = false;
+  for (int b0 = ks * 4 + lane / 8; b0 < nsb; b0 += 4 * S * U) {
+    L raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b < nsb) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r].load(rows[r] + b * L::kBytes, l8);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b >= nsb) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+        const typename L::Act a = L::act(ln, b, c, cols, t);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] += raw[u][r].part(ln, a);
+      }
+    }
+  }
+}
+
+// Up to three products reading the same codes in one launch (q, k and v; gate and up), each segment
+// its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
+// computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
+// per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
+// per block and its rows' expert.
+struct MvSeg {
+  const uint8_t* w;
+  size_t row_bytes, expert_bytes;
+  int64_t first, rows, os;
+  float* out;
+  const float* bias;
+  int64_t bias_stride;
+  int type;
+  unsigned blocks;
+};
+struct MvArgs {
+  MvSeg seg[3];
+  int nseg;
+  Codes c;
+  int64_t cols;
+  const int32_t* ids;
+  int n;
+  Glu glu;
+};
+
+template <int NT, int S, int RW, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
+  pdl_trigger();
+  if (a.ids) pdl_wait();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW;
+  const int ks = warp % S;
+  const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
+  const int64_t e = a.ids ? a.ids[t0] : 0;
+  constexpr int P = GLU ? 2 : 1, R = RW * P;  // row i of product p: acc[p * RW + i]
+  float acc[R][NT];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) acc[i][t] = 0;
+  if (r0 < g.rows) {
+    const uint8_t* rows[R];
+    for (int p = 0; p < P; ++p) {
+      const MvSeg& gp = a.seg[GLU ? p : si];
+      for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
+    }
+    const int cols = static_cast<int>(a.cols);
+    const Codes c{a.c.q + static_cast<int64_t>(t0) * cols, a.c.d + t0 * (cols / 256), a.c.s + t0 * (cols / 32)};
+    if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+  }
+  pdl_wait();  // (again: warps with no rows, lanes with no super-blocks)
+  __shared__ float part[kMvWarps][R * NT];
+  for (int i = 0; i < R; ++i) {
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(acc[i][t]);
+      if (lane == 0) part[warp][i * NT + t] = v;
+    }
+  }
+  if constexpr (S > 1) __syncthreads();
+  else __syncwarp();
+  if (ks != 0 || lane >= nt * RW) return;
+  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i
+  const int64_t r = r0 + i;
+  if (t >= nt || r >= g.rows) return;
+  float y[P];
+  for (int p = 0; p < P; ++p) {
+    float v = 0;
+    for (int k = 0; k < S; ++k) v += part[warp + k][(p * RW + i) * NT + t];
+    const MvSeg& gp = a.seg[GLU ? p : si];
+    y[p] = v + (gp.bias ? gp.bias[e * gp.bias_stride + r] : 0.0f);
+  }
+  g.out[(t0 + t) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[1]) : y[0];
+}
+
+// The launch shape: RW rows per warp (sharing each step's activation loads) and S warps per group of
+// rows (each a share of the super-blocks), measured with zinc_cuda_matvec_bench on an H200 for one
+// token: at least 4096 rows (counting expert slots), four rows a warp and two warps for rows of 4096
+// columns or more (gate and up together: two rows of each, one warp); 1024 to 4096 rows, two rows and
+// four warps; fewer, one row. Several tokens: one row a warp.
+template <int NT, bool GLU>
+void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t groups_y = (a.n + NT - 1) / NT;
+  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? groups_y : 1);
+  int RW = 1, S = 1;
+  if (work >= 4096) {
+    RW = GLU ? 2 : 4;
+    S = GLU || nsb < 16 ? 1 : 2;
+  } else if (work >= 1024) {
+    RW = 2;
+    S = nsb >= 16 ? 4 : nsb >= 8 ? 2 : 1;
+  } else {
+    while (S < 4 && nsb / (2 * S) >= 8) S *= 2;
+  }
+  if (rows_per_warp > 0) RW = rows_per_warp;
+  if (GLU && RW > 2) RW = 2;
+  if (NT > 1 || (RW != 1 && RW != 2 && RW != 4)) RW = 1;
+  if (split == 1 || split == 2 || split == 4) S = split;
+  unsigned blocks = 0;
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
+  const dim3 grid(blocks, static_cast<unsigned>(groups_y)), block(kMvWarps * kWarp);
+#define ZINC_MV(SS, RR) \
+  if (S == SS && RW == RR) return launch(k_mv_codes<NT, SS, RR, GLU>, grid, block, s, a);
+  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1)
+  if constexpr (NT == 1) {
+    ZINC_MV(1, 2) ZINC_MV(2, 2) ZINC_MV(4, 2)
+    if constexpr (!GLU) { ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4) }
+  }
+#undef ZINC_MV
+}
+
+void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
+  a.c = codes_layout(q8, a.n, a.cols);
+  if (!q8_ready) {
+    launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), a.n), dim3(256), s, x, xs, x_div, a.cols, a.c);
+  }
+  const bool glu = a.glu != Glu::None;
+  if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
+  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, 1) : launch_mv_codes<2, false>(s, a, split, 1);
+  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, 1) : launch_mv_codes<4, false>(s, a, split, 1);
+  else glu ? launch_mv_codes<8, true>(s, a, split, 1) : launch_mv_codes<8, false>(s, a, split, 1);
+}
+
+// Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
+// eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs.
+constexpr int kTm = 64, kTn = 64, kTk = 32;
+template <int T>
+__global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                                                const float* x, int64_t xs, int n, float* out, int64_t os, const float* bias) {
+  __shared__ float ws[kTk][kTm + 4];
+  __shared__ float xsh[kTk][kTn + 4];
+  const int tid = threadIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTm;
+  const int n0 = blockIdx.y * kTn;
+  const int lr = tid / 4, lg = tid % 4;  // the row (token) and group this thread loads
+  const int tr = tid / 16, tc = tid % 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
+    float v[8];
+    if (m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, v);
+    else for (int i = 0; i < 8; ++i) v[i] = 0;
+    for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = v[i];
+    if (n0 + lr < n) {
+      const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + lr) * xs + k0 + lg * 8);
+      const float4 a = xp[0], b = xp[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+      for (int i = 0; i < 8; ++i) v[i] = 0;
+    }
+    for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = v[i];
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kTk; ++kk) {
+      const float4 a = *reinterpret_cast<const float4*>(&ws[kk][tr * 4]);
+      const float4 b = *reinterpret_cast<const float4*>(&xsh[kk][tc * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+  for (int j = 0; j < 4; ++j) {
+    const int t = n0 + tc * 4 + j;
+    if (t >= n) break;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = m0 + tr * 4 + i;
+      if (r < rows) out[t * os + r] = acc[i][j] + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+// Prompts on tensor cores (quantized weights): tiles of 128 rows x TN tokens (128 or 64) over steps
+// of 32 columns, weights decoded to f16 and activations rounded to f16 in shared memory, products
+// accumulated in float32 by 16x16x16 matrix instructions (8 warps, each 32 rows x TN/2 tokens). The
+// next step's weights and activations are read into registers while the current step's products run
+// (two shared buffers, one barrier a step); the results leave through a per-warp 16 x 16 stage with
+// the bias. Activations lose the bits f16 does not hold (relative 2^-11), as on the Vulkan backend's
+// cooperative-matrix path; float weights keep k_mul_mm.
+//
+// Grouped (a mixture's prompt, g.order given): the expert slots sorted by expert (moe_group); block
+// row y is tile y of the concatenated experts' tiles, its tokens slots order[base + j] of one expert
+// (x row slot / x_div, out row slot), its weights that expert's.
+struct TcGroups {
+  const int32_t* order = nullptr;    // slots by expert
+  const int32_t* offsets = nullptr;  // expert e's slots: order[offsets[e] .. offsets[e + 1])
+  int n_expert = 0, x_div = 1;
+  size_t expert_bytes = 0;
+  int64_t first = 0, bias_stride = 0;
+};
+constexpr int kTcM = 128, kTcK = 32, kTcLd = 40;  // halves per shared row: 32 + 8
+template <int T, int TN>
+__global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                                                   int64_t xs, int n, float* out, int64_t os, const float* bias, TcGroups g) {
+  using namespace nvcuda;
+  constexpr int FJ = TN / 32;  // fragments of 16 tokens per warp
+  __shared__ __align__(32) half ws[2][kTcM][kTcLd];
+  __shared__ __align__(32) half xh[2][TN][kTcLd];
+  __shared__ int32_t slot_of[TN];
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTcM;
+  int n0 = blockIdx.y * TN, count = n - n0;
+  if (g.order) {
+    // Tile blockIdx.y of the experts' tiles in order.
+    int tile = blockIdx.y, e = 0;
+    for (; e < g.n_expert; ++e) {
+      const int c = g.offsets[e + 1] - g.offsets[e], tiles = (c + TN - 1) / TN;
+      if (tile < tiles) break;
+      tile -= tiles;
+    }
+    if (e == g.n_expert) return;
+    n0 = g.offsets[e] + tile * TN;
+    count = g.offsets[e + 1] - n0;
+    w += static_cast<int64_t>(e) * g.expert_bytes + g.first * static_cast<int64_t>(row_bytes);
+    if (bias) bias += static_cast<int64_t>(e) * g.bias_stride;
+  }
+  count = min(count, TN);
+  for (int j = tid; j < TN; j += blockDim.x) slot_of[j] = j >= count ? -1 : g.order ? g.order[n0 + j] : n0 + j;
+  __syncthreads();
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * (TN / 2);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][FJ];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < FJ; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  // A step's share per thread: two groups of eight weights (rows r, r + 64 of group gi) and TN / 32
+  // float4s of activations (tokens xt + 32 q, quarter xq).
+  const int wr = tid / 4, wg = tid % 4, xt = tid / 8, xq = tid % 8;
+  constexpr int XQ = TN / 32;
+  int64_t xrow[XQ];
+#pragma unroll
+  for (int q = 0; q < XQ; ++q) {
+    const int slot = slot_of[xt + 32 * q];
+    xrow[q] = slot < 0 ? -1 : static_cast<int64_t>(slot / g.x_div) * xs;
+  }
+  float v[2][8];
+  float4 a[XQ];
+  const auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = m0 + wr + 64 * h;
+      if (r < rows) dec8<T>(w + r * row_bytes, k0 / 8 + wg, v[h]);
+      else for (int i = 0; i < 8; ++i) v[h][i] = 0;
+    }
+#pragma unroll
+    for (int q = 0; q < XQ; ++q) a[q] = xrow[q] >= 0 ? *reinterpret_cast<const float4*>(x + xrow[q] + k0 + xq * 4) : make_float4(0, 0, 0, 0);
+  };
+  const auto put = [&](int b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) *reinterpret_cast<half2*>(&ws[b][wr + 64 * h][wg * 8 + i]) = __floats2half2_rn(v[h][i], v[h][i + 1]);
+#pragma unroll
+    for (int q = 0; q < XQ; ++q) {
+      *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4]) = __floats2half2_rn(a[q].x, a[q].y);
+      *reinterpret_cast<half2*>(&xh[b][xt + 32 * q][xq * 4 + 2]) = __floats2half2_rn(a[q].z, a[q].w);
+    }
+  };
+  fetch(0);
+  put(0);
+  __syncthreads();
+  int cur = 0;
+  for (int64_t k0 = 0; k0 < cols; k0 += kTcK) {
+    const bool more = k0 + kTcK < cols;
+    if (more) fetch(k0 + kTcK);
+#pragma unroll
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[FJ];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &ws[cur][wm + 16 * i][kk], kTcLd);
+#pragma unroll
+      for (int j = 0; j < FJ; ++j) wmma::load_matrix_sync(fb[j], &xh[cur][wn + 16 * j][kk], kTcLd);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < FJ; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    if (more) put(cur ^ 1);
+    __syncthreads();
+    cur ^= 1;
+  }
+  // Each 16 x 16 result through the warp's stage (token-major), then written with the bias.
+  float* stage = reinterpret_cast<float*>(&ws[0][0][0]) + warp * 256;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int j = 0; j < FJ; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_col_major);  // stage[t * 16 + r]
+      __syncwarp();
+      for (int e = lane; e < 256; e += kWarp) {
+        const int t = e / 16, rr = e % 16;
+        const int slot = slot_of[wn + 16 * j + t];
+        const int64_t r = m0 + wm + 16 * i + rr;
+        if (slot >= 0 && r < rows) out[static_cast<int64_t>(slot) * os + r] = stage[e] + (bias ? bias[r] : 0.0f);
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// A mixture's slots sorted by expert: counts, their prefix sums (offsets[0 .. n_expert]), then each
+// slot placed after the earlier ones of its expert (the order within an expert does not matter: each
+// slot's row of a product is computed alone). One block.
+__global__ void __launch_bounds__(1024) k_moe_group(const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets) {
+  __shared__ int32_t cnt[1024];
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int at = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      const int c = cnt[e];
+      offsets[e] = at;
+      cnt[e] = at;
+      at += c;
+    }
+    offsets[n_expert] = at;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) order[atomicAdd(&cnt[ids[i]], 1)] = i;
+}
+
+template <int T>
+void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                    const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
+                    const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if constexpr (T == kQ4_K || T == kQ6_K) {
+    // One token per sequence (decode) or one per expert slot: against 8-bit codes.
+    // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
+    if (q8 && (ids || n <= 8)) {
+      MvArgs a{};
+      a.seg[0] = {wb, row_bytes, expert_bytes, first, rows, os, out, bias, bias_stride, T, 0};
+      a.nseg = 1;
+      a.cols = cols;
+      a.ids = ids;
+      a.n = n;
+      a.glu = Glu::None;
+      mv_codes(s, a, x, xs, x_div, q8, q8_ready, 0, 0);
+      return;
+    }
+  }
+  const dim3 block(kMvWarps * kWarp);
+  const auto row_blocks = [&](int r) { return static_cast<unsigned>((rows + r - 1) / r); };
+  if (ids) {
+    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
+                                                               out, os, bias, bias_stride);
+  } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
+    k_mul_mm_tc<T, 128><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + 127) / 128), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                      x, xs, n, out, os, bias, TcGroups{});
+  } else if (n > 8 && first == 0) {
+    k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                      x, xs, n, out, os, bias);
+  } else if (n >= 8) {
+    k_mul_mv<T, 8, 1><<<dim3(row_blocks(1), (n + 7) / 8), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
+                                                                         os, bias, 0);
+  } else if (n >= 4) {
+    k_mul_mv<T, 4, 1><<<dim3(row_blocks(1), (n + 3) / 4), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
+                                                                         os, bias, 0);
+  } else if (n == 2) {
+    k_mul_mv<T, 2, 1><<<dim3(row_blocks(1), 1), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+  } else {
+    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+  }
+}
+
+}  // namespace
+
+bool weight_type_supported(int type) {
+  switch (type) {
+#define ZINC_CASE(T) case T:
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    return true;
+    default: return false;
+  }
+}
+
+void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale, float* out) {
+  const dim3 grid(grid_for(width / 8), n);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: k_embed<T><<<grid, 256, 0, s>>>(wb, row_bytes, ids, width / 8, scale, out); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
+}
+
+void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out, int64_t out_stride,
+                const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride, q8, q8_ready); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
+}
+
+void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int n,
+             float* out, int64_t out_stride, const float* bias, void* q8, bool q8_ready) {
+  mul_mat_id(s, type, w, row_bytes, 0, 0, rows, cols, x, x_stride, 1, nullptr, n, out, out_stride, bias, 0, q8, q8_ready);
+}
+
+bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
+
+void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
+                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+  MvArgs a{};
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
+                p[i].bias, p[i].bias_stride, p[i].type, 0};
+  }
+  a.nseg = count;
+  a.cols = cols;
+  a.ids = ids;
+  a.n = n;
+  a.glu = glu;
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
+}
+
+void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets) {
+  k_moe_group<<<1, 1024, 0, s>>>(ids, slots, n_expert, order, offsets);
+}
+
+bool grouped_mul_mat_supported(int type) { return type != kF32 && type != kF16 && type != kBF16 && weight_type_supported(type); }
+
+void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
+                     const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets, int n_expert, int slots,
+                     float* out, int64_t out_stride, const float* bias, int64_t bias_stride) {
+  TcGroups g;
+  g.order = order;
+  g.offsets = offsets;
+  g.n_expert = n_expert;
+  g.x_div = x_div;
+  g.expert_bytes = expert_bytes;
+  g.first = first;
+  g.bias_stride = bias_stride;
+  // Tiles of 64 slots: an expert's last tile is partly empty, at most n_expert of them.
+  const dim3 grid(static_cast<unsigned>((rows + kTcM - 1) / kTcM), static_cast<unsigned>((slots + 63) / 64 + n_expert));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (type) {
+#define ZINC_CASE(T) \
+  case T: k_mul_mm_tc<T, 64><<<grid, 256, 0, s>>>(wb, row_bytes, rows, cols, x, x_stride, slots, out, out_stride, bias, g); break;
+    ZINC_CUDA_TYPES(ZINC_CASE)
+#undef ZINC_CASE
+    default: break;
+  }
+}
+
+}  // namespace zinc::backend::cuda
