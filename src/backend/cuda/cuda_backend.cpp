@@ -209,8 +209,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       : SharedDeviceExecutable(g, opts, weights->step_mutex), weights_(std::move(weights)) {
     const uint64_t before = g_allocated;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    const char* pdl = knob("ZINC_CUDA_PDL");
-    ck::set_programmatic_launch(!(pdl && std::string(pdl) == "0"));
+    ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     plan_fusions();
     plan();
     device_bytes_ = g_allocated - before;
@@ -829,7 +828,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   void plan_fusions() {
     const size_t count = g_.nodes.size();
     fuse_.assign(count, Fusion{});
-    if (const char* v = knob("ZINC_CUDA_FUSE"); v && std::string(v) == "0") return;
+    if (knob_u32("ZINC_CUDA_FUSE", 1, 0, 1) == 0) return;
     std::vector<int> readers(g_.tensors.size(), 0);
     for (const Node& n : g_.nodes)
       for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
