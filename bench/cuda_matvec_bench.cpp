@@ -1,6 +1,7 @@
 // Decode products on the CUDA backend: each shape's time per launch and bytes per second against the
 // device's copy bandwidth (launches replayed from a CUDA graph, weights cycled through copies larger
-// than L2 so every launch reads them from memory). Usage: zinc_cuda_matvec_bench [tokens] [iterations]
+// than L2 so every launch reads them from memory); with more than 8 tokens, the prompt products' paths.
+// Usage: zinc_cuda_matvec_bench [tokens] [iterations]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -141,6 +142,26 @@ int main(int argc, char** argv) {
   check(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(3 * n * max_rows) * 4), "cudaMalloc");
   check(cudaMalloc(&q8, ck::q8_bytes(n, max_cols)), "cudaMalloc");
 
+  if (n > 8) {
+    // Prompt products: integer tensor cores against codes (with the quantization, once per product)
+    // and f16 tensor cores against f16-rounded activations.
+    std::printf("| product | path | us per launch | TFLOP/s |\n|---|---|---|---|\n");
+    for (const Shape& sh : shapes) {
+      if (sh.parts.size() != 1) continue;
+      const Weights& w = sh.parts[0];
+      for (const bool int8 : {true, false}) {
+        ck::set_int8_prompts(int8);
+        const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
+          ck::mul_mat(s, static_cast<int>(w.type), w.copies[static_cast<size_t>(i) % w.copies.size()], zinc::quant::row_size(w.type, w.cols), w.rows,
+                      w.cols, x, w.cols, n, out, w.rows, nullptr, q8, false);
+        });
+        std::printf("| %s | %s | %.1f | %.1f |\n", sh.name.c_str(), int8 ? "int8 codes" : "f16", us,
+                    2.0 * static_cast<double>(w.rows * w.cols) * n / (us * 1e6));
+      }
+    }
+    check(cudaGetLastError(), "kernels");
+    return 0;
+  }
   std::printf("| product | warps per row x rows per warp | us per launch | GB/s | %% of copy |\n|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {
     size_t bytes = 0;

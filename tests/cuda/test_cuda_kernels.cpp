@@ -156,6 +156,35 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaKernels,
                                            TensorType::IQ4_XS, TensorType::MXFP4),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 
+struct QuantRows {
+  TensorType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> w;
+  size_t rb;
+  QuantRows(TensorType t, int64_t r, int64_t c, std::mt19937& rng) : type(t), rows(r), cols(c), rb(quant::row_size(t, c)) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    w.resize(rb * static_cast<size_t>(rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < rows; ++i) {
+      for (float& v : row) v = dist(rng);
+      quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(i) * rb, cols);
+    }
+  }
+  // The CPU's reference dot of row r with x (its codes), and a bound on the float rounding.
+  double dot(int64_t r, const float* x) const {
+    std::vector<uint8_t> act(quant::activation_row_size(type, cols));
+    quant::quantize_activation(type, x, act.data(), cols);
+    return quant::dot_ref(type, w.data() + static_cast<size_t>(r) * rb, act.data(), cols);
+  }
+  double bound(int64_t r, const float* x) const {
+    std::vector<float> deq(static_cast<size_t>(cols));
+    quant::dequantize_row(type, w.data() + static_cast<size_t>(r) * rb, deq.data(), cols);
+    double mag = 0;
+    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[c]);
+    return 1e-5 * mag;
+  }
+};
+
 // Q4_K and Q6_K with one token (decode) or one expert slot at a time: against the activations' 8-bit
 // codes, as the CPU's reference dot product computes them (integer sums per sub-block, exact), so the
 // results differ from dot_ref() only by the order of a row's float multiply-adds.
@@ -228,6 +257,65 @@ TEST_P(CudaCodeKernels, DecodeProductsMatchTheCpuReferenceDot) {
   }
 }
 
+// Prompts of Q4_K and Q6_K on integer tensor cores: the same reference dot (each token's 8-bit codes)
+// for a step of 150 tokens (three tiles of 64, the last ragged) over 200 rows (two tiles of 128, the
+// last ragged), its codes then reused by a second product (q8_ready); and a prompt's expert slots
+// grouped by expert, with a bias, 150 slots of 75 tokens over three experts' rows [5, 5 + 131).
+TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
+  const TensorType type = GetParam();
+  const int64_t rows = 200, cols = 768, n_expert = 3;
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const QuantRows w(type, rows * n_expert, cols, rng);
+  const int tokens = 150;
+  std::vector<float> x(static_cast<size_t>(tokens * cols));
+  for (float& v : x) v = dist(rng) * 2.0f;
+  Dev dw(w.w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(tokens * rows) * 4), dq8(backend::cuda::q8_bytes(tokens, cols));
+  upload(dw, w.w.data(), w.w.size());
+  upload(dx, x.data(), x.size() * 4);
+  std::vector<float> got(static_cast<size_t>(tokens * rows));
+  for (const bool ready : {false, true}) {
+    // The second product: the rows of the second expert, the codes already in q8.
+    const int64_t base = ready ? rows : 0;
+    backend::cuda::mul_mat(nullptr, static_cast<int>(type), static_cast<const uint8_t*>(dw.p) + static_cast<size_t>(base) * w.rb, w.rb, rows,
+                           cols, dx.as<float>(), cols, tokens, dout.as<float>(), rows, nullptr, dq8.p, ready);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xt = x.data() + static_cast<size_t>(t) * cols;
+        ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], w.dot(base + r, xt), w.bound(base + r, xt))
+            << (ready ? "codes reused, " : "") << "token " << t << " row " << r;
+      }
+  }
+  // Grouped: slot i is token i / 2; experts by a fixed pattern, most slots on expert 1.
+  const int slots = tokens, x_div = 2;
+  const int64_t first = 5, count = 131;
+  std::vector<int32_t> ids(static_cast<size_t>(slots));
+  for (int i = 0; i < slots; ++i) ids[static_cast<size_t>(i)] = i % 5 == 0 ? 0 : i % 7 == 0 ? 2 : 1;
+  std::vector<float> bias(static_cast<size_t>(n_expert * rows));
+  for (float& b : bias) b = dist(rng);
+  Dev dids(slots * 4), dorder(slots * 4), doffsets(4 * 4), dbias(bias.size() * 4), dg(static_cast<size_t>(slots * count) * 4),
+      dq8g(backend::cuda::q8_bytes(slots, cols));
+  upload(dids, ids.data(), ids.size() * 4);
+  upload(dbias, bias.data(), bias.size() * 4);
+  backend::cuda::moe_group(nullptr, dids.as<int32_t>(), slots, static_cast<int>(n_expert), dorder.as<int32_t>(), doffsets.as<int32_t>());
+  backend::cuda::grouped_mul_mat(nullptr, static_cast<int>(type), dw.p, w.rb, w.rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(),
+                                 cols, x_div, dorder.as<int32_t>(), doffsets.as<int32_t>(), static_cast<int>(n_expert), slots, dg.as<float>(), count,
+                                 dbias.as<float>(), rows, dq8g.p, false);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> g(static_cast<size_t>(slots * count));
+  ASSERT_EQ(cudaMemcpy(g.data(), dg.p, g.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < slots; ++i) {
+    const int64_t e = ids[static_cast<size_t>(i)];
+    const float* xt = x.data() + static_cast<size_t>(i / x_div) * cols;
+    for (int64_t r = 0; r < count; ++r)
+      ASSERT_NEAR(g[static_cast<size_t>(i * count + r)], w.dot(e * rows + first + r, xt) + bias[static_cast<size_t>(e * rows + r)],
+                  w.bound(e * rows + first + r, xt) + 1e-6)
+          << "grouped slot " << i << " (expert " << e << ") row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 
@@ -239,34 +327,6 @@ class CudaFused : public ::testing::Test {
   void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
 };
 
-struct QuantRows {
-  TensorType type;
-  int64_t rows, cols;
-  std::vector<uint8_t> w;
-  size_t rb;
-  QuantRows(TensorType t, int64_t r, int64_t c, std::mt19937& rng) : type(t), rows(r), cols(c), rb(quant::row_size(t, c)) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    w.resize(rb * static_cast<size_t>(rows));
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t i = 0; i < rows; ++i) {
-      for (float& v : row) v = dist(rng);
-      quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(i) * rb, cols);
-    }
-  }
-  // The CPU's reference dot of row r with x (its codes), and a bound on the float rounding.
-  double dot(int64_t r, const float* x) const {
-    std::vector<uint8_t> act(quant::activation_row_size(type, cols));
-    quant::quantize_activation(type, x, act.data(), cols);
-    return quant::dot_ref(type, w.data() + static_cast<size_t>(r) * rb, act.data(), cols);
-  }
-  double bound(int64_t r, const float* x) const {
-    std::vector<float> deq(static_cast<size_t>(cols));
-    quant::dequantize_row(type, w.data() + static_cast<size_t>(r) * rb, deq.data(), cols);
-    double mag = 0;
-    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[c]);
-    return 1e-5 * mag;
-  }
-};
 
 TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   std::mt19937 rng(11);

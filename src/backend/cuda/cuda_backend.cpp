@@ -210,6 +210,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const uint64_t before = g_allocated;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
+    int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
+    ck::set_int8_prompts(int8_prompts_);
     plan_fusions();
     plan();
     device_bytes_ = g_allocated - before;
@@ -447,14 +449,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
       if (n.op == Op::DeltaNet) gates = std::max(gates, rows * static_cast<size_t>(n.delta_net().n_head_v));
     }
-    // The activations' 8-bit codes for the products that take them: a decode step's rows, or every
-    // expert slot of a step.
+    // The activations' 8-bit codes for the products that take them: a step's rows, or every expert
+    // slot of a step.
     size_t q8 = 0;
     for (const Node& n : g_.nodes) {
       for (size_t k = 0; k < n.in.size(); ++k) {
         const auto& t = g_.tensor(n.in[k]);
         if (t.kind != TensorKind::Weight || !ck::uses_codes(static_cast<int>(t.type))) continue;
-        const int64_t slots = n.op == Op::MoE ? static_cast<int64_t>(rows) * n.moe().n_expert_used : std::min<int64_t>(8, static_cast<int64_t>(rows));
+        const int64_t slots = n.op == Op::MoE ? static_cast<int64_t>(rows) * n.moe().n_expert_used : static_cast<int64_t>(rows);
         q8 = std::max(q8, ck::q8_bytes(slots, t.ne[0]));
       }
     }
@@ -769,12 +771,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
       auto* offsets = moe_offsets_.get<int32_t>();
       ck::moe_group(stream_, ids, slots, ne, order, offsets);
       ck::grouped_mul_mat(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
-                          x, d, k, order, offsets, ne, slots, gate, ff, bias(1), ff);
+                          x, d, k, order, offsets, ne, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
       ck::grouped_mul_mat(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
-                          fused ? ff : 0, ff, d, x, d, k, order, offsets, ne, slots, up, ff, bias(2), ff);
+                          fused ? ff : 0, ff, d, x, d, k, order, offsets, ne, slots, up, ff, bias(2), ff, q8_.get(),
+                          codes_of(ut.type, node.in[0], k));
       ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
+      codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
       ck::grouped_mul_mat(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate,
-                          ff, 1, order, offsets, ne, slots, y, d, bias(3), d);
+                          ff, 1, order, offsets, ne, slots, y, d, bias(3), d, q8_.get(), false);
       ck::moe_combine(stream_, y, wts, n, k, d, out);
       return;
     }
@@ -920,7 +924,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const Node& norm = g_.nodes[i + count - 1];
         const int64_t width = g_.tensor(norm.out).ne[0];
         const int64_t n = rows_[static_cast<size_t>(first.in[0])];
-        const bool codes = f.codes && n <= 8;
+        const bool codes = f.codes && (n <= 8 || (int8_prompts_ && n <= 65535));
         const bool add = f.kind == Fuse::AddNorm;
         ck::add_rms_norm(s, act(first.in[0]), add ? act(first.in[1]) : nullptr, add ? act(first.out) : nullptr, weights_->f32_or_null(norm, 1),
                          act(norm.out), width, static_cast<int>(n), norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr);
@@ -1074,6 +1078,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   DeviceBuffer pad_x_;
   bool kv_appended_ = false;  // the next attention's k and v are in the cache already
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
+  bool int8_prompts_ = true;  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)
   DeviceBuffer moe_order_, moe_offsets_;  // a prompt's slots grouped by expert (ck::moe_group)
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;

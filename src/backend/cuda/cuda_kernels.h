@@ -28,15 +28,19 @@ std::string last_error();
 // so that each may start while the previous kernel of its stream finishes (sm_90 and later; streams
 // other than the default one). On unless turned off.
 void set_programmatic_launch(bool on);
+// Prompt products of the uses_codes() types against the activations' 8-bit codes on integer tensor
+// cores (as decode computes them), rather than against f16-rounded activations on f16 tensor cores.
+// On unless turned off.
+void set_int8_prompts(bool on);
 
 // out[t] = row ids[t] of w, times scale. width: a multiple of 32.
 void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale,
            float* out);
 
 // out[t][r] = w_r · x[t] (+ bias[r]) for rows r < rows, tokens t < n. cols: a multiple of 32.
-// With q8 (scratch of q8_bytes(n, cols)), the types uses_codes() names take steps of up to 8 tokens
-// and expert slots against the activations' 8-bit codes, as the CPU computes them (Q8_K: integer dot
-// products per sub-block); otherwise, and for longer steps (prefill), against the float32 activations.
+// With q8 (scratch of q8_bytes(n, cols)), the types uses_codes() names take the activations' 8-bit
+// codes, as the CPU computes them (Q8_K: integer dot products per sub-block), for any n (prompts on
+// integer tensor cores); otherwise against the float32 activations.
 // q8_ready: q8 already holds these activations' codes (the previous product read the same rows).
 void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
              int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr,
@@ -161,11 +165,13 @@ void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* o
 // Then one tiled product per expert over its slots (quantized types, grouped_mul_mat_supported):
 // for every slot i of expert e, out row i (out_stride apart) = rows [first, first + rows) of expert e
 // (expert_bytes apart) . x row i / x_div, plus that expert's bias row (bias_stride apart). Each
-// expert's weights are read once per tile of 64 of its slots.
+// expert's weights are read once per tile of 64 of its slots. With q8 (q8_bytes(slots, cols)), the
+// uses_codes() types against the slots' 8-bit codes on integer tensor cores (q8_ready as mul_mat's).
 bool grouped_mul_mat_supported(int type);
 void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
                      int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets,
-                     int n_expert, int slots, float* out, int64_t out_stride, const float* bias, int64_t bias_stride);
+                     int n_expert, int slots, float* out, int64_t out_stride, const float* bias, int64_t bias_stride,
+                     void* q8 = nullptr, bool q8_ready = false);
 
 // Causal depthwise convolution then SiLU over n tokens of one sequence; state: its kernel - 1 rows
 // of earlier inputs (oldest first), updated. With kept, the state after each token t is also written

@@ -10,6 +10,11 @@
 
 namespace zinc::backend::cuda {
 
+bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
+
+bool g_int8_prompts = true;
+void set_int8_prompts(bool on) { g_int8_prompts = on; }
+
 namespace {
 
 // ---- embedding and products -------------------------------------------------------------------
@@ -709,6 +714,299 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
   }
 }
 
+// ---- prompts against 8-bit activation codes on integer tensor cores (Q4_K, Q6_K) ----------------
+//
+// Tiles of 128 rows x 64 tokens over one super-block (256 columns) a step. A step's weights are
+// unpacked into signed bytes in shared memory (Q4_K codes 0..15; Q6_K codes minus 32) beside their
+// sub-block scales, the activations' codes (as mul_mat's decode reads them: Q8_K, a scale per 256, a
+// sum per 32) beside them; eight warps (4 x 2) each take 32 rows x 32 tokens with integer matrix
+// instructions, one per sub-block (Q4_K: 16x8x32 over its 32 columns; Q6_K: 16x8x16 over its 16),
+// whose sums are multiplied by the sub-block's integer scale and added as integers, as the CPU's dot
+// product forms a super-block; then the super-block's float scales (and the Q4_K minimums' term, the
+// minimums times the activations' sums of 32) go into float32 sums. Grouped tiles as k_mul_mm_tc's.
+constexpr int kMqM = 128, kMqN = 64, kMqLd = 256 + 16;  // bytes per shared row
+struct MqShared {
+  int8_t w[kMqM][kMqLd];
+  int8_t x[kMqN][kMqLd];
+  __align__(16) uint32_t sc[kMqM][4];  // Q4_K: scales (bytes 0..7) and minimums (8..15); Q6_K: the 16 signed scales
+  float wd[kMqM], wm[kMqM];  // d (and dmin) of each row's super-block
+  float xd[kMqN];
+  __align__(16) uint32_t xs[kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
+  int32_t slot[kMqN];
+};
+
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
+
+// 16 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes), as aligned words.
+__device__ __forceinline__ uint4 ld16_a2(const uint8_t* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const auto* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+  const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
+  const uint32_t w0 = __ldg(q), w1 = __ldg(q + 1), w2 = __ldg(q + 2), w3 = __ldg(q + 3);
+  if (sh == 0) return make_uint4(w0, w1, w2, w3);
+  const uint32_t w4 = __ldg(q + 4);
+  return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
+}
+
+template <int T>
+__global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, Codes c, int n,
+                                                      float* out, int64_t os, const float* bias, TcGroups g) {
+  extern __shared__ __align__(16) uint8_t mq_raw[];
+  MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp, gq = lane / 4, tq = lane % 4;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMqM;
+  int n0 = blockIdx.x * kMqN, count = n - n0;
+  if (g.order) {
+    int tile = blockIdx.x, e = 0;
+    for (; e < g.n_expert; ++e) {
+      const int cnt = g.offsets[e + 1] - g.offsets[e], tiles = (cnt + kMqN - 1) / kMqN;
+      if (tile < tiles) break;
+      tile -= tiles;
+    }
+    if (e == g.n_expert) return;
+    n0 = g.offsets[e] + tile * kMqN;
+    count = g.offsets[e + 1] - n0;
+    w += static_cast<int64_t>(e) * g.expert_bytes + g.first * static_cast<int64_t>(row_bytes);
+    if (bias) bias += static_cast<int64_t>(e) * g.bias_stride;
+  }
+  count = min(count, kMqN);
+  if (tid < kMqN) sh.slot[tid] = tid >= count ? -1 : g.order ? g.order[n0 + tid] : n0 + tid;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
+  float acc[2][4][4] = {};
+  const int64_t blocks = cols / 256;
+  for (int64_t b = 0; b < blocks; ++b) {
+    __syncthreads();  // the previous step's reads done (and the slots written)
+    // Weights: Q4_K 8 pieces of 16 code bytes a row (4 a thread), Q6_K 4 pieces of 64 values (2 a thread).
+    if constexpr (T == kQ4_K) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int item = tid + 256 * j, r = item / 8, part = item % 8;
+        uint4 q = make_uint4(0, 0, 0, 0);
+        if (m0 + r < rows) q = ld_stream(w + (m0 + r) * row_bytes + b * 144 + 16 + 16 * part);
+        const int c0 = (part / 2) * 64 + (part % 2) * 16;
+        *reinterpret_cast<uint4*>(&sh.w[r][c0]) =
+            make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
+        *reinterpret_cast<uint4*>(&sh.w[r][c0 + 32]) =
+            make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu, (q.w >> 4) & 0x0F0F0F0Fu);
+      }
+      if (tid < kMqM) {
+        const int r = tid;
+        uint4 h = make_uint4(0, 0, 0, 0);
+        if (m0 + r < rows) h = ld_stream(w + (m0 + r) * row_bytes + b * 144);
+        sh.wd[r] = half_bits(static_cast<uint16_t>(h.x & 0xffff));
+        sh.wm[r] = half_bits(static_cast<uint16_t>(h.x >> 16));
+        // Scales: bytes 0..3 low 6 bits of y, bytes 4..7 low nibbles of w with the top 2 bits of y;
+        // minimums: z's low 6 bits, then w's high nibbles with z's top 2 bits.
+        sh.sc[r][0] = h.y & 0x3f3f3f3fu;
+        sh.sc[r][1] = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+        sh.sc[r][2] = h.z & 0x3f3f3f3fu;
+        sh.sc[r][3] = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int item = tid + 256 * j, r = item / 4, half = (item % 4) / 2, l0 = (item % 2) * 16;
+        uint4 la = make_uint4(0, 0, 0, 0), lb = la, qh = la;
+        if (m0 + r < rows) {
+          const uint8_t* blk = w + (m0 + r) * row_bytes + b * 210;
+          la = ld16_a2(blk + 64 * half + l0);
+          lb = ld16_a2(blk + 64 * half + 32 + l0);
+          qh = ld16_a2(blk + 128 + 32 * half + l0);
+        }
+        const uint32_t A[4] = {la.x, la.y, la.z, la.w}, Bq[4] = {lb.x, lb.y, lb.z, lb.w}, H[4] = {qh.x, qh.y, qh.z, qh.w};
+        uint32_t v[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[0][i] = __vsub4((A[i] & 0x0F0F0F0Fu) | ((H[i] << 4) & 0x30303030u), 0x20202020u);
+          v[1][i] = __vsub4((Bq[i] & 0x0F0F0F0Fu) | ((H[i] << 2) & 0x30303030u), 0x20202020u);
+          v[2][i] = __vsub4(((A[i] >> 4) & 0x0F0F0F0Fu) | (H[i] & 0x30303030u), 0x20202020u);
+          v[3][i] = __vsub4(((Bq[i] >> 4) & 0x0F0F0F0Fu) | ((H[i] >> 2) & 0x30303030u), 0x20202020u);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          *reinterpret_cast<uint4*>(&sh.w[r][128 * half + 32 * k + l0]) = make_uint4(v[k][0], v[k][1], v[k][2], v[k][3]);
+      }
+      if (tid < kMqM) {
+        const int r = tid;
+        uint4 s = make_uint4(0, 0, 0, 0);
+        float d = 0;
+        if (m0 + r < rows) {
+          const uint8_t* blk = w + (m0 + r) * row_bytes + b * 210;
+          s = ld16_a2(blk + 192);
+          d = half_bits(*reinterpret_cast<const uint16_t*>(blk + 208));
+        }
+        *reinterpret_cast<uint4*>(sh.sc[r]) = s;
+        sh.wd[r] = d;
+      }
+    }
+    // Activations: 16 pieces of 16 codes a token (4 a thread); the scales and sums.
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int item = tid + 256 * j, t = item / 16, part = item % 16;
+      const int slot = sh.slot[t];
+      uint4 q = make_uint4(0, 0, 0, 0);
+      if (slot >= 0) q = *reinterpret_cast<const uint4*>(c.q + static_cast<int64_t>(slot) * cols + b * 256 + 16 * part);
+      *reinterpret_cast<uint4*>(&sh.x[t][16 * part]) = q;
+    }
+    if (tid >= kMqM && tid < kMqM + kMqN) {
+      const int t = tid - kMqM, slot = sh.slot[t];
+      float d = 0;
+      uint32_t s4[4] = {0, 0, 0, 0};
+      if (slot >= 0) {
+        d = c.d[static_cast<int64_t>(slot) * (cols / 256) + b];
+        const auto* sp = reinterpret_cast<const uint32_t*>(c.s + static_cast<int64_t>(slot) * (cols / 32) + b * 8);
+        for (int i = 0; i < 4; ++i) s4[i] = sp[i];
+      }
+      sh.xd[t] = d;
+      for (int i = 0; i < 4; ++i) sh.xs[t][i] = s4[i];
+    }
+    __syncthreads();
+    // The super-block's integer sums, each sub-block's products times its scale.
+    int isum[2][4][4] = {};
+    if constexpr (T == kQ4_K) {
+      uint32_t scw[2][2][2];  // [m tile][row half][word]: the eight scales of the thread's rows
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          scw[i][h][0] = sh.sc[wm + 16 * i + gq + 8 * h][0];
+          scw[i][h][1] = sh.sc[wm + 16 * i + gq + 8 * h][1];
+        }
+#pragma unroll 2
+      for (int s = 0; s < 8; ++s) {
+        uint32_t a[2][4], bf[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int8_t* r0 = &sh.w[wm + 16 * i + gq][32 * s + 4 * tq];
+          const int8_t* r1 = &sh.w[wm + 16 * i + gq + 8][32 * s + 4 * tq];
+          a[i][0] = *reinterpret_cast<const uint32_t*>(r0);
+          a[i][1] = *reinterpret_cast<const uint32_t*>(r1);
+          a[i][2] = *reinterpret_cast<const uint32_t*>(r0 + 16);
+          a[i][3] = *reinterpret_cast<const uint32_t*>(r1 + 16);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int8_t* p = &sh.x[wn + 8 * j + gq][32 * s + 4 * tq];
+          bf[j][0] = *reinterpret_cast<const uint32_t*>(p);
+          bf[j][1] = *reinterpret_cast<const uint32_t*>(p + 16);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int s0 = static_cast<int>((scw[i][0][s / 4] >> (8 * (s % 4))) & 0xff);
+          const int s1 = static_cast<int>((scw[i][1][s / 4] >> (8 * (s % 4))) & 0xff);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int p[4] = {0, 0, 0, 0};
+            mma_s8_k32(p, a[i], bf[j][0], bf[j][1]);
+            isum[i][j][0] += s0 * p[0];
+            isum[i][j][1] += s0 * p[1];
+            isum[i][j][2] += s1 * p[2];
+            isum[i][j][3] += s1 * p[3];
+          }
+        }
+      }
+      // Float scales; the minimums' term: sum over sub-blocks of minimum times the codes' sum.
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm + 16 * i + gq + 8 * h;
+          const float d = sh.wd[r], dm = sh.wm[r];
+          const int mn0 = static_cast<int>(sh.sc[r][2]), mn1 = static_cast<int>(sh.sc[r][3]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const int t = wn + 8 * j + 2 * tq + q;
+              const uint4 xs = *reinterpret_cast<const uint4*>(sh.xs[t]);
+              int m = __dp2a_lo(static_cast<int>(xs.x), mn0, 0);
+              m = __dp2a_hi(static_cast<int>(xs.y), mn0, m);
+              m = __dp2a_lo(static_cast<int>(xs.z), mn1, m);
+              m = __dp2a_hi(static_cast<int>(xs.w), mn1, m);
+              const float xd = sh.xd[t];
+              acc[i][j][2 * h + q] += xd * (d * static_cast<float>(isum[i][j][2 * h + q]) - dm * static_cast<float>(m));
+            }
+        }
+    } else {
+#pragma unroll 2
+      for (int s = 0; s < 16; ++s) {
+        uint32_t a[2][2], bf[4];
+        int sc[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          a[i][0] = *reinterpret_cast<const uint32_t*>(&sh.w[wm + 16 * i + gq][16 * s + 4 * tq]);
+          a[i][1] = *reinterpret_cast<const uint32_t*>(&sh.w[wm + 16 * i + gq + 8][16 * s + 4 * tq]);
+          sc[i][0] = reinterpret_cast<const int8_t*>(sh.sc[wm + 16 * i + gq])[s];
+          sc[i][1] = reinterpret_cast<const int8_t*>(sh.sc[wm + 16 * i + gq + 8])[s];
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bf[j] = *reinterpret_cast<const uint32_t*>(&sh.x[wn + 8 * j + gq][16 * s + 4 * tq]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int p[4] = {0, 0, 0, 0};
+            mma_s8_k16(p, a[i][0], a[i][1], bf[j]);
+            isum[i][j][0] += sc[i][0] * p[0];
+            isum[i][j][1] += sc[i][0] * p[1];
+            isum[i][j][2] += sc[i][1] * p[2];
+            isum[i][j][3] += sc[i][1] * p[3];
+          }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float d = sh.wd[wm + 16 * i + gq + 8 * h];
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 2; ++q)
+              acc[i][j][2 * h + q] += sh.xd[wn + 8 * j + 2 * tq + q] * d * static_cast<float>(isum[i][j][2 * h + q]);
+        }
+    }
+  }
+  // Results: element (row wm + 16 i + gq + 8 h, token wn + 8 j + 2 tq + q).
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int slot = sh.slot[wn + 8 * j + 2 * tq + q];
+      if (slot < 0) continue;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = m0 + wm + 16 * i + gq + 8 * h;
+          if (r < rows) out[static_cast<int64_t>(slot) * os + r] = acc[i][j][2 * h + q] + (bias ? bias[r] : 0.0f);
+        }
+    }
+}
+
+template <int T>
+void launch_mul_mm_q8(Stream s, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n, unsigned token_tiles,
+                      float* out, int64_t os, const float* bias, const TcGroups& g) {
+  static const bool sized = [] {
+    return cudaFuncSetAttribute(k_mul_mm_q8<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(MqShared))) == cudaSuccess;
+  }();
+  (void)sized;
+  const dim3 grid(token_tiles, static_cast<unsigned>((rows + kMqM - 1) / kMqM));
+  k_mul_mm_q8<T><<<grid, 256, sizeof(MqShared), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g);
+}
+
 // A mixture's slots sorted by expert: counts, their prefix sums (offsets[0 .. n_expert]), then each
 // slot placed after the earlier ones of its expert (the order within an expert does not matter: each
 // slot's row of a product is computed alone). One block.
@@ -738,8 +1036,14 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
                     const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if constexpr (T == kQ4_K || T == kQ6_K) {
-    // One token per sequence (decode) or one per expert slot: against 8-bit codes.
     // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
+    if (q8 && !ids && n > 8 && first == 0 && g_int8_prompts && n <= 65535) {
+      // A prompt: against codes on integer tensor cores.
+      const Codes c = codes_layout(q8, n, cols);
+      if (!q8_ready) launch(k_quantize_q8k, dim3(static_cast<unsigned>((cols / 256 + 7) / 8), n), dim3(256), s, x, xs, 1, cols, c);
+      launch_mul_mm_q8<T>(s, wb, row_bytes, rows, cols, c, n, static_cast<unsigned>((n + kMqN - 1) / kMqN), out, os, bias, TcGroups{});
+      return;
+    }
     if (q8 && (ids || n <= 8)) {
       MvArgs a{};
       a.seg[0] = {wb, row_bytes, expert_bytes, first, rows, os, out, bias, bias_stride, T, 0};
@@ -817,7 +1121,6 @@ void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, 
   mul_mat_id(s, type, w, row_bytes, 0, 0, rows, cols, x, x_stride, 1, nullptr, n, out, out_stride, bias, 0, q8, q8_ready);
 }
 
-bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
 
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
                    int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
@@ -842,7 +1145,7 @@ bool grouped_mul_mat_supported(int type) { return type != kF32 && type != kF16 &
 
 void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                      const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets, int n_expert, int slots,
-                     float* out, int64_t out_stride, const float* bias, int64_t bias_stride) {
+                     float* out, int64_t out_stride, const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   TcGroups g;
   g.order = order;
   g.offsets = offsets;
@@ -852,6 +1155,15 @@ void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t
   g.first = first;
   g.bias_stride = bias_stride;
   // Tiles of 64 slots: an expert's last tile is partly empty, at most n_expert of them.
+  const auto token_tiles = static_cast<unsigned>((slots + 63) / 64 + n_expert);
+  if (q8 && uses_codes(type) && g_int8_prompts && slots <= 65535) {
+    const Codes c = codes_layout(q8, slots, cols);
+    if (!q8_ready) launch(k_quantize_q8k, dim3(static_cast<unsigned>((cols / 256 + 7) / 8), slots), dim3(256), s, x, x_stride, x_div, cols, c);
+    const auto* w8 = static_cast<const uint8_t*>(w);
+    if (type == kQ4_K) launch_mul_mm_q8<kQ4_K>(s, w8, row_bytes, rows, cols, c, slots, token_tiles, out, out_stride, bias, g);
+    else launch_mul_mm_q8<kQ6_K>(s, w8, row_bytes, rows, cols, c, slots, token_tiles, out, out_stride, bias, g);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((rows + kTcM - 1) / kTcM), static_cast<unsigned>((slots + 63) / 64 + n_expert));
   const auto* wb = static_cast<const uint8_t*>(w);
   switch (type) {
