@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -458,6 +459,121 @@ TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
   ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int t = 0; t < n; ++t) EXPECT_NEAR(y[static_cast<size_t>(t)], one.dot(0, out.data() + t * width), one.bound(0, out.data() + t * width));
 }
+
+// A prompt's attention on tensor cores against a double-precision softmax over the cache's own values
+// (F16 or Q8_0 rows as the cache holds them): 100 rows of one sequence at positions 37..136, its
+// cache blocks out of order in the pool, two query heads per cache head; with and without a sliding
+// window, a score cap and sinks. Q is rounded to f16 and so are the probabilities the values are
+// weighed by: the bound is a few f16 roundings of outputs of size about one.
+class CudaFlash : public ::testing::TestWithParam<std::tuple<TensorType, int>> {
+ protected:
+  void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
+};
+
+TEST_P(CudaFlash, PromptAttentionMatchesTheSoftmax) {
+  const auto [kv, hd] = GetParam();
+  ASSERT_TRUE(backend::cuda::flash_attention_fits(static_cast<int>(kv), hd));
+  const int n_head = 4, n_head_kv = 2, n = 100, first = 37, keys = first + n;
+  const int kw = n_head_kv * hd, blocks = (keys + backend::cuda::kKvBlock - 1) / backend::cuda::kKvBlock;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t rb = quant::row_size(kv, kw);
+  // The pool: blocks + 2 blocks, the sequence's in reverse order from block 1.
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = blocks - b;
+  const size_t slots = static_cast<size_t>(blocks + 2) * backend::cuda::kKvBlock;
+  std::vector<uint8_t> kc(slots * rb, 0xff), vc(slots * rb, 0xff);  // 0xffff: f16 NaN where nothing was written
+  std::vector<float> kf(static_cast<size_t>(keys * kw)), vf(kf.size()), row(static_cast<size_t>(kw));
+  for (int j = 0; j < keys; ++j) {
+    const size_t slot = static_cast<size_t>(table[static_cast<size_t>(j / backend::cuda::kKvBlock)]) * backend::cuda::kKvBlock +
+                        static_cast<size_t>(j % backend::cuda::kKvBlock);
+    for (int w = 0; w < 2; ++w) {
+      for (float& v : row) v = dist(rng);
+      uint8_t* dst = (w ? vc.data() : kc.data()) + slot * rb;
+      quant::quantize_row(kv, row.data(), dst, kw);
+      quant::dequantize_row(kv, dst, (w ? vf.data() : kf.data()) + static_cast<size_t>(j * kw), kw);
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(n * n_head * hd));
+  for (float& v : q) v = dist(rng);
+  std::vector<int32_t> pos(static_cast<size_t>(n)), table_at(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) pos[static_cast<size_t>(r)] = first + r;
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  Dev dk(kc.size()), dv(vc.size()), dq(q.size() * 4), dpos(n * 4), dat(n * 4), dtab(table.size() * 4), dsink(16), dout(q.size() * 4);
+  upload(dk, kc.data(), kc.size());
+  upload(dv, vc.data(), vc.size());
+  upload(dq, q.data(), q.size() * 4);
+  upload(dpos, pos.data(), pos.size() * 4);
+  upload(dat, table_at.data(), table_at.size() * 4);
+  upload(dtab, table.data(), table.size() * 4);
+  upload(dsink, sinks.data(), 16);
+  struct Case {
+    int window;
+    float softcap;
+    bool sinks;
+  };
+  for (const Case c : {Case{0, 0, false}, Case{50, 0, false}, Case{0, 30.0f, true}, Case{20, 0, true}}) {
+    backend::cuda::AttentionArgs a;
+    a.q = dq.as<float>();
+    a.q_stride = n_head * hd;
+    a.k = dk.p;
+    a.v = dv.p;
+    a.kv_type = static_cast<int>(kv);
+    a.row_bytes = rb;
+    a.n = n;
+    a.pos = dpos.as<int32_t>();
+    a.table_at = dat.as<int32_t>();
+    a.tables = dtab.as<int32_t>();
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = hd;
+    a.window = c.window;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.softcap = c.softcap;
+    a.sinks = c.sinks ? dsink.as<float>() : nullptr;
+    a.out = dout.as<float>();
+    ASSERT_EQ(cudaMemset(dout.p, 0, q.size() * 4), cudaSuccess);
+    backend::cuda::flash_attention(nullptr, a);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(q.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0;
+    for (int r = 0; r < n; ++r)
+      for (int h = 0; h < n_head; ++h) {
+        const int p = pos[static_cast<size_t>(r)], lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0, kvh = h / (n_head / n_head_kv);
+        const float* qr = q.data() + static_cast<size_t>((r * n_head + h) * hd);
+        std::vector<double> s(static_cast<size_t>(p + 1 - lo));
+        double mx = c.sinks ? sinks[static_cast<size_t>(h)] : -INFINITY;
+        for (int j = lo; j <= p; ++j) {
+          double d = 0;
+          for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kf[static_cast<size_t>(j * kw + kvh * hd + e)];
+          d *= a.scale;
+          if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+          s[static_cast<size_t>(j - lo)] = d;
+          mx = std::max(mx, d);
+        }
+        double sum = c.sinks ? std::exp(sinks[static_cast<size_t>(h)] - mx) : 0.0;
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int e = 0; e < hd; ++e) {
+          double o = 0;
+          for (int j = lo; j <= p; ++j) o += s[static_cast<size_t>(j - lo)] * vf[static_cast<size_t>(j * kw + kvh * hd + e)];
+          o /= sum;
+          const double g = got[static_cast<size_t>((r * n_head + h) * hd + e)];
+          worst = std::max(worst, std::fabs(g - o));
+          ASSERT_NEAR(g, o, 2e-3) << "window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
+                                  << " element " << e;
+        }
+      }
+    fmt::print("{} head {}, window {}, cap {}, sinks {}: worst difference {:.2e}\n", gguf::tensor_type_name(kv), hd, c.window, c.softcap,
+               c.sinks, worst);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Caches, CudaFlash,
+                         ::testing::Combine(::testing::Values(TensorType::F16, TensorType::Q8_0), ::testing::Values(64, 128)),
+                         [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
+                           return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
+                         });
 
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {
   int n = 0;

@@ -212,6 +212,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
+    flash_attention_ = knob_u32("ZINC_CUDA_FLASH_ATTENTION", 1, 0, 1) == 1;
     plan_fusions();
     plan();
     device_bytes_ = g_allocated - before;
@@ -730,7 +731,25 @@ class CudaExecutable final : public SharedDeviceExecutable {
     a.softcap = p.softcap;
     a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
     a.out = out;
-    ck::attention(stream_, a);
+    // A prompt's rows (16 or more of one sequence) on tensor cores, each sequence's rows alone.
+    int64_t covered = 0;
+    for (const Part& part : parts_) covered += part.step.n_tokens;
+    const bool flash = flash_attention_ && ck::flash_attention_fits(kv_type, p.head_dim) && covered == n;
+    if (!flash) {
+      ck::attention(stream_, a);
+      return;
+    }
+    for (const Part& part : parts_) {
+      ck::AttentionArgs b = a;
+      const int64_t r = part.first;
+      b.n = part.step.n_tokens;
+      b.q = a.q + r * a.q_stride;
+      b.out = out + r * a.q_stride;
+      b.pos = a.pos + r;
+      b.table_at = a.table_at + r;
+      if (b.n >= 16) ck::flash_attention(stream_, b);
+      else ck::attention(stream_, b);
+    }
   }
 
   // Routing on the device, then each token's k experts: gate and up products (with the optional
@@ -1078,7 +1097,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   DeviceBuffer pad_x_;
   bool kv_appended_ = false;  // the next attention's k and v are in the cache already
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
-  bool int8_prompts_ = true;  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)
+  bool int8_prompts_ = true;
+  bool flash_attention_ = true;  // prompts' attention on tensor cores (ZINC_CUDA_FLASH_ATTENTION)  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)
   DeviceBuffer moe_order_, moe_offsets_;  // a prompt's slots grouped by expert (ck::moe_group)
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
   std::vector<Part> parts_;

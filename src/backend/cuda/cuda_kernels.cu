@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
+
 #include "backend/cuda/cuda_device.cuh"
 
 namespace zinc::backend::cuda {
@@ -346,6 +348,199 @@ void launch_attention(Stream s, const AttentionArgs& a) {
   else launch(k_attention<16, KV>, grid, dim3(kAttnWarps * kWarp), s, a);
 }
 
+// ---- attention of a prompt on tensor cores ------------------------------------------------------
+//
+// One block of four warps per (64 query rows of one sequence, query head): a warp takes 16 rows, the
+// block steps through the visible keys a cache block (32 keys) at a time, the keys and values of the
+// head's cache rows read into shared memory as f16 once for the block. Scores S = Q K^T by 16x8x16 f16
+// matrix instructions with float32 sums (Q rounded to f16 in registers), then scaled (and capped),
+// masked by each row's position and window, and an online softmax per row in float32; P (rounded to
+// f16 where it stays in registers as the next product's A fragments) times V accumulated in float32.
+// F16 and Q8_0 caches, heads of 64 or 128.
+constexpr int kFaRows = 64, kFaKeys = 32;
+
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+template <int HD, int KV>
+__global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
+  constexpr int LD = HD + 8;  // halves per shared row
+  __shared__ __align__(16) __half ks[kFaKeys][LD];
+  __shared__ __align__(16) __half vs[kFaKeys][LD];
+  __shared__ int lo_min, hi_max;
+  pdl_trigger();
+  pdl_wait();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
+  const int h = blockIdx.y, r0 = blockIdx.x * kFaRows;
+  const int group = a.n_head / a.n_head_kv, kvh = h / group;
+  const int32_t* table = a.tables + a.table_at[r0];  // one sequence: every row's table
+  // The rows' visible keys: [lo, pos] each; the block's union.
+  if (threadIdx.x == 0) {
+    lo_min = INT_MAX;
+    hi_max = -1;
+  }
+  __syncthreads();
+  if (threadIdx.x < kFaRows && r0 + static_cast<int>(threadIdx.x) < a.n) {
+    const int p = a.pos[r0 + threadIdx.x];
+    atomicMin(&lo_min, a.window > 0 ? max(0, p - a.window + 1) : 0);
+    atomicMax(&hi_max, p);
+  }
+  // This thread's two rows (gq and gq + 8 of the warp's 16).
+  int pos[2], lo[2];
+  bool live[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = r0 + 16 * warp + gq + 8 * i;
+    live[i] = r < a.n;
+    pos[i] = live[i] ? a.pos[r] : -1;
+    lo[i] = live[i] && a.window > 0 ? max(0, pos[i] - a.window + 1) : 0;
+  }
+  // Q fragments (A of S = Q K^T), f16, per 16 columns of the head.
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = r0 + 16 * warp + gq + 8 * i;
+        float2 v = make_float2(0, 0);
+        if (r < a.n) v = *reinterpret_cast<const float2*>(a.q + static_cast<int64_t>(r) * a.q_stride + h * HD + 16 * kk + 8 * half + 2 * tq);
+        qf[kk][i + 2 * half] = pack_half2(v.x, v.y);
+      }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+  __syncthreads();
+  const int k_first = (lo_min / kFaKeys) * kFaKeys, k_last = hi_max;
+  const auto* kc = static_cast<const uint8_t*>(a.k);
+  const auto* vc = static_cast<const uint8_t*>(a.v);
+  for (int j0 = k_first; j0 <= k_last; j0 += kFaKeys) {
+    // The block's 32 keys and values of head kvh, as f16 (groups of eight elements).
+    const size_t slot0 = static_cast<size_t>(table[j0 / kKvBlock]) * kKvBlock;
+    for (int e = threadIdx.x; e < kFaKeys * HD / 8; e += blockDim.x) {
+      const int key = e / (HD / 8), c = (e % (HD / 8)) * 8;
+      const size_t off = (slot0 + key) * a.row_bytes;
+      uint4 kv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        if (j0 + key > k_last) break;  // not written yet: zeros (a masked score's weight is 0, not 0 x NaN)
+        const uint8_t* row = (w ? vc : kc) + off;
+        if constexpr (KV == kF16) {
+          kv[w] = *reinterpret_cast<const uint4*>(row + (static_cast<size_t>(kvh) * HD + c) * 2);
+        } else {
+          const int i = kvh * HD + c;
+          const uint8_t* b = row + (i / 32) * 34;
+          const float d = half_bits(ld16(b));
+          const int8_t* q = reinterpret_cast<const int8_t*>(b + 2 + i % 32);
+          kv[w] = make_uint4(pack_half2(d * q[0], d * q[1]), pack_half2(d * q[2], d * q[3]), pack_half2(d * q[4], d * q[5]),
+                             pack_half2(d * q[6], d * q[7]));
+        }
+      }
+      *reinterpret_cast<uint4*>(&ks[key][c]) = kv[0];
+      *reinterpret_cast<uint4*>(&vs[key][c]) = kv[1];
+    }
+    __syncthreads();
+    // S: 16 rows x 32 keys a warp.
+    float s[4][4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[8 * t + gq][16 * kk + 2 * tq]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ks[8 * t + gq][16 * kk + 8 + 2 * tq]);
+        mma_f16(s[t], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
+      }
+    }
+    // Scale, cap, mask; the rows' new maxima (over the four lanes of a row).
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2, key = j0 + 8 * t + 2 * tq + (e % 2);
+        float v = s[t][e] * a.scale;
+        if (a.softcap > 0) v = a.softcap * tanhf(v / a.softcap);
+        if (key > pos[i] || key < lo[i]) v = -INFINITY;
+        s[t][e] = v;
+        mx[i] = fmaxf(mx[i], v);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float base = mx[i] == -INFINITY ? 0.0f : mx[i];
+      corr[i] = expf(m[i] - base);  // m = -inf: 0
+      m[i] = mx[i];
+      l[i] *= corr[i];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        s[t][2 * i] = expf(s[t][2 * i] - base);
+        s[t][2 * i + 1] = expf(s[t][2 * i + 1] - base);
+        l[i] += s[t][2 * i] + s[t][2 * i + 1];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      o[j][0] *= corr[0];
+      o[j][1] *= corr[0];
+      o[j][2] *= corr[1];
+      o[j][3] *= corr[1];
+    }
+    // O += P V: P's fragments from S's (keys 16 kk .. 16 kk + 15), V's by transposing loads.
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint32_t p0 = pack_half2(s[2 * kk][0], s[2 * kk][1]), p1 = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t p2 = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]), p3 = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int j = 0; j < HD / 8; j += 2) {
+        uint32_t b[4];
+        const __half* addr = &vs[16 * kk + (lane & 15)][8 * j + (lane >= 16 ? 8 : 0)];
+        const auto sa = static_cast<uint32_t>(__cvta_generic_to_shared(addr));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(sa));
+#else
+        b[0] = b[1] = b[2] = b[3] = sa;
+#endif
+        mma_f16(o[j], p0, p1, p2, p3, b[0], b[1]);
+        mma_f16(o[j + 1], p0, p1, p2, p3, b[2], b[3]);
+      }
+    }
+    __syncthreads();
+  }
+  // The rows' sums over their four lanes, the sink, and the output.
+  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const float M = fmaxf(m[i], sink);
+    const float f = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+    const float L = l[i] * f + (a.sinks ? expf(sink - M) : 0.0f);
+    const float scale = L > 0 ? f / L : 0.0f;
+    const int r = r0 + 16 * warp + gq + 8 * i;
+    if (!live[i]) continue;
+    float* out = a.out + static_cast<int64_t>(r) * a.q_stride + h * HD;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j)
+      *reinterpret_cast<float2*>(out + 8 * j + 2 * tq) = make_float2(o[j][2 * i] * scale, o[j][2 * i + 1] * scale);
+  }
+}
+
 // ---- mixture of experts -------------------------------------------------------------------------
 
 // One warp per token: the routing of cpu_backend.cpp's moe() (same operations; the softmax's sum in
@@ -575,6 +770,14 @@ void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, i
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,
                void* kc, void* vc) {
   launch(k_kv_append, dim3(n, 2), dim3(256), s, kv_type, k, v, kv_width, slots, row_bytes, static_cast<uint8_t*>(kc), static_cast<uint8_t*>(vc));
+}
+
+bool flash_attention_fits(int kv_type, int head_dim) { return (kv_type == kF16 || kv_type == kQ8_0) && (head_dim == 64 || head_dim == 128); }
+
+void flash_attention(Stream s, const AttentionArgs& a) {
+  const dim3 grid(static_cast<unsigned>((a.n + kFaRows - 1) / kFaRows), static_cast<unsigned>(a.n_head));
+  if (a.head_dim == 64) a.kv_type == kF16 ? launch(k_flash_attention<64, kF16>, grid, dim3(128), s, a) : launch(k_flash_attention<64, kQ8_0>, grid, dim3(128), s, a);
+  else a.kv_type == kF16 ? launch(k_flash_attention<128, kF16>, grid, dim3(128), s, a) : launch(k_flash_attention<128, kQ8_0>, grid, dim3(128), s, a);
 }
 
 void attention(Stream s, const AttentionArgs& a) {

@@ -152,6 +152,10 @@ struct AttentionArgs {
 };
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
+// The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
+// with float32 sums and softmax: F16 and Q8_0 caches, heads of 64 or 128 (flash_attention_fits).
+bool flash_attention_fits(int kv_type, int head_dim);
+void flash_attention(Stream s, const AttentionArgs& a);
 
 // Mixture of experts: per token, the routing (softmax then top k, or top k then softmax; optional
 // renormalisation, router bias, logit scale and per-expert scale) into ids and weights [n][k], the k
