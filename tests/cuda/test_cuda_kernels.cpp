@@ -575,6 +575,130 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaFlash,
                            return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
                          });
 
+// Decode rows' attention (keys split over blocks) against a double-precision softmax over the cache's
+// values: three rows of two sequences (positions 3000 and 3001 of one, 5 of the other; their blocks
+// interleaved in one pool), every cache type, heads of 64, 128 and 256, the keys in one part and in up
+// to seven merged by the last block (twice: the counts left at zero); windows, a cap, sinks.
+class CudaDecodeAttention : public ::testing::TestWithParam<std::tuple<TensorType, int>> {
+ protected:
+  void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
+};
+
+TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
+  const auto [kv, hd] = GetParam();
+  constexpr int kB = backend::cuda::kKvBlock;
+  const int n_head = 4, n_head_kv = 2, kw = n_head_kv * hd, n = 3;
+  const std::vector<int32_t> pos = {3000, 5, 3001};
+  const int blocks_a = 3002 / kB + 1;
+  std::vector<int32_t> tables(static_cast<size_t>(2 * blocks_a));
+  for (int b = 0; b < blocks_a; ++b) tables[static_cast<size_t>(b)] = 2 * b + 1;  // A: odd blocks
+  tables[static_cast<size_t>(blocks_a)] = 0;                                    // B: block 0
+  const std::vector<int32_t> table_at = {0, blocks_a, 0};
+  const size_t rb = quant::row_size(kv, kw), slots = static_cast<size_t>(2 * blocks_a + 2) * kB;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint8_t> kc(slots * rb, 0xff), vc(slots * rb, 0xff);
+  std::vector<float> kf(slots * static_cast<size_t>(kw)), vf(kf.size()), row(static_cast<size_t>(kw));
+  const auto fill = [&](int seq, int keys) {
+    for (int j = 0; j < keys; ++j) {
+      const size_t slot = static_cast<size_t>(tables[static_cast<size_t>(seq * blocks_a + j / kB)]) * kB + static_cast<size_t>(j % kB);
+      for (int w = 0; w < 2; ++w) {
+        for (float& v : row) v = dist(rng);
+        uint8_t* dst = (w ? vc.data() : kc.data()) + slot * rb;
+        quant::quantize_row(kv, row.data(), dst, kw);
+        quant::dequantize_row(kv, dst, (w ? vf.data() : kf.data()) + slot * static_cast<size_t>(kw), kw);
+      }
+    }
+  };
+  fill(0, 3002);
+  fill(1, 6);
+  std::vector<float> q(static_cast<size_t>(n * n_head * hd));
+  for (float& v : q) v = dist(rng);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  const int splits = 7;
+  Dev dk(kc.size()), dv(vc.size()), dq(q.size() * 4), dpos(n * 4), dat(n * 4), dtab(tables.size() * 4), dsink(16), dout(q.size() * 4),
+      dpart(static_cast<size_t>(n * n_head * splits * (hd + 2)) * 4), dcount(static_cast<size_t>(n * n_head) * 4);
+  upload(dk, kc.data(), kc.size());
+  upload(dv, vc.data(), vc.size());
+  upload(dq, q.data(), q.size() * 4);
+  upload(dpos, pos.data(), pos.size() * 4);
+  upload(dat, table_at.data(), table_at.size() * 4);
+  upload(dtab, tables.data(), tables.size() * 4);
+  upload(dsink, sinks.data(), 16);
+  ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n * n_head) * 4), cudaSuccess);
+  struct Case {
+    int window;
+    float softcap;
+    bool sinks;
+  };
+  for (const Case c : {Case{0, 0, false}, Case{300, 0, true}, Case{0, 30.0f, true}})
+    for (const int parts : {1, splits, splits}) {
+      backend::cuda::AttentionArgs a;
+      a.q = dq.as<float>();
+      a.q_stride = n_head * hd;
+      a.k = dk.p;
+      a.v = dv.p;
+      a.kv_type = static_cast<int>(kv);
+      a.row_bytes = rb;
+      a.n = n;
+      a.pos = dpos.as<int32_t>();
+      a.table_at = dat.as<int32_t>();
+      a.tables = dtab.as<int32_t>();
+      a.n_head = n_head;
+      a.n_head_kv = n_head_kv;
+      a.head_dim = hd;
+      a.window = c.window;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      a.softcap = c.softcap;
+      a.sinks = c.sinks ? dsink.as<float>() : nullptr;
+      a.out = dout.as<float>();
+      a.splits = parts;
+      a.part = dpart.as<float>();
+      a.count = dcount.as<unsigned>();
+      ASSERT_EQ(cudaMemset(dout.p, 0, q.size() * 4), cudaSuccess);
+      backend::cuda::attention(nullptr, a);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got(q.size());
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<unsigned> counts(static_cast<size_t>(n * n_head));
+      ASSERT_EQ(cudaMemcpy(counts.data(), dcount.p, counts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (const unsigned k : counts) ASSERT_EQ(k, 0u) << "a count left after the merge";
+      for (int r = 0; r < n; ++r)
+        for (int h = 0; h < n_head; ++h) {
+          const int p = pos[static_cast<size_t>(r)], lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0, kvh = h / (n_head / n_head_kv);
+          const float* qr = q.data() + static_cast<size_t>((r * n_head + h) * hd);
+          const int32_t* table = tables.data() + table_at[static_cast<size_t>(r)];
+          const auto slot = [&](int j) { return static_cast<size_t>(table[j / kB]) * kB + static_cast<size_t>(j % kB); };
+          std::vector<double> s(static_cast<size_t>(p + 1 - lo));
+          double mx = c.sinks ? sinks[static_cast<size_t>(h)] : -INFINITY;
+          for (int j = lo; j <= p; ++j) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kf[slot(j) * static_cast<size_t>(kw) + static_cast<size_t>(kvh * hd + e)];
+            d *= a.scale;
+            if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+            s[static_cast<size_t>(j - lo)] = d;
+            mx = std::max(mx, d);
+          }
+          double sum = c.sinks ? std::exp(sinks[static_cast<size_t>(h)] - mx) : 0.0;
+          for (double& v : s) sum += (v = std::exp(v - mx));
+          for (int e = 0; e < hd; ++e) {
+            double o = 0;
+            for (int j = lo; j <= p; ++j)
+              o += s[static_cast<size_t>(j - lo)] * vf[slot(j) * static_cast<size_t>(kw) + static_cast<size_t>(kvh * hd + e)];
+            ASSERT_NEAR(got[static_cast<size_t>((r * n_head + h) * hd + e)], o / sum, 2e-5)
+                << parts << " parts, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
+                << " element " << e;
+          }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
+                         ::testing::Combine(::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q8_0), ::testing::Values(64, 128, 256)),
+                         [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
+                           return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
+                         });
+
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {
   int n = 0;
   const bool visible = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;

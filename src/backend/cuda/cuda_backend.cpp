@@ -470,6 +470,23 @@ class CudaExecutable final : public SharedDeviceExecutable {
       pad_x_ = DeviceBuffer(pad);
       check(cudaMemset(pad_x_.get(), 0, pad), "cudaMemset");
     }
+    // Decode attention's keys split over blocks (ck::AttentionArgs::splits): the partial results of up
+    // to 8 rows and their counts.
+    size_t att_part = 0, att_count = 0;
+    for (const Node& n : g_.nodes) {
+      if (n.op != Op::Attention) continue;
+      const auto heads = static_cast<size_t>(n.attention().n_head), hd = static_cast<size_t>(n.attention().head_dim);
+      att_part = std::max(att_part, 8 * heads * ck::kMaxAttentionSplits * (hd + 2) * 4);
+      att_count = std::max(att_count, 8 * heads * 4);
+    }
+    if (att_count > 0) {
+      att_part_ = DeviceBuffer(att_part);
+      att_count_ = DeviceBuffer(att_count);
+      check(cudaMemset(att_count_.get(), 0, att_count), "cudaMemset");
+      int dev = 0;
+      check(cudaGetDevice(&dev), "cudaGetDevice");
+      check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    }
     moe_ids_ = DeviceBuffer(moe_slots * 4);
     moe_order_ = DeviceBuffer(moe_slots * 4);
     moe_offsets_ = DeviceBuffer((moe_experts + 1) * 4);
@@ -731,11 +748,19 @@ class CudaExecutable final : public SharedDeviceExecutable {
     a.softcap = p.softcap;
     a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
     a.out = out;
+    // Decode rows: each row's keys split over enough blocks to fill the GPU twice.
+    const auto split = [&](ck::AttentionArgs& b) {
+      if (b.n > 8 || !att_count_.get()) return;
+      b.splits = std::clamp((2 * sms_ + b.n_head * b.n - 1) / (b.n_head * b.n), 1, ck::kMaxAttentionSplits);
+      b.part = att_part_.get<float>();
+      b.count = att_count_.get<unsigned>();
+    };
     // A prompt's rows (16 or more of one sequence) on tensor cores, each sequence's rows alone.
     int64_t covered = 0;
     for (const Part& part : parts_) covered += part.step.n_tokens;
     const bool flash = flash_attention_ && ck::flash_attention_fits(kv_type, p.head_dim) && covered == n;
     if (!flash) {
+      split(a);
       ck::attention(stream_, a);
       return;
     }
@@ -747,8 +772,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
       b.out = out + r * a.q_stride;
       b.pos = a.pos + r;
       b.table_at = a.table_at + r;
-      if (b.n >= 16) ck::flash_attention(stream_, b);
-      else ck::attention(stream_, b);
+      if (b.n >= 16) {
+        ck::flash_attention(stream_, b);
+      } else {
+        split(b);
+        ck::attention(stream_, b);
+      }
     }
   }
 
@@ -1094,6 +1123,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   std::map<size_t, size_t> rope_of_;  // rope node -> its table
   std::vector<DeviceBuffer> k_, v_, state_, kept_;
   DeviceBuffer q8_;  // activation codes (ck::mul_mat's q8)
+  DeviceBuffer att_part_, att_count_;  // decode attention's split keys (ck::AttentionArgs part, count)
+  int sms_ = 1;
   DeviceBuffer pad_x_;
   bool kv_appended_ = false;  // the next attention's k and v are in the cache already
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step

@@ -337,8 +337,197 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
   }
 }
 
+// Attention of decode rows (and of any rows the tiles do not take): a block of four warps per (query
+// head, row, part of the row's visible keys); a warp takes 8 keys at a time, lane l holding elements
+// P l .. P l + P - 1 of the head (each key row read whole by the warp, the eight reads in flight
+// together), the eight dot products summed across the lanes by halving exchanges (each lane left with
+// one key's sum), one softmax step for the eight, then the weighted values. A row's keys are split in
+// parts of at least kDecMinKeys, at most `splits` (the blocks of higher parts return at once); with
+// more than one part each block writes its maximum, sum and weighted values to part, and the block
+// that finishes a (head, row) last (count) merges them into out and resets the count.
+constexpr int kDecWarps = 4, kDecKeys = 8, kDecMinKeys = 512;
+
+// Elements c .. c + N - 1 of a cache row (N of 2, 4, 8 or 16 within one 32-element block for Q8_0).
+template <int KV, int N>
+__device__ __forceinline__ void kv_elems(const uint8_t* row, int c, float* out) {
+  if constexpr (KV == kF32) {
+    const float* p = reinterpret_cast<const float*>(row) + c;
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+      const float2 v = *reinterpret_cast<const float2*>(p + i);
+      out[i] = v.x, out[i + 1] = v.y;
+    }
+  } else if constexpr (KV == kF16) {
+    const __half2* p = reinterpret_cast<const __half2*>(reinterpret_cast<const __half*>(row) + c);
+#pragma unroll
+    for (int i = 0; i < N; i += 2) {
+      const float2 v = __half22float2(p[i / 2]);
+      out[i] = v.x, out[i + 1] = v.y;
+    }
+  } else {
+    const uint8_t* b = row + (c / 32) * 34;
+    const float d = half_bits(ld16(b));
+    const auto* q = reinterpret_cast<const int8_t*>(b + 2 + c % 32);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = d * static_cast<float>(q[i]);
+  }
+}
+
+// Eight per-lane partial sums reduced over the warp: lane l ends with the whole sum of value
+// 4 b4 + 2 b3 + b2 (bits of l); four exchanges, two, one, then two more.
+__device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
+  const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+  float w[4], x[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = (b4 ? v[i + 4] : v[i]) + __shfl_xor_sync(0xffffffffu, b4 ? v[i] : v[i + 4], 16);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) x[i] = (b3 ? w[i + 2] : w[i]) + __shfl_xor_sync(0xffffffffu, b3 ? w[i] : w[i + 2], 8);
+  float y = (b2 ? x[1] : x[0]) + __shfl_xor_sync(0xffffffffu, b2 ? x[0] : x[1], 4);
+  y += __shfl_xor_sync(0xffffffffu, y, 2);
+  y += __shfl_xor_sync(0xffffffffu, y, 1);
+  return y;
+}
+
+template <int HD, int KV>
+__global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionArgs a) {
+  constexpr int P = HD / 32;
+  __shared__ float wm[kDecWarps], wl[kDecWarps];
+  __shared__ float wacc[kDecWarps][HD];
+  __shared__ bool last;
+  pdl_trigger();
+  pdl_wait();
+  const int h = blockIdx.x, r = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kvh = h / (a.n_head / a.n_head_kv);
+  const int pos = a.pos[r];
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int total = pos - lo + 1;
+  const int splits = min(static_cast<int>(gridDim.z), (total + kDecMinKeys - 1) / kDecMinKeys);
+  if (split >= splits) return;
+  const int32_t* table = a.tables + a.table_at[r];
+  float q[P];
+  {
+    const float* qr = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * HD + P * lane;
+#pragma unroll
+    for (int i = 0; i < P; ++i) q[i] = qr[i];
+  }
+  const int chunk = ((total + splits - 1) / splits + kDecKeys - 1) / kDecKeys * kDecKeys;
+  const int k0 = lo + split * chunk, k1 = min(pos + 1, k0 + chunk);
+  const auto* kc = static_cast<const uint8_t*>(a.k);
+  const auto* vc = static_cast<const uint8_t*>(a.v);
+  const int col = kvh * HD + P * lane;
+  const int mine = 4 * ((lane >> 4) & 1) + 2 * ((lane >> 3) & 1) + ((lane >> 2) & 1);  // the key whose sum this lane gets
+  float m = -INFINITY, l = 0, acc[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) acc[i] = 0;
+  for (int j0 = k0 + kDecKeys * warp; j0 < k1; j0 += kDecKeys * kDecWarps) {
+    size_t off[kDecKeys];
+#pragma unroll
+    for (int k = 0; k < kDecKeys; ++k) {
+      const int j = min(j0 + k, k1 - 1);  // past the end: the last key again, its weight then zero
+      off[k] = (static_cast<size_t>(table[j / kKvBlock]) * kKvBlock + j % kKvBlock) * a.row_bytes;
+    }
+    float part[kDecKeys];
+#pragma unroll
+    for (int k = 0; k < kDecKeys; ++k) {
+      float kv[P];
+      kv_elems<KV, P>(kc + off[k], col, kv);
+      part[k] = 0;
+#pragma unroll
+      for (int i = 0; i < P; ++i) part[k] += q[i] * kv[i];
+    }
+    float s = warp_sum8(part, lane) * a.scale;
+    if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
+    if (j0 + mine >= k1) s = -INFINITY;
+    const float m_new = fmaxf(m, warp_max(s));  // key j0 is visible: finite
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + 0.25f * warp_sum(p);  // each key's weight is on four lanes
+#pragma unroll
+    for (int i = 0; i < P; ++i) acc[i] *= corr;
+#pragma unroll
+    for (int k = 0; k < kDecKeys; ++k) {
+      const float pk = __shfl_sync(0xffffffffu, p, 16 * (k >> 2) + 8 * ((k >> 1) & 1) + 4 * (k & 1));
+      float v[P];
+      kv_elems<KV, P>(vc + off[k], col, v);
+#pragma unroll
+      for (int i = 0; i < P; ++i) acc[i] += pk * v[i];
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) wacc[warp][P * lane + i] = acc[i];
+  __syncthreads();
+  // The block's maximum, sum and weighted values (the warps merged).
+  float M = -INFINITY;
+  for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w]);
+  float f[kDecWarps], L = 0;
+  for (int w = 0; w < kDecWarps; ++w) {
+    f[w] = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M);
+    L += wl[w] * f[w];
+  }
+  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+  float* o = a.out + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * HD;
+  if (splits == 1) {
+    const float Ms = fmaxf(M, sink), fs = M == -INFINITY ? 0.0f : expf(M - Ms);
+    const float Ls = L * fs + (a.sinks ? expf(sink - Ms) : 0.0f);
+    for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+      float sum = 0;
+      for (int w = 0; w < kDecWarps; ++w) sum += wacc[w][c] * f[w];
+      o[c] = sum * fs / Ls;
+    }
+    return;
+  }
+  const int hr = r * a.n_head + h;
+  float* part = a.part + (static_cast<int64_t>(hr) * gridDim.z + split) * (HD + 2);
+  if (threadIdx.x == 0) {
+    part[0] = M;
+    part[1] = L;
+  }
+  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+    float sum = 0;
+    for (int w = 0; w < kDecWarps; ++w) sum += wacc[w][c] * f[w];
+    part[2 + c] = sum;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&a.count[hr], 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* parts = a.part + static_cast<int64_t>(hr) * gridDim.z * (HD + 2);
+  float Mall = sink;
+  for (int sp = 0; sp < splits; ++sp) Mall = fmaxf(Mall, __ldcg(parts + sp * (HD + 2)));
+  float Lall = a.sinks ? expf(sink - Mall) : 0.0f;
+  for (int sp = 0; sp < splits; ++sp) {
+    const float ms = __ldcg(parts + sp * (HD + 2));
+    if (ms != -INFINITY) Lall += __ldcg(parts + sp * (HD + 2) + 1) * expf(ms - Mall);
+  }
+  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+    float sum = 0;
+    for (int sp = 0; sp < splits; ++sp) {
+      const float ms = __ldcg(parts + sp * (HD + 2));
+      if (ms != -INFINITY) sum += __ldcg(parts + sp * (HD + 2) + 2 + c) * expf(ms - Mall);
+    }
+    o[c] = sum / Lall;
+  }
+  if (threadIdx.x == 0) a.count[hr] = 0;
+}
+
 template <int KV>
 void launch_attention(Stream s, const AttentionArgs& a) {
+  const int splits = a.part && a.count ? max(1, a.splits) : 1;
+  const dim3 keys(a.n_head, a.n, splits), block(kDecWarps * kWarp);
+  switch (a.head_dim) {
+    case 64: launch(k_attention_keys<64, KV>, keys, block, s, a); return;
+    case 128: launch(k_attention_keys<128, KV>, keys, block, s, a); return;
+    case 256: launch(k_attention_keys<256, KV>, keys, block, s, a); return;
+    case 512: launch(k_attention_keys<512, KV>, keys, block, s, a); return;
+    default: break;
+  }
   const dim3 grid(a.n_head, a.n);
   const int p = (a.head_dim + 31) / 32;
   if (p <= 1) launch(k_attention<1, KV>, grid, dim3(kAttnWarps * kWarp), s, a);

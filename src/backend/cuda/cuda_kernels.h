@@ -149,7 +149,14 @@ struct AttentionArgs {
   float scale = 1, softcap = 0;
   const float* sinks = nullptr;
   float* out = nullptr;
+  // Heads of 64, 128, 256 or 512: each row's keys in `splits` parts on as many blocks, merged by the
+  // last to finish through part (n * n_head * splits * (head_dim + 2) floats) and count (n * n_head,
+  // zero before, zero after).
+  int splits = 1;
+  float* part = nullptr;
+  unsigned* count = nullptr;
 };
+inline constexpr int kMaxAttentionSplits = 32;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
 // The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
