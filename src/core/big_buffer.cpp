@@ -11,11 +11,11 @@ namespace {
 constexpr size_t kHuge = size_t{2} << 20;
 }
 
-BigBuffer::BigBuffer(size_t bytes) : size_(bytes) {
+BigBuffer::BigBuffer(size_t bytes, bool huge_pages) : size_(bytes) {
   if (bytes == 0) return;
   // Over-map by one huge page and keep the 2 MiB-aligned part: huge pages need aligned ranges. A
   // buffer under a huge page keeps ordinary pages (a huge one would hold mostly nothing).
-  const bool huge = bytes >= kHuge;
+  const bool huge = huge_pages && bytes >= kHuge;
   const size_t rounded = huge ? (bytes + kHuge - 1) / kHuge * kHuge : bytes;
   map_bytes_ = huge ? rounded + kHuge : bytes;
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

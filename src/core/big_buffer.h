@@ -1,7 +1,8 @@
 // Large buffers of the CPU backend (packed weights, the KV cache): anonymous memory that reads as zeros
 // until written, so a context's cache costs memory only as it fills, aligned to 2 MiB and, on Linux,
-// offered to transparent huge pages (MADV_HUGEPAGE): hundreds of page faults instead of hundreds of
-// thousands while packed weights are first written, and fewer TLB misses while they stream.
+// offered to transparent huge pages (MADV_HUGEPAGE) unless asked not to: hundreds of page faults
+// instead of hundreds of thousands while packed weights are first written, and fewer TLB misses while
+// they stream.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +13,11 @@ namespace zinc {
 class BigBuffer {
  public:
   BigBuffer() = default;
-  // `bytes` of zeros (none for 0). Throws std::bad_alloc when the memory cannot be mapped.
-  explicit BigBuffer(size_t bytes);
+  // `bytes` of zeros (none for 0). Throws std::bad_alloc when the memory cannot be mapped. huge_pages
+  // false: ordinary pages only (memory written a little at a time, such as a KV cache: a huge page is
+  // zeroed whole at its first write, and where free huge pages are short the kernel compacts memory
+  // first; a prompt's first attention step ran 2.5x slower in some runs).
+  explicit BigBuffer(size_t bytes, bool huge_pages = true);
   BigBuffer(BigBuffer&& o) noexcept;
   BigBuffer& operator=(BigBuffer&& o) noexcept;
   BigBuffer(const BigBuffer&) = delete;

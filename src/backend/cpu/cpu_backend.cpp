@@ -165,9 +165,10 @@ class CpuExecutable final : public SequencedExecutable {
     v_.resize(kv_row_bytes_.size());
     for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
       const size_t layer_bytes = kv_row_bytes_[l] * static_cast<size_t>(blocks_.n_blocks()) * kKvBlock;
-      // Zeros that take memory only once written: a cache costs what its sequences fill.
-      k_[l] = BigBuffer(layer_bytes);
-      v_[l] = BigBuffer(layer_bytes);
+      // Zeros that take memory only once written, a page at a time: a cache costs what its sequences
+      // fill, and a prompt's rows cost the zeroing of the pages they fill.
+      k_[l] = BigBuffer(layer_bytes, false);
+      v_[l] = BigBuffer(layer_bytes, false);
     }
     state_.resize(g_.nodes.size());
     for (size_t i = 0; i < state_floats_.size(); ++i) state_[i].assign(state_floats_[i] * static_cast<size_t>(opts_.n_seq), 0.0f);
