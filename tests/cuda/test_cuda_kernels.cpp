@@ -460,6 +460,64 @@ TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
   for (int t = 0; t < n; ++t) EXPECT_NEAR(y[static_cast<size_t>(t)], one.dot(0, out.data() + t * width), one.bound(0, out.data() + t * width));
 }
 
+// What the attention tests share: a case (window, cap, sinks), its arguments over the caller's device
+// buffers, and the double-precision softmax of one row and head over keys and values given by
+// position (key(j), value(j): that head's hd elements).
+struct AttnCase {
+  int window;
+  float softcap;
+  bool sinks;
+};
+struct AttnBuffers {
+  const Dev &q, &k, &v, &pos, &table_at, &tables, &sinks, &out;
+};
+backend::cuda::AttentionArgs attention_args(const AttnBuffers& b, TensorType kv, size_t row_bytes, int n, int n_head, int n_head_kv, int hd,
+                                            const AttnCase& c) {
+  backend::cuda::AttentionArgs a;
+  a.q = b.q.as<float>();
+  a.q_stride = n_head * hd;
+  a.k = b.k.p;
+  a.v = b.v.p;
+  a.kv_type = static_cast<int>(kv);
+  a.row_bytes = row_bytes;
+  a.n = n;
+  a.pos = b.pos.as<int32_t>();
+  a.table_at = b.table_at.as<int32_t>();
+  a.tables = b.tables.as<int32_t>();
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = hd;
+  a.window = c.window;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.softcap = c.softcap;
+  a.sinks = c.sinks ? b.sinks.as<float>() : nullptr;
+  a.out = b.out.as<float>();
+  return a;
+}
+template <class Key, class Value>
+std::vector<double> softmax_ref(const float* q, int pos, const AttnCase& c, float scale, float sink, int hd, Key key, Value value) {
+  const int lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
+  std::vector<double> s(static_cast<size_t>(pos + 1 - lo)), out(static_cast<size_t>(hd), 0.0);
+  double mx = c.sinks ? sink : -INFINITY;
+  for (int j = lo; j <= pos; ++j) {
+    const float* k = key(j);
+    double d = 0;
+    for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
+    d *= scale;
+    if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+    s[static_cast<size_t>(j - lo)] = d;
+    mx = std::max(mx, d);
+  }
+  double sum = c.sinks ? std::exp(sink - mx) : 0.0;
+  for (double& v : s) sum += (v = std::exp(v - mx));
+  for (int j = lo; j <= pos; ++j) {
+    const float* v = value(j);
+    for (int e = 0; e < hd; ++e) out[static_cast<size_t>(e)] += s[static_cast<size_t>(j - lo)] * v[e];
+  }
+  for (double& o : out) o /= sum;
+  return out;
+}
+
 // A prompt's attention on tensor cores against a double-precision softmax over the cache's own values
 // (F16 or Q8_0 rows as the cache holds them): 100 rows of one sequence at positions 37..136, its
 // cache blocks out of order in the pool, two query heads per cache head; with and without a sliding
@@ -507,31 +565,9 @@ TEST_P(CudaFlash, PromptAttentionMatchesTheSoftmax) {
   upload(dat, table_at.data(), table_at.size() * 4);
   upload(dtab, table.data(), table.size() * 4);
   upload(dsink, sinks.data(), 16);
-  struct Case {
-    int window;
-    float softcap;
-    bool sinks;
-  };
-  for (const Case c : {Case{0, 0, false}, Case{50, 0, false}, Case{0, 30.0f, true}, Case{20, 0, true}}) {
-    backend::cuda::AttentionArgs a;
-    a.q = dq.as<float>();
-    a.q_stride = n_head * hd;
-    a.k = dk.p;
-    a.v = dv.p;
-    a.kv_type = static_cast<int>(kv);
-    a.row_bytes = rb;
-    a.n = n;
-    a.pos = dpos.as<int32_t>();
-    a.table_at = dat.as<int32_t>();
-    a.tables = dtab.as<int32_t>();
-    a.n_head = n_head;
-    a.n_head_kv = n_head_kv;
-    a.head_dim = hd;
-    a.window = c.window;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    a.softcap = c.softcap;
-    a.sinks = c.sinks ? dsink.as<float>() : nullptr;
-    a.out = dout.as<float>();
+  const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
+  for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{50, 0, false}, AttnCase{0, 30.0f, true}, AttnCase{20, 0, true}}) {
+    const backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
     ASSERT_EQ(cudaMemset(dout.p, 0, q.size() * 4), cudaSuccess);
     backend::cuda::flash_attention(nullptr, a);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -540,25 +576,12 @@ TEST_P(CudaFlash, PromptAttentionMatchesTheSoftmax) {
     double worst = 0;
     for (int r = 0; r < n; ++r)
       for (int h = 0; h < n_head; ++h) {
-        const int p = pos[static_cast<size_t>(r)], lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0, kvh = h / (n_head / n_head_kv);
-        const float* qr = q.data() + static_cast<size_t>((r * n_head + h) * hd);
-        std::vector<double> s(static_cast<size_t>(p + 1 - lo));
-        double mx = c.sinks ? sinks[static_cast<size_t>(h)] : -INFINITY;
-        for (int j = lo; j <= p; ++j) {
-          double d = 0;
-          for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kf[static_cast<size_t>(j * kw + kvh * hd + e)];
-          d *= a.scale;
-          if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
-          s[static_cast<size_t>(j - lo)] = d;
-          mx = std::max(mx, d);
-        }
-        double sum = c.sinks ? std::exp(sinks[static_cast<size_t>(h)] - mx) : 0.0;
-        for (double& v : s) sum += (v = std::exp(v - mx));
+        const int kvh = h / (n_head / n_head_kv);
+        const auto at = [&](const std::vector<float>& f) { return [&f, kw, kvh, hd](int j) { return f.data() + static_cast<size_t>(j * kw + kvh * hd); }; };
+        const std::vector<double> want = softmax_ref(q.data() + static_cast<size_t>((r * n_head + h) * hd), pos[static_cast<size_t>(r)], c, a.scale,
+                                                     sinks[static_cast<size_t>(h)], hd, at(kf), at(vf));
         for (int e = 0; e < hd; ++e) {
-          double o = 0;
-          for (int j = lo; j <= p; ++j) o += s[static_cast<size_t>(j - lo)] * vf[static_cast<size_t>(j * kw + kvh * hd + e)];
-          o /= sum;
-          const double g = got[static_cast<size_t>((r * n_head + h) * hd + e)];
+          const double g = got[static_cast<size_t>((r * n_head + h) * hd + e)], o = want[static_cast<size_t>(e)];
           worst = std::max(worst, std::fabs(g - o));
           ASSERT_NEAR(g, o, 2e-3) << "window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
                                   << " element " << e;
@@ -626,32 +649,10 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
   upload(dtab, tables.data(), tables.size() * 4);
   upload(dsink, sinks.data(), 16);
   ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n * n_head) * 4), cudaSuccess);
-  struct Case {
-    int window;
-    float softcap;
-    bool sinks;
-  };
-  for (const Case c : {Case{0, 0, false}, Case{300, 0, true}, Case{0, 30.0f, true}})
+  const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
+  for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{300, 0, true}, AttnCase{0, 30.0f, true}})
     for (const int parts : {1, splits, splits}) {
-      backend::cuda::AttentionArgs a;
-      a.q = dq.as<float>();
-      a.q_stride = n_head * hd;
-      a.k = dk.p;
-      a.v = dv.p;
-      a.kv_type = static_cast<int>(kv);
-      a.row_bytes = rb;
-      a.n = n;
-      a.pos = dpos.as<int32_t>();
-      a.table_at = dat.as<int32_t>();
-      a.tables = dtab.as<int32_t>();
-      a.n_head = n_head;
-      a.n_head_kv = n_head_kv;
-      a.head_dim = hd;
-      a.window = c.window;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      a.softcap = c.softcap;
-      a.sinks = c.sinks ? dsink.as<float>() : nullptr;
-      a.out = dout.as<float>();
+      backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
       a.splits = parts;
       a.part = dpart.as<float>();
       a.count = dcount.as<unsigned>();
@@ -665,30 +666,20 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
       for (const unsigned k : counts) ASSERT_EQ(k, 0u) << "a count left after the merge";
       for (int r = 0; r < n; ++r)
         for (int h = 0; h < n_head; ++h) {
-          const int p = pos[static_cast<size_t>(r)], lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0, kvh = h / (n_head / n_head_kv);
-          const float* qr = q.data() + static_cast<size_t>((r * n_head + h) * hd);
+          const int kvh = h / (n_head / n_head_kv);
           const int32_t* table = tables.data() + table_at[static_cast<size_t>(r)];
-          const auto slot = [&](int j) { return static_cast<size_t>(table[j / kB]) * kB + static_cast<size_t>(j % kB); };
-          std::vector<double> s(static_cast<size_t>(p + 1 - lo));
-          double mx = c.sinks ? sinks[static_cast<size_t>(h)] : -INFINITY;
-          for (int j = lo; j <= p; ++j) {
-            double d = 0;
-            for (int e = 0; e < hd; ++e) d += static_cast<double>(qr[e]) * kf[slot(j) * static_cast<size_t>(kw) + static_cast<size_t>(kvh * hd + e)];
-            d *= a.scale;
-            if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
-            s[static_cast<size_t>(j - lo)] = d;
-            mx = std::max(mx, d);
-          }
-          double sum = c.sinks ? std::exp(sinks[static_cast<size_t>(h)] - mx) : 0.0;
-          for (double& v : s) sum += (v = std::exp(v - mx));
-          for (int e = 0; e < hd; ++e) {
-            double o = 0;
-            for (int j = lo; j <= p; ++j)
-              o += s[static_cast<size_t>(j - lo)] * vf[slot(j) * static_cast<size_t>(kw) + static_cast<size_t>(kvh * hd + e)];
-            ASSERT_NEAR(got[static_cast<size_t>((r * n_head + h) * hd + e)], o / sum, 2e-5)
+          const auto at = [&](const std::vector<float>& f) {
+            return [&f, table, kw, kvh, hd](int j) {
+              return f.data() + (static_cast<size_t>(table[j / kB]) * kB + static_cast<size_t>(j % kB)) * static_cast<size_t>(kw) +
+                     static_cast<size_t>(kvh * hd);
+            };
+          };
+          const std::vector<double> want = softmax_ref(q.data() + static_cast<size_t>((r * n_head + h) * hd), pos[static_cast<size_t>(r)], c,
+                                                       a.scale, sinks[static_cast<size_t>(h)], hd, at(kf), at(vf));
+          for (int e = 0; e < hd; ++e)
+            ASSERT_NEAR(got[static_cast<size_t>((r * n_head + h) * hd + e)], want[static_cast<size_t>(e)], 2e-5)
                 << parts << " parts, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
                 << " element " << e;
-          }
         }
     }
 }
