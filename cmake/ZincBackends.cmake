@@ -82,6 +82,28 @@ if(ZINC_HAVE_METAL)
   list(APPEND ZINC_BACKENDS_SKIPPED "metal (not implemented yet)")
 endif()
 
+# ZINC_RT: the direct AMD runtime over the kernel's compute interface (Linux; the interface's header
+# linux/kfd_ioctl.h comes with linux-libc-dev).
+set(_rt_found FALSE)
+if(NOT ZINC_ZINC_RT STREQUAL "OFF" AND CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  include(CheckIncludeFileCXX)
+  # The header includes <drm/drm.h> for the kernel's fixed-width types alone; where no drm/drm.h is
+  # installed (Debian's linux-libc-dev has none), a build-tree one bringing <linux/types.h> stands in.
+  check_include_file_cxx(drm/drm.h ZINC_HAVE_DRM_DRM_H)
+  if(NOT ZINC_HAVE_DRM_DRM_H)
+    set(ZINC_RT_SHIM_INCLUDE ${PROJECT_BINARY_DIR}/zinc_rt_include)
+    file(WRITE ${ZINC_RT_SHIM_INCLUDE}/drm/drm.h
+         "// Written by cmake/ZincBackends.cmake: what linux/kfd_ioctl.h needs of drm/drm.h.\n#pragma once\n#include <linux/types.h>\n")
+    set(CMAKE_REQUIRED_INCLUDES ${ZINC_RT_SHIM_INCLUDE})
+  endif()
+  check_include_file_cxx(linux/kfd_ioctl.h ZINC_HAVE_KFD_IOCTL)
+  unset(CMAKE_REQUIRED_INCLUDES)
+  if(ZINC_HAVE_KFD_IOCTL)
+    set(_rt_found TRUE)
+  endif()
+endif()
+_zinc_backend_decision(zinc_rt "${ZINC_ZINC_RT}" ${_rt_found} "linux/kfd_ioctl.h not found: install linux-libc-dev (Linux only)")
+
 string(REPLACE ";" " " _built_str "${ZINC_BACKENDS_BUILT}")
 string(REPLACE ";" ", " _skipped_str "${ZINC_BACKENDS_SKIPPED}")
 if(_skipped_str STREQUAL "")

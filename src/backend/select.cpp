@@ -40,7 +40,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsig
   if (name == "vulkan") return make_vulkan_backend(device);
   if (name == "cuda") return make_cuda_backend(device);
   if (name == "auto") return gpu_offered() ? make_vulkan_backend(device) : make_cpu_backend(threads);
-  if (name == "metal" || name == "zinc_rt") {
+  if (name == "zinc_rt") {
+    throw Error("the zinc_rt backend does not run models yet: its bring-up ladder is `zinc rt-selftest` (cpu, vulkan, cuda or auto "
+                "run models; Vulkan runs on AMD GPUs)");
+  }
+  if (name == "metal") {
     throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan, cuda or auto are; Vulkan runs on NVIDIA, "
                             "AMD and Intel GPUs)",
                             name));

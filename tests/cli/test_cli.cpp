@@ -251,6 +251,33 @@ TEST(Cli, CheckReportsCpuAndBackends) {
   }
 }
 
+// ZINC_RT where it is built: `zinc check` lists its tiers, each with a reason where it is not ready,
+// and `zinc rt-selftest` climbs its ladder, stopping at the first rung that fails (no KFD device at
+// the path given) with status 1, the rungs above it not run.
+TEST(Cli, ZincRtSaysWhichTierAndRungIsMissing) {
+  const json j = json::parse(zinc({"check", "--json"}).out);
+  const auto it = std::find_if(j["backends"].begin(), j["backends"].end(), [](const json& b) { return b["name"] == "zinc_rt"; });
+  ASSERT_NE(it, j["backends"].end()) << "zinc_rt is missing from zinc check";
+  if (!(*it)["compiled"].get<bool>()) GTEST_SKIP() << "zinc_rt not compiled in: " << (*it)["status"].get<std::string>();
+  const std::string status = (*it)["status"];
+  EXPECT_TRUE(contains(status, "tier T1 (KFD queues, PM4): ")) << status;
+  EXPECT_TRUE(contains(status, "T2 (user-mode queues): NOT READY (")) << status;
+  EXPECT_TRUE(contains(status, "T-CPU: READY")) << status;
+  EXPECT_FALSE((*it)["ready"].get<bool>());
+  const RunResult r = zinc({"rt-selftest", "--kfd", "/nonexistent/kfd"});
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "rung 1 FAIL    the KFD device opens")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no /nonexistent/kfd")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rung 2 not run")) << r.out;
+  const json rungs = json::parse(zinc({"--json", "rt-selftest", "--kfd", "/nonexistent/kfd"}).out);
+  EXPECT_EQ(rungs["passed"], false);
+  ASSERT_GE(rungs["rungs"].size(), 7u);
+  EXPECT_EQ(rungs["rungs"][0]["state"], "FAIL");
+  EXPECT_EQ(rungs["rungs"][1]["state"], "not run");
+  const RunResult model = zinc({"run", "-m", "x.gguf", "-p", "x", "--backend", "zinc_rt"});
+  EXPECT_EQ(model.status, 1);
+}
+
 TEST(Cli, CheckNamesTheKernelPathsAndZincCpuIsaCapsThem) {
   // The kernel table in use and those the CPU runs (best first, scalar last); ZINC_CPU_ISA picks a
   // lower one (scripts/test.sh runs the numeric tests on each), and a name it does not know is an error.
@@ -613,7 +640,11 @@ TEST(Cli, CompletionsAndManualPageFollowTheCommandLine) {
   const RunResult man = zinc({"manpage"});
   ASSERT_EQ(man.status, 0);
   EXPECT_TRUE(man.out.starts_with(".TH ZINC 1 ")) << man.out.substr(0, 80);
-  for (const auto& c : commands) EXPECT_TRUE(contains(man.out, ".SS " + c)) << c;
+  for (const auto& c : commands) {
+    std::string roff_name;  // a hyphen in roff text is written \-
+    for (const char ch : c) roff_name += ch == '-' ? std::string("\\-") : std::string(1, ch);
+    EXPECT_TRUE(contains(man.out, ".SS " + roff_name)) << c;
+  }
   std::ofstream(tmp.file("zinc.1")) << man.out;
   EXPECT_EQ(bash("groff -ww -man -z " + quote(tmp.file("zinc.1").string())), "");
   EXPECT_FALSE(contains(help.out, "manpage")) << "the build's helper command is listed";

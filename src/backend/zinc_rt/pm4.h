@@ -1,0 +1,108 @@
+// ZINC_RT's command stream: PM4 type-3 packets for an AMD compute queue (gfx10 and later: gfx11
+// RDNA3, gfx12 RDNA4), as the amdgpu kernel driver's and Mesa's public headers define them, and the
+// ring they are written to. A packet is a header dword — type 3 in bits 30-31, the count of dwords
+// after the header minus one in bits 16-29, the opcode in bits 8-15, bit 1 set for the compute
+// shader type — then its body. Registers are named by their byte offsets as Mesa names them
+// (R_00B830_COMPUTE_PGM_LO is 0xB830); SET_SH_REG carries (offset - 0xB000) / 4.
+//
+// The ring never splits a packet: a packet that does not fit before the end is preceded by NOPs to
+// the end and written from the start. Positions are dword counts that only grow (the queue's write
+// pointer); the place in the ring is the position modulo its size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+namespace zinc::backend::zinc_rt {
+
+namespace pm4 {
+
+inline constexpr uint32_t kNop = 0x10, kDispatchDirect = 0x15, kWriteData = 0x37, kWaitRegMem = 0x3C, kIndirectBuffer = 0x3F,
+                          kEventWrite = 0x46, kReleaseMem = 0x49, kAcquireMem = 0x58, kSetShReg = 0x76;
+// The single-dword NOP (count 0x3FFF is that special case).
+inline constexpr uint32_t kNop1 = 0xFFFF1000u;
+
+// Compute registers (byte offsets).
+inline constexpr uint32_t kComputeDispatchInitiator = 0xB800, kComputeNumThreadX = 0xB81C, kComputePgmLo = 0xB830,
+                          kComputePgmHi = 0xB834, kComputePgmRsrc1 = 0xB848, kComputePgmRsrc2 = 0xB84C,
+                          kComputeResourceLimits = 0xB854, kComputeTmpringSize = 0xB860, kComputePgmRsrc3 = 0xB8A0,
+                          kComputeUserData0 = 0xB900;
+inline constexpr uint32_t kShRegBase = 0xB000, kShRegEnd = 0xC000;
+
+// DISPATCH_INITIATOR bits: COMPUTE_SHADER_EN, FORCE_START_AT_000, ORDER_MODE, and wave32 (CS_W32_EN).
+inline constexpr uint32_t kInitiatorEnable = 1u << 0, kInitiatorForceStartAt000 = 1u << 1, kInitiatorOrderMode = 1u << 3,
+                          kInitiatorWave32 = 1u << 15;
+
+// RELEASE_MEM's event: a cache flush and invalidate with a time stamp, end of pipe (event index 5),
+// as the kernel driver's fences on gfx10+ rings write it.
+inline constexpr uint32_t kEventCacheFlushAndInvTs = 0x14, kEventIndexEop = 5;
+
+uint32_t header(uint32_t opcode, uint32_t body_dwords, bool compute = true);
+
+// Packets as dwords.
+class Stream {
+ public:
+  // `dwords` dwords of padding: one-dword NOPs, or one NOP packet with a body of dwords - 1.
+  void nop(size_t dwords);
+  // Consecutive registers from `reg` (byte offset in [0xB000, 0xC000)), one packet.
+  void set_sh_reg(uint32_t reg, std::initializer_list<uint32_t> values);
+  void set_sh_reg(uint32_t reg, std::span<const uint32_t> values);
+  // Workgroups in x, y, z.
+  void dispatch_direct(uint32_t x, uint32_t y, uint32_t z, uint32_t initiator);
+  // `values` written to memory at `address` (4-byte aligned) by the micro engine, confirmed before
+  // the next packet runs.
+  void write_data(uint64_t address, std::span<const uint32_t> values);
+  // Caches made coherent before what follows (gfx10+ form: GCR_CNTL in the last dword): `gcr`
+  // the GCR_CNTL bits (e.g. kAcquireInvalidateAll).
+  void acquire_mem(uint32_t gcr);
+  // Once all earlier work has finished: caches written back, then `value` (32 or 64 bits) written to
+  // `address` (8-byte aligned for 64 bits), with an interrupt if asked (a KFD event's signal).
+  void release_mem_fence(uint64_t address, uint64_t value, bool value64, bool interrupt);
+
+  // The dword index where the next packet starts, and the body of a packet already written (for
+  // patching: a position or a buffer address changed per token).
+  size_t size() const { return d_.size(); }
+  std::span<uint32_t> dwords() { return d_; }
+  std::span<const uint32_t> dwords() const { return d_; }
+  uint32_t& at(size_t i) { return d_[i]; }
+  void clear() { d_.clear(); }
+
+ private:
+  std::vector<uint32_t> d_;
+};
+
+// GCR_CNTL of ACQUIRE_MEM invalidating the instruction, scalar, vector, L1 and L2 caches (GLI_INV all,
+// GLK_INV, GLV_INV, GL1_INV, GL2_INV) and writing L2 and the metadata back (GLM_WB, GL2_WB).
+inline constexpr uint32_t kAcquireInvalidateAll = (1u << 0) | (1u << 4) | (1u << 5) | (1u << 7) | (1u << 8) | (1u << 9) |
+                                                  (1u << 14) | (1u << 15);
+// The same bits of RELEASE_MEM's first body dword: write back L2 (GL2_WB) and the metadata
+// (GLM_WB), invalidate L2 (GL2_INV), L1, vector and metadata caches.
+inline constexpr uint32_t kReleaseWritebackInvalidate = (1u << 12) | (1u << 13) | (1u << 14) | (1u << 15) | (1u << 20) | (1u << 21);
+
+}  // namespace pm4
+
+// A ring of `size` dwords (a power of two) that packets are copied into at a write position that
+// only grows; the queue reads up to the position the doorbell was last rung with.
+class Ring {
+ public:
+  explicit Ring(size_t size_dwords);
+  size_t size() const { return ring_.size(); }
+  uint64_t write_pos() const { return write_; }
+  // Dwords free given the queue's read position (at most write_pos()).
+  size_t space(uint64_t read_pos) const;
+  // Copies `packets` (whole packets of a Stream, each no longer than the ring) in, padding to the end
+  // of the ring first where a packet would cross it. Returns the position the stream starts at, or -1
+  // (nothing written) where the ring lacks space for it and its padding.
+  int64_t write(const pm4::Stream& packets, uint64_t read_pos);
+  const uint32_t* data() const { return ring_.data(); }
+  uint32_t& at(uint64_t pos) { return ring_[pos & (ring_.size() - 1)]; }
+
+ private:
+  std::vector<uint32_t> ring_;
+  uint64_t write_ = 0;
+};
+
+}  // namespace zinc::backend::zinc_rt

@@ -1,0 +1,88 @@
+// The KFD layer without an AMD GPU: the topology reader on made-up topology trees (a CPU node, a
+// supported GPU, an unsupported one, a malformed file), and the device layer and the bring-up ladder
+// failing cleanly, saying why, where there is no device or it is not the KFD.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "backend/zinc_rt/kfd.h"
+#include "backend/zinc_rt/selftest.h"
+#include "core/error.h"
+
+namespace zinc::backend::zinc_rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("zinc_kfd_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  void node(int n, const std::string& properties) const {
+    fs::create_directories(path / "nodes" / std::to_string(n));
+    std::ofstream(path / "nodes" / std::to_string(n) / "properties") << properties;
+  }
+};
+
+TEST(Kfd, TopologyListsTheGpuNodes) {
+  TempDir t;
+  t.node(0, "cpu_cores_count 16\nsimd_count 0\ngfx_target_version 0\n");
+  t.node(2, "cpu_cores_count 0\nsimd_count 80\ngfx_target_version 90010\nvendor_id 4098\ndevice_id 29704\ndrm_render_minor 129\n");
+  t.node(1, "simd_count 96\ngfx_target_version 110000\nvendor_id 4098\ndevice_id 29772\ndrm_render_minor 128\n");
+  const auto gpus = read_kfd_topology(t.path.string());
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].node, 1);
+  EXPECT_EQ(gpus[0].target(), "gfx1100");
+  EXPECT_TRUE(gpus[0].supported());
+  EXPECT_EQ(gpus[0].simd_count, 96u);
+  EXPECT_EQ(gpus[0].drm_render_minor, 128u);
+  EXPECT_EQ(gpus[1].target(), "gfx90a");
+  EXPECT_FALSE(gpus[1].supported());
+  for (const uint32_t v : {110001u, 120000u, 120001u}) EXPECT_TRUE((KfdGpu{0, v}).supported()) << v;
+  EXPECT_EQ((KfdGpu{0, 120001}).target(), "gfx1201");
+  EXPECT_TRUE(read_kfd_topology((t.path / "absent").string()).empty());
+}
+
+TEST(Kfd, MalformedTopologySaysWhere) {
+  TempDir t;
+  t.node(3, "simd_count 96\ngfx_target_version eleven\n");
+  try {
+    (void)read_kfd_topology(t.path.string());
+    FAIL() << "a malformed properties file was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("nodes/3/properties line 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("gfx_target_version eleven"), std::string::npos) << m;
+  }
+}
+
+TEST(Kfd, NoDeviceIsAReasonNotACrash) {
+  TempDir t;
+  const KfdProbe none = probe_kfd((t.path / "kfd").string(), t.path.string());
+  EXPECT_FALSE(none.opened);
+  EXPECT_FALSE(none.ready());
+  EXPECT_NE(none.why.find("no " + (t.path / "kfd").string()), std::string::npos) << none.why;
+  // A file that is not the KFD: it opens, the version request fails.
+  std::ofstream(t.path / "not_kfd") << "x";
+  const KfdProbe wrong = probe_kfd((t.path / "not_kfd").string(), t.path.string());
+  EXPECT_TRUE(wrong.opened);
+  EXPECT_NE(wrong.why.find("the version request failed"), std::string::npos) << wrong.why;
+}
+
+TEST(Kfd, LadderStopsAtTheFirstRungThatFails) {
+  TempDir t;
+  const auto rungs = run_selftest({(t.path / "kfd").string(), t.path.string()});
+  ASSERT_GE(rungs.size(), 7u);
+  EXPECT_EQ(rungs[0].state, Rung::State::Failed);
+  EXPECT_NE(rungs[0].detail.find("no "), std::string::npos) << rungs[0].detail;
+  for (size_t i = 1; i < rungs.size(); ++i) EXPECT_EQ(rungs[i].state, Rung::State::NotRun) << rungs[i].name;
+}
+
+}  // namespace
+}  // namespace zinc::backend::zinc_rt
