@@ -2,6 +2,7 @@
 # Installs the Debian/Ubuntu packages ZINC needs, and nothing when they are all present.
 # Usage: scripts/deps.sh [--test]   (--test adds what the test suite needs: GoogleTest, clang, libFuzzer,
 # tmux for the terminal-chat test, curl, chromium and haproxy for the server tests, man and groff for the manual page,
+# clang-19, lld-19 and llvm-19 for ZINC_RT's AMDGPU kernels and the tool that checks them,
 # and on x86-64 an AArch64 cross compiler and qemu for the NEON kernels' tests)
 set -euo pipefail
 
@@ -9,7 +10,7 @@ pkgs=(cmake ninja-build g++ pkg-config git
       libvulkan-dev libvulkan-volk-dev glslang-dev glslang-tools mesa-vulkan-drivers
       libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libssl-dev libedit-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium haproxy man-db groff-base)
+  pkgs+=(libgtest-dev libgmock-dev clang tmux curl chromium haproxy man-db groff-base clang-19 lld-19 llvm-19)
   [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] && pkgs+=(g++-aarch64-linux-gnu qemu-user)
 fi
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend/probe.h"
+#include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/kfd.h"
 #include "core/error.h"
 
@@ -26,9 +27,12 @@ BackendReport probe_zinc_rt() {
     gpus += fmt::format("{}{} (KFD node {}{})", gpus.empty() ? "" : ", ", g.target(), g.node, g.supported() ? "" : ", not supported");
   std::string t1 = p.ready() ? "READY" : fmt::format("NOT READY ({})", p.why);
   if (!gpus.empty()) t1 += fmt::format(", GPUs: {}", gpus);
+  const size_t objects = zinc_rt::code_object_bytes_names().size();
+  const std::string kernels = objects > 0 ? fmt::format("{} kernel code objects for {}", objects, zinc_rt::kSupportedTargets)
+                                          : "no kernels (built without clang-19 or later)";
   r.status = fmt::format("tier T1 (KFD queues, PM4): {}; T2 (user-mode queues): NOT READY (not built yet); T-CPU: READY (the CPU backend); "
-                         "models do not run on ZINC_RT yet (its bring-up: zinc rt-selftest)",
-                         t1);
+                         "{}; models do not run on ZINC_RT yet (its bring-up: zinc rt-selftest)",
+                         t1, kernels);
   return r;
 }
 
