@@ -1,0 +1,33 @@
+// A kernel dispatch on a ZINC_RT compute queue, programmed from the kernel's descriptor: the entry
+// point (COMPUTE_PGM_LO/HI: its address / 256), the resource registers as the compiler wrote them
+// (RSRC1..3), no scratch, the workgroup size, the user SGPRs the descriptor asks for in the order the
+// AMDHSA ABI gives them (the dispatch packet pointer, the queue pointer, the kernel arguments'
+// address), then DISPATCH_DIRECT with the workgroup counts (wave32 where the kernel was built for it).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "backend/zinc_rt/code_object.h"
+#include "backend/zinc_rt/pm4.h"
+
+namespace zinc::backend::zinc_rt {
+
+struct DispatchArgs {
+  uint64_t code_base = 0;  // the GPU address the code object is loaded at (its address 0)
+  uint64_t kernarg = 0;    // the kernel arguments' GPU address
+  uint64_t dispatch_ptr = 0, queue_ptr = 0;  // where the kernel asks for them
+  std::array<uint32_t, 3> groups = {1, 1, 1}, block = {1, 1, 1};
+};
+
+// Where a written dispatch keeps what changes per token: the dword of the stream holding the low half
+// of the kernel arguments' address (the high half follows), or -1 where the kernel takes none.
+struct DispatchSlots {
+  int64_t kernarg_lo = -1;
+};
+
+// Throws zinc::Error where the kernel needs what is not given or not supported yet (scratch memory,
+// user SGPRs other than those three), or the entry point is not 256-byte aligned.
+DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchArgs& a);
+
+}  // namespace zinc::backend::zinc_rt

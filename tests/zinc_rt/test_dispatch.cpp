@@ -1,0 +1,104 @@
+// A dispatch programmed from a real kernel's descriptor (the embedded rms_norm for gfx1100): the
+// entry point's registers, the resource registers as the compiler wrote them, the workgroup size, the
+// kernel arguments' address in the first user SGPRs (no more of them than the descriptor's USER_SGPR
+// count), the dispatch with wave32 where the kernel is wave32; its per-token slot patched in the ring;
+// and the kernels it must refuse.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "backend/zinc_rt/dispatch.h"
+#include "core/error.h"
+
+namespace zinc::backend::zinc_rt {
+namespace {
+
+// SET_SH_REG packets of a stream by register (byte offset), and the DISPATCH_DIRECT body.
+struct Parsed {
+  std::map<uint32_t, std::vector<uint32_t>> regs;
+  std::vector<uint32_t> dispatch;
+};
+Parsed parse(const pm4::Stream& s) {
+  Parsed p;
+  const auto d = s.dwords();
+  for (size_t i = 0; i < d.size();) {
+    const uint32_t h = d[i], op = h >> 8 & 0xFF, body = (h >> 16 & 0x3FFF) + 1;
+    EXPECT_EQ(h >> 30, 3u);
+    if (op == pm4::kSetShReg) {
+      const uint32_t reg = pm4::kShRegBase + 4 * d[i + 1];
+      for (uint32_t k = 0; k + 1 < body; ++k) p.regs[reg + 4 * k] = {d[i + 2 + k]};
+    } else if (op == pm4::kDispatchDirect) {
+      p.dispatch.assign(d.begin() + static_cast<std::ptrdiff_t>(i + 1), d.begin() + static_cast<std::ptrdiff_t>(i + 1 + body));
+    }
+    i += 1 + body;
+  }
+  return p;
+}
+
+TEST(Dispatch, ProgrammedFromTheDescriptor) {
+  const auto bytes = code_object_bytes("rms_norm-gfx1100");
+  if (bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const CodeObject co = parse_code_object(bytes);
+  const KernelInfo& k = *co.kernel("rms_norm");
+  DispatchArgs a;
+  a.code_base = 0x00007F0000000000ull;
+  a.kernarg = 0x00007F1234567800ull;
+  a.groups = {12, 1, 1};
+  a.block = {256, 1, 1};
+  pm4::Stream s;
+  const DispatchSlots slots = emit_dispatch(s, k, a);
+  const Parsed p = parse(s);
+  const uint64_t entry = a.code_base + k.entry_address;
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmLo)[0], static_cast<uint32_t>(entry >> 8));
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmHi)[0], static_cast<uint32_t>(entry >> 40));
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc1)[0], k.rsrc1);
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc2)[0], k.rsrc2);
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc3)[0], k.rsrc3);
+  EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX)[0], 256u);
+  EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX + 4)[0], 1u);
+  EXPECT_EQ(p.regs.at(pm4::kComputeUserData0)[0], 0x34567800u);
+  EXPECT_EQ(p.regs.at(pm4::kComputeUserData0 + 4)[0], 0x7F12u);
+  EXPECT_EQ(p.regs.count(pm4::kComputeUserData0 + 8), 0u);
+  const uint32_t user_sgprs = k.rsrc2 >> 1 & 0x1F;  // COMPUTE_PGM_RSRC2.USER_SGPR
+  EXPECT_GE(user_sgprs, 2u) << "the descriptor's user SGPRs hold the kernel arguments' address";
+  ASSERT_EQ(p.dispatch.size(), 4u);
+  EXPECT_EQ((std::vector<uint32_t>(p.dispatch.begin(), p.dispatch.begin() + 3)), (std::vector<uint32_t>{12, 1, 1}));
+  EXPECT_TRUE(k.wave32());
+  EXPECT_EQ(p.dispatch[3] & (pm4::kInitiatorEnable | pm4::kInitiatorWave32), pm4::kInitiatorEnable | pm4::kInitiatorWave32);
+  // The per-token slot: the stream in a ring, its kernel arguments moved.
+  ASSERT_GE(slots.kernarg_lo, 0);
+  EXPECT_EQ(s.dwords()[static_cast<size_t>(slots.kernarg_lo)], 0x34567800u);
+  Ring ring(256);
+  const int64_t at = ring.write(s, 0);
+  ASSERT_GE(at, 0);
+  ring.at(static_cast<uint64_t>(at + slots.kernarg_lo)) = 0x9ABCDE00u;
+  EXPECT_EQ(ring.data()[static_cast<size_t>(at + slots.kernarg_lo)], 0x9ABCDE00u);
+}
+
+TEST(Dispatch, RefusesWhatItCannotProgram) {
+  KernelInfo k;
+  k.name = "k";
+  k.properties = 1u << 3 | 1u << 10;
+  k.entry_address = 0x100;
+  pm4::Stream s;
+  DispatchArgs a;
+  a.kernarg = 0x1000;
+  a.code_base = 0x80;
+  EXPECT_THROW(emit_dispatch(s, k, a), Error) << "entry point not 256-byte aligned";
+  a.code_base = 0;
+  k.private_segment_bytes = 16;
+  EXPECT_THROW(emit_dispatch(s, k, a), Error) << "scratch";
+  k.private_segment_bytes = 0;
+  k.properties |= 1u << 1;  // the dispatch packet's address, not given
+  EXPECT_THROW(emit_dispatch(s, k, a), Error);
+  k.properties = 1u << 5;  // flat scratch init
+  EXPECT_THROW(emit_dispatch(s, k, a), Error);
+  EXPECT_EQ(s.size(), 0u) << "nothing written by a refused dispatch";
+  k.properties = 1u << 3;
+  a.kernarg = 0;
+  EXPECT_THROW(emit_dispatch(s, k, a), Error) << "no kernel arguments' address";
+}
+
+}  // namespace
+}  // namespace zinc::backend::zinc_rt
