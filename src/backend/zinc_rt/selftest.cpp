@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/kfd.h"
 #include "core/error.h"
 
@@ -9,6 +10,7 @@ namespace zinc::backend::zinc_rt {
 
 std::vector<Rung> run_selftest(const SelftestOptions& o) {
   std::vector<Rung> rungs = {
+      {fmt::format("the kernels are built for {} and their code objects read", kSupportedTargets), Rung::State::NotRun, ""},
       {"the KFD device opens and reports interface version 1.x", Rung::State::NotRun, ""},
       {fmt::format("the KFD topology lists a supported GPU ({})", kSupportedTargets), Rung::State::NotRun, ""},
       {"a compute queue exists (ring, doorbell, end-of-pipe buffer)", Rung::State::NotRun, ""},
@@ -24,23 +26,38 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     rungs[i].detail = std::move(why);
     return rungs;
   };
+  // The kernels: every embedded code object parses, for its target, with its kernel.
+  const auto names = code_object_bytes_names();
+  if (names.empty()) return fail(0, "this zinc was built without an AMDGPU compiler (install clang-19 and lld-19, then rebuild)");
+  size_t kernels = 0;
+  for (const std::string_view n : names) {
+    try {
+      const CodeObject co = parse_code_object(code_object_bytes(n));
+      if (co.target != n.substr(n.find('-') + 1)) return fail(0, fmt::format("{}: built for {}", n, co.target));
+      kernels += co.kernels.size();
+    } catch (const Error& e) {
+      return fail(0, fmt::format("{}: {}", n, e.what()));
+    }
+  }
+  rungs[0].state = Rung::State::Passed;
+  rungs[0].detail = fmt::format("{} code objects, {} kernels", names.size(), kernels);
   KfdProbe p;
   try {
     p = probe_kfd(o.device, o.topology);
   } catch (const Error& e) {
-    return fail(p.opened ? 1 : 0, e.what());
+    return fail(p.opened ? 2 : 1, e.what());
   }
-  if (!p.opened || p.major == 0) return fail(0, p.why);
-  rungs[0].state = Rung::State::Passed;
-  rungs[0].detail = fmt::format("{}: interface {}.{}", o.device, p.major, p.minor);
-  if (!p.ready()) return fail(1, p.why);
+  if (!p.opened || p.major == 0) return fail(1, p.why);
+  rungs[1].state = Rung::State::Passed;
+  rungs[1].detail = fmt::format("{}: interface {}.{}", o.device, p.major, p.minor);
+  if (!p.ready()) return fail(2, p.why);
   for (const KfdGpu& g : p.gpus) {
     if (!g.supported()) continue;
-    rungs[1].state = Rung::State::Passed;
-    rungs[1].detail = fmt::format("node {}: {} ({} SIMDs, render node {})", g.node, g.target(), g.simd_count, g.drm_render_minor);
+    rungs[2].state = Rung::State::Passed;
+    rungs[2].detail = fmt::format("node {}: {} ({} SIMDs, render node {})", g.node, g.target(), g.simd_count, g.drm_render_minor);
     break;
   }
-  return fail(2, "not built yet in this zinc: the queue rung is next (KFD queue creation, doorbell mapping)");
+  return fail(3, "not built yet in this zinc: the queue rung is next (KFD queue creation, doorbell mapping)");
 }
 
 }  // namespace zinc::backend::zinc_rt
