@@ -264,21 +264,28 @@ TEST(Cli, ZincRtSaysWhichTierAndRungIsMissing) {
   EXPECT_TRUE(contains(status, "T2 (user-mode queues): NOT READY (")) << status;
   EXPECT_TRUE(contains(status, "T-CPU: READY")) << status;
   EXPECT_FALSE((*it)["ready"].get<bool>());
+  const RunResult model = zinc({"run", "-m", "x.gguf", "-p", "x", "--backend", "zinc_rt"});
+  EXPECT_EQ(model.status, 1);
   const RunResult r = zinc({"rt-selftest", "--kfd", "/nonexistent/kfd"});
   EXPECT_EQ(r.status, 1) << r.out << r.err;
+  const json rungs = json::parse(zinc({"--json", "rt-selftest", "--kfd", "/nonexistent/kfd"}).out);
+  EXPECT_EQ(rungs["passed"], false);
+  ASSERT_GE(rungs["rungs"].size(), 8u);
+  if (contains(status, "no kernels (built without clang-19")) {
+    // No AMDGPU compiler at build time: the ladder stops at its first rung, saying so.
+    EXPECT_TRUE(contains(r.out, "rung 1 FAIL    the kernels are built")) << r.out;
+    EXPECT_TRUE(contains(r.out, "built without an AMDGPU compiler")) << r.out;
+    EXPECT_EQ(rungs["rungs"][1]["state"], "not run");
+    return;
+  }
   // Rung 1 (the kernels) passes where the build had clang-19 (deps.sh --test installs it).
   EXPECT_TRUE(contains(r.out, "rung 1 pass    the kernels are built for gfx1100, gfx1101, gfx1200, gfx1201")) << r.out;
   EXPECT_TRUE(contains(r.out, "rung 2 FAIL    the KFD device opens")) << r.out;
   EXPECT_TRUE(contains(r.out, "no /nonexistent/kfd")) << r.out;
   EXPECT_TRUE(contains(r.out, "rung 3 not run")) << r.out;
-  const json rungs = json::parse(zinc({"--json", "rt-selftest", "--kfd", "/nonexistent/kfd"}).out);
-  EXPECT_EQ(rungs["passed"], false);
-  ASSERT_GE(rungs["rungs"].size(), 8u);
   EXPECT_EQ(rungs["rungs"][0]["state"], "pass");
   EXPECT_EQ(rungs["rungs"][1]["state"], "FAIL");
   EXPECT_EQ(rungs["rungs"][2]["state"], "not run");
-  const RunResult model = zinc({"run", "-m", "x.gguf", "-p", "x", "--backend", "zinc_rt"});
-  EXPECT_EQ(model.status, 1);
 }
 
 TEST(Cli, CheckNamesTheKernelPathsAndZincCpuIsaCapsThem) {
