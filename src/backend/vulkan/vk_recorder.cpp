@@ -558,7 +558,10 @@ class Recorder {
       vk::mul_mv(ctx_, rec, wt.type, w_.raw(node.in[0]), x, out, bias, ncols, nrows, n);
       return;
     }
-    const vk::MulMmKernel kernel = vk::mul_mm_kernel(ctx_);
+    // Float weights (F32, F16, BF16) stay in float: the tensor-core kernel rounds the activations to
+    // f16 (relative 2^-11), against 1e-6 for decode's products, enough to flip greedy tokens at small
+    // margins; quantized weights' own error dwarfs it.
+    const vk::MulMmKernel kernel = quant::block_size(wt.type) == 1 ? vk::MulMmKernel::Tiled : vk::mul_mm_kernel(ctx_);
     const View xin = gemm_x(rec, tr, kernel, node.in[1], x, ncols, n);
     tr.before({xin}, {out});
     vk::mul_mm_q(ctx_, rec, kernel, wt.type, w_.raw(node.in[0]), xin, out, bias, ncols, nrows, n, nrows, 0);
