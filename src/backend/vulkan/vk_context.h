@@ -20,6 +20,7 @@ namespace zinc::backend::vk {
 
 // SPIR-V of an embedded shader by name (the .comp file's name, plus _variant), empty when there is none.
 std::span<const uint8_t> spirv(std::string_view name);
+std::vector<std::string_view> spirv_names();  // every embedded shader
 
 struct Buffer {
   VkBuffer buffer = VK_NULL_HANDLE;
