@@ -186,12 +186,13 @@ struct QuantRows {
   }
 };
 
-// Q4_K and Q6_K with one token (decode) or one expert slot at a time: against the activations' 8-bit
+// Q4_K, Q5_K and Q6_K with one token (decode) or one expert slot at a time: against the activations' 8-bit
 // codes, as the CPU's reference dot product computes them (integer sums per sub-block, exact), so the
 // results differ from dot_ref() only by the order of a row's float multiply-adds.
 class CudaCodeKernels : public CudaKernels {};
+class CudaDecodeCodes : public CudaKernels {};  // Q5_K too: its prompts take the float tiles
 
-TEST_P(CudaCodeKernels, DecodeProductsMatchTheCpuReferenceDot) {
+TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
   const TensorType type = GetParam();
   ASSERT_TRUE(backend::cuda::uses_codes(static_cast<int>(type)));
   const int64_t rows = 37, cols = 768, n_expert = 3;
@@ -318,6 +319,8 @@ TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
+                         [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Types, CudaDecodeCodes, ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 
 // The fused launches against their parts: products of one input in one launch (types mixed, enough
@@ -689,6 +692,109 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
                          [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
                            return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
                          });
+
+// Decode routing in one launch (the router's float32 product and the routing by the last block) against
+// a double-precision reference: logits of duplicated router rows tie, and the lower expert must win;
+// both orders (softmax then top k, top k then softmax), repeated launches (the counters return to zero).
+TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
+  ZINC_NEED_CUDA_DEVICE();
+  std::mt19937 rng(29);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  for (const int ne : {32, 128, 256}) {
+    for (const bool topk_first : {false, true}) {
+      const int64_t d = 384;
+      const int n = 3, k = 8;
+      std::vector<float> w(static_cast<size_t>(ne * d)), x(static_cast<size_t>(n * d));
+      // Rows a_e x0 and rows x = (t + 1) x0: the logits keep the order of a_e. Experts 0..6 first, then
+      // experts 20 and 21 tied for the last place (equal rows give equal logits), the rest below.
+      for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] = dist(rng);
+      for (int t = 1; t < n; ++t)
+        for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(t * d + i)] = static_cast<float>(t + 1) * x[static_cast<size_t>(i)];
+      for (int e = 0; e < ne; ++e) {
+        const float a = e < 7 ? 0.05f * static_cast<float>(8 - e) : e == 20 || e == 21 ? 0.03f : -0.01f * static_cast<float>(1 + (e * 7) % 13);
+        for (int64_t i = 0; i < d; ++i) w[static_cast<size_t>(e * d + i)] = a * x[static_cast<size_t>(i)];
+      }
+      Dev dw(w.size() * 4), dx(x.size() * 4), dlog(static_cast<size_t>(n * ne) * 4), dcount(8 * 4), dids(static_cast<size_t>(n * k) * 4),
+          dwts(static_cast<size_t>(n * k) * 4);
+      upload(dw, w.data(), w.size() * 4);
+      upload(dx, x.data(), x.size() * 4);
+      ASSERT_EQ(cudaMemset(dcount.p, 0, 32), cudaSuccess);
+      ASSERT_TRUE(backend::cuda::moe_router_fits(static_cast<int>(TensorType::F32), d, ne));
+      for (int rep = 0; rep < 3; ++rep) {
+        backend::cuda::moe_router(nullptr, dw.as<float>(), dx.as<float>(), d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, topk_first,
+                                  true, 1.0f, nullptr, nullptr, dids.as<int32_t>(), dwts.as<float>());
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<int32_t> ids(static_cast<size_t>(n * k));
+      std::vector<float> wts(ids.size());
+      std::vector<unsigned> count(8);
+      ASSERT_EQ(cudaMemcpy(ids.data(), dids.p, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(wts.data(), dwts.p, wts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(count.data(), dcount.p, 32, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (unsigned c : count) EXPECT_EQ(c, 0u) << "counters left for the next launch";
+      for (int t = 0; t < n; ++t) {
+        std::vector<double> l(static_cast<size_t>(ne));
+        for (int e = 0; e < ne; ++e) {
+          double acc = 0;
+          for (int64_t i = 0; i < d; ++i) acc += static_cast<double>(w[static_cast<size_t>(e * d + i)]) * x[static_cast<size_t>(t * d + i)];
+          l[static_cast<size_t>(e)] = acc;
+        }
+        // Top k, larger first and the lower expert on ties (the tied rows are exactly equal products).
+        std::vector<int> order(static_cast<size_t>(ne));
+        for (int e = 0; e < ne; ++e) order[static_cast<size_t>(e)] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)]; });
+        std::vector<int> chosen(order.begin(), order.begin() + k);
+        const double m = l[static_cast<size_t>(order[0])];
+        double top = 0;
+        for (int e : chosen) top += std::exp(l[static_cast<size_t>(e)] - m);
+        std::sort(chosen.begin(), chosen.end());
+        for (int i = 0; i < k; ++i) {
+          const size_t s = static_cast<size_t>(t * k + i);
+          ASSERT_EQ(ids[s], chosen[static_cast<size_t>(i)]) << "ne " << ne << " token " << t << " slot " << i;
+          // Renormalised over the chosen: the same weights in both orders.
+          const double want = std::exp(l[static_cast<size_t>(chosen[static_cast<size_t>(i)])] - m) / top;
+          EXPECT_NEAR(wts[s], want, 1e-5) << "ne " << ne << " token " << t << " slot " << i << (topk_first ? " top k first" : "");
+        }
+        EXPECT_EQ(ids[static_cast<size_t>(t * k + k - 1)], 20) << "the tie for the last place goes to the lower expert";
+      }
+    }
+  }
+}
+
+// The add and norm forming a mixture's weighted sum of slots themselves: the sum equals the other
+// term plus moe_combine's output exactly.
+TEST(CudaMoe, AddNormCombinesTheSlotsAsTheCombineLaunch) {
+  ZINC_NEED_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t width = 512;
+  const int n = 2, k = 4;
+  std::vector<float> a(static_cast<size_t>(n * width)), y(static_cast<size_t>(n * k * width)), wts(static_cast<size_t>(n * k)),
+      w(static_cast<size_t>(width));
+  for (std::vector<float>* v : {&a, &y, &wts, &w})
+    for (float& f : *v) f = dist(rng);
+  Dev da(a.size() * 4), dy(y.size() * 4), dwts(wts.size() * 4), dw(w.size() * 4), dcomb(a.size() * 4), dsum(a.size() * 4), dsum2(a.size() * 4),
+      dout(a.size() * 4), dout2(a.size() * 4);
+  upload(da, a.data(), a.size() * 4);
+  upload(dy, y.data(), y.size() * 4);
+  upload(dwts, wts.data(), wts.size() * 4);
+  upload(dw, w.data(), w.size() * 4);
+  backend::cuda::moe_combine(nullptr, dy.as<float>(), dwts.as<float>(), n, k, width, dcomb.as<float>());
+  backend::cuda::add_rms_norm(nullptr, da.as<float>(), dcomb.as<float>(), dsum.as<float>(), dw.as<float>(), dout.as<float>(), width, n, 1e-6f,
+                              0.0f, nullptr);
+  backend::cuda::add_rms_norm(nullptr, da.as<float>(), nullptr, dsum2.as<float>(), dw.as<float>(), dout2.as<float>(), width, n, 1e-6f, 0.0f,
+                              nullptr, dy.as<float>(), dwts.as<float>(), k);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> sum(a.size()), sum2(a.size()), out(a.size()), out2(a.size());
+  ASSERT_EQ(cudaMemcpy(sum.data(), dsum.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(sum2.data(), dsum2.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out2.data(), dout2.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < sum.size(); ++i) {
+    ASSERT_EQ(sum2[i], sum[i]) << "element " << i;
+    ASSERT_EQ(out2[i], out[i]) << "element " << i;
+  }
+}
 
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {
   int n = 0;

@@ -495,6 +495,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
     moe_up_ = DeviceBuffer(moe_hidden * 4);
     moe_y_ = DeviceBuffer(moe_out * 4);
     moe_logits_ = DeviceBuffer(moe_logits * 4);
+    if (moe_logits > 0) {
+      moe_count_ = DeviceBuffer(8 * sizeof(unsigned));
+      check(cudaMemset(moe_count_.get(), 0, moe_count_.size()), "cudaMemset");
+    }
     gate_g_ = DeviceBuffer(gates * 4);
     gate_beta_ = DeviceBuffer(gates * 4);
     // The step buffer: ids, positions, cache slots, table offsets, the rows reaching the logits, the
@@ -609,7 +613,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         }
         ck::mul_mat(s, static_cast<int>(wt.type), weights_->raw(node.in[0]), quant::row_size(wt.type, wt.ne[0]), wt.ne[1], wt.ne[0],
                     act(node.in[1]), wt.ne[0], static_cast<int>(n), out, width, weights_->f32_or_null(node, 2), q8_.get(),
-                    codes_of(wt.type, node.in[1], 1));
+                    codes_of(wt.type, node.in[1], 1, n));
         break;
       }
       case Op::Add: case Op::Mul:
@@ -796,13 +800,19 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const float* x = act(node.in[0]);
     const float* router_x = mp.router_in >= 0 ? act(node.in[static_cast<size_t>(mp.router_in)]) : x;
     float* logits = moe_logits_.get<float>();
-    ck::mul_mat(stream_, static_cast<int>(rt.type), weights_->raw(node.in[1]), quant::row_size(rt.type, d), ne, d, router_x, d, n, logits, ne,
-                nullptr);
     const auto bias = [&](int b) { return mp.bias >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.bias + b)]) : nullptr; };
     int32_t* ids = moe_ids_.get<int32_t>();
     float* wts = moe_weights_.get<float>();
-    ck::moe_route(stream_, logits, n, ne, k, mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale, bias(0),
-                  mp.expert_scale >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.expert_scale)]) : nullptr, ids, wts);
+    const bool topk_first = mp.routing == graph::MoeRouting::TopKSoftmax;
+    const float* expert_scale = mp.expert_scale >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.expert_scale)]) : nullptr;
+    if (n <= 8 && ck::moe_router_fits(static_cast<int>(rt.type), d, ne)) {  // decode: the router and the routing in one launch
+      ck::moe_router(stream_, static_cast<const float*>(weights_->raw(node.in[1])), router_x, d, n, moe_count_.get<unsigned>(), logits, ne,
+                     k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts);
+    } else {
+      ck::mul_mat(stream_, static_cast<int>(rt.type), weights_->raw(node.in[1]), quant::row_size(rt.type, d), ne, d, router_x, d, n, logits,
+                  ne, nullptr);
+      ck::moe_route(stream_, logits, n, ne, k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts);
+    }
     const int slots = n * k;
     const size_t g_row = quant::row_size(gt.type, d), u_row = quant::row_size(ut.type, d), d_row = quant::row_size(dt.type, ff);
     float* gate = moe_gate_.get<float>();
@@ -819,15 +829,15 @@ class CudaExecutable final : public SharedDeviceExecutable {
       auto* offsets = moe_offsets_.get<int32_t>();
       ck::moe_group(stream_, ids, slots, ne, order, offsets);
       ck::grouped_mul_mat(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
-                          x, d, k, order, offsets, ne, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
+                          x, d, k, order, offsets, ne, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k, slots));
       ck::grouped_mul_mat(stream_, static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]),
                           fused ? ff : 0, ff, d, x, d, k, order, offsets, ne, slots, up, ff, bias(2), ff, q8_.get(),
-                          codes_of(ut.type, node.in[0], k));
+                          codes_of(ut.type, node.in[0], k, slots));
       ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
       codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
       ck::grouped_mul_mat(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate,
                           ff, 1, order, offsets, ne, slots, y, d, bias(3), d, q8_.get(), false);
-      ck::moe_combine(stream_, y, wts, n, k, d, out);
+      if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
       return;
     }
     if (q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped) {
@@ -836,7 +846,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       p[0] = {static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, gate, ff, bias(1), ff};
       p[1] = {static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]), fused ? ff : 0, ff, up, ff,
               bias(2), ff};
-      ck::mul_mat_codes(stream_, p, 2, d, x, d, k, ids, slots, q8_.get(), codes_of(gt.type, node.in[0], k),
+      ck::mul_mat_codes(stream_, p, 2, d, x, d, k, ids, slots, q8_.get(), codes_of(gt.type, node.in[0], 1),
                         mp.glu == graph::MoeGlu::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
     } else {
       ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
@@ -848,7 +858,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
     codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
                    ids, slots, y, d, bias(3), d, q8_.get());
-    ck::moe_combine(stream_, y, wts, n, k, d, out);
+    if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
+  }
+  // Whether the add and norm that follow the mixture form its weighted sum themselves (Fusion::combine).
+  bool combined_later(const Node& node) const {
+    const size_t i = static_cast<size_t>(&node - g_.nodes.data()) + 1;
+    return i < fuse_.size() && fuse_[i].kind == Fuse::AddNorm && fuse_[i].combine;
   }
 
   // Launches doing the work of consecutive nodes, decided once per graph and taken at a step when its
@@ -864,6 +879,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     bool codes = false;  // the norm writes the codes the next product reads
     bool swap = false;   // Glu: the activation applies to the second product
     bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
+    bool few = false;     // AddNorm, Norm: codes only for up to 8 rows (a mixture's products read them)
+    bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
   };
   std::vector<Fusion> fuse_;
 
@@ -871,6 +888,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (i >= g_.nodes.size()) return false;
     const Node& n = g_.nodes[i];
     return n.op == Op::MatMul && n.in[1] == x && ck::uses_codes(static_cast<int>(g_.tensor(n.in[0]).type));
+  }
+  // A mixture whose gate and up products take the codes of x (decode: up to 8 rows).
+  bool codes_moe(size_t i, TensorId x) const {
+    if (i >= g_.nodes.size()) return false;
+    const Node& m = g_.nodes[i];
+    if (m.op != Op::MoE || m.in[0] != x || m.moe().glu == graph::MoeGlu::SwiGLUClamped) return false;
+    const auto& gt = g_.tensor(m.in[2]);
+    return gt.type == g_.tensor(m.in[3]).type && ck::uses_codes(static_cast<int>(gt.type)) && gt.ne[0] == g_.tensor(x).ne[0];
   }
   bool row_norm(const Node& n) const {
     const int64_t width = g_.tensor(n.out).ne[0];
@@ -923,12 +948,18 @@ class CudaExecutable final : public SharedDeviceExecutable {
         continue;
       }
       if (n.op == Op::Add && i + 1 < count && row_norm(g_.nodes[i + 1]) && g_.nodes[i + 1].in[0] == n.out) {
-        fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, g_.nodes[i + 1].out), false};
+        const TensorId y = g_.nodes[i + 1].out;
+        const bool moe = codes_moe(i + 2, y);
+        // The mixture just before, read by this sum alone: its weighted sum of slots formed here.
+        const bool combine = i > 0 && g_.nodes[i - 1].op == Op::MoE && !opts_.keep_activations &&
+                             (n.in[0] == g_.nodes[i - 1].out || n.in[1] == g_.nodes[i - 1].out) &&
+                             readers[static_cast<size_t>(g_.nodes[i - 1].out)] == 1 && n.in[0] != n.in[1];
+        fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, y) || moe, false, false, moe, combine};
         ++i;
         continue;
       }
-      if (row_norm(n) && codes_product(i + 1, n.out)) {
-        fuse_[i] = {Fuse::Norm, 1, true, false};
+      if (row_norm(n) && (codes_product(i + 1, n.out) || codes_moe(i + 1, n.out))) {
+        fuse_[i] = {Fuse::Norm, 1, true, false, false, codes_moe(i + 1, n.out)};
         continue;
       }
       if (!codes_product(i, n.in.size() > 1 ? n.in[1] : -1)) continue;
@@ -972,10 +1003,19 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const Node& norm = g_.nodes[i + count - 1];
         const int64_t width = g_.tensor(norm.out).ne[0];
         const int64_t n = rows_[static_cast<size_t>(first.in[0])];
-        const bool codes = f.codes && (n <= 8 || (int8_prompts_ && n <= 65535));
+        const bool codes = f.codes && (n <= 8 || (!f.few && int8_prompts_ && n <= 65535));
         const bool add = f.kind == Fuse::AddNorm;
-        ck::add_rms_norm(s, act(first.in[0]), add ? act(first.in[1]) : nullptr, add ? act(first.out) : nullptr, weights_->f32_or_null(norm, 1),
-                         act(norm.out), width, static_cast<int>(n), norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr);
+        if (f.combine) {  // the mixture's output was never formed: its slots' rows are combined here
+          const Node& moe = g_.nodes[i - 1];
+          const TensorId other = first.in[0] == moe.out ? first.in[1] : first.in[0];
+          ck::add_rms_norm(s, act(other), nullptr, act(first.out), weights_->f32_or_null(norm, 1), act(norm.out), width, static_cast<int>(n),
+                           norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr, moe_y_.get<float>(), moe_weights_.get<float>(),
+                           moe.moe().n_expert_used);
+        } else {
+          ck::add_rms_norm(s, act(first.in[0]), add ? act(first.in[1]) : nullptr, add ? act(first.out) : nullptr,
+                           weights_->f32_or_null(norm, 1), act(norm.out), width, static_cast<int>(n), norm.norm().eps, norm.norm().offset,
+                           codes ? q8_.get() : nullptr);
+        }
         for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
         if (codes) codes_for_ = {norm.out, 1};
         break;
@@ -1055,8 +1095,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // Whether the activation codes in q8_ already are those of tensor x's rows (read x_div rows per
   // row): the previous product that took codes read the same rows (q, k and v of one norm; gate and
   // up). Within a step, a tensor's rows do not change between the products that read them.
-  bool codes_of(gguf::TensorType type, TensorId x, int x_div) {
+  // rows: the product's rows (prompts of types other than ck::int8_tiles() take float tiles and leave
+  // q8_ as it is).
+  bool codes_of(gguf::TensorType type, TensorId x, int x_div, int64_t rows = 1) {
     if (!q8_.get() || !ck::uses_codes(static_cast<int>(type))) return false;
+    if (rows > 8 && !ck::int8_tiles(static_cast<int>(type))) return false;
     const std::pair<TensorId, int> key{x, x_div};
     const bool ready = codes_for_ == key;
     codes_for_ = key;
@@ -1132,6 +1175,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   bool flash_attention_ = true;  // prompts' attention on tensor cores (ZINC_CUDA_FLASH_ATTENTION)  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)
   DeviceBuffer moe_order_, moe_offsets_;  // a prompt's slots grouped by expert (ck::moe_group)
   DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
+  DeviceBuffer moe_count_;  // the routing launch's counters of finished blocks, per row (ck::moe_router)
   std::vector<Part> parts_;
   std::vector<int64_t> rows_;  // rows each activation held in the last step
   int64_t logit_rows_ = 0, hidden_rows_ = 0;

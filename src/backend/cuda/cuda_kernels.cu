@@ -45,12 +45,16 @@ __global__ void k_rms_norm(const float* x, const float* w, float* out, int64_t w
 constexpr int kNormWarps = 8, kNormPer = 8;
 __global__ void __launch_bounds__(kNormWarps * kWarp) k_add_rms_norm(const float* a, const float* b, float* sum, const float* w,
                                                                      float* out, int64_t width, float eps, float offset, Codes c,
-                                                                     bool codes) {
+                                                                     bool codes, const float* moe_y, const float* moe_w, int moe_k) {
   pdl_trigger();
-  pdl_wait();
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t nsb = width / 256;
+  // The norm's weights on their way while the previous kernel finishes.
+  if (w) {
+    for (int64_t sb = warp; sb < nsb; sb += kNormWarps) asm volatile("prefetch.global.L1 [%0];" ::"l"(w + sb * 256 + lane * 8));
+  }
+  pdl_wait();
   float v[kNormPer][8];
   float ss = 0;
 #pragma unroll
@@ -63,6 +67,17 @@ __global__ void __launch_bounds__(kNormWarps * kWarp) k_add_rms_norm(const float
       const float4 y0 = *reinterpret_cast<const float4*>(b + at), y1 = *reinterpret_cast<const float4*>(b + at + 4);
       x0 = make_float4(x0.x + y0.x, x0.y + y0.y, x0.z + y0.z, x0.w + y0.w);
       x1 = make_float4(x1.x + y1.x, x1.y + y1.y, x1.z + y1.z, x1.w + y1.w);
+    } else if (moe_y) {
+      float y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int s = 0; s < moe_k; ++s) {
+        const float ws = moe_w[row * moe_k + s];
+        const float* ys = moe_y + (row * moe_k + s) * width + sb * 256 + lane * 8;
+        const float4 y0 = *reinterpret_cast<const float4*>(ys), y1 = *reinterpret_cast<const float4*>(ys + 4);
+        y[0] += ws * y0.x, y[1] += ws * y0.y, y[2] += ws * y0.z, y[3] += ws * y0.w;
+        y[4] += ws * y1.x, y[5] += ws * y1.y, y[6] += ws * y1.z, y[7] += ws * y1.w;
+      }
+      x0 = make_float4(x0.x + y[0], x0.y + y[1], x0.z + y[2], x0.w + y[3]);
+      x1 = make_float4(x1.x + y[4], x1.y + y[5], x1.z + y[6], x1.w + y[7]);
     }
     if (sum) {
       *reinterpret_cast<float4*>(sum + at) = x0;
@@ -118,9 +133,18 @@ __device__ __forceinline__ void store_kv(uint8_t* row, int64_t i, float v, int t
 
 __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
   pdl_trigger();
-  pdl_wait();
   const int t = blockIdx.y;
   const int heads = a.part[0].n_head + (a.nparts > 1 ? a.part[1].n_head : 0);
+  // The norm's weights and the rotation's table (the step's, not the previous kernel's) on their way
+  // while the previous kernel finishes.
+  if (static_cast<int>(blockIdx.x) < heads) {
+    const HeadsPart& pp = a.part[static_cast<int>(blockIdx.x) >= a.part[0].n_head ? 1 : 0];
+    for (int i = threadIdx.x * 32; i < a.head_dim; i += blockDim.x * 32) {
+      if (pp.norm && pp.w) asm volatile("prefetch.global.L1 [%0];" ::"l"(pp.w + i));
+    }
+    for (int i = threadIdx.x * 32; i < a.n_rot; i += blockDim.x * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.cs + t * a.n_rot + i));
+  }
+  pdl_wait();
   if (static_cast<int>(blockIdx.x) >= heads) {  // a head of v into the cache
     const int64_t hv = blockIdx.x - heads;
     const float* src = a.v + (static_cast<int64_t>(t) * a.v_heads + hv) * a.head_dim;
@@ -733,70 +757,162 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
 // ---- mixture of experts -------------------------------------------------------------------------
 
 // One warp per token: the routing of cpu_backend.cpp's moe() (same operations; the softmax's sum in
-// another order), lane l holding experts l + 32 j; the top k chosen one at a time by a warp-wide
-// argmax (larger weight first, the lower expert on ties).
-__global__ void k_moe_route(float* logits, int n, int ne, int k, bool topk_first, bool norm, float logit_scale,
+// another order), lane l holding experts l + 32 j (j < J) in registers; the top k chosen one at a time
+// (larger weight first, the lower expert on ties): each lane's best, then the warp's largest weight
+// and the lowest expert holding it by two warp reductions over order-preserving integer keys.
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t b = __float_as_uint(v);
+  return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+template <int J>
+__device__ void route_token(const float* l, int t, int ne, int k, bool topk_first, bool norm, float logit_scale,
                             const float* router_b, const float* expert_scale, int32_t* ids, float* weights) {
-  const int t = blockIdx.x, lane = threadIdx.x;
-  if (t >= n) return;
-  float* l = logits + static_cast<int64_t>(t) * ne;
+  const int lane = threadIdx.x % kWarp;
+  float v[J];
   float mx = -INFINITY;
-  for (int e = lane; e < ne; e += kWarp) {
-    float v = l[e];
-    if (logit_scale != 1.0f) v *= logit_scale;
-    if (router_b) v += router_b[e];
-    l[e] = v;
-    mx = fmaxf(mx, v);
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int e = lane + j * kWarp;
+    v[j] = -INFINITY;
+    if (e < ne) {
+      float x = __ldcg(l + e);  // (written by other blocks of the same launch, for k_moe_router)
+      if (logit_scale != 1.0f) x *= logit_scale;
+      if (router_b) x += router_b[e];
+      v[j] = x;
+      mx = fmaxf(mx, x);
+    }
   }
   if (!topk_first) {
     mx = warp_max(mx);
     float sum = 0;
-    for (int e = lane; e < ne; e += kWarp) sum += l[e] = expf(l[e] - mx);
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+      if (lane + j * kWarp < ne) sum += v[j] = expf(v[j] - mx);
     sum = warp_sum(sum);
-    for (int e = lane; e < ne; e += kWarp) l[e] /= sum;
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+      if (lane + j * kWarp < ne) v[j] /= sum;
   }
-  __syncwarp();
   __shared__ int sel[64];
+  __shared__ float val[64];
   uint32_t taken = 0;  // bit j: expert lane + 32 j chosen
   for (int i = 0; i < k; ++i) {
-    float bv = -INFINITY;
+    uint32_t bk = 0;
     int be = ne;
-    for (int j = 0, e = lane; e < ne; ++j, e += kWarp) {
-      if (taken >> j & 1u) continue;
-      const float v = l[e];
-      if (be == ne || v > bv) bv = v, be = e;  // e rises: ties keep the lower expert
+    float bv = 0;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int e = lane + j * kWarp;
+      if (e >= ne || (taken >> j & 1u)) continue;
+      const uint32_t key = order_key(v[j]);
+      if (be == ne || key > bk) bk = key, be = e, bv = v[j];  // e rises: ties keep the lower expert
     }
-    for (int o = kWarp / 2; o > 0; o /= 2) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-      if (oe < ne && (be == ne || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, be < ne ? bk : 0u);
+    const int e = static_cast<int>(__reduce_min_sync(0xffffffffu, be < ne && bk == top ? static_cast<uint32_t>(be) : 0xffffffffu));
+    if (e == be) {
+      taken |= 1u << (e / kWarp);
+      sel[i] = e;
+      val[i] = bv;
     }
-    if (be % kWarp == lane) taken |= 1u << (be / kWarp);
-    if (lane == 0) sel[i] = be;
   }
   __syncwarp();
   if (lane != 0) return;
   if (topk_first) {
-    const float m0 = l[sel[0]];
+    const float m0 = val[0];
     float sum = 0;
-    for (int i = 0; i < k; ++i) sum += l[sel[i]] = expf(l[sel[i]] - m0);
-    for (int i = 0; i < k; ++i) l[sel[i]] /= sum;
+    for (int i = 0; i < k; ++i) sum += val[i] = expf(val[i] - m0);
+    for (int i = 0; i < k; ++i) val[i] /= sum;
   }
   float top = 0;
-  for (int i = 0; i < k; ++i) top += l[sel[i]];
+  for (int i = 0; i < k; ++i) top += val[i];
   // The slots in increasing expert order (the order the CPU sums them in).
   for (int i = 1; i < k; ++i)
     for (int j = i; j > 0 && sel[j - 1] > sel[j]; --j) {
       const int x = sel[j];
       sel[j] = sel[j - 1];
       sel[j - 1] = x;
+      const float y = val[j];
+      val[j] = val[j - 1];
+      val[j - 1] = y;
     }
   for (int i = 0; i < k; ++i) {
     const int e = sel[i];
-    const float wt = norm ? l[e] / top : l[e];
+    const float wt = norm ? val[i] / top : val[i];
     ids[t * k + i] = e;
     weights[t * k + i] = expert_scale ? wt * expert_scale[e] : wt;
   }
+}
+
+template <int J>
+__global__ void k_moe_route(const float* logits, int n, int ne, int k, bool topk_first, bool norm, float logit_scale,
+                            const float* router_b, const float* expert_scale, int32_t* ids, float* weights) {
+  pdl_trigger();
+  pdl_wait();
+  const int t = blockIdx.x;
+  if (t >= n) return;
+  route_token<J>(logits + static_cast<int64_t>(t) * ne, t, ne, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
+}
+
+// The router's logits and the routing in one launch: block b the logit of expert b for token
+// blockIdx.y, its warps each a quarter of the row (float32 weights, loaded before the wait); the
+// token's last block to finish (count: zero between launches) routes it.
+struct RouterArgs {
+  const float* w;
+  const float* x;
+  int64_t d;
+  unsigned* count;
+  float* logits;
+  int ne, k;
+  bool topk_first, norm;
+  float logit_scale;
+  const float *router_b, *expert_scale;
+  int32_t* ids;
+  float* weights;
+};
+constexpr int kRouterWarps = 4;
+template <int J>
+__global__ void __launch_bounds__(kRouterWarps * kWarp) k_moe_router(RouterArgs a) {
+  pdl_trigger();
+  const int t = blockIdx.y, e = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  constexpr int U = 4;
+  const float* wr = a.w + static_cast<int64_t>(e) * a.d;
+  const float* xr = a.x + static_cast<int64_t>(t) * a.d;
+  float acc = 0;
+  bool waited = false;
+  for (int64_t c0 = (warp * kWarp + lane) * 4; c0 < a.d; c0 += kRouterWarps * kWarp * 4 * U) {
+    float4 wv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * kRouterWarps * kWarp * 4;
+      wv[u] = c < a.d ? __ldg(reinterpret_cast<const float4*>(wr + c)) : make_float4(0, 0, 0, 0);
+    }
+    if (!waited) pdl_wait(), waited = true;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * kRouterWarps * kWarp * 4;
+      if (c >= a.d) break;
+      const float4 xv = *reinterpret_cast<const float4*>(xr + c);
+      acc += wv[u].x * xv.x + wv[u].y * xv.y + wv[u].z * xv.z + wv[u].w * xv.w;
+    }
+  }
+  if (!waited) pdl_wait();
+  __shared__ float part[kRouterWarps];
+  __shared__ bool last;
+  acc = warp_sum(acc);
+  if (lane == 0) part[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0;
+    for (int k = 0; k < kRouterWarps; ++k) sum += part[k];
+    a.logits[static_cast<int64_t>(t) * a.ne + e] = sum;
+    __threadfence();
+    last = atomicAdd(&a.count[t], 1u) == gridDim.x - 1;
+    if (last) a.count[t] = 0;
+  }
+  __syncthreads();
+  if (!last || warp != 0) return;
+  route_token<J>(a.logits + static_cast<int64_t>(t) * a.ne, t, a.ne, a.k, a.topk_first, a.norm, a.logit_scale, a.router_b, a.expert_scale,
+                 a.ids, a.weights);
 }
 
 __global__ void k_moe_combine(const float* y, const float* weights, int k, int64_t d, float* out) {
@@ -919,9 +1035,10 @@ void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t widt
 bool add_rms_norm_fits(int64_t width) { return width % 256 == 0 && width / 256 <= kNormWarps * kNormPer; }
 
 void add_rms_norm(Stream s, const float* a, const float* b, float* sum, const float* w, float* out, int64_t width, int n, float eps,
-                  float offset, void* q8) {
+                  float offset, void* q8, const float* moe_y, const float* moe_w, int moe_k) {
   const Codes c = q8 ? codes_layout(q8, n, width) : Codes{};
-  launch(k_add_rms_norm, dim3(static_cast<unsigned>(n)), dim3(kNormWarps * kWarp), s, a, b, sum, w, out, width, eps, offset, c, q8 != nullptr);
+  launch(k_add_rms_norm, dim3(static_cast<unsigned>(n)), dim3(kNormWarps * kWarp), s, a, b, sum, w, out, width, eps, offset, c, q8 != nullptr,
+         moe_y, moe_w, moe_k);
 }
 
 void heads_norm_rope(Stream s, const HeadsArgs& a, int n) {
@@ -977,7 +1094,26 @@ void attention(Stream s, const AttentionArgs& a) {
 
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale, const float* router_b,
                const float* expert_scale, int32_t* ids, float* weights) {
-  k_moe_route<<<n, kWarp, 0, s>>>(logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights);
+  const dim3 grid(static_cast<unsigned>(n)), block(kWarp);
+#define ZINC_ROUTE(J)                                                                                                       \
+  if (n_expert <= (J) * kWarp)                                                                                              \
+    return launch(k_moe_route<J>, grid, block, s, logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, \
+                  ids, weights);
+  ZINC_ROUTE(1) ZINC_ROUTE(2) ZINC_ROUTE(4) ZINC_ROUTE(8) ZINC_ROUTE(16) ZINC_ROUTE(32)
+#undef ZINC_ROUTE
+}
+
+bool moe_router_fits(int type, int64_t d, int n_expert) { return type == kF32 && d % 4 == 0 && n_expert <= 32 * kWarp; }
+
+void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsigned* count, float* logits, int n_expert, int k,
+                bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
+                float* weights) {
+  const RouterArgs a{w, x, d, count, logits, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights};
+  const dim3 grid(static_cast<unsigned>(n_expert), static_cast<unsigned>(n)), block(kRouterWarps * kWarp);
+#define ZINC_ROUTER(J) \
+  if (n_expert <= (J) * kWarp) return launch(k_moe_router<J>, grid, block, s, a);
+  ZINC_ROUTER(1) ZINC_ROUTER(2) ZINC_ROUTER(4) ZINC_ROUTER(8) ZINC_ROUTER(16) ZINC_ROUTER(32)
+#undef ZINC_ROUTER
 }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {

@@ -28,7 +28,7 @@ std::string last_error();
 // so that each may start while the previous kernel of its stream finishes (sm_90 and later; streams
 // other than the default one). On unless turned off.
 void set_programmatic_launch(bool on);
-// Prompt products of the uses_codes() types against the activations' 8-bit codes on integer tensor
+// Prompt products of the int8_tiles() types against the activations' 8-bit codes on integer tensor
 // cores (as decode computes them), rather than against f16-rounded activations on f16 tensor cores.
 // On unless turned off.
 void set_int8_prompts(bool on);
@@ -39,13 +39,15 @@ void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* i
 
 // out[t][r] = w_r · x[t] (+ bias[r]) for rows r < rows, tokens t < n. cols: a multiple of 32.
 // With q8 (scratch of q8_bytes(n, cols)), the types uses_codes() names take the activations' 8-bit
-// codes, as the CPU computes them (Q8_K: integer dot products per sub-block), for any n (prompts on
-// integer tensor cores); otherwise against the float32 activations.
+// codes, as the CPU computes them (Q8_K: integer dot products per sub-block): up to 8 rows (decode),
+// and any n for the int8_tiles() types (prompts on integer tensor cores); otherwise against the
+// float32 activations.
 // q8_ready: q8 already holds these activations' codes (the previous product read the same rows).
 void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
              int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr,
              bool q8_ready = false);
-bool uses_codes(int type);
+bool uses_codes(int type);   // Q4_K, Q5_K, Q6_K
+bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
 // Products of up to three weights of uses_codes() types and cols columns over the same n <= 8 rows of
@@ -79,10 +81,11 @@ void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t widt
 // Rotation of the first n_rot dims of each head by the rows' (cos, sin) tables (n_rot floats per row).
 // Rows of width add_rms_norm_fits() takes: h = a + b (b may be null) written to sum (may be null),
 // out = rms_norm(h) * (w + offset) (w may be null), and with q8 the activation codes of out (as
-// mul_mat reads them for n <= 8 rows).
+// mul_mat reads them for n <= 8 rows). With moe_y, b is instead a mixture's weighted sum of its k slots'
+// rows as moe_combine forms it (row t: sum over i < moe_k of moe_w[t k + i] * moe_y[t k + i]).
 bool add_rms_norm_fits(int64_t width);
 void add_rms_norm(Stream s, const float* a, const float* b, float* sum, const float* w, float* out, int64_t width, int n,
-                  float eps, float offset, void* q8);
+                  float eps, float offset, void* q8, const float* moe_y = nullptr, const float* moe_w = nullptr, int moe_k = 0);
 void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox);
 // The heads of one or two activations of n rows (q and k) in one launch, each optionally normalised per
 // head (x / rms(head) * (w + offset)) and then rotated by the table cs (as rope takes it). head_dim at
@@ -170,6 +173,13 @@ void flash_attention(Stream s, const AttentionArgs& a);
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale,
                const float* router_b, const float* expert_scale, int32_t* ids, float* weights);
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out);
+// The router's product (float32 weights [n_expert][d] times x's n rows into logits) and moe_route's
+// routing in one launch, for the types and shapes moe_router_fits() takes; count: n counters, zero
+// before the launch and left zero.
+bool moe_router_fits(int type, int64_t d, int n_expert);
+void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsigned* count, float* logits, int n_expert, int k,
+                bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
+                float* weights);
 // A mixture's prompt grouped by expert: the slots (ids: each slot's expert, slots of them) sorted by
 // expert into order, expert e's at order[offsets[e] .. offsets[e + 1]) (n_expert at most 1024).
 void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets);
@@ -177,7 +187,7 @@ void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* o
 // for every slot i of expert e, out row i (out_stride apart) = rows [first, first + rows) of expert e
 // (expert_bytes apart) . x row i / x_div, plus that expert's bias row (bias_stride apart). Each
 // expert's weights are read once per tile of 64 of its slots. With q8 (q8_bytes(slots, cols)), the
-// uses_codes() types against the slots' 8-bit codes on integer tensor cores (q8_ready as mul_mat's).
+// int8_tiles() types against the slots' 8-bit codes on integer tensor cores (q8_ready as mul_mat's).
 bool grouped_mul_mat_supported(int type);
 void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
                      int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* order, const int32_t* offsets,

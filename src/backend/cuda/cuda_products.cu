@@ -10,7 +10,9 @@
 
 namespace zinc::backend::cuda {
 
-bool uses_codes(int type) { return type == kQ4_K || type == kQ6_K; }
+bool uses_codes(int type) { return type == kQ4_K || type == kQ5_K || type == kQ6_K; }
+// The prompt products on integer tensor cores (k_mul_mm_q8) take these.
+bool int8_tiles(int type) { return type == kQ4_K || type == kQ6_K; }
 
 bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
@@ -313,6 +315,37 @@ struct Q4kLane {
   }
 };
 
+// Q5_K: Q4_K's lanes and head (d, dmin, the twelve scale bytes), the code bytes at 48 and each code's
+// fifth bit from qh (bytes 16 .. 47): element 16(l8 % 2) + i of chunk c = l8 / 2 has bit 2c of qh byte
+// 16(l8 % 2) + i for its low nibble, bit 2c + 1 for its high one. 176-byte blocks: 16-byte aligned.
+struct Q5kLane {
+  static constexpr int kBytes = 176;
+  using Lane = Q4kLane::Lane;
+  using Act = Q4kLane::Act;
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) { return Q4kLane::act(ln, b, c, cols, t); }
+  uint4 head, q, h;
+  __device__ void load(const uint8_t* blk, int l8) {
+    head = ld_stream(blk);
+    h = ld_stream(blk + 16 + 16 * (l8 & 1));
+    q = ld_stream(blk + 48 + 16 * l8);
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
+    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
+    const int b0 = ln.sum;  // 2c: the qh bit of the low nibbles (b0 + 1: the high ones)
+    const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
+    const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
+    const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
+    const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
+    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
+    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
+  }
+};
+
 // Q6_K: lane l8 holds elements 128n + 32k + l0 + i (n = l8 / 4, l0 = 8 (l8 % 4), k = 0..3, i < 8):
 // low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n + 32(k % 2) + l0 + i, bits 2k of
 // qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks are only 2-byte aligned: each
@@ -428,6 +461,7 @@ struct MvArgs {
   const int32_t* ids;
   int n;
   Glu glu;
+  int x_div;  // slot t's codes: row t / x_div
 };
 
 template <int NT, int S, int RW, bool GLU>
@@ -453,9 +487,10 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
       const MvSeg& gp = a.seg[GLU ? p : si];
       for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
     }
-    const int cols = static_cast<int>(a.cols);
-    const Codes c{a.c.q + static_cast<int64_t>(t0) * cols, a.c.d + t0 * (cols / 256), a.c.s + t0 * (cols / 32)};
+    const int cols = static_cast<int>(a.cols), xr = t0 / a.x_div;
+    const Codes c{a.c.q + static_cast<int64_t>(xr) * cols, a.c.d + xr * (cols / 256), a.c.s + xr * (cols / 32)};
     if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    else if (g.type == kQ5_K) rows_codes<Q5kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
     else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
   }
   pdl_wait();  // (again: warps with no rows, lanes with no super-blocks)
@@ -526,9 +561,12 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
 }
 
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
-  a.c = codes_layout(q8, a.n, a.cols);
+  // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
+  const int rows = (a.n + x_div - 1) / x_div;
+  a.x_div = x_div;
+  a.c = codes_layout(q8, rows, a.cols);
   if (!q8_ready) {
-    launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), a.n), dim3(256), s, x, xs, x_div, a.cols, a.c);
+    launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), rows), dim3(256), s, x, xs, 1, a.cols, a.c);
   }
   const bool glu = a.glu != Glu::None;
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
@@ -1036,7 +1074,6 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
                     const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if constexpr (T == kQ4_K || T == kQ6_K) {
-    // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
     if (q8 && !ids && n > 8 && first == 0 && g_int8_prompts && n <= 65535) {
       // A prompt: against codes on integer tensor cores.
       const Codes c = codes_layout(q8, n, cols);
@@ -1044,6 +1081,9 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
       launch_mul_mm_q8<T>(s, wb, row_bytes, rows, cols, c, n, static_cast<unsigned>((n + kMqN - 1) / kMqN), out, os, bias, TcGroups{});
       return;
     }
+  }
+  if constexpr (T == kQ4_K || T == kQ5_K || T == kQ6_K) {
+    // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
     if (q8 && (ids || n <= 8)) {
       MvArgs a{};
       a.seg[0] = {wb, row_bytes, expert_bytes, first, rows, os, out, bias, bias_stride, T, 0};
@@ -1156,7 +1196,7 @@ void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t
   g.bias_stride = bias_stride;
   // Tiles of 64 slots: an expert's last tile is partly empty, at most n_expert of them.
   const auto token_tiles = static_cast<unsigned>((slots + 63) / 64 + n_expert);
-  if (q8 && uses_codes(type) && g_int8_prompts && slots <= 65535) {
+  if (q8 && int8_tiles(type) && g_int8_prompts && slots <= 65535) {
     const Codes c = codes_layout(q8, slots, cols);
     if (!q8_ready) launch(k_quantize_q8k, dim3(static_cast<unsigned>((cols / 256 + 7) / 8), slots), dim3(256), s, x, x_stride, x_div, cols, c);
     const auto* w8 = static_cast<const uint8_t*>(w);
