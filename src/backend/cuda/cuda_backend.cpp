@@ -752,10 +752,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
     a.softcap = p.softcap;
     a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
     a.out = out;
-    // Decode rows: each row's keys split over enough blocks to fill the GPU twice.
+    // Decode rows: each row's keys split over enough blocks to fill the GPU eight times (a block's
+    // warps spend their time waiting on reads).
     const auto split = [&](ck::AttentionArgs& b) {
       if (b.n > 8 || !att_count_.get()) return;
-      b.splits = std::clamp((2 * sms_ + b.n_head * b.n - 1) / (b.n_head * b.n), 1, ck::kMaxAttentionSplits);
+      b.splits = std::clamp((8 * sms_ + b.n_head * b.n - 1) / (b.n_head * b.n), 1, ck::kMaxAttentionSplits);
       b.part = att_part_.get<float>();
       b.count = att_count_.get<unsigned>();
     };
@@ -1106,6 +1107,20 @@ class CudaExecutable final : public SharedDeviceExecutable {
     return ready;
   }
 
+  bool by_columns(size_t node) const { return g_.nodes[node].op == Op::DeltaNet; }
+  // Each head's dk x dv matrix between rows (the CPU's) and columns (held here): to_columns or back.
+  static void transpose_heads(const graph::DeltaNetParams& d, const float* from, float* to, bool to_columns) {
+    const size_t dk = static_cast<size_t>(d.dk), dv = static_cast<size_t>(d.dv);
+    for (size_t h = 0; h < static_cast<size_t>(d.n_head_v); ++h) {
+      const float* f = from + h * dk * dv;
+      float* t = to + h * dk * dv;
+      for (size_t i = 0; i < dk; ++i)
+        for (size_t j = 0; j < dv; ++j) {
+          if (to_columns) t[j * dk + i] = f[i * dv + j];
+          else t[i * dv + j] = f[j * dk + i];
+        }
+    }
+  }
   float* state_of(size_t node, int32_t seq) const { return state_[node].get<float>() + static_cast<size_t>(seq) * state_floats_[node]; }
   float* kept_of(size_t node, int32_t seq) const {
     return kept_[node].get<float>() + static_cast<size_t>(seq) * static_cast<size_t>(kept_states()) * state_floats_[node];
@@ -1126,10 +1141,19 @@ class CudaExecutable final : public SharedDeviceExecutable {
   void kv_write(size_t l, bool v, size_t offset, const void* in, size_t bytes) override {
     copy((v ? v_ : k_)[l].bytes() + offset, in, bytes, cudaMemcpyHostToDevice);
   }
+  // The delta rule's states are held by columns (ck::DeltaArgs): read and written in the CPU's layout.
   void state_read(size_t node, int32_t seq, float* out) const override {
-    copy(out, state_of(node, seq), state_floats_[node] * 4, cudaMemcpyDeviceToHost);
+    if (!by_columns(node)) return copy(out, state_of(node, seq), state_floats_[node] * 4, cudaMemcpyDeviceToHost);
+    std::vector<float> held(state_floats_[node]);
+    copy(held.data(), state_of(node, seq), held.size() * 4, cudaMemcpyDeviceToHost);
+    transpose_heads(g_.nodes[node].delta_net(), held.data(), out, false);
   }
   void state_write(size_t node, int32_t seq, const float* in) override {
+    if (in && by_columns(node)) {
+      std::vector<float> held(state_floats_[node]);
+      transpose_heads(g_.nodes[node].delta_net(), in, held.data(), true);
+      return copy(state_of(node, seq), held.data(), held.size() * 4, cudaMemcpyHostToDevice);
+    }
     if (in) return copy(state_of(node, seq), in, state_floats_[node] * 4, cudaMemcpyHostToDevice);
     check(cudaMemsetAsync(state_of(node, seq), 0, state_floats_[node] * 4, stream_), "cudaMemset");
     sync("a clear");

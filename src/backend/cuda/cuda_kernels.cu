@@ -369,7 +369,9 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
 // parts of at least kDecMinKeys, at most `splits` (the blocks of higher parts return at once); with
 // more than one part each block writes its maximum, sum and weighted values to part, and the block
 // that finishes a (head, row) last (count) merges them into out and resets the count.
-constexpr int kDecWarps = 4, kDecKeys = 8, kDecMinKeys = 512;
+// Parts of 128 keys (four steps of each warp): at depth the loop is bound by the latency of each
+// step's reads, so many short parts in flight read the cache faster than a few long ones.
+constexpr int kDecWarps = 4, kDecKeys = 8, kDecMinKeys = 128;
 
 // Elements c .. c + N - 1 of a cache row (N of 2, 4, 8 or 16 within one 32-element block for Q8_0).
 template <int KV, int N>
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   __shared__ float wacc[kDecWarps][HD];
   __shared__ bool last;
   pdl_trigger();
-  pdl_wait();
+  // The step's positions and block tables (not the previous kernel's) read while it finishes.
   const int h = blockIdx.x, r = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int kvh = h / (a.n_head / a.n_head_kv);
@@ -427,8 +429,9 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int total = pos - lo + 1;
   const int splits = min(static_cast<int>(gridDim.z), (total + kDecMinKeys - 1) / kDecMinKeys);
-  if (split >= splits) return;
   const int32_t* table = a.tables + a.table_at[r];
+  pdl_wait();
+  if (split >= splits) return;
   float q[P];
   {
     const float* qr = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * HD + P * lane;
@@ -958,8 +961,8 @@ __global__ void k_delta_gates(const float* a, const float* b, const float* A, co
   }
 }
 
-// One warp per column j of one v head's state S (dk x dv, row i: key dimension i); lane l holds rows
-// l + 32 i. Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
+// One warp per column j of one v head's state S (dk x dv, row i: key dimension i, stored by columns:
+// element (i, j) at j dk + i, so a warp's column is one contiguous read); lane l holds rows l + 32 i. Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
 // delta = beta (v_j - S[:, j] . k), S[:, j] += k delta, out_j = S[:, j] . q.
 template <int P>
 __global__ void k_delta_rule(DeltaArgs a) {
@@ -973,7 +976,7 @@ __global__ void k_delta_rule(DeltaArgs a) {
   float s[P];
   for (int i = 0; i < P; ++i) {
     const int row = lane + 32 * i;
-    s[i] = row < dk ? S[static_cast<int64_t>(row) * a.dv + j] : 0.0f;
+    s[i] = row < dk ? S[static_cast<int64_t>(j) * dk + row] : 0.0f;
   }
   const float qscale = 1.0f / sqrtf(static_cast<float>(dk));
   for (int t = 0; t < a.n; ++t) {
@@ -1007,13 +1010,13 @@ __global__ void k_delta_rule(DeltaArgs a) {
       float* K = a.kept + t * a.kept_stride + static_cast<int64_t>(hv) * dk * a.dv;
       for (int i = 0; i < P; ++i) {
         const int row = lane + 32 * i;
-        if (row < dk) K[static_cast<int64_t>(row) * a.dv + j] = s[i];
+        if (row < dk) K[static_cast<int64_t>(j) * dk + row] = s[i];
       }
     }
   }
   for (int i = 0; i < P; ++i) {
     const int row = lane + 32 * i;
-    if (row < dk) S[static_cast<int64_t>(row) * a.dv + j] = s[i];
+    if (row < dk) S[static_cast<int64_t>(j) * dk + row] = s[i];
   }
 }
 

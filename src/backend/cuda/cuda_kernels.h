@@ -202,7 +202,8 @@ void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out
 // The gated delta rule's gates: g = A * softplus(a + dt_bias), beta = sigmoid(b), [n][n_head_v].
 void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g,
                  float* beta);
-// The delta rule over n tokens of one sequence, token by token (state: hv matrices of dk x dv).
+// The delta rule over n tokens of one sequence, token by token (state: hv matrices of dk x dv, each
+// stored by columns: element (i, j) at j dk + i, the transpose of the CPU's layout).
 struct DeltaArgs {
   const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
   float* state = nullptr;
