@@ -17,6 +17,8 @@ namespace {
 // ---- small ops ----------------------------------------------------------------------------------
 
 __global__ void k_rms_norm(const float* x, const float* w, float* out, int64_t width, int64_t group, float eps, float offset) {
+  pdl_trigger();
+  pdl_wait();
   // One block per (row, group).
   const int64_t groups = width / group;
   const int64_t row = blockIdx.x / groups, gi = blockIdx.x % groups;
@@ -108,6 +110,8 @@ __global__ void __launch_bounds__(kNormWarps * kWarp) k_add_rms_norm(const float
 
 // One block per (row, head), a thread per rotated pair (and the dims past n_rot copied).
 __global__ void k_rope(const float* x, float* out, const float* cs, int n_head, int head_dim, int n_rot, bool neox) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;
   const int64_t at = (static_cast<int64_t>(t) * n_head + h) * head_dim;
   const float* xh = x + at;
@@ -199,6 +203,8 @@ __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
 }
 
 __global__ void k_elementwise(Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float x = a[i], y = b[i];
     float r;
@@ -217,11 +223,15 @@ __global__ void k_elementwise(Elementwise op, const float* a, const float* b, fl
 }
 
 __global__ void k_softcap(const float* x, float* out, int64_t n, float cap) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void k_sigmoid_mul(const float* a, const float* b, float* out, int64_t width, int64_t bw, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / width, c = i % width;
     out[i] = a[i] / (1.0f + expf(-b[t * bw + (bw == 1 ? 0 : c)]));
@@ -229,12 +239,16 @@ __global__ void k_sigmoid_mul(const float* a, const float* b, float* out, int64_
 }
 
 __global__ void k_scale(const float* x, const float* w, bool one, float* out, int64_t width, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = x[i] * w[one ? 0 : i % width];
 }
 
 __global__ void k_copy_cols(const float* x, int64_t in_width, int64_t at, int64_t stride, int groups, float* out, int64_t out_width,
                             int64_t out_at, int64_t width, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t per_row = width * groups;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * per_row; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / per_row, c = i % per_row, gi = c / width, j = c % width;
@@ -243,6 +257,8 @@ __global__ void k_copy_cols(const float* x, int64_t in_width, int64_t at, int64_
 }
 
 __global__ void k_gather_rows(const float* x, const int32_t* rows, int64_t width, float* out) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t r = blockIdx.y;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < width; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[r * width + i] = x[static_cast<int64_t>(rows[r]) * width + i];
@@ -919,6 +935,8 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp) k_moe_router(RouterArgs 
 }
 
 __global__ void k_moe_combine(const float* y, const float* weights, int k, int64_t d, float* out) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.y;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d; j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0;
@@ -932,6 +950,8 @@ __global__ void k_moe_combine(const float* y, const float* weights, int k, int64
 // One thread per channel, the tokens in order.
 __global__ void k_ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n,
                            float* kept, size_t kept_stride) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= width) return;
   float win[8];  // the kernel - 1 earlier inputs, oldest first (kernels of up to 8 taps)
@@ -952,6 +972,8 @@ __global__ void k_ssm_conv(const float* x, const float* w, float* state, float* 
 }
 
 __global__ void k_delta_gates(const float* a, const float* b, const float* A, const float* dt, int hv, int64_t n, float* g, float* beta) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * hv; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int h = static_cast<int>(i % hv);
     const float x = a[i] + dt[h];
@@ -966,6 +988,8 @@ __global__ void k_delta_gates(const float* a, const float* b, const float* A, co
 // delta = beta (v_j - S[:, j] . k), S[:, j] += k delta, out_j = S[:, j] . q.
 template <int P>
 __global__ void k_delta_rule(DeltaArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int hv = blockIdx.x;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int j = blockIdx.y * (blockDim.x / kWarp) + warp;
@@ -1032,7 +1056,7 @@ void set_programmatic_launch(bool on) { g_pdl_allowed = on; }
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps, float offset) {
   const int64_t blocks = static_cast<int64_t>(n) * (width / group);
   const int threads = group >= 1024 ? 1024 : group >= 256 ? 256 : 64;
-  k_rms_norm<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, out, width, group, eps, offset);
+  launch(k_rms_norm, dim3(static_cast<unsigned>(blocks)), dim3(threads), s, x, w, out, width, group, eps, offset);
 }
 
 bool add_rms_norm_fits(int64_t width) { return width % 256 == 0 && width / 256 <= kNormWarps * kNormPer; }
@@ -1050,30 +1074,30 @@ void heads_norm_rope(Stream s, const HeadsArgs& a, int n) {
 }
 
 void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox) {
-  k_rope<<<n * n_head, 64, 0, s>>>(x, out, cs, n_head, head_dim, n_rot, neox);
+  launch(k_rope, dim3(static_cast<unsigned>(n * n_head)), dim3(64), s, x, out, cs, n_head, head_dim, n_rot, neox);
 }
 
 void elementwise(Stream s, Elementwise op, const float* a, const float* b, float* out, int64_t n, float alpha, float limit) {
-  k_elementwise<<<grid_for(n), 256, 0, s>>>(op, a, b, out, n, alpha, limit);
+  launch(k_elementwise, dim3(grid_for(n)), dim3(256), s, op, a, b, out, n, alpha, limit);
 }
 
-void softcap(Stream s, const float* x, float* out, int64_t n, float cap) { k_softcap<<<grid_for(n), 256, 0, s>>>(x, out, n, cap); }
+void softcap(Stream s, const float* x, float* out, int64_t n, float cap) { launch(k_softcap, dim3(grid_for(n)), dim3(256), s, x, out, n, cap); }
 
 void sigmoid_mul(Stream s, const float* a, const float* b, float* out, int64_t width, int64_t bw, int n) {
-  k_sigmoid_mul<<<grid_for(width * n), 256, 0, s>>>(a, b, out, width, bw, width * n);
+  launch(k_sigmoid_mul, dim3(grid_for(width * n)), dim3(256), s, a, b, out, width, bw, width * n);
 }
 
 void scale(Stream s, const float* x, const float* w, bool one, float* out, int64_t width, int n) {
-  k_scale<<<grid_for(width * n), 256, 0, s>>>(x, w, one, out, width, width * n);
+  launch(k_scale, dim3(grid_for(width * n)), dim3(256), s, x, w, one, out, width, width * n);
 }
 
 void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t stride, int groups, float* out, int64_t out_width,
                int64_t out_at, int64_t width, int n) {
-  k_copy_cols<<<grid_for(width * groups * n), 256, 0, s>>>(x, in_width, at, stride, groups, out, out_width, out_at, width, n);
+  launch(k_copy_cols, dim3(grid_for(width * groups * n)), dim3(256), s, x, in_width, at, stride, groups, out, out_width, out_at, width, n);
 }
 
 void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out) {
-  k_gather_rows<<<dim3(grid_for(width), n), 256, 0, s>>>(x, rows, width, out);
+  launch(k_gather_rows, dim3(grid_for(width), static_cast<unsigned>(n)), dim3(256), s, x, rows, width, out);
 }
 
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,
@@ -1120,26 +1144,27 @@ void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsi
 }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {
-  k_moe_combine<<<dim3(grid_for(d), n), 256, 0, s>>>(y, weights, k, d, out);
+  launch(k_moe_combine, dim3(grid_for(d), static_cast<unsigned>(n)), dim3(256), s, y, weights, k, d, out);
 }
 
 void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n, float* kept,
               size_t kept_stride) {
-  k_ssm_conv<<<grid_for(width, 128), 128, 0, s>>>(x, w, state, out, width, kernel, n, kept, kept_stride);
+  launch(k_ssm_conv, dim3(grid_for(width, 128)), dim3(128), s, x, w, state, out, width, kernel, n, kept, kept_stride);
 }
 
 void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g, float* beta) {
-  k_delta_gates<<<grid_for(static_cast<int64_t>(n) * hv), 256, 0, s>>>(a, b, A, dt_bias, hv, n, g, beta);
+  launch(k_delta_gates, dim3(grid_for(static_cast<int64_t>(n) * hv)), dim3(256), s, a, b, A, dt_bias, hv, n, g, beta);
 }
 
 void delta_rule(Stream s, const DeltaArgs& a) {
   constexpr int warps = 4;
   const dim3 grid(a.hv, (a.dv + warps - 1) / warps);
   const int p = (a.dk + 31) / 32;
-  if (p <= 1) k_delta_rule<1><<<grid, warps * kWarp, 0, s>>>(a);
-  else if (p <= 2) k_delta_rule<2><<<grid, warps * kWarp, 0, s>>>(a);
-  else if (p <= 4) k_delta_rule<4><<<grid, warps * kWarp, 0, s>>>(a);
-  else k_delta_rule<8><<<grid, warps * kWarp, 0, s>>>(a);
+  const dim3 block(static_cast<unsigned>(warps * kWarp));
+  if (p <= 1) launch(k_delta_rule<1>, grid, block, s, a);
+  else if (p <= 2) launch(k_delta_rule<2>, grid, block, s, a);
+  else if (p <= 4) launch(k_delta_rule<4>, grid, block, s, a);
+  else launch(k_delta_rule<8>, grid, block, s, a);
 }
 
 }  // namespace zinc::backend::cuda

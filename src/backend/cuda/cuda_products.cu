@@ -208,6 +208,8 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, s
                                                              int64_t rows, int64_t cols, const float* x, int64_t xs, int x_div,
                                                              const int32_t* ids, int n, float* out, int64_t os, const float* bias,
                                                              int64_t bias_stride) {
+  pdl_trigger();
+  pdl_wait();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * R;
   const int t0 = blockIdx.y * NT;
@@ -1099,8 +1101,8 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
   const dim3 block(kMvWarps * kWarp);
   const auto row_blocks = [&](int r) { return static_cast<unsigned>((rows + r - 1) / r); };
   if (ids) {
-    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n,
-                                                               out, os, bias, bias_stride);
+    launch(k_mul_mv<T, 1, 4>, dim3(row_blocks(4), n), block, s, wb, row_bytes, expert_bytes, first, rows, cols, x, xs, x_div, ids, n, out, os,
+           bias, bias_stride);
   } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
     k_mul_mm_tc<T, 128><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + 127) / 128), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias, TcGroups{});
@@ -1108,15 +1110,17 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
   } else if (n >= 8) {
-    k_mul_mv<T, 8, 1><<<dim3(row_blocks(1), (n + 7) / 8), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
-                                                                         os, bias, 0);
+    launch(k_mul_mv<T, 8, 1>, dim3(row_blocks(1), (n + 7) / 8), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n,
+           out, os, bias, int64_t{0});
   } else if (n >= 4) {
-    k_mul_mv<T, 4, 1><<<dim3(row_blocks(1), (n + 3) / 4), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out,
-                                                                         os, bias, 0);
+    launch(k_mul_mv<T, 4, 1>, dim3(row_blocks(1), (n + 3) / 4), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n,
+           out, os, bias, int64_t{0});
   } else if (n == 2) {
-    k_mul_mv<T, 2, 1><<<dim3(row_blocks(1), 1), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+    launch(k_mul_mv<T, 2, 1>, dim3(row_blocks(1), 1), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n, out, os,
+           bias, int64_t{0});
   } else {
-    k_mul_mv<T, 1, 4><<<dim3(row_blocks(4), n), block, 0, s>>>(wb, row_bytes, 0, first, rows, cols, x, xs, 1, nullptr, n, out, os, bias, 0);
+    launch(k_mul_mv<T, 1, 4>, dim3(row_blocks(4), n), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n, out, os,
+           bias, int64_t{0});
   }
 }
 
