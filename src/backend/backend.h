@@ -220,11 +220,16 @@ std::unique_ptr<Backend> make_vulkan_backend(int device = -1);
 // The CUDA backend on device `device` (-1: ZINC_CUDA_DEVICE, else device 0). Throws zinc::Error saying
 // why when there is no NVIDIA GPU with a driver, or this build has no CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device = -1);
-// A backend by name: "cpu", "vulkan", "cuda", or "auto" (Vulkan when a GPU offers it, else the CPU). Throws
+// A backend by name: "cpu", "vulkan", "cuda", or "auto" (auto_backend() of what the probes find). Throws
 // zinc::Error for an unknown name or a backend that cannot start. `threads` is the CPU backend's.
 std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1, unsigned threads = 0);
+// What "auto" takes given the probes' reports: "cuda" when CUDA is ready with a GPU, else "vulkan" when
+// Vulkan is ready with a device that is not a CPU implementation, else "cpu".
+struct BackendReport;  // backend/probe.h
+std::string auto_backend(const std::vector<BackendReport>& reports);
 // The same for a model: "auto" also passes over a GPU backend that cannot run one of the graph's nodes
-// (unsupported()), saying why in the log, and takes the CPU.
+// (unsupported()), saying why in the log, and takes Vulkan (after CUDA, where it runs the graph) or the
+// CPU.
 std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device = -1,
                                           unsigned threads = 0);
 

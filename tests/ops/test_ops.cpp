@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/probe.h"
 #include "core/error.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
@@ -919,6 +920,44 @@ std::string case_name(const ::testing::TestParamInfo<OpSuite::ParamType>& info) 
 INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
                          ::testing::Combine(::testing::Values("cpu", "vulkan", "cuda"), ::testing::Range<size_t>(0, cases().size())),
                          case_name);
+
+// What "auto" takes from the probes' reports: CUDA with a GPU first, then Vulkan on a device that is
+// not a CPU implementation (lavapipe is slower than the CPU backend), then the CPU.
+TEST(AutoBackend, PrefersCudaThenAVulkanGpuThenTheCpu) {
+  const auto report = [](const char* name, bool ready, std::vector<const char*> kinds) {
+    backend::BackendReport r;
+    r.name = name;
+    r.compiled = true;
+    r.ready = ready;
+    for (const char* k : kinds) {
+      backend::DeviceReport d;
+      d.kind = k;
+      r.devices.push_back(d);
+    }
+    return r;
+  };
+  const auto cpu = report("cpu", true, {"CPU"});
+  const auto nvidia_vk = report("vulkan", true, {"discrete GPU"});
+  const auto lavapipe = report("vulkan", true, {"CPU"});
+  const auto cuda = report("cuda", true, {"discrete GPU"});
+  const auto no_cuda = report("cuda", false, {});
+  EXPECT_EQ(backend::auto_backend({cpu, nvidia_vk, cuda}), "cuda");
+  EXPECT_EQ(backend::auto_backend({cpu, lavapipe, cuda}), "cuda");
+  EXPECT_EQ(backend::auto_backend({cpu, nvidia_vk, no_cuda}), "vulkan");
+  EXPECT_EQ(backend::auto_backend({cpu, report("vulkan", true, {"CPU", "integrated GPU"}), no_cuda}), "vulkan");
+  EXPECT_EQ(backend::auto_backend({cpu, lavapipe, no_cuda}), "cpu");
+  EXPECT_EQ(backend::auto_backend({cpu, report("vulkan", false, {}), no_cuda}), "cpu");
+  EXPECT_EQ(backend::auto_backend({cpu}), "cpu");
+  // And on this machine "auto" makes the backend the probes choose.
+  const std::string want = backend::auto_backend(backend::probe_all());
+  std::unique_ptr<backend::Backend> b;
+  try {
+    b = backend::make_backend("auto", -1, 2);
+  } catch (const Error& e) {
+    FAIL() << "auto chose " << want << ", which could not start: " << e.what();
+  }
+  EXPECT_EQ(b->name(), want);
+}
 
 }  // namespace
 }  // namespace zinc
