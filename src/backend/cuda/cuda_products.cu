@@ -301,15 +301,19 @@ struct Q4kLane {
   // block (integer sums of scales times code products, and of minimums times code sums, then the two
   // float scales).
   __device__ float part(const Lane& ln, const Act& a) const {
-    // Scales and minimums of sub-blocks 2c, 2c + 1 as the two low bytes of sp and mp.
-    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
-    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
     const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
                         dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
     const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
                          dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
+    return scaled(head, ln, a, sl, shh);
+  }
+  // The lane's part from its two code sums (sub-blocks 2c and 2c + 1): the head's scales and
+  // minimums of those sub-blocks (as the two low bytes of sp and mp), then d and dmin (Q4_K, Q5_K).
+  __device__ static float scaled(const uint4& head, const Lane& ln, const Act& a, int sl, int shh) {
+    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
+    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
     const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
     const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
     const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
@@ -332,19 +336,12 @@ struct Q5kLane {
     q = ld_stream(blk + 48 + 16 * l8);
   }
   __device__ float part(const Lane& ln, const Act& a) const {
-    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
-    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
     const int b0 = ln.sum;  // 2c: the qh bit of the low nibbles (b0 + 1: the high ones)
     const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
     const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
     const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
     const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
-    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
-    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
-    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
+    return Q4kLane::scaled(head, ln, a, sl, shh);
   }
 };
 
