@@ -53,26 +53,21 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsig
 }
 
 std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device, unsigned threads) {
-  auto b = make_backend(name, device, threads);
-  if (name != "auto" || b->name() == "cpu") return b;
-  if (std::string why = b->why_unsupported(g); !why.empty()) {
-    // A graph CUDA does not run yet: Vulkan where it offers a GPU and runs it, else the CPU.
-    if (b->name() == "cuda") {
-      std::vector<BackendReport> reports = probe_all();
-      for (BackendReport& r : reports)
-        if (r.name == "cuda") r.ready = false;
-      if (auto_backend(reports) == "vulkan") {
-        auto v = make_vulkan_backend(device);
-        if (v->why_unsupported(g).empty()) {
-          spdlog::warn("{}; computing on Vulkan instead", why);
-          return v;
-        }
-      }
-    }
-    spdlog::warn("{}; computing on the CPU instead", why);
-    return make_cpu_backend(threads);
+  if (name != "auto") return make_backend(name, device, threads);
+  // auto's choices in order, each GPU backend passed over (and left out of the next choice) where it
+  // cannot run one of the graph's nodes.
+  std::vector<BackendReport> reports = probe_all();
+  for (;;) {
+    const std::string choice = auto_backend(reports);
+    auto b = make_backend(choice, device, threads);
+    if (choice == "cpu") return b;
+    const std::string why = b->why_unsupported(g);
+    if (why.empty()) return b;
+    for (BackendReport& r : reports)
+      if (r.name == choice) r.ready = false;
+    const std::string next = auto_backend(reports);
+    spdlog::warn("{}; computing on {} instead", why, next == "cpu" ? "the CPU" : next);
   }
-  return b;
 }
 
 }  // namespace zinc::backend

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_device.cuh"
 
@@ -984,7 +985,8 @@ __global__ void k_delta_gates(const float* a, const float* b, const float* A, co
 }
 
 // One warp per column j of one v head's state S (dk x dv, row i: key dimension i, stored by columns:
-// element (i, j) at j dk + i, so a warp's column is one contiguous read); lane l holds rows l + 32 i. Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
+// element (i, j) at j dk + i, so a warp's column is one contiguous read); lane l holds rows l + 32 i.
+// Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
 // delta = beta (v_j - S[:, j] . k), S[:, j] += k delta, out_j = S[:, j] . q.
 template <int P>
 __global__ void k_delta_rule(DeltaArgs a) {
@@ -1119,15 +1121,23 @@ void attention(Stream s, const AttentionArgs& a) {
   else launch_attention<kQ8_0>(s, a);
 }
 
+// f(std::integral_constant<int, J>) for the fewest registers per lane, J, that hold n_expert logits.
+template <class F>
+void with_route_j(int n_expert, F&& f) {
+  if (n_expert <= kWarp) f(std::integral_constant<int, 1>{});
+  else if (n_expert <= 2 * kWarp) f(std::integral_constant<int, 2>{});
+  else if (n_expert <= 4 * kWarp) f(std::integral_constant<int, 4>{});
+  else if (n_expert <= 8 * kWarp) f(std::integral_constant<int, 8>{});
+  else if (n_expert <= 16 * kWarp) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 32>{});
+}
+
 void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_first, bool norm, float logit_scale, const float* router_b,
                const float* expert_scale, int32_t* ids, float* weights) {
-  const dim3 grid(static_cast<unsigned>(n)), block(kWarp);
-#define ZINC_ROUTE(J)                                                                                                       \
-  if (n_expert <= (J) * kWarp)                                                                                              \
-    return launch(k_moe_route<J>, grid, block, s, logits, n, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, \
-                  ids, weights);
-  ZINC_ROUTE(1) ZINC_ROUTE(2) ZINC_ROUTE(4) ZINC_ROUTE(8) ZINC_ROUTE(16) ZINC_ROUTE(32)
-#undef ZINC_ROUTE
+  with_route_j(n_expert, [&](auto j) {
+    launch(k_moe_route<decltype(j)::value>, dim3(static_cast<unsigned>(n)), dim3(kWarp), s, logits, n, n_expert, k, topk_first, norm,
+           logit_scale, router_b, expert_scale, ids, weights);
+  });
 }
 
 bool moe_router_fits(int type, int64_t d, int n_expert) { return type == kF32 && d % 4 == 0 && n_expert <= 32 * kWarp; }
@@ -1136,11 +1146,10 @@ void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsi
                 bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
                 float* weights) {
   const RouterArgs a{w, x, d, count, logits, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights};
-  const dim3 grid(static_cast<unsigned>(n_expert), static_cast<unsigned>(n)), block(kRouterWarps * kWarp);
-#define ZINC_ROUTER(J) \
-  if (n_expert <= (J) * kWarp) return launch(k_moe_router<J>, grid, block, s, a);
-  ZINC_ROUTER(1) ZINC_ROUTER(2) ZINC_ROUTER(4) ZINC_ROUTER(8) ZINC_ROUTER(16) ZINC_ROUTER(32)
-#undef ZINC_ROUTER
+  with_route_j(n_expert, [&](auto j) {
+    launch(k_moe_router<decltype(j)::value>, dim3(static_cast<unsigned>(n_expert), static_cast<unsigned>(n)), dim3(kRouterWarps * kWarp), s,
+           a);
+  });
 }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {
