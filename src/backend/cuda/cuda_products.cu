@@ -502,8 +502,8 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
   }
   if constexpr (S > 1) __syncthreads();
   else __syncwarp();
-  if (ks != 0 || lane >= nt * RW) return;
-  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i
+  if (ks != 0 || lane >= NT * RW) return;
+  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i (t < nt below)
   const int64_t r = r0 + i;
   if (t >= nt || r >= g.rows) return;
   float y[P];
@@ -520,7 +520,8 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
 // rows (each a share of the super-blocks), measured with zinc_cuda_matvec_bench on an H200 for one
 // token: at least 4096 rows (counting expert slots), four rows a warp and two warps for rows of 4096
 // columns or more (gate and up together: two rows of each, one warp); 1024 to 4096 rows, two rows and
-// four warps; fewer, one row. Several tokens: one row a warp.
+// four warps; fewer, one row. Several tokens: two rows a warp from 1024 rows (at most two warps a
+// row group), else one.
 template <int NT, bool GLU>
 void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   const int P = GLU ? 1 : a.nseg;
@@ -538,10 +539,14 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   } else {
     while (S < 4 && nsb / (2 * S) >= 8) S *= 2;
   }
+  if constexpr (NT > 1) {
+    RW = work >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
+  }
   if (rows_per_warp > 0) RW = rows_per_warp;
   if (GLU && RW > 2) RW = 2;
-  if (NT > 1 || (RW != 1 && RW != 2 && RW != 4)) RW = 1;
+  if ((NT > 1 && RW > 2) || (RW != 1 && RW != 2 && RW != 4)) RW = 1;
   if (split == 1 || split == 2 || split == 4) S = split;
+  if (NT > 1 && RW == 2 && S > 2) S = 2;
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
@@ -551,9 +556,9 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   const dim3 grid(blocks, static_cast<unsigned>(groups_y)), block(kMvWarps * kWarp);
 #define ZINC_MV(SS, RR) \
   if (S == SS && RW == RR) return launch(k_mv_codes<NT, SS, RR, GLU>, grid, block, s, a);
-  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1)
+  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1) ZINC_MV(1, 2) ZINC_MV(2, 2)
   if constexpr (NT == 1) {
-    ZINC_MV(1, 2) ZINC_MV(2, 2) ZINC_MV(4, 2)
+    ZINC_MV(4, 2)
     if constexpr (!GLU) { ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4) }
   }
 #undef ZINC_MV
@@ -569,9 +574,9 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   }
   const bool glu = a.glu != Glu::None;
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
-  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, 1) : launch_mv_codes<2, false>(s, a, split, 1);
-  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, 1) : launch_mv_codes<4, false>(s, a, split, 1);
-  else glu ? launch_mv_codes<8, true>(s, a, split, 1) : launch_mv_codes<8, false>(s, a, split, 1);
+  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, rows_per_warp) : launch_mv_codes<2, false>(s, a, split, rows_per_warp);
+  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, rows_per_warp) : launch_mv_codes<4, false>(s, a, split, rows_per_warp);
+  else glu ? launch_mv_codes<8, true>(s, a, split, rows_per_warp) : launch_mv_codes<8, false>(s, a, split, rows_per_warp);
 }
 
 // Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
