@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -56,6 +57,7 @@ struct BenchArgs {
   int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
   double cache_ram_gb = 0;     // and its host tier
+  int long_prompt = 0;         // --concurrency: a prompt of this many tokens arriving while the streams decode
   int spec_cost = 0;           // speculative decoding's costs for 1..spec_cost drafted tokens (0: not measured)
   std::string draft;           // and the draft model's step
 };
@@ -80,13 +82,12 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
-ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Tokenizer& tok, const BenchArgs& a,
-                                  int concurrency, int prompt, int generate) {
-  using Clock = std::chrono::steady_clock;
+// The benchmark's in-process server: `slots` sequences of n_ctx tokens.
+server::EngineOptions bench_engine(const BenchArgs& a, int slots, int n_ctx) {
   server::EngineOptions eo;
-  eo.n_slots = concurrency;
-  eo.queue_limit = 4 * concurrency;
-  eo.exec.n_ctx = a.shared_prefix + prompt + generate + 8;
+  eo.n_slots = slots;
+  eo.queue_limit = 4 * slots;
+  eo.exec.n_ctx = n_ctx;
   eo.cache_bytes = static_cast<uint64_t>(a.cache_mem_gb * 1e9);
   eo.cache_host_bytes = static_cast<uint64_t>(a.cache_ram_gb * 1e9);
   eo.exec.max_tokens = a.batch_tokens;
@@ -94,7 +95,110 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
   eo.backend = a.backend;
   eo.device = a.device;
   eo.threads = a.threads;
-  server::Engine engine(file, tok, eo);
+  return eo;
+}
+
+// A job of prompt tokens answered greedily with `generate` tokens (end of generation ignored), the
+// time of each token kept.
+std::shared_ptr<server::Job> bench_job(std::vector<int32_t> prompt, int generate) {
+  runtime::GenerateOptions go;
+  go.max_tokens = generate;
+  go.ignore_eog = true;
+  go.sampler_sees_prompt = false;
+  go.token_times = true;
+  return std::make_shared<server::Job>(std::move(prompt), sample::SamplerParams::greedy(), go);
+}
+
+// --long-prompt N with --concurrency C: C streams decode; once each has a quarter of its tokens, a
+// prompt of N tokens arrives (chunked in by the scheduler's --batch-tokens). The streams' gaps
+// between tokens before it and while it is read (until its first token), and its time to the first
+// token, against the same prompt served alone.
+struct LongPromptResult {
+  int tokens = 0;
+  double itl_p50_before = 0, itl_p99_during = 0;  // seconds
+  int gaps_during = 0;                             // the streams' gaps that ended while it was read
+  double ttft_loaded = 0, ttft_alone = 0;          // seconds
+};
+
+LongPromptResult run_long_prompt(const gguf::File& file, const tokenizer::Tokenizer& tok, const BenchArgs& a, int concurrency,
+                                 int prompt, int generate) {
+  server::Engine engine(file, tok, bench_engine(a, concurrency + 1, std::max(prompt + generate, a.long_prompt + 2) + 8));
+  std::mt19937 rng(a.seed + 7);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
+  const auto random_tokens = [&](int n) {
+    std::vector<int32_t> p(static_cast<size_t>(std::max(1, n)));
+    for (auto& t : p) t = any(rng);
+    return p;
+  };
+  const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  // Each job read to its end on a thread of its own, counting the pieces.
+  struct Reader {
+    std::shared_ptr<server::Job> job;
+    std::atomic<int> pieces{0};
+    std::thread thread;
+  };
+  const auto start = [&](Reader& r, std::shared_ptr<server::Job> job) {
+    r.job = std::move(job);
+    if (!engine.submit(r.job)) throw Error("the benchmark's requests did not fit the queue");
+    r.thread = std::thread([&r] {
+      std::string piece;
+      while (r.job->next(piece, 1000))
+        if (!piece.empty()) r.pieces.fetch_add(1);
+    });
+  };
+  const auto first_token = [](const Reader& r) {
+    if (!r.job->error().empty()) throw Error("a benchmark request failed: " + r.job->error());
+    if (r.job->result().token_times.empty()) throw Error("the benchmark's long prompt produced no token");
+    return r.job->result().token_times.front();
+  };
+  LongPromptResult out;
+  out.tokens = a.long_prompt;
+  // Rounds: a warm-up (the step shapes recorded), the long prompt alone, then measured.
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1) {
+      Reader alone;
+      const double t = now();
+      start(alone, bench_job(random_tokens(a.long_prompt), 2));
+      alone.thread.join();
+      out.ttft_alone = first_token(alone) - t;
+      continue;
+    }
+    std::vector<Reader> streams(static_cast<size_t>(concurrency));
+    for (Reader& r : streams) start(r, bench_job(random_tokens(prompt), generate));
+    // Until every stream has a quarter of its tokens (or ended).
+    for (bool ready = false; !ready;) {
+      ready = true;
+      for (const Reader& r : streams) ready &= r.pieces.load() >= std::max(1, generate / 4) || r.job->finished();
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    Reader long_job;
+    const double arrival = now();
+    start(long_job, bench_job(random_tokens(a.long_prompt), 2));
+    long_job.thread.join();
+    for (Reader& r : streams) r.thread.join();
+    if (round == 0) continue;
+    const double first = first_token(long_job);
+    out.ttft_loaded = first - arrival;
+    std::vector<double> before, during;
+    for (const Reader& r : streams) {
+      if (!r.job->error().empty()) throw Error("a benchmark request failed: " + r.job->error());
+      const std::vector<double>& at = r.job->result().token_times;
+      for (size_t k = 1; k < at.size(); ++k) {
+        if (at[k] <= arrival) before.push_back(at[k] - at[k - 1]);
+        else if (at[k] <= first) during.push_back(at[k] - at[k - 1]);
+      }
+    }
+    out.itl_p50_before = percentile(before, 0.5);
+    out.itl_p99_during = percentile(during, 0.99);
+    out.gaps_during = static_cast<int>(during.size());
+  }
+  return out;
+}
+
+ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Tokenizer& tok, const BenchArgs& a,
+                                  int concurrency, int prompt, int generate) {
+  using Clock = std::chrono::steady_clock;
+  server::Engine engine(file, tok, bench_engine(a, concurrency, a.shared_prefix + prompt + generate + 8));
   std::mt19937 rng(a.seed);
   std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
   ConcurrencyResult r;
@@ -117,12 +221,7 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
       std::vector<int32_t> p = prefix;
       const auto own = random_tokens(std::max(1, prompt));
       p.insert(p.end(), own.begin(), own.end());
-      runtime::GenerateOptions go;
-      go.max_tokens = generate;
-      go.ignore_eog = true;
-      go.sampler_sees_prompt = false;
-      go.token_times = true;
-      jobs.push_back(std::make_shared<server::Job>(std::move(p), sample::SamplerParams::greedy(), go));
+      jobs.push_back(bench_job(std::move(p), generate));
     }
     std::vector<std::thread> readers;
     const auto t0 = Clock::now();
@@ -410,7 +509,18 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
     const int prompt = a.prompts.empty() ? 128 : std::max(1, a.prompts.front());
     const int generate = a.gens.empty() ? 128 : std::max(1, a.gens.front());
     const auto r = run_concurrency(file, tok, a, c, prompt, generate);
+    json long_prompt = nullptr;
+    if (a.long_prompt > 0) {
+      const LongPromptResult l = run_long_prompt(file, tok, a, c, prompt, generate);
+      long_prompt = {{"tokens", l.tokens},
+                     {"streams_inter_token_ms_p50_before", l.itl_p50_before * 1e3},
+                     {"streams_inter_token_ms_p99_during", l.itl_p99_during * 1e3},
+                     {"streams_gaps_during", l.gaps_during},
+                     {"first_token_ms", l.ttft_loaded * 1e3},
+                     {"first_token_ms_alone", l.ttft_alone * 1e3}};
+    }
     concurrency.push_back({{"concurrency", r.concurrency},
+                           {"long_prompt", long_prompt},
                            {"requests", r.requests},
                            {"prompt_tokens", prompt},
                            {"generated_tokens", generate},
@@ -464,6 +574,17 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  c["aggregate_tokens_per_s"].get<double>(), c["request_tokens_per_s_p50"].get<double>(),
                  c["first_token_ms_p50"].get<double>(), c["first_token_ms_p99"].get<double>(),
                  c["inter_token_ms_p50"].get<double>(), c["inter_token_ms_p99"].get<double>());
+    }
+    for (const auto& c : concurrency) {
+      if (c["long_prompt"].is_null()) continue;
+      const auto& l = c["long_prompt"];
+      const double before = l["streams_inter_token_ms_p50_before"].get<double>(), during = l["streams_inter_token_ms_p99_during"].get<double>();
+      const double loaded = l["first_token_ms"].get<double>(), alone = l["first_token_ms_alone"].get<double>();
+      fmt::print("\nconcurrency {}: a prompt of {} tokens arriving while the streams decode: their inter-token ms p50 before "
+                 "{:.1f}, p99 while it is read {:.1f} ({:.2f}×, {} gaps); its first token in {:.0f} ms, {:.0f} ms alone "
+                 "({:.2f}×)\n",
+                 c["concurrency"].get<int>(), l["tokens"].get<int>(), before, during, before > 0 ? during / before : 0.0,
+                 l["streams_gaps_during"].get<int>(), loaded, alone, alone > 0 ? loaded / alone : 0.0);
     }
     for (const auto& c : concurrency) {
       if (c["shared_prefix_tokens"].get<int>() == 0) continue;
@@ -557,6 +678,11 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "prefix cache")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--long-prompt", a->long_prompt,
+                  "With --concurrency: once the streams decode, a prompt of this many tokens arrives; its time to the "
+                  "first token (against the same prompt alone) and the streams' inter-token latency while it is read "
+                  "(chunked by --batch-tokens)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,
                   "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
       ->capture_default_str()

@@ -736,6 +736,19 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   EXPECT_GT(c2["request_tokens_per_s_p50"].get<double>(), 0.0);
   EXPECT_LE(c2["first_token_ms_p50"].get<double>(), c2["first_token_ms_p99"].get<double>());
   EXPECT_LE(c2["inter_token_ms_p50"].get<double>(), c2["inter_token_ms_p99"].get<double>());
+  EXPECT_TRUE(c2["long_prompt"].is_null());
+  // --long-prompt: 64 tokens arriving while two streams decode, read at most 16 tokens a step (two of
+  // them the streams'): at least five steps, each a gap of both streams, before its first token.
+  const json lp = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "8", "-n", "40", "--concurrency", "2",
+                                    "--long-prompt", "64", "--batch-tokens", "16", "--runs", "1", "--warmup", "0"}).out);
+  const json& l = lp["concurrency"][0]["long_prompt"];
+  ASSERT_TRUE(l.is_object()) << lp.dump();
+  EXPECT_EQ(l["tokens"], 64);
+  EXPECT_GE(l["streams_gaps_during"].get<int>(), 8) << l;
+  EXPECT_GT(l["streams_inter_token_ms_p50_before"].get<double>(), 0.0) << l;
+  EXPECT_GT(l["streams_inter_token_ms_p99_during"].get<double>(), 0.0) << l;
+  EXPECT_GT(l["first_token_ms"].get<double>(), 0.0) << l;
+  EXPECT_GT(l["first_token_ms_alone"].get<double>(), 0.0) << l;
 
   // --compare against the run above; --vs-llama-cpp with a stand-in that prints llama-bench's JSON.
   std::ofstream(home.file("base.json")) << r.out;
