@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -131,10 +130,9 @@ LongPromptResult run_long_prompt(const gguf::File& file, const tokenizer::Tokeni
     return p;
   };
   const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  // Each job read to its end on a thread of its own, counting the pieces.
+  // Each job read to its end on a thread of its own.
   struct Reader {
     std::shared_ptr<server::Job> job;
-    std::atomic<int> pieces{0};
     std::thread thread;
   };
   const auto start = [&](Reader& r, std::shared_ptr<server::Job> job) {
@@ -142,8 +140,8 @@ LongPromptResult run_long_prompt(const gguf::File& file, const tokenizer::Tokeni
     if (!engine.submit(r.job)) throw Error("the benchmark's requests did not fit the queue");
     r.thread = std::thread([&r] {
       std::string piece;
-      while (r.job->next(piece, 1000))
-        if (!piece.empty()) r.pieces.fetch_add(1);
+      while (r.job->next(piece, 1000)) {
+      }
     });
   };
   const auto first_token = [](const Reader& r) {
@@ -168,7 +166,7 @@ LongPromptResult run_long_prompt(const gguf::File& file, const tokenizer::Tokeni
     // Until every stream has a quarter of its tokens (or ended).
     for (bool ready = false; !ready;) {
       ready = true;
-      for (const Reader& r : streams) ready &= r.pieces.load() >= std::max(1, generate / 4) || r.job->finished();
+      for (const Reader& r : streams) ready &= r.job->generated() >= std::max(1, generate / 4) || r.job->finished();
       if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     Reader long_job;

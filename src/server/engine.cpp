@@ -226,6 +226,7 @@ void Engine::loop() {
       bool more = false;
       try {
         more = s->generation->step();
+        s->job->generated_.store(static_cast<int>(s->generation->result().tokens.size()));
       } catch (const Error& e) {
         s->job->fail(400, e.what());
         end_job(*s);

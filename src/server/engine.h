@@ -67,6 +67,8 @@ class Job {
   size_t prompt_size() const { return prompt_.size(); }
   // Seconds it waited in the queue for a slot (known once it started).
   double queue_wait_s() const { return queue_wait_s_.load(); }
+  // Tokens it has generated so far (its text may hold fewer pieces).
+  int generated() const { return generated_.load(); }
 
  private:
   friend class Engine;
@@ -80,6 +82,7 @@ class Job {
   std::atomic<bool> cancel_{false};
   std::chrono::steady_clock::time_point submitted_;
   std::atomic<double> queue_wait_s_{0.0};
+  std::atomic<int> generated_{0};
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::string> pieces_;
