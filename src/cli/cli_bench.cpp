@@ -53,6 +53,7 @@ struct BenchArgs {
   std::vector<int> parallel{1};
   std::vector<int> concurrency;
   int batch_tokens = 256;
+  double decode_latency = 3;  // --concurrency: the server's limit on a step beside decoding streams
   int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
   double cache_ram_gb = 0;     // and its host tier
@@ -90,6 +91,7 @@ server::EngineOptions bench_engine(const BenchArgs& a, int slots, int n_ctx) {
   eo.cache_bytes = static_cast<uint64_t>(a.cache_mem_gb * 1e9);
   eo.cache_host_bytes = static_cast<uint64_t>(a.cache_ram_gb * 1e9);
   eo.exec.max_tokens = a.batch_tokens;
+  eo.decode_latency = a.decode_latency;
   eo.exec.kv_type = kv_type_from_name(a.kv_type);
   eo.backend = a.backend;
   eo.device = a.device;
@@ -676,6 +678,11 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "prefix cache")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--decode-latency", a->decode_latency,
+                  "With --concurrency: the server's --decode-latency (prompts beside decoding streams keep a step within "
+                  "this many times a decode-only step; 0: they take all of --batch-tokens)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--long-prompt", a->long_prompt,
                   "With --concurrency: once the streams decode, a prompt of this many tokens arrives; its time to the "
                   "first token (against the same prompt alone) and the streams' inter-token latency while it is read "

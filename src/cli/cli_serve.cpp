@@ -23,6 +23,7 @@ struct ServeArgs {
   GenerationArgs gen;
   server::ServerOptions server;
   int parallel = 1, queue = 32, batch_tokens = 256;
+  double decode_latency = 3;
   std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
   std::string models_dir, keep_alive = "5m";
   int max_models = 3;
@@ -42,6 +43,7 @@ int run_serve(ServeArgs& a) {
   eo.queue_limit = a.queue;
   eo.exec = a.gen.exec_options();
   eo.exec.max_tokens = a.batch_tokens;
+  eo.decode_latency = a.decode_latency;
   eo.backend = a.gen.backend;
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
@@ -156,6 +158,12 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
                   "prompts")
       ->capture_default_str()
       ->check(CLI::Range(1, 8192));
+  cmd->add_option("--decode-latency", a->decode_latency,
+                  "While requests decode, waiting prompts join a step only with as many tokens as keep it within this "
+                  "many times a step of the decoding requests alone (measured as it runs): a long prompt raises their "
+                  "gaps between tokens at most this much; 0 (or 1 and below): prompts take all of --batch-tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

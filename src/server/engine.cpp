@@ -254,13 +254,23 @@ void Engine::end_job(Slot& s) {
   s.job.reset();
 }
 
+int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens) {
+  if (decode_s <= 0 || per_token_s <= 0 || factor <= 1) return max_tokens;
+  const double n = (factor - 1) * decode_s / per_token_s;
+  return std::clamp(n >= static_cast<double>(max_tokens) ? max_tokens : static_cast<int32_t>(n), std::min(min_tokens, max_tokens), max_tokens);
+}
+
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
-// while the step has room (max_tokens): a long prompt arriving does not stall the streams decoding.
+// while the step has room (max_tokens, and beside decoding slots what decode_latency allows): a long
+// prompt arriving does not stall the streams decoding.
 void Engine::run_step() {
   graph::StepParams step;
   std::vector<std::pair<Slot*, int32_t>> parts;
-  int32_t room = exe_->options().max_tokens, prompt_tokens = 0;
+  int32_t room = exe_->options().max_tokens, prompt_tokens = 0, decoding_parts = 0;
   for (const bool decoding : {true, false}) {
+    if (!decoding && decoding_parts > 0 && options_.decode_latency > 0) {
+      room = std::min(room, prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room));
+    }
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;
       const auto& p = s->session->pending();
@@ -274,11 +284,22 @@ void Engine::run_step() {
       parts.emplace_back(s.get(), n);
       room -= n;
       if (!decoding) prompt_tokens += n;
+      else ++decoding_parts;
     }
   }
   if (parts.empty()) return;
   try {
+    const auto t0 = std::chrono::steady_clock::now();
     exe_->run(step);
+    // The estimates behind decode_latency: a step of decoding slots alone, and what each prompt token
+    // beside them adds (moving averages: the step sizes change as requests come and go).
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto average = [](double& e, double x) { e = e > 0 ? 0.8 * e + 0.2 * x : x; };
+    if (prompt_tokens == 0) {
+      average(decode_step_s_, t);
+    } else if (decoding_parts == 0 || decode_step_s_ > 0) {
+      average(prompt_token_s_, std::max(0.0, t - (decoding_parts > 0 ? decode_step_s_ : 0.0)) / prompt_tokens);
+    }
   } catch (const Error& e) {
     // Not expected (every session checked its tokens): the step's requests fail, their sequences start
     // again from nothing.

@@ -1,8 +1,9 @@
 // The server's engine: N slots over one model, each a sequence of one shared context (its own KV rows
 // and recurrent state; one loaded copy of the weights), a bounded queue of waiting requests, and one
 // scheduler thread running continuous batching: every step carries each decoding slot's next token and,
-// while there is room (ExecOptions::max_tokens), chunks of the prompts waiting to be evaluated, so each
-// weight is read once per step for all of them and a long prompt does not stall the others. Sampling
+// while there is room (ExecOptions::max_tokens; beside decoding slots, what decode_latency allows),
+// chunks of the prompts waiting to be evaluated, so each weight is read once per step for all of them
+// and a long prompt does not stall the others. Sampling
 // stays per request. A request's text reaches its HTTP handler through the job's channel; a handler
 // that loses its client cancels the job and its sequence is freed at the next step.
 #pragma once
@@ -42,6 +43,11 @@ struct EngineOptions {
   // Its host tier (0: none): bytes of host memory for blocks evicted from the device (and their
   // checkpoints), written back when a prompt matches them.
   uint64_t cache_host_bytes = 0;
+  // While slots decode, the prompt tokens a step carries are held to what keeps the step within this
+  // many times a step of the decoding slots alone (both measured as the steps run), so a long prompt
+  // arriving raises the streams' gaps between tokens by at most this factor; 0: prompts take the
+  // step's whole budget (exec.max_tokens).
+  double decode_latency = 3;
   // Speculative decoding: a draft model of the same vocabulary (a GGUF path; "" for none), loaded on
   // the same backend with a context per slot, drafting up to draft_max tokens per step.
   std::string draft_model;
@@ -91,6 +97,11 @@ class Job {
   std::string error_;
   int error_status_ = 0;
 };
+
+// Prompt tokens a step beside decoding slots may carry so that it takes at most `factor` times a step
+// of those slots alone: (factor - 1) decode_s / per_token_s, at least min_tokens (prompts always move),
+// at most max_tokens; max_tokens while either time is not known yet (0).
+int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens);
 
 struct EngineStats {
   int busy_slots = 0, queued = 0, n_slots = 0;
@@ -153,6 +164,9 @@ class Engine {
   std::thread thread_;
   std::mutex embed_mutex_;
   std::unique_ptr<runtime::Embedder> embedder_;  // made at the first embeddings request
+  // The scheduler thread's running estimates (seconds): a step of the decoding slots alone, and each
+  // prompt token a step carries beside them.
+  double decode_step_s_ = 0, prompt_token_s_ = 0;
 };
 
 }  // namespace zinc::server
