@@ -111,7 +111,7 @@ std::shared_ptr<server::Job> bench_job(std::vector<int32_t> prompt, int generate
 }
 
 // --long-prompt N with --concurrency C: C streams decode; once each has a quarter of its tokens, a
-// prompt of N tokens arrives (chunked in by the scheduler's --batch-tokens). The streams' gaps
+// prompt of N tokens arrives (chunked in as the scheduler's --batch-tokens and --decode-latency allow). The streams' gaps
 // between tokens before it and while it is read (until its first token), and its time to the first
 // token, against the same prompt served alone.
 struct LongPromptResult {
@@ -686,7 +686,7 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
   cmd->add_option("--long-prompt", a->long_prompt,
                   "With --concurrency: once the streams decode, a prompt of this many tokens arrives; its time to the "
                   "first token (against the same prompt alone) and the streams' inter-token latency while it is read "
-                  "(chunked by --batch-tokens)")
+                  "(chunked by --batch-tokens and --decode-latency)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,
                   "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
