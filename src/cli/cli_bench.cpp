@@ -99,6 +99,22 @@ server::EngineOptions bench_engine(const BenchArgs& a, int slots, int n_ctx) {
   return eo;
 }
 
+// n random token ids of the vocabulary (the benchmark's prompts), from the given seed.
+class RandomTokens {
+ public:
+  RandomTokens(const tokenizer::Tokenizer& tok, uint32_t seed)
+      : rng_(seed), any_(0, static_cast<int32_t>(tok.vocab().size() - 1)) {}
+  std::vector<int32_t> operator()(int n) {
+    std::vector<int32_t> p(static_cast<size_t>(std::max(0, n)));
+    for (auto& t : p) t = any_(rng_);
+    return p;
+  }
+
+ private:
+  std::mt19937 rng_;
+  std::uniform_int_distribution<int32_t> any_;
+};
+
 // A job of prompt tokens answered greedily with `generate` tokens (end of generation ignored), the
 // time of each token kept.
 std::shared_ptr<server::Job> bench_job(std::vector<int32_t> prompt, int generate) {
@@ -124,13 +140,7 @@ struct LongPromptResult {
 LongPromptResult run_long_prompt(const gguf::File& file, const tokenizer::Tokenizer& tok, const BenchArgs& a, int concurrency,
                                  int prompt, int generate) {
   server::Engine engine(file, tok, bench_engine(a, concurrency + 1, std::max(prompt + generate, a.long_prompt + 2) + 8));
-  std::mt19937 rng(a.seed + 7);
-  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
-  const auto random_tokens = [&](int n) {
-    std::vector<int32_t> p(static_cast<size_t>(std::max(1, n)));
-    for (auto& t : p) t = any(rng);
-    return p;
-  };
+  RandomTokens random_tokens(tok, a.seed + 7);
   const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
   // Each job read to its end on a thread of its own.
   struct Reader {
@@ -199,15 +209,9 @@ ConcurrencyResult run_concurrency(const gguf::File& file, const tokenizer::Token
                                   int concurrency, int prompt, int generate) {
   using Clock = std::chrono::steady_clock;
   server::Engine engine(file, tok, bench_engine(a, concurrency, a.shared_prefix + prompt + generate + 8));
-  std::mt19937 rng(a.seed);
-  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(tok.vocab().size() - 1));
+  RandomTokens random_tokens(tok, a.seed);
   ConcurrencyResult r;
   r.concurrency = concurrency;
-  const auto random_tokens = [&](int n) {
-    std::vector<int32_t> p(static_cast<size_t>(std::max(0, n)));
-    for (auto& t : p) t = any(rng);
-    return p;
-  };
   const std::vector<int32_t> shared = random_tokens(a.shared_prefix);
   // Rounds: a warm-up (recordings of the step shapes; its own prefix), with a shared prefix the first
   // request that carries it alone, then the measured round.

@@ -257,7 +257,8 @@ void Engine::end_job(Slot& s) {
 int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens) {
   if (decode_s <= 0 || per_token_s <= 0 || factor <= 1) return max_tokens;
   const double n = (factor - 1) * decode_s / per_token_s;
-  return std::clamp(n >= static_cast<double>(max_tokens) ? max_tokens : static_cast<int32_t>(n), std::min(min_tokens, max_tokens), max_tokens);
+  if (n >= static_cast<double>(max_tokens)) return max_tokens;
+  return std::max(static_cast<int32_t>(n), std::min(min_tokens, max_tokens));
 }
 
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks

@@ -6,6 +6,8 @@
 #include <mma.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_device.cuh"
 
 namespace zinc::backend::cuda {
@@ -543,10 +545,11 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
     RW = work >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
   }
   if (rows_per_warp > 0) RW = rows_per_warp;
-  if (GLU && RW > 2) RW = 2;
-  if ((NT > 1 && RW > 2) || (RW != 1 && RW != 2 && RW != 4)) RW = 1;
+  if (RW != 1 && RW != 2 && RW != 4) RW = 1;
   if (split == 1 || split == 2 || split == 4) S = split;
-  if (NT > 1 && RW == 2 && S > 2) S = 2;
+  // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
+  if (GLU || NT > 1) RW = std::min(RW, 2);
+  if (NT > 1 && RW == 2) S = std::min(S, 2);
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
