@@ -1,6 +1,7 @@
 // Decode products on the CUDA backend: each shape's time per launch and bytes per second against the
 // device's copy bandwidth (launches replayed from a CUDA graph, weights cycled through copies larger
-// than L2 so every launch reads them from memory); with more than 8 tokens, the prompt products' paths.
+// than L2 so every launch reads them from memory); with more than ck::kCodesTokens tokens, the prompt
+// products' paths.
 // Usage: zinc_cuda_matvec_bench [tokens] [iterations]
 #include <cuda_runtime_api.h>
 
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(3 * n * max_rows) * 4), "cudaMalloc");
   check(cudaMalloc(&q8, ck::q8_bytes(n, max_cols)), "cudaMalloc");
 
-  if (n > 8) {
+  if (n > ck::kCodesTokens) {
     // Prompt products: integer tensor cores against codes (with the quantization, once per product)
     // and f16 tensor cores against f16-rounded activations.
     std::printf("| product | path | us per launch | TFLOP/s |\n|---|---|---|---|\n");
@@ -162,13 +163,20 @@ int main(int argc, char** argv) {
     check(cudaGetLastError(), "kernels");
     return 0;
   }
-  std::printf("| product | warps per row x rows per warp | us per launch | GB/s | %% of copy |\n|---|---|---|---|---|\n");
+  // Products against codes: packed dot products (rows per warp as given), and from 2 tokens on integer
+  // tensor cores (16-row tiles; "mma").
+  std::printf("| product | path: warps per row x rows per warp | us per launch | GB/s | %% of copy |\n|---|---|---|---|---|\n");
   for (const Shape& sh : shapes) {
     size_t bytes = 0;
     for (const Weights& w : sh.parts) bytes += w.bytes;
     const size_t copies = sh.parts[0].copies.size();
-    for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}}) {
-      if (n > 1 && (rpw > 2 || (rpw == 2 && split == 4))) continue;
+    for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1},
+                                     {1, -1}, {2, -1}, {4, -1}}) {
+      const bool mma = rpw < 0;
+      if (mma && n < 2) continue;
+      if (!mma && n > 1 && (rpw > 2 || (rpw == 2 && split == 4))) continue;
+      if (!mma && n > 8 && rpw != 0) continue;
+      ck::set_codes_mma_min(mma ? 2 : ck::kCodesTokens + 1);
       const double us = time_graph(s, iters, [&](int i) {
         ck::Product p[3];
         for (size_t k = 0; k < sh.parts.size(); ++k) {
@@ -181,10 +189,11 @@ int main(int argc, char** argv) {
           p[k].out_stride = w.rows;
         }
         ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, i > 0, sh.glu,
-                          split, rpw);
+                          split, mma ? 0 : rpw);
       });
-      std::printf("| %s | %s | %.2f | %.0f | %.0f%% |\n", sh.name.c_str(),
-                  split == 0 ? "auto" : (std::to_string(split) + " x " + std::to_string(rpw) + " rows").c_str(), us,
+      const std::string path = std::string(mma ? "mma " : "packed ") +
+                               (split == 0 ? "auto" : mma ? std::to_string(split) + " x 16 rows" : std::to_string(split) + " x " + std::to_string(rpw) + " rows");
+      std::printf("| %s | %s | %.2f | %.0f | %.0f%% |\n", sh.name.c_str(), path.c_str(), us,
                   static_cast<double>(bytes) / (us * 1e3), 100.0 * static_cast<double>(bytes) / (us * 1e3) / copy_gbs);
     }
   }

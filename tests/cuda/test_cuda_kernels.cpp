@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -205,7 +207,7 @@ TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
     for (float& v : row) v = dist(rng);
     quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(r) * rb, cols);
   }
-  const int tokens = 3, slots = 6;
+  const int tokens = backend::cuda::kCodesTokens, slots = 6;
   std::vector<float> x(static_cast<size_t>(tokens * cols));
   for (float& v : x) v = dist(rng) * 3.0f;
   // The CPU's codes of each token and its reference dot with every row.
@@ -222,27 +224,33 @@ TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
     for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[static_cast<size_t>(t * cols + c)]);
     return 1e-5 * mag;
   };
-  Dev dw(w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(slots * rows) * 4), dids(slots * 4),
-      dq8(backend::cuda::q8_bytes(slots, cols));
+  Dev dw(w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(tokens * rows) * 4), dids(slots * 4),
+      dq8(backend::cuda::q8_bytes(tokens, cols));
   upload(dw, w.data(), w.size());
   upload(dx, x.data(), x.size() * 4);
-  std::vector<float> got(static_cast<size_t>(slots * rows));
+  std::vector<float> got(static_cast<size_t>(tokens * rows));
   // One token (the second).
   backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>() + cols, cols, 1, dout.as<float>(), rows,
                          nullptr, dq8.p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[static_cast<size_t>(r)], want(r, 1), bound(r, 1)) << "row " << r;
-  // Steps of a few tokens: each weight piece against every token's codes.
-  for (int n : {2, 3}) {
-    backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
-                           nullptr, dq8.p);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int t = 0; t < n; ++t)
-      for (int64_t r = 0; r < rows; ++r)
-        EXPECT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t)) << n << " tokens, token " << t << " row " << r;
+  // Steps of a few tokens: each weight piece against every token's codes, with packed dot products and
+  // on integer tensor cores (tiles of 8, 16 and 32 tokens, the last ragged; two of 32 for 41 and 64).
+  for (const int mma_min : {backend::cuda::kCodesTokens + 1, 2}) {
+    backend::cuda::set_codes_mma_min(mma_min);
+    for (int n : {2, 3, 8, 9, 16, 23, 32, 41, backend::cuda::kCodesTokens}) {
+      backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
+                             nullptr, dq8.p);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t))
+              << (mma_min == 2 ? "tensor cores, " : "packed dots, ") << n << " tokens, token " << t << " row " << r;
+    }
   }
+  backend::cuda::set_codes_mma_min(0);
   // Expert slots: slot i is token i / 2 against expert ids[i]'s rows [2, 2 + 30).
   const std::vector<int32_t> ids = {1, 2, 0, 2, 1, 0};
   upload(dids, ids.data(), ids.size() * 4);
@@ -337,7 +345,7 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t cols = 768;
   const QuantRows a(TensorType::Q4_K, 2100, cols, rng), b(TensorType::Q6_K, 2050, cols, rng), c(TensorType::Q4_K, 37, cols, rng);
-  const int max_n = 8;
+  const int max_n = backend::cuda::kCodesTokens;
   std::vector<float> x(static_cast<size_t>(max_n * cols));
   for (float& v : x) v = dist(rng);
   Dev da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
@@ -350,37 +358,56 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
   p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
   p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
-  for (int n : {1, 3, 8}) {
-    for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 4}, {4, 4}}) {
-      backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None, split,
-                                   rows_per_warp);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      for (const auto& [q, out] : {std::pair{&a, &oa}, std::pair{&b, &ob}, std::pair{&c, &oc}}) {
-        std::vector<float> got(static_cast<size_t>(n * q->rows));
-        ASSERT_EQ(cudaMemcpy(got.data(), out->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        for (int t = 0; t < n; ++t) {
-          const float* xt = x.data() + t * cols;
-          for (int64_t r = 0; r < q->rows; r += 7)
-            ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], q->dot(r, xt), q->bound(r, xt))
-                << gguf::tensor_type_name(q->type) << ", " << n << " tokens, split " << split << ", rows per warp " << rows_per_warp
-                << ", token " << t << " row " << r;
+  // The reference of every 7th row of each product, for every token.
+  std::vector<std::vector<double>> want[3], tol[3];
+  const QuantRows* q3[3] = {&a, &b, &c};
+  for (int k = 0; k < 3; ++k)
+    for (int t = 0; t < max_n; ++t) {
+      want[k].emplace_back();
+      tol[k].emplace_back();
+      for (int64_t r = 0; r < q3[k]->rows; r += 7) {
+        want[k].back().push_back(q3[k]->dot(r, x.data() + t * cols));
+        tol[k].back().push_back(q3[k]->bound(r, x.data() + t * cols));
+      }
+    }
+  // Packed dot products (1 to 8 tokens; more in groups of 8), then integer tensor cores (2 to 64).
+  for (const int mma_min : {max_n + 1, 2}) {
+    backend::cuda::set_codes_mma_min(mma_min);
+    for (int n : {1, 3, 8, 9, 16, 29, 41, max_n}) {
+      for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 4}, {4, 4}}) {
+        if (mma_min == 2 && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
+        backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None,
+                                     split, rows_per_warp);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (int k = 0; k < 3; ++k) {
+          const QuantRows* q = q3[k];
+          const Dev* out = k == 0 ? &oa : k == 1 ? &ob : &oc;
+          std::vector<float> got(static_cast<size_t>(n * q->rows));
+          ASSERT_EQ(cudaMemcpy(got.data(), out->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          for (int t = 0; t < n; ++t)
+            for (int64_t r = 0, i = 0; r < q->rows; r += 7, ++i)
+              ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][t][i], tol[k][t][i])
+                  << gguf::tensor_type_name(q->type) << ", " << (mma_min == 2 && n > 1 ? "tensor cores, " : "packed dots, ") << n
+                  << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", token " << t << " row " << r;
         }
       }
     }
   }
+  backend::cuda::set_codes_mma_min(0);
 }
 
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t cols = 512, rows = 45;
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
-    std::vector<float> x(static_cast<size_t>(3 * cols)), bias(static_cast<size_t>(2 * rows));
+    const int max_n = backend::cuda::kCodesTokens;
+    std::vector<float> x(static_cast<size_t>(max_n * cols)), bias(static_cast<size_t>(2 * rows));
     for (float& v : x) v = dist(rng);
     for (float& v : bias) v = dist(rng);
-    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(3, cols)),
-        dout(static_cast<size_t>(3 * rows) * 4);
+    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols)),
+        dout(static_cast<size_t>(max_n * rows) * 4);
     upload(dg, g.w.data(), g.w.size());
     upload(du, u.w.data(), u.w.size());
     upload(dx, x.data(), x.size() * 4);
@@ -388,8 +415,12 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
     backend::cuda::Product p[2];
     p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
     p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
-    for (const auto& [glu, n, rows_per_warp] : {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0}, {backend::cuda::Glu::GeGLU, 3, 0},
-                                                 {backend::cuda::Glu::SwiGLU, 1, 1}, {backend::cuda::Glu::GeGLU, 1, 2}}) {
+    // Packed dot products (mma_min above n), then integer tensor cores (2 tokens on).
+    for (const auto& [glu, n, rows_per_warp, mma_min] :
+         {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0, 99}, {backend::cuda::Glu::GeGLU, 3, 0, 99}, {backend::cuda::Glu::SwiGLU, 1, 1, 99},
+          {backend::cuda::Glu::GeGLU, 1, 2, 99}, {backend::cuda::Glu::SwiGLU, 3, 0, 2}, {backend::cuda::Glu::GeGLU, 8, 0, 2},
+          {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}}) {
+      backend::cuda::set_codes_mma_min(mma_min);
       backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, 0, rows_per_warp);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> got(static_cast<size_t>(n * rows));
@@ -402,11 +433,13 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
                                                                : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
           // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
           const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
-          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol) << gguf::tensor_type_name(type) << " token " << t << " row " << r;
+          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
+              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << ", token " << t << " row " << r;
         }
       }
     }
   }
+  backend::cuda::set_codes_mma_min(0);
 }
 
 TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
@@ -696,6 +729,43 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
 // Decode routing in one launch (the router's float32 product and the routing by the last block) against
 // a double-precision reference: logits of duplicated router rows tie, and the lower expert must win;
 // both orders (softmax then top k, top k then softmax), repeated launches (the counters return to zero).
+// Greedy ids on the device: each row's largest value, the first on ties, against std::max_element;
+// rows of random values, a tie placed before and after the maximum, all equal, -inf and NaN entries.
+TEST(CudaArgmax, EachRowsLargestTheFirstOnTies) {
+  ZINC_NEED_CUDA_DEVICE();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t width = 151936 + 5;  // not a multiple of the block
+  const int n = 7;
+  std::vector<float> x(static_cast<size_t>(n * width));
+  for (float& v : x) v = dist(rng);
+  float* r = x.data();
+  r[100] = r[90000] = 9.0f;  // row 0: a tie, the first wins
+  r += width;
+  r[width - 1] = 8.0f;  // row 1: the last column
+  r += width;
+  std::fill(r, r + width, 0.5f);  // row 2: all equal
+  r += width;
+  std::fill(r, r + width, -std::numeric_limits<float>::infinity());  // row 3: -inf but one
+  r[77] = -1.0f;
+  r += width;
+  r[0] = std::numeric_limits<float>::quiet_NaN();  // row 4: NaN first, then a clear maximum
+  r[5000] = 7.0f;
+  r += width;
+  for (int64_t c = 0; c < width; c += 3) r[c] = std::numeric_limits<float>::quiet_NaN();  // row 5
+  r[4] = 6.0f;
+  Dev dx(x.size() * 4), dout(static_cast<size_t>(n) * 4);
+  upload(dx, x.data(), x.size() * 4);
+  backend::cuda::argmax_rows(nullptr, dx.as<float>(), width, n, dout.as<int32_t>());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int32_t> got(static_cast<size_t>(n));
+  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::vector<int32_t> want = {100, static_cast<int32_t>(width - 1), 0, 77, 5000, 4};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "row " << i;
+  const float* last = x.data() + static_cast<size_t>(6 * width);
+  EXPECT_EQ(got[6], std::max_element(last, last + width) - last) << "row 6 (random)";
+}
+
 TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
   ZINC_NEED_CUDA_DEVICE();
   std::mt19937 rng(29);

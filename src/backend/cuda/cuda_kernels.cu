@@ -265,6 +265,35 @@ __global__ void k_gather_rows(const float* x, const int32_t* rows, int64_t width
     out[r * width + i] = x[static_cast<int64_t>(rows[r]) * width + i];
 }
 
+// One block per row: the index of its largest value, the first on ties (NaN never taken; -1 when
+// every value is NaN). Each thread scans its columns in increasing order, then the block's pairs are
+// reduced keeping the larger value, on ties the smaller index.
+__device__ __forceinline__ void argmax_pick(float& v, int& i, float ov, int oi) {
+  if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+}
+__global__ void __launch_bounds__(1024) k_argmax_rows(const float* x, int64_t width, int32_t* out) {
+  pdl_trigger();
+  pdl_wait();
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * width;
+  float best = 0;
+  int at = -1;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+    const float v = row[c];
+    if (v == v && (at < 0 || v > best)) best = v, at = static_cast<int>(c);
+  }
+  for (int o = kWarp / 2; o > 0; o /= 2) argmax_pick(best, at, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, at, o));
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  if (lane == 0) sv[warp] = best, si[warp] = at;
+  __syncthreads();
+  if (warp != 0) return;
+  best = lane < warps ? sv[lane] : 0.0f;
+  at = lane < warps ? si[lane] : -1;
+  for (int o = kWarp / 2; o > 0; o /= 2) argmax_pick(best, at, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, at, o));
+  if (lane == 0) out[blockIdx.x] = at;
+}
+
 // ---- KV cache and attention ---------------------------------------------------------------------
 
 // One block per (row, K or V): the row stored at its slot. Q8_0: a warp per block of 32 elements.
@@ -1100,6 +1129,10 @@ void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t s
 
 void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out) {
   launch(k_gather_rows, dim3(grid_for(width), static_cast<unsigned>(n)), dim3(256), s, x, rows, width, out);
+}
+
+void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out) {
+  if (n > 0) launch(k_argmax_rows, dim3(static_cast<unsigned>(n)), dim3(1024), s, x, width, out);
 }
 
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,

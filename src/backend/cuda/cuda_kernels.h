@@ -39,20 +39,25 @@ void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* i
 
 // out[t][r] = w_r · x[t] (+ bias[r]) for rows r < rows, tokens t < n. cols: a multiple of 32.
 // With q8 (scratch of q8_bytes(n, cols)), the types uses_codes() names take the activations' 8-bit
-// codes, as the CPU computes them (Q8_K: integer dot products per sub-block): up to 8 rows (decode),
-// and any n for the int8_tiles() types (prompts on integer tensor cores); otherwise against the
-// float32 activations.
+// codes, as the CPU computes them (Q8_K: integer dot products per sub-block): up to kCodesTokens rows
+// (decode of several sequences, short prompts), and any n for the int8_tiles() types (prompts on
+// integer tensor cores); otherwise against the float32 activations.
 // q8_ready: q8 already holds these activations' codes (the previous product read the same rows).
 void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
              int64_t x_stride, int n, float* out, int64_t out_stride, const float* bias, void* q8 = nullptr,
              bool q8_ready = false);
 bool uses_codes(int type);   // Q4_K, Q5_K, Q6_K
+// The most rows mul_mat_codes takes; from set_codes_mma_min's rows on, on integer tensor cores, fewer
+// with packed dot products (0, the default: from 3 rows, or 5 when every product is Q6_K; tests and
+// measurements choose either).
+constexpr int kCodesTokens = 64;
+void set_codes_mma_min(int n);
 bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
-// Products of up to three weights of uses_codes() types and cols columns over the same n <= 8 rows of
-// x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows from expert ids[t]), in
-// one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its
+// Products of up to three weights of uses_codes() types and cols columns over the same
+// n <= kCodesTokens rows of x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows
+// from expert ids[t]), in one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its
 // bias. With glu, two products (gate, up) of the same rows combined, act(gate) * up, into the first's
 // out. split (warps per row group) and rows_per_warp: 0 chooses (measuring only).
 enum class Glu : int { None, SwiGLU, GeGLU };
@@ -130,6 +135,9 @@ void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t s
                int64_t out_width, int64_t out_at, int64_t width, int n);
 // out[i] = x[rows[i]] (rows of width floats).
 void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out);
+// out[r] = the index of the largest of row r's width values (the first on ties; NaN never taken, -1
+// for a row of NaN only), for n rows.
+void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out);
 
 // The KV cache: rows of kv_width elements of type kv_type (F32, F16, Q8_0) at cache rows slots[t].
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots,

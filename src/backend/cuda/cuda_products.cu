@@ -18,6 +18,22 @@ bool int8_tiles(int type) { return type == kQ4_K || type == kQ6_K; }
 
 bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
+int g_mma_min = 0;  // the fewest rows that take k_mv_mma (fewer: k_mv_codes); 0: by the products' types
+void set_codes_mma_min(int n) { g_mma_min = std::max(0, n); }
+
+namespace {
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 100;
+    }
+    return v;
+  }();
+  return n;
+}
+}  // namespace
 
 namespace {
 
@@ -567,6 +583,321 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
 #undef ZINC_MV
 }
 
+// Integer matrix instructions: c += a (16 rows x 32 or 16 codes) times b (the codes of 8 tokens).
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+#endif
+}
+
+// ---- a few tokens (decode of several sequences, short prompts) on integer tensor cores ----------
+//
+// A warp takes a tile of 16 rows (GLU: 16 rows of gate and the same of up) times 8 NJ tokens, over
+// its share of the super-blocks (S warps per tile, every S-th super-block). Weights go from memory
+// straight into the matrix instructions' registers, in an order within each sub-block chosen so that
+// a lane's loads are contiguous; the activations' codes (read from L1/L2, shared by every tile) are
+// taken in the same order, which leaves each sub-block's dot product unchanged. Lane (gq, tq) =
+// (lane / 4, lane % 4) holds rows gq and gq + 8 of the tile and, for the instruction's second
+// operand, token gq of each group of 8; its results are tokens 2 tq and 2 tq + 1.
+// Q4_K, Q5_K (m16n8k32, one instruction per sub-block of 32): lane tq takes bytes 8 tq .. 8 tq + 7
+// of each 32-byte chunk c of codes: low nibbles are elements 64c + 8tq + i of sub-block 2c, high
+// nibbles the same of sub-block 2c + 1 (Q5_K: the fifth bit from qh bytes 8 tq + i, bits 2c, 2c + 1).
+// Q6_K (m16n8k16, one per sub-block of 16): lane tq takes elements 16h + 4tq .. + 3 of each group of
+// 32 (ql at 64n + 32(k % 2) + 16h + 4tq, qh at 128 + 32n + 16h + 4tq; 2-byte aligned blocks: each
+// word from two aligned ones).
+__device__ __forceinline__ uint2 ld_stream8(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+struct MmaTok {
+  const int8_t* q[4];     // token gq of each group of 8: its codes' row
+  int qd[4][2];           // tokens 2 tq, 2 tq + 1 of each group: their rows (clamped to the last token)
+};
+
+template <int T>
+struct Q45Mma {
+  static constexpr int kBytes = T == kQ4_K ? 144 : 176, kCodes = T == kQ4_K ? 16 : 48;
+  uint4 h[2];
+  uint2 q[2][4], qh[2];
+  __device__ void load(const uint8_t* const (&r)[2], int b, int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = r[i] + static_cast<int64_t>(b) * kBytes;
+      h[i] = ld_stream(blk);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[i][c] = ld_stream8(blk + kCodes + 32 * c + 8 * tq);
+      if constexpr (T == kQ5_K) qh[i] = ld_stream8(blk + 16 + 8 * tq);
+    }
+  }
+  template <int NJ>
+  __device__ void dot(int b, int tq, const MmaTok& tk, const Codes& c, int cols, float (&acc)[NJ][4]) const {
+    int isum[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
+    // Scales of sub-blocks 0..3 and 4..7 of rows gq, gq + 8 (6 bits each).
+    uint32_t sc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sc[i][0] = h[i].y & 0x3f3f3f3fu;
+      sc[i][1] = (h[i].w & 0x0f0f0f0fu) | ((h[i].y >> 2) & 0x30303030u);
+    }
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int ch = s / 2, nib = s % 2;
+      uint32_t a[4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        uint32_t lo = nib ? (q[i][ch].x >> 4) & 0x0F0F0F0Fu : q[i][ch].x & 0x0F0F0F0Fu;
+        uint32_t hi = nib ? (q[i][ch].y >> 4) & 0x0F0F0F0Fu : q[i][ch].y & 0x0F0F0F0Fu;
+        if constexpr (T == kQ5_K) {
+          lo |= ((qh[i].x >> s) & 0x01010101u) << 4;
+          hi |= ((qh[i].y >> s) & 0x01010101u) << 4;
+        }
+        a[i] = lo;      // a0, a1: elements 8tq .. 8tq + 3 of rows gq, gq + 8
+        a[2 + i] = hi;  // a2, a3: 8tq + 4 .. 8tq + 7
+      }
+      const int s0 = static_cast<int>((sc[0][s / 4] >> (8 * (s % 4))) & 0xff);
+      const int s1 = static_cast<int>((sc[1][s / 4] >> (8 * (s % 4))) & 0xff);
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const uint2 x = *reinterpret_cast<const uint2*>(tk.q[j] + b * 256 + 64 * ch + 32 * nib + 8 * tq);
+        int p[4] = {0, 0, 0, 0};
+        mma_s8_k32(p, a, x.x, x.y);
+        isum[j][0] += s0 * p[0];
+        isum[j][1] += s0 * p[1];
+        isum[j][2] += s1 * p[2];
+        isum[j][3] += s1 * p[3];
+      }
+    }
+    // The float scales, and the minimums' term: the minimums times the activations' sums of 32.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&h[i].x));
+      const int mn0 = static_cast<int>(h[i].z & 0x3f3f3f3fu), mn1 = static_cast<int>(((h[i].w >> 4) & 0x0f0f0f0fu) | ((h[i].z >> 2) & 0x30303030u));
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int t = tk.qd[j][u];
+          const auto* sp = reinterpret_cast<const int*>(c.s + static_cast<int64_t>(t) * (cols / 32) + b * 8);
+          int m = __dp2a_lo(sp[0], mn0, 0);
+          m = __dp2a_hi(sp[1], mn0, m);
+          m = __dp2a_lo(sp[2], mn1, m);
+          m = __dp2a_hi(sp[3], mn1, m);
+          const float xd = c.d[static_cast<int64_t>(t) * (cols / 256) + b];
+          acc[j][2 * i + u] += xd * (dm.x * static_cast<float>(isum[j][2 * i + u]) - dm.y * static_cast<float>(m));
+        }
+    }
+  }
+};
+
+struct Q6Mma {
+  static constexpr int kBytes = 210;
+  uint32_t ql[2][2][2][2];  // [row][n][k % 2][h]
+  uint32_t qh[2][2][2];     // [row][n][h]
+  uint32_t sc[2][4];
+  float d[2];
+  __device__ void load(const uint8_t* const (&r)[2], int b, int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = r[i] + static_cast<int64_t>(b) * kBytes;
+      const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{3});
+      const uint32_t sh = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 2) * 8;
+      const auto word = [&](int off) { return __funnelshift_r(__ldg(w + off / 4), __ldg(w + off / 4 + 1), sh); };
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          ql[i][n][0][h] = word(64 * n + 16 * h + 4 * tq);
+          ql[i][n][1][h] = word(64 * n + 32 + 16 * h + 4 * tq);
+          qh[i][n][h] = word(128 + 32 * n + 16 * h + 4 * tq);
+        }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sc[i][k] = word(192 + 4 * k);
+      d[i] = half_bits(__ldg(reinterpret_cast<const unsigned short*>(blk + 208)));
+    }
+  }
+  template <int NJ>
+  __device__ void dot(int b, int tq, const MmaTok& tk, const Codes& c, int cols, float (&acc)[NJ][4]) const {
+    int isum[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sb = 8 * n + 2 * k + h;
+          uint32_t a[2];
+          int s[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t code = ((ql[i][n][k % 2][h] >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qh[i][n][h] >> (2 * k)) & 0x03030303u) << 4);
+            a[i] = __vsub4(code, 0x20202020u);
+            s[i] = static_cast<int8_t>((sc[i][sb / 4] >> (8 * (sb % 4))) & 0xff);
+          }
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            const uint32_t x = *reinterpret_cast<const uint32_t*>(tk.q[j] + b * 256 + 128 * n + 32 * k + 16 * h + 4 * tq);
+            int p[4] = {0, 0, 0, 0};
+            mma_s8_k16(p, a[0], a[1], x);
+            isum[j][0] += s[0] * p[0];
+            isum[j][1] += s[0] * p[1];
+            isum[j][2] += s[1] * p[2];
+            isum[j][3] += s[1] * p[3];
+          }
+        }
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float xd = c.d[static_cast<int64_t>(tk.qd[j][u]) * (cols / 256) + b];
+        acc[j][u] += xd * d[0] * static_cast<float>(isum[j][u]);
+        acc[j][2 + u] += xd * d[1] * static_cast<float>(isum[j][2 + u]);
+      }
+  }
+};
+
+// A warp's share of its tile's super-blocks (ks, ks + S, ...), U of them loaded before any is used;
+// P products of the same rows (gate and up) sharing the activations.
+template <class W, int NJ, int P>
+__device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Codes& c, int cols,
+                                         float (&acc)[P][NJ][4]) {
+  constexpr int U = P == 1 ? 2 : 1;
+  const int tq = threadIdx.x % 4;
+  bool waited = false;
+  for (int b0 = ks; b0 < nsb; b0 += S * U) {
+    W raw[U][P];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * S;
+      if (b < nsb) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) raw[u][p].load(rows[p], b, tq);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * S;
+      if (b >= nsb) break;
+#pragma unroll
+      for (int p = 0; p < P; ++p) raw[u][p].template dot<NJ>(b, tq, tk, c, cols, acc[p]);
+    }
+  }
+}
+
+template <int NJ, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int S) {
+  pdl_trigger();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * 16;
+  const int ks = warp % S;
+  const int t0 = blockIdx.y * 8 * NJ;
+  constexpr int P = GLU ? 2 : 1;
+  float acc[P][NJ][4];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0;
+  const int cols = static_cast<int>(a.cols);
+  if (r0 < g.rows) {
+    const uint8_t* rows[P][2];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const MvSeg& gp = a.seg[GLU ? p : si];
+      for (int i = 0; i < 2; ++i) rows[p][i] = gp.w + (gp.first + min(r0 + gq + 8 * i, g.rows - 1)) * gp.row_bytes;
+    }
+    MmaTok tk;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      tk.q[j] = a.c.q + static_cast<int64_t>(min(t0 + 8 * j + gq, a.n - 1)) * cols;
+      tk.qd[j][0] = min(t0 + 8 * j + 2 * tq, a.n - 1);
+      tk.qd[j][1] = min(t0 + 8 * j + 2 * tq + 1, a.n - 1);
+    }
+    const int nsb = cols / 256;
+    if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+    else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+    else mma_rows<Q6Mma, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+  }
+  pdl_wait();  // (again: warps with no rows or no super-blocks)
+  if (S > 1) {
+    // The tile's S warps' sums through shared memory, added by its first warp.
+    __shared__ float part[kMvWarps][P * NJ * 4][kWarp];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[warp][(p * NJ + j) * 4 + e][lane] = acc[p][j][e];
+    __syncthreads();
+    if (ks != 0) return;
+    for (int k = 1; k < S; ++k)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[p][j][e] += part[warp + k][(p * NJ + j) * 4 + e][lane];
+  }
+  // Element e of group j: row r0 + gq + 8 (e / 2), token t0 + 8j + 2tq + e % 2.
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = r0 + gq + 8 * (e / 2);
+    if (r >= g.rows) continue;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int t = t0 + 8 * j + 2 * tq + e % 2;
+      if (t >= a.n) continue;
+      float y[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const MvSeg& gp = a.seg[GLU ? p : si];
+        y[p] = acc[p][j][e] + (gp.bias ? gp.bias[r] : 0.0f);
+      }
+      g.out[t * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[P - 1]) : y[0];
+    }
+  }
+}
+
+// The launch shape: S warps per 16-row tile (each every S-th super-block), as many as keep the warps
+// of a group of tokens within about 12 per SM, measured with zinc_cuda_matvec_bench on an H200 for 8,
+// 16 and 32 tokens: four for 4096 to 6144 rows, two for 12288 rows (or gate and up of 12288).
+template <int NJ, bool GLU>
+void launch_mv_mma(Stream s, MvArgs& a, int split) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t tiles = (rows + 15) / 16, nsb = a.cols / 256;
+  int S = 1;
+  while (S < 4 && tiles * 2 * S <= 12 * sm_count() && nsb >= 4 * S) S *= 2;
+  if (split == 1 || split == 2 || split == 4) S = split;
+  unsigned blocks = 0;
+  const int per_block = 16 * (kMvWarps / S);
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + per_block - 1) / per_block);
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;
+  const dim3 grid(blocks, static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ))), block(kMvWarps * kWarp);
+  launch(k_mv_mma<NJ, GLU>, grid, block, s, a, S);
+}
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
   const int rows = (a.n + x_div - 1) / x_div;
@@ -576,6 +907,16 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), rows), dim3(256), s, x, xs, 1, a.cols, a.c);
   }
   const bool glu = a.glu != Glu::None;
+  // Integer tensor cores from 3 rows (measured on an H200: 2 rows and, up to 4, Q6_K products alone
+  // are faster as packed dot products), unless set otherwise.
+  bool q6 = true;
+  for (int i = 0; i < a.nseg; ++i) q6 &= a.seg[i].type == kQ6_K;
+  if (!a.ids && a.n >= (g_mma_min > 0 ? g_mma_min : q6 ? 5 : 3)) {
+    if (a.n <= 8) glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
+    else if (a.n <= 16) glu ? launch_mv_mma<2, true>(s, a, split) : launch_mv_mma<2, false>(s, a, split);
+    else glu ? launch_mv_mma<4, true>(s, a, split) : launch_mv_mma<4, false>(s, a, split);  // (groups of 32 tokens)
+    return;
+  }
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
   else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, rows_per_warp) : launch_mv_codes<2, false>(s, a, split, rows_per_warp);
   else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, rows_per_warp) : launch_mv_codes<4, false>(s, a, split, rows_per_warp);
@@ -779,21 +1120,6 @@ struct MqShared {
   __align__(16) uint32_t xs[kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
   int32_t slot[kMqN];
 };
-
-__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-               : "r"(a0), "r"(a1), "r"(b0));
-#endif
-}
 
 // 16 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes), as aligned words.
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t* p) {
@@ -1081,7 +1407,7 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
                     const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if constexpr (T == kQ4_K || T == kQ6_K) {
-    if (q8 && !ids && n > 8 && first == 0 && g_int8_prompts && n <= 65535) {
+    if (q8 && !ids && n > kCodesTokens && first == 0 && g_int8_prompts && n <= 65535) {
       // A prompt: against codes on integer tensor cores.
       const Codes c = codes_layout(q8, n, cols);
       if (!q8_ready) launch(k_quantize_q8k, dim3(static_cast<unsigned>((cols / 256 + 7) / 8), n), dim3(256), s, x, xs, 1, cols, c);
@@ -1090,8 +1416,9 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     }
   }
   if constexpr (T == kQ4_K || T == kQ5_K || T == kQ6_K) {
-    // Up to 8 tokens (decode of a few sequences), or expert slots: against 8-bit codes.
-    if (q8 && (ids || n <= 8)) {
+    // Up to kCodesTokens tokens (decode of several sequences, short prompts), or expert slots: against
+    // 8-bit codes.
+    if (q8 && (ids || n <= kCodesTokens)) {
       MvArgs a{};
       a.seg[0] = {wb, row_bytes, expert_bytes, first, rows, os, out, bias, bias_stride, T, 0};
       a.nseg = 1;
