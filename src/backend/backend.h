@@ -69,6 +69,10 @@ class Executable {
   // That of the last row (the last sequence's next token).
   int32_t argmax() const { return argmax(static_cast<int64_t>(logits().size()) / n_vocab() - 1); }
   virtual const ExecOptions& options() const = 0;
+  // The most rows a step takes on the kernels the backend runs decode with, past which its cost per
+  // row jumps (a GPU's prompt tiles cost the same for a few rows as for a tile of them); 0: no such
+  // bound. A scheduler keeps steps beside decoding sequences within it.
+  virtual int32_t few_rows() const { return 0; }
   // An activation of the last step, [rows][width] floats (needs ExecOptions::keep_activations; throws
   // zinc::Error without it, or for a tensor that is not an activation).
   virtual std::vector<float> activation(graph::TensorId id) const = 0;

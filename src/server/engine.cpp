@@ -254,23 +254,29 @@ void Engine::end_job(Slot& s) {
   s.job.reset();
 }
 
-int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens) {
-  if (decode_s <= 0 || per_token_s <= 0 || factor <= 1) return max_tokens;
+int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens,
+                    int32_t few_room) {
+  if (factor <= 1) return max_tokens;
+  const int32_t least = std::min(min_tokens, max_tokens);
+  if (few_room > 0) max_tokens = std::max(least, std::min(max_tokens, few_room));
+  if (decode_s <= 0 || per_token_s <= 0) return max_tokens;
   const double n = (factor - 1) * decode_s / per_token_s;
   if (n >= static_cast<double>(max_tokens)) return max_tokens;
-  return std::max(static_cast<int32_t>(n), std::min(min_tokens, max_tokens));
+  return std::max(static_cast<int32_t>(n), least);
 }
 
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
-// while the step has room (max_tokens, and beside decoding slots what decode_latency allows): a long
-// prompt arriving does not stall the streams decoding.
+// while the step has room (max_tokens, and beside decoding slots what decode_latency allows, within
+// the backend's few_rows()): a long prompt arriving does not stall the streams decoding.
 void Engine::run_step() {
   graph::StepParams step;
   std::vector<std::pair<Slot*, int32_t>> parts;
-  int32_t room = exe_->options().max_tokens, prompt_tokens = 0, decoding_parts = 0;
+  int32_t room = exe_->options().max_tokens, prompt_tokens = 0, decoding_parts = 0, decoding_tokens = 0;
   for (const bool decoding : {true, false}) {
     if (!decoding && decoding_parts > 0 && options_.decode_latency > 0) {
-      room = std::min(room, prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room));
+      const int32_t few = exe_->few_rows();
+      room = std::min(room, prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room,
+                                        few > 0 ? std::max(1, few - decoding_tokens) : 0));
     }
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;
@@ -285,7 +291,7 @@ void Engine::run_step() {
       parts.emplace_back(s.get(), n);
       room -= n;
       if (!decoding) prompt_tokens += n;
-      else ++decoding_parts;
+      else ++decoding_parts, decoding_tokens += n;
     }
   }
   if (parts.empty()) return;

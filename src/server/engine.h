@@ -100,8 +100,11 @@ class Job {
 
 // Prompt tokens a step beside decoding slots may carry so that it takes at most `factor` times a step
 // of those slots alone: (factor - 1) decode_s / per_token_s, at least min_tokens (prompts always move),
-// at most max_tokens; max_tokens while either time is not known yet (0).
-int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens);
+// at most max_tokens; max_tokens while either time is not known yet (0). few_room > 0: also at most
+// that many (the prompt tokens that keep the step within the backend's few_rows()), but not below
+// min_tokens.
+int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens,
+                    int32_t few_room = 0);
 
 struct EngineStats {
   int busy_slots = 0, queued = 0, n_slots = 0;

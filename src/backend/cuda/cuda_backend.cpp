@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -239,6 +240,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     return {logits_host_.get<float>(), count};
   }
+  // Steps of up to ck::kCodesTokens rows take the products of few rows (with a mixture, up to
+  // kMoeSlotRows: more are grouped by expert).
+  int32_t few_rows() const override {
+    const bool moe = std::any_of(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) { return n.op == Op::MoE; });
+    return moe ? kMoeSlotRows : ck::kCodesTokens;
+  }
   using Executable::argmax;
   int32_t argmax(int64_t row) const override {
     if (row >= 0 && row < logit_rows_ && !rows_.empty()) {
@@ -265,23 +272,28 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // tokens each, which want every row's logits, which keep their states) is captured once as a CUDA
   // graph and replayed: everything a step's launches take from the host is fixed by its shape, and
   // the rest (token ids, positions, tables, rotations) is read from the step buffer, which the graph
-  // copies in first. ZINC_CUDA_GRAPHS=0 launches every step directly.
+  // copies in first. A shape is captured the second time it runs: the first runs directly, since a
+  // capture costs more than launching a step once (a server's prompt chunks beside decoding
+  // sequences come in shapes that seldom repeat). ZINC_CUDA_GRAPHS=0 launches every step directly.
   void run(const graph::StepParams& step) override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
     begin_step(step);
     logits_read_ = false;
     write_step(step);
-    if (!use_graphs_ || profiling_) {
+    std::vector<int32_t> key;
+    for (const graph::SeqStep& s : step.seqs) key.insert(key.end(), {s.seq, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
+    auto it = graphs_.find(key);
+    const bool once = use_graphs_ && !profiling_ && it == graphs_.end() && seen_once_.insert(key).second;
+    if (!use_graphs_ || profiling_ || once) {
+      if (seen_once_.size() > kMaxSeen) seen_once_ = {key};
       record(step);
       sync("a step");
       if (profiling_) account(step);
       end_step(step);
       return;
     }
-    std::vector<int32_t> key;
-    for (const graph::SeqStep& s : step.seqs) key.insert(key.end(), {s.seq, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
-    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
+      seen_once_.erase(key);
       if (graphs_.size() >= kMaxGraphs) {  // keep the decode shapes, drop the others (all, if decode fills it)
         for (auto g = graphs_.begin(); g != graphs_.end();) g = decode_shape(g->first) ? std::next(g) : graphs_.erase(g);
         if (graphs_.size() >= kMaxGraphs) graphs_.clear();
@@ -406,7 +418,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (exec) cudaGraphExecDestroy(exec);
     }
   };
-  static constexpr size_t kMaxGraphs = 16;
+  static constexpr size_t kMaxGraphs = 16, kMaxSeen = 256;
+  std::set<std::vector<int32_t>> seen_once_;  // shapes run once, not captured yet
 
   void sync(const char* what) const {
     const cudaError_t e = cudaStreamSynchronize(stream_);
