@@ -240,12 +240,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     return {logits_host_.get<float>(), count};
   }
-  // Steps of up to ck::kCodesTokens rows take the products of few rows (with a mixture, up to
-  // kMoeSlotRows: more are grouped by expert).
-  int32_t few_rows() const override {
-    const bool moe = std::any_of(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) { return n.op == Op::MoE; });
-    return moe ? kMoeSlotRows : ck::kCodesTokens;
-  }
+  // Steps of up to ck::kCodesTokens rows take the products of few rows (a mixture's too).
+  int32_t few_rows() const override { return ck::kCodesTokens; }
   using Executable::argmax;
   int32_t argmax(int64_t row) const override {
     if (row >= 0 && row < logit_rows_ && !rows_.empty()) {
@@ -859,7 +855,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
                                 : mp.glu == graph::MoeGlu::GeGLU       ? ck::Elementwise::GeGLU
                                                                        : ck::Elementwise::SwiGLU;
     const auto grouped = [](gguf::TensorType t) { return ck::grouped_mul_mat_supported(static_cast<int>(t)); };
-    if (n > kMoeSlotRows && grouped(gt.type) && grouped(ut.type) && grouped(dt.type)) {
+    const bool codes = q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped;
+    const bool codes_grouped = codes && n > kMoeSlotRows && n <= ck::kCodesTokens && ck::uses_codes(static_cast<int>(dt.type));
+    if (n > kMoeSlotRows && !codes_grouped && grouped(gt.type) && grouped(ut.type) && grouped(dt.type)) {
       // A prompt: the slots grouped by expert, each expert's three products one tiled product over its
       // slots (its weights read once per 64 of them, not once per slot).
       auto* order = moe_order_.get<int32_t>();
@@ -877,7 +875,25 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
       return;
     }
-    if (q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped) {
+    if (codes_grouped) {
+      // Up to ck::kCodesTokens rows: the slots grouped by expert, each expert's rows read once per 8 of
+      // its slots on integer tensor cores (gate and up with the activation, then down).
+      auto* order = moe_order_.get<int32_t>();
+      auto* offsets = moe_offsets_.get<int32_t>();
+      ck::moe_group(stream_, ids, slots, ne, order, offsets);
+      ck::Product p[2];
+      p[0] = {static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, gate, ff, bias(1), ff};
+      p[1] = {static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]), fused ? ff : 0, ff, up, ff,
+              bias(2), ff};
+      ck::grouped_mul_mat_codes(stream_, p, 2, d, x, d, k, order, offsets, ne, n, slots, q8_.get(), codes_of(gt.type, node.in[0], 1),
+                                mp.glu == graph::MoeGlu::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+      codes_for_ = {-1, 0};
+      const ck::Product down{static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, y, d, bias(3), d};
+      ck::grouped_mul_mat_codes(stream_, &down, 1, ff, gate, ff, 1, order, offsets, ne, n, slots, q8_.get(), false);
+      if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
+      return;
+    }
+    if (codes) {
       // Each slot's gate and up rows on the same warps, the activation applied as they are written.
       ck::Product p[2];
       p[0] = {static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, gate, ff, bias(1), ff};
@@ -916,7 +932,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     bool codes = false;  // the norm writes the codes the next product reads
     bool swap = false;   // Glu: the activation applies to the second product
     bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
-    bool few = false;     // AddNorm, Norm: codes only for up to kMoeSlotRows rows (a mixture's products read them)
+    bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
     bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
   };
   std::vector<Fusion> fuse_;
@@ -926,7 +942,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const Node& n = g_.nodes[i];
     return n.op == Op::MatMul && n.in[1] == x && ck::uses_codes(static_cast<int>(g_.tensor(n.in[0]).type));
   }
-  // A mixture whose gate and up products take the codes of x (up to kMoeSlotRows rows).
+  // A mixture whose gate and up products take the codes of x (up to ck::kCodesTokens rows).
   bool codes_moe(size_t i, TensorId x) const {
     if (i >= g_.nodes.size()) return false;
     const Node& m = g_.nodes[i];
@@ -1040,7 +1056,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const Node& norm = g_.nodes[i + count - 1];
         const int64_t width = g_.tensor(norm.out).ne[0];
         const int64_t n = rows_[static_cast<size_t>(first.in[0])];
-        const bool codes = f.codes && (n <= kMoeSlotRows || (!f.few && (n <= ck::kCodesTokens || (int8_prompts_ && n <= 65535))));
+        const bool codes = f.codes && (n <= ck::kCodesTokens || (!f.few && int8_prompts_ && n <= 65535));
         const bool add = f.kind == Fuse::AddNorm;
         if (f.combine) {  // the mixture's output was never formed: its slots' rows are combined here
           const Node& moe = g_.nodes[i - 1];
@@ -1220,9 +1236,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
   DeviceBuffer arena_;
   HostBuffer logits_host_, hidden_host_, step_host_, ids_host_;
   // Steps of up to this many rows run a mixture slot by slot against codes (each slot its expert's
-  // rows); more, grouped by expert (measured on an H200, qwen3-30b-a3b: 16 decode rows grouped ran at
-  // 0.45x the speed of 8 rows slot by slot).
-  static constexpr int kMoeSlotRows = 16;
+  // rows); more, up to ck::kCodesTokens, grouped by expert on integer tensor cores; more still, grouped
+  // in prompt tiles of 64 slots. Measured on an H200, qwen3-30b-a3b, decode of 8 / 16 / 32 sequences:
+  // slot by slot 1292 / 1046 tok/s; the prompt tiles 576 at 16, 978 at 32; on tensor cores 1738 at 32.
+  static constexpr int kMoeSlotRows = 8;
   static constexpr int kSplitRows = 32;  // decode attention splits each row's keys for steps of up to this many rows
   DeviceBuffer ids_dev_;               // each logits row's argmax (read back with the step)
   mutable bool logits_read_ = false;   // logits_host_ holds the last step's logits

@@ -74,6 +74,13 @@ struct Product {
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                    const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
                    int rows_per_warp = 0);
+// Expert slots grouped by expert (order and offsets as moe_group writes them; each expert has at most
+// per_expert slots): products of uses_codes() weights against the codes of the slots' rows (row t of x
+// at t / x_div), each expert's rows read once per group of 8 of its slots on integer tensor cores;
+// otherwise as mul_mat_codes with ids (Product::expert_bytes, bias_stride; with glu, gate and up).
+void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
+                           const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,
+                           bool q8_ready, Glu glu = Glu::None);
 // The same with a weight matrix per row of the output: out[i] = W_{ids[i]} rows [first, first + rows) ·
 // x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes.
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,

@@ -479,6 +479,10 @@ struct MvArgs {
   int n;
   Glu glu;
   int x_div;  // slot t's codes: row t / x_div
+  // Grouped by expert (k_mv_mma): expert e's slots are order[offsets[e] .. offsets[e + 1]).
+  const int32_t* order = nullptr;
+  const int32_t* offsets = nullptr;
+  int n_expert = 0, per_expert = 0;  // the experts; the most slots one may have
 };
 
 template <int NT, int S, int RW, bool GLU>
@@ -809,7 +813,23 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
   const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * 16;
   const int ks = warp % S;
-  const int t0 = blockIdx.y * 8 * NJ;
+  int t0 = blockIdx.y * 8 * NJ, count = a.n, base = 0;
+  int64_t ex = 0;
+  if (a.order) {
+    // Grouped by expert: blockIdx.y is the expert, blockIdx.z the group of its slots (the slots and
+    // offsets are the previous kernels' output).
+    pdl_wait();
+    ex = blockIdx.y;
+    base = a.offsets[ex];
+    count = a.offsets[ex + 1] - base;
+    t0 = blockIdx.z * 8 * NJ;
+    if (t0 >= count) return;  // (the whole block)
+  }
+  // Slot t of the block's list: its row of the output, and of the codes (t past the list: the last).
+  const auto slot = [&](int t) {
+    t = min(t, count - 1);
+    return a.order ? a.order[base + t] : t;
+  };
   constexpr int P = GLU ? 2 : 1;
   float acc[P][NJ][4];
 #pragma unroll
@@ -822,14 +842,15 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const MvSeg& gp = a.seg[GLU ? p : si];
-      for (int i = 0; i < 2; ++i) rows[p][i] = gp.w + (gp.first + min(r0 + gq + 8 * i, g.rows - 1)) * gp.row_bytes;
+      for (int i = 0; i < 2; ++i)
+        rows[p][i] = gp.w + ex * gp.expert_bytes + (gp.first + min(r0 + gq + 8 * i, g.rows - 1)) * gp.row_bytes;
     }
     MmaTok tk;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      tk.q[j] = a.c.q + static_cast<int64_t>(min(t0 + 8 * j + gq, a.n - 1)) * cols;
-      tk.qd[j][0] = min(t0 + 8 * j + 2 * tq, a.n - 1);
-      tk.qd[j][1] = min(t0 + 8 * j + 2 * tq + 1, a.n - 1);
+      tk.q[j] = a.c.q + static_cast<int64_t>(slot(t0 + 8 * j + gq) / a.x_div) * cols;
+      tk.qd[j][0] = slot(t0 + 8 * j + 2 * tq) / a.x_div;
+      tk.qd[j][1] = slot(t0 + 8 * j + 2 * tq + 1) / a.x_div;
     }
     const int nsb = cols / 256;
     if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
@@ -864,14 +885,14 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int t = t0 + 8 * j + 2 * tq + e % 2;
-      if (t >= a.n) continue;
+      if (t >= count) continue;
       float y[P];
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         const MvSeg& gp = a.seg[GLU ? p : si];
-        y[p] = acc[p][j][e] + (gp.bias ? gp.bias[r] : 0.0f);
+        y[p] = acc[p][j][e] + (gp.bias ? gp.bias[ex * gp.bias_stride + r] : 0.0f);
       }
-      g.out[t * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[P - 1]) : y[0];
+      g.out[static_cast<int64_t>(slot(t)) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[P - 1]) : y[0];
     }
   }
 }
@@ -895,8 +916,9 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     if (i < P) blocks += a.seg[i].blocks;
   }
   if (GLU) a.nseg = 1;
-  const dim3 grid(blocks, static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ))), block(kMvWarps * kWarp);
-  launch(k_mv_mma<NJ, GLU>, grid, block, s, a, S);
+  const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
+                            : dim3(blocks, static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)));
+  launch(k_mv_mma<NJ, GLU>, grid, dim3(kMvWarps * kWarp), s, a, S);
 }
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
@@ -907,6 +929,10 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     launch(k_quantize_q8k, dim3(static_cast<unsigned>((a.cols / 256 + 7) / 8), rows), dim3(256), s, x, xs, 1, a.cols, a.c);
   }
   const bool glu = a.glu != Glu::None;
+  if (a.order) {  // grouped by expert: groups of 8 of an expert's slots
+    glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
+    return;
+  }
   // Integer tensor cores from 3 rows (measured on an H200: 2 rows and, up to 4, Q6_K products alone
   // are faster as packed dot products), unless set otherwise.
   bool q6 = true;
@@ -1511,6 +1537,25 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
   a.n = n;
   a.glu = glu;
   mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
+}
+
+void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
+                           const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,
+                           bool q8_ready, Glu glu) {
+  MvArgs a{};
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
+                p[i].bias, p[i].bias_stride, p[i].type, 0};
+  }
+  a.nseg = count;
+  a.cols = cols;
+  a.n = slots;
+  a.glu = glu;
+  a.order = order;
+  a.offsets = offsets;
+  a.n_expert = n_expert;
+  a.per_expert = per_expert;
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, 0, 0);
 }
 
 void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets) {
