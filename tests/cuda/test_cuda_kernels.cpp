@@ -313,17 +313,20 @@ TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
   backend::cuda::grouped_mul_mat(nullptr, static_cast<int>(type), dw.p, w.rb, w.rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(),
                                  cols, x_div, dorder.as<int32_t>(), doffsets.as<int32_t>(), static_cast<int>(n_expert), slots, dg.as<float>(), count,
                                  dbias.as<float>(), rows, dq8g.p, false);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> g(static_cast<size_t>(slots * count));
-  ASSERT_EQ(cudaMemcpy(g.data(), dg.p, g.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int i = 0; i < slots; ++i) {
-    const int64_t e = ids[static_cast<size_t>(i)];
-    const float* xt = x.data() + static_cast<size_t>(i / x_div) * cols;
-    for (int64_t r = 0; r < count; ++r)
-      ASSERT_NEAR(g[static_cast<size_t>(i * count + r)], w.dot(e * rows + first + r, xt) + bias[static_cast<size_t>(e * rows + r)],
-                  w.bound(e * rows + first + r, xt) + 1e-6)
-          << "grouped slot " << i << " (expert " << e << ") row " << r;
-  }
+  const auto check_grouped = [&](const char* path) {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(g.data(), dg.p, g.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < slots; ++i) {
+      const int64_t e = ids[static_cast<size_t>(i)];
+      const float* xt = x.data() + static_cast<size_t>(i / x_div) * cols;
+      for (int64_t r = 0; r < count; ++r)
+        ASSERT_NEAR(g[static_cast<size_t>(i * count + r)], w.dot(e * rows + first + r, xt) + bias[static_cast<size_t>(e * rows + r)],
+                    w.bound(e * rows + first + r, xt) + 1e-6)
+            << path << ": grouped slot " << i << " (expert " << e << ") row " << r;
+    }
+  };
+  check_grouped("prompt tiles");
   // The same slots against codes on integer tensor cores, each expert's rows read once per 8 of its
   // slots (a mixture's steps of up to kCodesTokens rows).
   std::fill(g.begin(), g.end(), 0.0f);
@@ -332,16 +335,7 @@ TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
                                   dbias.as<float>(), rows};
   backend::cuda::grouped_mul_mat_codes(nullptr, &gp, 1, cols, dx.as<float>(), cols, x_div, dorder.as<int32_t>(), doffsets.as<int32_t>(),
                                        static_cast<int>(n_expert), slots, slots, dq8g.p, false);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(g.data(), dg.p, g.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int i = 0; i < slots; ++i) {
-    const int64_t e = ids[static_cast<size_t>(i)];
-    const float* xt = x.data() + static_cast<size_t>(i / x_div) * cols;
-    for (int64_t r = 0; r < count; ++r)
-      ASSERT_NEAR(g[static_cast<size_t>(i * count + r)], w.dot(e * rows + first + r, xt) + bias[static_cast<size_t>(e * rows + r)],
-                  w.bound(e * rows + first + r, xt) + 1e-6)
-          << "grouped slot on tensor cores " << i << " (expert " << e << ") row " << r;
-  }
+  check_grouped("tensor cores");
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),

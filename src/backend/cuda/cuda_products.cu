@@ -1524,8 +1524,8 @@ void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, 
 }
 
 
-void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
-                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+namespace {
+MvArgs products_args(const Product* p, int count, int64_t cols, int n, Glu glu) {
   MvArgs a{};
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
@@ -1533,24 +1533,23 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
   }
   a.nseg = count;
   a.cols = cols;
-  a.ids = ids;
   a.n = n;
   a.glu = glu;
+  return a;
+}
+}  // namespace
+
+void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
+                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+  MvArgs a = products_args(p, count, cols, n, glu);
+  a.ids = ids;
   mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
 }
 
 void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                            const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,
                            bool q8_ready, Glu glu) {
-  MvArgs a{};
-  for (int i = 0; i < count; ++i) {
-    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
-                p[i].bias, p[i].bias_stride, p[i].type, 0};
-  }
-  a.nseg = count;
-  a.cols = cols;
-  a.n = slots;
-  a.glu = glu;
+  MvArgs a = products_args(p, count, cols, slots, glu);
   a.order = order;
   a.offsets = offsets;
   a.n_expert = n_expert;
