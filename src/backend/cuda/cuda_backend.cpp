@@ -244,7 +244,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   int32_t few_rows() const override { return ck::kCodesTokens; }
   using Executable::argmax;
   int32_t argmax(int64_t row) const override {
-    if (row >= 0 && row < logit_rows_ && !rows_.empty()) {
+    if (row >= 0 && row < logit_rows_) {
       const int32_t id = ids_host_.get<int32_t>()[row];
       if (id >= 0) return id;
     }

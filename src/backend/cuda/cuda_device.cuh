@@ -1,7 +1,8 @@
 // Device helpers shared by the CUDA kernel sources (cuda_kernels.cu: norms, rotations, attention,
-// routing, recurrent layers; cuda_products.cu: the matrix products). Weight blocks are decoded eight
-// elements at a time (dec8): every block format splits into groups of eight consecutive elements that
-// share one scale, so a group is a few byte loads and multiplies whatever the type. Everything here
+// routing, recurrent layers; cuda_products.cu and cuda_codes.cu: the matrix products). Weight blocks
+// are decoded eight elements at a time (dec8): every block format splits into groups of eight
+// consecutive elements that share one scale, so a group is a few byte loads and multiplies whatever
+// the type. Everything here
 // has internal linkage except the programmatic-launch switch.
 #pragma once
 
@@ -258,6 +259,32 @@ __device__ __forceinline__ void store_codes(const float* v, int64_t row, int64_t
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   if (lane % 4 == 0) c.s[row * (cols / 32) + b * 8 + lane / 4] = static_cast<int16_t>(sum);
   if (lane == 0) c.d[row * (cols / 256) + b] = dd;
+}
+
+// Blocks of the products of few rows (cuda_products.cu, cuda_codes.cu): four warps.
+constexpr int kMvWarps = 4;
+
+// Weight bytes are read once: loads that leave L1 to the activations' codes.
+__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Integer matrix instructions: c += a (16 rows x 32 or 16 codes) times b (the codes of 8 tokens).
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void mma_s8_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+#endif
 }
 
 #define ZINC_CUDA_TYPES(X) \

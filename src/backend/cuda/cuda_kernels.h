@@ -55,6 +55,8 @@ void set_codes_mma_min(int n);
 bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
+// The codes of `rows` rows of x (row r from row r / x_div of x, x_stride floats apart) into q8.
+void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64_t cols, int rows, void* q8);
 // Products of up to three weights of uses_codes() types and cols columns over the same
 // n <= kCodesTokens rows of x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows
 // from expert ids[t]), in one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its

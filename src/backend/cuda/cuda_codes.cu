@@ -1,0 +1,736 @@
+// The CUDA backend's products against 8-bit activation codes of few rows (declared in cuda_kernels.h):
+// the codes themselves (quantize_codes), packed dot products (dp4a) for decode and expert slots, and
+// integer tensor cores for steps of 3 to 64 rows and a mixture's slots grouped by expert. Products
+// accumulate in float32.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_device.cuh"
+
+namespace zinc::backend::cuda {
+
+int g_mma_min = 0;  // the fewest rows that take k_mv_mma (fewer: k_mv_codes); 0: by the products' types
+void set_codes_mma_min(int n) { g_mma_min = std::max(0, n); }
+
+namespace {
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 100;
+    }
+    return v;
+  }();
+  return n;
+}
+
+// ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
+
+// One warp per (row, super-block), a row read x_div rows of codes apart (expert slots of one token).
+__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, Codes c) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t row = blockIdx.y, b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (b >= cols / 256) return;
+  const float4* p = reinterpret_cast<const float4*>(x + (row / x_div) * xs + b * 256 + (threadIdx.x % kWarp) * 8);
+  const float4 a = p[0], e = p[1];
+  const float v[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
+  store_codes(v, row, b, cols, c);
+}
+
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
+
+
+// A super-block is read by eight lanes (l8 = lane % 8), a warp's four groups on four consecutive
+// super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
+// Q4_K: lane l8 holds code bytes 16 l8 .. 16 l8 + 15 (c = l8 / 2: low nibbles are elements
+// 64c + 16(l8 % 2) + i of sub-block 2c, high nibbles the same 32 further, sub-block 2c + 1) and the
+// 16-byte head (d, dmin, the twelve scale bytes). Offsets within a row are 32-bit.
+struct Q4kLane {
+  static constexpr int kBytes = 144;
+  struct Lane {
+    int act, sum, sh;  // the lane's codes (low half) and sub-block sums within a super-block; 16 (c % 2)
+    bool low, first;   // c < 2; the lane that adds the minimums' term (l8 even)
+    __device__ explicit Lane(int l8)
+        : act((l8 >> 1) * 64 + (l8 & 1) * 16), sum(2 * (l8 >> 1)), sh(16 * ((l8 >> 1) & 1)), low(l8 < 4), first((l8 & 1) == 0) {}
+  };
+  // One token's activations for the lane's 32 elements of a super-block.
+  struct Act {
+    int4 lo, hi;
+    int x0, x1;
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    a.lo = *reinterpret_cast<const int4*>(p);
+    a.hi = *reinterpret_cast<const int4*>(p + 32);
+    const uint32_t xs = *reinterpret_cast<const uint32_t*>(c.s + (t * (cols / 32) + b * 8 + ln.sum));
+    a.x0 = static_cast<int16_t>(xs & 0xffff);
+    a.x1 = static_cast<int16_t>(xs >> 16);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint4 head, q;
+  __device__ void load(const uint8_t* blk, int l8) {
+    head = ld_stream(blk);
+    q = ld_stream(blk + 16 + 16 * l8);
+  }
+  // The lane's part of the super-block's product with one token, as the CPU's dot product forms a
+  // block (integer sums of scales times code products, and of minimums times code sums, then the two
+  // float scales).
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
+                        dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
+    const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
+                         dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
+    return scaled(head, ln, a, sl, shh);
+  }
+  // The lane's part from its two code sums (sub-blocks 2c and 2c + 1): the head's scales and
+  // minimums of those sub-blocks (as the two low bytes of sp and mp), then d and dmin (Q4_K, Q5_K).
+  __device__ static float scaled(const uint4& head, const Lane& ln, const Act& a, int sl, int shh) {
+    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
+    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
+    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
+    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
+  }
+};
+
+// Q5_K: Q4_K's lanes and head (d, dmin, the twelve scale bytes), the code bytes at 48 and each code's
+// fifth bit from qh (bytes 16 .. 47): element 16(l8 % 2) + i of chunk c = l8 / 2 has bit 2c of qh byte
+// 16(l8 % 2) + i for its low nibble, bit 2c + 1 for its high one. 176-byte blocks: 16-byte aligned.
+struct Q5kLane {
+  static constexpr int kBytes = 176;
+  using Lane = Q4kLane::Lane;
+  using Act = Q4kLane::Act;
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) { return Q4kLane::act(ln, b, c, cols, t); }
+  uint4 head, q, h;
+  __device__ void load(const uint8_t* blk, int l8) {
+    head = ld_stream(blk);
+    h = ld_stream(blk + 16 + 16 * (l8 & 1));
+    q = ld_stream(blk + 48 + 16 * l8);
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const int b0 = ln.sum;  // 2c: the qh bit of the low nibbles (b0 + 1: the high ones)
+    const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
+    const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
+    const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
+    const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
+    return Q4kLane::scaled(head, ln, a, sl, shh);
+  }
+};
+
+// Q6_K: lane l8 holds elements 128n + 32k + l0 + i (n = l8 / 4, l0 = 8 (l8 % 4), k = 0..3, i < 8):
+// low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n + 32(k % 2) + l0 + i, bits 2k of
+// qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks are only 2-byte aligned: each
+// 8 bytes come from three aligned words (cached: the lanes of a block share their lines).
+__device__ __forceinline__ uint2 ld8_aligned2(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t sh = (reinterpret_cast<uintptr_t>(p) & 2) * 8;
+  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
+struct Q6kLane {
+  static constexpr int kBytes = 210;
+  struct Lane {
+    int act, hs;  // the lane's codes within a super-block; the shift of its scale bytes
+    __device__ explicit Lane(int l8) : act((l8 >> 2) * 128 + (l8 & 3) * 8), hs(((l8 & 3) >> 1) * 8) {}
+  };
+  struct Act {
+    uint2 k[4];
+    float dx;
+  };
+  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
+    Act a;
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    for (int k = 0; k < 4; ++k) a.k[k] = *reinterpret_cast<const uint2*>(p + 32 * k);
+    a.dx = c.d[t * (cols / 256) + b];
+    return a;
+  }
+  uint2 la, lb, qh, sc;
+  uint32_t d;
+  __device__ void load(const uint8_t* blk, int l8) {
+    const int n = l8 >> 2, l0 = (l8 & 3) * 8;
+    la = ld8_aligned2(blk + n * 64 + l0);
+    lb = ld8_aligned2(blk + n * 64 + 32 + l0);
+    qh = ld8_aligned2(blk + 128 + n * 32 + l0);
+    sc = ld8_aligned2(blk + 192 + n * 8);
+    d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const uint32_t wa[2] = {la.x, la.y}, wb[2] = {lb.x, lb.y}, wh[2] = {qh.x, qh.y}, ws[2] = {sc.x, sc.y};
+    int tot = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int dot = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Four codes minus 32 as signed bytes: nibble k / 2 of ql (a for even k, b for odd), two bits
+        // of qh at 2k above them.
+        const uint32_t l = k & 1 ? wb[h] : wa[h];
+        const uint32_t code = ((k < 2 ? l : l >> 4) & 0x0F0F0F0Fu) | (((wh[h] >> (2 * k)) & 0x03030303u) << 4);
+        dot = dp4a(__vsub4(code, 0x20202020u), h ? a.k[k].y : a.k[k].x, dot);
+      }
+      // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
+      tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
+    }
+    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(tot);
+  }
+};
+
+// A warp's share of R rows (each nsb super-blocks): super-blocks 4 (ks + S u) + lane / 8 for u = 0, 1,
+// ...; U steps loaded before any is used (bytes in flight). c: the codes from row t0 on.
+template <class L, int NT, int S, int R>
+__device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, int ks, const Codes& c, int cols, int nt, float (*acc)[NT]) {
+  constexpr int U = sizeof(L) * R > 64 ? 1 : sizeof(L) * R > 32 ? 2 : 4;
+  const int lane = threadIdx.x % kWarp, l8 = lane & 7;
+  const typename L::Lane ln(l8);
+  bool waited = false;
+  for (int b0 = ks * 4 + lane / 8; b0 < nsb; b0 += 4 * S * U) {
+    L raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b < nsb) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r].load(rows[r] + b * L::kBytes, l8);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * 4 * S;
+      if (b >= nsb) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+        const typename L::Act a = L::act(ln, b, c, cols, t);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] += raw[u][r].part(ln, a);
+      }
+    }
+  }
+}
+
+// Up to three products reading the same codes in one launch (q, k and v; gate and up), each segment
+// its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
+// computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
+// per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
+// per block and its rows' expert.
+struct MvSeg {
+  const uint8_t* w;
+  size_t row_bytes, expert_bytes;
+  int64_t first, rows, os;
+  float* out;
+  const float* bias;
+  int64_t bias_stride;
+  int type;
+  unsigned blocks;
+};
+struct MvArgs {
+  MvSeg seg[3];
+  int nseg;
+  Codes c;
+  int64_t cols;
+  const int32_t* ids;
+  int n;
+  Glu glu;
+  int x_div;  // slot t's codes: row t / x_div
+  // Grouped by expert (k_mv_mma): expert e's slots are order[offsets[e] .. offsets[e + 1]).
+  const int32_t* order = nullptr;
+  const int32_t* offsets = nullptr;
+  int n_expert = 0, per_expert = 0;  // the experts; the most slots one may have
+};
+
+template <int NT, int S, int RW, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
+  pdl_trigger();
+  if (a.ids) pdl_wait();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW;
+  const int ks = warp % S;
+  const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
+  const int64_t e = a.ids ? a.ids[t0] : 0;
+  constexpr int P = GLU ? 2 : 1, R = RW * P;  // row i of product p: acc[p * RW + i]
+  float acc[R][NT];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) acc[i][t] = 0;
+  if (r0 < g.rows) {
+    const uint8_t* rows[R];
+    for (int p = 0; p < P; ++p) {
+      const MvSeg& gp = a.seg[GLU ? p : si];
+      for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
+    }
+    const int cols = static_cast<int>(a.cols), xr = t0 / a.x_div;
+    const Codes c{a.c.q + static_cast<int64_t>(xr) * cols, a.c.d + xr * (cols / 256), a.c.s + xr * (cols / 32)};
+    if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    else if (g.type == kQ5_K) rows_codes<Q5kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+  }
+  pdl_wait();  // (again: warps with no rows, lanes with no super-blocks)
+  __shared__ float part[kMvWarps][R * NT];
+  for (int i = 0; i < R; ++i) {
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(acc[i][t]);
+      if (lane == 0) part[warp][i * NT + t] = v;
+    }
+  }
+  if constexpr (S > 1) __syncthreads();
+  else __syncwarp();
+  if (ks != 0 || lane >= NT * RW) return;
+  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i (t < nt below)
+  const int64_t r = r0 + i;
+  if (t >= nt || r >= g.rows) return;
+  float y[P];
+  for (int p = 0; p < P; ++p) {
+    float v = 0;
+    for (int k = 0; k < S; ++k) v += part[warp + k][(p * RW + i) * NT + t];
+    const MvSeg& gp = a.seg[GLU ? p : si];
+    y[p] = v + (gp.bias ? gp.bias[e * gp.bias_stride + r] : 0.0f);
+  }
+  g.out[(t0 + t) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[1]) : y[0];
+}
+
+// The launch shape: RW rows per warp (sharing each step's activation loads) and S warps per group of
+// rows (each a share of the super-blocks), measured with zinc_cuda_matvec_bench on an H200 for one
+// token: at least 4096 rows (counting expert slots), four rows a warp and two warps for rows of 4096
+// columns or more (gate and up together: two rows of each, one warp); 1024 to 4096 rows, two rows and
+// four warps; fewer, one row. Several tokens: two rows a warp from 1024 rows (at most two warps a
+// row group), else one.
+template <int NT, bool GLU>
+void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t groups_y = (a.n + NT - 1) / NT;
+  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? groups_y : 1);
+  int RW = 1, S = 1;
+  if (work >= 4096) {
+    RW = GLU ? 2 : 4;
+    S = GLU || nsb < 16 ? 1 : 2;
+  } else if (work >= 1024) {
+    RW = 2;
+    S = nsb >= 16 ? 4 : nsb >= 8 ? 2 : 1;
+  } else {
+    while (S < 4 && nsb / (2 * S) >= 8) S *= 2;
+  }
+  if constexpr (NT > 1) {
+    RW = work >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
+  }
+  if (rows_per_warp > 0) RW = rows_per_warp;
+  if (RW != 1 && RW != 2 && RW != 4) RW = 1;
+  if (split == 1 || split == 2 || split == 4) S = split;
+  // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
+  if (GLU || NT > 1) RW = std::min(RW, 2);
+  if (NT > 1 && RW == 2) S = std::min(S, 2);
+  unsigned blocks = 0;
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
+  const dim3 grid(blocks, static_cast<unsigned>(groups_y)), block(kMvWarps * kWarp);
+#define ZINC_MV(SS, RR) \
+  if (S == SS && RW == RR) return launch(k_mv_codes<NT, SS, RR, GLU>, grid, block, s, a);
+  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1) ZINC_MV(1, 2) ZINC_MV(2, 2)
+  if constexpr (NT == 1) {
+    ZINC_MV(4, 2)
+    if constexpr (!GLU) { ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4) }
+  }
+#undef ZINC_MV
+}
+
+// ---- a few tokens (decode of several sequences, short prompts) on integer tensor cores ----------
+//
+// A warp takes a tile of 16 rows (GLU: 16 rows of gate and the same of up) times 8 NJ tokens, over
+// its share of the super-blocks (S warps per tile, every S-th super-block). Weights go from memory
+// straight into the matrix instructions' registers, in an order within each sub-block chosen so that
+// a lane's loads are contiguous; the activations' codes (read from L1/L2, shared by every tile) are
+// taken in the same order, which leaves each sub-block's dot product unchanged. Lane (gq, tq) =
+// (lane / 4, lane % 4) holds rows gq and gq + 8 of the tile and, for the instruction's second
+// operand, token gq of each group of 8; its results are tokens 2 tq and 2 tq + 1.
+// Q4_K, Q5_K (m16n8k32, one instruction per sub-block of 32): lane tq takes bytes 8 tq .. 8 tq + 7
+// of each 32-byte chunk c of codes: low nibbles are elements 64c + 8tq + i of sub-block 2c, high
+// nibbles the same of sub-block 2c + 1 (Q5_K: the fifth bit from qh bytes 8 tq + i, bits 2c, 2c + 1).
+// Q6_K (m16n8k16, one per sub-block of 16): lane tq takes elements 16h + 4tq .. + 3 of each group of
+// 32 (ql at 64n + 32(k % 2) + 16h + 4tq, qh at 128 + 32n + 16h + 4tq; 2-byte aligned blocks: each
+// word from two aligned ones).
+__device__ __forceinline__ uint2 ld_stream8(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+struct MmaTok {
+  const int8_t* q[4];     // token gq of each group of 8: its codes' row
+  int qd[4][2];           // tokens 2 tq, 2 tq + 1 of each group: their rows (clamped to the last token)
+};
+
+template <int T>
+struct Q45Mma {
+  static constexpr int kBytes = T == kQ4_K ? 144 : 176, kCodes = T == kQ4_K ? 16 : 48;
+  uint4 h[2];
+  uint2 q[2][4], qh[2];
+  __device__ void load(const uint8_t* const (&r)[2], int b, int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = r[i] + static_cast<int64_t>(b) * kBytes;
+      h[i] = ld_stream(blk);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[i][c] = ld_stream8(blk + kCodes + 32 * c + 8 * tq);
+      if constexpr (T == kQ5_K) qh[i] = ld_stream8(blk + 16 + 8 * tq);
+    }
+  }
+  template <int NJ>
+  __device__ void dot(int b, int tq, const MmaTok& tk, const Codes& c, int cols, float (&acc)[NJ][4]) const {
+    int isum[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
+    // Scales of sub-blocks 0..3 and 4..7 of rows gq, gq + 8 (6 bits each).
+    uint32_t sc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sc[i][0] = h[i].y & 0x3f3f3f3fu;
+      sc[i][1] = (h[i].w & 0x0f0f0f0fu) | ((h[i].y >> 2) & 0x30303030u);
+    }
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int ch = s / 2, nib = s % 2;
+      uint32_t a[4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        uint32_t lo = nib ? (q[i][ch].x >> 4) & 0x0F0F0F0Fu : q[i][ch].x & 0x0F0F0F0Fu;
+        uint32_t hi = nib ? (q[i][ch].y >> 4) & 0x0F0F0F0Fu : q[i][ch].y & 0x0F0F0F0Fu;
+        if constexpr (T == kQ5_K) {
+          lo |= ((qh[i].x >> s) & 0x01010101u) << 4;
+          hi |= ((qh[i].y >> s) & 0x01010101u) << 4;
+        }
+        a[i] = lo;      // a0, a1: elements 8tq .. 8tq + 3 of rows gq, gq + 8
+        a[2 + i] = hi;  // a2, a3: 8tq + 4 .. 8tq + 7
+      }
+      const int s0 = static_cast<int>((sc[0][s / 4] >> (8 * (s % 4))) & 0xff);
+      const int s1 = static_cast<int>((sc[1][s / 4] >> (8 * (s % 4))) & 0xff);
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const uint2 x = *reinterpret_cast<const uint2*>(tk.q[j] + b * 256 + 64 * ch + 32 * nib + 8 * tq);
+        int p[4] = {0, 0, 0, 0};
+        mma_s8_k32(p, a, x.x, x.y);
+        isum[j][0] += s0 * p[0];
+        isum[j][1] += s0 * p[1];
+        isum[j][2] += s1 * p[2];
+        isum[j][3] += s1 * p[3];
+      }
+    }
+    // The float scales, and the minimums' term: the minimums times the activations' sums of 32.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&h[i].x));
+      const int mn0 = static_cast<int>(h[i].z & 0x3f3f3f3fu), mn1 = static_cast<int>(((h[i].w >> 4) & 0x0f0f0f0fu) | ((h[i].z >> 2) & 0x30303030u));
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int t = tk.qd[j][u];
+          const auto* sp = reinterpret_cast<const int*>(c.s + static_cast<int64_t>(t) * (cols / 32) + b * 8);
+          int m = __dp2a_lo(sp[0], mn0, 0);
+          m = __dp2a_hi(sp[1], mn0, m);
+          m = __dp2a_lo(sp[2], mn1, m);
+          m = __dp2a_hi(sp[3], mn1, m);
+          const float xd = c.d[static_cast<int64_t>(t) * (cols / 256) + b];
+          acc[j][2 * i + u] += xd * (dm.x * static_cast<float>(isum[j][2 * i + u]) - dm.y * static_cast<float>(m));
+        }
+    }
+  }
+};
+
+struct Q6Mma {
+  static constexpr int kBytes = 210;
+  uint32_t ql[2][2][2][2];  // [row][n][k % 2][h]
+  uint32_t qh[2][2][2];     // [row][n][h]
+  uint32_t sc[2][4];
+  float d[2];
+  __device__ void load(const uint8_t* const (&r)[2], int b, int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = r[i] + static_cast<int64_t>(b) * kBytes;
+      const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{3});
+      const uint32_t sh = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 2) * 8;
+      const auto word = [&](int off) { return __funnelshift_r(__ldg(w + off / 4), __ldg(w + off / 4 + 1), sh); };
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          ql[i][n][0][h] = word(64 * n + 16 * h + 4 * tq);
+          ql[i][n][1][h] = word(64 * n + 32 + 16 * h + 4 * tq);
+          qh[i][n][h] = word(128 + 32 * n + 16 * h + 4 * tq);
+        }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sc[i][k] = word(192 + 4 * k);
+      d[i] = half_bits(__ldg(reinterpret_cast<const unsigned short*>(blk + 208)));
+    }
+  }
+  template <int NJ>
+  __device__ void dot(int b, int tq, const MmaTok& tk, const Codes& c, int cols, float (&acc)[NJ][4]) const {
+    int isum[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sb = 8 * n + 2 * k + h;
+          uint32_t a[2];
+          int s[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const uint32_t code = ((ql[i][n][k % 2][h] >> (4 * (k / 2))) & 0x0F0F0F0Fu) | (((qh[i][n][h] >> (2 * k)) & 0x03030303u) << 4);
+            a[i] = __vsub4(code, 0x20202020u);
+            s[i] = static_cast<int8_t>((sc[i][sb / 4] >> (8 * (sb % 4))) & 0xff);
+          }
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            const uint32_t x = *reinterpret_cast<const uint32_t*>(tk.q[j] + b * 256 + 128 * n + 32 * k + 16 * h + 4 * tq);
+            int p[4] = {0, 0, 0, 0};
+            mma_s8_k16(p, a[0], a[1], x);
+            isum[j][0] += s[0] * p[0];
+            isum[j][1] += s[0] * p[1];
+            isum[j][2] += s[1] * p[2];
+            isum[j][3] += s[1] * p[3];
+          }
+        }
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float xd = c.d[static_cast<int64_t>(tk.qd[j][u]) * (cols / 256) + b];
+        acc[j][u] += xd * d[0] * static_cast<float>(isum[j][u]);
+        acc[j][2 + u] += xd * d[1] * static_cast<float>(isum[j][2 + u]);
+      }
+  }
+};
+
+// A warp's share of its tile's super-blocks (ks, ks + S, ...), U of them loaded before any is used;
+// P products of the same rows (gate and up) sharing the activations.
+template <class W, int NJ, int P>
+__device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Codes& c, int cols,
+                                         float (&acc)[P][NJ][4]) {
+  constexpr int U = P == 1 ? 2 : 1;
+  const int tq = threadIdx.x % 4;
+  bool waited = false;
+  for (int b0 = ks; b0 < nsb; b0 += S * U) {
+    W raw[U][P];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * S;
+      if (b < nsb) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) raw[u][p].load(rows[p], b, tq);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * S;
+      if (b >= nsb) break;
+#pragma unroll
+      for (int p = 0; p < P; ++p) raw[u][p].template dot<NJ>(b, tq, tk, c, cols, acc[p]);
+    }
+  }
+}
+
+template <int NJ, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int S) {
+  pdl_trigger();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * 16;
+  const int ks = warp % S;
+  int t0 = blockIdx.y * 8 * NJ, count = a.n, base = 0;
+  int64_t ex = 0;
+  if (a.order) {
+    // Grouped by expert: blockIdx.y is the expert, blockIdx.z the group of its slots (the slots and
+    // offsets are the previous kernels' output).
+    pdl_wait();
+    ex = blockIdx.y;
+    base = a.offsets[ex];
+    count = a.offsets[ex + 1] - base;
+    t0 = blockIdx.z * 8 * NJ;
+    if (t0 >= count) return;  // (the whole block)
+  }
+  // Slot t of the block's list: its row of the output, and of the codes (t past the list: the last).
+  const auto slot = [&](int t) {
+    t = min(t, count - 1);
+    return a.order ? a.order[base + t] : t;
+  };
+  constexpr int P = GLU ? 2 : 1;
+  float acc[P][NJ][4];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0;
+  const int cols = static_cast<int>(a.cols);
+  if (r0 < g.rows) {
+    const uint8_t* rows[P][2];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const MvSeg& gp = a.seg[GLU ? p : si];
+      for (int i = 0; i < 2; ++i)
+        rows[p][i] = gp.w + ex * gp.expert_bytes + (gp.first + min(r0 + gq + 8 * i, g.rows - 1)) * gp.row_bytes;
+    }
+    MmaTok tk;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      tk.q[j] = a.c.q + static_cast<int64_t>(slot(t0 + 8 * j + gq) / a.x_div) * cols;
+      tk.qd[j][0] = slot(t0 + 8 * j + 2 * tq) / a.x_div;
+      tk.qd[j][1] = slot(t0 + 8 * j + 2 * tq + 1) / a.x_div;
+    }
+    const int nsb = cols / 256;
+    if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+    else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+    else mma_rows<Q6Mma, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+  }
+  pdl_wait();  // (again: warps with no rows or no super-blocks)
+  if (S > 1) {
+    // The tile's S warps' sums through shared memory, added by its first warp.
+    __shared__ float part[kMvWarps][P * NJ * 4][kWarp];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[warp][(p * NJ + j) * 4 + e][lane] = acc[p][j][e];
+    __syncthreads();
+    if (ks != 0) return;
+    for (int k = 1; k < S; ++k)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[p][j][e] += part[warp + k][(p * NJ + j) * 4 + e][lane];
+  }
+  // Element e of group j: row r0 + gq + 8 (e / 2), token t0 + 8j + 2tq + e % 2.
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = r0 + gq + 8 * (e / 2);
+    if (r >= g.rows) continue;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int t = t0 + 8 * j + 2 * tq + e % 2;
+      if (t >= count) continue;
+      float y[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const MvSeg& gp = a.seg[GLU ? p : si];
+        y[p] = acc[p][j][e] + (gp.bias ? gp.bias[ex * gp.bias_stride + r] : 0.0f);
+      }
+      g.out[static_cast<int64_t>(slot(t)) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[P - 1]) : y[0];
+    }
+  }
+}
+
+// The launch shape: S warps per 16-row tile (each every S-th super-block), as many as keep the warps
+// of a group of tokens within about 12 per SM, measured with zinc_cuda_matvec_bench on an H200 for 8,
+// 16 and 32 tokens: four for 4096 to 6144 rows, two for 12288 rows (or gate and up of 12288).
+template <int NJ, bool GLU>
+void launch_mv_mma(Stream s, MvArgs& a, int split) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t tiles = (rows + 15) / 16, nsb = a.cols / 256;
+  int S = 1;
+  while (S < 4 && tiles * 2 * S <= 12 * sm_count() && nsb >= 4 * S) S *= 2;
+  if (split == 1 || split == 2 || split == 4) S = split;
+  unsigned blocks = 0;
+  const int per_block = 16 * (kMvWarps / S);
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + per_block - 1) / per_block);
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;
+  const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
+                            : dim3(blocks, static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)));
+  launch(k_mv_mma<NJ, GLU>, grid, dim3(kMvWarps * kWarp), s, a, S);
+}
+void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
+  // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
+  const int rows = (a.n + x_div - 1) / x_div;
+  a.x_div = x_div;
+  a.c = codes_layout(q8, rows, a.cols);
+  if (!q8_ready) quantize_codes(s, x, xs, 1, a.cols, rows, q8);
+  const bool glu = a.glu != Glu::None;
+  if (a.order) {  // grouped by expert: groups of 8 of an expert's slots
+    glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
+    return;
+  }
+  // Integer tensor cores from 3 rows (measured on an H200: 2 rows and, up to 4, Q6_K products alone
+  // are faster as packed dot products), unless set otherwise.
+  bool q6 = true;
+  for (int i = 0; i < a.nseg; ++i) q6 &= a.seg[i].type == kQ6_K;
+  if (!a.ids && a.n >= (g_mma_min > 0 ? g_mma_min : q6 ? 5 : 3)) {
+    if (a.n <= 8) glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
+    else if (a.n <= 16) glu ? launch_mv_mma<2, true>(s, a, split) : launch_mv_mma<2, false>(s, a, split);
+    else glu ? launch_mv_mma<4, true>(s, a, split) : launch_mv_mma<4, false>(s, a, split);  // (groups of 32 tokens)
+    return;
+  }
+  if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
+  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, rows_per_warp) : launch_mv_codes<2, false>(s, a, split, rows_per_warp);
+  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, rows_per_warp) : launch_mv_codes<4, false>(s, a, split, rows_per_warp);
+  else glu ? launch_mv_codes<8, true>(s, a, split, rows_per_warp) : launch_mv_codes<8, false>(s, a, split, rows_per_warp);
+}
+
+MvArgs products_args(const Product* p, int count, int64_t cols, int n, Glu glu) {
+  MvArgs a{};
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].expert_bytes, p[i].first, p[i].rows, p[i].out_stride, p[i].out,
+                p[i].bias, p[i].bias_stride, p[i].type, 0};
+  }
+  a.nseg = count;
+  a.cols = cols;
+  a.n = n;
+  a.glu = glu;
+  return a;
+}
+
+}  // namespace
+
+void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64_t cols, int rows, void* q8) {
+  launch(k_quantize_q8k, dim3(static_cast<unsigned>((cols / 256 + 7) / 8), rows), dim3(256), s, x, x_stride, x_div, cols,
+         codes_layout(q8, rows, cols));
+}
+
+void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
+                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+  MvArgs a = products_args(p, count, cols, n, glu);
+  a.ids = ids;
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
+}
+
+void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
+                           const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,
+                           bool q8_ready, Glu glu) {
+  MvArgs a = products_args(p, count, cols, slots, glu);
+  a.order = order;
+  a.offsets = offsets;
+  a.n_expert = n_expert;
+  a.per_expert = per_expert;
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, 0, 0);
+}
+
+}  // namespace zinc::backend::cuda
