@@ -171,9 +171,13 @@ int main(int argc, char** argv) {
     for (const Weights& w : sh.parts) bytes += w.bytes;
     const size_t copies = sh.parts[0].copies.size();
     for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1},
-                                     {1, -1}, {2, -1}, {4, -1}}) {
+                                     {1, -1}, {2, -1}, {4, -1}, {8, -1}})
+    for (const int groups : {0, 1, 2, 4}) {
       const bool mma = rpw < 0;
       if (mma && n < 2) continue;
+      // The tensor cores' groups of 8 tokens a warp: by the rows (0), and from 16 tokens each choice.
+      if (groups > 0 && (!mma || n < 16 || 8 * groups > 2 * n)) continue;
+      ck::set_codes_mma_groups(groups);
       if (!mma && n > 1 && (rpw > 2 || (rpw == 2 && split == 4))) continue;
       if (!mma && n > 8 && rpw != 0) continue;
       ck::set_codes_mma_min(mma ? 2 : ck::kCodesTokens + 1);
@@ -192,11 +196,14 @@ int main(int argc, char** argv) {
                           split, mma ? 0 : rpw);
       });
       const std::string path = std::string(mma ? "mma " : "packed ") +
-                               (split == 0 ? "auto" : mma ? std::to_string(split) + " x 16 rows" : std::to_string(split) + " x " + std::to_string(rpw) + " rows");
+                               (split == 0 ? "auto" : mma ? std::to_string(split) + " x 16 rows" : std::to_string(split) + " x " + std::to_string(rpw) + " rows") +
+                               (groups > 0 ? ", " + std::to_string(8 * groups) + " tokens a warp" : "");
       std::printf("| %s | %s | %.2f | %.0f | %.0f%% |\n", sh.name.c_str(), path.c_str(), us,
                   static_cast<double>(bytes) / (us * 1e3), 100.0 * static_cast<double>(bytes) / (us * 1e3) / copy_gbs);
     }
   }
+  ck::set_codes_mma_groups(0);
+  ck::set_codes_mma_min(0);
   // The norm with its codes, and quantization alone.
   const double norm_us = time_graph(s, iters, [&](int) { ck::add_rms_norm(s, x, x, out, nullptr, out + 8192, 4096, n, 1e-6f, 0, q8); });
   std::printf("\nadd + rms_norm + codes, 4096 wide: %.2f us per launch\n", norm_us);

@@ -386,8 +386,12 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   for (const int mma_min : {max_n + 1, 2}) {
     backend::cuda::set_codes_mma_min(mma_min);
     for (int n : {1, 3, 8, 9, 16, 29, 41, max_n}) {
-      for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 4}, {4, 4}}) {
+      for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 4}, {4, 4}})
+      for (const int groups : {0, 1, 2, 4}) {
         if (mma_min == 2 && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
+        // The tensor cores' groups of 8 tokens a warp, each choice (the tiles past the tokens masked).
+        if (groups > 0 && (mma_min != 2 || n == 1 || (split != 0 && split != 8))) continue;
+        backend::cuda::set_codes_mma_groups(groups);
         backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None,
                                      split, rows_per_warp);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -400,11 +404,13 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
             for (int64_t r = 0, i = 0; r < q->rows; r += 7, ++i)
               ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][t][i], tol[k][t][i])
                   << gguf::tensor_type_name(q->type) << ", " << (mma_min == 2 && n > 1 ? "tensor cores, " : "packed dots, ") << n
-                  << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", token " << t << " row " << r;
+                  << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", groups " << groups << ", token " << t << " row "
+                  << r;
         }
       }
     }
   }
+  backend::cuda::set_codes_mma_groups(0);
   backend::cuda::set_codes_mma_min(0);
 }
 
@@ -431,9 +437,12 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
     for (const auto& [glu, n, rows_per_warp, mma_min] :
          {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0, 99}, {backend::cuda::Glu::GeGLU, 3, 0, 99}, {backend::cuda::Glu::SwiGLU, 1, 1, 99},
           {backend::cuda::Glu::GeGLU, 1, 2, 99}, {backend::cuda::Glu::SwiGLU, 3, 0, 2}, {backend::cuda::Glu::GeGLU, 8, 0, 2},
-          {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}}) {
+          {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}, {backend::cuda::Glu::SwiGLU, 41, 8, 2},
+          {backend::cuda::Glu::SwiGLU, 29, 4, 2}}) {
+      // (With the tensor cores rows_per_warp is the split: eight and four warps a tile.)
       backend::cuda::set_codes_mma_min(mma_min);
-      backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, 0, rows_per_warp);
+      backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, mma_min == 2 ? rows_per_warp : 0,
+                                   mma_min == 2 ? 0 : rows_per_warp);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> got(static_cast<size_t>(n * rows));
       ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -569,7 +578,7 @@ std::vector<double> softmax_ref(const float* q, int pos, const AttnCase& c, floa
 // A prompt's attention on tensor cores against a double-precision softmax over the cache's own values
 // (F16 or Q8_0 rows as the cache holds them): 100 rows of one sequence at positions 37..136, its
 // cache blocks out of order in the pool, two query heads per cache head; with and without a sliding
-// window, a score cap and sinks. Q is rounded to f16 and so are the probabilities the values are
+// window, a score cap and sinks; the keys in one part and split over blocks. Q is rounded to f16 and so are the probabilities the values are
 // weighed by: the bound is a few f16 roundings of outputs of size about one.
 class CudaFlash : public ::testing::TestWithParam<std::tuple<TensorType, int>> {
  protected:
@@ -614,9 +623,15 @@ TEST_P(CudaFlash, PromptAttentionMatchesTheSoftmax) {
   upload(dtab, table.data(), table.size() * 4);
   upload(dsink, sinks.data(), 16);
   const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
+  // The keys in one part, and split: 3 parts (of 2, 2 and 1 cache blocks) and 8 (5 past the keys).
+  const size_t part_bytes = static_cast<size_t>(n * n_head * 8 * (hd + 2)) * 4;
+  Dev dpart(part_bytes);
+  for (const int splits : {1, 3, 8})
   for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{50, 0, false}, AttnCase{0, 30.0f, true}, AttnCase{20, 0, true}}) {
-    const backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
+    backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
+    if (splits > 1) a.splits = splits, a.part = dpart.as<float>();
     ASSERT_EQ(cudaMemset(dout.p, 0, q.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dpart.p, 0xff, part_bytes), cudaSuccess);  // NaN: every part read is written first
     backend::cuda::flash_attention(nullptr, a);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> got(q.size());
@@ -631,12 +646,12 @@ TEST_P(CudaFlash, PromptAttentionMatchesTheSoftmax) {
         for (int e = 0; e < hd; ++e) {
           const double g = got[static_cast<size_t>((r * n_head + h) * hd + e)], o = want[static_cast<size_t>(e)];
           worst = std::max(worst, std::fabs(g - o));
-          ASSERT_NEAR(g, o, 2e-3) << "window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
-                                  << " element " << e;
+          ASSERT_NEAR(g, o, 2e-3) << "window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " splits " << splits << " row "
+                                  << r << " head " << h << " element " << e;
         }
       }
-    fmt::print("{} head {}, window {}, cap {}, sinks {}: worst difference {:.2e}\n", gguf::tensor_type_name(kv), hd, c.window, c.softcap,
-               c.sinks, worst);
+    fmt::print("{} head {}, window {}, cap {}, sinks {}, {} part(s): worst difference {:.2e}\n", gguf::tensor_type_name(kv), hd, c.window,
+               c.softcap, c.sinks, splits, worst);
   }
 }
 

@@ -499,13 +499,15 @@ class CudaExecutable final : public SharedDeviceExecutable {
       pad_x_ = DeviceBuffer(pad);
       check(cudaMemset(pad_x_.get(), 0, pad), "cudaMemset");
     }
-    // Decode attention's keys split over blocks (ck::AttentionArgs::splits): the partial results of up
-    // to kSplitRows rows and their counts.
+    // Attention's keys split over blocks (ck::AttentionArgs::splits): the partial results of up to
+    // kSplitRows decode rows (and of the prompt tiles' rows, ck::kFlashPartRows over their splits) and
+    // the decode rows' counts.
     size_t att_part = 0, att_count = 0;
     for (const Node& n : g_.nodes) {
       if (n.op != Op::Attention) continue;
       const auto heads = static_cast<size_t>(n.attention().n_head), hd = static_cast<size_t>(n.attention().head_dim);
       const auto rows_max = static_cast<size_t>(kSplitRows);
+      static_assert(kSplitRows * ck::kMaxAttentionSplits >= ck::kFlashPartRows);  // (the prompt tiles' parts too)
       att_part = std::max(att_part, rows_max * heads * ck::kMaxAttentionSplits * (hd + 2) * 4);
       att_count = std::max(att_count, rows_max * heads * 4);
     }
@@ -790,8 +792,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
       b.part = att_part_.get<float>();
       b.count = att_count_.get<unsigned>();
     };
-    // A prompt's rows (16 or more of one sequence) on tensor cores, each sequence's rows alone; steps
-    // with none (decode of several sequences) in one launch.
+    // A prompt's rows (16 or more of one sequence) on tensor cores, each sequence's rows alone (their
+    // keys split when they are few); steps with none (decode of several sequences) in one launch, and
+    // so each run of consecutive sequences of fewer rows beside prompts.
     int64_t covered = 0;
     bool long_part = false;
     for (const Part& part : parts_) covered += part.step.n_tokens, long_part |= part.step.n_tokens >= 16;
@@ -801,15 +804,24 @@ class CudaExecutable final : public SharedDeviceExecutable {
       ck::attention(stream_, a);
       return;
     }
-    for (const Part& part : parts_) {
+    // Runs of consecutive short parts (decoding sequences) in one launch each.
+    for (size_t i = 0; i < parts_.size();) {
       ck::AttentionArgs b = a;
-      const int64_t r = part.first;
-      b.n = part.step.n_tokens;
+      const int64_t r = parts_[i].first;
+      const bool tiles = parts_[i].step.n_tokens >= 16;
+      size_t end = i + 1;
+      while (!tiles && end < parts_.size() && parts_[end].step.n_tokens < 16) ++end;
+      b.n = static_cast<int>(parts_[end - 1].first + parts_[end - 1].step.n_tokens - r);
+      i = end;
       b.q = a.q + r * a.q_stride;
       b.out = out + r * a.q_stride;
       b.pos = a.pos + r;
       b.table_at = a.table_at + r;
-      if (b.n >= 16) {
+      if (tiles) {
+        if (att_part_.get()) {
+          b.splits = ck::flash_splits(b.n, b.n_head, sms_);
+          b.part = att_part_.get<float>();
+        }
         ck::flash_attention(stream_, b);
       } else {
         split(b);

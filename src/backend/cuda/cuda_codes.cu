@@ -13,6 +13,8 @@ namespace zinc::backend::cuda {
 
 int g_mma_min = 0;  // the fewest rows that take k_mv_mma (fewer: k_mv_codes); 0: by the products' types
 void set_codes_mma_min(int n) { g_mma_min = std::max(0, n); }
+int g_mma_groups = 0;  // k_mv_mma's groups of 8 tokens a warp (1, 2, 4); 0: by the rows
+void set_codes_mma_groups(int groups) { g_mma_groups = groups == 1 || groups == 2 || groups == 4 ? groups : 0; }
 
 namespace {
 int sm_count() {
@@ -551,17 +553,22 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
   }
 }
 
+// Blocks of max(S, kMvWarps) warps: S (1 to kMmaWarps) warps a tile.
+constexpr int kMmaWarps = 8;
 template <int NJ, bool GLU>
-__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int S) {
+__global__ void __launch_bounds__(kMmaWarps * kWarp) k_mv_mma(const MvArgs a, int S) {
   pdl_trigger();
-  unsigned bx = blockIdx.x;
+  // Ungrouped: blockIdx.x the group of tokens, blockIdx.y the rows (a tile's groups run together and
+  // share its weights' reads in L2).
+  unsigned bx = a.order ? blockIdx.x : blockIdx.y;
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
   const MvSeg& g = a.seg[si];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
-  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * 16;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (warps / S) + warp / S) * 16;
   const int ks = warp % S;
-  int t0 = blockIdx.y * 8 * NJ, count = a.n, base = 0;
+  int t0 = blockIdx.x * 8 * NJ, count = a.n, base = 0;
   int64_t ex = 0;
   if (a.order) {
     // Grouped by expert: blockIdx.y is the expert, blockIdx.z the group of its slots (the slots and
@@ -607,23 +614,31 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int
   }
   pdl_wait();  // (again: warps with no rows or no super-blocks)
   if (S > 1) {
-    // The tile's S warps' sums through shared memory, added by its first warp.
-    __shared__ float part[kMvWarps][P * NJ * 4][kWarp];
+    // The tile's S warps' sums halved through shared memory (warps h .. 2h - 1 of the tile to warps
+    // 0 .. h - 1) until its first warp holds them.
+    __shared__ float part[kMmaWarps / 2][P * NJ * 4][kWarp];
+    const int tile = warp / S;
+    for (int h = S / 2; h >= 1; h /= 2) {
+      if (ks >= h && ks < 2 * h) {
 #pragma unroll
-    for (int p = 0; p < P; ++p)
+        for (int p = 0; p < P; ++p)
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
+          for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[warp][(p * NJ + j) * 4 + e][lane] = acc[p][j][e];
-    __syncthreads();
+            for (int e = 0; e < 4; ++e) part[tile * (S / 2) + ks - h][(p * NJ + j) * 4 + e][lane] = acc[p][j][e];
+      }
+      __syncthreads();
+      if (ks < h) {
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[p][j][e] += part[tile * (S / 2) + ks][(p * NJ + j) * 4 + e][lane];
+      }
+      __syncthreads();
+    }
     if (ks != 0) return;
-    for (int k = 1; k < S; ++k)
-#pragma unroll
-      for (int p = 0; p < P; ++p)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[p][j][e] += part[warp + k][(p * NJ + j) * 4 + e][lane];
   }
   // Element e of group j: row r0 + gq + 8 (e / 2), token t0 + 8j + 2tq + e % 2.
 #pragma unroll
@@ -646,27 +661,32 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_mma(const MvArgs a, int
 }
 
 // The launch shape: S warps per 16-row tile (each every S-th super-block), as many as keep the warps
-// of a group of tokens within about 12 per SM, measured with zinc_cuda_matvec_bench on an H200 for 8,
-// 16 and 32 tokens: four for 4096 to 6144 rows, two for 12288 rows (or gate and up of 12288).
+// within about 16 per SM (12 with 32 tokens a warp) with at least two super-blocks each, and at least
+// two (the warps wait on their loads: more of them in flight read faster). Measured with
+// zinc_cuda_matvec_bench on an H200: for 8 tokens eight warps a tile for 1024 to 4096 rows, four for q,
+// k and v together (6144), two for gate and up (12288); for 64 tokens two for 4096 to 12288 rows.
 template <int NJ, bool GLU>
 void launch_mv_mma(Stream s, MvArgs& a, int split) {
   const int P = GLU ? 1 : a.nseg;
   int64_t rows = 0;
   for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
-  const int64_t tiles = (rows + 15) / 16, nsb = a.cols / 256;
+  const int64_t tiles = (rows + 15) / 16, nsb = a.cols / 256, groups = a.order ? 1 : (a.n + 8 * NJ - 1) / (8 * NJ);
+  const int64_t budget = (NJ >= 4 ? 12 : 16) * static_cast<int64_t>(sm_count());  // (32 tokens a warp: 255 registers, fewer resident)
   int S = 1;
-  while (S < 4 && tiles * 2 * S <= 12 * sm_count() && nsb >= 4 * S) S *= 2;
-  if (split == 1 || split == 2 || split == 4) S = split;
+  while (S < kMmaWarps && tiles * groups * 2 * S <= budget && nsb >= 4 * S) S *= 2;
+  if (S == 1 && nsb >= 8) S = 2;
+  if (split == 1 || split == 2 || split == 4 || split == 8) S = split;
+  const int warps = std::max(S, kMvWarps);
   unsigned blocks = 0;
-  const int per_block = 16 * (kMvWarps / S);
+  const int per_block = 16 * (warps / S);
   for (int i = 0; i < a.nseg; ++i) {
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + per_block - 1) / per_block);
     if (i < P) blocks += a.seg[i].blocks;
   }
   if (GLU) a.nseg = 1;
   const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
-                            : dim3(blocks, static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)));
-  launch(k_mv_mma<NJ, GLU>, grid, dim3(kMvWarps * kWarp), s, a, S);
+                            : dim3(static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)), blocks);
+  launch(k_mv_mma<NJ, GLU>, grid, dim3(warps * kWarp), s, a, S);
 }
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
@@ -684,9 +704,11 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   bool q6 = true;
   for (int i = 0; i < a.nseg; ++i) q6 &= a.seg[i].type == kQ6_K;
   if (!a.ids && a.n >= (g_mma_min > 0 ? g_mma_min : q6 ? 5 : 3)) {
-    if (a.n <= 8) glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
-    else if (a.n <= 16) glu ? launch_mv_mma<2, true>(s, a, split) : launch_mv_mma<2, false>(s, a, split);
-    else glu ? launch_mv_mma<4, true>(s, a, split) : launch_mv_mma<4, false>(s, a, split);  // (groups of 32 tokens)
+    // Groups of 8, 16 or 32 tokens a warp (33 to 64: two groups of 32, launched side by side).
+    const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 ? 2 : 4;
+    if (groups == 1) glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);
+    else if (groups == 2) glu ? launch_mv_mma<2, true>(s, a, split) : launch_mv_mma<2, false>(s, a, split);
+    else glu ? launch_mv_mma<4, true>(s, a, split) : launch_mv_mma<4, false>(s, a, split);
     return;
   }
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);

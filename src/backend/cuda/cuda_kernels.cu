@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -618,8 +619,11 @@ void launch_attention(Stream s, const AttentionArgs& a) {
 // matrix instructions with float32 sums (Q rounded to f16 in registers), then scaled (and capped),
 // masked by each row's position and window, and an online softmax per row in float32; P (rounded to
 // f16 where it stays in registers as the next product's A fragments) times V accumulated in float32.
-// F16 and Q8_0 caches, heads of 64 or 128.
-constexpr int kFaRows = 64, kFaKeys = 32;
+// F16 and Q8_0 caches, heads of 64 or 128. With a.splits > 1 (a short chunk of a prompt deep in its
+// sequence: a few row tiles, a few hundred blocks of keys) the visible keys are split in gridDim.z parts
+// of at least kFaMinBlocks cache blocks; each block writes its rows' maximum, sum and weighted values
+// to a.part, and k_flash_merge merges them (the parts past the keys write empty ones).
+constexpr int kFaRows = 64, kFaKeys = 32, kFaMinBlocks = 2;
 
 __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
@@ -685,9 +689,17 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
   __syncthreads();
   const int k_first = (lo_min / kFaKeys) * kFaKeys, k_last = hi_max;
+  // This block's part of the keys: [k_begin, k_end) (whole cache blocks; the last may run past k_last).
+  int k_begin = k_first, k_end = k_last + 1;
+  if (gridDim.z > 1) {
+    const int blocks = (k_last - k_first) / kFaKeys + 1;
+    const int chunk = max(kFaMinBlocks, (blocks + static_cast<int>(gridDim.z) - 1) / static_cast<int>(gridDim.z));
+    k_begin = k_first + static_cast<int>(blockIdx.z) * chunk * kFaKeys;
+    k_end = min(k_end, k_begin + chunk * kFaKeys);
+  }
   const auto* kc = static_cast<const uint8_t*>(a.k);
   const auto* vc = static_cast<const uint8_t*>(a.v);
-  for (int j0 = k_first; j0 <= k_last; j0 += kFaKeys) {
+  for (int j0 = k_begin; j0 < k_end; j0 += kFaKeys) {
     // The block's 32 keys and values of head kvh, as f16 (groups of eight elements).
     const size_t slot0 = static_cast<size_t>(table[j0 / kKvBlock]) * kKvBlock;
     for (int e = threadIdx.x; e < kFaKeys * HD / 8; e += blockDim.x) {
@@ -784,12 +796,21 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
     }
     __syncthreads();
   }
-  // The rows' sums over their four lanes, the sink, and the output.
+  // The rows' sums over their four lanes, the sink, and the output (or this part's, unscaled).
   const float sink = a.sinks ? a.sinks[h] : -INFINITY;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (gridDim.z > 1) {
+      const int r = r0 + 16 * warp + gq + 8 * i;
+      if (!live[i]) continue;
+      float* part = a.part + ((static_cast<int64_t>(r) * a.n_head + h) * gridDim.z + blockIdx.z) * (HD + 2);
+      if (tq == 0) part[0] = m[i], part[1] = l[i];
+#pragma unroll
+      for (int j = 0; j < HD / 8; ++j) *reinterpret_cast<float2*>(part + 2 + 8 * j + 2 * tq) = make_float2(o[j][2 * i], o[j][2 * i + 1]);
+      continue;
+    }
     const float M = fmaxf(m[i], sink);
     const float f = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
     const float L = l[i] * f + (a.sinks ? expf(sink - M) : 0.0f);
@@ -801,6 +822,27 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
     for (int j = 0; j < HD / 8; ++j)
       *reinterpret_cast<float2*>(out + 8 * j + 2 * tq) = make_float2(o[j][2 * i] * scale, o[j][2 * i + 1] * scale);
   }
+}
+
+// The parts of k_flash_attention's split keys: a block per (row, head), a thread per element.
+__global__ void k_flash_merge(AttentionArgs a, int head_dim) {
+  pdl_trigger();
+  pdl_wait();
+  const int r = blockIdx.x, h = blockIdx.y, c = threadIdx.x;
+  const int splits = a.splits, stride = head_dim + 2;
+  const float* parts = a.part + (static_cast<int64_t>(r) * a.n_head + h) * splits * stride;
+  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
+  float M = sink;
+  for (int sp = 0; sp < splits; ++sp) M = fmaxf(M, parts[sp * stride]);
+  float L = a.sinks ? expf(sink - M) : 0.0f, sum = 0;
+  for (int sp = 0; sp < splits; ++sp) {
+    const float ms = parts[sp * stride];
+    if (ms == -INFINITY) continue;
+    const float f = expf(ms - M);
+    L += parts[sp * stride + 1] * f;
+    sum += parts[sp * stride + 2 + c] * f;
+  }
+  a.out[static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * head_dim + c] = L > 0 ? sum / L : 0.0f;
 }
 
 // ---- mixture of experts -------------------------------------------------------------------------
@@ -1143,9 +1185,21 @@ void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv
 bool flash_attention_fits(int kv_type, int head_dim) { return (kv_type == kF16 || kv_type == kQ8_0) && (head_dim == 64 || head_dim == 128); }
 
 void flash_attention(Stream s, const AttentionArgs& a) {
-  const dim3 grid(static_cast<unsigned>((a.n + kFaRows - 1) / kFaRows), static_cast<unsigned>(a.n_head));
+  const int splits = a.part ? max(1, a.splits) : 1;
+  const dim3 grid(static_cast<unsigned>((a.n + kFaRows - 1) / kFaRows), static_cast<unsigned>(a.n_head), static_cast<unsigned>(splits));
   if (a.head_dim == 64) a.kv_type == kF16 ? launch(k_flash_attention<64, kF16>, grid, dim3(128), s, a) : launch(k_flash_attention<64, kQ8_0>, grid, dim3(128), s, a);
   else a.kv_type == kF16 ? launch(k_flash_attention<128, kF16>, grid, dim3(128), s, a) : launch(k_flash_attention<128, kQ8_0>, grid, dim3(128), s, a);
+  if (splits > 1) {
+    AttentionArgs b = a;
+    b.splits = splits;
+    launch(k_flash_merge, dim3(static_cast<unsigned>(a.n), static_cast<unsigned>(a.n_head)), dim3(static_cast<unsigned>(a.head_dim)), s, b, a.head_dim);
+  }
+}
+
+int flash_splits(int n, int n_head, int sms) {
+  const int tiles = (n + kFaRows - 1) / kFaRows;
+  const int want = (4 * sms + tiles * n_head - 1) / (tiles * n_head);
+  return std::clamp(std::min(want, kMaxFlashSplits), 1, std::max(1, kFlashPartRows / n));
 }
 
 void attention(Stream s, const AttentionArgs& a) {

@@ -52,6 +52,9 @@ bool uses_codes(int type);   // Q4_K, Q5_K, Q6_K
 // measurements choose either).
 constexpr int kCodesTokens = 64;
 void set_codes_mma_min(int n);
+// Measurements: the groups of 8 tokens each warp of the tensor-core path takes (1, 2 or 4; others: by
+// the rows, up to 8 one group of 8, up to 16 two, more four).
+void set_codes_mma_groups(int groups);
 bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
@@ -181,8 +184,15 @@ inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
 // The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
 // with float32 sums and softmax: F16 and Q8_0 caches, heads of 64 or 128 (flash_attention_fits).
+// With part given and splits > 1, the keys in `splits` parts on as many blocks, merged by a second
+// launch through part (n * n_head * splits * (head_dim + 2) floats; count unused).
 bool flash_attention_fits(int kv_type, int head_dim);
 void flash_attention(Stream s, const AttentionArgs& a);
+// The parts for n rows of n_head heads on sms multiprocessors: enough blocks to fill the GPU about
+// four times over, at most kMaxFlashSplits and n * splits <= kFlashPartRows (the scratch decode's
+// splits use: kFlashPartRows = 32 rows x kMaxAttentionSplits).
+inline constexpr int kMaxFlashSplits = 16, kFlashPartRows = 32 * kMaxAttentionSplits;
+int flash_splits(int n, int n_head, int sms);
 
 // Mixture of experts: per token, the routing (softmax then top k, or top k then softmax; optional
 // renormalisation, router bias, logit scale and per-expert scale) into ids and weights [n][k], the k
