@@ -265,6 +265,30 @@ int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t 
   return std::max(static_cast<int32_t>(n), least);
 }
 
+namespace {
+int size_of(int64_t rows) {
+  int b = 0;
+  while (b + 1 < 62 && (int64_t{1} << b) < rows) ++b;
+  return b;
+}
+}  // namespace
+
+int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::span<const double> step_s, double limit_s,
+                           int32_t min_tokens) {
+  if (cap <= 0) return 0;
+  if (limit_s <= 0) return std::min(linear, cap);
+  int32_t best = 0;
+  for (int b = size_of(decoding + 1); b < static_cast<int>(step_s.size()); ++b) {
+    const int64_t size = int64_t{1} << b;
+    const auto chunk = static_cast<int32_t>(std::min<int64_t>(cap, size - decoding));
+    if (chunk <= best) break;  // (cap reached)
+    const double t = step_s[static_cast<size_t>(b)];
+    if (t > 0 ? t > limit_s : static_cast<int64_t>(decoding) + linear <= size / 2) break;  // (unmeasured: tried where linear reaches)
+    best = chunk;
+  }
+  return best > 0 ? best : std::min(min_tokens, cap);
+}
+
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
 // while the step has room (max_tokens, and beside decoding slots what decode_latency allows, within
 // the backend's few_rows()): a long prompt arriving does not stall the streams decoding.
@@ -275,8 +299,13 @@ void Engine::run_step() {
   for (const bool decoding : {true, false}) {
     if (!decoding && decoding_parts > 0 && options_.decode_latency > 0) {
       const int32_t few = exe_->few_rows();
-      room = std::min(room, prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room,
-                                        few > 0 ? std::max(1, few - decoding_tokens) : 0));
+      const int32_t few_room = few > 0 ? std::max(1, few - decoding_tokens) : 0;
+      const int32_t linear = prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room, few_room);
+      std::array<double, kSizes> known = size_s_;
+      for (size_t b = 0; b < known.size(); ++b)
+        if (counters_.steps - size_at_[b] > kStaleSteps) known[b] = 0;
+      room = std::min(room, fitted_prompt_room(decoding_tokens, linear, few_room > 0 ? std::min(room, few_room) : room, known,
+                                               options_.decode_latency * decode_step_s_, 8));
     }
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;
@@ -302,6 +331,8 @@ void Engine::run_step() {
     // beside them adds (moving averages: the step sizes change as requests come and go).
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto average = [](double& e, double x) { e = e > 0 ? 0.8 * e + 0.2 * x : x; };
+    const int b = size_of(static_cast<int64_t>(step.tokens.size()));
+    if (b < kSizes) average(size_s_[static_cast<size_t>(b)], t), size_at_[static_cast<size_t>(b)] = counters_.steps;
     if (prompt_tokens == 0) {
       average(decode_step_s_, t);
     } else if (decoding_parts == 0 || decode_step_s_ > 0) {

@@ -8,6 +8,7 @@
 // that loses its client cancels the job and its sequence is freed at the next step.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +108,15 @@ class Job {
 int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t min_tokens, int32_t max_tokens,
                     int32_t few_room = 0);
 
+// That room fitted to the step's rows (`decoding` of them decode): steps cost about what steps of their
+// rows rounded up to a power of two do (a GPU's products take tokens in groups: 33 rows read the
+// weights as 64 do), so the step is filled to the largest such size that keeps within limit_s, as the
+// times measured for each size say (step_s[b]: rows in (2^(b-1), 2^b]; 0 where none is known); a size
+// not measured yet is tried where `linear` (prompt_room's tokens) reaches into it. At most cap tokens; at
+// least min_tokens (or cap) when none fits. limit_s <= 0: linear.
+int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::span<const double> step_s, double limit_s,
+                           int32_t min_tokens);
+
 struct EngineStats {
   int busy_slots = 0, queued = 0, n_slots = 0;
   // Since the start: steps run, the sequences and tokens they carried (prompt tokens among them),
@@ -170,6 +181,13 @@ class Engine {
   // The scheduler thread's running estimates (seconds): a step of the decoding slots alone, and each
   // prompt token a step carries beside them.
   double decode_step_s_ = 0, prompt_token_s_ = 0;
+  // Steps' times by their rows rounded up to a power of two (fitted_prompt_room), and the step each
+  // was last measured at (an estimate not renewed for kStaleSteps steps is forgotten: depth and load
+  // change what a size costs).
+  static constexpr int kSizes = 16;
+  static constexpr int64_t kStaleSteps = 256;
+  std::array<double, kSizes> size_s_{};
+  std::array<int64_t, kSizes> size_at_{};
 };
 
 }  // namespace zinc::server

@@ -1,6 +1,8 @@
 // The scheduler's budget for prompt tokens beside decoding slots (server::prompt_room).
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "server/engine.h"
 
 namespace {
@@ -32,6 +34,30 @@ TEST(PromptRoom, StaysWithinTheBackendsFewRows) {
   EXPECT_EQ(prompt_room(0.0048, 0.0001, 3, 8, 256, 2), 8);  // prompts still move
   EXPECT_EQ(prompt_room(0.0048, 0.0001, 3, 8, 5, 2), 5);    // never past the step's budget
   EXPECT_EQ(prompt_room(0.0048, 0.0001, 1, 8, 256, 56), 256);  // no factor: no bound
+}
+
+TEST(PromptRoom, FillsTheStepToAPowerOfTwoRows) {
+  using zinc::server::fitted_prompt_room;
+  // Times measured by rows rounded up: 8 rows 4 ms, 32 rows 9 ms, 64 rows 12.5 ms; the limit 12 ms.
+  std::array<double, 8> t{};
+  t[3] = 0.004, t[5] = 0.009, t[6] = 0.0125;
+  // 8 decoding: 16 rows unmeasured but within the linear 25 tokens, 32 measured within, 64 past it.
+  EXPECT_EQ(fitted_prompt_room(8, 25, 56, t, 0.012, 8), 24);
+  t[6] = 0.0115;  // 64 rows within the limit: filled, though the linear estimate said 25
+  EXPECT_EQ(fitted_prompt_room(8, 25, 56, t, 0.012, 8), 56);
+  EXPECT_EQ(fitted_prompt_room(8, 25, 20, t, 0.012, 8), 20);  // never past cap
+  // Nothing measured: the size the linear room reaches into, filled (33 rows cost what 64 do; the
+  // step measures it).
+  const std::array<double, 8> none{};
+  EXPECT_EQ(fitted_prompt_room(8, 25, 56, none, 0.012, 8), 56);
+  EXPECT_EQ(fitted_prompt_room(8, 20, 56, none, 0.012, 8), 24);
+  EXPECT_EQ(fitted_prompt_room(3, 60, 61, none, 0.012, 8), 61);
+  EXPECT_EQ(fitted_prompt_room(8, 5, 3, none, 0.012, 8), 3);  // never past cap
+  // Nothing fits: prompts still move (min_tokens, within cap).
+  t[4] = 0.02;  // 16 rows measured past the limit
+  EXPECT_EQ(fitted_prompt_room(8, 56, 56, t, 0.012, 8), 8);
+  // No limit known: the linear room.
+  EXPECT_EQ(fitted_prompt_room(8, 25, 56, t, 0, 8), 25);
 }
 
 TEST(PromptRoom, PromptsAlwaysMove) {

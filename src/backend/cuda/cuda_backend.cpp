@@ -355,11 +355,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
   }
 
   // ZINC_CUDA_PROFILE=1: every step launched directly, each node timed by events; per kind of step
-  // (decode: one token per sequence; prompt), per op, the time per step, printed when the context goes.
+  // (decode: one token per sequence; prompt; mixed: both), per op, the time per step, printed when the
+  // context goes.
   void account(const graph::StepParams& step) {
-    bool decode = true;
-    for (const graph::SeqStep& s : step.seqs) decode &= s.n_tokens == 1;
-    const size_t kind = decode ? 0 : 1;
+    bool decode = true, some = false;
+    for (const graph::SeqStep& s : step.seqs) decode &= s.n_tokens == 1, some |= s.n_tokens == 1;
+    const size_t kind = decode ? 0 : some ? 2 : 1;
     ++steps_[kind];
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       float ms = 0;
@@ -370,8 +371,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   }
   std::string profile() const {
     std::string out = "CUDA profile (kernel time per op, from events between nodes)\n";
-    const char* kinds[] = {"decode", "prompt"};
-    for (size_t k = 0; k < 2; ++k) {
+    const char* kinds[] = {"decode", "prompt", "mixed (prompts beside decoding sequences)"};
+    for (size_t k = 0; k < 3; ++k) {
       if (steps_[k] == 0) continue;
       double total = 0;
       std::vector<size_t> order;
@@ -393,9 +394,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     return v && *v != '0';
   }();
   std::vector<cudaEvent_t> events_;
-  std::array<double, 32> op_ms_[2] = {};
-  std::array<int64_t, 32> op_nodes_[2] = {};
-  int64_t steps_[2] = {};
+  std::array<double, 32> op_ms_[3] = {};
+  std::array<int64_t, 32> op_nodes_[3] = {};
+  int64_t steps_[3] = {};
 
   static bool decode_shape(const std::vector<int32_t>& key) {
     for (size_t i = 1; i < key.size(); i += 4) {
