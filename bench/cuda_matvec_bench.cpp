@@ -172,12 +172,16 @@ int main(int argc, char** argv) {
     const size_t copies = sh.parts[0].copies.size();
     for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1},
                                      {1, -1}, {2, -1}, {4, -1}, {8, -1}})
-    for (const int groups : {0, 1, 2, 4}) {
+    for (const int groups : {0, 1, 2, 4})
+    for (const int tiles : {0, 1, 2}) {
       const bool mma = rpw < 0;
       if (mma && n < 2) continue;
-      // The tensor cores' groups of 8 tokens a warp: by the rows (0), and from 16 tokens each choice.
+      // The tensor cores' groups of 8 tokens a warp: by the rows (0), and from 16 tokens each choice;
+      // and the tiles of rows a warp (by the tokens, or one or two where gate and up are apart).
       if (groups > 0 && (!mma || n < 16 || 8 * groups > 2 * n)) continue;
+      if (tiles > 0 && (!mma || split != 0 || sh.glu != ck::Glu::None)) continue;
       ck::set_codes_mma_groups(groups);
+      ck::set_codes_mma_tiles(tiles);
       if (!mma && n > 1 && (rpw > 2 || (rpw == 2 && split == 4))) continue;
       if (!mma && n > 8 && rpw != 0) continue;
       ck::set_codes_mma_min(mma ? 2 : ck::kCodesTokens + 1);
@@ -197,12 +201,14 @@ int main(int argc, char** argv) {
       });
       const std::string path = std::string(mma ? "mma " : "packed ") +
                                (split == 0 ? "auto" : mma ? std::to_string(split) + " x 16 rows" : std::to_string(split) + " x " + std::to_string(rpw) + " rows") +
-                               (groups > 0 ? ", " + std::to_string(8 * groups) + " tokens a warp" : "");
+                               (groups > 0 ? ", " + std::to_string(8 * groups) + " tokens a warp" : "") +
+                               (tiles > 0 ? ", " + std::to_string(16 * tiles) + " rows a warp" : "");
       std::printf("| %s | %s | %.2f | %.0f | %.0f%% |\n", sh.name.c_str(), path.c_str(), us,
                   static_cast<double>(bytes) / (us * 1e3), 100.0 * static_cast<double>(bytes) / (us * 1e3) / copy_gbs);
     }
   }
   ck::set_codes_mma_groups(0);
+  ck::set_codes_mma_tiles(0);
   ck::set_codes_mma_min(0);
   // The norm with its codes, and quantization alone.
   const double norm_us = time_graph(s, iters, [&](int) { ck::add_rms_norm(s, x, x, out, nullptr, out + 8192, 4096, n, 1e-6f, 0, q8); });

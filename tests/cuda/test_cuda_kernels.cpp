@@ -387,11 +387,14 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
     backend::cuda::set_codes_mma_min(mma_min);
     for (int n : {1, 3, 8, 9, 16, 29, 41, max_n}) {
       for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 4}, {4, 4}})
-      for (const int groups : {0, 1, 2, 4}) {
+      for (const int groups : {0, 1, 2, 4})
+      for (const int tiles : {0, 1, 2}) {
         if (mma_min == 2 && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
-        // The tensor cores' groups of 8 tokens a warp, each choice (the tiles past the tokens masked).
-        if (groups > 0 && (mma_min != 2 || n == 1 || (split != 0 && split != 8))) continue;
+        // The tensor cores' groups of 8 tokens a warp and tiles of rows a warp, each choice (the groups
+        // past the tokens and the tiles past the rows masked).
+        if ((groups > 0 || tiles > 0) && (mma_min != 2 || n == 1 || (split != 0 && split != 8))) continue;
         backend::cuda::set_codes_mma_groups(groups);
+        backend::cuda::set_codes_mma_tiles(tiles);
         backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None,
                                      split, rows_per_warp);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -404,13 +407,14 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
             for (int64_t r = 0, i = 0; r < q->rows; r += 7, ++i)
               ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][t][i], tol[k][t][i])
                   << gguf::tensor_type_name(q->type) << ", " << (mma_min == 2 && n > 1 ? "tensor cores, " : "packed dots, ") << n
-                  << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", groups " << groups << ", token " << t << " row "
-                  << r;
+                  << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", groups " << groups << ", tiles " << tiles
+                  << ", token " << t << " row " << r;
         }
       }
     }
   }
   backend::cuda::set_codes_mma_groups(0);
+  backend::cuda::set_codes_mma_tiles(0);
   backend::cuda::set_codes_mma_min(0);
 }
 

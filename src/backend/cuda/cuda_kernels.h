@@ -55,6 +55,9 @@ void set_codes_mma_min(int n);
 // Measurements: the groups of 8 tokens each warp of the tensor-core path takes (1, 2 or 4; others: by
 // the rows, up to 8 one group of 8, up to 16 two, more four).
 void set_codes_mma_groups(int groups);
+// And the tiles of 16 rows each warp takes, without an activation (1 or 2; others: two with 32 tokens a
+// warp, else one).
+void set_codes_mma_tiles(int tiles);
 bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
