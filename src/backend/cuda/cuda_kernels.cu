@@ -1198,6 +1198,7 @@ void flash_attention(Stream s, const AttentionArgs& a) {
 
 int flash_splits(int n, int n_head, int sms) {
   const int tiles = (n + kFaRows - 1) / kFaRows;
+  if (tiles * n_head >= sms) return 1;  // a wave of blocks already (a whole prompt's tiles)
   const int want = (4 * sms + tiles * n_head - 1) / (tiles * n_head);
   return std::clamp(std::min(want, kMaxFlashSplits), 1, std::max(1, kFlashPartRows / n));
 }

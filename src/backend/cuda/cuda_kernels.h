@@ -191,9 +191,9 @@ void attention(Stream s, const AttentionArgs& a);
 // launch through part (n * n_head * splits * (head_dim + 2) floats; count unused).
 bool flash_attention_fits(int kv_type, int head_dim);
 void flash_attention(Stream s, const AttentionArgs& a);
-// The parts for n rows of n_head heads on sms multiprocessors: enough blocks to fill the GPU about
-// four times over, at most kMaxFlashSplits and n * splits <= kFlashPartRows (the scratch decode's
-// splits use: kFlashPartRows = 32 rows x kMaxAttentionSplits).
+// The parts for n rows of n_head heads on sms multiprocessors: one where the row tiles fill the GPU
+// once already; else enough blocks to fill it about four times over, at most kMaxFlashSplits and
+// n * splits <= kFlashPartRows (the scratch decode's splits use: 32 rows x kMaxAttentionSplits).
 inline constexpr int kMaxFlashSplits = 16, kFlashPartRows = 32 * kMaxAttentionSplits;
 int flash_splits(int n, int n_head, int sms);
 
