@@ -562,13 +562,14 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
   }
 }
 
-// Blocks of max(S, kMvWarps) warps: S (1 to kMmaWarps) warps a tile. Up to 8 tokens a warp (and 16
-// without an activation) in at most 128 registers: twice the warps resident, measured faster on an
-// H200 (8 and 16 tokens: 10-25%); more tokens a warp spill there.
+// Blocks of max(S, kMvWarps) warps: S (1 to kMmaWarps) warps a tile. Without an activation, up to 16
+// tokens a warp in at most 128 registers: twice the warps resident, measured faster on an H200 (8 and
+// 16 tokens: 10-25%); more tokens a warp spill there, and gate and up with their activation (8 tokens:
+// 26 us uncapped, 30 capped).
 constexpr int kMmaWarps = 8;
 // R: tiles of 16 rows a warp (without an activation), sharing each load of the activations.
 template <int NJ, bool GLU, int R>
-__global__ void __launch_bounds__(kMmaWarps * kWarp, NJ == 1 || (NJ == 2 && !GLU && R == 1) ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
+__global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 2 && R == 1)) ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
   static_assert(R == 1 || !GLU);
   pdl_trigger();
   // Ungrouped: blockIdx.x the group of tokens, blockIdx.y the rows (a tile's groups run together and
