@@ -801,10 +801,11 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
   ZINC_NEED_CUDA_DEVICE();
   std::mt19937 rng(29);
   std::normal_distribution<float> dist(0.0f, 0.3f);
-  for (const int ne : {32, 128, 256}) {
+  for (const int ne : {32, 128, 256})
+  for (const int n : {3, 64}) {  // (a decode step; a step of as many rows as the launch takes)
     for (const bool topk_first : {false, true}) {
       const int64_t d = 384;
-      const int n = 3, k = 8;
+      const int k = 8;
       std::vector<float> w(static_cast<size_t>(ne * d)), x(static_cast<size_t>(n * d));
       // Rows a_e x0 and rows x = (t + 1) x0: the logits keep the order of a_e. Experts 0..6 first, then
       // experts 20 and 21 tied for the last place (equal rows give equal logits), the rest below.
@@ -815,11 +816,11 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
         const float a = e < 7 ? 0.05f * static_cast<float>(8 - e) : e == 20 || e == 21 ? 0.03f : -0.01f * static_cast<float>(1 + (e * 7) % 13);
         for (int64_t i = 0; i < d; ++i) w[static_cast<size_t>(e * d + i)] = a * x[static_cast<size_t>(i)];
       }
-      Dev dw(w.size() * 4), dx(x.size() * 4), dlog(static_cast<size_t>(n * ne) * 4), dcount(8 * 4), dids(static_cast<size_t>(n * k) * 4),
-          dwts(static_cast<size_t>(n * k) * 4);
+      Dev dw(w.size() * 4), dx(x.size() * 4), dlog(static_cast<size_t>(n * ne) * 4), dcount(static_cast<size_t>(n) * 4),
+          dids(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4);
       upload(dw, w.data(), w.size() * 4);
       upload(dx, x.data(), x.size() * 4);
-      ASSERT_EQ(cudaMemset(dcount.p, 0, 32), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n) * 4), cudaSuccess);
       ASSERT_TRUE(backend::cuda::moe_router_fits(static_cast<int>(TensorType::F32), d, ne));
       for (int rep = 0; rep < 3; ++rep) {
         backend::cuda::moe_router(nullptr, dw.as<float>(), dx.as<float>(), d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, topk_first,
@@ -828,10 +829,10 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> ids(static_cast<size_t>(n * k));
       std::vector<float> wts(ids.size());
-      std::vector<unsigned> count(8);
+      std::vector<unsigned> count(static_cast<size_t>(n));
       ASSERT_EQ(cudaMemcpy(ids.data(), dids.p, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(wts.data(), dwts.p, wts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(count.data(), dcount.p, 32, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(count.data(), dcount.p, count.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (unsigned c : count) EXPECT_EQ(c, 0u) << "counters left for the next launch";
       for (int t = 0; t < n; ++t) {
         std::vector<double> l(static_cast<size_t>(ne));

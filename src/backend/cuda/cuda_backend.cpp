@@ -529,7 +529,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     moe_y_ = DeviceBuffer(moe_out * 4);
     moe_logits_ = DeviceBuffer(moe_logits * 4);
     if (moe_logits > 0) {
-      moe_count_ = DeviceBuffer(8 * sizeof(unsigned));
+      moe_count_ = DeviceBuffer(static_cast<size_t>(ck::kCodesTokens) * sizeof(unsigned));
       check(cudaMemset(moe_count_.get(), 0, moe_count_.size()), "cudaMemset");
     }
     gate_g_ = DeviceBuffer(gates * 4);
@@ -851,7 +851,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     float* wts = moe_weights_.get<float>();
     const bool topk_first = mp.routing == graph::MoeRouting::TopKSoftmax;
     const float* expert_scale = mp.expert_scale >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.expert_scale)]) : nullptr;
-    if (n <= 8 && ck::moe_router_fits(static_cast<int>(rt.type), d, ne)) {  // decode: the router and the routing in one launch
+    // Decode and steps of few rows: the router and the routing in one launch (a block per expert and
+    // row; the generic product of a float router for 9 to 64 rows ran on two blocks).
+    if (n <= ck::kCodesTokens && ck::moe_router_fits(static_cast<int>(rt.type), d, ne)) {
       ck::moe_router(stream_, static_cast<const float*>(weights_->raw(node.in[1])), router_x, d, n, moe_count_.get<unsigned>(), logits, ne,
                      k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts);
     } else {
