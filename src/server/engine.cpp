@@ -301,11 +301,15 @@ void Engine::run_step() {
       const int32_t few = exe_->few_rows();
       const int32_t few_room = few > 0 ? std::max(1, few - decoding_tokens) : 0;
       const int32_t linear = prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room, few_room);
-      std::array<double, kSizes> known = size_s_;
-      for (size_t b = 0; b < known.size(); ++b)
-        if (counters_.steps - size_at_[b] > kStaleSteps) known[b] = 0;
-      room = std::min(room, fitted_prompt_room(decoding_tokens, linear, few_room > 0 ? std::min(room, few_room) : room, known,
-                                               options_.decode_latency * decode_step_s_, 8));
+      if (few > 0) {  // (a backend whose few-row products take tokens in groups: fitted to its step sizes)
+        std::array<double, kSizes> known = size_s_;
+        for (size_t b = 0; b < known.size(); ++b)
+          if (counters_.steps - size_at_[b] > kStaleSteps) known[b] = 0;
+        room = std::min(room, fitted_prompt_room(decoding_tokens, linear, std::min(room, few_room), known,
+                                                 options_.decode_latency * decode_step_s_, 8));
+      } else {
+        room = std::min(room, linear);
+      }
     }
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;

@@ -113,7 +113,8 @@ int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t 
 // weights as 64 do), so the step is filled to the largest such size that keeps within limit_s, as the
 // times measured for each size say (step_s[b]: rows in (2^(b-1), 2^b]; 0 where none is known); a size
 // not measured yet is tried where `linear` (prompt_room's tokens) reaches into it. At most cap tokens; at
-// least min_tokens (or cap) when none fits. limit_s <= 0: linear.
+// least min_tokens (or cap) when none fits. limit_s <= 0: linear. The scheduler fits steps so on
+// backends with few_rows() (CUDA); elsewhere a step's cost grows with its rows and the linear room stands.
 int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::span<const double> step_s, double limit_s,
                            int32_t min_tokens);
 
