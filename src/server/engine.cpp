@@ -1,6 +1,7 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "backend/exec_common.h"
@@ -266,11 +267,8 @@ int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t 
 }
 
 namespace {
-int size_of(int64_t rows) {
-  int b = 0;
-  while (b + 1 < 62 && (int64_t{1} << b) < rows) ++b;
-  return b;
-}
+// The power of two a step of `rows` rows counts as: b with rows in (2^(b-1), 2^b].
+int size_of(int64_t rows) { return rows <= 1 ? 0 : static_cast<int>(std::bit_width(static_cast<uint64_t>(rows - 1))); }
 }  // namespace
 
 int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::span<const double> step_s, double limit_s,
@@ -335,8 +333,10 @@ void Engine::run_step() {
     // beside them adds (moving averages: the step sizes change as requests come and go).
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto average = [](double& e, double x) { e = e > 0 ? 0.8 * e + 0.2 * x : x; };
-    const int b = size_of(static_cast<int64_t>(step.tokens.size()));
-    if (b < kSizes) average(size_s_[static_cast<size_t>(b)], t), size_at_[static_cast<size_t>(b)] = counters_.steps;
+    if (const int b = size_of(static_cast<int64_t>(step.tokens.size())); exe_->few_rows() > 0 && b < kSizes) {
+      average(size_s_[static_cast<size_t>(b)], t);  // (fitted_prompt_room's times: only where steps are fitted)
+      size_at_[static_cast<size_t>(b)] = counters_.steps;
+    }
     if (prompt_tokens == 0) {
       average(decode_step_s_, t);
     } else if (decoding_parts == 0 || decode_step_s_ > 0) {

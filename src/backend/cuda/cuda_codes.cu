@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_device.cuh"
 
@@ -729,22 +730,19 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     // used twice: measured on an H200 at 64 tokens, 16-27% faster from 4096 rows; with fewer rows the
     // warps are too few).
     const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 ? 2 : 4;
-    int64_t rows = 0;
-    for (int i = 0; i < a.nseg; ++i) rows += a.seg[i].rows;
-    const int tiles = glu ? 1 : g_mma_tiles > 0 ? g_mma_tiles : groups == 4 && rows >= 4096 ? 2 : 1;
-    if (glu) {
-      if (groups == 1) launch_mv_mma<1, true>(s, a, split);
-      else if (groups == 2) launch_mv_mma<2, true>(s, a, split);
-      else launch_mv_mma<4, true>(s, a, split);
-    } else if (tiles == 1) {
-      if (groups == 1) launch_mv_mma<1, false>(s, a, split);
-      else if (groups == 2) launch_mv_mma<2, false>(s, a, split);
-      else launch_mv_mma<4, false>(s, a, split);
-    } else {
-      if (groups == 1) launch_mv_mma<1, false, 2>(s, a, split);
-      else if (groups == 2) launch_mv_mma<2, false, 2>(s, a, split);
-      else launch_mv_mma<4, false, 2>(s, a, split);
-    }
+    int64_t out_rows = 0;
+    for (int i = 0; i < a.nseg; ++i) out_rows += a.seg[i].rows;
+    const int tiles = glu ? 1 : g_mma_tiles > 0 ? g_mma_tiles : groups == 4 && out_rows >= 4096 ? 2 : 1;
+    const auto by_groups = [&](auto glu_c, auto tiles_c) {
+      constexpr bool G = decltype(glu_c)::value;
+      constexpr int R = decltype(tiles_c)::value;
+      if (groups == 1) launch_mv_mma<1, G, R>(s, a, split);
+      else if (groups == 2) launch_mv_mma<2, G, R>(s, a, split);
+      else launch_mv_mma<4, G, R>(s, a, split);
+    };
+    if (glu) by_groups(std::true_type{}, std::integral_constant<int, 1>{});
+    else if (tiles == 1) by_groups(std::false_type{}, std::integral_constant<int, 1>{});
+    else by_groups(std::false_type{}, std::integral_constant<int, 2>{});
     return;
   }
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
