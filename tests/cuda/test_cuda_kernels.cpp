@@ -807,11 +807,12 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
       const int64_t d = 384;
       const int k = 8;
       std::vector<float> w(static_cast<size_t>(ne * d)), x(static_cast<size_t>(n * d));
-      // Rows a_e x0 and rows x = (t + 1) x0: the logits keep the order of a_e. Experts 0..6 first, then
-      // experts 20 and 21 tied for the last place (equal rows give equal logits), the rest below.
+      // Rows a_e x0 and rows x = (1 + t / 32) x0: the logits keep the order of a_e. Experts 0..6 first,
+      // then experts 20 and 21 tied for the last place (equal rows give equal logits), the rest below.
+      // (Logits within about 30 of each other: the softmax of the last chosen stays a normal float.)
       for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] = dist(rng);
       for (int t = 1; t < n; ++t)
-        for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(t * d + i)] = static_cast<float>(t + 1) * x[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(t * d + i)] = (1.0f + static_cast<float>(t) / 32.0f) * x[static_cast<size_t>(i)];
       for (int e = 0; e < ne; ++e) {
         const float a = e < 7 ? 0.05f * static_cast<float>(8 - e) : e == 20 || e == 21 ? 0.03f : -0.01f * static_cast<float>(1 + (e * 7) % 13);
         for (int64_t i = 0; i < d; ++i) w[static_cast<size_t>(e * d + i)] = a * x[static_cast<size_t>(i)];
