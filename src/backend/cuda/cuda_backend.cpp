@@ -276,8 +276,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
     begin_step(step);
     logits_read_ = false;
     write_step(step);
+    // (Which sequences: only where their recurrent states' addresses are in the launches; otherwise
+    // everything per sequence is in the step buffer, and N decoding sequences are one shape whichever
+    // slots they hold.)
     std::vector<int32_t> key;
-    for (const graph::SeqStep& s : step.seqs) key.insert(key.end(), {s.seq, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
+    for (const graph::SeqStep& s : step.seqs)
+      key.insert(key.end(), {recurrent_ ? s.seq : 0, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
     auto it = graphs_.find(key);
     const bool once = use_graphs_ && !profiling_ && it == graphs_.end() && seen_once_.insert(key).second;
     if (!use_graphs_ || profiling_ || once) {

@@ -681,21 +681,38 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 
     }
 }
 
-// The launch shape: S warps per 16-row tile (each every S-th super-block), as many as keep the warps
-// within about 16 per SM (12 with 32 tokens a warp) with at least two super-blocks each, and at least
-// two (the warps wait on their loads: more of them in flight read faster). Measured with
-// zinc_cuda_matvec_bench on an H200: for 8 tokens eight warps a tile for 1024 to 4096 rows, four for q,
-// k and v together (6144), two for gate and up (12288); for 64 tokens two for 4096 to 12288 rows.
+// The warps of a k_mv_mma instantiation the GPU holds at once (its registers and shared memory).
+template <int NJ, bool GLU, int R>
+int64_t mma_resident_warps() {
+  static const int64_t warps = [] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_mv_mma<NJ, GLU, R>, kMvWarps * kWarp, 0) != cudaSuccess || blocks < 1) {
+      (void)cudaGetLastError();
+      blocks = 2;
+    }
+    return static_cast<int64_t>(blocks) * kMvWarps * sm_count();
+  }();
+  return warps;
+}
+
+// The launch shape: S warps per 16-row tile (each every S-th super-block), as many as the GPU holds at
+// once (one wave: a second, partial one waits a whole warp's time), with at least two super-blocks
+// each; without an activation at least two (the warps wait on their loads: more of them in flight read
+// faster). Measured with zinc_cuda_matvec_bench on an H200, the best S of 1, 2, 4, 8 in every shape of
+// an 8b model at 8, 16 and 32 tokens: eight a tile for q/o and down (4096 rows), four for q, k and v
+// together, two for gate (12288), one for gate and up with their activation in one group of tokens
+// (193-255 registers: 8 warps an SM; two: 8 tokens 33.3 us against 28.5, 32 tokens 72.9 against 65.2),
+// two for them in two groups (64 tokens: 100.8 us against 116.8 with one).
 template <int NJ, bool GLU, int R = 1>
 void launch_mv_mma(Stream s, MvArgs& a, int split) {
   const int P = GLU ? 1 : a.nseg;
   int64_t rows = 0;
   for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
   const int64_t tiles = (rows + 16 * R - 1) / (16 * R), nsb = a.cols / 256, groups = a.order ? 1 : (a.n + 8 * NJ - 1) / (8 * NJ);
-  const int64_t budget = (NJ >= 4 ? 12 : 16) * static_cast<int64_t>(sm_count());  // (32 tokens a warp: 255 registers, fewer resident)
+  const int64_t budget = mma_resident_warps<NJ, GLU, R>();
   int S = 1;
   while (S < kMmaWarps && tiles * groups * 2 * S <= budget && nsb >= 4 * S) S *= 2;
-  if (S == 1 && nsb >= 8) S = 2;
+  if (S == 1 && nsb >= 8 && !(GLU && groups == 1)) S = 2;
   if (split == 1 || split == 2 || split == 4 || split == 8) S = split;
   const int warps = std::max(S, kMvWarps);
   unsigned blocks = 0;
