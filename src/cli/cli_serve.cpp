@@ -22,7 +22,7 @@ namespace {
 struct ServeArgs {
   GenerationArgs gen;
   server::ServerOptions server;
-  int parallel = 1, queue = 32, batch_tokens = 256;
+  int parallel = 1, queue = 32, batch_tokens = 512;
   double decode_latency = 3;
   std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
   std::string models_dir, keep_alive = "5m";
