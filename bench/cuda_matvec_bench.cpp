@@ -2,7 +2,7 @@
 // device's copy bandwidth (launches replayed from a CUDA graph, weights cycled through copies larger
 // than L2 so every launch reads them from memory); with more than ck::kCodesTokens tokens, the prompt
 // products' paths.
-// Usage: zinc_cuda_matvec_bench [tokens] [iterations]
+// Usage: zinc_cuda_matvec_bench [tokens] [iterations] [codes staged in shared memory: 1 (default) or 0]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -90,6 +90,7 @@ double time_graph(cudaStream_t s, int iters, F launch) {
 int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 1;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
+  if (argc > 3) ck::set_codes_mma_stage(std::atoi(argv[3]) != 0);  // (0: the tensor cores read the codes from memory)
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");
   cudaStream_t s;

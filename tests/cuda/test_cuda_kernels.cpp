@@ -30,6 +30,7 @@ struct Dev {
   void* p = nullptr;
   explicit Dev(size_t bytes) {
     if (cudaMalloc(&p, bytes) != cudaSuccess) throw Error("cudaMalloc failed");
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) throw Error("cudaMemset failed");  // (buffers compared whole: no stale bytes)
   }
   ~Dev() { cudaFree(p); }
   template <class T>
@@ -382,17 +383,20 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
         tol[k].back().push_back(q3[k]->bound(r, x.data() + t * cols));
       }
     }
-  // Packed dot products (1 to 8 tokens; more in groups of 8), then integer tensor cores (2 to 64).
-  for (const int mma_min : {max_n + 1, 2}) {
-    backend::cuda::set_codes_mma_min(mma_min);
+  // Packed dot products (1 to 8 tokens; more in groups of 8), then integer tensor cores (2 to 64), their
+  // codes staged in shared memory and read from memory.
+  for (const int mma_min : {max_n + 1, 2, -2}) {
+    backend::cuda::set_codes_mma_stage(mma_min > 0);
+    backend::cuda::set_codes_mma_min(std::abs(mma_min));
     for (int n : {1, 3, 8, 9, 16, 29, 41, max_n}) {
       for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 4}, {4, 4}})
       for (const int groups : {0, 1, 2, 4})
       for (const int tiles : {0, 1, 2}) {
-        if (mma_min == 2 && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
+        const bool mma = std::abs(mma_min) == 2;
+        if (mma && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
         // The tensor cores' groups of 8 tokens a warp and tiles of rows a warp, each choice (the groups
         // past the tokens and the tiles past the rows masked).
-        if ((groups > 0 || tiles > 0) && (mma_min != 2 || n == 1 || (split != 0 && split != 8))) continue;
+        if ((groups > 0 || tiles > 0) && (!mma || n == 1 || (split != 0 && split != 8))) continue;
         backend::cuda::set_codes_mma_groups(groups);
         backend::cuda::set_codes_mma_tiles(tiles);
         backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None,
@@ -406,7 +410,7 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
           for (int t = 0; t < n; ++t)
             for (int64_t r = 0, i = 0; r < q->rows; r += 7, ++i)
               ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][t][i], tol[k][t][i])
-                  << gguf::tensor_type_name(q->type) << ", " << (mma_min == 2 && n > 1 ? "tensor cores, " : "packed dots, ") << n
+                  << gguf::tensor_type_name(q->type) << ", " << (mma && n > 1 ? mma_min > 0 ? "tensor cores, staged, " : "tensor cores, " : "packed dots, ") << n
                   << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", groups " << groups << ", tiles " << tiles
                   << ", token " << t << " row " << r;
         }
@@ -416,6 +420,7 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   backend::cuda::set_codes_mma_groups(0);
   backend::cuda::set_codes_mma_tiles(0);
   backend::cuda::set_codes_mma_min(0);
+  backend::cuda::set_codes_mma_stage(true);
 }
 
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
@@ -444,6 +449,9 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
           {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}, {backend::cuda::Glu::SwiGLU, 41, 8, 2},
           {backend::cuda::Glu::SwiGLU, 29, 4, 2}}) {
       // (With the tensor cores rows_per_warp is the split: eight and four warps a tile.)
+      for (const bool stage : {true, false}) {
+      if (!stage && mma_min != 2) continue;
+      backend::cuda::set_codes_mma_stage(stage);
       backend::cuda::set_codes_mma_min(mma_min);
       backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, mma_min == 2 ? rows_per_warp : 0,
                                    mma_min == 2 ? 0 : rows_per_warp);
@@ -459,12 +467,15 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
           // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
           const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
           ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
-              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << ", token " << t << " row " << r;
+              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << (stage ? ", staged" : "") << ", token " << t
+              << " row " << r;
         }
+      }
       }
     }
   }
   backend::cuda::set_codes_mma_min(0);
+  backend::cuda::set_codes_mma_stage(true);
 }
 
 TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {

@@ -18,6 +18,8 @@ int g_mma_tiles = 0;  // k_mv_mma's tiles of 16 rows a warp without an activatio
 void set_codes_mma_tiles(int tiles) { g_mma_tiles = tiles == 1 || tiles == 2 ? tiles : 0; }
 int g_mma_groups = 0;  // k_mv_mma's groups of 8 tokens a warp (1, 2, 4); 0: by the rows
 void set_codes_mma_groups(int groups) { g_mma_groups = groups == 1 || groups == 2 || groups == 4 ? groups : 0; }
+bool g_mma_stage = true;  // k_mv_mma's codes staged in shared memory
+void set_codes_mma_stage(bool on) { g_mma_stage = on; }
 
 namespace {
 int sm_count() {
@@ -399,8 +401,8 @@ struct Q45Mma {
       if constexpr (T == kQ5_K) qh[i] = ld_stream8(blk + 16 + 8 * tq);
     }
   }
-  static __device__ X x(const int8_t* row, int b, int s, int tq) {
-    return *reinterpret_cast<const uint2*>(row + b * 256 + 64 * (s / 2) + 32 * (s % 2) + 8 * tq);
+  static __device__ X x(const int8_t* at, int s, int tq) {  // (at: a token's codes of the super-block)
+    return *reinterpret_cast<const uint2*>(at + 64 * (s / 2) + 32 * (s % 2) + 8 * tq);
   }
   static __device__ void mma(int (&p)[4], const uint32_t (&a)[kA], X x) { mma_s8_k32(p, a, x.x, x.y); }
   // Sub-block s: the A fragment (a0, a1: elements 8tq .. 8tq + 3 of rows gq, gq + 8; a2, a3: 8tq + 4 ..
@@ -434,11 +436,12 @@ struct Q45Mma {
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           const int t = tk.qd[j][u];
-          const auto* sp = reinterpret_cast<const int*>(c.s + static_cast<int64_t>(t) * (cols / 32) + b * 8);
-          int m = __dp2a_lo(sp[0], mn0, 0);
-          m = __dp2a_hi(sp[1], mn0, m);
-          m = __dp2a_lo(sp[2], mn1, m);
-          m = __dp2a_hi(sp[3], mn1, m);
+          // (The sums of token t's super-block b: 16 bytes, 16-byte aligned (codes_layout).)
+          const int4 sp = *reinterpret_cast<const int4*>(c.s + static_cast<int64_t>(t) * (cols / 32) + b * 8);
+          int m = __dp2a_lo(sp.x, mn0, 0);
+          m = __dp2a_hi(sp.y, mn0, m);
+          m = __dp2a_lo(sp.z, mn1, m);
+          m = __dp2a_hi(sp.w, mn1, m);
           const float xd = c.d[static_cast<int64_t>(t) * (cols / 256) + b];
           acc[j][2 * i + u] += xd * (dm.x * static_cast<float>(isum[j][2 * i + u]) - dm.y * static_cast<float>(m));
         }
@@ -475,9 +478,9 @@ struct Q6Mma {
     }
   }
   // Sub-block sb = 8n + 2k + h: elements 16h + 4tq .. + 3 of group k of half n.
-  static __device__ X x(const int8_t* row, int b, int sb, int tq) {
+  static __device__ X x(const int8_t* at, int sb, int tq) {
     const int n = sb / 8, k = (sb / 2) % 4, h = sb % 2;
-    return *reinterpret_cast<const uint32_t*>(row + b * 256 + 128 * n + 32 * k + 16 * h + 4 * tq);
+    return *reinterpret_cast<const uint32_t*>(at + 128 * n + 32 * k + 16 * h + 4 * tq);
   }
   static __device__ void mma(int (&p)[4], const uint32_t (&a)[kA], X x) { mma_s8_k16(p, a[0], a[1], x); }
   __device__ void frag(int sb, uint32_t (&a)[kA], int (&s)[2]) const {
@@ -504,8 +507,10 @@ struct Q6Mma {
 
 // One super-block of P parts (gate and up, or two tiles of rows) against NJ groups of 8 tokens: each
 // sub-block's activation fragments loaded once for every part.
+// xs[j]: token gq of group j, its codes of super-block b (in memory, or staged in shared memory).
 template <class W, int NJ, int P>
-__device__ __forceinline__ void dot_parts(const W (&w)[P], int b, int tq, const MmaTok& tk, const Codes& c, int cols, float (&acc)[P][NJ][4]) {
+__device__ __forceinline__ void dot_parts(const W (&w)[P], int b, int tq, const int8_t* const (&xs)[NJ], const MmaTok& tk, const Codes& c,
+                                          int cols, float (&acc)[P][NJ][4]) {
   int isum[P][NJ][4];
 #pragma unroll
   for (int p = 0; p < P; ++p)
@@ -519,7 +524,7 @@ __device__ __forceinline__ void dot_parts(const W (&w)[P], int b, int tq, const 
     for (int p = 0; p < P; ++p) w[p].frag(s, a[p], sc[p]);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      const typename W::X x = W::x(tk.q[j], b, s, tq);
+      const typename W::X x = W::x(xs[j], s, tq);
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         int r[4] = {0, 0, 0, 0};
@@ -535,14 +540,47 @@ __device__ __forceinline__ void dot_parts(const W (&w)[P], int b, int tq, const 
   for (int p = 0; p < P; ++p) w[p].template finish<NJ>(b, tk, c, cols, isum[p], acc[p]);
 }
 
+// ST: a warp's tokens' codes of each super-block staged in shared memory before they are used (16-byte
+// asynchronous copies, the next super-block's while this one is computed), instead of each fragment read
+// from memory (8 tokens' rows each read: eight cache lines). Per warp: two stages of 8 NJ tokens' rows of
+// kStageRow bytes (256 and 16 to spread a fragment's rows over the banks), then the tokens' code rows.
+constexpr int kStageRow = 272;
+template <int NJ>
+struct Stage {
+  static constexpr int kTokens = 8 * NJ, kBytes = 2 * kTokens * kStageRow + kTokens * 4;
+  uint8_t* base;  // this warp's
+  const int* trow;
+  __device__ uint8_t* at(int k, int t) const { return base + (k * kTokens + t) * kStageRow; }
+  // Super-block b of every token into stage k (lane l: chunk l % 16 of tokens l / 16, + 2, ...).
+  __device__ void copy(const Codes& c, int cols, int b, int k) const {
+    const int lane = threadIdx.x % kWarp, ch = lane % 16;
+#pragma unroll
+    for (int i = 0; i < kTokens / 2; ++i) {
+      const int t = lane / 16 + 2 * i;
+      const int8_t* src = c.q + static_cast<int64_t>(trow[t]) * cols + b * 256 + ch * 16;
+      const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(at(k, t) + ch * 16));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+    }
+    asm volatile("cp.async.commit_group;");
+  }
+};
+template <bool ST>
+__device__ __forceinline__ void stage_wait() {
+  if constexpr (ST) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncwarp();
+  }
+}
+
 // A warp's share of its tile's super-blocks (ks, ks + S, ...), U of them loaded before any is used;
 // P products of the same rows (gate and up) sharing the activations.
-template <class W, int NJ, int P>
-__device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Codes& c, int cols,
-                                         float (&acc)[P][NJ][4]) {
+template <class W, int NJ, int P, bool ST>
+__device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Stage<NJ>& st,
+                                         const Codes& c, int cols, float (&acc)[P][NJ][4]) {
   constexpr int U = P == 1 && NJ != 2 ? 2 : 1;  // (16 tokens a warp: within 128 registers)
-  const int tq = threadIdx.x % 4;
+  const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
   bool waited = false;
+  int k = 0;  // ST: the stage of the next super-block to compute
   for (int b0 = ks; b0 < nsb; b0 += S * U) {
     W raw[U][P];
 #pragma unroll
@@ -553,12 +591,30 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
         for (int p = 0; p < P; ++p) raw[u][p].load(rows[p], b, tq);
       }
     }
-    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+    if (!waited) {
+      pdl_wait(), waited = true;  // the codes are the previous kernels' output
+      if constexpr (ST) st.copy(c, cols, ks, 0);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int b = b0 + u * S;
       if (b >= nsb) break;
-      dot_parts<W, NJ, P>(raw[u], b, tq, tk, c, cols, acc);
+      const int8_t* xs[NJ];
+      if constexpr (ST) {
+        if (b + S < nsb) st.copy(c, cols, b + S, k ^ 1);
+        else asm volatile("cp.async.commit_group;");
+        stage_wait<ST>();
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) xs[j] = reinterpret_cast<const int8_t*>(st.at(k, 8 * j + gq));
+      } else {
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) xs[j] = tk.q[j] + b * 256;
+      }
+      dot_parts<W, NJ, P>(raw[u], b, tq, xs, tk, c, cols, acc);
+      if constexpr (ST) {
+        __syncwarp();  // (every lane done with stage k before the next copy into it)
+        k ^= 1;
+      }
     }
   }
 }
@@ -569,9 +625,10 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
 // 26 us uncapped, 30 capped).
 constexpr int kMmaWarps = 8;
 // R: tiles of 16 rows a warp (without an activation), sharing each load of the activations.
-template <int NJ, bool GLU, int R>
+template <int NJ, bool GLU, int R, bool ST>
 __global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 2 && R == 1)) ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
   static_assert(R == 1 || !GLU);
+  extern __shared__ __align__(16) uint8_t mma_stage[];
   pdl_trigger();
   // Ungrouped: blockIdx.x the group of tokens, blockIdx.y the rows (a tile's groups run together and
   // share its weights' reads in L2).
@@ -623,10 +680,18 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 
       tk.qd[j][0] = slot(t0 + 8 * j + 2 * tq) / a.x_div;
       tk.qd[j][1] = slot(t0 + 8 * j + 2 * tq + 1) / a.x_div;
     }
+    Stage<NJ> st{};
+    if constexpr (ST) {
+      st.base = mma_stage + warp * Stage<NJ>::kBytes;
+      int* trow = reinterpret_cast<int*>(st.base + 2 * Stage<NJ>::kTokens * kStageRow);
+      if (lane < Stage<NJ>::kTokens) trow[lane] = slot(t0 + lane) / a.x_div;
+      __syncwarp();
+      st.trow = trow;
+    }
     const int nsb = cols / 256;
-    if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
-    else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
-    else mma_rows<Q6Mma, NJ, P>(rows, nsb, ks, S, tk, a.c, cols, acc);
+    if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+    else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+    else mma_rows<Q6Mma, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
   }
   pdl_wait();  // (again: warps with no rows or no super-blocks)
   if (S > 1) {
@@ -686,7 +751,7 @@ template <int NJ, bool GLU, int R>
 int64_t mma_resident_warps() {
   static const int64_t warps = [] {
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_mv_mma<NJ, GLU, R>, kMvWarps * kWarp, 0) != cudaSuccess || blocks < 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_mv_mma<NJ, GLU, R, false>, kMvWarps * kWarp, 0) != cudaSuccess || blocks < 1) {
       (void)cudaGetLastError();
       blocks = 2;
     }
@@ -703,6 +768,11 @@ int64_t mma_resident_warps() {
 // together, two for gate (12288), one for gate and up with their activation in one group of tokens
 // (193-255 registers: 8 warps an SM; two: 8 tokens 33.3 us against 28.5, 32 tokens 72.9 against 65.2),
 // two for them in two groups (64 tokens: 100.8 us against 116.8 with one).
+// The codes staged in shared memory (ST) for 8 and 16 tokens a warp, and for 32 with at least four warps
+// a tile (each warp two to four super-blocks); measured (us, read from memory -> staged): 16 tokens qkv
+// 20.2 -> 15.1, down Q6_K 32.5 -> 26.3, q/o 10.3 -> 9.2; 32 tokens down Q4_K 31.4 -> 27.4, q/o 14.1 ->
+// 12.8; but 32 tokens with one or two warps a tile (gate 12288 rows; gate and up) 32.7 -> 35.5 and 59.1
+// -> 67.2: there they read from memory.
 template <int NJ, bool GLU, int R = 1>
 void launch_mv_mma(Stream s, MvArgs& a, int split) {
   const int P = GLU ? 1 : a.nseg;
@@ -724,7 +794,16 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   if (GLU) a.nseg = 1;
   const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
                             : dim3(static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)), blocks);
-  launch(k_mv_mma<NJ, GLU, R>, grid, dim3(warps * kWarp), s, a, S);
+  constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
+  if (kStages && g_mma_stage && (NJ <= 2 || S >= 4)) {
+    constexpr auto kernel = k_mv_mma<NJ, GLU, R, kStages>;
+    static const bool allowed =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess;
+    (void)allowed;
+    launch_shared(kernel, grid, dim3(warps * kWarp), warps * Stage<NJ>::kBytes, s, a, S);
+  } else {
+    launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a, S);
+  }
 }
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).

@@ -209,6 +209,21 @@ bool pdl_on(Stream s) {
 }
 
 // A launch that may overlap the previous kernel of the stream (pdl_on); the kernel must pdl_wait.
+// launch_shared: with `shared` bytes of dynamic shared memory.
+template <class... P, class... A>
+void launch_shared(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, Stream s, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = shared;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_on(s) ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(std::forward<A>(args))...);
+}
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream s, A&&... args) {
   cudaLaunchConfig_t cfg = {};
@@ -226,7 +241,7 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream s, A&&... args) 
 // Activation rows as the CPU quantizes them for K-quant dot products (Q8_K): per 256 elements
 // d = amax / 127 and codes round-to-nearest-even(x / d) in [-127, 127]; beside them the sum of each
 // 32 codes (the Q4_K minimums' term). Layout (codes_layout): codes [n][cols], scales [n][cols / 256],
-// sums [n][cols / 32].
+// sums [n][cols / 32] from the next 16 bytes (a super-block's 8 sums one 16-byte read).
 struct Codes {
   int8_t* q;
   float* d;
@@ -235,7 +250,8 @@ struct Codes {
 __host__ __device__ inline Codes codes_layout(void* base, int64_t n, int64_t cols) {
   auto* q = static_cast<int8_t*>(base);
   auto* d = reinterpret_cast<float*>(q + n * cols);
-  return {q, d, reinterpret_cast<int16_t*>(d + n * (cols / 256))};
+  const uintptr_t s = (reinterpret_cast<uintptr_t>(d + n * (cols / 256)) + 15) & ~uintptr_t{15};
+  return {q, d, reinterpret_cast<int16_t*>(s)};
 }
 
 // The codes of one super-block held by a warp, eight values per lane (lane l: elements 8l .. 8l + 7),

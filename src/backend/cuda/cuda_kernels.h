@@ -58,9 +58,11 @@ void set_codes_mma_groups(int groups);
 // And the tiles of 16 rows each warp takes, without an activation (1 or 2; others: two with 32 tokens a
 // warp, else one).
 void set_codes_mma_tiles(int tiles);
+// And whether the tensor cores' activation codes are staged in shared memory (on by default).
+void set_codes_mma_stage(bool on);
 bool int8_tiles(int type);   // Q4_K, Q6_K
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
-inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + n * (cols / 32) * 2); }
+inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + 16 + n * (cols / 32) * 2); }
 // The codes of `rows` rows of x (row r from row r / x_div of x, x_stride floats apart) into q8.
 void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64_t cols, int rows, void* q8);
 // Products of up to three weights of uses_codes() types and cols columns over the same
