@@ -426,16 +426,28 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
 // whose sums are multiplied by the sub-block's integer scale and added as integers, as the CPU's dot
 // product forms a super-block; then the super-block's float scales (and the Q4_K minimums' term, the
 // minimums times the activations' sums of 32) go into float32 sums. Grouped tiles as k_mul_mm_tc's.
+// The next step's activations (and Q4_K's weights as stored) are copied into shared memory while a
+// step computes (asynchronous 16-byte copies): a step waits on memory only where the copies ran longer
+// than the step before it.
 constexpr int kMqM = 128, kMqN = 64, kMqLd = 256 + 16;  // bytes per shared row
 struct MqShared {
   int8_t w[kMqM][kMqLd];
-  int8_t x[kMqN][kMqLd];
+  // Two steps' codes, 16-byte chunk k of token t at chunk k ^ (t % 8) (a fragment's eight tokens on
+  // distinct banks).
+  __align__(16) int8_t x[2][kMqN][256];
+  __align__(16) uint8_t raw[kMqM][144];  // Q4_K: the next step's blocks as stored
   __align__(16) uint32_t sc[kMqM][4];  // Q4_K: scales (bytes 0..7) and minimums (8..15); Q6_K: the 16 signed scales
   float wd[kMqM], wm[kMqM];  // d (and dmin) of each row's super-block
-  float xd[kMqN];
-  __align__(16) uint32_t xs[kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
+  float xd[2][kMqN];
+  __align__(16) uint32_t xs[2][kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
   int32_t slot[kMqN];
 };
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
+}
 
 // 16 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes), as aligned words.
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t* p) {
@@ -474,15 +486,43 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
   float acc[2][4][4] = {};
   const int64_t blocks = cols / 256;
+  // Step b's copies: the codes, scales and sums of the tokens (past the tile's: the first token's, their
+  // results not written), and Q4_K's blocks (rows past the weights: the last row's).
+  const auto copy = [&](int64_t b) {
+    const int st = static_cast<int>(b % 2);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int item = tid + 256 * j, t = item / 16, part = item % 16;
+      const int slot = (sh.slot[t] >= 0 ? sh.slot[t] : sh.slot[0]);
+      cp_async16(&sh.x[st][t][16 * (part ^ (t % 8))], c.q + static_cast<int64_t>(slot) * cols + b * 256 + 16 * part);
+    }
+    if (tid < kMqN) {
+      const int slot = (sh.slot[tid] >= 0 ? sh.slot[tid] : sh.slot[0]);
+      cp_async16(sh.xs[st][tid], c.s + static_cast<int64_t>(slot) * (cols / 32) + b * 8);
+    } else if (tid < 2 * kMqN) {
+      const int t = tid - kMqN, slot = (sh.slot[t] >= 0 ? sh.slot[t] : sh.slot[0]);
+      cp_async4(&sh.xd[st][t], c.d + static_cast<int64_t>(slot) * (cols / 256) + b);
+    }
+    if constexpr (T == kQ4_K) {
+      for (int item = tid; item < kMqM * 9; item += 256) {
+        const int r = item / 9, part = item % 9;
+        cp_async16(&sh.raw[r][16 * part], w + min(m0 + r, rows - 1) * row_bytes + b * 144 + 16 * part);
+      }
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  __syncthreads();  // (the slots written)
+  copy(0);
   for (int64_t b = 0; b < blocks; ++b) {
-    __syncthreads();  // the previous step's reads done (and the slots written)
+    const int st = static_cast<int>(b % 2);
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();  // the previous step's reads done, this step's copies landed
     // Weights: Q4_K 8 pieces of 16 code bytes a row (4 a thread), Q6_K 4 pieces of 64 values (2 a thread).
     if constexpr (T == kQ4_K) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int item = tid + 256 * j, r = item / 8, part = item % 8;
-        uint4 q = make_uint4(0, 0, 0, 0);
-        if (m0 + r < rows) q = ld_stream(w + (m0 + r) * row_bytes + b * 144 + 16 + 16 * part);
+        const uint4 q = *reinterpret_cast<const uint4*>(&sh.raw[r][16 + 16 * part]);
         const int c0 = (part / 2) * 64 + (part % 2) * 16;
         *reinterpret_cast<uint4*>(&sh.w[r][c0]) =
             make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
@@ -491,8 +531,7 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
       }
       if (tid < kMqM) {
         const int r = tid;
-        uint4 h = make_uint4(0, 0, 0, 0);
-        if (m0 + r < rows) h = ld_stream(w + (m0 + r) * row_bytes + b * 144);
+        const uint4 h = *reinterpret_cast<const uint4*>(&sh.raw[r][0]);
         sh.wd[r] = half_bits(static_cast<uint16_t>(h.x & 0xffff));
         sh.wm[r] = half_bits(static_cast<uint16_t>(h.x >> 16));
         // Scales: bytes 0..3 low 6 bits of y, bytes 4..7 low nibbles of w with the top 2 bits of y;
@@ -539,28 +578,8 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
         sh.wd[r] = d;
       }
     }
-    // Activations: 16 pieces of 16 codes a token (4 a thread); the scales and sums.
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int item = tid + 256 * j, t = item / 16, part = item % 16;
-      const int slot = sh.slot[t];
-      uint4 q = make_uint4(0, 0, 0, 0);
-      if (slot >= 0) q = *reinterpret_cast<const uint4*>(c.q + static_cast<int64_t>(slot) * cols + b * 256 + 16 * part);
-      *reinterpret_cast<uint4*>(&sh.x[t][16 * part]) = q;
-    }
-    if (tid >= kMqM && tid < kMqM + kMqN) {
-      const int t = tid - kMqM, slot = sh.slot[t];
-      float d = 0;
-      uint32_t s4[4] = {0, 0, 0, 0};
-      if (slot >= 0) {
-        d = c.d[static_cast<int64_t>(slot) * (cols / 256) + b];
-        const auto* sp = reinterpret_cast<const uint32_t*>(c.s + static_cast<int64_t>(slot) * (cols / 32) + b * 8);
-        for (int i = 0; i < 4; ++i) s4[i] = sp[i];
-      }
-      sh.xd[t] = d;
-      for (int i = 0; i < 4; ++i) sh.xs[t][i] = s4[i];
-    }
-    __syncthreads();
+    __syncthreads();  // the weights unpacked (Q4_K: their copy's buffer free)
+    if (b + 1 < blocks) copy(b + 1);
     // The super-block's integer sums, each sub-block's products times its scale.
     int isum[2][4][4] = {};
     if constexpr (T == kQ4_K) {
@@ -586,9 +605,9 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int8_t* p = &sh.x[wn + 8 * j + gq][32 * s + 4 * tq];
-          bf[j][0] = *reinterpret_cast<const uint32_t*>(p);
-          bf[j][1] = *reinterpret_cast<const uint32_t*>(p + 16);
+          const int8_t* p = sh.x[st][wn + 8 * j + gq];  // (token t % 8 = gq)
+          bf[j][0] = *reinterpret_cast<const uint32_t*>(p + 16 * ((2 * s) ^ gq) + 4 * tq);
+          bf[j][1] = *reinterpret_cast<const uint32_t*>(p + 16 * ((2 * s + 1) ^ gq) + 4 * tq);
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -618,12 +637,12 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
               const int t = wn + 8 * j + 2 * tq + q;
-              const uint4 xs = *reinterpret_cast<const uint4*>(sh.xs[t]);
+              const uint4 xs = *reinterpret_cast<const uint4*>(sh.xs[st][t]);
               int m = __dp2a_lo(static_cast<int>(xs.x), mn0, 0);
               m = __dp2a_hi(static_cast<int>(xs.y), mn0, m);
               m = __dp2a_lo(static_cast<int>(xs.z), mn1, m);
               m = __dp2a_hi(static_cast<int>(xs.w), mn1, m);
-              const float xd = sh.xd[t];
+              const float xd = sh.xd[st][t];
               acc[i][j][2 * h + q] += xd * (d * static_cast<float>(isum[i][j][2 * h + q]) - dm * static_cast<float>(m));
             }
         }
@@ -640,7 +659,7 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
           sc[i][1] = reinterpret_cast<const int8_t*>(sh.sc[wm + 16 * i + gq + 8])[s];
         }
 #pragma unroll
-        for (int j = 0; j < 4; ++j) bf[j] = *reinterpret_cast<const uint32_t*>(&sh.x[wn + 8 * j + gq][16 * s + 4 * tq]);
+        for (int j = 0; j < 4; ++j) bf[j] = *reinterpret_cast<const uint32_t*>(sh.x[st][wn + 8 * j + gq] + 16 * (s ^ gq) + 4 * tq);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -662,7 +681,7 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
           for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int q = 0; q < 2; ++q)
-              acc[i][j][2 * h + q] += sh.xd[wn + 8 * j + 2 * tq + q] * d * static_cast<float>(isum[i][j][2 * h + q]);
+              acc[i][j][2 * h + q] += sh.xd[st][wn + 8 * j + 2 * tq + q] * d * static_cast<float>(isum[i][j][2 * h + q]);
         }
     }
   }
