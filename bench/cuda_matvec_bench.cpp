@@ -161,6 +161,24 @@ int main(int argc, char** argv) {
                     2.0 * static_cast<double>(w.rows * w.cols) * n / (us * 1e6));
       }
     }
+    // Products of one input in one launch (q, k and v).
+    for (const Shape& sh : shapes) {
+      if (sh.parts.size() == 1 || sh.glu != ck::Glu::None) continue;
+      const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
+        ck::Product p[3];
+        for (size_t k = 0; k < sh.parts.size(); ++k) {
+          const Weights& w = sh.parts[k];
+          p[k].type = static_cast<int>(w.type);
+          p[k].w = w.copies[static_cast<size_t>(i) % w.copies.size()];
+          p[k].row_bytes = zinc::quant::row_size(w.type, w.cols);
+          p[k].rows = w.rows;
+          p[k].out = out + k * static_cast<size_t>(n * max_rows);
+          p[k].out_stride = w.rows;
+        }
+        ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, false);
+      });
+      std::printf("| %s | int8 codes, one launch | %.1f | – |\n", sh.name.c_str(), us);
+    }
     check(cudaGetLastError(), "kernels");
     return 0;
   }

@@ -353,6 +353,45 @@ class CudaFused : public ::testing::Test {
 };
 
 
+// A prompt's products of one input (q, k and v: Q4_K and Q6_K mixed) in one launch of the prompt
+// tiles, against the CPU's reference dots: rows past a tile and tokens past a tile masked.
+TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t cols = 768;
+  const QuantRows a(TensorType::Q4_K, 300, cols, rng), b(TensorType::Q6_K, 260, cols, rng), c(TensorType::Q4_K, 37, cols, rng);
+  const int max_n = 130;
+  std::vector<float> x(static_cast<size_t>(max_n * cols));
+  for (float& v : x) v = dist(rng);
+  Dev da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
+  Dev oa(static_cast<size_t>(max_n * a.rows) * 4), ob(static_cast<size_t>(max_n * b.rows) * 4), oc(static_cast<size_t>(max_n * c.rows) * 4);
+  upload(da, a.w.data(), a.w.size());
+  upload(db, b.w.data(), b.w.size());
+  upload(dc, c.w.data(), c.w.size());
+  upload(dx, x.data(), x.size() * 4);
+  backend::cuda::Product p[3];
+  p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
+  p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
+  p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
+  const QuantRows* q3[3] = {&a, &b, &c};
+  const Dev* outs[3] = {&oa, &ob, &oc};
+  for (const int n : {backend::cuda::kCodesTokens + 1, max_n}) {
+    for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
+      ASSERT_EQ(cudaMemset(outs[k]->p, 0xff, static_cast<size_t>(max_n * q3[k]->rows) * 4), cudaSuccess);
+    backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int k = 0; k < 3; ++k) {
+      const QuantRows* q = q3[k];
+      std::vector<float> got(static_cast<size_t>(n * q->rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), outs[k]->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int t = 0; t < n; t += 3)
+        for (int64_t r = 0; r < q->rows; r += 7)
+          ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], q->dot(r, x.data() + t * cols), q->bound(r, x.data() + t * cols))
+              << gguf::tensor_type_name(q->type) << ", " << n << " tokens, token " << t << " row " << r;
+    }
+  }
+}
+
 TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -1062,7 +1062,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
   size_t fusion(size_t i) const {
     const Fusion& f = fuse_[i];
     if (f.kind == Fuse::None) return 0;
-    if ((f.kind == Fuse::Products || f.kind == Fuse::Glu) && rows_[static_cast<size_t>(g_.nodes[i].in[1])] > ck::kCodesTokens) return 0;
+    const int64_t n = rows_[static_cast<size_t>(g_.nodes[i].in[1])];
+    if (f.kind == Fuse::Glu && n > ck::kCodesTokens) return 0;
+    if (f.kind == Fuse::Products && n > ck::kCodesTokens) {
+      // A prompt's products of one input in one launch of the prompt tiles, where they all take them.
+      if (!int8_prompts_ || n > 65535) return 0;
+      for (size_t k = i; k < i + f.count; ++k)
+        if (!ck::int8_tiles(static_cast<int>(g_.tensor(g_.nodes[k].in[0]).type))) return 0;
+    }
     return f.count;
   }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_device.cuh"
+#include "core/error.h"
 
 namespace zinc::backend::cuda {
 
@@ -869,6 +870,14 @@ void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64
 
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
                    int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+  if (!ids && n > kCodesTokens) {  // a prompt's products: the tiles (the launcher checks what they take)
+    bool tiles = glu == Glu::None && x_div == 1 && n <= 65535 && count >= 1 && count <= 3;
+    for (int i = 0; i < count; ++i) tiles &= int8_tiles(p[i].type) && p[i].first == 0;
+    if (!tiles) throw Error("mul_mat_codes: a prompt's products take Q4_K or Q6_K weights, without an activation");
+    if (!q8_ready) quantize_codes(s, x, x_stride, 1, cols, n, q8);
+    mul_mm_codes_tiles(s, p, count, cols, q8, n);
+    return;
+  }
   MvArgs a = products_args(p, count, cols, n, glu);
   a.ids = ids;
   mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);

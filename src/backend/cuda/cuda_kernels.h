@@ -69,7 +69,9 @@ void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64
 // n <= kCodesTokens rows of x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows
 // from expert ids[t]), in one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its
 // bias. With glu, two products (gate, up) of the same rows combined, act(gate) * up, into the first's
-// out. split (warps per row group) and rows_per_warp: 0 chooses (measuring only).
+// out. split (warps per row group) and rows_per_warp: 0 chooses (measuring only). More rows (a prompt,
+// up to 65535; without ids, glu or first; int8_tiles() types): the prompt tiles, every product's in one
+// launch.
 enum class Glu : int { None, SwiGLU, GeGLU };
 struct Product {
   int type = 0;
@@ -84,6 +86,8 @@ struct Product {
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                    const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
                    int rows_per_warp = 0);
+// The prompt tiles of up to three int8_tiles() products against the codes of n > kCodesTokens rows in q8.
+void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n);
 // Expert slots grouped by expert (order and offsets as moe_group writes them; each expert has at most
 // per_expert slots): products of uses_codes() weights against the codes of the slots' rows (row t of x
 // at t / x_div), each expert's rows read once per group of 8 of its slots on integer tensor cores;

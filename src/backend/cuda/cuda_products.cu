@@ -460,16 +460,15 @@ __device__ __forceinline__ uint4 ld16_a2(const uint8_t* p) {
   return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
 }
 
+// Tile (bx, by): rows by kMqM on, tokens bx kMqN on (grouped: the bx-th tile of the experts' slots).
 template <int T>
-__global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, Codes c, int n,
-                                                      float* out, int64_t os, const float* bias, TcGroups g) {
-  extern __shared__ __align__(16) uint8_t mq_raw[];
-  MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
+__device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n,
+                                           float* out, int64_t os, const float* bias, const TcGroups& g, unsigned bx, unsigned by) {
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp, gq = lane / 4, tq = lane % 4;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMqM;
-  int n0 = blockIdx.x * kMqN, count = n - n0;
+  const int64_t m0 = static_cast<int64_t>(by) * kMqM;
+  int n0 = static_cast<int>(bx) * kMqN, count = n - n0;
   if (g.order) {
-    int tile = blockIdx.x, e = 0;
+    int tile = static_cast<int>(bx), e = 0;
     for (; e < g.n_expert; ++e) {
       const int cnt = g.offsets[e + 1] - g.offsets[e], tiles = (cnt + kMqN - 1) / kMqN;
       if (tile < tiles) break;
@@ -703,6 +702,39 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
 }
 
 template <int T>
+__global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, Codes c, int n,
+                                                      float* out, int64_t os, const float* bias, TcGroups g) {
+  extern __shared__ __align__(16) uint8_t mq_raw[];
+  mm_q8_tile<T>(*reinterpret_cast<MqShared*>(mq_raw), w, row_bytes, rows, cols, c, n, out, os, bias, g, blockIdx.x, blockIdx.y);
+}
+
+// Up to three products of the same codes in one launch (a prompt's q, k and v): blockIdx.y the row tiles
+// of the first product, then the second's, ...; each product Q4_K or Q6_K.
+struct MqSeg {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t rows, os;
+  float* out;
+  const float* bias;
+  int type;
+  unsigned tiles;
+};
+struct MqSegs {
+  MqSeg seg[3];
+  int nseg;
+};
+__global__ void __launch_bounds__(256, 2) k_mul_mm_q8_segs(const MqSegs a, int64_t cols, Codes c, int n) {
+  extern __shared__ __align__(16) uint8_t mq_raw[];
+  unsigned by = blockIdx.y;
+  int i = 0;
+  while (i + 1 < a.nseg && by >= a.seg[i].tiles) by -= a.seg[i].tiles, ++i;
+  const MqSeg& g = a.seg[i];
+  MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
+  if (g.type == kQ4_K) mm_q8_tile<kQ4_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
+  else mm_q8_tile<kQ6_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
+}
+
+template <int T>
 void launch_mul_mm_q8(Stream s, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n, unsigned token_tiles,
                       float* out, int64_t os, const float* bias, const TcGroups& g) {
   static const bool sized = [] {
@@ -712,6 +744,25 @@ void launch_mul_mm_q8(Stream s, const uint8_t* w, size_t row_bytes, int64_t rows
   const dim3 grid(token_tiles, static_cast<unsigned>((rows + kMqM - 1) / kMqM));
   k_mul_mm_q8<T><<<grid, 256, sizeof(MqShared), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g);
 }
+}  // namespace
+
+void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n) {
+  static const bool sized = [] {
+    return cudaFuncSetAttribute(k_mul_mm_q8_segs, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(MqShared))) == cudaSuccess;
+  }();
+  (void)sized;
+  MqSegs a{};
+  unsigned tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type,
+                static_cast<unsigned>((p[i].rows + kMqM - 1) / kMqM)};
+    tiles += a.seg[i].tiles;
+  }
+  a.nseg = count;
+  const dim3 grid(static_cast<unsigned>((n + kMqN - 1) / kMqN), tiles);
+  k_mul_mm_q8_segs<<<grid, 256, sizeof(MqShared), s>>>(a, cols, codes_layout(q8, n, cols), n);
+}
+namespace {
 
 // A mixture's slots sorted by expert: counts, their prefix sums (offsets[0 .. n_expert]), then each
 // slot placed after the earlier ones of its expert (the order within an expert does not matter: each
