@@ -435,13 +435,20 @@ struct MqShared {
   // Two steps' codes, 16-byte chunk k of token t at chunk k ^ (t % 8) (a fragment's eight tokens on
   // distinct banks).
   __align__(16) int8_t x[2][kMqN][256];
-  __align__(16) uint8_t raw[kMqM][144];  // Q4_K: the next step's blocks as stored
   __align__(16) uint32_t sc[kMqM][4];  // Q4_K: scales (bytes 0..7) and minimums (8..15); Q6_K: the 16 signed scales
   float wd[kMqM], wm[kMqM];  // d (and dmin) of each row's super-block
   float xd[2][kMqN];
   __align__(16) uint32_t xs[2][kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
   int32_t slot[kMqN];
+  // Then, past the struct, the next step's blocks as stored, kMqM rows of mq_raw_row<T>() bytes:
+  // Q4_K's 144; Q6_K's 210 from the 16-byte boundary below each (at its address % 16, 14 chunks).
+  __device__ uint8_t* raw(int r, int stride) { return reinterpret_cast<uint8_t*>(this + 1) + r * stride; }
 };
+template <int T>
+__host__ __device__ constexpr int mq_raw_row() { return T == kQ4_K ? 144 : 224; }
+template <int T>
+constexpr size_t mq_shared() { return sizeof(MqShared) + kMqM * mq_raw_row<T>(); }
+static_assert(sizeof(MqShared) % 16 == 0);
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
 }
@@ -449,22 +456,25 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
 }
 
-// 16 bytes from a 2-byte aligned address (Q6_K blocks are 210 bytes), as aligned words.
-__device__ __forceinline__ uint4 ld16_a2(const uint8_t* p) {
+// 16 bytes from a 2-byte aligned shared address, as aligned words (Q6_K blocks copied as stored).
+__device__ __forceinline__ uint4 lds16_a2(const uint8_t* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   const auto* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
   const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
-  const uint32_t w0 = __ldg(q), w1 = __ldg(q + 1), w2 = __ldg(q + 2), w3 = __ldg(q + 3);
+  const uint32_t w0 = q[0], w1 = q[1], w2 = q[2], w3 = q[3];
   if (sh == 0) return make_uint4(w0, w1, w2, w3);
-  const uint32_t w4 = __ldg(q + 4);
+  const uint32_t w4 = q[4];
   return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh), __funnelshift_r(w3, w4, sh));
 }
+// Where a Q6_K block at byte `at` of w lies in its copy (from the 16-byte boundary below it).
+__device__ __forceinline__ int q6_offset(const uint8_t* w, int64_t at) { return static_cast<int>(reinterpret_cast<uintptr_t>(w + at) & 15); }
 
 // Tile (bx, by): rows by kMqM on, tokens bx kMqN on (grouped: the bx-th tile of the experts' slots).
 template <int T>
 __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n,
                                            float* out, int64_t os, const float* bias, const TcGroups& g, unsigned bx, unsigned by) {
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp, gq = lane / 4, tq = lane % 4;
+  constexpr int kRaw = mq_raw_row<T>();
   const int64_t m0 = static_cast<int64_t>(by) * kMqM;
   int n0 = static_cast<int>(bx) * kMqN, count = n - n0;
   if (g.order) {
@@ -505,7 +515,14 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     if constexpr (T == kQ4_K) {
       for (int item = tid; item < kMqM * 9; item += 256) {
         const int r = item / 9, part = item % 9;
-        cp_async16(&sh.raw[r][16 * part], w + min(m0 + r, rows - 1) * row_bytes + b * 144 + 16 * part);
+        cp_async16(sh.raw(r, kRaw) + 16 * part, w + min(m0 + r, rows - 1) * row_bytes + b * 144 + 16 * part);
+      }
+    } else {
+      // (Past a block: at most 15 bytes, within the 16 every weight's allocation has after its end.)
+      for (int item = tid; item < kMqM * 14; item += 256) {
+        const int r = item / 14, part = item % 14;
+        const auto at = reinterpret_cast<uintptr_t>(w + min(m0 + r, rows - 1) * row_bytes + b * 210) & ~uintptr_t{15};
+        cp_async16(sh.raw(r, kRaw) + 16 * part, reinterpret_cast<const uint8_t*>(at) + 16 * part);
       }
     }
     asm volatile("cp.async.commit_group;");
@@ -521,7 +538,7 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int item = tid + 256 * j, r = item / 8, part = item % 8;
-        const uint4 q = *reinterpret_cast<const uint4*>(&sh.raw[r][16 + 16 * part]);
+        const uint4 q = *reinterpret_cast<const uint4*>(sh.raw(r, kRaw) + 16 + 16 * part);
         const int c0 = (part / 2) * 64 + (part % 2) * 16;
         *reinterpret_cast<uint4*>(&sh.w[r][c0]) =
             make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
@@ -530,7 +547,7 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
       }
       if (tid < kMqM) {
         const int r = tid;
-        const uint4 h = *reinterpret_cast<const uint4*>(&sh.raw[r][0]);
+        const uint4 h = *reinterpret_cast<const uint4*>(sh.raw(r, kRaw));
         sh.wd[r] = half_bits(static_cast<uint16_t>(h.x & 0xffff));
         sh.wm[r] = half_bits(static_cast<uint16_t>(h.x >> 16));
         // Scales: bytes 0..3 low 6 bits of y, bytes 4..7 low nibbles of w with the top 2 bits of y;
@@ -544,13 +561,8 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int item = tid + 256 * j, r = item / 4, half = (item % 4) / 2, l0 = (item % 2) * 16;
-        uint4 la = make_uint4(0, 0, 0, 0), lb = la, qh = la;
-        if (m0 + r < rows) {
-          const uint8_t* blk = w + (m0 + r) * row_bytes + b * 210;
-          la = ld16_a2(blk + 64 * half + l0);
-          lb = ld16_a2(blk + 64 * half + 32 + l0);
-          qh = ld16_a2(blk + 128 + 32 * half + l0);
-        }
+        const uint8_t* blk = sh.raw(r, kRaw) + q6_offset(w, min(m0 + r, rows - 1) * row_bytes + b * 210);
+        const uint4 la = lds16_a2(blk + 64 * half + l0), lb = lds16_a2(blk + 64 * half + 32 + l0), qh = lds16_a2(blk + 128 + 32 * half + l0);
         const uint32_t A[4] = {la.x, la.y, la.z, la.w}, Bq[4] = {lb.x, lb.y, lb.z, lb.w}, H[4] = {qh.x, qh.y, qh.z, qh.w};
         uint32_t v[4][4];
 #pragma unroll
@@ -566,15 +578,9 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
       }
       if (tid < kMqM) {
         const int r = tid;
-        uint4 s = make_uint4(0, 0, 0, 0);
-        float d = 0;
-        if (m0 + r < rows) {
-          const uint8_t* blk = w + (m0 + r) * row_bytes + b * 210;
-          s = ld16_a2(blk + 192);
-          d = half_bits(*reinterpret_cast<const uint16_t*>(blk + 208));
-        }
-        *reinterpret_cast<uint4*>(sh.sc[r]) = s;
-        sh.wd[r] = d;
+        const uint8_t* blk = sh.raw(r, kRaw) + q6_offset(w, min(m0 + r, rows - 1) * row_bytes + b * 210);
+        *reinterpret_cast<uint4*>(sh.sc[r]) = lds16_a2(blk + 192);
+        sh.wd[r] = half_bits(*reinterpret_cast<const uint16_t*>(blk + 208));
       }
     }
     __syncthreads();  // the weights unpacked (Q4_K: their copy's buffer free)
@@ -738,17 +744,17 @@ template <int T>
 void launch_mul_mm_q8(Stream s, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n, unsigned token_tiles,
                       float* out, int64_t os, const float* bias, const TcGroups& g) {
   static const bool sized = [] {
-    return cudaFuncSetAttribute(k_mul_mm_q8<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(MqShared))) == cudaSuccess;
+    return cudaFuncSetAttribute(k_mul_mm_q8<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mq_shared<T>())) == cudaSuccess;
   }();
   (void)sized;
   const dim3 grid(token_tiles, static_cast<unsigned>((rows + kMqM - 1) / kMqM));
-  k_mul_mm_q8<T><<<grid, 256, sizeof(MqShared), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g);
+  k_mul_mm_q8<T><<<grid, 256, mq_shared<T>(), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g);
 }
 }  // namespace
 
 void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n) {
   static const bool sized = [] {
-    return cudaFuncSetAttribute(k_mul_mm_q8_segs, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(MqShared))) == cudaSuccess;
+    return cudaFuncSetAttribute(k_mul_mm_q8_segs, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mq_shared<kQ6_K>())) == cudaSuccess;
   }();
   (void)sized;
   MqSegs a{};
@@ -760,7 +766,10 @@ void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, voi
   }
   a.nseg = count;
   const dim3 grid(static_cast<unsigned>((n + kMqN - 1) / kMqN), tiles);
-  k_mul_mm_q8_segs<<<grid, 256, sizeof(MqShared), s>>>(a, cols, codes_layout(q8, n, cols), n);
+  // (Q4_K segments alone: their smaller copies' rows.)
+  bool q6 = false;
+  for (int i = 0; i < count; ++i) q6 |= p[i].type == kQ6_K;
+  k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n);
 }
 namespace {
 
