@@ -355,30 +355,43 @@ class CudaFused : public ::testing::Test {
 
 // A prompt's products of one input (q, k and v: Q4_K and Q6_K mixed) in one launch of the prompt
 // tiles, against the CPU's reference dots: rows past a tile and tokens past a tile masked.
-TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
-  std::mt19937 rng(12);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t cols = 768;
-  const QuantRows a(TensorType::Q4_K, 300, cols, rng), b(TensorType::Q6_K, 260, cols, rng), c(TensorType::Q4_K, 37, cols, rng);
-  const int max_n = 130;
-  std::vector<float> x(static_cast<size_t>(max_n * cols));
-  for (float& v : x) v = dist(rng);
-  Dev da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
-  Dev oa(static_cast<size_t>(max_n * a.rows) * 4), ob(static_cast<size_t>(max_n * b.rows) * 4), oc(static_cast<size_t>(max_n * c.rows) * 4);
-  upload(da, a.w.data(), a.w.size());
-  upload(db, b.w.data(), b.w.size());
-  upload(dc, c.w.data(), c.w.size());
-  upload(dx, x.data(), x.size() * 4);
+// Three products of one input (Q4_K, Q6_K, Q4_K; 768 columns) and max_n rows of it, on the device.
+struct ThreeProducts {
+  static constexpr int64_t cols = 768;
+  std::mt19937 rng;
+  const QuantRows a, b, c;
+  const int max_n;
+  std::vector<float> x;
+  Dev da, db, dc, dx, dq8, oa, ob, oc;
   backend::cuda::Product p[3];
-  p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
-  p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
-  p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
   const QuantRows* q3[3] = {&a, &b, &c};
   const Dev* outs[3] = {&oa, &ob, &oc};
-  for (const int n : {backend::cuda::kCodesTokens + 1, max_n}) {
+  ThreeProducts(uint32_t seed, int64_t ra, int64_t rb, int64_t rc, int n)
+      : rng(seed), a(TensorType::Q4_K, ra, cols, rng), b(TensorType::Q6_K, rb, cols, rng), c(TensorType::Q4_K, rc, cols, rng), max_n(n),
+        x(static_cast<size_t>(n * cols)), da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(n, cols)),
+        oa(static_cast<size_t>(n * ra) * 4), ob(static_cast<size_t>(n * rb) * 4), oc(static_cast<size_t>(n * rc) * 4) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : x) v = dist(rng);
+    upload(da, a.w.data(), a.w.size());
+    upload(db, b.w.data(), b.w.size());
+    upload(dc, c.w.data(), c.w.size());
+    upload(dx, x.data(), x.size() * 4);
+    p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
+    p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
+    p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
+  }
+};
+
+TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
+  ThreeProducts f(12, 300, 260, 37, 130);
+  const int64_t cols = f.cols;
+  const std::vector<float>& x = f.x;
+  const QuantRows* const(&q3)[3] = f.q3;
+  const Dev* const(&outs)[3] = f.outs;
+  for (const int n : {backend::cuda::kCodesTokens + 1, f.max_n}) {
     for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
-      ASSERT_EQ(cudaMemset(outs[k]->p, 0xff, static_cast<size_t>(max_n * q3[k]->rows) * 4), cudaSuccess);
-    backend::cuda::mul_mat_codes(nullptr, p, 3, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false);
+      ASSERT_EQ(cudaMemset(outs[k]->p, 0xff, static_cast<size_t>(f.max_n * q3[k]->rows) * 4), cudaSuccess);
+    backend::cuda::mul_mat_codes(nullptr, f.p, 3, cols, f.dx.as<float>(), cols, 1, nullptr, n, f.dq8.p, false);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (int k = 0; k < 3; ++k) {
       const QuantRows* q = q3[k];
@@ -393,26 +406,15 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
 }
 
 TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t cols = 768;
-  const QuantRows a(TensorType::Q4_K, 2100, cols, rng), b(TensorType::Q6_K, 2050, cols, rng), c(TensorType::Q4_K, 37, cols, rng);
-  const int max_n = backend::cuda::kCodesTokens;
-  std::vector<float> x(static_cast<size_t>(max_n * cols));
-  for (float& v : x) v = dist(rng);
-  Dev da(a.w.size()), db(b.w.size()), dc(c.w.size()), dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
-  Dev oa(static_cast<size_t>(max_n * a.rows) * 4), ob(static_cast<size_t>(max_n * b.rows) * 4), oc(static_cast<size_t>(max_n * c.rows) * 4);
-  upload(da, a.w.data(), a.w.size());
-  upload(db, b.w.data(), b.w.size());
-  upload(dc, c.w.data(), c.w.size());
-  upload(dx, x.data(), x.size() * 4);
-  backend::cuda::Product p[3];
-  p[0] = {static_cast<int>(a.type), da.p, a.rb, 0, 0, a.rows, oa.as<float>(), a.rows, nullptr, 0};
-  p[1] = {static_cast<int>(b.type), db.p, b.rb, 0, 0, b.rows, ob.as<float>(), b.rows, nullptr, 0};
-  p[2] = {static_cast<int>(c.type), dc.p, c.rb, 0, 0, c.rows, oc.as<float>(), c.rows, nullptr, 0};
+  ThreeProducts f(11, 2100, 2050, 37, backend::cuda::kCodesTokens);
+  const int64_t cols = f.cols;
+  const int max_n = f.max_n;
+  const std::vector<float>& x = f.x;
+  backend::cuda::Product(&p)[3] = f.p;
+  const Dev &dx = f.dx, &dq8 = f.dq8, &oa = f.oa, &ob = f.ob, &oc = f.oc;
   // The reference of every 7th row of each product, for every token.
   std::vector<std::vector<double>> want[3], tol[3];
-  const QuantRows* q3[3] = {&a, &b, &c};
+  const QuantRows* const(&q3)[3] = f.q3;
   for (int k = 0; k < 3; ++k)
     for (int t = 0; t < max_n; ++t) {
       want[k].emplace_back();

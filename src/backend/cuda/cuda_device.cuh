@@ -226,16 +226,7 @@ void launch_shared(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, S
 }
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream s, A&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_on(s) ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(std::forward<A>(args))...);
+  launch_shared(kernel, grid, block, 0, s, std::forward<A>(args)...);
 }
 
 // Activation rows as the CPU quantizes them for K-quant dot products (Q8_K): per 256 elements
