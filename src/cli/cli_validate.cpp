@@ -121,8 +121,8 @@ void add_validate_command(CLI::App& app, const GlobalOptions& global, Runner& ru
   auto a = std::make_shared<ValidateArgs>();
   CLI::App* cmd = app.add_subcommand("validate", "Compare a backend with the CPU reference, tensor by tensor, on one prompt");
   cmd->add_option("model,-m,--model", a->model, "GGUF model file, or an installed model id")->required();
-  cmd->add_option("--backend", a->backend, "Backend to check: vulkan, cpu or auto")->capture_default_str();
-  cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
+  cmd->add_option("--backend", a->backend, "Backend to check: vulkan, cuda, cpu or auto")->capture_default_str();
+  cmd->add_option("--device", a->device, "GPU index for the Vulkan or CUDA backend (zinc check lists them)");
   cmd->add_option("-p,--prompt", a->prompt, "Prompt to run")->capture_default_str();
   cmd->add_option("--kv-type", a->kv_type, "KV cache storage on both sides: f32, f16 or q8_0")
       ->capture_default_str()
