@@ -1066,9 +1066,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (f.kind == Fuse::Glu && n > ck::kCodesTokens) return 0;
     if (f.kind == Fuse::Products && n > ck::kCodesTokens) {
       // A prompt's products of one input in one launch of the prompt tiles, where they all take them.
-      if (!int8_prompts_ || n > 65535) return 0;
       for (size_t k = i; k < i + f.count; ++k)
-        if (!ck::int8_tiles(static_cast<int>(g_.tensor(g_.nodes[k].in[0]).type))) return 0;
+        if (!ck::prompt_tiles(static_cast<int>(g_.tensor(g_.nodes[k].in[0]).type), n)) return 0;
     }
     return f.count;
   }

@@ -559,19 +559,11 @@ struct Stage {
     for (int i = 0; i < kTokens / 2; ++i) {
       const int t = lane / 16 + 2 * i;
       const int8_t* src = c.q + static_cast<int64_t>(trow[t]) * cols + b * 256 + ch * 16;
-      const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(at(k, t) + ch * 16));
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+      cp_async16_l1(at(k, t) + ch * 16, src);
     }
-    asm volatile("cp.async.commit_group;");
+    cp_async_commit();
   }
 };
-template <bool ST>
-__device__ __forceinline__ void stage_wait() {
-  if constexpr (ST) {
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-    __syncwarp();
-  }
-}
 
 // A warp's share of its tile's super-blocks (ks, ks + S, ...), U of them loaded before any is used;
 // P products of the same rows (gate and up) sharing the activations.
@@ -603,8 +595,9 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
       const int8_t* xs[NJ];
       if constexpr (ST) {
         if (b + S < nsb) st.copy(c, cols, b + S, k ^ 1);
-        else asm volatile("cp.async.commit_group;");
-        stage_wait<ST>();
+        else cp_async_commit();  // (an empty group: the wait below still leaves one in flight)
+        cp_async_wait<1>();
+        __syncwarp();
 #pragma unroll
         for (int j = 0; j < NJ; ++j) xs[j] = reinterpret_cast<const int8_t*>(st.at(k, 8 * j + gq));
       } else {
@@ -870,9 +863,9 @@ void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64
 
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
                    int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
-  if (!ids && n > kCodesTokens) {  // a prompt's products: the tiles (the launcher checks what they take)
-    bool tiles = glu == Glu::None && x_div == 1 && n <= 65535 && count >= 1 && count <= 3;
-    for (int i = 0; i < count; ++i) tiles &= int8_tiles(p[i].type) && p[i].first == 0;
+  if (!ids && n > kCodesTokens) {  // a prompt's products: the tiles, where every one takes them
+    bool tiles = glu == Glu::None && x_div == 1 && count >= 1 && count <= 3;
+    for (int i = 0; i < count; ++i) tiles &= prompt_tiles(p[i].type, n) && p[i].first == 0;
     if (!tiles) throw Error("mul_mat_codes: a prompt's products take Q4_K or Q6_K weights, without an activation");
     if (!q8_ready) quantize_codes(s, x, x_stride, 1, cols, n, q8);
     mul_mm_codes_tiles(s, p, count, cols, q8, n);

@@ -208,6 +208,24 @@ bool pdl_on(Stream s) {
   return sm90 && g_pdl_allowed && s != nullptr;
 }
 
+// Asynchronous copies into shared memory (sm_80 on): 16 bytes through L2 only, or 16 and 4 bytes
+// through L1 as well; a group of them closed, and a wait until at most N groups are still in flight.
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async16_l1(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // A launch that may overlap the previous kernel of the stream (pdl_on); the kernel must pdl_wait.
 // launch_shared: with `shared` bytes of dynamic shared memory.
 template <class... P, class... A>

@@ -61,6 +61,9 @@ void set_codes_mma_tiles(int tiles);
 // And whether the tensor cores' activation codes are staged in shared memory (on by default).
 void set_codes_mma_stage(bool on);
 bool int8_tiles(int type);   // Q4_K, Q6_K
+// Whether a product of `type` over n rows takes the prompt tiles against codes: an int8_tiles() type,
+// more than kCodesTokens and at most 65535 rows, unless set_int8_prompts(false).
+bool prompt_tiles(int type, int64_t n);
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + 16 + n * (cols / 32) * 2); }
 // The codes of `rows` rows of x (row r from row r / x_div of x, x_stride floats apart) into q8.

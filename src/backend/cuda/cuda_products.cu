@@ -18,6 +18,7 @@ bool int8_tiles(int type) { return type == kQ4_K || type == kQ6_K; }
 
 bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
+bool prompt_tiles(int type, int64_t n) { return int8_tiles(type) && g_int8_prompts && n > kCodesTokens && n <= 65535; }
 namespace {
 
 // ---- embedding and products -------------------------------------------------------------------
@@ -449,12 +450,6 @@ __host__ __device__ constexpr int mq_raw_row() { return T == kQ4_K ? 144 : 224; 
 template <int T>
 constexpr size_t mq_shared() { return sizeof(MqShared) + kMqM * mq_raw_row<T>(); }
 static_assert(sizeof(MqShared) % 16 == 0);
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src));
-}
 
 // 16 bytes from a 2-byte aligned shared address, as aligned words (Q6_K blocks copied as stored).
 __device__ __forceinline__ uint4 lds16_a2(const uint8_t* p) {
@@ -497,21 +492,16 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
   const int64_t blocks = cols / 256;
   // Step b's copies: the codes, scales and sums of the tokens (past the tile's: the first token's, their
   // results not written), and Q4_K's blocks (rows past the weights: the last row's).
+  const auto token_row = [&](int t) -> int64_t { return sh.slot[t] >= 0 ? sh.slot[t] : sh.slot[0]; };
   const auto copy = [&](int64_t b) {
     const int st = static_cast<int>(b % 2);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int item = tid + 256 * j, t = item / 16, part = item % 16;
-      const int slot = (sh.slot[t] >= 0 ? sh.slot[t] : sh.slot[0]);
-      cp_async16(&sh.x[st][t][16 * (part ^ (t % 8))], c.q + static_cast<int64_t>(slot) * cols + b * 256 + 16 * part);
+      cp_async16(&sh.x[st][t][16 * (part ^ (t % 8))], c.q + token_row(t) * cols + b * 256 + 16 * part);
     }
-    if (tid < kMqN) {
-      const int slot = (sh.slot[tid] >= 0 ? sh.slot[tid] : sh.slot[0]);
-      cp_async16(sh.xs[st][tid], c.s + static_cast<int64_t>(slot) * (cols / 32) + b * 8);
-    } else if (tid < 2 * kMqN) {
-      const int t = tid - kMqN, slot = (sh.slot[t] >= 0 ? sh.slot[t] : sh.slot[0]);
-      cp_async4(&sh.xd[st][t], c.d + static_cast<int64_t>(slot) * (cols / 256) + b);
-    }
+    if (tid < kMqN) cp_async16(sh.xs[st][tid], c.s + token_row(tid) * (cols / 32) + b * 8);
+    else if (tid < 2 * kMqN) cp_async4(&sh.xd[st][tid - kMqN], c.d + token_row(tid - kMqN) * (cols / 256) + b);
     if constexpr (T == kQ4_K) {
       for (int item = tid; item < kMqM * 9; item += 256) {
         const int r = item / 9, part = item % 9;
@@ -525,13 +515,13 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
         cp_async16(sh.raw(r, kRaw) + 16 * part, reinterpret_cast<const uint8_t*>(at) + 16 * part);
       }
     }
-    asm volatile("cp.async.commit_group;");
+    cp_async_commit();
   };
   __syncthreads();  // (the slots written)
   copy(0);
   for (int64_t b = 0; b < blocks; ++b) {
     const int st = static_cast<int>(b % 2);
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
     __syncthreads();  // the previous step's reads done, this step's copies landed
     // Weights: Q4_K 8 pieces of 16 code bytes a row (4 a thread), Q6_K 4 pieces of 64 values (2 a thread).
     if constexpr (T == kQ4_K) {
@@ -759,16 +749,15 @@ void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, voi
   (void)sized;
   MqSegs a{};
   unsigned tiles = 0;
+  bool q6 = false;  // (Q4_K segments alone: their smaller copies' rows)
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type,
                 static_cast<unsigned>((p[i].rows + kMqM - 1) / kMqM)};
     tiles += a.seg[i].tiles;
+    q6 |= p[i].type == kQ6_K;
   }
   a.nseg = count;
   const dim3 grid(static_cast<unsigned>((n + kMqN - 1) / kMqN), tiles);
-  // (Q4_K segments alone: their smaller copies' rows.)
-  bool q6 = false;
-  for (int i = 0; i < count; ++i) q6 |= p[i].type == kQ6_K;
   k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n);
 }
 namespace {
@@ -802,7 +791,7 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
                     const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if constexpr (T == kQ4_K || T == kQ6_K) {
-    if (q8 && !ids && n > kCodesTokens && first == 0 && g_int8_prompts && n <= 65535) {
+    if (q8 && !ids && first == 0 && prompt_tiles(T, n)) {
       // A prompt: against codes on integer tensor cores.
       const Codes c = codes_layout(q8, n, cols);
       if (!q8_ready) quantize_codes(s, x, xs, 1, cols, n, q8);
