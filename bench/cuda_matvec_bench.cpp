@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -144,6 +145,20 @@ int main(int argc, char** argv) {
   check(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(3 * n * max_rows) * 4), "cudaMalloc");
   check(cudaMalloc(&q8, ck::q8_bytes(n, max_cols)), "cudaMalloc");
 
+  // A shape's products for launch i: copy i of each weight (cycling through at most `copies` of them),
+  // each product's output apart.
+  const auto products = [&](const Shape& sh, int i, size_t copies, ck::Product (&p)[3]) {
+    for (size_t k = 0; k < sh.parts.size(); ++k) {
+      const Weights& w = sh.parts[k];
+      p[k].type = static_cast<int>(w.type);
+      p[k].w = w.copies[static_cast<size_t>(i) % std::min(copies, w.copies.size())];
+      p[k].row_bytes = zinc::quant::row_size(w.type, w.cols);
+      p[k].rows = w.rows;
+      p[k].out = out + k * static_cast<size_t>(n * max_rows);
+      p[k].out_stride = w.rows;
+    }
+  };
+
   if (n > ck::kCodesTokens) {
     // Prompt products: integer tensor cores against codes (with the quantization, once per product)
     // and f16 tensor cores against f16-rounded activations.
@@ -166,15 +181,7 @@ int main(int argc, char** argv) {
       if (sh.parts.size() == 1 || sh.glu != ck::Glu::None) continue;
       const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
         ck::Product p[3];
-        for (size_t k = 0; k < sh.parts.size(); ++k) {
-          const Weights& w = sh.parts[k];
-          p[k].type = static_cast<int>(w.type);
-          p[k].w = w.copies[static_cast<size_t>(i) % w.copies.size()];
-          p[k].row_bytes = zinc::quant::row_size(w.type, w.cols);
-          p[k].rows = w.rows;
-          p[k].out = out + k * static_cast<size_t>(n * max_rows);
-          p[k].out_stride = w.rows;
-        }
+        products(sh, i, SIZE_MAX, p);
         ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, false);
       });
       std::printf("| %s | int8 codes, one launch | %.1f | – |\n", sh.name.c_str(), us);
@@ -206,15 +213,7 @@ int main(int argc, char** argv) {
       ck::set_codes_mma_min(mma ? 2 : ck::kCodesTokens + 1);
       const double us = time_graph(s, iters, [&](int i) {
         ck::Product p[3];
-        for (size_t k = 0; k < sh.parts.size(); ++k) {
-          const Weights& w = sh.parts[k];
-          p[k].type = static_cast<int>(w.type);
-          p[k].w = w.copies[static_cast<size_t>(i) % std::min(copies, w.copies.size())];
-          p[k].row_bytes = zinc::quant::row_size(w.type, w.cols);
-          p[k].rows = w.rows;
-          p[k].out = out + k * static_cast<size_t>(n * max_rows);
-          p[k].out_stride = w.rows;
-        }
+        products(sh, i, copies, p);
         ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, i > 0, sh.glu,
                           split, mma ? 0 : rpw);
       });
