@@ -1061,7 +1061,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // How many nodes from i one fused launch does at this step (0: node i alone).
   size_t fusion(size_t i) const {
     const Fusion& f = fuse_[i];
-    if (f.kind == Fuse::None) return 0;
+    if (f.kind != Fuse::Products && f.kind != Fuse::Glu) return f.count;
+    // (Only a product has its activation at in[1]; a norm or a rotation may have one input.)
     const int64_t n = rows_[static_cast<size_t>(g_.nodes[i].in[1])];
     if (f.kind == Fuse::Glu && n > ck::kCodesTokens) return 0;
     if (f.kind == Fuse::Products && n > ck::kCodesTokens) {
