@@ -475,7 +475,7 @@ void Generation::evaluate(int32_t next) {
       return;
     }
   }
-  session_.eval(std::span<const int32_t>(&next, 1));  // queued where the session is batched
+  session_.feed(std::span<const int32_t>(&next, 1));  // queued where the session is batched
 }
 
 void Generation::finish() {

@@ -92,6 +92,11 @@ std::span<const float> Session::last_logits() const {
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_logits,
                                      const std::atomic<bool>* cancel) {
+  return eval_tokens(tokens, all_logits, cancel, true);
+}
+
+std::span<const float> Session::eval_tokens(std::span<const int32_t> tokens, bool all_logits, const std::atomic<bool>* cancel,
+                                            bool read) {
   if (tokens.empty()) throw Error("nothing to evaluate: no tokens");
   speculative_end();
   const auto held = n_past_ + static_cast<int64_t>(pending_.size());
@@ -112,11 +117,11 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     return {};
   }
   const auto chunk = static_cast<size_t>(exe_->options().max_tokens);
-  // One step: its logits are returned where the executable keeps them (no copy; a GPU backend's are
-  // read only if the caller reads them).
+  // One step: its logits are returned where the executable keeps them (no copy; a GPU backend reads
+  // them back when asked for, which feed() does not do).
   if (tokens.size() <= chunk) {
     run_step(tokens, all_logits);
-    return exe_->logits();
+    return read ? exe_->logits() : std::span<const float>();
   }
   for (size_t i = 0; i < tokens.size();) {
     if (i > 0 && cancel && cancel->load()) {
@@ -126,8 +131,10 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens, bool all_l
     const auto n = static_cast<size_t>(this->chunk(static_cast<int64_t>(tokens.size() - i), static_cast<int32_t>(chunk)));
     run_step(tokens.subspan(i, n), all_logits);
     i += n;
-    const auto l = exe_->logits();
-    if (all_logits || i == tokens.size()) logits_.insert(logits_.end(), l.begin(), l.end());
+    if (read && (all_logits || i == tokens.size())) {
+      const auto l = exe_->logits();
+      logits_.insert(logits_.end(), l.begin(), l.end());
+    }
     if (i < tokens.size()) checkpoint_mid_prompt();
   }
   return logits_;

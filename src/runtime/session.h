@@ -67,6 +67,9 @@ class Session {
   // evaluated so far and the result is empty.
   std::span<const float> eval(std::span<const int32_t> tokens, bool all_logits = false,
                               const std::atomic<bool>* cancel = nullptr);
+  // eval() for a caller that reads the logits later, if at all (last_logits(), last_argmax()): a GPU
+  // backend's stay on the device until asked for.
+  void feed(std::span<const int32_t> tokens) { (void)eval_tokens(tokens, false, nullptr, false); }
 
   // Speculative decoding: evaluates the next token and drafted ones after it in one step (at most
   // the step size; for a context with recurrent state at most ExecOptions::kept_states), keeping every
@@ -155,6 +158,7 @@ class Session {
   const backend::Executable& executable() const { return *exe_; }
 
  private:
+  std::span<const float> eval_tokens(std::span<const int32_t> tokens, bool all_logits, const std::atomic<bool>* cancel, bool read);
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
   void commit(int32_t n, int64_t row);  // committed()'s bookkeeping
   // The executable's hidden rows of n tokens of the last step from its first_token-th (empty without).

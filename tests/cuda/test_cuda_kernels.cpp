@@ -813,15 +813,20 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
 // a double-precision reference: logits of duplicated router rows tie, and the lower expert must win;
 // both orders (softmax then top k, top k then softmax), repeated launches (the counters return to zero).
 // Greedy ids on the device: each row's largest value, the first on ties, against std::max_element;
-// rows of random values, a tie placed before and after the maximum, all equal, -inf and NaN entries.
+// rows of random values, a tie placed before and after the maximum, all equal, -inf and NaN entries,
+// -0 before +0 (equal values); the ties in blocks of columns apart.
 TEST(CudaArgmax, EachRowsLargestTheFirstOnTies) {
   ZINC_NEED_CUDA_DEVICE();
   std::mt19937 rng(21);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t width = 151936 + 5;  // not a multiple of the block
-  const int n = 7;
+  const int n = 8;
   std::vector<float> x(static_cast<size_t>(n * width));
   for (float& v : x) v = dist(rng);
+  float* zeros = x.data() + static_cast<size_t>(7 * width);  // row 7: -0 then +0 in another block, one value
+  std::fill(zeros, zeros + width, -1.0f);
+  zeros[10] = -0.0f;
+  zeros[70000] = 0.0f;
   float* r = x.data();
   r[100] = r[90000] = 9.0f;  // row 0: a tie, the first wins
   r += width;
@@ -837,16 +842,21 @@ TEST(CudaArgmax, EachRowsLargestTheFirstOnTies) {
   r += width;
   for (int64_t c = 0; c < width; c += 3) r[c] = std::numeric_limits<float>::quiet_NaN();  // row 5
   r[4] = 6.0f;
-  Dev dx(x.size() * 4), dout(static_cast<size_t>(n) * 4);
+  Dev dx(x.size() * 4), dout(static_cast<size_t>(n) * 4), scratch(backend::cuda::argmax_scratch_bytes(n));
   upload(dx, x.data(), x.size() * 4);
-  backend::cuda::argmax_rows(nullptr, dx.as<float>(), width, n, dout.as<int32_t>());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<int32_t> got(static_cast<size_t>(n));
-  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  const std::vector<int32_t> want = {100, static_cast<int32_t>(width - 1), 0, 77, 5000, 4};
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "row " << i;
-  const float* last = x.data() + static_cast<size_t>(6 * width);
-  EXPECT_EQ(got[6], std::max_element(last, last + width) - last) << "row 6 (random)";
+  // Twice: each launch leaves its scratch as the next needs it.
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(n) * 4), cudaSuccess);
+    backend::cuda::argmax_rows(nullptr, dx.as<float>(), width, n, dout.as<int32_t>(), scratch.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<int32_t> got(static_cast<size_t>(n));
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const std::vector<int32_t> want = {100, static_cast<int32_t>(width - 1), 0, 77, 5000, 4};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "row " << i << ", launch " << launch;
+    const float* last = x.data() + static_cast<size_t>(6 * width);
+    EXPECT_EQ(got[6], std::max_element(last, last + width) - last) << "row 6 (random), launch " << launch;
+    EXPECT_EQ(got[7], 10) << "row 7 (-0 and +0), launch " << launch;
+  }
 }
 
 TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {

@@ -328,7 +328,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
  private:
   // The step's work on the stream: the step buffer in, every node, the logits (and hidden rows) out.
   void record(const graph::StepParams& step) {
-    check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_bytes_, cudaMemcpyHostToDevice, stream_), "step upload");
+    check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_used_, cudaMemcpyHostToDevice, stream_), "step upload");
     rows_.assign(g_.tensors.size(), 0);
     codes_for_ = {-1, 0};
     if (profiling_ && events_.empty()) {
@@ -348,7 +348,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     if (profiling_) check(cudaEventRecord(events_.back(), stream_), "cudaEventRecord");
     logit_rows_ = rows_[static_cast<size_t>(g_.logits)];
-    ck::argmax_rows(stream_, act(g_.logits), n_vocab(), static_cast<int>(logit_rows_), ids_dev_.get<int32_t>());
+    ck::argmax_rows(stream_, act(g_.logits), n_vocab(), static_cast<int>(logit_rows_), ids_dev_.get<int32_t>(), ids_dev_.bytes() + rows_bytes_ids());
     check(cudaMemcpyAsync(ids_host_.get(), ids_dev_.get(), static_cast<size_t>(logit_rows_) * 4, cudaMemcpyDeviceToHost, stream_), "ids read");
     if (g_.hidden >= 0) {
       hidden_rows_ = rows_[static_cast<size_t>(g_.hidden)];
@@ -448,7 +448,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const auto rows = static_cast<size_t>(opts_.max_tokens);
     logits_host_ = HostBuffer(rows * static_cast<size_t>(n_vocab()) * 4);
     ids_host_ = HostBuffer(rows * 4);
-    ids_dev_ = DeviceBuffer(rows * 4);
+    ids_dev_ = DeviceBuffer(rows_bytes_ids() + ck::argmax_scratch_bytes(opts_.max_tokens));  // the ids, then the argmax's scratch
+    check(cudaMemset(ids_dev_.get(), 0, ids_dev_.size()), "cudaMemset");
     if (g_.hidden >= 0) hidden_host_ = HostBuffer(rows * static_cast<size_t>(hidden_width()) * 4);
     // The caches: every block any sequence's table may name.
     k_.resize(kv_row_bytes_.size());
@@ -538,27 +539,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     gate_g_ = DeviceBuffer(gates * 4);
     gate_beta_ = DeviceBuffer(gates * 4);
-    // The step buffer: ids, positions, cache slots, table offsets, the rows reaching the logits, the
-    // tables, the rotation tables, the inputs.
-    size_t at = 0;
-    const auto take = [&](size_t bytes) {
-      const size_t o = at;
-      at = (at + bytes + kAlign - 1) / kAlign * kAlign;
-      return o;
-    };
-    ids_at_ = take(rows * 4);
-    pos_at_ = take(rows * 4);
-    slot_at_ = take(rows * 4);
-    table_at_ = take(rows * 4);
-    select_at_ = take(rows * 4);
-    tables_at_ = take(static_cast<size_t>(opts_.n_seq) * static_cast<size_t>(blocks_.n_blocks()) * 4);
+    // The step buffer, at its largest (layout).
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (n.op == Op::Rope) rope_of_.emplace(i, rope_table(n, take(rows * static_cast<size_t>(n.rope().n_rot) * 4)));
+      if (n.op == Op::Rope) rope_of_.emplace(i, rope_table(n));
       if (n.op == Op::Input) input_width_ = static_cast<size_t>(g_.tensor(n.out).ne[0]);
     }
-    inputs_at_ = take(rows * input_width_ * 4);
-    step_bytes_ = at;
+    step_bytes_ = layout(rows, static_cast<size_t>(opts_.n_seq));
     step_host_ = HostBuffer(step_bytes_);
     step_dev_ = DeviceBuffer(step_bytes_);
   }
@@ -570,18 +557,41 @@ class CudaExecutable final : public SharedDeviceExecutable {
     TensorId factors;
     size_t offset;
   };
-  size_t rope_table(const Node& n, size_t fresh) {
+  size_t rope_table(const Node& n) {
     const graph::RopeOpParams& r = n.rope();
     const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
     for (size_t i = 0; i < ropes_.size(); ++i) {
       const RopeTable& t = ropes_[i];
       if (t.n_rot == r.n_rot && t.factors == factors && std::memcmp(&t.params, &r.rope, sizeof(r.rope)) == 0) return i;
     }
-    ropes_.push_back({r.n_rot, r.rope, factors, fresh});
+    ropes_.push_back({r.n_rot, r.rope, factors, 0});
     return ropes_.size() - 1;
   }
 
+  // The step buffer's layout for a step of `rows` rows and `seqs` sequences: ids, positions, cache
+  // slots, table offsets, the rows reaching the logits, the sequences' tables, each distinct rotation's
+  // table, the inputs. Its bytes, all uploaded with the step. (Every step of one shape has the same
+  // layout: a captured graph's launches and its upload hold its offsets and size.)
+  size_t layout(size_t rows, size_t seqs) {
+    size_t at = 0;
+    const auto take = [&](size_t bytes) {
+      const size_t o = at;
+      at = (at + bytes + kAlign - 1) / kAlign * kAlign;
+      return o;
+    };
+    ids_at_ = take(rows * 4);
+    pos_at_ = take(rows * 4);
+    slot_at_ = take(rows * 4);
+    table_at_ = take(rows * 4);
+    select_at_ = take(rows * 4);
+    tables_at_ = take(seqs * static_cast<size_t>(blocks_.n_blocks()) * 4);
+    for (RopeTable& r : ropes_) r.offset = take(rows * static_cast<size_t>(r.n_rot) * 4);
+    inputs_at_ = take(rows * input_width_ * 4);
+    return at;
+  }
+
   void write_step(const graph::StepParams& step) {
+    step_used_ = layout(step.tokens.size(), step.seqs.size());
     auto* base = step_host_.get<uint8_t>();
     auto* ids = reinterpret_cast<int32_t*>(base + ids_at_);
     auto* pos = reinterpret_cast<int32_t*>(base + pos_at_);
@@ -614,6 +624,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (input_width_ > 0) std::memcpy(base + inputs_at_, step.inputs.data(), step.inputs.size() * 4);
   }
 
+  size_t rows_bytes_ids() const { return (static_cast<size_t>(opts_.max_tokens) * 4 + 15) / 16 * 16; }
   float* act(TensorId id) const { return reinterpret_cast<float*>(arena_.bytes() + offset_[static_cast<size_t>(id)]); }
   template <class T>
   const T* step_dev(size_t at) const { return reinterpret_cast<const T*>(step_dev_.bytes() + at); }
@@ -1270,7 +1281,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   DeviceBuffer ids_dev_;               // each logits row's argmax (read back with the step)
   mutable bool logits_read_ = false;   // logits_host_ holds the last step's logits
   DeviceBuffer step_dev_;
-  size_t step_bytes_ = 0, ids_at_ = 0, pos_at_ = 0, slot_at_ = 0, table_at_ = 0, select_at_ = 0, tables_at_ = 0, inputs_at_ = 0;
+  size_t step_bytes_ = 0, step_used_ = 0, ids_at_ = 0, pos_at_ = 0, slot_at_ = 0, table_at_ = 0, select_at_ = 0, tables_at_ = 0, inputs_at_ = 0;
   size_t input_width_ = 0;
   std::vector<RopeTable> ropes_;
   std::map<size_t, size_t> rope_of_;  // rope node -> its table

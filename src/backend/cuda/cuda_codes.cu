@@ -342,6 +342,9 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
   if (GLU || NT > 1) RW = std::min(RW, 2);
   if (NT > 1 && RW == 2) S = std::min(S, 2);
+  // Products of one input: the Q6_K ones' blocks first (their rows take longest; last, they would be
+  // the launch's tail).
+  if (!GLU) std::stable_partition(a.seg, a.seg + a.nseg, [](const MvSeg& g) { return g.type == kQ6_K; });
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));

@@ -266,33 +266,51 @@ __global__ void k_gather_rows(const float* x, const int32_t* rows, int64_t width
     out[r * width + i] = x[static_cast<int64_t>(rows[r]) * width + i];
 }
 
-// One block per row: the index of its largest value, the first on ties (NaN never taken; -1 when
-// every value is NaN). Each thread scans its columns in increasing order, then the block's pairs are
-// reduced keeping the larger value, on ties the smaller index.
+// The index of each row's largest value, the first on ties (NaN never taken; -1 when every value is
+// NaN): blocks of kArgmaxSpan columns each (a vocabulary's row is read by many SMs at once). Each
+// thread scans its columns in increasing order, the block's pairs are reduced keeping the larger value,
+// on ties the smaller index; the block's pair goes into its row's 64-bit key (the value's order-keeping
+// bits above the index's complement) by atomicMax, and the row's last block writes the answer and
+// clears the key and the count for the next launch.
+constexpr int kArgmaxSpan = 4096, kArgmaxThreads = 256;
 __device__ __forceinline__ void argmax_pick(float& v, int& i, float ov, int oi) {
   if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
 }
-__global__ void __launch_bounds__(1024) k_argmax_rows(const float* x, int64_t width, int32_t* out) {
+__global__ void __launch_bounds__(kArgmaxThreads) k_argmax_rows(const float* x, int64_t width, int32_t* out, unsigned long long* key,
+                                                               unsigned* count) {
   pdl_trigger();
   pdl_wait();
-  const float* row = x + static_cast<int64_t>(blockIdx.x) * width;
+  const unsigned r = blockIdx.y;
+  const float* row = x + static_cast<int64_t>(r) * width;
+  const int64_t end = min(width, static_cast<int64_t>(blockIdx.x + 1) * kArgmaxSpan);
   float best = 0;
   int at = -1;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+#pragma unroll 4
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kArgmaxSpan + threadIdx.x; c < end; c += kArgmaxThreads) {
     const float v = row[c];
     if (v == v && (at < 0 || v > best)) best = v, at = static_cast<int>(c);
   }
   for (int o = kWarp / 2; o > 0; o /= 2) argmax_pick(best, at, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, at, o));
-  __shared__ float sv[32];
-  __shared__ int si[32];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  __shared__ float sv[kArgmaxThreads / kWarp];
+  __shared__ int si[kArgmaxThreads / kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) sv[warp] = best, si[warp] = at;
   __syncthreads();
   if (warp != 0) return;
-  best = lane < warps ? sv[lane] : 0.0f;
-  at = lane < warps ? si[lane] : -1;
+  best = lane < kArgmaxThreads / kWarp ? sv[lane] : 0.0f;
+  at = lane < kArgmaxThreads / kWarp ? si[lane] : -1;
   for (int o = kWarp / 2; o > 0; o /= 2) argmax_pick(best, at, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, at, o));
-  if (lane == 0) out[blockIdx.x] = at;
+  if (lane != 0) return;
+  if (at >= 0) {
+    uint32_t u = __float_as_uint(best == 0.0f ? 0.0f : best);  // (-0 and +0 are one value)
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    atomicMax(key + r, static_cast<unsigned long long>(u) << 32 | ~static_cast<uint32_t>(at));
+  }
+  __threadfence();
+  if (atomicAdd(count + r, 1u) != gridDim.x - 1) return;
+  const unsigned long long k = atomicExch(key + r, 0ull);
+  count[r] = 0;
+  out[r] = k == 0 ? -1 : static_cast<int32_t>(~static_cast<uint32_t>(k));
 }
 
 // ---- KV cache and attention ---------------------------------------------------------------------
@@ -1173,8 +1191,12 @@ void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, i
   launch(k_gather_rows, dim3(grid_for(width), static_cast<unsigned>(n)), dim3(256), s, x, rows, width, out);
 }
 
-void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out) {
-  if (n > 0) launch(k_argmax_rows, dim3(static_cast<unsigned>(n)), dim3(1024), s, x, width, out);
+size_t argmax_scratch_bytes(int n) { return static_cast<size_t>(std::max(n, 0)) * 12; }
+void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out, void* scratch) {
+  if (n <= 0) return;
+  auto* key = static_cast<unsigned long long*>(scratch);
+  const auto spans = static_cast<unsigned>((width + kArgmaxSpan - 1) / kArgmaxSpan);
+  launch(k_argmax_rows, dim3(spans, static_cast<unsigned>(n)), dim3(kArgmaxThreads), s, x, width, out, key, reinterpret_cast<unsigned*>(key + n));
 }
 
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots, size_t row_bytes,

@@ -160,8 +160,10 @@ void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t s
 // out[i] = x[rows[i]] (rows of width floats).
 void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out);
 // out[r] = the index of the largest of row r's width values (the first on ties; NaN never taken, -1
-// for a row of NaN only), for n rows.
-void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out);
+// for a row of NaN only), for n rows. scratch: argmax_scratch_bytes(n) bytes, zero before the first
+// launch (each launch leaves them zero).
+size_t argmax_scratch_bytes(int n);
+void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out, void* scratch);
 
 // The KV cache: rows of kv_width elements of type kv_type (F32, F16, Q8_0) at cache rows slots[t].
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots,
