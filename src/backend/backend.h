@@ -67,7 +67,9 @@ class Executable {
     return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
   }
   // That of the last row (the last sequence's next token).
-  int32_t argmax() const { return argmax(static_cast<int64_t>(logits().size()) / n_vocab() - 1); }
+  int32_t argmax() const { return argmax(logit_rows() - 1); }
+  // The logits rows of the last step (a backend that keeps them on the device says so without reading them).
+  virtual int64_t logit_rows() const { return static_cast<int64_t>(logits().size()) / n_vocab(); }
   virtual const ExecOptions& options() const = 0;
   // The most rows a step takes on the kernels the backend runs decode with, past which its cost per
   // row jumps (a GPU's prompt tiles cost the same for a few rows as for a tile of them); 0: no such

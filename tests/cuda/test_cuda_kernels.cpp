@@ -195,76 +195,92 @@ struct QuantRows {
 class CudaCodeKernels : public CudaKernels {};
 class CudaDecodeCodes : public CudaKernels {};  // Q5_K too: its prompts take the float tiles
 
+// Rows of 768 and of 6144 columns.
 TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
   const TensorType type = GetParam();
   ASSERT_TRUE(backend::cuda::uses_codes(static_cast<int>(type)));
-  const int64_t rows = 37, cols = 768, n_expert = 3;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const size_t rb = quant::row_size(type, cols);
-  std::vector<uint8_t> w(rb * static_cast<size_t>(rows * n_expert));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows * n_expert; ++r) {
-    for (float& v : row) v = dist(rng);
-    quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(r) * rb, cols);
-  }
-  const int tokens = backend::cuda::kCodesTokens, slots = 6;
-  std::vector<float> x(static_cast<size_t>(tokens * cols));
-  for (float& v : x) v = dist(rng) * 3.0f;
-  // The CPU's codes of each token and its reference dot with every row.
-  const size_t ab = quant::activation_row_size(type, cols);
-  std::vector<uint8_t> act(ab * tokens);
-  for (int t = 0; t < tokens; ++t) quant::quantize_activation(type, x.data() + t * cols, act.data() + t * ab, cols);
-  const auto want = [&](int64_t wrow, int t) {
-    return quant::dot_ref(type, w.data() + static_cast<size_t>(wrow) * rb, act.data() + static_cast<size_t>(t) * ab, cols);
-  };
-  std::vector<float> deq(static_cast<size_t>(cols));
-  const auto bound = [&](int64_t wrow, int t) {  // float rounding of a few hundred multiply-adds
-    quant::dequantize_row(type, w.data() + static_cast<size_t>(wrow) * rb, deq.data(), cols);
-    double mag = 0;
-    for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[static_cast<size_t>(t * cols + c)]);
-    return 1e-5 * mag;
-  };
-  Dev dw(w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(tokens * rows) * 4), dids(slots * 4),
-      dq8(backend::cuda::q8_bytes(tokens, cols));
-  upload(dw, w.data(), w.size());
-  upload(dx, x.data(), x.size() * 4);
-  std::vector<float> got(static_cast<size_t>(tokens * rows));
-  // One token (the second).
-  backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>() + cols, cols, 1, dout.as<float>(), rows,
-                         nullptr, dq8.p);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[static_cast<size_t>(r)], want(r, 1), bound(r, 1)) << "row " << r;
-  // Steps of a few tokens: each weight piece against every token's codes, with packed dot products and
-  // on integer tensor cores (tiles of 8, 16 and 32 tokens, the last ragged; two of 32 for 41 and 64).
-  for (const int mma_min : {backend::cuda::kCodesTokens + 1, 2}) {
-    backend::cuda::set_codes_mma_min(mma_min);
-    for (int n : {2, 3, 8, 9, 16, 23, 32, 41, backend::cuda::kCodesTokens}) {
-      backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
-                             nullptr, dq8.p);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      for (int t = 0; t < n; ++t)
+  for (const int64_t cols : {int64_t{768}, int64_t{6144}}) {
+    SCOPED_TRACE(fmt::format("{} columns", cols));
+    const int64_t rows = 37, n_expert = 3;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const size_t rb = quant::row_size(type, cols);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(rows * n_expert));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows * n_expert; ++r) {
+      for (float& v : row) v = dist(rng);
+      quant::quantize_row(type, row.data(), w.data() + static_cast<size_t>(r) * rb, cols);
+    }
+    const int tokens = backend::cuda::kCodesTokens, slots = 6;
+    std::vector<float> x(static_cast<size_t>(tokens * cols));
+    for (float& v : x) v = dist(rng) * 3.0f;
+    // The CPU's codes of each token and its reference dot with every row.
+    const size_t ab = quant::activation_row_size(type, cols);
+    std::vector<uint8_t> act(ab * tokens);
+    for (int t = 0; t < tokens; ++t) quant::quantize_activation(type, x.data() + t * cols, act.data() + t * ab, cols);
+    const auto want = [&](int64_t wrow, int t) {
+      return quant::dot_ref(type, w.data() + static_cast<size_t>(wrow) * rb, act.data() + static_cast<size_t>(t) * ab, cols);
+    };
+    std::vector<float> deq(static_cast<size_t>(cols));
+    const auto bound = [&](int64_t wrow, int t) {  // float rounding of a few hundred multiply-adds
+      quant::dequantize_row(type, w.data() + static_cast<size_t>(wrow) * rb, deq.data(), cols);
+      double mag = 0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(static_cast<double>(deq[static_cast<size_t>(c)]) * x[static_cast<size_t>(t * cols + c)]);
+      return 1e-5 * mag;
+    };
+    Dev dw(w.size() + 16), dx(x.size() * 4), dout(static_cast<size_t>(tokens * rows) * 4), dids(slots * 4),
+        dq8(backend::cuda::q8_bytes(tokens, cols));
+    upload(dw, w.data(), w.size());
+    upload(dx, x.data(), x.size() * 4);
+    std::vector<float> got(static_cast<size_t>(tokens * rows));
+    // One token (the second).
+    backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>() + cols, cols, 1, dout.as<float>(), rows,
+                           nullptr, dq8.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[static_cast<size_t>(r)], want(r, 1), bound(r, 1)) << "row " << r;
+    // One token on each launch shape (warps per row group x rows per warp).
+    for (const int split : {1, 2, 4})
+      for (const int rows_per_warp : {1, 2, 4}) {
+        const backend::cuda::Product p{static_cast<int>(type), dw.p, rb, 0, 0, rows, dout.as<float>(), rows};
+        backend::cuda::mul_mat_codes(nullptr, &p, 1, cols, dx.as<float>() + cols, cols, 1, nullptr, 1, dq8.p, false, backend::cuda::Glu::None,
+                                     split, rows_per_warp);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
         for (int64_t r = 0; r < rows; ++r)
-          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t))
-              << (mma_min == 2 ? "tensor cores, " : "packed dots, ") << n << " tokens, token " << t << " row " << r;
+          ASSERT_NEAR(got[static_cast<size_t>(r)], want(r, 1), bound(r, 1)) << split << " x " << rows_per_warp << ", row " << r;
+      }
+    // Steps of a few tokens: each weight piece against every token's codes, with packed dot products and
+    // on integer tensor cores (tiles of 8, 16 and 32 tokens, the last ragged; two of 32 for 41 and 64).
+    for (const int mma_min : {backend::cuda::kCodesTokens + 1, 2}) {
+      backend::cuda::set_codes_mma_min(mma_min);
+      for (int n : {2, 3, 8, 9, 16, 23, 32, 41, backend::cuda::kCodesTokens}) {
+        backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
+                               nullptr, dq8.p);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t))
+                << (mma_min == 2 ? "tensor cores, " : "packed dots, ") << n << " tokens, token " << t << " row " << r;
+      }
     }
-  }
-  backend::cuda::set_codes_mma_min(0);
-  // Expert slots: slot i is token i / 2 against expert ids[i]'s rows [2, 2 + 30).
-  const std::vector<int32_t> ids = {1, 2, 0, 2, 1, 0};
-  upload(dids, ids.data(), ids.size() * 4);
-  const int64_t first = 2, count = 30;
-  backend::cuda::mul_mat_id(nullptr, static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(), cols,
-                            2, dids.as<int32_t>(), slots, dout.as<float>(), count, nullptr, 0, dq8.p);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(slots * count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (int i = 0; i < slots; ++i) {
-    for (int64_t r = 0; r < count; ++r) {
-      const int64_t wrow = ids[static_cast<size_t>(i)] * rows + first + r;
-      EXPECT_NEAR(got[static_cast<size_t>(i * count + r)], want(wrow, i / 2), bound(wrow, i / 2)) << "slot " << i << " row " << r;
+    backend::cuda::set_codes_mma_min(0);
+    // Expert slots: slot i is token i / 2 against expert ids[i]'s rows [2, 2 + 30).
+    const std::vector<int32_t> ids = {1, 2, 0, 2, 1, 0};
+    upload(dids, ids.data(), ids.size() * 4);
+    const int64_t first = 2, count = 30;
+    backend::cuda::mul_mat_id(nullptr, static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(), cols,
+                              2, dids.as<int32_t>(), slots, dout.as<float>(), count, nullptr, 0, dq8.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(slots * count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < slots; ++i) {
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t wrow = ids[static_cast<size_t>(i)] * rows + first + r;
+        EXPECT_NEAR(got[static_cast<size_t>(i * count + r)], want(wrow, i / 2), bound(wrow, i / 2)) << "slot " << i << " row " << r;
+      }
     }
+
   }
 }
 
@@ -467,7 +483,8 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t cols = 512, rows = 45;
+  const int64_t rows = 45;
+  for (const int64_t cols : {int64_t{512}, int64_t{2048}})
   for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
     const int max_n = backend::cuda::kCodesTokens;

@@ -242,6 +242,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   }
   // Steps of up to ck::kCodesTokens rows take the products of few rows (a mixture's too).
   int32_t few_rows() const override { return ck::kCodesTokens; }
+  int64_t logit_rows() const override { return logit_rows_; }
   using Executable::argmax;
   int32_t argmax(int64_t row) const override {
     if (row >= 0 && row < logit_rows_) {

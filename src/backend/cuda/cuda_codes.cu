@@ -52,13 +52,13 @@ __global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t co
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
 
 
-// A super-block is read by eight lanes (l8 = lane % 8), a warp's four groups on four consecutive
+// A super-block is read by eight lanes (l8 = lane % 8; Q6_K: four), a warp's groups on consecutive
 // super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
 // Q4_K: lane l8 holds code bytes 16 l8 .. 16 l8 + 15 (c = l8 / 2: low nibbles are elements
 // 64c + 16(l8 % 2) + i of sub-block 2c, high nibbles the same 32 further, sub-block 2c + 1) and the
 // 16-byte head (d, dmin, the twelve scale bytes). Offsets within a row are 32-bit.
 struct Q4kLane {
-  static constexpr int kBytes = 144;
+  static constexpr int kBytes = 144, kLanes = 8;
   struct Lane {
     int act, sum, sh;  // the lane's codes (low half) and sub-block sums within a super-block; 16 (c % 2)
     bool low, first;   // c < 2; the lane that adds the minimums' term (l8 even)
@@ -115,7 +115,7 @@ struct Q4kLane {
 // fifth bit from qh (bytes 16 .. 47): element 16(l8 % 2) + i of chunk c = l8 / 2 has bit 2c of qh byte
 // 16(l8 % 2) + i for its low nibble, bit 2c + 1 for its high one. 176-byte blocks: 16-byte aligned.
 struct Q5kLane {
-  static constexpr int kBytes = 176;
+  static constexpr int kBytes = 176, kLanes = 8;
   using Lane = Q4kLane::Lane;
   using Act = Q4kLane::Act;
   __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) { return Q4kLane::act(ln, b, c, cols, t); }
@@ -135,56 +135,81 @@ struct Q5kLane {
   }
 };
 
-// Q6_K: lane l8 holds elements 128n + 32k + l0 + i (n = l8 / 4, l0 = 8 (l8 % 4), k = 0..3, i < 8):
-// low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n + 32(k % 2) + l0 + i, bits 2k of
-// qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks are only 2-byte aligned: each
-// 8 bytes come from three aligned words (cached: the lanes of a block share their lines).
+// Q6_K: four lanes a super-block, lane l4 holding elements 128n + 32k + l0 + i (n = l4 / 2, l0 =
+// 16 (l4 % 2), k = 0..3, i < 16): low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n +
+// 32(k % 2) + l0 + i, bits 2k of qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks
+// are only 2-byte aligned: each 16 bytes come from three aligned 8-byte words (a block's lanes share
+// their lines), 12 loads a lane for 52 bytes (with eight lanes of 8-byte pieces, 13 loads of 4 bytes
+// each: the loads' latency bound the products at 57% of the bandwidth).
+__device__ __forceinline__ uint4 ld16_aligned2(const uint8_t* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const auto* w = reinterpret_cast<const uint2*>(at & ~uintptr_t{7});
+  const uint2 x = __ldg(w), y = __ldg(w + 1), z = __ldg(w + 2);
+  const bool up = at & 4;  // a word further
+  const uint32_t sh = (at & 2) * 8;
+  const uint32_t v0 = up ? x.y : x.x, v1 = up ? y.x : x.y, v2 = up ? y.y : y.x, v3 = up ? z.x : y.y, v4 = up ? z.y : z.x;
+  return make_uint4(__funnelshift_r(v0, v1, sh), __funnelshift_r(v1, v2, sh), __funnelshift_r(v2, v3, sh), __funnelshift_r(v3, v4, sh));
+}
 __device__ __forceinline__ uint2 ld8_aligned2(const uint8_t* p) {
-  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  const uint32_t sh = (reinterpret_cast<uintptr_t>(p) & 2) * 8;
-  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
-  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const auto* w = reinterpret_cast<const uint2*>(at & ~uintptr_t{7});
+  const uint2 x = __ldg(w), y = __ldg(w + 1);
+  const bool up = at & 4;
+  const uint32_t sh = (at & 2) * 8;
+  const uint32_t v0 = up ? x.y : x.x, v1 = up ? y.x : x.y, v2 = up ? y.y : y.x;
+  return make_uint2(__funnelshift_r(v0, v1, sh), __funnelshift_r(v1, v2, sh));
 }
 struct Q6kLane {
-  static constexpr int kBytes = 210;
+  static constexpr int kBytes = 210, kLanes = 4;
   struct Lane {
     int act, hs;  // the lane's codes within a super-block; the shift of its scale bytes
-    __device__ explicit Lane(int l8) : act((l8 >> 2) * 128 + (l8 & 3) * 8), hs(((l8 & 3) >> 1) * 8) {}
+    __device__ explicit Lane(int l4) : act((l4 >> 1) * 128 + (l4 & 1) * 16), hs((l4 & 1) * 8) {}
   };
+  // k: the lane's sixteen codes of group k; off: -32 times their sum (the codes' offset, taken out
+  // of the products of the weights' unsigned 6-bit codes with them).
   struct Act {
-    uint2 k[4];
+    int4 k[4];
+    int off[4];
     float dx;
   };
   __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
     Act a;
     const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
-    for (int k = 0; k < 4; ++k) a.k[k] = *reinterpret_cast<const uint2*>(p + 32 * k);
+    for (int k = 0; k < 4; ++k) {
+      a.k[k] = *reinterpret_cast<const int4*>(p + 32 * k);
+      const int4 v = a.k[k];
+      a.off[k] = -32 * dp4a(0x01010101u, v.w, dp4a(0x01010101u, v.z, dp4a(0x01010101u, v.y, dp4a(0x01010101u, v.x, 0))));
+    }
     a.dx = c.d[t * (cols / 256) + b];
     return a;
   }
-  uint2 la, lb, qh, sc;
+  uint4 la, lb, qh;
+  uint2 sc;
   uint32_t d;
-  __device__ void load(const uint8_t* blk, int l8) {
-    const int n = l8 >> 2, l0 = (l8 & 3) * 8;
-    la = ld8_aligned2(blk + n * 64 + l0);
-    lb = ld8_aligned2(blk + n * 64 + 32 + l0);
-    qh = ld8_aligned2(blk + 128 + n * 32 + l0);
+  __device__ void load(const uint8_t* blk, int l4) {
+    const int n = l4 >> 1, l0 = (l4 & 1) * 16;
+    la = ld16_aligned2(blk + n * 64 + l0);
+    lb = ld16_aligned2(blk + n * 64 + 32 + l0);
+    qh = ld16_aligned2(blk + 128 + n * 32 + l0);
     sc = ld8_aligned2(blk + 192 + n * 8);
     d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
   }
   __device__ float part(const Lane& ln, const Act& a) const {
-    const uint32_t wa[2] = {la.x, la.y}, wb[2] = {lb.x, lb.y}, wh[2] = {qh.x, qh.y}, ws[2] = {sc.x, sc.y};
+    const uint32_t wa[4] = {la.x, la.y, la.z, la.w}, wb[4] = {lb.x, lb.y, lb.z, lb.w}, wh[4] = {qh.x, qh.y, qh.z, qh.w};
+    const uint32_t ws[2] = {sc.x, sc.y};
     int tot = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      int dot = 0;
+      const uint32_t x[4] = {static_cast<uint32_t>(a.k[k].x), static_cast<uint32_t>(a.k[k].y), static_cast<uint32_t>(a.k[k].z),
+                             static_cast<uint32_t>(a.k[k].w)};
+      int dot = a.off[k];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // Four codes minus 32 as signed bytes: nibble k / 2 of ql (a for even k, b for odd), two bits
-        // of qh at 2k above them.
+      for (int h = 0; h < 4; ++h) {
+        // Four unsigned 6-bit codes (below 64: the same as signed bytes): nibble k / 2 of ql (a for
+        // even k, b for odd), two bits of qh at 2k above them; their offset of 32 is in a.off.
         const uint32_t l = k & 1 ? wb[h] : wa[h];
         const uint32_t code = ((k < 2 ? l : l >> 4) & 0x0F0F0F0Fu) | (((wh[h] >> (2 * k)) & 0x03030303u) << 4);
-        dot = dp4a(__vsub4(code, 0x20202020u), h ? a.k[k].y : a.k[k].x, dot);
+        dot = dp4a(code, x[h], dot);
       }
       // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
       tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
@@ -193,19 +218,21 @@ struct Q6kLane {
   }
 };
 
-// A warp's share of R rows (each nsb super-blocks): super-blocks 4 (ks + S u) + lane / 8 for u = 0, 1,
-// ...; U steps loaded before any is used (bytes in flight). c: the codes from row t0 on.
+// A warp's share of R rows (each nsb super-blocks; L::kLanes lanes a super-block, W = 32 / kLanes
+// super-blocks a step): super-blocks W (ks + S u) + lane / kLanes for u = 0, 1, ...; U steps loaded
+// before any is used (bytes in flight). c: the codes from row t0 on.
 template <class L, int NT, int S, int R>
 __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, int ks, const Codes& c, int cols, int nt, float (*acc)[NT]) {
   constexpr int U = sizeof(L) * R > 64 ? 1 : sizeof(L) * R > 32 ? 2 : 4;
-  const int lane = threadIdx.x % kWarp, l8 = lane & 7;
+  constexpr int W = kWarp / L::kLanes;
+  const int lane = threadIdx.x % kWarp, l8 = lane % L::kLanes;
   const typename L::Lane ln(l8);
   bool waited = false;
-  for (int b0 = ks * 4 + lane / 8; b0 < nsb; b0 += 4 * S * U) {
+  for (int b0 = ks * W + lane / L::kLanes; b0 < nsb; b0 += W * S * U) {
     L raw[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int b = b0 + u * 4 * S;
+      const int b = b0 + u * W * S;
       if (b < nsb) {
 #pragma unroll
         for (int r = 0; r < R; ++r) raw[u][r].load(rows[r] + b * L::kBytes, l8);
@@ -214,7 +241,7 @@ __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, 
     if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int b = b0 + u * 4 * S;
+      const int b = b0 + u * W * S;
       if (b >= nsb) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
