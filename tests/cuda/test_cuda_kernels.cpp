@@ -193,7 +193,7 @@ struct QuantRows {
 // codes, as the CPU's reference dot product computes them (integer sums per sub-block, exact), so the
 // results differ from dot_ref() only by the order of a row's float multiply-adds.
 class CudaCodeKernels : public CudaKernels {};
-class CudaDecodeCodes : public CudaKernels {};  // Q5_K too: its prompts take the float tiles
+class CudaDecodeCodes : public CudaKernels {};
 
 // Rows of 768 and of 6144 columns.
 TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
@@ -284,7 +284,7 @@ TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
   }
 }
 
-// Prompts of Q4_K and Q6_K on integer tensor cores: the same reference dot (each token's 8-bit codes)
+// Prompts of Q4_K, Q5_K and Q6_K on integer tensor cores: the same reference dot (each token's 8-bit codes)
 // for a step of 150 tokens (three tiles of 64, the last ragged) over 200 rows (two tiles of 128, the
 // last ragged), its codes then reused by a second product (q8_ready); and a prompt's expert slots
 // grouped by expert, with a bias, 150 slots of 75 tokens over three experts' rows [5, 5 + 131).
@@ -355,7 +355,7 @@ TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
   check_grouped("tensor cores");
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Types, CudaCodeKernels, ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
 INSTANTIATE_TEST_SUITE_P(Types, CudaDecodeCodes, ::testing::Values(TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
                          [](const ::testing::TestParamInfo<TensorType>& i) { return std::string(gguf::tensor_type_name(i.param)); });
@@ -825,6 +825,58 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
                          [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
                            return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
                          });
+
+// The causal depthwise convolution of a recurrent layer against its definition (double precision):
+// steps of 1, 2, 40 and 17 tokens in a row (the state carried between them; 40 and 17 span chunks of
+// the launch), each token's window kept; kernels of 4 and 2 taps.
+TEST(CudaConv, CausalConvolutionCarriesItsState) {
+  ZINC_NEED_CUDA_DEVICE();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t width = 300;
+  for (const int kernel : {4, 2}) {
+    const int k1 = kernel - 1;
+    std::vector<float> w(static_cast<size_t>(width * kernel)), state(static_cast<size_t>(k1 * width));
+    for (float& v : w) v = dist(rng);
+    for (float& v : state) v = dist(rng);
+    std::vector<std::vector<double>> inputs(static_cast<size_t>(width));  // every input so far, per channel: the state first
+    for (int64_t c = 0; c < width; ++c)
+      for (int j = 0; j < k1; ++j) inputs[static_cast<size_t>(c)].push_back(state[static_cast<size_t>(j * width + c)]);
+    Dev dw(w.size() * 4), dstate(state.size() * 4);
+    upload(dw, w.data(), w.size() * 4);
+    upload(dstate, state.data(), state.size() * 4);
+    for (const int n : {1, 2, 40, 17}) {
+      std::vector<float> x(static_cast<size_t>(n * width));
+      for (float& v : x) v = dist(rng);
+      const size_t kept_stride = static_cast<size_t>(k1 * width);
+      Dev dx(x.size() * 4), dout(x.size() * 4), dkept(std::max<size_t>(4, static_cast<size_t>(n) * kept_stride * 4));
+      upload(dx, x.data(), x.size() * 4);
+      backend::cuda::ssm_conv(nullptr, dx.as<float>(), dw.as<float>(), dstate.as<float>(), dout.as<float>(), width, kernel, n,
+                              dkept.as<float>(), kept_stride);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> out(x.size()), kept(static_cast<size_t>(n) * kept_stride), st(state.size());
+      ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(kept.data(), dkept.p, kept.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(st.data(), dstate.p, st.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t c = 0; c < width; ++c) {
+        std::vector<double>& in = inputs[static_cast<size_t>(c)];
+        for (int t = 0; t < n; ++t) {
+          in.push_back(x[static_cast<size_t>(t * width + c)]);
+          double sum = 0;
+          for (int j = 0; j < kernel; ++j) sum += static_cast<double>(w[static_cast<size_t>(c * kernel + j)]) * in[in.size() - kernel + j];
+          const double want = sum / (1 + std::exp(-sum));
+          ASSERT_NEAR(out[static_cast<size_t>(t * width + c)], want, 1e-5 * (1 + std::fabs(want)))
+              << "kernel " << kernel << ", step of " << n << ", token " << t << ", channel " << c;
+          for (int j = 0; j < k1; ++j)
+            ASSERT_EQ(kept[static_cast<size_t>(t) * kept_stride + static_cast<size_t>(j * width + c)], static_cast<float>(in[in.size() - k1 + j]))
+                << "kept window, token " << t;
+        }
+        for (int j = 0; j < k1; ++j)
+          ASSERT_EQ(st[static_cast<size_t>(j * width + c)], static_cast<float>(in[in.size() - k1 + j])) << "state after a step of " << n;
+      }
+    }
+  }
+}
 
 // Decode routing in one launch (the router's float32 product and the routing by the last block) against
 // a double-precision reference: logits of duplicated router rows tie, and the lower expert must win;

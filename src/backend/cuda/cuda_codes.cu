@@ -896,7 +896,7 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
   if (!ids && n > kCodesTokens) {  // a prompt's products: the tiles, where every one takes them
     bool tiles = glu == Glu::None && x_div == 1 && count >= 1 && count <= 3;
     for (int i = 0; i < count; ++i) tiles &= prompt_tiles(p[i].type, n) && p[i].first == 0;
-    if (!tiles) throw Error("mul_mat_codes: a prompt's products take Q4_K or Q6_K weights, without an activation");
+    if (!tiles) throw Error("mul_mat_codes: a prompt's products take Q4_K, Q5_K or Q6_K weights, without an activation");
     if (!q8_ready) quantize_codes(s, x, x_stride, 1, cols, n, q8);
     mul_mm_codes_tiles(s, p, count, cols, q8, n);
     return;

@@ -1038,28 +1038,42 @@ __global__ void k_moe_combine(const float* y, const float* weights, int k, int64
 
 // ---- recurrent layers ---------------------------------------------------------------------------
 
-// One thread per channel, the tokens in order.
+// A thread per (channel, chunk of kConvChunk tokens), its tokens in order with the window of the
+// kernel - 1 earlier inputs in registers (from x, or before the step's first token from state). Only a
+// channel's first chunk reads the state, so it alone writes the new one (the last kernel - 1 inputs).
+constexpr int kConvChunk = 16;
 __global__ void k_ssm_conv(const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n,
                            float* kept, size_t kept_stride) {
   pdl_trigger();
   pdl_wait();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= width) return;
-  float win[8];  // the kernel - 1 earlier inputs, oldest first (kernels of up to 8 taps)
-  for (int j = 0; j < kernel - 1; ++j) win[j] = state[j * width + c];
-  for (int t = 0; t < n; ++t) {
+  const int t0 = static_cast<int>(blockIdx.y) * kConvChunk, t1 = min(n, t0 + kConvChunk);
+  const int K1 = kernel - 1;
+  float old[8] = {};  // the state (chunk 0 reads it): inputs -K1 .. -1
+  float win[8];  // the kernel - 1 inputs before token t, oldest first (kernels of up to 8 taps)
+  const auto input = [&](int tau) { return tau >= 0 ? x[static_cast<int64_t>(tau) * width + c] : old[K1 + tau]; };
+  if (t0 == 0) {
+    for (int j = 0; j < K1; ++j) old[j] = state[j * width + c];
+  }
+  for (int j = 0; j < K1; ++j) win[j] = input(t0 - K1 + j);
+  float wc[8];
+  for (int j = 0; j < kernel; ++j) wc[j] = w[c * kernel + j];
+  for (int t = t0; t < t1; ++t) {
     const float xt = x[static_cast<int64_t>(t) * width + c];
     float sum = 0;
-    for (int j = 0; j < kernel - 1; ++j) sum += w[c * kernel + j] * win[j];
-    sum += w[c * kernel + kernel - 1] * xt;
+    for (int j = 0; j < K1; ++j) sum += wc[j] * win[j];
+    sum += wc[kernel - 1] * xt;
     out[static_cast<int64_t>(t) * width + c] = sum / (1.0f + expf(-sum));
-    for (int j = 0; j + 1 < kernel - 1; ++j) win[j] = win[j + 1];
-    if (kernel > 1) win[kernel - 2] = xt;
+    for (int j = 0; j + 1 < K1; ++j) win[j] = win[j + 1];
+    if (K1 > 0) win[K1 - 1] = xt;
     if (kept) {
-      for (int j = 0; j < kernel - 1; ++j) kept[t * kept_stride + j * width + c] = win[j];
+      for (int j = 0; j < K1; ++j) kept[t * kept_stride + j * width + c] = win[j];
     }
   }
-  for (int j = 0; j < kernel - 1; ++j) state[j * width + c] = win[j];
+  if (t0 == 0) {
+    for (int j = 0; j < K1; ++j) state[j * width + c] = input(n - K1 + j);
+  }
 }
 
 __global__ void k_delta_gates(const float* a, const float* b, const float* A, const float* dt, int hv, int64_t n, float* g, float* beta) {
@@ -1269,7 +1283,8 @@ void moe_combine(Stream s, const float* y, const float* weights, int n, int k, i
 
 void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n, float* kept,
               size_t kept_stride) {
-  launch(k_ssm_conv, dim3(grid_for(width, 128)), dim3(128), s, x, w, state, out, width, kernel, n, kept, kept_stride);
+  launch(k_ssm_conv, dim3(grid_for(width, 128), static_cast<unsigned>((n + kConvChunk - 1) / kConvChunk)), dim3(128), s, x, w, state, out, width,
+         kernel, n, kept, kept_stride);
 }
 
 void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g, float* beta) {

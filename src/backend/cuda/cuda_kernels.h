@@ -60,7 +60,7 @@ void set_codes_mma_groups(int groups);
 void set_codes_mma_tiles(int tiles);
 // And whether the tensor cores' activation codes are staged in shared memory (on by default).
 void set_codes_mma_stage(bool on);
-bool int8_tiles(int type);   // Q4_K, Q6_K
+bool int8_tiles(int type);   // Q4_K, Q5_K, Q6_K
 // Whether a product of `type` over n rows takes the prompt tiles against codes: an int8_tiles() type,
 // more than kCodesTokens and at most 65535 rows, unless set_int8_prompts(false).
 bool prompt_tiles(int type, int64_t n);

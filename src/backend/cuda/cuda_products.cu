@@ -14,7 +14,7 @@ namespace zinc::backend::cuda {
 
 bool uses_codes(int type) { return type == kQ4_K || type == kQ5_K || type == kQ6_K; }
 // The prompt products on integer tensor cores (k_mul_mm_q8) take these.
-bool int8_tiles(int type) { return type == kQ4_K || type == kQ6_K; }
+bool int8_tiles(int type) { return type == kQ4_K || type == kQ5_K || type == kQ6_K; }
 
 bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
@@ -417,17 +417,17 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
   }
 }
 
-// ---- prompts against 8-bit activation codes on integer tensor cores (Q4_K, Q6_K) ----------------
+// ---- prompts against 8-bit activation codes on integer tensor cores (Q4_K, Q5_K, Q6_K) ----------
 //
 // Tiles of 128 rows x 64 tokens over one super-block (256 columns) a step. A step's weights are
-// unpacked into signed bytes in shared memory (Q4_K codes 0..15; Q6_K codes minus 32) beside their
+// unpacked into signed bytes in shared memory (Q4_K codes 0..15, Q5_K 0..31; Q6_K codes minus 32) beside their
 // sub-block scales, the activations' codes (as mul_mat's decode reads them: Q8_K, a scale per 256, a
 // sum per 32) beside them; eight warps (4 x 2) each take 32 rows x 32 tokens with integer matrix
-// instructions, one per sub-block (Q4_K: 16x8x32 over its 32 columns; Q6_K: 16x8x16 over its 16),
+// instructions, one per sub-block (Q4_K, Q5_K: 16x8x32 over its 32 columns; Q6_K: 16x8x16 over its 16),
 // whose sums are multiplied by the sub-block's integer scale and added as integers, as the CPU's dot
-// product forms a super-block; then the super-block's float scales (and the Q4_K minimums' term, the
+// product forms a super-block; then the super-block's float scales (and the Q4_K/Q5_K minimums' term, the
 // minimums times the activations' sums of 32) go into float32 sums. Grouped tiles as k_mul_mm_tc's.
-// The next step's activations (and Q4_K's weights as stored) are copied into shared memory while a
+// The next step's activations (and the weights as stored) are copied into shared memory while a
 // step computes (asynchronous 16-byte copies): a step waits on memory only where the copies ran longer
 // than the step before it.
 constexpr int kMqM = 128, kMqN = 64, kMqLd = 256 + 16;  // bytes per shared row
@@ -442,11 +442,11 @@ struct MqShared {
   __align__(16) uint32_t xs[2][kMqN][4];  // the activations' eight sums of 32 (int16 pairs)
   int32_t slot[kMqN];
   // Then, past the struct, the next step's blocks as stored, kMqM rows of mq_raw_row<T>() bytes:
-  // Q4_K's 144; Q6_K's 210 from the 16-byte boundary below each (at its address % 16, 14 chunks).
+  // Q4_K's 144, Q5_K's 176; Q6_K's 210 from the 16-byte boundary below each (at its address % 16, 14 chunks).
   __device__ uint8_t* raw(int r, int stride) { return reinterpret_cast<uint8_t*>(this + 1) + r * stride; }
 };
 template <int T>
-__host__ __device__ constexpr int mq_raw_row() { return T == kQ4_K ? 144 : 224; }
+__host__ __device__ constexpr int mq_raw_row() { return T == kQ4_K ? 144 : T == kQ5_K ? 176 : 224; }
 template <int T>
 constexpr size_t mq_shared() { return sizeof(MqShared) + kMqM * mq_raw_row<T>(); }
 static_assert(sizeof(MqShared) % 16 == 0);
@@ -502,10 +502,11 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     }
     if (tid < kMqN) cp_async16(sh.xs[st][tid], c.s + token_row(tid) * (cols / 32) + b * 8);
     else if (tid < 2 * kMqN) cp_async4(&sh.xd[st][tid - kMqN], c.d + token_row(tid - kMqN) * (cols / 256) + b);
-    if constexpr (T == kQ4_K) {
-      for (int item = tid; item < kMqM * 9; item += 256) {
-        const int r = item / 9, part = item % 9;
-        cp_async16(sh.raw(r, kRaw) + 16 * part, w + min(m0 + r, rows - 1) * row_bytes + b * 144 + 16 * part);
+    if constexpr (T == kQ4_K || T == kQ5_K) {
+      constexpr int kChunks = kRaw / 16;  // (whole blocks: 144 and 176 bytes)
+      for (int item = tid; item < kMqM * kChunks; item += 256) {
+        const int r = item / kChunks, part = item % kChunks;
+        cp_async16(sh.raw(r, kRaw) + 16 * part, w + min(m0 + r, rows - 1) * row_bytes + b * kRaw + 16 * part);
       }
     } else {
       // (Past a block: at most 15 bytes, within the 16 every weight's allocation has after its end.)
@@ -523,17 +524,26 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     const int st = static_cast<int>(b % 2);
     cp_async_wait<0>();
     __syncthreads();  // the previous step's reads done, this step's copies landed
-    // Weights: Q4_K 8 pieces of 16 code bytes a row (4 a thread), Q6_K 4 pieces of 64 values (2 a thread).
-    if constexpr (T == kQ4_K) {
+    // Weights: Q4_K and Q5_K 8 pieces of 16 code bytes a row (4 a thread; Q5_K: each code's fifth bit
+    // from qh byte 16 (part % 2) + i, bit 2c for the low nibble, 2c + 1 for the high), Q6_K 4 pieces of
+    // 64 values (2 a thread).
+    if constexpr (T == kQ4_K || T == kQ5_K) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int item = tid + 256 * j, r = item / 8, part = item % 8;
-        const uint4 q = *reinterpret_cast<const uint4*>(sh.raw(r, kRaw) + 16 + 16 * part);
+        const uint4 q = *reinterpret_cast<const uint4*>(sh.raw(r, kRaw) + (T == kQ4_K ? 16 : 48) + 16 * part);
         const int c0 = (part / 2) * 64 + (part % 2) * 16;
-        *reinterpret_cast<uint4*>(&sh.w[r][c0]) =
-            make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
-        *reinterpret_cast<uint4*>(&sh.w[r][c0 + 32]) =
-            make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu, (q.w >> 4) & 0x0F0F0F0Fu);
+        uint4 lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
+        uint4 hi = make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu, (q.w >> 4) & 0x0F0F0F0Fu);
+        if constexpr (T == kQ5_K) {
+          const uint4 h = *reinterpret_cast<const uint4*>(sh.raw(r, kRaw) + 16 + 16 * (part % 2));
+          const int b0 = 2 * (part / 2);
+          const auto bit = [](uint32_t v, int at) { return ((v >> at) & 0x01010101u) << 4; };
+          lo = make_uint4(lo.x | bit(h.x, b0), lo.y | bit(h.y, b0), lo.z | bit(h.z, b0), lo.w | bit(h.w, b0));
+          hi = make_uint4(hi.x | bit(h.x, b0 + 1), hi.y | bit(h.y, b0 + 1), hi.z | bit(h.z, b0 + 1), hi.w | bit(h.w, b0 + 1));
+        }
+        *reinterpret_cast<uint4*>(&sh.w[r][c0]) = lo;
+        *reinterpret_cast<uint4*>(&sh.w[r][c0 + 32]) = hi;
       }
       if (tid < kMqM) {
         const int r = tid;
@@ -577,7 +587,7 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     if (b + 1 < blocks) copy(b + 1);
     // The super-block's integer sums, each sub-block's products times its scale.
     int isum[2][4][4] = {};
-    if constexpr (T == kQ4_K) {
+    if constexpr (T == kQ4_K || T == kQ5_K) {
       uint32_t scw[2][2][2];  // [m tile][row half][word]: the eight scales of the thread's rows
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -705,7 +715,7 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
 }
 
 // Up to three products of the same codes in one launch (a prompt's q, k and v): blockIdx.y the row tiles
-// of the first product, then the second's, ...; each product Q4_K or Q6_K.
+// of the first product, then the second's, ...; each product Q4_K, Q5_K or Q6_K.
 struct MqSeg {
   const uint8_t* w;
   size_t row_bytes;
@@ -727,6 +737,7 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8_segs(const MqSegs a, int64
   const MqSeg& g = a.seg[i];
   MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
   if (g.type == kQ4_K) mm_q8_tile<kQ4_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
+  else if (g.type == kQ5_K) mm_q8_tile<kQ5_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
   else mm_q8_tile<kQ6_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
 }
 
@@ -749,16 +760,17 @@ void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, voi
   (void)sized;
   MqSegs a{};
   unsigned tiles = 0;
-  bool q6 = false;  // (Q4_K segments alone: their smaller copies' rows)
+  bool q6 = false, q5 = false;  // (Q4_K or Q5_K segments alone: their smaller copies' rows)
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type,
                 static_cast<unsigned>((p[i].rows + kMqM - 1) / kMqM)};
     tiles += a.seg[i].tiles;
     q6 |= p[i].type == kQ6_K;
+    q5 |= p[i].type == kQ5_K;
   }
   a.nseg = count;
   const dim3 grid(static_cast<unsigned>((n + kMqN - 1) / kMqN), tiles);
-  k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n);
+  k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : q5 ? mq_shared<kQ5_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n);
 }
 namespace {
 
@@ -790,7 +802,7 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
                     const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
                     const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
   const auto* wb = static_cast<const uint8_t*>(w);
-  if constexpr (T == kQ4_K || T == kQ6_K) {
+  if constexpr (T == kQ4_K || T == kQ5_K || T == kQ6_K) {
     if (q8 && !ids && first == 0 && prompt_tiles(T, n)) {
       // A prompt: against codes on integer tensor cores.
       const Codes c = codes_layout(q8, n, cols);
@@ -900,6 +912,7 @@ void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t
     if (!q8_ready) quantize_codes(s, x, x_stride, x_div, cols, slots, q8);
     const auto* w8 = static_cast<const uint8_t*>(w);
     if (type == kQ4_K) launch_mul_mm_q8<kQ4_K>(s, w8, row_bytes, rows, cols, c, slots, token_tiles, out, out_stride, bias, g);
+    else if (type == kQ5_K) launch_mul_mm_q8<kQ5_K>(s, w8, row_bytes, rows, cols, c, slots, token_tiles, out, out_stride, bias, g);
     else launch_mul_mm_q8<kQ6_K>(s, w8, row_bytes, rows, cols, c, slots, token_tiles, out, out_stride, bias, g);
     return;
   }
