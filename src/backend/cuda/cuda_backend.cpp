@@ -349,7 +349,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     if (profiling_) check(cudaEventRecord(events_.back(), stream_), "cudaEventRecord");
     logit_rows_ = rows_[static_cast<size_t>(g_.logits)];
-    ck::argmax_rows(stream_, act(g_.logits), n_vocab(), static_cast<int>(logit_rows_), ids_dev_.get<int32_t>(), ids_dev_.bytes() + rows_bytes_ids());
+    ck::argmax_rows(stream_, act(g_.logits), n_vocab(), static_cast<int>(logit_rows_), ids_dev_.get<int32_t>(), argmax_scratch_.get());
     check(cudaMemcpyAsync(ids_host_.get(), ids_dev_.get(), static_cast<size_t>(logit_rows_) * 4, cudaMemcpyDeviceToHost, stream_), "ids read");
     if (g_.hidden >= 0) {
       hidden_rows_ = rows_[static_cast<size_t>(g_.hidden)];
@@ -449,8 +449,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const auto rows = static_cast<size_t>(opts_.max_tokens);
     logits_host_ = HostBuffer(rows * static_cast<size_t>(n_vocab()) * 4);
     ids_host_ = HostBuffer(rows * 4);
-    ids_dev_ = DeviceBuffer(rows_bytes_ids() + ck::argmax_scratch_bytes(opts_.max_tokens));  // the ids, then the argmax's scratch
-    check(cudaMemset(ids_dev_.get(), 0, ids_dev_.size()), "cudaMemset");
+    ids_dev_ = DeviceBuffer(rows * 4);
+    argmax_scratch_ = DeviceBuffer(ck::argmax_scratch_bytes(opts_.max_tokens));
+    check(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.size()), "cudaMemset");
     if (g_.hidden >= 0) hidden_host_ = HostBuffer(rows * static_cast<size_t>(hidden_width()) * 4);
     // The caches: every block any sequence's table may name.
     k_.resize(kv_row_bytes_.size());
@@ -625,7 +626,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (input_width_ > 0) std::memcpy(base + inputs_at_, step.inputs.data(), step.inputs.size() * 4);
   }
 
-  size_t rows_bytes_ids() const { return (static_cast<size_t>(opts_.max_tokens) * 4 + 15) / 16 * 16; }
   float* act(TensorId id) const { return reinterpret_cast<float*>(arena_.bytes() + offset_[static_cast<size_t>(id)]); }
   template <class T>
   const T* step_dev(size_t at) const { return reinterpret_cast<const T*>(step_dev_.bytes() + at); }
@@ -1280,6 +1280,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   static constexpr int kMoeSlotRows = 8;
   static constexpr int kSplitRows = 32;  // decode attention splits each row's keys for steps of up to this many rows
   DeviceBuffer ids_dev_;               // each logits row's argmax (read back with the step)
+  DeviceBuffer argmax_scratch_;        // the argmax launch's keys and counts (zero between launches)
   mutable bool logits_read_ = false;   // logits_host_ holds the last step's logits
   DeviceBuffer step_dev_;
   size_t step_bytes_ = 0, step_used_ = 0, ids_at_ = 0, pos_at_ = 0, slot_at_ = 0, table_at_ = 0, select_at_ = 0, tables_at_ = 0, inputs_at_ = 0;
