@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -737,16 +739,17 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaFlash,
 // Decode rows' attention (keys split over blocks) against a double-precision softmax over the cache's
 // values: three rows of two sequences (positions 3000 and 3001 of one, 5 of the other; their blocks
 // interleaved in one pool), every cache type, heads of 64, 128 and 256, the keys in one part and in up
-// to seven merged by the last block (twice: the counts left at zero); windows, a cap, sinks.
+// to seven merged by the last block (twice: the counts left at zero); windows, a cap, sinks; query
+// heads sharing a KV head in twos and fours (one block's heads) and alone.
 class CudaDecodeAttention : public ::testing::TestWithParam<std::tuple<TensorType, int>> {
  protected:
   void SetUp() override { ZINC_NEED_CUDA_DEVICE(); }
 };
 
-TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
-  const auto [kv, hd] = GetParam();
+void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
+  SCOPED_TRACE(fmt::format("{} heads on {} KV heads", n_head, n_head_kv));
   constexpr int kB = backend::cuda::kKvBlock;
-  const int n_head = 4, n_head_kv = 2, kw = n_head_kv * hd, n = 3;
+  const int kw = n_head_kv * hd, n = 3;
   const std::vector<int32_t> pos = {3000, 5, 3001};
   const int blocks_a = 3002 / kB + 1;
   std::vector<int32_t> tables(static_cast<size_t>(2 * blocks_a));
@@ -773,9 +776,10 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
   fill(1, 6);
   std::vector<float> q(static_cast<size_t>(n * n_head * hd));
   for (float& v : q) v = dist(rng);
-  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  std::vector<float> sinks(static_cast<size_t>(n_head));
+  for (int h = 0; h < n_head; ++h) sinks[static_cast<size_t>(h)] = std::array{0.5f, -1.0f, 2.0f, 0.0f}[static_cast<size_t>(h % 4)] + 0.25f * static_cast<float>(h / 4);
   const int splits = 7;
-  Dev dk(kc.size()), dv(vc.size()), dq(q.size() * 4), dpos(n * 4), dat(n * 4), dtab(tables.size() * 4), dsink(16), dout(q.size() * 4),
+  Dev dk(kc.size()), dv(vc.size()), dq(q.size() * 4), dpos(n * 4), dat(n * 4), dtab(tables.size() * 4), dsink(sinks.size() * 4), dout(q.size() * 4),
       dpart(static_cast<size_t>(n * n_head * splits * (hd + 2)) * 4), dcount(static_cast<size_t>(n * n_head) * 4);
   upload(dk, kc.data(), kc.size());
   upload(dv, vc.data(), vc.size());
@@ -783,7 +787,7 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
   upload(dpos, pos.data(), pos.size() * 4);
   upload(dat, table_at.data(), table_at.size() * 4);
   upload(dtab, tables.data(), tables.size() * 4);
-  upload(dsink, sinks.data(), 16);
+  upload(dsink, sinks.data(), sinks.size() * 4);
   ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n * n_head) * 4), cudaSuccess);
   const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
   for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{300, 0, true}, AttnCase{0, 30.0f, true}})
@@ -818,6 +822,14 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
                 << " element " << e;
         }
     }
+}
+
+TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
+  const auto [kv, hd] = GetParam();
+  for (const auto& [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{3, 3}}) {
+    check_decode_attention(kv, hd, n_head, n_head_kv);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,

@@ -801,11 +801,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
     a.softcap = p.softcap;
     a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
     a.out = out;
-    // Decode rows: each row's keys split over enough blocks to fill the GPU eight times (a block's
-    // warps spend their time waiting on reads).
+    // Decode rows: each row's keys split over enough blocks to fill the GPU (a block's warps spend
+    // their time waiting on reads).
     const auto split = [&](ck::AttentionArgs& b) {
       if (b.n > kSplitRows || !att_count_.get()) return;
-      b.splits = std::clamp((8 * sms_ + b.n_head * b.n - 1) / (b.n_head * b.n), 1, ck::kMaxAttentionSplits);
+      b.splits = ck::decode_attention_splits(b.n, b.n_head, b.n_head_kv, b.head_dim, sms_);
       b.part = att_part_.get<float>();
       b.count = att_count_.get<unsigned>();
     };

@@ -426,44 +426,89 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
   }
 }
 
-// Attention of decode rows (and of any rows the tiles do not take): a block of four warps per (query
-// head, row, part of the row's visible keys); a warp takes 8 keys at a time, lane l holding elements
-// P l .. P l + P - 1 of the head (each key row read whole by the warp, the eight reads in flight
-// together), the eight dot products summed across the lanes by halving exchanges (each lane left with
-// one key's sum), one softmax step for the eight, then the weighted values. A row's keys are split in
-// parts of at least kDecMinKeys, at most `splits` (the blocks of higher parts return at once); with
-// more than one part each block writes its maximum, sum and weighted values to part, and the block
-// that finishes a (head, row) last (count) merges them into out and resets the count.
-// Parts of at least 32 keys (one step of each warp): the loop is bound by the latency of each step's
-// reads, so many short parts in flight read the cache faster than a few long ones, at depth and in a
-// short context alike (H200, qwen3-8b tg128: parts of 128 keys 390.9 tok/s, 64 392.6, 32 399.4).
-constexpr int kDecWarps = 4, kDecKeys = 8, kDecMinKeys = kDecWarps * kDecKeys;
+// Attention of decode rows (and of any rows the tiles do not take): a block of kDecWarps warps per
+// (G query heads of one KV head, row, part of the row's visible keys), the G heads sharing each read
+// of the cache. A warp takes 8 keys at a time, lane l holding elements P l .. P l + P - 1 of each key
+// and value row; the step's key and value rows are all read before any is used (one round trip a
+// step; values after the softmax for heads of 512). Per head the eight dot products are summed across
+// the lanes by halving exchanges (each lane left with one key's sum), then one softmax step for the
+// eight and the weighted values. A row's keys are split in parts of at least kDecMinKeys, at most
+// `splits` (the blocks of higher parts return at once); with more than one part each block writes
+// each head's maximum, sum and weighted values to part, and the block that finishes a (head group,
+// row) last (count) merges them into out and resets the count.
+// The loop is bound by the latency of each step's reads, so short parts in flight read the cache
+// faster than a few long ones (H200, qwen3-8b tg128: parts of 128 keys 390.9 tok/s, 64 392.6, 32
+// 399.4, one head a block and values read after the softmax); sharing a KV head's reads among its
+// query heads and reading values with keys took qwen3-8b tg128 at depth 4096 from 325.1 tok/s to 373.5.
+constexpr int kDecWarps = 8, kDecKeys = 8, kDecMinKeys = kDecWarps * kDecKeys;
+static_assert(kMaxAttentionSplits <= kWarp, "the merge holds a head's parts in one warp");
 
-// Elements c .. c + N - 1 of a cache row (N of 2, 4, 8 or 16 within one 32-element block for Q8_0).
-template <int KV, int N>
-__device__ __forceinline__ void kv_elems(const uint8_t* row, int c, float* out) {
-  if constexpr (KV == kF32) {
-    const float* p = reinterpret_cast<const float*>(row) + c;
-#pragma unroll
-    for (int i = 0; i < N; i += 2) {
-      const float2 v = *reinterpret_cast<const float2*>(p + i);
-      out[i] = v.x, out[i + 1] = v.y;
-    }
-  } else if constexpr (KV == kF16) {
-    const __half2* p = reinterpret_cast<const __half2*>(reinterpret_cast<const __half*>(row) + c);
-#pragma unroll
-    for (int i = 0; i < N; i += 2) {
-      const float2 v = __half22float2(p[i / 2]);
-      out[i] = v.x, out[i + 1] = v.y;
-    }
-  } else {
-    const uint8_t* b = row + (c / 32) * 34;
-    const float d = half_bits(ld16(b));
-    const auto* q = reinterpret_cast<const int8_t*>(b + 2 + c % 32);
-#pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = d * static_cast<float>(q[i]);
-  }
+// Query heads per block: what divides the group of query heads sharing a KV head, within 16 values
+// of each head's elements per lane.
+__host__ __device__ constexpr int decode_heads(int head_dim, int group) {
+  return head_dim <= 128 && group % 4 == 0 ? 4 : head_dim <= 256 && group % 2 == 0 ? 2 : 1;
 }
+
+// A lane's P elements of a cache row as read; their conversion to float deferred until used.
+template <int KV, int P>
+struct KvRaw;
+template <int P>
+struct KvRaw<kF32, P> {
+  float2 w[P / 2];
+  __device__ __forceinline__ void load(const uint8_t* row, int c) {
+    const auto* p = reinterpret_cast<const float2*>(reinterpret_cast<const float*>(row) + c);
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) w[i] = p[i];
+  }
+  __device__ __forceinline__ void get(float* out) const {
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) out[2 * i] = w[i].x, out[2 * i + 1] = w[i].y;
+  }
+};
+template <int P>
+struct KvRaw<kF16, P> {
+  uint32_t w[P / 2];  // pairs of halves
+  __device__ __forceinline__ void load(const uint8_t* row, int c) {
+    const auto* p = reinterpret_cast<const uint32_t*>(row + 2 * static_cast<size_t>(c));  // 2P-byte aligned
+    if constexpr (P == 2) {
+      w[0] = p[0];
+    } else if constexpr (P == 4) {
+      const uint2 v = *reinterpret_cast<const uint2*>(p);
+      w[0] = v.x, w[1] = v.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < P / 2; i += 4) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p + i);
+        w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+      }
+    }
+  }
+  __device__ __forceinline__ void get(float* out) const {
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) {
+      out[2 * i] = half_bits(static_cast<uint16_t>(w[i] & 0xffffu));
+      out[2 * i + 1] = half_bits(static_cast<uint16_t>(w[i] >> 16));
+    }
+  }
+};
+template <int P>
+struct KvRaw<kQ8_0, P> {  // P codes within one 34-byte block (2-byte aligned: its scale, then the codes)
+  uint16_t d, w[P / 2];
+  __device__ __forceinline__ void load(const uint8_t* row, int c) {
+    const auto* b = reinterpret_cast<const uint16_t*>(row + static_cast<size_t>(c / 32) * 34);
+    d = b[0];
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) w[i] = b[1 + (c % 32) / 2 + i];
+  }
+  __device__ __forceinline__ void get(float* out) const {
+    const float s = half_bits(d);
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i) {
+      out[2 * i] = s * static_cast<float>(static_cast<int8_t>(w[i] & 0xff));
+      out[2 * i + 1] = s * static_cast<float>(static_cast<int8_t>(w[i] >> 8));
+    }
+  }
+};
 
 // Eight per-lane partial sums reduced over the warp: lane l ends with the whole sum of value
 // 4 b4 + 2 b3 + b2 (bits of l); four exchanges, two, one, then two more.
@@ -480,17 +525,19 @@ __device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
   return y;
 }
 
-template <int HD, int KV>
+template <int HD, int KV, int G>
 __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionArgs a) {
   constexpr int P = HD / 32;
-  __shared__ float wm[kDecWarps], wl[kDecWarps];
-  __shared__ float wacc[kDecWarps][HD];
+  constexpr bool kValuesWithKeys = P <= 8;
+  __shared__ float wm[kDecWarps][G], wl[kDecWarps][G];
+  __shared__ float wacc[kDecWarps][G * HD];
+  __shared__ float fs[G][kWarp];
   __shared__ bool last;
   pdl_trigger();
   // The step's positions and block tables (not the previous kernel's) read while it finishes.
-  const int h = blockIdx.x, r = blockIdx.y, split = blockIdx.z;
+  const int h0 = blockIdx.x * G, r = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int kvh = h / (a.n_head / a.n_head_kv);
+  const int kvh = h0 / (a.n_head / a.n_head_kv);
   const int pos = a.pos[r];
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int total = pos - lo + 1;
@@ -498,11 +545,12 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const int32_t* table = a.tables + a.table_at[r];
   pdl_wait();
   if (split >= splits) return;
-  float q[P];
-  {
-    const float* qr = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * HD + P * lane;
+  float q[G][P];
 #pragma unroll
-    for (int i = 0; i < P; ++i) q[i] = qr[i];
+  for (int g = 0; g < G; ++g) {
+    const float* qr = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h0 + g) * HD + P * lane;
+#pragma unroll
+    for (int i = 0; i < P; ++i) q[g][i] = qr[i];
   }
   const int chunk = ((total + splits - 1) / splits + kDecKeys - 1) / kDecKeys * kDecKeys;
   const int k0 = lo + split * chunk, k1 = min(pos + 1, k0 + chunk);
@@ -510,9 +558,13 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const auto* vc = static_cast<const uint8_t*>(a.v);
   const int col = kvh * HD + P * lane;
   const int mine = 4 * ((lane >> 4) & 1) + 2 * ((lane >> 3) & 1) + ((lane >> 2) & 1);  // the key whose sum this lane gets
-  float m = -INFINITY, l = 0, acc[P];
+  float m[G], l[G], acc[G][P];
 #pragma unroll
-  for (int i = 0; i < P; ++i) acc[i] = 0;
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY, l[g] = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) acc[g][i] = 0;
+  }
   for (int j0 = k0 + kDecKeys * warp; j0 < k1; j0 += kDecKeys * kDecWarps) {
     size_t off[kDecKeys];
 #pragma unroll
@@ -520,70 +572,98 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
       const int j = min(j0 + k, k1 - 1);  // past the end: the last key again, its weight then zero
       off[k] = (static_cast<size_t>(table[j / kKvBlock]) * kKvBlock + j % kKvBlock) * a.row_bytes;
     }
-    float part[kDecKeys];
+    KvRaw<KV, P> kr[kDecKeys], vr[kDecKeys];
+#pragma unroll
+    for (int k = 0; k < kDecKeys; ++k) kr[k].load(kc + off[k], col);
+    if constexpr (kValuesWithKeys) {
+#pragma unroll
+      for (int k = 0; k < kDecKeys; ++k) vr[k].load(vc + off[k], col);
+    }
+    float part[G][kDecKeys];
 #pragma unroll
     for (int k = 0; k < kDecKeys; ++k) {
       float kv[P];
-      kv_elems<KV, P>(kc + off[k], col, kv);
-      part[k] = 0;
+      kr[k].get(kv);
 #pragma unroll
-      for (int i = 0; i < P; ++i) part[k] += q[i] * kv[i];
+      for (int g = 0; g < G; ++g) {
+        float d = 0;
+#pragma unroll
+        for (int i = 0; i < P; ++i) d += q[g][i] * kv[i];
+        part[g][k] = d;
+      }
     }
-    float s = warp_sum8(part, lane) * a.scale;
-    if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
-    if (j0 + mine >= k1) s = -INFINITY;
-    const float m_new = fmaxf(m, warp_max(s));  // key j0 is visible: finite
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + 0.25f * warp_sum(p);  // each key's weight is on four lanes
+    const bool past = j0 + mine >= k1;
+    float p[G];
 #pragma unroll
-    for (int i = 0; i < P; ++i) acc[i] *= corr;
+    for (int g = 0; g < G; ++g) {
+      float s = warp_sum8(part[g], lane) * a.scale;
+      if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
+      if (past) s = -INFINITY;
+      const float m_new = fmaxf(m[g], warp_max(s));  // key j0 is visible: finite
+      const float corr = expf(m[g] - m_new);
+      p[g] = expf(s - m_new);
+      l[g] = l[g] * corr + 0.25f * warp_sum(p[g]);  // each key's weight is on four lanes
+#pragma unroll
+      for (int i = 0; i < P; ++i) acc[g][i] *= corr;
+      m[g] = m_new;
+    }
 #pragma unroll
     for (int k = 0; k < kDecKeys; ++k) {
-      const float pk = __shfl_sync(0xffffffffu, p, 16 * (k >> 2) + 8 * ((k >> 1) & 1) + 4 * (k & 1));
+      if constexpr (!kValuesWithKeys) vr[k].load(vc + off[k], col);
       float v[P];
-      kv_elems<KV, P>(vc + off[k], col, v);
+      vr[k].get(v);
+      const int from = 16 * (k >> 2) + 8 * ((k >> 1) & 1) + 4 * (k & 1);
 #pragma unroll
-      for (int i = 0; i < P; ++i) acc[i] += pk * v[i];
+      for (int g = 0; g < G; ++g) {
+        const float pk = __shfl_sync(0xffffffffu, p[g], from);
+#pragma unroll
+        for (int i = 0; i < P; ++i) acc[g][i] += pk * v[i];
+      }
     }
-    m = m_new;
   }
   if (lane == 0) {
-    wm[warp] = m;
-    wl[warp] = l;
+#pragma unroll
+    for (int g = 0; g < G; ++g) wm[warp][g] = m[g], wl[warp][g] = l[g];
   }
 #pragma unroll
-  for (int i = 0; i < P; ++i) wacc[warp][P * lane + i] = acc[i];
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < P; ++i) wacc[warp][g * HD + P * lane + i] = acc[g][i];
   __syncthreads();
-  // The block's maximum, sum and weighted values (the warps merged).
-  float M = -INFINITY;
-  for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w]);
-  float f[kDecWarps], L = 0;
-  for (int w = 0; w < kDecWarps; ++w) {
-    f[w] = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M);
-    L += wl[w] * f[w];
-  }
-  const float sink = a.sinks ? a.sinks[h] : -INFINITY;
-  float* o = a.out + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h) * HD;
+  // Each head's maximum, sum and weighted values over the block (the warps merged); element e of the
+  // block's heads is element e % HD of head h0 + e / HD.
+  const auto merged = [&](int e, float& M, float& L) {
+    const int g = e / HD;
+    M = -INFINITY;
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, wm[w][g]);
+    L = 0;
+    float sum = 0;
+    for (int w = 0; w < kDecWarps; ++w) {
+      const float f = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - M);
+      L += wl[w][g] * f;
+      sum += wacc[w][e] * f;
+    }
+    return sum;
+  };
+  float* o = a.out + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h0) * HD;
   if (splits == 1) {
-    const float Ms = fmaxf(M, sink), fs = M == -INFINITY ? 0.0f : expf(M - Ms);
-    const float Ls = L * fs + (a.sinks ? expf(sink - Ms) : 0.0f);
-    for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-      float sum = 0;
-      for (int w = 0; w < kDecWarps; ++w) sum += wacc[w][c] * f[w];
-      o[c] = sum * fs / Ls;
+    for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+      float M, L;
+      const float sum = merged(e, M, L);
+      const float sink = a.sinks ? a.sinks[h0 + e / HD] : -INFINITY;
+      const float Ms = fmaxf(M, sink), f = M == -INFINITY ? 0.0f : expf(M - Ms);
+      o[e] = sum * f / (L * f + (a.sinks ? expf(sink - Ms) : 0.0f));
     }
     return;
   }
-  const int hr = r * a.n_head + h;
-  float* part = a.part + (static_cast<int64_t>(hr) * gridDim.z + split) * (HD + 2);
-  if (threadIdx.x == 0) {
-    part[0] = M;
-    part[1] = L;
-  }
-  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
-    float sum = 0;
-    for (int w = 0; w < kDecWarps; ++w) sum += wacc[w][c] * f[w];
-    part[2 + c] = sum;
+  const int hr = r * a.n_head + h0;
+  const int64_t stride = static_cast<int64_t>(gridDim.z) * (HD + 2);  // a head's parts
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    float M, L;
+    const float sum = merged(e, M, L);
+    float* part = a.part + (hr + e / HD) * stride + static_cast<int64_t>(split) * (HD + 2);
+    if (e % HD == 0) part[0] = M, part[1] = L;
+    part[2 + e % HD] = sum;
   }
   __threadfence();
   __syncthreads();
@@ -591,34 +671,50 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const float* parts = a.part + static_cast<int64_t>(hr) * gridDim.z * (HD + 2);
-  float Mall = sink;
-  for (int sp = 0; sp < splits; ++sp) Mall = fmaxf(Mall, __ldcg(parts + sp * (HD + 2)));
-  float Lall = a.sinks ? expf(sink - Mall) : 0.0f;
-  for (int sp = 0; sp < splits; ++sp) {
-    const float ms = __ldcg(parts + sp * (HD + 2));
-    if (ms != -INFINITY) Lall += __ldcg(parts + sp * (HD + 2) + 1) * expf(ms - Mall);
+  // Warp g the factors of head h0 + g's parts (lane: part), over the whole sum; then the elements.
+  if (warp < G) {
+    const float* parts = a.part + (hr + warp) * stride;
+    const float ms = lane < splits ? __ldcg(parts + lane * (HD + 2)) : -INFINITY;
+    const float ls = lane < splits ? __ldcg(parts + lane * (HD + 2) + 1) : 0.0f;
+    const float sink = a.sinks ? a.sinks[h0 + warp] : -INFINITY;
+    const float M = fmaxf(warp_max(ms), sink);  // part 0 has a visible key: finite
+    const float f = ms == -INFINITY ? 0.0f : expf(ms - M);
+    const float L = warp_sum(ls * f) + (a.sinks ? expf(sink - M) : 0.0f);
+    fs[warp][lane] = f / L;
   }
-  for (int c = threadIdx.x; c < HD; c += blockDim.x) {
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
+    const float* parts = a.part + (hr + e / HD) * stride + 2 + e % HD;
+    const float* f = fs[e / HD];
     float sum = 0;
-    for (int sp = 0; sp < splits; ++sp) {
-      const float ms = __ldcg(parts + sp * (HD + 2));
-      if (ms != -INFINITY) sum += __ldcg(parts + sp * (HD + 2) + 2 + c) * expf(ms - Mall);
-    }
-    o[c] = sum / Lall;
+#pragma unroll 8
+    for (int sp = 0; sp < splits; ++sp) sum += __ldcg(parts + sp * (HD + 2)) * f[sp];
+    o[e] = sum;
   }
   if (threadIdx.x == 0) a.count[hr] = 0;
 }
 
+template <int HD, int KV>
+void launch_attention_keys(Stream s, const AttentionArgs& a, int splits) {
+  const int g = decode_heads(HD, a.n_head / a.n_head_kv);
+  const dim3 block(kDecWarps * kWarp);
+  if constexpr (HD <= 128) {
+    if (g == 4) return launch(k_attention_keys<HD, KV, 4>, dim3(a.n_head / 4, a.n, splits), block, s, a);
+  }
+  if constexpr (HD <= 256) {
+    if (g == 2) return launch(k_attention_keys<HD, KV, 2>, dim3(a.n_head / 2, a.n, splits), block, s, a);
+  }
+  launch(k_attention_keys<HD, KV, 1>, dim3(a.n_head, a.n, splits), block, s, a);
+}
+
 template <int KV>
 void launch_attention(Stream s, const AttentionArgs& a) {
-  const int splits = a.part && a.count ? max(1, a.splits) : 1;
-  const dim3 keys(a.n_head, a.n, splits), block(kDecWarps * kWarp);
+  const int splits = a.part && a.count ? std::clamp(a.splits, 1, kMaxAttentionSplits) : 1;
   switch (a.head_dim) {
-    case 64: launch(k_attention_keys<64, KV>, keys, block, s, a); return;
-    case 128: launch(k_attention_keys<128, KV>, keys, block, s, a); return;
-    case 256: launch(k_attention_keys<256, KV>, keys, block, s, a); return;
-    case 512: launch(k_attention_keys<512, KV>, keys, block, s, a); return;
+    case 64: return launch_attention_keys<64, KV>(s, a, splits);
+    case 128: return launch_attention_keys<128, KV>(s, a, splits);
+    case 256: return launch_attention_keys<256, KV>(s, a, splits);
+    case 512: return launch_attention_keys<512, KV>(s, a, splits);
     default: break;
   }
   const dim3 grid(a.n_head, a.n);
@@ -1238,6 +1334,11 @@ int flash_splits(int n, int n_head, int sms) {
   if (tiles * n_head >= sms) return 1;  // a wave of blocks already (a whole prompt's tiles)
   const int want = (4 * sms + tiles * n_head - 1) / (tiles * n_head);
   return std::clamp(std::min(want, kMaxFlashSplits), 1, std::max(1, kFlashPartRows / n));
+}
+
+int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms) {
+  const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
+  return std::clamp((2 * sms + blocks - 1) / blocks, 1, kMaxAttentionSplits);
 }
 
 void attention(Stream s, const AttentionArgs& a) {

@@ -196,6 +196,8 @@ struct AttentionArgs {
 inline constexpr int kMaxAttentionSplits = 32;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
+// The parts that fill the GPU (sms multiprocessors) about twice with decode blocks for n rows.
+int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms);
 // The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
 // with float32 sums and softmax: F16 and Q8_0 caches, heads of 64 or 128 (flash_attention_fits).
 // With part given and splits > 1, the keys in `splits` parts on as many blocks, merged by a second
