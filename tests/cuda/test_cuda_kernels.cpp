@@ -780,7 +780,7 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
   for (int h = 0; h < n_head; ++h) sinks[static_cast<size_t>(h)] = std::array{0.5f, -1.0f, 2.0f, 0.0f}[static_cast<size_t>(h % 4)] + 0.25f * static_cast<float>(h / 4);
   const int splits = 7;
   Dev dk(kc.size()), dv(vc.size()), dq(q.size() * 4), dpos(n * 4), dat(n * 4), dtab(tables.size() * 4), dsink(sinks.size() * 4), dout(q.size() * 4),
-      dpart(static_cast<size_t>(n * n_head * splits * (hd + 2)) * 4), dcount(static_cast<size_t>(n * n_head) * 4);
+      dpart(static_cast<size_t>(n * n_head * splits * (hd + 4)) * 4), dcount(static_cast<size_t>(n * n_head) * 4);
   upload(dk, kc.data(), kc.size());
   upload(dv, vc.data(), vc.size());
   upload(dq, q.data(), q.size() * 4);

@@ -516,7 +516,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const auto heads = static_cast<size_t>(n.attention().n_head), hd = static_cast<size_t>(n.attention().head_dim);
       const auto rows_max = static_cast<size_t>(kSplitRows);
       static_assert(kSplitRows * ck::kMaxAttentionSplits >= ck::kFlashPartRows);  // (the prompt tiles' parts too)
-      att_part = std::max(att_part, rows_max * heads * ck::kMaxAttentionSplits * (hd + 2) * 4);
+      att_part = std::max(att_part, rows_max * heads * ck::kMaxAttentionSplits * (hd + 4) * 4);
       att_count = std::max(att_count, rows_max * heads * 4);
     }
     if (att_count > 0) {

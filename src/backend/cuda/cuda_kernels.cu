@@ -439,7 +439,11 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
 // The loop is bound by the latency of each step's reads, so short parts in flight read the cache
 // faster than a few long ones (H200, qwen3-8b tg128: parts of 128 keys 390.9 tok/s, 64 392.6, 32
 // 399.4, one head a block and values read after the softmax); sharing a KV head's reads among its
-// query heads and reading values with keys took qwen3-8b tg128 at depth 4096 from 325.1 tok/s to 373.5.
+// query heads and reading values with keys took qwen3-8b tg128 at depth 4096 from 325.1 tok/s to 373.5;
+// the eight keys' offsets from one table entry, the softmax's reductions over the eight keys alone
+// and the last block's merge with a column's parts read together, to 382.4 (ncu, one launch at depth
+// 4096: 18 us, 19% of DRAM bandwidth, 115 registers, two blocks a multiprocessor: bound by each
+// warp's chain of exchanges and the merge's round trips, not by the reads).
 constexpr int kDecWarps = 8, kDecKeys = 8, kDecMinKeys = kDecWarps * kDecKeys;
 static_assert(kMaxAttentionSplits <= kWarp, "the merge holds a head's parts in one warp");
 
@@ -566,11 +570,19 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     for (int i = 0; i < P; ++i) acc[g][i] = 0;
   }
   for (int j0 = k0 + kDecKeys * warp; j0 < k1; j0 += kDecKeys * kDecWarps) {
+    // Past the end: the last key again, its weight then zero. The eight keys in one block of the table
+    // unless the row's window starts off a multiple of eight.
     size_t off[kDecKeys];
+    if (j0 % kKvBlock + kDecKeys <= kKvBlock) {
+      const size_t slot = static_cast<size_t>(table[j0 / kKvBlock]) * kKvBlock + j0 % kKvBlock;
 #pragma unroll
-    for (int k = 0; k < kDecKeys; ++k) {
-      const int j = min(j0 + k, k1 - 1);  // past the end: the last key again, its weight then zero
-      off[k] = (static_cast<size_t>(table[j / kKvBlock]) * kKvBlock + j % kKvBlock) * a.row_bytes;
+      for (int k = 0; k < kDecKeys; ++k) off[k] = (slot + min(k, k1 - 1 - j0)) * a.row_bytes;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kDecKeys; ++k) {
+        const int j = min(j0 + k, k1 - 1);
+        off[k] = (static_cast<size_t>(table[j / kKvBlock]) * kKvBlock + j % kKvBlock) * a.row_bytes;
+      }
     }
     KvRaw<KV, P> kr[kDecKeys], vr[kDecKeys];
 #pragma unroll
@@ -599,10 +611,17 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
       float s = warp_sum8(part[g], lane) * a.scale;
       if (a.softcap > 0) s = a.softcap * tanhf(s / a.softcap);
       if (past) s = -INFINITY;
-      const float m_new = fmaxf(m[g], warp_max(s));  // key j0 is visible: finite
+      // Over the eight keys: lanes that differ in bits 2-4 (each key's score is on four lanes).
+      float mx = s;
+#pragma unroll
+      for (int b = 4; b <= 16; b *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, b));
+      const float m_new = fmaxf(m[g], mx);  // key j0 is visible: finite
       const float corr = expf(m[g] - m_new);
       p[g] = expf(s - m_new);
-      l[g] = l[g] * corr + 0.25f * warp_sum(p[g]);  // each key's weight is on four lanes
+      float ps = p[g];
+#pragma unroll
+      for (int b = 4; b <= 16; b *= 2) ps += __shfl_xor_sync(0xffffffffu, ps, b);
+      l[g] = l[g] * corr + ps;
 #pragma unroll
       for (int i = 0; i < P; ++i) acc[g][i] *= corr;
       m[g] = m_new;
@@ -656,14 +675,16 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     }
     return;
   }
+  // A head's parts: each its maximum and sum, two unused, then the weighted values (16-byte aligned).
+  constexpr int kPart = HD + 4;
   const int hr = r * a.n_head + h0;
-  const int64_t stride = static_cast<int64_t>(gridDim.z) * (HD + 2);  // a head's parts
+  const int64_t stride = static_cast<int64_t>(gridDim.z) * kPart;
   for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
     float M, L;
     const float sum = merged(e, M, L);
-    float* part = a.part + (hr + e / HD) * stride + static_cast<int64_t>(split) * (HD + 2);
+    float* part = a.part + (hr + e / HD) * stride + static_cast<int64_t>(split) * kPart;
     if (e % HD == 0) part[0] = M, part[1] = L;
-    part[2 + e % HD] = sum;
+    part[4 + e % HD] = sum;
   }
   __threadfence();
   __syncthreads();
@@ -674,8 +695,8 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   // Warp g the factors of head h0 + g's parts (lane: part), over the whole sum; then the elements.
   if (warp < G) {
     const float* parts = a.part + (hr + warp) * stride;
-    const float ms = lane < splits ? __ldcg(parts + lane * (HD + 2)) : -INFINITY;
-    const float ls = lane < splits ? __ldcg(parts + lane * (HD + 2) + 1) : 0.0f;
+    const float ms = lane < splits ? __ldcg(parts + lane * kPart) : -INFINITY;
+    const float ls = lane < splits ? __ldcg(parts + lane * kPart + 1) : 0.0f;
     const float sink = a.sinks ? a.sinks[h0 + warp] : -INFINITY;
     const float M = fmaxf(warp_max(ms), sink);  // part 0 has a visible key: finite
     const float f = ms == -INFINITY ? 0.0f : expf(ms - M);
@@ -683,13 +704,40 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     fs[warp][lane] = f / L;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
-    const float* parts = a.part + (hr + e / HD) * stride + 2 + e % HD;
+  // Four elements (a column) a thread and kSub threads a column, each every kSub-th part, all its
+  // parts' reads in flight together; then the column's threads summed.
+  constexpr int kCols = G * HD / 4, kSub = kDecWarps * kWarp / kCols, kEach = (kMaxAttentionSplits + kSub - 1) / kSub;
+  static_assert(kCols <= kDecWarps * kWarp && kEach <= 16, "a column's parts on at most 16 reads a thread");
+  const int col4 = threadIdx.x % kCols, sub = threadIdx.x / kCols;
+  float4 sum = make_float4(0, 0, 0, 0);
+  if (sub < kSub) {
+    const int e = 4 * col4;
+    const float* parts = a.part + (hr + e / HD) * stride + 4 + e % HD;
     const float* f = fs[e / HD];
-    float sum = 0;
-#pragma unroll 8
-    for (int sp = 0; sp < splits; ++sp) sum += __ldcg(parts + sp * (HD + 2)) * f[sp];
-    o[e] = sum;
+    float4 v[kEach];
+#pragma unroll
+    for (int i = 0; i < kEach; ++i)
+      if (sub + kSub * i < splits) v[i] = __ldcg(reinterpret_cast<const float4*>(parts + (sub + kSub * i) * kPart));
+#pragma unroll
+    for (int i = 0; i < kEach; ++i)
+      if (sub + kSub * i < splits) {
+        const float w = f[sub + kSub * i];
+        sum.x += v[i].x * w, sum.y += v[i].y * w, sum.z += v[i].z * w, sum.w += v[i].w * w;
+      }
+  }
+  if constexpr (kSub > 1) {
+    __shared__ float4 cols[kDecWarps * kWarp];
+    cols[threadIdx.x] = sum;
+    __syncthreads();
+    if (sub == 0)
+      for (int t = 1; t < kSub; ++t) {
+        const float4 x = cols[t * kCols + col4];
+        sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+      }
+  }
+  if (sub == 0) {
+    const int e = 4 * col4;
+    o[e] = sum.x, o[e + 1] = sum.y, o[e + 2] = sum.z, o[e + 3] = sum.w;
   }
   if (threadIdx.x == 0) a.count[hr] = 0;
 }
@@ -1337,6 +1385,8 @@ int flash_splits(int n, int n_head, int sms) {
 }
 
 int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms) {
+  // Two blocks a multiprocessor: more (smaller parts, or a head a block) measured slower at depth
+  // 4096 (H200 qwen3-8b: four heads a block and twice the parts' blocks 379 -> 359 tok/s).
   const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
   return std::clamp((2 * sms + blocks - 1) / blocks, 1, kMaxAttentionSplits);
 }

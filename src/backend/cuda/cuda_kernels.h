@@ -187,7 +187,7 @@ struct AttentionArgs {
   const float* sinks = nullptr;
   float* out = nullptr;
   // Heads of 64, 128, 256 or 512: each row's keys in `splits` parts on as many blocks, merged by the
-  // last to finish through part (n * n_head * splits * (head_dim + 2) floats) and count (n * n_head,
+  // last to finish through part (n * n_head * splits * (head_dim + 4) floats) and count (n * n_head,
   // zero before, zero after).
   int splits = 1;
   float* part = nullptr;
