@@ -282,7 +282,12 @@ struct MvArgs {
   const int32_t* order = nullptr;
   const int32_t* offsets = nullptr;
   int n_expert = 0, per_expert = 0;  // the experts; the most slots one may have
+  // With xf (expert slots, one token each, at most kMvQuantCols columns): each block quantizes its
+  // slot's row of xf (x_div rows apart, xf_stride floats) into shared memory itself, no codes launch.
+  const float* xf = nullptr;
+  int64_t xf_stride = 0;
 };
+constexpr int kMvQuantCols = kMvWarps * 256;
 
 template <int NT, int S, int RW, bool GLU>
 __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
@@ -301,14 +306,29 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
   float acc[R][NT];
   for (int i = 0; i < R; ++i)
     for (int t = 0; t < NT; ++t) acc[i][t] = 0;
+  const int xr = t0 / a.x_div;
+  Codes c{a.c.q + static_cast<int64_t>(xr) * a.cols, a.c.d + xr * (a.cols / 256), a.c.s + xr * (a.cols / 32)};
+  if constexpr (NT == 1) {
+    // The slot's row quantized here (xf): warp w super-block w, as k_quantize_q8k does it.
+    __shared__ __align__(16) uint8_t xq[kMvQuantCols + kMvQuantCols / 64 + 16 + kMvQuantCols / 16];
+    if (a.xf) {
+      c = codes_layout(xq, 1, a.cols);
+      if (warp < a.cols / 256) {
+        const float4* p = reinterpret_cast<const float4*>(a.xf + xr * a.xf_stride + warp * 256 + lane * 8);
+        const float4 u = p[0], w = p[1];
+        const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+        store_codes(v, 0, warp, a.cols, c);
+      }
+      __syncthreads();
+    }
+  }
   if (r0 < g.rows) {
     const uint8_t* rows[R];
     for (int p = 0; p < P; ++p) {
       const MvSeg& gp = a.seg[GLU ? p : si];
       for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
     }
-    const int cols = static_cast<int>(a.cols), xr = t0 / a.x_div;
-    const Codes c{a.c.q + static_cast<int64_t>(xr) * cols, a.c.d + xr * (cols / 256), a.c.s + xr * (cols / 32)};
+    const int cols = static_cast<int>(a.cols);
     if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
     else if (g.type == kQ5_K) rows_codes<Q5kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
     else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
@@ -834,7 +854,15 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   const int rows = (a.n + x_div - 1) / x_div;
   a.x_div = x_div;
   a.c = codes_layout(q8, rows, a.cols);
-  if (!q8_ready) quantize_codes(s, x, xs, 1, a.cols, rows, q8);
+  // Expert slots each of its own row (x_div 1: a mixture's down, whose codes no other product reads)
+  // over rows of at most kMvQuantCols: each block quantizes its slot's row, no codes launch. (Slots
+  // sharing a token's row leave its codes in q8 for the products after them.)
+  if (!q8_ready && x_div == 1 && a.ids && !a.order && a.glu == Glu::None && a.cols % 256 == 0 && a.cols <= kMvQuantCols) {
+    a.xf = x;
+    a.xf_stride = xs;
+  } else if (!q8_ready) {
+    quantize_codes(s, x, xs, 1, a.cols, rows, q8);
+  }
   const bool glu = a.glu != Glu::None;
   if (a.order) {  // grouped by expert: groups of 8 of an expert's slots
     glu ? launch_mv_mma<1, true>(s, a, split) : launch_mv_mma<1, false>(s, a, split);

@@ -99,7 +99,9 @@ void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, 
                            const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,
                            bool q8_ready, Glu glu = Glu::None);
 // The same with a weight matrix per row of the output: out[i] = W_{ids[i]} rows [first, first + rows) ·
-// x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes.
+// x[i / x_div] (+ bias[ids[i] * bias_stride + r]); expert e's rows start at e * expert_bytes. With
+// x_div 1 and at most 1024 columns (a mixture's down) the codes are formed in each block and q8 is
+// left as it was: no later product may take them as ready.
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
                 int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out,
                 int64_t out_stride, const float* bias, int64_t bias_stride, void* q8 = nullptr, bool q8_ready = false);
