@@ -738,7 +738,7 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaFlash,
 
 // Decode rows' attention (keys split over blocks) against a double-precision softmax over the cache's
 // values: three rows of two sequences (positions 3000 and 3001 of one, 5 of the other; their blocks
-// interleaved in one pool), every cache type, heads of 64, 128 and 256, the keys in one part and in up
+// interleaved in one pool), every cache type, heads of 64 to 512, the keys in one part and in up
 // to seven merged by the last block (twice: the counts left at zero); windows, a cap, sinks; query
 // heads sharing a KV head in twos and fours (one block's heads) and alone.
 class CudaDecodeAttention : public ::testing::TestWithParam<std::tuple<TensorType, int>> {
@@ -833,7 +833,7 @@ TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
-                         ::testing::Combine(::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q8_0), ::testing::Values(64, 128, 256)),
+                         ::testing::Combine(::testing::Values(TensorType::F32, TensorType::F16, TensorType::Q8_0), ::testing::Values(64, 128, 256, 512)),
                          [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
                            return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
                          });
