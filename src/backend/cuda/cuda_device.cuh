@@ -59,6 +59,17 @@ __device__ __forceinline__ uint32_t byte_of(const uint32_t* w, int i) {
   return (word >> (8 * (i & 3))) & 0xff;
 }
 
+// Two halves of a 32-bit word (the lower first) as floats.
+__device__ __forceinline__ void halves(uint32_t w, float* v) {
+  v[0] = half_bits(static_cast<uint16_t>(w & 0xffff));
+  v[1] = half_bits(static_cast<uint16_t>(w >> 16));
+}
+// Two Q8_0 codes of a 16-bit word (the lower first) times their block's scale d.
+__device__ __forceinline__ void q8_pair(uint16_t two, float d, float* v) {
+  v[0] = static_cast<float>(static_cast<int8_t>(two & 0xff)) * d;
+  v[1] = static_cast<float>(static_cast<int8_t>(two >> 8)) * d;
+}
+
 // Elements 8g .. 8g + 7 of a row of type T into v (the definitions of src/quant/dequantize.cpp).
 template <int T>
 __device__ __forceinline__ void dec8(const uint8_t* row, int64_t g, float* v) {
@@ -71,8 +82,7 @@ __device__ __forceinline__ void dec8(const uint8_t* row, int64_t g, float* v) {
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
     for (int i = 0; i < 4; ++i) {
       if constexpr (T == kF16) {
-        v[2 * i] = half_bits(static_cast<uint16_t>(w[i] & 0xffff));
-        v[2 * i + 1] = half_bits(static_cast<uint16_t>(w[i] >> 16));
+        halves(w[i], v + 2 * i);
       } else {
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
@@ -86,11 +96,7 @@ __device__ __forceinline__ void dec8(const uint8_t* row, int64_t g, float* v) {
     if constexpr (T == kQ8_0) {  // 34-byte blocks: 16-bit aligned
       const auto* h = reinterpret_cast<const uint16_t*>(b);
       const float d = half_bits(h[0]);
-      for (int i = 0; i < 4; ++i) {
-        const uint16_t two = h[1 + 4 * j + i];
-        v[2 * i] = static_cast<float>(static_cast<int8_t>(two & 0xff)) * d;
-        v[2 * i + 1] = static_cast<float>(static_cast<int8_t>(two >> 8)) * d;
-      }
+      for (int i = 0; i < 4; ++i) q8_pair(h[1 + 4 * j + i], d, v + 2 * i);
     } else if constexpr (T == kMXFP4) {
       const float d = e8m0_half(b[0]);
       const uint8_t* qs = b + 1 + 8 * (j & 1);

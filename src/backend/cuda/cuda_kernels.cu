@@ -489,10 +489,7 @@ struct KvRaw<kF16, P> {
   }
   __device__ __forceinline__ void get(float* out) const {
 #pragma unroll
-    for (int i = 0; i < P / 2; ++i) {
-      out[2 * i] = half_bits(static_cast<uint16_t>(w[i] & 0xffffu));
-      out[2 * i + 1] = half_bits(static_cast<uint16_t>(w[i] >> 16));
-    }
+    for (int i = 0; i < P / 2; ++i) halves(w[i], out + 2 * i);
   }
 };
 template <int P>
@@ -507,10 +504,7 @@ struct KvRaw<kQ8_0, P> {  // P codes within one 34-byte block (2-byte aligned: i
   __device__ __forceinline__ void get(float* out) const {
     const float s = half_bits(d);
 #pragma unroll
-    for (int i = 0; i < P / 2; ++i) {
-      out[2 * i] = s * static_cast<float>(static_cast<int8_t>(w[i] & 0xff));
-      out[2 * i + 1] = s * static_cast<float>(static_cast<int8_t>(w[i] >> 8));
-    }
+    for (int i = 0; i < P / 2; ++i) q8_pair(w[i], s, out + 2 * i);
   }
 };
 
