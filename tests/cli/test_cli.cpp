@@ -738,8 +738,10 @@ TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   EXPECT_LE(c2["inter_token_ms_p50"].get<double>(), c2["inter_token_ms_p99"].get<double>());
   EXPECT_TRUE(c2["long_prompt"].is_null());
   // --long-prompt: 64 tokens arriving while two streams decode, read at most 16 tokens a step (two of
-  // them the streams'): at least five steps, each a gap of both streams, before its first token.
-  const json lp = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "8", "-n", "40", "--concurrency", "2",
+  // them the streams'): at least five steps, each a gap of both streams, before its first token. The
+  // streams are long (it arrives after a quarter of their 400 tokens) so that on a loaded machine they
+  // cannot end before it is read.
+  const json lp = json::parse(zinc({"bench", "--json", "-m", stories(), "-p", "8", "-n", "400", "--concurrency", "2",
                                     "--long-prompt", "64", "--batch-tokens", "16", "--runs", "1", "--warmup", "0"}).out);
   const json& l = lp["concurrency"][0]["long_prompt"];
   ASSERT_TRUE(l.is_object()) << lp.dump();
