@@ -790,17 +790,34 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
   upload(dsink, sinks.data(), sinks.size() * 4);
   ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n * n_head) * 4), cudaSuccess);
   const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
+  // Where the heads allow it, the output's activation codes too: the same bytes as quantizing the
+  // output by its own launch.
+  const bool codes = backend::cuda::attention_codes_fit(hd, n_head, n_head_kv);
+  const int64_t cols = static_cast<int64_t>(n_head) * hd;
+  const size_t code_bytes = static_cast<size_t>(n * cols + n * cols / 64 + 16 + n * cols / 16);
+  Dev dcodes(code_bytes), dwant(code_bytes);
   for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{300, 0, true}, AttnCase{0, 30.0f, true}})
     for (const int parts : {1, splits, splits}) {
       backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
       a.splits = parts;
       a.part = dpart.as<float>();
       a.count = dcount.as<unsigned>();
+      if (codes) a.codes = dcodes.p;
       ASSERT_EQ(cudaMemset(dout.p, 0, q.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dcodes.p, 0, code_bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dwant.p, 0, code_bytes), cudaSuccess);
       backend::cuda::attention(nullptr, a);
+      if (codes) backend::cuda::quantize_codes(nullptr, dout.as<float>(), cols, 1, cols, n, dwant.p);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<float> got(q.size());
       ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      if (codes) {
+        std::vector<uint8_t> cg(code_bytes), cw(code_bytes);
+        ASSERT_EQ(cudaMemcpy(cg.data(), dcodes.p, code_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(cw.data(), dwant.p, code_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_TRUE(std::any_of(cw.begin(), cw.end(), [](uint8_t b) { return b != 0; }));
+        ASSERT_EQ(cg, cw) << parts << " parts: the attention's codes differ from its output's";
+      }
       std::vector<unsigned> counts(static_cast<size_t>(n * n_head));
       ASSERT_EQ(cudaMemcpy(counts.data(), dcount.p, counts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (const unsigned k : counts) ASSERT_EQ(k, 0u) << "a count left after the merge";
@@ -826,6 +843,9 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
 
 TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
   const auto [kv, hd] = GetParam();
+  // Heads whose decode blocks hold whole super-blocks of 256 also form their output's codes.
+  EXPECT_EQ(backend::cuda::attention_codes_fit(hd, 8, 2), true);
+  EXPECT_EQ(backend::cuda::attention_codes_fit(hd, 3, 3), hd >= 256);
   for (const auto& [n_head, n_head_kv] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{3, 3}}) {
     check_decode_attention(kv, hd, n_head, n_head_kv);
     if (::testing::Test::HasFatalFailure()) return;

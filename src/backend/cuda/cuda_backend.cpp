@@ -818,7 +818,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const bool flash = flash_attention_ && ck::flash_attention_fits(kv_type, p.head_dim) && covered == n && long_part;
     if (!flash) {
       split(a);
+      // The output's codes for the product after it (decode rows, whole super-blocks a block).
+      const auto i = static_cast<size_t>(&node - g_.nodes.data());
+      const bool codes = fuse_[i].codes && n <= ck::kCodesTokens && q8_.get();
+      if (codes) a.codes = q8_.get();
       ck::attention(stream_, a);
+      if (codes) codes_for_ = {node.out, 1};
       return;
     }
     // Runs of consecutive short parts (decoding sequences) in one launch each.
@@ -960,7 +965,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   struct Fusion {
     Fuse kind = Fuse::None;
     uint8_t count = 0;  // nodes done
-    bool codes = false;  // the norm writes the codes the next product reads
+    bool codes = false;  // the norm (or an attention, kind None) writes the codes the next product reads
     bool swap = false;   // Glu: the activation applies to the second product
     bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
     bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
@@ -1029,6 +1034,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (i + 1 < count && same_rotation(i, i + 1)) {
         fuse_[i] = {Fuse::HeadsRope, 2, false, false, appends(i + 1)};
         ++i;
+        continue;
+      }
+      if (n.op == Op::Attention) {
+        const graph::AttentionParams& p = n.attention();
+        fuse_[i].codes = codes_product(i + 1, n.out) && ck::attention_codes_fit(p.head_dim, p.n_head, p.n_head_kv);
         continue;
       }
       if (n.op == Op::Add && i + 1 < count && row_norm(g_.nodes[i + 1]) && g_.nodes[i + 1].in[0] == n.out) {

@@ -531,6 +531,7 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   __shared__ float wacc[kDecWarps][G * HD];
   __shared__ float fs[G][kWarp];
   __shared__ bool last;
+  __shared__ __align__(16) float ov[G * HD];  // the block's output, for its codes
   pdl_trigger();
   // The step's positions and block tables (not the previous kernel's) read while it finishes.
   const int h0 = blockIdx.x * G, r = blockIdx.y, split = blockIdx.z;
@@ -659,14 +660,28 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     return sum;
   };
   float* o = a.out + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h0) * HD;
+  // The codes of the block's G * HD outputs (whole super-blocks: attention_codes_fit), a warp each.
+  const auto codes = [&] {
+    if constexpr (G * HD % 256 == 0) {
+      __syncthreads();
+      const int64_t cols = static_cast<int64_t>(a.n_head) * HD;
+      const Codes c = codes_layout(a.codes, a.n, cols);
+      for (int b = warp; b < G * HD / 256; b += kDecWarps) {
+        const float4 x = *reinterpret_cast<const float4*>(ov + b * 256 + lane * 8), y = *reinterpret_cast<const float4*>(ov + b * 256 + lane * 8 + 4);
+        const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+        store_codes(v, r, h0 * HD / 256 + b, cols, c);
+      }
+    }
+  };
   if (splits == 1) {
     for (int e = threadIdx.x; e < G * HD; e += blockDim.x) {
       float M, L;
       const float sum = merged(e, M, L);
       const float sink = a.sinks ? a.sinks[h0 + e / HD] : -INFINITY;
       const float Ms = fmaxf(M, sink), f = M == -INFINITY ? 0.0f : expf(M - Ms);
-      o[e] = sum * f / (L * f + (a.sinks ? expf(sink - Ms) : 0.0f));
+      o[e] = ov[e] = sum * f / (L * f + (a.sinks ? expf(sink - Ms) : 0.0f));
     }
+    if (a.codes) codes();
     return;
   }
   // A head's parts: each its maximum and sum, two unused, then the weighted values (16-byte aligned).
@@ -732,8 +747,10 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   if (sub == 0) {
     const int e = 4 * col4;
     o[e] = sum.x, o[e + 1] = sum.y, o[e + 2] = sum.z, o[e + 3] = sum.w;
+    *reinterpret_cast<float4*>(ov + e) = sum;
   }
   if (threadIdx.x == 0) a.count[hr] = 0;
+  if (a.codes) codes();
 }
 
 template <int HD, int KV>
@@ -1383,6 +1400,12 @@ int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int 
   // 4096 (H200 qwen3-8b: four heads a block and twice the parts' blocks 379 -> 359 tok/s).
   const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
   return std::clamp((2 * sms + blocks - 1) / blocks, 1, kMaxAttentionSplits);
+}
+
+bool attention_codes_fit(int head_dim, int n_head, int n_head_kv) {
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256 && head_dim != 512) return false;
+  if (n_head_kv <= 0 || n_head % n_head_kv != 0) return false;
+  return decode_heads(head_dim, n_head / n_head_kv) * head_dim % 256 == 0;
 }
 
 void attention(Stream s, const AttentionArgs& a) {

@@ -194,7 +194,13 @@ struct AttentionArgs {
   int splits = 1;
   float* part = nullptr;
   unsigned* count = nullptr;
+  // With codes (attention_codes_fit): the output rows' 8-bit activation codes too, laid out as
+  // quantize_codes lays out n rows of n_head * head_dim columns.
+  void* codes = nullptr;
 };
+// Whether attention() forms the codes of its output (AttentionArgs::codes) for these heads: each block
+// of a decode launch holds whole super-blocks of 256 of a row.
+bool attention_codes_fit(int head_dim, int n_head, int n_head_kv);
 inline constexpr int kMaxAttentionSplits = 32;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
