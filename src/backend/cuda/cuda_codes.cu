@@ -43,10 +43,7 @@ __global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t co
   pdl_wait();
   const int64_t row = blockIdx.y, b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (b >= cols / 256) return;
-  const float4* p = reinterpret_cast<const float4*>(x + (row / x_div) * xs + b * 256 + (threadIdx.x % kWarp) * 8);
-  const float4 a = p[0], e = p[1];
-  const float v[8] = {a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w};
-  store_codes(v, row, b, cols, c);
+  store_codes_of(x + (row / x_div) * xs + b * 256, row, b, cols, c);
 }
 
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
@@ -313,12 +310,7 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
     __shared__ __align__(16) uint8_t xq[kMvQuantCols + kMvQuantCols / 64 + 16 + kMvQuantCols / 16];
     if (a.xf) {
       c = codes_layout(xq, 1, a.cols);
-      if (warp < a.cols / 256) {
-        const float4* p = reinterpret_cast<const float4*>(a.xf + xr * a.xf_stride + warp * 256 + lane * 8);
-        const float4 u = p[0], w = p[1];
-        const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
-        store_codes(v, 0, warp, a.cols, c);
-      }
+      if (warp < a.cols / 256) store_codes_of(a.xf + xr * a.xf_stride + warp * 256, 0, warp, a.cols, c);
       __syncthreads();
     }
   }

@@ -292,6 +292,14 @@ __device__ __forceinline__ void store_codes(const float* v, int64_t row, int64_t
   if (lane == 0) c.d[row * (cols / 256) + b] = dd;
 }
 
+// The codes of super-block b of a row from its 256 values at x (global or shared memory), by a warp.
+__device__ __forceinline__ void store_codes_of(const float* x, int64_t row, int64_t b, int64_t cols, const Codes& c) {
+  const float4* p = reinterpret_cast<const float4*>(x + (threadIdx.x % kWarp) * 8);
+  const float4 u = p[0], w = p[1];
+  const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+  store_codes(v, row, b, cols, c);
+}
+
 // Blocks of the products of few rows (cuda_products.cu, cuda_codes.cu): four warps.
 constexpr int kMvWarps = 4;
 

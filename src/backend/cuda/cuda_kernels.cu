@@ -666,11 +666,7 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
       __syncthreads();
       const int64_t cols = static_cast<int64_t>(a.n_head) * HD;
       const Codes c = codes_layout(a.codes, a.n, cols);
-      for (int b = warp; b < G * HD / 256; b += kDecWarps) {
-        const float4 x = *reinterpret_cast<const float4*>(ov + b * 256 + lane * 8), y = *reinterpret_cast<const float4*>(ov + b * 256 + lane * 8 + 4);
-        const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-        store_codes(v, r, h0 * HD / 256 + b, cols, c);
-      }
+      for (int b = warp; b < G * HD / 256; b += kDecWarps) store_codes_of(ov + b * 256, r, h0 * HD / 256 + b, cols, c);
     }
   };
   if (splits == 1) {
