@@ -197,11 +197,11 @@ struct QuantRows {
 class CudaCodeKernels : public CudaKernels {};
 class CudaDecodeCodes : public CudaKernels {};
 
-// Rows of 768 and of 6144 columns.
+// Rows of 512, 768 and 6144 columns (the short ones: half-warp row groups with four rows a warp).
 TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
   const TensorType type = GetParam();
   ASSERT_TRUE(backend::cuda::uses_codes(static_cast<int>(type)));
-  for (const int64_t cols : {int64_t{768}, int64_t{6144}}) {
+  for (const int64_t cols : {int64_t{512}, int64_t{768}, int64_t{6144}}) {
     SCOPED_TRACE(fmt::format("{} columns", cols));
     const int64_t rows = 37, n_expert = 3;
     std::mt19937 rng(11);
@@ -282,6 +282,23 @@ TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
         EXPECT_NEAR(got[static_cast<size_t>(i * count + r)], want(wrow, i / 2), bound(wrow, i / 2)) << "slot " << i << " row " << r;
       }
     }
+    // The same slots on each launch shape (four rows a warp: a mixture's down).
+    for (const int split : {1, 2})
+      for (const int rows_per_warp : {1, 4}) {
+        std::vector<float> zero(static_cast<size_t>(slots * count), 0.0f);
+        upload(dout, zero.data(), zero.size() * 4);
+        const backend::cuda::Product p{static_cast<int>(type), dw.p, rb, rb * static_cast<size_t>(rows), first, count, dout.as<float>(), count};
+        backend::cuda::mul_mat_codes(nullptr, &p, 1, cols, dx.as<float>(), cols, 2, dids.as<int32_t>(), slots, dq8.p, false, backend::cuda::Glu::None,
+                                     split, rows_per_warp);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(slots * count) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int i = 0; i < slots; ++i)
+          for (int64_t r = 0; r < count; ++r) {
+            const int64_t wrow = ids[static_cast<size_t>(i)] * rows + first + r;
+            ASSERT_NEAR(got[static_cast<size_t>(i * count + r)], want(wrow, i / 2), bound(wrow, i / 2))
+                << "slots, " << split << " x " << rows_per_warp << ": slot " << i << " row " << r;
+          }
+      }
 
   }
 }

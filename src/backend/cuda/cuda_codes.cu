@@ -215,14 +215,15 @@ struct Q6kLane {
   }
 };
 
-// A warp's share of R rows (each nsb super-blocks; L::kLanes lanes a super-block, W = 32 / kLanes
+// A warp's share of R rows (each nsb super-blocks; L::kLanes lanes a super-block, W = 32 / (H kLanes)
 // super-blocks a step): super-blocks W (ks + S u) + lane / kLanes for u = 0, 1, ...; U steps loaded
-// before any is used (bytes in flight). c: the codes from row t0 on.
-template <class L, int NT, int S, int R>
+// before any is used (bytes in flight). With H = 2 each half of the warp takes its own R rows (lane:
+// the lane within its half). c: the codes from row t0 on.
+template <class L, int NT, int S, int R, int H>
 __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, int ks, const Codes& c, int cols, int nt, float (*acc)[NT]) {
   constexpr int U = sizeof(L) * R > 64 ? 1 : sizeof(L) * R > 32 ? 2 : 4;
-  constexpr int W = kWarp / L::kLanes;
-  const int lane = threadIdx.x % kWarp, l8 = lane % L::kLanes;
+  constexpr int W = kWarp / H / L::kLanes;
+  const int lane = threadIdx.x % (kWarp / H), l8 = lane % L::kLanes;
   const typename L::Lane ln(l8);
   bool waited = false;
   for (int b0 = ks * W + lane / L::kLanes; b0 < nsb; b0 += W * S * U) {
@@ -255,7 +256,9 @@ __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, 
 // its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
 // computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
 // per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
-// per block and its rows' expert.
+// per block and its rows' expert. H = 2 (rows of at most 16 lanes' super-blocks, such as a mixture's
+// down of 768 Q6_K columns, which would leave 20 of 32 lanes idle): each half-warp its own RW rows,
+// half the blocks (qwen3-30b-a3b tg128 444 -> 455, qwen3.6-35b-a3b 2210 -> 2264 on an H200).
 struct MvSeg {
   const uint8_t* w;
   size_t row_bytes, expert_bytes;
@@ -286,8 +289,16 @@ struct MvArgs {
 };
 constexpr int kMvQuantCols = kMvWarps * 256;
 
-template <int NT, int S, int RW, bool GLU>
-__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
+// One token's gate and up, two rows of each a warp: at most 80 registers (six blocks a multiprocessor,
+// some spilled to L1) so a mixture's 768 blocks of eight experts' rows take one wave on 132
+// multiprocessors instead of 1.45 at 128 registers (qwen3-30b-a3b tg128 435.5 -> 444, qwen3-8b 426 ->
+// 430 on an H200; five blocks, or the same cap on other shapes, measured slower). 0: no minimum.
+template <int NT, int RW, bool GLU>
+constexpr int mv_min_blocks() { return NT == 1 && GLU && RW == 2 ? 6 : 0; }
+
+template <int NT, int S, int RW, bool GLU, int H = 1>
+__global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU>()) k_mv_codes(const MvArgs a) {
+  static_assert(H == 1 || (H == 2 && !GLU), "half-warp row groups: products of one input");
   pdl_trigger();
   if (a.ids) pdl_wait();
   unsigned bx = blockIdx.x;
@@ -295,7 +306,8 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
   const MvSeg& g = a.seg[si];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW * H;
+  const int half = lane / (kWarp / H);  // H = 2: this half-warp's rows r0 + RW half ..
   const int ks = warp % S;
   const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
   const int64_t e = a.ids ? a.ids[t0] : 0;
@@ -318,24 +330,26 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_codes(const MvArgs a) {
     const uint8_t* rows[R];
     for (int p = 0; p < P; ++p) {
       const MvSeg& gp = a.seg[GLU ? p : si];
-      for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
+      for (int i = 0; i < RW; ++i)
+        rows[p * RW + i] = gp.w + e * gp.expert_bytes + (gp.first + min(r0 + RW * half + i, g.rows - 1)) * gp.row_bytes;
     }
     const int cols = static_cast<int>(a.cols);
-    if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
-    else if (g.type == kQ5_K) rows_codes<Q5kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
-    else rows_codes<Q6kLane, NT, S, R>(rows, cols / 256, ks, c, cols, nt, acc);
+    if (g.type == kQ4_K) rows_codes<Q4kLane, NT, S, R, H>(rows, cols / 256, ks, c, cols, nt, acc);
+    else if (g.type == kQ5_K) rows_codes<Q5kLane, NT, S, R, H>(rows, cols / 256, ks, c, cols, nt, acc);
+    else rows_codes<Q6kLane, NT, S, R, H>(rows, cols / 256, ks, c, cols, nt, acc);
   }
   pdl_wait();  // (again: warps with no rows, lanes with no super-blocks)
-  __shared__ float part[kMvWarps][R * NT];
+  __shared__ float part[kMvWarps][H * R * NT];
   for (int i = 0; i < R; ++i) {
     for (int t = 0; t < NT; ++t) {
-      const float v = warp_sum(acc[i][t]);
-      if (lane == 0) part[warp][i * NT + t] = v;
+      float v = acc[i][t];
+      for (int o = kWarp / (2 * H); o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane % (kWarp / H) == 0) part[warp][(half * R + i) * NT + t] = v;
     }
   }
   if constexpr (S > 1) __syncthreads();
   else __syncwarp();
-  if (ks != 0 || lane >= NT * RW) return;
+  if (ks != 0 || lane >= NT * RW * H) return;
   const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i (t < nt below)
   const int64_t r = r0 + i;
   if (t >= nt || r >= g.rows) return;
@@ -381,12 +395,18 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
   if (GLU || NT > 1) RW = std::min(RW, 2);
   if (NT > 1 && RW == 2) S = std::min(S, 2);
+  // Half-warp row groups where every product's super-blocks fit 16 lanes (one token, four rows a warp).
+  int H = 1;
+  if (NT == 1 && !GLU && S == 1 && RW == 4) {
+    H = 2;
+    for (int i = 0; i < a.nseg; ++i) H = nsb * (a.seg[i].type == kQ6_K ? Q6kLane::kLanes : Q4kLane::kLanes) <= kWarp / 2 ? H : 1;
+  }
   // Products of one input: the Q6_K ones' blocks first (their rows take longest; last, they would be
   // the launch's tail).
   if (!GLU) std::stable_partition(a.seg, a.seg + a.nseg, [](const MvSeg& g) { return g.type == kQ6_K; });
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
-    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + H * RW * (kMvWarps / S) - 1) / (H * RW * (kMvWarps / S)));
     if (i < P) blocks += a.seg[i].blocks;
   }
   if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
@@ -396,7 +416,10 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1) ZINC_MV(1, 2) ZINC_MV(2, 2)
   if constexpr (NT == 1) {
     ZINC_MV(4, 2)
-    if constexpr (!GLU) { ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4) }
+    if constexpr (!GLU) {
+      if (H == 2) return launch(k_mv_codes<1, 1, 4, false, 2>, grid, block, s, a);
+      ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4)
+    }
   }
 #undef ZINC_MV
 }
