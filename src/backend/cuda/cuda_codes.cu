@@ -256,9 +256,10 @@ __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, 
 // its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
 // computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
 // per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
-// per block and its rows' expert. H = 2 (rows of at most 16 lanes' super-blocks, such as a mixture's
-// down of 768 Q6_K columns, which would leave 20 of 32 lanes idle): each half-warp its own RW rows,
-// half the blocks (qwen3-30b-a3b tg128 444 -> 455, qwen3.6-35b-a3b 2210 -> 2264 on an H200).
+// per block and its rows' expert. H = 2 (short rows, such as a mixture's down of 768 columns, where
+// Q6_K's would leave 20 of 32 lanes idle and Q4_K's 8): each half-warp its own RW rows, half the
+// blocks (on an H200, qwen3-30b-a3b tg128 444 -> 455 for the Q6_K rows, then -> 459 with the Q4_K
+// ones too; qwen3.6-35b-a3b 2210 -> 2264).
 struct MvSeg {
   const uint8_t* w;
   size_t row_bytes, expert_bytes;
@@ -395,12 +396,9 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
   if (GLU || NT > 1) RW = std::min(RW, 2);
   if (NT > 1 && RW == 2) S = std::min(S, 2);
-  // Half-warp row groups where every product's super-blocks fit 16 lanes (one token, four rows a warp).
-  int H = 1;
-  if (NT == 1 && !GLU && S == 1 && RW == 4) {
-    H = 2;
-    for (int i = 0; i < a.nseg; ++i) H = nsb * (a.seg[i].type == kQ6_K ? Q6kLane::kLanes : Q4kLane::kLanes) <= kWarp / 2 ? H : 1;
-  }
+  // Half-warp row groups for rows of at most four super-blocks (one token, four rows a warp): at most
+  // two steps a half-warp.
+  const int H = NT == 1 && !GLU && S == 1 && RW == 4 && nsb <= 4 ? 2 : 1;
   // Products of one input: the Q6_K ones' blocks first (their rows take longest; last, they would be
   // the launch's tail).
   if (!GLU) std::stable_partition(a.seg, a.seg + a.nseg, [](const MvSeg& g) { return g.type == kQ6_K; });
