@@ -27,7 +27,8 @@ struct ValidateArgs {
   std::string prompt = "The capital of France is Paris. The capital of Germany is";
   std::string kv_type = "f32";
   double tolerance = 0.02;
-  int batch = 0;  // tokens per step (0: the whole prompt in one step)
+  int batch = 0;             // tokens per step (0: the whole prompt in one step)
+  int reference_batch = -1;  // the CPU reference's (-1: as batch)
   std::vector<int32_t> tokens;  // token ids instead of a prompt
 };
 
@@ -49,14 +50,25 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
   opts.keep_activations = true;
   auto cpu = backend::make_cpu_backend();
   auto other = backend::make_backend(a.backend, a.device);
-  runtime::Session ref(file, *cpu, opts), test(file, *other, opts);
+  // The reference's steps: as many tokens as the test's unless --reference-batch says otherwise.
+  auto ref_opts = opts;
+  const int ref_batch = a.reference_batch >= 0 ? a.reference_batch : a.batch;
+  ref_opts.max_tokens = ref_batch > 0 ? std::min(ref_batch, static_cast<int>(tokens.size())) : static_cast<int32_t>(tokens.size());
+  runtime::Session ref(file, *cpu, ref_opts), test(file, *other, opts);
   ref.eval(tokens, true);
   test.eval(tokens, true);
 
   const graph::Graph& g = ref.graph();
   std::vector<TensorGap> gaps;
   for (const graph::Node& n : g.nodes) {
-    const auto want = ref.executable().activation(n.out), got = test.executable().activation(n.out);
+    auto want = ref.executable().activation(n.out);
+    auto got = test.executable().activation(n.out);
+    // Last steps of different lengths: the rows of the tokens both hold (each side's last rows).
+    if (ref_opts.max_tokens != opts.max_tokens) {
+      const size_t both = std::min(want.size(), got.size());
+      want.erase(want.begin(), want.end() - static_cast<std::ptrdiff_t>(both));
+      got.erase(got.begin(), got.end() - static_cast<std::ptrdiff_t>(both));
+    }
     if (want.size() != got.size()) {
       throw Error(fmt::format("{}: {} values on the CPU, {} on {}", g.tensor(n.out).name, want.size(), got.size(), a.backend));
     }
@@ -94,6 +106,8 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
                                       {"backend", other->name()},
                                       {"device", other->device_name()},
                                       {"tokens", tokens.size()},
+                                      {"batch", opts.max_tokens},
+                                      {"reference_batch", ref_opts.max_tokens},
                                       {"tolerance", a.tolerance},
                                       {"same_next_token", same_top},
                                       {"first_divergence", first_bad ? json(first_bad->name) : json(nullptr)},
@@ -101,8 +115,8 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
                                       {"tensors", tensors},
                                       {"ok", ok}}));
   } else {
-    fmt::print("zinc validate · {} vs cpu · {} · {} prompt tokens · tolerance {:g} (max |diff| / max |cpu|)\n\n", other->name(),
-               other->device_name(), tokens.size(), a.tolerance);
+    fmt::print("zinc validate · {} vs cpu · {} · {} prompt tokens · steps of {} (cpu {}) · tolerance {:g} (max |diff| / max |cpu|)\n\n",
+               other->name(), other->device_name(), tokens.size(), opts.max_tokens, ref_opts.max_tokens, a.tolerance);
     fmt::print("| layer | worst tensor | max abs err | rel err |\n|---|---|---|---|\n");
     for (const auto& [layer, t] : worst) {
       fmt::print("| {} | {} | {:.3g} | {:.3g} |\n", layer < 0 ? std::string("-") : std::to_string(layer), t->name, t->max_abs, t->rel);
@@ -130,6 +144,11 @@ void add_validate_command(CLI::App& app, const GlobalOptions& global, Runner& ru
   cmd->add_option("--tolerance", a->tolerance, "Largest relative error a tensor may have")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "Token ids to run instead of a prompt (comma-separated)")->delimiter(',');
   cmd->add_option("--batch", a->batch, "Tokens per step (the last step's tensors are compared; default: the whole prompt)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--reference-batch", a->reference_batch,
+                  "The CPU reference's tokens per step, 0 the whole prompt (default: as --batch); with another length than "
+                  "the backend's last step, the rows of the tokens both last steps hold are compared (a prompt step "
+                  "against single steps: --batch 1 --reference-batch 0)")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_validate(*a, global); }; });
 }

@@ -573,6 +573,22 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   const RunResult bad = zinc({"validate", "-m", stories(), "--backend", "abacus"});
   EXPECT_EQ(bad.status, 1);
   EXPECT_TRUE(contains(bad.err, "unknown backend 'abacus'")) << bad.err;
+  // A prompt step (the reference) against single steps: the last token's rows of every tensor, which
+  // the CPU's prompt and decode kernels make identical.
+  const RunResult split = zinc({"validate", "--json", "-m", stories(), "--backend", "cpu", "-p", "Once upon a time there was a girl",
+                                "--batch", "1", "--reference-batch", "0"});
+  ASSERT_EQ(split.status, 0) << split.err;
+  const json js = json::parse(split.out);
+  EXPECT_EQ(js["batch"], 1);
+  EXPECT_EQ(js["reference_batch"], js["tokens"]);
+  EXPECT_GT(js["tokens"].get<int>(), 5);
+  EXPECT_EQ(js["tensors"].size(), j["tensors"].size());
+  for (const auto& t : js["tensors"]) EXPECT_EQ(t["max_abs_err"].get<double>(), 0.0) << t.dump();
+  // Steps of 3 against steps of 5 over the same tokens: still the rows both last steps hold.
+  const RunResult ragged = zinc({"validate", "--json", "-m", stories(), "--backend", "cpu", "-p", "Once upon a time there was a girl",
+                                 "--batch", "3", "--reference-batch", "5"});
+  ASSERT_EQ(ragged.status, 0) << ragged.err;
+  for (const auto& t : json::parse(ragged.out)["tensors"]) EXPECT_EQ(t["max_abs_err"].get<double>(), 0.0) << t.dump();
   // Vulkan where there is a device (lavapipe in CI): with the decode kernels (float products of the
   // F32 weights) the real model's tensors agree to float rounding. Each element of a tensor is a chain
   // of a few reductions of at most n = 512 terms (stories260K's widest is 172), each within n·u of its
