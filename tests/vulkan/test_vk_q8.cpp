@@ -415,6 +415,68 @@ TEST_F(VulkanKQuant, GluOutputAndItsCodesInOneDispatch) {
   for (Buffer* buf : {&bg, &bu, &bo, &bp, &bq}) ctx_->release(*buf);
 }
 
+TEST_F(VulkanKQuant, HeadNormAndItsGluInOneDispatchAreTheTwoDispatches) {
+  // A gated DeltaNet's per-head norm and the SwiGLU gating it (rms_norm_glu): the normalised rows, the
+  // gated rows and their Q8_K codes, bit for bit those of rms_norm then eltwise SwiGLU with codes (and
+  // the codes the CPU's of those floats); without codes the same floats. Heads of 64, 128 and 256 (two,
+  // six and two of them a row), with and without a weight.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  struct Case {
+    uint32_t width, group;
+    bool weight;
+    float offset;
+  };
+  for (const Case c : {Case{256, 64, true, 0.0f}, Case{768, 128, true, 1.0f}, Case{512, 256, false, 0.0f}}) {
+    SCOPED_TRACE(fmt::format("rows of {}, heads of {}", c.width, c.group));
+    ASSERT_TRUE(rms_norm_glu_fits(*ctx_, c.width, c.group)) << "subgroups of " << ctx_->features().subgroup_size;
+    const uint32_t rows = 3;
+    std::vector<float> x(c.width * rows), z(x.size()), w(c.group);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : z) v = nd(rng);
+    for (auto& v : w) v = nd(rng);
+    Buffer bx = ctx_->device_buffer(x.size() * 4), bz = ctx_->device_buffer(z.size() * 4), bw = ctx_->device_buffer(w.size() * 4);
+    Buffer by1 = ctx_->device_buffer(x.size() * 4), bo1 = ctx_->device_buffer(x.size() * 4), bq1 = ctx_->device_buffer(q8k_row_bytes(c.width) * rows);
+    Buffer by2 = ctx_->device_buffer(x.size() * 4), bo2 = ctx_->device_buffer(x.size() * 4), bq2 = ctx_->device_buffer(q8k_row_bytes(c.width) * rows);
+    Buffer bo3 = ctx_->device_buffer(x.size() * 4);
+    ctx_->upload(bx, 0, x.data(), x.size() * 4);
+    ctx_->upload(bz, 0, z.data(), z.size() * 4);
+    ctx_->upload(bw, 0, w.data(), w.size() * 4);
+    const std::vector<uint8_t> zeros(q8k_row_bytes(c.width) * rows, 0);  // (the rows' padding is never written)
+    ctx_->upload(bq1, 0, zeros.data(), zeros.size());
+    ctx_->upload(bq2, 0, zeros.data(), zeros.size());
+    const View wv = c.weight ? View{&bw} : View{};
+    rms_norm(*ctx_, ctx_->immediate(), View{&bx}, wv, View{&by1}, c.width, c.group, rows, 1e-6f, c.offset);
+    eltwise(*ctx_, ctx_->immediate(), Eltwise::SwiGLU, View{&bz}, View{&by1}, View{&bo1}, c.width, c.width, rows, false, 0, 0, View{&bq1});
+    rms_norm_glu(*ctx_, ctx_->immediate(), View{&bx}, wv, View{&bz}, View{&by2}, View{&bo2}, View{&bq2}, c.width, c.group, rows, 1e-6f,
+                 c.offset);
+    rms_norm_glu(*ctx_, ctx_->immediate(), View{&bx}, wv, View{&bz}, View{&by2}, View{&bo3}, View{}, c.width, c.group, rows, 1e-6f,
+                 c.offset);
+    std::vector<float> y1(x.size()), o1(x.size()), y2(x.size()), o2(x.size()), o3(x.size());
+    std::vector<uint8_t> q1(q8k_row_bytes(c.width) * rows), q2(q1.size());
+    ctx_->download(by1, 0, y1.data(), y1.size() * 4);
+    ctx_->download(bo1, 0, o1.data(), o1.size() * 4);
+    ctx_->download(bq1, 0, q1.data(), q1.size());
+    ctx_->download(by2, 0, y2.data(), y2.size() * 4);
+    ctx_->download(bo2, 0, o2.data(), o2.size() * 4);
+    ctx_->download(bq2, 0, q2.data(), q2.size());
+    ctx_->download(bo3, 0, o3.data(), o3.size() * 4);
+    EXPECT_EQ(y2, y1);
+    EXPECT_EQ(o2, o1);
+    EXPECT_EQ(q2, q1);
+    EXPECT_EQ(o3, o1);
+    expect_codes_of(o2, q2, c.width, rows);
+    // And the op itself: the CPU's norm and SwiGLU, within float rounding.
+    std::vector<float> want(x.size());
+    cpu::rms_norm(x.data(), c.weight ? w.data() : nullptr, want.data(), c.width, c.group, rows, 1e-6f, c.offset);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double g = z[i], v = g / (1.0 + std::exp(-g)) * want[i];
+      ASSERT_NEAR(o2[i], v, 1e-5 * (1.0 + std::fabs(v))) << "element " << i;
+    }
+    for (Buffer* b : {&bx, &bz, &bw, &by1, &bo1, &bq1, &by2, &bo2, &bq2, &bo3}) ctx_->release(*b);
+  }
+}
+
 TEST_F(VulkanKQuant, NormOfTheResidualSumAndItsCodesAreTheCpus) {
   // The fused residual add + whole-row norm + Q8_K codes (decode's one dispatch before the K-quant
   // products): the sum, the normalised rows and the codes against the CPU's add, norm and quantizer.

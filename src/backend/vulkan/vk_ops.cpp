@@ -73,6 +73,28 @@ void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t widt
   d.dispatch(k, bindings, &push, n_tokens * (width / group));
 }
 
+bool rms_norm_glu_fits(const Context& ctx, uint32_t width, uint32_t group) {
+  const uint32_t sg = ctx.features().subgroup_size;
+  return group > 0 && group < width && width % 256 == 0 && 256 % group == 0 && sg >= 4 && group * sg >= 256;
+}
+
+void rms_norm_glu(Context& ctx, Dispatcher& d, View x, View w, View z, View y, View out, View xq, uint32_t width,
+                  uint32_t group, uint32_t n_tokens, float eps, float offset) {
+  if (!rms_norm_glu_fits(ctx, width, group)) {
+    throw Error(fmt::format("Vulkan rms_norm_glu: heads of {} in rows of {} do not fit this device", group, width));
+  }
+  const Kernel& k = ctx.pipeline("rms_norm_glu", 6, 28);
+  struct {
+    uint32_t n, width, group, has_weight;
+    float eps, offset;
+    uint32_t q8k_stride;
+  } push{width * n_tokens, width, group, w.buffer ? 1u : 0u, eps, offset, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+  const View bindings[] = {x, w.buffer ? w : x, z, y, out, xq.buffer ? xq : out};
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, push.n / 256, &gx, &gy);
+  d.dispatch(k, bindings, &push, gx, gy);
+}
+
 void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head, uint32_t head_dim, uint32_t n_rot,
           bool neox, uint32_t n_tokens) {
   const Kernel& k = ctx.pipeline("rope", 3, 20);

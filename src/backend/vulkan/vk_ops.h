@@ -24,6 +24,15 @@ bool rms_norm_row_fits(uint32_t width);
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
                   uint32_t n_tokens, float eps, float offset);
 
+// A per-head norm (rms_norm with group < width) and the SwiGLU that reads it, in one dispatch
+// (rms_norm_glu.comp): y as rms_norm writes it, out = silu(z) * y, and with xq out's Q8_K codes (rows
+// q8k_row_bytes apart): the values of rms_norm, then eltwise SwiGLU. Fits where width is a
+// multiple of 256, group divides 256 and group times the subgroup size is at least 256 (rms_norm_glu_fits).
+// out may alias x or z at the same offset, nothing else.
+bool rms_norm_glu_fits(const Context& ctx, uint32_t width, uint32_t group);
+void rms_norm_glu(Context& ctx, Dispatcher& d, View x, View w, View z, View y, View out, View xq, uint32_t width,
+                  uint32_t group, uint32_t n_tokens, float eps, float offset);
+
 // Rotary embedding with the angles' (cos, sin) table cs [n_tokens][n_rot] from the host.
 void rope(Context& ctx, Dispatcher& d, View x, View cs, View y, uint32_t n_head, uint32_t head_dim, uint32_t n_rot,
           bool neox, uint32_t n_tokens);

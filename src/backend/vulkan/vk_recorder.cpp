@@ -206,6 +206,7 @@ class Recorder {
           vk::rms_norm_row(ctx_, rec, in(0), View{}, View{}, w, out, xq, width, nu, node.norm().eps, node.norm().offset);
           break;
         }
+        if (norm_glu(rec, tr, index, in(0), w, out, width, group, nu, rows)) break;
         tr.before({in(0)}, {out});
         vk::rms_norm(ctx_, rec, in(0), w, out, width, group, nu, node.norm().eps, node.norm().offset);
         break;
@@ -503,6 +504,29 @@ class Recorder {
     if (clash(a) || overlaps(b) || clash(out) || clash(c)) return false;
     tr.before({a, b, c}, {out, sum});
     vk::sigmoid_mul_add(ctx_, rec, a, b, c, out, sum, width, bw, n);
+    done_[index + 1] = true;
+    return true;
+  }
+
+  // A per-head norm followed by the SwiGLU that gates it (a gated DeltaNet's output): one dispatch for
+  // both, the SwiGLU node then skipped (the norm's rows are still written). Not where the SwiGLU's
+  // output overlaps the norm's input or the gate other than row for row, or the norm's output at all.
+  bool norm_glu(vk::Recording& rec, Tracker& tr, size_t index, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n,
+                const std::vector<int64_t>& rows) {
+    if (index + 1 >= g_.nodes.size() || knob_u32("ZINC_VULKAN_NORM_GLU", 1, 0, 1) == 0) return false;
+    const Node& glu = g_.nodes[index + 1];
+    const TensorId me = g_.nodes[index].out;
+    if (glu.op != Op::SwiGLU || glu.in[1] != me || glu.in[0] == me || !vk::rms_norm_glu_fits(ctx_, width, group)) return false;
+    if (g_.tensor(glu.out).ne[0] != width || rows[static_cast<size_t>(glu.in[0])] != static_cast<int64_t>(n)) return false;
+    const View z = act(glu.in[0], n), out = act(glu.out, n);
+    const auto overlaps = [&](const View& v) {
+      return v.buffer == out.buffer && v.offset < out.offset + out.bytes && out.offset < v.offset + v.bytes;
+    };
+    if ((overlaps(x) && x.offset != out.offset) || (overlaps(z) && z.offset != out.offset) || overlaps(y)) return false;
+    const View xq = q8k_out(glu.out, width, n);  // the product's codes, where it takes them
+    tr.before({x, z}, {y, out, xq});
+    const Node& norm = g_.nodes[index];
+    vk::rms_norm_glu(ctx_, rec, x, w, z, y, out, xq, width, group, n, norm.norm().eps, norm.norm().offset);
     done_[index + 1] = true;
     return true;
   }
