@@ -22,12 +22,13 @@
 // then one block of 256, so a_width and n must be multiples of 256.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#include "q8k.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+#define Q8K_BLOCK256_WRITER
+#include "q8k.glsl"
 #if defined(ADD_AFTER)
 layout(std430, binding = 4) readonly buffer C { float c[]; };
 layout(std430, binding = 5) writeonly buffer S { float s[]; };
@@ -67,9 +68,6 @@ float value(uint i) {
 #endif
 }
 
-shared uint part_max[256];
-shared int codes[256];
-
 void main() {
   const uint lid = gl_LocalInvocationID.x, i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + lid;
   if (p.q8k_stride == 0u) {
@@ -82,26 +80,9 @@ void main() {
     }
     return;
   }
-  // One block per workgroup: its max |value|, d, and the codes gathered in shared memory to be packed
-  // four to a word and summed sixteen at a time.
+  // One block per workgroup (q8k.glsl).
   if (i >= p.n) return;  // whole workgroups (n a multiple of 256)
   const float v = value(i);
   o[i] = v;
-  const uint m = subgroupMax(q8k_abs_bits(v));
-  if (subgroupElect()) part_max[gl_SubgroupID] = m;
-  barrier();
-  uint amax = 0u;
-  for (uint g = 0u; g < gl_NumSubgroups; ++g) amax = max(amax, part_max[g]);
-  float id;
-  const float d = q8k_scale(amax, id);
-  codes[lid] = q8k_code(v, id);
-  barrier();
-  const uint row = i / p.a_width, col = i % p.a_width, base = row * p.q8k_stride;
-  if ((lid & 3u) == 0u) q[base + col / 4u] = q8k_pack(ivec4(codes[lid], codes[lid + 1u], codes[lid + 2u], codes[lid + 3u]));
-  if ((lid & 15u) == 0u) {
-    int sum = 0;
-    for (uint k = 0u; k < 16u; ++k) sum += codes[lid + k];
-    q[base + p.a_width / 4u + col / 16u] = uint(sum);
-  }
-  if (lid == 0u) q[base + p.a_width / 4u + p.a_width / 16u + col / 256u] = floatBitsToUint(d);
+  q8k_write_block256(v, lid, (i / p.a_width) * p.q8k_stride, p.a_width, i % p.a_width);
 }

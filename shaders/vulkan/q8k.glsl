@@ -6,7 +6,9 @@
 //   words [ncols/4, ncols/4 + ncols/16)    the sum of each 16 codes, int32
 //   then ncols/256 words                   d of each block, float
 // With Q8K_BLOCK_WRITER defined (after the shader's `q` buffer of words): q8k_write_block, one block
-// quantized by a workgroup of 64 invocations (quantize_q8k.comp, attention_reduce.comp).
+// quantized by a workgroup of 64 invocations (quantize_q8k.comp, attention_reduce.comp); with
+// Q8K_BLOCK256_WRITER, q8k_write_block256, one block by a workgroup of 256, a value each (eltwise.comp,
+// rms_norm_glu.comp).
 #include "div_rn.glsl"
 
 // |v| as bits, NaN as 0 (the CPU's maximum skips NaN): non-negative floats order as their bits.
@@ -51,5 +53,35 @@ void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b) {
   s += subgroupShuffleXor(s, 2u);
   if ((lid & 3u) == 0u) q[base + ncols / 4u + b * 16u + lid / 4u] = uint(s);
   if (lid == 0u) q[base + ncols / 4u + ncols / 16u + b] = floatBitsToUint(d);
+}
+#endif
+
+#if defined(Q8K_BLOCK256_WRITER)
+shared uint q8k_block_max[256];
+shared int q8k_block_codes[256];
+
+// The block of element col of the row at word `base` (ncols per row) from v, invocation lid's value of
+// a workgroup of 256: the maximum over the workgroup, then the codes, gathered in shared memory to be
+// packed four to a word and summed sixteen at a time, and d.
+void q8k_write_block256(float v, uint lid, uint base, uint ncols, uint col) {
+  const uint m = subgroupMax(q8k_abs_bits(v));
+  if (subgroupElect()) q8k_block_max[gl_SubgroupID] = m;
+  barrier();
+  uint amax = 0u;
+  for (uint g = 0u; g < gl_NumSubgroups; ++g) amax = max(amax, q8k_block_max[g]);
+  float id;
+  const float d = q8k_scale(amax, id);
+  q8k_block_codes[lid] = q8k_code(v, id);
+  barrier();
+  if ((lid & 3u) == 0u) {
+    q[base + col / 4u] =
+        q8k_pack(ivec4(q8k_block_codes[lid], q8k_block_codes[lid + 1u], q8k_block_codes[lid + 2u], q8k_block_codes[lid + 3u]));
+  }
+  if ((lid & 15u) == 0u) {
+    int sum = 0;
+    for (uint k = 0u; k < 16u; ++k) sum += q8k_block_codes[lid + k];
+    q[base + ncols / 4u + col / 16u] = uint(sum);
+  }
+  if (lid == 0u) q[base + ncols / 4u + ncols / 16u + col / 256u] = floatBitsToUint(d);
 }
 #endif

@@ -8,7 +8,6 @@
 // eltwise.comp's SwiGLU form them, so the values are those of the two dispatches it replaces.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#include "q8k.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer W { float w[]; };
@@ -16,6 +15,8 @@ layout(std430, binding = 2) readonly buffer Z { float z[]; };
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) writeonly buffer O { float o[]; };
 layout(std430, binding = 5) writeonly buffer Q { uint q[]; };
+#define Q8K_BLOCK256_WRITER
+#include "q8k.glsl"
 layout(push_constant) uniform Params {
   uint n;           // elements (rows x width)
   uint width;       // floats per row (a multiple of 256)
@@ -28,8 +29,6 @@ layout(push_constant) uniform Params {
 
 shared float partial[256];  // head h, subgroup s: partial[h * gl_NumSubgroups + s]
 shared float head_scale[256];
-shared uint part_max[256];
-shared int codes[256];
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + lid;
@@ -54,23 +53,5 @@ void main() {
   const float v = g / (1.0 + exp(-g)) * yv;
   o[i] = v;
   if (p.q8k_stride == 0u) return;  // no codes (the same for every invocation)
-  // The block's max |value|, d, and the codes gathered in shared memory to be packed four to a word
-  // and summed sixteen at a time (as eltwise.comp writes them).
-  const uint m = subgroupMax(q8k_abs_bits(v));
-  if (subgroupElect()) part_max[gl_SubgroupID] = m;
-  barrier();
-  uint amax = 0u;
-  for (uint s = 0u; s < gl_NumSubgroups; ++s) amax = max(amax, part_max[s]);
-  float id;
-  const float d = q8k_scale(amax, id);
-  codes[lid] = q8k_code(v, id);
-  barrier();
-  const uint row = i / p.width, col = i % p.width, base = row * p.q8k_stride;
-  if ((lid & 3u) == 0u) q[base + col / 4u] = q8k_pack(ivec4(codes[lid], codes[lid + 1u], codes[lid + 2u], codes[lid + 3u]));
-  if ((lid & 15u) == 0u) {
-    int sum = 0;
-    for (uint k = 0u; k < 16u; ++k) sum += codes[lid + k];
-    q[base + p.width / 4u + col / 16u] = uint(sum);
-  }
-  if (lid == 0u) q[base + p.width / 4u + p.width / 16u + col / 256u] = floatBitsToUint(d);
+  q8k_write_block256(v, lid, (i / p.width) * p.q8k_stride, p.width, i % p.width);  // (q8k.glsl)
 }
