@@ -45,15 +45,17 @@ int run_validate(const ValidateArgs& a, const GlobalOptions& global) {
   if (tokens.empty()) throw Error("the prompt encodes to no tokens");
   backend::ExecOptions opts;
   opts.n_ctx = static_cast<int32_t>(tokens.size()) + 8;
-  opts.max_tokens = a.batch > 0 ? std::min(a.batch, static_cast<int>(tokens.size())) : static_cast<int32_t>(tokens.size());
+  const auto steps_of = [&](int batch) {  // tokens per step: batch, at most the prompt (0: the whole prompt)
+    return batch > 0 ? std::min(batch, static_cast<int>(tokens.size())) : static_cast<int32_t>(tokens.size());
+  };
+  opts.max_tokens = steps_of(a.batch);
   opts.kv_type = kv_type_from_name(a.kv_type);
   opts.keep_activations = true;
   auto cpu = backend::make_cpu_backend();
   auto other = backend::make_backend(a.backend, a.device);
   // The reference's steps: as many tokens as the test's unless --reference-batch says otherwise.
   auto ref_opts = opts;
-  const int ref_batch = a.reference_batch >= 0 ? a.reference_batch : a.batch;
-  ref_opts.max_tokens = ref_batch > 0 ? std::min(ref_batch, static_cast<int>(tokens.size())) : static_cast<int32_t>(tokens.size());
+  ref_opts.max_tokens = steps_of(a.reference_batch >= 0 ? a.reference_batch : a.batch);
   runtime::Session ref(file, *cpu, ref_opts), test(file, *other, opts);
   ref.eval(tokens, true);
   test.eval(tokens, true);

@@ -343,8 +343,7 @@ __global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU>()
   __shared__ float part[kMvWarps][H * R * NT];
   for (int i = 0; i < R; ++i) {
     for (int t = 0; t < NT; ++t) {
-      float v = acc[i][t];
-      for (int o = kWarp / (2 * H); o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+      const float v = warp_sum<kWarp / H>(acc[i][t]);
       if (lane % (kWarp / H) == 0) part[warp][(half * R + i) * NT + t] = v;
     }
   }

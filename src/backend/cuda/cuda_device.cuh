@@ -177,8 +177,10 @@ __device__ __forceinline__ void dec8(const uint8_t* row, int64_t g, float* v) {
   }
 }
 
+// The sum over each group of Width consecutive lanes (the whole warp by default), in every lane of it.
+template <int Width = kWarp>
 __device__ __forceinline__ float warp_sum(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  for (int o = Width / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
 __device__ __forceinline__ float warp_max(float x) {

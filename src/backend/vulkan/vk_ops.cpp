@@ -83,12 +83,12 @@ void rms_norm_glu(Context& ctx, Dispatcher& d, View x, View w, View z, View y, V
   if (!rms_norm_glu_fits(ctx, width, group)) {
     throw Error(fmt::format("Vulkan rms_norm_glu: heads of {} in rows of {} do not fit this device", group, width));
   }
-  const Kernel& k = ctx.pipeline("rms_norm_glu", 6, 28);
   struct {
     uint32_t n, width, group, has_weight;
     float eps, offset;
     uint32_t q8k_stride;
   } push{width * n_tokens, width, group, w.buffer ? 1u : 0u, eps, offset, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+  const Kernel& k = ctx.pipeline("rms_norm_glu", 6, sizeof(push));
   const View bindings[] = {x, w.buffer ? w : x, z, y, out, xq.buffer ? xq : out};
   uint32_t gx = 0, gy = 0;
   grid(ctx, push.n / 256, &gx, &gy);

@@ -87,6 +87,12 @@ class Recorder {
   static bool overlaps(const std::vector<Range>& set, const Range& r) {
     return std::any_of(set.begin(), set.end(), [&](const Range& s) { return s.buffer == r.buffer && s.lo < r.hi && r.lo < s.hi; });
   }
+  // For a fused dispatch: whether two views share memory, and whether they share it other than element
+  // for element (an invocation reading its element before writing it is fine; anything else is not).
+  static bool shares(const View& a, const View& b) {
+    return a.buffer == b.buffer && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  }
+  static bool clashes(const View& a, const View& b) { return shares(a, b) && a.offset != b.offset; }
 
   class Tracker {
    public:
@@ -497,11 +503,7 @@ class Recorder {
     const TensorId other = add.in[0] == me ? add.in[1] : add.in[0];
     if (rows[static_cast<size_t>(other)] != static_cast<int64_t>(n)) return false;
     const View c = act(other, n), sum = act(add.out, n);
-    const auto overlaps = [&](const View& v) {
-      return v.buffer == sum.buffer && v.offset < sum.offset + sum.bytes && sum.offset < v.offset + v.bytes;
-    };
-    const auto clash = [&](const View& v) { return overlaps(v) && v.offset != sum.offset; };
-    if (clash(a) || overlaps(b) || clash(out) || clash(c)) return false;
+    if (clashes(a, sum) || shares(b, sum) || clashes(out, sum) || clashes(c, sum)) return false;
     tr.before({a, b, c}, {out, sum});
     vk::sigmoid_mul_add(ctx_, rec, a, b, c, out, sum, width, bw, n);
     done_[index + 1] = true;
@@ -519,10 +521,7 @@ class Recorder {
     if (glu.op != Op::SwiGLU || glu.in[1] != me || glu.in[0] == me || !vk::rms_norm_glu_fits(ctx_, width, group)) return false;
     if (g_.tensor(glu.out).ne[0] != width || rows[static_cast<size_t>(glu.in[0])] != static_cast<int64_t>(n)) return false;
     const View z = act(glu.in[0], n), out = act(glu.out, n);
-    const auto overlaps = [&](const View& v) {
-      return v.buffer == out.buffer && v.offset < out.offset + out.bytes && out.offset < v.offset + v.bytes;
-    };
-    if ((overlaps(x) && x.offset != out.offset) || (overlaps(z) && z.offset != out.offset) || overlaps(y)) return false;
+    if (clashes(x, out) || clashes(z, out) || shares(y, out)) return false;
     const View xq = q8k_out(glu.out, width, n);  // the product's codes, where it takes them
     tr.before({x, z}, {y, out, xq});
     const Node& norm = g_.nodes[index];
@@ -541,10 +540,7 @@ class Recorder {
       return false;
     }
     const View y = act(norm.out, n);
-    const auto clash = [&](const View& v) {
-      return v.buffer == y.buffer && v.offset != y.offset && v.offset < y.offset + y.bytes && y.offset < v.offset + v.bytes;
-    };
-    if (clash(a) || clash(b)) return false;
+    if (clashes(a, y) || clashes(b, y)) return false;
     const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
     const View xq = q8k_out(norm.out, width, n);
     tr.before({a, b}, {sum, y, xq});
