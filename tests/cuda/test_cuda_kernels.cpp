@@ -983,7 +983,8 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
   std::normal_distribution<float> dist(0.0f, 0.3f);
   for (const int ne : {32, 128, 256})
   for (const int n : {3, 64}) {  // (a decode step; a step of as many rows as the launch takes)
-    for (const bool topk_first : {false, true}) {
+    for (const bool topk_first : {false, true})
+    for (const bool norm : {true, false}) {  // (without the renormalisation, with a scale per expert)
       const int64_t d = 384;
       const int k = 8;
       std::vector<float> w(static_cast<size_t>(ne * d)), x(static_cast<size_t>(n * d));
@@ -997,15 +998,18 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
         const float a = e < 7 ? 0.05f * static_cast<float>(8 - e) : e == 20 || e == 21 ? 0.03f : -0.01f * static_cast<float>(1 + (e * 7) % 13);
         for (int64_t i = 0; i < d; ++i) w[static_cast<size_t>(e * d + i)] = a * x[static_cast<size_t>(i)];
       }
+      std::vector<float> scale(static_cast<size_t>(ne));
+      for (int e = 0; e < ne; ++e) scale[static_cast<size_t>(e)] = 1.0f + static_cast<float>(e % 5) / 4.0f;
       Dev dw(w.size() * 4), dx(x.size() * 4), dlog(static_cast<size_t>(n * ne) * 4), dcount(static_cast<size_t>(n) * 4),
-          dids(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4);
+          dids(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4), dscale(scale.size() * 4);
       upload(dw, w.data(), w.size() * 4);
       upload(dx, x.data(), x.size() * 4);
+      upload(dscale, scale.data(), scale.size() * 4);
       ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n) * 4), cudaSuccess);
       ASSERT_TRUE(backend::cuda::moe_router_fits(static_cast<int>(TensorType::F32), d, ne));
       for (int rep = 0; rep < 3; ++rep) {
         backend::cuda::moe_router(nullptr, dw.as<float>(), dx.as<float>(), d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, topk_first,
-                                  true, 1.0f, nullptr, nullptr, dids.as<int32_t>(), dwts.as<float>());
+                                  norm, 1.0f, nullptr, norm ? nullptr : dscale.as<float>(), dids.as<int32_t>(), dwts.as<float>());
       }
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> ids(static_cast<size_t>(n * k));
@@ -1028,15 +1032,20 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)]; });
         std::vector<int> chosen(order.begin(), order.begin() + k);
         const double m = l[static_cast<size_t>(order[0])];
-        double top = 0;
+        double top = 0, all = 0;
         for (int e : chosen) top += std::exp(l[static_cast<size_t>(e)] - m);
+        for (int e = 0; e < ne; ++e) all += std::exp(l[static_cast<size_t>(e)] - m);
         std::sort(chosen.begin(), chosen.end());
         for (int i = 0; i < k; ++i) {
           const size_t s = static_cast<size_t>(t * k + i);
-          ASSERT_EQ(ids[s], chosen[static_cast<size_t>(i)]) << "ne " << ne << " token " << t << " slot " << i;
-          // Renormalised over the chosen: the same weights in both orders.
-          const double want = std::exp(l[static_cast<size_t>(chosen[static_cast<size_t>(i)])] - m) / top;
-          EXPECT_NEAR(wts[s], want, 1e-5) << "ne " << ne << " token " << t << " slot " << i << (topk_first ? " top k first" : "");
+          const int e = chosen[static_cast<size_t>(i)];
+          ASSERT_EQ(ids[s], e) << "ne " << ne << " token " << t << " slot " << i;
+          // Renormalised over the chosen (or the softmax over the chosen alone): the same weights in both
+          // orders; else the softmax over every expert, times the expert's scale.
+          const double p = std::exp(l[static_cast<size_t>(e)] - m) / (norm || topk_first ? top : all);
+          const double want = norm ? p : p * scale[static_cast<size_t>(e)];
+          EXPECT_NEAR(wts[s], want, 1e-5) << "ne " << ne << " token " << t << " slot " << i << (topk_first ? " top k first" : "")
+                                          << (norm ? "" : " not renormalised");
         }
         EXPECT_EQ(ids[static_cast<size_t>(t * k + k - 1)], 20) << "the tie for the last place goes to the lower expert";
       }

@@ -936,7 +936,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       p[1] = {static_cast<int>(ut.type), weights_->raw(node.in[3]), u_row, u_row * static_cast<size_t>(ut.ne[1]), fused ? ff : 0, ff, up, ff,
               bias(2), ff};
       ck::mul_mat_codes(stream_, p, 2, d, x, d, k, ids, slots, q8_.get(), codes_of(gt.type, node.in[0], 1),
-                        mp.glu == graph::MoeGlu::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+                        mp.glu == graph::MoeGlu::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU, 0, 0, ck::Chain::First);
     } else {
       ck::mul_mat_id(stream_, static_cast<int>(gt.type), weights_->raw(node.in[2]), g_row, g_row * static_cast<size_t>(gt.ne[1]), 0, ff, d,
                      x, d, k, ids, slots, gate, ff, bias(1), ff, q8_.get(), codes_of(gt.type, node.in[0], k));
@@ -946,7 +946,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
-                   ids, slots, y, d, bias(3), d, q8_.get());
+                   ids, slots, y, d, bias(3), d, q8_.get(), false, codes ? ck::Chain::Second : ck::Chain::None);
     if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
   }
   // Whether the add and norm that follow the mixture form its weighted sum themselves (Fusion::combine).

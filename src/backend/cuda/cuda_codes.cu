@@ -46,6 +46,17 @@ __global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t co
   store_codes_of(x + (row / x_div) * xs + b * 256, row, b, cols, c);
 }
 
+// n bytes from p into L2, without waiting (sm_90: one bulk prefetch of the 16-byte aligned span).
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15};
+  const uint32_t bytes = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(p) + n - at + 15) & ~uintptr_t{15});
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(bytes) : "memory");
+#else
+  for (int64_t i = 0; i < n; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + i));
+#endif
+}
+
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
 
 
@@ -287,21 +298,27 @@ struct MvArgs {
   // slot's row of xf (x_div rows apart, xf_stride floats) into shared memory itself, no codes launch.
   const float* xf = nullptr;
   int64_t xf_stride = 0;
+  // Chain::First: the next launch starts only once every block has waited. Chain::Second (with xf;
+  // the launch before it was a First): the ids read and the block's rows sent to L2 before the wait.
+  bool trigger_late = false, ids_early = false;
 };
 constexpr int kMvQuantCols = kMvWarps * 256;
 
 // One token's gate and up, two rows of each a warp: at most 80 registers (six blocks a multiprocessor,
 // some spilled to L1) so a mixture's 768 blocks of eight experts' rows take one wave on 132
 // multiprocessors instead of 1.45 at 128 registers (qwen3-30b-a3b tg128 435.5 -> 444, qwen3-8b 426 ->
-// 430 on an H200; five blocks, or the same cap on other shapes, measured slower). 0: no minimum.
-template <int NT, int RW, bool GLU>
-constexpr int mv_min_blocks() { return NT == 1 && GLU && RW == 2 ? 6 : 0; }
+// 430 on an H200; five blocks, or the same cap on other shapes, measured slower). Half-warp rows of one
+// token (a mixture's down): at most 128 registers, four blocks a multiprocessor (its 512 blocks of
+// eight slots one wave). 0: no minimum.
+template <int NT, int RW, bool GLU, int H>
+constexpr int mv_min_blocks() { return NT == 1 && GLU && RW == 2 ? 6 : NT == 1 && H == 2 ? 4 : 0; }
 
 template <int NT, int S, int RW, bool GLU, int H = 1>
-__global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU>()) k_mv_codes(const MvArgs a) {
+__global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU, H>()) k_mv_codes(const MvArgs a) {
   static_assert(H == 1 || (H == 2 && !GLU), "half-warp row groups: products of one input");
-  pdl_trigger();
-  if (a.ids) pdl_wait();
+  if (!a.trigger_late) pdl_trigger();
+  if (a.ids && !a.ids_early) pdl_wait();
+  if (a.trigger_late) pdl_trigger();
   unsigned bx = blockIdx.x;
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
@@ -311,7 +328,7 @@ __global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU>()
   const int half = lane / (kWarp / H);  // H = 2: this half-warp's rows r0 + RW half ..
   const int ks = warp % S;
   const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
-  const int64_t e = a.ids ? a.ids[t0] : 0;
+  const int64_t e = !a.ids ? 0 : a.ids_early ? __ldcg(a.ids + t0) : a.ids[t0];
   constexpr int P = GLU ? 2 : 1, R = RW * P;  // row i of product p: acc[p * RW + i]
   float acc[R][NT];
   for (int i = 0; i < R; ++i)
@@ -321,7 +338,13 @@ __global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU>()
   if constexpr (NT == 1) {
     // The slot's row quantized here (xf): warp w super-block w, as k_quantize_q8k does it.
     __shared__ __align__(16) uint8_t xq[kMvQuantCols + kMvQuantCols / 64 + 16 + kMvQuantCols / 16];
+    if (a.ids_early && threadIdx.x == 0) {
+      // The block's rows (consecutive) on their way to L2 meanwhile.
+      const int64_t b0 = static_cast<int64_t>(bx) * (kMvWarps / S) * RW * H, b1 = min(b0 + (kMvWarps / S) * RW * H, g.rows);
+      if (b0 < b1) prefetch_l2(g.w + e * g.expert_bytes + (g.first + b0) * g.row_bytes, (b1 - b0) * g.row_bytes);
+    }
     if (a.xf) {
+      if (a.ids_early) pdl_wait();
       c = codes_layout(xq, 1, a.cols);
       if (warp < a.cols / 256) store_codes_of(a.xf + xr * a.xf_stride + warp * 256, 0, warp, a.cols, c);
       __syncthreads();
@@ -861,7 +884,8 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a, S);
   }
 }
-void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp) {
+void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp,
+              Chain chain) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
   const int rows = (a.n + x_div - 1) / x_div;
   a.x_div = x_div;
@@ -872,6 +896,7 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   if (!q8_ready && x_div == 1 && a.ids && !a.order && a.glu == Glu::None && a.cols % 256 == 0 && a.cols <= kMvQuantCols) {
     a.xf = x;
     a.xf_stride = xs;
+    a.ids_early = chain == Chain::Second;
   } else if (!q8_ready) {
     quantize_codes(s, x, xs, 1, a.cols, rows, q8);
   }
@@ -905,6 +930,7 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     else by_groups(std::false_type{}, std::integral_constant<int, 2>{});
     return;
   }
+  a.trigger_late = chain == Chain::First;
   if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
   else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, rows_per_warp) : launch_mv_codes<2, false>(s, a, split, rows_per_warp);
   else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, rows_per_warp) : launch_mv_codes<4, false>(s, a, split, rows_per_warp);
@@ -932,7 +958,7 @@ void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64
 }
 
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids,
-                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp) {
+                   int n, void* q8, bool q8_ready, Glu glu, int split, int rows_per_warp, Chain chain) {
   if (!ids && n > kCodesTokens) {  // a prompt's products: the tiles, where every one takes them
     bool tiles = glu == Glu::None && x_div == 1 && count >= 1 && count <= 3;
     for (int i = 0; i < count; ++i) tiles &= prompt_tiles(p[i].type, n) && p[i].first == 0;
@@ -943,7 +969,7 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
   }
   MvArgs a = products_args(p, count, cols, n, glu);
   a.ids = ids;
-  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp);
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp, chain);
 }
 
 void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
@@ -954,7 +980,7 @@ void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, 
   a.offsets = offsets;
   a.n_expert = n_expert;
   a.per_expert = per_expert;
-  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, 0, 0);
+  mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, 0, 0, Chain::None);
 }
 
 }  // namespace zinc::backend::cuda

@@ -76,6 +76,11 @@ void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64
 // up to 65535; without ids, glu or first; int8_tiles() types): the prompt tiles, every product's in one
 // launch.
 enum class Glu : int { None, SwiGLU, GeGLU };
+// A mixture's gate and up (First) and its down (Second) launched one after the other: the first lets
+// the second start only once each of its blocks has waited on the routing, so the second may read its
+// experts' ids and send their rows to L2 before it waits on the first (a second that forms its codes in
+// each block, else it waits first as usual).
+enum class Chain : int { None, First, Second };
 struct Product {
   int type = 0;
   const void* w = nullptr;
@@ -88,7 +93,7 @@ struct Product {
 };
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                    const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
-                   int rows_per_warp = 0);
+                   int rows_per_warp = 0, Chain chain = Chain::None);
 // The prompt tiles of up to three int8_tiles() products against the codes of n > kCodesTokens rows in q8.
 void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n);
 // Expert slots grouped by expert (order and offsets as moe_group writes them; each expert has at most
@@ -104,7 +109,8 @@ void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, 
 // left as it was: no later product may take them as ready.
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows,
                 int64_t cols, const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out,
-                int64_t out_stride, const float* bias, int64_t bias_stride, void* q8 = nullptr, bool q8_ready = false);
+                int64_t out_stride, const float* bias, int64_t bias_stride, void* q8 = nullptr, bool q8_ready = false,
+                Chain chain = Chain::None);
 
 // x / sqrt(mean(x^2) + eps) * (w + offset) over groups of `group` of each row of `width`; w: group floats or null.
 void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t width, int64_t group, int n, float eps,

@@ -800,7 +800,7 @@ __global__ void __launch_bounds__(1024) k_moe_group(const int32_t* ids, int slot
 template <int T>
 void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                     const float* x, int64_t xs, int x_div, const int32_t* ids, int n, float* out, int64_t os,
-                    const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
+                    const float* bias, int64_t bias_stride, void* q8, bool q8_ready, Chain chain) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if constexpr (T == kQ4_K || T == kQ5_K || T == kQ6_K) {
     if (q8 && !ids && first == 0 && prompt_tiles(T, n)) {
@@ -816,7 +816,7 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     // 8-bit codes.
     if (q8 && (ids || n <= kCodesTokens)) {
       const Product p{T, w, row_bytes, expert_bytes, first, rows, out, os, bias, bias_stride};
-      mul_mat_codes(s, &p, 1, cols, x, xs, x_div, ids, n, q8, q8_ready);
+      mul_mat_codes(s, &p, 1, cols, x, xs, x_div, ids, n, q8, q8_ready, Glu::None, 0, 0, chain);
       return;
     }
   }
@@ -872,10 +872,10 @@ void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* i
 
 void mul_mat_id(Stream s, int type, const void* w, size_t row_bytes, size_t expert_bytes, int64_t first, int64_t rows, int64_t cols,
                 const float* x, int64_t x_stride, int x_div, const int32_t* ids, int n, float* out, int64_t out_stride,
-                const float* bias, int64_t bias_stride, void* q8, bool q8_ready) {
+                const float* bias, int64_t bias_stride, void* q8, bool q8_ready, Chain chain) {
   switch (type) {
 #define ZINC_CASE(T) \
-  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride, q8, q8_ready); break;
+  case T: launch_mul_mat<T>(s, w, row_bytes, expert_bytes, first, rows, cols, x, x_stride, x_div, ids, n, out, out_stride, bias, bias_stride, q8, q8_ready, chain); break;
     ZINC_CUDA_TYPES(ZINC_CASE)
 #undef ZINC_CASE
     default: break;
