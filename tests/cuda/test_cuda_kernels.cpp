@@ -105,6 +105,18 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
                    fmt::format("{} tokens, token {} row {}", n, t, r));
   }
   f16_rounding = 0;
+  // A prompt's product of float weights with a row or three (a shared expert's gate): one row a block.
+  if (float_weights) {
+    for (const int64_t few : {1, 3}) {
+      const int n = 40;
+      backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, few, cols, dx.as<float>(), cols, n, dout.as<float>(), few, db.as<float>());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * few) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int t = 0; t < n; ++t)
+        for (int64_t r = 0; r < few; ++r)
+          expect_row(r, t, bias[static_cast<size_t>(r)], got[static_cast<size_t>(t * few + r)], fmt::format("{} rows, token {} row {}", few, t, r));
+    }
+  }
   // One expert per output row: rows [first, first + 31) of expert ids[i], token i / 2.
   const int slots = 6;
   const std::vector<int32_t> ids = {2, 0, 1, 1, 0, 2};

@@ -241,7 +241,9 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, s
 }
 
 // Tiles of 64 rows x 64 tokens over steps of 32 columns: each of the 256 threads decodes one group of
-// eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs.
+// eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs; the next
+// step's are read into registers meanwhile (a float router's prompt product of 256 rows took 104 us a
+// launch, every step waiting on its loads: qwen3.6-35b-a3b pp512 5758 -> 5892 on an H200).
 constexpr int kTm = 64, kTn = 64, kTk = 32;
 template <int T>
 __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
@@ -254,20 +256,25 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
   const int lr = tid / 4, lg = tid % 4;  // the row (token) and group this thread loads
   const int tr = tid / 16, tc = tid % 16;
   float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
-    float v[8];
-    if (m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, v);
-    else for (int i = 0; i < 8; ++i) v[i] = 0;
-    for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = v[i];
+  // The next step's weights and activations are read into registers while this step's products run.
+  float vw[8], vx[8];
+  const auto fetch = [&](int64_t k0) {
+    if (m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, vw);
+    else for (int i = 0; i < 8; ++i) vw[i] = 0;
     if (n0 + lr < n) {
       const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + lr) * xs + k0 + lg * 8);
       const float4 a = xp[0], b = xp[1];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      vx[0] = a.x, vx[1] = a.y, vx[2] = a.z, vx[3] = a.w, vx[4] = b.x, vx[5] = b.y, vx[6] = b.z, vx[7] = b.w;
     } else {
-      for (int i = 0; i < 8; ++i) v[i] = 0;
+      for (int i = 0; i < 8; ++i) vx[i] = 0;
     }
-    for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = v[i];
+  };
+  fetch(0);
+  for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
+    for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = vw[i];
+    for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = vx[i];
     __syncthreads();
+    if (k0 + kTk < cols) fetch(k0 + kTk);
 #pragma unroll 8
     for (int kk = 0; kk < kTk; ++kk) {
       const float4 a = *reinterpret_cast<const float4*>(&ws[kk][tr * 4]);
@@ -829,6 +836,13 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
     k_mul_mm_tc<T, 128><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + 127) / 128), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias, TcGroups{});
   } else if (n > 8 && first == 0) {
+    if (rows < 4) {
+      // A row or three (a shared expert's gate): one row a block, eight tokens each (a tile of 64 rows
+      // took as long for one row as for 256: qwen3.6-35b-a3b pp512 5892 -> 6174 on an H200).
+      launch(k_mul_mv<T, 8, 1>, dim3(row_blocks(1), (n + 7) / 8), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n,
+             out, os, bias, int64_t{0});
+      return;
+    }
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
   } else if (n >= 8) {
