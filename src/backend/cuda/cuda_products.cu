@@ -835,14 +835,9 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
   } else if (n > 8 && first == 0 && T != kF32 && T != kF16 && T != kBF16) {
     k_mul_mm_tc<T, 128><<<dim3(static_cast<unsigned>((rows + kTcM - 1) / kTcM), (n + 127) / 128), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias, TcGroups{});
-  } else if (n > 8 && first == 0) {
-    if (rows < 4) {
-      // A row or three (a shared expert's gate): one row a block, eight tokens each (a tile of 64 rows
-      // took as long for one row as for 256: qwen3.6-35b-a3b pp512 5892 -> 6174 on an H200).
-      launch(k_mul_mv<T, 8, 1>, dim3(row_blocks(1), (n + 7) / 8), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n,
-             out, os, bias, int64_t{0});
-      return;
-    }
+  } else if (n > 8 && first == 0 && rows >= 4) {
+    // (A row or three, such as a shared expert's gate, take the one-row blocks below: a tile of 64 rows
+    // took as long for one row as for 256: qwen3.6-35b-a3b pp512 5892 -> 6174 on an H200.)
     k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
                                                                                                       x, xs, n, out, os, bias);
   } else if (n >= 8) {
