@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -452,6 +453,49 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   }
 }
 
+// Four products of one input in one launch (a recurrent layer's qkv, gate, beta and alpha): Q4_K,
+// Q6_K, Q5_K and Q4_K of as many rows as a block takes, more, and fewer, for one token and a few, on
+// packed dot products and on integer tensor cores.
+TEST_F(CudaFused, FourProductsOfOneInputInOneLaunch) {
+  std::mt19937 rng(19);
+  const int64_t cols = 512;
+  const int max_n = 9;
+  const QuantRows q[4] = {QuantRows(TensorType::Q4_K, 300, cols, rng), QuantRows(TensorType::Q6_K, 37, cols, rng),
+                          QuantRows(TensorType::Q5_K, 8, cols, rng), QuantRows(TensorType::Q4_K, 33, cols, rng)};
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(max_n * cols));
+  for (float& v : x) v = dist(rng);
+  Dev dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols));
+  upload(dx, x.data(), x.size() * 4);
+  std::deque<Dev> dw, out;  // (never moved)
+  for (const QuantRows& r : q) {
+    dw.emplace_back(r.w.size());
+    upload(dw.back(), r.w.data(), r.w.size());
+    out.emplace_back(static_cast<size_t>(max_n * r.rows) * 4);
+  }
+  backend::cuda::Product p[4];
+  for (int k = 0; k < 4; ++k) p[k] = {static_cast<int>(q[k].type), dw[static_cast<size_t>(k)].p, q[k].rb, 0, 0, q[k].rows,
+                                      out[static_cast<size_t>(k)].as<float>(), q[k].rows, nullptr, 0};
+  for (const int mma_min : {max_n + 1, 2}) {
+    backend::cuda::set_codes_mma_min(mma_min);
+    for (const int n : {1, 3, max_n}) {
+      for (int k = 0; k < 4; ++k)  // (NaN everywhere: a row or token left unwritten fails)
+        ASSERT_EQ(cudaMemset(out[static_cast<size_t>(k)].p, 0xff, static_cast<size_t>(max_n * q[k].rows) * 4), cudaSuccess);
+      backend::cuda::mul_mat_codes(nullptr, p, 4, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int k = 0; k < 4; ++k) {
+        std::vector<float> got(static_cast<size_t>(n * q[k].rows));
+        ASSERT_EQ(cudaMemcpy(got.data(), out[static_cast<size_t>(k)].p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t)
+          for (int64_t r = 0; r < q[k].rows; ++r)
+            ASSERT_NEAR(got[static_cast<size_t>(t * q[k].rows + r)], q[k].dot(r, x.data() + t * cols), q[k].bound(r, x.data() + t * cols))
+                << "product " << k << ", " << n << " tokens" << (mma_min == 2 ? " (tensor cores)" : "") << ", token " << t << " row " << r;
+      }
+    }
+  }
+  backend::cuda::set_codes_mma_min(0);
+}
+
 TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   ThreeProducts f(11, 2100, 2050, 37, backend::cuda::kCodesTokens);
   const int64_t cols = f.cols;
@@ -619,6 +663,62 @@ TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
   std::vector<float> y(static_cast<size_t>(n));
   ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int t = 0; t < n; ++t) EXPECT_NEAR(y[static_cast<size_t>(t)], one.dot(0, out.data() + t * width), one.bound(0, out.data() + t * width));
+}
+
+// A per-head norm and the gated activation after it in one launch (as the delta rule's output takes
+// them): the double-precision norm of each group times the weights, through SiLU or GELU with z on
+// either side; and the codes are those a product makes of the rows itself.
+TEST_F(CudaFused, HeadNormAndGatedActivationWithTheCodes) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t width = 1280;  // five super-blocks: warps with one and with none
+  const int n = 3;
+  for (const int64_t group : {int64_t{8}, int64_t{128}, int64_t{256}})
+  for (const bool gelu : {false, true})
+  for (const bool act_first : {false, true}) {
+    ASSERT_TRUE(backend::cuda::norm_glu_fits(width, group));
+    std::vector<float> x(static_cast<size_t>(n * width)), z(x.size()), w(static_cast<size_t>(group));
+    for (std::vector<float>* v : {&x, &z, &w})
+      for (float& f : *v) f = dist(rng);
+    Dev dx(x.size() * 4), dz(z.size() * 4), dw(w.size() * 4), dout(x.size() * 4), dq8(backend::cuda::q8_bytes(n, width)),
+        dq8b(backend::cuda::q8_bytes(n, width));
+    upload(dx, x.data(), x.size() * 4);
+    upload(dz, z.data(), z.size() * 4);
+    upload(dw, w.data(), w.size() * 4);
+    backend::cuda::norm_glu(nullptr, dx.as<float>(), dw.as<float>(), dz.as<float>(), dout.as<float>(), width, group, n, 1e-6f, 0.25f, gelu,
+                            act_first, dq8.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> out(x.size());
+    ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const auto act = [&](double v) {
+      return gelu ? 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * v * (1.0 + 0.044715 * v * v))) : v / (1.0 + std::exp(-v));
+    };
+    for (int t = 0; t < n; ++t) {
+      for (int64_t g0 = 0; g0 < width; g0 += group) {
+        double ss = 0;
+        for (int64_t i = g0; i < g0 + group; ++i) ss += static_cast<double>(x[static_cast<size_t>(t * width + i)]) * x[static_cast<size_t>(t * width + i)];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + 1e-6);
+        for (int64_t i = g0; i < g0 + group; ++i) {
+          const size_t k = static_cast<size_t>(t * width + i);
+          const double h = x[k] * scale * (w[static_cast<size_t>(i - g0)] + 0.25), zv = z[k];
+          const double want = act_first ? act(h) * zv : act(zv) * h;
+          ASSERT_NEAR(out[k], want, 2e-5 * std::fabs(want) + 1e-6)
+              << "group " << group << (gelu ? " gelu" : " silu") << (act_first ? " act(h) z" : " act(z) h") << " row " << t << " element " << i;
+        }
+      }
+    }
+    std::mt19937 rng2(18);
+    const QuantRows one(TensorType::Q6_K, 1, width, rng2);
+    Dev dwq(one.w.size()), dy(static_cast<size_t>(n) * 4);
+    upload(dwq, one.w.data(), one.w.size());
+    backend::cuda::mul_mat(nullptr, static_cast<int>(one.type), dwq.p, one.rb, 1, width, dout.as<float>(), width, n, dy.as<float>(), 1,
+                           nullptr, dq8b.p, false);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> fused(backend::cuda::q8_bytes(n, width)), separate(fused.size());
+    ASSERT_EQ(cudaMemcpy(fused.data(), dq8.p, fused.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(separate.data(), dq8b.p, separate.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(fused, separate) << "group " << group;
+  }
 }
 
 // What the attention tests share: a case (window, cap, sinks), its arguments over the caller's device
@@ -1012,16 +1112,22 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
       }
       std::vector<float> scale(static_cast<size_t>(ne));
       for (int e = 0; e < ne; ++e) scale[static_cast<size_t>(e)] = 1.0f + static_cast<float>(e % 5) / 4.0f;
+      // And a row of its own (a shared expert's gate) in the same launch when renormalised.
+      std::vector<float> w2(static_cast<size_t>(d));
+      for (float& f : w2) f = dist(rng);
       Dev dw(w.size() * 4), dx(x.size() * 4), dlog(static_cast<size_t>(n * ne) * 4), dcount(static_cast<size_t>(n) * 4),
-          dids(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4), dscale(scale.size() * 4);
+          dids(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4), dscale(scale.size() * 4), dw2(w2.size() * 4),
+          dout2(static_cast<size_t>(n) * 4);
       upload(dw, w.data(), w.size() * 4);
+      upload(dw2, w2.data(), w2.size() * 4);
       upload(dx, x.data(), x.size() * 4);
       upload(dscale, scale.data(), scale.size() * 4);
       ASSERT_EQ(cudaMemset(dcount.p, 0, static_cast<size_t>(n) * 4), cudaSuccess);
       ASSERT_TRUE(backend::cuda::moe_router_fits(static_cast<int>(TensorType::F32), d, ne));
       for (int rep = 0; rep < 3; ++rep) {
         backend::cuda::moe_router(nullptr, dw.as<float>(), dx.as<float>(), d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, topk_first,
-                                  norm, 1.0f, nullptr, norm ? nullptr : dscale.as<float>(), dids.as<int32_t>(), dwts.as<float>());
+                                  norm, 1.0f, nullptr, norm ? nullptr : dscale.as<float>(), dids.as<int32_t>(), dwts.as<float>(),
+                                  norm ? dw2.as<float>() : nullptr, norm ? dout2.as<float>() : nullptr);
       }
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> ids(static_cast<size_t>(n * k));
@@ -1031,6 +1137,18 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
       ASSERT_EQ(cudaMemcpy(wts.data(), dwts.p, wts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(count.data(), dcount.p, count.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
       for (unsigned c : count) EXPECT_EQ(c, 0u) << "counters left for the next launch";
+      if (norm) {
+        std::vector<float> out2(static_cast<size_t>(n));
+        ASSERT_EQ(cudaMemcpy(out2.data(), dout2.p, out2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t) {
+          double want = 0, mag = 0;
+          for (int64_t i = 0; i < d; ++i) {
+            want += static_cast<double>(w2[static_cast<size_t>(i)]) * x[static_cast<size_t>(t * d + i)];
+            mag += std::fabs(static_cast<double>(w2[static_cast<size_t>(i)]) * x[static_cast<size_t>(t * d + i)]);
+          }
+          EXPECT_NEAR(out2[static_cast<size_t>(t)], want, 1e-6 * mag + 1e-7) << "the extra row's product, token " << t;
+        }
+      }
       for (int t = 0; t < n; ++t) {
         std::vector<double> l(static_cast<size_t>(ne));
         for (int e = 0; e < ne; ++e) {
@@ -1066,37 +1184,53 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
 }
 
 // The add and norm forming a mixture's weighted sum of slots themselves: the sum equals the other
-// term plus moe_combine's output exactly.
+// term plus moe_combine's output exactly; with a shared expert, plus its rows times the sigmoid of
+// their gate (one a row, or one an element) as sigmoid_mul and the add of the two outputs form them.
 TEST(CudaMoe, AddNormCombinesTheSlotsAsTheCombineLaunch) {
   ZINC_NEED_CUDA_DEVICE();
   std::mt19937 rng(31);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t width = 512;
   const int n = 2, k = 4;
-  std::vector<float> a(static_cast<size_t>(n * width)), y(static_cast<size_t>(n * k * width)), wts(static_cast<size_t>(n * k)),
-      w(static_cast<size_t>(width));
-  for (std::vector<float>* v : {&a, &y, &wts, &w})
-    for (float& f : *v) f = dist(rng);
-  Dev da(a.size() * 4), dy(y.size() * 4), dwts(wts.size() * 4), dw(w.size() * 4), dcomb(a.size() * 4), dsum(a.size() * 4), dsum2(a.size() * 4),
-      dout(a.size() * 4), dout2(a.size() * 4);
-  upload(da, a.data(), a.size() * 4);
-  upload(dy, y.data(), y.size() * 4);
-  upload(dwts, wts.data(), wts.size() * 4);
-  upload(dw, w.data(), w.size() * 4);
-  backend::cuda::moe_combine(nullptr, dy.as<float>(), dwts.as<float>(), n, k, width, dcomb.as<float>());
-  backend::cuda::add_rms_norm(nullptr, da.as<float>(), dcomb.as<float>(), dsum.as<float>(), dw.as<float>(), dout.as<float>(), width, n, 1e-6f,
-                              0.0f, nullptr);
-  backend::cuda::add_rms_norm(nullptr, da.as<float>(), nullptr, dsum2.as<float>(), dw.as<float>(), dout2.as<float>(), width, n, 1e-6f, 0.0f,
-                              nullptr, dy.as<float>(), dwts.as<float>(), k);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> sum(a.size()), sum2(a.size()), out(a.size()), out2(a.size());
-  ASSERT_EQ(cudaMemcpy(sum.data(), dsum.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(sum2.data(), dsum2.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(out2.data(), dout2.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < sum.size(); ++i) {
-    ASSERT_EQ(sum2[i], sum[i]) << "element " << i;
-    ASSERT_EQ(out2[i], out[i]) << "element " << i;
+  for (const int64_t gw : {int64_t{0}, int64_t{1}, width}) {  // (0: no shared expert)
+    std::vector<float> a(static_cast<size_t>(n * width)), y(static_cast<size_t>(n * k * width)), wts(static_cast<size_t>(n * k)),
+        w(static_cast<size_t>(width)), sh(a.size()), g(static_cast<size_t>(n * std::max<int64_t>(gw, 1)));
+    for (std::vector<float>* v : {&a, &y, &wts, &w, &sh, &g})
+      for (float& f : *v) f = dist(rng);
+    Dev da(a.size() * 4), dy(y.size() * 4), dwts(wts.size() * 4), dw(w.size() * 4), dcomb(a.size() * 4), dsum(a.size() * 4),
+        dsum2(a.size() * 4), dout(a.size() * 4), dout2(a.size() * 4), dsh(sh.size() * 4), dg(g.size() * 4), dscaled(a.size() * 4);
+    upload(da, a.data(), a.size() * 4);
+    upload(dy, y.data(), y.size() * 4);
+    upload(dwts, wts.data(), wts.size() * 4);
+    upload(dw, w.data(), w.size() * 4);
+    upload(dsh, sh.data(), sh.size() * 4);
+    upload(dg, g.data(), g.size() * 4);
+    backend::cuda::moe_combine(nullptr, dy.as<float>(), dwts.as<float>(), n, k, width, dcomb.as<float>());
+    if (gw > 0) {
+      backend::cuda::sigmoid_mul(nullptr, dsh.as<float>(), dg.as<float>(), dscaled.as<float>(), width, gw, n);
+      backend::cuda::elementwise(nullptr, backend::cuda::Elementwise::Add, dcomb.as<float>(), dscaled.as<float>(), dcomb.as<float>(),
+                                 n * width);
+    }
+    backend::cuda::add_rms_norm(nullptr, da.as<float>(), dcomb.as<float>(), dsum.as<float>(), dw.as<float>(), dout.as<float>(), width, n,
+                                1e-6f, 0.0f, nullptr);
+    backend::cuda::add_rms_norm(nullptr, da.as<float>(), nullptr, dsum2.as<float>(), dw.as<float>(), dout2.as<float>(), width, n, 1e-6f,
+                                0.0f, nullptr, dy.as<float>(), dwts.as<float>(), k, gw > 0 ? dsh.as<float>() : nullptr,
+                                gw > 0 ? dg.as<float>() : nullptr, std::max<int64_t>(gw, 1));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> sum(a.size()), sum2(a.size()), out(a.size()), out2(a.size());
+    ASSERT_EQ(cudaMemcpy(sum.data(), dsum.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(sum2.data(), dsum2.p, sum.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out2.data(), dout2.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < sum.size(); ++i) {
+      ASSERT_EQ(sum2[i], sum[i]) << "gate width " << gw << " element " << i;
+      ASSERT_EQ(out2[i], out[i]) << "gate width " << gw << " element " << i;
+    }
+    if (gw > 0) {  // (and the shared term is there: the sums differ from those without it)
+      double moved = 0;
+      for (size_t i = 0; i < sum.size(); ++i) moved += std::fabs(static_cast<double>(sum[i]) - a[i]);
+      EXPECT_GT(moved, 1.0);
+    }
   }
 }
 

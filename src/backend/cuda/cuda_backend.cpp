@@ -472,8 +472,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
       check(cudaMemset(state_[i].get(), 0, state_[i].size()), "cudaMemset");
       if (kept_states() > 0) kept_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq * kept_states()));
     }
-    // Scratch: the experts' rows and the delta rule's gates, sized for the widest node.
-    size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, moe_experts = 0, gates = 0;
+    // Scratch: the experts' rows, sized for the widest node.
+    size_t moe_slots = 0, moe_hidden = 0, moe_out = 0, moe_logits = 0, moe_experts = 0;
     for (const Node& n : g_.nodes) {
       if (n.op == Op::MoE) {
         const MoeShape shape = moe_shape(g_, n);
@@ -485,7 +485,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
         moe_logits = std::max(moe_logits, rows * static_cast<size_t>(n.moe().n_expert));
         moe_experts = std::max(moe_experts, static_cast<size_t>(n.moe().n_expert));
       }
-      if (n.op == Op::DeltaNet) gates = std::max(gates, rows * static_cast<size_t>(n.delta_net().n_head_v));
     }
     // The activations' 8-bit codes for the products that take them: a step's rows, or every expert
     // slot of a step.
@@ -539,8 +538,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       moe_count_ = DeviceBuffer(static_cast<size_t>(ck::kCodesTokens) * sizeof(unsigned));
       check(cudaMemset(moe_count_.get(), 0, moe_count_.size()), "cudaMemset");
     }
-    gate_g_ = DeviceBuffer(gates * 4);
-    gate_beta_ = DeviceBuffer(gates * 4);
+    if (moe_logits > 0) moe_shared_g_ = DeviceBuffer(static_cast<size_t>(ck::kCodesTokens) * 4);
     // The step buffer, at its largest (layout).
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
@@ -727,31 +725,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
       case Op::DeltaNet: {
         n = in_rows(0);
-        const graph::DeltaNetParams& d = node.delta_net();
-        ck::delta_gates(s, act(node.in[3]), act(node.in[4]), weights_->f32(node.in[5]), weights_->f32(node.in[6]), d.n_head_v,
-                        static_cast<int>(n), gate_g_.get<float>(), gate_beta_.get<float>());
         const int64_t qw = g_.tensor(node.in[0]).ne[0], vw = g_.tensor(node.in[2]).ne[0];
-        for (const Part& p : parts_) {
-          ck::DeltaArgs a;
-          a.q = act(node.in[0]) + p.first * qw;
-          a.k = act(node.in[1]) + p.first * qw;
-          a.v = act(node.in[2]) + p.first * vw;
-          a.g = gate_g_.get<float>() + p.first * d.n_head_v;
-          a.beta = gate_beta_.get<float>() + p.first * d.n_head_v;
-          a.state = state_of(index, p.step.seq);
-          a.out = out + p.first * width;
-          a.n = p.step.n_tokens;
-          a.q_stride = qw;
-          a.v_stride = vw;
-          a.hk = d.n_head_k;
-          a.hv = d.n_head_v;
-          a.dk = d.dk;
-          a.dv = d.dv;
-          a.tiled = d.tiled_heads;
-          a.kept = p.step.keep_states ? kept_of(index, p.step.seq) : nullptr;
-          a.kept_stride = state_floats_[index];
-          ck::delta_rule(s, a);
-        }
+        delta_net(node, index, out, act(node.in[0]), act(node.in[1]), act(node.in[2]), qw, vw);
         break;
       }
       case Op::Scale: {
@@ -771,6 +746,37 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     }
     rows_[static_cast<size_t>(node.out)] = n;
+  }
+
+  // The delta rule of each sequence of the step (q and k rows qs floats apart, v rows vs), its gates
+  // formed in the same launch.
+  void delta_net(const Node& node, size_t index, float* out, const float* q, const float* k, const float* v, int64_t qs, int64_t vs) {
+    const graph::DeltaNetParams& d = node.delta_net();
+    const int64_t width = g_.tensor(node.out).ne[0];
+    for (const Part& p : parts_) {
+      ck::DeltaArgs a;
+      a.q = q + p.first * qs;
+      a.k = k + p.first * qs;
+      a.v = v + p.first * vs;
+      a.alpha = act(node.in[3]) + p.first * d.n_head_v;
+      a.beta_in = act(node.in[4]) + p.first * d.n_head_v;
+      a.A = weights_->f32(node.in[5]);
+      a.dt_bias = weights_->f32(node.in[6]);
+      a.state = state_of(index, p.step.seq);
+      a.out = out + p.first * width;
+      a.n = p.step.n_tokens;
+      a.q_stride = qs;
+      a.v_stride = vs;
+      a.out_stride = width;
+      a.hk = d.n_head_k;
+      a.hv = d.n_head_v;
+      a.dk = d.dk;
+      a.dv = d.dv;
+      a.tiled = d.tiled_heads;
+      a.kept = p.step.keep_states ? kept_of(index, p.step.seq) : nullptr;
+      a.kept_stride = state_floats_[index];
+      ck::delta_rule(stream_, a);
+    }
   }
 
   void attention(const Node& node, int n, float* out) {
@@ -875,8 +881,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
     // Decode and steps of few rows: the router and the routing in one launch (a block per expert and
     // row; the generic product of a float router for 9 to 64 rows ran on two blocks).
     if (n <= ck::kCodesTokens && ck::moe_router_fits(static_cast<int>(rt.type), d, ne)) {
+      // (With the shared expert's gate of the same rows, Fuse::Routed.)
+      const size_t at = static_cast<size_t>(&node - g_.nodes.data());
+      const int32_t gate = routed_[at];
       ck::moe_router(stream_, static_cast<const float*>(weights_->raw(node.in[1])), router_x, d, n, moe_count_.get<unsigned>(), logits, ne,
-                     k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts);
+                     k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts,
+                     gate >= 0 ? static_cast<const float*>(weights_->raw(g_.nodes[static_cast<size_t>(gate)].in[0])) : nullptr, moe_shared_g_.get<float>());
     } else {
       ck::mul_mat(stream_, static_cast<int>(rt.type), weights_->raw(node.in[1]), quant::row_size(rt.type, d), ne, d, router_x, d, n, logits,
                   ne, nullptr);
@@ -944,16 +954,15 @@ class CudaExecutable final : public SharedDeviceExecutable {
                      fused ? ff : 0, ff, d, x, d, k, ids, slots, up, ff, bias(2), ff, q8_.get(), codes_of(ut.type, node.in[0], k));
       ck::elementwise(stream_, glu, gate, up, gate, static_cast<int64_t>(slots) * ff, mp.glu_alpha, mp.glu_limit);
     }
-    codes_for_ = {-1, 0};  // the down product's input is scratch, not a tensor: always quantized
+    // The down product's input is scratch, not a tensor: always quantized, in each block where it forms
+    // the codes itself (the codes of x then stay for the products after the mixture, a shared expert's).
+    if (!codes || !ck::slot_products_keep_codes(static_cast<int>(dt.type), ff)) codes_for_ = {-1, 0};
     ck::mul_mat_id(stream_, static_cast<int>(dt.type), weights_->raw(node.in[4]), d_row, d_row * static_cast<size_t>(d), 0, d, ff, gate, ff, 1,
                    ids, slots, y, d, bias(3), d, q8_.get(), false, codes ? ck::Chain::Second : ck::Chain::None);
     if (!combined_later(node)) ck::moe_combine(stream_, y, wts, n, k, d, out);
   }
-  // Whether the add and norm that follow the mixture form its weighted sum themselves (Fusion::combine).
-  bool combined_later(const Node& node) const {
-    const size_t i = static_cast<size_t>(&node - g_.nodes.data()) + 1;
-    return i < fuse_.size() && fuse_[i].kind == Fuse::AddNorm && fuse_[i].combine;
-  }
+  // Whether a later launch forms the mixture's weighted sum itself (AddNorm's combine, MoeTail).
+  bool combined_later(const Node& node) const { return combined_[static_cast<size_t>(&node - g_.nodes.data())] != 0; }
 
   // Launches doing the work of consecutive nodes, decided once per graph and taken at a step when its
   // rows allow (products against codes: up to ck::kCodesTokens rows): an add and the norm of its sum
@@ -961,7 +970,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // products of the same input in one launch (q, k, v); gate and up products with their activation
   // (the two products' outputs then never written: they have no other reader); the per-head norms of q
   // and k and their rotations, or the two rotations alone (the norms' outputs then never written).
-  enum class Fuse : uint8_t { None, AddNorm, Norm, Products, Glu, HeadsRope };
+  // Also: a per-head norm and the gated activation after it, with the codes of the product after them
+  // (NormGlu); the splits of q, k and v from one tensor and the delta rule reading them in place
+  // (DeltaInPlace); a shared expert's sigmoid gate, its sum with the mixture and the residual's add and
+  // norm in the launch of that norm, the mixture's slots combined there (MoeTail); a shared expert's
+  // one-row float gate formed in the mixture's router launch (Routed: done there for up to
+  // ck::kCodesTokens rows).
+  enum class Fuse : uint8_t { None, AddNorm, Norm, Products, Glu, HeadsRope, NormGlu, DeltaInPlace, MoeTail, Routed };
   struct Fusion {
     Fuse kind = Fuse::None;
     uint8_t count = 0;  // nodes done
@@ -970,8 +985,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
     bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
     bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
     bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
+    int32_t moe = -1;        // MoeTail, Routed: the mixture's node
   };
   std::vector<Fusion> fuse_;
+  std::vector<uint8_t> combined_;  // per mixture node: its slots combined by a later launch (AddNorm combine, MoeTail)
+  std::vector<int32_t> routed_;    // per mixture node: the shared gate product its router launch forms (-1: none)
 
   bool codes_product(size_t i, TensorId x) const {
     if (i >= g_.nodes.size()) return false;
@@ -991,13 +1009,76 @@ class CudaExecutable final : public SharedDeviceExecutable {
     return n.op == Op::RmsNorm && (n.norm().group == 0 || n.norm().group == width) && ck::add_rms_norm_fits(width);
   }
 
+  // The fusions of NormGlu, DeltaInPlace and MoeTail (with Routed) starting at node i, if one fits.
+  bool plan_new(size_t i, const std::vector<int>& readers, const std::vector<int>& producer) {
+    const size_t count = g_.nodes.size();
+    const Node& n = g_.nodes[i];
+    const auto one_reader = [&](TensorId t) { return readers[static_cast<size_t>(t)] == 1; };
+    const auto width_of = [&](TensorId t) { return g_.tensor(t).ne[0]; };
+    if (n.op == Op::RmsNorm && i + 1 < count) {
+      const Node& a = g_.nodes[i + 1];
+      const int64_t width = width_of(n.out), group = n.norm().group > 0 ? n.norm().group : width;
+      if ((a.op == Op::SwiGLU || a.op == Op::GeGLU) && a.in.size() == 2 && (a.in[0] == n.out) != (a.in[1] == n.out) && one_reader(n.out) &&
+          n.in.size() <= 2 && ck::norm_glu_fits(width, group) && width_of(a.in[0]) == width && width_of(a.in[1]) == width) {
+        fuse_[i] = {Fuse::NormGlu, 2, codes_product(i + 2, a.out), a.in[0] == n.out};
+        return true;
+      }
+    }
+    if (n.op == Op::Split && i + 3 < count) {
+      const Node &k = g_.nodes[i + 1], &v = g_.nodes[i + 2], &dn = g_.nodes[i + 3];
+      const auto whole = [&](const Node& x) { return x.op == Op::Split && x.in[0] == n.in[0] && x.split().n_groups == 1 && one_reader(x.out); };
+      if (whole(n) && whole(k) && whole(v) && dn.op == Op::DeltaNet && dn.in[0] == n.out && dn.in[1] == k.out && dn.in[2] == v.out) {
+        fuse_[i] = {Fuse::DeltaInPlace, 4};
+        return true;
+      }
+    }
+    if (n.op == Op::SigmoidMul && i + 3 < count) {
+      // ffn = mixture + shared * sigmoid(gate); h = x + ffn; its norm.
+      const Node &add1 = g_.nodes[i + 1], &add2 = g_.nodes[i + 2], &nm = g_.nodes[i + 3];
+      if (add1.op != Op::Add || add2.op != Op::Add || !row_norm(nm) || nm.in[0] != add2.out) return false;
+      if ((add1.in[0] == n.out) == (add1.in[1] == n.out) || (add2.in[0] == add1.out) == (add2.in[1] == add1.out)) return false;
+      const TensorId mixture = add1.in[0] == n.out ? add1.in[1] : add1.in[0];
+      const int mi = producer[static_cast<size_t>(mixture)];
+      const int64_t width = width_of(nm.out), gw = width_of(n.in[1]);
+      if (mi < 0 || g_.nodes[static_cast<size_t>(mi)].op != Op::MoE || !one_reader(mixture) || !one_reader(n.out) || !one_reader(add1.out) ||
+          width_of(n.in[0]) != width || (gw != 1 && gw != width) || combined_[static_cast<size_t>(mi)])
+        return false;
+      const TensorId y = nm.out;
+      const bool moe_next = codes_moe(i + 4, y);
+      fuse_[i] = {Fuse::MoeTail, 4, codes_product(i + 4, y) || moe_next, false, false, moe_next};
+      fuse_[i].moe = mi;
+      combined_[static_cast<size_t>(mi)] = 1;
+      // The gate: a one-row float product of the router's input, read by the sigmoid alone.
+      const Node& m = g_.nodes[static_cast<size_t>(mi)];
+      const int gi = producer[static_cast<size_t>(n.in[1])];
+      if (gi > mi && gw == 1 && one_reader(n.in[1]) && m.moe().router_in < 0 && fuse_[static_cast<size_t>(gi)].kind == Fuse::None) {
+        const Node& gn = g_.nodes[static_cast<size_t>(gi)];
+        const auto& rt = g_.tensor(m.in[1]);
+        const auto& wt = g_.tensor(gn.in[0]);
+        if (gn.op == Op::MatMul && gn.in.size() == 2 && gn.in[1] == m.in[0] && wt.type == gguf::TensorType::F32 && wt.ne[1] == 1 &&
+            wt.ne[0] == rt.ne[0] && weights_->padded_cols(gn.in[0]) == 0 &&
+            ck::moe_router_fits(static_cast<int>(rt.type), rt.ne[0], m.moe().n_expert)) {
+          fuse_[static_cast<size_t>(gi)] = Fusion{Fuse::Routed, 1};
+          fuse_[static_cast<size_t>(gi)].moe = mi;
+          routed_[static_cast<size_t>(mi)] = gi;
+        }
+      }
+      return true;
+    }
+    return false;
+  }
+
   void plan_fusions() {
     const size_t count = g_.nodes.size();
     fuse_.assign(count, Fusion{});
+    combined_.assign(count, 0);
+    routed_.assign(count, -1);
     if (knob_u32("ZINC_CUDA_FUSE", 1, 0, 1) == 0) return;
-    std::vector<int> readers(g_.tensors.size(), 0);
-    for (const Node& n : g_.nodes)
-      for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+    std::vector<int> readers(g_.tensors.size(), 0), producer(g_.tensors.size(), -1);
+    for (size_t i = 0; i < count; ++i) {
+      for (TensorId t : g_.nodes[i].in) ++readers[static_cast<size_t>(t)];
+      producer[static_cast<size_t>(g_.nodes[i].out)] = static_cast<int>(i);
+    }
     for (TensorId t : {g_.logits, g_.hidden})
       if (t >= 0) ++readers[static_cast<size_t>(t)];
     const auto same_rotation = [&](size_t a, size_t b) {
@@ -1024,6 +1105,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
     };
     for (size_t i = 0; i < count; ++i) {
       const Node& n = g_.nodes[i];
+      if (!opts_.keep_activations && plan_new(i, readers, producer)) {
+        i += fuse_[i].count - 1;
+        continue;
+      }
       if (i + 3 < count && !opts_.keep_activations && same_rotation(i + 2, i + 3) && g_.nodes[i + 2].in[0] == n.out &&
           g_.nodes[i + 3].in[0] == g_.nodes[i + 1].out && head_norm(i, g_.nodes[i + 2].rope().head_dim) &&
           head_norm(i + 1, g_.nodes[i + 2].rope().head_dim)) {
@@ -1049,6 +1134,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
                              (n.in[0] == g_.nodes[i - 1].out || n.in[1] == g_.nodes[i - 1].out) &&
                              readers[static_cast<size_t>(g_.nodes[i - 1].out)] == 1 && n.in[0] != n.in[1];
         fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, y) || moe, false, false, moe, combine};
+        if (combine) combined_[i - 1] = 1;
         ++i;
         continue;
       }
@@ -1072,7 +1158,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         }
       }
       uint8_t k = 1;
-      while (k < 3 && codes_product(i + k, x) && g_.tensor(g_.nodes[i + k].in[0]).ne[0] == w0.ne[0]) ++k;
+      while (k < 4 && codes_product(i + k, x) && g_.tensor(g_.nodes[i + k].in[0]).ne[0] == w0.ne[0]) ++k;
       if (k > 1) {
         fuse_[i] = {Fuse::Products, k, false, false};
         i += k - 1;
@@ -1083,6 +1169,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // How many nodes from i one fused launch does at this step (0: node i alone).
   size_t fusion(size_t i) const {
     const Fusion& f = fuse_[i];
+    if (f.kind == Fuse::Routed) return rows_[static_cast<size_t>(g_.nodes[i].in[1])] <= ck::kCodesTokens ? 1 : 0;
     if (f.kind != Fuse::Products && f.kind != Fuse::Glu) return f.count;
     // (Only a product has its activation at in[1]; a norm or a rotation may have one input.)
     const int64_t n = rows_[static_cast<size_t>(g_.nodes[i].in[1])];
@@ -1126,7 +1213,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const int64_t n = rows_[static_cast<size_t>(x)];
         const int64_t cols = g_.tensor(first.in[0]).ne[0];
         const size_t products = f.kind == Fuse::Glu ? 2 : count;
-        ck::Product p[3];
+        ck::Product p[4];
         for (size_t k = 0; k < products; ++k) {
           const Node& m = g_.nodes[i + (f.swap ? 1 - k : k)];
           const auto& wt = g_.tensor(m.in[0]);
@@ -1139,9 +1226,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
           p[k].bias = weights_->f32_or_null(m, 2);
         }
         const Op glu = g_.nodes[i + count - 1].op;
-        ck::mul_mat_codes(s, p, static_cast<int>(products), cols, act(x), cols, 1, nullptr, static_cast<int>(n), q8_.get(),
-                          codes_of(g_.tensor(first.in[0]).type, x, 1),
-                          f.kind != Fuse::Glu ? ck::Glu::None : glu == Op::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+        // (A prompt's tiles take up to three products a launch.)
+        const size_t chunk = n > ck::kCodesTokens ? 3 : products;
+        for (size_t c0 = 0; c0 < products; c0 += chunk) {
+          ck::mul_mat_codes(s, p + c0, static_cast<int>(std::min(chunk, products - c0)), cols, act(x), cols, 1, nullptr, static_cast<int>(n),
+                            q8_.get(), codes_of(g_.tensor(first.in[0]).type, x, 1),
+                            f.kind != Fuse::Glu ? ck::Glu::None : glu == Op::GeGLU ? ck::Glu::GeGLU : ck::Glu::SwiGLU);
+        }
         for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
         break;
       }
@@ -1187,6 +1278,48 @@ class CudaExecutable final : public SharedDeviceExecutable {
         }
         ck::heads_norm_rope(s, a, static_cast<int>(n));
         for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        break;
+      }
+      case Fuse::NormGlu: {
+        const Node& a = g_.nodes[i + 1];
+        const int64_t width = g_.tensor(first.out).ne[0];
+        const int64_t n = rows_[static_cast<size_t>(first.in[0])];
+        const bool codes = f.codes && q8_.get() && (n <= ck::kCodesTokens || (int8_prompts_ && n <= 65535));
+        const TensorId z = f.swap ? a.in[1] : a.in[0];
+        ck::norm_glu(s, act(first.in[0]), weights_->f32_or_null(first, 1), act(z), act(a.out), width,
+                     first.norm().group > 0 ? first.norm().group : width, static_cast<int>(n), first.norm().eps, first.norm().offset,
+                     a.op == Op::GeGLU, f.swap, codes ? q8_.get() : nullptr);
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        if (codes) codes_for_ = {a.out, 1};
+        break;
+      }
+      case Fuse::DeltaInPlace: {
+        const Node& dn = g_.nodes[i + 3];
+        const TensorId c = first.in[0];
+        const int64_t n = rows_[static_cast<size_t>(c)], cw = g_.tensor(c).ne[0];
+        const float* x = act(c);
+        delta_net(dn, i + 3, act(dn.out), x + first.split().offset, x + g_.nodes[i + 1].split().offset, x + g_.nodes[i + 2].split().offset, cw, cw);
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        break;
+      }
+      case Fuse::MoeTail: {
+        const Node &add1 = g_.nodes[i + 1], &add2 = g_.nodes[i + 2], &norm = g_.nodes[i + 3];
+        const Node& moe = g_.nodes[static_cast<size_t>(f.moe)];
+        const TensorId x = add2.in[0] == add1.out ? add2.in[1] : add2.in[0];
+        const int64_t width = g_.tensor(norm.out).ne[0];
+        const int64_t n = rows_[static_cast<size_t>(first.in[0])];
+        const bool codes = f.codes && (n <= ck::kCodesTokens || (!f.few && int8_prompts_ && n <= 65535));
+        const int32_t gate = routed_[static_cast<size_t>(f.moe)];
+        const float* g = gate >= 0 && n <= ck::kCodesTokens ? moe_shared_g_.get<float>() : act(first.in[1]);
+        ck::add_rms_norm(s, act(x), nullptr, act(add2.out), weights_->f32_or_null(norm, 1), act(norm.out), width, static_cast<int>(n),
+                         norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr, moe_y_.get<float>(), moe_weights_.get<float>(),
+                         moe.moe().n_expert_used, act(first.in[0]), g, g_.tensor(first.in[1]).ne[0]);
+        for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        if (codes) codes_for_ = {norm.out, 1};
+        break;
+      }
+      case Fuse::Routed: {  // formed by the router's launch
+        rows_[static_cast<size_t>(first.out)] = rows_[static_cast<size_t>(first.in[1])];
         break;
       }
       case Fuse::None: break;
@@ -1307,7 +1440,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   bool int8_prompts_ = true;
   bool flash_attention_ = true;  // prompts' attention on tensor cores (ZINC_CUDA_FLASH_ATTENTION)  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)
   DeviceBuffer moe_order_, moe_offsets_;  // a prompt's slots grouped by expert (ck::moe_group)
-  DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_, gate_g_, gate_beta_;
+  DeviceBuffer moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_y_, moe_logits_;
+  DeviceBuffer moe_shared_g_;  // the shared expert's gate of up to ck::kCodesTokens rows, from the router's launch (Fuse::Routed)
   DeviceBuffer moe_count_;  // the routing launch's counters of finished blocks, per row (ck::moe_router)
   std::vector<Part> parts_;
   std::vector<int64_t> rows_;  // rows each activation held in the last step

@@ -282,7 +282,7 @@ struct MvSeg {
   unsigned blocks;
 };
 struct MvArgs {
-  MvSeg seg[3];
+  MvSeg seg[4];
   int nseg;
   Codes c;
   int64_t cols;
@@ -884,6 +884,8 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a, S);
   }
 }
+bool codes_in_blocks_fit(int64_t cols) { return cols % 256 == 0 && cols <= kMvQuantCols; }
+
 void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* q8, bool q8_ready, int split, int rows_per_warp,
               Chain chain) {
   // The codes of x's rows (n / x_div of them: expert slots of one token share theirs).
@@ -893,7 +895,7 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   // Expert slots each of its own row (x_div 1: a mixture's down, whose codes no other product reads)
   // over rows of at most kMvQuantCols: each block quantizes its slot's row, no codes launch. (Slots
   // sharing a token's row leave its codes in q8 for the products after them.)
-  if (!q8_ready && x_div == 1 && a.ids && !a.order && a.glu == Glu::None && a.cols % 256 == 0 && a.cols <= kMvQuantCols) {
+  if (!q8_ready && x_div == 1 && a.ids && !a.order && a.glu == Glu::None && codes_in_blocks_fit(a.cols)) {
     a.xf = x;
     a.xf_stride = xs;
     a.ids_early = chain == Chain::Second;
@@ -971,6 +973,8 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
   a.ids = ids;
   mv_codes(s, a, x, x_stride, x_div, q8, q8_ready, split, rows_per_warp, chain);
 }
+
+bool slot_products_keep_codes(int type, int64_t cols) { return !uses_codes(type) || codes_in_blocks_fit(cols); }
 
 void grouped_mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                            const int32_t* order, const int32_t* offsets, int n_expert, int per_expert, int slots, void* q8,

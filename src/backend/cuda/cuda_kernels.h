@@ -68,7 +68,7 @@ bool prompt_tiles(int type, int64_t n);
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + 16 + n * (cols / 32) * 2); }
 // The codes of `rows` rows of x (row r from row r / x_div of x, x_stride floats apart) into q8.
 void quantize_codes(Stream s, const float* x, int64_t x_stride, int x_div, int64_t cols, int rows, void* q8);
-// Products of up to three weights of uses_codes() types and cols columns over the same
+// Products of up to four weights (three for a prompt) of uses_codes() types and cols columns over the same
 // n <= kCodesTokens rows of x (or, with ids, n expert slots, row t of x at t / x_div, each slot's rows
 // from expert ids[t]), in one launch; each product's rows [first, first + rows) written to out (out_stride apart) with its
 // bias. With glu, two products (gate, up) of the same rows combined, act(gate) * up, into the first's
@@ -94,6 +94,8 @@ struct Product {
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                    const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
                    int rows_per_warp = 0, Chain chain = Chain::None);
+// Whether mul_mat_id of slots each of its own row (x_div 1, ids, up to kCodesTokens) leaves q8 as it was.
+bool slot_products_keep_codes(int type, int64_t cols);
 // The prompt tiles of up to three int8_tiles() products against the codes of n > kCodesTokens rows in q8.
 void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n);
 // Expert slots grouped by expert (order and offsets as moe_group writes them; each expert has at most
@@ -119,10 +121,20 @@ void rms_norm(Stream s, const float* x, const float* w, float* out, int64_t widt
 // Rows of width add_rms_norm_fits() takes: h = a + b (b may be null) written to sum (may be null),
 // out = rms_norm(h) * (w + offset) (w may be null), and with q8 the activation codes of out (as
 // mul_mat reads them for n <= 8 rows). With moe_y, b is instead a mixture's weighted sum of its k slots'
-// rows as moe_combine forms it (row t: sum over i < moe_k of moe_w[t k + i] * moe_y[t k + i]).
+// rows as moe_combine forms it (row t: sum over i < moe_k of moe_w[t k + i] * moe_y[t k + i]), plus
+// with sh a shared expert's rows times the sigmoid of their gate as sigmoid_mul forms them (sh_g: sh_gw
+// floats a row, 1 or width), added to the mixture's sum before a is.
 bool add_rms_norm_fits(int64_t width);
 void add_rms_norm(Stream s, const float* a, const float* b, float* sum, const float* w, float* out, int64_t width, int n,
-                  float eps, float offset, void* q8, const float* moe_y = nullptr, const float* moe_w = nullptr, int moe_k = 0);
+                  float eps, float offset, void* q8, const float* moe_y = nullptr, const float* moe_w = nullptr, int moe_k = 0,
+                  const float* sh = nullptr, const float* sh_g = nullptr, int64_t sh_gw = 1);
+// Rows of a multiple of 256 columns, normalised over groups of `group` (norm_glu_fits: 8 to 256, a
+// power of two) as rms_norm does, then through the gated activation with z: out = act(h) z
+// (act_first) or act(z) h, act SiLU or (gelu) GELU as elementwise's SwiGLU and GeGLU; with q8, the
+// activation codes of out as add_rms_norm writes them.
+bool norm_glu_fits(int64_t width, int64_t group);
+void norm_glu(Stream s, const float* x, const float* w, const float* z, float* out, int64_t width, int64_t group, int n, float eps,
+              float offset, bool gelu, bool act_first, void* q8);
 void rope(Stream s, const float* x, float* out, const float* cs, int n, int n_head, int head_dim, int n_rot, bool neox);
 // The heads of one or two activations of n rows (q and k) in one launch, each optionally normalised per
 // head (x / rms(head) * (w + offset)) and then rotated by the table cs (as rope takes it). head_dim at
@@ -232,11 +244,12 @@ void moe_route(Stream s, float* logits, int n, int n_expert, int k, bool topk_fi
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out);
 // The router's product (float32 weights [n_expert][d] times x's n rows into logits) and moe_route's
 // routing in one launch, for the types and shapes moe_router_fits() takes; count: n counters, zero
-// before the launch and left zero.
+// before the launch and left zero. With w2 (d float32 weights, such as a shared expert's gate), the
+// same launch also writes its product with each row to out2 (n floats).
 bool moe_router_fits(int type, int64_t d, int n_expert);
 void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsigned* count, float* logits, int n_expert, int k,
                 bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
-                float* weights);
+                float* weights, const float* w2 = nullptr, float* out2 = nullptr);
 // A mixture's prompt grouped by expert: the slots (ids: each slot's expert, slots of them) sorted by
 // expert into order, expert e's at order[offsets[e] .. offsets[e + 1]) (n_expert at most 1024).
 void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets);
@@ -256,17 +269,17 @@ void grouped_mul_mat(Stream s, int type, const void* w, size_t row_bytes, size_t
 // to kept + t * kept_stride.
 void ssm_conv(Stream s, const float* x, const float* w, float* state, float* out, int64_t width, int kernel, int n,
               float* kept, size_t kept_stride);
-// The gated delta rule's gates: g = A * softplus(a + dt_bias), beta = sigmoid(b), [n][n_head_v].
-void delta_gates(Stream s, const float* a, const float* b, const float* A, const float* dt_bias, int hv, int n, float* g,
-                 float* beta);
 // The delta rule over n tokens of one sequence, token by token (state: hv matrices of dk x dv, each
-// stored by columns: element (i, j) at j dk + i, the transpose of the CPU's layout).
+// stored by columns: element (i, j) at j dk + i, the transpose of the CPU's layout), with its gates
+// g = A softplus(alpha + dt_bias) and beta = sigmoid(beta_in) ([n][hv] each). Rows of q and k are
+// q_stride floats apart, of v v_stride, of out out_stride (q, k and v may be columns of one tensor).
 struct DeltaArgs {
-  const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  const float *alpha = nullptr, *beta_in = nullptr, *A = nullptr, *dt_bias = nullptr;
   float* state = nullptr;
   float* out = nullptr;
   int n = 0;
-  int64_t q_stride = 0, v_stride = 0;
+  int64_t q_stride = 0, v_stride = 0, out_stride = 0;
   int hk = 0, hv = 0, dk = 0, dv = 0;
   bool tiled = false;
   float* kept = nullptr;  // the state after each token t at kept + t * kept_stride
