@@ -94,7 +94,9 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
     sum += b;
     ASSERT_LE(std::fabs(g - sum), 1e-6 * (mag + std::fabs(b)) + static_cast<double>(cols) * 6e-8 * mag + f16_rounding * mag) << what;
   };
-  for (int n : {1, 2, 3, 5, 8, 11, 40}) {
+  // (Float weights' prompts on both tile sizes.)
+  for (const auto& [n, tile] : {std::pair{1, 0}, {2, 0}, {3, 0}, {5, 0}, {8, 0}, {11, 32}, {11, 64}, {40, 32}, {40, 64}}) {
+    backend::cuda::set_float_tiles(tile);
     f16_rounding = n > 8 && !float_weights ? 1.0 / 1024 : 0;
     backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows,
                   n % 2 ? db.as<float>() : nullptr);
@@ -103,8 +105,9 @@ TEST_P(CudaKernels, ProductsMatchTheDequantizedRows) {
     for (int t = 0; t < n; ++t)
       for (int64_t r = 0; r < rows; ++r)
         expect_row(r, t, n % 2 ? bias[static_cast<size_t>(r)] : 0.0f, got[static_cast<size_t>(t * rows + r)],
-                   fmt::format("{} tokens, token {} row {}", n, t, r));
+                   fmt::format("{} tokens ({} tiles), token {} row {}", n, tile, t, r));
   }
+  backend::cuda::set_float_tiles(0);
   f16_rounding = 0;
   // A prompt's product of float weights with a row or three (a shared expert's gate): one row a block.
   if (float_weights) {
@@ -986,6 +989,101 @@ INSTANTIATE_TEST_SUITE_P(Caches, CudaDecodeAttention,
                          [](const ::testing::TestParamInfo<std::tuple<TensorType, int>>& i) {
                            return fmt::format("{}_{}", gguf::tensor_type_name(std::get<0>(i.param)), std::get<1>(i.param));
                          });
+
+// The gated delta rule against its definition (double precision), q, k and v read as columns of one
+// tensor (as the layer's convolution writes them): steps of 1, 150 (chunks of the launch, the last
+// ragged) and 2 tokens in a row, the state carried between them; grouped and tiled key heads.
+TEST(CudaDeltaRule, StepsMatchTheDefinition) {
+  ZINC_NEED_CUDA_DEVICE();
+  for (const bool tiled : {false, true}) {
+    const int hk = 2, hv = 4, dk = 64, dv = 48;
+    const int64_t qw = int64_t{hk} * dk, vw = int64_t{hv} * dv, width = 2 * qw + vw;
+    std::mt19937 rng(41);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> A(static_cast<size_t>(hv)), dt(static_cast<size_t>(hv));
+    for (float& f : A) f = -std::fabs(dist(rng));
+    for (float& f : dt) f = dist(rng);
+    std::vector<double> S(static_cast<size_t>(hv * dk * dv), 0.0);  // [h][i][j], the definition's
+    std::vector<float> state(S.size(), 0.0f);                        // [h][j][i], the launch's
+    for (size_t i = 0; i < state.size(); ++i) {
+      const size_t h = i / (dk * dv), r = i % (dk * dv), jj = r / dk, ii = r % dk;
+      state[i] = 0.1f * dist(rng);
+      S[h * dk * dv + ii * dv + jj] = state[i];
+    }
+    Dev dstate(state.size() * 4), dA(A.size() * 4), ddt(dt.size() * 4);
+    upload(dstate, state.data(), state.size() * 4);
+    upload(dA, A.data(), A.size() * 4);
+    upload(ddt, dt.data(), dt.size() * 4);
+    for (const int n : {1, 150, 2}) {
+      std::vector<float> x(static_cast<size_t>(n * width)), alpha(static_cast<size_t>(n * hv)), beta(alpha.size());
+      for (float& f : x) f = dist(rng);
+      for (float& f : alpha) f = dist(rng) * 3.0f;  // (past 20 too: softplus taken as its input)
+      alpha[0] = 25.0f;
+      for (float& f : beta) f = dist(rng);
+      Dev dx(x.size() * 4), dal(alpha.size() * 4), dbe(beta.size() * 4), dout(static_cast<size_t>(n * vw) * 4);
+      upload(dx, x.data(), x.size() * 4);
+      upload(dal, alpha.data(), alpha.size() * 4);
+      upload(dbe, beta.data(), beta.size() * 4);
+      backend::cuda::DeltaArgs a;
+      a.q = dx.as<float>();
+      a.k = dx.as<float>() + qw;
+      a.v = dx.as<float>() + 2 * qw;
+      a.alpha = dal.as<float>();
+      a.beta_in = dbe.as<float>();
+      a.A = dA.as<float>();
+      a.dt_bias = ddt.as<float>();
+      a.state = dstate.as<float>();
+      a.out = dout.as<float>();
+      a.n = n;
+      a.q_stride = width;
+      a.v_stride = width;
+      a.out_stride = vw;
+      a.hk = hk;
+      a.hv = hv;
+      a.dk = dk;
+      a.dv = dv;
+      a.tiled = tiled;
+      backend::cuda::delta_rule(nullptr, a);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> out(static_cast<size_t>(n * vw));
+      ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < hv; ++h) {
+          const int kh = tiled ? h % hk : h / (hv / hk);
+          const float* q = x.data() + t * width + kh * dk;
+          const float* k = q + qw;
+          const float* v = x.data() + t * width + 2 * qw + h * dv;
+          double qq = 0, kk = 0;
+          for (int i = 0; i < dk; ++i) qq += double{q[i]} * q[i], kk += double{k[i]} * k[i];
+          const double qn = 1.0 / std::sqrt(double{dk}) / std::sqrt(qq + 1e-6), kn = 1.0 / std::sqrt(kk + 1e-6);
+          const double ax = double{alpha[static_cast<size_t>(t * hv + h)]} + dt[static_cast<size_t>(h)];
+          const double decay = std::exp(A[static_cast<size_t>(h)] * (ax > 20.0 ? ax : std::log1p(std::exp(ax))));
+          const double b = 1.0 / (1.0 + std::exp(-double{beta[static_cast<size_t>(t * hv + h)]}));
+          double* Sh = S.data() + static_cast<size_t>(h) * dk * dv;
+          for (int jj = 0; jj < dv; ++jj) {
+            double sk = 0;
+            for (int i = 0; i < dk; ++i) sk += (Sh[i * dv + jj] *= decay) * k[i] * kn;
+            const double delta = (v[jj] - sk) * b;
+            double o = 0, mag = 0;
+            for (int i = 0; i < dk; ++i) {
+              Sh[i * dv + jj] += k[i] * kn * delta;
+              o += Sh[i * dv + jj] * q[i] * qn;
+              mag += std::fabs(Sh[i * dv + jj] * q[i] * qn);
+            }
+            ASSERT_NEAR(out[static_cast<size_t>(t * vw + h * dv + jj)], o, 1e-4 * mag + 1e-5)
+                << (tiled ? "tiled" : "grouped") << ", " << n << " tokens: token " << t << " head " << h << " column " << jj;
+          }
+        }
+      }
+    }
+    ASSERT_EQ(cudaMemcpy(state.data(), dstate.p, state.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < state.size(); ++i) {
+      const size_t h = i / (dk * dv), r = i % (dk * dv), jj = r / dk, ii = r % dk;
+      const double want = S[h * dk * dv + ii * dv + jj];
+      ASSERT_NEAR(state[i], want, 1e-4 * std::fabs(want) + 1e-4) << "state element " << i;
+    }
+  }
+}
 
 // The causal depthwise convolution of a recurrent layer against its definition (double precision):
 // steps of 1, 2, 40 and 17 tokens in a row (the state carried between them; 40 and 17 span chunks of

@@ -1281,61 +1281,107 @@ __global__ void k_ssm_conv(const float* x, const float* w, float* state, float* 
 // element (i, j) at j dk + i, so a warp's column is one contiguous read); lane l holds rows l + 32 i.
 // Per token: q and k L2-normalised (q also by 1/sqrt(dk)), S decayed by exp(g), then
 // delta = beta (v_j - S[:, j] . k), S[:, j] += k delta, out_j = S[:, j] . q.
+// The norms and the gates do not depend on the state: for steps of several tokens the block's warps
+// form them for a chunk of tokens side by side first (shared memory), leaving two reductions a token
+// on the serial path, whose next token's q, k and v are read while the current one's update runs (the
+// same values: bit for bit as forming them in the loop).
+constexpr int kDeltaChunk = 64;
+template <int P>
+__device__ __forceinline__ void delta_qkv(const DeltaArgs& a, int t, int hk, int hv, int j, int lane, float (&qv)[P], float (&kv)[P],
+                                          float& vj) {
+  const float* q = a.q + t * a.q_stride + static_cast<int64_t>(hk) * a.dk;
+  const float* k = a.k + t * a.q_stride + static_cast<int64_t>(hk) * a.dk;
+  for (int i = 0; i < P; ++i) {
+    const int row = lane + 32 * i;
+    qv[i] = row < a.dk ? q[row] : 0.0f;
+    kv[i] = row < a.dk ? k[row] : 0.0f;
+  }
+  vj = a.v[t * a.v_stride + static_cast<int64_t>(hv) * a.dv + j];
+}
+// The norms' factors of q and k (qscale / |q|, 1 / |k|) and the gates: decay = exp(A softplus(alpha +
+// dt_bias)), beta = sigmoid(beta_in), as the CPU forms them.
+template <int P>
+__device__ __forceinline__ void delta_factors(const DeltaArgs& a, int t, int hv, const float (&qv)[P], const float (&kv)[P], float& qn,
+                                              float& kn, float& decay, float& b) {
+  float qq = 0, kk = 0;
+  for (int i = 0; i < P; ++i) {
+    qq += qv[i] * qv[i];
+    kk += kv[i] * kv[i];
+  }
+  qn = 1.0f / sqrtf(static_cast<float>(a.dk)) / sqrtf(warp_sum(qq) + 1e-6f);
+  kn = 1.0f / sqrtf(warp_sum(kk) + 1e-6f);
+  const float ax = a.alpha[static_cast<int64_t>(t) * a.hv + hv] + a.dt_bias[hv];
+  decay = expf(a.A[hv] * (ax > 20.0f ? ax : log1pf(expf(ax))));
+  b = 1.0f / (1.0f + expf(-a.beta_in[static_cast<int64_t>(t) * a.hv + hv]));
+}
 template <int P>
 __global__ void k_delta_rule(DeltaArgs a) {
   pdl_trigger();
   pdl_wait();
   const int hv = blockIdx.x;
+  const int warps = static_cast<int>(blockDim.x / kWarp);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int j = blockIdx.y * (blockDim.x / kWarp) + warp;
-  if (j >= a.dv) return;
+  const int j = blockIdx.y * warps + warp;
+  const bool active = j < a.dv;
   const int hk = a.tiled ? hv % a.hk : hv / (a.hv / a.hk);
   const int dk = a.dk;
   float* S = a.state + static_cast<int64_t>(hv) * dk * a.dv;
   float s[P];
   for (int i = 0; i < P; ++i) {
     const int row = lane + 32 * i;
-    s[i] = row < dk ? S[static_cast<int64_t>(j) * dk + row] : 0.0f;
+    s[i] = active && row < dk ? S[static_cast<int64_t>(j) * dk + row] : 0.0f;
   }
-  const float qscale = 1.0f / sqrtf(static_cast<float>(dk));
-  for (int t = 0; t < a.n; ++t) {
-    const float* q = a.q + t * a.q_stride + static_cast<int64_t>(hk) * dk;
-    const float* k = a.k + t * a.q_stride + static_cast<int64_t>(hk) * dk;
-    float qv[P], kv[P], qq = 0, kk = 0;
-    for (int i = 0; i < P; ++i) {
-      const int row = lane + 32 * i;
-      qv[i] = row < dk ? q[row] : 0.0f;
-      kv[i] = row < dk ? k[row] : 0.0f;
-      qq += qv[i] * qv[i];
-      kk += kv[i] * kv[i];
+  __shared__ float c_qn[kDeltaChunk], c_kn[kDeltaChunk], c_decay[kDeltaChunk], c_beta[kDeltaChunk];
+  const bool chunked = a.n > 1;
+  for (int t0 = 0; t0 < a.n; t0 += kDeltaChunk) {
+    const int tn = min(kDeltaChunk, a.n - t0);
+    if (chunked) {
+      __syncthreads();  // (the previous chunk's factors read)
+      for (int u = warp; u < tn; u += warps) {
+        float qv[P], kv[P], vj, qn, kn, decay, b;
+        delta_qkv<P>(a, t0 + u, hk, hv, active ? j : 0, lane, qv, kv, vj);
+        delta_factors<P>(a, t0 + u, hv, qv, kv, qn, kn, decay, b);
+        if (lane == 0) c_qn[u] = qn, c_kn[u] = kn, c_decay[u] = decay, c_beta[u] = b;
+      }
+      __syncthreads();
     }
-    const float qn = qscale / sqrtf(warp_sum(qq) + 1e-6f), kn = 1.0f / sqrtf(warp_sum(kk) + 1e-6f);
-    // The gates (as the CPU forms them): g = A softplus(alpha + dt_bias), beta = sigmoid(beta_in).
-    const float ax = a.alpha[static_cast<int64_t>(t) * a.hv + hv] + a.dt_bias[hv];
-    const float decay = expf(a.A[hv] * (ax > 20.0f ? ax : log1pf(expf(ax))));
-    const float b = 1.0f / (1.0f + expf(-a.beta_in[static_cast<int64_t>(t) * a.hv + hv]));
-    float sk = 0;
-    for (int i = 0; i < P; ++i) {
-      s[i] *= decay;
-      sk += s[i] * kv[i] * kn;
-    }
-    const float vj = a.v[t * a.v_stride + static_cast<int64_t>(hv) * a.dv + j];
-    const float delta = (vj - warp_sum(sk)) * b;
-    float o = 0;
-    for (int i = 0; i < P; ++i) {
-      s[i] += kv[i] * kn * delta;
-      o += s[i] * qv[i] * qn;
-    }
-    o = warp_sum(o);
-    if (lane == 0) a.out[t * a.out_stride + static_cast<int64_t>(hv) * a.dv + j] = o;
-    if (a.kept) {
-      float* K = a.kept + t * a.kept_stride + static_cast<int64_t>(hv) * dk * a.dv;
+    if (!active) continue;
+    float qv[P], kv[P], vj;
+    delta_qkv<P>(a, t0, hk, hv, j, lane, qv, kv, vj);
+    for (int u = 0; u < tn; ++u) {
+      const int t = t0 + u;
+      float qn, kn, decay, b;
+      if (chunked) qn = c_qn[u], kn = c_kn[u], decay = c_decay[u], b = c_beta[u];
+      else delta_factors<P>(a, t, hv, qv, kv, qn, kn, decay, b);
+      float nq[P], nk[P], nv = 0;  // the next token's, read meanwhile
+      if (u + 1 < tn) delta_qkv<P>(a, t + 1, hk, hv, j, lane, nq, nk, nv);
+      float sk = 0;
       for (int i = 0; i < P; ++i) {
-        const int row = lane + 32 * i;
-        if (row < dk) K[static_cast<int64_t>(j) * dk + row] = s[i];
+        s[i] *= decay;
+        sk += s[i] * kv[i] * kn;
+      }
+      const float delta = (vj - warp_sum(sk)) * b;
+      float o = 0;
+      for (int i = 0; i < P; ++i) {
+        s[i] += kv[i] * kn * delta;
+        o += s[i] * qv[i] * qn;
+      }
+      o = warp_sum(o);
+      if (lane == 0) a.out[t * a.out_stride + static_cast<int64_t>(hv) * a.dv + j] = o;
+      if (a.kept) {
+        float* K = a.kept + t * a.kept_stride + static_cast<int64_t>(hv) * dk * a.dv;
+        for (int i = 0; i < P; ++i) {
+          const int row = lane + 32 * i;
+          if (row < dk) K[static_cast<int64_t>(j) * dk + row] = s[i];
+        }
+      }
+      if (u + 1 < tn) {
+        for (int i = 0; i < P; ++i) qv[i] = nq[i], kv[i] = nk[i];
+        vj = nv;
       }
     }
   }
+  if (!active) return;
   for (int i = 0; i < P; ++i) {
     const int row = lane + 32 * i;
     if (row < dk) S[static_cast<int64_t>(j) * dk + row] = s[i];

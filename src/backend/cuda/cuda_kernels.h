@@ -32,6 +32,9 @@ void set_programmatic_launch(bool on);
 // cores (as decode computes them), rather than against f16-rounded activations on f16 tensor cores.
 // On unless turned off.
 void set_int8_prompts(bool on);
+// Prompt products of float weights: tiles of 64 x 64, or of 32 x 32 where those would be fewer than
+// 128 (the same sums); tests choose either (32 or 64; 0: by the shape).
+void set_float_tiles(int rows);
 
 // out[t] = row ids[t] of w, times scale. width: a multiple of 32.
 void embed(Stream s, int type, const void* w, size_t row_bytes, const int32_t* ids, int64_t width, int n, float scale,

@@ -18,6 +18,8 @@ bool int8_tiles(int type) { return type == kQ4_K || type == kQ5_K || type == kQ6
 
 bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
+int g_float_tile = 0;  // 32 or 64: every prompt product of float weights on those tiles; 0: by the shape
+void set_float_tiles(int rows) { g_float_tile = rows == 32 || rows == 64 ? rows : 0; }
 bool prompt_tiles(int type, int64_t n) { return int8_tiles(type) && g_int8_prompts && n > kCodesTokens && n <= 65535; }
 namespace {
 
@@ -244,24 +246,28 @@ __global__ void __launch_bounds__(kMvWarps * kWarp) k_mul_mv(const uint8_t* w, s
 // eight weights and loads eight activations into shared memory, then computes 4 x 4 outputs; the next
 // step's are read into registers meanwhile (a float router's prompt product of 256 rows took 104 us a
 // launch, every step waiting on its loads: qwen3.6-35b-a3b pp512 5758 -> 5892 on an H200).
+// Tiles of 32 x 32 (each thread 2 x 2 outputs, the same sums) where 64 x 64 ones would leave most
+// multiprocessors idle: a float router of 256 rows for 512 tokens took 103 us on 32 blocks.
 constexpr int kTm = 64, kTn = 64, kTk = 32;
-template <int T>
+template <int T, int TM = kTm, int TN = kTn>
 __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                                                 const float* x, int64_t xs, int n, float* out, int64_t os, const float* bias) {
-  __shared__ float ws[kTk][kTm + 4];
-  __shared__ float xsh[kTk][kTn + 4];
+  static_assert(TM % 16 == 0 && TN % 16 == 0 && TM <= 64 && TN <= 64, "16 x 16 threads, up to 64 rows and tokens");
+  constexpr int RI = TM / 16, RJ = TN / 16;
+  __shared__ float ws[kTk][TM + 4];
+  __shared__ float xsh[kTk][TN + 4];
   const int tid = threadIdx.x;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kTm;
-  const int n0 = blockIdx.y * kTn;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
+  const int n0 = blockIdx.y * TN;
   const int lr = tid / 4, lg = tid % 4;  // the row (token) and group this thread loads
   const int tr = tid / 16, tc = tid % 16;
-  float acc[4][4] = {};
+  float acc[RI][RJ] = {};
   // The next step's weights and activations are read into registers while this step's products run.
   float vw[8], vx[8];
   const auto fetch = [&](int64_t k0) {
-    if (m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, vw);
+    if (lr < TM && m0 + lr < rows) dec8<T>(w + (m0 + lr) * row_bytes, k0 / 8 + lg, vw);
     else for (int i = 0; i < 8; ++i) vw[i] = 0;
-    if (n0 + lr < n) {
+    if (lr < TN && n0 + lr < n) {
       const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n0 + lr) * xs + k0 + lg * 8);
       const float4 a = xp[0], b = xp[1];
       vx[0] = a.x, vx[1] = a.y, vx[2] = a.z, vx[3] = a.w, vx[4] = b.x, vx[5] = b.y, vx[6] = b.z, vx[7] = b.w;
@@ -271,25 +277,37 @@ __global__ void __launch_bounds__(256) k_mul_mm(const uint8_t* w, size_t row_byt
   };
   fetch(0);
   for (int64_t k0 = 0; k0 < cols; k0 += kTk) {
-    for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = vw[i];
-    for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = vx[i];
+    if (lr < TM)
+      for (int i = 0; i < 8; ++i) ws[lg * 8 + i][lr] = vw[i];
+    if (lr < TN)
+      for (int i = 0; i < 8; ++i) xsh[lg * 8 + i][lr] = vx[i];
     __syncthreads();
     if (k0 + kTk < cols) fetch(k0 + kTk);
 #pragma unroll 8
     for (int kk = 0; kk < kTk; ++kk) {
-      const float4 a = *reinterpret_cast<const float4*>(&ws[kk][tr * 4]);
-      const float4 b = *reinterpret_cast<const float4*>(&xsh[kk][tc * 4]);
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+      float av[RI], bv[RJ];
+      if constexpr (RI == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(&ws[kk][tr * 4]);
+        av[0] = a.x, av[1] = a.y, av[2] = a.z, av[3] = a.w;
+      } else {
+        for (int i = 0; i < RI; ++i) av[i] = ws[kk][tr * RI + i];
+      }
+      if constexpr (RJ == 4) {
+        const float4 b = *reinterpret_cast<const float4*>(&xsh[kk][tc * 4]);
+        bv[0] = b.x, bv[1] = b.y, bv[2] = b.z, bv[3] = b.w;
+      } else {
+        for (int j = 0; j < RJ; ++j) bv[j] = xsh[kk][tc * RJ + j];
+      }
+      for (int i = 0; i < RI; ++i)
+        for (int j = 0; j < RJ; ++j) acc[i][j] += av[i] * bv[j];
     }
     __syncthreads();
   }
-  for (int j = 0; j < 4; ++j) {
-    const int t = n0 + tc * 4 + j;
+  for (int j = 0; j < RJ; ++j) {
+    const int t = n0 + tc * RJ + j;
     if (t >= n) break;
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r = m0 + tr * 4 + i;
+    for (int i = 0; i < RI; ++i) {
+      const int64_t r = m0 + tr * RI + i;
       if (r < rows) out[t * os + r] = acc[i][j] + (bias ? bias[r] : 0.0f);
     }
   }
@@ -838,8 +856,19 @@ void launch_mul_mat(Stream s, const void* w, size_t row_bytes, size_t expert_byt
   } else if (n > 8 && first == 0 && rows >= 4) {
     // (A row or three, such as a shared expert's gate, take the one-row blocks below: a tile of 64 rows
     // took as long for one row as for 256: qwen3.6-35b-a3b pp512 5892 -> 6174 on an H200.)
-    k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
-                                                                                                      x, xs, n, out, os, bias);
+    const int64_t tiles = (rows + kTm - 1) / kTm * ((n + kTn - 1) / kTn);
+    bool small = false;
+    if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+      if (g_float_tile == 32 || (g_float_tile == 0 && tiles < 128)) {
+        k_mul_mm<T, 32, 32><<<dim3(static_cast<unsigned>((rows + 31) / 32), (n + 31) / 32), 256, 0, s>>>(wb, row_bytes, rows, cols, x, xs,
+                                                                                                         n, out, os, bias);
+        small = true;
+      }
+    }
+    if (!small) {
+      k_mul_mm<T><<<dim3(static_cast<unsigned>((rows + kTm - 1) / kTm), (n + kTn - 1) / kTn), 256, 0, s>>>(wb, row_bytes, rows, cols,
+                                                                                                        x, xs, n, out, os, bias);
+    }
   } else if (n >= 8) {
     launch(k_mul_mv<T, 8, 1>, dim3(row_blocks(1), (n + 7) / 8), block, s, wb, row_bytes, size_t{0}, first, rows, cols, x, xs, 1, nullptr, n,
            out, os, bias, int64_t{0});
