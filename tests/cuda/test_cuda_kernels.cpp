@@ -1281,6 +1281,75 @@ TEST(CudaMoe, RouterLaunchChoosesAndWeighsAsTheReference) {
   }
 }
 
+// The add and norm before a mixture formed in its router's launch: the same choices and weights as the
+// add and norm's own launch followed by the router, the sum bit for bit, the normed row within float
+// rounding and its codes those a product makes of it; with and without the second term and the norm's
+// weights (rows proportional to one row: the logits keep the order of the experts' factors).
+TEST(CudaMoe, RouterLaunchFormsTheAddAndNormBeforeIt) {
+  ZINC_NEED_CUDA_DEVICE();
+  const int64_t d = 512;
+  const int ne = 128, k = 8;
+  ASSERT_TRUE(backend::cuda::moe_router_norm_fits(d));
+  std::mt19937 rng(43);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  for (const int n : {1, 5})
+  for (const bool with_b : {false, true})
+  for (const bool with_w : {false, true}) {
+    std::vector<float> x0(static_cast<size_t>(d)), a(static_cast<size_t>(n * d)), b(a.size()), wn(static_cast<size_t>(d), 1.5f),
+        wr(static_cast<size_t>(ne * d));
+    for (float& f : x0) f = dist(rng);
+    for (int t = 0; t < n; ++t)
+      for (int64_t i = 0; i < d; ++i) {
+        a[static_cast<size_t>(t * d + i)] = (1.0f + static_cast<float>(t) / 8.0f) * x0[static_cast<size_t>(i)];
+        b[static_cast<size_t>(t * d + i)] = 0.5f * a[static_cast<size_t>(t * d + i)];
+      }
+    for (int e = 0; e < ne; ++e) {
+      const float f = e < 7 ? 0.05f * static_cast<float>(8 - e) : e == 40 ? 0.02f : -0.01f * static_cast<float>(1 + (e * 7) % 13);
+      for (int64_t i = 0; i < d; ++i) wr[static_cast<size_t>(e * d + i)] = f * x0[static_cast<size_t>(i)];
+    }
+    Dev da(a.size() * 4), db(b.size() * 4), dwn(wn.size() * 4), dwr(wr.size() * 4), dsum(a.size() * 4), dsum2(a.size() * 4), dout(a.size() * 4),
+        dout2(a.size() * 4), dq8(backend::cuda::q8_bytes(n, d)), dq8b(backend::cuda::q8_bytes(n, d)), dq8c(backend::cuda::q8_bytes(n, d)),
+        dlog(static_cast<size_t>(n * ne) * 4), dcount(static_cast<size_t>(n) * 4), dids(static_cast<size_t>(n * k) * 4),
+        dids2(static_cast<size_t>(n * k) * 4), dwts(static_cast<size_t>(n * k) * 4), dwts2(static_cast<size_t>(n * k) * 4);
+    upload(da, a.data(), a.size() * 4);
+    upload(db, b.data(), b.size() * 4);
+    upload(dwn, wn.data(), wn.size() * 4);
+    upload(dwr, wr.data(), wr.size() * 4);
+    const float* bp = with_b ? db.as<float>() : nullptr;
+    const float* wp = with_w ? dwn.as<float>() : nullptr;
+    backend::cuda::add_rms_norm(nullptr, da.as<float>(), bp, dsum.as<float>(), wp, dout.as<float>(), d, n, 1e-6f, 0.0f, dq8.p);
+    backend::cuda::moe_router(nullptr, dwr.as<float>(), dout.as<float>(), d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, false, true,
+                              1.0f, nullptr, nullptr, dids.as<int32_t>(), dwts.as<float>());
+    const backend::cuda::RouterNorm pre{da.as<float>(), bp, wp, dsum2.as<float>(), dout2.as<float>(), 1e-6f, 0.0f, dq8b.p};
+    backend::cuda::moe_router(nullptr, dwr.as<float>(), nullptr, d, n, dcount.as<unsigned>(), dlog.as<float>(), ne, k, false, true, 1.0f,
+                              nullptr, nullptr, dids2.as<int32_t>(), dwts2.as<float>(), nullptr, nullptr, &pre);
+    backend::cuda::quantize_codes(nullptr, dout2.as<float>(), d, 1, d, n, dq8c.p);  // the codes of the launch's own normed rows
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto get = [](const Dev& dv, size_t bytes) {
+      std::vector<uint8_t> h(bytes);
+      EXPECT_EQ(cudaMemcpy(h.data(), dv.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      return h;
+    };
+    const std::string what = fmt::format("{} rows{}{}", n, with_b ? ", a + b" : "", with_w ? ", weights" : "");
+    EXPECT_EQ(get(dsum2, a.size() * 4), get(dsum, a.size() * 4)) << what;
+    EXPECT_EQ(get(dq8b, backend::cuda::q8_bytes(n, d)), get(dq8c, backend::cuda::q8_bytes(n, d))) << what;
+    EXPECT_EQ(get(dids2, static_cast<size_t>(n * k) * 4), get(dids, static_cast<size_t>(n * k) * 4)) << what;
+    std::vector<float> out(a.size()), out2(a.size()), wts(static_cast<size_t>(n * k)), wts2(wts.size());
+    ASSERT_EQ(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out2.data(), dout2.p, out2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(wts.data(), dwts.p, wts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(wts2.data(), dwts2.p, wts2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out2[i], out[i], 2e-6 * std::fabs(out[i]) + 1e-7) << what << ", element " << i;
+    for (size_t i = 0; i < wts.size(); ++i) EXPECT_NEAR(wts2[i], wts[i], 1e-5) << what << ", slot " << i;
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    ASSERT_EQ(cudaMemcpy(ids.data(), dids2.p, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int t = 0; t < n; ++t) {  // experts 0..6 and 40, in increasing order
+      for (int i = 0; i < 7; ++i) EXPECT_EQ(ids[static_cast<size_t>(t * k + i)], i) << what;
+      EXPECT_EQ(ids[static_cast<size_t>(t * k + 7)], 40) << what;
+    }
+  }
+}
+
 // The add and norm forming a mixture's weighted sum of slots themselves: the sum equals the other
 // term plus moe_combine's output exactly; with a shared expert, plus its rows times the sigmoid of
 // their gate (one a row, or one an element) as sigmoid_mul and the add of the two outputs form them.
