@@ -35,8 +35,6 @@ constexpr Knob kKnobs[] = {
     {"ZINC_CUDA_DEVICE", "a device index (zinc check lists them)", "0", "the CUDA device when --device is not given"},
     {"ZINC_CUDA_GRAPHS", "0", "unset (graphs on)", "0: every step's kernels launched one by one instead of replaying the step's captured CUDA graph (measuring)"},
     {"ZINC_CUDA_FUSE", "0", "unset (fusions on)", "0: every CUDA node its own launch (no add+norm, shared-input products or gate+up+activation launches; measuring)"},
-    {"ZINC_CUDA_ROUTER_NORM", "1", "unset (off)",
-     "1: a mixture's router launch also forms the add and norm before it (no launch of their own; not yet measured on a GPU)"},
     {"ZINC_CUDA_FLASH_ATTENTION", "0", "unset (on)", "0: CUDA prompt attention by the one-row-a-block kernel decode uses instead of tensor-core tiles (measuring)"},
     {"ZINC_CUDA_INT8_PROMPTS", "0", "unset (on)", "0: CUDA prompt products of Q4_K/Q6_K weights on f16 tensor cores against f16-rounded activations instead of integer tensor cores against 8-bit codes (measuring)"},
     {"ZINC_CUDA_PDL", "0", "unset (on, sm_90 and later)", "0: CUDA decode kernels wait for the previous kernel to finish before they start (no programmatic dependent launch; measuring)"},

@@ -332,7 +332,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
     check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_used_, cudaMemcpyHostToDevice, stream_), "step upload");
     rows_.assign(g_.tensors.size(), 0);
     codes_for_ = {-1, 0};
-    before_router_at_ = SIZE_MAX;
     if (profiling_ && events_.empty()) {
       events_.resize(g_.nodes.size() + 1);
       for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
@@ -437,8 +436,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     std::vector<int> last = last_uses(g_);
     for (size_t i = 0; i < fuse_.size(); ++i) {
       if (fuse_[i].kind == Fuse::None) continue;
-      // (An add and norm the router's launch forms: their inputs read by the mixture's node after them.)
-      const int end = static_cast<int>(i + fuse_[i].count - 1) + (fuse_[i].router ? 1 : 0);
+      const int end = static_cast<int>(i + fuse_[i].count - 1);
       for (size_t k = i; k <= static_cast<size_t>(end); ++k)
         for (TensorId t : g_.nodes[k].in)
           if (int& l = last[static_cast<size_t>(t)]; l >= 0 && l < end) l = end;
@@ -882,20 +880,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const float* expert_scale = mp.expert_scale >= 0 ? weights_->f32(node.in[static_cast<size_t>(mp.expert_scale)]) : nullptr;
     // Decode and steps of few rows: the router and the routing in one launch (a block per expert and
     // row; the generic product of a float router for 9 to 64 rows ran on two blocks).
-    const size_t at = static_cast<size_t>(&node - g_.nodes.data());
-    const bool pre = std::exchange(before_router_at_, SIZE_MAX) == at;  // the add and norm before it left to this launch
     if (n <= ck::kCodesTokens && ck::moe_router_fits(static_cast<int>(rt.type), d, ne)) {
-      // (With the shared expert's gate of the same rows, Fuse::Routed; and x formed in the launch.)
+      // (With the shared expert's gate of the same rows, Fuse::Routed.)
+      const size_t at = static_cast<size_t>(&node - g_.nodes.data());
       const int32_t gate = routed_[at];
       ck::moe_router(stream_, static_cast<const float*>(weights_->raw(node.in[1])), router_x, d, n, moe_count_.get<unsigned>(), logits, ne,
                      k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts,
-                     gate >= 0 ? static_cast<const float*>(weights_->raw(g_.nodes[static_cast<size_t>(gate)].in[0])) : nullptr, moe_shared_g_.get<float>(),
-                     pre ? &before_router_ : nullptr);
+                     gate >= 0 ? static_cast<const float*>(weights_->raw(g_.nodes[static_cast<size_t>(gate)].in[0])) : nullptr, moe_shared_g_.get<float>());
     } else {
-      if (pre) {  // (not reached: AddNorm leaves it only where this launch takes the rows)
-        const ck::RouterNorm& b = before_router_;
-        ck::add_rms_norm(stream_, b.a, b.b, b.sum, b.w, b.out, d, n, b.eps, b.offset, b.q8);
-      }
       ck::mul_mat(stream_, static_cast<int>(rt.type), weights_->raw(node.in[1]), quant::row_size(rt.type, d), ne, d, router_x, d, n, logits,
                   ne, nullptr);
       ck::moe_route(stream_, logits, n, ne, k, topk_first, mp.norm_topk, mp.logit_scale, bias(0), expert_scale, ids, wts);
@@ -994,15 +986,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
     bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
     bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
     int32_t moe = -1;        // MoeTail, Routed: the mixture's node
-    bool router = false;     // AddNorm: the mixture after it forms the sum and norm in its router launch (up to ck::kCodesTokens rows)
   };
   std::vector<Fusion> fuse_;
   std::vector<uint8_t> combined_;  // per mixture node: its slots combined by a later launch (AddNorm combine, MoeTail)
   std::vector<int32_t> routed_;    // per mixture node: the shared gate product its router launch forms (-1: none)
-  ck::RouterNorm before_router_;        // an AddNorm left to the router launch of the mixture at node before_router_at_
-  size_t before_router_at_ = SIZE_MAX;
-  // AddNorm's router (ZINC_CUDA_ROUTER_NORM=1): off until measured on a GPU.
-  const bool router_norm_ = knob_u32("ZINC_CUDA_ROUTER_NORM", 0, 0, 1) != 0;
 
   bool codes_product(size_t i, TensorId x) const {
     if (i >= g_.nodes.size()) return false;
@@ -1148,12 +1135,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
                              readers[static_cast<size_t>(g_.nodes[i - 1].out)] == 1 && n.in[0] != n.in[1];
         fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, y) || moe, false, false, moe, combine};
         if (combine) combined_[i - 1] = 1;
-        if (moe && !combine && i + 2 < count && router_norm_) {
-          const Node& m = g_.nodes[i + 2];
-          const auto& rt = g_.tensor(m.in[1]);
-          fuse_[i].router = m.moe().router_in < 0 && ck::moe_router_fits(static_cast<int>(rt.type), rt.ne[0], m.moe().n_expert) &&
-                            ck::moe_router_norm_fits(rt.ne[0]) && rt.ne[0] == g_.tensor(y).ne[0];
-        }
         ++i;
         continue;
       }
@@ -1218,10 +1199,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
           ck::add_rms_norm(s, act(other), nullptr, act(first.out), weights_->f32_or_null(norm, 1), act(norm.out), width, static_cast<int>(n),
                            norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr, moe_y_.get<float>(), moe_weights_.get<float>(),
                            moe.moe().n_expert_used);
-        } else if (f.router && n <= ck::kCodesTokens) {  // formed by the mixture's router launch
-          before_router_ = {act(first.in[0]), add ? act(first.in[1]) : nullptr, weights_->f32_or_null(norm, 1), add ? act(first.out) : nullptr,
-                            act(norm.out), norm.norm().eps, norm.norm().offset, codes ? q8_.get() : nullptr};
-          before_router_at_ = i + count;
         } else {
           ck::add_rms_norm(s, act(first.in[0]), add ? act(first.in[1]) : nullptr, add ? act(first.out) : nullptr,
                            weights_->f32_or_null(norm, 1), act(norm.out), width, static_cast<int>(n), norm.norm().eps, norm.norm().offset,

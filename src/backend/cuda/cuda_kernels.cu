@@ -1174,14 +1174,9 @@ struct RouterArgs {
   float* weights;
   const float* w2;  // with w2 (d floats), block n_expert its product with each row into out2 (not routed)
   float* out2;
-  RouterNorm pre;  // k_moe_router<J, true>: x formed by the add and norm before the router
 };
 constexpr int kRouterWarps = 4;
-constexpr int kRouterNormCols = 4096;
-// NORM: every block forms its row of x = rms_norm(a + b) * (w + offset) itself in shared memory (the
-// same sums in each), and block 0 of the row also writes the sum, x and x's codes: the add and norm's
-// own launch gone.
-template <int J, bool NORM = false>
+template <int J>
 __global__ void __launch_bounds__(kRouterWarps * kWarp) k_moe_router(RouterArgs a) {
   pdl_trigger();
   const int t = blockIdx.y, e = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -1190,54 +1185,6 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp) k_moe_router(RouterArgs 
   const float* xr = a.x + static_cast<int64_t>(t) * a.d;
   float acc = 0;
   bool waited = false;
-  if constexpr (NORM) {
-    __shared__ __align__(16) float xs[kRouterNormCols];
-    __shared__ float ps[kRouterWarps];
-    const RouterNorm& nm = a.pre;
-    const int64_t row = static_cast<int64_t>(t) * a.d;
-    // The block's router row and the norm's weights on their way while the previous kernel finishes.
-    for (int64_t c = threadIdx.x * 4; c < a.d; c += kRouterWarps * kWarp * 4) {
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(wr + c));
-      if (nm.w) asm volatile("prefetch.global.L1 [%0];" ::"l"(nm.w + c));
-    }
-    pdl_wait();
-    waited = true;
-    float ss = 0;
-    for (int64_t c = threadIdx.x * 4; c < a.d; c += kRouterWarps * kWarp * 4) {
-      const float4 x0 = *reinterpret_cast<const float4*>(nm.a + row + c);
-      float4 h = x0;
-      if (nm.b) {
-        const float4 y0 = *reinterpret_cast<const float4*>(nm.b + row + c);
-        h = make_float4(x0.x + y0.x, x0.y + y0.y, x0.z + y0.z, x0.w + y0.w);
-      }
-      *reinterpret_cast<float4*>(xs + c) = h;
-      if (e == 0 && nm.sum) *reinterpret_cast<float4*>(nm.sum + row + c) = h;
-      ss += h.x * h.x + h.y * h.y + h.z * h.z + h.w * h.w;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) ps[warp] = ss;
-    __syncthreads();
-    ss = 0;
-    for (int k = 0; k < kRouterWarps; ++k) ss += ps[k];
-    const float scale = 1.0f / sqrtf(ss / static_cast<float>(a.d) + nm.eps);
-    for (int64_t c = threadIdx.x * 4; c < a.d; c += kRouterWarps * kWarp * 4) {
-      float4 h = *reinterpret_cast<const float4*>(xs + c);
-      if (nm.w) {
-        h = make_float4(h.x * scale * (nm.w[c] + nm.offset), h.y * scale * (nm.w[c + 1] + nm.offset), h.z * scale * (nm.w[c + 2] + nm.offset),
-                        h.w * scale * (nm.w[c + 3] + nm.offset));
-      } else {
-        h = make_float4(h.x * scale, h.y * scale, h.z * scale, h.w * scale);
-      }
-      *reinterpret_cast<float4*>(xs + c) = h;
-      if (e == 0) *reinterpret_cast<float4*>(nm.out + row + c) = h;
-    }
-    __syncthreads();
-    if (e == 0 && nm.q8) {  // the codes of x: warp w super-blocks w, w + kRouterWarps, ...
-      const Codes c = codes_layout(nm.q8, gridDim.y, a.d);
-      for (int64_t sb = warp; sb < a.d / 256; sb += kRouterWarps) store_codes_of(xs + sb * 256, t, sb, a.d, c);
-    }
-    xr = xs;
-  }
   for (int64_t c0 = (warp * kWarp + lane) * 4; c0 < a.d; c0 += kRouterWarps * kWarp * 4 * U) {
     float4 wv[U];
 #pragma unroll
@@ -1432,17 +1379,13 @@ bool moe_router_fits(int type, int64_t d, int n_expert) { return type == kF32 &&
 
 void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsigned* count, float* logits, int n_expert, int k,
                 bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
-                float* weights, const float* w2, float* out2, const RouterNorm* before) {
-  RouterArgs a{w, x, d, count, logits, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights, w2, out2, {}};
+                float* weights, const float* w2, float* out2) {
+  const RouterArgs a{w, x, d, count, logits, n_expert, k, topk_first, norm, logit_scale, router_b, expert_scale, ids, weights, w2, out2};
   const auto blocks = static_cast<unsigned>(n_expert + (w2 ? 1 : 0));
-  if (before) a.pre = *before;
   with_route_j(n_expert, [&](auto j) {
-    if (before) launch(k_moe_router<decltype(j)::value, true>, dim3(blocks, static_cast<unsigned>(n)), dim3(kRouterWarps * kWarp), s, a);
-    else launch(k_moe_router<decltype(j)::value>, dim3(blocks, static_cast<unsigned>(n)), dim3(kRouterWarps * kWarp), s, a);
+    launch(k_moe_router<decltype(j)::value>, dim3(blocks, static_cast<unsigned>(n)), dim3(kRouterWarps * kWarp), s, a);
   });
 }
-
-bool moe_router_norm_fits(int64_t d) { return d % 256 == 0 && d <= kRouterNormCols; }
 
 void moe_combine(Stream s, const float* y, const float* weights, int n, int k, int64_t d, float* out) {
   launch(k_moe_combine, dim3(grid_for(d), static_cast<unsigned>(n)), dim3(256), s, y, weights, k, d, out);

@@ -249,21 +249,10 @@ void moe_combine(Stream s, const float* y, const float* weights, int n, int k, i
 // routing in one launch, for the types and shapes moe_router_fits() takes; count: n counters, zero
 // before the launch and left zero. With w2 (d float32 weights, such as a shared expert's gate), the
 // same launch also writes its product with each row to out2 (n floats).
-// With `before` (moe_router_norm_fits: d a multiple of 256, at most 4096), x is not read: each block
-// forms its row as add_rms_norm does (the sum of a and b, b may be null; the norm with w, eps and
-// offset) and the row's first block writes the sum (if given), the normed row to out and, with q8, its
-// codes as add_rms_norm writes them: the add and norm's own launch gone.
-struct RouterNorm {
-  const float *a = nullptr, *b = nullptr, *w = nullptr;
-  float *sum = nullptr, *out = nullptr;
-  float eps = 0, offset = 0;
-  void* q8 = nullptr;
-};
 bool moe_router_fits(int type, int64_t d, int n_expert);
-bool moe_router_norm_fits(int64_t d);
 void moe_router(Stream s, const float* w, const float* x, int64_t d, int n, unsigned* count, float* logits, int n_expert, int k,
                 bool topk_first, bool norm, float logit_scale, const float* router_b, const float* expert_scale, int32_t* ids,
-                float* weights, const float* w2 = nullptr, float* out2 = nullptr, const RouterNorm* before = nullptr);
+                float* weights, const float* w2 = nullptr, float* out2 = nullptr);
 // A mixture's prompt grouped by expert: the slots (ids: each slot's expert, slots of them) sorted by
 // expert into order, expert e's at order[offsets[e] .. offsets[e + 1]) (n_expert at most 1024).
 void moe_group(Stream s, const int32_t* ids, int slots, int n_expert, int32_t* order, int32_t* offsets);
