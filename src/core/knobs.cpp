@@ -34,6 +34,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_NORM_WG", "64..1024", "by width", "workgroup size of the row norm (tuning)"},
     {"ZINC_CUDA_DEVICE", "a device index (zinc check lists them)", "0", "the CUDA device when --device is not given"},
     {"ZINC_CUDA_GRAPHS", "0", "unset (graphs on)", "0: every step's kernels launched one by one instead of replaying the step's captured CUDA graph (measuring)"},
+    {"ZINC_CUDA_ATTENTION_HEADS", "0", "unset (on)", "0: decode attention reads q and k normalised and rotated by their own launch (measuring)"},
     {"ZINC_CUDA_FUSE", "0", "unset (fusions on)", "0: every CUDA node its own launch (no add+norm, shared-input products or gate+up+activation launches; measuring)"},
     {"ZINC_CUDA_FLASH_ATTENTION", "0", "unset (on)", "0: CUDA prompt attention by the one-row-a-block kernel decode uses instead of tensor-core tiles (measuring)"},
     {"ZINC_CUDA_INT8_PROMPTS", "0", "unset (on)", "0: CUDA prompt products of Q4_K/Q6_K weights on f16 tensor cores against f16-rounded activations instead of integer tensor cores against 8-bit codes (measuring)"},

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -779,6 +780,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
   }
 
+  // Whether the attention of n rows takes the prompt tiles (else the decode launch).
+  bool prompt_tiles(int64_t n, int head_dim) const {
+    int64_t covered = 0;
+    bool long_part = false;
+    for (const Part& part : parts_) covered += part.step.n_tokens, long_part |= part.step.n_tokens >= 16;
+    return flash_attention_ && ck::flash_attention_fits(static_cast<int>(kv_storage_), head_dim) && covered == n && long_part;
+  }
+
   void attention(const Node& node, int n, float* out) {
     const auto l = static_cast<size_t>(node.layer);
     const int64_t kw = g_.kv_width_of(node.layer);
@@ -807,6 +816,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
     a.softcap = p.softcap;
     a.sinks = node.in.size() > 3 ? weights_->f32(node.in[3]) : nullptr;
     a.out = out;
+    if (heads_pending_) {  // the heads formed here, from the products' outputs (decode path only)
+      a.pre = *std::exchange(heads_pending_, std::nullopt);
+      a.q = a.pre.part[0].in;
+      a.q_stride = static_cast<int64_t>(a.pre.part[0].n_head) * p.head_dim;
+    }
     // Decode rows: each row's keys split over enough blocks to fill the GPU (a block's warps spend
     // their time waiting on reads).
     const auto split = [&](ck::AttentionArgs& b) {
@@ -818,10 +832,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     // A prompt's rows (16 or more of one sequence) on tensor cores, each sequence's rows alone (their
     // keys split when they are few); steps with none (decode of several sequences) in one launch, and
     // so each run of consecutive sequences of fewer rows beside prompts.
-    int64_t covered = 0;
-    bool long_part = false;
-    for (const Part& part : parts_) covered += part.step.n_tokens, long_part |= part.step.n_tokens >= 16;
-    const bool flash = flash_attention_ && ck::flash_attention_fits(kv_type, p.head_dim) && covered == n && long_part;
+    const bool flash = prompt_tiles(n, p.head_dim);
     if (!flash) {
       split(a);
       // The output's codes for the product after it (decode rows, whole super-blocks a block).
@@ -986,6 +997,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
     bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
     int32_t moe = -1;        // MoeTail, Routed: the mixture's node
+    bool attend = false;  // HeadsRope with append: at decode the attention's launch forms the heads itself
   };
   std::vector<Fusion> fuse_;
   std::vector<uint8_t> combined_;  // per mixture node: its slots combined by a later launch (AddNorm combine, MoeTail)
@@ -1103,6 +1115,16 @@ class CudaExecutable final : public SharedDeviceExecutable {
              g_.tensor(att.in[1]).ne[0] == kw && g_.tensor(att.in[2]).ne[0] == kw && kw % g_.nodes[k_rope].rope().head_dim == 0 &&
              att.attention().head_dim == g_.nodes[k_rope].rope().head_dim;
     };
+    // ... and reads the rotations' outputs alone, from heads the decode launch can form: at decode it
+    // forms them (q's rotation at q_rope, k's right after).
+    const auto attends = [&](size_t q_rope) {
+      if (!appends(q_rope + 1) || knob_u32("ZINC_CUDA_ATTENTION_HEADS", 1, 0, 1) == 0) return false;
+      const Node &qr = g_.nodes[q_rope], &kr = g_.nodes[q_rope + 1], &att = g_.nodes[q_rope + 2];
+      const graph::RopeOpParams& r = qr.rope();
+      return att.in[0] == qr.out && readers[static_cast<size_t>(qr.out)] == 1 && readers[static_cast<size_t>(kr.out)] == 1 &&
+             r.n_head == att.attention().n_head && kr.rope().n_head == att.attention().n_head_kv &&
+             ck::attention_forms_heads(static_cast<int>(kv_storage_), r.head_dim, r.n_rot, r.mode == graph::RopeMode::NeoX);
+    };
     for (size_t i = 0; i < count; ++i) {
       const Node& n = g_.nodes[i];
       if (!opts_.keep_activations && plan_new(i, readers, producer)) {
@@ -1113,11 +1135,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
           g_.nodes[i + 3].in[0] == g_.nodes[i + 1].out && head_norm(i, g_.nodes[i + 2].rope().head_dim) &&
           head_norm(i + 1, g_.nodes[i + 2].rope().head_dim)) {
         fuse_[i] = {Fuse::HeadsRope, 4, false, false, appends(i + 3)};
+        fuse_[i].attend = attends(i + 2);
         i += 3;
         continue;
       }
       if (i + 1 < count && same_rotation(i, i + 1)) {
         fuse_[i] = {Fuse::HeadsRope, 2, false, false, appends(i + 1)};
+        fuse_[i].attend = attends(i);
         ++i;
         continue;
       }
@@ -1276,8 +1300,14 @@ class CudaExecutable final : public SharedDeviceExecutable {
           a.kv_type = static_cast<int>(kv_storage_);
           kv_appended_ = true;
         }
-        ck::heads_norm_rope(s, a, static_cast<int>(n));
         for (size_t k = i; k < i + count; ++k) rows_[static_cast<size_t>(g_.nodes[k].out)] = n;
+        // Formed by the decode attention's launch where every row is its sequence's one token (a row
+        // reads only keys stored before the step, and its own).
+        if (f.attend && std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.step.n_tokens == 1; })) {
+          heads_pending_ = a;
+          break;
+        }
+        ck::heads_norm_rope(s, a, static_cast<int>(n));
         break;
       }
       case Fuse::NormGlu: {
@@ -1436,6 +1466,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   int sms_ = 1;
   DeviceBuffer pad_x_;
   bool kv_appended_ = false;  // the next attention's k and v are in the cache already
+  std::optional<ck::HeadsArgs> heads_pending_;  // the next attention forms these heads (Fusion::attend)
   std::pair<TensorId, int> codes_for_{-1, 0};  // whose codes q8_ holds in this step
   bool int8_prompts_ = true;
   bool flash_attention_ = true;  // prompts' attention on tensor cores (ZINC_CUDA_FLASH_ATTENTION)  // prompt products of uses_codes() types take codes (ZINC_CUDA_INT8_PROMPTS)

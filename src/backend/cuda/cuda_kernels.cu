@@ -565,6 +565,64 @@ __device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
   return y;
 }
 
+// A head's elements as a decode warp holds them (lane l: P l .. P l + P - 1), formed as
+// k_heads_norm_rope forms them: normalised over the head (w: the lane's weights plus the offset), then
+// rotated by the row's table (cs: the lane's pairs' cosines and sines; neox: the pair's other half
+// P lanes times half / P away).
+template <int P>
+struct HeadForm {
+  float cs[2 * P];
+  __device__ __forceinline__ void load(const HeadsArgs& h, int r, int lane) {
+    const int c0 = P * lane, half = h.n_rot / 2;
+    const float* row = h.cs + static_cast<int64_t>(r) * h.n_rot;
+#pragma unroll
+    for (int i = 0; i < 2 * P; ++i) cs[i] = 0;
+    if (c0 >= h.n_rot) return;
+    if (h.neox) {
+#pragma unroll
+      for (int i = 0; i < 2 * P; ++i) cs[i] = row[2 * (c0 % half) + i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < P; ++i) cs[i] = c0 + i < h.n_rot ? row[c0 + i] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void weights(const HeadsPart& p, int lane, float (&w)[P]) const {
+#pragma unroll
+    for (int i = 0; i < P; ++i) w[i] = p.norm && p.w ? p.w[P * lane + i] + p.offset : 1.0f;
+  }
+  __device__ __forceinline__ void apply(const HeadsArgs& h, const HeadsPart& p, const float (&w)[P], int lane, float (&x)[P]) const {
+    if (p.norm) {
+      float ss = 0;
+#pragma unroll
+      for (int i = 0; i < P; ++i) ss += x[i] * x[i];
+      ss = warp_sum(ss);
+      const float scale = 1.0f / sqrtf(ss / static_cast<float>(32 * P) + p.eps);
+#pragma unroll
+      for (int i = 0; i < P; ++i) x[i] = p.w ? x[i] * scale * w[i] : x[i] * scale;
+    }
+    const int c0 = P * lane, half = h.n_rot / 2;
+    if (h.neox) {
+      const bool lo = c0 < half;
+      const int d = half / P;
+      float y[P];
+#pragma unroll
+      for (int i = 0; i < P; ++i) y[i] = __shfl_sync(0xffffffffu, x[i], (lo ? lane + d : lane - d) & (kWarp - 1));
+      if (c0 < h.n_rot) {
+#pragma unroll
+        for (int i = 0; i < P; ++i) x[i] = lo ? x[i] * cs[2 * i] - y[i] * cs[2 * i + 1] : y[i] * cs[2 * i + 1] + x[i] * cs[2 * i];
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < P / 2; ++m) {
+        if (c0 + 2 * m >= h.n_rot) break;
+        const float x0 = x[2 * m], x1 = x[2 * m + 1], cv = cs[2 * m], sv = cs[2 * m + 1];
+        x[2 * m] = x0 * cv - x1 * sv;
+        x[2 * m + 1] = x0 * sv + x1 * cv;
+      }
+    }
+  }
+};
+
 template <int HD, int KV, int G>
 __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionArgs a) {
   constexpr int P = HD / 32;
@@ -584,6 +642,17 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const int total = pos - lo + 1;
   const int splits = min(static_cast<int>(gridDim.z), (total + kDecMinKeys - 1) / kDecMinKeys);
   const int32_t* table = a.tables + a.table_at[r];
+  // Forming the heads (pre): the table's row and the norms' weights read before the wait too.
+  constexpr bool kForms = (KV == kF32 || KV == kF16) && HD <= 256;
+  const bool forms = kForms && a.pre.nparts == 2;
+  const bool newest = forms && split == splits - 1;  // this block stores the row's newest key and value
+  HeadForm<P> hf;
+  float wq[P], wk[P];
+  if (forms) {
+    hf.load(a.pre, r, lane);
+    hf.weights(a.pre.part[0], lane, wq);
+    hf.weights(a.pre.part[1], lane, wk);
+  }
   pdl_wait();
   if (split >= splits) return;
   float q[G][P];
@@ -592,6 +661,25 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     const float* qr = a.q + static_cast<int64_t>(r) * a.q_stride + static_cast<int64_t>(h0 + g) * HD + P * lane;
 #pragma unroll
     for (int i = 0; i < P; ++i) q[g][i] = qr[i];
+  }
+  if constexpr (kForms) {
+    if (forms) {
+      if (newest && warp < 2) {
+        const HeadsPart& kp = a.pre.part[1];
+        const float* src = warp == 0 ? kp.in + (static_cast<int64_t>(r) * kp.n_head + kvh) * HD + P * lane
+                                     : a.pre.v + (static_cast<int64_t>(r) * a.pre.v_heads + kvh) * HD + P * lane;
+        float x[P];
+#pragma unroll
+        for (int i = 0; i < P; ++i) x[i] = src[i];
+        if (warp == 0) hf.apply(a.pre, kp, wk, lane, x);
+        uint8_t* row = (warp == 0 ? a.pre.kc : a.pre.vc) + static_cast<size_t>(a.pre.slots[r]) * a.row_bytes;
+#pragma unroll
+        for (int i = 0; i < P; ++i) store_kv(row, static_cast<int64_t>(kvh) * HD + P * lane + i, x[i], KV);
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) hf.apply(a.pre, a.pre.part[0], wq, lane, q[g]);
+      if (newest) __syncthreads();  // (the newest key and value stored before any warp reads them)
+    }
   }
   const int chunk = ((total + splits - 1) / splits + kDecKeys - 1) / kDecKeys * kDecKeys;
   const int k0 = lo + split * chunk, k1 = min(pos + 1, k0 + chunk);
@@ -1342,6 +1430,12 @@ int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int 
   // 4096 (H200 qwen3-8b: four heads a block and twice the parts' blocks 379 -> 359 tok/s).
   const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
   return std::clamp((2 * sms + blocks - 1) / blocks, 1, kMaxAttentionSplits);
+}
+
+bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox) {
+  if ((kv_type != kF32 && kv_type != kF16) || (head_dim != 64 && head_dim != 128 && head_dim != 256)) return false;
+  const int p = head_dim / 32;
+  return n_rot > 0 && n_rot <= head_dim && n_rot % 2 == 0 && (!neox || (n_rot / 2) % p == 0);
 }
 
 bool attention_codes_fit(int head_dim, int n_head, int n_head_kv) {

@@ -218,10 +218,20 @@ struct AttentionArgs {
   // With codes (attention_codes_fit): the output rows' 8-bit activation codes too, laid out as
   // quantize_codes lays out n rows of n_head * head_dim columns.
   void* codes = nullptr;
+  // With pre.nparts == 2 (attention_forms_heads; heads of 64, 128 or 256): q and k as their products
+  // wrote them, before their per-head norms and rotation (pre as heads_norm_rope takes it, with kc):
+  // each block forms its query heads itself (q, q_stride: pre.part[0]'s input), and the blocks holding
+  // a row's newest key form its key head and store it and its value head at cache row pre.slots[r]
+  // before reading the keys; heads_norm_rope's launch then gone.
+  HeadsArgs pre;
 };
 // Whether attention() forms the codes of its output (AttentionArgs::codes) for these heads: each block
 // of a decode launch holds whole super-blocks of 256 of a row.
 bool attention_codes_fit(int head_dim, int n_head, int n_head_kv);
+// Whether the decode attention forms the heads and stores the cache rows itself (AttentionArgs::pre):
+// F32 or F16 caches, heads of 64, 128 or 256, and each lane's elements of a head one side of a rotated
+// pair's halves.
+bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox);
 inline constexpr int kMaxAttentionSplits = 32;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
