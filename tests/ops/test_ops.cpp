@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "backend/probe.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "gguf/writer.h"
 #include "graph/graph.h"
 #include "quant/quant.h"
@@ -113,6 +114,7 @@ struct Expect {
 };
 constexpr int kDirectTokens = 32;  // the Vulkan backend multiplies steps up to this size by the weights directly
 constexpr int kCudaDirectTokens = 8;  // and the CUDA backend
+constexpr int kCudaCodesTokens = 64;  // CUDA steps up to this size take the 8-bit codes' products (K-quants)
 constexpr int kMvMaxTokens = 8;    // and the experts of steps up to this size
 
 struct Case {
@@ -770,6 +772,7 @@ std::vector<Case> all_cases() {
     if (!quant::can_quantize(t)) continue;
     for (int n : {1, 5, 16}) cs.push_back(matmul(t, 256, 64, n, false));
     cs.push_back(matmul(t, 256, 64, 48, false));  // the prefill GEMM on Vulkan
+    cs.push_back(matmul(t, 256, 128, 80, false));  // past CUDA's 64-row products: its prompt tiles
     cs.push_back(matmul(t, 512, 40, 3, true));
   }
   for (graph::RopeMode m : {graph::RopeMode::Normal, graph::RopeMode::NeoX}) {
@@ -879,11 +882,14 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   Expect e = c.reference(t);
   ASSERT_EQ(got.size(), e.want.size());
   const int most = *std::max_element(steps.begin(), steps.end());
-  // CUDA: steps of more than 8 tokens take the tensor-core products (f16 operands) and steps of up to 8
-  // the activations' 8-bit codes (Q4_K, Q6_K), as Vulkan's direct products do.
+  // CUDA: Q4_K, Q5_K and Q6_K products take the activations' 8-bit codes in steps of up to 64 tokens
+  // (as Vulkan's direct products do) and, on integer tensor cores, in longer ones too (unless
+  // ZINC_CUDA_INT8_PROMPTS=0); other products of more than 8 tokens take f16 operands.
   const bool cuda = backend_name == "cuda";
-  const bool f16 = (backend_name == "vulkan" && most > c.f16_above) || (cuda && most > kCudaDirectTokens);
-  const bool codes = backend_name == "cpu" || (cuda ? most <= kCudaDirectTokens : most <= kDirectTokens);
+  const bool code_type = c.weight_type == TensorType::Q4_K || c.weight_type == TensorType::Q5_K || c.weight_type == TensorType::Q6_K;
+  const bool int8 = cuda && code_type && (most <= kCudaCodesTokens || knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1);
+  const bool f16 = (backend_name == "vulkan" && most > c.f16_above) || (cuda && most > kCudaDirectTokens && !int8);
+  const bool codes = backend_name == "cpu" || (cuda ? most <= kCudaDirectTokens || int8 : most <= kDirectTokens);
   for (size_t i = 0; i < e.bound.size(); ++i) {
     if (f16 && !e.f16.empty()) e.bound[i] += e.f16[i];
     if (codes && !e.codes.empty()) e.bound[i] += e.codes[i];
