@@ -1,6 +1,6 @@
 // The CUDA backend: the graph's nodes as kernel launches on one stream per context (cuda_kernels.h).
 //
-// The weights are uploaded once (CudaWeights) and shared by every context: matrices as the file stores
+// The weights are uploaded once (CudaWeights, cuda_weights.cpp) and shared by every context: matrices as the file stores
 // them, the small float weights (norms, biases, gates) as F32. A context holds its activation arena
 // (plan_arena), each attending layer's K and V cache in blocks of kKvBlock rows that sequences hold
 // through tables (SequencedExecutable), the recurrent state per node and sequence, and a step buffer
@@ -13,20 +13,19 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <atomic>
-#include <chrono>
 #include <cstring>
-#include <utility>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_weights.h"
 #include "backend/exec_common.h"
 #include "core/error.h"
 #include "core/knobs.h"
@@ -53,157 +52,12 @@ static_assert(ck::kF32 == static_cast<int>(gguf::TensorType::F32) && ck::kF16 ==
               ck::kBF16 == static_cast<int>(gguf::TensorType::BF16) && ck::kMXFP4 == static_cast<int>(gguf::TensorType::MXFP4));
 static_assert(ck::kKvBlock == SequencedExecutable::kKvBlock, "the kernels' cache blocks are the sequences' blocks");
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(e)));
-}
-
-// Bytes allocated by this process's CUDA backend (device_bytes_in_use).
-std::atomic<uint64_t> g_allocated{0};
-
-// Memory owned by one object and freed with it: device memory (kDevice; counted in g_allocated), or
-// page-locked host memory (copies to and from it run at full speed, asynchronously).
-template <bool kDevice>
-class Owned {
- public:
-  Owned() = default;
-  explicit Owned(size_t bytes) : bytes_(bytes) {
-    if (bytes == 0) return;
-    void* p = nullptr;
-    const cudaError_t e = kDevice ? cudaMalloc(&p, bytes) : cudaMallocHost(&p, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error(fmt::format("CUDA: cannot allocate {:.1f} MiB of {} memory: {}", static_cast<double>(bytes) / (1 << 20),
-                              kDevice ? "device" : "page-locked host", cudaGetErrorString(e)));
-    }
-    ptr_ = p;
-    if (kDevice) g_allocated += bytes;
-  }
-  Owned(Owned&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
-  Owned& operator=(Owned&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~Owned() {
-    if (!ptr_) return;
-    if (kDevice) {
-      cudaFree(ptr_);
-      g_allocated -= bytes_;
-    } else {
-      cudaFreeHost(ptr_);
-    }
-  }
-  template <class T = void>
-  T* get() const { return static_cast<T*>(ptr_); }
-  uint8_t* bytes() const { return static_cast<uint8_t*>(ptr_); }
-  size_t size() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-using DeviceBuffer = Owned<true>;
-using HostBuffer = Owned<false>;
-
-int64_t elements(const graph::Tensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
-
-// Why the kernels cannot run node `n`, or "".
-std::string cuda_unsupported(const graph::Graph& g, const Node& n) {
-  for (size_t k = 0; k < n.in.size(); ++k) {
-    const auto& t = g.tensor(n.in[k]);
-    if (t.kind != TensorKind::Weight || n.small_f32_input(k)) continue;
-    if (n.op == Op::SsmConv) {
-      if (!quant::can_dequantize(t.type)) return fmt::format("its weight '{}' cannot be read as floats", t.name);
-      continue;
-    }
-    if (!ck::weight_type_supported(static_cast<int>(t.type))) {
-      return fmt::format("its weight '{}' is stored as {}, which the CUDA kernels do not read", t.name, gguf::tensor_type_name(t.type));
-    }
-    // A product's weight rows of other lengths are stored as float32 rows padded to a multiple of 32.
-    const bool padded = n.op == Op::MatMul && k == 0 && quant::can_dequantize(t.type);
-    if (t.ne[0] % 32 != 0 && !padded) {
-      return fmt::format("its weight '{}' has rows of {} elements (the kernels read multiples of 32)", t.name, t.ne[0]);
-    }
-  }
-  switch (n.op) {
-    case Op::Attention:
-      if (n.attention().head_dim > 512) return "heads wider than 512";
-      break;
-    case Op::MoE:
-      if (n.moe().n_expert_used > 64) return "more than 64 experts per token";
-      if (n.moe().n_expert > 1024) return "more than 1024 experts";
-      break;
-    case Op::SsmConv:
-      if (g.tensor(n.in[1]).ne[0] > 9) return "convolutions of more than 9 taps";
-      break;
-    case Op::DeltaNet:
-      if (n.delta_net().dk > 256) return "key heads wider than 256";
-      break;
-    default: break;
-  }
-  return "";
-}
-
-class CudaExecutable;
-
-class CudaWeights final : public Weights {
- public:
-  CudaWeights(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) : Weights(g) {
-    // The convolution's taps are read as floats too.
-    const WeightUses uses = weight_uses(
-        g, "cuda", [&](const Node& n) { return cuda_unsupported(g, n); }, [](const Node& n, size_t) { return n.op == Op::SsmConv; });
-    raw_.resize(g.tensors.size());
-    f32_.resize(g.tensors.size());
-    read_weights(
-        g, file, uses, progress,
-        [&](TensorId id, std::span<const uint8_t> bytes) {
-          DeviceBuffer& b = raw_[static_cast<size_t>(id)];
-          const auto& t = g.tensor(id);
-          if (t.ne[0] % 32 != 0) {  // a product's rows (cuda_unsupported): float32, zeros to a multiple of 32
-            const int64_t cols = (t.ne[0] + 31) / 32 * 32, rows = elements(t) / t.ne[0];
-            const size_t rb = quant::row_size(t.type, t.ne[0]);
-            std::vector<float> f(static_cast<size_t>(rows * cols), 0.0f);
-            for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t.type, bytes.data() + static_cast<size_t>(r) * rb, f.data() + r * cols, t.ne[0]);
-            padded_.emplace(id, cols);
-            b = DeviceBuffer(f.size() * 4);
-            check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
-            bytes_ += b.size();
-            return;
-          }
-          b = DeviceBuffer(bytes.size() + 16);
-          check(cudaMemcpy(b.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
-          bytes_ += b.size();
-        },
-        [&](TensorId id, std::vector<float> f) {
-          DeviceBuffer& b = f32_[static_cast<size_t>(id)];
-          b = DeviceBuffer(f.size() * 4);
-          check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
-          bytes_ += b.size();
-          host_f32_.emplace(id, std::move(f));
-        });
-  }
-
-  uint64_t device_bytes() const override { return bytes_; }
-  const void* raw(TensorId id) const { return raw_[static_cast<size_t>(id)].get(); }
-  const float* f32(TensorId id) const { return f32_[static_cast<size_t>(id)].get<float>(); }
-  const float* f32_or_null(const Node& n, size_t k) const { return k < n.in.size() ? f32(n.in[k]) : nullptr; }
-  const std::vector<float>& host_f32(TensorId id) const { return host_f32_.at(id); }
-  // The padded row length of a product's weight stored as padded float32 rows, or 0.
-  int64_t padded_cols(TensorId id) const {
-    const auto it = padded_.find(id);
-    return it == padded_.end() ? 0 : it->second;
-  }
-  std::mutex step_mutex;  // one step at a time on the device
-
- protected:
-  std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
-
- private:
-  std::vector<DeviceBuffer> raw_, f32_;
-  std::map<TensorId, std::vector<float>> host_f32_;
-  std::map<TensorId, int64_t> padded_;
-  uint64_t bytes_ = 0;
-};
+using cuda::check;
+using cuda::CudaWeights;
+using cuda::DeviceBuffer;
+using cuda::elements;
+using cuda::g_allocated;
+using cuda::HostBuffer;
 
 class CudaExecutable final : public SharedDeviceExecutable {
  public:
@@ -1485,59 +1339,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
   std::map<std::vector<int32_t>, Captured> graphs_;  // by step shape; destroyed before the buffers they use
 };
 
-std::unique_ptr<Executable> CudaWeights::instantiate_graph(const ExecOptions& opts, const graph::Graph& g) {
-  return std::make_unique<CudaExecutable>(std::static_pointer_cast<CudaWeights>(shared_from_this()), g, opts);
-}
-
-class CudaBackend final : public Backend {
- public:
-  explicit CudaBackend(int device) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-      (void)cudaGetLastError();
-      throw Error(fmt::format("no CUDA device: {}", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible"));
-    }
-    if (device < 0) device = static_cast<int>(knob_u32("ZINC_CUDA_DEVICE", 0, 0, 1023));
-    if (device >= n) throw Error(fmt::format("CUDA device {} does not exist ({} visible)", device, n));
-    check(cudaSetDevice(device), "cudaSetDevice");
-    cudaDeviceProp p{};
-    check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
-    name_ = p.name;
-  }
-  std::string name() const override { return "cuda"; }
-  std::string device_name() const override { return name_; }
-  uint64_t device_bytes_in_use() const override { return g_allocated; }
-  // A 256 MiB device-to-device copy, best of a few: bytes read plus bytes written per second.
-  double measured_bandwidth_gbs() override {
-    if (bandwidth_ > 0) return bandwidth_;
-    constexpr size_t bytes = 256u << 20;
-    DeviceBuffer a(bytes), b(bytes);
-    check(cudaMemset(a.get(), 1, bytes), "cudaMemset");
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      const auto t0 = std::chrono::steady_clock::now();
-      check(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    bandwidth_ = 2.0 * bytes / best / 1e9;
-    return bandwidth_;
-  }
-  std::string unsupported(const graph::Graph& g, const Node& n) const override { return cuda_unsupported(g, n); }
-  using Backend::load;
-  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
-    return std::make_shared<CudaWeights>(g, file, progress);
-  }
-
- private:
-  std::string name_;
-  double bandwidth_ = 0;
-};
-
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Executable> cuda::CudaWeights::instantiate_graph(const ExecOptions& opts, const graph::Graph& g) {
+  return std::make_unique<CudaExecutable>(std::static_pointer_cast<CudaWeights>(shared_from_this()), g, opts);
+}
 
 }  // namespace zinc::backend

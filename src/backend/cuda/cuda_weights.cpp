@@ -1,0 +1,160 @@
+// The CUDA backend's device and weights: the backend object (which device, its copy bandwidth, what
+// its kernels cannot run) and the upload of a model's weights, shared by every context
+// (cuda_backend.cpp).
+#include "backend/cuda/cuda_weights.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/exec_common.h"
+#include "core/knobs.h"
+#include "quant/quant.h"
+
+namespace zinc::backend {
+namespace cuda {
+
+using graph::Node;
+using graph::Op;
+using graph::TensorId;
+using graph::TensorKind;
+namespace ck = ::zinc::backend::cuda;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(e)));
+}
+
+std::atomic<uint64_t> g_allocated{0};
+
+std::string cuda_unsupported(const graph::Graph& g, const Node& n) {
+  for (size_t k = 0; k < n.in.size(); ++k) {
+    const auto& t = g.tensor(n.in[k]);
+    if (t.kind != TensorKind::Weight || n.small_f32_input(k)) continue;
+    if (n.op == Op::SsmConv) {
+      if (!quant::can_dequantize(t.type)) return fmt::format("its weight '{}' cannot be read as floats", t.name);
+      continue;
+    }
+    if (!ck::weight_type_supported(static_cast<int>(t.type))) {
+      return fmt::format("its weight '{}' is stored as {}, which the CUDA kernels do not read", t.name, gguf::tensor_type_name(t.type));
+    }
+    // A product's weight rows of other lengths are stored as float32 rows padded to a multiple of 32.
+    const bool padded = n.op == Op::MatMul && k == 0 && quant::can_dequantize(t.type);
+    if (t.ne[0] % 32 != 0 && !padded) {
+      return fmt::format("its weight '{}' has rows of {} elements (the kernels read multiples of 32)", t.name, t.ne[0]);
+    }
+  }
+  switch (n.op) {
+    case Op::Attention:
+      if (n.attention().head_dim > 512) return "heads wider than 512";
+      break;
+    case Op::MoE:
+      if (n.moe().n_expert_used > 64) return "more than 64 experts per token";
+      if (n.moe().n_expert > 1024) return "more than 1024 experts";
+      break;
+    case Op::SsmConv:
+      if (g.tensor(n.in[1]).ne[0] > 9) return "convolutions of more than 9 taps";
+      break;
+    case Op::DeltaNet:
+      if (n.delta_net().dk > 256) return "key heads wider than 256";
+      break;
+    default: break;
+  }
+  return "";
+}
+
+CudaWeights::CudaWeights(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) : Weights(g) {
+  // The convolution's taps are read as floats too.
+  const WeightUses uses = weight_uses(
+      g, "cuda", [&](const Node& n) { return cuda_unsupported(g, n); }, [](const Node& n, size_t) { return n.op == Op::SsmConv; });
+  raw_.resize(g.tensors.size());
+  f32_.resize(g.tensors.size());
+  read_weights(
+      g, file, uses, progress,
+      [&](TensorId id, std::span<const uint8_t> bytes) {
+        DeviceBuffer& b = raw_[static_cast<size_t>(id)];
+        const auto& t = g.tensor(id);
+        if (t.ne[0] % 32 != 0) {  // a product's rows (cuda_unsupported): float32, zeros to a multiple of 32
+          const int64_t cols = (t.ne[0] + 31) / 32 * 32, rows = elements(t) / t.ne[0];
+          const size_t rb = quant::row_size(t.type, t.ne[0]);
+          std::vector<float> f(static_cast<size_t>(rows * cols), 0.0f);
+          for (int64_t r = 0; r < rows; ++r) quant::dequantize_row(t.type, bytes.data() + static_cast<size_t>(r) * rb, f.data() + r * cols, t.ne[0]);
+          padded_.emplace(id, cols);
+          b = DeviceBuffer(f.size() * 4);
+          check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
+          bytes_ += b.size();
+          return;
+        }
+        b = DeviceBuffer(bytes.size() + 16);
+        check(cudaMemcpy(b.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weight upload");
+        bytes_ += b.size();
+      },
+      [&](TensorId id, std::vector<float> f) {
+        DeviceBuffer& b = f32_[static_cast<size_t>(id)];
+        b = DeviceBuffer(f.size() * 4);
+        check(cudaMemcpy(b.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice), "weight upload");
+        bytes_ += b.size();
+        host_f32_.emplace(id, std::move(f));
+      });
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::check;
+using cuda::DeviceBuffer;
+using cuda::g_allocated;
+using graph::Node;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      throw Error(fmt::format("no CUDA device: {}", e != cudaSuccess ? cudaGetErrorString(e) : "none is visible"));
+    }
+    if (device < 0) device = static_cast<int>(knob_u32("ZINC_CUDA_DEVICE", 0, 0, 1023));
+    if (device >= n) throw Error(fmt::format("CUDA device {} does not exist ({} visible)", device, n));
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    name_ = p.name;
+  }
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return name_; }
+  uint64_t device_bytes_in_use() const override { return g_allocated; }
+  // A 256 MiB device-to-device copy, best of a few: bytes read plus bytes written per second.
+  double measured_bandwidth_gbs() override {
+    if (bandwidth_ > 0) return bandwidth_;
+    constexpr size_t bytes = 256u << 20;
+    DeviceBuffer a(bytes), b(bytes);
+    check(cudaMemset(a.get(), 1, bytes), "cudaMemset");
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      const auto t0 = std::chrono::steady_clock::now();
+      check(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    bandwidth_ = 2.0 * bytes / best / 1e9;
+    return bandwidth_;
+  }
+  std::string unsupported(const graph::Graph& g, const Node& n) const override { return cuda::cuda_unsupported(g, n); }
+  using Backend::load;
+  std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {
+    return std::make_shared<cuda::CudaWeights>(g, file, progress);
+  }
+
+ private:
+  std::string name_;
+  double bandwidth_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace zinc::backend
