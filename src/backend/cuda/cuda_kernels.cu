@@ -486,6 +486,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
 // and the last block's merge with a column's parts read together, to 382.4 (ncu, one launch at depth
 // 4096: 18 us, 19% of DRAM bandwidth, 115 registers, two blocks a multiprocessor: bound by each
 // warp's chain of exchanges and the merge's round trips, not by the reads).
+// With AttentionArgs::pre the block forms its query heads from the products' q (norm and rotation in
+// registers, HeadForm), and the last part's block forms the row's newest key, stores it and the value
+// at the row's slot and syncs before the loop: the heads' launch gone (qwen3-30b-a3b tg128 469.7 ->
+// 486.6 on an H200, where forming them in the q/k/v launch's last block of each head had lost 1%).
 constexpr int kDecWarps = 8, kDecKeys = 8, kDecMinKeys = kDecWarps * kDecKeys;
 static_assert(kMaxAttentionSplits <= kWarp, "the merge holds a head's parts in one warp");
 
