@@ -842,16 +842,16 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // one-row float gate formed in the mixture's router launch (Routed: done there for up to
   // ck::kCodesTokens rows).
   enum class Fuse : uint8_t { None, AddNorm, Norm, Products, Glu, HeadsRope, NormGlu, DeltaInPlace, MoeTail, Routed };
-  struct Fusion {
+  struct Fusion {  // (set by designated initializers, so a field added anywhere leaves the others as they are)
     Fuse kind = Fuse::None;
     uint8_t count = 0;  // nodes done
     bool codes = false;  // the norm (or an attention, kind None) writes the codes the next product reads
     bool swap = false;   // Glu: the activation applies to the second product
     bool append = false;  // HeadsRope: k and v also into the cache of the attention that follows
+    bool attend = false;  // HeadsRope with append: at decode the attention's launch forms the heads itself
     bool few = false;     // AddNorm, Norm: codes only for up to ck::kCodesTokens rows (a mixture's products read them)
     bool combine = false;  // AddNorm: the sum's other term is the mixture just before, combined here
     int32_t moe = -1;        // MoeTail, Routed: the mixture's node
-    bool attend = false;  // HeadsRope with append: at decode the attention's launch forms the heads itself
   };
   std::vector<Fusion> fuse_;
   std::vector<uint8_t> combined_;  // per mixture node: its slots combined by a later launch (AddNorm combine, MoeTail)
@@ -886,7 +886,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const int64_t width = width_of(n.out), group = n.norm().group > 0 ? n.norm().group : width;
       if ((a.op == Op::SwiGLU || a.op == Op::GeGLU) && a.in.size() == 2 && (a.in[0] == n.out) != (a.in[1] == n.out) && one_reader(n.out) &&
           n.in.size() <= 2 && ck::norm_glu_fits(width, group) && width_of(a.in[0]) == width && width_of(a.in[1]) == width) {
-        fuse_[i] = {Fuse::NormGlu, 2, codes_product(i + 2, a.out), a.in[0] == n.out};
+        fuse_[i] = {.kind = Fuse::NormGlu, .count = 2, .codes = codes_product(i + 2, a.out), .swap = a.in[0] == n.out};
         return true;
       }
     }
@@ -894,7 +894,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const Node &k = g_.nodes[i + 1], &v = g_.nodes[i + 2], &dn = g_.nodes[i + 3];
       const auto whole = [&](const Node& x) { return x.op == Op::Split && x.in[0] == n.in[0] && x.split().n_groups == 1 && one_reader(x.out); };
       if (whole(n) && whole(k) && whole(v) && dn.op == Op::DeltaNet && dn.in[0] == n.out && dn.in[1] == k.out && dn.in[2] == v.out) {
-        fuse_[i] = {Fuse::DeltaInPlace, 4};
+        fuse_[i] = {.kind = Fuse::DeltaInPlace, .count = 4};
         return true;
       }
     }
@@ -911,7 +911,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         return false;
       const TensorId y = nm.out;
       const bool moe_next = codes_moe(i + 4, y);
-      fuse_[i] = {Fuse::MoeTail, 4, codes_product(i + 4, y) || moe_next, false, false, moe_next};
+      fuse_[i] = {.kind = Fuse::MoeTail, .count = 4, .codes = codes_product(i + 4, y) || moe_next, .few = moe_next};
       fuse_[i].moe = mi;
       combined_[static_cast<size_t>(mi)] = 1;
       // The gate: a one-row float product of the router's input, read by the sigmoid alone.
@@ -924,7 +924,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         if (gn.op == Op::MatMul && gn.in.size() == 2 && gn.in[1] == m.in[0] && wt.type == gguf::TensorType::F32 && wt.ne[1] == 1 &&
             wt.ne[0] == rt.ne[0] && weights_->padded_cols(gn.in[0]) == 0 &&
             ck::moe_router_fits(static_cast<int>(rt.type), rt.ne[0], m.moe().n_expert)) {
-          fuse_[static_cast<size_t>(gi)] = Fusion{Fuse::Routed, 1};
+          fuse_[static_cast<size_t>(gi)] = Fusion{.kind = Fuse::Routed, .count = 1};
           fuse_[static_cast<size_t>(gi)].moe = mi;
           routed_[static_cast<size_t>(mi)] = gi;
         }
@@ -988,14 +988,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (i + 3 < count && !opts_.keep_activations && same_rotation(i + 2, i + 3) && g_.nodes[i + 2].in[0] == n.out &&
           g_.nodes[i + 3].in[0] == g_.nodes[i + 1].out && head_norm(i, g_.nodes[i + 2].rope().head_dim) &&
           head_norm(i + 1, g_.nodes[i + 2].rope().head_dim)) {
-        fuse_[i] = {Fuse::HeadsRope, 4, false, false, appends(i + 3)};
-        fuse_[i].attend = attends(i + 2);
+        fuse_[i] = {.kind = Fuse::HeadsRope, .count = 4, .append = appends(i + 3), .attend = attends(i + 2)};
         i += 3;
         continue;
       }
       if (i + 1 < count && same_rotation(i, i + 1)) {
-        fuse_[i] = {Fuse::HeadsRope, 2, false, false, appends(i + 1)};
-        fuse_[i].attend = attends(i);
+        fuse_[i] = {.kind = Fuse::HeadsRope, .count = 2, .append = appends(i + 1), .attend = attends(i)};
         ++i;
         continue;
       }
@@ -1011,13 +1009,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const bool combine = i > 0 && g_.nodes[i - 1].op == Op::MoE && !opts_.keep_activations &&
                              (n.in[0] == g_.nodes[i - 1].out || n.in[1] == g_.nodes[i - 1].out) &&
                              readers[static_cast<size_t>(g_.nodes[i - 1].out)] == 1 && n.in[0] != n.in[1];
-        fuse_[i] = {Fuse::AddNorm, 2, codes_product(i + 2, y) || moe, false, false, moe, combine};
+        fuse_[i] = {.kind = Fuse::AddNorm, .count = 2, .codes = codes_product(i + 2, y) || moe, .few = moe, .combine = combine};
         if (combine) combined_[i - 1] = 1;
         ++i;
         continue;
       }
       if (row_norm(n) && (codes_product(i + 1, n.out) || codes_moe(i + 1, n.out))) {
-        fuse_[i] = {Fuse::Norm, 1, true, false, false, codes_moe(i + 1, n.out)};
+        fuse_[i] = {.kind = Fuse::Norm, .count = 1, .codes = true, .few = codes_moe(i + 1, n.out)};
         continue;
       }
       if (!codes_product(i, n.in.size() > 1 ? n.in[1] : -1)) continue;
@@ -1030,7 +1028,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
         const bool pair = act.in.size() == 2 && ((act.in[0] == n.out && act.in[1] == up.out) || (act.in[0] == up.out && act.in[1] == n.out));
         if ((act.op == Op::SwiGLU || act.op == Op::GeGLU) && pair && w0.type == w1.type && w0.ne[1] == w1.ne[1] && w0.ne[0] == w1.ne[0] &&
             readers[static_cast<size_t>(n.out)] == 1 && readers[static_cast<size_t>(up.out)] == 1) {
-          fuse_[i] = {Fuse::Glu, 3, false, act.in[0] == up.out};
+          fuse_[i] = {.kind = Fuse::Glu, .count = 3, .swap = act.in[0] == up.out};
           i += 2;
           continue;
         }
@@ -1038,7 +1036,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       uint8_t k = 1;
       while (k < 4 && codes_product(i + k, x) && g_.tensor(g_.nodes[i + k].in[0]).ne[0] == w0.ne[0]) ++k;
       if (k > 1) {
-        fuse_[i] = {Fuse::Products, k, false, false};
+        fuse_[i] = {.kind = Fuse::Products, .count = k};
         i += k - 1;
       }
     }
