@@ -3,6 +3,7 @@
 // than L2 so every launch reads them from memory); with more than ck::kCodesTokens tokens, the prompt
 // products' paths.
 // Usage: zinc_cuda_matvec_bench [tokens] [iterations] [codes staged in shared memory: 1 (default) or 0]
+//        [weights staged in shared memory: 1 (default: where faster), 2 (wherever they fit) or 0]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 1;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
   if (argc > 3) ck::set_codes_mma_stage(std::atoi(argv[3]) != 0);  // (0: the tensor cores read the codes from memory)
+  if (argc > 4) ck::set_codes_mma_weights_stage(std::atoi(argv[4]));  // (0: they read the weights as they use them)
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");
   cudaStream_t s;

@@ -263,6 +263,24 @@ TEST_P(CudaDecodeCodes, DecodeProductsMatchTheCpuReferenceDot) {
                 << (mma_min == 2 ? "tensor cores, " : "packed dots, ") << n << " tokens, token " << t << " row " << r;
       }
     }
+    // 8 tokens a warp on tensor cores, each warp all or half of the super-blocks (split 1 and 2), with
+    // the weights staged in shared memory (where a warp takes at least eight) and loaded as used.
+    backend::cuda::set_codes_mma_min(2);
+    for (const bool staged : {true, false})
+      for (const int split : {1, 2})
+        for (const int n : {3, 8}) {
+          backend::cuda::set_codes_mma_weights_stage(staged ? 2 : 0);
+          const backend::cuda::Product p{static_cast<int>(type), dw.p, rb, 0, 0, rows, dout.as<float>(), rows};
+          backend::cuda::mul_mat_codes(nullptr, &p, 1, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, backend::cuda::Glu::None, split,
+                                       0);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(got.data(), dout.p, static_cast<size_t>(n * rows) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          for (int t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r)
+              ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], want(r, t), bound(r, t))
+                  << (staged ? "weights staged, " : "weights as used, ") << "split " << split << ", " << n << " tokens, token " << t << " row " << r;
+        }
+    backend::cuda::set_codes_mma_weights_stage(1);
     backend::cuda::set_codes_mma_min(0);
     // Expert slots: slot i is token i / 2 against expert ids[i]'s rows [2, 2 + 30).
     const std::vector<int32_t> ids = {1, 2, 0, 2, 1, 0};
@@ -499,15 +517,17 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
       }
     }
   // Packed dot products (1 to 8 tokens; more in groups of 8), then integer tensor cores (2 to 64), their
-  // codes staged in shared memory and read from memory.
-  for (const int mma_min : {max_n + 1, 2, -2}) {
+  // codes staged in shared memory and read from memory, their weights staged (+-2) and loaded as used
+  // (+-3, taken as 2).
+  for (const int mma_min : {max_n + 1, 2, -2, 3, -3}) {
     backend::cuda::set_codes_mma_stage(mma_min > 0);
-    backend::cuda::set_codes_mma_min(std::abs(mma_min));
+    backend::cuda::set_codes_mma_weights_stage(std::abs(mma_min) != 3 ? 2 : 0);
+    backend::cuda::set_codes_mma_min(std::abs(mma_min) == 3 ? 2 : std::abs(mma_min));
     for (int n : {1, 3, 8, 9, 16, 29, 41, max_n}) {
       for (const auto& [split, rows_per_warp] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 4}, {4, 4}})
       for (const int groups : {0, 1, 2, 4})
       for (const int tiles : {0, 1, 2}) {
-        const bool mma = std::abs(mma_min) == 2;
+        const bool mma = std::abs(mma_min) == 2 || std::abs(mma_min) == 3;
         if (mma && n > 1 && rows_per_warp > 1) continue;  // (the tensor cores' tiles are 16 rows)
         // The tensor cores' groups of 8 tokens a warp and tiles of rows a warp, each choice (the groups
         // past the tokens and the tiles past the rows masked).
@@ -525,7 +545,8 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
           for (int t = 0; t < n; ++t)
             for (int64_t r = 0, i = 0; r < q->rows; r += 7, ++i)
               ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][t][i], tol[k][t][i])
-                  << gguf::tensor_type_name(q->type) << ", " << (mma && n > 1 ? mma_min > 0 ? "tensor cores, staged, " : "tensor cores, " : "packed dots, ") << n
+                  << gguf::tensor_type_name(q->type) << ", " << (mma && n > 1 ? mma_min > 0 ? "tensor cores, staged, " : "tensor cores, " : "packed dots, ")
+                  << (std::abs(mma_min) == 3 ? "weights as used, " : "") << n
                   << " tokens, split " << split << ", rows per warp " << rows_per_warp << ", groups " << groups << ", tiles " << tiles
                   << ", token " << t << " row " << r;
         }
@@ -536,6 +557,7 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   backend::cuda::set_codes_mma_tiles(0);
   backend::cuda::set_codes_mma_min(0);
   backend::cuda::set_codes_mma_stage(true);
+  backend::cuda::set_codes_mma_weights_stage(1);
 }
 
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
@@ -563,11 +585,14 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
          {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0, 99}, {backend::cuda::Glu::GeGLU, 3, 0, 99}, {backend::cuda::Glu::SwiGLU, 1, 1, 99},
           {backend::cuda::Glu::GeGLU, 1, 2, 99}, {backend::cuda::Glu::SwiGLU, 3, 0, 2}, {backend::cuda::Glu::GeGLU, 8, 0, 2},
           {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}, {backend::cuda::Glu::SwiGLU, 41, 8, 2},
-          {backend::cuda::Glu::SwiGLU, 29, 4, 2}}) {
-      // (With the tensor cores rows_per_warp is the split: eight and four warps a tile.)
-      for (const bool stage : {true, false}) {
-      if (!stage && mma_min != 2) continue;
+          {backend::cuda::Glu::SwiGLU, 29, 4, 2}, {backend::cuda::Glu::SwiGLU, 8, 1, 2}, {backend::cuda::Glu::GeGLU, 5, 1, 2}}) {
+      // (With the tensor cores rows_per_warp is the split: eight, four and one warps a tile; one with
+      // 2048 columns, eight super-blocks a warp, takes the weights staged.)
+      // The codes staged or read from memory; the weights staged (ws) or loaded as used.
+      for (const auto& [stage, ws] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
+      if ((!stage || !ws) && mma_min != 2) continue;
       backend::cuda::set_codes_mma_stage(stage);
+      backend::cuda::set_codes_mma_weights_stage(ws ? 2 : 0);
       backend::cuda::set_codes_mma_min(mma_min);
       backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, mma_min == 2 ? rows_per_warp : 0,
                                    mma_min == 2 ? 0 : rows_per_warp);
@@ -583,7 +608,8 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
           // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
           const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
           ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
-              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << (stage ? ", staged" : "") << ", token " << t
+              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << (stage ? ", staged" : "")
+              << (ws ? ", weights staged" : "") << ", token " << t
               << " row " << r;
         }
       }
@@ -592,6 +618,7 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   }
   backend::cuda::set_codes_mma_min(0);
   backend::cuda::set_codes_mma_stage(true);
+  backend::cuda::set_codes_mma_weights_stage(1);
 }
 
 TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {

@@ -6,7 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
 #include "backend/cuda/cuda_device.cuh"
 #include "core/error.h"
@@ -21,6 +24,8 @@ int g_mma_groups = 0;  // k_mv_mma's groups of 8 tokens a warp (1, 2, 4); 0: by 
 void set_codes_mma_groups(int groups) { g_mma_groups = groups == 1 || groups == 2 || groups == 4 ? groups : 0; }
 bool g_mma_stage = true;  // k_mv_mma's codes staged in shared memory
 void set_codes_mma_stage(bool on) { g_mma_stage = on; }
+int g_mma_weights_stage = 1;  // k_mv_mma's weights copied into shared memory ahead of their use: 0 never, 1 where it pays, 2 where it fits
+void set_codes_mma_weights_stage(int mode) { g_mma_weights_stage = std::clamp(mode, 0, 2); }
 
 namespace {
 int sm_count() {
@@ -301,6 +306,9 @@ struct MvArgs {
   // Chain::First: the next launch starts only once every block has waited. Chain::Second (with xf;
   // the launch before it was a First): the ids read and the block's rows sent to L2 before the wait.
   bool trigger_late = false, ids_early = false;
+  // k_mv_mma with its weights staged in shared memory: the bytes of a row's super-block there (a
+  // multiple of 16 holding the widest of the segments' types with its misalignment).
+  int wslot = 0;
 };
 constexpr int kMvQuantCols = kMvWarps * 256;
 
@@ -487,6 +495,16 @@ struct Q45Mma {
       if constexpr (T == kQ5_K) qh[i] = ld_stream8(blk + 16 + 8 * tq);
     }
   }
+  // The same from the rows' super-blocks staged in shared memory.
+  __device__ void load_staged(const uint8_t* const (&blk)[2], int tq) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      h[i] = *reinterpret_cast<const uint4*>(blk[i]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[i][c] = *reinterpret_cast<const uint2*>(blk[i] + kCodes + 32 * c + 8 * tq);
+      if constexpr (T == kQ5_K) qh[i] = *reinterpret_cast<const uint2*>(blk[i] + 16 + 8 * tq);
+    }
+  }
   static __device__ X x(const int8_t* at, int s, int tq) {  // (at: a token's codes of the super-block)
     return *reinterpret_cast<const uint2*>(at + 64 * (s / 2) + 32 * (s % 2) + 8 * tq);
   }
@@ -543,25 +561,33 @@ struct Q6Mma {
   uint32_t qh[2][2][2];     // [row][n][h]
   uint32_t sc[2][4];
   float d[2];
+  // Row i's block at blk (2-byte aligned): from memory, or (SH) staged in shared memory.
+  template <bool SH>
+  __device__ void load_row(int i, const uint8_t* blk, int tq) {
+    const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{3});
+    const uint32_t sh = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 2) * 8;
+    const auto ld = [&](int k) { return SH ? w[k] : __ldg(w + k); };
+    const auto word = [&](int off) { return __funnelshift_r(ld(off / 4), ld(off / 4 + 1), sh); };
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        ql[i][n][0][h] = word(64 * n + 16 * h + 4 * tq);
+        ql[i][n][1][h] = word(64 * n + 32 + 16 * h + 4 * tq);
+        qh[i][n][h] = word(128 + 32 * n + 16 * h + 4 * tq);
+      }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sc[i][k] = word(192 + 4 * k);
+    const auto* dp = reinterpret_cast<const unsigned short*>(blk + 208);
+    d[i] = half_bits(SH ? *dp : __ldg(dp));
+  }
   __device__ void load(const uint8_t* const (&r)[2], int b, int tq) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint8_t* blk = r[i] + static_cast<int64_t>(b) * kBytes;
-      const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{3});
-      const uint32_t sh = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(blk) & 2) * 8;
-      const auto word = [&](int off) { return __funnelshift_r(__ldg(w + off / 4), __ldg(w + off / 4 + 1), sh); };
+    for (int i = 0; i < 2; ++i) load_row<false>(i, r[i] + static_cast<int64_t>(b) * kBytes, tq);
+  }
+  __device__ void load_staged(const uint8_t* const (&blk)[2], int tq) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          ql[i][n][0][h] = word(64 * n + 16 * h + 4 * tq);
-          ql[i][n][1][h] = word(64 * n + 32 + 16 * h + 4 * tq);
-          qh[i][n][h] = word(128 + 32 * n + 16 * h + 4 * tq);
-        }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sc[i][k] = word(192 + 4 * k);
-      d[i] = half_bits(__ldg(reinterpret_cast<const unsigned short*>(blk + 208)));
-    }
+    for (int i = 0; i < 2; ++i) load_row<true>(i, blk[i], tq);
   }
   // Sub-block sb = 8n + 2k + h: elements 16h + 4tq .. + 3 of group k of half n.
   static __device__ X x(const int8_t* at, int sb, int tq) {
@@ -698,15 +724,84 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
   }
 }
 
+// The same with the weights staged too (WS): each super-block's rows copied into the warp's shared
+// memory (16-byte asynchronous copies through L2 only) a super-block ahead of their use, in the same
+// group as the codes' copies, so that the next super-block's loads are in flight while one is
+// computed without holding registers (the first one's weights copied before the wait on the previous
+// kernels). wst: the warp's two stages of P x 16 slots of `wslot` bytes; a Q6_K block (2-byte aligned)
+// keeps its offset within 16 bytes.
+template <class W, int P>
+__device__ __forceinline__ void copy_weights(const uint8_t* const (&rows)[P][2], int b, uint8_t* stage, int wslot) {
+  const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
+  constexpr int kChunks = W::kBytes % 16 ? (W::kBytes + 14 + 15) / 16 : W::kBytes / 16;  // (misaligned: up to 14 more bytes)
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = rows[p][i] + static_cast<int64_t>(b) * W::kBytes;
+      const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
+      const int n = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : kChunks;
+      uint8_t* to = stage + (p * 16 + gq + 8 * i) * wslot;
+#pragma unroll
+      for (int m = 0; m < (kChunks + 3) / 4; ++m) {
+        const int ch = tq + 4 * m;
+        if (ch < n) cp_async16(to + 16 * ch, from + 16 * ch);
+      }
+    }
+}
+
+template <class W, int NJ, int P>
+__device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Stage<NJ>& st,
+                                                uint8_t* wst, int wslot, const Codes& c, int cols, float (&acc)[P][NJ][4]) {
+  const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
+  const int wstage = P * 16 * wslot;
+  copy_weights<W, P>(rows, ks, wst, wslot);
+  pdl_wait();                   // the codes are the previous kernels' output
+  st.copy(c, cols, ks, 0);      // (closes the group, the weights' copies with it)
+  int k = 0;
+  for (int b = ks; b < nsb; b += S) {
+    if (b + S < nsb) {
+      copy_weights<W, P>(rows, b + S, wst + (k ^ 1) * wstage, wslot);
+      st.copy(c, cols, b + S, k ^ 1);
+    } else {
+      cp_async_commit();  // (an empty group: the wait below still leaves one in flight)
+    }
+    cp_async_wait<1>();
+    __syncwarp();
+    const int8_t* xs[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) xs[j] = reinterpret_cast<const int8_t*>(st.at(k, 8 * j + gq));
+    // One part at a time (each reading the activations' fragments again): one part's weights in
+    // registers, so that gate and up fit in 128 and twice the warps are resident.
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      W raw[1];
+      const uint8_t* blk[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uintptr_t mis = W::kBytes % 16 ? (reinterpret_cast<uintptr_t>(rows[p][i]) + static_cast<uintptr_t>(b) * W::kBytes) & 15 : 0;
+        blk[i] = wst + k * wstage + (p * 16 + gq + 8 * i) * wslot + mis;
+      }
+      raw[0].load_staged(blk, tq);
+      dot_parts<W, NJ, 1>(raw, b, tq, xs, tk, c, cols, reinterpret_cast<float(&)[1][NJ][4]>(acc[p]));
+    }
+    __syncwarp();  // (every lane done with stage k before the next copies into it)
+    k ^= 1;
+  }
+}
+
 // Blocks of max(S, kMvWarps) warps: S (1 to kMmaWarps) warps a tile. Without an activation, up to 16
 // tokens a warp in at most 128 registers: twice the warps resident, measured faster on an H200 (8 and
 // 16 tokens: 10-25%); more tokens a warp spill there, and gate and up with their activation (8 tokens:
 // 26 us uncapped, 30 capped).
 constexpr int kMmaWarps = 8;
 // R: tiles of 16 rows a warp (without an activation), sharing each load of the activations.
-template <int NJ, bool GLU, int R, bool ST>
-__global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 2 && R == 1)) ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
+// WS (with ST): the weights staged in shared memory as well (mma_rows_staged; a.wslot bytes a row's
+// super-block).
+template <int NJ, bool GLU, int R, bool ST, bool WS = false>
+__global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ == 2 && R == 1))) || WS ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
   static_assert(R == 1 || !GLU);
+  static_assert(ST || !WS);
   extern __shared__ __align__(16) uint8_t mma_stage[];
   pdl_trigger();
   // Ungrouped: blockIdx.x the group of tokens, blockIdx.y the rows (a tile's groups run together and
@@ -760,17 +855,27 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, !GLU && (NJ == 1 || (NJ == 
       tk.qd[j][1] = slot(t0 + 8 * j + 2 * tq + 1) / a.x_div;
     }
     Stage<NJ> st{};
+    // This warp's shared memory: its codes' stages (ST), then its weights' (WS).
+    const int st_bytes = ST ? Stage<NJ>::kBytes : 0;
+    uint8_t* const mine = mma_stage + warp * (st_bytes + (WS ? 2 * P * 16 * a.wslot : 0));
     if constexpr (ST) {
-      st.base = mma_stage + warp * Stage<NJ>::kBytes;
+      st.base = mine;
       int* trow = reinterpret_cast<int*>(st.base + 2 * Stage<NJ>::kTokens * kStageRow);
       if (lane < Stage<NJ>::kTokens) trow[lane] = slot(t0 + lane) / a.x_div;
       __syncwarp();
       st.trow = trow;
     }
     const int nsb = cols / 256;
-    if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
-    else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
-    else mma_rows<Q6Mma, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+    if constexpr (WS) {
+      uint8_t* const wst = mine + st_bytes;
+      if (g.type == kQ4_K) mma_rows_staged<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+      else if (g.type == kQ5_K) mma_rows_staged<Q45Mma<kQ5_K>, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+      else mma_rows_staged<Q6Mma, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+    } else {
+      if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+      else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+      else mma_rows<Q6Mma, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+    }
   }
   pdl_wait();  // (again: warps with no rows or no super-blocks)
   if (S > 1) {
@@ -839,6 +944,44 @@ int64_t mma_resident_warps() {
   return warps;
 }
 
+// The dynamic shared memory a k_mv_mma instantiation may take: the device's most a block may opt in
+// to, less its static shared memory (raised to that once per instantiation).
+template <class K>
+int staged_limit(K kernel) {
+  static std::unordered_map<const void*, int> limits;
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  const auto found = limits.find(reinterpret_cast<const void*>(kernel));
+  if (found != limits.end()) return found->second;
+  int dev = 0, optin = 0;
+  cudaFuncAttributes at{};
+  int limit = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+    limit = optin - static_cast<int>(at.sharedSizeBytes);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) != cudaSuccess) limit = 0;
+  }
+  (void)cudaGetLastError();
+  limits[reinterpret_cast<const void*>(kernel)] = limit;
+  return limit;
+}
+
+// The warps of a kernel the GPU holds at once with `shared` bytes of dynamic shared memory a block of
+// kMvWarps warps.
+int64_t resident_warps(const void* kernel, int shared) {
+  static std::map<std::pair<const void*, int>, int64_t> found;
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  const auto f = found.find({kernel, shared});
+  if (f != found.end()) return f->second;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kMvWarps * kWarp, shared) != cudaSuccess || blocks < 1) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  return found[{kernel, shared}] = static_cast<int64_t>(blocks) * kMvWarps * sm_count();
+}
+
 // The launch shape: S warps per 16-row tile (each every S-th super-block), as many as the GPU holds at
 // once (one wave: a second, partial one waits a whole warp's time), with at least two super-blocks
 // each; without an activation at least two (the warps wait on their loads: more of them in flight read
@@ -858,11 +1001,38 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   int64_t rows = 0;
   for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
   const int64_t tiles = (rows + 16 * R - 1) / (16 * R), nsb = a.cols / 256, groups = a.order ? 1 : (a.n + 8 * NJ - 1) / (8 * NJ);
-  const int64_t budget = mma_resident_warps<NJ, GLU, R>();
-  int S = 1;
-  while (S < kMmaWarps && tiles * groups * 2 * S <= budget && nsb >= 4 * S) S *= 2;
-  if (S == 1 && nsb >= 8 && !(GLU && groups == 1)) S = 2;
-  if (split == 1 || split == 2 || split == 4 || split == 8) S = split;
+  // S from the warps resident; at least two where there are eight super-blocks (without the weights
+  // staged, not for gate and up in one group: their registers leave too few warps resident).
+  const auto choose_s = [&](int64_t budget, bool two) {
+    int S = 1;
+    while (S < kMmaWarps && tiles * groups * 2 * S <= budget && nsb >= 4 * S) S *= 2;
+    if (S == 1 && nsb >= 8 && two) S = 2;
+    if (split == 1 || split == 2 || split == 4 || split == 8) S = split;
+    return S;
+  };
+  int S = choose_s(mma_resident_warps<NJ, GLU, R>(), !(GLU && groups == 1));
+  // 5 to 8 tokens (not grouped by expert), the weights staged too (WS) where the launch's warps are at
+  // least half of those the GPU holds and a block of the most warps holds them in shared memory (slots
+  // of the segments' widest type). Measured on an H200 (zinc_cuda_matvec_bench 8, us, loaded as used
+  // -> staged): gate and up with their activation 28.7 -> 25.4 (128 registers: 16 warps an SM, two a
+  // tile), gate 12288x4096 18.1 -> 17.0, down 4096x12288 Q6_K 23.8 -> 21.4, Q4_K 15.6 -> 14.8, q, k
+  // and v 12.1 -> 10.8; but with fewer warps (q/o, k, v apart: each warp's copies one super-block ahead
+  // against two super-blocks loaded at once) 6.7 -> 7.2, 4.1 -> 5.2, 4.6 -> 7.6, at 16 tokens a warp
+  // slower throughout (gate and up 38.1 -> 43.4) and 4 sequences 1101 -> 1078 tok/s; qwen3-8b 8
+  // sequences 2227 -> 2404.
+  int slot = 0, per_warp = 0;
+  if constexpr (NJ == 1) {
+    constexpr auto kernel = k_mv_mma<NJ, GLU, R, true, true>;
+    if (g_mma_weights_stage && g_mma_stage && !a.order) {
+      slot = 144;
+      for (int i = 0; i < (GLU ? 2 : a.nseg); ++i) slot = std::max(slot, a.seg[i].type == kQ6_K ? 224 : a.seg[i].type == kQ5_K ? 176 : 144);
+      per_warp = Stage<NJ>::kBytes + 2 * (GLU ? 2 : R) * 16 * slot;
+      const int64_t budget = kMmaWarps * per_warp <= staged_limit(kernel) ? resident_warps(reinterpret_cast<const void*>(kernel), kMvWarps * per_warp) : 0;
+      const int ws = budget > 0 ? choose_s(budget, true) : 0;
+      if (ws > 0 && (g_mma_weights_stage == 2 || (a.n > 4 && tiles * groups * ws * 2 >= budget))) S = ws;
+      else slot = 0;
+    }
+  }
   const int warps = std::max(S, kMvWarps);
   unsigned blocks = 0;
   const int per_block = 16 * R * (warps / S);
@@ -873,6 +1043,10 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   if (GLU) a.nseg = 1;
   const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
                             : dim3(static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)), blocks);
+  a.wslot = slot;
+  if constexpr (NJ == 1) {
+    if (slot) return launch_shared(k_mv_mma<NJ, GLU, R, true, true>, grid, dim3(warps * kWarp), warps * per_warp, s, a, S);
+  }
   constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
   if (kStages && g_mma_stage && (NJ <= 2 || S >= 4)) {
     constexpr auto kernel = k_mv_mma<NJ, GLU, R, kStages>;
