@@ -52,7 +52,7 @@ struct BenchArgs {
   int device = -1;
   std::vector<int> parallel{1};
   std::vector<int> concurrency;
-  int batch_tokens = 512;
+  int batch_tokens = 1024;  // (zinc serve's default)
   double decode_latency = 3;  // --concurrency: the server's limit on a step beside decoding streams
   int shared_prefix = 0;       // --concurrency: tokens every request's prompt starts with (a system prompt)
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache

@@ -22,7 +22,9 @@ namespace {
 struct ServeArgs {
   GenerationArgs gen;
   server::ServerOptions server;
-  int parallel = 1, queue = 32, batch_tokens = 512;
+  // A step's tokens: 1024 takes a burst of sixteen 64-token prompts in one step (measured on an H200,
+  // qwen3-8b, 16 requests at once: 2500-2650 -> 3014-3021 tok/s, their gaps' p99 13.8 -> 4.7 ms).
+  int parallel = 1, queue = 32, batch_tokens = 1024;
   double decode_latency = 3;
   std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
   std::string models_dir, keep_alive = "5m";
