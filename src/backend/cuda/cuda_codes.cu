@@ -1011,15 +1011,16 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     return S;
   };
   int S = choose_s(mma_resident_warps<NJ, GLU, R>(), !(GLU && groups == 1));
-  // 5 to 8 tokens (not grouped by expert), the weights staged too (WS) where the launch's warps are at
+  // Up to 8 tokens (not grouped by expert), the weights staged too (WS) where the launch's warps are at
   // least half of those the GPU holds and a block of the most warps holds them in shared memory (slots
   // of the segments' widest type). Measured on an H200 (zinc_cuda_matvec_bench 8, us, loaded as used
   // -> staged): gate and up with their activation 28.7 -> 25.4 (128 registers: 16 warps an SM, two a
   // tile), gate 12288x4096 18.1 -> 17.0, down 4096x12288 Q6_K 23.8 -> 21.4, Q4_K 15.6 -> 14.8, q, k
   // and v 12.1 -> 10.8; but with fewer warps (q/o, k, v apart: each warp's copies one super-block ahead
-  // against two super-blocks loaded at once) 6.7 -> 7.2, 4.1 -> 5.2, 4.6 -> 7.6, at 16 tokens a warp
-  // slower throughout (gate and up 38.1 -> 43.4) and 4 sequences 1101 -> 1078 tok/s; qwen3-8b 8
-  // sequences 2227 -> 2404.
+  // against two super-blocks loaded at once) 6.7 -> 7.2, 4.1 -> 5.2, 4.6 -> 7.6, and at 16 tokens a
+  // warp slower throughout (gate and up 38.1 -> 43.4). qwen3-8b 8 sequences 2227 -> 2404 tok/s, 3 and 4
+  // sequences 865 -> 875 and 1105 -> 1119; a full-depth qwen3.6-27b step verifying 2 and 3 drafted
+  // tokens 12.20 -> 11.5-11.8 and 12.7 -> 12.0-12.3 ms.
   int slot = 0, per_warp = 0;
   if constexpr (NJ == 1) {
     constexpr auto kernel = k_mv_mma<NJ, GLU, R, true, true>;
@@ -1029,7 +1030,7 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
       per_warp = Stage<NJ>::kBytes + 2 * (GLU ? 2 : R) * 16 * slot;
       const int64_t budget = kMmaWarps * per_warp <= staged_limit(kernel) ? resident_warps(reinterpret_cast<const void*>(kernel), kMvWarps * per_warp) : 0;
       const int ws = budget > 0 ? choose_s(budget, true) : 0;
-      if (ws > 0 && (g_mma_weights_stage == 2 || (a.n > 4 && tiles * groups * ws * 2 >= budget))) S = ws;
+      if (ws > 0 && (g_mma_weights_stage == 2 || tiles * groups * ws * 2 >= budget)) S = ws;
       else slot = 0;
     }
   }
