@@ -6,10 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
+#include <array>
 #include <type_traits>
-#include <unordered_map>
 
 #include "backend/cuda/cuda_device.cuh"
 #include "core/error.h"
@@ -944,42 +942,38 @@ int64_t mma_resident_warps() {
   return warps;
 }
 
-// The dynamic shared memory a k_mv_mma instantiation may take: the device's most a block may opt in
-// to, less its static shared memory (raised to that once per instantiation).
-template <class K>
-int staged_limit(K kernel) {
-  static std::unordered_map<const void*, int> limits;
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  const auto found = limits.find(reinterpret_cast<const void*>(kernel));
-  if (found != limits.end()) return found->second;
-  int dev = 0, optin = 0;
-  cudaFuncAttributes at{};
-  int limit = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-    limit = optin - static_cast<int>(at.sharedSizeBytes);
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) != cudaSuccess) limit = 0;
-  }
-  (void)cudaGetLastError();
-  limits[reinterpret_cast<const void*>(kernel)] = limit;
-  return limit;
-}
-
-// The warps of a kernel the GPU holds at once with `shared` bytes of dynamic shared memory a block of
-// kMvWarps warps.
-int64_t resident_warps(const void* kernel, int shared) {
-  static std::map<std::pair<const void*, int>, int64_t> found;
-  static std::mutex m;
-  std::lock_guard<std::mutex> lock(m);
-  const auto f = found.find({kernel, shared});
-  if (f != found.end()) return f->second;
-  int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kMvWarps * kWarp, shared) != cudaSuccess || blocks < 1) {
+// With the weights staged (k_mv_mma<NJ, GLU, R, true, true>): a warp's shared memory for slots of
+// `slot` bytes a row's super-block, and the warps the GPU holds at once for each slot size (0 where a
+// block of the most warps does not fit in what a block may opt in to, less its static shared memory;
+// that much is allowed once per instantiation).
+constexpr int kWSlots[3] = {144, 176, 224};  // Q4_K, Q5_K, Q6_K (with its misalignment)
+template <int NJ, bool GLU, int R>
+constexpr int staged_warp_bytes(int slot) { return Stage<NJ>::kBytes + 2 * (GLU ? 2 : R) * 16 * slot; }
+template <int NJ, bool GLU, int R>
+const std::array<int64_t, 3>& staged_resident_warps() {
+  static const std::array<int64_t, 3> warps = [] {
+    constexpr auto kernel = k_mv_mma<NJ, GLU, R, true, true>;
+    std::array<int64_t, 3> w{};
+    int dev = 0, optin = 0;
+    cudaFuncAttributes at{};
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+        cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+      const int limit = optin - static_cast<int>(at.sharedSizeBytes);
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) == cudaSuccess) {
+        for (int i = 0; i < 3; ++i) {
+          const int bytes = staged_warp_bytes<NJ, GLU, R>(kWSlots[i]);
+          if (kMmaWarps * bytes > limit) continue;
+          int blocks = 0;
+          if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kMvWarps * kWarp, kMvWarps * bytes) != cudaSuccess || blocks < 1)
+            blocks = 1;
+          w[static_cast<size_t>(i)] = static_cast<int64_t>(blocks) * kMvWarps * sm_count();
+        }
+      }
+    }
     (void)cudaGetLastError();
-    blocks = 1;
-  }
-  return found[{kernel, shared}] = static_cast<int64_t>(blocks) * kMvWarps * sm_count();
+    return w;
+  }();
+  return warps;
 }
 
 // The launch shape: S warps per 16-row tile (each every S-th super-block), as many as the GPU holds at
@@ -1023,15 +1017,16 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   // tokens 12.20 -> 11.5-11.8 and 12.7 -> 12.0-12.3 ms.
   int slot = 0, per_warp = 0;
   if constexpr (NJ == 1) {
-    constexpr auto kernel = k_mv_mma<NJ, GLU, R, true, true>;
     if (g_mma_weights_stage && g_mma_stage && !a.order) {
-      slot = 144;
-      for (int i = 0; i < (GLU ? 2 : a.nseg); ++i) slot = std::max(slot, a.seg[i].type == kQ6_K ? 224 : a.seg[i].type == kQ5_K ? 176 : 144);
-      per_warp = Stage<NJ>::kBytes + 2 * (GLU ? 2 : R) * 16 * slot;
-      const int64_t budget = kMmaWarps * per_warp <= staged_limit(kernel) ? resident_warps(reinterpret_cast<const void*>(kernel), kMvWarps * per_warp) : 0;
+      int k = 0;
+      for (int i = 0; i < (GLU ? 2 : a.nseg); ++i) k = std::max(k, a.seg[i].type == kQ6_K ? 2 : a.seg[i].type == kQ5_K ? 1 : 0);
+      const int64_t budget = staged_resident_warps<NJ, GLU, R>()[static_cast<size_t>(k)];
       const int ws = budget > 0 ? choose_s(budget, true) : 0;
-      if (ws > 0 && (g_mma_weights_stage == 2 || tiles * groups * ws * 2 >= budget)) S = ws;
-      else slot = 0;
+      if (ws > 0 && (g_mma_weights_stage == 2 || tiles * groups * ws * 2 >= budget)) {
+        S = ws;
+        slot = kWSlots[k];
+        per_warp = staged_warp_bytes<NJ, GLU, R>(slot);
+      }
     }
   }
   const int warps = std::max(S, kMvWarps);
