@@ -4,6 +4,7 @@
 // products' paths.
 // Usage: zinc_cuda_matvec_bench [tokens] [iterations] [codes staged in shared memory: 1 (default) or 0]
 //        [weights staged in shared memory: 1 (default: where faster), 2 (wherever they fit) or 0]
+//        [gate and up at 16 tokens a warp held to fewer registers: 1 (default: where faster), 2 (always) or 0]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
   if (argc > 3) ck::set_codes_mma_stage(std::atoi(argv[3]) != 0);  // (0: the tensor cores read the codes from memory)
   if (argc > 4) ck::set_codes_mma_weights_stage(std::atoi(argv[4]));  // (0: they read the weights as they use them)
+  if (argc > 5) ck::set_codes_mma_glu_capped(std::atoi(argv[5]));  // (0: gate and up at 16 tokens a warp in all their registers)
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");
   cudaStream_t s;

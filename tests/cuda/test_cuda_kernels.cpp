@@ -585,14 +585,18 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
          {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0, 99}, {backend::cuda::Glu::GeGLU, 3, 0, 99}, {backend::cuda::Glu::SwiGLU, 1, 1, 99},
           {backend::cuda::Glu::GeGLU, 1, 2, 99}, {backend::cuda::Glu::SwiGLU, 3, 0, 2}, {backend::cuda::Glu::GeGLU, 8, 0, 2},
           {backend::cuda::Glu::SwiGLU, 13, 0, 2}, {backend::cuda::Glu::GeGLU, max_n, 0, 2}, {backend::cuda::Glu::SwiGLU, 41, 8, 2},
-          {backend::cuda::Glu::SwiGLU, 29, 4, 2}, {backend::cuda::Glu::SwiGLU, 8, 1, 2}, {backend::cuda::Glu::GeGLU, 5, 1, 2}}) {
-      // (With the tensor cores rows_per_warp is the split: eight, four and one warps a tile; one with
-      // 2048 columns, eight super-blocks a warp, takes the weights staged.)
-      // The codes staged or read from memory; the weights staged (ws) or loaded as used.
-      for (const auto& [stage, ws] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
-      if ((!stage || !ws) && mma_min != 2) continue;
+          {backend::cuda::Glu::SwiGLU, 29, 4, 2}, {backend::cuda::Glu::SwiGLU, 8, 1, 2}, {backend::cuda::Glu::GeGLU, 5, 1, 2},
+          {backend::cuda::Glu::SwiGLU, 16, 2, 2}, {backend::cuda::Glu::GeGLU, 11, 4, 2}}) {
+      // (With the tensor cores rows_per_warp is the split: eight, four, two and one warps a tile; one
+      // with 2048 columns, eight super-blocks a warp, takes the weights staged.)
+      // The codes staged or read from memory; the weights staged (ws) or loaded as used; 9 to 16
+      // tokens held to fewer registers (capped) or not.
+      for (const auto& [stage, ws, capped] : {std::tuple{true, true, true}, {false, true, true}, {true, false, true}, {false, false, true},
+                                              {true, true, false}}) {
+      if ((!stage || !ws || !capped) && mma_min != 2) continue;
       backend::cuda::set_codes_mma_stage(stage);
       backend::cuda::set_codes_mma_weights_stage(ws ? 2 : 0);
+      backend::cuda::set_codes_mma_glu_capped(capped ? 2 : 0);
       backend::cuda::set_codes_mma_min(mma_min);
       backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, mma_min == 2 ? rows_per_warp : 0,
                                    mma_min == 2 ? 0 : rows_per_warp);
@@ -609,7 +613,7 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
           const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
           ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
               << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << (stage ? ", staged" : "")
-              << (ws ? ", weights staged" : "") << ", token " << t
+              << (ws ? ", weights staged" : "") << (capped ? "" : ", all registers") << ", token " << t
               << " row " << r;
         }
       }
@@ -619,6 +623,7 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   backend::cuda::set_codes_mma_min(0);
   backend::cuda::set_codes_mma_stage(true);
   backend::cuda::set_codes_mma_weights_stage(1);
+  backend::cuda::set_codes_mma_glu_capped(1);
 }
 
 TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {

@@ -69,6 +69,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
     ck::set_codes_mma_weights_stage(static_cast<int>(knob_u32("ZINC_CUDA_MMA_WEIGHTS_STAGED", 1, 0, 2)));
+    ck::set_codes_mma_glu_capped(static_cast<int>(knob_u32("ZINC_CUDA_MMA_GLU_CAPPED", 1, 0, 2)));
     flash_attention_ = knob_u32("ZINC_CUDA_FLASH_ATTENTION", 1, 0, 1) == 1;
     plan_fusions();
     plan();

@@ -23,7 +23,9 @@ void set_codes_mma_groups(int groups) { g_mma_groups = groups == 1 || groups == 
 bool g_mma_stage = true;  // k_mv_mma's codes staged in shared memory
 void set_codes_mma_stage(bool on) { g_mma_stage = on; }
 int g_mma_weights_stage = 1;  // k_mv_mma's weights copied into shared memory ahead of their use: 0 never, 1 where it pays, 2 where it fits
+int g_mma_glu_capped = 1;  // k_mv_mma's gate and up at 16 tokens a warp in kGluRegs registers: 0 never, 1 where it pays, 2 always
 void set_codes_mma_weights_stage(int mode) { g_mma_weights_stage = std::clamp(mode, 0, 2); }
+void set_codes_mma_glu_capped(int mode) { g_mma_glu_capped = std::clamp(mode, 0, 2); }
 
 namespace {
 int sm_count() {
@@ -795,9 +797,10 @@ __device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][
 constexpr int kMmaWarps = 8;
 // R: tiles of 16 rows a warp (without an activation), sharing each load of the activations.
 // WS (with ST): the weights staged in shared memory as well (mma_rows_staged; a.wslot bytes a row's
-// super-block).
-template <int NJ, bool GLU, int R, bool ST, bool WS = false>
-__global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ == 2 && R == 1))) || WS ? 2 : 1) k_mv_mma(const MvArgs a, int S) {
+// super-block). CAP: at most that many registers (0: as the bounds allow).
+template <int NJ, bool GLU, int R, bool ST, bool WS = false, int CAP = 0>
+__global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ == 2 && R == 1))) || WS ? 2 : 1) __maxnreg__(CAP > 0 ? CAP : 255)
+    k_mv_mma(const MvArgs a, int S) {
   static_assert(R == 1 || !GLU);
   static_assert(ST || !WS);
   extern __shared__ __align__(16) uint8_t mma_stage[];
@@ -928,12 +931,22 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
     }
 }
 
+// Gate and up at 16 tokens a warp with their codes staged: in at most kGluRegs registers (none spilled),
+// three blocks of four warps an SM against two at 230. Measured on an H200 (zinc_cuda_matvec_bench 16,
+// 2 x 12288 x 4096 Q4_K, us): 38.1 -> 31.8 with two warps a tile (the warps' budget from these
+// registers chooses two), though 50.2 with one; 12 tokens 37.0 -> 30.8.
+constexpr int kGluRegs = 168;
+template <int NJ, bool GLU, int R, bool ST>
+constexpr int mma_cap() { return GLU && NJ == 2 && ST ? kGluRegs : 0; }
+
 // The warps of a k_mv_mma instantiation the GPU holds at once (its registers and shared memory).
-template <int NJ, bool GLU, int R>
+template <int NJ, bool GLU, int R, int CAP = 0>
 int64_t mma_resident_warps() {
   static const int64_t warps = [] {
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k_mv_mma<NJ, GLU, R, false>, kMvWarps * kWarp, 0) != cudaSuccess || blocks < 1) {
+    constexpr auto kernel = k_mv_mma<NJ, GLU, R, CAP != 0, false, CAP>;
+    const size_t shared = CAP != 0 ? static_cast<size_t>(kMvWarps * Stage<NJ>::kBytes) : 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kMvWarps * kWarp, shared) != cudaSuccess || blocks < 1) {
       (void)cudaGetLastError();
       blocks = 2;
     }
@@ -1004,7 +1017,13 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     if (split == 1 || split == 2 || split == 4 || split == 8) S = split;
     return S;
   };
-  int S = choose_s(mma_resident_warps<NJ, GLU, R>(), !(GLU && groups == 1));
+  constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
+  constexpr int kCap = mma_cap<NJ, GLU, R, kStages>();
+  // (Capped where the launch's warps are at least half of those the GPU holds uncapped: measured on
+  // qwen3-8b's, not on small ones.)
+  const bool capped = kCap != 0 && g_mma_stage &&
+                      (g_mma_glu_capped == 2 || (g_mma_glu_capped == 1 && tiles * groups * 2 >= mma_resident_warps<NJ, GLU, R>()));
+  int S = choose_s(capped ? mma_resident_warps<NJ, GLU, R, kCap>() : mma_resident_warps<NJ, GLU, R>(), !(GLU && groups == 1));
   // Up to 8 tokens (not grouped by expert), the weights staged too (WS) where the launch's warps are at
   // least half of those the GPU holds and a block of the most warps holds them in shared memory (slots
   // of the segments' widest type). Measured on an H200 (zinc_cuda_matvec_bench 8, us, loaded as used
@@ -1043,13 +1062,14 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   if constexpr (NJ == 1) {
     if (slot) return launch_shared(k_mv_mma<NJ, GLU, R, true, true>, grid, dim3(warps * kWarp), warps * per_warp, s, a, S);
   }
-  constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
   if (kStages && g_mma_stage && (NJ <= 2 || S >= 4)) {
     constexpr auto kernel = k_mv_mma<NJ, GLU, R, kStages>;
+    constexpr auto kernel_capped = k_mv_mma<NJ, GLU, R, kStages, false, kCap>;
     static const bool allowed =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess;
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess &&
+        cudaFuncSetAttribute(kernel_capped, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess;
     (void)allowed;
-    launch_shared(kernel, grid, dim3(warps * kWarp), warps * Stage<NJ>::kBytes, s, a, S);
+    launch_shared(capped ? kernel_capped : kernel, grid, dim3(warps * kWarp), warps * Stage<NJ>::kBytes, s, a, S);
   } else {
     launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a, S);
   }
@@ -1085,11 +1105,15 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     // Groups of 8, 16 or 32 tokens a warp (33 to 64: two groups of 32, launched side by side).
     // Without an activation, 32 tokens a warp take two tiles of rows (each load of the activations
     // used twice: measured on an H200 at 64 tokens, 16-27% faster from 4096 rows; with fewer rows the
-    // warps are too few).
+    // warps are too few), and so do 16 without Q6_K weights (zinc_cuda_matvec_bench 16, us: down
+    // 4096 x 12288 Q4_K 21.1 -> 17.7, q/o 9.20 -> 8.94, gate 12288 rows 25.6 -> 20.6; but Q6_K down
+    // 26.1 -> 29.5, v 8.4 -> 9.7).
     const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 ? 2 : 4;
     int64_t out_rows = 0;
     for (int i = 0; i < a.nseg; ++i) out_rows += a.seg[i].rows;
-    const int tiles = glu ? 1 : g_mma_tiles > 0 ? g_mma_tiles : groups == 4 && out_rows >= 4096 ? 2 : 1;
+    bool any_q6 = false;
+    for (int i = 0; i < a.nseg; ++i) any_q6 |= a.seg[i].type == kQ6_K;
+    const int tiles = glu ? 1 : g_mma_tiles > 0 ? g_mma_tiles : (groups == 4 || (groups == 2 && !any_q6)) && out_rows >= 4096 ? 2 : 1;
     const auto by_groups = [&](auto glu_c, auto tiles_c) {
       constexpr bool G = decltype(glu_c)::value;
       constexpr int R = decltype(tiles_c)::value;

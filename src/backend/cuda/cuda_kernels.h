@@ -66,6 +66,9 @@ void set_codes_mma_stage(bool on);
 // And whether its weights are copied into shared memory a super-block ahead of their use: 0 never, 1
 // (the default) where measured faster, 2 wherever a block holds them (tests).
 void set_codes_mma_weights_stage(int mode);
+// And whether gate and up at 16 tokens a warp are held to fewer registers (more warps resident): 0
+// never, 1 (the default) where measured faster, 2 always (tests).
+void set_codes_mma_glu_capped(int mode);
 bool int8_tiles(int type);   // Q4_K, Q5_K, Q6_K
 // Whether a product of `type` over n rows takes the prompt tiles against codes: an int8_tiles() type,
 // more than kCodesTokens and at most 65535 rows, unless set_int8_prompts(false).
