@@ -936,7 +936,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
 // 2 x 12288 x 4096 Q4_K, us): 38.1 -> 31.8 with two warps a tile (the warps' budget from these
 // registers chooses two), though 50.2 with one; 12 tokens 37.0 -> 30.8.
 constexpr int kGluRegs = 168;
-template <int NJ, bool GLU, int R, bool ST>
+template <int NJ, bool GLU, bool ST>
 constexpr int mma_cap() { return GLU && NJ == 2 && ST ? kGluRegs : 0; }
 
 // The warps of a k_mv_mma instantiation the GPU holds at once (its registers and shared memory).
@@ -1018,7 +1018,7 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
     return S;
   };
   constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
-  constexpr int kCap = mma_cap<NJ, GLU, R, kStages>();
+  constexpr int kCap = mma_cap<NJ, GLU, kStages>();
   // (Capped where the launch's warps are at least half of those the GPU holds uncapped: measured on
   // qwen3-8b's, not on small ones.)
   const bool capped = kCap != 0 && g_mma_stage &&
@@ -1110,9 +1110,8 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     // 26.1 -> 29.5, v 8.4 -> 9.7).
     const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 ? 2 : 4;
     int64_t out_rows = 0;
-    for (int i = 0; i < a.nseg; ++i) out_rows += a.seg[i].rows;
     bool any_q6 = false;
-    for (int i = 0; i < a.nseg; ++i) any_q6 |= a.seg[i].type == kQ6_K;
+    for (int i = 0; i < a.nseg; ++i) out_rows += a.seg[i].rows, any_q6 |= a.seg[i].type == kQ6_K;
     const int tiles = glu ? 1 : g_mma_tiles > 0 ? g_mma_tiles : (groups == 4 || (groups == 2 && !any_q6)) && out_rows >= 4096 ? 2 : 1;
     const auto by_groups = [&](auto glu_c, auto tiles_c) {
       constexpr bool G = decltype(glu_c)::value;
