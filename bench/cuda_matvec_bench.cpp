@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
                     2.0 * static_cast<double>(w.rows * w.cols) * n / (us * 1e6));
       }
     }
+    ck::set_int8_prompts(true);  // (the products of one input below take the integer tiles)
     // Products of one input in one launch (q, k and v).
     for (const Shape& sh : shapes) {
       if (sh.parts.size() == 1 || sh.glu != ck::Glu::None) continue;

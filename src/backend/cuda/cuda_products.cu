@@ -623,21 +623,17 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
         }
 #pragma unroll 2
       for (int s = 0; s < 8; ++s) {
+        // Fragments by ldmatrix: a tile's 16 rows' 32 bytes (lane l: row l % 16, bytes 16 (l / 16) on);
+        // two 8-token tiles' 32 bytes (lane l: tile j + l / 16, token l % 8, chunk 2 s + (l / 8) % 2).
         uint32_t a[2][4], bf[4][2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int8_t* r0 = &sh.w[wm + 16 * i + gq][32 * s + 4 * tq];
-          const int8_t* r1 = &sh.w[wm + 16 * i + gq + 8][32 * s + 4 * tq];
-          a[i][0] = *reinterpret_cast<const uint32_t*>(r0);
-          a[i][1] = *reinterpret_cast<const uint32_t*>(r1);
-          a[i][2] = *reinterpret_cast<const uint32_t*>(r0 + 16);
-          a[i][3] = *reinterpret_cast<const uint32_t*>(r1 + 16);
-        }
+        for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], &sh.w[wm + 16 * i + lane % 16][32 * s + 16 * (lane / 16)]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int8_t* p = sh.x[st][wn + 8 * j + gq];  // (token t % 8 = gq)
-          bf[j][0] = *reinterpret_cast<const uint32_t*>(p + 16 * ((2 * s) ^ gq) + 4 * tq);
-          bf[j][1] = *reinterpret_cast<const uint32_t*>(p + 16 * ((2 * s + 1) ^ gq) + 4 * tq);
+        for (int j = 0; j < 4; j += 2) {
+          const int t = wn + 8 * (j + lane / 16) + lane % 8, chunk = 2 * s + (lane / 8) % 2;
+          uint32_t r[4];
+          ldmatrix_x4(r, &sh.x[st][t][16 * (chunk ^ (t % 8))]);
+          bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -679,17 +675,18 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     } else {
 #pragma unroll 2
       for (int s = 0; s < 16; ++s) {
-        uint32_t a[2][2], bf[4];
+        // Fragments by ldmatrix: the warp's 32 rows' 16 bytes (lane l: row l), and its four 8-token
+        // tiles' chunk s (lane l: token l).
+        uint32_t a4[4], bf[4];
         int sc[2][2];
+        ldmatrix_x4(a4, &sh.w[wm + lane][16 * s]);
+        ldmatrix_x4(bf, &sh.x[st][wn + lane][16 * (s ^ (lane % 8))]);
+        const uint32_t a[2][2] = {{a4[0], a4[1]}, {a4[2], a4[3]}};
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          a[i][0] = *reinterpret_cast<const uint32_t*>(&sh.w[wm + 16 * i + gq][16 * s + 4 * tq]);
-          a[i][1] = *reinterpret_cast<const uint32_t*>(&sh.w[wm + 16 * i + gq + 8][16 * s + 4 * tq]);
           sc[i][0] = reinterpret_cast<const int8_t*>(sh.sc[wm + 16 * i + gq])[s];
           sc[i][1] = reinterpret_cast<const int8_t*>(sh.sc[wm + 16 * i + gq + 8])[s];
         }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) bf[j] = *reinterpret_cast<const uint32_t*>(sh.x[st][wn + 8 * j + gq] + 16 * (s ^ gq) + 4 * tq);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
