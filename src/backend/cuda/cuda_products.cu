@@ -651,25 +651,33 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
         }
       }
       // Float scales; the minimums' term: sum over sub-blocks of minimum times the codes' sum.
+      // (Each token's sums and scale read once, each row's once: tokens outer.)
+      float d[2][2], dm[2][2];
+      int mn[2][2][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = wm + 16 * i + gq + 8 * h;
-          const float d = sh.wd[r], dm = sh.wm[r];
-          const int mn0 = static_cast<int>(sh.sc[r][2]), mn1 = static_cast<int>(sh.sc[r][3]);
+          d[i][h] = sh.wd[r], dm[i][h] = sh.wm[r];
+          mn[i][h][0] = static_cast<int>(sh.sc[r][2]), mn[i][h][1] = static_cast<int>(sh.sc[r][3]);
+        }
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const int t = wn + 8 * j + 2 * tq + q;
-              const uint4 xs = *reinterpret_cast<const uint4*>(sh.xs[st][t]);
-              int m = __dp2a_lo(static_cast<int>(xs.x), mn0, 0);
-              m = __dp2a_hi(static_cast<int>(xs.y), mn0, m);
-              m = __dp2a_lo(static_cast<int>(xs.z), mn1, m);
-              m = __dp2a_hi(static_cast<int>(xs.w), mn1, m);
-              const float xd = sh.xd[st][t];
-              acc[i][j][2 * h + q] += xd * (d * static_cast<float>(isum[i][j][2 * h + q]) - dm * static_cast<float>(m));
+        for (int q = 0; q < 2; ++q) {
+          const int t = wn + 8 * j + 2 * tq + q;
+          const uint4 xs = *reinterpret_cast<const uint4*>(sh.xs[st][t]);
+          const float xd = sh.xd[st][t];
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              int m = __dp2a_lo(static_cast<int>(xs.x), mn[i][h][0], 0);
+              m = __dp2a_hi(static_cast<int>(xs.y), mn[i][h][0], m);
+              m = __dp2a_lo(static_cast<int>(xs.z), mn[i][h][1], m);
+              m = __dp2a_hi(static_cast<int>(xs.w), mn[i][h][1], m);
+              acc[i][j][2 * h + q] += xd * (d[i][h] * static_cast<float>(isum[i][j][2 * h + q]) - dm[i][h] * static_cast<float>(m));
             }
         }
     } else {
