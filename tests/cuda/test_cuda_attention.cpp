@@ -231,9 +231,10 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
   const size_t code_bytes = static_cast<size_t>(n * cols + n * cols / 64 + 16 + n * cols / 16);
   Dev dcodes(code_bytes), dwant(code_bytes);
   for (const AttnCase c : {AttnCase{0, 0, false}, AttnCase{300, 0, true}, AttnCase{0, 30.0f, true}})
-    for (const int parts : {1, splits, splits}) {
+    for (const auto& [parts, keys] : {std::pair{1, 0}, std::pair{splits, 0}, std::pair{splits, 0}, std::pair{splits, 256}}) {
       backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, c);
       a.splits = parts;
+      a.part_keys = keys;  // (256: the 3002-key row in 7 parts of 429, the 7-key row in one)
       a.part = dpart.as<float>();
       a.count = dcount.as<unsigned>();
       if (codes) a.codes = dcodes.p;
@@ -250,7 +251,7 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
         ASSERT_EQ(cudaMemcpy(cg.data(), dcodes.p, code_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(cw.data(), dwant.p, code_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
         ASSERT_TRUE(std::any_of(cw.begin(), cw.end(), [](uint8_t b) { return b != 0; }));
-        ASSERT_EQ(cg, cw) << parts << " parts: the attention's codes differ from its output's";
+        ASSERT_EQ(cg, cw) << parts << " parts of " << keys << "+ keys: the attention's codes differ from its output's";
       }
       std::vector<unsigned> counts(static_cast<size_t>(n * n_head));
       ASSERT_EQ(cudaMemcpy(counts.data(), dcount.p, counts.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -269,7 +270,7 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
                                                        a.scale, sinks[static_cast<size_t>(h)], hd, at(kf), at(vf));
           for (int e = 0; e < hd; ++e)
             ASSERT_NEAR(got[static_cast<size_t>((r * n_head + h) * hd + e)], want[static_cast<size_t>(e)], 2e-5)
-                << parts << " parts, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
+                << parts << " parts of " << keys << "+ keys, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
                 << " element " << e;
         }
     }
@@ -364,12 +365,16 @@ void check_formed_heads(TensorType kv, int hd, int n_head, int n_head_kv, bool n
     }
     return y;
   };
-  for (const int parts : {1, 7}) {
+  // (Parts of at least 256 keys, as steps of eight rows and more take them: row 0's 1001 keys in four
+  // parts, the others' in one.)
+  for (const auto& [parts, keys] : {std::pair{1, 0}, std::pair{7, 0}, std::pair{7, 256}}) {
+    SCOPED_TRACE(fmt::format("{} parts of at least {} keys", parts, keys));
     upload(dk, kc.data(), kc.size());
     upload(dv, vc.data(), vc.size());
     const AttnBuffers bufs{dq, dk, dv, dpos, dat, dtab, dsink, dout};
     backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, AttnCase{0, 0, false});
     a.splits = parts;
+    a.part_keys = keys;
     a.part = dpart.as<float>();
     a.count = dcount.as<unsigned>();
     backend::cuda::HeadsArgs& h = a.pre;

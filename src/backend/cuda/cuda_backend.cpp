@@ -682,6 +682,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const auto split = [&](ck::AttentionArgs& b) {
       if (b.n > kSplitRows || !att_count_.get()) return;
       b.splits = ck::decode_attention_splits(b.n, b.n_head, b.n_head_kv, b.head_dim, sms_);
+      b.part_keys = ck::decode_attention_part_keys(b.n);
       b.part = att_part_.get<float>();
       b.count = att_count_.get<unsigned>();
     };

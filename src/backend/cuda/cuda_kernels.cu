@@ -474,7 +474,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) k_attention(AttentionArgs 
 // and value row; the step's key and value rows are all read before any is used (one round trip a
 // step; values after the softmax for heads of 512). Per head the eight dot products are summed across
 // the lanes by halving exchanges (each lane left with one key's sum), then one softmax step for the
-// eight and the weighted values. A row's keys are split in parts of at least kDecMinKeys, at most
+// eight and the weighted values. A row's keys are split in parts of at least kDecMinKeys (or
+// AttentionArgs::part_keys), at most
 // `splits` (the blocks of higher parts return at once); with more than one part each block writes
 // each head's maximum, sum and weighted values to part, and the block that finishes a (head group,
 // row) last (count) merges them into out and resets the count.
@@ -644,7 +645,8 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const int pos = a.pos[r];
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int total = pos - lo + 1;
-  const int splits = min(static_cast<int>(gridDim.z), (total + kDecMinKeys - 1) / kDecMinKeys);
+  const int least = a.part_keys > 0 ? a.part_keys : kDecMinKeys;  // keys a part
+  const int splits = min(static_cast<int>(gridDim.z), (total + least - 1) / least);
   const int32_t* table = a.tables + a.table_at[r];
   // Forming the heads (pre): the table's row and the norms' weights read before the wait too.
   constexpr bool kForms = (KV == kF32 || KV == kF16) && HD <= 256;
@@ -1431,9 +1433,21 @@ int flash_splits(int n, int n_head, int sms) {
 
 int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms) {
   // Two blocks a multiprocessor: more (smaller parts, or a head a block) measured slower at depth
-  // 4096 (H200 qwen3-8b: four heads a block and twice the parts' blocks 379 -> 359 tok/s).
+  // 4096 (H200 qwen3-8b: four heads a block and twice the parts' blocks 379 -> 359 tok/s). The parts
+  // fit in one wave of those (rounded down: a part more that spills into a second wave makes some
+  // multiprocessors run two of its blocks one after the other; qwen3-8b 16 rows at depth 2048, three
+  // parts against two, 2709 -> 2872 tok/s).
   const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
-  return std::clamp((2 * sms + blocks - 1) / blocks, 1, kMaxAttentionSplits);
+  return std::clamp(2 * sms / blocks, 1, kMaxAttentionSplits);
+}
+
+int decode_attention_part_keys(int n) {
+  // One row: parts as short as a block's one pass (64 keys; short parts in flight read the cache
+  // faster than a few long ones). Eight rows and more fill the GPU with fewer parts: a part costs its
+  // block's fixed work (the heads formed, the newest key stored) and the merge's round trips, so parts
+  // of 256 keys (one part up to depth 256) took qwen3-8b 16 rows through the scheduler (64 to 192
+  // deep) from 3259 / 3283 to 3326 / 3327 tok/s, `--parallel 16` from 3923 / 3962 to 3994 / 3995.
+  return n >= 8 ? 4 * kDecMinKeys : kDecMinKeys;
 }
 
 bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox) {

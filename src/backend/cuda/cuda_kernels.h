@@ -218,7 +218,8 @@ struct AttentionArgs {
   // Heads of 64, 128, 256 or 512: each row's keys in `splits` parts on as many blocks, merged by the
   // last to finish through part (n * n_head * splits * (head_dim + 4) floats) and count (n * n_head,
   // zero before, zero after).
-  int splits = 1;
+  // A part takes at least part_keys keys (0: the kernel's least, 64; decode_attention_part_keys).
+  int splits = 1, part_keys = 0;
   float* part = nullptr;
   unsigned* count = nullptr;
   // With codes (attention_codes_fit): the output rows' 8-bit activation codes too, laid out as
@@ -241,8 +242,10 @@ bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox);
 inline constexpr int kMaxAttentionSplits = 32;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
-// The parts that fill the GPU (sms multiprocessors) about twice with decode blocks for n rows.
+// The parts that fill the GPU (sms multiprocessors) twice with decode blocks for n rows, rounded down
+// (one wave); each part of at least decode_attention_part_keys(n) keys (AttentionArgs::part_keys).
 int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms);
+int decode_attention_part_keys(int n);
 // The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
 // with float32 sums and softmax: F16 and Q8_0 caches, heads of 64 or 128 (flash_attention_fits).
 // With part given and splits > 1, the keys in `splits` parts on as many blocks, merged by a second
