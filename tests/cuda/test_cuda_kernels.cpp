@@ -626,10 +626,10 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   backend::cuda::set_codes_mma_glu_capped(1);
 }
 
-TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
+// The add + norm over n rows of `width` columns against double sums, its codes against the products' own.
+void check_add_norm(int64_t width) {
   std::mt19937 rng(13);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t width = 1280;  // five super-blocks: warps with one and with none
   const int n = 3;
   ASSERT_TRUE(backend::cuda::add_rms_norm_fits(width));
   std::vector<float> a(static_cast<size_t>(n * width)), b(a.size()), w(static_cast<size_t>(width));
@@ -678,6 +678,16 @@ TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
   std::vector<float> y(static_cast<size_t>(n));
   ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int t = 0; t < n; ++t) EXPECT_NEAR(y[static_cast<size_t>(t)], one.dot(0, out.data() + t * width), one.bound(0, out.data() + t * width));
+}
+
+TEST_F(CudaFused, AddNormWritesTheSumTheNormAndTheCodes) {
+  // Five super-blocks (eight warps: warps with one and with none), 16 (16 warps, one each), 20 and 50
+  // (32 warps: one, none, or two each).
+  for (const int64_t width : {1280, 4096, 5120, 12800}) {
+    SCOPED_TRACE(fmt::format("{} columns", width));
+    check_add_norm(width);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // A per-head norm and the gated activation after it in one launch (as the delta rule's output takes
