@@ -270,8 +270,8 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
                                                        a.scale, sinks[static_cast<size_t>(h)], hd, at(kf), at(vf));
           for (int e = 0; e < hd; ++e)
             ASSERT_NEAR(got[static_cast<size_t>((r * n_head + h) * hd + e)], want[static_cast<size_t>(e)], 2e-5)
-                << parts << " parts of " << keys << "+ keys, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r << " head " << h
-                << " element " << e;
+                << parts << " parts of " << keys << "+ keys, window " << c.window << " cap " << c.softcap << " sinks " << c.sinks << " row " << r
+                << " head " << h << " element " << e;
         }
     }
 }

@@ -49,10 +49,9 @@ __global__ void k_rms_norm(const float* x, const float* w, float* out, int64_t w
 // passes.
 constexpr int kNormWarps = 8, kNormPer = 8;
 template <int W, int PER>
-__global__ void __launch_bounds__(W * kWarp) k_add_rms_norm(const float* a, const float* b, float* sum, const float* w,
-                                                                     float* out, int64_t width, float eps, float offset, Codes c,
-                                                                     bool codes, const float* moe_y, const float* moe_w, int moe_k,
-                                                                     const float* sh, const float* sh_g, int64_t sh_gw) {
+__global__ void __launch_bounds__(W * kWarp) k_add_rms_norm(const float* a, const float* b, float* sum, const float* w, float* out, int64_t width,
+                                                             float eps, float offset, Codes c, bool codes, const float* moe_y, const float* moe_w,
+                                                             int moe_k, const float* sh, const float* sh_g, int64_t sh_gw) {
   pdl_trigger();
   const int64_t row = blockIdx.x;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
