@@ -14,15 +14,19 @@ namespace zinc::cli {
 namespace {
 
 void add_rt_selftest_command(CLI::App& app, const GlobalOptions& global, Runner& run) {
-  auto opts = std::make_shared<std::pair<std::string, std::string>>("/dev/kfd", "/sys/devices/virtual/kfd/kfd/topology");
+  struct Paths {
+    std::string kfd = "/dev/kfd", topology = "/sys/devices/virtual/kfd/kfd/topology", dri = "/dev/dri";
+  };
+  auto opts = std::make_shared<Paths>();
   CLI::App* cmd = app.add_subcommand("rt-selftest", "Climb ZINC_RT's bring-up ladder on this machine's AMD GPU and stop at the first rung that fails");
-  cmd->add_option("--kfd", opts->first, "The KFD device")->capture_default_str();
-  cmd->add_option("--topology", opts->second, "The KFD topology directory")->capture_default_str();
+  cmd->add_option("--kfd", opts->kfd, "The KFD device")->capture_default_str();
+  cmd->add_option("--topology", opts->topology, "The KFD topology directory")->capture_default_str();
+  cmd->add_option("--dri", opts->dri, "The directory of the GPUs' render nodes")->capture_default_str();
   cmd->callback([opts, &global, &run] {
     run = [opts, &global] {
 #if defined(ZINC_WITH_ZINC_RT)
       using backend::zinc_rt::Rung;
-      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->first, opts->second});
+      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->kfd, opts->topology, opts->dri});
       int status = 0;
       nlohmann::json j = nlohmann::json::array();
       for (size_t i = 0; i < rungs.size(); ++i) {

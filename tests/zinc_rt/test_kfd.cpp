@@ -50,6 +50,32 @@ TEST(Kfd, TopologyListsTheGpuNodes) {
   EXPECT_TRUE(read_kfd_topology((t.path / "absent").string()).empty());
 }
 
+// What a queue needs of a node: its gpu_id file, SIMDs per CU, XCCs, and the context save area's sizes
+// where the kernel lists them (absent: 0, one XCC); a gpu_id file that is not a number says where.
+TEST(Kfd, TopologyReadsWhatAQueueNeeds) {
+  TempDir t;
+  t.node(1, "simd_count 192\nsimd_per_cu 2\ngfx_target_version 110000\ndrm_render_minor 128\ncwsr_size 46047232\nctl_stack_size 40960\n");
+  std::ofstream(t.path / "nodes" / "1" / "gpu_id") << "48879\n";
+  t.node(2, "simd_count 64\nsimd_per_cu 2\nnum_xcc 2\ngfx_target_version 120001\n");
+  const auto gpus = read_kfd_topology(t.path.string());
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].gpu_id, 48879u);
+  EXPECT_EQ(gpus[0].simd_per_cu, 2u);
+  EXPECT_EQ(gpus[0].num_xcc, 1u);
+  EXPECT_EQ(gpus[0].cwsr_size, 46047232u);
+  EXPECT_EQ(gpus[0].ctl_stack_size, 40960u);
+  EXPECT_EQ(gpus[1].gpu_id, 0u);
+  EXPECT_EQ(gpus[1].num_xcc, 2u);
+  EXPECT_EQ(gpus[1].cwsr_size, 0u);
+  std::ofstream(t.path / "nodes" / "2" / "gpu_id") << "gpu\n";
+  try {
+    (void)read_kfd_topology(t.path.string());
+    FAIL() << "a gpu_id that is not a number was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_id"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Kfd, MalformedTopologySaysWhere) {
   TempDir t;
   t.node(3, "simd_count 96\ngfx_target_version eleven\n");

@@ -72,6 +72,18 @@ std::vector<KfdGpu> read_kfd_topology(const std::string& topology_dir) {
     g.device_id = get("device_id");
     g.simd_count = get("simd_count");
     g.drm_render_minor = get("drm_render_minor");
+    g.simd_per_cu = get("simd_per_cu");
+    g.num_xcc = std::max(1u, get("num_xcc"));
+    g.cwsr_size = get("cwsr_size");
+    g.ctl_stack_size = get("ctl_stack_size");
+    if (std::ifstream id(entry.path() / "gpu_id"); id) {
+      std::string text;
+      std::getline(id, text);
+      uint32_t v = 0;
+      if (std::from_chars(text.data(), text.data() + text.size(), v).ec != std::errc())
+        throw Error(fmt::format("KFD topology: {}: expected a number, got '{}'", (entry.path() / "gpu_id").string(), text));
+      g.gpu_id = v;
+    }
     gpus.push_back(g);
   }
   std::sort(gpus.begin(), gpus.end(), [](const KfdGpu& a, const KfdGpu& b) { return a.node < b.node; });

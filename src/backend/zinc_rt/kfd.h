@@ -15,12 +15,16 @@ struct KfdGpu {
   uint32_t gfx_target_version = 0;  // major·10000 + minor·100 + stepping (gfx1100: 110000)
   uint32_t vendor_id = 0, device_id = 0;
   uint32_t simd_count = 0, drm_render_minor = 0;
+  uint32_t gpu_id = 0;  // the node's gpu_id file: the KFD's name for the GPU in its requests
+  uint32_t simd_per_cu = 0, num_xcc = 1;
+  uint32_t cwsr_size = 0, ctl_stack_size = 0;  // the context save area's sizes, where the kernel lists them (else 0)
   std::string target() const;  // "gfx1100", "gfx90a"
   bool supported() const;      // a target ZINC_RT builds kernels for
 };
 
-// The GPU nodes of a KFD topology directory (CPU-only nodes, with no SIMDs, left out), in node order.
-// A missing directory gives none; a properties file that cannot be parsed throws a clear error.
+// The GPU nodes of a KFD topology directory (CPU-only nodes, with no SIMDs, left out), in node order,
+// with each node's gpu_id file where it has one. A missing directory gives none; a properties or
+// gpu_id file that cannot be parsed throws a clear error.
 std::vector<KfdGpu> read_kfd_topology(const std::string& topology_dir);
 
 struct KfdProbe {

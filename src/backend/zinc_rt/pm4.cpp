@@ -92,10 +92,10 @@ size_t Ring::space(uint64_t read_pos) const {
   return ring_.size() - static_cast<size_t>(write_ - read_pos);
 }
 
-int64_t Ring::write(const pm4::Stream& packets, uint64_t read_pos) {
+size_t Ring::needed(const pm4::Stream& packets) const {
   const std::span<const uint32_t> d = packets.dwords();
   const size_t n = ring_.size();
-  // The dwords needed, padding included, by walking the packets as they would land.
+  // The packets walked as they would land.
   uint64_t at = write_;
   for (size_t i = 0; i < d.size();) {
     const size_t len = packet_length(d[i]);
@@ -105,7 +105,13 @@ int64_t Ring::write(const pm4::Stream& packets, uint64_t read_pos) {
     at += len;
     i += len;
   }
-  if (at - write_ > space(read_pos)) return -1;
+  return static_cast<size_t>(at - write_);
+}
+
+int64_t Ring::write(const pm4::Stream& packets, uint64_t read_pos) {
+  const std::span<const uint32_t> d = packets.dwords();
+  const size_t n = ring_.size();
+  if (needed(packets) > space(read_pos)) return -1;
   const auto start = static_cast<int64_t>(write_);
   for (size_t i = 0; i < d.size();) {
     const size_t len = packet_length(d[i]);

@@ -93,6 +93,8 @@ class Ring {
   uint64_t write_pos() const { return write_; }
   // Dwords free given the queue's read position (at most write_pos()).
   size_t space(uint64_t read_pos) const;
+  // Dwords `packets` would take from write_pos() on, padding to the end of the ring included.
+  size_t needed(const pm4::Stream& packets) const;
   // Copies `packets` (whole packets of a Stream, each no longer than the ring) in, padding to the end
   // of the ring first where a packet would cross it. Returns the position the stream starts at, or -1
   // (nothing written) where the ring lacks space for it and its padding.

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/kfd.h"
+#include "backend/zinc_rt/queue.h"
 #include "core/error.h"
 
 namespace zinc::backend::zinc_rt {
@@ -51,13 +55,47 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
   rungs[1].state = Rung::State::Passed;
   rungs[1].detail = fmt::format("{}: interface {}.{}", o.device, p.major, p.minor);
   if (!p.ready()) return fail(2, p.why);
+  const KfdGpu* gpu = nullptr;
   for (const KfdGpu& g : p.gpus) {
     if (!g.supported()) continue;
+    gpu = &g;
     rungs[2].state = Rung::State::Passed;
     rungs[2].detail = fmt::format("node {}: {} ({} SIMDs, render node {})", g.node, g.target(), g.simd_count, g.drm_render_minor);
     break;
   }
-  return fail(3, "not built yet in this zinc: the queue rung is next (KFD queue creation, doorbell mapping)");
+  // A compute queue, then a no-op and a fence the CPU polls for.
+  size_t at = 3;
+  try {
+    KfdSession session(os(), *gpu, o.device, o.dri);
+    ComputeQueue q(session);
+    rungs[3].state = Rung::State::Passed;
+    rungs[3].detail = fmt::format("queue {} on GPU {}: a ring of {} KiB, doorbell offset {:#x}", q.id(), gpu->gpu_id, q.ring_buffer().bytes / 1024,
+                                  q.doorbell_offset());
+    at = 4;
+    GpuBuffer fence = session.alloc(4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    struct Release {
+      KfdSession& s;
+      GpuBuffer& b;
+      ~Release() { s.release(b); }
+    } release{session, fence};
+    *fence.cpu<volatile uint64_t>() = 0;
+    pm4::Stream st;
+    st.nop(8);
+    st.release_mem_fence(fence.va, 1, true, false);
+    if (q.submit(st) < 0) return fail(4, "the new queue's ring had no room for a no-op");
+    const auto t0 = std::chrono::steady_clock::now();
+    while (*fence.cpu<volatile uint64_t>() != 1) {
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2))
+        return fail(4, fmt::format("the fence was not written within 2 s (read position {} of {})", q.read_pos(), q.write_pos()));
+      std::this_thread::yield();
+    }
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    rungs[4].state = Rung::State::Passed;
+    rungs[4].detail = fmt::format("the fence came {} us after the doorbell (read position {})", us, q.read_pos());
+  } catch (const Error& e) {
+    return fail(at, e.what());
+  }
+  return fail(5, "not built yet in this zinc: the copy rung is next");
 }
 
 }  // namespace zinc::backend::zinc_rt

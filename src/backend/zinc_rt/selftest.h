@@ -16,6 +16,7 @@ struct Rung {
 struct SelftestOptions {
   std::string device = "/dev/kfd";
   std::string topology = "/sys/devices/virtual/kfd/kfd/topology";
+  std::string dri = "/dev/dri";  // the render nodes' directory
 };
 
 std::vector<Rung> run_selftest(const SelftestOptions& o);
