@@ -1,9 +1,9 @@
-// Device helpers shared by the CUDA kernel sources (cuda_kernels.cu: norms, rotations, attention,
-// routing, recurrent layers; cuda_products.cu and cuda_codes.cu: the matrix products). Weight blocks
-// are decoded eight elements at a time (dec8): every block format splits into groups of eight
-// consecutive elements that share one scale, so a group is a few byte loads and multiplies whatever
-// the type. Everything here
-// has internal linkage except the programmatic-launch switch.
+// Device helpers shared by the CUDA kernel sources (cuda_kernels.cu: norms, rotations, routing;
+// cuda_attention.cu: the KV cache and attention; cuda_recurrent.cu: recurrent layers; cuda_products.cu
+// and cuda_codes.cu: the matrix products). Weight blocks are decoded eight elements at a time (dec8):
+// every block format splits into groups of eight consecutive elements that share one scale, so a group
+// is a few byte loads and multiplies whatever the type. Everything here has internal linkage except the
+// programmatic-launch switch.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -300,6 +300,12 @@ __device__ __forceinline__ void store_codes_of(const float* x, int64_t row, int6
   const float4 u = p[0], w = p[1];
   const float v[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
   store_codes(v, row, b, cols, c);
+}
+
+// Element i of a cache row of F32 or F16 values (the heads' launch and the decode attention store them).
+__device__ __forceinline__ void store_kv(uint8_t* row, int64_t i, float v, int type) {
+  if (type == kF32) reinterpret_cast<float*>(row)[i] = v;
+  else reinterpret_cast<__half*>(row)[i] = __float2half_rn(v);
 }
 
 // Blocks of the products of few rows (cuda_products.cu, cuda_codes.cu): four warps.

@@ -1,6 +1,7 @@
-// The CUDA backend's kernels, as host functions that launch them on a stream (cuda_kernels.cu, built by
-// nvcc). Activations are float rows; weights are the GGUF blocks as stored, decoded eight elements at a
-// time inside the products (every weight type the CPU reads for products, listed in kWeightTypes).
+// The CUDA backend's kernels, as host functions that launch them on a stream (cuda_kernels.cu,
+// cuda_attention.cu, cuda_products.cu, cuda_codes.cu and cuda_recurrent.cu, built by nvcc).
+// Activations are float rows; weights are the GGUF blocks as stored, decoded eight elements at a time
+// inside the products (every weight type the CPU reads for products, listed in kWeightTypes).
 // Every launcher returns at once; errors surface through check() after the step.
 #pragma once
 
