@@ -143,15 +143,7 @@ class RecordingSys final : public Sys {
 
 // A gfx1100 node as a Radeon RX 7900 XTX's topology lists it (96 CUs of two SIMDs).
 KfdGpu gfx1100() {
-  KfdGpu g;
-  g.node = 1;
-  g.gfx_target_version = 110000;
-  g.simd_count = 192;
-  g.simd_per_cu = 2;
-  g.num_xcc = 1;
-  g.drm_render_minor = 128;
-  g.gpu_id = 0xBEEF;
-  return g;
+  return {.node = 1, .gfx_target_version = 110000, .simd_count = 192, .drm_render_minor = 128, .gpu_id = 0xBEEF, .simd_per_cu = 2, .num_xcc = 1};
 }
 
 TEST(KfdQueue, ContextSaveAreaSizes) {
