@@ -96,6 +96,9 @@ int main(int argc, char** argv) {
   if (argc > 3) ck::set_codes_mma_stage(std::atoi(argv[3]) != 0);  // (0: the tensor cores read the codes from memory)
   if (argc > 4) ck::set_codes_mma_weights_stage(std::atoi(argv[4]));  // (0: they read the weights as they use them)
   if (argc > 5) ck::set_codes_mma_glu_capped(std::atoi(argv[5]));  // (0: gate and up at 16 tokens a warp in all their registers)
+  // (6: the prompt tiles from this many rows on, measured against split ways 1 and by the shape.)
+  const int tiles_min = argc > 6 ? std::atoi(argv[6]) : 0;
+  if (tiles_min > 0) ck::set_prompt_tiles_min(tiles_min);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");
   cudaStream_t s;
@@ -163,33 +166,62 @@ int main(int argc, char** argv) {
     }
   };
 
-  if (n > ck::kCodesTokens) {
+  // The prompt tiles' split scratch, as a context holds it.
+  void *split_part, *split_count;
+  check(cudaMalloc(&split_part, ck::kSplitBytes), "cudaMalloc");
+  check(cudaMalloc(&split_count, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(split_count, 0, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned)), "memset");
+  ck::set_split_scratch({split_part, ck::kSplitBytes, static_cast<unsigned*>(split_count), ck::kSplitCounters});
+
+  if (ck::prompt_tiles(static_cast<int>(TensorType::Q4_K), n)) {
     // Prompt products: integer tensor cores against codes (with the quantization, once per product)
     // and f16 tensor cores against f16-rounded activations.
     std::printf("| product | path | us per launch | TFLOP/s |\n|---|---|---|---|\n");
     for (const Shape& sh : shapes) {
       if (sh.parts.size() != 1) continue;
       const Weights& w = sh.parts[0];
-      for (const bool int8 : {true, false}) {
-        ck::set_int8_prompts(int8);
+      for (const int path : {0, 1, 2}) {  // (int8 codes split by the shape, int8 codes unsplit, f16)
+        ck::set_int8_prompts(path < 2);
+        ck::set_split_ways(path == 1 ? 1 : 0);
+        if (path == 2 && tiles_min > 0) continue;  // (f16 tiles: only past kCodesTokens)
         const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
           ck::mul_mat(s, static_cast<int>(w.type), w.copies[static_cast<size_t>(i) % w.copies.size()], zinc::quant::row_size(w.type, w.cols), w.rows,
                       w.cols, x, w.cols, n, out, w.rows, nullptr, q8, false);
         });
-        std::printf("| %s | %s | %.1f | %.1f |\n", sh.name.c_str(), int8 ? "int8 codes" : "f16", us,
+        std::printf("| %s | %s | %.1f | %.1f |\n", sh.name.c_str(), path == 0 ? "int8 codes" : path == 1 ? "int8 codes, unsplit" : "f16", us,
                     2.0 * static_cast<double>(w.rows * w.cols) * n / (us * 1e6));
+      }
+      ck::set_split_ways(0);
+      ck::set_int8_prompts(true);
+      {  // (the codes formed once before: the tiles alone; and the codes alone)
+        ck::quantize_codes(s, x, w.cols, 1, w.cols, n, q8);
+        const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
+          ck::mul_mat(s, static_cast<int>(w.type), w.copies[static_cast<size_t>(i) % w.copies.size()], zinc::quant::row_size(w.type, w.cols), w.rows,
+                      w.cols, x, w.cols, n, out, w.rows, nullptr, q8, true);
+        });
+        const double qus = time_graph(s, std::max(1, iters / 10), [&](int) { ck::quantize_codes(s, x, w.cols, 1, w.cols, n, q8); });
+        std::printf("| %s | int8 codes, codes ready / the codes alone | %.1f / %.1f | – |\n", sh.name.c_str(), us, qus);
       }
     }
     ck::set_int8_prompts(true);  // (the products of one input below take the integer tiles)
     // Products of one input in one launch (q, k and v).
     for (const Shape& sh : shapes) {
       if (sh.parts.size() == 1 || sh.glu != ck::Glu::None) continue;
-      const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
-        ck::Product p[3];
-        products(sh, i, SIZE_MAX, p);
-        ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, false);
-      });
-      std::printf("| %s | int8 codes, one launch | %.1f | – |\n", sh.name.c_str(), us);
+      for (const int ways : {0, 1}) {
+        ck::set_split_ways(ways);
+        const double us = time_graph(s, std::max(1, iters / 10), [&](int i) {
+          ck::Product p[3];
+          products(sh, i, SIZE_MAX, p);
+          if (n > ck::kCodesTokens) {
+            ck::mul_mat_codes(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, x, sh.parts[0].cols, 1, nullptr, n, q8, false);
+          } else {
+            ck::quantize_codes(s, x, sh.parts[0].cols, 1, sh.parts[0].cols, n, q8);
+            ck::mul_mm_codes_tiles(s, p, static_cast<int>(sh.parts.size()), sh.parts[0].cols, q8, n);
+          }
+        });
+        std::printf("| %s | int8 codes, one launch%s | %.1f | – |\n", sh.name.c_str(), ways == 1 ? ", unsplit" : "", us);
+      }
+      ck::set_split_ways(0);
     }
     check(cudaGetLastError(), "kernels");
     return 0;

@@ -43,6 +43,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_CUDA_PDL", "0", "unset (on, sm_90 and later)", "0: CUDA decode kernels wait for the previous kernel to finish before they start (no programmatic dependent launch; measuring)"},
     {"ZINC_CUDA_PROFILE", "1", "unset",
      "time every CUDA op by events between nodes (steps launched directly) and print the time per op when a context ends"},
+    {"ZINC_CUDA_SPLIT_TILES", "0", "unset (on)", "0: CUDA prompt tiles never split a product's columns over several blocks where its tiles leave multiprocessors idle (measuring)"},
     {"ZINC_TEST_VULKAN_BENCH", "1", "unset", "zinc_vulkan_tests also prints its kernel throughput tables"},
     {"ZINC_TEST_EVAL_KV", "f32, f16", "f16", "the KV cache type of the test oracles' evaluation helper"},
     {"ZINC_TEST_FUZZ_VOCABS", "GGUF files, colon-separated", "none", "the vocabularies the tokenizer fuzzer encodes with"},

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "core/error.h"
 
 namespace zinc::test_cuda {
@@ -23,6 +24,17 @@ struct Dev {
 };
 
 inline void upload(Dev& d, const void* h, size_t bytes) { ASSERT_EQ(cudaMemcpy(d.p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess); }
+
+// The prompt tiles' split scratch as a context holds it, the test thread's while this lives (its
+// counters zeroed); then none again, and the split back to by the shape.
+struct SplitScratch {
+  Dev part{backend::cuda::kSplitBytes}, count{static_cast<size_t>(backend::cuda::kSplitCounters) * sizeof(unsigned)};
+  SplitScratch() { backend::cuda::set_split_scratch({part.p, backend::cuda::kSplitBytes, count.as<unsigned>(), backend::cuda::kSplitCounters}); }
+  ~SplitScratch() {
+    backend::cuda::set_split_scratch({});
+    backend::cuda::set_split_ways(0);
+  }
+};
 
 // Skips the test, saying why, where no CUDA device is visible.
 #define ZINC_NEED_CUDA_DEVICE()                                    \

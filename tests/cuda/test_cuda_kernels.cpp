@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <random>
@@ -30,6 +31,7 @@ namespace {
 
 using gguf::TensorType;
 using test_cuda::Dev;
+using test_cuda::SplitScratch;
 using test_cuda::upload;
 
 class CudaKernels : public ::testing::TestWithParam<TensorType> {
@@ -350,15 +352,42 @@ TEST_P(CudaCodeKernels, PromptProductsMatchTheCpuReferenceDot) {
   }
   // Grouped: slot i is token i / 2; experts by a fixed pattern, most slots on expert 1.
   const int slots = tokens, x_div = 2;
+  std::vector<float> bias(static_cast<size_t>(n_expert * rows));
+  for (float& b : bias) b = dist(rng);
+  Dev dbias(bias.size() * 4);
+  upload(dbias, bias.data(), bias.size() * 4);
+  {
+    // Each tile's three super-blocks split over 2, 4 and 16 blocks (parts of none, one or two), with a
+    // bias: every element written (NaN before), within the reference's bound, and the same bits on
+    // every launch (the parts added in their order; each tile's counter ready for the next launch).
+    const SplitScratch scratch;
+    std::vector<float> again(got.size());
+    for (const int ways : {2, 4, 16}) {
+      backend::cuda::set_split_ways(ways);
+      for (int launch = 0; launch < 3; ++launch) {
+        ASSERT_EQ(cudaMemset(dout.p, 0xff, got.size() * 4), cudaSuccess);
+        backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, w.rb, rows, cols, dx.as<float>(), cols, tokens, dout.as<float>(), rows,
+                               dbias.as<float>(), dq8.p, launch > 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(launch == 0 ? got.data() : again.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        if (launch > 0) {
+          ASSERT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0) << ways << " parts: launch " << launch << " differs";
+          continue;
+        }
+        for (int t = 0; t < tokens; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* xt = x.data() + static_cast<size_t>(t) * cols;
+            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], w.dot(r, xt) + bias[static_cast<size_t>(r)], w.bound(r, xt) + 1e-6)
+                << ways << " parts: token " << t << " row " << r;
+          }
+      }
+    }
+  }
   const int64_t first = 5, count = 131;
   std::vector<int32_t> ids(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) ids[static_cast<size_t>(i)] = i % 5 == 0 ? 0 : i % 7 == 0 ? 2 : 1;
-  std::vector<float> bias(static_cast<size_t>(n_expert * rows));
-  for (float& b : bias) b = dist(rng);
-  Dev dids(slots * 4), dorder(slots * 4), doffsets(4 * 4), dbias(bias.size() * 4), dg(static_cast<size_t>(slots * count) * 4),
-      dq8g(backend::cuda::q8_bytes(slots, cols));
+  Dev dids(slots * 4), dorder(slots * 4), doffsets(4 * 4), dg(static_cast<size_t>(slots * count) * 4), dq8g(backend::cuda::q8_bytes(slots, cols));
   upload(dids, ids.data(), ids.size() * 4);
-  upload(dbias, bias.data(), bias.size() * 4);
   backend::cuda::moe_group(nullptr, dids.as<int32_t>(), slots, static_cast<int>(n_expert), dorder.as<int32_t>(), doffsets.as<int32_t>());
   backend::cuda::grouped_mul_mat(nullptr, static_cast<int>(type), dw.p, w.rb, w.rb * static_cast<size_t>(rows), first, count, cols, dx.as<float>(),
                                  cols, x_div, dorder.as<int32_t>(), doffsets.as<int32_t>(), static_cast<int>(n_expert), slots, dg.as<float>(), count,
@@ -437,7 +466,10 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   const std::vector<float>& x = f.x;
   const QuantRows* const(&q3)[3] = f.q3;
   const Dev* const(&outs)[3] = f.outs;
-  for (const int n : {backend::cuda::kCodesTokens + 1, f.max_n}) {
+  const SplitScratch scratch;
+  for (const int m : {backend::cuda::kCodesTokens + 1, f.max_n, -f.max_n}) {  // (-: split over 4 blocks a tile)
+    backend::cuda::set_split_ways(m < 0 ? 4 : 0);
+    const int n = m < 0 ? -m : m;
     for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
       ASSERT_EQ(cudaMemset(outs[k]->p, 0xff, static_cast<size_t>(f.max_n * q3[k]->rows) * 4), cudaSuccess);
     backend::cuda::mul_mat_codes(nullptr, f.p, 3, cols, f.dx.as<float>(), cols, 1, nullptr, n, f.dq8.p, false);

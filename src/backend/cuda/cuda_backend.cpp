@@ -68,6 +68,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
+    if (knob_u32("ZINC_CUDA_SPLIT_TILES", 1, 0, 1) == 0) ck::set_split_ways(1);
     ck::set_codes_mma_weights_stage(static_cast<int>(knob_u32("ZINC_CUDA_MMA_WEIGHTS_STAGED", 1, 0, 2)));
     ck::set_codes_mma_glu_capped(static_cast<int>(knob_u32("ZINC_CUDA_MMA_GLU_CAPPED", 1, 0, 2)));
     flash_attention_ = knob_u32("ZINC_CUDA_FLASH_ATTENTION", 1, 0, 1) == 1;
@@ -189,6 +190,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_used_, cudaMemcpyHostToDevice, stream_), "step upload");
     rows_.assign(g_.tensors.size(), 0);
     codes_for_ = {-1, 0};
+    ck::set_split_scratch({split_part_.get(), split_part_.get() ? ck::kSplitBytes : 0, split_count_.get<unsigned>(),
+                           split_part_.get() ? ck::kSplitCounters : 0});
     if (profiling_ && events_.empty()) {
       events_.resize(g_.nodes.size() + 1);
       for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
@@ -355,6 +358,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     }
     q8_ = DeviceBuffer(q8);
+    // The prompt tiles' split scratch (ck::SplitScratch), for steps of more rows than decode's.
+    if (q8 > 0 && rows > 1) {
+      split_part_ = DeviceBuffer(ck::kSplitBytes);
+      split_count_ = DeviceBuffer(static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned));
+      check(cudaMemset(split_count_.get(), 0, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned)), "cudaMemset");
+    }
     // The inputs of products whose weights are padded rows, each row padded with zeros as its weight.
     size_t pad = 0;
     for (const Node& n : g_.nodes)
@@ -1317,6 +1326,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   std::map<size_t, size_t> rope_of_;  // rope node -> its table
   std::vector<DeviceBuffer> k_, v_, state_, kept_;
   DeviceBuffer q8_;  // activation codes (ck::mul_mat's q8)
+  DeviceBuffer split_part_, split_count_;  // the prompt tiles' split scratch
   DeviceBuffer att_part_, att_count_;  // decode attention's split keys (ck::AttentionArgs part, count)
   int sms_ = 1;
   DeviceBuffer pad_x_;

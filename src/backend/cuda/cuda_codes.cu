@@ -28,17 +28,6 @@ void set_codes_mma_weights_stage(int mode) { g_mma_weights_stage = std::clamp(mo
 void set_codes_mma_glu_capped(int mode) { g_mma_glu_capped = std::clamp(mode, 0, 2); }
 
 namespace {
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 100;
-    }
-    return v;
-  }();
-  return n;
-}
 
 // ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
 

@@ -204,6 +204,19 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 
+// The device's multiprocessors (100 where the runtime does not say).
+[[maybe_unused]] int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 100;
+    }
+    return v;
+  }();
+  return n;
+}
+
 bool pdl_on(Stream s) {
   static const bool sm90 = [] {
     int dev = 0, major = 0;

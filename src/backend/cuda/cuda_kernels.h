@@ -74,6 +74,24 @@ bool int8_tiles(int type);   // Q4_K, Q5_K, Q6_K
 // Whether a product of `type` over n rows takes the prompt tiles against codes: an int8_tiles() type,
 // more than kCodesTokens and at most 65535 rows, unless set_int8_prompts(false).
 bool prompt_tiles(int type, int64_t n);
+// Measurements: the fewest rows prompt_tiles() takes (0: kCodesTokens + 1, the default).
+void set_prompt_tiles_min(int n);
+// Scratch for the prompt tiles of products with too few tiles to fill the GPU (short prompts; rows few
+// or many columns): their super-blocks split over several blocks whose sums are added in a fixed order.
+// `bytes` (kSplitBytes) of device memory and `counters` (kSplitCounters) zeroed unsigned counters;
+// per launching thread (a context sets its own before its launches); none: no split.
+struct SplitScratch {
+  void* part = nullptr;
+  size_t bytes = 0;
+  unsigned* count = nullptr;
+  int64_t counters = 0;
+};
+constexpr size_t kSplitBytes = size_t{32} << 20;
+constexpr int64_t kSplitCounters = 4096;
+void set_split_scratch(const SplitScratch& scratch);
+// Measurements and tests: 1 never split, 2/4/8/16 always that many parts (where the scratch holds them),
+// other: by the shape (the default).
+void set_split_ways(int ways);
 // Codes [n][cols], a scale per 256 and a sum per 32 of them.
 inline size_t q8_bytes(int64_t n, int64_t cols) { return static_cast<size_t>(n * cols + n * (cols / 256) * 4 + 16 + n * (cols / 32) * 2); }
 // The codes of `rows` rows of x (row r from row r / x_div of x, x_stride floats apart) into q8.

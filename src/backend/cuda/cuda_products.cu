@@ -20,7 +20,9 @@ bool g_int8_prompts = true;
 void set_int8_prompts(bool on) { g_int8_prompts = on; }
 int g_float_tile = 0;  // 32 or 64: every prompt product of float weights on those tiles; 0: by the shape
 void set_float_tiles(int rows) { g_float_tile = rows == 32 || rows == 64 ? rows : 0; }
-bool prompt_tiles(int type, int64_t n) { return int8_tiles(type) && g_int8_prompts && n > kCodesTokens && n <= 65535; }
+int g_tiles_min = kCodesTokens + 1;  // the fewest rows a prompt product takes the tiles with
+void set_prompt_tiles_min(int n) { g_tiles_min = n > 0 ? n : kCodesTokens + 1; }
+bool prompt_tiles(int type, int64_t n) { return int8_tiles(type) && g_int8_prompts && n >= g_tiles_min && n <= 65535; }
 namespace {
 
 // ---- embedding and products -------------------------------------------------------------------
@@ -456,6 +458,15 @@ __global__ void __launch_bounds__(256) k_mul_mm_tc(const uint8_t* w, size_t row_
 // step computes (asynchronous 16-byte copies): a step waits on memory only where the copies ran longer
 // than the step before it.
 constexpr int kMqM = 128, kMqN = 64, kMqLd = 256 + 16;  // bytes per shared row
+// A tile's super-blocks split over `ways` blocks (blockIdx.z the part): each writes its sums to its
+// slot of `part` (kMqM x kMqN floats a tile and part), and the last of a tile to finish (by its
+// counter, reset for the next launch) adds the parts in their order, so the results do not depend on
+// which finished first. ways 1: none.
+struct MqSplit {
+  float* part = nullptr;
+  unsigned* count = nullptr;
+  int ways = 1;
+};
 struct MqShared {
   int8_t w[kMqM][kMqLd];
   // Two steps' codes, 16-byte chunk k of token t at chunk k ^ (t % 8) (a fragment's eight tokens on
@@ -492,7 +503,8 @@ __device__ __forceinline__ int q6_offset(const uint8_t* w, int64_t at) { return 
 // Tile (bx, by): rows by kMqM on, tokens bx kMqN on (grouped: the bx-th tile of the experts' slots).
 template <int T>
 __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const Codes& c, int n,
-                                           float* out, int64_t os, const float* bias, const TcGroups& g, unsigned bx, unsigned by) {
+                                           float* out, int64_t os, const float* bias, const TcGroups& g, unsigned bx, unsigned by,
+                                           const MqSplit& split = MqSplit{}) {
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp, gq = lane / 4, tq = lane % 4;
   constexpr int kRaw = mq_raw_row<T>();
   const int64_t m0 = static_cast<int64_t>(by) * kMqM;
@@ -543,9 +555,11 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
     }
     cp_async_commit();
   };
+  // This block's super-blocks: all, or its part's share.
+  const int64_t b_first = blocks * blockIdx.z / split.ways, b_end = blocks * (blockIdx.z + 1) / split.ways;
   __syncthreads();  // (the slots written)
-  copy(0);
-  for (int64_t b = 0; b < blocks; ++b) {
+  if (b_first < b_end) copy(b_first);
+  for (int64_t b = b_first; b < b_end; ++b) {
     const int st = static_cast<int>(b % 2);
     cp_async_wait<0>();
     __syncthreads();  // the previous step's reads done, this step's copies landed
@@ -609,7 +623,7 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
       }
     }
     __syncthreads();  // the weights unpacked (Q4_K: their copy's buffer free)
-    if (b + 1 < blocks) copy(b + 1);
+    if (b + 1 < b_end) copy(b + 1);
     // The super-block's integer sums, each sub-block's products times its scale.
     int isum[2][4][4] = {};
     if constexpr (T == kQ4_K || T == kQ5_K) {
@@ -720,6 +734,31 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
         }
     }
   }
+  if (split.ways > 1) {
+    // This part's sums into its slot (element e of thread tid at e * 256 + tid), then the last part of
+    // the tile to finish adds every part's in order.
+    const size_t tile = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* mine = split.part + (tile * split.ways + blockIdx.z) * (kMqM * kMqN);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) __stcg(mine + e * 256 + tid, (&acc[0][0][0])[e]);
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (tid == 0) {
+      last = atomicAdd(split.count + tile, 1u) == static_cast<unsigned>(split.ways - 1);
+      if (last) split.count[tile] = 0;  // (for the next launch: every part has counted)
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float* parts = split.part + tile * split.ways * (kMqM * kMqN);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      float v = __ldcg(parts + e * 256 + tid);
+      for (int k = 1; k < split.ways; ++k) v += __ldcg(parts + k * (kMqM * kMqN) + e * 256 + tid);
+      (&acc[0][0][0])[e] = v;
+    }
+  }
   // Results: element (row wm + 16 i + gq + 8 h, token wn + 8 j + 2 tq + q).
 #pragma unroll
   for (int j = 0; j < 4; ++j)
@@ -739,9 +778,9 @@ __device__ __forceinline__ void mm_q8_tile(MqShared& sh, const uint8_t* w, size_
 
 template <int T>
 __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, Codes c, int n,
-                                                      float* out, int64_t os, const float* bias, TcGroups g) {
+                                                      float* out, int64_t os, const float* bias, TcGroups g, MqSplit split) {
   extern __shared__ __align__(16) uint8_t mq_raw[];
-  mm_q8_tile<T>(*reinterpret_cast<MqShared*>(mq_raw), w, row_bytes, rows, cols, c, n, out, os, bias, g, blockIdx.x, blockIdx.y);
+  mm_q8_tile<T>(*reinterpret_cast<MqShared*>(mq_raw), w, row_bytes, rows, cols, c, n, out, os, bias, g, blockIdx.x, blockIdx.y, split);
 }
 
 // Up to three products of the same codes in one launch (a prompt's q, k and v): blockIdx.y the row tiles
@@ -759,16 +798,45 @@ struct MqSegs {
   MqSeg seg[3];
   int nseg;
 };
-__global__ void __launch_bounds__(256, 2) k_mul_mm_q8_segs(const MqSegs a, int64_t cols, Codes c, int n) {
+__global__ void __launch_bounds__(256, 2) k_mul_mm_q8_segs(const MqSegs a, int64_t cols, Codes c, int n, MqSplit split) {
   extern __shared__ __align__(16) uint8_t mq_raw[];
   unsigned by = blockIdx.y;
   int i = 0;
   while (i + 1 < a.nseg && by >= a.seg[i].tiles) by -= a.seg[i].tiles, ++i;
   const MqSeg& g = a.seg[i];
   MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
-  if (g.type == kQ4_K) mm_q8_tile<kQ4_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
-  else if (g.type == kQ5_K) mm_q8_tile<kQ5_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
-  else mm_q8_tile<kQ6_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by);
+  if (g.type == kQ4_K) mm_q8_tile<kQ4_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by, split);
+  else if (g.type == kQ5_K) mm_q8_tile<kQ5_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by, split);
+  else mm_q8_tile<kQ6_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by, split);
+}
+
+// The calling thread's context's scratch for split tiles (set_split_scratch), and the measurements' choice.
+thread_local SplitScratch t_split{};
+int g_split_ways = -1;  // -1: by the shape; 1: never split; 2, 4, 8, 16: that many parts
+
+// The parts each of `tiles` tiles of `steps` super-blocks is split into: where the tiles would leave
+// most multiprocessors with one block or none (at most one tile each), as many parts as keep every
+// block resident at once (two a multiprocessor) with at least two steps each; one where the scratch
+// is short (or for grouped tiles). A block's step costs the same whatever its tokens (the
+// multiprocessor's instructions bound it), so more tiles than multiprocessors split measured slower:
+// on an H200, zinc_cuda_matvec_bench, us unsplit -> split: down 4096x12288 Q6_K (32 row tiles)
+// 219.8 -> 122.9 at 128 tokens, 213.1 -> 114.9 at 256; k 1024x4096 Q4_K at 512 55.2 -> 43.8; gate
+// 12288x4096 Q4_K (96 row tiles) at 128 tokens 88.7 -> 98.8 (four parts), q, k and v in one launch at
+// 512 155.8 -> 178.7 (two).
+MqSplit split_for(int64_t tiles, int64_t steps) {
+  const SplitScratch& sc = t_split;
+  MqSplit m;
+  if (!sc.part || g_split_ways == 1 || tiles > sc.counters) return m;
+  const int64_t sms = sm_count();
+  const auto fits = [&](int w) { return static_cast<size_t>(tiles * w) * kMqM * kMqN * sizeof(float) <= sc.bytes; };
+  int ways = 1;
+  if (g_split_ways > 1) {
+    ways = fits(g_split_ways) ? g_split_ways : 1;
+  } else if (tiles <= sms) {
+    while (ways < 16 && tiles * ways * 2 <= 2 * sms && ways * 2 * 2 <= steps && fits(ways * 2)) ways *= 2;
+  }
+  if (ways > 1) m = MqSplit{static_cast<float*>(sc.part), sc.count, ways};
+  return m;
 }
 
 template <int T>
@@ -778,10 +846,15 @@ void launch_mul_mm_q8(Stream s, const uint8_t* w, size_t row_bytes, int64_t rows
     return cudaFuncSetAttribute(k_mul_mm_q8<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(mq_shared<T>())) == cudaSuccess;
   }();
   (void)sized;
-  const dim3 grid(token_tiles, static_cast<unsigned>((rows + kMqM - 1) / kMqM));
-  k_mul_mm_q8<T><<<grid, 256, mq_shared<T>(), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g);
+  const auto row_tiles = static_cast<unsigned>((rows + kMqM - 1) / kMqM);
+  const MqSplit split = g.order ? MqSplit{} : split_for(static_cast<int64_t>(token_tiles) * row_tiles, cols / 256);
+  const dim3 grid(token_tiles, row_tiles, static_cast<unsigned>(split.ways));
+  k_mul_mm_q8<T><<<grid, 256, mq_shared<T>(), s>>>(w, row_bytes, rows, cols, c, n, out, os, bias, g, split);
 }
 }  // namespace
+
+void set_split_scratch(const SplitScratch& scratch) { t_split = scratch; }
+void set_split_ways(int ways) { g_split_ways = ways == 1 || ways == 2 || ways == 4 || ways == 8 || ways == 16 ? ways : -1; }
 
 void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, void* q8, int n) {
   static const bool sized = [] {
@@ -799,8 +872,11 @@ void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, voi
     q5 |= p[i].type == kQ5_K;
   }
   a.nseg = count;
-  const dim3 grid(static_cast<unsigned>((n + kMqN - 1) / kMqN), tiles);
-  k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : q5 ? mq_shared<kQ5_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n);
+  const auto token_tiles = static_cast<unsigned>((n + kMqN - 1) / kMqN);
+  const MqSplit split = split_for(static_cast<int64_t>(token_tiles) * tiles, cols / 256);
+  const dim3 grid(token_tiles, tiles, static_cast<unsigned>(split.ways));
+  k_mul_mm_q8_segs<<<grid, 256, q6 ? mq_shared<kQ6_K>() : q5 ? mq_shared<kQ5_K>() : mq_shared<kQ4_K>(), s>>>(a, cols, codes_layout(q8, n, cols), n,
+                                                                                                       split);
 }
 namespace {
 
