@@ -2,7 +2,9 @@
 // nvd.h (PACKET3(op, n) = 3 << 30 | (op & 0xFF) << 8 | (n & 0x3FFF) << 16, PACKET3_COMPUTE adds
 // 1 << 1; n is the body's dwords minus one; the opcodes; PACKET3_SET_SH_REG_START = 0x2C00 dwords;
 // WRITE_DATA_DST_SEL(x) = x << 8, WR_CONFIRM = 1 << 20; RELEASE_MEM's DATA_SEL(x) = x << 29 and
-// INT_SEL(x) = x << 24, EVENT_TYPE(x) = x, EVENT_INDEX(x) = x << 8; the one-dword NOP 0xFFFF1000) and
+// INT_SEL(x) = x << 24, EVENT_TYPE(x) = x, EVENT_INDEX(x) = x << 8; the one-dword NOP 0xFFFF1000;
+// DMA_DATA 0x50 with CONTROL's DST_SEL(x) = x << 20, SRC_SEL(x) = x << 29 (3: the address through L2)
+// and CP_SYNC = 1 << 31, COMMAND's byte count in bits 0-25 and RAW_WAIT = 1 << 30) and
 // Mesa's sid.h (R_00B830_COMPUTE_PGM_LO = 0xB830 and the other compute registers, SET_SH_REG's index
 // (reg - 0xB000) >> 2). The ring: packets never split at its end, space counted from the read
 // position, a full ring refusing without writing.
@@ -70,6 +72,9 @@ TEST(Pm4, RefusesWhatTheHardwareWouldMisread) {
   const uint32_t one[] = {1u};
   EXPECT_THROW(s.write_data(0x1002, one), Error);
   EXPECT_THROW(s.release_mem_fence(0x1004, 1, true, false), Error) << "a 64-bit fence 4-byte aligned";
+  EXPECT_THROW(s.dma_copy(0x2000, 0x1002, 64), Error) << "a source not 4-byte aligned";
+  EXPECT_THROW(s.dma_copy(0x2001, 0x1000, 64), Error) << "a destination not 4-byte aligned";
+  EXPECT_THROW(s.dma_copy(0x2000, 0x1000, 66), Error) << "bytes not a multiple of 4";
   EXPECT_EQ(s.size(), 0u) << "nothing written by a refused packet";
   EXPECT_THROW(Ring(48), Error) << "not a power of two";
 }
@@ -84,6 +89,38 @@ void expect_whole_packets(const Ring& r, uint64_t from, uint64_t to) {
     ASSERT_LE((p & (n - 1)) + len, n) << "a packet split at the ring's end, position " << p;
     p += len;
   }
+}
+
+TEST(Pm4, CopiesInPacketsTheCountFieldHolds) {
+  // Two whole chunks and 8 bytes more: three packets, addresses advancing, the first waiting for
+  // earlier writes, the last holding what follows until the copy is done.
+  pm4::Stream s;
+  const uint64_t src = 0x0000700000001000ull, dst = 0x0000700100002000ull, bytes = 2 * pm4::kDmaChunk + 8;
+  s.dma_copy(dst, src, bytes);
+  const std::vector<uint32_t> d = dwords(s);
+  ASSERT_EQ(d.size(), 3u * 7);
+  ASSERT_LT(pm4::kDmaChunk, uint64_t{1} << 26) << "the count field's 26 bits";
+  for (size_t k = 0; k < 3; ++k) {
+    const uint32_t* p = d.data() + 7 * k;
+    const uint64_t off = k * pm4::kDmaChunk, n = k < 2 ? pm4::kDmaChunk : 8;
+    EXPECT_EQ(p[0], PACKET3_COMPUTE(0x50, 5)) << "packet " << k;
+    EXPECT_EQ(p[1] >> 20 & 3u, 3u) << "DST_SEL: through L2";
+    EXPECT_EQ(p[1] >> 29 & 3u, 3u) << "SRC_SEL: through L2";
+    EXPECT_EQ(p[1] & 1u, 0u) << "ENGINE: the micro engine";
+    EXPECT_EQ(p[1] >> 31, k == 2 ? 1u : 0u) << "CP_SYNC on the last only, packet " << k;
+    EXPECT_EQ((uint64_t{p[3]} << 32) | p[2], src + off);
+    EXPECT_EQ((uint64_t{p[5]} << 32) | p[4], dst + off);
+    EXPECT_EQ(p[6] & ((1u << 26) - 1), n) << "byte count, packet " << k;
+    EXPECT_EQ(p[6] >> 26 & 0xFu, 0u) << "memory at both ends, addresses incrementing";
+    EXPECT_EQ(p[6] >> 30 & 1u, k == 0 ? 1u : 0u) << "RAW_WAIT on the first only, packet " << k;
+  }
+  // The ring reads them as whole packets.
+  Ring ring(64);
+  EXPECT_EQ(ring.write(s, 0), 0);
+  expect_whole_packets(ring, 0, ring.write_pos());
+  s.clear();
+  s.dma_copy(dst, src, 0);
+  EXPECT_EQ(s.size(), 0u) << "nothing to copy, no packet";
 }
 
 TEST(Pm4, RingPadsToTheEndRatherThanSplitAPacket) {

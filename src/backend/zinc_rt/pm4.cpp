@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zinc::backend::zinc_rt {
@@ -48,6 +50,26 @@ void Stream::write_data(uint64_t address, std::span<const uint32_t> values) {
   d_.push_back(static_cast<uint32_t>(address));
   d_.push_back(static_cast<uint32_t>(address >> 32));
   d_.insert(d_.end(), values.begin(), values.end());
+}
+
+void Stream::dma_copy(uint64_t dst, uint64_t src, uint64_t bytes) {
+  if (dst % 4 != 0 || src % 4 != 0 || bytes % 4 != 0)
+    throw Error(fmt::format("PM4: DMA_DATA of {} bytes from {:#x} to {:#x} (4-byte aligned, a multiple of 4)", bytes, src, dst));
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(bytes - done, kDmaChunk);
+    const bool first = done == 0, last = done + n == bytes;
+    // CONTROL: ENGINE 0 (the micro engine), DST_SEL 3 and SRC_SEL 3 (addresses through L2), CP_SYNC
+    // on the last; COMMAND: the byte count (bits 0-25), memory at both ends (SAS, DAS 0), addresses
+    // incrementing (SAIC, DAIC 0), RAW_WAIT (bit 30) on the first.
+    d_.push_back(header(kDmaData, 6));
+    d_.push_back(3u << 20 | 3u << 29 | (last ? 1u << 31 : 0u));
+    d_.push_back(static_cast<uint32_t>(src + done));
+    d_.push_back(static_cast<uint32_t>((src + done) >> 32));
+    d_.push_back(static_cast<uint32_t>(dst + done));
+    d_.push_back(static_cast<uint32_t>((dst + done) >> 32));
+    d_.push_back(static_cast<uint32_t>(n) | (first ? 1u << 30 : 0u));
+    done += n;
+  }
 }
 
 void Stream::acquire_mem(uint32_t gcr) {

@@ -21,7 +21,9 @@ namespace zinc::backend::zinc_rt {
 namespace pm4 {
 
 inline constexpr uint32_t kNop = 0x10, kDispatchDirect = 0x15, kWriteData = 0x37, kWaitRegMem = 0x3C, kIndirectBuffer = 0x3F,
-                          kEventWrite = 0x46, kReleaseMem = 0x49, kAcquireMem = 0x58, kSetShReg = 0x76;
+                          kEventWrite = 0x46, kReleaseMem = 0x49, kDmaData = 0x50, kAcquireMem = 0x58, kSetShReg = 0x76;
+// The bytes one DMA_DATA packet copies at most here (its count field holds 26 bits).
+inline constexpr uint64_t kDmaChunk = uint64_t{1} << 22;
 // The single-dword NOP (count 0x3FFF is that special case).
 inline constexpr uint32_t kNop1 = 0xFFFF1000u;
 
@@ -55,6 +57,11 @@ class Stream {
   // `values` written to memory at `address` (4-byte aligned) by the micro engine, confirmed before
   // the next packet runs.
   void write_data(uint64_t address, std::span<const uint32_t> values);
+  // `bytes` copied from `src` to `dst` (each 4-byte aligned, bytes a multiple of 4) by the command
+  // processor's DMA, through L2 at both ends, in packets of at most kDmaChunk bytes: the first waits
+  // for earlier writes to land, the last holds the packets after it until the copy is done. Nothing for
+  // 0 bytes.
+  void dma_copy(uint64_t dst, uint64_t src, uint64_t bytes);
   // Caches made coherent before what follows (gfx10+ form: GCR_CNTL in the last dword): `gcr`
   // the GCR_CNTL bits (e.g. kAcquireInvalidateAll).
   void acquire_mem(uint32_t gcr);
