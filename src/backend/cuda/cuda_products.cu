@@ -820,7 +820,7 @@ int g_split_ways = -1;  // -1: by the shape; 1: never split; 2, 4, 8, 16: that m
 // is short (or for grouped tiles). A block's step costs the same whatever its tokens (the
 // multiprocessor's instructions bound it), so more tiles than multiprocessors split measured slower:
 // on an H200, zinc_cuda_matvec_bench, us unsplit -> split: down 4096x12288 Q6_K (32 row tiles)
-// 219.8 -> 122.9 at 128 tokens, 213.1 -> 114.9 at 256; k 1024x4096 Q4_K at 512 55.2 -> 43.8; gate
+// 219.8 -> 122.9 at 72 tokens, 213.1 -> 114.9 at 128; k 1024x4096 Q4_K at 256 55.2 -> 43.8; gate
 // 12288x4096 Q4_K (96 row tiles) at 128 tokens 88.7 -> 98.8 (four parts), q, k and v in one launch at
 // 512 155.8 -> 178.7 (two).
 MqSplit split_for(int64_t tiles, int64_t steps) {
