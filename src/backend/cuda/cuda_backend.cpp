@@ -98,8 +98,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     }
     return {logits_host_.get<float>(), count};
   }
-  // Steps of up to ck::kCodesTokens rows take the products of few rows (a mixture's too).
-  int32_t few_rows() const override { return ck::kCodesTokens; }
+  // Steps of up to ck::kCodesTokens rows take the products of few rows (a mixture's too), at a cost per
+  // row that jumps past ck::kFewStepRows.
+  int32_t few_rows() const override { return ck::kFewStepRows; }
   int64_t logit_rows() const override { return logit_rows_; }
   using Executable::argmax;
   int32_t argmax(int64_t row) const override {

@@ -1,6 +1,6 @@
 // The CUDA backend's products against 8-bit activation codes of few rows (declared in cuda_kernels.h):
 // the codes themselves (quantize_codes), packed dot products (dp4a) for decode and expert slots, and
-// integer tensor cores for steps of 3 to 64 rows and a mixture's slots grouped by expert. Products
+// integer tensor cores for steps of 3 to kCodesTokens rows and a mixture's slots grouped by expert. Products
 // accumulate in float32.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -1091,7 +1091,7 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
   bool q6 = true;
   for (int i = 0; i < a.nseg; ++i) q6 &= a.seg[i].type == kQ6_K;
   if (!a.ids && a.n >= (g_mma_min > 0 ? g_mma_min : q6 ? 5 : 3)) {
-    // Groups of 8, 16 or 32 tokens a warp (33 to 64: two groups of 32, launched side by side).
+    // Groups of 8, 16 or 32 tokens a warp (from 33: groups of 32, launched side by side).
     // Without an activation, 32 tokens a warp take two tiles of rows (each load of the activations
     // used twice: measured on an H200 at 64 tokens, 16-27% faster from 4096 rows; with fewer rows the
     // warps are too few), and so do 16 without Q6_K weights (zinc_cuda_matvec_bench 16, us: down

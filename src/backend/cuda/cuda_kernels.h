@@ -53,8 +53,14 @@ void mul_mat(Stream s, int type, const void* w, size_t row_bytes, int64_t rows, 
 bool uses_codes(int type);   // Q4_K, Q5_K, Q6_K
 // The most rows mul_mat_codes takes; from set_codes_mma_min's rows on, on integer tensor cores, fewer
 // with packed dot products (0, the default: from 3 rows, or 5 when every product is Q6_K; tests and
-// measurements choose either).
-constexpr int kCodesTokens = 64;
+// measurements choose either). Up to 112 rows they cost less than the prompt tiles, whose block costs
+// the same whatever its tokens (qwen3-8b Q4_K_M on an H200, tok/s, tiles -> these: pp72 3791 -> 5305,
+// pp96 5715 -> 6624, pp112 6902 -> 7273; qwen3-30b-a3b pp72 11593 -> 15936; pp128 the tiles' 7.9k).
+constexpr int kCodesTokens = 112;
+// The rows of a step past which its cost per row jumps (few_rows()): the products of few rows take 33
+// to 64 tokens in two groups of 32 a warp, more in three or four (qwen3-8b on an H200: a step of 64 rows
+// 9.8 ms, of 72 rows 13.6).
+constexpr int kFewStepRows = 64;
 void set_codes_mma_min(int n);
 // Measurements: the groups of 8 tokens each warp of the tensor-core path takes (1, 2 or 4; others: by
 // the rows, up to 8 one group of 8, up to 16 two, more four).
