@@ -80,17 +80,29 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     GpuBuffer fence = session.alloc(4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
     Release release{session, fence};
     *fence.cpu<volatile uint64_t>() = 0;
+    // Submits `st` (ending in the fence's write of `value`) and waits up to 2 s for it: the
+    // microseconds from the doorbell, or -1 with why not.
+    std::string why;
+    const auto run_to_fence = [&](const pm4::Stream& st, uint64_t value) -> int64_t {
+      if (q.submit(st) < 0) {
+        why = "the ring had no room for the packets";
+        return -1;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      while (*fence.cpu<volatile uint64_t>() != value) {
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2)) {
+          why = fmt::format("the fence ({}) was not written within 2 s (read position {} of {})", value, q.read_pos(), q.write_pos());
+          return -1;
+        }
+        std::this_thread::yield();
+      }
+      return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    };
     pm4::Stream st;
     st.nop(8);
     st.release_mem_fence(fence.va, 1, true, false);
-    if (q.submit(st) < 0) return fail(4, "the new queue's ring had no room for a no-op");
-    const auto t0 = std::chrono::steady_clock::now();
-    while (*fence.cpu<volatile uint64_t>() != 1) {
-      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2))
-        return fail(4, fmt::format("the fence was not written within 2 s (read position {} of {})", q.read_pos(), q.write_pos()));
-      std::this_thread::yield();
-    }
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t us = run_to_fence(st, 1);
+    if (us < 0) return fail(4, why);
     rungs[4].state = Rung::State::Passed;
     rungs[4].detail = fmt::format("the fence came {} us after the doorbell (read position {})", us, q.read_pos());
     // A copy by the command processor's DMA between two buffers both sides reach, then the fence: the
@@ -108,21 +120,15 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     st.clear();
     st.dma_copy(dst.va, src.va, kCopy);
     st.release_mem_fence(fence.va, 2, true, false);
-    if (q.submit(st) < 0) return fail(5, "the ring had no room for the copy");
-    const auto t1 = std::chrono::steady_clock::now();
-    while (*fence.cpu<volatile uint64_t>() != 2) {
-      if (std::chrono::steady_clock::now() - t1 > std::chrono::seconds(2))
-        return fail(5, fmt::format("the fence after the copy was not written within 2 s (read position {} of {})", q.read_pos(), q.write_pos()));
-      std::this_thread::yield();
-    }
+    const int64_t copy_us = run_to_fence(st, 2);
+    if (copy_us < 0) return fail(5, why);
     for (uint64_t i = 0; i < (kCopy + 4096) / 4; ++i) {
       const uint32_t want = i < kCopy / 4 ? from[i] : 0xDEADBEEFu;
       if (to[i] != want)
         return fail(5, fmt::format("byte {} of the {}-byte copy holds {:#010x} where {:#010x} was expected", 4 * i, kCopy, static_cast<uint32_t>(to[i]), want));
     }
     rungs[5].state = Rung::State::Passed;
-    rungs[5].detail = fmt::format("{} bytes in {} us", kCopy,
-                                  std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t1).count());
+    rungs[5].detail = fmt::format("{} bytes in {} us", kCopy, copy_us);
   } catch (const Error& e) {
     return fail(at, e.what());
   }
