@@ -287,6 +287,12 @@ int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::s
   return best > 0 ? best : std::min(min_tokens, cap);
 }
 
+void forget_stale_step_times(std::span<double> step_s, std::span<const int64_t> measured_at, int64_t steps, int64_t stale_steps,
+                             double limit_s) {
+  for (size_t b = 0; b < step_s.size() && b < measured_at.size(); ++b)
+    if (steps - measured_at[b] > stale_steps && step_s[b] <= limit_s) step_s[b] = 0;
+}
+
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
 // while the step has room (max_tokens, and beside decoding slots what decode_latency allows, within
 // the backend's few_rows()): a long prompt arriving does not stall the streams decoding.
@@ -301,10 +307,9 @@ void Engine::run_step() {
       const int32_t linear = prompt_room(decode_step_s_, prompt_token_s_, options_.decode_latency, 8, room, few_room);
       if (few > 0) {  // (a backend whose few-row products take tokens in groups: fitted to its step sizes)
         std::array<double, kSizes> known = size_s_;
-        for (size_t b = 0; b < known.size(); ++b)
-          if (counters_.steps - size_at_[b] > kStaleSteps) known[b] = 0;
-        room = std::min(room, fitted_prompt_room(decoding_tokens, linear, std::min(room, few_room), known,
-                                                 options_.decode_latency * decode_step_s_, 8));
+        const double limit = options_.decode_latency * decode_step_s_;
+        forget_stale_step_times(known, size_at_, counters_.steps, kStaleSteps, limit);
+        room = std::min(room, fitted_prompt_room(decoding_tokens, linear, std::min(room, few_room), known, limit, 8));
       } else {
         room = std::min(room, linear);
       }

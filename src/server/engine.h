@@ -118,6 +118,13 @@ int32_t prompt_room(double decode_s, double per_token_s, double factor, int32_t 
 int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::span<const double> step_s, double limit_s,
                            int32_t min_tokens);
 
+// The sizes' times fitted_prompt_room goes by: step_s[b], forgotten (0: the size tried afresh) where it
+// was last measured more than stale_steps steps before `steps` and within limit_s. A size measured past
+// the limit stays known, so it is not tried blindly again (beside decoding streams one such step sets
+// their gaps' p99: a 64-row step of 11.6 ms beside 8 streams of 3.2, retried once its estimate aged).
+void forget_stale_step_times(std::span<double> step_s, std::span<const int64_t> measured_at, int64_t steps, int64_t stale_steps,
+                             double limit_s);
+
 struct EngineStats {
   int busy_slots = 0, queued = 0, n_slots = 0;
   // Since the start: steps run, the sequences and tokens they carried (prompt tokens among them),
@@ -183,8 +190,8 @@ class Engine {
   // prompt token a step carries beside them.
   double decode_step_s_ = 0, prompt_token_s_ = 0;
   // Steps' times by their rows rounded up to a power of two (fitted_prompt_room), and the step each
-  // was last measured at (an estimate not renewed for kStaleSteps steps is forgotten: depth and load
-  // change what a size costs).
+  // was last measured at (an estimate within the limit not renewed for kStaleSteps steps is forgotten:
+  // depth and load change what a size costs; forget_stale_step_times).
   static constexpr int kSizes = 16;
   static constexpr int64_t kStaleSteps = 256;
   std::array<double, kSizes> size_s_{};

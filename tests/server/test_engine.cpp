@@ -60,6 +60,31 @@ TEST(PromptRoom, FillsTheStepToAPowerOfTwoRows) {
   EXPECT_EQ(fitted_prompt_room(8, 25, 56, t, 0, 8), 25);
 }
 
+TEST(PromptRoom, ForgetsAgedTimesWithinTheLimitOnly) {
+  using zinc::server::forget_stale_step_times;
+  // 32 rows measured at step 10 (7 ms, within the 9.5 ms limit), 64 rows at step 10 (11 ms, past it),
+  // 16 rows at step 300 (4 ms); now step 400, estimates older than 256 steps aged.
+  std::array<double, 8> t{};
+  std::array<int64_t, 8> at{};
+  t[4] = 0.004, at[4] = 300;
+  t[5] = 0.007, at[5] = 10;
+  t[6] = 0.011, at[6] = 10;
+  forget_stale_step_times(t, at, 400, 256, 0.0095);
+  EXPECT_EQ(t[4], 0.004) << "renewed lately: kept";
+  EXPECT_EQ(t[5], 0.0) << "aged and within the limit: tried afresh";
+  EXPECT_EQ(t[6], 0.011) << "aged but past the limit: kept, not tried blindly";
+  // So the fitted room beside 8 decoding rows stays out of 64 rows where the aged estimate said too
+  // slow, though the linear room (40 tokens) reaches past 32.
+  EXPECT_EQ(zinc::server::fitted_prompt_room(8, 40, 56, t, 0.0095, 8), 24);
+  // Forgotten, the same 64 rows would have been tried.
+  t[6] = 0;
+  EXPECT_EQ(zinc::server::fitted_prompt_room(8, 40, 56, t, 0.0095, 8), 56);
+  // A limit grown past the old time (more streams, longer decode steps): the aged size is tried again.
+  t[6] = 0.011;
+  forget_stale_step_times(t, at, 400, 256, 0.012);
+  EXPECT_EQ(t[6], 0.0);
+}
+
 TEST(PromptRoom, PromptsAlwaysMove) {
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 256), 8);
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 5), 5);  // never past the step's budget
