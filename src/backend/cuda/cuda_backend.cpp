@@ -191,8 +191,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
     check(cudaMemcpyAsync(step_dev_.get(), step_host_.get(), step_used_, cudaMemcpyHostToDevice, stream_), "step upload");
     rows_.assign(g_.tensors.size(), 0);
     codes_for_ = {-1, 0};
+    // The split tiles' scratch for this step's launches only (none once they are made: the thread may
+    // launch for another context, or after this one is gone).
     ck::set_split_scratch({split_part_.get(), split_part_.get() ? ck::kSplitBytes : 0, split_count_.get<unsigned>(),
                            split_part_.get() ? ck::kSplitCounters : 0});
+    struct NoScratch {
+      ~NoScratch() { ck::set_split_scratch({}); }
+    } const no_scratch_after;
     if (profiling_ && events_.empty()) {
       events_.resize(g_.nodes.size() + 1);
       for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
