@@ -108,21 +108,22 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     // A copy by the command processor's DMA between two buffers both sides reach, then the fence: the
     // destination must hold the source's bytes, and nothing past them.
     at = 5;
-    constexpr uint64_t kCopy = 3 * 65536 + 4;  // (not a whole number of pages)
-    GpuBuffer src = session.alloc(kCopy, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    // (Buffers are whole pages; the copy is not, and the destination's bytes past it are the guard.)
+    constexpr uint64_t kCopy = 3 * 65536 + 4, kBuffer = 4 * 65536;
+    GpuBuffer src = session.alloc(kBuffer, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
     Release release_src{session, src};
-    GpuBuffer dst = session.alloc(kCopy + 4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    GpuBuffer dst = session.alloc(kBuffer, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
     Release release_dst{session, dst};
     auto* from = src.cpu<uint32_t>();
     auto* to = dst.cpu<volatile uint32_t>();
-    for (uint64_t i = 0; i < kCopy / 4; ++i) from[i] = static_cast<uint32_t>(i * 2654435761u + 12345u);
-    for (uint64_t i = 0; i < (kCopy + 4096) / 4; ++i) to[i] = 0xDEADBEEFu;
+    for (uint64_t i = 0; i < kBuffer / 4; ++i) from[i] = static_cast<uint32_t>(i * 2654435761u + 12345u);
+    for (uint64_t i = 0; i < kBuffer / 4; ++i) to[i] = 0xDEADBEEFu;
     st.clear();
     st.dma_copy(dst.va, src.va, kCopy);
     st.release_mem_fence(fence.va, 2, true, false);
     const int64_t copy_us = run_to_fence(st, 2);
     if (copy_us < 0) return fail(5, why);
-    for (uint64_t i = 0; i < (kCopy + 4096) / 4; ++i) {
+    for (uint64_t i = 0; i < kBuffer / 4; ++i) {
       const uint32_t want = i < kCopy / 4 ? from[i] : 0xDEADBEEFu;
       if (to[i] != want)
         return fail(5, fmt::format("byte {} of the {}-byte copy holds {:#010x} where {:#010x} was expected", 4 * i, kCopy, static_cast<uint32_t>(to[i]), want));
