@@ -467,9 +467,9 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   const QuantRows* const(&q3)[3] = f.q3;
   const Dev* const(&outs)[3] = f.outs;
   const SplitScratch scratch;
-  for (const int m : {backend::cuda::kCodesTokens + 1, f.max_n, -f.max_n}) {  // (-: split over 4 blocks a tile)
-    backend::cuda::set_split_ways(m < 0 ? 4 : 0);
-    const int n = m < 0 ? -m : m;
+  // (Rows, and the parts each tile's super-blocks are split over: 0 by the shape.)
+  for (const auto& [n, ways] : {std::pair{backend::cuda::kCodesTokens + 1, 0}, {f.max_n, 0}, {f.max_n, 4}}) {
+    backend::cuda::set_split_ways(ways);
     for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
       ASSERT_EQ(cudaMemset(outs[k]->p, 0xff, static_cast<size_t>(f.max_n * q3[k]->rows) * 4), cudaSuccess);
     backend::cuda::mul_mat_codes(nullptr, f.p, 3, cols, f.dx.as<float>(), cols, 1, nullptr, n, f.dq8.p, false);

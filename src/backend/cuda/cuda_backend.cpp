@@ -364,8 +364,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     }
     q8_ = DeviceBuffer(q8);
-    // The prompt tiles' split scratch (ck::SplitScratch), for steps of more rows than decode's.
-    if (q8 > 0 && rows > 1) {
+    // The prompt tiles' split scratch (ck::SplitScratch), where a step may take the tiles.
+    if (q8 > 0 && rows > static_cast<size_t>(ck::kCodesTokens)) {
       split_part_ = DeviceBuffer(ck::kSplitBytes);
       split_count_ = DeviceBuffer(static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned));
       check(cudaMemset(split_count_.get(), 0, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned)), "cudaMemset");

@@ -833,7 +833,7 @@ MqSplit split_for(int64_t tiles, int64_t steps) {
   if (g_split_ways > 1) {
     ways = fits(g_split_ways) ? g_split_ways : 1;
   } else if (tiles <= sms) {
-    while (ways < 16 && tiles * ways * 2 <= 2 * sms && ways * 2 * 2 <= steps && fits(ways * 2)) ways *= 2;
+    for (int next = 2; next <= 16 && tiles * next <= 2 * sms && 2 * next <= steps && fits(next); next *= 2) ways = next;
   }
   if (ways > 1) m = MqSplit{static_cast<float*>(sc.part), sc.count, ways};
   return m;
