@@ -5,6 +5,7 @@
 // Usage: zinc_cuda_matvec_bench [tokens] [iterations] [codes staged in shared memory: 1 (default) or 0]
 //        [weights staged in shared memory: 1 (default: where faster), 2 (wherever they fit) or 0]
 //        [gate and up at 16 tokens a warp held to fewer registers: 1 (default: where faster), 2 (always) or 0]
+//        [prompt tiles from this many rows on (0: as built)] [only the shapes whose names contain this]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -136,12 +137,17 @@ int main(int argc, char** argv) {
   one("down 4096x12288 Q6_K", TensorType::Q6_K, 4096, 12288);
   one("down 4096x12288 Q4_K", TensorType::Q4_K, 4096, 12288);
   one("expert 768x2048 Q4_K", TensorType::Q4_K, 768, 2048);
+  one("output 151936x4096 Q6_K", TensorType::Q6_K, 151936, 4096);  // (qwen3's vocabulary: the logits' product)
   shapes.push_back({"qkv 4096+1024+1024 (Q4_K,Q4_K,Q6_K)",
                     {make(TensorType::Q4_K, 4096, 4096, rng), make(TensorType::Q4_K, 1024, 4096, rng), make(TensorType::Q6_K, 1024, 4096, rng)},
                     ck::Glu::None});
   shapes.push_back({"gate+up+SwiGLU 2x12288x4096 Q4_K", {make(TensorType::Q4_K, 12288, 4096, rng), make(TensorType::Q4_K, 12288, 4096, rng)},
                     ck::Glu::SwiGLU});
 
+  if (argc > 7) {
+    const std::string only = argv[7];
+    std::erase_if(shapes, [&](const Shape& sh) { return sh.name.find(only) == std::string::npos; });
+  }
   int64_t max_cols = 0, max_rows = 0;
   for (const Shape& sh : shapes)
     for (const Weights& w : sh.parts) max_cols = std::max(max_cols, w.cols), max_rows = std::max(max_rows, w.rows);

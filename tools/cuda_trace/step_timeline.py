@@ -3,7 +3,7 @@
 # per kernel, the time it adds to the step's end (its end past the latest end before it: with
 # programmatic dependent launch a kernel starts early and waits, so its duration overstates it), its
 # count and mean duration; then the first kernels of one step.
-# Usage: step_timeline.py TRACE.csv [steps (default 5)]
+# Usage: step_timeline.py TRACE.csv [steps (default 5)] [kernels of the step listed (default 24; 0: all)]
 import collections
 import re
 import sys
@@ -40,7 +40,8 @@ def main():
     print(f"step {(kernels[last][0] - kernels[first][0]) / 1e3 / count:.1f} us")
     s0 = kernels[steps[-2]][0]
     end = kernels[steps[-2]][1]
-    for start, stop, name in kernels[steps[-2]:steps[-2] + 24]:
+    shown = int(sys.argv[3]) if len(sys.argv) > 3 else 24
+    for start, stop, name in kernels[steps[-2]:steps[-1] if shown == 0 else steps[-2] + shown]:
         print(f"  start {(start - s0) / 1e3:8.2f}  end {(stop - s0) / 1e3:8.2f}  adds {(stop - end) / 1e3:6.2f}  {name}")
         end = max(end, stop)
 
