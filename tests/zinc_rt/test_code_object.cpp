@@ -3,10 +3,13 @@
 // the AMDGPU metadata note): the target, each kernel's descriptor address and entry point, its
 // kernel-argument, local and private memory sizes, wave size, and a vector-register allocation that
 // holds the registers the compiler counted. Then bytes that are not a code object, each refused with
-// what is wrong.
+// what is wrong; the image the GPU runs against llvm-readelf's program headers, and where fill_ids'
+// arguments lie against its metadata note.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +19,7 @@
 #include <string>
 
 #include "backend/zinc_rt/code_object.h"
+#include "backend/zinc_rt/dispatch.h"
 #include "core/error.h"
 
 namespace zinc::backend::zinc_rt {
@@ -86,6 +90,162 @@ TEST(CodeObject, MatchesWhatLlvmReadsInTheSameBytes) {
     EXPECT_LT(k.vgprs(), counted + (k.wave32() ? 8u : 4u)) << n << ": the allocation is the count rounded up to a granule";
   }
   std::filesystem::remove_all(dir);
+}
+
+// The image the GPU runs, against llvm-readelf's program headers of the same bytes ("LOAD OFFSET VADDR
+// PADDR FILESZ MEMSZ FLAGS ALIGN"): each loadable segment's file bytes at its address, zeros past them
+// to its memory size and between segments, in whole pages to the highest segment's end; the kernel's
+// entry point inside an executable segment.
+TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
+  const auto names = code_object_bytes_names();
+  if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const std::string readelf = ZINC_LLVM_READELF;
+  ASSERT_FALSE(readelf.empty()) << "code objects were built but llvm-readelf was not found (install llvm-19)";
+  const auto dir = std::filesystem::temp_directory_path() / ("zinc_img_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const std::string_view name : names) {
+    const std::string n(name);
+    const std::span<const uint8_t> bytes = code_object_bytes(name);
+    const auto file = dir / (n + ".hsaco");
+    std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    const std::string out = run(readelf + " -l " + file.string());
+    struct Load {
+      uint64_t offset, vaddr, filesz, memsz;
+      bool exec;
+    };
+    std::vector<Load> loads;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream f(line);
+      std::string type, off, va, pa, fs, ms, flags;
+      if (!(f >> type >> off >> va >> pa >> fs >> ms) || type != "LOAD") continue;
+      std::getline(f, flags);
+      loads.push_back({std::stoull(off, nullptr, 16), std::stoull(va, nullptr, 16), std::stoull(fs, nullptr, 16), std::stoull(ms, nullptr, 16),
+                       flags.find(" E ") != std::string::npos});
+    }
+    ASSERT_FALSE(loads.empty()) << out;
+    const std::vector<uint8_t> image = load_image(bytes);
+    uint64_t end = 0;
+    for (const Load& l : loads) end = std::max(end, l.vaddr + l.memsz);
+    EXPECT_EQ(image.size(), (end + 4095) / 4096 * 4096) << n;
+    ASSERT_GE(image.size(), end) << n;
+    std::vector<bool> covered(image.size(), false);
+    for (const Load& l : loads) {
+      for (uint64_t i = 0; i < l.memsz; ++i) {
+        const uint8_t want = i < l.filesz ? bytes[static_cast<size_t>(l.offset + i)] : 0;
+        ASSERT_EQ(image[static_cast<size_t>(l.vaddr + i)], want) << n << ": byte " << i << " of the segment at " << l.vaddr;
+        covered[static_cast<size_t>(l.vaddr + i)] = true;
+      }
+    }
+    for (size_t i = 0; i < image.size(); ++i) {
+      if (!covered[i]) {
+        ASSERT_EQ(image[i], 0) << n << ": byte " << i << " is in no segment";
+      }
+    }
+    const KernelInfo& k = parse_code_object(bytes).kernels.at(0);
+    bool in_exec = false;
+    for (const Load& l : loads) in_exec |= l.exec && k.entry_address >= l.vaddr && k.entry_address < l.vaddr + l.filesz;
+    EXPECT_TRUE(in_exec) << n << ": the entry point " << k.entry_address << " in no executable segment";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The trivial dispatch rung writes fill_ids' arguments as FillIdsArgs: where the metadata note of every
+// fill_ids object (llvm-readelf --notes) places them (the destination's address, 8 bytes at 0; n, 4 at 8).
+TEST(CodeObject, FillIdsArgumentsLieWhereTheRungWritesThem) {
+  const auto names = code_object_bytes_names();
+  if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const std::string readelf = ZINC_LLVM_READELF;
+  ASSERT_FALSE(readelf.empty());
+  const auto dir = std::filesystem::temp_directory_path() / ("zinc_args_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  int seen = 0;
+  for (const std::string_view name : names) {
+    const std::string n(name);
+    if (n.rfind("fill_ids-", 0) != 0) continue;
+    ++seen;
+    const std::span<const uint8_t> bytes = code_object_bytes(name);
+    const auto file = dir / (n + ".hsaco");
+    std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    const std::string out = run(readelf + " --notes " + file.string());
+    // The kernel's .args list: each argument starts "      - .KEY: VALUE" (six spaces), its other keys
+    // "        .KEY: VALUE" (eight); kept: .offset, .size, .value_kind.
+    std::vector<std::array<std::string, 3>> args;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      if (line.rfind("      - .", 0) == 0) args.push_back({"", "", ""});
+      else if (line.rfind("        .", 0) != 0) continue;
+      if (args.empty()) continue;
+      std::string key = trim(line.substr(0, colon));
+      if (key.rfind("- ", 0) == 0) key = key.substr(2);
+      const std::string value = trim(line.substr(colon + 1));
+      if (key == ".offset") args.back()[0] = value;
+      if (key == ".size") args.back()[1] = value;
+      if (key == ".value_kind") args.back()[2] = value;
+    }
+    ASSERT_EQ(args.size(), 2u) << out;
+    EXPECT_EQ(args[0], (std::array<std::string, 3>{std::to_string(offsetof(FillIdsArgs, out)), "8", "global_buffer"})) << n;
+    EXPECT_EQ(args[1], (std::array<std::string, 3>{std::to_string(offsetof(FillIdsArgs, n)), "4", "by_value"})) << n;
+    const KernelInfo& k = *parse_code_object(bytes).kernel("fill_ids");
+    EXPECT_GE(k.kernarg_bytes, offsetof(FillIdsArgs, n) + 4) << n;
+    EXPECT_LE(k.kernarg_bytes, sizeof(FillIdsArgs)) << n;
+  }
+  EXPECT_EQ(seen, 4) << "fill_ids for every listed target";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CodeObject, ImageRefusesRelocationsAndSegmentsOutsideTheBytes) {
+  const auto names = code_object_bytes_names();
+  if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const std::span<const uint8_t> good = code_object_bytes(names[0]);
+  const auto refused = [](const std::vector<uint8_t>& b, const std::string& why) {
+    try {
+      (void)load_image(b);
+      ADD_FAILURE() << "accepted; expected: " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const auto u16 = [](const std::vector<uint8_t>& b, size_t at) { return static_cast<uint16_t>(b[at] | b[at + 1] << 8); };
+  const auto u64 = [](const std::vector<uint8_t>& b, size_t at) {
+    uint64_t v;
+    std::memcpy(&v, b.data() + at, 8);
+    return v;
+  };
+  const auto put64 = [](std::vector<uint8_t>& b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); };
+  const std::vector<uint8_t> base(good.begin(), good.end());
+  // A loadable segment whose file bytes run past the end (its file size grown by the whole file).
+  {
+    std::vector<uint8_t> b = base;
+    const size_t phoff = u64(b, 32);
+    bool grown = false;
+    for (uint16_t i = 0; i < u16(b, 56) && !grown; ++i) {
+      const size_t h = phoff + 56u * i;
+      if (b[h] != 1) continue;  // PT_LOAD
+      put64(b, h + 32, u64(b, h + 32) + b.size());
+      put64(b, h + 40, u64(b, h + 40) + b.size());
+      grown = true;
+    }
+    ASSERT_TRUE(grown);
+    refused(b, "lies outside");
+  }
+  // A loaded section of dynamic relocations (.dynamic's section made SHT_RELA).
+  {
+    std::vector<uint8_t> b = base;
+    const size_t shoff = u64(b, 40);
+    bool made = false;
+    for (uint16_t i = 0; i < u16(b, 60) && !made; ++i) {
+      const size_t h = shoff + 64u * i;
+      if (b[h + 4] != 6) continue;  // SHT_DYNAMIC (allocated, not empty)
+      b[h + 4] = 4;
+      made = true;
+    }
+    ASSERT_TRUE(made);
+    refused(b, "dynamic relocations");
+  }
+  EXPECT_NO_THROW((void)load_image(base));
 }
 
 TEST(CodeObject, RefusesWhatIsNotOne) {

@@ -76,6 +76,43 @@ TEST(Dispatch, ProgrammedFromTheDescriptor) {
   EXPECT_EQ(ring.data()[static_cast<size_t>(at + slots.kernarg_lo)], 0x9ABCDE00u);
 }
 
+// The trivial dispatch rung's packets: every cache invalidated first (ACQUIRE_MEM with the CPU-written
+// code and arguments to be read), fill_ids over 1000 ids in workgroups of 64 (16, the last part masked
+// by the kernel), the arguments' address in the user SGPRs, then the 64-bit fence last.
+TEST(Dispatch, OneDispatchToAFence) {
+  const auto bytes = code_object_bytes("fill_ids-gfx1100");
+  if (bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const CodeObject co = parse_code_object(bytes);
+  const KernelInfo& k = *co.kernel("fill_ids");
+  DispatchArgs a;
+  a.code_base = 0x00007F0000000000ull;
+  a.kernarg = 0x00007F0000100000ull;
+  a.groups = {(1000 + kFillIdsGroup - 1) / kFillIdsGroup, 1, 1};
+  a.block = {kFillIdsGroup, 1, 1};
+  const pm4::Stream s = dispatch_to_fence(k, a, 0x00007F0000200008ull, 3);
+  std::vector<uint32_t> ops;
+  const auto d = s.dwords();
+  size_t last = 0;
+  for (size_t i = 0; i < d.size(); i += 1 + ((d[i] >> 16 & 0x3FFF) + 1)) ops.push_back(d[i] >> 8 & 0xFF), last = i;
+  ASSERT_GE(ops.size(), 3u);
+  EXPECT_EQ(ops.front(), pm4::kAcquireMem);
+  EXPECT_EQ(ops.back(), pm4::kReleaseMem);
+  EXPECT_EQ(ops[ops.size() - 2], pm4::kDispatchDirect);
+  EXPECT_EQ(d[7], pm4::kAcquireInvalidateAll) << "(gfx10+ ACQUIRE_MEM: GCR_CNTL in the last of its 7 body dwords)";
+  const Parsed p = parse(s);
+  ASSERT_EQ(p.dispatch.size(), 4u);
+  EXPECT_EQ(p.dispatch[0], 16u);
+  EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX)[0], kFillIdsGroup);
+  EXPECT_EQ(p.regs.at(pm4::kComputeUserData0)[0], 0x00100000u);
+  EXPECT_EQ(p.regs.at(pm4::kComputeUserData0 + 4)[0], 0x7F00u);
+  // RELEASE_MEM's 64-bit data (DATA_SEL 2), address and value (body dwords 2..6).
+  EXPECT_EQ(d[last + 2] >> 29, 2u);
+  EXPECT_EQ(d[last + 3], 0x00200008u);
+  EXPECT_EQ(d[last + 4], 0x7F00u);
+  EXPECT_EQ(d[last + 5], 3u);
+  EXPECT_EQ(d[last + 6], 0u);
+}
+
 TEST(Dispatch, RefusesWhatItCannotProgram) {
   KernelInfo k;
   k.name = "k";

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -105,6 +106,46 @@ CodeObject parse_code_object(std::span<const uint8_t> b) {
   }
   if (co.kernels.empty()) throw Error("code object: no kernel descriptors (NAME.kd symbols)");
   return co;
+}
+
+std::vector<uint8_t> load_image(std::span<const uint8_t> b) {
+  (void)parse_code_object(b);  // (an AMDGPU ELF64 file with kernels)
+  // Dynamic relocations (SHT_RELA or SHT_REL sections that are loaded and not empty) would need the
+  // image's address applied: refused.
+  const auto shoff = read<uint64_t>(b, 40, "e_shoff");
+  const auto shnum = read<uint16_t>(b, 60, "e_shnum");
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const uint64_t h = shoff + uint64_t{i} * 64;
+    const auto type = read<uint32_t>(b, h + 4, "sh_type");
+    const auto flags = read<uint64_t>(b, h + 8, "sh_flags"), size = read<uint64_t>(b, h + 32, "sh_size");
+    if ((type == 4 || type == 9) && (flags & 2) && size > 0)
+      throw Error(fmt::format("code object: section {} holds {} bytes of dynamic relocations (not supported)", i, size));
+  }
+  const auto phoff = read<uint64_t>(b, 32, "e_phoff");
+  const auto phentsize = read<uint16_t>(b, 54, "e_phentsize"), phnum = read<uint16_t>(b, 56, "e_phnum");
+  if (phentsize != 56) throw Error(fmt::format("code object: program headers of {} bytes (56 expected)", phentsize));
+  constexpr uint64_t kMaxImage = uint64_t{64} << 20, kPage = 4096;
+  struct Load {
+    uint64_t offset, vaddr, filesz, memsz;
+  };
+  std::vector<Load> loads;
+  uint64_t end = 0;
+  for (uint16_t i = 0; i < phnum; ++i) {
+    const uint64_t h = phoff + uint64_t{i} * 56;
+    if (read<uint32_t>(b, h, "p_type") != 1) continue;  // PT_LOAD
+    const Load l{read<uint64_t>(b, h + 8, "p_offset"), read<uint64_t>(b, h + 16, "p_vaddr"), read<uint64_t>(b, h + 32, "p_filesz"),
+                 read<uint64_t>(b, h + 40, "p_memsz")};
+    if (l.filesz > l.memsz || l.offset > b.size() || l.filesz > b.size() - l.offset)
+      throw Error(fmt::format("code object: loadable segment {} ({} bytes from byte {}) lies outside its {} bytes", i, l.filesz, l.offset, b.size()));
+    if (l.vaddr > kMaxImage || l.memsz > kMaxImage - l.vaddr)
+      throw Error(fmt::format("code object: loadable segment {} reaches address {:#x} (at most {} MiB)", i, l.vaddr + l.memsz, kMaxImage >> 20));
+    loads.push_back(l);
+    end = std::max(end, l.vaddr + l.memsz);
+  }
+  if (loads.empty()) throw Error("code object: no loadable segments");
+  std::vector<uint8_t> image((end + kPage - 1) / kPage * kPage, 0);
+  for (const Load& l : loads) std::memcpy(image.data() + l.vaddr, b.data() + l.offset, l.filesz);
+  return image;
 }
 
 }  // namespace zinc::backend::zinc_rt

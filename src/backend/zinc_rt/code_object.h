@@ -33,6 +33,13 @@ struct CodeObject {
 // bytes, a descriptor that is not 64 bytes).
 CodeObject parse_code_object(std::span<const uint8_t> elf);
 
+// The code object as the GPU runs it: each loadable segment's (PT_LOAD) bytes at its address, zeros
+// past its file bytes and between segments, up to the end of the highest segment in whole 4096-byte
+// pages; copied to a GPU address B, a kernel's entry point is B + entry_address. Throws zinc::Error
+// where a segment lies outside the bytes or the image would pass 64 MiB, or the object needs dynamic
+// relocations (ZINC_RT's kernels need none).
+std::vector<uint8_t> load_image(std::span<const uint8_t> elf);
+
 // The embedded code objects: "KERNEL-TARGET" (e.g. "rms_norm-gfx1100"), and their names (none where
 // the build had no AMDGPU compiler).
 std::span<const uint8_t> code_object_bytes(std::string_view name);

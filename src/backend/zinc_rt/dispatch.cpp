@@ -44,4 +44,12 @@ DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchA
   return slots;
 }
 
+pm4::Stream dispatch_to_fence(const KernelInfo& k, const DispatchArgs& a, uint64_t fence, uint64_t value) {
+  pm4::Stream s;
+  s.acquire_mem(pm4::kAcquireInvalidateAll);
+  (void)emit_dispatch(s, k, a);
+  s.release_mem_fence(fence, value, true, false);
+  return s;
+}
+
 }  // namespace zinc::backend::zinc_rt

@@ -30,4 +30,17 @@ struct DispatchSlots {
 // user SGPRs other than those three), or the entry point is not 256-byte aligned.
 DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchArgs& a);
 
+// One dispatch on its own, as a rung of the ladder submits it: every cache invalidated first (the CPU
+// wrote the code and the arguments), the dispatch, then `value` (64 bits) written at `fence` once it
+// has finished and the caches are written back.
+pm4::Stream dispatch_to_fence(const KernelInfo& k, const DispatchArgs& a, uint64_t fence, uint64_t value);
+
+// The trivial dispatch rung's kernel (shaders/amdgpu/fill_ids.cl: out[i] = 3 i + 1 for i < n, in
+// workgroups of kFillIdsGroup lanes): its arguments as they lie in the kernel-argument segment.
+struct FillIdsArgs {
+  uint64_t out;
+  uint32_t n;
+};
+inline constexpr uint32_t kFillIdsGroup = 64;
+
 }  // namespace zinc::backend::zinc_rt

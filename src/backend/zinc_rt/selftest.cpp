@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <thread>
 
 #include "backend/zinc_rt/code_object.h"
+#include "backend/zinc_rt/dispatch.h"
 #include "backend/zinc_rt/kfd.h"
 #include "backend/zinc_rt/queue.h"
 #include "core/error.h"
@@ -130,10 +133,48 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     }
     rungs[5].state = Rung::State::Passed;
     rungs[5].detail = fmt::format("{} bytes in {} us", kCopy, copy_us);
+    // A trivial dispatch: fill_ids for this GPU's target, its code object's image in memory the GPU
+    // may execute, its arguments (the destination's address, n) in a page of their own, then the
+    // fence: the destination must hold 3 i + 1 for i < n (n not a whole number of workgroups, so the
+    // last one's lanes past n are masked) and its guard after them.
+    at = 6;
+    const std::string object = "fill_ids-" + gpu->target();
+    const std::span<const uint8_t> elf = code_object_bytes(object);
+    if (elf.empty()) return fail(6, fmt::format("no {} code object in this zinc", object));
+    const CodeObject co = parse_code_object(elf);
+    const KernelInfo* fill = co.kernel("fill_ids");
+    if (!fill) return fail(6, fmt::format("{} holds no fill_ids kernel", object));
+    constexpr size_t kArgBytes = offsetof(FillIdsArgs, n) + sizeof(uint32_t);
+    if (fill->kernarg_bytes < kArgBytes || fill->kernarg_bytes > 4096)
+      return fail(6, fmt::format("fill_ids takes {} bytes of arguments ({} expected)", fill->kernarg_bytes, kArgBytes));
+    const std::vector<uint8_t> image = load_image(elf);
+    GpuBuffer code = session.alloc(image.size(), mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable | mem::kExecutable, true);
+    Release release_code{session, code};
+    std::memcpy(code.cpu<uint8_t>(), image.data(), image.size());
+    GpuBuffer args = session.alloc(4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    Release release_args{session, args};
+    constexpr uint32_t kIds = 1000;
+    const FillIdsArgs fa{dst.va, kIds};
+    std::memcpy(args.cpu<uint8_t>(), &fa, sizeof fa);
+    for (uint64_t i = 0; i < kBuffer / 4; ++i) to[i] = 0xDEADBEEFu;
+    DispatchArgs da;
+    da.code_base = code.va;
+    da.kernarg = args.va;
+    da.groups = {(kIds + kFillIdsGroup - 1) / kFillIdsGroup, 1, 1};
+    da.block = {kFillIdsGroup, 1, 1};
+    const int64_t fill_us = run_to_fence(dispatch_to_fence(*fill, da, fence.va, 3), 3);
+    if (fill_us < 0) return fail(6, why);
+    for (uint64_t i = 0; i < kBuffer / 4; ++i) {
+      const uint32_t want = i < kIds ? static_cast<uint32_t>(3 * i + 1) : 0xDEADBEEFu;
+      if (to[i] != want)
+        return fail(6, fmt::format("word {} holds {:#010x} where {:#010x} was expected (fill_ids of {} words)", i, static_cast<uint32_t>(to[i]), want, kIds));
+    }
+    rungs[6].state = Rung::State::Passed;
+    rungs[6].detail = fmt::format("{} words from {} workgroups of {} in {} us", kIds, da.groups[0], kFillIdsGroup, fill_us);
   } catch (const Error& e) {
     return fail(at, e.what());
   }
-  return fail(6, "not built yet in this zinc: the trivial dispatch rung is next");
+  return fail(7, "not built yet in this zinc: the one-kernel rung is next");
 }
 
 }  // namespace zinc::backend::zinc_rt
