@@ -1,11 +1,12 @@
 // A dispatch programmed from a real kernel's descriptor (the embedded rms_norm for gfx1100): the
 // entry point's registers, the resource registers as the compiler wrote them, the workgroup size, the
 // kernel arguments' address in the first user SGPRs (no more of them than the descriptor's USER_SGPR
-// count), the dispatch with wave32 where the kernel is wave32; its per-token slot patched in the ring;
-// and the kernels it must refuse.
+// count), LDS_SIZE from the kernel's local memory, the dispatch with wave32 where the kernel is
+// wave32; its per-token slot patched in the ring; and the kernels it must refuse.
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "backend/zinc_rt/dispatch.h"
@@ -53,7 +54,11 @@ TEST(Dispatch, ProgrammedFromTheDescriptor) {
   EXPECT_EQ(p.regs.at(pm4::kComputePgmLo)[0], static_cast<uint32_t>(entry >> 8));
   EXPECT_EQ(p.regs.at(pm4::kComputePgmHi)[0], static_cast<uint32_t>(entry >> 40));
   EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc1)[0], k.rsrc1);
-  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc2)[0], k.rsrc2);
+  // RSRC2 as the compiler wrote it, with LDS_SIZE (bits 15-23, Mesa's S_00B84C_LDS_SIZE: (x & 0x1FF)
+  // << 15) the kernel's 1024 bytes of local memory in blocks of 128 dwords: 2 (the descriptor leaves 0).
+  EXPECT_EQ(k.group_segment_bytes, 1024u);
+  EXPECT_EQ(k.rsrc2 >> 15 & 0x1FF, 0u);
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc2)[0], k.rsrc2 | 2u << 15);
   EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc3)[0], k.rsrc3);
   EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX)[0], 256u);
   EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX + 4)[0], 1u);
@@ -135,6 +140,18 @@ TEST(Dispatch, RefusesWhatItCannotProgram) {
   k.properties = 1u << 3;
   a.kernarg = 0;
   EXPECT_THROW(emit_dispatch(s, k, a), Error) << "no kernel arguments' address";
+  a.kernarg = 0x1000;
+  k.group_segment_bytes = 65536 + 4;
+  EXPECT_THROW(emit_dispatch(s, k, a), Error) << "more local memory than a workgroup has";
+  EXPECT_EQ(s.size(), 0u);
+  // 1 to 512 bytes: one block; 513: two; an LDS_SIZE the descriptor already holds, if larger, kept.
+  for (const auto& [bytes, rsrc2, blocks] : {std::tuple{1u, 0u, 1u}, {512u, 0u, 1u}, {513u, 0u, 2u}, {0u, 0u, 0u}, {512u, 5u << 15, 5u}}) {
+    k.group_segment_bytes = bytes;
+    k.rsrc2 = rsrc2 | 0x9Eu;
+    s.clear();
+    (void)emit_dispatch(s, k, a);
+    EXPECT_EQ(parse(s).regs.at(pm4::kComputePgmRsrc2)[0], 0x9Eu | blocks << 15) << bytes << " bytes";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -12,6 +13,14 @@ DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchA
   const uint64_t entry = a.code_base + k.entry_address;
   if (entry % 256 != 0) throw Error(fmt::format("ZINC_RT: {}'s entry point {:#x} is not 256-byte aligned", k.name, entry));
   if (k.private_segment_bytes > 0) throw Error(fmt::format("ZINC_RT: {} needs {} bytes of scratch a lane (not supported yet)", k.name, k.private_segment_bytes));
+  // The workgroup's local memory: a code object's RSRC2 leaves LDS_SIZE 0 (under the HSA runtime the
+  // command processor fills it from the dispatch packet's group segment size); a PM4 dispatch writes
+  // it, or the kernel's local memory would not be allocated.
+  constexpr uint32_t kMaxLds = 65536;
+  if (k.group_segment_bytes > kMaxLds) throw Error(fmt::format("ZINC_RT: {} needs {} bytes of local memory (at most {})", k.name, k.group_segment_bytes, kMaxLds));
+  const uint32_t lds_blocks = std::max((k.group_segment_bytes + pm4::kLdsBlockBytes - 1) / pm4::kLdsBlockBytes,
+                                       k.rsrc2 >> pm4::kRsrc2LdsSizeShift & pm4::kRsrc2LdsSizeMask);
+  const uint32_t rsrc2 = (k.rsrc2 & ~(pm4::kRsrc2LdsSizeMask << pm4::kRsrc2LdsSizeShift)) | lds_blocks << pm4::kRsrc2LdsSizeShift;
   // kernel_code_properties: bit 0 private segment buffer, 1 dispatch ptr, 2 queue ptr, 3 kernarg
   // segment ptr, 4 dispatch id, 5 flat scratch init, 6 private segment size.
   constexpr uint16_t kDispatchPtr = 1u << 1, kQueuePtr = 1u << 2, kKernarg = 1u << 3, kOthers = (1u << 0) | (1u << 4) | (1u << 5) | (1u << 6);
@@ -28,7 +37,7 @@ DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchA
   const size_t kernarg_at = user.size();
   pointer(kKernarg, a.kernarg, "kernel arguments' address");
   s.set_sh_reg(pm4::kComputePgmLo, {static_cast<uint32_t>(entry >> 8), static_cast<uint32_t>(entry >> 40)});
-  s.set_sh_reg(pm4::kComputePgmRsrc1, {k.rsrc1, k.rsrc2});
+  s.set_sh_reg(pm4::kComputePgmRsrc1, {k.rsrc1, rsrc2});
   s.set_sh_reg(pm4::kComputePgmRsrc3, {k.rsrc3});
   s.set_sh_reg(pm4::kComputeTmpringSize, {0u});
   s.set_sh_reg(pm4::kComputeResourceLimits, {0u});

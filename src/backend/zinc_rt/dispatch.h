@@ -1,6 +1,6 @@
 // A kernel dispatch on a ZINC_RT compute queue, programmed from the kernel's descriptor: the entry
 // point (COMPUTE_PGM_LO/HI: its address / 256), the resource registers as the compiler wrote them
-// (RSRC1..3), no scratch, the workgroup size, the user SGPRs the descriptor asks for in the order the
+// (RSRC1..3) with RSRC2's LDS_SIZE from the kernel's local memory, no scratch, the workgroup size, the user SGPRs the descriptor asks for in the order the
 // AMDHSA ABI gives them (the dispatch packet pointer, the queue pointer, the kernel arguments'
 // address), then DISPATCH_DIRECT with the workgroup counts (wave32 where the kernel was built for it).
 #pragma once
@@ -27,7 +27,8 @@ struct DispatchSlots {
 };
 
 // Throws zinc::Error where the kernel needs what is not given or not supported yet (scratch memory,
-// user SGPRs other than those three), or the entry point is not 256-byte aligned.
+// user SGPRs other than those three, more than 64 KiB of local memory), or the entry point is not
+// 256-byte aligned.
 DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchArgs& a);
 
 // One dispatch on its own, as a rung of the ladder submits it: every cache invalidated first (the CPU

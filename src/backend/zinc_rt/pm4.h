@@ -38,6 +38,10 @@ inline constexpr uint32_t kShRegBase = 0xB000, kShRegEnd = 0xC000;
 inline constexpr uint32_t kInitiatorEnable = 1u << 0, kInitiatorForceStartAt000 = 1u << 1, kInitiatorOrderMode = 1u << 3,
                           kInitiatorWave32 = 1u << 15;
 
+// COMPUTE_PGM_RSRC2.LDS_SIZE: bits 15-23, the workgroup's local memory in blocks of 128 dwords (gfx7
+// and later). Code objects leave it 0 for the runtime to fill from their group segment size.
+inline constexpr uint32_t kRsrc2LdsSizeShift = 15, kRsrc2LdsSizeMask = 0x1FFu, kLdsBlockBytes = 512;
+
 // RELEASE_MEM's event: a cache flush and invalidate with a time stamp, end of pipe (event index 5),
 // as the kernel driver's fences on gfx10+ rings write it.
 inline constexpr uint32_t kEventCacheFlushAndInvTs = 0x14, kEventIndexEop = 5;
