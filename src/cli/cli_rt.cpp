@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #if defined(ZINC_WITH_ZINC_RT)
+#include "backend/cpu/cpu_ops.h"
 #include "backend/zinc_rt/selftest.h"
 #endif
 
@@ -26,7 +27,10 @@ void add_rt_selftest_command(CLI::App& app, const GlobalOptions& global, Runner&
     run = [opts, &global] {
 #if defined(ZINC_WITH_ZINC_RT)
       using backend::zinc_rt::Rung;
-      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->kfd, opts->topology, opts->dri});
+      const auto cpu_norm = [](const float* x, const float* w, float* out, int64_t width, int64_t rows, float eps) {
+        backend::cpu::rms_norm(x, w, out, width, width, rows, eps, 0.0f);
+      };
+      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->kfd, opts->topology, opts->dri, cpu_norm});
       int status = 0;
       nlohmann::json j = nlohmann::json::array();
       for (size_t i = 0; i < rungs.size(); ++i) {

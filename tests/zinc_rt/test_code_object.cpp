@@ -3,8 +3,8 @@
 // the AMDGPU metadata note): the target, each kernel's descriptor address and entry point, its
 // kernel-argument, local and private memory sizes, wave size, and a vector-register allocation that
 // holds the registers the compiler counted. Then bytes that are not a code object, each refused with
-// what is wrong; the image the GPU runs against llvm-readelf's program headers, and where fill_ids'
-// arguments lie against its metadata note.
+// what is wrong; the image the GPU runs against llvm-readelf's program headers, and where the rungs' kernels'
+// arguments lie against their metadata notes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/dispatch.h"
@@ -150,27 +152,36 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
   std::filesystem::remove_all(dir);
 }
 
-// The trivial dispatch rung writes fill_ids' arguments as FillIdsArgs: where the metadata note of every
-// fill_ids object (llvm-readelf --notes) places them (the destination's address, 8 bytes at 0; n, 4 at 8).
-TEST(CodeObject, FillIdsArgumentsLieWhereTheRungWritesThem) {
+// The dispatch and kernel rungs write their kernels' arguments as FillIdsArgs and RmsNormArgs: where the
+// metadata note of every such object (llvm-readelf --notes) places them (offset, size, kind of each).
+TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   const auto names = code_object_bytes_names();
   if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const std::string readelf = ZINC_LLVM_READELF;
   ASSERT_FALSE(readelf.empty());
+  using Arg = std::array<std::string, 3>;
+  const auto at = [](size_t offset, int size, const char* kind) { return Arg{std::to_string(offset), std::to_string(size), kind}; };
+  const std::map<std::string, std::pair<std::vector<Arg>, size_t>> want = {
+      {"fill_ids", {{at(offsetof(FillIdsArgs, out), 8, "global_buffer"), at(offsetof(FillIdsArgs, n), 4, "by_value")}, sizeof(FillIdsArgs)}},
+      {"rms_norm",
+       {{at(offsetof(RmsNormArgs, x), 8, "global_buffer"), at(offsetof(RmsNormArgs, w), 8, "global_buffer"),
+         at(offsetof(RmsNormArgs, out), 8, "global_buffer"), at(offsetof(RmsNormArgs, width), 4, "by_value"),
+         at(offsetof(RmsNormArgs, eps), 4, "by_value")},
+        sizeof(RmsNormArgs)}}};
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_args_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  int seen = 0;
+  std::map<std::string, int> seen;
   for (const std::string_view name : names) {
-    const std::string n(name);
-    if (n.rfind("fill_ids-", 0) != 0) continue;
-    ++seen;
+    const std::string n(name), kernel = n.substr(0, n.find('-'));
+    ASSERT_TRUE(want.count(kernel)) << n << ": a kernel no rung's arguments describe";
+    ++seen[kernel];
     const std::span<const uint8_t> bytes = code_object_bytes(name);
     const auto file = dir / (n + ".hsaco");
     std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     const std::string out = run(readelf + " --notes " + file.string());
     // The kernel's .args list: each argument starts "      - .KEY: VALUE" (six spaces), its other keys
     // "        .KEY: VALUE" (eight); kept: .offset, .size, .value_kind.
-    std::vector<std::array<std::string, 3>> args;
+    std::vector<Arg> args;
     std::istringstream lines(out);
     for (std::string line; std::getline(lines, line);) {
       const size_t colon = line.find(':');
@@ -185,14 +196,14 @@ TEST(CodeObject, FillIdsArgumentsLieWhereTheRungWritesThem) {
       if (key == ".size") args.back()[1] = value;
       if (key == ".value_kind") args.back()[2] = value;
     }
-    ASSERT_EQ(args.size(), 2u) << out;
-    EXPECT_EQ(args[0], (std::array<std::string, 3>{std::to_string(offsetof(FillIdsArgs, out)), "8", "global_buffer"})) << n;
-    EXPECT_EQ(args[1], (std::array<std::string, 3>{std::to_string(offsetof(FillIdsArgs, n)), "4", "by_value"})) << n;
-    const KernelInfo& k = *parse_code_object(bytes).kernel("fill_ids");
-    EXPECT_GE(k.kernarg_bytes, offsetof(FillIdsArgs, n) + 4) << n;
-    EXPECT_LE(k.kernarg_bytes, sizeof(FillIdsArgs)) << n;
+    const auto& [expected, bytes_written] = want.at(kernel);
+    EXPECT_EQ(args, expected) << n << "\n" << out;
+    const KernelInfo& k = *parse_code_object(bytes).kernel(kernel);
+    const Arg& last = expected.back();
+    EXPECT_GE(k.kernarg_bytes, std::stoul(last[0]) + std::stoul(last[1])) << n;
+    EXPECT_LE(k.kernarg_bytes, bytes_written) << n << ": the rung writes the whole argument segment";
   }
-  EXPECT_EQ(seen, 4) << "fill_ids for every listed target";
+  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"rms_norm", 4}})) << "each kernel for every listed target";
   std::filesystem::remove_all(dir);
 }
 

@@ -44,4 +44,13 @@ struct FillIdsArgs {
 };
 inline constexpr uint32_t kFillIdsGroup = 64;
 
+// The kernel rung's kernel (shaders/amdgpu/rms_norm.cl: each of a dispatch's workgroups of
+// kRmsNormGroup lanes normalises one row of `width` floats): its arguments.
+struct RmsNormArgs {
+  uint64_t x, w, out;
+  uint32_t width;
+  float eps;
+};
+inline constexpr uint32_t kRmsNormGroup = 256;
+
 }  // namespace zinc::backend::zinc_rt

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/dispatch.h"
@@ -171,10 +174,77 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     }
     rungs[6].state = Rung::State::Passed;
     rungs[6].detail = fmt::format("{} words from {} workgroups of {} in {} us", kIds, da.groups[0], kFillIdsGroup, fill_us);
+    // One ZINC kernel: rms_norm over rows of a width that is no multiple of the workgroup, against the
+    // CPU backend's (which sums in double: within float rounding), the output's guard untouched.
+    at = 7;
+    if (!o.rms_norm) return fail(7, "no CPU oracle was given to compare with");
+    const std::string norm_object = "rms_norm-" + gpu->target();
+    const std::span<const uint8_t> norm_elf = code_object_bytes(norm_object);
+    if (norm_elf.empty()) return fail(7, fmt::format("no {} code object in this zinc", norm_object));
+    const CodeObject norm_co = parse_code_object(norm_elf);
+    const KernelInfo* norm = norm_co.kernel("rms_norm");
+    if (!norm) return fail(7, fmt::format("{} holds no rms_norm kernel", norm_object));
+    if (norm->kernarg_bytes < sizeof(RmsNormArgs) || norm->kernarg_bytes > 4096)
+      return fail(7, fmt::format("rms_norm takes {} bytes of arguments ({} expected)", norm->kernarg_bytes, sizeof(RmsNormArgs)));
+    const std::vector<uint8_t> norm_image = load_image(norm_elf);
+    GpuBuffer norm_code = session.alloc(norm_image.size(), mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable | mem::kExecutable, true);
+    Release release_norm_code{session, norm_code};
+    std::memcpy(norm_code.cpu<uint8_t>(), norm_image.data(), norm_image.size());
+    constexpr uint32_t kWidth = 4096 + 100, kRows = 3;
+    constexpr float kEps = 1e-6f;
+    constexpr uint64_t kRowsBytes = (uint64_t{kRows} * kWidth * 4 + 4095) / 4096 * 4096 + 4096;  // (a page of guard)
+    GpuBuffer nx = session.alloc(kRowsBytes, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    Release release_nx{session, nx};
+    GpuBuffer nw = session.alloc((kWidth * 4 + 4095) / 4096 * 4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    Release release_nw{session, nw};
+    GpuBuffer nout = session.alloc(kRowsBytes, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    Release release_nout{session, nout};
+    // Rows of values in [-2, 2) (each row its own scale), weights in [0.5, 1.5).
+    uint32_t seed = 12345;
+    const auto next = [&] {
+      seed = seed * 1664525u + 1013904223u;
+      return static_cast<float>(seed >> 8) / 16777216.0f;
+    };
+    float* x = nx.cpu<float>();
+    float* w = nw.cpu<float>();
+    for (uint32_t r = 0; r < kRows; ++r)
+      for (uint32_t i = 0; i < kWidth; ++i) x[r * kWidth + i] = (4.0f * next() - 2.0f) * static_cast<float>(r + 1);
+    for (uint32_t i = 0; i < kWidth; ++i) w[i] = 0.5f + next();
+    auto* out = nout.cpu<volatile uint32_t>();
+    for (uint64_t i = 0; i < kRowsBytes / 4; ++i) out[i] = 0xDEADBEEFu;
+    GpuBuffer nargs = session.alloc(4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
+    Release release_nargs{session, nargs};
+    const RmsNormArgs ra{nx.va, nw.va, nout.va, kWidth, kEps};
+    std::memcpy(nargs.cpu<uint8_t>(), &ra, sizeof ra);
+    DispatchArgs na;
+    na.code_base = norm_code.va;
+    na.kernarg = nargs.va;
+    na.groups = {kRows, 1, 1};
+    na.block = {kRmsNormGroup, 1, 1};
+    const int64_t norm_us = run_to_fence(dispatch_to_fence(*norm, na, fence.va, 4), 4);
+    if (norm_us < 0) return fail(7, why);
+    std::vector<float> want(static_cast<size_t>(kRows) * kWidth);
+    o.rms_norm(x, w, want.data(), kWidth, kRows, kEps);
+    float worst = 0.0f;
+    for (uint64_t i = 0; i < kRowsBytes / 4; ++i) {
+      const uint32_t bits = out[i];
+      if (i >= want.size()) {
+        if (bits != 0xDEADBEEFu) return fail(7, fmt::format("word {} past the output holds {:#010x} (its guard was overwritten)", i, bits));
+        continue;
+      }
+      float got;
+      std::memcpy(&got, &bits, 4);
+      const float err = std::fabs(got - want[i]), bound = 1e-5f * std::fabs(want[i]) + 1e-6f;
+      if (!(err <= bound))
+        return fail(7, fmt::format("row {} element {}: {} where the CPU backend has {}", i / kWidth, i % kWidth, got, want[i]));
+      worst = std::max(worst, err / (std::fabs(want[i]) + 1e-6f));
+    }
+    rungs[7].state = Rung::State::Passed;
+    rungs[7].detail = fmt::format("rms_norm, {} rows of {} in {} us, largest relative difference {:.1e}", kRows, kWidth, norm_us, worst);
   } catch (const Error& e) {
     return fail(at, e.what());
   }
-  return fail(7, "not built yet in this zinc: the one-kernel rung is next");
+  return fail(8, "not built yet in this zinc: the one-token rung is next");
 }
 
 }  // namespace zinc::backend::zinc_rt

@@ -2,6 +2,8 @@
 // against the CPU where it computes; the ladder stops at the first rung that fails and says why.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,10 +15,15 @@ struct Rung {
   std::string detail;
 };
 
+// The CPU backend's rms_norm over `rows` rows of `width` floats (the kernel rung's oracle; the caller
+// links the CPU backend, which this library does not).
+using RmsNormOracle = std::function<void(const float* x, const float* w, float* out, int64_t width, int64_t rows, float eps)>;
+
 struct SelftestOptions {
   std::string device = "/dev/kfd";
   std::string topology = "/sys/devices/virtual/kfd/kfd/topology";
   std::string dri = "/dev/dri";  // the render nodes' directory
+  RmsNormOracle rms_norm;        // without it the kernel rung fails, saying so
 };
 
 std::vector<Rung> run_selftest(const SelftestOptions& o);
