@@ -1097,7 +1097,12 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     // warps are too few), and so do 16 without Q6_K weights (zinc_cuda_matvec_bench 16, us: down
     // 4096 x 12288 Q4_K 21.1 -> 17.7, q/o 9.20 -> 8.94, gate 12288 rows 25.6 -> 20.6; but Q6_K down
     // 26.1 -> 29.5, v 8.4 -> 9.7).
-    const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 ? 2 : 4;
+    // Gate and up with their activation past 32 tokens: groups of 16 where the last group of 32 would
+    // hold 16 tokens or fewer (zinc_cuda_matvec_bench, us, 32 -> 16 a warp: 40 tokens 89.7 -> 80.2, 48
+    // 91.5 -> 81.7, 80 142.6 -> 129.5, 112 178.0 -> 176.6; but 56 94.5 -> 104.5, 64 98.1 -> 106.0, and
+    // below 32 slower too). Products without one keep 32 (at 48 tokens down Q6_K 64.4 -> 91.0).
+    const bool glu16 = glu && a.n > 32 && (a.n - 1) % 32 < 16;
+    const int groups = g_mma_groups > 0 ? g_mma_groups : a.n <= 8 ? 1 : a.n <= 16 || glu16 ? 2 : 4;
     int64_t out_rows = 0;
     bool any_q6 = false;
     for (int i = 0; i < a.nseg; ++i) out_rows += a.seg[i].rows, any_q6 |= a.seg[i].type == kQ6_K;
