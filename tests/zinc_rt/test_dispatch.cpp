@@ -118,6 +118,53 @@ TEST(Dispatch, OneDispatchToAFence) {
   EXPECT_EQ(d[last + 6], 0u);
 }
 
+// A decode step as one submission: the graph's dispatches (here fill_ids then rms_norm) encoded once
+// into memory, and per token only the parameters' WRITE_DATA differs: WRITE_DATA, ACQUIRE_MEM (every
+// cache), INDIRECT_BUFFER over exactly the graph's dwords, RELEASE_MEM with the token's fence value.
+TEST(Dispatch, AStepIsItsParametersAndTheGraphOnce) {
+  const auto fill_bytes = code_object_bytes("fill_ids-gfx1100"), norm_bytes = code_object_bytes("rms_norm-gfx1100");
+  if (fill_bytes.empty() || norm_bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
+  const CodeObject fill = parse_code_object(fill_bytes), norm = parse_code_object(norm_bytes);
+  DispatchArgs a;
+  a.code_base = 0x00007F0000000000ull;
+  a.kernarg = 0x00007F0000100000ull;
+  a.groups = {16, 1, 1};
+  a.block = {kFillIdsGroup, 1, 1};
+  pm4::Stream graph;
+  (void)emit_dispatch(graph, *fill.kernel("fill_ids"), a);
+  a.code_base = 0x00007F0000010000ull;
+  a.kernarg = 0x00007F0000100100ull;
+  a.groups = {3, 1, 1};
+  a.block = {kRmsNormGroup, 1, 1};
+  (void)emit_dispatch(graph, *norm.kernel("rms_norm"), a);
+  const uint64_t graph_at = 0x00007F0000200000ull, params_at = 0x00007F0000300000ull, fence = 0x00007F0000400000ull;
+  const uint32_t n = static_cast<uint32_t>(graph.size());
+  std::vector<pm4::Stream> steps;
+  for (uint32_t token = 0; token < 2; ++token) {
+    const uint32_t params[] = {100 + token, 7};  // (a position, a length)
+    steps.push_back(step_stream(params_at, params, graph_at, n, fence, token + 1));
+  }
+  for (uint32_t token = 0; token < 2; ++token) {
+    const auto d = steps[token].dwords();
+    std::vector<uint32_t> ops;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < d.size(); i += 1 + ((d[i] >> 16 & 0x3FFF) + 1)) ops.push_back(d[i] >> 8 & 0xFF), at.push_back(i);
+    ASSERT_EQ(ops, (std::vector<uint32_t>{pm4::kWriteData, pm4::kAcquireMem, pm4::kIndirectBuffer, pm4::kReleaseMem}));
+    EXPECT_EQ(d[at[0] + 2], 0x00300000u) << "the parameters' address";
+    EXPECT_EQ(d[at[0] + 4], 100 + token) << "this token's position";
+    EXPECT_EQ(d[at[2] + 1], 0x00200000u);
+    EXPECT_EQ(d[at[2] + 2], 0x7F00u);
+    EXPECT_EQ(d[at[2] + 3], n | pm4::kIbValid) << "the whole graph";
+    EXPECT_EQ(d[at[3] + 5], token + 1) << "the token's fence value";
+  }
+  // Token to token: the same packets but for the position and the fence value.
+  ASSERT_EQ(steps[0].size(), steps[1].size());
+  size_t differ = 0;
+  for (size_t i = 0; i < steps[0].size(); ++i) differ += steps[0].dwords()[i] != steps[1].dwords()[i];
+  EXPECT_EQ(differ, 2u);
+  EXPECT_THROW(step_stream(params_at, {}, graph_at + 2, n, fence, 1), Error) << "a graph not 4-byte aligned";
+}
+
 TEST(Dispatch, RefusesWhatItCannotProgram) {
   KernelInfo k;
   k.name = "k";

@@ -4,7 +4,8 @@
 // WRITE_DATA_DST_SEL(x) = x << 8, WR_CONFIRM = 1 << 20; RELEASE_MEM's DATA_SEL(x) = x << 29 and
 // INT_SEL(x) = x << 24, EVENT_TYPE(x) = x, EVENT_INDEX(x) = x << 8; the one-dword NOP 0xFFFF1000;
 // DMA_DATA 0x50 with CONTROL's DST_SEL(x) = x << 20, SRC_SEL(x) = x << 29 (3: the address through L2)
-// and CP_SYNC = 1 << 31, COMMAND's byte count in bits 0-25 and RAW_WAIT = 1 << 30) and
+// and CP_SYNC = 1 << 31, COMMAND's byte count in bits 0-25 and RAW_WAIT = 1 << 30;
+// INDIRECT_BUFFER 0x3F with its size in bits 0-19 and INDIRECT_BUFFER_VALID = 1 << 23) and
 // Mesa's sid.h (R_00B830_COMPUTE_PGM_LO = 0xB830 and the other compute registers, SET_SH_REG's index
 // (reg - 0xB000) >> 2). The ring: packets never split at its end, space counted from the read
 // position, a full ring refusing without writing.
@@ -62,6 +63,14 @@ TEST(Pm4, PacketsAreWhatTheHeadersDefine) {
   s.nop(1);
   s.nop(4);
   EXPECT_EQ(dwords(s), (std::vector<uint32_t>{0xFFFF1000u, PACKET3(0x10, 2), 0u, 0u, 0u}));
+  // INDIRECT_BUFFER as the kernel driver writes one on a compute ring: PACKET3 (no shader-type bit),
+  // the address (dword aligned) low and high, then the size with INDIRECT_BUFFER_VALID (1 << 23).
+  s.clear();
+  s.indirect_buffer(0x00007F12345678F4ull, 1000);
+  EXPECT_EQ(dwords(s), (std::vector<uint32_t>{PACKET3(0x3F, 2), 0x345678F4u, 0x7F12u, 1000u | 1u << 23}));
+  s.clear();
+  s.indirect_buffer(0x1000, (1u << 20) - 1);
+  EXPECT_EQ(dwords(s).back(), ((1u << 20) - 1) | 1u << 23) << "the largest size its 20 bits hold";
 }
 
 TEST(Pm4, RefusesWhatTheHardwareWouldMisread) {
@@ -75,6 +84,9 @@ TEST(Pm4, RefusesWhatTheHardwareWouldMisread) {
   EXPECT_THROW(s.dma_copy(0x2000, 0x1002, 64), Error) << "a source not 4-byte aligned";
   EXPECT_THROW(s.dma_copy(0x2001, 0x1000, 64), Error) << "a destination not 4-byte aligned";
   EXPECT_THROW(s.dma_copy(0x2000, 0x1000, 66), Error) << "bytes not a multiple of 4";
+  EXPECT_THROW(s.indirect_buffer(0x1002, 8), Error) << "an indirect buffer not 4-byte aligned";
+  EXPECT_THROW(s.indirect_buffer(0x1000, 0), Error) << "an empty indirect buffer";
+  EXPECT_THROW(s.indirect_buffer(0x1000, 1u << 20), Error) << "more dwords than the size field holds";
   EXPECT_EQ(s.size(), 0u) << "nothing written by a refused packet";
   EXPECT_THROW(Ring(48), Error) << "not a power of two";
 }

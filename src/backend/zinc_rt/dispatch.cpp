@@ -61,4 +61,14 @@ pm4::Stream dispatch_to_fence(const KernelInfo& k, const DispatchArgs& a, uint64
   return s;
 }
 
+pm4::Stream step_stream(uint64_t params_at, std::span<const uint32_t> params, uint64_t graph, uint32_t graph_dwords, uint64_t fence,
+                        uint64_t value) {
+  pm4::Stream s;
+  if (!params.empty()) s.write_data(params_at, params);
+  s.acquire_mem(pm4::kAcquireInvalidateAll);
+  s.indirect_buffer(graph, graph_dwords);
+  s.release_mem_fence(fence, value, true, false);
+  return s;
+}
+
 }  // namespace zinc::backend::zinc_rt

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/pm4.h"
@@ -35,6 +36,14 @@ DispatchSlots emit_dispatch(pm4::Stream& s, const KernelInfo& k, const DispatchA
 // wrote the code and the arguments), the dispatch, then `value` (64 bits) written at `fence` once it
 // has finished and the caches are written back.
 pm4::Stream dispatch_to_fence(const KernelInfo& k, const DispatchArgs& a, uint64_t fence, uint64_t value);
+
+// A decode step as one doorbell: the step's parameters (position, lengths, routing) written where the
+// graph's kernels read them (WRITE_DATA, confirmed before what follows), every cache invalidated, the
+// graph's packets (encoded once, `graph_dwords` of them in GPU memory at `graph`) run from an indirect
+// buffer, then `value` (64 bits) at `fence`. Only `params` change from one token to the next: the graph
+// is never rewritten.
+pm4::Stream step_stream(uint64_t params_at, std::span<const uint32_t> params, uint64_t graph, uint32_t graph_dwords, uint64_t fence,
+                        uint64_t value);
 
 // The trivial dispatch rung's kernel (shaders/amdgpu/fill_ids.cl: out[i] = 3 i + 1 for i < n, in
 // workgroups of kFillIdsGroup lanes): its arguments as they lie in the kernel-argument segment.

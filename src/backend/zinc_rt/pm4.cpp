@@ -78,6 +78,12 @@ void Stream::acquire_mem(uint32_t gcr) {
   d_.insert(d_.end(), {header(kAcquireMem, 7), 0u, 0xFFFFFFFFu, 0x00FFFFFFu, 0u, 0u, 10u, gcr});
 }
 
+void Stream::indirect_buffer(uint64_t address, uint32_t dwords) {
+  if (address % 4 != 0 || dwords == 0 || dwords > kIbMaxDwords)
+    throw Error(fmt::format("PM4: INDIRECT_BUFFER of {} dwords at {:#x} (4-byte aligned, 1 to {} dwords)", dwords, address, kIbMaxDwords));
+  d_.insert(d_.end(), {header(kIndirectBuffer, 3, false), static_cast<uint32_t>(address), static_cast<uint32_t>(address >> 32), dwords | kIbValid});
+}
+
 void Stream::release_mem_fence(uint64_t address, uint64_t value, bool value64, bool interrupt) {
   if (address % (value64 ? 8 : 4) != 0) throw Error(fmt::format("PM4: RELEASE_MEM to {:#x} ({}-byte aligned)", address, value64 ? 8 : 4));
   d_.push_back(header(kReleaseMem, 7));

@@ -42,6 +42,9 @@ inline constexpr uint32_t kInitiatorEnable = 1u << 0, kInitiatorForceStartAt000 
 // and later). Code objects leave it 0 for the runtime to fill from their group segment size.
 inline constexpr uint32_t kRsrc2LdsSizeShift = 15, kRsrc2LdsSizeMask = 0x1FFu, kLdsBlockBytes = 512;
 
+// INDIRECT_BUFFER's last dword: the size in dwords (bits 0-19) and VALID (bit 23).
+inline constexpr uint32_t kIbValid = 1u << 23, kIbMaxDwords = (1u << 20) - 1;
+
 // RELEASE_MEM's event: a cache flush and invalidate with a time stamp, end of pipe (event index 5),
 // as the kernel driver's fences on gfx10+ rings write it.
 inline constexpr uint32_t kEventCacheFlushAndInvTs = 0x14, kEventIndexEop = 5;
@@ -72,6 +75,10 @@ class Stream {
   // Once all earlier work has finished: caches written back, then `value` (32 or 64 bits) written to
   // `address` (8-byte aligned for 64 bits), with an interrupt if asked (a KFD event's signal).
   void release_mem_fence(uint64_t address, uint64_t value, bool value64, bool interrupt);
+  // The `dwords` packets in memory at `address` (4-byte aligned; 1 to kIbMaxDwords of them) run as if
+  // they stood here, then the stream goes on (INDIRECT_BUFFER, valid, in the queue's own address space,
+  // written as the kernel driver writes a compute ring's: no shader-type bit).
+  void indirect_buffer(uint64_t address, uint32_t dwords);
 
   // The dword index where the next packet starts, and the body of a packet already written (for
   // patching: a position or a buffer address changed per token).
