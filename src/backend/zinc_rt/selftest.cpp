@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <vector>
 
@@ -141,19 +142,31 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     // fence: the destination must hold 3 i + 1 for i < n (n not a whole number of workgroups, so the
     // last one's lanes past n are masked) and its guard after them.
     at = 6;
-    const std::string object = "fill_ids-" + gpu->target();
-    const std::span<const uint8_t> elf = code_object_bytes(object);
-    if (elf.empty()) return fail(6, fmt::format("no {} code object in this zinc", object));
-    const CodeObject co = parse_code_object(elf);
-    const KernelInfo* fill = co.kernel("fill_ids");
-    if (!fill) return fail(6, fmt::format("{} holds no fill_ids kernel", object));
-    constexpr size_t kArgBytes = offsetof(FillIdsArgs, n) + sizeof(uint32_t);
-    if (fill->kernarg_bytes < kArgBytes || fill->kernarg_bytes > 4096)
-      return fail(6, fmt::format("fill_ids takes {} bytes of arguments ({} expected)", fill->kernarg_bytes, kArgBytes));
-    const std::vector<uint8_t> image = load_image(elf);
-    GpuBuffer code = session.alloc(image.size(), mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable | mem::kExecutable, true);
+    // A rung's kernel for this GPU's target, its code object's image copied into `code` (memory the GPU
+    // may execute): its descriptor, or null with why not. (The descriptors point into `objects`.)
+    std::deque<CodeObject> objects;
+    const auto load_kernel = [&](const std::string& kernel, size_t arg_bytes, GpuBuffer& code) -> const KernelInfo* {
+      const std::string object = kernel + "-" + gpu->target();
+      const std::span<const uint8_t> elf = code_object_bytes(object);
+      if (elf.empty()) {
+        why = fmt::format("no {} code object in this zinc", object);
+        return nullptr;
+      }
+      const KernelInfo* k = objects.emplace_back(parse_code_object(elf)).kernel(kernel);
+      if (!k || k->kernarg_bytes < arg_bytes || k->kernarg_bytes > 4096) {
+        why = k ? fmt::format("{} takes {} bytes of arguments ({} expected)", kernel, k->kernarg_bytes, arg_bytes)
+                : fmt::format("{} holds no {} kernel", object, kernel);
+        return nullptr;
+      }
+      const std::vector<uint8_t> image = load_image(elf);
+      code = session.alloc(image.size(), mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable | mem::kExecutable, true);
+      std::memcpy(code.cpu<uint8_t>(), image.data(), image.size());
+      return k;
+    };
+    GpuBuffer code;
     Release release_code{session, code};
-    std::memcpy(code.cpu<uint8_t>(), image.data(), image.size());
+    const KernelInfo* fill = load_kernel("fill_ids", offsetof(FillIdsArgs, n) + sizeof(uint32_t), code);
+    if (!fill) return fail(6, why);
     GpuBuffer args = session.alloc(4096, mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable, true);
     Release release_args{session, args};
     constexpr uint32_t kIds = 1000;
@@ -178,18 +191,10 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     // CPU backend's (which sums in double: within float rounding), the output's guard untouched.
     at = 7;
     if (!o.rms_norm) return fail(7, "no CPU oracle was given to compare with");
-    const std::string norm_object = "rms_norm-" + gpu->target();
-    const std::span<const uint8_t> norm_elf = code_object_bytes(norm_object);
-    if (norm_elf.empty()) return fail(7, fmt::format("no {} code object in this zinc", norm_object));
-    const CodeObject norm_co = parse_code_object(norm_elf);
-    const KernelInfo* norm = norm_co.kernel("rms_norm");
-    if (!norm) return fail(7, fmt::format("{} holds no rms_norm kernel", norm_object));
-    if (norm->kernarg_bytes < sizeof(RmsNormArgs) || norm->kernarg_bytes > 4096)
-      return fail(7, fmt::format("rms_norm takes {} bytes of arguments ({} expected)", norm->kernarg_bytes, sizeof(RmsNormArgs)));
-    const std::vector<uint8_t> norm_image = load_image(norm_elf);
-    GpuBuffer norm_code = session.alloc(norm_image.size(), mem::kGtt | mem::kCoherent | mem::kUncached | mem::kWritable | mem::kExecutable, true);
+    GpuBuffer norm_code;
     Release release_norm_code{session, norm_code};
-    std::memcpy(norm_code.cpu<uint8_t>(), norm_image.data(), norm_image.size());
+    const KernelInfo* norm = load_kernel("rms_norm", sizeof(RmsNormArgs), norm_code);
+    if (!norm) return fail(7, why);
     constexpr uint32_t kWidth = 4096 + 100, kRows = 3;
     constexpr float kEps = 1e-6f;
     constexpr uint64_t kRowsBytes = (uint64_t{kRows} * kWidth * 4 + 4095) / 4096 * 4096 + 4096;  // (a page of guard)
