@@ -37,16 +37,22 @@ Parsed parse(const pm4::Stream& s) {
   return p;
 }
 
+// A one-dimensional dispatch's arguments.
+DispatchArgs args_of(uint64_t code_base, uint64_t kernarg, uint32_t groups, uint32_t block) {
+  DispatchArgs a;
+  a.code_base = code_base;
+  a.kernarg = kernarg;
+  a.groups = {groups, 1, 1};
+  a.block = {block, 1, 1};
+  return a;
+}
+
 TEST(Dispatch, ProgrammedFromTheDescriptor) {
   const auto bytes = code_object_bytes("rms_norm-gfx1100");
   if (bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const CodeObject co = parse_code_object(bytes);
   const KernelInfo& k = *co.kernel("rms_norm");
-  DispatchArgs a;
-  a.code_base = 0x00007F0000000000ull;
-  a.kernarg = 0x00007F1234567800ull;
-  a.groups = {12, 1, 1};
-  a.block = {256, 1, 1};
+  const DispatchArgs a = args_of(0x00007F0000000000ull, 0x00007F1234567800ull, 12, 256);
   pm4::Stream s;
   const DispatchSlots slots = emit_dispatch(s, k, a);
   const Parsed p = parse(s);
@@ -89,11 +95,7 @@ TEST(Dispatch, OneDispatchToAFence) {
   if (bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const CodeObject co = parse_code_object(bytes);
   const KernelInfo& k = *co.kernel("fill_ids");
-  DispatchArgs a;
-  a.code_base = 0x00007F0000000000ull;
-  a.kernarg = 0x00007F0000100000ull;
-  a.groups = {(1000 + kFillIdsGroup - 1) / kFillIdsGroup, 1, 1};
-  a.block = {kFillIdsGroup, 1, 1};
+  const DispatchArgs a = args_of(0x00007F0000000000ull, 0x00007F0000100000ull, (1000 + kFillIdsGroup - 1) / kFillIdsGroup, kFillIdsGroup);
   const pm4::Stream s = dispatch_to_fence(k, a, 0x00007F0000200008ull, 3);
   std::vector<uint32_t> ops;
   const auto d = s.dwords();
@@ -125,18 +127,9 @@ TEST(Dispatch, AStepIsItsParametersAndTheGraphOnce) {
   const auto fill_bytes = code_object_bytes("fill_ids-gfx1100"), norm_bytes = code_object_bytes("rms_norm-gfx1100");
   if (fill_bytes.empty() || norm_bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const CodeObject fill = parse_code_object(fill_bytes), norm = parse_code_object(norm_bytes);
-  DispatchArgs a;
-  a.code_base = 0x00007F0000000000ull;
-  a.kernarg = 0x00007F0000100000ull;
-  a.groups = {16, 1, 1};
-  a.block = {kFillIdsGroup, 1, 1};
   pm4::Stream graph;
-  (void)emit_dispatch(graph, *fill.kernel("fill_ids"), a);
-  a.code_base = 0x00007F0000010000ull;
-  a.kernarg = 0x00007F0000100100ull;
-  a.groups = {3, 1, 1};
-  a.block = {kRmsNormGroup, 1, 1};
-  (void)emit_dispatch(graph, *norm.kernel("rms_norm"), a);
+  (void)emit_dispatch(graph, *fill.kernel("fill_ids"), args_of(0x00007F0000000000ull, 0x00007F0000100000ull, 16, kFillIdsGroup));
+  (void)emit_dispatch(graph, *norm.kernel("rms_norm"), args_of(0x00007F0000010000ull, 0x00007F0000100100ull, 3, kRmsNormGroup));
   const uint64_t graph_at = 0x00007F0000200000ull, params_at = 0x00007F0000300000ull, fence = 0x00007F0000400000ull;
   const uint32_t n = static_cast<uint32_t>(graph.size());
   std::vector<pm4::Stream> steps;
