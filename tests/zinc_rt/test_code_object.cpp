@@ -144,7 +144,8 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
         ASSERT_EQ(image[i], 0) << n << ": byte " << i << " is in no segment";
       }
     }
-    const KernelInfo& k = parse_code_object(bytes).kernels.at(0);
+    const CodeObject co = parse_code_object(bytes);
+    const KernelInfo& k = co.kernels.at(0);
     bool in_exec = false;
     for (const Load& l : loads) in_exec |= l.exec && k.entry_address >= l.vaddr && k.entry_address < l.vaddr + l.filesz;
     EXPECT_TRUE(in_exec) << n << ": the entry point " << k.entry_address << " in no executable segment";
@@ -198,7 +199,8 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
     }
     const auto& [expected, bytes_written] = want.at(kernel);
     EXPECT_EQ(args, expected) << n << "\n" << out;
-    const KernelInfo& k = *parse_code_object(bytes).kernel(kernel);
+    const CodeObject co = parse_code_object(bytes);
+    const KernelInfo& k = *co.kernel(kernel);
     const Arg& last = expected.back();
     EXPECT_GE(k.kernarg_bytes, std::stoul(last[0]) + std::stoul(last[1])) << n;
     EXPECT_LE(k.kernarg_bytes, bytes_written) << n << ": the rung writes the whole argument segment";
