@@ -34,7 +34,27 @@ struct Section {
   uint32_t type;
   uint64_t addr, offset, size, entsize;
   uint32_t link;
+  uint64_t flags;
 };
+
+// The ELF header's checks (an AMDGPU little-endian ELF64 file), then its section headers.
+std::vector<Section> elf_sections(std::span<const uint8_t> b) {
+  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0) throw Error("code object: not an ELF file");
+  if (b[4] != 2 || b[5] != 1) throw Error("code object: not a little-endian ELF64 file");
+  constexpr uint16_t kEmAmdgpu = 224;
+  if (read<uint16_t>(b, 18, "e_machine") != kEmAmdgpu) throw Error("code object: not for AMDGPU (e_machine is not EM_AMDGPU)");
+  const auto shoff = read<uint64_t>(b, 40, "e_shoff");
+  const auto shentsize = read<uint16_t>(b, 58, "e_shentsize"), shnum = read<uint16_t>(b, 60, "e_shnum");
+  if (shentsize != 64) throw Error(fmt::format("code object: section headers of {} bytes (64 expected)", shentsize));
+  std::vector<Section> sections(shnum);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const uint64_t h = shoff + uint64_t{i} * 64;
+    sections[i] = {read<uint32_t>(b, h + 4, "sh_type"), read<uint64_t>(b, h + 16, "sh_addr"), read<uint64_t>(b, h + 24, "sh_offset"),
+                   read<uint64_t>(b, h + 32, "sh_size"), read<uint64_t>(b, h + 56, "sh_entsize"), read<uint32_t>(b, h + 40, "sh_link"),
+                   read<uint64_t>(b, h + 8, "sh_flags")};
+  }
+  return sections;
+}
 
 }  // namespace
 
@@ -45,21 +65,9 @@ const KernelInfo* CodeObject::kernel(std::string_view name) const {
 }
 
 CodeObject parse_code_object(std::span<const uint8_t> b) {
-  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0) throw Error("code object: not an ELF file");
-  if (b[4] != 2 || b[5] != 1) throw Error("code object: not a little-endian ELF64 file");
-  constexpr uint16_t kEmAmdgpu = 224;
-  if (read<uint16_t>(b, 18, "e_machine") != kEmAmdgpu) throw Error("code object: not for AMDGPU (e_machine is not EM_AMDGPU)");
+  const std::vector<Section> sections = elf_sections(b);
   CodeObject co;
   co.target = mach_name(read<uint32_t>(b, 48, "e_flags"));
-  const auto shoff = read<uint64_t>(b, 40, "e_shoff");
-  const auto shentsize = read<uint16_t>(b, 58, "e_shentsize"), shnum = read<uint16_t>(b, 60, "e_shnum");
-  if (shentsize != 64) throw Error(fmt::format("code object: section headers of {} bytes (64 expected)", shentsize));
-  std::vector<Section> sections(shnum);
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const uint64_t h = shoff + uint64_t{i} * 64;
-    sections[i] = {read<uint32_t>(b, h + 4, "sh_type"), read<uint64_t>(b, h + 16, "sh_addr"), read<uint64_t>(b, h + 24, "sh_offset"),
-                   read<uint64_t>(b, h + 32, "sh_size"), read<uint64_t>(b, h + 56, "sh_entsize"), read<uint32_t>(b, h + 40, "sh_link")};
-  }
   // The symbol table (SHT_SYMTAB, else SHT_DYNSYM) and its strings.
   const Section* symtab = nullptr;
   for (const uint32_t want : {2u, 11u})
@@ -109,17 +117,13 @@ CodeObject parse_code_object(std::span<const uint8_t> b) {
 }
 
 std::vector<uint8_t> load_image(std::span<const uint8_t> b) {
-  (void)parse_code_object(b);  // (an AMDGPU ELF64 file with kernels)
   // Dynamic relocations (SHT_RELA or SHT_REL sections that are loaded and not empty) would need the
   // image's address applied: refused.
-  const auto shoff = read<uint64_t>(b, 40, "e_shoff");
-  const auto shnum = read<uint16_t>(b, 60, "e_shnum");
-  for (uint16_t i = 0; i < shnum; ++i) {
-    const uint64_t h = shoff + uint64_t{i} * 64;
-    const auto type = read<uint32_t>(b, h + 4, "sh_type");
-    const auto flags = read<uint64_t>(b, h + 8, "sh_flags"), size = read<uint64_t>(b, h + 32, "sh_size");
-    if ((type == 4 || type == 9) && (flags & 2) && size > 0)
-      throw Error(fmt::format("code object: section {} holds {} bytes of dynamic relocations (not supported)", i, size));
+  const std::vector<Section> sections = elf_sections(b);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Section& sec = sections[i];
+    if ((sec.type == 4 || sec.type == 9) && (sec.flags & 2) && sec.size > 0)
+      throw Error(fmt::format("code object: section {} holds {} bytes of dynamic relocations (not supported)", i, sec.size));
   }
   const auto phoff = read<uint64_t>(b, 32, "e_phoff");
   const auto phentsize = read<uint16_t>(b, 54, "e_phentsize"), phnum = read<uint16_t>(b, 56, "e_phnum");

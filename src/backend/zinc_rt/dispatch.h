@@ -1,8 +1,9 @@
 // A kernel dispatch on a ZINC_RT compute queue, programmed from the kernel's descriptor: the entry
 // point (COMPUTE_PGM_LO/HI: its address / 256), the resource registers as the compiler wrote them
-// (RSRC1..3) with RSRC2's LDS_SIZE from the kernel's local memory, no scratch, the workgroup size, the user SGPRs the descriptor asks for in the order the
-// AMDHSA ABI gives them (the dispatch packet pointer, the queue pointer, the kernel arguments'
-// address), then DISPATCH_DIRECT with the workgroup counts (wave32 where the kernel was built for it).
+// (RSRC1..3) with RSRC2's LDS_SIZE from the kernel's local memory, no scratch, the workgroup size, the
+// user SGPRs the descriptor asks for in the order the AMDHSA ABI gives them (the dispatch packet
+// pointer, the queue pointer, the kernel arguments' address), then DISPATCH_DIRECT with the workgroup
+// counts (wave32 where the kernel was built for it).
 #pragma once
 
 #include <array>
