@@ -12,6 +12,7 @@
 #include "core/knobs.h"
 #include "core/system_info.h"
 #include "quant/dot.h"
+#include "quant/packed.h"
 #include "zinc/version.h"
 
 namespace zinc::cli {
@@ -52,7 +53,8 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                     {"physical_cores", cpu.physical_cores},
                     {"features", cpu.feature_names()},
                     {"kernels", quant::dot_isa_in_use()},
-                    {"kernels_available", quant::dot_isas_available()}};
+                    {"kernels_available", quant::dot_isas_available()},
+                    {"amx_prompts", quant::packed_amx_in_use(gguf::TensorType::Q8_0)}};
         j["memory"] = {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}};
         nlohmann::json bs = nlohmann::json::array();
         for (const auto& b : backends) {
@@ -87,8 +89,9 @@ void add_check_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       fmt::print("zinc {} · {} · {} ({} cores, {} threads)\n", ZINC_VERSION, cpu.arch, cpu.name, cpu.physical_cores,
                  cpu.logical_cores);
       fmt::print("cpu features: {}\n", cpu.feature_names().empty() ? "none detected" : join(cpu.feature_names(), " "));
-      fmt::print("cpu kernels: {} (this CPU runs: {}; ZINC_CPU_ISA caps it)\n", quant::dot_isa_in_use(),
-                 join(quant::dot_isas_available(), " "));
+      fmt::print("cpu kernels: {} (this CPU runs: {}; ZINC_CPU_ISA caps it){}\n", quant::dot_isa_in_use(),
+                 join(quant::dot_isas_available(), " "),
+                 quant::packed_amx_in_use(gguf::TensorType::Q8_0) ? "; prompts' Q8_0 products on AMX tiles (ZINC_CPU_AMX=0 turns them off)" : "");
       fmt::print("memory: {} total, {} available\n\n", format_bytes(mem.total_bytes),
                  format_bytes(mem.available_bytes));
       for (const auto& b : backends) {

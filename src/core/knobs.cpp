@@ -13,6 +13,8 @@ constexpr Knob kKnobs[] = {
      "where installed models (models/), the measured memory bandwidth and the Vulkan pipeline cache live"},
     {"ZINC_CPU_ISA", "scalar, avx2, avx512, neon", "the best this CPU runs",
      "caps the CPU kernels' instruction set (to compare paths; the test command runs every one)"},
+    {"ZINC_CPU_AMX", "0", "AMX where the CPU has it (with the AVX-512 kernels)",
+     "0: prompts' Q8_0 products on the AVX-512 VNNI kernels, not AMX tiles (comparing; the results are identical)"},
     {"ZINC_CPU_PROFILE", "1", "unset",
      "time every CPU op and the threads' idle time inside it; the table per op is printed at exit (decode and prompt steps apart)"},
     {"ZINC_VULKAN_DEVICE", "a device index (zinc check lists them)", "the first discrete GPU",

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/system_info.h"
 #include "quant/blocks.h"
 #include "quant/dot.h"
@@ -255,6 +256,15 @@ void quantize_packed_scalar(TensorType t, const float* x, uint8_t* out, int64_t 
 
 }  // namespace
 
+bool packed_amx_in_use(TensorType weight) {
+  static const bool on = [] {
+    const char* v = knob("ZINC_CPU_AMX");
+    if (v && std::string(v) == "0") return false;
+    return dot_isa_in_use() == "avx512" && cpu_info().amx_int8 && amx_permitted();
+  }();
+  return on && packed_tile_amx(weight) != nullptr;
+}
+
 size_t packed_activation_row_size(TensorType t, int64_t n) {
   return dot_activation_type(t) == TensorType::Q8_0 ? static_cast<size_t>(n / 32) * sizeof(BlockQ8_0P) : static_cast<size_t>(n / 256) * sizeof(BlockQ8_KP);
 }
@@ -318,8 +328,14 @@ void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float*
   });
   PackedTileFn tiles[kPackTokens + 1] = {};
   for (int nt = 1; nt <= kPackTokens; ++nt) tiles[nt] = tile_fn(w.type, nt);
+  // Prompts: kAmxTokens at a time on AMX where it runs (the same results), the rest as below.
+  const PackedTileFn amx = n_tokens >= kAmxTokens && packed_amx_in_use(w.type) ? packed_tile_amx(w.type) : nullptr;
   // Tokens [t0, t1) of group g, kPackTokens at a time.
   auto run = [&](int64_t g, int64_t t0, int64_t t1) {
+    if (amx) {
+      for (; t0 + kAmxTokens <= t1; t0 += kAmxTokens)
+        amx(w.data + static_cast<size_t>(g) * group, cols, act + static_cast<size_t>(t0) * arow, arow, y + t0 * rows + g * kPackRows, rows);
+    }
     for (int64_t t = t0; t < t1; t += kPackTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(kPackTokens, t1 - t));
       tiles[nt](w.data + static_cast<size_t>(g) * group, cols, act + static_cast<size_t>(t) * arow, arow,

@@ -152,6 +152,14 @@ using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, s
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
 PackedTileFn packed_tile_avx2(TensorType weight, int nt);
 PackedTileFn packed_tile_neon(TensorType weight, int nt);  // needs the dot-product extension
+// AMX (packed_amx.cpp): the kernel of kAmxTokens tokens × one row group for `weight` (Q8_0; others
+// null), with the AVX-512 kernels' results; amx_permitted() asks the OS for the tile state once.
+inline constexpr int kAmxTokens = 16;
+PackedTileFn packed_tile_amx(TensorType weight);
+bool amx_permitted();
+// Whether prompts' products of `weight` take the AMX kernel here: a CPU with AMX-INT8 whose OS grants
+// the tile state, the AVX-512 kernels in use (ZINC_CPU_ISA), and ZINC_CPU_AMX not 0.
+bool packed_amx_in_use(TensorType weight);
 
 // The activation row of n elements the packed kernels for `weight` read (BlockQ8_0P or BlockQ8_KP
 // blocks): the codes and scales quantize_activation() gives, with their sums.
