@@ -152,7 +152,7 @@ using PackedTileFn = void (*)(const uint8_t* w, int64_t n, const uint8_t* act, s
 PackedTileFn packed_tile_avx512(TensorType weight, int nt);
 PackedTileFn packed_tile_avx2(TensorType weight, int nt);
 PackedTileFn packed_tile_neon(TensorType weight, int nt);  // needs the dot-product extension
-// AMX (packed_amx.cpp): the kernel of kAmxTokens tokens × one row group for `weight` (Q8_0; others
+// AMX (packed_amx.cpp): the kernel of kAmxTokens tokens × one row group for `weight` (Q8_0, Q4_K; others
 // null), with the AVX-512 kernels' results; amx_permitted() asks the OS for the tile state once.
 inline constexpr int kAmxTokens = 16;
 PackedTileFn packed_tile_amx(TensorType weight);

@@ -262,65 +262,73 @@ TEST(Dot, PackedMatmulMatchesTheReference) {
   if (ran == 0) GTEST_SKIP() << "this CPU (or ZINC_CPU_ISA) runs no packed kernels (" << dot_isa_in_use() << ")";
 }
 
-// Prompts' Q8_0 products on AMX tiles (16 tokens at a time) give bit for bit the AVX-512 VNNI tile's
-// numbers: each call against the VNNI kernel on the same packed rows and activation blocks, for rows
-// of 1 to 5 blocks and 48 (the tile's pipeline starts and drains within a few blocks), with codes of
-// −128 and activations at both ends of the code range; and through matmul_packed, a prompt of 40
-// tokens (two AMX tiles and 8 tokens on VNNI) equals its tokens' products one by one.
+// Prompts' Q8_0 and Q4_K products on AMX tiles (16 tokens at a time) give bit for bit the AVX-512 VNNI
+// tiles' numbers: each call against the VNNI kernel on the same packed rows and activation blocks, for
+// rows of 1 to 5 blocks and more (the tile's pipeline starts and drains within a few blocks or
+// sub-blocks), with Q8_0 codes of −128 and activations at both ends of the code range and zero; and
+// through matmul_packed, a prompt of 40 tokens (two AMX tiles and 8 tokens on VNNI) equals its tokens'
+// products one by one.
 TEST(Dot, PackedAmxTilesEqualTheVnniTiles) {
   if (!packed_amx_in_use(TensorType::Q8_0)) {
     GTEST_SKIP() << "no AMX here (the CPU lacks AMX-INT8, the OS did not grant the tile state, ZINC_CPU_ISA is not avx512, or "
                     "ZINC_CPU_AMX=0; kernels in use: "
                  << dot_isa_in_use() << ")";
   }
-  const PackedTileFn amx = packed_tile_amx(TensorType::Q8_0), vnni = packed_tile_avx512(TensorType::Q8_0, 8);
-  ASSERT_NE(amx, nullptr);
-  ASSERT_NE(vnni, nullptr);
-  EXPECT_EQ(packed_tile_amx(TensorType::Q4_K), nullptr);
+  EXPECT_EQ(packed_tile_amx(TensorType::Q6_K), nullptr);
   std::mt19937 rng(11);
   ThreadPool pool(2);
-  for (int64_t cols : {32, 64, 96, 128, 160, 1536}) {
-    const int64_t rows = 32;
-    std::vector<uint8_t> w(row_size(TensorType::Q8_0, cols) * rows);
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    ASSERT_TRUE(packed_amx_in_use(type)) << gguf::tensor_type_name(type);
+    const PackedTileFn amx = packed_tile_amx(type), vnni = packed_tile_avx512(type, 8);
+    ASSERT_NE(amx, nullptr);
+    ASSERT_NE(vnni, nullptr);
+    const int64_t bs = block_size(type);
+    for (int64_t blocks : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, 48 / (bs / 32)}) {
+      const int64_t rows = 32, cols = blocks * bs;
+      std::vector<uint8_t> w(row_size(type, cols) * rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto v = random_row(cols, rng);
+        auto* row = w.data() + r * row_size(type, cols);
+        quantize_row(type, v.data(), row, cols);
+        if (type == TensorType::Q8_0) {
+          auto* b = reinterpret_cast<BlockQ8_0*>(row);
+          for (int64_t i = 0; i < blocks; ++i) b[i].qs[(r + 3 * i) % 32] = -128;
+        }
+      }
+      const PackedMatrix packed(type, w.data(), rows, cols, pool);
+      const size_t arow = packed_activation_row_size(type, cols);
+      std::vector<uint8_t> act(arow * kAmxTokens);
+      for (int t = 0; t < kAmxTokens; ++t) {
+        auto x = random_row(cols, rng, t % 5 == 0 ? 1000.0f : 1.0f);
+        if (t == 3) std::fill(x.begin(), x.end(), 0.0f);  // a zero row: scale 0
+        if (t == 4) for (int64_t e = 0; e < cols; ++e) x[e] = e % 2 ? 1.0f : -1.0f;  // codes of ±127
+        quantize_packed_activation(type, x.data(), act.data() + t * arow, cols);
+      }
+      for (int64_t g = 0; g < rows / kPackRows; ++g) {
+        const uint8_t* wg = packed.view().data + static_cast<size_t>(g) * packed_group_size(type, cols);
+        std::vector<float> got(kAmxTokens * kPackRows, NAN), want(kAmxTokens * kPackRows, NAN);
+        amx(wg, cols, act.data(), arow, got.data(), kPackRows);
+        vnni(wg, cols, act.data(), arow, want.data(), kPackRows);
+        vnni(wg, cols, act.data() + 8 * arow, arow, want.data() + 8 * kPackRows, kPackRows);
+        for (size_t k = 0; k < got.size(); ++k)
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(want[k]))
+              << gguf::tensor_type_name(type) << " cols=" << cols << " group " << g << " token " << k / kPackRows << " row " << k % kPackRows;
+      }
+    }
+    const int64_t rows = 48, cols = 768, tokens = 40;
+    std::vector<uint8_t> w(row_size(type, cols) * rows);
     for (int64_t r = 0; r < rows; ++r) {
       const auto v = random_row(cols, rng);
-      auto* row = w.data() + r * row_size(TensorType::Q8_0, cols);
-      quantize_row(TensorType::Q8_0, v.data(), row, cols);
-      auto* blocks = reinterpret_cast<BlockQ8_0*>(row);
-      for (int64_t i = 0; i < cols / 32; ++i) blocks[i].qs[(r + 3 * i) % 32] = -128;
+      quantize_row(type, v.data(), w.data() + r * row_size(type, cols), cols);
     }
-    const PackedMatrix packed(TensorType::Q8_0, w.data(), rows, cols, pool);
-    const size_t arow = packed_activation_row_size(TensorType::Q8_0, cols);
-    std::vector<uint8_t> act(arow * kAmxTokens);
-    for (int t = 0; t < kAmxTokens; ++t) {
-      auto x = random_row(cols, rng, t % 5 == 0 ? 1000.0f : 1.0f);
-      if (t == 3) std::fill(x.begin(), x.end(), 0.0f);  // a zero row: scale 0
-      if (t == 4) for (int64_t e = 0; e < cols; ++e) x[e] = e % 2 ? 1.0f : -1.0f;  // codes of ±127
-      quantize_packed_activation(TensorType::Q8_0, x.data(), act.data() + t * arow, cols);
+    const PackedMatrix packed(type, w.data(), rows, cols, pool);
+    const auto x = random_row(cols * tokens, rng);
+    std::vector<float> all(static_cast<size_t>(rows * tokens)), one(static_cast<size_t>(rows));
+    matmul_packed(packed.view(), x.data(), tokens, all.data(), pool);
+    for (int64_t tok = 0; tok < tokens; ++tok) {
+      matmul_packed(packed.view(), x.data() + tok * cols, 1, one.data(), pool);
+      for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[r], all[tok * rows + r]) << gguf::tensor_type_name(type) << " token " << tok << " row " << r;
     }
-    for (int64_t g = 0; g < rows / kPackRows; ++g) {
-      const uint8_t* wg = packed.view().data + static_cast<size_t>(g) * packed_group_size(TensorType::Q8_0, cols);
-      std::vector<float> got(kAmxTokens * kPackRows, NAN), want(kAmxTokens * kPackRows, NAN);
-      amx(wg, cols, act.data(), arow, got.data(), kPackRows);
-      vnni(wg, cols, act.data(), arow, want.data(), kPackRows);
-      vnni(wg, cols, act.data() + 8 * arow, arow, want.data() + 8 * kPackRows, kPackRows);
-      for (size_t k = 0; k < got.size(); ++k)
-        ASSERT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(want[k])) << "cols=" << cols << " group " << g << " token " << k / kPackRows << " row " << k % kPackRows;
-    }
-  }
-  const int64_t rows = 48, cols = 768, tokens = 40;
-  std::vector<uint8_t> w(row_size(TensorType::Q8_0, cols) * rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto v = random_row(cols, rng);
-    quantize_row(TensorType::Q8_0, v.data(), w.data() + r * row_size(TensorType::Q8_0, cols), cols);
-  }
-  const PackedMatrix packed(TensorType::Q8_0, w.data(), rows, cols, pool);
-  const auto x = random_row(cols * tokens, rng);
-  std::vector<float> all(static_cast<size_t>(rows * tokens)), one(static_cast<size_t>(rows));
-  matmul_packed(packed.view(), x.data(), tokens, all.data(), pool);
-  for (int64_t tok = 0; tok < tokens; ++tok) {
-    matmul_packed(packed.view(), x.data() + tok * cols, 1, one.data(), pool);
-    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(one[r], all[tok * rows + r]) << "token " << tok << " row " << r;
   }
 }
 
