@@ -12,7 +12,8 @@
 // granted the tile state (amx_permitted) and the VNNI kernels are the ones in use.
 #include "quant/packed.h"
 
-#if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
+// (GCC names the AMX macros __AMX_TILE__ and __AMX_INT8__, clang __AMXTILE__ and __AMXINT8__.)
+#if defined(__x86_64__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_INT8__) || defined(__AMXINT8__)) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
     defined(__AVX512DQ__) && defined(__F16C__)
 
 #include <sys/syscall.h>
