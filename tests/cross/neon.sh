@@ -28,7 +28,7 @@ sources=(src/core/big_buffer.cpp src/core/knobs.cpp src/core/system_info.cpp src
          src/quant/fp16.cpp src/quant/quant_info.cpp src/quant/dequantize.cpp src/quant/quantize.cpp
          src/quant/dot_ref.cpp src/quant/dot_dispatch.cpp src/quant/matmul.cpp src/quant/dot_neon.cpp
          src/quant/dot_avx2.cpp src/quant/dot_avx512.cpp
-         src/quant/packed.cpp src/quant/packed_avx2.cpp src/quant/packed_avx512.cpp src/quant/packed_neon.cpp
+         src/quant/packed.cpp src/quant/packed_avx2.cpp src/quant/packed_avx512.cpp src/quant/packed_amx.cpp src/quant/packed_neon.cpp
          tests/quant/test_dot.cpp tests/quant/test_dot_isa.cpp)
 common=(-std=c++20 -O2 -DFMT_HEADER_ONLY -I"$root/src" -I"$root/tests/unit" -isystem "$out/inc"
         -isystem "$gtest/include")

@@ -29,8 +29,13 @@ async function scenario(flags) {
   // Long enough to keep its slot busy while B runs (300 tokens once finished first on a fast machine, and
   // B then took X's slot, sharing its first token).
   const x = ask("The dog ran and ran", 480);
-  await new Promise((r) => setTimeout(r, 20));
-  const health = await (await fetch(s.base + "/health")).json();
+  // B goes once X holds a slot (a loaded machine can take longer than a fixed wait to admit X).
+  let health;
+  for (const t0 = Date.now(); ; ) {
+    await new Promise((r) => setTimeout(r, 10));
+    health = await (await fetch(s.base + "/health")).json();
+    if (health.slots_busy >= 1 || Date.now() - t0 > 5000) break;
+  }
   const b = await ask(shared + "The next morning", 16);
   await x;
   const metrics = await (await fetch(s.base + "/metrics")).text();
