@@ -6,8 +6,9 @@
 // epilogue to them, in the same order (+ neg_sum128, to float, × the token's scale, fused multiply-add
 // with the rows' scales), so a token's results are bit-identical to the VNNI tile's: prefill on AMX
 // and decode on VNNI agree. The tile unit takes a block while the vector units finish the one before
-// it: even and odd blocks use their own operand and result tiles (the tile registers are not
-// renamed: reusing one waits for the product reading it), the results going through two buffers.
+// it: even and odd blocks use their own operand tiles, and three result tiles and buffers keep the
+// tile unit two blocks ahead (the tile registers are not renamed: reusing one waits for the product
+// reading it).
 // Compiled with the AVX-512 and AMX flags; packed.cpp calls it only when the CPU has AMX-INT8, the OS
 // granted the tile state (amx_permitted) and the VNNI kernels are the ones in use.
 #include "quant/packed.h"
