@@ -33,7 +33,7 @@ void attend_rows(const AttendRows& a, std::vector<float>& scratch) {
     jhi = std::max(jhi, a.hi[r]);
   }
   const int64_t tiles = jhi / kAttendTile - jlo / kAttendTile + 1;
-  const size_t need = static_cast<size_t>(2 * attend_sums_floats(a.hd) + attend_sums_floats(a.nq) + a.nq * tiles * kAttendTile);
+  const size_t need = static_cast<size_t>(a.nq * attend_sums_floats(a.hd) + attend_sums_floats(a.nq) + a.nq * tiles * kAttendTile);
   if (scratch.size() < need) scratch.resize(need);
   fn(a, scratch.data());
 }

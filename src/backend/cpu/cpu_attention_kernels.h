@@ -186,18 +186,26 @@ template <class T, class E, bool kTwo>
 }
 
 
-// acc[n][i0, i0 + K·W) = Σ_j p[n][j] · v_j[i0, i0 + K·W) for rows r .. r + NR − 1, over the keys any of
-// them sees (p is 0 outside a row's keys: adding those terms changes nothing), in NR·K registers; each
-// value row is read once for the NR rows.
+// acc[n][i0, i0 + K·W) += Σ_j p[n][j] · v_j[i0, i0 + K·W) for rows r .. r + NR − 1, over the keys in
+// [jb, je] any of them sees (p is 0 outside a row's keys: adding those terms changes nothing), in NR·K
+// registers (from zero when `first`); each value row is read once for the NR rows. Blocks of keys in
+// ascending order give each sum the same additions in the same order as one pass over all of them.
 template <class V, class E, int K, int NR>
-[[gnu::always_inline]] inline void weighted_sum(const AttendRows& a, int r, const float* const* p, int i0, float* const* acc) {
+[[gnu::always_inline]] inline void weighted_sum(const AttendRows& a, int r, const float* const* p, int i0, float* const* acc,
+                                                int64_t jb, int64_t je, bool first) {
   constexpr int W = lanes<V>();
   int64_t lo = a.lo[r], hi = a.hi[r];
   for (int n = 1; n < NR; ++n) {
     lo = std::min(lo, a.lo[r + n]);
     hi = std::max(hi, a.hi[r + n]);
   }
+  lo = std::max(lo, jb);
+  hi = std::min(hi, je);
   V o[NR][K] = {};
+  if (!first) {
+    for (int n = 0; n < NR; ++n)
+      for (int k = 0; k < K; ++k) o[n][k] = load<V>(acc[n] + i0 + k * W);
+  }
   for (int64_t j = lo; j <= hi; ++j) {
     const E* v = static_cast<const E*>(a.v[j - a.v_first]) + a.kv_offset + i0;
     for (int k = 0; k < K; ++k) {
@@ -210,40 +218,46 @@ template <class V, class E, int K, int NR>
     for (int k = 0; k < K; ++k) store<V>(acc[n] + i0 + k * W, o[n][k]);
 }
 
-// Every element of rows r .. r + NR − 1: KMAX vectors at a time, then the rest of the whole vectors,
-// then one by one.
+// The whole vectors of rows r .. r + NR − 1 over keys [jb, je]: KMAX vectors at a time, then the rest.
 template <class V, class E, int NR, int KMAX>
-[[gnu::always_inline]] inline void weighted_sums(const AttendRows& a, int r, const float* const* p, float* const* acc) {
+[[gnu::always_inline]] inline void weighted_sums(const AttendRows& a, int r, const float* const* p, float* const* acc,
+                                                 int64_t jb, int64_t je, bool first) {
   constexpr int W = lanes<V>();
   static_assert(KMAX >= 1 && KMAX <= 8);
   const int hd = a.hd;
   int i0 = 0;
-  for (; i0 + KMAX * W <= hd; i0 += KMAX * W) weighted_sum<V, E, KMAX, NR>(a, r, p, i0, acc);
+  for (; i0 + KMAX * W <= hd; i0 += KMAX * W) weighted_sum<V, E, KMAX, NR>(a, r, p, i0, acc, jb, je, first);
   switch ((hd - i0) / W) {
-    case 7: weighted_sum<V, E, 7, NR>(a, r, p, i0, acc); break;
-    case 6: weighted_sum<V, E, 6, NR>(a, r, p, i0, acc); break;
-    case 5: weighted_sum<V, E, 5, NR>(a, r, p, i0, acc); break;
-    case 4: weighted_sum<V, E, 4, NR>(a, r, p, i0, acc); break;
-    case 3: weighted_sum<V, E, 3, NR>(a, r, p, i0, acc); break;
-    case 2: weighted_sum<V, E, 2, NR>(a, r, p, i0, acc); break;
-    case 1: weighted_sum<V, E, 1, NR>(a, r, p, i0, acc); break;
+    case 7: weighted_sum<V, E, 7, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 6: weighted_sum<V, E, 6, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 5: weighted_sum<V, E, 5, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 4: weighted_sum<V, E, 4, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 3: weighted_sum<V, E, 3, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 2: weighted_sum<V, E, 2, NR>(a, r, p, i0, acc, jb, je, first); break;
+    case 1: weighted_sum<V, E, 1, NR>(a, r, p, i0, acc, jb, je, first); break;
     default: break;
   }
-  for (int n = 0; n < NR; ++n) {
-    for (int i = hd / W * W; i < hd; ++i) {
-      float sum = 0;
-      for (int64_t j = a.lo[r + n]; j <= a.hi[r + n]; ++j) sum += p[n][j] * to_float(static_cast<const E*>(a.v[j - a.v_first])[a.kv_offset + i]);
-      acc[n][i] = sum;
-    }
+}
+
+// The elements past the whole vectors of row r (hd not a multiple of the vector), one by one.
+template <class V, class E>
+[[gnu::always_inline]] inline void weighted_tail(const AttendRows& a, int r, const float* p, float* acc) {
+  constexpr int W = lanes<V>();
+  for (int i = a.hd / W * W; i < a.hd; ++i) {
+    float sum = 0;
+    for (int64_t j = a.lo[r]; j <= a.hi[r]; ++j) sum += p[j] * to_float(static_cast<const E*>(a.v[j - a.v_first])[a.kv_offset + i]);
+    acc[i] = sum;
   }
 }
 
 // Always inlined into the entry points below. Scores and weighted sums run two rows at a time (the
-// last one alone when nq is odd).
+// last one alone when nq is odd), a tile of keys (scores) or a block of value rows (weighted sums) at a
+// time for all the rows, so that it is read from memory once and then from the first-level cache.
 template <class T, class E>
 [[gnu::always_inline]] inline void attend(const AttendRows& a, float* buf) {
   using V = typename T::F;
   constexpr int KS = T::kSumVectors;
+  constexpr int64_t kValueBlock = 32;  // value rows a block (32 KiB of floats at 256 elements)
   int64_t jlo = a.lo[0], jhi = a.hi[0];
   for (int r = 1; r < a.nq; ++r) {
     jlo = std::min(jlo, a.lo[r]);
@@ -251,14 +265,18 @@ template <class T, class E>
   }
   const int64_t t0 = jlo / kAttendTile, t1 = jhi / kAttendTile, width = (t1 - t0 + 1) * kAttendTile;
   const int hd = a.hd;
-  // Two rows of sums, the rows' 1 / Σ, then each row's scores over tiles [t0, t1].
+  const int64_t sw = attend_sums_floats(hd);
+  // The rows' sums, the rows' 1 / Σ, then each row's scores over tiles [t0, t1].
   float* acc = buf;
-  float* inv = buf + 2 * attend_sums_floats(hd);
+  float* inv = buf + a.nq * sw;
   float* scores = inv + attend_sums_floats(a.nq);
-  int r = 0;
-  for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t0, t1, scores + r * width, scores + (r + 1) * width);
-  for (; r < a.nq; ++r) scores_of<T, E, false>(a, r, t0, t1, scores + r * width, nullptr);
-  for (r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
+  for (int64_t t = t0; t <= t1; ++t) {
+    float* st = scores + (t - t0) * kAttendTile;
+    int r = 0;
+    for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t, t, st + r * width, st + (r + 1) * width);
+    for (; r < a.nq; ++r) scores_of<T, E, false>(a, r, t, t, st + r * width, nullptr);
+  }
+  for (int r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
     float* s = scores + r * width;
     constexpr int W = lanes<V>();
     V mv = V{} - std::numeric_limits<float>::infinity();
@@ -278,20 +296,26 @@ template <class T, class E>
     if (a.sink) total += std::exp(a.sink[r] - mx);
     inv[r] = 1.0f / total;
   }
-  // The weighted sums of value rows.
+  // The weighted sums of value rows, block by block.
   const auto p = [&](int row) { return scores + row * width - t0 * kAttendTile; };  // p(row)[j] for key j
-  for (r = 0; r + 2 <= a.nq; r += 2) {
-    const float* ps[2] = {p(r), p(r + 1)};
-    float* sums[2] = {acc, acc + attend_sums_floats(hd)};
-    weighted_sums<V, E, 2, KS>(a, r, ps, sums);
-    for (int n = 0; n < 2; ++n)
-      for (int i = 0; i < hd; ++i) a.out[r + n][i] = sums[n][i] * inv[r + n];
+  for (int64_t jb = jlo; jb <= jhi; jb += kValueBlock) {
+    const int64_t je = std::min(jhi, jb + kValueBlock - 1);
+    int r = 0;
+    for (; r + 2 <= a.nq; r += 2) {
+      const float* ps[2] = {p(r), p(r + 1)};
+      float* sums[2] = {acc + r * sw, acc + (r + 1) * sw};
+      weighted_sums<V, E, 2, KS>(a, r, ps, sums, jb, je, jb == jlo);
+    }
+    for (; r < a.nq; ++r) {
+      const float* ps[1] = {p(r)};
+      float* sums[1] = {acc + r * sw};
+      weighted_sums<V, E, 1, KS>(a, r, ps, sums, jb, je, jb == jlo);
+    }
   }
-  for (; r < a.nq; ++r) {
-    const float* ps[1] = {p(r)};
-    float* sums[1] = {acc};
-    weighted_sums<V, E, 1, KS>(a, r, ps, sums);
-    for (int i = 0; i < hd; ++i) a.out[r][i] = acc[i] * inv[r];
+  for (int r = 0; r < a.nq; ++r) {
+    float* sums = acc + r * sw;
+    weighted_tail<V, E>(a, r, p(r), sums);
+    for (int i = 0; i < hd; ++i) a.out[r][i] = sums[i] * inv[r];
   }
 }
 
