@@ -18,9 +18,9 @@ echo "== test oracles (npm, pinned)"
 npm install --prefix tests/oracle --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error
 
 echo "== release build"
-# Without a GPU here the CUDA kernels only need to compile: one architecture (Hopper's) checks that, in a
-# quarter of the time of the four a distributable build makes. A build directory configured before keeps
-# its choice.
+# Without a GPU here the CUDA kernels only need to compile: one architecture (Hopper's) checks that, in
+# under half the time of the four a distributable build makes (536 -> 251 CPU-seconds measured). A build
+# directory configured before keeps its choice.
 cuda_archs=()
 if ! nvidia-smi -L >/dev/null 2>&1 && ! grep -qs '^ZINC_CUDA_ARCHS:' build/CMakeCache.txt; then
   cuda_archs=(-DZINC_CUDA_ARCHS=90)
@@ -29,8 +29,8 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZINC_BUILD_TESTS=ON "$
 cmake --build build -j "$jobs"
 
 echo "== sanitizer build"
-# -O1 with line tables: what the sanitizers' reports need (file:line in every frame), in about two
-# thirds of the compile time of -O2 -g.
+# -O1 with line tables: what the sanitizers' reports need (file:line in every frame), in less compile
+# time than -O2 -g (single files measured: 71 -> 56 s, 86 -> 30 s).
 CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZINC_BUILD_TESTS=ON \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DZINC_SANITIZE=ON -DZINC_FUZZ=ON -DZINC_FUZZ_SECONDS="$fuzz_seconds" -DZINC_CUDA=OFF >/dev/null
