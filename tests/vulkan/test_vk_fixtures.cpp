@@ -1,7 +1,7 @@
 // Every architecture's fixture (tests/models/fixtures: tiny random-weight checkpoints with transformers'
 // reference outputs) through a GPU backend (Vulkan; CUDA in tests/cuda), against the CPU backend on the same file: logits at
 // every position, by one prefill and by prefill then decode (the recorded decode step replayed), and
-// 64 greedy tokens on Q8_0 weights chosen by the device's argmax.
+// greedy decodes (64 tokens on a GPU) chosen by the device's argmax.
 // Built for each GPU backend: Vulkan here (tests/vulkan), CUDA from tests/cuda with these four set.
 #ifndef ZINC_GPU_FIXTURE
 #define ZINC_GPU_FIXTURE VulkanFixture
@@ -187,12 +187,26 @@ TEST_P(ZINC_GPU_FIXTURE, SavedContextMovesBetweenBackends) {
   }
 }
 
-// 64 greedy tokens, each chosen on the device (argmax there) and on the CPU.
+// The length of the greedy decodes compared: 64 tokens on a GPU; 32 on a software Vulkan device
+// (lavapipe, CI's), where a decode step of these tiny models takes ~40 ms (nearly all of it in the
+// kernels its compiler made for the CPU: mul_mv_f32 ~2.3 ms a call) and these decodes were ~600 of
+// CI's test-seconds. 16 prompt tokens and 32 steps still cross every fixture's sliding window (4
+// tokens) many times over; the attention kernels' longer key ranges are the op suite's cases.
+int decode_steps() {
+#if defined(ZINC_GPU_IS_VULKAN)
+  static const int n = backend::vk::Context::shared()->features().cpu_device ? 32 : 64;
+  return n;
+#else
+  return 64;
+#endif
+}
+
+// decode_steps() greedy tokens, each chosen on the device (argmax there) and on the CPU.
 struct GreedyRun {
   std::vector<int32_t> cpu, gpu;
   double worst_gap = 0;  // largest relative logit gap over the steps (both fed the CPU's tokens)
   int clear_steps = 0, clear_agree = 0;
-  int first_unclear = 64;  // the first step whose choice was not clear (64: none)
+  int first_unclear = 0;  // the first step whose choice was not clear (the number of steps: none)
 };
 
 GreedyRun greedy_pair(const gguf::File& cpu_file, const gguf::File& gpu_file, backend::Backend& cpu_backend,
@@ -202,7 +216,9 @@ GreedyRun greedy_pair(const gguf::File& cpu_file, const gguf::File& gpu_file, ba
   cpu.eval(prompt);
   gpu.eval(prompt);
   GreedyRun r;
-  for (int i = 0; i < 64; ++i) {
+  const int n = decode_steps();
+  r.first_unclear = n;
+  for (int i = 0; i < n; ++i) {
     const auto c = cpu.executable().logits(), g = gpu.executable().logits();
     r.cpu.push_back(cpu.last_argmax());
     r.gpu.push_back(gpu.last_argmax());
@@ -227,7 +243,7 @@ GreedyRun greedy_pair(const gguf::File& cpu_file, const gguf::File& gpu_file, ba
 }
 
 // How far rounding the cache to F16 moves the CPU's logits: the largest relative gap between an F16-cache
-// and an F32-cache session over 64 greedy steps (both fed the F16 session's tokens).
+// and an F32-cache session over decode_steps() greedy steps (both fed the F16 session's tokens).
 double f16_cache_effect(const gguf::File& f, backend::Backend& cpu, const std::vector<int32_t>& prompt,
                         backend::ExecOptions opts) {
   opts.kv_type = backend::KvType::F16;
@@ -237,7 +253,7 @@ double f16_cache_effect(const gguf::File& f, backend::Backend& cpu, const std::v
   s16.eval(prompt);
   s32.eval(prompt);
   double rounding = 0;
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < decode_steps(); ++i) {
     rounding = std::max(rounding, relative_gap(s16.executable().logits(), s32.executable().logits()));
     const int32_t next = s16.last_argmax();
     s16.eval(std::span<const int32_t>(&next, 1));
@@ -249,7 +265,7 @@ double f16_cache_effect(const gguf::File& f, backend::Backend& cpu, const std::v
 
 TEST_P(ZINC_GPU_FIXTURE, GreedyTokensMatchTheCpu) {
   // F32 weights and an F32 cache: both backends compute the same float32 function up to summation
-  // order, so each follows its own argmax and the 64 greedy tokens are the same up to the first step
+  // order, so each follows its own argmax and the greedy tokens are the same up to the first step
   // whose choice is not clear (its margin under twice the logit gap; on these fixtures there is none).
   const gguf::File f = file("F32");
   backend::ExecOptions opts;
@@ -260,7 +276,7 @@ TEST_P(ZINC_GPU_FIXTURE, GreedyTokensMatchTheCpu) {
   const auto n = static_cast<size_t>(r.first_unclear);
   EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n))
       << GetParam();
-  EXPECT_GE(r.first_unclear, 32) << GetParam() << ": too few clear choices to judge";
+  EXPECT_GE(r.first_unclear, decode_steps() / 2) << GetParam() << ": too few clear choices to judge";
   EXPECT_LT(r.worst_gap, kFloat32Gap) << GetParam();
 }
 
@@ -271,7 +287,7 @@ TEST_P(ZINC_GPU_FIXTURE, F16CacheStaysWithinItsRounding) {
   // by at most half an ulp. To first order the logits then differ between the backends by at most
   // twice as much as F16 rounding moves the CPU's own logits, plus the float32 gap. That effect is
   // measured here on each fixture (from 1e-4 to 5e-3 of the largest logit), not assumed: it depends on
-  // the model and the prompt, not on the machine. Fed the same (CPU-chosen) tokens for 64 steps.
+  // the model and the prompt, not on the machine. Fed the same (CPU-chosen) tokens for every step.
   const gguf::File f = file("F32");
   backend::ExecOptions o16;
   o16.n_ctx = static_cast<int32_t>(prompt_.size()) + 80;
@@ -282,7 +298,7 @@ TEST_P(ZINC_GPU_FIXTURE, F16CacheStaysWithinItsRounding) {
               rounding);
   EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << GetParam() << ": F16 rounding alone moves logits " << rounding;
   EXPECT_EQ(r.clear_agree, r.clear_steps) << GetParam();
-  EXPECT_GE(r.clear_steps, 32) << GetParam() << ": too few clear choices to judge";
+  EXPECT_GE(r.clear_steps, decode_steps() / 2) << GetParam() << ": too few clear choices to judge";
 }
 
 // Quantized weights: the device computes as the CPU does (activations quantized to the same 8-bit codes,
@@ -290,7 +306,7 @@ TEST_P(ZINC_GPU_FIXTURE, F16CacheStaysWithinItsRounding) {
 // rounding until a value the two sum in different orders lands one ulp across a code's rounding
 // boundary; on these random-weight fixtures that moves the logits by 1-4% (measured on lavapipe), up to
 // 7% on the gemma4 fixtures on an H200 (CUDA; where a code flips is a matter of summation order). Fed
-// the same (CPU-chosen) tokens for 64 steps, the logits stay within 8%, and wherever the CPU's choice
+// the same (CPU-chosen) tokens at every step, the logits stay within 8%, and wherever the CPU's choice
 // leads its runner-up by more than the two backends differ, the device makes the same choice.
 [[maybe_unused]] void expect_close_quantized_decode(const gguf::File& f, backend::Backend& cpu, backend::Backend& gpu,
                                    const std::vector<int32_t>& prompt, const std::string& what) {
@@ -300,16 +316,16 @@ TEST_P(ZINC_GPU_FIXTURE, F16CacheStaysWithinItsRounding) {
   const GreedyRun r = greedy_pair(f, f, cpu, gpu, prompt, opts, true);
   EXPECT_LT(r.worst_gap, 0.08) << what;
   EXPECT_EQ(r.clear_agree, r.clear_steps) << what;
-  EXPECT_GE(r.clear_steps, 32) << what << ": too few clear choices to judge";
-  std::printf("%s: worst logit gap %.2e, %d of 64 steps clear, greedy identical for %td steps\n", what.c_str(),
-              r.worst_gap, r.clear_steps, std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
+  EXPECT_GE(r.clear_steps, decode_steps() / 2) << what << ": too few clear choices to judge";
+  std::printf("%s: worst logit gap %.2e, %d of %d steps clear, greedy identical for %td steps\n", what.c_str(),
+              r.worst_gap, r.clear_steps, decode_steps(), std::mismatch(r.cpu.begin(), r.cpu.end(), r.gpu.begin()).first - r.cpu.begin());
 }
 
 #if defined(ZINC_GPU_FLOAT_ACTIVATIONS)
 // A backend whose products keep float activations against the stored weight blocks (CUDA's Q8_0)
 // computes the float32 function of the dequantized weights: against the CPU on a file holding exactly
-// those values as F32 (the quantized file dequantized), the logits agree within kFloat32Gap over 64
-// steps fed the same tokens, and every clear choice agrees. (Against the CPU on the quantized file they
+// those values as F32 (the quantized file dequantized), the logits agree within kFloat32Gap over the
+// decode's steps fed the same tokens, and every clear choice agrees. (Against the CPU on the quantized file they
 // differ by the CPU's own rounding of activations to 8-bit codes, 4-13% on these fixtures.)
 void expect_dequantized_decode(const gguf::File& quantized, const std::filesystem::path& f32_path, backend::Backend& cpu,
                                backend::Backend& gpu, const std::vector<int32_t>& prompt, const std::string& what) {
@@ -326,9 +342,9 @@ void expect_dequantized_decode(const gguf::File& quantized, const std::filesyste
   const GreedyRun r = greedy_pair(f32, quantized, cpu, gpu, prompt, opts, true);
   EXPECT_LT(r.worst_gap, kFloat32Gap) << what;
   EXPECT_EQ(r.clear_agree, r.clear_steps) << what;
-  EXPECT_GE(r.clear_steps, 32) << what << ": too few clear choices to judge";
-  std::printf("%s: worst logit gap to the dequantized weights on the CPU %.2e, %d of 64 steps clear\n", what.c_str(), r.worst_gap,
-              r.clear_steps);
+  EXPECT_GE(r.clear_steps, decode_steps() / 2) << what << ": too few clear choices to judge";
+  std::printf("%s: worst logit gap to the dequantized weights on the CPU %.2e, %d of %d steps clear\n", what.c_str(),
+              r.worst_gap, r.clear_steps, decode_steps());
 }
 
 TEST_P(ZINC_GPU_FIXTURE, Q8_0LogitsAreThoseOfTheDequantizedWeights) {
@@ -352,7 +368,7 @@ TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
 
 // Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four
 // sequences of different lengths start at different steps, prefill in chunks beside the others'
-// decode tokens, then decode 64 greedy tokens together; one is forked from another mid-way and one is
+// decode tokens, then decode decode_steps() greedy tokens together; one is forked from another mid-way and one is
 // cleared and reused. Each step's logits, per sequence, against the same sequence run alone in a
 // context of its own with the same chunks: both compute the same float32 function (F32 weights and
 // cache; steps of at most 8 rows take the decode kernels), so within kFloat32Gap, and each greedy
@@ -370,7 +386,7 @@ TEST_P(ZINC_GPU_FIXTURE, SequencesSteppedTogetherMatchEachAlone) {
       {2, slice(s, 4, 8), {4}, 1},
       {3, slice(s, 2, 5), {1, 2}, 2},
   };
-  const int n_decode = 64;
+  const int n_decode = decode_steps();
   backend::ExecOptions opts;
   opts.n_ctx = 96;
   opts.max_tokens = 8;  // at most 8 rows a step: the decode kernels, as alone
@@ -382,7 +398,7 @@ TEST_P(ZINC_GPU_FIXTURE, SequencesSteppedTogetherMatchEachAlone) {
 
   std::vector<std::vector<std::vector<float>>> alone(plan.size());
   std::vector<std::vector<int32_t>> alone_tokens(plan.size());
-  std::vector<uint8_t> alone0;  // sequence 0 alone after its 64 tokens, saved
+  std::vector<uint8_t> alone0;  // sequence 0 alone after its decode, saved
   for (size_t i = 0; i < plan.size(); ++i) {
     test::AloneRun a = test::run_alone(*weights, one, plan[i], n_decode);
     alone[i] = std::move(a.rows);
@@ -432,7 +448,7 @@ TEST_P(ZINC_GPU_FIXTURE, SequencesSteppedTogetherMatchEachAlone) {
               GetParam().c_str(), steps, worst, clear, rows);
   EXPECT_LT(worst, kFloat32Gap) << GetParam();
   EXPECT_EQ(clear_agree, clear) << GetParam();
-  EXPECT_GE(clear, 200) << GetParam() << ": too few clear choices to judge";
+  EXPECT_GE(clear, rows * 3 / 4) << GetParam() << ": too few clear choices to judge";
 
   // The last decode step's argmax is the last part's (sequence 3's) token.
   EXPECT_EQ(exe->argmax(), std::max_element(alone[3].back().begin(), alone[3].back().end()) - alone[3].back().begin());
@@ -486,8 +502,8 @@ TEST_P(ZINC_GPU_FIXTURE, EmbeddingsMatchTheCpu) {
 }
 
 TEST(ZINC_GPU_REAL_WEIGHTS, StoriesGreedyTextMatchesTheCpu) {
-  // stories260K: trained weights (F32), whose logits have the margins of a real model. 64 greedy
-  // tokens after a prompt prefilled in one step (the GEMM) and decoded on the device.
+  // stories260K: trained weights (F32), whose logits have the margins of a real model. Greedy tokens
+  // (decode_steps()) after a prompt prefilled in one step (the GEMM) and decoded on the device.
   const auto path = test::testdata_dir() / "models/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no test data at " << path;
   std::unique_ptr<backend::Backend> gpu;
@@ -507,7 +523,7 @@ TEST(ZINC_GPU_REAL_WEIGHTS, StoriesGreedyTextMatchesTheCpu) {
   const GreedyRun r = greedy_pair(f, f, *cpu, *gpu, prompt, opts, false);
   const auto n = static_cast<size_t>(r.first_unclear);
   EXPECT_EQ(std::vector<int32_t>(r.gpu.begin(), r.gpu.begin() + n), std::vector<int32_t>(r.cpu.begin(), r.cpu.begin() + n));
-  EXPECT_GE(r.first_unclear, 32) << "too few clear choices to judge";
+  EXPECT_GE(r.first_unclear, decode_steps() / 2) << "too few clear choices to judge";
   EXPECT_LT(r.worst_gap, 2 * rounding + kFloat32Gap) << "F16 rounding alone moves logits " << rounding;
 }
 

@@ -158,6 +158,7 @@ std::unique_ptr<Context> Context::create(int device) {
   f.max_storage_range = props.limits.maxStorageBufferRange;
   f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
   f.shared_memory = props.limits.maxComputeSharedMemorySize;
+  f.cpu_device = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   c->timestamp_ns_ = props.limits.timestampPeriod;
   if (const char* e = knob("ZINC_VULKAN_PROFILE"); e && *e != '0') c->profiling_ = props.limits.timestampComputeAndGraphics;
   f.unified_memory = true;

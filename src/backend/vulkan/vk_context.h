@@ -94,6 +94,7 @@ struct Features {
   uint64_t offset_alignment = 256;  // minStorageBufferOffsetAlignment, at least 16
   uint32_t shared_memory = 16384;   // maxComputeSharedMemorySize
   bool unified_memory = false;      // every device-local type is also host-visible (lavapipe, APUs)
+  bool cpu_device = false;          // VK_PHYSICAL_DEVICE_TYPE_CPU: a software device (lavapipe)
 };
 
 inline constexpr uint32_t kMaxGroupsYZ = 65535;
