@@ -6,6 +6,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // Causal attention over one layer's KV cache (graph Op::Attention; CpuExecutable::attention is the
 // reference): for query row (token t, head h), pos = n_past + t attends cache rows [lo, pos], lo =
 // pos - window + 1 (>= 0) with a sliding window, else 0; kv head h / (n_head / n_head_kv); score =
@@ -23,7 +24,9 @@
 //     a subgroup reduction across the NKT invocations that share the row (through shared memory only
 //     where a subgroup is narrower than NKT); p = exp(s - m) goes to shared memory; then each
 //     invocation scales and accumulates RV rows x CV dims of the output with V read straight from the
-//     cache (consecutive invocations read consecutive dims of a row).
+//     cache (consecutive invocations read consecutive dims of a row), VB rows of V at a time, the
+//     first VB issued as soon as the tile's block table is known (they travel while the scores are
+//     computed).
 //   - One split: the workgroup writes out (applying the sink and 1 / l). Several: it writes (m, l) and
 //     the unnormalised acc per row to scratch and attention_reduce.comp merges the splits.
 // Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
@@ -52,6 +55,8 @@ const uint NVD = HD / CV;                     // output dim groups
 const uint RV = NR / NVR;                     // output rows per invocation
 const uint KSTRIDE = DC / 4 + 1;              // vec4s per staged K row (padded against bank conflicts)
 const uint PSTRIDE = TK + 1;
+const uint NKL = (TK * DC / 4u + 127u) / 128u;  // K loads per invocation per chunk
+const uint VB = 8u;                           // V rows loaded at once (divides TK)
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };
 #if defined(TYPE_F32)
@@ -232,14 +237,32 @@ void main() {
     // The tile's NTB blocks (key0 is a block's first key): table entries read once per tile.
     uint tb[NTB];
     for (uint i = 0u; i < NTB; ++i) tb[i] = (step[4u + min(key0 / KV_BLOCK + i, (k_end - 1u) / KV_BLOCK)] - i) * KV_BLOCK;
+    // The first VB of this invocation's V rows of the tile, in flight from here (keys past k_end have
+    // p = 0 and read the range's last row).
+    const uint col = hk * HD + dg * CV;
+    vec4 v[VB];
+    [[unroll]] for (uint k = 0u; k < VB; ++k) {
+      const uint key = tile_row(tb, min(key0 + k, k_end - 1u) - key0);
+      v[k] = vec4(0.0);
+      if (!v_on) continue;
+      if (CV == 4u) v[k] = load4(true, key, col);
+      else if (CV == 2u) v[k].xy = load2(true, key, col);
+      else v[k].x = load1(true, key, col);
+    }
     float s[RS * KS];
     for (uint i = 0u; i < RS * KS; ++i) s[i] = 0.0;
     for (uint c0 = 0u; c0 < HD; c0 += DC) {
       if (c0 > 0u) barrier();  // the previous chunk's readers are done
       // Keys past k_end read the last row of the range instead (in the cache, written) and are masked.
-      for (uint i = tid; i < TK * DC / 4u; i += 128u) {
-        const uint j = i / (DC / 4u), c = i % (DC / 4u);
-        Ks[j * KSTRIDE + c] = load4(false, tile_row(tb, min(key0 + j, k_end - 1u) - key0), hk * HD + c0 + 4u * c);
+      // Every load of the chunk is issued before the first store (one memory round trip, not NKL).
+      vec4 kl[NKL];
+      [[unroll]] for (uint m = 0u; m < NKL; ++m) {
+        const uint i = min(tid + 128u * m, TK * DC / 4u - 1u), j = i / (DC / 4u), c = i % (DC / 4u);
+        kl[m] = load4(false, tile_row(tb, min(key0 + j, k_end - 1u) - key0), hk * HD + c0 + 4u * c);
+      }
+      [[unroll]] for (uint m = 0u; m < NKL; ++m) {
+        const uint i = tid + 128u * m;
+        if (i < TK * DC / 4u) Ks[(i / (DC / 4u)) * KSTRIDE + i % (DC / 4u)] = kl[m];
       }
       barrier();
       for (uint d4 = 0u; d4 < DC / 4u; ++d4) {
@@ -298,19 +321,23 @@ void main() {
         l_run[a] *= al;
         for (uint c = 0u; c < CV; ++c) acc[a * CV + c] *= al;
       }
-      // A whole tile every time (a constant trip count the compiler unrolls): keys past k_end have
-      // p = 0 and read the range's last row.
-      const uint col = hk * HD + dg * CV;
-      for (uint j = 0u; j < TK; ++j) {
-        const uint key = tile_row(tb, min(key0 + j, k_end - 1u) - key0);
-        vec4 v = vec4(0.0);
-        if (CV == 4u) v = load4(true, key, col);
-        else if (CV == 2u) v.xy = load2(true, key, col);
-        else v.x = load1(true, key, col);
-        for (uint a = 0u; a < RV; ++a) {
-          const float pj = Ps[(rg * RV + a) * PSTRIDE + j];
-          l_run[a] += pj;
-          for (uint c = 0u; c < CV; ++c) acc[a * CV + c] += pj * v[c];
+      // The tile's keys VB at a time (the first VB loaded above), each batch's loads issued before
+      // any is used.
+      [[unroll]] for (uint j0 = 0u; j0 < TK; j0 += VB) {
+        if (j0 > 0u) {
+          [[unroll]] for (uint k = 0u; k < VB; ++k) {
+            const uint key = tile_row(tb, min(key0 + j0 + k, k_end - 1u) - key0);
+            if (CV == 4u) v[k] = load4(true, key, col);
+            else if (CV == 2u) v[k].xy = load2(true, key, col);
+            else v[k].x = load1(true, key, col);
+          }
+        }
+        [[unroll]] for (uint k = 0u; k < VB; ++k) {
+          for (uint a = 0u; a < RV; ++a) {
+            const float pj = Ps[(rg * RV + a) * PSTRIDE + j0 + k];
+            l_run[a] += pj;
+            for (uint c = 0u; c < CV; ++c) acc[a * CV + c] += pj * v[k][c];
+          }
         }
       }
     }

@@ -38,8 +38,10 @@ shared uint q8k_part_max[64];
 
 // Block b of the row at word `base` (ncols per row) from v, elements 4 lid.. of the block, lid the
 // invocation's index in a workgroup of 64: the maximum over the workgroup (subgroups, then shared
-// memory), then the codes, each 16 codes' sum (4 invocations) and d.
-void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b) {
+// memory), then the codes, each 16 codes' sum (4 invocations) and d. In a larger workgroup (at most
+// 64 subgroups) the invocations that hold no part of the block call it too (all of them reach its
+// barrier), with v = 0, lid their index modulo 64 and writes false.
+void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b, bool writes) {
   uint m = subgroupMax(max(max(q8k_abs_bits(v.x), q8k_abs_bits(v.y)), max(q8k_abs_bits(v.z), q8k_abs_bits(v.w))));
   if (subgroupElect()) q8k_part_max[gl_SubgroupID] = m;
   barrier();
@@ -47,13 +49,14 @@ void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b) {
   float id;
   const float d = q8k_scale(m, id);
   const ivec4 c = ivec4(q8k_code(v.x, id), q8k_code(v.y, id), q8k_code(v.z, id), q8k_code(v.w, id));
-  q[base + b * 64u + lid] = q8k_pack(c);
+  if (writes) q[base + b * 64u + lid] = q8k_pack(c);
   int s = c.x + c.y + c.z + c.w;  // 16 codes: 4 invocations
   s += subgroupShuffleXor(s, 1u);
   s += subgroupShuffleXor(s, 2u);
-  if ((lid & 3u) == 0u) q[base + ncols / 4u + b * 16u + lid / 4u] = uint(s);
-  if (lid == 0u) q[base + ncols / 4u + ncols / 16u + b] = floatBitsToUint(d);
+  if (writes && (lid & 3u) == 0u) q[base + ncols / 4u + b * 16u + lid / 4u] = uint(s);
+  if (writes && lid == 0u) q[base + ncols / 4u + ncols / 16u + b] = floatBitsToUint(d);
 }
+void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b) { q8k_write_block(v, lid, base, ncols, b, true); }
 #endif
 
 #if defined(Q8K_BLOCK256_WRITER)

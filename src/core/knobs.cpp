@@ -32,6 +32,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_MVK_TOKENS", "1..16", "8", "tokens that mat-vec takes per pass over a weight (tuning)"},
     {"ZINC_VULKAN_MM_BM", "64, 128", "by tile count", "rows per tile of the prefill GEMM (tuning)"},
     {"ZINC_VULKAN_FA_COOPMAT", "0, 1", "1", "prompt attention on tensor cores where the device has them (0: the portable kernel, for measurements)"},
+    {"ZINC_VULKAN_FA_SPLITS", "1..128", "by workgroups and cache size", "key-range splits of the portable attention kernel (decode; tuning)"},
     {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},
     {"ZINC_VULKAN_NORM_WG", "64..1024", "by width", "workgroup size of the row norm (tuning)"},
     {"ZINC_CUDA_DEVICE", "a device index (zinc check lists them)", "0", "the CUDA device when --device is not given"},
