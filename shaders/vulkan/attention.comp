@@ -48,6 +48,7 @@ layout(constant_id = 3) const uint DC = 128;  // head dims of K staged at once (
 layout(constant_id = 4) const uint NKT = 32;  // invocations sharing a score row (power of two, divides 128)
 layout(constant_id = 5) const uint CV = 4;    // output dims per invocation (1, 2 or 4; divides HD)
 layout(constant_id = 6) const uint NVR = 4;   // output row groups (NVR * HD / CV <= 128)
+layout(constant_id = 7) const uint VB = 8;    // V rows loaded at once (divides TK)
 const uint NRT = 128 / NKT;                   // score row groups
 const uint RS = NR / NRT;                     // score rows per invocation
 const uint KS = TK / NKT;                     // score keys per invocation
@@ -56,7 +57,6 @@ const uint RV = NR / NVR;                     // output rows per invocation
 const uint KSTRIDE = DC / 4 + 1;              // vec4s per staged K row (padded against bank conflicts)
 const uint PSTRIDE = TK + 1;
 const uint NKL = (TK * DC / 4u + 127u) / 128u;  // K loads per invocation per chunk
-const uint VB = 8u;                           // V rows loaded at once (divides TK)
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };
 #if defined(TYPE_F32)
