@@ -185,6 +185,9 @@ class Backend {
   // plus bytes written per second by a large device-to-device copy; 0 where the caller measures it,
   // as for the CPU).
   virtual std::string device_name() const { return ""; }
+  // A device that runs its kernels on the host's CPU (Vulkan's lavapipe): correct, at a small fraction
+  // of a GPU's speed.
+  virtual bool software_device() const { return false; }
   virtual double measured_bandwidth_gbs() { return 0; }
   // Device memory held now by everything this backend's device has allocated (0 for the CPU).
   virtual uint64_t device_bytes_in_use() const { return 0; }

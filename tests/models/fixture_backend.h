@@ -52,6 +52,9 @@ class FixtureOnBackend : public ::testing::TestWithParam<std::tuple<std::string,
   const std::string& fixture() const { return std::get<0>(GetParam()); }
   const std::string& backend_name() const { return std::get<1>(GetParam()); }
   std::string name() const { return fixture() + " on " + backend_name(); }
+  // A run's length n, or half of it on a software device (lavapipe, CI's Vulkan device, where every
+  // step costs the CPU's time): the cases check the same properties in shorter runs there.
+  int32_t length(int32_t n) const { return shared_ && shared_->software_device() ? n / 2 : n; }
   // The suite's backend; null, with `why`, where there is none (the test then skips, saying why).
   backend::Backend* shared_backend(std::string& why) {
     if (!shared_) shared_ = fixture_backend(backend_name(), why);

@@ -32,8 +32,9 @@ namespace {
 using Tokens = std::vector<int32_t>;
 const std::filesystem::path kMtpFixtures = test::kFixtures.parent_path() / "fixtures-mtp";
 constexpr int32_t kDraft = 3;
-// Generation lengths: shorter where the same cases run on a device (CI's is a CPU running Vulkan, at a
-// small fraction of a GPU's speed); the CPU's runs keep the long ones.
+// Generation lengths: shorter where the same cases run on a device, halved again on a software device
+// (length(): CI's lavapipe, a CPU running Vulkan at a small fraction of a GPU's speed); the CPU's runs
+// keep the long ones.
 // kEvery: every how many of the head's drafts are checked against a context evaluated from scratch.
 #if defined(ZINC_TEST_ON_DEVICE)
 constexpr int32_t kGenerate = 96, kShort = 48;
@@ -91,10 +92,10 @@ class MtpFixture : public test::FixtureOnBackend {
   std::unique_ptr<runtime::Session> session() const { return std::make_unique<runtime::Session>(weights_, options(32)); }
 
   runtime::GenerateResult generate(runtime::Session& s, const sample::SamplerParams& sp, runtime::Drafter* draft,
-                                   int32_t n = kGenerate, const Tokens* prompt = nullptr) const {
+                                   int32_t n = -1, const Tokens* prompt = nullptr) const {
     sample::Sampler sampler(sp);
     runtime::GenerateOptions o;
-    o.max_tokens = n;
+    o.max_tokens = n < 0 ? length(kGenerate) : n;
     o.ignore_eog = true;
     o.draft = draft;
     return runtime::generate(s, *tok_, sampler, prompt ? *prompt : prompt_, o, nullptr);
@@ -232,12 +233,12 @@ TEST_P(MtpFixture, HeadDraftsAsIfFedTheWholeContext) {
 TEST_P(MtpFixture, GreedyOutputIsTheSameDraftingWithTheHead) {
   auto plain = session();
   const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr);
-  ASSERT_EQ(want.tokens.size(), static_cast<size_t>(kGenerate)) << name();
+  ASSERT_EQ(want.tokens.size(), static_cast<size_t>(length(kGenerate))) << name();
   auto s = session();
   runtime::MtpDrafter head(*s, kDraft, runtime::SpecMode::On);
   const auto got = generate(*s, sample::SamplerParams::greedy(), &head);
   EXPECT_EQ(got.tokens, want.tokens) << name();
-  EXPECT_GT(got.draft_tokens, kGenerate / 2) << name();
+  EXPECT_GT(got.draft_tokens, length(kGenerate) / 2) << name();
   EXPECT_EQ(head.stats().drafted, got.draft_tokens) << name();
   std::printf("%s: the head's drafts accepted %lld of %lld (random weights)\n", name().c_str(),
               static_cast<long long>(head.stats().accepted), static_cast<long long>(head.stats().drafted));
@@ -254,7 +255,7 @@ TEST_P(MtpFixture, SequencesSteppedTogetherDraftWithTheHead) {
   const Tokens other = tok_->encode("The quick brown cat sat on the mat and then", true, false);
   sample::Sampler sa(sample::SamplerParams::greedy()), sb(sample::SamplerParams::greedy());
   runtime::GenerateOptions go;
-  go.max_tokens = kShort;
+  go.max_tokens = length(kShort);
   go.ignore_eog = true;
   go.draft = &ha;
   runtime::Generation ga(a, *tok_, sa, prompt_, go, nullptr);
@@ -262,12 +263,12 @@ TEST_P(MtpFixture, SequencesSteppedTogetherDraftWithTheHead) {
   runtime::Generation gb(b, *tok_, sb, other, go, nullptr);
   test::step_together(*exe, {&ga, &gb}, {&a, &b}, 8);
   auto plain = session();
-  EXPECT_EQ(ga.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, kShort).tokens) << name();
+  EXPECT_EQ(ga.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, length(kShort)).tokens) << name();
   plain = session();
-  EXPECT_EQ(gb.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, kShort, &other).tokens)
+  EXPECT_EQ(gb.result().tokens, generate(*plain, sample::SamplerParams::greedy(), nullptr, length(kShort), &other).tokens)
       << name();
-  EXPECT_GT(ga.result().draft_tokens, kShort) << name();
-  EXPECT_GT(gb.result().draft_tokens, kShort) << name();
+  EXPECT_GT(ga.result().draft_tokens, length(kShort)) << name();
+  EXPECT_GT(gb.result().draft_tokens, length(kShort)) << name();
   // Each head read its own sequence's rows: its next drafts are those of a head fed the whole context.
   for (auto* s : {&a, &b}) {
     Tokens context = s->history();
@@ -289,10 +290,10 @@ TEST_P(MtpFixture, SampledOutputIsTheSameSeedBySeed) {
   for (uint64_t seed : {1u, 2u}) {
     sp.seed = seed;
     auto plain = session();
-    const auto want = generate(*plain, sp, nullptr, kShort);
+    const auto want = generate(*plain, sp, nullptr, length(kShort));
     auto s = session();
     runtime::MtpDrafter head(*s, kDraft, runtime::SpecMode::On);
-    const auto got = generate(*s, sp, &head, kShort);
+    const auto got = generate(*s, sp, &head, length(kShort));
     EXPECT_EQ(got.tokens, want.tokens) << name() << " seed " << seed;
     EXPECT_GT(got.draft_tokens, 0) << name();
   }

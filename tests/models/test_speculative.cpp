@@ -31,8 +31,8 @@ using test::kFixtures;
 using Tokens = std::vector<int32_t>;
 constexpr int32_t kMaxDraft = 6;
 // Generation lengths: shorter where the same cases run on a device (there they check the device's
-// kernels in steps that go back; the CPU's runs check the lengths' own effects), as CI's device is a CPU
-// running Vulkan (lavapipe) at a small fraction of a GPU's speed.
+// kernels in steps that go back; the CPU's runs check the lengths' own effects), and halved again on a
+// software device (length(): CI's lavapipe, a CPU running Vulkan at a small fraction of a GPU's speed).
 #if defined(ZINC_TEST_ON_DEVICE)
 constexpr int32_t kGenerate = 96, kSampled = 48, kStepped = 64;
 #else
@@ -88,10 +88,10 @@ class SpeculativeFixture : public test::FixtureOnBackend {
   }
 
   runtime::GenerateResult generate(runtime::Session& s, const sample::SamplerParams& sp, runtime::Drafter* draft,
-                                   int32_t n = kGenerate) const {
+                                   int32_t n = -1) const {
     sample::Sampler sampler(sp);
     runtime::GenerateOptions o;
-    o.max_tokens = n;
+    o.max_tokens = n < 0 ? length(kGenerate) : n;
     o.ignore_eog = true;
     o.draft = draft;
     return runtime::generate(s, *tok_, sampler, prompt_, o, nullptr);
@@ -108,14 +108,14 @@ class SpeculativeFixture : public test::FixtureOnBackend {
 TEST_P(SpeculativeFixture, GreedyOutputIsTheSameWhateverTheDraftsAre) {
   auto plain = session(weights_);
   const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr);
-  ASSERT_EQ(want.tokens.size(), static_cast<size_t>(kGenerate)) << name();
+  ASSERT_EQ(want.tokens.size(), static_cast<size_t>(length(kGenerate))) << name();
 
   auto spec = session(weights_);
   ScriptedDrafter drafts(prompt_.size(), want.tokens, static_cast<int32_t>(spec->n_vocab()));
   const auto got = generate(*spec, sample::SamplerParams::greedy(), &drafts);
   EXPECT_EQ(got.tokens, want.tokens) << name();
   // Drafts were taken and refused at every place, so the context went back inside verifying steps.
-  EXPECT_GT(got.draft_accepted, kGenerate / 2) << name();
+  EXPECT_GT(got.draft_accepted, length(kGenerate) / 2) << name();
   EXPECT_LT(got.draft_accepted, got.draft_tokens) << name();
   EXPECT_EQ(drafts.stats().accepted, got.draft_accepted) << name();
   EXPECT_EQ(drafts.stats().drafted, got.draft_tokens) << name();
@@ -150,10 +150,10 @@ TEST_P(SpeculativeFixture, SampledOutputIsTheSameSeedBySeed) {
   for (uint64_t seed : {1u, 2u, 3u}) {
     sp.seed = seed;
     auto plain = session(weights_);
-    const auto want = generate(*plain, sp, nullptr, kSampled);
+    const auto want = generate(*plain, sp, nullptr, length(kSampled));
     auto spec = session(weights_);
     ScriptedDrafter drafts(prompt_.size(), want.tokens, static_cast<int32_t>(spec->n_vocab()));
-    const auto got = generate(*spec, sp, &drafts, kSampled);
+    const auto got = generate(*spec, sp, &drafts, length(kSampled));
     EXPECT_EQ(got.tokens, want.tokens) << name() << " seed " << seed;
     EXPECT_GT(got.draft_accepted, 0) << name();
   }
@@ -170,8 +170,8 @@ TEST_P(SpeculativeFixture, ADraftModelDraftsWhatItsTargetKeeps) {
   auto plain = session(weights_), spec = session(weights_);
   drafter.check_target(*spec);
   // (Fewer tokens: the hybrid's draft disagrees often, and each disagreement costs a round of drafting.)
-  const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr, kSampled);
-  const auto got = generate(*spec, sample::SamplerParams::greedy(), &drafter, kSampled);
+  const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr, length(kSampled));
+  const auto got = generate(*spec, sample::SamplerParams::greedy(), &drafter, length(kSampled));
   EXPECT_EQ(got.tokens, want.tokens) << name();
   EXPECT_GT(got.draft_tokens, 0) << name();
   if (!hybrid) {
@@ -216,7 +216,7 @@ TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
   // Two sequences of one context as the server steps them: each generation's tokens (a verifying
   // step's, or one) are parts of one step, rows handed to each; one sequence drafts, the other not.
   auto plain = session(weights_);
-  const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr, kStepped);
+  const auto want = generate(*plain, sample::SamplerParams::greedy(), nullptr, length(kStepped));
   backend::ExecOptions o;
   o.n_ctx = 320;
   o.max_tokens = 32;
@@ -228,7 +228,7 @@ TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
   ScriptedDrafter drafts(prompt_.size(), want.tokens, static_cast<int32_t>(a.n_vocab()));
   sample::Sampler sa(sample::SamplerParams::greedy()), sb(sample::SamplerParams::greedy());
   runtime::GenerateOptions go;
-  go.max_tokens = kStepped;
+  go.max_tokens = length(kStepped);
   go.ignore_eog = true;
   runtime::Generation gb(b, *tok_, sb, prompt_, go, nullptr);
   go.draft = &drafts;
@@ -236,10 +236,10 @@ TEST_P(SpeculativeFixture, SequencesSteppedTogetherDraftAsEachAlone) {
   const int steps = test::step_together(*exe, {&ga, &gb}, {&a, &b}, 16);
   EXPECT_EQ(ga.result().tokens, want.tokens) << name();
   EXPECT_EQ(gb.result().tokens, want.tokens) << name();
-  EXPECT_GT(ga.result().draft_accepted, kStepped / 4) << name();
+  EXPECT_GT(ga.result().draft_accepted, length(kStepped) / 4) << name();
   EXPECT_LT(ga.result().draft_accepted, ga.result().draft_tokens) << name();
-  // The other sequence's prompt in chunks of 16 and its kStepped - 1 evaluated tokens: a step each.
-  EXPECT_EQ(steps, static_cast<int>((prompt_.size() + 15) / 16) + kStepped - 1) << name();
+  // The other sequence's prompt in chunks of 16 and its length(kStepped) - 1 evaluated tokens: a step each.
+  EXPECT_EQ(steps, static_cast<int>((prompt_.size() + 15) / 16) + length(kStepped) - 1) << name();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeFixture,

@@ -330,6 +330,7 @@ class VulkanBackend final : public Backend {
   explicit VulkanBackend(int device) : ctx_(vk::Context::shared(device)) {}
   std::string name() const override { return "vulkan"; }
   std::string device_name() const override { return ctx_->device_name(); }
+  bool software_device() const override { return ctx_->features().cpu_device; }
   double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
   uint64_t device_bytes_in_use() const override { return ctx_->device_bytes_in_use(); }
   std::string unsupported(const graph::Graph& g, const Node& n) const override { return vk::unsupported(g, n); }
