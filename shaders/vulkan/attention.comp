@@ -160,6 +160,13 @@ float load1(bool v, uint row, uint col) {
 }
 #endif
 
+// CV elements of V row `row` from column col (the rest of the vec4 zero).
+vec4 load_v(uint row, uint col) {
+  if (CV == 4u) return load4(true, row, col);
+  if (CV == 2u) return vec4(load2(true, row, col), 0.0, 0.0);
+  return vec4(load1(true, row, col), 0.0, 0.0, 0.0);
+}
+
 // tanh without exp overflow for large |x|.
 float tanh_safe(float x) {
   const float e = exp(-2.0 * abs(x));
@@ -242,12 +249,7 @@ void main() {
     const uint col = hk * HD + dg * CV;
     vec4 v[VB];
     [[unroll]] for (uint k = 0u; k < VB; ++k) {
-      const uint key = tile_row(tb, min(key0 + k, k_end - 1u) - key0);
-      v[k] = vec4(0.0);
-      if (!v_on) continue;
-      if (CV == 4u) v[k] = load4(true, key, col);
-      else if (CV == 2u) v[k].xy = load2(true, key, col);
-      else v[k].x = load1(true, key, col);
+      v[k] = v_on ? load_v(tile_row(tb, min(key0 + k, k_end - 1u) - key0), col) : vec4(0.0);
     }
     float s[RS * KS];
     for (uint i = 0u; i < RS * KS; ++i) s[i] = 0.0;
@@ -325,12 +327,7 @@ void main() {
       // any is used.
       [[unroll]] for (uint j0 = 0u; j0 < TK; j0 += VB) {
         if (j0 > 0u) {
-          [[unroll]] for (uint k = 0u; k < VB; ++k) {
-            const uint key = tile_row(tb, min(key0 + j0 + k, k_end - 1u) - key0);
-            if (CV == 4u) v[k] = load4(true, key, col);
-            else if (CV == 2u) v[k].xy = load2(true, key, col);
-            else v[k].x = load1(true, key, col);
-          }
+          [[unroll]] for (uint k = 0u; k < VB; ++k) v[k] = load_v(tile_row(tb, min(key0 + j0 + k, k_end - 1u) - key0), col);
         }
         [[unroll]] for (uint k = 0u; k < VB; ++k) {
           for (uint a = 0u; a < RV; ++a) {
