@@ -12,12 +12,13 @@
 // A workgroup of 4 subgroups of 32 takes BQ = 32 query rows of one kv head (rows i = t * G + g, the
 // GQA group's heads of consecutive tokens, as attention.comp numbers them) and the union of their key
 // ranges, tile by tile:
-//   - K's tile (64 keys x HD halves, rows found through the block table) is staged in shared memory;
+//   - K's tile (64 keys x HD halves, rows found through the block table; loaded into registers during
+//     the previous tile's PV) is staged in shared memory;
 //     S = Q K^T (32 x 64) with q (times scale) rounded to f16 and held as each subgroup's A fragments;
 //     subgroup s owns rows 16 (s % 2).. and keys 32 (s / 2)..
 //   - S goes to shared memory; four invocations per row mask it (the row's range, a softcap), take the
 //     row's maximum (shuffles), rescale their running sum, and write p = exp(s - m) as f16; V's tile
-//     replaces K's meanwhile.
+//     (loaded during S) replaces K's.
 //   - PV = P V (32 x HD) through shared memory as floats (subgroup s: rows 16 (s % 2).., dims
 //     HD/2 (s / 2)..), added to each invocation's HD/4 output floats of its row after they are scaled
 //     by exp(m_old - m_new).
@@ -72,14 +73,32 @@ float tanh_safe(float x) {
 
 uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
 
-// Stages key rows [key0, key0 + 64) (clamped to k_end - 1) of kv head hk into kvs.
-void stage(bool v, uint key0, uint k_end, uint hk) {
+// Each invocation's part of a tile's staging: NI uvec4 of K (then V) rows, at cache offsets `at`.
+const uint NI = BK * (HD / 8u) / 128u;
+uint at[NI];
+uvec4 kvreg[NI];
+
+// Issues the loads of key rows [key0, key0 + 64) (clamped to k_end - 1) of kv head hk: their cache
+// offsets (through the block table) into `at`, K's rows into kvreg.
+void fetch_k(uint key0, uint k_end, uint hk) {
   const uint tid = gl_LocalInvocationIndex, per_row = HD / 8u;
-  for (uint i = tid; i < BK * per_row; i += 128u) {
-    const uint j = i / per_row, c = i % per_row;
+  [[unroll]] for (uint n = 0u; n < NI; ++n) {
+    const uint i = tid + 128u * n, j = i / per_row, c = i % per_row;
     const uint row = cache_row(min(key0 + j, k_end - 1u));
-    const uint at = (row * p.kv_width + hk * HD) / 8u + c;
-    kvs[j * KROW + c] = v ? vc[at] : kc[at];
+    at[n] = (row * p.kv_width + hk * HD) / 8u + c;
+    kvreg[n] = kc[at[n]];
+  }
+}
+// Issues the loads of the same rows of V.
+void fetch_v() {
+  [[unroll]] for (uint n = 0u; n < NI; ++n) kvreg[n] = vc[at[n]];
+}
+// The fetched rows into kvs.
+void stage() {
+  const uint tid = gl_LocalInvocationIndex, per_row = HD / 8u;
+  [[unroll]] for (uint n = 0u; n < NI; ++n) {
+    const uint i = tid + 128u * n;
+    kvs[(i / per_row) * KROW + i % per_row] = kvreg[n];
   }
 }
 
@@ -121,8 +140,13 @@ void main() {
   float acc[DPT];
   [[unroll]] for (uint i = 0u; i < DPT; ++i) acc[i] = 0.0;
 
+  // A tile's K rows were fetched during the previous tile's PV (the first before the loop), its V rows
+  // are fetched during its S and staged after the softmax has read S: each load has a phase of
+  // multiplies to land in.
+  fetch_k(k_lo, k_hi, hk);
   for (uint key0 = k_lo; key0 < k_hi; key0 += BK) {
-    stage(false, key0, k_hi, hk);
+    stage();
+    fetch_v();
     barrier();
     // S: subgroup sg, rows sr.., keys 32 (sg / 2)..: two 16 x 16 accumulators.
     {
@@ -139,8 +163,6 @@ void main() {
       coopMatStoreNV(s1, fs, sr * FROW + sk + 16u, FROW, false);
     }
     barrier();
-    // V's tile replaces K's while the rows take their softmax.
-    stage(true, key0, k_hi, hk);
     float sv[16];
     float mx = MASKED;
     [[unroll]] for (uint j = 0u; j < 16u; ++j) {
@@ -170,6 +192,10 @@ void main() {
     ls += subgroupShuffleXor(ls, 2u);
     l_run = l_run * al + ls;
     if (quarter == 0u) alpha_s[r] = al;
+    // V's tile replaces K's (every S multiply finished before the last barrier); the next tile's K rows
+    // are fetched (the last row again past the end).
+    stage();
+    fetch_k(key0 + BK, k_hi, hk);
     barrier();
     // PV: subgroup sg, rows sr.., dims HD/2 (sg / 2)..
     {
