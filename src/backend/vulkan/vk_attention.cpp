@@ -14,13 +14,6 @@ namespace zinc::backend::vk {
 
 namespace {
 
-// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
-void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
-  const uint32_t max_x = ctx.features().max_groups_x;
-  *gy = (groups + max_x - 1) / max_x;
-  *gx = (groups + *gy - 1) / *gy;
-}
-
 uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
   while (p < n) p *= 2;
@@ -35,13 +28,13 @@ uint32_t pow2_at_most(uint32_t n) {
 
 // The shape of attention.comp for one call (its specialization constants, in their order, then the
 // grid). 128 invocations per workgroup throughout.
-struct Plan {
+struct AttentionPlan {
   uint32_t hd, nr, tk, dc, nkt, cv, nvr, vb;  // spec constants 0..7
   uint32_t n_blk, n_split;
 };
 
 // Shared memory of attention.comp for a plan, in bytes (its `shared` declarations).
-size_t shared_bytes(const Plan& p) {
+size_t shared_bytes(const AttentionPlan& p) {
   const size_t rs = p.nr / (128 / p.nkt);
   return 4 * (static_cast<size_t>(p.nr) * p.hd + static_cast<size_t>(p.tk) * (p.dc + 4) + p.nr * (p.tk + 1) + 2 * p.nr +
               rs * 128);
@@ -56,18 +49,18 @@ size_t shared_bytes(const Plan& p) {
 // at depth (measured: 137 us more per layer for 3 tokens than for 2 at 4,096 positions, H200).
 constexpr uint32_t kFewTokens = 8;
 
-Plan make_plan(const Features& f, const AttentionArgs& a) {
+AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
   if (a.n_tokens > 1 && a.n_tokens <= kFewTokens && a.n_split == 0) {
     AttentionArgs one = a;
     one.n_tokens = 1;
-    Plan p = make_plan(f, one);
+    AttentionPlan p = make_plan(f, one);
     if (p.nr == a.n_head / a.n_head_kv) {  // a block holds one token's rows
       p.n_blk = a.n_tokens;
       return p;
     }
   }
   const uint32_t hd = a.head_dim, rows = a.n_tokens * (a.n_head / a.n_head_kv);
-  Plan p{};
+  AttentionPlan p{};
   p.hd = hd;
   p.nr = std::min({pow2_at_least(rows), 64u, pow2_at_most(std::max(1u, 4096 / hd))});
   for (;;) {
@@ -77,7 +70,7 @@ Plan make_plan(const Features& f, const AttentionArgs& a) {
     // each chunk costs two barriers per tile.
     p.dc = 0;
     for (uint32_t dc = std::min(hd, 8192 / p.tk) / 4 * 4; dc >= 4 && p.dc == 0; dc -= 4) {
-      Plan t = p;
+      AttentionPlan t = p;
       t.dc = dc;
       if (hd % dc == 0 && shared_bytes(t) <= f.shared_memory) p.dc = dc;
     }
@@ -261,7 +254,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
     quantize_q8k(ctx, d, a.out, a.xq, a.n_head * a.head_dim, a.n_tokens);
     return;
   }
-  const Plan p = make_plan(ctx.features(), a);
+  const AttentionPlan p = make_plan(ctx.features(), a);
   if (p.n_blk > ctx.features().max_groups_x) {
     throw Error(
         fmt::format("Vulkan attention: {} tokens need {} row blocks, over the device's limit", a.n_tokens, p.n_blk));

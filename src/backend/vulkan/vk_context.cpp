@@ -857,4 +857,10 @@ void Recording::collect_profile() {
 }
 
 
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
+  const uint32_t max_x = ctx.features().max_groups_x;
+  *gy = (groups + max_x - 1) / max_x;
+  *gx = (groups + *gy - 1) / *gy;
+}
+
 }  // namespace zinc::backend::vk

@@ -275,4 +275,7 @@ class Context {
   double recording_ns_ = 0, pipeline_ns_ = 0;
 };
 
+// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
+void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy);
+
 }  // namespace zinc::backend::vk

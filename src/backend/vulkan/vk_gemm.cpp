@@ -36,13 +36,6 @@ size_t coop_shared_bytes(uint32_t rows, gguf::TensorType type) {
   return size_t{2} * rows * 80 + size_t{2} * kCoopTokens * 80 + 8192 + (codebook ? 64 : 0);
 }
 
-// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
-void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
-  const uint32_t max_x = ctx.features().max_groups_x;
-  *gy = (groups + max_x - 1) / max_x;
-  *gx = (groups + *gy - 1) / *gy;
-}
-
 // Whether the driver lists the shape mul_mm_q_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
 // subgroup: NVIDIA does; the query guards against a driver that does not) and has the Vulkan memory
 // model that glslang declares for GL_KHR_memory_scope_semantics (Context::create enables it wherever

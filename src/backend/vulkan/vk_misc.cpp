@@ -8,17 +8,6 @@
 
 namespace zinc::backend::vk {
 
-namespace {
-
-// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
-void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
-  const uint32_t max_x = ctx.features().max_groups_x;
-  *gy = (groups + max_x - 1) / max_x;
-  *gx = (groups + *gy - 1) / *gy;
-}
-
-}  // namespace
-
 void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
                uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
                float logit_scale) {

@@ -12,13 +12,6 @@ namespace zinc::backend::vk {
 
 namespace {
 
-// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
-void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
-  const uint32_t max_x = ctx.features().max_groups_x;
-  *gy = (groups + max_x - 1) / max_x;
-  *gx = (groups + *gy - 1) / *gy;
-}
-
 constexpr uint32_t kRowChunks = 16;  // rms_norm_row: 4-float chunks per invocation, at most
 
 }  // namespace

@@ -80,13 +80,6 @@ void check_bytes(const char* op, uint64_t bytes) {
   }
 }
 
-// Splits a 1-D grid of `groups` workgroups into x * y within the device's per-dimension limit.
-void grid(const Context& ctx, uint32_t groups, uint32_t* gx, uint32_t* gy) {
-  const uint32_t max_x = ctx.features().max_groups_x;
-  *gy = (groups + max_x - 1) / max_x;
-  *gx = (groups + *gy - 1) / *gy;
-}
-
 // mul_mv's shape: WG invocations, ROWS rows and NTOK tokens per workgroup (its specialization
 // constants). Enough invocations to cover a row's units once (up to 128, four subgroups of 32 on
 // NVIDIA); token groups of up to 8, balanced (9 tokens: 5 + 4); two rows per workgroup share their x
@@ -248,7 +241,6 @@ const char* mul_mv_k_variant(TensorType type) {
   return t && t->kernels == KDOT ? t->name : nullptr;
 }
 
-
 struct MulMvKPush {
   uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
 };
@@ -300,7 +292,6 @@ uint32_t checked_k_row_bytes(const Context& ctx, const char* op, TensorType type
   if (ncols % 256 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 256", op, ncols));
   return static_cast<uint32_t>(quant::row_size(type, ncols));
 }
-
 
 }  // namespace
 
