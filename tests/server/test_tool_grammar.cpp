@@ -154,10 +154,10 @@ TEST(ToolGrammar, HarmonyCallsParseBackAsTheSameCall) {
 }
 
 TEST(ToolGrammar, AThinkingModelMayOpenItsReasoningBeforeTheAnswer) {
-  const std::string json = R"(root ::= "{" [a-z]* "}")";
+  const std::string object = R"(root ::= "{" [a-z]* "}")";
   // Harmony: an analysis message (its body outside the grammar), then the final channel's header, each
   // optional; the answer itself stays constrained.
-  const std::string h = with_reasoning_lead(chat::OutputFormat::Harmony, json);
+  const std::string h = with_reasoning_lead(chat::OutputFormat::Harmony, object);
   for (const std::vector<std::string>& ok : std::vector<std::vector<std::string>>{
            {"<|channel|>", "analysis", "<|message|>", "<|start|>", "assistant", "<|channel|>", "final", "<|message|>", "{ab}"},
            {"<|channel|>", "final", "<|message|>", "{ab}"},
@@ -167,8 +167,8 @@ TEST(ToolGrammar, AThinkingModelMayOpenItsReasoningBeforeTheAnswer) {
   EXPECT_FALSE(harmony_accepts(h, {"<|channel|>", "final", "<|message|>", "{a1}"}, kAfterReasoning));
   EXPECT_FALSE(harmony_accepts(h, {"<|channel|>", "commentary", "<|message|>", "{ab}"}, kAfterReasoning));
   // Hermes and Llama 3: <think> (a token), whitespace after the block, then the answer.
-  const std::string t = with_reasoning_lead(chat::OutputFormat::Hermes, json);
-  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Llama3, json), t);
+  const std::string t = with_reasoning_lead(chat::OutputFormat::Hermes, object);
+  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Llama3, object), t);
   std::vector<bool> eog = {true, false, false, false};
   const std::vector<std::string> pieces = {"</s>", "<think>", "{ab}", "\n\n"};
   const auto think = [](std::string_view text) -> int32_t { return text == "<think>" ? 1 : -1; };
@@ -184,7 +184,7 @@ TEST(ToolGrammar, AThinkingModelMayOpenItsReasoningBeforeTheAnswer) {
   sample::GrammarMatcher m(std::make_shared<const sample::Grammar>(sample::Grammar::parse(t, kAfterReasoning, think)),
                            std::make_shared<const sample::GrammarVocab>(pieces, eog));
   EXPECT_FALSE(m.allows(3));  // whitespace only after the block
-  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Plain, json), "");
+  EXPECT_EQ(with_reasoning_lead(chat::OutputFormat::Plain, object), "");
 }
 
 TEST(ToolGrammar, FormatsWithoutConstrainableCallsAre400s) {
