@@ -9,24 +9,26 @@
 // Causal attention of a prompt's rows on tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 16 f16
 // inputs, f32 accumulation) over an F16 cache: what attention.comp computes (its definition, bindings
 // and push constants; one split), FlashAttention-2's online softmax over key tiles of 64 (Dao 2023).
-// A workgroup of 4 subgroups of 32 takes BQ = 32 query rows of one kv head (rows i = t * G + g, the
+// A workgroup of 8 subgroups of 32 takes BQ = 64 query rows of one kv head (rows i = t * G + g, the
 // GQA group's heads of consecutive tokens, as attention.comp numbers them) and the union of their key
-// ranges, tile by tile:
+// ranges, tile by tile (each K and V tile staged once for 64 rows: half the cache reads of 32):
 //   - K's tile (64 keys x HD halves, rows found through the block table; loaded into registers during
 //     the previous tile's PV) is staged in shared memory;
 //     S = Q K^T (32 x 64) with q (times scale) rounded to f16 and held as each subgroup's A fragments;
-//     subgroup s owns rows 16 (s % 2).. and keys 32 (s / 2)..
+//     subgroup s owns rows 16 (s % 4).. and keys 32 (s / 4)..
 //   - S goes to shared memory; four invocations per row mask it (the row's range, a softcap), take the
 //     row's maximum (shuffles), rescale their running sum, and write p = exp(s - m) as f16; V's tile
 //     (loaded during S) replaces K's.
-//   - PV = P V (32 x HD) through shared memory as floats (subgroup s: rows 16 (s % 2).., dims
-//     HD/2 (s / 2)..), added to each invocation's HD/4 output floats of its row after they are scaled
-//     by exp(m_old - m_new).
-// Requires subgroups of 32 and about 38 KiB of shared memory (HD 128). Error against attention.comp:
+//   - PV = P V (64 x HD; subgroup s: rows 16 (s % 4).., dims HD/2 (s / 4)..) goes through shared
+//     memory as floats one half of the dims at a time (the half S's floats fit), each added to the
+//     HD/8 output floats of that half an invocation keeps for its row, after they are scaled by
+//     exp(m_old - m_new).
+// Requires subgroups of 32 and about 43 KiB of shared memory (HD 128; NVIDIA's Vulkan driver allows
+// 48). Error against attention.comp:
 // q and p rounded to f16 (2^-11 relative each; K and V are the cache's halves).
 // Bindings: 0 q (floats), 1 K cache, 2 V cache (uvec4 views of the F16 rows), 3 sinks, 4 step, 5 out,
 // 6 unused. Grid: (1, ceil(n_tokens * G / 32), n_head_kv).
-layout(local_size_x = 128) in;
+layout(local_size_x = 256) in;
 
 layout(constant_id = 0) const uint HD = 128;  // head_dim: 64 or 128
 
@@ -50,15 +52,15 @@ layout(push_constant) uniform Params {
   float softcap;   // 0: none
 } p;
 
-const uint BQ = 32;              // query rows per workgroup
+const uint BQ = 64;              // query rows per workgroup
 const uint BK = 64;              // keys per tile
 const uint KROW = HD / 8u + 1u;  // uvec4 per staged K/V row: HD halves and 16 bytes of skew
-const uint FROW = HD + 4u;       // floats per row of S (first 64) and of PV
+const uint FROW = BK + 4u;       // floats per row of S, then of half of PV's dims
 const uint PROW = BK / 8u + 1u;  // uvec4 per row of P
-const uint DPT = HD / 4u;        // output dims per invocation
+const uint DPT = HD / 4u;        // output dims per invocation: HD / 8 of each half
 const float MASKED = -1.0e38;
 
-shared uvec4 kvs[BK * KROW];     // the K tile, then the V tile (first: q in f16)
+shared uvec4 kvs[BK * KROW];     // the K tile, then the V tile (first: q in f16; BQ = BK rows)
 shared float fs[BQ * FROW];      // S, then PV
 shared uvec4 ps[BQ * PROW];      // p in f16
 shared float alpha_s[BQ];
@@ -74,7 +76,7 @@ float tanh_safe(float x) {
 uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
 
 // Each invocation's part of a tile's staging: NI uvec4 of K (then V) rows, at cache offsets `at`.
-const uint NI = BK * (HD / 8u) / 128u;
+const uint NI = BK * (HD / 8u) / 256u;
 uint at[NI];
 uvec4 kvreg[NI];
 
@@ -83,7 +85,7 @@ uvec4 kvreg[NI];
 void fetch_k(uint key0, uint k_end, uint hk) {
   const uint tid = gl_LocalInvocationIndex, per_row = HD / 8u;
   [[unroll]] for (uint n = 0u; n < NI; ++n) {
-    const uint i = tid + 128u * n, j = i / per_row, c = i % per_row;
+    const uint i = tid + 256u * n, j = i / per_row, c = i % per_row;
     const uint row = cache_row(min(key0 + j, k_end - 1u));
     at[n] = (row * p.kv_width + hk * HD) / 8u + c;
     kvreg[n] = kc[at[n]];
@@ -97,7 +99,7 @@ void fetch_v() {
 void stage() {
   const uint tid = gl_LocalInvocationIndex, per_row = HD / 8u;
   [[unroll]] for (uint n = 0u; n < NI; ++n) {
-    const uint i = tid + 128u * n;
+    const uint i = tid + 256u * n;
     kvs[(i / per_row) * KROW + i % per_row] = kvreg[n];
   }
 }
@@ -115,7 +117,7 @@ void main() {
   const uint k_lo = first_key(n_past + row0 / G) / KV_BLOCK * KV_BLOCK;
 
   // q rows in f16 (times scale) through kvs into each subgroup's A fragments: rows 16 (sg % 2)..
-  for (uint i = tid; i < BQ * (HD / 8u); i += 128u) {
+  for (uint i = tid; i < BQ * (HD / 8u); i += 256u) {
     const uint r = i / (HD / 8u), c = i % (HD / 8u), gi = row0 + r;
     uvec4 h = uvec4(0u);
     if (gi < n_rows) {
@@ -126,12 +128,13 @@ void main() {
     kvs[r * KROW + c] = h;
   }
   barrier();
-  const uint sr = (sg % 2u) * 16u;  // the subgroup's rows (S and PV)
+  const uint sr = (sg % 4u) * 16u;  // the subgroup's rows (S and PV)
   MAT16 qf[HD / 16u];
   [[unroll]] for (uint d = 0u; d < HD / 16u; ++d) coopMatLoadNV(qf[d], kvs, sr * KROW + 2u * d, KROW, false);
   barrier();
 
-  // Softmax role: row r = tid / 4, keys 16 (tid % 4).. of S; output dims DPT (tid % 4)...
+  // Softmax role: row r = tid / 4, keys 16 (tid % 4).. of S; output dims HD/8 (tid % 4).. of each
+  // half (acc[i]: dim i of the first half's, then of the second's).
   const uint r = tid / 4u, quarter = tid % 4u, gi = row0 + r;
   const uint pos = n_past + gi / G;
   const int hi = gi < n_rows ? int(pos) : -1;
@@ -148,9 +151,9 @@ void main() {
     stage();
     fetch_v();
     barrier();
-    // S: subgroup sg, rows sr.., keys 32 (sg / 2)..: two 16 x 16 accumulators.
+    // S: subgroup sg, rows sr.., keys 32 (sg / 4)..: two 16 x 16 accumulators.
     {
-      const uint sk = (sg / 2u) * 32u;
+      const uint sk = (sg / 4u) * 32u;
       MAT32 s0 = MAT32(0.0), s1 = MAT32(0.0);
       [[unroll]] for (uint d = 0u; d < HD / 16u; ++d) {
         MAT16 k0, k1;
@@ -197,25 +200,32 @@ void main() {
     stage();
     fetch_k(key0 + BK, k_hi, hk);
     barrier();
-    // PV: subgroup sg, rows sr.., dims HD/2 (sg / 2)..
-    {
-      const uint sd = (sg / 2u) * (HD / 2u);
-      MAT32 pv[HD / 32u];
-      [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) pv[b] = MAT32(0.0);
-      [[unroll]] for (uint kk = 0u; kk < BK / 16u; ++kk) {
-        MAT16 pa;
-        coopMatLoadNV(pa, ps, sr * PROW + 2u * kk, PROW, false);
-        [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) {
-          MAT16 vb;
-          coopMatLoadNV(vb, kvs, (16u * kk) * KROW + (sd + 16u * b) / 8u, KROW, false);
-          pv[b] = coopMatMulAddNV(pa, vb, pv[b]);
-        }
+    // PV: subgroup sg, rows sr.., dims HD/2 (sg / 4)..; the first half's subgroups store theirs, the
+    // invocations add it, then the second half's.
+    const uint half_ = sg / 4u, sd = half_ * (HD / 2u);
+    MAT32 pv[HD / 32u];
+    [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) pv[b] = MAT32(0.0);
+    [[unroll]] for (uint kk = 0u; kk < BK / 16u; ++kk) {
+      MAT16 pa;
+      coopMatLoadNV(pa, ps, sr * PROW + 2u * kk, PROW, false);
+      [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) {
+        MAT16 vb;
+        coopMatLoadNV(vb, kvs, (16u * kk) * KROW + (sd + 16u * b) / 8u, KROW, false);
+        pv[b] = coopMatMulAddNV(pa, vb, pv[b]);
       }
-      [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) coopMatStoreNV(pv[b], fs, sr * FROW + sd + 16u * b, FROW, false);
     }
-    barrier();
     const float a_r = alpha_s[r];
-    [[unroll]] for (uint i = 0u; i < DPT; ++i) acc[i] = acc[i] * a_r + fs[r * FROW + quarter * DPT + i];
+    [[unroll]] for (uint h = 0u; h < 2u; ++h) {
+      if (half_ == h) {
+        [[unroll]] for (uint b = 0u; b < HD / 32u; ++b) coopMatStoreNV(pv[b], fs, sr * FROW + 16u * b, FROW, false);
+      }
+      barrier();
+      [[unroll]] for (uint i = 0u; i < HD / 8u; ++i) {
+        const uint j = h * (HD / 8u) + i;
+        acc[j] = acc[j] * a_r + fs[r * FROW + quarter * (HD / 8u) + i];
+      }
+      if (h == 0u) barrier();  // the second half's stores wait; the next S's wait at the loop's top
+    }
   }
 
   if (gi >= n_rows) return;
@@ -227,5 +237,7 @@ void main() {
     l = l * f + exp(sink - m2);
   }
   f /= l;
-  [[unroll]] for (uint i = 0u; i < DPT; ++i) o[orow * HD + quarter * DPT + i] = acc[i] * f;
+  [[unroll]] for (uint i = 0u; i < DPT; ++i) {
+    o[orow * HD + (i / (HD / 8u)) * (HD / 2u) + quarter * (HD / 8u) + i % (HD / 8u)] = acc[i] * f;
+  }
 }

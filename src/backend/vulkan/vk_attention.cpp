@@ -105,10 +105,10 @@ AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
 }
 
 // Prompt steps over an F16 cache with heads of 64 or 128 take attention_coopmat (tensor cores, one
-// split) where the device has the cooperative-matrix GEMM: 32 query rows per workgroup, keys in tiles
+// split) where the device has the cooperative-matrix GEMM: 64 query rows per workgroup, keys in tiles
 // of 64. ZINC_VULKAN_FA_COOPMAT=0 keeps attention.comp, for measurements.
-constexpr uint32_t kCoopRows = 32;
-constexpr size_t kCoopShared = 64 * 17 * 16 + 32 * 132 * 4 + 32 * 9 * 16 + 32 * 4;
+constexpr uint32_t kCoopRows = 64;
+constexpr size_t kCoopShared = 64 * 17 * 16 + 64 * 68 * 4 + 64 * 9 * 16 + 64 * 4;
 
 bool coop_attention(const Context& ctx, const AttentionArgs& a) {
   return a.type == KvCacheType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_tokens > kFewTokens &&
