@@ -7,7 +7,7 @@
 # Usage: tests/cross/neon.sh [OUT_DIR] [-- gtest arguments]
 # Needs Debian's g++-aarch64-linux-gnu, qemu-user and libgtest-dev (sources under /usr/src/googletest);
 # scripts/deps.sh --test installs them. Exits 2 (a skip to ctest) where one is missing. About a minute
-# and a half on 2 cores, most of it compiling.
+# on 2 cores, most of it compiling.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/build-neon}
@@ -35,8 +35,10 @@ common=(-std=c++20 -O2 -DFMT_HEADER_ONLY -I"$root/src" -I"$root/tests/unit" -isy
 
 # One object directory per target; an object is rebuilt when its source or any header of the project
 # is newer (a stamp file holds the newest header's time).
+# A third argument names a build whose objects this one links, compiling only the sources that read
+# the target's features (#if __ARM_FEATURE_DOTPROD: dot_neon.cpp); the rest compile to the same code.
 build() {
-  local name=$1 march=$2 dir="$out/$1" objs=()
+  local name=$1 march=$2 dir="$out/$1" objs=() base=${3:-}
   mkdir -p "$dir"
   local headers="$dir/.headers"
   touch -d "@$(find "$root/src" "$root/tests/unit" -name '*.h' -printf '%T@\n' | sort -n | tail -n1)" "$headers"
@@ -46,6 +48,10 @@ build() {
   local pids=() src obj flags
   for src in "${sources[@]}"; do
     obj="$dir/$(basename "${src%.cpp}").o"
+    if [ -n "$base" ] && [ "$src" != src/quant/dot_neon.cpp ]; then
+      objs+=("$out/$base/$(basename "${src%.cpp}").o")
+      continue
+    fi
     objs+=("$obj")
     [ "$obj" -nt "$root/$src" ] && [ "$obj" -nt "$headers" ] && continue
     flags=()
@@ -72,7 +78,7 @@ status=0
 for variant in "armv8-a:neon:cortex-a72" "armv8-a:neon:max" "armv8.2-a+dotprod:neon-dotprod:max"; do
   IFS=: read -r march name cpu <<<"$variant"
   echo "== $name (-march=$march) on -cpu $cpu"
-  build "$name" "$march"
+  case $march in *dotprod*) build "$name" "$march" neon ;; *) build "$name" "$march" ;; esac
   # qemu's user-mode emulation of this threaded program hangs now and then, blocked, not spinning (3 of
   # some 60 runs here; not reproduced in a loop of 34): a run past 2 minutes (it takes seconds) is said
   # and run again, twice at most.
