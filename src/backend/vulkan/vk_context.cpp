@@ -568,9 +568,7 @@ void Context::copy(std::span<const CopyRun> runs) {
 double Context::copy_bandwidth_gbs() {
   if (copy_bandwidth_ > 0) return copy_bandwidth_;
   // 256 MiB each way (far beyond any cache), copied back and forth by a compute kernel (the copy
-  // engines of some GPUs move less than the shader cores can); the best of five timed rounds after one
-  // untimed. Right after a model's weights are uploaded, single rounds of a few milliseconds measured
-  // 1,570-2,090 GB/s on an H200 whose kernels copied at 3,930 (same buffers, kernel timestamps).
+  // engines of some GPUs move less than the shader cores can); the best of three rounds.
   const size_t bytes = features_.unified_memory ? size_t{64} << 20 : size_t{256} << 20;
   Buffer a = device_buffer(bytes), b = device_buffer(bytes);
   double best = 0;
@@ -578,7 +576,7 @@ double Context::copy_bandwidth_gbs() {
     const Kernel& k = pipeline("copy_bandwidth", 2, 4);
     const auto words = static_cast<uint32_t>(bytes / 16);
     constexpr int kCopies = 8;
-    for (int round = 0; round < 6; ++round) {
+    for (int round = 0; round < 3; ++round) {
       Recording r(*this, kCopies);
       for (int i = 0; i < kCopies; ++i) {
         const View views[] = {View{i % 2 ? &b : &a, 0, 0}, View{i % 2 ? &a : &b, 0, 0}};
@@ -589,7 +587,7 @@ double Context::copy_bandwidth_gbs() {
       const auto t0 = std::chrono::steady_clock::now();
       r.submit_and_wait();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (round > 0) best = std::max(best, 2.0 * static_cast<double>(bytes) * kCopies / s / 1e9);
+      best = std::max(best, 2.0 * static_cast<double>(bytes) * kCopies / s / 1e9);
     }
   } catch (...) {
     release(a);
