@@ -14,7 +14,7 @@
 // ranges, tile by tile (each K and V tile staged once for 64 rows: half the cache reads of 32):
 //   - K's tile (64 keys x HD halves, rows found through the block table; loaded into registers during
 //     the previous tile's PV) is staged in shared memory;
-//     S = Q K^T (32 x 64) with q (times scale) rounded to f16 and held as each subgroup's A fragments;
+//     S = Q K^T (64 x 64) with q (times scale) rounded to f16 and held as each subgroup's A fragments;
 //     subgroup s owns rows 16 (s % 4).. and keys 32 (s / 4)..
 //   - S goes to shared memory; four invocations per row mask it (the row's range, a softcap), take the
 //     row's maximum (shuffles), rescale their running sum, and write p = exp(s - m) as f16; V's tile
@@ -27,7 +27,7 @@
 // 48). Error against attention.comp:
 // q and p rounded to f16 (2^-11 relative each; K and V are the cache's halves).
 // Bindings: 0 q (floats), 1 K cache, 2 V cache (uvec4 views of the F16 rows), 3 sinks, 4 step, 5 out,
-// 6 unused. Grid: (1, ceil(n_tokens * G / 32), n_head_kv).
+// 6 unused. Grid: (1, ceil(n_tokens * G / 64), n_head_kv).
 layout(local_size_x = 256) in;
 
 layout(constant_id = 0) const uint HD = 128;  // head_dim: 64 or 128
@@ -116,7 +116,7 @@ void main() {
   const uint k_hi = n_past + last_row / G + 1u;  // exclusive
   const uint k_lo = first_key(n_past + row0 / G) / KV_BLOCK * KV_BLOCK;
 
-  // q rows in f16 (times scale) through kvs into each subgroup's A fragments: rows 16 (sg % 2)..
+  // q rows in f16 (times scale) through kvs into each subgroup's A fragments: rows 16 (sg % 4)..
   for (uint i = tid; i < BQ * (HD / 8u); i += 256u) {
     const uint r = i / (HD / 8u), c = i % (HD / 8u), gi = row0 + r;
     uvec4 h = uvec4(0u);

@@ -191,10 +191,12 @@ float block_value(ivec2 v, vec2 d, float dx) {
 
 shared float red[GROUPS * ROWS * NTOK * (WG / 8u)];  // one partial sum per (group, row, token) and subgroup
 
+#if defined(MUL_MV_ID)
 // The subgroups group g's partial sums are in: its own (groups of whole subgroups, `own`), else all.
 uvec2 group_subgroups(uint g, bool own, uint gsize) {
-  return GROUPS > 1u && own ? uvec2(g * gsize / gl_SubgroupSize, (g + 1u) * gsize / gl_SubgroupSize) : uvec2(0u, gl_NumSubgroups);
+  return own ? uvec2(g * gsize / gl_SubgroupSize, (g + 1u) * gsize / gl_SubgroupSize) : uvec2(0u, gl_NumSubgroups);
 }
+#endif
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u / GROUPS;

@@ -75,10 +75,11 @@ status=0
 # Compiled for plain ARMv8.0 (the row kernels widen with SMULL) or with the dot product (SDOT); run on an
 # emulated Cortex-A72 (no dot product: no packed kernels) or on qemu's "max" CPU (every extension it
 # knows: the packed kernels run).
-for variant in "armv8-a:neon:cortex-a72" "armv8-a:neon:max" "armv8.2-a+dotprod:neon-dotprod:max"; do
-  IFS=: read -r march name cpu <<<"$variant"
+# (The fourth field: the build whose objects a build links, as build's third argument.)
+for variant in "armv8-a:neon:cortex-a72" "armv8-a:neon:max" "armv8.2-a+dotprod:neon-dotprod:max:neon"; do
+  IFS=: read -r march name cpu base <<<"$variant"
   echo "== $name (-march=$march) on -cpu $cpu"
-  case $march in *dotprod*) build "$name" "$march" neon ;; *) build "$name" "$march" ;; esac
+  build "$name" "$march" "$base"
   # qemu's user-mode emulation of this threaded program hangs now and then, blocked, not spinning (3 of
   # some 60 runs here; not reproduced in a loop of 34): a run past 2 minutes (it takes seconds) is said
   # and run again, twice at most.
