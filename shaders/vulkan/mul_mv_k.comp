@@ -2,6 +2,7 @@
 //! variants-by-type kdot
 //! variants-by-type kdot id_ MUL_MV_ID
 //! variants-by-type kdot idc_ MUL_MV_ID,MUL_MV_COMBINE
+//! variants-by-type kdot idg_ MUL_MV_ID,MUL_MV_GLU
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -26,6 +27,14 @@
 // and y[token][r] = sum over slots in slot order of weights[token][slot] * (product + bias), as
 // moe_combine.comp adds them.
 //
+// MUL_MV_GLU (variants idg_*, the gate and up products with the SwiGLU and the down product's codes
+// folded in; x shared by a token's slots, no bias): each workgroup takes the same ROWS rows of each
+// group of the gate matrix (binding 0) and the up matrix (binding 6, the same layout), writes
+// y[pair][r] = silu(gate) * up as eltwise.comp's OP_SWIGLU computes it (coherent: read back), and
+// counts itself in count[pair][r / 256] (binding 8); the last of a 256-row block's workgroups resets
+// that count to 0 and writes the block's Q8_K codes into xq_out (binding 7, rows out_stride words
+// apart) as quantize_q8k.comp makes them. Needs nrows a multiple of 256 and of ROWS * GROUPS.
+//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
 // 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]. Grid: x*y =
@@ -35,6 +44,10 @@
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#if defined(MUL_MV_GLU)
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;  // invocations per workgroup, a multiple of 8
@@ -46,7 +59,22 @@ layout(std430, binding = 0) readonly restrict buffer Wbuf { uint w[]; };
 layout(std430, binding = 0) readonly restrict buffer Wbuf4 { uvec4 w4[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf { uint q[]; };
 layout(std430, binding = 1) readonly restrict buffer Qbuf4 { uvec4 q4[]; };
+#if defined(MUL_MV_GLU)
+layout(std430, binding = 2) coherent restrict buffer Ybuf { float y[]; };
+layout(std430, binding = 6) readonly restrict buffer Ubuf { uint u[]; };
+layout(std430, binding = 6) readonly restrict buffer Ubuf4 { uvec4 u4[]; };
+layout(std430, binding = 7) writeonly restrict buffer Obuf { uint qo[]; };
+layout(std430, binding = 8) coherent restrict buffer Cbuf { uint count[]; };
+const uint HALVES = 2u;  // gate rows, then the same rows of up
+#define WV(i) (up ? u[i] : w[i])
+#define WV4(i) (up ? u4[i] : w4[i])
+#else
 layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
+const uint HALVES = 1u;
+#define WV(i) w[i]
+#define WV4(i) w4[i]
+#endif
+const uint RR = ROWS * HALVES;  // rows a group decodes a step
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
@@ -69,6 +97,7 @@ layout(push_constant) uniform Params {
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
   uint has_bias;       // MUL_MV_ID
+  uint out_stride;     // MUL_MV_GLU: words per row of xq_out
 } p;
 
 // OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
@@ -86,13 +115,13 @@ int dot4(uvec4 a, uvec4 b) {
 #define BLOCK_BYTES 210u
 // 16 bytes at an even byte offset: five words, funnel-shifted (only the word holding the last byte
 // is read past them).
-uvec4 load16(uint off) {
+uvec4 load16(uint off, bool up) {
   const uint i = off >> 2, s = (off & 3u) << 3;
-  const uint a0 = w[i], a1 = w[i + 1u], a2 = w[i + 2u], a3 = w[i + 3u], a4 = w[i + 4u];
+  const uint a0 = WV(i), a1 = WV(i + 1u), a2 = WV(i + 2u), a3 = WV(i + 3u), a4 = WV(i + 4u);
   return uvec4((a0 >> s) | ((a1 << 1) << (31u - s)), (a1 >> s) | ((a2 << 1) << (31u - s)),
                (a2 >> s) | ((a3 << 1) << (31u - s)), (a3 >> s) | ((a4 << 1) << (31u - s)));
 }
-int sbyte(uint off) { return bitfieldExtract(int(w[off >> 2]), int((off & 3u) << 3), 8); }
+int sbyte(uint off, bool up) { return bitfieldExtract(int(WV(off >> 2)), int((off & 3u) << 3), 8); }
 #endif
 
 // Invocation j's share of block b of the row at rb times quantized row xr (word offset): the
@@ -114,19 +143,20 @@ struct Codes {
   uint glo, ghi;  // their 16-element groups within the block
 };
 
-Codes decode(uint o, uint j) {
+// up: from the up matrix (MUL_MV_GLU), else W.
+Codes decode(uint o, uint j, bool up) {
   Codes c;
 #if defined(TYPE_Q4_K) || defined(TYPE_Q5_K)
   // Invocation j reads qs bytes 16j..16j+15: chunk ch = j / 2 holds elements ch*64 + l (low nibbles,
   // sub-block 2ch) and ch*64 + 32 + l (high, sub-block 2ch + 1) for l in l0..l0+15, l0 = 16 (j & 1).
   const uint ch = j >> 1, h = j & 1u;
-  const uvec4 hdr = w4[o >> 4];  // d | dmin << 16, scale bytes 0..11
+  const uvec4 hdr = WV4(o >> 4);  // d | dmin << 16, scale bytes 0..11
 #if defined(TYPE_Q4_K)
-  const uvec4 qs = w4[(o >> 4) + 1u + j];
+  const uvec4 qs = WV4((o >> 4) + 1u + j);
   c.lo = qs & 0x0f0f0f0fu;
   c.hi = (qs >> 4) & 0x0f0f0f0fu;
 #else
-  const uvec4 qh = w4[(o >> 4) + 1u + h], qs = w4[(o >> 4) + 3u + j];  // qh bytes l0.., bit 2ch + half
+  const uvec4 qh = WV4((o >> 4) + 1u + h), qs = WV4((o >> 4) + 3u + j);  // qh bytes l0.., bit 2ch + half
   c.lo = (qs & 0x0f0f0f0fu) | (((qh >> (2u * ch)) & 0x01010101u) << 4);
   c.hi = ((qs >> 4) & 0x0f0f0f0fu) | (((qh >> (2u * ch + 1u)) & 0x01010101u) << 4);
 #endif
@@ -150,14 +180,14 @@ Codes decode(uint o, uint j) {
   // hf = (j / 2) & 1, l0 = 16 (j & 1): ql bytes n*64 + hf*32 + l0.. hold runs k = hf (low
   // nibbles) and k = hf + 2 (high), each one 16-element group.
   const uint n = j >> 2, hf = (j >> 1) & 1u, h = j & 1u;
-  const uvec4 ql = load16(o + n * 64u + hf * 32u + h * 16u), qh = load16(o + 128u + n * 32u + h * 16u);
+  const uvec4 ql = load16(o + n * 64u + hf * 32u + h * 16u, up), qh = load16(o + 128u + n * 32u + h * 16u, up);
   c.lo = (ql & 0x0f0f0f0fu) | (((qh >> (2u * hf)) & 0x03030303u) << 4);
   c.hi = ((ql >> 4) & 0x0f0f0f0fu) | (((qh >> (2u * hf + 4u)) & 0x03030303u) << 4);
   c.glo = n * 8u + 2u * hf + h;
   c.ghi = c.glo + 4u;
-  c.sc = ivec2(sbyte(o + 192u + c.glo), sbyte(o + 192u + c.ghi));
+  c.sc = ivec2(sbyte(o + 192u + c.glo, up), sbyte(o + 192u + c.ghi, up));
   c.mn = ivec2(32);  // codes are stored plus 32
-  c.d = vec2(unpackHalf2x16((w[(o + 208u) >> 2] >> (((o + 208u) & 2u) << 3)) & 0xffffu).x, 0.0);
+  c.d = vec2(unpackHalf2x16((WV((o + 208u) >> 2) >> (((o + 208u) & 2u) << 3)) & 0xffffu).x, 0.0);
   c.xlo = c.glo * 4u;
   c.xhi = c.ghi * 4u;
 #endif
@@ -189,7 +219,16 @@ float block_value(ivec2 v, vec2 d, float dx) {
   return r;
 }
 
-shared float red[GROUPS * ROWS * NTOK * (WG / 8u)];  // one partial sum per (group, row, token) and subgroup
+shared float red[GROUPS * RR * NTOK * (WG / 8u)];  // one partial sum per (group, row, token) and subgroup
+
+#if defined(MUL_MV_GLU)
+// The down product's codes (q8k.glsl's block writer, into xq_out).
+#define Q8K_BLOCK_WRITER
+#define q qo
+#include "q8k.glsl"
+#undef q
+shared bool glu_last;
+#endif
 
 #if defined(MUL_MV_ID)
 // The subgroups group g's partial sums are in: its own (groups of whole subgroups, `own`), else all.
@@ -214,7 +253,7 @@ void main() {
   const uint n_sets = (p.n_tokens + NTOK - 1u) / NTOK;
 #endif
   for (uint set = gl_WorkGroupID.z; set < n_sets; set += gl_NumWorkGroups.z) {
-    uint xr[NTOK], rb[ROWS];
+    uint xr[NTOK], rb[RR];
 #if defined(MUL_MV_COMBINE)
     const uint pair = set * p.n_used + grp;
     const uint e = min(ids[pair], p.n_expert - 1u);
@@ -228,15 +267,15 @@ void main() {
     [[unroll]] for (uint t = 0u; t < NTOK; ++t) xr[t] = min(set * NTOK + t, p.n_tokens - 1u) * p.xstride;
     const uint wb = 0u;
 #endif
-    [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
-    float acc[ROWS * NTOK];
-    [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
+    [[unroll]] for (uint r = 0u; r < RR; ++r) rb[r] = wb + min(row0 + r % ROWS, p.nrows - 1u) * p.row_bytes;
+    float acc[RR * NTOK];
+    [[unroll]] for (uint i = 0u; i < RR * NTOK; ++i) acc[i] = 0.0;
     for (uint b = (tid >> 3) % slots; b < nb; b += slots) {
-      Codes c[ROWS];
-      [[unroll]] for (uint r = 0u; r < ROWS; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j);
+      Codes c[RR];
+      [[unroll]] for (uint r = 0u; r < RR; ++r) c[r] = decode(rb[r] + b * BLOCK_BYTES, j, r >= ROWS);
       [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
         const float dx = uintBitsToFloat(q[xr[t] + d0 + b]);
-        [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
+        [[unroll]] for (uint r = 0u; r < RR; ++r) {
           const ivec2 v = part_sums(c[r], xr[t] + b * 64u, xr[t] + sums0 + b * 16u);
           acc[r * NTOK + t] += block_value(v, c[r].d, dx);
         }
@@ -252,17 +291,17 @@ void main() {
     const uint gsize = slots * 8u;
     const bool own = GROUPS > 1u && gsize % gl_SubgroupSize == 0u;
     if (own) {
-      [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
+      [[unroll]] for (uint i = 0u; i < RR * NTOK; ++i) {
         const float s = subgroupAdd(acc[i]);
-        if (subgroupElect()) red[(grp * ROWS * NTOK + i) * nsub + gl_SubgroupID] = s;
+        if (subgroupElect()) red[(grp * RR * NTOK + i) * nsub + gl_SubgroupID] = s;
       }
     } else
 #endif
     {
       [[unroll]] for (uint g = 0u; g < GROUPS; ++g) {
-        [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) {
+        [[unroll]] for (uint i = 0u; i < RR * NTOK; ++i) {
           const float s = subgroupAdd(grp == g ? acc[i] : 0.0);
-          if (subgroupElect()) red[(g * ROWS * NTOK + i) * nsub + gl_SubgroupID] = s;
+          if (subgroupElect()) red[(g * RR * NTOK + i) * nsub + gl_SubgroupID] = s;
         }
       }
     }
@@ -284,6 +323,34 @@ void main() {
       float total = 0.0;
       for (uint g = 0u; g < GROUPS; ++g) total += weighted[g * ROWS + i];
       y[set * p.nrows + row] = total;
+    }
+#elif defined(MUL_MV_GLU)
+    // Each (group, row)'s gate and up sums, the activation; then the count of the rows' block.
+    for (uint i = tid; i < GROUPS * ROWS; i += WG) {
+      const uint g = i / ROWS, r = i % ROWS;
+      const uvec2 subs = group_subgroups(g, own, gsize);
+      float gs = 0.0, us = 0.0;
+      for (uint sg = subs.x; sg < subs.y; ++sg) {
+        gs += red[(g * RR + r) * nsub + sg];
+        us += red[(g * RR + ROWS + r) * nsub + sg];
+      }
+      y[set * p.nrows + wg_row0 + i] = gs / (1.0 + exp(-gs)) * us;
+    }
+    memoryBarrierBuffer();
+    barrier();
+    const uint blk = wg_row0 / 256u, per_block = 256u / (GROUPS * ROWS);
+    if (tid == 0u) {
+      const uint at = set * (p.nrows / 256u) + blk;
+      glu_last = atomicAdd(count[at], 1u) == per_block - 1u;
+      if (glu_last) count[at] = 0u;
+    }
+    barrier();
+    if (glu_last) {  // uniform: the workgroup's shared flag
+      memoryBarrierBuffer();
+      const uint lid = tid % 64u;
+      const vec4 v = vec4(y[set * p.nrows + blk * 256u + 4u * lid], y[set * p.nrows + blk * 256u + 4u * lid + 1u],
+                          y[set * p.nrows + blk * 256u + 4u * lid + 2u], y[set * p.nrows + blk * 256u + 4u * lid + 3u]);
+      q8k_write_block(v, lid, set * p.out_stride, p.nrows, blk, tid < 64u);
     }
 #else
     for (uint i = tid; i < GROUPS * ROWS * NTOK; i += WG) {

@@ -798,6 +798,10 @@ std::vector<Case> all_cases() {
     cs.push_back(moe(t, 8, 2, 40));  // the grouped products of a prefill step on Vulkan
   }
   cs.push_back(moe(TensorType::Q4_0, 4, 1, 3));
+  // Decode steps of many experts (the router's product and the routing as one dispatch on Vulkan:
+  // 32 workgroups per token count themselves per token) and of experts not filling a workgroup.
+  cs.push_back(moe(TensorType::Q4_K, 128, 8, 4));
+  cs.push_back(moe(TensorType::F32, 10, 3, 2));
   cs.push_back(delta_net(2, 4, 64, 64, false, {1, 1, 1, 1, 1, 1}));
   cs.push_back(delta_net(2, 4, 64, 64, true, {1, 1, 1, 1}));
   cs.push_back(delta_net(4, 4, 128, 64, false, {1, 1, 1}));

@@ -30,6 +30,28 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
   d.dispatch(k, bindings, &push, gx, gy);
 }
 
+bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
+                View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                bool topk_softmax, bool norm_topk, float logit_scale) {
+  if (d_model == 0 || d_model % 4 != 0 || n_expert == 0 || n_expert > 256 || n_used == 0 || n_used > 16 ||
+      n_used > n_expert || n_tokens > 65535) {  // (tokens in grid y: the limit every device has)
+    return false;
+  }
+  if (n_tokens == 0) return true;
+  const Kernel& k = ctx.pipeline("moe_router", 8, 24);
+  struct {
+    uint32_t n_expert, n_used, n_tokens, flags;
+    float logit_scale;
+    uint32_t d;
+  } push{n_expert, n_used, n_tokens,
+         (topk_softmax ? 1u : 0u) | (norm_topk ? 2u : 0u) | (bias.buffer ? 4u : 0u) | (expert_scale.buffer ? 8u : 0u),
+         logit_scale, d_model};
+  const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
+                           weights, router, x, count};
+  d.dispatch(k, bindings, &push, (n_expert + 1) / 2, n_tokens);  // two experts a workgroup (the shader's RPW)
+  return true;
+}
+
 void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,
                  uint32_t n_tokens) {
   if (n_tokens == 0 || width == 0) return;

@@ -4,9 +4,9 @@
 // leaves the barrier after the op to the caller. Activations are float rows [n_tokens][width], packed;
 // views start at Features::offset_alignment; outputs never alias inputs. Small weights (router bias,
 // expert scale, conv taps, A, dt_bias) are F32. The CPU backend (cpu_backend.cpp, cpu_ops.h) is the
-// reference for every one of them. moe_route and argmax use subgroup arithmetic in compute shaders
-// (subgroupSupportedOperations BASIC | ARITHMETIC: every desktop driver and lavapipe) and are correct
-// for any subgroup size the driver picks; the others use none.
+// reference for every one of them. moe_route, moe_router and argmax use subgroup arithmetic in
+// compute shaders (subgroupSupportedOperations BASIC | ARITHMETIC: every desktop driver and lavapipe)
+// and are correct for any subgroup size the driver picks; the others use none.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,14 @@ namespace zinc::backend::vk {
 void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
                uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
                float logit_scale);
+
+// The router's product and the routing in one dispatch (decode-sized steps): logits = R x for R
+// [n_expert][d] F32 and x [n_tokens][d], then moe_route's ids and weights from them, by the last of a
+// token's workgroups (count: n_tokens uint32 counters, zero before and after). False (nothing
+// recorded) where it does not apply: d not a multiple of 4, or moe_route's limits.
+bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
+                View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                bool topk_softmax, bool norm_topk, float logit_scale);
 
 // out[t][i] = sum_k weights[t][k] * y[t][k][i]; y [n_tokens][n_used][width], out [n_tokens][width].
 void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,

@@ -168,6 +168,9 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
       const int64_t ff = n.in[2] == n.in[3] ? gt.ne[1] / 2 : gt.ne[1];
       p.moe_logits_bytes = std::max(p.moe_logits_bytes, static_cast<size_t>(n.moe().n_expert) * max_rows * 4);
       p.moe_ids_bytes = std::max(p.moe_ids_bytes, static_cast<size_t>(n.moe().n_expert_used) * max_rows * 4);
+      // A token's counter (moe_router), or one per slot and 256 rows of the activation (mul_mv_k_id_glu).
+      p.moe_count_bytes = std::max(p.moe_count_bytes, size_t{4} * kMvMaxTokens *
+                                                          std::max<size_t>(1, static_cast<size_t>(n.moe().n_expert_used) * ((ff + 255) / 256)));
       p.moe_slot_bytes = std::max(p.moe_slot_bytes, static_cast<size_t>(n.moe().n_expert_used) * max_rows *
                                                         static_cast<size_t>(std::max(2 * ff, d)) * 4);
       // Experts of the 32-element formats (mul_mv_q8_id): activation codes for the decode-sized steps

@@ -75,6 +75,7 @@ struct Plan {
   size_t attn_scratch_bytes = 0; // the slots, then a whole step's
   size_t act_q8_bytes = 0, act_q8k_bytes = 0;
   size_t moe_logits_bytes = 0, moe_ids_bytes = 0, moe_slot_bytes = 0;
+  size_t moe_count_bytes = 0;    // moe_router's and mul_mv_k_id_glu's counters, for decode-sized steps
   size_t moe_route_bytes = 0;    // moe_sort's output, when steps past kMvMaxTokens group the experts' slots
   size_t x_f16_bytes = 0;        // the matrix products' x in f16 (tensor-core kernel only)
   size_t argmax_scratch_bytes = 0;  // per part

@@ -63,6 +63,17 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
 // rows, or n_tokens * n_used with x_per_slot).
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                  uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot);
+// The gate and up products of experts, their SwiGLU and its codes in one dispatch: act[t][k][r] =
+// silu(G_e . xq[t]) * (U_e . xq[t]) for e = ids[t][k] (G and U of one type, x shared by the slots, no
+// bias), act [n_tokens][n_used][nrows] float, and act's Q8_K rows (quantize_q8k's) in xq_out, written
+// by the last workgroup of each 256 rows (count: n_tokens * n_used * nrows / 256 uint32 counters,
+// zero before and after). False (nothing recorded) where it does not apply: nrows not a multiple of
+// 256, or a shape whose workgroups straddle blocks.
+// Whether mul_mv_k_id_glu takes experts of `type` with rows of ncols and nrows of them.
+bool mul_mv_k_id_glu_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
+void mul_mv_k_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View gate, View up, View ids, View xq, View act,
+                     View xq_out, View count, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
+                     uint32_t n_tokens);
 // The down product and the combine in one dispatch: y[t][r] = sum over slots k, in order, of
 // weights[t][k] * (W_ids[t][k] . xq[t][k] (+ bias)), xq per slot; y [n_tokens][nrows]. False (nothing
 // recorded) for more than 32 slots (mul_mv_k_id and moe_combine then).

@@ -625,16 +625,24 @@ class Recorder {
     const View router_x = act(rin, rows[static_cast<size_t>(rin)]);
     const View logits{res_.moe_logits, 0, static_cast<size_t>(ne) * n * 4};
     const View ids{res_.moe_ids, 0, static_cast<size_t>(k) * n * 4}, wts{res_.moe_weights, 0, static_cast<size_t>(k) * n * 4};
-    tr.before({router_x}, {logits});
-    vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
     const bool biased = mp.bias >= 0;
     const auto bias = [&](int j) {
       return biased ? w_.f32(node.in[static_cast<size_t>(mp.bias + j)]) : View{};
     };
     const View escale = mp.expert_scale >= 0 ? w_.f32(node.in[static_cast<size_t>(mp.expert_scale)]) : View{};
-    tr.before({logits}, {ids, wts});
-    vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n,
-                  mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale);
+    const bool topk_softmax = mp.routing == graph::MoeRouting::TopKSoftmax;
+    // Decode-sized steps with an F32 router: its product and the routing as one dispatch.
+    const View count{res_.moe_count, 0, res_.moe_count ? res_.moe_count->size : 0};
+    tr.before({router_x}, {logits, ids, wts, count});
+    const bool routed = n <= vk::kMvMaxTokens && rt.type == gguf::TensorType::F32 && res_.moe_count &&
+                        knob_u32("ZINC_VULKAN_MOE_ROUTER", 1, 0, 1) == 1 &&
+                        vk::moe_router(ctx_, rec, w_.raw(node.in[1]), router_x, logits, bias(0), escale, ids, wts, count, d,
+                                       ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
+    if (!routed) {
+      vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
+      tr.before({logits}, {ids, wts});
+      vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
+    }
     const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
     const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
     // Steps of many tokens: the slots grouped by expert once, then each expert's weight read once per
@@ -694,33 +702,49 @@ class Recorder {
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
       }
     };
-    // Each product waits only for what it reads and writes: gate and up from the same codes run side
-    // by side.
-    if (fused) {
-      // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
-      const View gu{res_.moe_down, 0, slot_bytes * 2 * ff};
-      tr.before({ids, x}, {gu});
-      expert_product(gt.type, w_.raw(node.in[2]), x, gu, View{}, d, 2 * ff, false);
-      tr.before({gu}, {g, u});
-      vk::copy_rows(ctx_, rec, gu, g, k * n, 0, 2 * ff, 0, ff, 1, ff, ff, 0);
-      vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
+    // The down product adds the slots' outputs itself (one dispatch fewer), where its codes come from
+    // the activation's kernel.
+    const bool fused_down = down_codes && k <= 32 && knob_u32("ZINC_VULKAN_MOE_FUSED_DOWN", 1, 0, 1) == 1;
+    // With it, gate, up, the SwiGLU and its codes can be one dispatch too (the codes in moe_up, unused
+    // then: that kernel reads x's codes in act_q8k).
+    const bool glu = fused_down && !fused && mp.glu == graph::MoeGlu::SwiGLU && gt.type == ut.type && kdot(gt.type, d) &&
+                     !bias(1).buffer && !bias(2).buffer && res_.moe_count && knob_u32("ZINC_VULKAN_MOE_GLU", 1, 0, 1) == 1 &&
+                     vk::mul_mv_k_id_glu_fits(ctx_, gt.type, d, ff);
+    View dxq = down_xq;
+    if (glu) {
+      const View xq = q8k_codes(rec, tr, x_id, x, d, n);
+      dxq = View{res_.moe_up, 0, vk::q8k_row_bytes(ff) * k * n};
+      tr.before({xq, ids}, {g, dxq, count});
+      vk::mul_mv_k_id_glu(ctx_, rec, gt.type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, dxq, count, d, ff, ne, k, n);
     } else {
-      expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
-      expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
-    }
-    tr.before({g, u}, {g, down_xq});
-    switch (mp.glu) {
-      case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
-      case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
-      case graph::MoeGlu::SwiGLUClamped:
-        vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq);
-        break;
+      // Each product waits only for what it reads and writes: gate and up from the same codes run
+      // side by side.
+      if (fused) {
+        // One {d, 2 ff, n_expert} tensor: both halves at once, then split into gate and up.
+        const View gu{res_.moe_down, 0, slot_bytes * 2 * ff};
+        tr.before({ids, x}, {gu});
+        expert_product(gt.type, w_.raw(node.in[2]), x, gu, View{}, d, 2 * ff, false);
+        tr.before({gu}, {g, u});
+        vk::copy_rows(ctx_, rec, gu, g, k * n, 0, 2 * ff, 0, ff, 1, ff, ff, 0);
+        vk::copy_rows(ctx_, rec, gu, u, k * n, 0, 2 * ff, ff, ff, 1, ff, ff, 0);
+      } else {
+        expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
+        expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
+      }
+      tr.before({g, u}, {g, down_xq});
+      switch (mp.glu) {
+        case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
+        case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
+        case graph::MoeGlu::SwiGLUClamped:
+          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq);
+          break;
+      }
     }
     if (down_codes) q8k_of_ = -1;  // the scratch holds the activation's codes, no graph tensor's
-    if (down_codes && knob_u32("ZINC_VULKAN_MOE_FUSED_DOWN", 1, 0, 1) == 1) {
-      // The down product adds the slots' outputs itself: one dispatch fewer.
-      tr.before({down_xq, ids, wts}, {out});
-      if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, down_xq, out, bias(3), ff, d, ne, k, n)) return;
+    if (fused_down) {
+      tr.before({dxq, ids, wts}, {out});
+      if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, dxq, out, bias(3), ff, d, ne, k, n)) return;
+      if (glu) throw Error("Vulkan MoE: the down product of the fused activation did not run");
     }
     tr.before({g, ids}, {y});
     expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
