@@ -11,7 +11,9 @@
 // blocks, a subgroup and shared-memory sum finishes the row.
 // MUL_MV_ID (mixture of experts): z runs over (token, slot) pairs; the pair's expert ids[pair] picks
 // a matrix expert_stride bytes further on, x is the token's row (shared by its slots) or the pair's
-// own (x_per_slot), and the expert's bias row (nrows floats) is added when has_bias.
+// own (x_per_slot), and the expert's bias row (nrows floats) is added when has_bias (without
+// MUL_MV_ID: bias[row], the product's own bias, added after its sum as the graph's Add would).
+// Bindings: 0 W, 1 codes, 2 y, 3 ids (MUL_MV_ID), 4 bias (bound to anything when has_bias = 0).
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128) in;
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
@@ -19,8 +21,8 @@ layout(std430, binding = 1) readonly buffer Q { uint q[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
-layout(std430, binding = 4) readonly buffer Bias { float bias[]; };
 #endif
+layout(std430, binding = 4) readonly buffer Bias { float bias[]; };
 layout(push_constant) uniform Params {
   uint nblocks;    // blocks per row
   uint nrows;
@@ -29,7 +31,7 @@ layout(push_constant) uniform Params {
   uint n_expert;       // MUL_MV_ID: ids are clamped below it
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: x row per pair, 0: per token
-  uint has_bias;       // MUL_MV_ID
+  uint has_bias;       // bias[row] (MUL_MV_ID: the expert's bias row) is added
 } p;
 
 // BLOCK_BYTES per block (quant/blocks.h); NW words hold a block wherever it starts (blocks of an even
@@ -202,6 +204,8 @@ void main() {
     for (uint i = 0u; i < gl_NumSubgroups; ++i) t += partial[i];
 #if defined(MUL_MV_ID)
     if (p.has_bias != 0u) t += bias[e * p.nrows + row];
+#else
+    if (p.has_bias != 0u) t += bias[row];
 #endif
     y[tok * p.nrows + row] = t;
   }

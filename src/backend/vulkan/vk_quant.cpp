@@ -182,14 +182,13 @@ const QuantType& q8_type(const char* op, TensorType type, uint32_t ncols) {
 }
 
 // Quantizes `rows` activation rows of ncols floats into the type's activation blocks
-// (quantize_q8.comp), then a barrier.
+// (quantize_q8.comp); the caller puts the barrier after it.
 void quantize_q8(Context& ctx, Dispatcher& d, const QuantType& t, View x, View xq, uint32_t ncols, uint32_t rows) {
   const uint32_t blocks = ncols / 32 * rows;
   const uint32_t groups = (blocks + 63) / 64, max_x = ctx.features().max_groups_x;
   const uint32_t gy = (groups + max_x - 1) / max_x;
   d.dispatch(ctx.pipeline(t.kernels == Q8_1ACT ? "quantize_q8_1" : "quantize_q8_0", 2, 4), std::array<View, 2>{x, xq}, &blocks,
              (groups + gy - 1) / gy, gy);
-  d.barrier();
 }
 
 struct MulMvQ8Push {
@@ -202,35 +201,58 @@ bool has_mul_mv_q8(gguf::TensorType type) { return q8_find(type) != nullptr; }
 
 size_t mul_mv_q8_bytes(uint32_t ncols) { return static_cast<size_t>(ncols / 32) * 36; }
 
-void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
-               uint32_t nrows, uint32_t n_tokens) {
+uint32_t q8_act_format(gguf::TensorType type) { return q8_type("q8_act_format", type, 32).kernels == Q8_1ACT ? 1u : 0u; }
+
+void quantize_q8_act(Context& ctx, Dispatcher& d, gguf::TensorType type, View x, View xq, uint32_t ncols, uint32_t rows) {
+  const QuantType& t = q8_type("quantize_q8_act", type, ncols);
+  if (rows == 0 || ncols == 0) return;
+  quantize_q8(ctx, d, t, x, xq, ncols, rows);
+}
+
+void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                     uint32_t nrows, uint32_t n_tokens) {
   const QuantType& t = q8_type("mul_mv_q8", type, ncols);
   if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
   if (n_tokens > kMaxGroupsYZ) throw Error(fmt::format("Vulkan mul_mv_q8: {} tokens at once is over {}", n_tokens, kMaxGroupsYZ));
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8", uint64_t{row_bytes} * nrows);
-  quantize_q8(ctx, d, t, x, xq, ncols, n_tokens);
-  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, 0};
+  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u};
   const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;  // rows past x go to y
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 3, sizeof(push)), std::array<View, 3>{w, xq, y}, &push,
-             (nrows + ry - 1) / ry, ry, n_tokens);
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 5, sizeof(push)),
+             std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y}, &push, (nrows + ry - 1) / ry, ry, n_tokens);
 }
 
-void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
-                  View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
-                  bool x_per_slot) {
+void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
+               uint32_t nrows, uint32_t n_tokens) {
+  if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
+  quantize_q8_act(ctx, d, type, x, xq, ncols, n_tokens);
+  d.barrier();
+  mul_mv_q8_codes(ctx, d, type, w, xq, y, View{}, ncols, nrows, n_tokens);
+}
+
+void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
+                        uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                        bool x_per_slot) {
   const QuantType& t = q8_type("mul_mv_q8_id", type, ncols);
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
   if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id: no experts");
   if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id: too many (token, expert) pairs for one step");
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8_id", uint64_t{row_bytes} * nrows * n_expert);
-  quantize_q8(ctx, d, t, x, xq, ncols, x_per_slot ? n_tokens * n_used : n_tokens);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u,
                          bias.buffer ? 1u : 0u};
   const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;
   d.dispatch(ctx.pipeline(std::string("mul_mv_q8_id_") + t.name, 5, sizeof(push)),
              std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
+}
+
+void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
+                  View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                  bool x_per_slot) {
+  if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
+  quantize_q8_act(ctx, d, type, x, xq, ncols, x_per_slot ? n_tokens * n_used : n_tokens);
+  d.barrier();
+  mul_mv_q8_id_codes(ctx, d, type, w, ids, xq, y, bias, ncols, nrows, n_expert, n_used, n_tokens, x_per_slot);
 }
 
 namespace {

@@ -46,6 +46,16 @@ void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View 
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
                   View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
                   bool x_per_slot);
+// Their two halves, for codes that serve several products (q, k and v; gate and up): the activation
+// format a type's products read (1: Q8_1, 0: Q8_0), rows of x quantized to it (no barrier after), and
+// the products from such codes, plus bias[r] (an empty view: none; mul_mv_q8_id's bias for experts).
+uint32_t q8_act_format(gguf::TensorType type);
+void quantize_q8_act(Context& ctx, Dispatcher& d, gguf::TensorType type, View x, View xq, uint32_t ncols, uint32_t rows);
+void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                     uint32_t nrows, uint32_t n_tokens);
+void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
+                        uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
+                        bool x_per_slot);
 
 // K-quant weights (Q4_K, Q5_K, Q6_K) the CPU's way: x quantized to Q8_K by quantize_q8k (the CPU's
 // codes, scales and 16-code sums, q8k_row_bytes per row), then mul_mv_k's integer block sums with one

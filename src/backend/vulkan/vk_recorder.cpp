@@ -47,6 +47,7 @@ class Recorder {
     vk::Recording& rec = *out.rec;
     Tracker tr(rec);
     q8k_of_ = -1;
+    q8_of_ = -1;
     x16_of_ = -1;
     done_.assign(g_.nodes.size(), false);
     // The step's parameters as the host wrote them, into device memory first: the kernels read them
@@ -479,6 +480,20 @@ class Recorder {
 
   View q8k_view(uint32_t width, uint32_t n) const { return View{res_.act_q8k, 0, vk::q8k_row_bytes(width) * n}; }
 
+  // The codes of t (rows x) for a product of the 32-element formats of `type`: quantized here unless
+  // the scratch holds t's codes in that activation format already.
+  View q8_codes(vk::Recording& rec, Tracker& tr, gguf::TensorType type, TensorId t, View x, uint32_t width, uint32_t n) {
+    const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(width) * n};
+    const uint32_t format = vk::q8_act_format(type);
+    if (q8_of_ != t || q8_format_ != format) {
+      tr.before({x}, {xq});
+      vk::quantize_q8_act(ctx_, rec, type, x, xq, width, n);
+      q8_of_ = t;
+      q8_format_ = format;
+    }
+    return xq;
+  }
+
   // The codes of t (rows x) for a K-quant product: those its producer wrote, else quantized here.
   View q8k_codes(vk::Recording& rec, Tracker& tr, TensorId t, View x, uint32_t width, uint32_t n) {
     if (q8k_of_ != t) {
@@ -558,10 +573,11 @@ class Recorder {
     if (vk::has_mul_mv_q8(wt.type) && n <= kDirectMaxTokens) {
       // The 32-element formats as the CPU computes them (quantized activations, integer sums, its float
       // expression per block): the same greedy tokens.
-      const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(ncols) * n};
-      tr.before({x}, {xq, out});
-      vk::mul_mv_q8(ctx_, rec, wt.type, w_.raw(node.in[0]), x, xq, out, ncols, nrows, n);
-      add_bias(rec, tr, bias, out, nrows, n);
+      // The activation codes once for every product that reads them (q, k and v), the bias added by
+      // the product.
+      const View xq = q8_codes(rec, tr, wt.type, node.in[1], x, ncols, n);
+      tr.before({xq}, {out});
+      vk::mul_mv_q8_codes(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
       return;
     }
     if (n <= kDirectMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
@@ -694,9 +710,17 @@ class Recorder {
         tr.before({xq, ids}, {yout});
         vk::mul_mv_k_id(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else if (exact(type)) {
-        const View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
-        tr.before({xin, ids}, {xq, yout});
-        vk::mul_mv_q8_id(ctx_, rec, type, w, ids, xin, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
+        // x's codes once for gate and up; the activation's per slot.
+        View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
+        if (per_slot) {
+          tr.before({xin}, {xq});
+          vk::quantize_q8_act(ctx_, rec, type, xin, xq, cols, n * k);
+          q8_of_ = -1;
+        } else {
+          xq = q8_codes(rec, tr, type, x_id, x, cols, n);
+        }
+        tr.before({xq, ids}, {yout});
+        vk::mul_mv_q8_id_codes(ctx_, rec, type, w, ids, xq, yout, b, cols, rows_out, ne, k, n, per_slot);
       } else {
         tr.before({xin, ids}, {yout});
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
@@ -767,6 +791,8 @@ class Recorder {
   bool multi_ = false;                         // it has several parts
   std::vector<int64_t> recorded_argmax_rows_;  // the logits rows it takes the argmax of
   TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of
+  TensorId q8_of_ = -1;     // the tensor the 32-element formats' scratch (act_q8) holds the codes of,
+  uint32_t q8_format_ = 0;  // in this activation format (vk::q8_act_format)
   TensorId x16_of_ = -1;    // the tensor x_f16 holds in f16
   std::vector<bool> done_;  // per node: recorded with an earlier node
 };
