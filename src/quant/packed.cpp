@@ -316,16 +316,28 @@ PackedMatrix::PackedMatrix(TensorType type, const void* w, int64_t rows, int64_t
   });
 }
 
-void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, uint64_t x_key) {
   const int64_t cols = w.cols, rows = w.rows, groups = rows / kPackRows;
   const size_t arow = packed_activation_row_size(w.type, cols), group = packed_group_size(w.type, cols);
+  // This thread's activation rows, and what they hold (x_key's x for weights of `type`).
   thread_local std::vector<uint8_t> act_buf;
+  thread_local struct {
+    uint64_t key = 0;
+    TensorType type = TensorType::F32;
+    const float* x = nullptr;
+    int64_t n = 0, cols = 0;
+  } held;
   const size_t act_bytes = arow * static_cast<size_t>(n_tokens);
-  if (act_buf.size() < act_bytes) act_buf.resize(act_bytes);
+  const bool reuse = x_key != 0 && held.key == x_key && held.type == w.type && held.x == x && held.n == n_tokens && held.cols == cols;
+  if (!reuse) {
+    if (act_buf.size() < act_bytes) act_buf.resize(act_bytes);
+    uint8_t* act = act_buf.data();
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols);
+    });
+    held = {x_key, w.type, x, n_tokens, cols};
+  }
   uint8_t* act = act_buf.data();
-  pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) quantize_packed_activation(w.type, x + t * cols, act + static_cast<size_t>(t) * arow, cols);
-  });
   PackedTileFn tiles[kPackTokens + 1] = {};
   for (int nt = 1; nt <= kPackTokens; ++nt) tiles[nt] = tile_fn(w.type, nt);
   // Prompts: kAmxTokens at a time on AMX where it runs (the same results), the rest as below.

@@ -140,8 +140,10 @@ class PackedMatrix {
 size_t packed_group_size(TensorType type, int64_t n);
 
 // Y[t][r] = W[r,:] · X[t,:] over packed weights; same results as matmul() on the original rows up to
-// float summation order.
-void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// float summation order. x_key: products on one thread given the same nonzero key for the same x (its
+// rows unchanged in between: q, k and v of one step; an expert's gate and up) quantize x once, where
+// the weights take the same activation rows; 0 always quantizes.
+void matmul_packed(const PackedRows& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, uint64_t x_key = 0);
 
 // The kernels: kPackRows rows (one group) × nt tokens (1..kPackTokens) of packed activations
 // (act_stride bytes apart); y[t·y_stride + r] for r < kPackRows.

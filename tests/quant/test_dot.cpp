@@ -257,6 +257,24 @@ TEST(Dot, PackedMatmulMatchesTheReference) {
       matmul_packed(packed.view().slice(32, 16), x.data(), 2, part.data(), pool);
       for (int tok = 0; tok < 2; ++tok)
         for (int r = 0; r < 16; ++r) EXPECT_EQ(part[tok * 16 + r], all[tok * rows + 32 + r]);
+      // Products given one key quantize x once (q, k and v; gate and up): the same numbers as alone,
+      // and the codes of the first call serve the second even where x has changed since (the caller's
+      // promise broken on purpose: that is how the reuse shows); another key quantizes again.
+      {
+        const int64_t tokens = 20;
+        auto xk = random_row(cols * tokens, rng);
+        std::vector<float> lo_alone(static_cast<size_t>(16 * tokens)), hi_alone(lo_alone), lo(lo_alone), hi(lo_alone);
+        matmul_packed(packed.view().slice(0, 16), xk.data(), tokens, lo_alone.data(), pool);
+        matmul_packed(packed.view().slice(32, 16), xk.data(), tokens, hi_alone.data(), pool);
+        const uint64_t key = 0x5eed00000001ull + static_cast<uint64_t>(ran);
+        matmul_packed(packed.view().slice(0, 16), xk.data(), tokens, lo.data(), pool, key);
+        for (float& v : xk) v = -v;
+        matmul_packed(packed.view().slice(32, 16), xk.data(), tokens, hi.data(), pool, key);
+        EXPECT_EQ(lo, lo_alone) << gguf::tensor_type_name(t);
+        EXPECT_EQ(hi, hi_alone) << gguf::tensor_type_name(t) << ": the second product quantized x again";
+        matmul_packed(packed.view().slice(32, 16), xk.data(), tokens, hi.data(), pool, key + 1);
+        for (size_t i = 0; i < hi.size(); ++i) ASSERT_NEAR(hi[i], -hi_alone[i], 1e-3f * (1.0f + std::fabs(hi_alone[i]))) << i;
+      }
     }
   }
   if (ran == 0) GTEST_SKIP() << "this CPU (or ZINC_CPU_ISA) runs no packed kernels (" << dot_isa_in_use() << ")";

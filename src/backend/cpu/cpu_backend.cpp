@@ -81,15 +81,17 @@ class CpuWeights final : public Weights {
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
 
   // Weight rows [row0, row0 + rows) of a matrix (or of stacked experts' rows) times n rows of x:
-  // through the packed copy where the tensor has one.
-  void product(graph::TensorId id, int64_t row0, int64_t rows, const float* x, int64_t n, float* y) {
-    product(id, row0, rows, x, n, y, pool);
+  // through the packed copy where the tensor has one (x_key: matmul_packed's, x quantized once for
+  // the products given the same key).
+  void product(graph::TensorId id, int64_t row0, int64_t rows, const float* x, int64_t n, float* y, uint64_t x_key = 0) {
+    product(id, row0, rows, x, n, y, pool, x_key);
   }
   // The same on the threads of `on` (a pool of one: this thread only).
-  void product(graph::TensorId id, int64_t row0, int64_t rows, const float* x, int64_t n, float* y, ThreadPool& on) {
+  void product(graph::TensorId id, int64_t row0, int64_t rows, const float* x, int64_t n, float* y, ThreadPool& on,
+               uint64_t x_key = 0) {
     const auto& t = graph().tensor(id);
     const quant::PackedMatrix& pk = packed[static_cast<size_t>(id)];
-    if (pk.bytes() > 0) return quant::matmul_packed(pk.view().slice(row0, rows), x, n, y, on);
+    if (pk.bytes() > 0) return quant::matmul_packed(pk.view().slice(row0, rows), x, n, y, on, x_key);
     const auto* base = static_cast<const uint8_t*>(ptr[static_cast<size_t>(id)]) + quant::row_size(t.type, t.ne[0]) * static_cast<size_t>(row0);
     quant::matmul(t.type, base, rows, t.ne[0], x, n, y, on);
   }
@@ -180,6 +182,7 @@ class CpuExecutable final : public SequencedExecutable {
 
   void run(const graph::StepParams& step) override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    step_serial_ = next_step_serial();
     begin_step(step);
     parts_.clear();
     int32_t first = 0;
@@ -404,7 +407,7 @@ class CpuExecutable final : public SequencedExecutable {
       case Op::MatMul: {
         const auto& wt = g_.tensor(node.in[0]);
         n = in_rows(1);
-        weights_->product(node.in[0], 0, wt.ne[1], buf(node.in[1]), n, out);
+        weights_->product(node.in[0], 0, wt.ne[1], buf(node.in[1]), n, out, x_key(node.in[1]));
         if (node.in.size() > 2) {
           std::vector<float> bbuf;
           const float* bias = f32_weight(node.in[2], bbuf);
@@ -624,8 +627,9 @@ class CpuExecutable final : public SequencedExecutable {
       }
       g.resize(static_cast<size_t>(m * ff));
       u.resize(static_cast<size_t>(m * ff));
-      weights_->product(node.in[2], e * gate_rows, ff, xs.data(), m, g.data(), on);
-      weights_->product(node.in[3], e * up_rows + up_first, ff, xs.data(), m, u.data(), on);
+      const uint64_t xs_key = expert_key(e);  // gate and up quantize xs once
+      weights_->product(node.in[2], e * gate_rows, ff, xs.data(), m, g.data(), on, xs_key);
+      weights_->product(node.in[3], e * up_rows + up_first, ff, xs.data(), m, u.data(), on, xs_key);
       if (biased) {
         add_row_bias(g.data(), gate_b + e * ff, m, ff);
         add_row_bias(u.data(), up_b + e * ff, m, ff);
@@ -949,8 +953,23 @@ class CpuExecutable final : public SequencedExecutable {
     int64_t first = 0;
   };
 
+  // Keys under which the packed products quantize an input once (quant::matmul_packed's x_key), unique
+  // in the process: the step's serial and the tensor, or (the top bit of the low half set) the node and
+  // the expert whose gathered rows it is; 0 (quantize) past their ranges.
+  static uint64_t next_step_serial() {
+    static std::atomic<uint64_t> serial{0};
+    return ++serial;
+  }
+  uint64_t x_key(graph::TensorId t) const {
+    return t >= 0 && t < (1 << 30) ? step_serial_ << 32 | static_cast<uint64_t>(t + 1) : 0;
+  }
+  uint64_t expert_key(int e) const {
+    return cur_ < (size_t{1} << 21) && e >= 0 && e < 1024 ? step_serial_ << 32 | 0x80000000u | cur_ << 10 | static_cast<uint64_t>(e) : 0;
+  }
+
   std::shared_ptr<CpuWeights> weights_;
   ThreadPool& pool_;
+  uint64_t step_serial_ = 0;  // this step's, from next_step_serial()
   std::vector<size_t> offset_;  // per activation: its first float in arena_
   std::vector<float> arena_;
   std::vector<BigBuffer> k_, v_;  // per layer: kKvBlock rows of that layer's kv width per block
