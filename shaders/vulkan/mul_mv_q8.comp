@@ -7,8 +7,9 @@
 // CPU's reference dot product (quant/dot_ref.cpp) computes from it, operation for operation (precise:
 // no fused multiply-add), so each block's value is the CPU's bit for bit and only the order blocks are
 // added in differs. That keeps greedy decoding on the GPU on the CPU's tokens.
-// One workgroup per (row, token) (rows over x and y, tokens over z); each invocation takes whole
-// blocks, a subgroup and shared-memory sum finishes the row.
+// A workgroup of 128 per ROWS rows and a token (rows over x and y, tokens over z), 128 / ROWS
+// invocations per row; each invocation takes whole blocks, a subgroup and shared-memory sum finishes
+// the row (each row's sums added per subgroup with the other rows' as zeros: any subgroup size).
 // MUL_MV_ID (mixture of experts): z runs over (token, slot) pairs; the pair's expert ids[pair] picks
 // a matrix expert_stride bytes further on, x is the token's row (shared by its slots) or the pair's
 // own (x_per_slot), and the expert's bias row (nrows floats) is added when has_bias (without
@@ -16,6 +17,7 @@
 // Bindings: 0 W, 1 codes, 2 y, 3 ids (MUL_MV_ID), 4 bias (bound to anything when has_bias = 0).
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint ROWS = 1;  // rows per workgroup: 1, 2, 4 or 8
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Q { uint q[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
@@ -71,7 +73,7 @@ layout(push_constant) uniform Params {
 shared int codebook[16];
 #endif
 
-shared float partial[128];
+shared float partial[ROWS * 128];  // per (row, subgroup): sized for subgroups of one invocation
 
 // The 32 bits at byte o of a block whose words blk[i] are its bytes 4i..4i+3 (o + 3 < BLOCK_BYTES, or
 // the bits past the block are only masked out; blk[NW] is a zero, so both sides of the select stay in
@@ -109,8 +111,10 @@ void main() {
   if (lid < 16u) codebook[lid] = kValues[lid];
   barrier();
 #endif
-  const uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, tok = gl_WorkGroupID.z;
-  if (row >= p.nrows) return;  // uniform across the workgroup
+  const uint per_row = 128u / ROWS, grp = lid / per_row;
+  const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS, tok = gl_WorkGroupID.z;
+  if (row0 >= p.nrows) return;  // uniform across the workgroup
+  const uint row = min(row0 + grp, p.nrows - 1u);  // rows past the end repeat the last (not stored)
 #if defined(MUL_MV_ID)
   const uint e = min(ids[tok], p.n_expert - 1u);
   const uint wbase = e * p.expert_stride + row * p.row_bytes;
@@ -120,7 +124,7 @@ void main() {
   const uint xrow = tok;
 #endif
   float s = 0.0;
-  for (uint b = lid; b < p.nblocks; b += 128u) {
+  for (uint b = lid % per_row; b < p.nblocks; b += per_row) {
     const uint off = wbase + b * BLOCK_BYTES;
     // The NW words holding the block (none past the word of its last byte), funnel-shifted so that
     // blk[i] is its bytes 4i..4i+3; raw[NW] and blk[NW] are zeros for the shifts.
@@ -196,12 +200,15 @@ void main() {
 #endif
     s += v;
   }
-  s = subgroupAdd(s);
-  if (gl_SubgroupInvocationID == 0u) partial[gl_SubgroupID] = s;
+  for (uint g = 0u; g < ROWS; ++g) {
+    const float sg = subgroupAdd(grp == g ? s : 0.0);
+    if (gl_SubgroupInvocationID == 0u) partial[g * 128u + gl_SubgroupID] = sg;
+  }
   barrier();
-  if (lid == 0u) {
+  if (lid < ROWS && row0 + lid < p.nrows) {
+    const uint row = row0 + lid;
     float t = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; ++i) t += partial[i];
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) t += partial[lid * 128u + i];
 #if defined(MUL_MV_ID)
     if (p.has_bias != 0u) t += bias[e * p.nrows + row];
 #else

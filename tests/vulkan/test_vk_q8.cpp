@@ -197,31 +197,36 @@ void expect_product(gguf::TensorType type, float got, const CpuDot& want, uint32
 
 TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(11);
-  // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two).
-  for (const auto type : kQ8Types) {
-    for (const uint32_t ncols : {32u, 1184u, 4256u}) {
-      const uint32_t nrows = 70, ntok = 7;
-      const size_t rs = quant::row_size(type, ncols);
-      const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows, rng);
-      const std::vector<float> x = q8_activation_rows(ncols, ntok, rng);
-      std::vector<CpuDot> want(static_cast<size_t>(nrows) * ntok);
-      std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
-      for (uint32_t t = 0; t < ntok; ++t) {
-        quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data(), ncols);
-        for (uint32_t r = 0; r < nrows; ++r) want[t * nrows + r] = cpu_dot(type, wq.data() + r * rs, act.data(), ncols);
+  // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two);
+  // one row a workgroup and, by ZINC_VULKAN_Q8_ROWS, 4 (32 invocations a row, 70 rows: the last
+  // workgroup's two rows past the end repeat a row and store nothing).
+  for (const char* rows_per_group : {"", "4"}) {
+    ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
+    for (const auto type : kQ8Types) {
+      for (const uint32_t ncols : {32u, 1184u, 4256u}) {
+        const uint32_t nrows = 70, ntok = 7;
+        const size_t rs = quant::row_size(type, ncols);
+        const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows, rng);
+        const std::vector<float> x = q8_activation_rows(ncols, ntok, rng);
+        std::vector<CpuDot> want(static_cast<size_t>(nrows) * ntok);
+        std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
+        for (uint32_t t = 0; t < ntok; ++t) {
+          quant::quantize_activation(type, x.data() + static_cast<size_t>(t) * ncols, act.data(), ncols);
+          for (uint32_t r = 0; r < nrows; ++r) want[t * nrows + r] = cpu_dot(type, wq.data() + r * rs, act.data(), ncols);
+        }
+        Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
+               bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * ntok), by = ctx_->device_buffer(want.size() * 4);
+        ctx_->upload(bw, 0, wq.data(), wq.size());
+        ctx_->upload(bx, 0, x.data(), x.size() * 4);
+        mul_mv_q8(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, nrows, ntok);
+        std::vector<float> got(want.size());
+        ctx_->download(by, 0, got.data(), got.size() * 4);
+        for (size_t i = 0; i < got.size(); ++i) {
+          expect_product(type, got[i], want[i], ncols,
+                         fmt::format("{} cols {}: row {} token {}", gguf::tensor_type_name(type), ncols, i % nrows, i / nrows));
+        }
+        for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
       }
-      Buffer bw = ctx_->device_buffer(wq.size()), bx = ctx_->device_buffer(x.size() * 4),
-             bq = ctx_->device_buffer(mul_mv_q8_bytes(ncols) * ntok), by = ctx_->device_buffer(want.size() * 4);
-      ctx_->upload(bw, 0, wq.data(), wq.size());
-      ctx_->upload(bx, 0, x.data(), x.size() * 4);
-      mul_mv_q8(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, nrows, ntok);
-      std::vector<float> got(want.size());
-      ctx_->download(by, 0, got.data(), got.size() * 4);
-      for (size_t i = 0; i < got.size(); ++i) {
-        expect_product(type, got[i], want[i], ncols,
-                       fmt::format("{} cols {}: row {} token {}", gguf::tensor_type_name(type), ncols, i % nrows, i / nrows));
-      }
-      for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
     }
   }
 }
@@ -236,22 +241,25 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
   for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;  // distinct within a token
   std::vector<float> bias(static_cast<size_t>(nrows) * n_expert);
   for (auto& v : bias) v = nd(rng);
-  for (const auto type : kQ8Types) {
-    for (const uint32_t ncols : {32u, 1184u}) {
-      for (const bool per_slot : {false, true}) {
-        const bool biased = per_slot;
-        const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
-        const uint32_t xrows = per_slot ? ntok * n_used : ntok;
-        const std::vector<float> x = q8_activation_rows(ncols, xrows, rng);
-        const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, biased ? &bias : nullptr);
-        ExpertBuffers b(*ctx_, wq, x, mul_mv_q8_bytes(ncols) * xrows, want.size(), ids, bias);
-        mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&b.y},
-                     biased ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
-        const std::vector<float> got = b.result(want.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-          expect_product(type, got[i], want[i], ncols,
-                         fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
-                                     per_slot ? "slot" : "token", i % nrows, i / nrows));
+  for (const char* rows_per_group : {"", "2"}) {  // one row a workgroup, and two (37 rows: one past the end)
+    ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
+    for (const auto type : kQ8Types) {
+      for (const uint32_t ncols : {32u, 1184u}) {
+        for (const bool per_slot : {false, true}) {
+          const bool biased = per_slot;
+          const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
+          const uint32_t xrows = per_slot ? ntok * n_used : ntok;
+          const std::vector<float> x = q8_activation_rows(ncols, xrows, rng);
+          const std::vector<CpuDot> want = cpu_expert_products(type, wq, x, ncols, nrows, ids, n_used, per_slot, biased ? &bias : nullptr);
+          ExpertBuffers b(*ctx_, wq, x, mul_mv_q8_bytes(ncols) * xrows, want.size(), ids, bias);
+          mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&b.y},
+                       biased ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
+          const std::vector<float> got = b.result(want.size());
+          for (size_t i = 0; i < got.size(); ++i) {
+            expect_product(type, got[i], want[i], ncols,
+                           fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
+                                       per_slot ? "slot" : "token", i % nrows, i / nrows));
+          }
         }
       }
     }

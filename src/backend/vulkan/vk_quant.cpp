@@ -195,6 +195,14 @@ struct MulMvQ8Push {
   uint32_t nblocks, nrows, row_bytes, n_used, n_expert, expert_stride, x_per_slot, has_bias;
 };
 
+// Rows per workgroup of mul_mv_q8.comp (its 128 invocations split among them): 1 unless
+// ZINC_VULKAN_Q8_ROWS says otherwise (1, 2, 4 or 8; measuring).
+uint32_t q8_rows() {
+  uint32_t r = 1;
+  while (r * 2 <= knob_u32("ZINC_VULKAN_Q8_ROWS", 1, 1, 8)) r *= 2;
+  return r;
+}
+
 }  // namespace
 
 bool has_mul_mv_q8(gguf::TensorType type) { return q8_find(type) != nullptr; }
@@ -217,9 +225,10 @@ void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8", uint64_t{row_bytes} * nrows);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u};
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;  // rows past x go to y
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 5, sizeof(push)),
-             std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y}, &push, (nrows + ry - 1) / ry, ry, n_tokens);
+  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 5, sizeof(push), spec),
+             std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens);
 }
 
 void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
@@ -241,9 +250,10 @@ void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View
   check_bytes("mul_mv_q8_id", uint64_t{row_bytes} * nrows * n_expert);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u,
                          bias.buffer ? 1u : 0u};
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (nrows + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_id_") + t.name, 5, sizeof(push)),
-             std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (nrows + ry - 1) / ry, ry, n_tokens * n_used);
+  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_id_") + t.name, 5, sizeof(push), spec),
+             std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens * n_used);
 }
 
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
