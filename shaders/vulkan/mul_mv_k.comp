@@ -33,11 +33,13 @@
 // y[pair][r] = silu(gate) * up as eltwise.comp's OP_SWIGLU computes it (coherent: read back), and
 // counts itself in count[pair][r / 256] (binding 8); the last of a 256-row block's workgroups resets
 // that count to 0 and writes the block's Q8_K codes into xq_out (binding 7, rows out_stride words
-// apart) as quantize_q8k.comp makes them. Needs nrows a multiple of 256 and of ROWS * GROUPS.
+// apart) as quantize_q8k.comp makes them. Needs nrows a multiple of 256 and 256 a multiple of
+// ROWS * GROUPS (no workgroup straddles two blocks).
 //
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
-// 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]. Grid: x*y =
+// 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]; MUL_MV_GLU: 6 U,
+// 7 xq_out, 8 count (bindings 4 and 5 unread). Grid: x*y =
 // ceil(nrows / (ROWS * row groups)) workgroups, z = token groups (pairs; MUL_MV_COMBINE: tokens).
 // Needs subgroups of at least 8 invocations and shaderIntegerDotProduct.
 #extension GL_EXT_control_flow_attributes : enable
