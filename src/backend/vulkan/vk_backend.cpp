@@ -119,13 +119,14 @@ class VulkanExecutable final : public SharedDeviceExecutable {
 
   // Kernels are chosen by a step's size (the mat-vec's tokens per pass up to 8, attention's query rows
   // per workgroup, the prefill GEMM's tiles) and by whether it has several sequences (their cache
-  // appends apart from the rotation): a step of one sequence and each of 1..8 tokens and the powers of
-  // two up to max_tokens, and one of two sequences, is recorded and dropped, which makes every
-  // pipeline those choices name. A first process on a machine compiles them here (seconds) instead of
-  // during requests.
+  // appends apart from the rotation): a step of one sequence and each of 1..8 tokens, of 9, 11 and 13
+  // (two passes of 5, 6 and 7 tokens: an MoE router's float mat-vec runs from 9 tokens on, its own
+  // kernel below) and the powers of two up to max_tokens, and one of two sequences, is recorded and
+  // dropped, which makes every pipeline those choices name. A first process on a machine compiles them
+  // here (seconds) instead of during requests.
   void warm_up() override {
     const std::lock_guard<std::mutex> lock(weights_->step_mutex);
-    std::vector<uint32_t> sizes = {1, 2, 3, 4, 5, 6, 7, 8};
+    std::vector<uint32_t> sizes = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13};
     for (uint32_t n = 16; n < static_cast<uint32_t>(opts_.max_tokens); n *= 2) sizes.push_back(n);
     sizes.push_back(static_cast<uint32_t>(opts_.max_tokens));
     for (uint32_t n : sizes) {
