@@ -195,6 +195,16 @@ void expect_product(gguf::TensorType type, float got, const CpuDot& want, uint32
   }
 }
 
+// Each (pair, row) of an expert product against the CPU's, as expect_product judges one.
+void expect_expert_products(gguf::TensorType type, const std::vector<float>& got, const std::vector<CpuDot>& want,
+                            uint32_t ncols, uint32_t nrows, bool per_slot) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    expect_product(type, got[i], want[i], ncols,
+                   fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
+                               per_slot ? "slot" : "token", i % nrows, i / nrows));
+  }
+}
+
 TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(11);
   // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two);
@@ -254,12 +264,7 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
           ExpertBuffers b(*ctx_, wq, x, mul_mv_q8_bytes(ncols) * xrows, want.size(), ids, bias);
           mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&b.y},
                        biased ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
-          const std::vector<float> got = b.result(want.size());
-          for (size_t i = 0; i < got.size(); ++i) {
-            expect_product(type, got[i], want[i], ncols,
-                           fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
-                                       per_slot ? "slot" : "token", i % nrows, i / nrows));
-          }
+          expect_expert_products(type, b.result(want.size()), want, ncols, nrows, per_slot);
         }
       }
     }
@@ -552,12 +557,7 @@ TEST_F(VulkanKQuant, ExpertProductsEqualTheCpusQuantizedProducts) {
         quantize_q8k(*ctx_, ctx_->immediate(), View{&b.x}, View{&b.xq}, ncols, xrows);
         mul_mv_k_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.xq}, View{&b.y},
                     per_slot ? View{&b.bias} : View{}, ncols, nrows, n_expert, n_used, ntok, per_slot);
-        const std::vector<float> got = b.result(want.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-          expect_product(type, got[i], want[i], ncols,
-                         fmt::format("{} cols {} x per {}: row {} pair {}", gguf::tensor_type_name(type), ncols,
-                                     per_slot ? "slot" : "token", i % nrows, i / nrows));
-        }
+        expect_expert_products(type, b.result(want.size()), want, ncols, nrows, per_slot);
         if (!per_slot) continue;
         // The down product with the combine folded in: each token's row is the slots' products (with
         // their bias rows) weighted and added in slot order.
