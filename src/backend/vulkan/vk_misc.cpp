@@ -8,6 +8,13 @@
 
 namespace zinc::backend::vk {
 
+namespace {
+// moe_route.comp's (and moe_router.comp's) flags.
+uint32_t route_flags(bool topk_softmax, bool norm_topk, View bias, View expert_scale) {
+  return (topk_softmax ? 1u : 0u) | (norm_topk ? 2u : 0u) | (bias.buffer ? 4u : 0u) | (expert_scale.buffer ? 8u : 0u);
+}
+}  // namespace
+
 void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
                uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
                float logit_scale) {
@@ -21,7 +28,7 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
     uint32_t n_expert, n_used, n_tokens, flags;
     float logit_scale;
   } push{n_expert, n_used, n_tokens,
-         (topk_softmax ? 1u : 0u) | (norm_topk ? 2u : 0u) | (bias.buffer ? 4u : 0u) | (expert_scale.buffer ? 8u : 0u),
+         route_flags(topk_softmax, norm_topk, bias, expert_scale),
          logit_scale};
   const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
                            weights};
@@ -44,7 +51,7 @@ bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, V
     float logit_scale;
     uint32_t d;
   } push{n_expert, n_used, n_tokens,
-         (topk_softmax ? 1u : 0u) | (norm_topk ? 2u : 0u) | (bias.buffer ? 4u : 0u) | (expert_scale.buffer ? 8u : 0u),
+         route_flags(topk_softmax, norm_topk, bias, expert_scale),
          logit_scale, d_model};
   const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
                            weights, router, x, count};
