@@ -208,9 +208,9 @@ void expect_expert_products(gguf::TensorType type, const std::vector<float>& got
 TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(11);
   // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two);
-  // one row a workgroup and, by ZINC_VULKAN_Q8_ROWS, 4 (32 invocations a row, 70 rows: the last
-  // workgroup's two rows past the end repeat a row and store nothing).
-  for (const char* rows_per_group : {"", "4"}) {
+  // one row a workgroup (ZINC_VULKAN_Q8_ROWS=1) and the default 4 (32 invocations a row, 70 rows: the
+  // last workgroup's two rows past the end repeat a row and store nothing).
+  for (const char* rows_per_group : {"1", ""}) {
     ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
     for (const auto type : kQ8Types) {
       for (const uint32_t ncols : {32u, 1184u, 4256u}) {
@@ -251,7 +251,8 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
   for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;  // distinct within a token
   std::vector<float> bias(static_cast<size_t>(nrows) * n_expert);
   for (auto& v : bias) v = nd(rng);
-  for (const char* rows_per_group : {"", "2"}) {  // one row a workgroup, and two (37 rows: one past the end)
+  // One row a workgroup, two (37 rows: one past the end) and the default 4 (three past it).
+  for (const char* rows_per_group : {"1", "2", ""}) {
     ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
     for (const auto type : kQ8Types) {
       for (const uint32_t ncols : {32u, 1184u}) {
