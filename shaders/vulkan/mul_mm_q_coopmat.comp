@@ -1,5 +1,6 @@
 #version 450
 //! variants-by-type all
+//! variants-by-type all narrow_ NARROW
 // Matrix-matrix product for prefill on tensor cores (VK_NV_cooperative_matrix, 16 x 16 x 16 f16 inputs,
 // f32 accumulation) on weights in their stored type: a dense product or each expert over its tokens
 // (mm_q.glsl says which rows meet which). W is decoded as it is staged (quant.glsl's unit_load, each
@@ -13,6 +14,10 @@
 // (one barrier per step); F16 weights are copied 8 halves at a time as stored. Shared rows carry 16 bytes of skew (80-byte stride). Ragged tiles read
 // zeros; the accumulators go through a per-subgroup 16 x 16 shared tile to Y with bounds checks.
 // Requires subgroups of 32, 44 KiB of shared memory and the Vulkan memory model.
+// NARROW (variants narrow_*, experts with few tokens each): BM-row (256 or 128) x 32-token tiles, the
+// NW = 8 subgroups along the rows (subgroup s: rows BM/8 s.., all 32 tokens), so that a step decodes
+// twice the rows of the 128-token tile for a sixteenth of its multiplies; the accumulators leave
+// through the W buffers (free after the last step), 45 KiB in all.
 // Bindings: 0 W (raw blocks), 1 X f16 (uvec4 view: row t at t * ncols / 8), 2 Y, 3 route (moe_sort's;
 // any buffer for a dense product), 4 bias (floats; any buffer without). Grid: p.tiles workgroups.
 #extension GL_GOOGLE_include_directive : require
@@ -36,16 +41,26 @@ layout(std430, binding = 4) readonly buffer Bbuf { float bias[]; };
 layout(constant_id = 0) const uint BM = 128;   // W rows per tile: 128 or 64
 layout(constant_id = 1) const uint WGS = 128;  // invocations: 4 subgroups of 32, or 8
 const uint NW = WGS / 32u;       // subgroups
+#if defined(NARROW)
+const uint BN = 32;              // tokens per tile
+const uint WR = NW;              // subgroups along the rows
+#else
 const uint BN = 128;             // tokens per tile
+const uint WR = 2;
+#endif
 const uint BK = 32;              // slots per K-step
 const uint ROW = BK / 8u + 1u;   // uvec4 per shared row: 32 halves and one uvec4 of skew
 const uint WSTAGE = BM * ROW;    // uvec4 of W per buffer
 const uint XSTAGE = BN * ROW;    // uvec4 of X per buffer
-const uint TW = BN / (NW / 2u);  // tokens per subgroup: 64 (4 subgroups) or 32 (8)
+const uint TW = BN / (NW / WR);  // tokens per subgroup: 64 (4 subgroups) or 32 (8; NARROW)
 const uint TB = TW / 16u;        // 16-token accumulator blocks per subgroup
-const uint RB = BM / 32u;        // 16-row accumulator blocks per subgroup (BM / 2 rows)
+const uint RB = BM / WR / 16u;   // 16-row accumulator blocks per subgroup (BM / WR rows)
 const uint PASS = WGS / 4u;      // X rows one pass of loads covers (four invocations per row)
+#if defined(NARROW)
+const uint XL = 1;               // uvec4 of X each invocation loads per step (the first BN / 4 invocations)
+#else
 const uint XL = BN / PASS;       // uvec4 of X each invocation loads per step
+#endif
 #if defined(TYPE_F16)
 const uint WI = (BM * 4u + WGS - 1u) / WGS;   // uvec4 of W each invocation copies per step
 #else
@@ -54,7 +69,9 @@ const uint WI = (BM * UPS + WGS - 1u) / WGS;  // units of W each invocation deco
 
 shared uvec4 ws[2u * WSTAGE];    // [buffer][W row][slot / 8]
 shared uvec4 xs[2u * XSTAGE];    // [buffer][token][slot / 8]
+#if !defined(NARROW)
 shared float cs[NW * 256u];      // [subgroup][16][16]: accumulators on their way to Y
+#endif
 
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MAT32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
@@ -130,7 +147,11 @@ void stage(uint kt) {
     }
   }
 #endif
+#if defined(NARROW)
+  if (lrow() < BN) xs[xb + lrow() * ROW + lq] = xreg[0];
+#else
   [[unroll]] for (uint i = 0u; i < XL; ++i) xs[xb + (lrow() + PASS * i) * ROW + lq] = xreg[i];
+#endif
 }
 
 // The multiplies of step kt (in shared buffer kt % 2).
@@ -154,8 +175,8 @@ void main() {
   if (!mm_tile(BM, BN, r0, e, start, count)) return;
   lid = gl_LocalInvocationIndex;
   const uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
-  sg_r = (sg % 2u) * (BM / 2u);
-  sg_t = (sg / 2u) * TW;
+  sg_r = (sg % WR) * (BM / WR);
+  sg_t = (sg / WR) * TW;
   wbase = e * p.nrows * p.row_bytes;
 
   // X roles: rows lid / 4 + PASS i, run lid % 4 (one uvec4: 8 halves).
@@ -163,7 +184,11 @@ void main() {
   kv = p.ncols / 8u;
   [[unroll]] for (uint i = 0u; i < XL; ++i) {
     const uint row = lrow() + PASS * i;
+#if defined(NARROW)
+    xok[i] = row < count && row < BN;
+#else
     xok[i] = row < count;
+#endif
     xrow[i] = mm_x_row(start, xok[i] ? row : 0u);
   }
   // W roles: items lid + WGS m: row item / UPS, the step's unit item % UPS; UR runs of 4 halves each
@@ -187,10 +212,20 @@ void main() {
   }
 
   if (sg_t >= count) return;  // a subgroup whose tokens all lie past the tile's
+#if defined(NARROW)
+  const uint c0 = sg * 64u;  // uvec4 of the W buffers (the last step's barrier passed)
+#define CS(el) uintBitsToFloat(ws[c0 + (el) / 4u][(el) % 4u])
+#else
   const uint c0 = sg * 256u;
+#define CS(el) cs[c0 + (el)]
+#endif
   [[unroll]] for (uint i = 0u; i < TB; ++i) {
     [[unroll]] for (uint j = 0u; j < RB; ++j) {
+#if defined(NARROW)
+      coopMatStoreNV(acc[i][j], ws, c0, 4u, false);
+#else
       coopMatStoreNV(acc[i][j], cs, c0, 16u, false);
+#endif
       subgroupMemoryBarrierShared();
       subgroupBarrier();
       // Lane l writes element (e / 16, e % 16) for e = l + 32 u: 16 neighbouring lanes, one row of Y.
@@ -198,7 +233,7 @@ void main() {
         const uint el = lane + 32u * u;
         const uint t = sg_t + 16u * i + el / 16u, r = r0 + sg_r + 16u * j + el % 16u;
         if (t < count && r < p.nrows) {
-          y[mm_y_at(start, t, r)] = cs[c0 + el] + (p.has_bias != 0u ? bias[e * p.nrows + r] : 0.0);
+          y[mm_y_at(start, t, r)] = CS(el) + (p.has_bias != 0u ? bias[e * p.nrows + r] : 0.0);
         }
       }
       subgroupBarrier();

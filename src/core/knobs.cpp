@@ -28,6 +28,8 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by shape", "rows per workgroup of that mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_GROUPS", "1..32", "by row length", "row groups per workgroup of that mat-vec, for rows shorter than a step (tuning)"},
     {"ZINC_VULKAN_MOE_FUSED_DOWN", "0 or 1", "1", "0: the experts' down products and their weighted sum as two dispatches in decode (measuring)"},
+    {"ZINC_VULKAN_MOE_NARROW", "0..65536", "24", "prompt steps whose experts get at most this many tokens each on average take the tensor-core kernel's narrow tiles (256 rows x 32 tokens; 0: never)"},
+    {"ZINC_VULKAN_MOE_NARROW_BM", "128 or 256", "256", "W rows per narrow expert tile (measuring)"},
     {"ZINC_VULKAN_Q8_ROWS", "1, 2, 4 or 8", "4", "rows per workgroup of the 32-element formats' decode products (mul_mv_q8; tuning)"},
     {"ZINC_VULKAN_MOE_GLU", "0 or 1", "1", "0: the experts' gate and up products, their SwiGLU and its codes as three dispatches in decode (measuring)"},
     {"ZINC_VULKAN_MOE_ROUTER", "0 or 1", "1", "0: the experts' router product and the routing as two dispatches in decode (measuring)"},

@@ -797,6 +797,10 @@ std::vector<Case> all_cases() {
     cs.push_back(moe(t, 8, 2, 5));
     cs.push_back(moe(t, 8, 2, 40));  // the grouped products of a prefill step on Vulkan
   }
+  // Prompt steps of K-quant experts, 20, 1.5 and 5 tokens an expert (tiles of one entry among them).
+  cs.push_back(moe(TensorType::Q4_K, 4, 2, 40));
+  cs.push_back(moe(TensorType::Q4_K, 64, 4, 24));
+  cs.push_back(moe(TensorType::Q6_K, 16, 4, 20, 512, 256));
   cs.push_back(moe(TensorType::Q4_0, 4, 1, 3));
   // Decode steps of many experts (the router's product and the routing as one dispatch on Vulkan:
   // 32 workgroups per token count themselves per token) and of experts not filling a workgroup.

@@ -18,6 +18,9 @@ namespace {
 // Output tile (W rows x tokens) of each kernel; the shaders hold the same constants.
 constexpr uint32_t kTiledRows = 64, kTiledTokens = 64;
 constexpr uint32_t kCoopTokens = 128;
+// mul_mm_q_coopmat's narrow tiles, for experts with few tokens each: 256 rows x 32 tokens, the eight
+// subgroups along the rows (an expert's 128-token tile mostly zeros, and half as many rows a step).
+constexpr uint32_t kNarrowRows = 256, kNarrowTokens = 32;
 
 // mul_mm_q_coopmat's W rows per tile: 128, or 64 where 128-row tiles would number under 128 (on an H100,
 // 512 tokens of a 1024-row weight: 45 TFLOPS with 64 rows, 21 with 128; of a 4096-row one 76 and 88).
@@ -27,13 +30,14 @@ uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
   return knob_u32("ZINC_VULKAN_MM_BM", tiles < 128 ? 64 : 128, 64, 128) == 64 ? 64 : 128;
 }
 
-// mul_mm_q_coopmat's shared memory with `rows` W rows per tile: two buffers of W's and X's 80-byte
-// rows, 1 KiB per subgroup (8 at most) of accumulators on their way out, and the 16-entry codebook of the types that decode through one (quant.glsl's HAS_CODEBOOK), which
-// takes a 128-row tile 64 bytes past 48 KiB.
-size_t coop_shared_bytes(uint32_t rows, gguf::TensorType type) {
+// mul_mm_q_coopmat's shared memory with `rows` W rows and `tokens` tokens per tile: two buffers of W's
+// and X's 80-byte rows, 1 KiB per subgroup (8 at most) of accumulators on their way out (the narrow
+// tiles' go through the W buffers), and the 16-entry codebook of the types that decode through one
+// (quant.glsl's HAS_CODEBOOK), which takes a 128-row tile 64 bytes past 48 KiB.
+size_t coop_shared_bytes(uint32_t rows, uint32_t tokens, gguf::TensorType type) {
   const bool codebook = type == gguf::TensorType::IQ4_NL || type == gguf::TensorType::IQ4_XS ||
                         type == gguf::TensorType::MXFP4;
-  return size_t{2} * rows * 80 + size_t{2} * kCoopTokens * 80 + 8192 + (codebook ? 64 : 0);
+  return size_t{2} * rows * 80 + size_t{2} * tokens * 80 + (tokens == kCoopTokens ? 8192 : 0) + (codebook ? 64 : 0);
 }
 
 // Whether the driver lists the shape mul_mm_q_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
@@ -72,7 +76,7 @@ bool driver_has_coopmat(const Context& ctx) {
 
 bool coopmat_usable(const Context& ctx) {
   const Features& f = ctx.features();
-  return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= coop_shared_bytes(128, gguf::TensorType::F16) &&
+  return f.coopmat_nv && f.subgroup_size == 32 && f.shared_memory >= coop_shared_bytes(128, kCoopTokens, gguf::TensorType::F16) &&
          driver_has_coopmat(ctx);
 }
 
@@ -131,14 +135,26 @@ struct MulMmQPush {
 
 uint32_t tile_tokens(MulMmKernel k) { return k == MulMmKernel::CoopMatNV ? kCoopTokens : kTiledTokens; }
 
+// Experts' tiles: the narrow ones where a step's slots average at most ZINC_VULKAN_MOE_NARROW (default
+// 24) an expert on the tensor-core kernel. On an H200, 512-token prompts: qwen3.6-35b-a3b (256 experts,
+// 8 a token: 16 tokens an expert) 3,646 -> 4,979 tok/s (4,554 with 128-row narrow tiles); qwen3-30b-a3b
+// (32 an expert) 9,209 -> 7,419; gpt-oss-20b (64) 6,249 -> 4,135.
+bool narrow_experts(MulMmKernel k, uint32_t slots, uint32_t n_expert) {
+  return k == MulMmKernel::CoopMatNV && slots <= uint64_t{knob_u32("ZINC_VULKAN_MOE_NARROW", 24, 0, 1u << 16)} * n_expert;
+}
+uint32_t expert_tile_tokens(MulMmKernel k, uint32_t slots, uint32_t n_expert) {
+  return narrow_experts(k, slots, n_expert) ? kNarrowTokens : tile_tokens(k);
+}
+
 // The most tiles moe_sort makes of n_slots entries: every expert's last tile may be partial.
 uint32_t route_tiles(uint32_t n_slots, uint32_t n_expert, uint32_t tokens_per_tile) {
   return (n_slots + tokens_per_tile - 1) / tokens_per_tile + std::min(n_expert, n_slots);
 }
 
-// Records mul_mm_q(_coopmat) for `push` (its shape and mode filled in; the tiles here).
+// Records mul_mm_q(_coopmat) for `push` (its shape and mode filled in; the tiles here), the coopmat
+// kernel's narrow tiles with `narrow`.
 void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op, gguf::TensorType type, View w, View x,
-                 View y, View route, View bias, MulMmQPush push, uint32_t n_matrices) {
+                 View y, View route, View bias, MulMmQPush push, uint32_t n_matrices, bool narrow = false) {
   const char* variant = weight_variant(op, type, push.ncols, &push.row_bytes);
   if (push.ncols % 32 != 0) throw Error(fmt::format("Vulkan {}: {} columns is not a multiple of 32", op, push.ncols));
   if (uint64_t{push.row_bytes} * push.nrows * n_matrices > (uint64_t{1} << 32)) {
@@ -146,18 +162,22 @@ void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op
   }
   const bool coop = kernel == MulMmKernel::CoopMatNV;
   if (coop) require_coopmat(ctx);
-  uint32_t rows = coop ? coop_rows(push.nrows, push.n_tokens) : kTiledRows;
-  if (coop && coop_shared_bytes(rows, type) > ctx.features().shared_memory) rows = 64;
+  uint32_t rows = coop ? (narrow ? knob_u32("ZINC_VULKAN_MOE_NARROW_BM", kNarrowRows, 128, 256) / 128 * 128
+                                 : coop_rows(push.nrows, push.n_tokens))
+                      : kTiledRows;
+  const uint32_t tokens = narrow ? kNarrowTokens : kCoopTokens;
+  if (coop && coop_shared_bytes(rows, tokens, type) > ctx.features().shared_memory) rows = narrow ? 128 : 64;
   push.has_bias = bias.buffer ? 1 : 0;
   push.tiles = push.token_tiles * ((push.nrows + rows - 1) / rows);
   uint32_t gx = 0, gy = 0;
   grid(ctx, push.tiles, &gx, &gy);
   const View bindings[] = {w, x, y, route.buffer ? route : x, bias.buffer ? bias : x};
   if (coop) {
-    const uint32_t warps = knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) == 4 ? 4 : 8;
+    const uint32_t warps = narrow || knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) != 4 ? 8 : 4;
     const uint32_t spec[] = {rows, warps * 32};
-    d.dispatch(ctx.pipeline(std::string("mul_mm_q_coopmat_") + variant, 5, sizeof(MulMmQPush), spec), bindings, &push, gx,
-               gy);
+    d.dispatch(ctx.pipeline(std::string(narrow ? "mul_mm_q_coopmat_narrow_" : "mul_mm_q_coopmat_") + variant, 5,
+                            sizeof(MulMmQPush), spec),
+               bindings, &push, gx, gy);
   } else {
     d.dispatch(ctx.pipeline(std::string("mul_mm_q_") + variant, 5, sizeof(MulMmQPush)), bindings, &push, gx, gy);
   }
@@ -182,7 +202,7 @@ void mul_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorType 
 size_t moe_route_bytes(uint32_t n_tokens, uint32_t n_used, uint32_t n_expert) {
   const uint32_t slots = n_tokens * n_used;
   // The smaller tile makes the most tiles.
-  const uint32_t tiles = route_tiles(slots, n_expert, std::min(kTiledTokens, kCoopTokens));
+  const uint32_t tiles = route_tiles(slots, n_expert, std::min({kTiledTokens, kCoopTokens, kNarrowTokens}));
   return (size_t{1} + 3 * size_t{tiles} + slots) * 4;
 }
 
@@ -193,7 +213,8 @@ void moe_sort(Context& ctx, Dispatcher& d, MulMmKernel kernel, View ids, View ro
   }
   const uint32_t slots = n_tokens * n_used;
   if (slots == 0) return;
-  const uint32_t push[] = {slots, n_expert, tile_tokens(kernel), 1 + 3 * route_tiles(slots, n_expert, tile_tokens(kernel))};
+  const uint32_t tokens = expert_tile_tokens(kernel, slots, n_expert);
+  const uint32_t push[] = {slots, n_expert, tokens, 1 + 3 * route_tiles(slots, n_expert, tokens)};
   const View bindings[] = {ids, route};
   d.dispatch(ctx.pipeline("moe_sort", 2, sizeof(push)), bindings, push, 1, 1);
 }
@@ -211,12 +232,12 @@ void mul_mm_q_id(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorTy
   push.nrows = nrows;
   push.n_tokens = slots;
   push.y_stride = nrows;
-  push.token_tiles = route_tiles(slots, n_expert, tile_tokens(kernel));
+  push.token_tiles = route_tiles(slots, n_expert, expert_tile_tokens(kernel, slots, n_expert));
   push.n_expert = n_expert;
   push.n_used = n_used;
   push.x_per_slot = x_per_slot ? 1 : 0;
   push.list_offset = 1 + 3 * push.token_tiles;
-  record_mm_q(ctx, d, kernel, "mul_mm_q_id", type, w, x, y, route, bias, push, n_expert);
+  record_mm_q(ctx, d, kernel, "mul_mm_q_id", type, w, x, y, route, bias, push, n_expert, narrow_experts(kernel, slots, n_expert));
 }
 
 }  // namespace zinc::backend::vk
