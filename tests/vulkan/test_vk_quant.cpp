@@ -348,7 +348,7 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
   // up) or one per slot (down); with and without the per-expert bias. The route is sorted once per
   // kernel (and tile shape) and read by all four products. The tensor-core kernel runs its 128-token
   // tiles and (ZINC_VULKAN_MOE_NARROW=64: 50 slots an expert) its narrow ones: expert 1's 150 slots
-  // in five tiles, the others' ~37 in two, the last partial (token blocks past the entries skipped).
+  // in five tiles, the others' ~37 in two, the last of each partial.
   const TensorType type = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(type) + 61);
   const uint32_t ncols = 256, nrows = 37, n_expert = 6, n_used = 2, ntok = 150;
@@ -384,7 +384,7 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
                                              ncols, nrows, n_expert, n_used, ntok, per_slot,
                                              k == MulMmKernel::CoopMatNV ? 0x1p-15 : 0.0);
         EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << (per_slot ? ", x per slot" : ", x per token")
-                                                   << (with_bias ? ", bias" : "") << (*narrow == '6' ? ", narrow tiles" : "");
+                                                   << (with_bias ? ", bias" : "") << (std::string(narrow) == "64" ? ", narrow tiles" : "");
       }
     }
   }

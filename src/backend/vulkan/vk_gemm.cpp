@@ -232,12 +232,13 @@ void mul_mm_q_id(Context& ctx, Dispatcher& d, MulMmKernel kernel, gguf::TensorTy
   push.nrows = nrows;
   push.n_tokens = slots;
   push.y_stride = nrows;
-  push.token_tiles = route_tiles(slots, n_expert, expert_tile_tokens(kernel, slots, n_expert));
+  const bool narrow = narrow_experts(kernel, slots, n_expert);  // the tiles moe_sort made (expert_tile_tokens)
+  push.token_tiles = route_tiles(slots, n_expert, narrow ? kNarrowTokens : tile_tokens(kernel));
   push.n_expert = n_expert;
   push.n_used = n_used;
   push.x_per_slot = x_per_slot ? 1 : 0;
   push.list_offset = 1 + 3 * push.token_tiles;
-  record_mm_q(ctx, d, kernel, "mul_mm_q_id", type, w, x, y, route, bias, push, n_expert, narrow_experts(kernel, slots, n_expert));
+  record_mm_q(ctx, d, kernel, "mul_mm_q_id", type, w, x, y, route, bias, push, n_expert, narrow);
 }
 
 }  // namespace zinc::backend::vk
