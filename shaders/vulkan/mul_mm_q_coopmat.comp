@@ -66,6 +66,17 @@ const uint WI = (BM * 4u + WGS - 1u) / WGS;   // uvec4 of W each invocation copi
 #else
 const uint WI = (BM * UPS + WGS - 1u) / WGS;  // units of W each invocation decodes per step
 #endif
+// The 32-element formats whose blocks are not word-aligned (quant.glsl's SPAN_UNITS) give an
+// invocation WI consecutive units of one row's block, decoded as a span (a Q5_0 block half in 5 word
+// loads rather than 10), where a row's units split evenly; the other types (and shapes) take items
+// lid + WGS m, neighbouring invocations on neighbouring units.
+#if defined(SPAN_UNITS)
+const bool SPAN = UPS % WI == 0u;
+#else
+const bool SPAN = false;
+#endif
+// Item m (a unit, or F16's uvec4) of this invocation's share of a step's W tile.
+uint witem(uint m) { return SPAN ? gl_LocalInvocationIndex * WI + m : gl_LocalInvocationIndex + WGS * m; }
 
 shared uvec4 ws[2u * WSTAGE];    // [buffer][W row][slot / 8]
 shared uvec4 xs[2u * XSTAGE];    // [buffer][token][slot / 8]
@@ -106,15 +117,49 @@ void fetch(uint kt) {
     wreg[m] = ok ? v : uvec4(0u);
   }
 #else
-  [[unroll]] for (uint m = 0u; m < WI; ++m) {
-    const uint i = lid + WGS * m, row = i / UPS, u = kt * UPS + i % UPS;
+#if defined(SPAN_UNITS)
+  if (SPAN) {
+    const uint i = witem(0u), row = i / UPS, j0 = i % UPS;
     const bool ok = i < BM * UPS && r0 + row < p.nrows;
-    vec4 q[UR];
-    float a[UR], b[UR];
-    unit_load(wbase + (ok ? r0 + row : r0) * p.row_bytes, u, q, a, b);
-    [[unroll]] for (uint k = 0u; k < UR; ++k) {
-      const vec4 v = unit_run(q, a, b, k);
-      wreg[m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
+    const uint o = wbase + (ok ? r0 + row : r0) * p.row_bytes + kt * BLOCK_BYTES;  // a step is a block
+    float d;
+    uint qh;
+    block_head(o, d, qh);
+    // The span's chunks: cw[n] and cw[n + 1] funnel-shifted by t; the last word read is the one holding
+    // the span's last byte.
+    const uint NC = WI * UB / 4u, off = o + QS_AT + UB * j0, ib = off >> 2, t = (off & 3u) << 3;
+    uint cw[WI * UB / 4u + 1u];
+    [[unroll]] for (uint n = 0u; n < NC; ++n) cw[n] = w[ib + n];
+    cw[NC] = w[ib + NC - uint(t == 0u)];
+    [[unroll]] for (uint m = 0u; m < WI; ++m) {
+      const uint n = m * UB / 4u;
+      const uint c0 = (cw[n] >> t) | ((cw[n + 1u] << 1) << (31u - t));
+#if defined(TYPE_Q8_0)
+      const uint c1 = (cw[n + 1u] >> t) | ((cw[n + 2u] << 1) << (31u - t));
+#else
+      const uint c1 = 0u;
+#endif
+      vec4 q[UR];
+      float a[UR];
+      unit_from(j0 + m, c0, c1, d, qh, q, a);
+      [[unroll]] for (uint k = 0u; k < UR; ++k) {
+        const vec4 v = q[k] * a[k];
+        wreg[m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
+      }
+    }
+  } else
+#endif
+  {
+    [[unroll]] for (uint m = 0u; m < WI; ++m) {
+      const uint i = witem(m), row = i / UPS, u = kt * UPS + i % UPS;
+      const bool ok = i < BM * UPS && r0 + row < p.nrows;
+      vec4 q[UR];
+      float a[UR], b[UR];
+      unit_load(wbase + (ok ? r0 + row : r0) * p.row_bytes, u, q, a, b);
+      [[unroll]] for (uint k = 0u; k < UR; ++k) {
+        const vec4 v = unit_run(q, a, b, k);
+        wreg[m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
+      }
     }
   }
 #endif
@@ -134,7 +179,7 @@ void stage(uint kt) {
   }
 #else
   [[unroll]] for (uint m = 0u; m < WI; ++m) {
-    const uint i = lid + WGS * m, row = i / UPS, u = kt * UPS + i % UPS;
+    const uint i = witem(m), row = i / UPS, u = kt * UPS + i % UPS;
     if (i < BM * UPS) {
       [[unroll]] for (uint k = 0u; k < UR; ++k) {
         const uint slot = kstep_slot(kt, u, k), at = wb + row * ROW + slot / 8u;
@@ -191,7 +236,7 @@ void main() {
 #endif
     xrow[i] = mm_x_row(start, xok[i] ? row : 0u);
   }
-  // W roles: items lid + WGS m: row item / UPS, the step's unit item % UPS; UR runs of 4 halves each
+  // W roles: items witem(m): row item / UPS, the step's unit item % UPS; UR runs of 4 halves each
   // (F16: row item / 4, uvec4 item % 4 of the step's 64 bytes).
   [[unroll]] for (uint i = 0u; i < TB; ++i) {
     [[unroll]] for (uint j = 0u; j < RB; ++j) acc[i][j] = MAT32(0.0);

@@ -337,3 +337,59 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   a[0] = a[1] = f16(hdr.x & 0xffffu) * u2f(ls, 32.0);
 #endif
 }
+
+#if defined(TYPE_Q4_0) || defined(TYPE_Q5_0) || defined(TYPE_Q8_0) || defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
+// Span decoding of the 32-element formats whose blocks are not word-aligned, for a kernel that
+// decodes several consecutive units of one block: the block's head once (block_head), the quants of
+// the units as one run of 4-byte chunks read with whole-word loads (QS_AT: the block byte where unit
+// 0's quants begin; UB: quant bytes a unit), each unit from its chunks (unit_from) with the values
+// unit_load gives. unit_load reads 4 to 5 words a unit; a span of G units of Q5_0 reads 2 + G + 1.
+#define SPAN_UNITS
+#if defined(TYPE_Q8_0)
+#define QS_AT 2u
+#define UB 8u
+#elif defined(TYPE_Q5_0)
+#define QS_AT 6u
+#define UB 4u
+#elif defined(TYPE_MXFP4)
+#define QS_AT 1u
+#define UB 4u
+#else
+#define QS_AT 2u
+#define UB 4u
+#endif
+// The scale of the block at byte o and (Q5_0) its qh word: two loads (Q5_0 blocks start at even bytes).
+void block_head(uint o, out float d, out uint qh) {
+  qh = 0u;
+#if defined(TYPE_MXFP4)
+  const uint e = w8(o);
+  d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+#elif defined(TYPE_Q5_0)
+  const uint i = o >> 2, s = (o & 2u) << 3, lo = w[i], hi = w[i + 1u];
+  d = f16((lo >> s) & 0xffffu);
+  qh = s == 0u ? (lo >> 16) | (hi << 16) : hi;
+#else
+  d = f16(w16(o));
+#endif
+}
+// Unit j of a block from its quant chunks (c0; Q8_0: c0, c1) and head, as unit_load's q and a.
+void unit_from(uint j, uint c0, uint c1, float d, uint qh, out vec4 q[UR], out float a[UR]) {
+  a[0] = a[1] = d;
+#if defined(TYPE_Q8_0)
+  q[0] = bytes_f(c0 ^ 0x80808080u, 128.0);
+  q[1] = bytes_f(c1 ^ 0x80808080u, 128.0);
+#elif defined(TYPE_Q5_0)
+  const uint hl = ((((qh >> (4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+  const uint hh = ((((qh >> (16u + 4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+  q[0] = bytes_f((c0 & 0x0f0f0f0fu) | hl, 16.0);
+  q[1] = bytes_f(((c0 >> 4) & 0x0f0f0f0fu) | hh, 16.0);
+#elif defined(TYPE_Q4_0)
+  q[0] = bytes_f(c0 & 0x0f0f0f0fu, 8.0);
+  q[1] = bytes_f((c0 >> 4) & 0x0f0f0f0fu, 8.0);
+#else
+  q[0] = nibbles_cb(c0, 0u);
+  q[1] = nibbles_cb(c0, 4u);
+#endif
+}
+#endif
+
