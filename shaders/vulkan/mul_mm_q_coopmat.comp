@@ -11,7 +11,8 @@
 // and tokens TW (s / 2).. (TW = 256 / NW) as TW/16 x BM/32 accumulators. Per K-step of 32 slots every invocation
 // fetches and decodes the next step's units of W and its uvec4 of X into registers before the current
 // step's multiplies and stores them to the other half of a double-buffered shared tile after them
-// (one barrier per step); F16 weights are copied 8 halves at a time as stored. Shared rows carry 16 bytes of skew (80-byte stride). Ragged tiles read
+// (one barrier per step; S = 2, the K-quants: the next two steps into registers, then both halves
+// after a barrier, two barriers a pass); F16 weights are copied 8 halves at a time as stored. Shared rows carry 16 bytes of skew (80-byte stride). Ragged tiles read
 // zeros; the accumulators go through a per-subgroup 16 x 16 shared tile to Y with bounds checks.
 // Requires subgroups of 32, 44 KiB of shared memory and the Vulkan memory model.
 // NARROW (variants narrow_*, experts with few tokens each): BM-row (256 or 128) x 32-token tiles, the
@@ -49,6 +50,7 @@ const uint BN = 128;             // tokens per tile
 const uint WR = 2;
 #endif
 const uint BK = 32;              // slots per K-step
+layout(constant_id = 2) const uint S = 2;  // K-steps a pass: 1 (double-buffered) or 2 (see main)
 const uint ROW = BK / 8u + 1u;   // uvec4 per shared row: 32 halves and one uvec4 of skew
 const uint WSTAGE = BM * ROW;    // uvec4 of W per buffer
 const uint XSTAGE = BN * ROW;    // uvec4 of X per buffer
@@ -95,11 +97,11 @@ uint r0, e, start, count, wbase, lid, lq, kv;
 uint xrow[XL];
 bool xok[XL];
 #if defined(TYPE_F16)
-uvec4 wreg[WI];
+uvec4 wreg[S][WI];
 #else
-uvec2 wreg[WI][UR];
+uvec2 wreg[S][WI][UR];
 #endif
-uvec4 xreg[XL];
+uvec4 xreg[S][XL];
 uint sg_r, sg_t;     // the subgroup's part of the tile: W rows from sg_r, tokens from sg_t
 MAT32 acc[TB][RB];  // [token block][row block]
 
@@ -107,20 +109,25 @@ MAT32 acc[TB][RB];  // [token block][row block]
 // tile's first row and are zeroed, so that a step's loads, the previous step's multiplies and the
 // decoding make one block the compiler schedules as a whole (the loads in flight during the
 // multiplies). On an H200 this took qwen3-8b's 512-token prompt from 5,905 to 7,101 tok/s. (Loads
-// issued two steps ahead, decoded a step later, measured slower: 7,005.)
-void fetch(uint kt) {
+// issued two steps ahead, decoded a step later, measured slower: 7,005; two steps fetched and decoded
+// together before two steps' multiplies, S = 2, measured faster for the K-quants: 6,930 -> 7,976.)
+void fetch(uint kt0, uint sb) {
+  // Two steps a pass: a step past the end (an odd number of steps) is zeros. One: never past the end
+  // (the same zeroing there cost gpt-oss-20b's 512-token prompt 5% on an H200).
+  const bool live = S == 1u || kt0 < p.ncols / BK;
+  const uint kt = live ? kt0 : 0u;
 #if defined(TYPE_F16)
   [[unroll]] for (uint m = 0u; m < WI; ++m) {
     const uint i = lid + WGS * m, row = i / 4u;
-    const bool ok = i < BM * 4u && r0 + row < p.nrows;
+    const bool ok = live && i < BM * 4u && r0 + row < p.nrows;
     const uvec4 v = w4[(wbase + (ok ? r0 + row : r0) * p.row_bytes) / 16u + kt * 4u + i % 4u];
-    wreg[m] = ok ? v : uvec4(0u);
+    wreg[sb][m] = ok ? v : uvec4(0u);
   }
 #else
 #if defined(SPAN_UNITS)
   if (SPAN) {
     const uint i = witem(0u), row = i / UPS, j0 = i % UPS;
-    const bool ok = i < BM * UPS && r0 + row < p.nrows;
+    const bool ok = live && i < BM * UPS && r0 + row < p.nrows;
     const uint o = wbase + (ok ? r0 + row : r0) * p.row_bytes + kt * BLOCK_BYTES;  // a step is a block
     float d;
     uint qh;
@@ -144,7 +151,7 @@ void fetch(uint kt) {
       unit_from(j0 + m, c0, c1, d, qh, q, a);
       [[unroll]] for (uint k = 0u; k < UR; ++k) {
         const vec4 v = q[k] * a[k];
-        wreg[m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
+        wreg[sb][m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
       }
     }
   } else
@@ -152,30 +159,30 @@ void fetch(uint kt) {
   {
     [[unroll]] for (uint m = 0u; m < WI; ++m) {
       const uint i = witem(m), row = i / UPS, u = kt * UPS + i % UPS;
-      const bool ok = i < BM * UPS && r0 + row < p.nrows;
+      const bool ok = live && i < BM * UPS && r0 + row < p.nrows;
       vec4 q[UR];
       float a[UR], b[UR];
       unit_load(wbase + (ok ? r0 + row : r0) * p.row_bytes, u, q, a, b);
       [[unroll]] for (uint k = 0u; k < UR; ++k) {
         const vec4 v = unit_run(q, a, b, k);
-        wreg[m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
+        wreg[sb][m][k] = ok ? uvec2(packHalf2x16(v.xy), packHalf2x16(v.zw)) : uvec2(0u);
       }
     }
   }
 #endif
   [[unroll]] for (uint i = 0u; i < XL; ++i) {
     const uvec4 v = x[xrow[i] * kv + kstep_run(kt, lq) / 8u];
-    xreg[i] = xok[i] ? v : uvec4(0u);
+    xreg[sb][i] = xok[i] && live ? v : uvec4(0u);
   }
 }
 
-// The fetched registers of step kt into shared buffer kt % 2.
-void stage(uint kt) {
-  const uint wb = (kt % 2u) * WSTAGE, xb = (kt % 2u) * XSTAGE;
+// Register set sb (step kt's) into shared buffer buf.
+void stage(uint kt, uint sb, uint buf) {
+  const uint wb = buf * WSTAGE, xb = buf * XSTAGE;
 #if defined(TYPE_F16)
   [[unroll]] for (uint m = 0u; m < WI; ++m) {
     const uint i = lid + WGS * m;
-    if (i < BM * 4u) ws[wb + (i / 4u) * ROW + i % 4u] = wreg[m];
+    if (i < BM * 4u) ws[wb + (i / 4u) * ROW + i % 4u] = wreg[sb][m];
   }
 #else
   [[unroll]] for (uint m = 0u; m < WI; ++m) {
@@ -184,24 +191,24 @@ void stage(uint kt) {
       [[unroll]] for (uint k = 0u; k < UR; ++k) {
         const uint slot = kstep_slot(kt, u, k), at = wb + row * ROW + slot / 8u;
         if ((slot & 4u) == 0u) {
-          ws[at].xy = wreg[m][k];
+          ws[at].xy = wreg[sb][m][k];
         } else {
-          ws[at].zw = wreg[m][k];
+          ws[at].zw = wreg[sb][m][k];
         }
       }
     }
   }
 #endif
 #if defined(NARROW)
-  if (lrow() < BN) xs[xb + lrow() * ROW + lq] = xreg[0];
+  if (lrow() < BN) xs[xb + lrow() * ROW + lq] = xreg[sb][0];
 #else
-  [[unroll]] for (uint i = 0u; i < XL; ++i) xs[xb + (lrow() + PASS * i) * ROW + lq] = xreg[i];
+  [[unroll]] for (uint i = 0u; i < XL; ++i) xs[xb + (lrow() + PASS * i) * ROW + lq] = xreg[sb][i];
 #endif
 }
 
-// The multiplies of step kt (in shared buffer kt % 2).
-void multiply(uint kt) {
-  const uint wb = (kt % 2u) * WSTAGE, xb = (kt % 2u) * XSTAGE;
+// The multiplies of the step in shared buffer buf.
+void multiply(uint buf) {
+  const uint wb = buf * WSTAGE, xb = buf * XSTAGE;
   [[unroll]] for (uint kk = 0u; kk < BK / 16u; ++kk) {
     MAT16 a[TB];
     [[unroll]] for (uint i = 0u; i < TB; ++i) {
@@ -242,23 +249,40 @@ void main() {
     [[unroll]] for (uint j = 0u; j < RB; ++j) acc[i][j] = MAT32(0.0);
   }
 
-  // Step kt's tiles are in buffer kt % 2. Each pass fetches step kt + 1 (the last step again past the
-  // end: stored to the buffer nobody reads any more), multiplies step kt, stores the fetched step to
-  // the other buffer (last read by step kt - 1's multiplies, before the previous barrier).
   const uint nk = p.ncols / BK;
-  fetch(0u);
-  stage(0u);
-  barrier();
-  for (uint kt = 0u; kt < nk; ++kt) {
-    fetch(min(kt + 1u, nk - 1u));
-    multiply(kt);
-    stage(kt + 1u);
+  if (S == 1u) {
+    // Step kt's tiles are in buffer kt % 2. Each pass fetches step kt + 1 (the last step again past
+    // the end: stored to the buffer nobody reads any more), multiplies step kt, stores the fetched
+    // step to the other buffer (last read by step kt - 1's multiplies, before the previous barrier):
+    // one barrier a step, a warp's stores beside another's multiplies.
+    fetch(0u, 0u);
+    stage(0u, 0u, 0u);
     barrier();
+    for (uint kt = 0u; kt < nk; ++kt) {
+      fetch(min(kt + 1u, nk - 1u), 0u);
+      multiply(kt % 2u);
+      stage(kt + 1u, 0u, (kt + 1u) % 2u);
+      barrier();
+    }
+  } else {
+    // A pass multiplies the two steps in the buffers while the next two steps' loads are in flight
+    // (fetched into registers before the multiplies, decoded after them), then, once every subgroup
+    // is done reading, stores them: twice the loads in flight against a step's multiplies.
+    [[unroll]] for (uint sb = 0u; sb < S; ++sb) fetch(sb, sb);
+    [[unroll]] for (uint sb = 0u; sb < S; ++sb) stage(sb, sb, sb);
+    barrier();
+    for (uint kt = 0u; kt < nk; kt += S) {
+      [[unroll]] for (uint sb = 0u; sb < S; ++sb) fetch(kt + S + sb, sb);
+      [[unroll]] for (uint sb = 0u; sb < S; ++sb) multiply(sb);
+      barrier();
+      [[unroll]] for (uint sb = 0u; sb < S; ++sb) stage(kt + S + sb, sb, sb);
+      barrier();
+    }
   }
 
   if (sg_t >= count) return;  // a subgroup whose tokens all lie past the tile's
 #if defined(NARROW)
-  const uint c0 = sg * 64u;  // uvec4 of the W buffers (the last step's barrier passed)
+  const uint c0 = sg * 64u;  // uvec4 of the W buffers (the last pass's barrier passed)
 #define CS(el) uintBitsToFloat(ws[c0 + (el) / 4u][(el) % 4u])
 #else
   const uint c0 = sg * 256u;

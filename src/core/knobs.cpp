@@ -36,6 +36,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_NORM_GLU", "0 or 1", "1", "0: a gated DeltaNet's per-head norm and the SwiGLU after it as two dispatches (measuring)"},
     {"ZINC_VULKAN_MVK_TOKENS", "1..16", "8", "tokens that mat-vec takes per pass over a weight (tuning)"},
     {"ZINC_VULKAN_MM_BM", "64, 128", "by tile count", "rows per tile of the prefill GEMM (tuning)"},
+    {"ZINC_VULKAN_MM_STEPS", "1, 2", "2 for K-quants", "K-steps a pass of the tensor-core prefill GEMM (tuning)"},
     {"ZINC_VULKAN_FA_COOPMAT", "0, 1", "1", "prompt attention on tensor cores where the device has them (0: the portable kernel, for measurements)"},
     {"ZINC_VULKAN_FA_SPLITS", "1..128", "by workgroups and cache size", "key-range splits of the portable attention kernel (decode; tuning)"},
     {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},

@@ -288,14 +288,30 @@ double abs_sum(const float* x, uint32_t n) {
   return s;
 }
 
+// The prompt-product kernels the device runs, the tensor-core one with one and with two K-steps a pass
+// (ZINC_VULKAN_MM_STEPS; "" for the portable kernel).
+std::vector<std::pair<MulMmKernel, const char*>> mm_kernel_steps(const Context& ctx) {
+  std::vector<std::pair<MulMmKernel, const char*>> out;
+  for (const MulMmKernel k : mm_kernels(ctx)) {
+    if (k == MulMmKernel::CoopMatNV) {
+      out.emplace_back(k, "1");
+      out.emplace_back(k, "2");
+    } else {
+      out.emplace_back(k, "");
+    }
+  }
+  return out;
+}
+
 TEST_P(QuantKernels, MulMmQMatchesTheDequantizedWeights) {
   // 70 rows (a ragged row tile for both kernels), 1, 70 and 130 tokens (ragged token tiles: 130 is a
   // third tile of 2 for the portable kernel, a second for the tensor-core one), 768 columns (three
-  // K-quant blocks, an odd number of 256-element blocks and of K-steps: the double buffer ends on its
-  // other half); the output at column 3 of rows of 75 (the rest of Y untouched); with and without a bias.
+  // K-quant blocks: an odd number of 256-element blocks) or, for the smaller blocks, 800 (25 K-steps of
+  // 32: a pass of two steps ends on a step of zeros); the output at column 3 of rows of 75 (the rest of
+  // Y untouched); with and without a bias. The tensor-core kernel runs one and two K-steps a pass.
   const TensorType type = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(type) + 51);
-  const uint32_t ncols = 768, nrows = 70, y_stride = 75, y_offset = 3;
+  const uint32_t ncols = quant::block_size(type) == 256 ? 768 : 800, nrows = 70, y_stride = 75, y_offset = 3;
   const Weight w = random_weight(type, ncols, nrows, rng);
   const auto owner = test::code_bits(type);
   const std::vector<float> bias = random_floats(nrows, rng);
@@ -306,7 +322,8 @@ TEST_P(QuantKernels, MulMmQMatchesTheDequantizedWeights) {
     const Buffer& bx = buffer(x);
     Buffer& bx16 = buffer(nullptr, mul_mm_scratch_bytes(ncols, ntok));
     Buffer& by = buffer(nullptr, static_cast<size_t>(y_stride) * ntok * 4);
-    for (const MulMmKernel k : mm_kernels(*ctx_)) {
+    for (const auto& [k, steps] : mm_kernel_steps(*ctx_)) {
+      ScopedEnv pass("ZINC_VULKAN_MM_STEPS", steps);
       const View xv = mm_x(*ctx_, k, bx, bx16, ncols, ntok);
       for (const bool with_bias : {false, true}) {
         // The tensor-core kernel's tiles of 128 rows too (these sizes take 64 by themselves; the
@@ -334,7 +351,8 @@ TEST_P(QuantKernels, MulMmQMatchesTheDequantizedWeights) {
             check.add(g, want, terms);
           }
         }
-        EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << ", " << ntok << " tokens" << (with_bias ? ", bias" : "");
+        EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << ", " << ntok << " tokens" << (with_bias ? ", bias" : "")
+                                                   << (*steps ? ", K-steps a pass: " : "") << steps;
         EXPECT_EQ(stray, 0u) << mul_mm_kernel_name(k) << ": floats of Y outside the product changed";
       }
     }
@@ -348,7 +366,7 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
   // up) or one per slot (down); with and without the per-expert bias. The route is sorted once per
   // kernel (and tile shape) and read by all four products. The tensor-core kernel runs its 128-token
   // tiles and (ZINC_VULKAN_MOE_NARROW=64: 50 slots an expert) its narrow ones: expert 1's 150 slots
-  // in five tiles, the others' ~37 in two, the last of each partial.
+  // in five tiles, the others' ~37 in two, the last of each partial; each with one and two K-steps a pass.
   const TensorType type = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(type) + 61);
   const uint32_t ncols = 256, nrows = 37, n_expert = 6, n_used = 2, ntok = 150;
@@ -365,10 +383,18 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
   const Buffer& bb = buffer(bias);
   const Buffer& broute = buffer(nullptr, moe_route_bytes(ntok, n_used, n_expert));
   Buffer& by = buffer(nullptr, static_cast<size_t>(nrows) * n_used * ntok * 4);
-  for (const auto& [k, narrow] : std::vector<std::pair<MulMmKernel, const char*>>{
-           {MulMmKernel::Tiled, ""}, {MulMmKernel::CoopMatNV, "0"}, {MulMmKernel::CoopMatNV, "64"}}) {
+  struct Run {
+    MulMmKernel k;
+    const char* narrow;
+    const char* steps;
+  };
+  for (const auto& [k, narrow, steps] : std::vector<Run>{{MulMmKernel::Tiled, "", ""},
+                                                          {MulMmKernel::CoopMatNV, "0", "1"},
+                                                          {MulMmKernel::CoopMatNV, "0", "2"},
+                                                          {MulMmKernel::CoopMatNV, "64", "1"},
+                                                          {MulMmKernel::CoopMatNV, "64", "2"}}) {
     if (const auto ks = mm_kernels(*ctx_); std::find(ks.begin(), ks.end(), k) == ks.end()) continue;
-    ScopedEnv tiles("ZINC_VULKAN_MOE_NARROW", narrow);
+    ScopedEnv tiles("ZINC_VULKAN_MOE_NARROW", narrow), pass("ZINC_VULKAN_MM_STEPS", steps);
     moe_sort(*ctx_, ctx_->immediate(), k, whole(bi), whole(broute), ntok, n_used, n_expert);
     for (const bool per_slot : {false, true}) {
       const uint32_t xrows = ntok * (per_slot ? n_used : 1);
@@ -384,7 +410,8 @@ TEST_P(QuantKernels, MulMmQIdMatchesTheDequantizedExperts) {
                                              ncols, nrows, n_expert, n_used, ntok, per_slot,
                                              k == MulMmKernel::CoopMatNV ? 0x1p-15 : 0.0);
         EXPECT_LT(check.worst, mm_bound(k, ncols)) << mul_mm_kernel_name(k) << (per_slot ? ", x per slot" : ", x per token")
-                                                   << (with_bias ? ", bias" : "") << (std::string(narrow) == "64" ? ", narrow tiles" : "");
+                                                   << (with_bias ? ", bias" : "") << (std::string(narrow) == "64" ? ", narrow tiles" : "")
+                                                   << (*steps ? ", K-steps a pass: " : "") << steps;
       }
     }
   }

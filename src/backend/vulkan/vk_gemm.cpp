@@ -40,6 +40,18 @@ size_t coop_shared_bytes(uint32_t rows, uint32_t tokens, gguf::TensorType type) 
   return size_t{2} * rows * 80 + size_t{2} * tokens * 80 + (tokens == kCoopTokens ? 8192 : 0) + (codebook ? 64 : 0);
 }
 
+// mul_mm_q_coopmat's K-steps of 32 a pass: 2 (the two buffers filled together, two steps' loads in
+// flight against a step's multiplies) for the K-quants, 1 (double-buffered, one step ahead) for the
+// rest. On an H200, 512-token prompts, 1 -> 2 for the K-quants: qwen3-8b 6,930 -> 7,976 tok/s,
+// qwen3-30b-a3b 9,162 -> ~10,030, qwen3.6-35b-a3b 4,990 -> ~5,160; gpt-oss-20b (Q5_0 and Q8_0 experts
+// and projections) loses ~5% with 2 for every type. ZINC_VULKAN_MM_STEPS (1 or 2) forces one, for
+// measurements.
+uint32_t coop_steps(gguf::TensorType type) {
+  const bool kquant = type == gguf::TensorType::Q2_K || type == gguf::TensorType::Q3_K ||
+                      type == gguf::TensorType::Q4_K || type == gguf::TensorType::Q5_K || type == gguf::TensorType::Q6_K;
+  return knob_u32("ZINC_VULKAN_MM_STEPS", kquant ? 2 : 1, 1, 2) == 1 ? 1 : 2;
+}
+
 // Whether the driver lists the shape mul_mm_q_coopmat uses (16x16x16, f16 A and B, f32 C and D, one
 // subgroup: NVIDIA does; the query guards against a driver that does not) and has the Vulkan memory
 // model that glslang declares for GL_KHR_memory_scope_semantics (Context::create enables it wherever
@@ -174,7 +186,7 @@ void record_mm_q(Context& ctx, Dispatcher& d, MulMmKernel kernel, const char* op
   const View bindings[] = {w, x, y, route.buffer ? route : x, bias.buffer ? bias : x};
   if (coop) {
     const uint32_t warps = narrow || knob_u32("ZINC_VULKAN_MM_WARPS", 8, 4, 8) != 4 ? 8 : 4;
-    const uint32_t spec[] = {rows, warps * 32};
+    const uint32_t spec[] = {rows, warps * 32, coop_steps(type)};
     d.dispatch(ctx.pipeline(std::string(narrow ? "mul_mm_q_coopmat_narrow_" : "mul_mm_q_coopmat_") + variant, 5,
                             sizeof(MulMmQPush), spec),
                bindings, &push, gx, gy);
