@@ -14,7 +14,7 @@
 // (one barrier per step; S = 2, the K-quants: the next two steps into registers, then both halves
 // after a barrier, two barriers a pass); F16 weights are copied 8 halves at a time as stored. Shared rows carry 16 bytes of skew (80-byte stride). Ragged tiles read
 // zeros; the accumulators go through a per-subgroup 16 x 16 shared tile to Y with bounds checks.
-// Requires subgroups of 32, 44 KiB of shared memory and the Vulkan memory model.
+// Requires subgroups of 32, 48 KiB of shared memory (128-row tiles; 38 KiB with 64) and the Vulkan memory model.
 // NARROW (variants narrow_*, experts with few tokens each): BM-row (256 or 128) x 32-token tiles, the
 // NW = 8 subgroups along the rows (subgroup s: rows BM/8 s.., all 32 tokens), so that a step decodes
 // twice the rows of the 128-token tile for a sixteenth of its multiplies; the accumulators leave
