@@ -183,6 +183,70 @@ uint unit_col(uint u, uint k) {
 #endif
 }
 
+#if defined(TYPE_Q4_0) || defined(TYPE_Q5_0) || defined(TYPE_Q8_0) || defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
+// The 32-element formats whose blocks are not word-aligned, in two parts: the block's head
+// (block_head) and a unit from its 4-byte chunks of quants (unit_from; QS_AT: the block byte where
+// unit 0's quants begin, UB: quant bytes a unit). unit_load reads a unit's chunks with w32; a kernel
+// that decodes several consecutive units of one block (SPAN_UNITS) reads the head once and the
+// units' chunks as one run of whole words (a span of G units of Q5_0: 2 + G + 1 loads).
+//   Q4_0, 18 bytes: fp16 d, 16 bytes of nibbles; x = d * (q - 8).
+//   Q5_0, 22 bytes: fp16 d, 4 bytes qh (bit i: the fifth bit of element i), 16 bytes of nibbles;
+//         x = d * (q - 16). Four bits of qh go to bit 4 of four bytes by a multiply
+//         (h * 0x00204081 = h | h << 7 | h << 14 | h << 21).
+//   Q8_0, 34 bytes: fp16 d, 32 signed bytes; x = d * q. XOR 0x80 makes a signed byte b the unsigned
+//         b + 128.
+//   IQ4_NL, 18 bytes: fp16 d, 16 bytes of nibbles indexing kIQ4NLValues; x = d * value.
+//   MXFP4, 17 bytes: E8M0 exponent e, 16 bytes of nibbles indexing kMXFP4Values (E2M1, doubled);
+//         x = 2^(e-127) / 2 * value (e < 2: a subnormal scale).
+#define SPAN_UNITS
+#if defined(TYPE_Q8_0)
+#define QS_AT 2u
+#define UB 8u
+#elif defined(TYPE_Q5_0)
+#define QS_AT 6u
+#define UB 4u
+#elif defined(TYPE_MXFP4)
+#define QS_AT 1u
+#define UB 4u
+#else
+#define QS_AT 2u
+#define UB 4u
+#endif
+// The scale of the block at byte o and (Q5_0) its qh word: two loads (Q5_0 blocks start at even bytes).
+void block_head(uint o, out float d, out uint qh) {
+  qh = 0u;
+#if defined(TYPE_MXFP4)
+  const uint e = w8(o);
+  d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+#elif defined(TYPE_Q5_0)
+  const uint i = o >> 2, s = (o & 2u) << 3, lo = w[i], hi = w[i + 1u];
+  d = f16((lo >> s) & 0xffffu);
+  qh = s == 0u ? (lo >> 16) | (hi << 16) : hi;
+#else
+  d = f16(w16(o));
+#endif
+}
+// Unit j of a block from its quant chunks (c0; Q8_0: c0, c1) and head, as unit_load's q and a.
+void unit_from(uint j, uint c0, uint c1, float d, uint qh, out vec4 q[UR], out float a[UR]) {
+  a[0] = a[1] = d;
+#if defined(TYPE_Q8_0)
+  q[0] = bytes_f(c0 ^ 0x80808080u, 128.0);
+  q[1] = bytes_f(c1 ^ 0x80808080u, 128.0);
+#elif defined(TYPE_Q5_0)
+  const uint hl = ((((qh >> (4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+  const uint hh = ((((qh >> (16u + 4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
+  q[0] = bytes_f((c0 & 0x0f0f0f0fu) | hl, 16.0);
+  q[1] = bytes_f(((c0 >> 4) & 0x0f0f0f0fu) | hh, 16.0);
+#elif defined(TYPE_Q4_0)
+  q[0] = bytes_f(c0 & 0x0f0f0f0fu, 8.0);
+  q[1] = bytes_f((c0 >> 4) & 0x0f0f0f0fu, 8.0);
+#else
+  q[0] = nibbles_cb(c0, 0u);
+  q[1] = nibbles_cb(c0, 4u);
+#endif
+}
+#endif
+
 // Unit u of the row at byte rb: run k = a[k] * q[k] (+ b[k] with HAS_B).
 void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]) {
   const uint j = u % UPB, o = rb + (u / UPB) * BLOCK_BYTES;  // o: the block's first byte
@@ -197,12 +261,17 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   const uvec2 v = w2[o >> 3];
   q[0] = uintBitsToFloat(uvec4(v.x << 16, v.x & 0xffff0000u, v.y << 16, v.y & 0xffff0000u));
   a[0] = 1.0;
-#elif defined(TYPE_Q4_0)
-  // 18 bytes: fp16 d, 16 bytes of nibbles; x = d * (q - 8).
-  const uint qs = w32(o + 2u + 4u * j);
-  q[0] = bytes_f(qs & 0x0f0f0f0fu, 8.0);
-  q[1] = bytes_f((qs >> 4) & 0x0f0f0f0fu, 8.0);
-  a[0] = a[1] = f16(w16(o));
+#elif defined(SPAN_UNITS)
+  // Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4: block_head and unit_from above.
+  float d;
+  uint qh;
+  block_head(o, d, qh);
+  const uint c = o + QS_AT + UB * j;
+#if defined(TYPE_Q8_0)
+  unit_from(j, w32(c), w32(c + 4u), d, qh, q, a);
+#else
+  unit_from(j, w32(c), 0u, d, qh, q, a);
+#endif
 #elif defined(TYPE_Q4_1)
   // 20 bytes: fp16 d and m, 16 bytes of nibbles; x = d * q + m.
   const vec2 dm = unpackHalf2x16(w[o >> 2]);
@@ -211,44 +280,18 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   q[1] = bytes_f((qs >> 4) & 0x0f0f0f0fu, 0.0);
   a[0] = a[1] = dm.x;
   b[0] = b[1] = dm.y;
-#elif defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
-  // Q5_0, 22 bytes: fp16 d, 4 bytes qh (bit i: the fifth bit of element i), 16 bytes of nibbles;
-  // x = d * (q - 16). Q5_1, 24 bytes: fp16 d and m, qh, nibbles; x = d * q + m. Four bits of qh go
-  // to bit 4 of four bytes by a multiply (h * 0x00204081 = h | h << 7 | h << 14 | h << 21).
-#if defined(TYPE_Q5_0)
-  const uint qh = w32(o + 2u), qs = w32(o + 6u + 4u * j);
-  a[0] = a[1] = f16(w16(o));
-  const float bias = 16.0;
-#else
+#elif defined(TYPE_Q5_1)
+  // 24 bytes: fp16 d and m, 4 bytes qh (bit i: the fifth bit of element i), 16 bytes of nibbles;
+  // x = d * q + m. Four bits of qh go to bit 4 of four bytes by a multiply (as Q5_0's in unit_from).
   const uvec2 dmh = w2[o >> 3];  // 24-byte blocks: 8-aligned
   const uint qh = dmh.y, qs = w[(o >> 2) + 2u + j];
   const vec2 dm = unpackHalf2x16(dmh.x);
   a[0] = a[1] = dm.x;
   b[0] = b[1] = dm.y;
-  const float bias = 0.0;
-#endif
   const uint hl = ((((qh >> (4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
   const uint hh = ((((qh >> (16u + 4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
-  q[0] = bytes_f((qs & 0x0f0f0f0fu) | hl, bias);
-  q[1] = bytes_f(((qs >> 4) & 0x0f0f0f0fu) | hh, bias);
-#elif defined(TYPE_Q8_0)
-  // 34 bytes: fp16 d, 32 signed bytes; x = d * q. XOR 0x80 makes a signed byte b the unsigned b + 128.
-  q[0] = bytes_f(w32(o + 2u + 8u * j) ^ 0x80808080u, 128.0);
-  q[1] = bytes_f(w32(o + 6u + 8u * j) ^ 0x80808080u, 128.0);
-  a[0] = a[1] = f16(w16(o));
-#elif defined(TYPE_IQ4_NL)
-  // 18 bytes: fp16 d, 16 bytes of nibbles indexing kIQ4NLValues; x = d * value.
-  const uint qs = w32(o + 2u + 4u * j);
-  q[0] = nibbles_cb(qs, 0u);
-  q[1] = nibbles_cb(qs, 4u);
-  a[0] = a[1] = f16(w16(o));
-#elif defined(TYPE_MXFP4)
-  // 17 bytes: E8M0 exponent e, 16 bytes of nibbles indexing kMXFP4Values (E2M1, doubled);
-  // x = 2^(e-127) / 2 * value (e < 2: a subnormal scale).
-  const uint qs = w32(o + 1u + 4u * j), e = w8(o);
-  q[0] = nibbles_cb(qs, 0u);
-  q[1] = nibbles_cb(qs, 4u);
-  a[0] = a[1] = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+  q[0] = bytes_f((qs & 0x0f0f0f0fu) | hl, 0.0);
+  q[1] = bytes_f(((qs >> 4) & 0x0f0f0f0fu) | hh, 0.0);
 #elif defined(TYPE_Q2_K)
   // 84 bytes: 16 scale bytes (low nibble: scale, high: min, per 16 elements), 64 bytes of 2-bit q,
   // fp16 d and dmin; x = d * (sc & 15) * q - dmin * (sc >> 4). Run k is sub-block 8n + 2k + h: scale
@@ -337,59 +380,3 @@ void unit_load(uint rb, uint u, out vec4 q[UR], out float a[UR], out float b[UR]
   a[0] = a[1] = f16(hdr.x & 0xffffu) * u2f(ls, 32.0);
 #endif
 }
-
-#if defined(TYPE_Q4_0) || defined(TYPE_Q5_0) || defined(TYPE_Q8_0) || defined(TYPE_IQ4_NL) || defined(TYPE_MXFP4)
-// Span decoding of the 32-element formats whose blocks are not word-aligned, for a kernel that
-// decodes several consecutive units of one block: the block's head once (block_head), the quants of
-// the units as one run of 4-byte chunks read with whole-word loads (QS_AT: the block byte where unit
-// 0's quants begin; UB: quant bytes a unit), each unit from its chunks (unit_from) with the values
-// unit_load gives. unit_load reads 4 to 5 words a unit; a span of G units of Q5_0 reads 2 + G + 1.
-#define SPAN_UNITS
-#if defined(TYPE_Q8_0)
-#define QS_AT 2u
-#define UB 8u
-#elif defined(TYPE_Q5_0)
-#define QS_AT 6u
-#define UB 4u
-#elif defined(TYPE_MXFP4)
-#define QS_AT 1u
-#define UB 4u
-#else
-#define QS_AT 2u
-#define UB 4u
-#endif
-// The scale of the block at byte o and (Q5_0) its qh word: two loads (Q5_0 blocks start at even bytes).
-void block_head(uint o, out float d, out uint qh) {
-  qh = 0u;
-#if defined(TYPE_MXFP4)
-  const uint e = w8(o);
-  d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
-#elif defined(TYPE_Q5_0)
-  const uint i = o >> 2, s = (o & 2u) << 3, lo = w[i], hi = w[i + 1u];
-  d = f16((lo >> s) & 0xffffu);
-  qh = s == 0u ? (lo >> 16) | (hi << 16) : hi;
-#else
-  d = f16(w16(o));
-#endif
-}
-// Unit j of a block from its quant chunks (c0; Q8_0: c0, c1) and head, as unit_load's q and a.
-void unit_from(uint j, uint c0, uint c1, float d, uint qh, out vec4 q[UR], out float a[UR]) {
-  a[0] = a[1] = d;
-#if defined(TYPE_Q8_0)
-  q[0] = bytes_f(c0 ^ 0x80808080u, 128.0);
-  q[1] = bytes_f(c1 ^ 0x80808080u, 128.0);
-#elif defined(TYPE_Q5_0)
-  const uint hl = ((((qh >> (4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
-  const uint hh = ((((qh >> (16u + 4u * j)) & 15u) * 0x00204081u) & 0x01010101u) << 4;
-  q[0] = bytes_f((c0 & 0x0f0f0f0fu) | hl, 16.0);
-  q[1] = bytes_f(((c0 >> 4) & 0x0f0f0f0fu) | hh, 16.0);
-#elif defined(TYPE_Q4_0)
-  q[0] = bytes_f(c0 & 0x0f0f0f0fu, 8.0);
-  q[1] = bytes_f((c0 >> 4) & 0x0f0f0f0fu, 8.0);
-#else
-  q[0] = nibbles_cb(c0, 0u);
-  q[1] = nibbles_cb(c0, 4u);
-#endif
-}
-#endif
-
