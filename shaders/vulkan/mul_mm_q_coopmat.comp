@@ -29,7 +29,15 @@
 #extension GL_NV_cooperative_matrix : require
 
 layout(local_size_x_id = 1) in;
+layout(constant_id = 1) const uint WGS = 128;  // invocations: 4 subgroups of 32, or 8
 
+#if !defined(NARROW)
+// The accumulators' way out to Y, [subgroup][16][16], used after the last step only: until then its
+// first 16 floats hold quant.glsl's codebook (IQ4, MXFP4), so that those types' 128-row tiles fit
+// 48 KiB like the others'.
+shared float cs[(WGS / 32u) * 256u];
+#define CODEBOOK_AT cs
+#endif
 #include "quant.glsl"
 
 layout(std430, binding = 1) readonly buffer Xbuf { uvec4 x[]; };
@@ -40,7 +48,6 @@ layout(std430, binding = 4) readonly buffer Bbuf { float bias[]; };
 #include "mm_q.glsl"
 
 layout(constant_id = 0) const uint BM = 128;   // W rows per tile: 128 or 64
-layout(constant_id = 1) const uint WGS = 128;  // invocations: 4 subgroups of 32, or 8
 const uint NW = WGS / 32u;       // subgroups
 #if defined(NARROW)
 const uint BN = 32;              // tokens per tile
@@ -82,9 +89,6 @@ uint witem(uint m) { return SPAN ? gl_LocalInvocationIndex * WI + m : gl_LocalIn
 
 shared uvec4 ws[2u * WSTAGE];    // [buffer][W row][slot / 8]
 shared uvec4 xs[2u * XSTAGE];    // [buffer][token][slot / 8]
-#if !defined(NARROW)
-shared float cs[NW * 256u];      // [subgroup][16][16]: accumulators on their way to Y
-#endif
 
 #define MAT16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MAT32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>

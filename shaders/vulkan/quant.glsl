@@ -58,7 +58,11 @@ uint byte_of(uint v, uint i) { return (v >> (i << 3)) & 0xffu; }
 
 #if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS) || defined(TYPE_MXFP4)
 #define HAS_CODEBOOK
+#if defined(CODEBOOK_AT)
+#define codebook CODEBOOK_AT  // 16 floats of the includer's shared memory (declared before this file)
+#else
 shared float codebook[16];
+#endif
 // The element of each nibble of the low nibbles (shift 0) or high nibbles (shift 4) of v.
 vec4 nibbles_cb(uint v, uint shift) {
   return vec4(codebook[(v >> shift) & 15u], codebook[(v >> (shift + 8u)) & 15u], codebook[(v >> (shift + 16u)) & 15u],

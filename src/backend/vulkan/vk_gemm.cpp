@@ -31,13 +31,16 @@ uint32_t coop_rows(uint32_t nrows, uint32_t n_tokens) {
 }
 
 // mul_mm_q_coopmat's shared memory with `rows` W rows and `tokens` tokens per tile: two buffers of W's
-// and X's 80-byte rows, 1 KiB per subgroup (8 at most) of accumulators on their way out (the narrow
-// tiles' go through the W buffers), and the 16-entry codebook of the types that decode through one
-// (quant.glsl's HAS_CODEBOOK), which takes a 128-row tile 64 bytes past 48 KiB.
+// and X's 80-byte rows, 1 KiB per subgroup (8 at most) of accumulators on their way out, which holds
+// the 16-entry codebook of the types that decode through one (quant.glsl's HAS_CODEBOOK) until then;
+// the narrow tiles' accumulators go through the W buffers, and their codebook takes 64 bytes of its own.
+// (The codebook in its own 64 bytes took the wide 128-row tiles past 48 KiB: MXFP4 experts ran 64-row
+// tiles.)
 size_t coop_shared_bytes(uint32_t rows, uint32_t tokens, gguf::TensorType type) {
   const bool codebook = type == gguf::TensorType::IQ4_NL || type == gguf::TensorType::IQ4_XS ||
                         type == gguf::TensorType::MXFP4;
-  return size_t{2} * rows * 80 + size_t{2} * tokens * 80 + (tokens == kCoopTokens ? 8192 : 0) + (codebook ? 64 : 0);
+  const bool wide = tokens == kCoopTokens;
+  return size_t{2} * rows * 80 + size_t{2} * tokens * 80 + (wide ? 8192 : 0) + (codebook && !wide ? 64 : 0);
 }
 
 // mul_mm_q_coopmat's K-steps of 32 a pass: 2 (the two buffers filled together, two steps' loads in
