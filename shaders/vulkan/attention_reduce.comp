@@ -13,8 +13,12 @@
 //    17.4 -> 8.1 us a layer for 64 splits of 32 query rows on an H200); the first group also writes
 //    the token's outputs as Q8_K codes (q8k.glsl) for the K-quant product that reads them: the decode
 //    step's quantization done without a dispatch of its own. Needs n_head * head_dim a multiple of 256. Grid: (n_head * head_dim / 256, n_tokens).
+//  - rows with q8_words > 0 (head_dim a multiple of 32 up to 512, subgroups of 8 or more): the
+//    token's outputs also as the 32-element formats' activation codes (q8_act.glsl, format q8_format,
+//    rows q8_words words apart) for the product that reads them: eight invocations a block.
 // Bindings: 0 scratch: (m, l) [n_split][n_rows] then acc [n_split][n_rows][head_dim]; 1 sinks [n_head];
-// 2 out [n_rows][head_dim] (= [n_tokens][n_head * head_dim]); q8k: 3 codes, rows q8k_stride words apart.
+// 2 out [n_rows][head_dim] (= [n_tokens][n_head * head_dim]); 3 codes (q8k: rows q8k_stride words
+// apart).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -38,11 +42,18 @@ layout(push_constant) uniform Params {
   uint head_dim;
   uint has_sinks;
   uint q8k_stride;  // q8k: words per quantized row
+  uint q8_words;    // rows: words per row of activation codes; 0: none
+  uint q8_format;
 } p;
-#if defined(Q8K_OUT)
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+#if defined(Q8K_OUT)
 #define Q8K_BLOCK_WRITER
 #include "q8k.glsl"
+#else
+#include "div_rn.glsl"
+#include "f16_rne.glsl"
+#define Q8_ACT_WRITER
+#include "q8_act.glsl"
 #endif
 
 // The splits are read CH at a time, every load of a chunk issued before any is used: a loop of one
@@ -126,6 +137,19 @@ void main() {
   if (row >= p.n_rows) return;
   float m = splits_max(row, 0u, 1u);
   const float sink_l = sink_weight(row, m);
+  if (p.q8_words != 0u) {  // uniform; head_dim <= 512: one pass
+    const uint d = gl_LocalInvocationID.x * 4u, e = (row % p.n_head) * p.head_dim + d;
+    vec4 v = vec4(0.0);
+    if (d < p.head_dim) {
+      float l = sink_l;
+      vec4 a = vec4(0.0);
+      splits_sum(row, d, 0u, 1u, m, l, a);
+      v = a * (1.0 / l);
+      o4[(row * p.head_dim + d) / 4u] = v;
+    }
+    q8_act_write(v, (d / 4u) % 8u, (row / p.n_head) * p.q8_words + (e / 32u) * 9u, p.q8_format, d < p.head_dim);
+    return;
+  }
   for (uint d = gl_LocalInvocationID.x * 4u; d < p.head_dim; d += 512u) {
     float l = sink_l;
     vec4 a = vec4(0.0);

@@ -19,9 +19,14 @@
 //
 // With q8k_stride > 0 the result is also quantized to Q8_K (q8k.glsl's layout, rows q8k_stride words
 // apart in q) for the K-quant product that reads it (the down projection after a GLU): a workgroup is
-// then one block of 256, so a_width and n must be multiples of 256.
+// then one block of 256, so a_width and n must be multiples of 256. With q8_words > 0 it is also
+// quantized as quantize_q8.comp quantizes the 32-element formats' activations (q8_format 0: ACT_Q8_0,
+// 1: ACT_Q8_1; rows q8_words words apart in q, the same bytes; q8_act.glsl): a workgroup's 256
+// values go through shared memory to 64 invocations, 4 of a block's 32 each. a_width a multiple of 32;
+// subgroups of 8 or more.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) readonly buffer B { float b[]; };
@@ -29,6 +34,10 @@ layout(std430, binding = 2) writeonly buffer O { float o[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 #define Q8K_BLOCK256_WRITER
 #include "q8k.glsl"
+#include "f16_rne.glsl"
+#define Q8_ACT_WRITER
+#include "q8_act.glsl"
+shared float vals[256];
 #if defined(ADD_AFTER)
 layout(std430, binding = 4) readonly buffer C { float c[]; };
 layout(std430, binding = 5) writeonly buffer S { float s[]; };
@@ -41,6 +50,8 @@ layout(push_constant) uniform Params {
   float p0;  // OP_SOFTCAP: cap; OP_SWIGLU_CLAMPED: alpha
   float p1;  // OP_SWIGLU_CLAMPED: limit
   uint q8k_stride;  // words per quantized row; 0: no codes (q is not written)
+  uint q8_words;    // words per row of 32-element activation codes; 0: none
+  uint q8_format;
 } p;
 
 float value(uint i) {
@@ -70,6 +81,20 @@ float value(uint i) {
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256u + lid;
+  if (p.q8_words != 0u) {  // uniform
+    float v = 0.0;
+    if (i < p.n) {
+      v = value(i);
+      o[i] = v;
+    }
+    vals[lid] = v;
+    barrier();
+    // Invocation lid < 64: word lid % 8 of block lid / 8 of the workgroup's eight.
+    const uint l = lid % 64u, e = i - lid + 4u * l;  // its first element
+    const vec4 x = vec4(vals[4u * l], vals[4u * l + 1u], vals[4u * l + 2u], vals[4u * l + 3u]);
+    q8_act_write(x, l % 8u, (e / p.a_width) * p.q8_words + (e % p.a_width) / 32u * 9u, p.q8_format, lid < 64u && e < p.n);
+    return;
+  }
   if (p.q8k_stride == 0u) {
     if (i < p.n) {
       const float v = value(i);

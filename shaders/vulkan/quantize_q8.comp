@@ -13,16 +13,12 @@
 #extension GL_GOOGLE_include_directive : require
 #include "div_rn.glsl"
 #include "f16_rne.glsl"
+#include "q8_act.glsl"
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform Params { uint n_blocks; } p;
 
-int code(precise float v) {
-  v = clamp(v, -127.0, 127.0);
-  precise const float t = trunc(v), f = v - t;
-  return int(t + (f >= 0.5 ? 1.0 : 0.0) - (f <= -0.5 ? 1.0 : 0.0));
-}
 
 void main() {
   const uint b = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u + gl_GlobalInvocationID.x;
@@ -45,7 +41,7 @@ void main() {
     uint packed = 0u;
     for (uint k = 0u; k < 4u; ++k) {
       precise const float scaled = v[4u * w + k] * id;  // rounded before code() (no fused multiply-add)
-      const int c = code(scaled);
+      const int c = q8_code(scaled);
       sum += c;
       packed |= (uint(c) & 0xffu) << (8u * k);
     }

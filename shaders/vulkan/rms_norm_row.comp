@@ -9,7 +9,11 @@
 // scaling, so the row is read once. Two optional fusions, each saving a dispatch in decode:
 //  - ADD_INPUT: the row is a + b (the residual sum before the norm), written to s as well;
 //  - q8k_stride > 0: y is also quantized to Q8_K (q8k.glsl: the layout and arithmetic, rows
-//    q8k_stride words apart in xq) for the K-quant products that read it.
+//    q8k_stride words apart in xq) for the K-quant products that read it;
+//  - q8_words > 0: y is also quantized as quantize_q8.comp quantizes the activations of the 32-element
+//    formats' products (q8_format 0: ACT_Q8_0, 1: ACT_Q8_1; rows q8_words words apart in xq, the same
+//    bytes): the eight invocations holding a block of 32 share its max and code sum by shuffles.
+//    Needs width a multiple of 32 and subgroups of 8 invocations or more; not with q8k_stride.
 // SUM_F64 reproduces the CPU backend bit for bit (rms_norm.comp says how); SUM_F32 is the float sum.
 // Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * WGS * 4; the Q8_K
 // output needs full subgroups of 4 invocations or more.
@@ -33,6 +37,9 @@ layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer W { vec4 w4[]; };
 layout(std430, binding = 2) writeonly buffer Y { vec4 y4[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+#include "f16_rne.glsl"
+#define Q8_ACT_WRITER
+#include "q8_act.glsl"
 #if defined(ADD_INPUT)
 layout(std430, binding = 4) readonly buffer B { vec4 b4[]; };
 layout(std430, binding = 5) writeonly buffer S { vec4 s4[]; };
@@ -43,6 +50,8 @@ layout(push_constant) uniform Params {
   float eps;
   float offset;     // added to every weight
   uint q8k_stride;  // words per quantized row; 0: no Q8_K output (xq is not written)
+  uint q8_words;    // words per row of 32-element activation codes; 0: none
+  uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
 } p;
 
 const uint BPC = WGS / 64u;  // Q8_K blocks per chunk
@@ -91,6 +100,15 @@ void main() {
     precise const vec4 r = v[c] * scale * wv[c];  // the CPU's order: (x * scale) * w
     v[c] = r;
     if (i < n4) y4[base + i] = r;
+  }
+  if (p.q8_words != 0u) {  // uniform
+    // Chunk c's invocation lid holds elements 4 i.. (i = c WGS + lid): word i % 8 of block i / 8.
+    const uint qb = row * p.q8_words;
+    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+      const uint i = c * WGS + lid;
+      q8_act_write(v[c], i % 8u, qb + (i / 8u) * 9u, p.q8_format, i < n4);
+    }
+    return;
   }
   if (p.q8k_stride == 0u) return;  // uniform: the whole workgroup leaves
 

@@ -40,6 +40,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_FA_COOPMAT", "0, 1", "1", "prompt attention on tensor cores where the device has them (0: the portable kernel, for measurements)"},
     {"ZINC_VULKAN_FA_SPLITS", "1..128", "by workgroups and cache size", "key-range splits of the portable attention kernel (decode; tuning)"},
     {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},
+    {"ZINC_VULKAN_NORM_Q8", "0 or 1", "1", "0: the activation codes of the 32-element formats' decode products made by a dispatch of their own, not by the norm, activation or attention merge that writes their input (measuring)"},
     {"ZINC_VULKAN_NORM_WG", "64..1024", "by width", "workgroup size of the row norm (tuning)"},
     {"ZINC_CUDA_DEVICE", "a device index (zinc check lists them)", "0", "the CUDA device when --device is not given"},
     {"ZINC_CUDA_GRAPHS", "0", "unset (graphs on)", "0: every step's kernels launched one by one instead of replaying the step's captured CUDA graph (measuring)"},

@@ -126,6 +126,9 @@ struct Case {
   bool sinks = false;
   uint32_t n_split = 0;  // 0: the launcher's choice
   bool q8k = false;      // the output's Q8_K codes too (checked against the CPU's quantizer of the output)
+  // Or the activation codes of the output for weights of this 32-element format (F32: none), where
+  // the launcher writes them (attention_q8_fits).
+  gguf::TensorType act = gguf::TensorType::F32;
 };
 
 // The graph op's definition (CpuExecutable::attention) in float64, and for each output a bound on the
@@ -275,6 +278,15 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   if (c.q8k && !codes) std::printf("no Q8_K output on this device: the codes are not checked\n");
   Buffer xq = ctx.host_buffer(codes ? q8k_row_bytes(qw) * c.n_tokens : 16);
   if (codes) a.xq = {&xq, 0, 0};
+  Buffer q8 = ctx.host_buffer(std::max<size_t>(16, mul_mv_q8_bytes(qw) * c.n_tokens));
+  if (c.act != gguf::TensorType::F32) {
+    a.q8_format = q8_act_format(c.act);
+    if (attention_q8_fits(ctx, a)) {
+      a.q8 = {&q8, 0, 0};
+    } else {
+      std::printf("%s: no activation codes from attention here (%u splits)\n", c.name, splits);
+    }
+  }
   attention(ctx, d, a);
 
   const uint32_t rows = c.n_past + c.n_tokens;
@@ -288,6 +300,16 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
     std::memcpy(got.data(), xq.mapped, got.size());
     expect_codes_of(std::vector<float>(out.data(), out.data() + static_cast<size_t>(c.n_tokens) * qw), got, qw, c.n_tokens);
   }
+  if (a.q8.buffer) {
+    std::vector<uint8_t> got(mul_mv_q8_bytes(qw) * c.n_tokens);
+    std::memcpy(got.data(), q8.mapped, got.size());
+    std::string first;
+    EXPECT_EQ(codes_unlike_the_cpus(c.act, std::vector<float>(out.data(), out.data() + static_cast<size_t>(c.n_tokens) * qw), got,
+                                    qw, first),
+              0)
+        << c.name << ": activation codes, first at " << first;
+  }
+  ctx.release(q8);
   ctx.release(xq);
   ctx.release(scratch);
 }
@@ -408,7 +430,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37},
                       Case{"at 37, hd 96, 3 splits, F16, codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3, true},
                       Case{"at 1500, 128 splits, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, true, 128},
-                      Case{"at 1500, 128 splits, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, false, 128, true}),
+                      Case{"at 1500, 128 splits, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, false, 128, true},
+                      Case{"at 37, gpt-oss heads, sinks, 4 splits, Q8_0 activation codes", KvCacheType::F16, 64, 8, 64, 1, 37, 0,
+                           0, true, 4, false, gguf::TensorType::MXFP4},
+                      Case{"at 700, GQA 4:1, Q8_1 activation codes", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 0, false,
+                           gguf::TensorType::Q4_1},
+                      Case{"at 37, hd 96, 3 splits, Q8_0 activation codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3,
+                           false, gguf::TensorType::Q8_0}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(

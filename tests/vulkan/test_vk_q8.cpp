@@ -272,6 +272,88 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
   }
 }
 
+TEST_F(VulkanQ8, NormWritesItsRowsActivationCodes) {
+  // rms_norm_row with the 32-element formats' codes of its output (decode's norm before their
+  // products, one dispatch): the normalised rows as without the codes, bit for bit, and the codes the
+  // CPU makes of those rows, for both activation formats (Q4_1's Q8_1, Q4_0's and MXFP4's Q8_0), with
+  // and without the residual add. Rows of 2880 (gpt-oss: 90 blocks, a partial chunk), 96 and 4096;
+  // 40 rows each, some of them scaled by 2^-20 and 2^20 before the norm.
+  if (!rms_norm_row_q8_fits(*ctx_, 96)) GTEST_SKIP() << "subgroups under 8 invocations: no codes from the norm here";
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const uint32_t width : {2880u, 96u, 4096u}) {
+    const uint32_t rows = 40;
+    std::vector<float> a(static_cast<size_t>(width) * rows), b(a.size()), w(width);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = nd(rng) * ((i / width) % 3 == 1 ? 0x1p-20f : (i / width) % 3 == 2 ? 0x1p20f : 1.0f);
+    for (auto& v : b) v = nd(rng) * 0.5f;
+    for (auto& v : w) v = nd(rng);
+    const size_t qb = mul_mv_q8_bytes(width);
+    Buffer ba = ctx_->device_buffer(a.size() * 4), bb = ctx_->device_buffer(a.size() * 4), bw = ctx_->device_buffer(w.size() * 4),
+           bs = ctx_->device_buffer(a.size() * 4), by = ctx_->device_buffer(a.size() * 4), by0 = ctx_->device_buffer(a.size() * 4),
+           bq = ctx_->device_buffer(qb * rows);
+    ctx_->upload(ba, 0, a.data(), a.size() * 4);
+    ctx_->upload(bb, 0, b.data(), b.size() * 4);
+    ctx_->upload(bw, 0, w.data(), w.size() * 4);
+    for (const bool add : {false, true}) {
+      for (const auto type : {gguf::TensorType::Q4_1, gguf::TensorType::Q4_0, gguf::TensorType::MXFP4}) {
+        const View sum = add ? View{&bs} : View{}, other = add ? View{&bb} : View{};
+        rms_norm_row(*ctx_, ctx_->immediate(), View{&ba}, other, sum, View{&bw}, View{&by0}, View{}, width, rows, 1e-6f, 0.0f);
+        rms_norm_row(*ctx_, ctx_->immediate(), View{&ba}, other, sum, View{&bw}, View{&by}, View{}, width, rows, 1e-6f, 0.0f,
+                     View{&bq}, q8_act_format(type));
+        std::vector<float> y(a.size()), y0(a.size());
+        std::vector<uint8_t> codes(qb * rows);
+        ctx_->download(by, 0, y.data(), y.size() * 4);
+        ctx_->download(by0, 0, y0.data(), y0.size() * 4);
+        ctx_->download(bq, 0, codes.data(), codes.size());
+        EXPECT_EQ(y, y0) << width << (add ? " with the add" : "");
+        std::string first;
+        EXPECT_EQ(codes_unlike_the_cpus(type, y, codes, width, first), 0)
+            << gguf::tensor_type_name(type) << " codes of rows of " << width << (add ? " with the add" : "") << ", first at " << first;
+      }
+    }
+    for (Buffer* buf : {&ba, &bb, &bw, &bs, &by, &by0, &bq}) ctx_->release(*buf);
+  }
+}
+
+TEST_F(VulkanQ8, GluWritesItsRowsActivationCodes) {
+  // eltwise's SwiGLU (and GPT-OSS's clamped one) with the codes of its output for the down product
+  // of the 32-element formats (decode's activation before the experts' down products): the output as
+  // without the codes, bit for bit, and the codes the CPU makes of it. Rows of 2880 (a workgroup's
+  // 256 values straddle rows) and 96, 24 of them (3 a row of 8 slots).
+  if (!eltwise_q8_fits(*ctx_, 96)) GTEST_SKIP() << "subgroups under 8 invocations: no codes from the activation here";
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (const uint32_t width : {2880u, 96u}) {
+    const uint32_t rows = 24;
+    std::vector<float> a(static_cast<size_t>(width) * rows), b(a.size());
+    for (auto& v : a) v = nd(rng);
+    for (auto& v : b) v = nd(rng);
+    const size_t qb = mul_mv_q8_bytes(width);
+    Buffer ba = ctx_->device_buffer(a.size() * 4), bb = ctx_->device_buffer(a.size() * 4), bo = ctx_->device_buffer(a.size() * 4),
+           bo0 = ctx_->device_buffer(a.size() * 4), bq = ctx_->device_buffer(qb * rows);
+    ctx_->upload(ba, 0, a.data(), a.size() * 4);
+    ctx_->upload(bb, 0, b.data(), b.size() * 4);
+    for (const auto op : {Eltwise::SwiGLU, Eltwise::SwiGLUClamped}) {
+      for (const auto type : {gguf::TensorType::Q4_1, gguf::TensorType::MXFP4}) {
+        eltwise(*ctx_, ctx_->immediate(), op, View{&ba}, View{&bb}, View{&bo0}, width, width, rows, false, 1.702f, 7.0f);
+        eltwise(*ctx_, ctx_->immediate(), op, View{&ba}, View{&bb}, View{&bo}, width, width, rows, false, 1.702f, 7.0f, View{},
+                View{&bq}, q8_act_format(type));
+        std::vector<float> y(a.size()), y0(a.size());
+        std::vector<uint8_t> codes(qb * rows);
+        ctx_->download(bo, 0, y.data(), y.size() * 4);
+        ctx_->download(bo0, 0, y0.data(), y0.size() * 4);
+        ctx_->download(bq, 0, codes.data(), codes.size());
+        const char* name = op == Eltwise::SwiGLU ? "SwiGLU" : "clamped SwiGLU";
+        EXPECT_EQ(y, y0) << name << " of " << width;
+        std::string first;
+        EXPECT_EQ(codes_unlike_the_cpus(type, y, codes, width, first), 0)
+            << gguf::tensor_type_name(type) << " codes of the " << name << " of rows of " << width << ", first at " << first;
+      }
+    }
+    for (Buffer* buf : {&ba, &bb, &bo, &bo0, &bq}) ctx_->release(*buf);
+  }
+}
+
 TEST_F(VulkanQ8, ActivationCodesAreTheCpus) {
   // The codes a product leaves in xq: Q8_1 (Q4_1's pairing) byte for byte the CPU's BlockQ8_1 rows;
   // Q8_0 the CPU's codes and the float value of its fp16 d. Rows with ties and zeros, and many blocks
@@ -291,7 +373,7 @@ TEST_F(VulkanQ8, ActivationCodesAreTheCpus) {
     }
   }
   for (const auto& [x, ncols] : {std::pair{activation_rows(1024, 3, rng), 1024u}, std::pair{edges, 4096u}}) {
-    const auto rows = static_cast<uint32_t>(x.size() / ncols), nb = ncols / 32;
+    const auto rows = static_cast<uint32_t>(x.size() / ncols);
     const size_t qb = mul_mv_q8_bytes(ncols);
     for (const auto type : {gguf::TensorType::Q4_1, gguf::TensorType::Q4_0}) {
       const std::vector<uint8_t> wq = weight_rows(type, ncols, 1, rng);
@@ -300,28 +382,10 @@ TEST_F(VulkanQ8, ActivationCodesAreTheCpus) {
       ctx_->upload(bw, 0, wq.data(), wq.size());
       ctx_->upload(bx, 0, x.data(), x.size() * 4);
       mul_mv_q8(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bx}, View{&bq}, View{&by}, ncols, 1, rows);
-      std::vector<uint8_t> got(qb * rows), want(quant::activation_row_size(type, ncols));
+      std::vector<uint8_t> got(qb * rows);
       ctx_->download(bq, 0, got.data(), got.size());
-      int bad = 0;
       std::string first;
-      for (uint32_t r = 0; r < rows; ++r) {
-        quant::quantize_activation(type, x.data() + static_cast<size_t>(r) * ncols, want.data(), ncols);
-        const uint8_t* row = got.data() + r * qb;
-        for (uint32_t blk = 0; blk < nb; ++blk) {
-          bool same = false;
-          if (type == gguf::TensorType::Q4_1) {
-            static_assert(sizeof(quant::BlockQ8_1) == 36);
-            same = std::memcmp(row + 36 * blk, want.data() + 36 * blk, 36) == 0;
-          } else {
-            const auto& q = reinterpret_cast<const quant::BlockQ8_0*>(want.data())[blk];
-            float d = 0;
-            std::memcpy(&d, row + 36 * blk + 32, 4);
-            same = d == quant::fp16_to_f32(q.d) && std::memcmp(row + 36 * blk, q.qs, 32) == 0;
-          }
-          if (!same && bad++ == 0) first = fmt::format("row {} block {}", r, blk);
-        }
-      }
-      EXPECT_EQ(bad, 0) << gguf::tensor_type_name(type) << " activations of " << ncols << " columns, first at " << first;
+      EXPECT_EQ(codes_unlike_the_cpus(type, x, got, ncols, first), 0) << gguf::tensor_type_name(type) << " activations of " << ncols << " columns, first at " << first;
       for (Buffer* buf : {&bw, &bx, &bq, &by}) ctx_->release(*buf);
     }
   }

@@ -1,8 +1,9 @@
 // Shared by the Vulkan tests: a fixture holding the process's device context, or skipping with the
 // reason there is none (no loader, no driver, no device), the timing of the throughput tables, and the
-// check of Q8_K activation codes against the CPU's quantizer.
+// checks of activation codes (Q8_K, and the 32-element formats') against the CPU's quantizer.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/vulkan/vk_context.h"
@@ -19,6 +21,8 @@
 #include "core/error.h"
 #include "quant/blocks.h"
 #include "quant/dot.h"
+#include "quant/fp16.h"
+#include "quant/quant.h"
 
 namespace zinc::backend::vk {
 
@@ -88,6 +92,35 @@ inline void expect_codes_of(const std::vector<float>& x, const std::vector<uint8
       }
     }
   }
+}
+
+// Blocks of the codes rows of x leave in `got` (mul_mv_q8_bytes(ncols) apart) that differ from the
+// CPU's activations of `type`: Q8_1 (Q4_1's pairing) byte for byte the CPU's BlockQ8_1 rows; Q8_0 the
+// CPU's codes and the float value of its fp16 d. `first` names the first.
+inline int codes_unlike_the_cpus(gguf::TensorType type, const std::vector<float>& x, const std::vector<uint8_t>& got, uint32_t ncols,
+                          std::string& first) {
+  const auto rows = static_cast<uint32_t>(x.size() / ncols), nb = ncols / 32;
+  const size_t qb = mul_mv_q8_bytes(ncols);
+  std::vector<uint8_t> want(quant::activation_row_size(type, ncols));
+  int bad = 0;
+  for (uint32_t r = 0; r < rows; ++r) {
+    quant::quantize_activation(type, x.data() + static_cast<size_t>(r) * ncols, want.data(), ncols);
+    const uint8_t* row = got.data() + r * qb;
+    for (uint32_t blk = 0; blk < nb; ++blk) {
+      bool same = false;
+      if (quant::activation_row_size(type, 32) == sizeof(quant::BlockQ8_1)) {
+        static_assert(sizeof(quant::BlockQ8_1) == 36);
+        same = std::memcmp(row + 36 * blk, want.data() + 36 * blk, 36) == 0;
+      } else {
+        const auto& q = reinterpret_cast<const quant::BlockQ8_0*>(want.data())[blk];
+        float d = 0;
+        std::memcpy(&d, row + 36 * blk + 32, 4);
+        same = d == quant::fp16_to_f32(q.d) && std::memcmp(row + 36 * blk, q.qs, 32) == 0;
+      }
+      if (!same && bad++ == 0) first = fmt::format("row {} block {}", r, blk);
+    }
+  }
+  return bad;
 }
 
 }  // namespace zinc::backend::vk

@@ -224,6 +224,12 @@ size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_h
   return most;
 }
 
+bool attention_q8_fits(const Context& ctx, const AttentionArgs& a) {
+  check_args(a);
+  return !a.xq.buffer && a.phase == 0 && a.q8_format <= 1 && a.head_dim % 32 == 0 && ctx.features().subgroup_size >= 8 &&
+         !coop_attention(ctx, a) && make_plan(ctx.features(), a).n_split > 1;
+}
+
 bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim) {
   return (n_head * head_dim) % 256 == 0 && ctx.features().subgroup_size >= 4;
 }
@@ -235,6 +241,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   }
   if (a.xq.buffer && a.n_tokens > kMaxGroupsYZ) throw Error("Vulkan attention: too many tokens for a Q8_K output");
   if (a.phase > 2 || (a.phase > 0 && a.xq.buffer)) throw Error("Vulkan attention: a phase is 0, 1 or 2, without Q8_K output");
+  if (a.q8.buffer && !attention_q8_fits(ctx, a)) throw Error("Vulkan attention: no activation codes of its output here");
   // Both kernels' push constants (n_split set below). Absent bindings are bound to q (never read or written).
   const uint32_t kv_width = a.n_head_kv * a.head_dim;
   struct {
@@ -285,17 +292,23 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   if (a.phase == 1) return;
   if (a.phase == 0) d.barrier();
   const uint32_t n_rows = a.n_tokens * a.n_head;
-  const uint32_t rpush[] = {p.n_split, n_rows, a.n_head, a.head_dim, a.sinks.buffer ? 1u : 0u,
-                            static_cast<uint32_t>(q8k_row_bytes(width) / 4)};
+  const uint32_t rpush[] = {p.n_split,
+                            n_rows,
+                            a.n_head,
+                            a.head_dim,
+                            a.sinks.buffer ? 1u : 0u,
+                            static_cast<uint32_t>(q8k_row_bytes(width) / 4),
+                            a.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4) : 0u,
+                            a.q8_format};
   if (a.xq.buffer) {
     const View rbind[] = {a.scratch, sinks, a.out, a.xq};
     d.dispatch(ctx.pipeline("attention_reduce_q8k", 4, sizeof(rpush)), rbind, rpush, width / 256, a.n_tokens);
     return;
   }
-  const View rbind[] = {a.scratch, sinks, a.out};
+  const View rbind[] = {a.scratch, sinks, a.out, a.q8.buffer ? a.q8 : a.out};
   uint32_t gx = 0, gy = 0;
   grid(ctx, n_rows, &gx, &gy);
-  d.dispatch(ctx.pipeline("attention_reduce_rows", 3, sizeof(rpush)), rbind, rpush, gx, gy);
+  d.dispatch(ctx.pipeline("attention_reduce_rows", 4, sizeof(rpush)), rbind, rpush, gx, gy);
 }
 
 }  // namespace zinc::backend::vk

@@ -71,7 +71,15 @@ struct AttentionArgs {
   // its own scratch) share one barrier: 1 records each one's key-range pass, then after a barrier 2
   // records each one's merge of its splits (nothing where it has one split). No Q8_K output then.
   uint32_t phase = 0;
+  // out's rows as the 32-element formats' activation codes too (quantize_q8_act's bytes in q8_format,
+  // q8_act_format's), where attention_q8_fits; else empty.
+  View q8;
+  uint32_t q8_format = 0;
 };
+
+// Whether attention() writes q8 for these arguments (q8 and q8_format aside): the key range split
+// (its merge writes them), heads of a multiple of 32, no Q8_K output, the whole op.
+bool attention_q8_fits(const Context& ctx, const AttentionArgs& a);
 
 // Splits attention() uses for these sizes (n_split = 0: its own choice) and the scratch they need:
 // n_split * n_tokens * n_head * (head_dim + 2) floats when n_split > 1, else nothing.

@@ -18,11 +18,18 @@ constexpr uint32_t kRowChunks = 16;  // rms_norm_row: 4-float chunks per invocat
 
 bool rms_norm_row_fits(uint32_t width) { return width > 0 && width % 4 == 0 && width <= kRowChunks * 4 * 256; }
 
+bool rms_norm_row_q8_fits(const Context& ctx, uint32_t width) {
+  return rms_norm_row_fits(width) && width % 32 == 0 && ctx.features().subgroup_size >= 8;
+}
+
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset) {
+                  uint32_t n_tokens, float eps, float offset, View q8, uint32_t q8_format) {
   if (!rms_norm_row_fits(width)) throw Error(fmt::format("Vulkan rms_norm_row: rows of {} floats do not fit", width));
   if (xq.buffer && (width % 256 != 0 || ctx.features().subgroup_size < 4)) {
     throw Error(fmt::format("Vulkan rms_norm_row: no Q8_K output for rows of {} on this device", width));
+  }
+  if (q8.buffer && (xq.buffer || !rms_norm_row_q8_fits(ctx, width) || q8_format > 1)) {
+    throw Error(fmt::format("Vulkan rms_norm_row: no activation codes (format {}) for rows of {} here", q8_format, width));
   }
   if (n_tokens == 0) return;
   const bool exact = ctx.features().fp64;
@@ -37,14 +44,21 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   for (wgs = 64; wgs * 2 <= asked;) wgs *= 2;
   while (wgs * 2 <= most && (width / 4 + wgs - 1) / wgs > kRowChunks) wgs *= 2;
   const uint32_t spec[] = {(width / 4 + wgs - 1) / wgs, wgs};
-  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, 20, spec);
   struct {
     uint32_t width, has_weight;
     float eps, offset;
-    uint32_t q8k_stride;
-  } push{width, w.buffer ? 1u : 0u, eps, offset, xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u};
+    uint32_t q8k_stride, q8_words, q8_format;
+  } push{width,
+         w.buffer ? 1u : 0u,
+         eps,
+         offset,
+         xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u,
+         q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4) : 0u,
+         q8_format};
+  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, sizeof(push), spec);
   const View any = x;  // unused bindings
-  const std::array<View, 6> bindings{x, w.buffer ? w : any, y, xq.buffer ? xq : y, b.buffer ? b : any, sum.buffer ? sum : y};
+  const View codes = xq.buffer ? xq : q8.buffer ? q8 : y;
+  const std::array<View, 6> bindings{x, w.buffer ? w : any, y, codes, b.buffer ? b : any, sum.buffer ? sum : y};
   d.dispatch(k, std::span<const View>(bindings.data(), b.buffer ? 6 : 4), &push, n_tokens);
 }
 
@@ -105,7 +119,7 @@ namespace {
 struct EltwisePush {
   uint32_t n, a_width, b_width, b_row_stride;
   float p0, p1;
-  uint32_t q8k_stride;
+  uint32_t q8k_stride, q8_words = 0, q8_format = 0;
 };
 
 void dispatch_eltwise(Context& ctx, Dispatcher& d, const Kernel& k, std::span<const View> bindings, const EltwisePush& push) {
@@ -116,19 +130,25 @@ void dispatch_eltwise(Context& ctx, Dispatcher& d, const Kernel& k, std::span<co
 
 }  // namespace
 
+bool eltwise_q8_fits(const Context& ctx, uint32_t a_width) { return a_width % 32 == 0 && ctx.features().subgroup_size >= 8; }
+
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
-             uint32_t n_tokens, bool b_shared, float p0, float p1, View xq) {
+             uint32_t n_tokens, bool b_shared, float p0, float p1, View xq, View q8, uint32_t q8_format) {
   static constexpr const char* kNames[] = {"eltwise_add",         "eltwise_mul",     "eltwise_swiglu",
                                            "eltwise_geglu",       "eltwise_sigmoid_mul", "eltwise_softcap",
                                            "eltwise_swiglu_clamped"};
   if (xq.buffer && (a_width % 256 != 0 || ctx.features().subgroup_size < 4)) {
     throw Error(fmt::format("Vulkan eltwise: no Q8_K codes for rows of {} on this device", a_width));
   }
+  if (q8.buffer && (xq.buffer || !eltwise_q8_fits(ctx, a_width) || q8_format > 1)) {
+    throw Error(fmt::format("Vulkan eltwise: no activation codes (format {}) for rows of {} here", q8_format, a_width));
+  }
   const Kernel& k = ctx.pipeline(kNames[static_cast<int>(op)], 4, sizeof(EltwisePush));
-  const View bindings[] = {a, b.buffer ? b : a, out, xq.buffer ? xq : out};
+  const View bindings[] = {a, b.buffer ? b : a, out, xq.buffer ? xq : q8.buffer ? q8 : out};
   dispatch_eltwise(ctx, d, k, bindings,
                    {a_width * n_tokens, a_width, b_width, b_shared ? 0u : b_width, p0, p1,
-                    xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(a_width) / 4) : 0u});
+                    xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(a_width) / 4) : 0u,
+                    q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(a_width) / 4) : 0u, q8_format});
 }
 
 void sigmoid_mul_add(Context& ctx, Dispatcher& d, View a, View b, View c, View out, View sum, uint32_t a_width,

@@ -21,8 +21,12 @@ void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t widt
 // does (width a multiple of 256, rows q8k_row_bytes apart; needs has_mul_mv_k's device). Rows of y
 // may alias rows of x or b at the same offset, nothing else.
 bool rms_norm_row_fits(uint32_t width);
+// With q8 (and no xq): y also as the 32-element formats' activation codes in q8_format
+// (q8_act_format), the bytes quantize_q8_act writes (rows mul_mv_q8_bytes apart), where
+// rms_norm_row_q8_fits.
+bool rms_norm_row_q8_fits(const Context& ctx, uint32_t width);
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset);
+                  uint32_t n_tokens, float eps, float offset, View q8 = {}, uint32_t q8_format = 0);
 
 // A per-head norm (rms_norm with group < width) and the SwiGLU that reads it, in one dispatch
 // (rms_norm_glu.comp): y as rms_norm writes it, out = silu(z) * y, and with xq out's Q8_K codes (rows
@@ -42,9 +46,13 @@ enum class Eltwise { Add, Mul, SwiGLU, GeGLU, SigmoidMul, Softcap, SwiGLUClamped
 // out[i] = f(a[i], b[...]) over n_tokens rows of a_width: b has rows of b_width (a_width, or 1 for a
 // value per row), and with b_shared one row of b serves every row of a (a bias or scale vector).
 // p0, p1: Softcap's cap; SwiGLUClamped's alpha and limit. With xq, out is also quantized to Q8_K as
-// quantize_q8k does (a_width a multiple of 256; has_mul_mv_k's device).
+// quantize_q8k does (a_width a multiple of 256; has_mul_mv_k's device); with q8 (and no xq), as
+// quantize_q8_act does in format q8_format (q8_act_format; rows mul_mv_q8_bytes apart), where
+// eltwise_q8_fits.
+bool eltwise_q8_fits(const Context& ctx, uint32_t a_width);
 void eltwise(Context& ctx, Dispatcher& d, Eltwise op, View a, View b, View out, uint32_t a_width, uint32_t b_width,
-             uint32_t n_tokens, bool b_shared = false, float p0 = 0, float p1 = 0, View xq = View{});
+             uint32_t n_tokens, bool b_shared = false, float p0 = 0, float p1 = 0, View xq = View{}, View q8 = View{},
+             uint32_t q8_format = 0);
 // SigmoidMul, then the add after it in the same dispatch: out = a * sigmoid(b), sum = c + out.
 void sigmoid_mul_add(Context& ctx, Dispatcher& d, View a, View b, View c, View out, View sum, uint32_t a_width,
                      uint32_t b_width, uint32_t n_tokens);

@@ -152,6 +152,18 @@ void plan_step_buffer(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
 void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   size_t attn = 0, attn_one = 0;
   p.q8k_input.assign(g.tensors.size(), false);
+  p.q8_input.assign(g.tensors.size(), -1);
+  std::vector<bool> q8_mixed(g.tensors.size(), false);
+  const auto q8_reader = [&](TensorId t, gguf::TensorType type) {
+    const auto f = static_cast<int8_t>(q8_act_format(type));
+    auto& in = p.q8_input[static_cast<size_t>(t)];
+    if (q8_mixed[static_cast<size_t>(t)] || (in >= 0 && in != f)) {
+      q8_mixed[static_cast<size_t>(t)] = true;
+      in = -1;
+      return;
+    }
+    in = f;
+  };
   uint32_t mm_cols = 0;
   const auto max_tok = static_cast<uint32_t>(opts.max_tokens);  // a part's tokens
   const uint32_t max_rows = p.max_rows;                           // a step's rows (with padding between parts)
@@ -181,6 +193,10 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
       p.act_q8k_bytes = std::max({p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                   q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       // Decode-sized steps read x's codes as its norm writes them.
+      if (has_mul_mv_q8(gt.type) && has_mul_mv_q8(g.tensor(n.in[3]).type)) {
+        q8_reader(n.in[0], gt.type);
+        q8_reader(n.in[0], g.tensor(n.in[3]).type);
+      }
       if (has_mul_mv_k(ctx, gt.type) && has_mul_mv_k(ctx, g.tensor(n.in[3]).type) && d % 256 == 0) {
         p.q8k_input[static_cast<size_t>(n.in[0])] = true;
         p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
@@ -201,6 +217,7 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
       p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(ncols) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
     }
     if (has_mul_mv_q8(wt.type)) {
+      q8_reader(n.in[1], wt.type);
       p.act_q8_bytes = std::max(p.act_q8_bytes, mul_mv_q8_bytes(ncols) * std::min<uint32_t>(max_rows, kDirectMaxTokens));
     }
     if (max_rows > kDirectMaxTokens) mm_cols = std::max(mm_cols, ncols);

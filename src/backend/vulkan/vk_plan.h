@@ -80,6 +80,9 @@ struct Plan {
   size_t x_f16_bytes = 0;        // the matrix products' x in f16 (tensor-core kernel only)
   size_t argmax_scratch_bytes = 0;  // per part
   std::vector<bool> q8k_input;   // per tensor: read by a K-quant product (mul_mv_k) in decode
+  // Per tensor: the activation format (q8_act_format) its readers among the 32-element formats'
+  // products (mul_mv_q8) take in decode, -1 none or more than one.
+  std::vector<int8_t> q8_input;
 
   // Recurrent state: per node, the bytes of one sequence's region (aligned; 0 without state).
   std::vector<size_t> state_seq_bytes;

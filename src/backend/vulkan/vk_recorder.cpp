@@ -209,8 +209,10 @@ class Recorder {
         const uint32_t group = node.norm().group > 0 ? static_cast<uint32_t>(node.norm().group) : width;
         if (group == width && vk::rms_norm_row_fits(width)) {
           const View xq = q8k_out(node.out, width, nu);
-          tr.before({in(0)}, {out, xq});
-          vk::rms_norm_row(ctx_, rec, in(0), View{}, View{}, w, out, xq, width, nu, node.norm().eps, node.norm().offset);
+          const View q8 = xq.buffer ? View{} : q8_out(node.out, width, nu, vk::rms_norm_row_q8_fits(ctx_, width));
+          tr.before({in(0)}, {out, xq, q8});
+          vk::rms_norm_row(ctx_, rec, in(0), View{}, View{}, w, out, xq, width, nu, node.norm().eps, node.norm().offset, q8,
+                           q8_format_);
           break;
         }
         if (norm_glu(rec, tr, index, in(0), w, out, width, group, nu, rows)) break;
@@ -286,7 +288,11 @@ class Recorder {
         if (!multi_) {
           vk::AttentionArgs a = args(0);
           if (vk::attention_q8k_fits(ctx_, a.n_head, a.head_dim)) a.xq = q8k_out(node.out, width, nu);  // o_proj's codes
-          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch, a.xq});
+          if (!a.xq.buffer) {  // or the 32-element formats'
+            a.q8 = q8_out(node.out, width, nu, vk::attention_q8_fits(ctx_, a));
+            a.q8_format = q8_format_;
+          }
+          tr.before({a.q, a.k_cache, a.v_cache, a.step}, {a.out, a.scratch, a.xq, a.q8});
           vk::attention(ctx_, rec, a);
           break;
         }
@@ -309,9 +315,10 @@ class Recorder {
       }
       case Op::SwiGLU: case Op::GeGLU: {
         const View xq = width % 256 == 0 ? q8k_out(node.out, width, nu) : View{};  // the down projection's codes
-        tr.before({in(0), in(1)}, {out, xq});
+        const View q8 = xq.buffer ? View{} : q8_out(node.out, width, nu, vk::eltwise_q8_fits(ctx_, width));
+        tr.before({in(0), in(1)}, {out, xq, q8});
         vk::eltwise(ctx_, rec, node.op == Op::SwiGLU ? vk::Eltwise::SwiGLU : vk::Eltwise::GeGLU, in(0), in(1), out, width,
-                    width, nu, false, 0, 0, xq);
+                    width, nu, false, 0, 0, xq, q8, q8_format_);
         break;
       }
       case Op::Softcap:
@@ -480,6 +487,20 @@ class Recorder {
 
   View q8k_view(uint32_t width, uint32_t n) const { return View{res_.act_q8k, 0, vk::q8k_row_bytes(width) * n}; }
 
+  // Where the 32-element formats' products of a step read `t` (their activation codes written by the
+  // norm or activation that writes t, where `fits` says its kernel can; q8_of_ and q8_format_ set): the
+  // region of act_q8 for its codes. Else empty.
+  View q8_out(TensorId t, uint32_t width, uint32_t n, bool fits) {
+    const int8_t format = plan_.q8_input[static_cast<size_t>(t)];
+    if (format < 0 || n > kMvMaxTokens || !fits ||
+        knob_u32("ZINC_VULKAN_NORM_Q8", 1, 0, 1) == 0) {
+      return View{};
+    }
+    q8_of_ = t;
+    q8_format_ = static_cast<uint32_t>(format);
+    return View{res_.act_q8, 0, vk::mul_mv_q8_bytes(width) * n};
+  }
+
   // The codes of t (rows x) for a product of the 32-element formats of `type`: quantized here unless
   // the scratch holds t's codes in that activation format already.
   View q8_codes(vk::Recording& rec, Tracker& tr, gguf::TensorType type, TensorId t, View x, uint32_t width, uint32_t n) {
@@ -558,8 +579,9 @@ class Recorder {
     if (clashes(a, y) || clashes(b, y)) return false;
     const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
     const View xq = q8k_out(norm.out, width, n);
-    tr.before({a, b}, {sum, y, xq});
-    vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, norm.norm().eps, norm.norm().offset);
+    const View q8 = xq.buffer ? View{} : q8_out(norm.out, width, n, vk::rms_norm_row_q8_fits(ctx_, width));
+    tr.before({a, b}, {sum, y, xq, q8});
+    vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, norm.norm().eps, norm.norm().offset, q8, q8_format_);
     done_[index + 1] = true;
     return true;
   }
@@ -684,6 +706,11 @@ class Recorder {
     // The down product's codes written by the GLU itself (one dispatch fewer, and none between them).
     const bool down_codes = kdot(dt.type, ff);
     const View down_xq = down_codes ? View{res_.act_q8k, 0, vk::q8k_row_bytes(ff) * k * n} : View{};
+    // Or the 32-element formats' codes of it, likewise (ZINC_VULKAN_NORM_Q8=0: a dispatch of their own).
+    const bool down_q8 = !down_codes && exact(dt.type) && vk::eltwise_q8_fits(ctx_, ff) &&
+                         knob_u32("ZINC_VULKAN_NORM_Q8", 1, 0, 1) == 1;
+    const View down_q8v = down_q8 ? View{res_.act_q8, 0, vk::mul_mv_q8_bytes(ff) * n * k} : View{};
+    const uint32_t down_format = down_q8 ? vk::q8_act_format(dt.type) : 0;
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
       const uint32_t x_rows = n * (per_slot ? k : 1);
@@ -713,8 +740,10 @@ class Recorder {
         // x's codes once for gate and up; the activation's per slot.
         View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
         if (per_slot) {
-          tr.before({xin}, {xq});
-          vk::quantize_q8_act(ctx_, rec, type, xin, xq, cols, n * k);
+          if (!down_q8) {
+            tr.before({xin}, {xq});
+            vk::quantize_q8_act(ctx_, rec, type, xin, xq, cols, n * k);
+          }
           q8_of_ = -1;
         } else {
           xq = q8_codes(rec, tr, type, x_id, x, cols, n);
@@ -755,12 +784,17 @@ class Recorder {
         expert_product(gt.type, w_.raw(node.in[2]), x, g, bias(1), d, ff, false);
         expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
       }
-      tr.before({g, u}, {g, down_xq});
+      tr.before({g, u}, {g, down_xq, down_q8v});
       switch (mp.glu) {
-        case graph::MoeGlu::SwiGLU: vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
-        case graph::MoeGlu::GeGLU: vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq); break;
+        case graph::MoeGlu::SwiGLU:
+          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq, down_q8v, down_format);
+          break;
+        case graph::MoeGlu::GeGLU:
+          vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq, down_q8v, down_format);
+          break;
         case graph::MoeGlu::SwiGLUClamped:
-          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq);
+          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq,
+                      down_q8v, down_format);
           break;
       }
     }
