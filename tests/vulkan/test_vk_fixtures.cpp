@@ -564,6 +564,39 @@ TEST_P(VulkanWarmUp, StepsOfAnySizeMakeNoPipelineAfterIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanWarmUp, ::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "gpt_oss"));
+
+// Decode's activation codes for the products of the 32-element formats come from the kernel that writes
+// their input (the whole-row norm, the GLU, the attention merge), not from quantizing dispatches of
+// their own: a one-token step of a Q8_0 model records at least two dispatches a layer fewer (its two
+// norms') than with ZINC_VULKAN_NORM_Q8=0, and gives the same logits.
+class VulkanDecodeCodes : public VulkanFixture {};
+
+TEST_P(VulkanDecodeCodes, ComeFromTheOpBeforeTheProducts) {
+  const gguf::File f = file("Q8_0");
+  const model::Model m = model::load(f);
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 4;
+  const auto ctx = backend::vk::Context::shared();
+  uint64_t recorded[2] = {0, 0};
+  std::vector<float> logits[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    setenv("ZINC_VULKAN_NORM_Q8", fused ? "1" : "0", 1);
+    runtime::Session s(f, *gpu_, opts);
+    s.eval(std::span<const int32_t>(sequence_.data(), 3), true);
+    const uint64_t before = ctx->dispatches_recorded();
+    const auto l = s.eval(std::span<const int32_t>(&sequence_[3], 1));  // the one-token step, recorded here
+    recorded[fused] = ctx->dispatches_recorded() - before;
+    logits[fused].assign(l.begin(), l.end());
+  }
+  unsetenv("ZINC_VULKAN_NORM_Q8");
+  EXPECT_GT(recorded[1], 0u) << GetParam();
+  EXPECT_GE(recorded[0], recorded[1] + 2 * static_cast<uint64_t>(m.graph.n_layer))
+      << GetParam() << ": " << recorded[0] << " dispatches with the quantizations, " << recorded[1] << " without";
+  EXPECT_EQ(logits[0], logits[1]) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanDecodeCodes, ::testing::Values("qwen3", "gpt_oss"));
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,

@@ -813,6 +813,7 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
     profiled_.push_back(&k);
   }
   ++n_dispatch_;
+  ++ctx_.dispatches_recorded_;
 }
 
 void Recording::barrier() {

@@ -217,6 +217,8 @@ class Context {
   bool profiling() const { return profiling_; }
   // Pipelines made by pipeline() so far (each a driver compile, unless its cache had it).
   uint64_t pipelines_made() const { return pipelines_made_; }
+  // Dispatches recorded into Recordings on this context so far (what a step's recording holds, for tests).
+  uint64_t dispatches_recorded() const { return dispatches_recorded_; }
   // A step recorded (a shape seen for the first time, or again after its recording was evicted), for
   // the profile: how many, and the host time they took.
   void note_recording(double seconds) {
@@ -271,6 +273,7 @@ class Context {
   double submitted_ns_ = 0;  // wall time of the profiled submissions
   uint64_t submissions_ = 0;
   uint64_t recordings_ = 0, pipelines_made_ = 0;
+  std::atomic<uint64_t> dispatches_recorded_{0};
   std::string pipeline_log_;  // profiling: each pipeline made, when
   double recording_ns_ = 0, pipeline_ns_ = 0;
 };
