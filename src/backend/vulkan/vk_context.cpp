@@ -568,7 +568,10 @@ void Context::copy(std::span<const CopyRun> runs) {
 double Context::copy_bandwidth_gbs() {
   if (copy_bandwidth_ > 0) return copy_bandwidth_;
   // 256 MiB each way (far beyond any cache), copied back and forth by a compute kernel (the copy
-  // engines of some GPUs move less than the shader cores can); the best of three rounds.
+  // engines of some GPUs move less than the shader cores can); the best round of at least three and of
+  // at least 0.25 s of copying, since a GPU that idled while a model loaded may run its first
+  // milliseconds at low clocks. Three rounds (~3 ms on an H200) read 1,550-1,572 GB/s there after
+  // loading 17-20 GB files and 3,784-3,928 after smaller ones, in one session.
   const size_t bytes = features_.unified_memory ? size_t{64} << 20 : size_t{256} << 20;
   Buffer a = device_buffer(bytes), b = device_buffer(bytes);
   double best = 0;
@@ -576,7 +579,9 @@ double Context::copy_bandwidth_gbs() {
     const Kernel& k = pipeline("copy_bandwidth", 2, 4);
     const auto words = static_cast<uint32_t>(bytes / 16);
     constexpr int kCopies = 8;
-    for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int round = 0; round < 3 || (round < 400 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(250));
+         ++round) {
       Recording r(*this, kCopies);
       for (int i = 0; i < kCopies; ++i) {
         const View views[] = {View{i % 2 ? &b : &a, 0, 0}, View{i % 2 ? &a : &b, 0, 0}};
