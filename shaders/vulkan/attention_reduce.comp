@@ -13,7 +13,7 @@
 //    17.4 -> 8.1 us a layer for 64 splits of 32 query rows on an H200); the first group also writes
 //    the token's outputs as Q8_K codes (q8k.glsl) for the K-quant product that reads them: the decode
 //    step's quantization done without a dispatch of its own. Needs n_head * head_dim a multiple of 256. Grid: (n_head * head_dim / 256, n_tokens).
-//  - rows with q8_words > 0 (head_dim a multiple of 32 up to 512, subgroups of 8 or more): the
+//  - rows with q8_words > 0 (head_dim a multiple of 32, subgroups of 8 or more): the
 //    token's outputs also as the 32-element formats' activation codes (q8_act.glsl, format q8_format,
 //    rows q8_words words apart) for the product that reads them: eight invocations a block.
 // Bindings: 0 scratch: (m, l) [n_split][n_rows] then acc [n_split][n_rows][head_dim]; 1 sinks [n_head];
@@ -137,8 +137,9 @@ void main() {
   if (row >= p.n_rows) return;
   float m = splits_max(row, 0u, 1u);
   const float sink_l = sink_weight(row, m);
-  if (p.q8_words != 0u) {  // uniform; head_dim <= 512: one pass
-    const uint d = gl_LocalInvocationID.x * 4u, e = (row % p.n_head) * p.head_dim + d;
+  // Passes of 128 x 4 dims, every invocation in each (the codes' shuffles need the whole subgroup).
+  for (uint d0 = 0u; d0 < p.head_dim; d0 += 512u) {
+    const uint d = d0 + gl_LocalInvocationID.x * 4u;
     vec4 v = vec4(0.0);
     if (d < p.head_dim) {
       float l = sink_l;
@@ -147,14 +148,10 @@ void main() {
       v = a * (1.0 / l);
       o4[(row * p.head_dim + d) / 4u] = v;
     }
-    q8_act_write(v, (d / 4u) % 8u, (row / p.n_head) * p.q8_words + (e / 32u) * 9u, p.q8_format, d < p.head_dim);
-    return;
-  }
-  for (uint d = gl_LocalInvocationID.x * 4u; d < p.head_dim; d += 512u) {
-    float l = sink_l;
-    vec4 a = vec4(0.0);
-    splits_sum(row, d, 0u, 1u, m, l, a);
-    o4[(row * p.head_dim + d) / 4u] = a * (1.0 / l);
+    if (p.q8_words != 0u) {  // uniform
+      const uint e = (row % p.n_head) * p.head_dim + d;  // the first of v's dims in the token's row
+      q8_act_write(v, (d / 4u) % 8u, (row / p.n_head) * p.q8_words + (e / 32u) * 9u, p.q8_format, d < p.head_dim);
+    }
   }
 #endif
 }

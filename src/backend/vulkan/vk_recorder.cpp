@@ -487,15 +487,16 @@ class Recorder {
 
   View q8k_view(uint32_t width, uint32_t n) const { return View{res_.act_q8k, 0, vk::q8k_row_bytes(width) * n}; }
 
+  // Whether the 32-element formats' activation codes in decode come from the kernel that writes the
+  // products' input (ZINC_VULKAN_NORM_Q8=0: from quantize_q8 dispatches of their own, for measurements).
+  static bool codes_from_producer() { return knob_u32("ZINC_VULKAN_NORM_Q8", 1, 0, 1) == 1; }
+
   // Where the 32-element formats' products of a step read `t` (their activation codes written by the
   // norm or activation that writes t, where `fits` says its kernel can; q8_of_ and q8_format_ set): the
   // region of act_q8 for its codes. Else empty.
   View q8_out(TensorId t, uint32_t width, uint32_t n, bool fits) {
     const int8_t format = plan_.q8_input[static_cast<size_t>(t)];
-    if (format < 0 || n > kMvMaxTokens || !fits ||
-        knob_u32("ZINC_VULKAN_NORM_Q8", 1, 0, 1) == 0) {
-      return View{};
-    }
+    if (format < 0 || n > kMvMaxTokens || !fits || !codes_from_producer()) return View{};
     q8_of_ = t;
     q8_format_ = static_cast<uint32_t>(format);
     return View{res_.act_q8, 0, vk::mul_mv_q8_bytes(width) * n};
@@ -707,8 +708,7 @@ class Recorder {
     const bool down_codes = kdot(dt.type, ff);
     const View down_xq = down_codes ? View{res_.act_q8k, 0, vk::q8k_row_bytes(ff) * k * n} : View{};
     // Or the 32-element formats' codes of it, likewise (ZINC_VULKAN_NORM_Q8=0: a dispatch of their own).
-    const bool down_q8 = !down_codes && exact(dt.type) && vk::eltwise_q8_fits(ctx_, ff) &&
-                         knob_u32("ZINC_VULKAN_NORM_Q8", 1, 0, 1) == 1;
+    const bool down_q8 = !down_codes && exact(dt.type) && vk::eltwise_q8_fits(ctx_, ff) && codes_from_producer();
     const View down_q8v = down_q8 ? View{res_.act_q8, 0, vk::mul_mv_q8_bytes(ff) * n * k} : View{};
     const uint32_t down_format = down_q8 ? vk::q8_act_format(dt.type) : 0;
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
@@ -785,18 +785,12 @@ class Recorder {
         expert_product(ut.type, w_.raw(node.in[3]), x, u, bias(2), d, ff, false);
       }
       tr.before({g, u}, {g, down_xq, down_q8v});
-      switch (mp.glu) {
-        case graph::MoeGlu::SwiGLU:
-          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq, down_q8v, down_format);
-          break;
-        case graph::MoeGlu::GeGLU:
-          vk::eltwise(ctx_, rec, vk::Eltwise::GeGLU, g, u, g, ff, ff, k * n, false, 0, 0, down_xq, down_q8v, down_format);
-          break;
-        case graph::MoeGlu::SwiGLUClamped:
-          vk::eltwise(ctx_, rec, vk::Eltwise::SwiGLUClamped, g, u, g, ff, ff, k * n, false, mp.glu_alpha, mp.glu_limit, down_xq,
-                      down_q8v, down_format);
-          break;
-      }
+      const bool clamped = mp.glu == graph::MoeGlu::SwiGLUClamped;
+      const vk::Eltwise op = clamped ? vk::Eltwise::SwiGLUClamped
+                             : mp.glu == graph::MoeGlu::GeGLU ? vk::Eltwise::GeGLU
+                                                              : vk::Eltwise::SwiGLU;
+      vk::eltwise(ctx_, rec, op, g, u, g, ff, ff, k * n, false, clamped ? mp.glu_alpha : 0, clamped ? mp.glu_limit : 0, down_xq,
+                  down_q8v, down_format);
     }
     if (down_codes) q8k_of_ = -1;  // the scratch holds the activation's codes, no graph tensor's
     if (fused_down) {
