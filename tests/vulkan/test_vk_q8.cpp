@@ -725,6 +725,21 @@ TEST_F(VulkanKQuant, ExpertLatency) {
   std::vector<uint32_t> ids(size_t{n_used} * reps);
   for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 5) % n_expert;  // 8 distinct experts per dispatch
   std::vector<float> wts(ids.size(), 0.125f);
+  {
+    // The floor under them: a dispatch of one workgroup that adds 4 floats, and decode's norm of a
+    // 2,048-wide row with its residual add and codes (one workgroup), each after a barrier.
+    Buffer a = ctx_->device_buffer(2048 * 4 * 4), q = ctx_->device_buffer(q8k_row_bytes(2048));
+    ctx_->fill_zero(a, 0, a.size);
+    const View x{&a, 0, 8192}, b{&a, 8192, 8192}, sum{&a, 16384, 8192}, y{&a, 24576, 8192};
+    std::printf("| a dependent 4-float add | - | - | - | - | %.2f | - |\n", 1e6 * seconds_per_rep(*ctx_, reps, 1, [&](Recording& r) {
+      eltwise(*ctx_, r, Eltwise::Add, x, b, y, 4, 4, 1);
+    }));
+    std::printf("| a dependent add + norm + codes, 2048 wide | - | - | - | - | %.2f | - |\n", 1e6 * seconds_per_rep(*ctx_, reps, 1, [&](Recording& r) {
+      rms_norm_row(*ctx_, r, x, b, sum, View{}, y, View{&q}, 2048, 1, 1e-6f, 0.0f);
+    }));
+    ctx_->release(a);
+    ctx_->release(q);
+  }
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
     for (const auto& [nrows, ncols] : {std::pair{768u, 2048u}, {2048u, 768u}, {512u, 2048u}, {2048u, 512u}}) {
       const size_t per_expert = quant::row_size(type, ncols) * nrows, bytes = per_expert * n_expert, used = per_expert * n_used;

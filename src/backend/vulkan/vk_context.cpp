@@ -569,9 +569,9 @@ double Context::copy_bandwidth_gbs() {
   if (copy_bandwidth_ > 0) return copy_bandwidth_;
   // 256 MiB each way (far beyond any cache), copied back and forth by a compute kernel (the copy
   // engines of some GPUs move less than the shader cores can); the best round of at least three and of
-  // at least 0.25 s of copying, since a GPU that idled while a model loaded may run its first
-  // milliseconds at low clocks. Three rounds (~3 ms on an H200) read 1,550-1,572 GB/s there after
-  // loading 17-20 GB files and 3,784-3,928 after smaller ones, in one session.
+  // at least 0.25 s of copying, since a GPU that idled may run its first milliseconds at low clocks.
+  // (zinc bench measures it before loading the weights: after 17-20 GB of them an H200 read about
+  // 1,600 GB/s in one process of two, however long the copying.)
   const size_t bytes = features_.unified_memory ? size_t{64} << 20 : size_t{256} << 20;
   Buffer a = device_buffer(bytes), b = device_buffer(bytes);
   double best = 0;
@@ -794,6 +794,14 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   vkBeginCommandBuffer(cb_, &bi);
   if (queries_) vkCmdResetQueryPool(cb_, queries_, 0, static_cast<uint32_t>(2 * max_dispatch_));
   barrier();  // the previous submission's writes, visible to this one's reads
+  if (const char* e = knob("ZINC_VULKAN_SKIP")) {
+    std::string list = e;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      if (end > at) skip_.push_back(list.substr(at, end - at));
+      at = end + 1;
+    }
+  }
 }
 
 Recording::~Recording() {
@@ -808,6 +816,9 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   if (n_dispatch_ >= max_dispatch_ || finished_) throw Error("Vulkan: a recording was given more dispatches than planned");
   if (bindings.size() > 12) throw Error("Vulkan: a kernel binds at most 12 buffers");
   if (gx == 0 || gy == 0 || gz == 0) return;
+  for (const std::string& name : skip_) {
+    if (std::string_view(k.name).starts_with(name)) return;
+  }
   const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
   write_set(ctx_.device_, set, bindings);
   const auto q = static_cast<uint32_t>(2 * n_dispatch_);

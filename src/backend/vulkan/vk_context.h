@@ -141,6 +141,8 @@ class Recording final : public Dispatcher {
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   size_t n_dispatch_ = 0, max_dispatch_ = 0;
   bool finished_ = false;
+  // Measuring only (the results are then wrong): kernels left out by name prefix (ZINC_VULKAN_SKIP).
+  std::vector<std::string> skip_;
 };
 
 class Context {
