@@ -10,6 +10,19 @@ int q8_code(float v) {
   return int(t + (f >= 0.5 ? 1.0 : 0.0) - (f <= -0.5 ? 1.0 : 0.0));
 }
 
+// Four activations' codes packed in a word, little-endian (id = 1 / d of their block), their sum
+// added to `sum`.
+uint q8_pack4(vec4 v, float id, inout int sum) {
+  uint packed = 0u;
+  for (uint k = 0u; k < 4u; ++k) {
+    precise const float scaled = v[k] * id;  // rounded before q8_code (no fused multiply-add)
+    const int code = q8_code(scaled);
+    sum += code;
+    packed |= (uint(code) & 0xffu) << (8u * k);
+  }
+  return packed;
+}
+
 #if defined(Q8_ACT_WRITER)
 // A block of 32 from the eight consecutive invocations that hold it (their first at a multiple of 8
 // in its subgroup; subgroups of 8 or more), four elements v each in order, j = 0..7 the invocation's
@@ -24,13 +37,7 @@ void q8_act_write(vec4 v, uint j, uint at, uint format, bool store) {
   const float d = div_rn(amax, 127.0);
   const float id = d != 0.0 ? div_rn(1.0, d) : 0.0;
   int sum = 0;
-  uint packed = 0u;
-  for (uint k = 0u; k < 4u; ++k) {
-    precise const float scaled = v[k] * id;
-    const int code = q8_code(scaled);
-    sum += code;
-    packed |= (uint(code) & 0xffu) << (8u * k);
-  }
+  const uint packed = q8_pack4(v, id, sum);
   for (uint off = 1u; off < 8u; off <<= 1) sum += subgroupShuffleXor(sum, off);
   if (!store) return;
   if (format != 0u) {

@@ -19,7 +19,6 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) writeonly buffer Q { uint q[]; };
 layout(push_constant) uniform Params { uint n_blocks; } p;
 
-
 void main() {
   const uint b = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u + gl_GlobalInvocationID.x;
   if (b >= p.n_blocks) return;
@@ -37,16 +36,7 @@ void main() {
   const uint codes = b * 9u;
 #endif
   int sum = 0;
-  for (uint w = 0u; w < 8u; ++w) {
-    uint packed = 0u;
-    for (uint k = 0u; k < 4u; ++k) {
-      precise const float scaled = v[4u * w + k] * id;  // rounded before code() (no fused multiply-add)
-      const int c = q8_code(scaled);
-      sum += c;
-      packed |= (uint(c) & 0xffu) << (8u * k);
-    }
-    q[codes + w] = packed;
-  }
+  for (uint w = 0u; w < 8u; ++w) q[codes + w] = q8_pack4(vec4(v[4u * w], v[4u * w + 1u], v[4u * w + 2u], v[4u * w + 3u]), id, sum);
 #if defined(ACT_Q8_1)
   precise const float ds = d * float(sum);  // exact sum; one rounding, as the CPU's float product
   q[b * 9u] = half_rne(d) | (half_rne(ds) << 16);

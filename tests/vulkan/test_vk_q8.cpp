@@ -272,6 +272,22 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
   }
 }
 
+// An op run with the 32-element formats' codes of its output (rows of width, `type`'s activation
+// format): its floats (out) bit for bit those of the op without them (plain), and the codes the CPU
+// makes of those floats.
+void expect_plain_floats_and_cpu_codes(Context& ctx, Buffer& out, Buffer& plain, Buffer& codes_at, gguf::TensorType type,
+                                       uint32_t width, uint32_t rows, const std::string& what) {
+  std::vector<float> y(static_cast<size_t>(width) * rows), y0(y.size());
+  std::vector<uint8_t> codes(mul_mv_q8_bytes(width) * rows);
+  ctx.download(out, 0, y.data(), y.size() * 4);
+  ctx.download(plain, 0, y0.data(), y0.size() * 4);
+  ctx.download(codes_at, 0, codes.data(), codes.size());
+  EXPECT_EQ(y, y0) << what;
+  std::string first;
+  EXPECT_EQ(codes_unlike_the_cpus(type, y, codes, width, first), 0)
+      << gguf::tensor_type_name(type) << " codes of " << what << ", first at " << first;
+}
+
 TEST_F(VulkanQ8, NormWritesItsRowsActivationCodes) {
   // rms_norm_row with the 32-element formats' codes of its output (decode's norm before their
   // products, one dispatch): the normalised rows as without the codes, bit for bit, and the codes the
@@ -300,15 +316,8 @@ TEST_F(VulkanQ8, NormWritesItsRowsActivationCodes) {
         rms_norm_row(*ctx_, ctx_->immediate(), View{&ba}, other, sum, View{&bw}, View{&by0}, View{}, width, rows, 1e-6f, 0.0f);
         rms_norm_row(*ctx_, ctx_->immediate(), View{&ba}, other, sum, View{&bw}, View{&by}, View{}, width, rows, 1e-6f, 0.0f,
                      View{&bq}, q8_act_format(type));
-        std::vector<float> y(a.size()), y0(a.size());
-        std::vector<uint8_t> codes(qb * rows);
-        ctx_->download(by, 0, y.data(), y.size() * 4);
-        ctx_->download(by0, 0, y0.data(), y0.size() * 4);
-        ctx_->download(bq, 0, codes.data(), codes.size());
-        EXPECT_EQ(y, y0) << width << (add ? " with the add" : "");
-        std::string first;
-        EXPECT_EQ(codes_unlike_the_cpus(type, y, codes, width, first), 0)
-            << gguf::tensor_type_name(type) << " codes of rows of " << width << (add ? " with the add" : "") << ", first at " << first;
+        expect_plain_floats_and_cpu_codes(*ctx_, by, by0, bq, type, width, rows,
+                                          fmt::format("rows of {}{}", width, add ? " with the add" : ""));
       }
     }
     for (Buffer* buf : {&ba, &bb, &bw, &bs, &by, &by0, &bq}) ctx_->release(*buf);
@@ -338,16 +347,8 @@ TEST_F(VulkanQ8, GluWritesItsRowsActivationCodes) {
         eltwise(*ctx_, ctx_->immediate(), op, View{&ba}, View{&bb}, View{&bo0}, width, width, rows, false, 1.702f, 7.0f);
         eltwise(*ctx_, ctx_->immediate(), op, View{&ba}, View{&bb}, View{&bo}, width, width, rows, false, 1.702f, 7.0f, View{},
                 View{&bq}, q8_act_format(type));
-        std::vector<float> y(a.size()), y0(a.size());
-        std::vector<uint8_t> codes(qb * rows);
-        ctx_->download(bo, 0, y.data(), y.size() * 4);
-        ctx_->download(bo0, 0, y0.data(), y0.size() * 4);
-        ctx_->download(bq, 0, codes.data(), codes.size());
-        const char* name = op == Eltwise::SwiGLU ? "SwiGLU" : "clamped SwiGLU";
-        EXPECT_EQ(y, y0) << name << " of " << width;
-        std::string first;
-        EXPECT_EQ(codes_unlike_the_cpus(type, y, codes, width, first), 0)
-            << gguf::tensor_type_name(type) << " codes of the " << name << " of rows of " << width << ", first at " << first;
+        expect_plain_floats_and_cpu_codes(*ctx_, bo, bo0, bq, type, width, rows,
+                                          fmt::format("the {} of rows of {}", op == Eltwise::SwiGLU ? "SwiGLU" : "clamped SwiGLU", width));
       }
     }
     for (Buffer* buf : {&ba, &bb, &bo, &bo0, &bq}) ctx_->release(*buf);
