@@ -5,12 +5,14 @@
 // (token t, head h) the splits' (m_s, l_s, acc_s) combine as M = max(m_s, sink), L = sum l_s e^(m_s - M)
 // (+ e^(sink - M)), out = sum acc_s e^(m_s - M) / L. Splits with l = 0 saw no key and are skipped
 // (their acc, never written, is read and not used). Reads n_split * (4 + head_dim) floats per row and
-// writes head_dim (a multiple of 4).
-//  - rows: one workgroup per row, 4 head dims per invocation. Grid: x * y >= n_rows.
-//  - q8k: one workgroup of 256 per 256 outputs of a token (the heads they span, or part of one head):
-//    four groups of 64 take every fourth split each, 4 dims per invocation, and add their parts in
-//    group order through shared memory (four times the loads in flight of one group over all splits:
-//    17.4 -> 8.1 us a layer for 64 splits of 32 query rows on an H200); the first group also writes
+// writes head_dim (a multiple of 4). Each invocation merges its share of the splits in one pass
+// (splits_merge), then the groups' parts are brought to the row's M and added in group order.
+//  - rows: one workgroup per row, head_dim / 4 invocations a group (4 dims each), 128 / that groups
+//    over the splits. Grid: x * y >= n_rows.
+//  - q8k: one workgroup per 256 outputs of a token (the heads they span, or part of one head): NG
+//    groups of 64 (4 or 8) take every NG-th split each, 4 dims per invocation (NG times the loads in
+//    flight of one group over all splits: 17.4 -> 8.1 us a layer for 64 splits of 32 query rows on an
+//    H200 with 4, two passes over the splits then); the first group also writes
 //    the token's outputs as Q8_K codes (q8k.glsl) for the K-quant product that reads them: the decode
 //    step's quantization done without a dispatch of its own. Needs n_head * head_dim a multiple of 256. Grid: (n_head * head_dim / 256, n_tokens).
 //  - rows with q8_words > 0 (head_dim a multiple of 32, subgroups of 8 or more): the
@@ -24,12 +26,17 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #if defined(Q8K_OUT)
-layout(local_size_x = 256) in;
-const uint NG = 4u;  // split groups
+// NG split groups of 64 (the launcher: 8 where subgroups of 8 or more keep q8k_write_block's maxima
+// within its 64 slots and 512 invocations fit, else 4).
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256;
+const uint NG = WG / 64u;
 shared float part_m[NG * 64u], part_l[NG * 64u];
 shared vec4 part_a[NG * 64u];
 #else
 layout(local_size_x = 128) in;
+shared float part_m[128], part_l[128];
+shared vec4 part_a[128];
 #endif
 layout(std430, binding = 0) readonly buffer Scratch { float sc[]; };
 layout(std430, binding = 0) readonly buffer Scratch2 { vec2 sc2[]; };
@@ -61,25 +68,15 @@ layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 // at 4,096 positions on an H200, where the attention itself took 32).
 const uint CH = 8u;
 
-// The largest m of the splits first, first + step, ... that saw keys (-1e38: none).
-float splits_max(uint row, uint first, uint step) {
-  float m = -1.0e38;
-  for (uint s0 = first; s0 < p.n_split; s0 += CH * step) {
-    vec2 ml[CH];
-    [[unroll]] for (uint k = 0u; k < CH; ++k) {
-      const uint s = s0 + k * step;
-      ml[k] = s < p.n_split ? sc2[s * p.n_rows + row] : vec2(0.0);
-    }
-    [[unroll]] for (uint k = 0u; k < CH; ++k) {
-      if (ml[k].y > 0.0) m = max(m, ml[k].x);
-    }
-  }
-  return m;
-}
-
-// Those splits' l and acc (dims d..d+3) weighted by e^(m_s - m), added in split order to l and a.
-void splits_sum(uint row, uint d, uint first, uint step, float m, inout float l, inout vec4 a) {
+// The splits first, first + step, ... of a row in one pass: the largest m of those that saw keys (m
+// stays -1e38 where none did), and their l and acc (dims d..d+3) weighted by e^(m_s - m), added in
+// split order to l and a. Each chunk's largest m is taken before its splits are added, and what was
+// added before it rescaled by e^(m_old - m_new) where it grows (one memory round trip a chunk).
+void splits_merge(uint row, uint d, uint first, uint step, out float m, out float l, out vec4 a) {
   const uint acc0 = 2u * p.n_split * p.n_rows;
+  m = -1.0e38;
+  l = 0.0;
+  a = vec4(0.0);
   for (uint s0 = first; s0 < p.n_split; s0 += CH * step) {
     vec2 ml[CH];
     vec4 x[CH];  // an empty split's acc was never written: read, never used
@@ -87,6 +84,16 @@ void splits_sum(uint row, uint d, uint first, uint step, float m, inout float l,
       const uint s = min(s0 + k * step, p.n_split - 1u), at = acc0 + (s * p.n_rows + row) * p.head_dim + d;
       ml[k] = s0 + k * step < p.n_split ? sc2[s * p.n_rows + row] : vec2(0.0);
       x[k] = vec4(sc[at], sc[at + 1u], sc[at + 2u], sc[at + 3u]);
+    }
+    float cm = m;
+    [[unroll]] for (uint k = 0u; k < CH; ++k) {
+      if (ml[k].y > 0.0) cm = max(cm, ml[k].x);
+    }
+    if (cm > m) {
+      const float f = exp(m - cm);
+      l *= f;
+      a *= f;
+      m = cm;
     }
     [[unroll]] for (uint k = 0u; k < CH; ++k) {
       if (ml[k].y > 0.0) {
@@ -111,14 +118,17 @@ void main() {
   const uint lid = gl_LocalInvocationID.x, own = lid % 64u, g = lid / 64u, b = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
   const uint width = p.n_head * p.head_dim, e = b * 256u + own * 4u;  // e: the first of 4 dims in the token's row
   const uint row = t * p.n_head + e / p.head_dim, d = e % p.head_dim;
-  part_m[lid] = splits_max(row, g, NG);
+  float mg, l;
+  vec4 a;
+  splits_merge(row, d, g, NG, mg, l, a);
+  part_m[lid] = mg;
   barrier();
   float m = part_m[own];
   for (uint i = 1u; i < NG; ++i) m = max(m, part_m[i * 64u + own]);
-  const float sink_l = sink_weight(row, m);  // every group's weights against the same M
-  float l = g == 0u ? sink_l : 0.0;
-  vec4 a = vec4(0.0);
-  splits_sum(row, d, g, NG, m, l, a);
+  const float sink_l = sink_weight(row, m);  // every group's sums brought to the same M
+  const float f = exp(mg - m);
+  l = l * f + (g == 0u ? sink_l : 0.0);
+  a *= f;
   part_l[lid] = l;
   part_a[lid] = a;
   barrier();
@@ -135,23 +145,36 @@ void main() {
 #else
   const uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
   if (row >= p.n_rows) return;
-  float m = splits_max(row, 0u, 1u);
+  // ND invocations a group, 4 dims each; the groups take every NGR-th split and add their parts in
+  // group order through shared memory (the invocations past NGR groups only join the codes' shuffles).
+  const uint nd = p.head_dim / 4u, ngr = 128u / nd;
+  const uint lid = gl_LocalInvocationID.x, own = lid % nd, g = lid / nd, d = own * 4u;
+  float mg = -1.0e38, l = 0.0;
+  vec4 a = vec4(0.0);
+  if (g < ngr) splits_merge(row, d, g, ngr, mg, l, a);
+  part_m[lid] = mg;
+  barrier();
+  float m = part_m[own];
+  for (uint i = 1u; i < ngr; ++i) m = max(m, part_m[i * nd + own]);
   const float sink_l = sink_weight(row, m);
-  // Passes of 128 x 4 dims, every invocation in each (the codes' shuffles need the whole subgroup).
-  for (uint d0 = 0u; d0 < p.head_dim; d0 += 512u) {
-    const uint d = d0 + gl_LocalInvocationID.x * 4u;
-    vec4 v = vec4(0.0);
-    if (d < p.head_dim) {
-      float l = sink_l;
-      vec4 a = vec4(0.0);
-      splits_sum(row, d, 0u, 1u, m, l, a);
-      v = a * (1.0 / l);
-      o4[(row * p.head_dim + d) / 4u] = v;
+  const float f = exp(mg - m);
+  part_l[lid] = l * f + (g == 0u ? sink_l : 0.0);
+  part_a[lid] = a * f;
+  barrier();
+  vec4 v = vec4(0.0);
+  if (g == 0u) {
+    l = part_l[own];
+    a = part_a[own];
+    for (uint i = 1u; i < ngr; ++i) {
+      l += part_l[i * nd + own];
+      a += part_a[i * nd + own];
     }
-    if (p.q8_words != 0u) {  // uniform
-      const uint e = (row % p.n_head) * p.head_dim + d;  // the first of v's dims in the token's row
-      q8_act_write(v, (d / 4u) % 8u, (row / p.n_head) * p.q8_words + (e / 32u) * 9u, p.q8_format, d < p.head_dim);
-    }
+    v = a * (1.0 / l);
+    o4[(row * p.head_dim + d) / 4u] = v;
+  }
+  if (p.q8_words != 0u) {  // uniform (every invocation: the codes' shuffles need the whole subgroup)
+    const uint e = (row % p.n_head) * p.head_dim + d;  // the first of v's dims in the token's row
+    q8_act_write(v, own % 8u, (row / p.n_head) * p.q8_words + (e / 32u) * 9u, p.q8_format, g == 0u);
   }
 #endif
 }

@@ -428,6 +428,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"at 700, window 100, F32, codes", KvCacheType::F32, 4, 1, 64, 1, 700, 100, 0, false, 0, true},
                       Case{"at 37, hd 512, 4 splits, F16, codes", KvCacheType::F16, 4, 2, 512, 1, 37, 0, 0, false, 4, true},
                       Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37},
+                      Case{"at 4100, GQA 8:1 (qwen3-30b-a3b's heads), 128 splits, F16, codes", KvCacheType::F16, 32, 4, 128, 1, 4100, 0, 0, false, 128, true},
+                      Case{"at 2000, GQA 8:1, 3 splits, sinks, F32", KvCacheType::F32, 16, 2, 128, 1, 2000, 0, 0, true, 3},
                       Case{"at 37, hd 96, 3 splits, F16, codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3, true},
                       Case{"at 1500, 128 splits, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, true, 128},
                       Case{"at 1500, 128 splits, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 1500, 0, 0, false, 128, true},
@@ -457,6 +459,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,
                          ::testing::Values(Case{"decode at 37, GQA 4:1", KvCacheType::Q8_0, 8, 2, 128, 1, 37},
+                                           Case{"decode at 900, GQA 8:1, 2 splits", KvCacheType::Q8_0, 8, 1, 128, 1, 900, 0, 0, false, 2},
                                            Case{"prefill 5 at 33, hd 96, blocks at odd halves", KvCacheType::Q8_0, 3, 1,
                                                 96, 5, 33},
                                            Case{"prefill 70 at 0, hd 64", KvCacheType::Q8_0, 4, 4, 64, 70, 0}),

@@ -89,17 +89,20 @@ AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
   p.cv = 4;
   while (p.cv > 1 && (hd / p.cv) * p.nr < 128 && hd / (p.cv / 2) <= 128) p.cv /= 2;
   p.nvr = std::min(p.nr, pow2_at_most(128 / (hd / p.cv)));
-  // V rows loaded at once: a whole tile for few rows (decode; qwen3-8b on an H200, tok/s with 8, 16
-  // and 32: 268.0 / 268.4 / 272.8 at 4,096 positions, 198.8 / 200.2 / 209.2 at 16,384), 8 beside the
-  // accumulators of many.
-  p.vb = p.nr <= 8 ? p.tk : 8;
+  // V rows loaded at once: a whole tile of up to 32 keys for few rows (decode; qwen3-8b on an H200,
+  // tok/s with 8, 16 and 32: 268.0 / 268.4 / 272.8 at 4,096 positions, 198.8 / 200.2 / 209.2 at
+  // 16,384; 64, a whole tile of ZINC_VULKAN_FA_TK=64, spilled), 8 beside the accumulators of many.
+  p.vb = p.nr <= 8 ? std::min(p.tk, 32u) : 8;
   p.n_blk = (rows + p.nr - 1) / p.nr;
   p.n_split = a.n_split;
   if (p.n_split == 0) {
     // About 256 workgroups (two for each multiprocessor of a large GPU), but no split shorter than
     // two tiles of the whole cache (short sequences leave the later splits empty; they cost one store
     // each). qwen3-8b on an H200 (8 kv heads), tok/s of 16, 32 and 64 splits: 255.9 / 267.8 / 255.3
-    // at 4,096 positions, 170.3 / 198.3 / 190.2 at 16,384 (512 workgroups before).
+    // at 4,096 positions, 170.3 / 198.3 / 190.2 at 16,384 (512 workgroups before). With the merge in
+    // one pass (attention_reduce.comp), twice the splits (512 workgroups, splits of one tile) measured
+    // slower or the same: qwen3-8b 275.5 -> 263.2 at 4,096 and 210.8 -> 204.1 at 16,384, qwen3-30b-a3b
+    // 261.2 -> 261.1 and 206.8 -> 197.7.
     const uint32_t wgs = p.n_blk * a.n_head_kv;
     const uint32_t most = std::clamp(a.n_ctx / (2 * p.tk), 1u, 128u);
     p.n_split = std::clamp((256 + wgs - 1) / wgs, 1u, most);
@@ -306,7 +309,12 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
                             a.q8_format};
   if (a.xq.buffer) {
     const View rbind[] = {a.scratch, sinks, a.out, a.xq};
-    d.dispatch(ctx.pipeline("attention_reduce_q8k", 4, sizeof(rpush)), rbind, rpush, width / 256, a.n_tokens);
+    // Eight groups of 64 over the splits where subgroups of 8 or more keep q8k_write_block's maxima
+    // within its 64 slots (H200, 30b at depth 4,096 with 128 splits: 16 groups no faster), else four.
+    const Features& f = ctx.features();
+    const uint32_t wg = f.subgroup_size >= 8 && f.max_invocations >= 512 ? 512 : 256;
+    const uint32_t rspec[] = {wg};
+    d.dispatch(ctx.pipeline("attention_reduce_q8k", 4, sizeof(rpush), rspec), rbind, rpush, width / 256, a.n_tokens);
     return;
   }
   const View rbind[] = {a.scratch, sinks, a.out, a.q8.buffer ? a.q8 : a.out};
