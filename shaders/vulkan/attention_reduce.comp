@@ -6,7 +6,8 @@
 // (+ e^(sink - M)), out = sum acc_s e^(m_s - M) / L. Splits with l = 0 saw no key and are skipped
 // (their acc, never written, is read and not used). Reads n_split * (4 + head_dim) floats per row and
 // writes head_dim (a multiple of 4). Each invocation merges its share of the splits in one pass
-// (splits_merge), then the groups' parts are brought to the row's M and added in group order.
+// (splits_merge), then the groups' parts are brought to the row's M and added in group order
+// (groups_merge).
 //  - rows: one workgroup per row, head_dim / 4 invocations a group (4 dims each), 128 / that groups
 //    over the splits. Grid: x * y >= n_rows.
 //  - q8k: one workgroup per 256 outputs of a token (the heads they span, or part of one head): NG
@@ -113,31 +114,45 @@ float sink_weight(uint row, inout float m) {
   return exp(sink - m2);
 }
 
+// The row's merge by ng groups of `width` invocations (group g, index `own` in it; lid its index in the
+// workgroup, its slot of part_*): each group's splits merged (splits_merge; groups past ng none), their
+// parts brought to the row's M (the sink's weight in group 0's) and added in group order. Group 0's
+// invocations get the sums l and a; the others 0. Every invocation calls it (barriers).
+void groups_merge(uint row, uint d, uint g, uint ng, uint width, uint own, uint lid, out float l, out vec4 a) {
+  float mg = -1.0e38;
+  l = 0.0;
+  a = vec4(0.0);
+  if (g < ng) splits_merge(row, d, g, ng, mg, l, a);
+  part_m[lid] = mg;
+  barrier();
+  float m = part_m[own];
+  for (uint i = 1u; i < ng; ++i) m = max(m, part_m[i * width + own]);
+  const float sink_l = sink_weight(row, m);
+  const float f = exp(mg - m);
+  part_l[lid] = l * f + (g == 0u ? sink_l : 0.0);
+  part_a[lid] = a * f;
+  barrier();
+  l = 0.0;
+  a = vec4(0.0);
+  if (g != 0u) return;
+  l = part_l[own];
+  a = part_a[own];
+  for (uint i = 1u; i < ng; ++i) {
+    l += part_l[i * width + own];
+    a += part_a[i * width + own];
+  }
+}
+
 void main() {
 #if defined(Q8K_OUT)
   const uint lid = gl_LocalInvocationID.x, own = lid % 64u, g = lid / 64u, b = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
   const uint width = p.n_head * p.head_dim, e = b * 256u + own * 4u;  // e: the first of 4 dims in the token's row
   const uint row = t * p.n_head + e / p.head_dim, d = e % p.head_dim;
-  float mg, l;
+  float l;
   vec4 a;
-  splits_merge(row, d, g, NG, mg, l, a);
-  part_m[lid] = mg;
-  barrier();
-  float m = part_m[own];
-  for (uint i = 1u; i < NG; ++i) m = max(m, part_m[i * 64u + own]);
-  const float sink_l = sink_weight(row, m);  // every group's sums brought to the same M
-  const float f = exp(mg - m);
-  l = l * f + (g == 0u ? sink_l : 0.0);
-  a *= f;
-  part_l[lid] = l;
-  part_a[lid] = a;
-  barrier();
+  groups_merge(row, d, g, NG, 64u, own, lid, l, a);
   vec4 v = vec4(0.0);
   if (g == 0u) {
-    for (uint i = 1u; i < NG; ++i) {
-      l += part_l[i * 64u + own];
-      a += part_a[i * 64u + own];
-    }
     v = a * (1.0 / l);
     o4[(t * width + e) / 4u] = v;
   }
@@ -149,26 +164,11 @@ void main() {
   // group order through shared memory (the invocations past NGR groups only join the codes' shuffles).
   const uint nd = p.head_dim / 4u, ngr = 128u / nd;
   const uint lid = gl_LocalInvocationID.x, own = lid % nd, g = lid / nd, d = own * 4u;
-  float mg = -1.0e38, l = 0.0;
-  vec4 a = vec4(0.0);
-  if (g < ngr) splits_merge(row, d, g, ngr, mg, l, a);
-  part_m[lid] = mg;
-  barrier();
-  float m = part_m[own];
-  for (uint i = 1u; i < ngr; ++i) m = max(m, part_m[i * nd + own]);
-  const float sink_l = sink_weight(row, m);
-  const float f = exp(mg - m);
-  part_l[lid] = l * f + (g == 0u ? sink_l : 0.0);
-  part_a[lid] = a * f;
-  barrier();
+  float l;
+  vec4 a;
+  groups_merge(row, d, g, ngr, nd, own, lid, l, a);
   vec4 v = vec4(0.0);
   if (g == 0u) {
-    l = part_l[own];
-    a = part_a[own];
-    for (uint i = 1u; i < ngr; ++i) {
-      l += part_l[i * nd + own];
-      a += part_a[i * nd + own];
-    }
     v = a * (1.0 / l);
     o4[(row * p.head_dim + d) / 4u] = v;
   }

@@ -65,8 +65,9 @@ AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
   p.nr = std::min({pow2_at_least(rows), 64u, pow2_at_most(std::max(1u, 4096 / hd))});
   // Keys per tile: 32 (ZINC_VULKAN_FA_TK, a power of two up to 256, for measurements: on an H200
   // qwen3-30b-a3b's tg64 at depth 4,096 fell from 252 to 208 and 119 tok/s with 64 and 128).
+  const uint32_t tk_most = knob_u32("ZINC_VULKAN_FA_TK", 32, 32, 256);
   uint32_t tk = 32;
-  while (tk * 2 <= knob_u32("ZINC_VULKAN_FA_TK", 32, 32, 256)) tk *= 2;
+  while (tk * 2 <= tk_most) tk *= 2;
   for (;;) {
     p.nkt = 128 / std::min(p.nr, 16u);
     p.tk = std::max(tk, p.nkt);
