@@ -219,6 +219,54 @@ TEST_F(VulkanMisc, MoeRoutingLatency) {
   }
 }
 
+TEST_F(VulkanMisc, DependentDispatchLatency) {
+  // What orders a decode step's dependent dispatches, measured (dispatch_chain.comp): a chain of
+  // stages, each reading its own chunk of weights and a value the stage before wrote, ordered by a
+  // pipeline barrier after each (mode 0) or by counts the next stage's workgroups wait on with no
+  // barrier between (1: wait, then load; 2: load, then wait). Wall time per stage of the chain, best
+  // of 3, and GB/s of the weights. No wait may give up (done[stages] stays 0).
+  if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the latency table";
+  const Kernel& k = ctx_->pipeline("dispatch_chain", 3, 16);
+  std::printf("| workgroups | bytes a stage | stages | mode | us a stage | GB/s |\n|---|---|---|---|---|---|\n");
+  for (const auto& [groups, words] : {std::pair{1u, 0u}, {1u, 16u}, {132u, 0u}, {264u, 0u}, {264u, 1657u}, {528u, 828u}, {132u, 3314u},
+                                      {264u, 414u}, {264u, 6628u}}) {
+    const size_t stage_bytes = size_t{groups} * words * 16;
+    const uint32_t stages = stage_bytes == 0 ? 64u
+                                             : static_cast<uint32_t>(std::min<size_t>(64, ctx_->features().max_storage_range / stage_bytes));
+    Buffer w = ctx_->device_buffer(std::max<size_t>(16, stage_bytes * stages)), x = ctx_->device_buffer(size_t{groups} * stages * 4),
+           d = ctx_->device_buffer((stages + 1) * 4);
+    ctx_->fill_zero(w, 0, w.size);
+    ctx_->fill_zero(x, 0, x.size);
+    ctx_->fill_zero(d, 0, d.size);
+    const View views[] = {View{&w}, View{&x}, View{&d}};
+    for (const uint32_t mode : {0u, 1u, 2u}) {
+      Recording r(*ctx_, stages + 1);
+      const uint32_t reset[4] = {0, 0, 3, stages};
+      r.dispatch(k, views, reset, 1);
+      r.barrier();
+      for (uint32_t s = 0; s < stages; ++s) {
+        const uint32_t push[4] = {s, words, mode, stages};
+        r.dispatch(k, views, push, groups);
+        if (mode == 0) r.barrier();
+      }
+      r.finish();
+      r.submit_and_wait();
+      double best = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        r.submit_and_wait();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / stages);
+      }
+      uint32_t gave_up = 0;
+      ctx_->download(d, size_t{stages} * 4, &gave_up, 4);
+      EXPECT_EQ(gave_up, 0u) << groups << " workgroups, mode " << mode;
+      std::printf("| %u | %zu | %u | %u | %.2f | %.0f |\n", groups, stage_bytes, stages, mode, best * 1e6,
+                  static_cast<double>(stage_bytes) / best / 1e9);
+    }
+    for (Buffer* b : {&w, &x, &d}) ctx_->release(*b);
+  }
+}
+
 TEST_F(VulkanMisc, MoeCombineIsTheWeightedSumOfTheExperts) {
   std::mt19937 rng(22);
   std::normal_distribution<float> nd(0.0f, 1.0f);
