@@ -47,7 +47,7 @@ TEST(CodeObject, MatchesWhatLlvmReadsInTheSameBytes) {
   if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const std::string readelf = ZINC_LLVM_READELF;
   ASSERT_FALSE(readelf.empty()) << "code objects were built but llvm-readelf was not found (install llvm-19)";
-  ASSERT_EQ(names.size(), 8u) << "2 kernels x 4 targets";
+  ASSERT_EQ(names.size(), 12u) << "3 kernels x 4 targets";
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_co_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const std::string_view name : names) {
@@ -153,8 +153,9 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
   std::filesystem::remove_all(dir);
 }
 
-// The dispatch and kernel rungs write their kernels' arguments as FillIdsArgs and RmsNormArgs: where the
-// metadata note of every such object (llvm-readelf --notes) places them (offset, size, kind of each).
+// The host writes its kernels' arguments as dispatch.h's FillIdsArgs, RmsNormArgs and MulMvQ4KArgs (the
+// first two in the dispatch and kernel rungs): where the metadata note of every such object
+// (llvm-readelf --notes) places them (offset, size, kind of each).
 TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   const auto names = code_object_bytes_names();
   if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
@@ -168,13 +169,18 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
        {{at(offsetof(RmsNormArgs, x), 8, "global_buffer"), at(offsetof(RmsNormArgs, w), 8, "global_buffer"),
          at(offsetof(RmsNormArgs, out), 8, "global_buffer"), at(offsetof(RmsNormArgs, width), 4, "by_value"),
          at(offsetof(RmsNormArgs, eps), 4, "by_value")},
-        sizeof(RmsNormArgs)}}};
+        sizeof(RmsNormArgs)}},
+      {"mul_mv_q4_k",
+       {{at(offsetof(MulMvQ4KArgs, w), 8, "global_buffer"), at(offsetof(MulMvQ4KArgs, x), 8, "global_buffer"),
+         at(offsetof(MulMvQ4KArgs, y), 8, "global_buffer"), at(offsetof(MulMvQ4KArgs, ncols), 4, "by_value"),
+         at(offsetof(MulMvQ4KArgs, row_bytes), 4, "by_value")},
+        sizeof(MulMvQ4KArgs)}}};
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_args_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::map<std::string, int> seen;
   for (const std::string_view name : names) {
     const std::string n(name), kernel = n.substr(0, n.find('-'));
-    ASSERT_TRUE(want.count(kernel)) << n << ": a kernel no rung's arguments describe";
+    ASSERT_TRUE(want.count(kernel)) << n << ": a kernel no arguments structure describes";
     ++seen[kernel];
     const std::span<const uint8_t> bytes = code_object_bytes(name);
     const auto file = dir / (n + ".hsaco");
@@ -205,7 +211,7 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
     EXPECT_GE(k.kernarg_bytes, std::stoul(last[0]) + std::stoul(last[1])) << n;
     EXPECT_LE(k.kernarg_bytes, bytes_written) << n << ": the rung writes the whole argument segment";
   }
-  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"rms_norm", 4}})) << "each kernel for every listed target";
+  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"mul_mv_q4_k", 4}, {"rms_norm", 4}})) << "each kernel for every listed target";
   std::filesystem::remove_all(dir);
 }
 

@@ -63,4 +63,12 @@ struct RmsNormArgs {
 };
 inline constexpr uint32_t kRmsNormGroup = 256;
 
+// The first product kernel (shaders/amdgpu/mul_mv_q4_k.cl: y[r] = W[r] . x for Q4_K rows of
+// row_bytes bytes and float x, a workgroup of kMulMvQ4KGroup lanes a row): its arguments.
+struct MulMvQ4KArgs {
+  uint64_t w, x, y;
+  uint32_t ncols, row_bytes;
+};
+inline constexpr uint32_t kMulMvQ4KGroup = 64;
+
 }  // namespace zinc::backend::zinc_rt

@@ -1,0 +1,107 @@
+// ZINC_RT's kernels (shaders/amdgpu/*.cl) compiled for the host and run by amdgpu_host_run.cpp, each
+// workgroup's work-items as threads: their results against the CPU backend's, as the ladder's kernel
+// rungs check them on an AMD GPU (zinc rt-selftest). What runs here is the kernels' own logic, not
+// the AMDGPU compiler's code; without clang-19 or later the kernels are not built and the tests skip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "amdgpu_host_run.h"
+#include "backend/cpu/cpu_ops.h"
+#include "gguf/types.h"
+#include "quant/quant.h"
+
+#if defined(ZINC_RT_HOST_KERNELS)
+extern "C" {
+void fill_ids(uint32_t* out, uint32_t n);
+void rms_norm(const float* x, const float* w, float* out, uint32_t width, float eps);
+void mul_mv_q4_k(const uint32_t* w, const float* x, float* y, uint32_t ncols, uint32_t row_bytes);
+}
+#endif
+
+namespace zinc::backend::zinc_rt {
+namespace {
+
+#if defined(ZINC_RT_HOST_KERNELS)
+constexpr bool kBuilt = true;
+#else
+constexpr bool kBuilt = false;
+void fill_ids(uint32_t*, uint32_t) {}
+void rms_norm(const float*, const float*, float*, uint32_t, float) {}
+void mul_mv_q4_k(const uint32_t*, const float*, float*, uint32_t, uint32_t) {}
+#endif
+
+#define SKIP_UNLESS_BUILT() \
+  if (!kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)"
+
+TEST(ZincRtHostKernels, FillIdsWritesEachIdOnceAndNothingPastN) {
+  SKIP_UNLESS_BUILT();
+  for (const uint32_t n : {1u, 63u, 64u, 1000u}) {
+    std::vector<uint32_t> out(n + 70, 0xdeadbeefu);
+    host::run({(n + 63) / 64 + 1, 1, 1}, {64, 1, 1}, [&] { fill_ids(out.data(), n); });  // a workgroup past n too
+    for (uint32_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(out[i], i < n ? 3 * i + 1 : 0xdeadbeefu) << "n " << n << " word " << i;
+    }
+  }
+}
+
+TEST(ZincRtHostKernels, RmsNormMatchesTheCpuBackend) {
+  // Widths below, at and past the workgroup of 256, and the ladder's 4,196; rows of their own scale,
+  // the output's guard untouched. The kernel sums squares in float in its own order, the CPU in
+  // double: within 1e-5 relative (the selftest's bound).
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f), uw(0.5f, 1.5f);
+  for (const uint32_t width : {100u, 256u, 1000u, 4196u}) {
+    const uint32_t rows = 3;
+    const float eps = 1e-6f;
+    std::vector<float> x(size_t{rows} * width), w(width), want(x.size()), got(x.size() + 16, -7.0f);
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t i = 0; i < width; ++i) x[size_t{r} * width + i] = u(rng) * static_cast<float>(r + 1);
+    for (auto& v : w) v = uw(rng);
+    cpu::rms_norm(x.data(), w.data(), want.data(), width, width, rows, eps, 0.0f);
+    host::run({rows, 1, 1}, {256, 1, 1}, [&] { rms_norm(x.data(), w.data(), got.data(), width, eps); });
+    int outside = 0;
+    for (size_t i = 0; i < want.size(); ++i) outside += !(std::fabs(got[i] - want[i]) <= 1e-5f * std::fabs(want[i]) + 1e-6f);
+    EXPECT_EQ(outside, 0) << "width " << width;
+    for (size_t i = want.size(); i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "width " << width << " guard " << i - want.size();
+  }
+}
+
+TEST(ZincRtHostKernels, MulMvQ4KMatchesTheDequantizedRows) {
+  // Q4_K rows the project's quantizer made (scales and mins of all 64 values, so both halves of the
+  // packed 6-bit fields are read), times float activations, against each dequantized row's dot product
+  // in double: within 1e-5 of the sum of |w x| (float sums in another order).
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(32);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const uint32_t ncols : {256u, 2048u}) {
+    const uint32_t nrows = 5;
+    const size_t row_bytes = quant::row_size(gguf::TensorType::Q4_K, ncols);
+    std::vector<float> wf(size_t{nrows} * ncols), x(ncols), deq(ncols);
+    for (uint32_t r = 0; r < nrows; ++r)
+      for (uint32_t c = 0; c < ncols; ++c) wf[size_t{r} * ncols + c] = nd(rng) * (1.0f + static_cast<float>(c % 97) / 16.0f);
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint32_t> wq(nrows * row_bytes / 4);
+    auto* bytes = reinterpret_cast<uint8_t*>(wq.data());
+    for (uint32_t r = 0; r < nrows; ++r) quant::quantize_row(gguf::TensorType::Q4_K, wf.data() + size_t{r} * ncols, bytes + r * row_bytes, ncols);
+    std::vector<float> y(nrows + 4, -7.0f);
+    host::run({nrows, 1, 1}, {64, 1, 1}, [&] { mul_mv_q4_k(wq.data(), x.data(), y.data(), ncols, static_cast<uint32_t>(row_bytes)); });
+    for (uint32_t r = 0; r < nrows; ++r) {
+      quant::dequantize_row(gguf::TensorType::Q4_K, bytes + r * row_bytes, deq.data(), ncols);
+      double want = 0, mag = 0;
+      for (uint32_t c = 0; c < ncols; ++c) {
+        want += static_cast<double>(deq[c]) * x[c];
+        mag += std::fabs(static_cast<double>(deq[c]) * x[c]);
+      }
+      EXPECT_NEAR(y[r], want, 1e-5 * mag + 1e-6) << ncols << " columns, row " << r;
+    }
+    for (uint32_t r = nrows; r < y.size(); ++r) EXPECT_EQ(y[r], -7.0f) << "guard " << r - nrows;
+  }
+}
+
+}  // namespace
+}  // namespace zinc::backend::zinc_rt
