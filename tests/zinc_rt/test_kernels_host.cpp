@@ -12,13 +12,15 @@
 #include "amdgpu_host_run.h"
 #include "backend/cpu/cpu_ops.h"
 #include "gguf/types.h"
+#include "quant/dot.h"
 #include "quant/quant.h"
 
 #if defined(ZINC_RT_HOST_KERNELS)
 extern "C" {
 void fill_ids(uint32_t* out, uint32_t n);
 void rms_norm(const float* x, const float* w, float* out, uint32_t width, float eps);
-void mul_mv_q4_k(const uint32_t* w, const float* x, float* y, uint32_t ncols, uint32_t row_bytes);
+void quantize_q8_k(const float* x, uint32_t* out);
+void mul_mv_q4_k(const uint32_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 }
 #endif
 
@@ -31,7 +33,8 @@ constexpr bool kBuilt = true;
 constexpr bool kBuilt = false;
 void fill_ids(uint32_t*, uint32_t) {}
 void rms_norm(const float*, const float*, float*, uint32_t, float) {}
-void mul_mv_q4_k(const uint32_t*, const float*, float*, uint32_t, uint32_t) {}
+void quantize_q8_k(const float*, uint32_t*) {}
+void mul_mv_q4_k(const uint32_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 #endif
 
 #define SKIP_UNLESS_BUILT() \
@@ -71,33 +74,58 @@ TEST(ZincRtHostKernels, RmsNormMatchesTheCpuBackend) {
   }
 }
 
-TEST(ZincRtHostKernels, MulMvQ4KMatchesTheDequantizedRows) {
+// Rows of floats of several scales, a block of zeros, a NaN and a value at the clamp: n blocks.
+std::vector<float> activations(uint32_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t{n} * 256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * static_cast<float>(1 + i / 256 % 5) * (i / 256 % 3 == 2 ? 1e-3f : 1.0f);
+  if (n > 1) std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  if (n > 2) x[600] = std::nanf("");
+  return x;
+}
+
+TEST(ZincRtHostKernels, QuantizeQ8KMakesTheCpusCodes) {
+  // Byte for byte the CPU's Q8_K blocks (d, codes, sums of 16), a zero block and a NaN included.
+  SKIP_UNLESS_BUILT();
+  for (const uint32_t n : {1u, 9u}) {
+    const std::vector<float> x = activations(n, 40 + n);
+    std::vector<uint8_t> want(quant::activation_row_size(gguf::TensorType::Q4_K, 256 * n));
+    quant::quantize_activation(gguf::TensorType::Q4_K, x.data(), want.data(), 256 * n);
+    ASSERT_EQ(want.size(), size_t{n} * 292);
+    std::vector<uint32_t> got(size_t{n} * 73 + 4, 0xdeadbeefu);
+    host::run({n, 1, 1}, {64, 1, 1}, [&] { quantize_q8_k(x.data(), got.data()); });
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(reinterpret_cast<const uint8_t*>(got.data())[i], want[i]) << n << " blocks, block " << i / 292 << " byte " << i % 292;
+    }
+    for (size_t i = size_t{n} * 73; i < got.size(); ++i) EXPECT_EQ(got[i], 0xdeadbeefu) << "guard " << i;
+  }
+}
+
+TEST(ZincRtHostKernels, MulMvQ4KIsTheCpusDotProduct) {
   // Q4_K rows the project's quantizer made (scales and mins of all 64 values, so both halves of the
-  // packed 6-bit fields are read), times float activations, against each dequantized row's dot product
-  // in double: within 1e-5 of the sum of |w x| (float sums in another order).
+  // packed 6-bit fields are read) times the CPU's Q8_K codes of the activations: bit for bit the CPU's
+  // dot product (quant::dot_ref), over 1, 8 and 40 blocks (40: more than a chunk of 16).
   SKIP_UNLESS_BUILT();
   std::mt19937 rng(32);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const uint32_t ncols : {256u, 2048u}) {
+  for (const uint32_t ncols : {256u, 2048u, 10240u}) {
     const uint32_t nrows = 5;
     const size_t row_bytes = quant::row_size(gguf::TensorType::Q4_K, ncols);
-    std::vector<float> wf(size_t{nrows} * ncols), x(ncols), deq(ncols);
+    std::vector<float> wf(size_t{nrows} * ncols);
     for (uint32_t r = 0; r < nrows; ++r)
       for (uint32_t c = 0; c < ncols; ++c) wf[size_t{r} * ncols + c] = nd(rng) * (1.0f + static_cast<float>(c % 97) / 16.0f);
-    for (auto& v : x) v = nd(rng);
     std::vector<uint32_t> wq(nrows * row_bytes / 4);
     auto* bytes = reinterpret_cast<uint8_t*>(wq.data());
     for (uint32_t r = 0; r < nrows; ++r) quant::quantize_row(gguf::TensorType::Q4_K, wf.data() + size_t{r} * ncols, bytes + r * row_bytes, ncols);
+    std::vector<float> x = activations(ncols / 256, ncols);
+    for (auto& v : x) v = std::isnan(v) ? 1.0f : v;
+    std::vector<uint32_t> xq(size_t{ncols} / 256 * 73);
+    quant::quantize_activation(gguf::TensorType::Q4_K, x.data(), xq.data(), ncols);
     std::vector<float> y(nrows + 4, -7.0f);
-    host::run({nrows, 1, 1}, {64, 1, 1}, [&] { mul_mv_q4_k(wq.data(), x.data(), y.data(), ncols, static_cast<uint32_t>(row_bytes)); });
+    host::run({nrows, 1, 1}, {64, 1, 1}, [&] { mul_mv_q4_k(wq.data(), xq.data(), y.data(), ncols, static_cast<uint32_t>(row_bytes)); });
     for (uint32_t r = 0; r < nrows; ++r) {
-      quant::dequantize_row(gguf::TensorType::Q4_K, bytes + r * row_bytes, deq.data(), ncols);
-      double want = 0, mag = 0;
-      for (uint32_t c = 0; c < ncols; ++c) {
-        want += static_cast<double>(deq[c]) * x[c];
-        mag += std::fabs(static_cast<double>(deq[c]) * x[c]);
-      }
-      EXPECT_NEAR(y[r], want, 1e-5 * mag + 1e-6) << ncols << " columns, row " << r;
+      EXPECT_EQ(y[r], quant::dot_ref(gguf::TensorType::Q4_K, bytes + r * row_bytes, xq.data(), ncols)) << ncols << " columns, row " << r;
     }
     for (uint32_t r = nrows; r < y.size(); ++r) EXPECT_EQ(y[r], -7.0f) << "guard " << r - nrows;
   }

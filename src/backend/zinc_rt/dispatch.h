@@ -63,10 +63,17 @@ struct RmsNormArgs {
 };
 inline constexpr uint32_t kRmsNormGroup = 256;
 
+// The activation quantizer (shaders/amdgpu/quantize_q8_k.cl: each block of 256 floats of x into a Q8_K
+// block of out, a workgroup of kQuantizeQ8KGroup lanes a block): its arguments.
+struct QuantizeQ8KArgs {
+  uint64_t x, out;
+};
+inline constexpr uint32_t kQuantizeQ8KGroup = 64;
+
 // The first product kernel (shaders/amdgpu/mul_mv_q4_k.cl: y[r] = W[r] . x for Q4_K rows of
-// row_bytes bytes and float x, a workgroup of kMulMvQ4KGroup lanes a row): its arguments.
+// row_bytes bytes and x as Q8_K codes, a workgroup of kMulMvQ4KGroup lanes a row): its arguments.
 struct MulMvQ4KArgs {
-  uint64_t w, x, y;
+  uint64_t w, xq, y;
   uint32_t ncols, row_bytes;
 };
 inline constexpr uint32_t kMulMvQ4KGroup = 64;
