@@ -6,28 +6,13 @@
 // One workgroup of 64 a row: in each block work-item t takes elements 4t..4t+3 (a word of nibbles, a
 // word of codes, one sub-block's scale), its integer parts go to local memory, and then one work-item
 // a block adds them (integers: any order is exact) and one adds the blocks' values in order. Blocks in
-// chunks of CHUNK. No device library: halves are decoded from their bits.
+// chunks of CHUNK.
 #pragma OPENCL FP_CONTRACT OFF
+#include "common.h"
 #define WG 64
 #define CHUNK 16
 
-float f16_bits_to_float(uint h) {
-  const uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0u) {
-    const float v = (float)m * 0x1p-24f;  // zero or subnormal (exact)
-    return sign ? -v : v;
-  }
-  if (e == 31u) return as_float(sign | 0x7f800000u | (m << 13));
-  return as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint block_byte(__global const uint* blk, uint off) { return (blk[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
-
-void workgroup_barrier(void) {
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-  __builtin_amdgcn_s_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-}
+static uint block_byte(__global const uint* blk, uint off) { return (blk[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void mul_mv_q4_k(__global const uint* w, __global const uint* xq,
                                                                          __global float* y, uint ncols, uint row_bytes) {

@@ -5,6 +5,7 @@
 // a block, 4 elements a work-item. Built with correctly rounded division and without contraction, so
 // that every float operation is the CPU's.
 #pragma OPENCL FP_CONTRACT OFF
+#include "common.h"
 #define WG 64
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void quantize_q8_k(__global const float* x, __global uint* out) {
@@ -22,14 +23,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void quantize_q8_k(__gl
   }
   amax_part[t] = m;
   for (uint step = WG / 2; step > 0; step /= 2) {
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-    __builtin_amdgcn_s_barrier();
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+    workgroup_barrier();
     if (t < step) amax_part[t] = amax_part[t] < amax_part[t + step] ? amax_part[t + step] : amax_part[t];
   }
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-  __builtin_amdgcn_s_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+  workgroup_barrier();
   const float d = as_float(amax_part[0]) / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   uint word = 0u;
@@ -47,9 +44,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void quantize_q8_k(__gl
   __global uint* ob = out + (ulong)blk * 73u;
   ob[1u + t] = word;
   sums[t] = sum;
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-  __builtin_amdgcn_s_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+  workgroup_barrier();
   if (t == 0u) ob[0] = as_uint(d);
   if (t < 8u) {  // the sums of groups 2t and 2t + 1, each 4 work-items' codes, as one word of two int16
     const int lo = sums[8u * t] + sums[8u * t + 1u] + sums[8u * t + 2u] + sums[8u * t + 3u];

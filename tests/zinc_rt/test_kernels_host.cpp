@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -21,6 +22,7 @@ void fill_ids(uint32_t* out, uint32_t n);
 void rms_norm(const float* x, const float* w, float* out, uint32_t width, float eps);
 void quantize_q8_k(const float* x, uint32_t* out);
 void mul_mv_q4_k(const uint32_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
+void mul_mv_q6_k(const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 }
 #endif
 
@@ -35,6 +37,7 @@ void fill_ids(uint32_t*, uint32_t) {}
 void rms_norm(const float*, const float*, float*, uint32_t, float) {}
 void quantize_q8_k(const float*, uint32_t*) {}
 void mul_mv_q4_k(const uint32_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
+void mul_mv_q6_k(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 #endif
 
 #define SKIP_UNLESS_BUILT() \
@@ -102,33 +105,47 @@ TEST(ZincRtHostKernels, QuantizeQ8KMakesTheCpusCodes) {
   }
 }
 
-TEST(ZincRtHostKernels, MulMvQ4KIsTheCpusDotProduct) {
-  // Q4_K rows the project's quantizer made (scales and mins of all 64 values, so both halves of the
-  // packed 6-bit fields are read) times the CPU's Q8_K codes of the activations: bit for bit the CPU's
-  // dot product (quant::dot_ref), over 1, 8 and 40 blocks (40: more than a chunk of 16).
-  SKIP_UNLESS_BUILT();
+// The K-quant products against the CPU's definition: rows the project's quantizer made (for Q4_K,
+// scales and mins of all 64 values, so both halves of the packed 6-bit fields are read) times the CPU's
+// Q8_K codes of the activations, bit for bit quant::dot_ref, over 1, 8 and 40 blocks (40: more than a
+// chunk of 16; odd block counts leave Q6_K's 210-byte rows 2-byte aligned).
+void expect_the_cpus_dot_products(gguf::TensorType type, const std::function<void(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t)>& kernel) {
   std::mt19937 rng(32);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const uint32_t ncols : {256u, 2048u, 10240u}) {
+  for (const uint32_t ncols : {256u, 2048u, 10240u, 768u}) {
     const uint32_t nrows = 5;
-    const size_t row_bytes = quant::row_size(gguf::TensorType::Q4_K, ncols);
+    const size_t row_bytes = quant::row_size(type, ncols);
     std::vector<float> wf(size_t{nrows} * ncols);
     for (uint32_t r = 0; r < nrows; ++r)
       for (uint32_t c = 0; c < ncols; ++c) wf[size_t{r} * ncols + c] = nd(rng) * (1.0f + static_cast<float>(c % 97) / 16.0f);
-    std::vector<uint32_t> wq(nrows * row_bytes / 4);
+    std::vector<uint32_t> wq((nrows * row_bytes + 3) / 4);
     auto* bytes = reinterpret_cast<uint8_t*>(wq.data());
-    for (uint32_t r = 0; r < nrows; ++r) quant::quantize_row(gguf::TensorType::Q4_K, wf.data() + size_t{r} * ncols, bytes + r * row_bytes, ncols);
+    for (uint32_t r = 0; r < nrows; ++r) quant::quantize_row(type, wf.data() + size_t{r} * ncols, bytes + r * row_bytes, ncols);
     std::vector<float> x = activations(ncols / 256, ncols);
     for (auto& v : x) v = std::isnan(v) ? 1.0f : v;
     std::vector<uint32_t> xq(size_t{ncols} / 256 * 73);
-    quant::quantize_activation(gguf::TensorType::Q4_K, x.data(), xq.data(), ncols);
+    quant::quantize_activation(type, x.data(), xq.data(), ncols);
     std::vector<float> y(nrows + 4, -7.0f);
-    host::run({nrows, 1, 1}, {64, 1, 1}, [&] { mul_mv_q4_k(wq.data(), xq.data(), y.data(), ncols, static_cast<uint32_t>(row_bytes)); });
+    host::run({nrows, 1, 1}, {64, 1, 1}, [&] { kernel(bytes, xq.data(), y.data(), ncols, static_cast<uint32_t>(row_bytes)); });
     for (uint32_t r = 0; r < nrows; ++r) {
-      EXPECT_EQ(y[r], quant::dot_ref(gguf::TensorType::Q4_K, bytes + r * row_bytes, xq.data(), ncols)) << ncols << " columns, row " << r;
+      EXPECT_EQ(y[r], quant::dot_ref(type, bytes + r * row_bytes, xq.data(), ncols)) << ncols << " columns, row " << r;
     }
     for (uint32_t r = nrows; r < y.size(); ++r) EXPECT_EQ(y[r], -7.0f) << "guard " << r - nrows;
   }
+}
+
+TEST(ZincRtHostKernels, MulMvQ4KIsTheCpusDotProduct) {
+  SKIP_UNLESS_BUILT();
+  expect_the_cpus_dot_products(gguf::TensorType::Q4_K, [](const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes) {
+    mul_mv_q4_k(reinterpret_cast<const uint32_t*>(w), xq, y, ncols, row_bytes);
+  });
+}
+
+TEST(ZincRtHostKernels, MulMvQ6KIsTheCpusDotProduct) {
+  SKIP_UNLESS_BUILT();
+  expect_the_cpus_dot_products(gguf::TensorType::Q6_K, [](const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes) {
+    mul_mv_q6_k(w, xq, y, ncols, row_bytes);
+  });
 }
 
 }  // namespace

@@ -78,4 +78,11 @@ struct MulMvQ4KArgs {
 };
 inline constexpr uint32_t kMulMvQ4KGroup = 64;
 
+// The same for Q6_K rows (shaders/amdgpu/mul_mv_q6_k.cl, workgroups of kMulMvQ6KGroup lanes).
+struct MulMvQ6KArgs {
+  uint64_t w, xq, y;
+  uint32_t ncols, row_bytes;
+};
+inline constexpr uint32_t kMulMvQ6KGroup = 64;
+
 }  // namespace zinc::backend::zinc_rt
