@@ -23,6 +23,8 @@ void rms_norm(const float* x, const float* w, float* out, uint32_t width, float 
 void quantize_q8_k(const float* x, uint32_t* out);
 void mul_mv_q4_k(const uint32_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 void mul_mv_q6_k(const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
+void get_rows_q4_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
+void get_rows_q6_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
 }
 #endif
 
@@ -38,6 +40,8 @@ void rms_norm(const float*, const float*, float*, uint32_t, float) {}
 void quantize_q8_k(const float*, uint32_t*) {}
 void mul_mv_q4_k(const uint32_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 void mul_mv_q6_k(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
+void get_rows_q4_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
+void get_rows_q6_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
 #endif
 
 #define SKIP_UNLESS_BUILT() \
@@ -146,6 +150,35 @@ TEST(ZincRtHostKernels, MulMvQ6KIsTheCpusDotProduct) {
   expect_the_cpus_dot_products(gguf::TensorType::Q6_K, [](const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes) {
     mul_mv_q6_k(w, xq, y, ncols, row_bytes);
   });
+}
+
+TEST(ZincRtHostKernels, GetRowsAreTheCpusDequantizedRows) {
+  // A step's tokens' rows (one twice, the last row of the matrix among them) of Q4_K and Q6_K
+  // matrices the project's quantizer made: bit for bit quant::dequantize_row, the output's guard
+  // untouched.
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(33);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
+    const uint32_t ncols = 768, nrows = 7;
+    const size_t row_bytes = quant::row_size(type, ncols);
+    std::vector<float> wf(size_t{nrows} * ncols);
+    for (auto& v : wf) v = nd(rng);
+    std::vector<uint8_t> wq(nrows * row_bytes);
+    for (uint32_t r = 0; r < nrows; ++r) quant::quantize_row(type, wf.data() + size_t{r} * ncols, wq.data() + r * row_bytes, ncols);
+    const std::vector<int32_t> ids = {3, 0, 6, 3};
+    std::vector<float> got(ids.size() * ncols + 8, -7.0f), want(ncols);
+    const auto kernel = type == gguf::TensorType::Q4_K ? get_rows_q4_k : get_rows_q6_k;
+    host::run({static_cast<uint32_t>(ids.size()), 1, 1}, {64, 1, 1},
+              [&] { kernel(wq.data(), ids.data(), got.data(), ncols, static_cast<uint32_t>(row_bytes)); });
+    for (size_t i = 0; i < ids.size(); ++i) {
+      quant::dequantize_row(type, wq.data() + static_cast<size_t>(ids[i]) * row_bytes, want.data(), ncols);
+      int differ = 0;
+      for (uint32_t c = 0; c < ncols; ++c) differ += got[i * ncols + c] != want[c];
+      EXPECT_EQ(differ, 0) << gguf::tensor_type_name(type) << " token " << i;
+    }
+    for (size_t i = ids.size() * ncols; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
+  }
 }
 
 }  // namespace

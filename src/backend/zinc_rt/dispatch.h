@@ -85,4 +85,12 @@ struct MulMvQ6KArgs {
 };
 inline constexpr uint32_t kMulMvQ6KGroup = 64;
 
+// Rows of a Q4_K or Q6_K matrix as floats (shaders/amdgpu/get_rows_q4_k.cl, get_rows_q6_k.cl: out[i] =
+// row ids[i], a workgroup of kGetRowsGroup lanes a row): their arguments.
+struct GetRowsArgs {
+  uint64_t w, ids, out;
+  uint32_t ncols, row_bytes;
+};
+inline constexpr uint32_t kGetRowsGroup = 64;
+
 }  // namespace zinc::backend::zinc_rt
