@@ -47,7 +47,7 @@ TEST(CodeObject, MatchesWhatLlvmReadsInTheSameBytes) {
   if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const std::string readelf = ZINC_LLVM_READELF;
   ASSERT_FALSE(readelf.empty()) << "code objects were built but llvm-readelf was not found (install llvm-19)";
-  ASSERT_EQ(names.size(), 28u) << "7 kernels x 4 targets";
+  ASSERT_EQ(names.size(), 36u) << "9 kernels x 4 targets";
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_co_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const std::string_view name : names) {
@@ -154,7 +154,8 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
 }
 
 // The host writes its kernels' arguments as dispatch.h's FillIdsArgs, RmsNormArgs, QuantizeQ8KArgs,
-// MulMvQ4KArgs, MulMvQ6KArgs and GetRowsArgs (the first two in the dispatch and kernel rungs): where the metadata note of every such object
+// MulMvQ4KArgs, MulMvQ6KArgs, GetRowsArgs, RopeArgs and SwigluArgs (the first two in the dispatch and
+// kernel rungs): where the metadata note of every such object
 // (llvm-readelf --notes) places them (offset, size, kind of each).
 TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   const auto names = code_object_bytes_names();
@@ -185,7 +186,17 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
          at(offsetof(MulMvQ6KArgs, row_bytes), 4, "by_value")},
         sizeof(MulMvQ6KArgs)}},
       {"get_rows_q4_k", {get_rows, sizeof(GetRowsArgs)}},
-      {"get_rows_q6_k", {get_rows, sizeof(GetRowsArgs)}}};
+      {"get_rows_q6_k", {get_rows, sizeof(GetRowsArgs)}},
+      {"rope",
+       {{at(offsetof(RopeArgs, x), 8, "global_buffer"), at(offsetof(RopeArgs, cs), 8, "global_buffer"),
+         at(offsetof(RopeArgs, out), 8, "global_buffer"), at(offsetof(RopeArgs, n_head), 4, "by_value"),
+         at(offsetof(RopeArgs, head_dim), 4, "by_value"), at(offsetof(RopeArgs, n_rot), 4, "by_value"),
+         at(offsetof(RopeArgs, neox), 4, "by_value")},
+        sizeof(RopeArgs)}},
+      {"swiglu",
+       {{at(offsetof(SwigluArgs, gate), 8, "global_buffer"), at(offsetof(SwigluArgs, up), 8, "global_buffer"),
+         at(offsetof(SwigluArgs, out), 8, "global_buffer"), at(offsetof(SwigluArgs, n), 4, "by_value")},
+        sizeof(SwigluArgs)}}};
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_args_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::map<std::string, int> seen;
@@ -222,7 +233,7 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
     EXPECT_GE(k.kernarg_bytes, std::stoul(last[0]) + std::stoul(last[1])) << n;
     EXPECT_LE(k.kernarg_bytes, bytes_written) << n << ": the rung writes the whole argument segment";
   }
-  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"get_rows_q4_k", 4}, {"get_rows_q6_k", 4}, {"mul_mv_q4_k", 4}, {"mul_mv_q6_k", 4}, {"quantize_q8_k", 4}, {"rms_norm", 4}})) << "each kernel for every listed target";
+  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"get_rows_q4_k", 4}, {"get_rows_q6_k", 4}, {"mul_mv_q4_k", 4}, {"mul_mv_q6_k", 4}, {"quantize_q8_k", 4}, {"rms_norm", 4}, {"rope", 4}, {"swiglu", 4}})) << "each kernel for every listed target";
   std::filesystem::remove_all(dir);
 }
 

@@ -25,6 +25,8 @@ void mul_mv_q4_k(const uint32_t* w, const uint32_t* xq, float* y, uint32_t ncols
 void mul_mv_q6_k(const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 void get_rows_q4_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
 void get_rows_q6_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
+void rope(const float* x, const float* cs, float* out, uint32_t n_head, uint32_t head_dim, uint32_t n_rot, uint32_t neox);
+void swiglu(const float* gate, const float* up, float* out, uint32_t n);
 }
 #endif
 
@@ -42,6 +44,8 @@ void mul_mv_q4_k(const uint32_t*, const uint32_t*, float*, uint32_t, uint32_t) {
 void mul_mv_q6_k(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 void get_rows_q4_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
 void get_rows_q6_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
+void rope(const float*, const float*, float*, uint32_t, uint32_t, uint32_t, uint32_t) {}
+void swiglu(const float*, const float*, float*, uint32_t) {}
 #endif
 
 #define SKIP_UNLESS_BUILT() \
@@ -179,6 +183,52 @@ TEST(ZincRtHostKernels, GetRowsAreTheCpusDequantizedRows) {
     }
     for (size_t i = ids.size() * ncols; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
   }
+}
+
+TEST(ZincRtHostKernels, RopeIsTheCpusRotation) {
+  // Both pairings, a whole and a partial rotation (the rest copied), 3 heads of 3 tokens at positions
+  // 5..7 and 4,000..4,002, the angles from the CPU's table: bit for bit cpu::rope.
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(34);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const bool neox : {false, true}) {
+    for (const auto& [head_dim, n_rot] : {std::pair{128, 128}, {80, 64}}) {
+      for (const int32_t pos0 : {5, 4000}) {
+        const int n_head = 3, n_tok = 3;
+        graph::RopeParams p;
+        p.base = 1000000.0f;
+        std::vector<float> x(static_cast<size_t>(n_tok) * n_head * head_dim), want(x.size()), got(x.size() + 4, -7.0f), cs(static_cast<size_t>(n_tok) * n_rot);
+        for (auto& v : x) v = nd(rng);
+        for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(n_rot, p, nullptr, pos0 + t, cs.data() + static_cast<size_t>(t) * n_rot);
+        cpu::rope(x.data(), want.data(), n_tok, n_head, head_dim, n_rot, neox ? graph::RopeMode::NeoX : graph::RopeMode::Normal, p, nullptr, pos0);
+        host::run({n_head, n_tok, 1}, {64, 1, 1}, [&] {
+          rope(x.data(), cs.data(), got.data(), n_head, static_cast<uint32_t>(head_dim), static_cast<uint32_t>(n_rot), neox ? 1 : 0);
+        });
+        int differ = 0;
+        for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+        EXPECT_EQ(differ, 0) << (neox ? "neox" : "normal") << " head_dim " << head_dim << " n_rot " << n_rot << " from " << pos0;
+        for (size_t i = want.size(); i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
+      }
+    }
+  }
+}
+
+TEST(ZincRtHostKernels, SwigluMatchesTheCpuBackend) {
+  // 1,000 elements (a partial last workgroup) of gates over [-20, 20]: within 2e-6 relative of
+  // cpu::swiglu (whose vector exponential may differ in the last bits), nothing written past n.
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(35);
+  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
+  const uint32_t n = 1000;
+  std::vector<float> g(n), up(n), want(n), got(n + 300, -7.0f);
+  for (auto& v : g) v = u(rng);
+  for (auto& v : up) v = u(rng) / 4.0f;
+  cpu::swiglu(g.data(), up.data(), want.data(), n);
+  host::run({(n + 255) / 256, 1, 1}, {256, 1, 1}, [&] { swiglu(g.data(), up.data(), got.data(), n); });
+  int outside = 0;
+  for (uint32_t i = 0; i < n; ++i) outside += !(std::fabs(got[i] - want[i]) <= 2e-6f * std::fabs(want[i]) + 1e-30f);
+  EXPECT_EQ(outside, 0);
+  for (size_t i = n; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
 }
 
 }  // namespace

@@ -93,4 +93,20 @@ struct GetRowsArgs {
 };
 inline constexpr uint32_t kGetRowsGroup = 64;
 
+// The rotation of a step's heads (shaders/amdgpu/rope.cl: a workgroup of kRopeGroup lanes a (head,
+// token), angles from the host's table cs): its arguments.
+struct RopeArgs {
+  uint64_t x, cs, out;
+  uint32_t n_head, head_dim, n_rot, neox;
+};
+inline constexpr uint32_t kRopeGroup = 64;
+
+// The FFN's activation (shaders/amdgpu/swiglu.cl: out = silu(gate) * up, kSwigluGroup elements a
+// workgroup): its arguments.
+struct SwigluArgs {
+  uint64_t gate, up, out;
+  uint32_t n;
+};
+inline constexpr uint32_t kSwigluGroup = 256;
+
 }  // namespace zinc::backend::zinc_rt
