@@ -19,3 +19,25 @@ static void workgroup_barrier(void) {
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
+
+// Q4_K: sub-block j's 6-bit scale (first) and min (second) (src/quant/blocks.h kquant_scale_min; the
+// packed bytes from byte 4 of the block).
+static uint2 q4_k_scale_min(__global const uchar* blk, uint j) {
+  __global const uchar* sc = blk + 4;
+  if (j < 4u) return (uint2)(sc[j] & 63u, sc[j + 4u] & 63u);
+  return (uint2)((sc[j + 4u] & 0xfu) | ((sc[j - 4u] >> 6) << 4), (sc[j + 4u] >> 4) | ((sc[j] >> 6) << 4));
+}
+
+// Q6_K: element e's code minus 32, and the scale of its 16. Element e lies in half nn = e / 128, run
+// kk = (e % 128) / 32 at l = e % 32: its low nibble in ql[nn * 64 + (kk & 1) * 32 + l] (the high nibble
+// for kk >= 2), its two high bits in qh (byte 128 on) [nn * 32 + l] at 2 kk; its scale (byte 192 on)
+// nn * 8 + 2 kk + l / 16.
+static int q6_k_code(__global const uchar* blk, uint e) {
+  const uint nn = e / 128u, kk = (e % 128u) / 32u, l = e % 32u;
+  const int lo = (blk[nn * 64u + (kk & 1u) * 32u + l] >> (4u * (kk >> 1))) & 0xf, hi = (blk[128u + nn * 32u + l] >> (2u * kk)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+static int q6_k_scale(__global const uchar* blk, uint e) {
+  const uint nn = e / 128u, kk = (e % 128u) / 32u, l = e % 32u;
+  return (int)(char)blk[192u + nn * 8u + 2u * kk + l / 16u];
+}

@@ -154,8 +154,7 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
 }
 
 // The host writes its kernels' arguments as dispatch.h's FillIdsArgs, RmsNormArgs, QuantizeQ8KArgs,
-// MulMvQ4KArgs, MulMvQ6KArgs, GetRowsArgs, RopeArgs and SwigluArgs (the first two in the dispatch and
-// kernel rungs): where the metadata note of every such object
+// MulMvKArgs, GetRowsArgs, RopeArgs and SwigluArgs (the first two in the dispatch and kernel rungs): where the metadata note of every such object
 // (llvm-readelf --notes) places them (offset, size, kind of each).
 TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   const auto names = code_object_bytes_names();
@@ -164,27 +163,24 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   ASSERT_FALSE(readelf.empty());
   using Arg = std::array<std::string, 3>;
   const auto at = [](size_t offset, int size, const char* kind) { return Arg{std::to_string(offset), std::to_string(size), kind}; };
-  const std::vector<Arg> get_rows = {at(offsetof(GetRowsArgs, w), 8, "global_buffer"), at(offsetof(GetRowsArgs, ids), 8, "global_buffer"),
-                                     at(offsetof(GetRowsArgs, out), 8, "global_buffer"), at(offsetof(GetRowsArgs, ncols), 4, "by_value"),
-                                     at(offsetof(GetRowsArgs, row_bytes), 4, "by_value")};
+  // three buffers, then two 4-byte values (rms_norm's, the products', the row readers')
+  const auto three_two = [&](size_t a, size_t b, size_t c, size_t d, size_t e) {
+    return std::vector<Arg>{at(a, 8, "global_buffer"), at(b, 8, "global_buffer"), at(c, 8, "global_buffer"), at(d, 4, "by_value"),
+                            at(e, 4, "by_value")};
+  };
+  const std::vector<Arg> mul_mv = three_two(offsetof(MulMvKArgs, w), offsetof(MulMvKArgs, xq), offsetof(MulMvKArgs, y),
+                                             offsetof(MulMvKArgs, ncols), offsetof(MulMvKArgs, row_bytes));
+  const std::vector<Arg> get_rows = three_two(offsetof(GetRowsArgs, w), offsetof(GetRowsArgs, ids), offsetof(GetRowsArgs, out),
+                                               offsetof(GetRowsArgs, ncols), offsetof(GetRowsArgs, row_bytes));
   const std::map<std::string, std::pair<std::vector<Arg>, size_t>> want = {
       {"fill_ids", {{at(offsetof(FillIdsArgs, out), 8, "global_buffer"), at(offsetof(FillIdsArgs, n), 4, "by_value")}, sizeof(FillIdsArgs)}},
       {"rms_norm",
-       {{at(offsetof(RmsNormArgs, x), 8, "global_buffer"), at(offsetof(RmsNormArgs, w), 8, "global_buffer"),
-         at(offsetof(RmsNormArgs, out), 8, "global_buffer"), at(offsetof(RmsNormArgs, width), 4, "by_value"),
-         at(offsetof(RmsNormArgs, eps), 4, "by_value")},
+       {three_two(offsetof(RmsNormArgs, x), offsetof(RmsNormArgs, w), offsetof(RmsNormArgs, out), offsetof(RmsNormArgs, width),
+                  offsetof(RmsNormArgs, eps)),
         sizeof(RmsNormArgs)}},
       {"quantize_q8_k", {{at(offsetof(QuantizeQ8KArgs, x), 8, "global_buffer"), at(offsetof(QuantizeQ8KArgs, out), 8, "global_buffer")}, sizeof(QuantizeQ8KArgs)}},
-      {"mul_mv_q4_k",
-       {{at(offsetof(MulMvQ4KArgs, w), 8, "global_buffer"), at(offsetof(MulMvQ4KArgs, xq), 8, "global_buffer"),
-         at(offsetof(MulMvQ4KArgs, y), 8, "global_buffer"), at(offsetof(MulMvQ4KArgs, ncols), 4, "by_value"),
-         at(offsetof(MulMvQ4KArgs, row_bytes), 4, "by_value")},
-        sizeof(MulMvQ4KArgs)}},
-      {"mul_mv_q6_k",
-       {{at(offsetof(MulMvQ6KArgs, w), 8, "global_buffer"), at(offsetof(MulMvQ6KArgs, xq), 8, "global_buffer"),
-         at(offsetof(MulMvQ6KArgs, y), 8, "global_buffer"), at(offsetof(MulMvQ6KArgs, ncols), 4, "by_value"),
-         at(offsetof(MulMvQ6KArgs, row_bytes), 4, "by_value")},
-        sizeof(MulMvQ6KArgs)}},
+      {"mul_mv_q4_k", {mul_mv, sizeof(MulMvKArgs)}},
+      {"mul_mv_q6_k", {mul_mv, sizeof(MulMvKArgs)}},
       {"get_rows_q4_k", {get_rows, sizeof(GetRowsArgs)}},
       {"get_rows_q6_k", {get_rows, sizeof(GetRowsArgs)}},
       {"rope",

@@ -21,7 +21,7 @@ extern "C" {
 void fill_ids(uint32_t* out, uint32_t n);
 void rms_norm(const float* x, const float* w, float* out, uint32_t width, float eps);
 void quantize_q8_k(const float* x, uint32_t* out);
-void mul_mv_q4_k(const uint32_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
+void mul_mv_q4_k(const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 void mul_mv_q6_k(const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes);
 void get_rows_q4_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
 void get_rows_q6_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
@@ -40,7 +40,7 @@ constexpr bool kBuilt = false;
 void fill_ids(uint32_t*, uint32_t) {}
 void rms_norm(const float*, const float*, float*, uint32_t, float) {}
 void quantize_q8_k(const float*, uint32_t*) {}
-void mul_mv_q4_k(const uint32_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
+void mul_mv_q4_k(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 void mul_mv_q6_k(const uint8_t*, const uint32_t*, float*, uint32_t, uint32_t) {}
 void get_rows_q4_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
 void get_rows_q6_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
@@ -145,7 +145,7 @@ void expect_the_cpus_dot_products(gguf::TensorType type, const std::function<voi
 TEST(ZincRtHostKernels, MulMvQ4KIsTheCpusDotProduct) {
   SKIP_UNLESS_BUILT();
   expect_the_cpus_dot_products(gguf::TensorType::Q4_K, [](const uint8_t* w, const uint32_t* xq, float* y, uint32_t ncols, uint32_t row_bytes) {
-    mul_mv_q4_k(reinterpret_cast<const uint32_t*>(w), xq, y, ncols, row_bytes);
+    mul_mv_q4_k(w, xq, y, ncols, row_bytes);
   });
 }
 

@@ -70,20 +70,13 @@ struct QuantizeQ8KArgs {
 };
 inline constexpr uint32_t kQuantizeQ8KGroup = 64;
 
-// The first product kernel (shaders/amdgpu/mul_mv_q4_k.cl: y[r] = W[r] . x for Q4_K rows of
-// row_bytes bytes and x as Q8_K codes, a workgroup of kMulMvQ4KGroup lanes a row): its arguments.
-struct MulMvQ4KArgs {
+// The K-quant products (shaders/amdgpu/mul_mv_q4_k.cl, mul_mv_q6_k.cl: y[r] = W[r] . x for rows of
+// row_bytes bytes and x as Q8_K codes, a workgroup of kMulMvKGroup lanes a row): their arguments.
+struct MulMvKArgs {
   uint64_t w, xq, y;
   uint32_t ncols, row_bytes;
 };
-inline constexpr uint32_t kMulMvQ4KGroup = 64;
-
-// The same for Q6_K rows (shaders/amdgpu/mul_mv_q6_k.cl, workgroups of kMulMvQ6KGroup lanes).
-struct MulMvQ6KArgs {
-  uint64_t w, xq, y;
-  uint32_t ncols, row_bytes;
-};
-inline constexpr uint32_t kMulMvQ6KGroup = 64;
+inline constexpr uint32_t kMulMvKGroup = 64;
 
 // Rows of a Q4_K or Q6_K matrix as floats (shaders/amdgpu/get_rows_q4_k.cl, get_rows_q6_k.cl: out[i] =
 // row ids[i], a workgroup of kGetRowsGroup lanes a row): their arguments.
