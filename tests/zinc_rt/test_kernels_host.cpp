@@ -192,7 +192,8 @@ TEST(ZincRtHostKernels, RopeIsTheCpusRotation) {
   std::mt19937 rng(34);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const bool neox : {false, true}) {
-    for (const auto& [head_dim, n_rot] : {std::pair{128, 128}, {80, 64}}) {
+    for (const auto& [dim, rot] : {std::pair{128u, 128u}, {80u, 64u}}) {
+      const uint32_t head_dim = dim, n_rot = rot;  // (copies: clang before 16 lets no lambda capture a structured binding)
       for (const int32_t pos0 : {5, 4000}) {
         const int n_head = 3, n_tok = 3;
         graph::RopeParams p;
@@ -202,7 +203,7 @@ TEST(ZincRtHostKernels, RopeIsTheCpusRotation) {
         for (int t = 0; t < n_tok; ++t) cpu::rope_cos_sin(n_rot, p, nullptr, pos0 + t, cs.data() + static_cast<size_t>(t) * n_rot);
         cpu::rope(x.data(), want.data(), n_tok, n_head, head_dim, n_rot, neox ? graph::RopeMode::NeoX : graph::RopeMode::Normal, p, nullptr, pos0);
         host::run({n_head, n_tok, 1}, {64, 1, 1}, [&] {
-          rope(x.data(), cs.data(), got.data(), n_head, static_cast<uint32_t>(head_dim), static_cast<uint32_t>(n_rot), neox ? 1 : 0);
+          rope(x.data(), cs.data(), got.data(), n_head, head_dim, n_rot, neox ? 1 : 0);
         });
         int differ = 0;
         for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
