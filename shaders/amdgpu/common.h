@@ -13,6 +13,9 @@ static float f16_bits_to_float(uint h) {
   return as_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+// The half at byte `off` of a block (2-byte aligned), as a float.
+static float half_at(__global const uchar* blk, uint off) { return f16_bits_to_float((uint)blk[off] | ((uint)blk[off + 1u] << 8)); }
+
 // Every work-item of the workgroup here, and its local-memory writes seen by the others.
 static void workgroup_barrier(void) {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
@@ -27,6 +30,10 @@ static uint2 q4_k_scale_min(__global const uchar* blk, uint j) {
   if (j < 4u) return (uint2)(sc[j] & 63u, sc[j + 4u] & 63u);
   return (uint2)((sc[j + 4u] & 0xfu) | ((sc[j - 4u] >> 6) << 4), (sc[j + 4u] >> 4) | ((sc[j] >> 6) << 4));
 }
+
+// Q4_K: element e's 4-bit code. Chunk e / 64 of 32 nibble bytes (from byte 16) holds it, the low
+// nibble for the chunk's first 32 elements, the high one for the next 32; its sub-block is e / 32.
+static uint q4_k_code(__global const uchar* blk, uint e) { return (blk[16u + (e / 64u) * 32u + e % 32u] >> (4u * ((e / 32u) & 1u))) & 0xfu; }
 
 // Q6_K: element e's code minus 32, and the scale of its 16. Element e lies in half nn = e / 128, run
 // kk = (e % 128) / 32 at l = e % 32: its low nibble in ql[nn * 64 + (kk & 1) * 32 + l] (the high nibble

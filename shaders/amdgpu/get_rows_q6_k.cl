@@ -5,6 +5,6 @@
 
 static void dequantize_part(__global const uchar* blk, uint t, __global float* o) {
   const uint e = 4u * t;
-  const float d = f16_bits_to_float((uint)blk[208] | ((uint)blk[209] << 8)), scale = (float)q6_k_scale(blk, e);
+  const float d = half_at(blk, 208u), scale = (float)q6_k_scale(blk, e);
   for (uint k = 0; k < 4u; ++k) o[e + k] = d * scale * (float)q6_k_code(blk, e + k);
 }

@@ -7,13 +7,11 @@
 #include "mul_mv_k.h"
 
 static int2 block_part(__global const uchar* blk, __global const uint* xb, uint t) {
-  // Element e = 4t + k: chunk ch = e / 64 of 32 nibble bytes, low nibbles for its first 32 elements
-  // (sub-block 2 ch), high ones for the next 32 (sub-block 2 ch + 1).
-  const uint e = 4u * t, ch = e / 64u, hi = (e % 64u) / 32u, j = 2u * ch + hi;
+  // Elements 4t..4t+3, all of sub-block j = 4t / 32.
+  const uint e = 4u * t, j = e / 32u, c = xb[1u + t];
   const uint2 sm = q4_k_scale_min(blk, j);
-  const uint c = xb[1u + t];
   int dot = 0;
-  for (uint k = 0; k < 4u; ++k) dot += (int)((blk[16u + ch * 32u + e % 32u + k] >> (4u * hi)) & 0xfu) * (int)(char)((c >> (8u * k)) & 0xffu);
+  for (uint k = 0; k < 4u; ++k) dot += (int)q4_k_code(blk, e + k) * (int)(char)((c >> (8u * k)) & 0xffu);
   // the mins once a sub-block (its first work-item), against its two 16-code sums (bsums 2j and 2j + 1:
   // the low and high halves of the codes' word 65 + j)
   int m = 0;
@@ -25,6 +23,5 @@ static int2 block_part(__global const uchar* blk, __global const uint* xb, uint 
 }
 
 static float block_value(__global const uchar* blk, float dx, int2 sums) {
-  const float d = f16_bits_to_float((uint)blk[0] | ((uint)blk[1] << 8)), dmin = f16_bits_to_float((uint)blk[2] | ((uint)blk[3] << 8));
-  return dx * (d * (float)sums.x - dmin * (float)sums.y);
+  return dx * (half_at(blk, 0u) * (float)sums.x - half_at(blk, 2u) * (float)sums.y);
 }

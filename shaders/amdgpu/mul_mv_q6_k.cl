@@ -15,5 +15,5 @@ static int2 block_part(__global const uchar* blk, __global const uint* xb, uint 
 }
 
 static float block_value(__global const uchar* blk, float dx, int2 sums) {
-  return dx * f16_bits_to_float((uint)blk[208] | ((uint)blk[209] << 8)) * (float)sums.x;
+  return dx * half_at(blk, 208u) * (float)sums.x;
 }
