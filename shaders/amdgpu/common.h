@@ -48,3 +48,17 @@ static int q6_k_scale(__global const uchar* blk, uint e) {
   const uint nn = e / 128u, kk = (e % 128u) / 32u, l = e % 32u;
   return (int)(char)blk[192u + nn * 8u + 2u * kk + l / 16u];
 }
+
+// A float's IEEE half, rounded to nearest even (src/quant/fp16.cpp f32_to_fp16: NaN stays a quiet NaN,
+// what rounds past the largest half is infinity, subnormals rounded from the whole mantissa).
+static ushort float_to_f16_bits(float f) {
+  const uint u = as_uint(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (ushort)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (ushort)(sign | 0x7c00u);
+  if (a >= 0x38800000u) return (ushort)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13));
+  if (a < 0x33000001u) return (ushort)sign;
+  const uint shift = 126u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u, mid = 1u << (shift - 1u), rest = mant & ((1u << shift) - 1u);
+  uint q = mant >> shift;
+  if (rest > mid || (rest == mid && (q & 1u))) ++q;
+  return (ushort)(sign | q);
+}

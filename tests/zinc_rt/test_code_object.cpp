@@ -47,7 +47,7 @@ TEST(CodeObject, MatchesWhatLlvmReadsInTheSameBytes) {
   if (names.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const std::string readelf = ZINC_LLVM_READELF;
   ASSERT_FALSE(readelf.empty()) << "code objects were built but llvm-readelf was not found (install llvm-19)";
-  ASSERT_EQ(names.size(), 36u) << "9 kernels x 4 targets";
+  ASSERT_EQ(names.size(), 48u) << "12 kernels x 4 targets";
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_co_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const std::string_view name : names) {
@@ -154,7 +154,7 @@ TEST(CodeObject, ImageHoldsEachLoadableSegmentAtItsAddress) {
 }
 
 // The host writes its kernels' arguments as dispatch.h's FillIdsArgs, RmsNormArgs, QuantizeQ8KArgs,
-// MulMvKArgs, GetRowsArgs, RopeArgs and SwigluArgs (the first two in the dispatch and kernel rungs): where the metadata note of every such object
+// MulMvKArgs, GetRowsArgs, RopeArgs, SwigluArgs, AddArgs, KvStoreArgs and AttentionDecodeArgs (the first two in the dispatch and kernel rungs): where the metadata note of every such object
 // (llvm-readelf --notes) places them (offset, size, kind of each).
 TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
   const auto names = code_object_bytes_names();
@@ -192,7 +192,23 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
       {"swiglu",
        {{at(offsetof(SwigluArgs, gate), 8, "global_buffer"), at(offsetof(SwigluArgs, up), 8, "global_buffer"),
          at(offsetof(SwigluArgs, out), 8, "global_buffer"), at(offsetof(SwigluArgs, n), 4, "by_value")},
-        sizeof(SwigluArgs)}}};
+        sizeof(SwigluArgs)}},
+      {"add",
+       {{at(offsetof(AddArgs, a), 8, "global_buffer"), at(offsetof(AddArgs, b), 8, "global_buffer"), at(offsetof(AddArgs, out), 8, "global_buffer"),
+         at(offsetof(AddArgs, n), 4, "by_value")},
+        sizeof(AddArgs)}},
+      {"kv_store",
+       {{at(offsetof(KvStoreArgs, k), 8, "global_buffer"), at(offsetof(KvStoreArgs, v), 8, "global_buffer"),
+         at(offsetof(KvStoreArgs, kc), 8, "global_buffer"), at(offsetof(KvStoreArgs, vc), 8, "global_buffer"),
+         at(offsetof(KvStoreArgs, pos), 8, "global_buffer"), at(offsetof(KvStoreArgs, width), 4, "by_value")},
+        sizeof(KvStoreArgs)}},
+      {"attention_decode",
+       {{at(offsetof(AttentionDecodeArgs, q), 8, "global_buffer"), at(offsetof(AttentionDecodeArgs, kc), 8, "global_buffer"),
+         at(offsetof(AttentionDecodeArgs, vc), 8, "global_buffer"), at(offsetof(AttentionDecodeArgs, out), 8, "global_buffer"),
+         at(offsetof(AttentionDecodeArgs, n_kv), 8, "global_buffer"), at(offsetof(AttentionDecodeArgs, n_head), 4, "by_value"),
+         at(offsetof(AttentionDecodeArgs, n_head_kv), 4, "by_value"), at(offsetof(AttentionDecodeArgs, head_dim), 4, "by_value"),
+         at(offsetof(AttentionDecodeArgs, kv_width), 4, "by_value"), at(offsetof(AttentionDecodeArgs, scale), 4, "by_value")},
+        sizeof(AttentionDecodeArgs)}}};
   const auto dir = std::filesystem::temp_directory_path() / ("zinc_args_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::map<std::string, int> seen;
@@ -229,7 +245,7 @@ TEST(CodeObject, RungArgumentsLieWhereTheRungsWriteThem) {
     EXPECT_GE(k.kernarg_bytes, std::stoul(last[0]) + std::stoul(last[1])) << n;
     EXPECT_LE(k.kernarg_bytes, bytes_written) << n << ": the rung writes the whole argument segment";
   }
-  EXPECT_EQ(seen, (std::map<std::string, int>{{"fill_ids", 4}, {"get_rows_q4_k", 4}, {"get_rows_q6_k", 4}, {"mul_mv_q4_k", 4}, {"mul_mv_q6_k", 4}, {"quantize_q8_k", 4}, {"rms_norm", 4}, {"rope", 4}, {"swiglu", 4}})) << "each kernel for every listed target";
+  EXPECT_EQ(seen, (std::map<std::string, int>{{"add", 4}, {"attention_decode", 4}, {"fill_ids", 4}, {"kv_store", 4}, {"get_rows_q4_k", 4}, {"get_rows_q6_k", 4}, {"mul_mv_q4_k", 4}, {"mul_mv_q6_k", 4}, {"quantize_q8_k", 4}, {"rms_norm", 4}, {"rope", 4}, {"swiglu", 4}})) << "each kernel for every listed target";
   std::filesystem::remove_all(dir);
 }
 

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "gguf/types.h"
 #include "quant/dot.h"
+#include "quant/fp16.h"
 #include "quant/quant.h"
 
 #if defined(ZINC_RT_HOST_KERNELS)
@@ -27,6 +28,10 @@ void get_rows_q4_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t nc
 void get_rows_q6_k(const uint8_t* w, const int32_t* ids, float* out, uint32_t ncols, uint32_t row_bytes);
 void rope(const float* x, const float* cs, float* out, uint32_t n_head, uint32_t head_dim, uint32_t n_rot, uint32_t neox);
 void swiglu(const float* gate, const float* up, float* out, uint32_t n);
+void add(const float* a, const float* b, float* out, uint32_t n);
+void kv_store(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int32_t* pos, uint32_t width);
+void attention_decode(const float* q, const uint16_t* kc, const uint16_t* vc, float* out, const int32_t* n_kv, uint32_t n_head,
+                      uint32_t n_head_kv, uint32_t head_dim, uint32_t kv_width, float scale);
 }
 #endif
 
@@ -46,6 +51,9 @@ void get_rows_q4_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {
 void get_rows_q6_k(const uint8_t*, const int32_t*, float*, uint32_t, uint32_t) {}
 void rope(const float*, const float*, float*, uint32_t, uint32_t, uint32_t, uint32_t) {}
 void swiglu(const float*, const float*, float*, uint32_t) {}
+void add(const float*, const float*, float*, uint32_t) {}
+void kv_store(const float*, const float*, uint16_t*, uint16_t*, const int32_t*, uint32_t) {}
+void attention_decode(const float*, const uint16_t*, const uint16_t*, float*, const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, float) {}
 #endif
 
 #define SKIP_UNLESS_BUILT() \
@@ -230,6 +238,112 @@ TEST(ZincRtHostKernels, SwigluMatchesTheCpuBackend) {
   for (uint32_t i = 0; i < n; ++i) outside += !(std::fabs(got[i] - want[i]) <= 2e-6f * std::fabs(want[i]) + 1e-30f);
   EXPECT_EQ(outside, 0);
   for (size_t i = n; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
+}
+
+TEST(ZincRtHostKernels, AddAddsAndWritesNothingPastN) {
+  SKIP_UNLESS_BUILT();
+  const uint32_t n = 700;
+  std::vector<float> a(n), b(n), got(n + 300, -7.0f);
+  for (uint32_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i) * 0.37f - 50.0f;
+    b[i] = 1.0f / static_cast<float>(i + 1);
+  }
+  host::run({(n + 255) / 256, 1, 1}, {256, 1, 1}, [&] { add(a.data(), b.data(), got.data(), n); });
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << i;
+  for (size_t i = n; i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
+}
+
+TEST(ZincRtHostKernels, KvStoreWritesTheCpusHalvesAtThePosition) {
+  // Row *pos of both caches becomes the rows rounded to half bit for bit as quant::f32_to_fp16 rounds
+  // them (ties to even, subnormals, overflow to infinity, signed zeros, a NaN still a NaN); every other
+  // row is untouched.
+  SKIP_UNLESS_BUILT();
+  const uint32_t width = 300, rows = 6;
+  std::mt19937 rng(36);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(width), v(width);
+  for (uint32_t i = 0; i < width; ++i) {
+    k[i] = nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 40) - 28);  // 2^-28 .. 2^11: subnormal halves to normal ones
+    v[i] = -nd(rng);
+  }
+  const float specials[] = {65504.0f, 65520.0f, 1e9f, -0.0f, 0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f};
+  for (size_t i = 0; i < std::size(specials); ++i) k[i] = specials[i];
+  v[3] = std::nanf("");
+  v[4] = -INFINITY;
+  std::vector<uint16_t> kc(size_t{rows} * width, 0x1234), vc(kc.size(), 0x4321);
+  const int32_t pos = 4;
+  host::run({(width + 255) / 256, 1, 1}, {256, 1, 1}, [&] { kv_store(k.data(), v.data(), kc.data(), vc.data(), &pos, width); });
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t i = 0; i < width; ++i) {
+      const size_t at = size_t{r} * width + i;
+      if (r != static_cast<uint32_t>(pos)) {
+        ASSERT_EQ(kc[at], 0x1234) << "row " << r;
+        ASSERT_EQ(vc[at], 0x4321) << "row " << r;
+        continue;
+      }
+      ASSERT_EQ(kc[at], quant::f32_to_fp16(k[i])) << "key element " << i << " " << k[i];
+      if (std::isnan(v[i])) {
+        EXPECT_TRUE(std::isnan(quant::fp16_to_f32(vc[at]))) << i;
+      } else {
+        ASSERT_EQ(vc[at], quant::f32_to_fp16(v[i])) << "value element " << i << " " << v[i];
+      }
+    }
+  }
+}
+
+TEST(ZincRtHostKernels, AttentionDecodeIsTheSoftmaxOfTheCache) {
+  // One token's heads over a cache of n_kv rows of halves, grouped-query heads (4 over 2 and over 1),
+  // head widths 64, 128 and 256 (the second output element of a work-item), key counts within one
+  // chunk, at its edge and over several (the running maximum rescaling the sums, a large score in a
+  // later chunk): against the same softmax in double over the halves' values, within 2e-5 of the
+  // output's scale. Rows past n_kv hold huge values a wrong bound would show.
+  SKIP_UNLESS_BUILT();
+  std::mt19937 rng(37);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const uint32_t head_dim : {64u, 128u, 256u}) {
+    for (const uint32_t n_head_kv : {2u, 1u}) {
+      for (const int32_t n_kv : {1, 5, 128, 129, 300}) {
+        const uint32_t n_head = 4, kv_width = n_head_kv * head_dim, rows = 320;
+        std::vector<float> q(size_t{n_head} * head_dim);
+        for (auto& x : q) x = nd(rng);
+        std::vector<uint16_t> kc(size_t{rows} * kv_width), vc(kc.size());
+        for (uint32_t r = 0; r < rows; ++r) {
+          for (uint32_t i = 0; i < kv_width; ++i) {
+            const bool past = r >= static_cast<uint32_t>(n_kv);
+            const float big = r == 200 ? 4.0f : 1.0f;  // one key far above the rest (in a later chunk)
+            kc[size_t{r} * kv_width + i] = quant::f32_to_fp16(past ? 6e4f : nd(rng) * big);
+            vc[size_t{r} * kv_width + i] = quant::f32_to_fp16(past ? 6e4f : nd(rng));
+          }
+        }
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> got(q.size() + 8, -7.0f);
+        host::run({n_head, 1, 1}, {128, 1, 1}, [&] {
+          attention_decode(q.data(), kc.data(), vc.data(), got.data(), &n_kv, n_head, n_head_kv, head_dim, kv_width, scale);
+        });
+        for (uint32_t h = 0; h < n_head; ++h) {
+          const uint32_t off = h / (n_head / n_head_kv) * head_dim;
+          std::vector<double> s(static_cast<size_t>(n_kv));
+          double mx = -1e300, sum = 0;
+          for (int32_t j = 0; j < n_kv; ++j) {
+            double d = 0;
+            for (uint32_t i = 0; i < head_dim; ++i) d += double{q[h * head_dim + i]} * quant::fp16_to_f32(kc[size_t(j) * kv_width + off + i]);
+            s[static_cast<size_t>(j)] = d * scale;
+            mx = std::max(mx, d * scale);
+          }
+          for (double& x : s) sum += (x = std::exp(x - mx));
+          int outside = 0;
+          for (uint32_t i = 0; i < head_dim; ++i) {
+            double o = 0;
+            for (int32_t j = 0; j < n_kv; ++j) o += s[static_cast<size_t>(j)] * quant::fp16_to_f32(vc[size_t(j) * kv_width + off + i]);
+            o /= sum;
+            outside += !(std::fabs(got[h * head_dim + i] - o) <= 2e-5);
+          }
+          EXPECT_EQ(outside, 0) << "head_dim " << head_dim << " kv heads " << n_head_kv << " n_kv " << n_kv << " head " << h;
+        }
+        for (size_t i = q.size(); i < got.size(); ++i) EXPECT_EQ(got[i], -7.0f) << "guard " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -103,3 +103,29 @@ struct SwigluArgs {
 inline constexpr uint32_t kSwigluGroup = 256;
 
 }  // namespace zinc::backend::zinc_rt
+
+// The residual add (shaders/amdgpu/add.cl: out = a + b, kAddGroup elements a workgroup): its arguments.
+struct AddArgs {
+  uint64_t a, b, out;
+  uint32_t n;
+};
+inline constexpr uint32_t kAddGroup = 256;
+
+// A decode step's key and value rows into a layer's F16 cache (shaders/amdgpu/kv_store.cl: row *pos of
+// kc and vc, `width` halves a row, kKvStoreGroup elements a workgroup): its arguments. `pos` points at
+// the step's position in its parameters.
+struct KvStoreArgs {
+  uint64_t k, v, kc, vc, pos;
+  uint32_t width;
+};
+inline constexpr uint32_t kKvStoreGroup = 256;
+
+// One token's attention over a layer's F16 cache (shaders/amdgpu/attention_decode.cl: a workgroup of
+// kAttentionDecodeGroup a query head, *n_kv keys, head_dim at most 2 x kAttentionDecodeGroup): its
+// arguments. `n_kv` points at the step's number of keys in its parameters.
+struct AttentionDecodeArgs {
+  uint64_t q, kc, vc, out, n_kv;
+  uint32_t n_head, n_head_kv, head_dim, kv_width;
+  float scale;
+};
+inline constexpr uint32_t kAttentionDecodeGroup = 128;
