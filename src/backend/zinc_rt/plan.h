@@ -1,0 +1,96 @@
+// A model's decode step as ZINC_RT's kernels run it: one token of one sequence a step, every launch
+// (kernel, argument segment, grid) written once from the graph, over one region of memory holding the
+// step's parameters, the weights, the activations, the activations' Q8_K codes and each layer's F16
+// cache. Only the parameters change from one token to the next (the token, its position, the number
+// of keys and the rotation's angles): the kernels read them from memory, so the launches, and the
+// packets a queue encodes them into once (dispatch.h step_stream), are never rewritten.
+//
+// The region's addresses are absolute in the arguments: the plan is built for the address the region
+// lies at, which ZINC_RT's sessions give the CPU and the GPU alike (queue.h), and the host runner of
+// the tests gives its own memory.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gguf/reader.h"
+#include "graph/graph.h"
+
+namespace zinc::backend::zinc_rt {
+
+// One kernel launch: the kernel's name (its code object's), its argument segment as the kernel reads
+// it (dispatch.h's structure for the kernel), its grid.
+struct Launch {
+  std::string kernel;
+  std::vector<uint8_t> args;
+  std::array<uint32_t, 3> groups{1, 1, 1}, block{1, 1, 1};
+};
+
+class DecodePlan {
+ public:
+  // Why these kernels cannot run node n of g, "" where they can. So far: K-quant (Q4_K, Q6_K) products
+  // and embeddings without biases, whole-row and per-head RMS norms with F32 weights and no offset,
+  // rotations, causal attention over the whole cache (no window, cap or sinks) of heads up to 256 wide,
+  // SwiGLU, adds and the last row's selection: the dense Llama and Qwen3 graphs.
+  static std::string unsupported(const graph::Graph& g, const graph::Node& n);
+
+  // Throws zinc::Error naming the first node it cannot run, or a weight the file lacks.
+  DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_ctx, uint64_t base);
+
+  uint64_t bytes() const { return bytes_; }  // the region's size
+  uint64_t base() const { return base_; }
+  int32_t n_ctx() const { return n_ctx_; }
+  const std::vector<Launch>& launches() const { return launches_; }
+  // The weights into the region from `file` (the one the plan was made from), `region` being its first
+  // byte as the CPU reaches it (the rest of the region, activations and caches, needs no initial value).
+  void write_weights(const gguf::File& file, uint8_t* region) const;
+  // The parameters of a step running `token` at position `pos` (0 <= pos < n_ctx): params_words() words
+  // at params_offset() of the region.
+  std::vector<uint32_t> params(int32_t token, int32_t pos) const;
+  uint64_t params_offset() const { return 0; }
+  uint64_t logits_offset() const { return logits_; }  // n_vocab() floats after each step
+  int64_t n_vocab() const { return n_vocab_; }
+  // Where activation `id` lies after a step (its width in floats), -1 for a tensor the plan keeps no
+  // row of: what `zinc validate` and the tests compare with another backend's, node by node.
+  int64_t activation_offset(graph::TensorId id) const { return act_at_.at(static_cast<size_t>(id)); }
+  // The F16 key and value caches (n_ctx rows of the layer's KV width) an attention node (its output)
+  // appends to and reads: their offsets in the region.
+  struct Cache {
+    uint64_t k = 0, v = 0;
+  };
+  Cache cache(graph::TensorId attention_out) const { return caches_.at(static_cast<size_t>(attention_out)); }
+
+ private:
+  struct Weight {
+    uint64_t offset = 0;
+    const gguf::TensorInfo* info = nullptr;
+    bool as_f32 = false;  // a small weight written as floats whatever its storage type
+  };
+  struct RopeTable {
+    int n_rot = 0;
+    graph::RopeParams params;
+    std::vector<float> factors;  // per-pair divisors, empty for none
+    uint32_t word = 0;           // where its n_rot floats lie in the parameters
+  };
+  uint64_t take(uint64_t bytes);
+  uint64_t weight(const graph::Graph& g, const gguf::File& file, graph::TensorId id, bool as_f32);
+  uint64_t act(const graph::Graph& g, graph::TensorId id);
+  uint32_t rope_table(const graph::Graph& g, const gguf::File& file, const graph::Node& n);
+  template <class Args>
+  void launch(const char* kernel, const Args& args, std::array<uint32_t, 3> groups, uint32_t block);
+
+  uint64_t base_ = 0, bytes_ = 0, logits_ = 0;
+  int32_t n_ctx_ = 0;
+  int64_t n_vocab_ = 0;
+  uint32_t param_words_ = 4;  // token, position, keys, (unused); then the rotation tables
+  std::vector<Launch> launches_;
+  std::vector<Weight> weights_;
+  std::vector<RopeTable> ropes_;
+  std::vector<int64_t> act_at_;    // per tensor: its activation's offset, -1 none yet
+  std::vector<int64_t> codes_at_;  // per tensor: its Q8_K codes' offset, -1 none yet
+  std::vector<Cache> caches_;      // per tensor: an attention's caches
+};
+
+}  // namespace zinc::backend::zinc_rt
