@@ -3,7 +3,9 @@
 // kBuilt is false and empty stand-ins let the tests compile (and skip, saying why).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "backend/zinc_rt/plan.h"
 
@@ -50,5 +52,8 @@ namespace zinc::backend::zinc_rt::host {
 // launch's arguments read as dispatch.h's structure for its kernel, the kernel run over its grid.
 // Throws std::invalid_argument for a kernel it does not know or arguments of another size.
 void run_launch(const Launch& l);
+// The bytes of a kernel's arguments as run_launch reads them (dispatch.h's structure for it), 0 for a
+// kernel it does not know.
+size_t args_bytes(std::string_view kernel);
 
 }  // namespace zinc::backend::zinc_rt::host

@@ -65,4 +65,17 @@ void run_launch(const Launch& l) {
   run(l.groups, l.block, call);
 }
 
+size_t args_bytes(std::string_view k) {
+  if (k == "get_rows_q4_k" || k == "get_rows_q6_k") return sizeof(GetRowsArgs);
+  if (k == "rms_norm") return sizeof(RmsNormArgs);
+  if (k == "quantize_q8_k") return sizeof(QuantizeQ8KArgs);
+  if (k == "mul_mv_q4_k" || k == "mul_mv_q6_k") return sizeof(MulMvKArgs);
+  if (k == "rope") return sizeof(RopeArgs);
+  if (k == "swiglu") return sizeof(SwigluArgs);
+  if (k == "add") return sizeof(AddArgs);
+  if (k == "kv_store") return sizeof(KvStoreArgs);
+  if (k == "attention_decode") return sizeof(AttentionDecodeArgs);
+  return 0;
+}
+
 }  // namespace zinc::backend::zinc_rt::host

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <span>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/zinc_rt/code_object.h"
+#include "backend/zinc_rt/dispatch.h"
 #include "backend/zinc_rt/plan.h"
 #include "convert/convert.h"
 #include "core/error.h"
@@ -223,6 +226,138 @@ TEST_P(ZincRtHostPlan, DecodesAsTheCpuBackend) {
   EXPECT_GE(clear, kSteps / 2) << GetParam() << ": too few clear choices to judge";
   std::printf("%s Q4_K_M: %d steps, logits within %.2e of the largest (within 1e-5 at %d steps), %d clear choices, all agreeing\n",
               GetParam().c_str(), kSteps, worst, exact_steps, clear);
+}
+
+// A compute queue's packets run on the host: SET_SH_REG into a register file, DISPATCH_DIRECT as the
+// kernel whose entry point COMPUTE_PGM_LO/HI name (its arguments read at the address in the user
+// SGPRs the kernel's descriptor asks for, per the AMDHSA ABI's order: dispatch packet, queue, then the
+// arguments), over COMPUTE_NUM_THREAD_X/Y/Z, by the host build; WRITE_DATA and RELEASE_MEM's value into
+// memory; INDIRECT_BUFFER followed. It checks that every dispatch after the first is ordered after the
+// previous one: a CS partial flush (or an end-of-pipe fence the host waited for before submitting
+// more), then an invalidation of the first-level caches.
+class HostQueue {
+ public:
+  std::map<uint64_t, const LoadedKernel*> by_entry;
+  int dispatches = 0;
+  bool ordered = true;  // every dispatch after the first followed a flush and an invalidation
+
+  void run(const uint32_t* d, size_t n) {
+    for (size_t i = 0; i < n;) {
+      const uint32_t h = d[i];
+      if (h == 0xFFFF1000u) {
+        ++i;
+        continue;
+      }
+      ASSERT_EQ(h >> 30, 3u) << "dword " << i << ": not a type-3 packet";
+      const uint32_t op = h >> 8 & 0xFFu, body = (h >> 16 & 0x3FFFu) + 1;
+      const uint32_t* b = d + i + 1;
+      switch (op) {
+        case 0x10:
+          break;
+        case 0x76:
+          for (uint32_t j = 1; j < body; ++j) regs_[0xB000 + b[0] * 4 + (j - 1) * 4] = b[j];
+          break;
+        case 0x46:
+          flushed_ = b[0] == (0x07u | 4u << 8);
+          break;
+        case 0x58:
+          if (flushed_ && (b[6] & pm4::kAcquireInvalidateL0L1) == pm4::kAcquireInvalidateL0L1) invalidated_ = true;
+          break;
+        case 0x37:
+          std::memcpy(host(b[1] | uint64_t{b[2]} << 32), b + 3, (body - 3) * 4);
+          break;
+        case 0x49: {
+          const uint64_t v = b[4] | uint64_t{b[5]} << 32;
+          std::memcpy(host(b[2] | uint64_t{b[3]} << 32), &v, (b[1] >> 29) == 2 ? 8 : 4);
+          flushed_ = true;  // (the host submits the next step once it has seen this fence: the work before it is done)
+          break;
+        }
+        case 0x3F:
+          run(reinterpret_cast<const uint32_t*>(host(b[0] | uint64_t{b[1] & 0xFFFFu} << 32)), b[2] & 0xFFFFFu);
+          break;
+        case 0x15:
+          dispatch(b);
+          break;
+        default:
+          FAIL() << "packet opcode " << op << " at dword " << i;
+      }
+      i += 1 + body;
+    }
+  }
+
+ private:
+  static uint8_t* host(uint64_t address) { return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(address)); }
+  void dispatch(const uint32_t* b) {
+    const uint64_t entry = (regs_[0xB830] | uint64_t{regs_[0xB834]} << 32) << 8;
+    ASSERT_TRUE(by_entry.count(entry)) << "a dispatch of no loaded kernel's entry point";
+    const LoadedKernel& k = *by_entry.at(entry);
+    uint32_t sgpr = 0;
+    if (k.info.properties & 2u) sgpr += 2;  // the dispatch packet's address
+    if (k.info.properties & 4u) sgpr += 2;  // the queue's
+    ASSERT_TRUE(k.info.properties & 8u) << k.info.name << ": no argument pointer";
+    const uint64_t kernarg = regs_[0xB900 + sgpr * 4] | uint64_t{regs_[0xB904 + sgpr * 4]} << 32;
+    Launch l;
+    l.kernel = k.info.name;
+    l.args.assign(host(kernarg), host(kernarg) + host::args_bytes(l.kernel));
+    l.groups = {b[0], b[1], b[2]};
+    l.block = {regs_[0xB81C], regs_[0xB820], regs_[0xB824]};
+    if (dispatches > 0 && !invalidated_) ordered = false;
+    flushed_ = invalidated_ = false;
+    ++dispatches;
+    host::run_launch(l);
+  }
+  std::map<uint32_t, uint32_t> regs_;
+  bool flushed_ = false, invalidated_ = false;
+};
+
+TEST(ZincRtHostPlan, GraphPacketsRunTheStepsOfThePlan) {
+  // The llama fixture's plan encoded once into packets (encode_graph, with the gfx1100 code objects'
+  // descriptors at made-up load addresses), then each step as a queue gets it (step_stream: the
+  // parameters by WRITE_DATA, the graph by INDIRECT_BUFFER, the fence) run by HostQueue: every
+  // launch dispatched in order after the one before it, and each step's logits equal to the plan's
+  // launches run directly on a second region. Nothing of the graph is rewritten between steps.
+  if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
+  test::TempDir tmp;
+  const gguf::File f = quantized("llama", "Q4_K_M", tmp);
+  const model::Model m = model::load(f);
+  HostPlan direct(m.graph, f, 16), queued(m.graph, f, 16);
+  std::map<std::string, LoadedKernel> loaded;
+  std::vector<LoadedKernel> storage;
+  HostQueue q;
+  uint64_t base = uint64_t{1} << 40;
+  for (const std::string_view name : code_object_bytes_names()) {
+    if (name.substr(name.find('-') + 1) != "gfx1100") continue;
+    const CodeObject co = parse_code_object(code_object_bytes(name));
+    loaded[co.kernels.at(0).name] = {co.kernels.at(0), base};
+    base += uint64_t{1} << 24;
+  }
+  for (const auto& [name, k] : loaded) q.by_entry[k.code_base + k.info.entry_address] = &k;
+  std::vector<uint64_t> kernarg_memory(1 << 16);
+  const auto kernarg_base = (reinterpret_cast<uintptr_t>(kernarg_memory.data()) + 63) / 64 * 64;
+  const GraphPackets g = encode_graph(queued.plan->launches(), [&](std::string_view n) -> const LoadedKernel* {
+    const auto it = loaded.find(std::string(n));
+    return it == loaded.end() ? nullptr : &it->second;
+  }, kernarg_base);
+  ASSERT_LE(g.kernargs.size() + 64, kernarg_memory.size() * 8);
+  std::memcpy(reinterpret_cast<void*>(kernarg_base), g.kernargs.data(), g.kernargs.size());
+  const std::vector<uint32_t> graph_copy(g.stream.dwords().begin(), g.stream.dwords().end());
+  uint64_t fence = 0;
+  const uint8_t* region = reinterpret_cast<const uint8_t*>(queued.memory.data());
+  const std::vector<int32_t> tokens = {0, 17, 300, 42, 7, 99};
+  for (int32_t pos = 0; pos < static_cast<int32_t>(tokens.size()); ++pos) {
+    const std::vector<float> want = direct.step(tokens[static_cast<size_t>(pos)], pos);
+    const std::vector<uint32_t> params = queued.plan->params(tokens[static_cast<size_t>(pos)], pos);
+    const pm4::Stream s = step_stream(queued.plan->base() + queued.plan->params_offset(), params, reinterpret_cast<uintptr_t>(graph_copy.data()),
+                                      static_cast<uint32_t>(graph_copy.size()), reinterpret_cast<uintptr_t>(&fence), 100 + pos);
+    q.run(s.dwords().data(), s.size());
+    EXPECT_EQ(fence, static_cast<uint64_t>(100 + pos));
+    const auto* logits = reinterpret_cast<const float*>(region + queued.plan->logits_offset());
+    int differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += logits[i] != want[i];
+    EXPECT_EQ(differ, 0) << "position " << pos;
+  }
+  EXPECT_EQ(q.dispatches, static_cast<int>(tokens.size() * queued.plan->launches().size()));
+  EXPECT_TRUE(q.ordered) << "a dispatch not ordered after the one before it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ZincRtHostPlan, ::testing::Values("qwen3", "llama"));

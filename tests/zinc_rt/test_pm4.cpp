@@ -71,6 +71,13 @@ TEST(Pm4, PacketsAreWhatTheHeadersDefine) {
   s.clear();
   s.indirect_buffer(0x1000, (1u << 20) - 1);
   EXPECT_EQ(dwords(s).back(), ((1u << 20) - 1) | 1u << 23) << "the largest size its 20 bits hold";
+  // EVENT_WRITE (0x46) of CS_PARTIAL_FLUSH (sid.h V_028A90_CS_PARTIAL_FLUSH = 0x07) with EVENT_INDEX 4,
+  // as Mesa orders dependent compute dispatches; then the barrier's ACQUIRE_MEM invalidating GLK
+  // (S_586_GLK_INV: bit 7), GLV (bit 8) and GL1 (bit 9), L2 kept.
+  s.clear();
+  s.event_write(pm4::kEventCsPartialFlush, pm4::kEventIndexPartialFlush);
+  EXPECT_EQ(dwords(s), (std::vector<uint32_t>{PACKET3_COMPUTE(0x46, 0), 0x07u | 4u << 8}));
+  EXPECT_EQ(pm4::kAcquireInvalidateL0L1, 1u << 7 | 1u << 8 | 1u << 9);
 }
 
 TEST(Pm4, RefusesWhatTheHardwareWouldMisread) {

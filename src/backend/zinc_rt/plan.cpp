@@ -224,4 +224,33 @@ std::vector<uint32_t> DecodePlan::params(int32_t token, int32_t pos) const {
   return w;
 }
 
+GraphPackets encode_graph(const std::vector<Launch>& launches, const std::function<const LoadedKernel*(std::string_view)>& kernel,
+                          uint64_t kernarg_base) {
+  constexpr uint64_t kKernargAlign = 64;
+  if (kernarg_base % kKernargAlign != 0) throw Error(fmt::format("ZINC_RT: kernel arguments at {:#x} (64-byte aligned)", kernarg_base));
+  GraphPackets p;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const Launch& l = launches[i];
+    const LoadedKernel* k = kernel(l.kernel);
+    if (!k) throw Error(fmt::format("ZINC_RT: kernel {} is not loaded", l.kernel));
+    if (k->info.kernarg_bytes > l.args.size())
+      throw Error(fmt::format("ZINC_RT: {} reads {} bytes of arguments, the launch gives {}", l.kernel, k->info.kernarg_bytes, l.args.size()));
+    const uint64_t at = (p.kernargs.size() + kKernargAlign - 1) / kKernargAlign * kKernargAlign;
+    p.kernargs.resize(at);
+    p.kernargs.insert(p.kernargs.end(), l.args.begin(), l.args.end());
+    p.kernarg_offsets.push_back(at);
+    if (i > 0) {
+      p.stream.event_write(pm4::kEventCsPartialFlush, pm4::kEventIndexPartialFlush);
+      p.stream.acquire_mem(pm4::kAcquireInvalidateL0L1);
+    }
+    DispatchArgs a;
+    a.code_base = k->code_base;
+    a.kernarg = kernarg_base + at;
+    a.groups = l.groups;
+    a.block = l.block;
+    (void)emit_dispatch(p.stream, k->info, a);
+  }
+  return p;
+}
+
 }  // namespace zinc::backend::zinc_rt

@@ -12,9 +12,13 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <string>
 #include <vector>
 
+#include "backend/zinc_rt/code_object.h"
+#include "backend/zinc_rt/pm4.h"
 #include "gguf/reader.h"
 #include "graph/graph.h"
 
@@ -92,5 +96,27 @@ class DecodePlan {
   std::vector<int64_t> codes_at_;  // per tensor: its Q8_K codes' offset, -1 none yet
   std::vector<Cache> caches_;      // per tensor: an attention's caches
 };
+
+// A kernel as a queue runs it: its descriptor's facts and the GPU address its code object's image lies
+// at (code_object.h load_image).
+struct LoadedKernel {
+  KernelInfo info;
+  uint64_t code_base = 0;
+};
+
+// A plan's launches as the packets of one step, written once: launch i's arguments at kernarg_base +
+// kernarg_offsets[i] (the caller copies `kernargs` there), each dispatch programmed from its kernel's
+// descriptor (dispatch.h emit_dispatch), and before every dispatch but the first a CS partial flush and
+// the first-level caches invalidated, so each kernel reads what the ones before it wrote. A step runs
+// these from an indirect buffer after the step's parameters are written (dispatch.h step_stream).
+struct GraphPackets {
+  pm4::Stream stream;
+  std::vector<uint8_t> kernargs;
+  std::vector<uint64_t> kernarg_offsets;
+};
+// `kernel` gives each launched kernel by name, or null for one not loaded. Throws zinc::Error for a
+// kernel not loaded, or whose argument segment is longer than the launch's arguments.
+GraphPackets encode_graph(const std::vector<Launch>& launches, const std::function<const LoadedKernel*(std::string_view)>& kernel,
+                          uint64_t kernarg_base);
 
 }  // namespace zinc::backend::zinc_rt

@@ -72,6 +72,10 @@ void Stream::dma_copy(uint64_t dst, uint64_t src, uint64_t bytes) {
   }
 }
 
+void Stream::event_write(uint32_t event_type, uint32_t event_index) {
+  d_.insert(d_.end(), {header(kEventWrite, 1), (event_type & 0x3Fu) | (event_index & 0xFu) << 8});
+}
+
 void Stream::acquire_mem(uint32_t gcr) {
   // COHER_CNTL 0, the whole address range (COHER_SIZE all ones, SIZE_HI 24 bits of ones, BASE 0),
   // POLL_INTERVAL 10, then GCR_CNTL.

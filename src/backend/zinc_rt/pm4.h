@@ -72,6 +72,9 @@ class Stream {
   // Caches made coherent before what follows (gfx10+ form: GCR_CNTL in the last dword): `gcr`
   // the GCR_CNTL bits (e.g. kAcquireInvalidateAll).
   void acquire_mem(uint32_t gcr);
+  // An event of the pipeline (EVENT_WRITE; e.g. kEventCsPartialFlush: the dispatches before it finish
+  // before the packets after it run).
+  void event_write(uint32_t event_type, uint32_t event_index);
   // Once all earlier work has finished: caches written back, then `value` (32 or 64 bits) written to
   // `address` (8-byte aligned for 64 bits), with an interrupt if asked (a KFD event's signal).
   void release_mem_fence(uint64_t address, uint64_t value, bool value64, bool interrupt);
@@ -91,6 +94,15 @@ class Stream {
  private:
   std::vector<uint32_t> d_;
 };
+
+// EVENT_WRITE's CS_PARTIAL_FLUSH (VGT event 0x07, event index 4): the compute work before it has
+// finished before what follows starts.
+inline constexpr uint32_t kEventCsPartialFlush = 0x07, kEventIndexPartialFlush = 4;
+
+// GCR_CNTL of ACQUIRE_MEM between dependent dispatches: the scalar, vector and L1 caches invalidated
+// (GLK_INV, GLV_INV, GL1_INV), so a kernel reads what the one before it wrote to L2, which every
+// compute unit shares (kept).
+inline constexpr uint32_t kAcquireInvalidateL0L1 = (1u << 7) | (1u << 8) | (1u << 9);
 
 // GCR_CNTL of ACQUIRE_MEM invalidating the instruction, scalar, vector, L1 and L2 caches (GLI_INV all,
 // GLK_INV, GLV_INV, GL1_INV, GL2_INV) and writing L2 and the metadata back (GLM_WB, GL2_WB).
