@@ -1,4 +1,4 @@
-// A dispatch programmed from a real kernel's descriptor (the embedded rms_norm for gfx1100): the
+// A dispatch programmed from a real kernel's descriptor (the embedded attention_decode for gfx1100): the
 // entry point's registers, the resource registers as the compiler wrote them, the workgroup size, the
 // kernel arguments' address in the first user SGPRs (no more of them than the descriptor's USER_SGPR
 // count), LDS_SIZE from the kernel's local memory, the dispatch with wave32 where the kernel is
@@ -48,10 +48,10 @@ DispatchArgs args_of(uint64_t code_base, uint64_t kernarg, uint32_t groups, uint
 }
 
 TEST(Dispatch, ProgrammedFromTheDescriptor) {
-  const auto bytes = code_object_bytes("rms_norm-gfx1100");
+  const auto bytes = code_object_bytes("attention_decode-gfx1100");
   if (bytes.empty()) GTEST_SKIP() << "this build had no AMDGPU compiler (clang-19 or later with ld.lld): no code objects";
   const CodeObject co = parse_code_object(bytes);
-  const KernelInfo& k = *co.kernel("rms_norm");
+  const KernelInfo& k = *co.kernel("attention_decode");
   const DispatchArgs a = args_of(0x00007F0000000000ull, 0x00007F1234567800ull, 12, 256);
   pm4::Stream s;
   const DispatchSlots slots = emit_dispatch(s, k, a);
@@ -61,10 +61,11 @@ TEST(Dispatch, ProgrammedFromTheDescriptor) {
   EXPECT_EQ(p.regs.at(pm4::kComputePgmHi)[0], static_cast<uint32_t>(entry >> 40));
   EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc1)[0], k.rsrc1);
   // RSRC2 as the compiler wrote it, with LDS_SIZE (bits 15-23, Mesa's S_00B84C_LDS_SIZE: (x & 0x1FF)
-  // << 15) the kernel's 1024 bytes of local memory in blocks of 128 dwords: 2 (the descriptor leaves 0).
-  EXPECT_EQ(k.group_segment_bytes, 1024u);
+  // << 15) the kernel's 2048 bytes of local memory (its query, weights and sums) in blocks of 128
+  // dwords: 4 (the descriptor leaves 0).
+  EXPECT_EQ(k.group_segment_bytes, 2048u);
   EXPECT_EQ(k.rsrc2 >> 15 & 0x1FF, 0u);
-  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc2)[0], k.rsrc2 | 2u << 15);
+  EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc2)[0], k.rsrc2 | 4u << 15);
   EXPECT_EQ(p.regs.at(pm4::kComputePgmRsrc3)[0], k.rsrc3);
   EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX)[0], 256u);
   EXPECT_EQ(p.regs.at(pm4::kComputeNumThreadX + 4)[0], 1u);
