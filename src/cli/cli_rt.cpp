@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #if defined(ZINC_WITH_ZINC_RT)
 #include "backend/cpu/cpu_ops.h"
+#include "backend/zinc_rt/runner.h"
 #include "backend/zinc_rt/selftest.h"
 #endif
 
@@ -30,7 +31,8 @@ void add_rt_selftest_command(CLI::App& app, const GlobalOptions& global, Runner&
       const auto cpu_norm = [](const float* x, const float* w, float* out, int64_t width, int64_t rows, float eps) {
         backend::cpu::rms_norm(x, w, out, width, width, rows, eps, 0.0f);
       };
-      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->kfd, opts->topology, opts->dri, cpu_norm});
+      const auto decode = [](backend::zinc_rt::Device& d, bool graph) { return backend::zinc_rt::decode_rung(d, graph); };
+      const std::vector<Rung> rungs = backend::zinc_rt::run_selftest({opts->kfd, opts->topology, opts->dri, cpu_norm, decode});
       int status = 0;
       nlohmann::json j = nlohmann::json::array();
       for (size_t i = 0; i < rungs.size(); ++i) {

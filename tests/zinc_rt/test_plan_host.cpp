@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <deque>
 #include <map>
 #include <span>
 #include <cstring>
@@ -20,7 +21,9 @@
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/dispatch.h"
 #include "backend/zinc_rt/plan.h"
+#include "backend/zinc_rt/runner.h"
 #include "convert/convert.h"
+#include "convert/synth.h"
 #include "core/error.h"
 #include "host_kernels.h"
 #include "model/model.h"
@@ -237,7 +240,9 @@ TEST_P(ZincRtHostPlan, DecodesAsTheCpuBackend) {
 // more), then an invalidation of the first-level caches.
 class HostQueue {
  public:
-  std::map<uint64_t, const LoadedKernel*> by_entry;
+  // The kernel whose entry point lies at an address, or null.
+  std::function<const KernelInfo*(uint64_t entry)> kernel_at;
+  std::string skip_kernel;  // a kernel whose dispatches are dropped (a broken queue the tests must notice)
   int dispatches = 0;
   bool ordered = true;  // every dispatch after the first followed a flush and an invalidation
 
@@ -289,75 +294,134 @@ class HostQueue {
   static uint8_t* host(uint64_t address) { return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(address)); }
   void dispatch(const uint32_t* b) {
     const uint64_t entry = (regs_[0xB830] | uint64_t{regs_[0xB834]} << 32) << 8;
-    ASSERT_TRUE(by_entry.count(entry)) << "a dispatch of no loaded kernel's entry point";
-    const LoadedKernel& k = *by_entry.at(entry);
+    const KernelInfo* ki = kernel_at(entry);
+    ASSERT_NE(ki, nullptr) << "a dispatch of no loaded kernel's entry point";
+    const KernelInfo& k = *ki;
     uint32_t sgpr = 0;
-    if (k.info.properties & 2u) sgpr += 2;  // the dispatch packet's address
-    if (k.info.properties & 4u) sgpr += 2;  // the queue's
-    ASSERT_TRUE(k.info.properties & 8u) << k.info.name << ": no argument pointer";
+    if (k.properties & 2u) sgpr += 2;  // the dispatch packet's address
+    if (k.properties & 4u) sgpr += 2;  // the queue's
+    ASSERT_TRUE(k.properties & 8u) << k.name << ": no argument pointer";
     const uint64_t kernarg = regs_[0xB900 + sgpr * 4] | uint64_t{regs_[0xB904 + sgpr * 4]} << 32;
     Launch l;
-    l.kernel = k.info.name;
+    l.kernel = k.name;
     l.args.assign(host(kernarg), host(kernarg) + host::args_bytes(l.kernel));
     l.groups = {b[0], b[1], b[2]};
     l.block = {regs_[0xB81C], regs_[0xB820], regs_[0xB824]};
     if (dispatches > 0 && !invalidated_) ordered = false;
     flushed_ = invalidated_ = false;
     ++dispatches;
-    host::run_launch(l);
+    if (l.kernel != skip_kernel) host::run_launch(l);
   }
   std::map<uint32_t, uint32_t> regs_;
   bool flushed_ = false, invalidated_ = false;
 };
 
-TEST(ZincRtHostPlan, GraphPacketsRunTheStepsOfThePlan) {
-  // The llama fixture's plan encoded once into packets (encode_graph, with the gfx1100 code objects'
-  // descriptors at made-up load addresses), then each step as a queue gets it (step_stream: the
-  // parameters by WRITE_DATA, the graph by INDIRECT_BUFFER, the fence) run by HostQueue: every
+// A Device on the host: memory at host addresses, packets run by a HostQueue, the kernel at an entry
+// point found by comparing an executable buffer with each gfx1100 code object's image (so a wrong
+// image or a wrong entry point finds none).
+class HostDevice final : public Device {
+ public:
+  HostQueue queue;
+  HostDevice() {
+    for (const std::string_view name : code_object_bytes_names())
+      if (name.substr(name.find('-') + 1) == "gfx1100") objects_.push_back(parse_code_object(code_object_bytes(name))), images_.push_back(load_image(code_object_bytes(name)));
+    queue.kernel_at = [this](uint64_t entry) -> const KernelInfo* {
+      for (const Buffer& b : code_)
+        for (size_t i = 0; i < objects_.size(); ++i) {
+          const KernelInfo& k = objects_[i].kernels.at(0);
+          if (entry == b.va + k.entry_address && images_[i].size() <= b.bytes && std::memcmp(b.cpu<uint8_t>(), images_[i].data(), images_[i].size()) == 0) return &k;
+        }
+      return nullptr;
+    };
+  }
+  std::string target() const override { return "gfx1100"; }
+  Buffer alloc(uint64_t bytes, bool executable) override {
+    const uint64_t size = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
+    memory_.emplace_back(size / 8 + 512, 0);
+    const Buffer b{(reinterpret_cast<uintptr_t>(memory_.back().data()) + 4095) / 4096 * 4096, size};
+    if (executable) code_.push_back(b);
+    return b;
+  }
+  uint64_t fence() const override { return reinterpret_cast<uintptr_t>(&fence_); }
+  void run(const pm4::Stream& packets, uint64_t value, int) override {
+    queue.run(packets.dwords().data(), packets.size());
+    if (fence_ != value) throw Error("the fence was not written");
+  }
+
+ private:
+  std::deque<std::vector<uint64_t>> memory_;
+  std::vector<Buffer> code_;
+  std::vector<CodeObject> objects_;
+  std::vector<std::vector<uint8_t>> images_;
+  uint64_t fence_ = 0;
+};
+
+TEST(ZincRtHostPlan, RunnerStepsAreThePlansSteps) {
+  // The llama fixture's plan on a Device (PlanRunner: the kernels' images loaded, the graph encoded
+  // once into packets, each step one submission through step_stream) run by the host queue: every
   // launch dispatched in order after the one before it, and each step's logits equal to the plan's
-  // launches run directly on a second region. Nothing of the graph is rewritten between steps.
+  // launches run directly on a region of their own. Nothing of the graph is rewritten between steps.
   if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
   test::TempDir tmp;
   const gguf::File f = quantized("llama", "Q4_K_M", tmp);
   const model::Model m = model::load(f);
-  HostPlan direct(m.graph, f, 16), queued(m.graph, f, 16);
-  std::map<std::string, LoadedKernel> loaded;
-  std::vector<LoadedKernel> storage;
-  HostQueue q;
-  uint64_t base = uint64_t{1} << 40;
-  for (const std::string_view name : code_object_bytes_names()) {
-    if (name.substr(name.find('-') + 1) != "gfx1100") continue;
-    const CodeObject co = parse_code_object(code_object_bytes(name));
-    loaded[co.kernels.at(0).name] = {co.kernels.at(0), base};
-    base += uint64_t{1} << 24;
-  }
-  for (const auto& [name, k] : loaded) q.by_entry[k.code_base + k.info.entry_address] = &k;
-  std::vector<uint64_t> kernarg_memory(1 << 16);
-  const auto kernarg_base = (reinterpret_cast<uintptr_t>(kernarg_memory.data()) + 63) / 64 * 64;
-  const GraphPackets g = encode_graph(queued.plan->launches(), [&](std::string_view n) -> const LoadedKernel* {
-    const auto it = loaded.find(std::string(n));
-    return it == loaded.end() ? nullptr : &it->second;
-  }, kernarg_base);
-  ASSERT_LE(g.kernargs.size() + 64, kernarg_memory.size() * 8);
-  std::memcpy(reinterpret_cast<void*>(kernarg_base), g.kernargs.data(), g.kernargs.size());
-  const std::vector<uint32_t> graph_copy(g.stream.dwords().begin(), g.stream.dwords().end());
-  uint64_t fence = 0;
-  const uint8_t* region = reinterpret_cast<const uint8_t*>(queued.memory.data());
+  HostPlan direct(m.graph, f, 16);
+  HostDevice d;
+  PlanRunner rt(d, m.graph, f, 16);
   const std::vector<int32_t> tokens = {0, 17, 300, 42, 7, 99};
   for (int32_t pos = 0; pos < static_cast<int32_t>(tokens.size()); ++pos) {
     const std::vector<float> want = direct.step(tokens[static_cast<size_t>(pos)], pos);
-    const std::vector<uint32_t> params = queued.plan->params(tokens[static_cast<size_t>(pos)], pos);
-    const pm4::Stream s = step_stream(queued.plan->base() + queued.plan->params_offset(), params, reinterpret_cast<uintptr_t>(graph_copy.data()),
-                                      static_cast<uint32_t>(graph_copy.size()), reinterpret_cast<uintptr_t>(&fence), 100 + pos);
-    q.run(s.dwords().data(), s.size());
-    EXPECT_EQ(fence, static_cast<uint64_t>(100 + pos));
-    const auto* logits = reinterpret_cast<const float*>(region + queued.plan->logits_offset());
+    const std::span<const float> got = rt.step(tokens[static_cast<size_t>(pos)], pos);
+    ASSERT_EQ(got.size(), want.size());
     int differ = 0;
-    for (size_t i = 0; i < want.size(); ++i) differ += logits[i] != want[i];
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
     EXPECT_EQ(differ, 0) << "position " << pos;
   }
-  EXPECT_EQ(q.dispatches, static_cast<int>(tokens.size() * queued.plan->launches().size()));
-  EXPECT_TRUE(q.ordered) << "a dispatch not ordered after the one before it";
+  EXPECT_EQ(d.queue.dispatches, static_cast<int>(tokens.size() * rt.plan().launches().size()));
+  EXPECT_TRUE(d.queue.ordered) << "a dispatch not ordered after the one before it";
+}
+
+TEST(ZincRtHostPlan, DecodeRungsPassOnTheHostAndFailOnABrokenQueue) {
+  // The ladder's one-token and decode-graph rungs (decode_rung, as zinc rt-selftest climbs them on an
+  // AMD GPU) on the host device with the llama fixture: both pass against the CPU backend. With the
+  // queue dropping every attention dispatch, the one-token rung fails, saying where.
+  if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
+  test::TempDir tmp;
+  (void)quantized("llama", "Q4_K_M", tmp);
+  for (const bool graph : {false, true}) {
+    HostDevice d;
+    const std::string detail = decode_rung(d, graph, tmp.file("q.gguf"));
+    EXPECT_NE(detail.find(graph ? "24 steps" : "1 step"), std::string::npos) << detail;
+    std::printf("%s rung on the host: %s\n", graph ? "decode graph" : "one token", detail.c_str());
+  }
+  HostDevice broken;
+  broken.queue.skip_kernel = "attention_decode";
+  try {
+    decode_rung(broken, false, tmp.file("q.gguf"));
+    FAIL() << "a queue dropping the attention passed the one-token rung";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ZincRtPlan, PlansTheModelTheLadderSynthesizes) {
+  // The decode rungs' own model (decode_rung without one given: a synthetic two-layer Qwen3-0.6B,
+  // Q4_K_M, tied embeddings) is one the plan runs: its launches, per layer the same kernels.
+  test::TempDir tmp;
+  convert::SynthOptions so;
+  so.preset = "qwen3-0.6b";
+  so.layers = 2;
+  convert::synthesize(so, tmp.file("s.gguf"));
+  const gguf::File f = gguf::File::open(tmp.file("s.gguf"));
+  const model::Model m = model::load(f);
+  const DecodePlan p(m.graph, f, 64, 0);
+  std::map<std::string, int> kernels;
+  for (const Launch& l : p.launches()) ++kernels[l.kernel];
+  EXPECT_EQ(kernels["attention_decode"], 2);
+  EXPECT_EQ(kernels["kv_store"], 2);
+  EXPECT_EQ(kernels["rms_norm"], 2 * 4 + 1) << "per layer two norms and the q and k heads' norms, then the output's";
+  EXPECT_EQ(kernels["mul_mv_q4_k"] + kernels["mul_mv_q6_k"], 2 * 7 + 1);
+  EXPECT_EQ(p.n_vocab(), 151936);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ZincRtHostPlan, ::testing::Values("qwen3", "llama"));
