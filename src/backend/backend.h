@@ -229,6 +229,10 @@ std::unique_ptr<Backend> make_vulkan_backend(int device = -1);
 // The CUDA backend on device `device` (-1: ZINC_CUDA_DEVICE, else device 0). Throws zinc::Error saying
 // why when there is no NVIDIA GPU with a driver, or this build has no CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device = -1);
+// The zinc_rt backend (ZINC_RT's tier 1: KFD compute queues and PM4 packets) on supported AMD GPU
+// `device` of the KFD topology (-1: the first). Throws zinc::Error saying why where there is none, or
+// this build has no ZINC_RT.
+std::unique_ptr<Backend> make_zinc_rt_backend(int device = -1);
 // A backend by name: "cpu", "vulkan", "cuda", or "auto" (auto_backend() of what the probes find). Throws
 // zinc::Error for an unknown name or a backend that cannot start. `threads` is the CPU backend's.
 std::unique_ptr<Backend> make_backend(const std::string& name, int device = -1, unsigned threads = 0);

@@ -12,7 +12,7 @@ namespace zinc::backend {
 
 struct DeviceReport {
   std::string name;
-  std::string kind;           // "discrete GPU", "integrated GPU", "CPU", "virtual GPU", "other"
+  std::string kind;           // "discrete GPU", "integrated GPU", "CPU", "virtual GPU", "GPU" (which is not known), "other"
   uint64_t memory_bytes = 0;  // device-local memory (system memory for the CPU)
   std::string api;            // API / driver versions as the runtime reports them
   std::vector<std::string> features;

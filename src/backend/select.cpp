@@ -21,6 +21,11 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error("this zinc was built without CUDA (install the CUDA toolkit so that nvcc is found, then rebuild)");
 }
 #endif
+#if !defined(ZINC_WITH_ZINC_RT)
+std::unique_ptr<Backend> make_zinc_rt_backend(int) {
+  throw Error("this zinc was built without ZINC_RT (Linux with linux/kfd_ioctl.h, from linux-libc-dev)");
+}
+#endif
 
 std::string auto_backend(const std::vector<BackendReport>& reports) {
   const auto gpu = [&](const char* name) {
@@ -40,16 +45,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int device, unsig
   if (name == "vulkan") return make_vulkan_backend(device);
   if (name == "cuda") return make_cuda_backend(device);
   if (name == "auto") return make_backend(auto_backend(probe_all()), device, threads);
-  if (name == "zinc_rt") {
-    throw Error("the zinc_rt backend does not run models yet: its bring-up ladder is `zinc rt-selftest` (cpu, vulkan, cuda or auto "
-                "run models; Vulkan runs on AMD GPUs)");
-  }
+  if (name == "zinc_rt") return make_zinc_rt_backend(device);
   if (name == "metal") {
-    throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan, cuda or auto are; Vulkan runs on NVIDIA, "
-                            "AMD and Intel GPUs)",
+    throw Error(fmt::format("the {} backend is not in this zinc yet (cpu, vulkan, cuda, zinc_rt or auto are; Vulkan runs on "
+                            "NVIDIA, AMD and Intel GPUs)",
                             name));
   }
-  throw Error(fmt::format("unknown backend '{}' (cpu, vulkan, cuda or auto)", name));
+  throw Error(fmt::format("unknown backend '{}' (cpu, vulkan, cuda, zinc_rt or auto)", name));
 }
 
 std::unique_ptr<Backend> make_backend_for(const std::string& name, const graph::Graph& g, int device, unsigned threads) {

@@ -665,7 +665,7 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::ExistingFile);
   cmd->add_option("--seed", a->seed, "Seed of the random token ids")->capture_default_str();
   cmd->add_flag("--remeasure-bandwidth", a->remeasure, "Measure the memory read bandwidth again (it is cached)");
-  cmd->add_option("--backend", a->backend, "Backend to measure: auto, cpu, vulkan or cuda")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "Backend to measure: auto, cpu, vulkan, cuda or zinc_rt")->capture_default_str();
   cmd->add_option("--device", a->device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("--parallel", a->parallel,
                   "Also decode this many sequences together (comma-separated, e.g. 4,8): aggregate tok/s of a step "

@@ -89,7 +89,7 @@ void add_embed_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_flag("--no-normalize", o->no_normalize, "Leave the vectors as pooled (default: unit length)");
   cmd->add_option("-c,--ctx", o->ctx, "Most tokens a text may have")->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  cmd->add_option("--backend", o->backend, "auto, cpu, vulkan or cuda")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "auto, cpu, vulkan, cuda or zinc_rt")->capture_default_str();
   cmd->add_option("--device", o->device, "GPU index for the Vulkan backend (zinc check lists them)");
   cmd->add_option("-t,--threads", o->threads, "CPU threads (default: physical cores)")->check(threads_range());
   cmd->callback([o, &global, &run] {

@@ -118,7 +118,7 @@ void add_generation_options(CLI::App* cmd, GenerationArgs& a, bool chat_options)
       ->check(CLI::Range(-1, 1 << 24));
   cmd->add_option("-c,--ctx,--ctx-size", a.ctx, "Context size in tokens (per slot for serve)")->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)")->check(threads_range());
-  cmd->add_option("--backend", a.backend, "Compute backend: auto, cpu, vulkan or cuda")->capture_default_str();
+  cmd->add_option("--backend", a.backend, "Compute backend: auto, cpu, vulkan, cuda or zinc_rt")->capture_default_str();
   // llama.cpp's -ngl / --n-gpu-layers: zinc runs a model wholly on one backend, so 0 means the CPU and
   // any other count the GPU (main() turns -ngl into --n-gpu-layers).
   cmd->add_option_function<int>(

@@ -424,6 +424,60 @@ TEST(ZincRtPlan, PlansTheModelTheLadderSynthesizes) {
   EXPECT_EQ(p.n_vocab(), 151936);
 }
 
+TEST(ZincRtHostPlan, BackendRunsContextsAsTheCpuDoes) {
+  // The zinc_rt backend (make_zinc_rt_backend) on the host device with the llama fixture: a prompt of
+  // 5 tokens in one step (run token by token) with every position's logits, then a token at position
+  // 5; each row within 1e-4 of the CPU backend's largest logit (this fixture's plan agrees with the
+  // CPU to float rounding: 5e-7 measured), the activations readable by name as zinc validate reads
+  // them; what a context of one sequence cannot do is refused, saying so.
+  if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
+  test::TempDir tmp;
+  const gguf::File f = quantized("llama", "Q4_K_M", tmp);
+  const model::Model m = model::load(f);
+  auto rt = zinc_rt::make_zinc_rt_backend(std::make_unique<HostDevice>(), "host");
+  EXPECT_EQ(rt->name(), "zinc_rt");
+  EXPECT_EQ(rt->why_unsupported(m.graph), "");
+  ExecOptions opts;
+  opts.n_ctx = 16;
+  auto cpu = make_cpu_backend(1)->compile(m.graph, f, opts);
+  auto exe = rt->compile(m.graph, f, opts);
+  const auto close = [&](std::span<const float> got, std::span<const float> want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    float scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::fabs(want[i]));
+      diff = std::max(diff, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_LE(diff, 1e-4f * scale) << what;
+  };
+  const graph::StepParams prompt = graph::StepParams::one({0, 17, 300, 42, 7}, 0, true);
+  cpu->run(prompt);
+  exe->run(prompt);
+  EXPECT_EQ(exe->logit_rows(), 5);
+  close(exe->logits(), cpu->logits(), "the prompt's rows");
+  cpu->run(graph::StepParams::one({cpu->argmax(4)}, 5));
+  exe->run(graph::StepParams::one({cpu->argmax(4)}, 5));
+  EXPECT_EQ(exe->logit_rows(), 1);
+  close(exe->logits(), cpu->logits(), "position 5");
+  for (graph::TensorId id = 0; id < static_cast<graph::TensorId>(m.graph.tensors.size()); ++id) {
+    if (m.graph.tensor(id).name != "blk.1.attn_norm") continue;
+    const std::vector<float> a = exe->activation(id);
+    EXPECT_EQ(static_cast<int64_t>(a.size()), m.graph.tensor(id).ne[0]);
+  }
+  graph::StepParams two = graph::StepParams::one({1}, 6);
+  two.add(1, 0, {2});
+  EXPECT_THROW(exe->run(two), Error);
+  EXPECT_THROW(exe->run(graph::StepParams::one({1}, 16)), Error);
+  EXPECT_THROW(exe->save_state(6), Error);
+  opts.kv_type = KvType::F32;
+  EXPECT_THROW(rt->compile(m.graph, f, opts), Error);
+  // An F32 file: refused before anything is loaded, naming the node.
+  const gguf::File f32 = gguf::File::open(tmp.file("f32.gguf"));
+  const model::Model m32 = model::load(f32);
+  EXPECT_NE(rt->why_unsupported(m32.graph).find("zinc_rt cannot run"), std::string::npos) << rt->why_unsupported(m32.graph);
+  EXPECT_THROW(rt->load(m32.graph, f32), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ZincRtHostPlan, ::testing::Values("qwen3", "llama"));
 
 TEST(ZincRtPlan, RefusesWhatItsKernelsCannotRunNamingTheNode) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/zinc_rt/pm4.h"
@@ -34,6 +35,15 @@ class Device {
   // Submits `packets` and waits until the fence holds `value`; throws zinc::Error, saying how far the
   // queue read, where it does not within `timeout_ms`.
   virtual void run(const pm4::Stream& packets, uint64_t value, int timeout_ms = 10000) = 0;
+
+  // The value the next submission's fence writes (one counter for every user of the device, so no
+  // submission finds its value already there), and the lock its users hold from packets to fence.
+  uint64_t next_fence_value() { return ++fence_value_; }
+  std::mutex& lock() { return lock_; }
+
+ private:
+  uint64_t fence_value_ = 0;
+  std::mutex lock_;
 };
 
 // A session's GPU as a Device: buffers in GTT (coherent, uncached; the GPU reads the weights across

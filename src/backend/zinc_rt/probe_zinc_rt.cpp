@@ -1,7 +1,8 @@
 // ZINC_RT in `zinc check`: its tiers, each READY or NOT READY with the reason. T1 (KFD compute queues
 // and PM4 packets) needs /dev/kfd and a supported GPU; T2 (user-mode queues) is not built yet; the CPU
-// tier (the CPU backend, ZINC_RT's oracle) is always there. The backend itself is NOT READY, with no
-// devices, until models run on it (the GPUs the topology lists are named in the status).
+// tier (the CPU backend, ZINC_RT's oracle) is always there. The backend is READY where T1 is and its
+// kernels are built, with each supported GPU as a device (models: dense Llama and Qwen3 graphs with
+// K-quant weights, one token a step; nothing of it has run on AMD hardware yet).
 #include <fmt/format.h>
 
 #include "backend/probe.h"
@@ -21,7 +22,7 @@ BackendReport probe_zinc_rt() {
   } catch (const Error& e) {
     p.why = e.what();
   }
-  // The GPUs the topology lists, in the status: the backend has no devices to run models on yet.
+  // The GPUs the topology lists, in the status; the supported ones are the backend's devices.
   std::string gpus;
   for (const zinc_rt::KfdGpu& g : p.gpus)
     gpus += fmt::format("{}{} (KFD node {}{})", gpus.empty() ? "" : ", ", g.target(), g.node, g.supported() ? "" : ", not supported");
@@ -31,8 +32,20 @@ BackendReport probe_zinc_rt() {
   const std::string kernels = objects > 0 ? fmt::format("{} kernel code objects for {}", objects, zinc_rt::kSupportedTargets)
                                           : "no kernels (built without clang-19 or later)";
   r.status = fmt::format("tier T1 (KFD queues, PM4): {}; T2 (user-mode queues): NOT READY (not built yet); T-CPU: READY (the CPU backend); "
-                         "{}; models do not run on ZINC_RT yet (its bring-up: zinc rt-selftest)",
+                         "{}; models: dense Llama and Qwen3 graphs with K-quant weights, one token a step, not yet run on AMD "
+                         "hardware (its bring-up: zinc rt-selftest)",
                          t1, kernels);
+  r.ready = p.ready() && objects > 0;
+  if (r.ready) {
+    for (const zinc_rt::KfdGpu& g : p.gpus) {
+      if (!g.supported()) continue;
+      DeviceReport d;
+      d.name = fmt::format("{} (KFD node {})", g.target(), g.node);
+      d.kind = "GPU";
+      d.api = "KFD";
+      r.devices.push_back(std::move(d));
+    }
+  }
   return r;
 }
 

@@ -55,8 +55,9 @@ PlanRunner::PlanRunner(Device& d, const graph::Graph& g, const gguf::File& f, in
 
 std::span<const float> PlanRunner::step(int32_t token, int32_t pos) {
   const std::vector<uint32_t> params = plan_->params(token, pos);
-  ++steps_;
-  d_.run(step_stream(region_.va + plan_->params_offset(), params, graph_.va, graph_dwords_, d_.fence(), steps_), steps_);
+  const std::lock_guard lock(d_.lock());
+  const uint64_t value = d_.next_fence_value();
+  d_.run(step_stream(region_.va + plan_->params_offset(), params, graph_.va, graph_dwords_, d_.fence(), value), value);
   return {region_.cpu<const float>(plan_->logits_offset()), static_cast<size_t>(plan_->n_vocab())};
 }
 

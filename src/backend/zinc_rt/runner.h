@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 
+#include "backend/backend.h"
 #include "backend/zinc_rt/device.h"
 #include "backend/zinc_rt/plan.h"
 
@@ -34,7 +35,6 @@ class PlanRunner {
   Device::Buffer region_, graph_;
   std::unique_ptr<DecodePlan> plan_;
   uint32_t graph_dwords_ = 0;
-  uint64_t steps_ = 0;
 };
 
 // The ladder's decode rungs (zinc rt-selftest), on `d` against the CPU backend on the same file with
@@ -46,5 +46,10 @@ class PlanRunner {
 // synthetic two-layer Qwen3-0.6B (Q4_K_M) written to the temporary directory and removed after.
 // Returns what was measured; throws zinc::Error saying where it differs.
 std::string decode_rung(Device& d, bool graph, const std::filesystem::path& model = {});
+
+// The zinc_rt backend on `device`: contexts of one sequence, one token a step, for the graphs the plan
+// runs (DecodePlan::unsupported names what it cannot), each context holding its own region (weights
+// included) and an F16 cache. backend.h make_zinc_rt_backend gives it the KFD's first supported GPU.
+std::unique_ptr<Backend> make_zinc_rt_backend(std::unique_ptr<Device> device, std::string device_name);
 
 }  // namespace zinc::backend::zinc_rt
