@@ -1,9 +1,11 @@
 // ZINC_RT's decode plan (src/backend/zinc_rt/plan.h) run on the host: every launch of the Qwen3 and
 // Llama fixtures' steps (tests/models/fixtures, converted and quantized to Q4_K_M here) by the host
-// build of its kernel, over a region of host memory, against the CPU backend on the same file with the
-// same F16 cache. What this tests is the plan (which kernels, their arguments, the buffers, the step's
-// parameters, the caches from step to step) and the kernels' logic; an AMD GPU runs the same launches
-// from the packets a queue encodes (none here).
+// build of its kernel, over host memory: each node against the CPU's definition; the same plans on a
+// host Device whose packets an interpreter runs (PlanRunner, the ladder's decode rungs and the zinc_rt
+// backend) against the plan run directly and against the CPU backend on the same file with the same
+// F16 cache. What this tests is the plan (which kernels, their arguments, the buffers, the step's
+// parameters, the caches from step to step), the packets and the kernels' logic; an AMD GPU runs the
+// same packets (none here).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -176,59 +178,21 @@ void expect_each_node(const graph::Graph& g, const gguf::File& f, const HostPlan
   }
 }
 
-int32_t argmax(std::span<const float> v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
-
 class ZincRtHostPlan : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ZincRtHostPlan, DecodesAsTheCpuBackend) {
-  // A prompt of 8 tokens fed one a step, then 16 steps of the CPU's greedy choices fed to both (the
-  // logits then compare position by position). The plan's kernels compute what the CPU computes (the
-  // activations' Q8_K codes, integer block sums, the CPU's norm and rotation bit for bit, the same F16
-  // cache), so the logits agree to float rounding until a value the two sum in different orders lands
-  // across the rounding boundary of an 8-bit code or of a half in the cache, which on these fixtures
-  // moves them by up to a few percent from then on (the bound of the Vulkan and CUDA backends' same
-  // test: 8%). Wherever the CPU's choice leads its runner-up by more than twice the two differ, the
-  // plan makes the same choice; most steps are such clear choices.
+TEST_P(ZincRtHostPlan, EachNodeIsTheCpusOnItsInputs) {
+  // 24 steps of the fixture's plan (Q4_K_M), every node checked after each (expect_each_node).
   if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
   test::TempDir tmp;
   const gguf::File f = quantized(GetParam(), "Q4_K_M", tmp);
   const model::Model m = model::load(f);
-  auto cpu = make_cpu_backend(1);
-  ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.kv_type = KvType::F16;
-  auto exec = cpu->load(m.graph, f, {})->instantiate(opts);
-  HostPlan rt(m.graph, f, opts.n_ctx);
-  std::vector<int32_t> tokens = {0, 17, 300, 42, 7, 99, 256, 3};
-  constexpr int32_t kSteps = 24;
-  double worst = 0;
-  int clear = 0, exact_steps = 0;
-  for (int32_t pos = 0; pos < kSteps; ++pos) {
-    const int32_t tok = tokens[static_cast<size_t>(pos)];
-    exec->run(graph::StepParams::one({tok}, pos));
-    const std::span<const float> want = exec->logits();
-    const std::vector<float> got = rt.step(tok, pos);
+  HostPlan rt(m.graph, f, 32);
+  for (int32_t pos = 0; pos < 24; ++pos) {
+    const int32_t tok = (pos * 131 + 17) % static_cast<int32_t>(m.graph.n_vocab);
+    (void)rt.step(tok, pos);
     expect_each_node(m.graph, f, rt, tok, pos, GetParam());
-    ASSERT_EQ(want.size(), got.size());
-    float scale = 0, diff = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      scale = std::max(scale, std::fabs(want[i]));
-      diff = std::max(diff, std::fabs(got[i] - want[i]));
-    }
-    worst = std::max(worst, double{diff / scale});
-    exact_steps += diff <= 1e-5f * scale;
-    EXPECT_LE(diff, 0.08f * scale) << GetParam() << " position " << pos;
-    std::vector<float> sorted(want.begin(), want.end());
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    if (sorted[0] - sorted[1] > 2 * diff) {
-      ++clear;
-      EXPECT_EQ(argmax(got), argmax(want)) << GetParam() << " position " << pos << ": a clear choice";
-    }
-    if (pos + 1 >= static_cast<int32_t>(tokens.size())) tokens.push_back(argmax(want));
+    if (::testing::Test::HasFailure()) break;
   }
-  EXPECT_GE(clear, kSteps / 2) << GetParam() << ": too few clear choices to judge";
-  std::printf("%s Q4_K_M: %d steps, logits within %.2e of the largest (within 1e-5 at %d steps), %d clear choices, all agreeing\n",
-              GetParam().c_str(), kSteps, worst, exact_steps, clear);
 }
 
 // A compute queue's packets run on the host: SET_SH_REG into a register file, DISPATCH_DIRECT as the
@@ -356,7 +320,7 @@ class HostDevice final : public Device {
   uint64_t fence_ = 0;
 };
 
-TEST(ZincRtHostPlan, RunnerStepsAreThePlansSteps) {
+TEST(ZincRtHostDevice, RunnerStepsAreThePlansSteps) {
   // The llama fixture's plan on a Device (PlanRunner: the kernels' images loaded, the graph encoded
   // once into packets, each step one submission through step_stream) run by the host queue: every
   // launch dispatched in order after the one before it, and each step's logits equal to the plan's
@@ -381,19 +345,31 @@ TEST(ZincRtHostPlan, RunnerStepsAreThePlansSteps) {
   EXPECT_TRUE(d.queue.ordered) << "a dispatch not ordered after the one before it";
 }
 
-TEST(ZincRtHostPlan, DecodeRungsPassOnTheHostAndFailOnABrokenQueue) {
+TEST_P(ZincRtHostPlan, DecodeRungsPassOnTheHost) {
   // The ladder's one-token and decode-graph rungs (decode_rung, as zinc rt-selftest climbs them on an
-  // AMD GPU) on the host device with the llama fixture: both pass against the CPU backend. With the
-  // queue dropping every attention dispatch, the one-token rung fails, saying where.
+  // AMD GPU: 8 prompt tokens then 16 of the CPU's greedy choices fed to both, each step's logits within
+  // 8% of the CPU backend's largest, every clear choice the CPU's) on the host device with the
+  // fixture. The plan's kernels compute what the CPU computes (the activations' Q8_K codes, integer
+  // block sums, the norm and rotation bit for bit, the same F16 cache), so the logits agree to float
+  // rounding until a value the two sum in different orders lands across the rounding boundary of an
+  // 8-bit code or of a half in the cache, which on these fixtures moves them by up to a few percent
+  // from then on (the Vulkan and CUDA backends' same test bounds it by 8%).
   if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
   test::TempDir tmp;
-  (void)quantized("llama", "Q4_K_M", tmp);
+  (void)quantized(GetParam(), "Q4_K_M", tmp);
   for (const bool graph : {false, true}) {
     HostDevice d;
     const std::string detail = decode_rung(d, graph, tmp.file("q.gguf"));
     EXPECT_NE(detail.find(graph ? "24 steps" : "1 step"), std::string::npos) << detail;
-    std::printf("%s rung on the host: %s\n", graph ? "decode graph" : "one token", detail.c_str());
+    std::printf("%s %s rung on the host: %s\n", GetParam().c_str(), graph ? "decode graph" : "one token", detail.c_str());
   }
+}
+
+TEST(ZincRtHostDevice, DecodeRungFailsOnABrokenQueue) {
+  // With the queue dropping every attention dispatch, the one-token rung fails, saying where.
+  if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
+  test::TempDir tmp;
+  (void)quantized("llama", "Q4_K_M", tmp);
   HostDevice broken;
   broken.queue.skip_kernel = "attention_decode";
   try {
@@ -404,27 +380,7 @@ TEST(ZincRtHostPlan, DecodeRungsPassOnTheHostAndFailOnABrokenQueue) {
   }
 }
 
-TEST(ZincRtPlan, PlansTheModelTheLadderSynthesizes) {
-  // The decode rungs' own model (decode_rung without one given: a synthetic two-layer Qwen3-0.6B,
-  // Q4_K_M, tied embeddings) is one the plan runs: its launches, per layer the same kernels.
-  test::TempDir tmp;
-  convert::SynthOptions so;
-  so.preset = "qwen3-0.6b";
-  so.layers = 2;
-  convert::synthesize(so, tmp.file("s.gguf"));
-  const gguf::File f = gguf::File::open(tmp.file("s.gguf"));
-  const model::Model m = model::load(f);
-  const DecodePlan p(m.graph, f, 64, 0);
-  std::map<std::string, int> kernels;
-  for (const Launch& l : p.launches()) ++kernels[l.kernel];
-  EXPECT_EQ(kernels["attention_decode"], 2);
-  EXPECT_EQ(kernels["kv_store"], 2);
-  EXPECT_EQ(kernels["rms_norm"], 2 * 4 + 1) << "per layer two norms and the q and k heads' norms, then the output's";
-  EXPECT_EQ(kernels["mul_mv_q4_k"] + kernels["mul_mv_q6_k"], 2 * 7 + 1);
-  EXPECT_EQ(p.n_vocab(), 151936);
-}
-
-TEST(ZincRtHostPlan, BackendRunsContextsAsTheCpuDoes) {
+TEST(ZincRtHostDevice, BackendRunsContextsAsTheCpuDoes) {
   // The zinc_rt backend (make_zinc_rt_backend) on the host device with the llama fixture: a prompt of
   // 5 tokens in one step (run token by token) with every position's logits, then a token at position
   // 5; each row within 1e-4 of the CPU backend's largest logit (this fixture's plan agrees with the
