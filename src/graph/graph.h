@@ -51,6 +51,8 @@ struct RopeParams {
   // YaRN: round the correction range outwards to whole pairs (llama.cpp always does; transformers does
   // unless the config says "truncate": false, as GPT-OSS's does).
   bool yarn_truncate = true;
+  // (compared field by field: the struct's padding bytes are unspecified, so memcmp can tell equal ones apart)
+  bool operator==(const RopeParams&) const = default;
 };
 
 enum class Op : uint8_t {

@@ -457,5 +457,33 @@ TEST(ZincRtPlan, RefusesWhatItsKernelsCannotRunNamingTheNode) {
   EXPECT_THROW(p.params(0, -1), Error);
 }
 
+TEST(ZincRtPlan, OneRotationTableWhateverTheParametersPaddingHolds) {
+  // Rotations with equal parameters share one table whatever the padding bytes of their RopeParams
+  // hold (unspecified: a compiler may leave anything there). Comparing the bytes made a table per
+  // node while laying out the parameters and wrote the extra ones over the first weight, which left
+  // token 0's embedding row wrong in one build and right in another.
+  test::TempDir tmp;
+  const gguf::File q = quantized("qwen3", "Q4_K_M", tmp);
+  const model::Model m = model::load(q);
+  const DecodePlan clean(m.graph, q, 16, 0);
+  graph::Graph g = m.graph;
+  unsigned char fill = 0x11;
+  int ropes = 0;
+  for (graph::Node& n : g.nodes) {
+    if (n.op != graph::Op::Rope) continue;
+    auto& r = std::get<graph::RopeOpParams>(n.params);
+    const graph::RopeParams keep = r.rope;
+    std::memset(static_cast<void*>(&r.rope), fill, sizeof r.rope);  // (every byte, padding too, then each field again)
+    fill = static_cast<unsigned char>(fill + 0x22);
+    r.rope.base = keep.base, r.rope.freq_scale = keep.freq_scale, r.rope.ext_factor = keep.ext_factor, r.rope.attn_factor = keep.attn_factor;
+    r.rope.beta_fast = keep.beta_fast, r.rope.beta_slow = keep.beta_slow, r.rope.n_ctx_orig = keep.n_ctx_orig, r.rope.yarn_truncate = keep.yarn_truncate;
+    ++ropes;
+  }
+  ASSERT_GE(ropes, 4);
+  const DecodePlan scribbled(g, q, 16, 0);
+  EXPECT_EQ(scribbled.params(0, 3), clean.params(0, 3));
+  EXPECT_EQ(scribbled.logits_offset(), clean.logits_offset());
+}
+
 }  // namespace
 }  // namespace zinc::backend::zinc_rt

@@ -434,7 +434,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
     for (size_t i = 0; i < ropes_.size(); ++i) {
       const RopeTable& t = ropes_[i];
-      if (t.n_rot == r.n_rot && t.factors == factors && std::memcmp(&t.params, &r.rope, sizeof(r.rope)) == 0) return i;
+      if (t.n_rot == r.n_rot && t.factors == factors && t.params == r.rope) return i;
     }
     ropes_.push_back({r.n_rot, r.rope, factors, 0});
     return ropes_.size() - 1;
@@ -969,7 +969,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const Node &x = g_.nodes[a], &y = g_.nodes[b];
       if (x.op != Op::Rope || y.op != Op::Rope) return false;
       const TensorId fx = x.in.size() > 1 ? x.in[1] : -1, fy = y.in.size() > 1 ? y.in[1] : -1;  // as rope_table shares tables
-      return fx == fy && std::memcmp(&x.rope().rope, &y.rope().rope, sizeof(x.rope().rope)) == 0 && x.rope().head_dim == y.rope().head_dim &&
+      return fx == fy && x.rope().rope == y.rope().rope && x.rope().head_dim == y.rope().head_dim &&
              x.rope().n_rot == y.rope().n_rot && x.rope().mode == y.rope().mode && x.rope().head_dim <= 1024;
     };
     const auto head_norm = [&](size_t k, int head_dim) {

@@ -85,7 +85,7 @@ uint64_t DecodePlan::act(const graph::Graph& g, TensorId id) {
   return base_ + static_cast<uint64_t>(at);
 }
 
-uint32_t DecodePlan::rope_table(const graph::Graph& g, const gguf::File& file, const graph::Node& n) {
+uint32_t DecodePlan::rope_table(const graph::Graph& g, const gguf::File& file, const graph::Node& n, bool add) {
   const graph::RopeOpParams& r = n.rope();
   std::vector<float> factors;
   if (n.in.size() > 1) {
@@ -94,10 +94,11 @@ uint32_t DecodePlan::rope_table(const graph::Graph& g, const gguf::File& file, c
     quant::dequantize_row(info.type, file.tensor_data(info).data(), factors.data(), static_cast<int64_t>(info.n_elements));
   }
   const auto same = [&](const RopeTable& t) {
-    return t.n_rot == r.n_rot && t.factors == factors && std::memcmp(&t.params, &r.rope, sizeof r.rope) == 0;
+    return t.n_rot == r.n_rot && t.factors == factors && t.params == r.rope;
   };
   for (const RopeTable& t : ropes_)
     if (same(t)) return t.word;
+  if (!add) throw Error(fmt::format("ZINC_RT: {}'s rotation table was not laid out with the parameters", g.tensor(n.out).name));
   ropes_.push_back({r.n_rot, r.rope, std::move(factors), param_words_});
   param_words_ += static_cast<uint32_t>(r.n_rot);
   return ropes_.back().word;
@@ -123,7 +124,7 @@ DecodePlan::DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_
   }
   // The parameters come first, sized once the rotations' tables are known.
   for (const graph::Node& n : g.nodes)
-    if (n.op == Op::Rope) rope_table(g, file, n);
+    if (n.op == Op::Rope) rope_table(g, file, n, true);
   take(uint64_t{param_words_} * 4);
   const uint64_t params = base_;
   act_at_.assign(g.tensors.size(), -1);
@@ -170,7 +171,7 @@ DecodePlan::DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_
         break;
       case Op::Rope: {
         const graph::RopeOpParams& r = n.rope();
-        const RopeArgs a{act(g, n.in[0]), params + uint64_t{rope_table(g, file, n)} * 4, act(g, n.out), u32(r.n_head), u32(r.head_dim),
+        const RopeArgs a{act(g, n.in[0]), params + uint64_t{rope_table(g, file, n, false)} * 4, act(g, n.out), u32(r.n_head), u32(r.head_dim),
                          u32(r.n_rot), r.mode == graph::RopeMode::NeoX ? 1u : 0u};
         launch("rope", a, {u32(r.n_head), 1, 1}, kRopeGroup);
         break;

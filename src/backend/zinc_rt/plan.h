@@ -81,7 +81,9 @@ class DecodePlan {
   uint64_t take(uint64_t bytes);
   uint64_t weight(const graph::Graph& g, const gguf::File& file, graph::TensorId id, bool as_f32);
   uint64_t act(const graph::Graph& g, graph::TensorId id);
-  uint32_t rope_table(const graph::Graph& g, const gguf::File& file, const graph::Node& n);
+  // The word where a rotation's table lies; with `add` false (the parameters already laid out) one
+  // not seen before is an error rather than a table past their end.
+  uint32_t rope_table(const graph::Graph& g, const gguf::File& file, const graph::Node& n, bool add);
   template <class Args>
   void launch(const char* kernel, const Args& args, std::array<uint32_t, 3> groups, uint32_t block);
 
