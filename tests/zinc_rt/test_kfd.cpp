@@ -1,15 +1,22 @@
 // The KFD layer without an AMD GPU: the topology reader on made-up topology trees (a CPU node, a
 // supported GPU, an unsupported one, a malformed file), and the device layer and the bring-up ladder
-// failing cleanly, saying why, where there is no device or it is not the KFD.
+// failing cleanly, saying why, where there is no device or it is not the KFD; the T2 probe's query
+// encoding against the kernel's header layout and its reasons without a render node.
 #include <gtest/gtest.h>
+#include <linux/ioctl.h>
 
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/zinc_rt/code_object.h"
 #include "backend/zinc_rt/kfd.h"
 #include "backend/zinc_rt/selftest.h"
+#include "backend/zinc_rt/userq.h"
 #include "core/error.h"
 
 namespace zinc::backend::zinc_rt {
@@ -116,6 +123,72 @@ TEST(Kfd, LadderStopsAtTheFirstRungThatFails) {
     EXPECT_NE(rungs[1].detail.find("no "), std::string::npos) << rungs[1].detail;
   }
   for (size_t i = first + 1; i < rungs.size(); ++i) EXPECT_EQ(rungs[i].state, Rung::State::NotRun) << rungs[i].name;
+}
+
+// struct drm_amdgpu_info_device of Linux 6.16's include/uapi/drm/amdgpu_drm.h, its fields in order
+// (runs of one type as arrays), and struct drm_amdgpu_info: the layout the probe's constants assume.
+struct DevInfo {
+  uint32_t device_id_to_gpu_counter_freq[8];
+  uint64_t max_engine_clock, max_memory_clock;
+  uint32_t cu_active_number, cu_ao_mask, cu_bitmap[4][4];
+  uint32_t enabled_rb_pipes_mask, num_rb_pipes, num_hw_gfx_contexts, pcie_gen;
+  uint64_t ids_flags, virtual_address_offset, virtual_address_max;
+  uint32_t virtual_address_alignment_to_gc_double_offchip_lds_buf[8];
+  uint64_t prim_buf_gpu_addr, pos_buf_gpu_addr, cntl_sb_buf_gpu_addr, param_buf_gpu_addr;
+  uint32_t prim_buf_size_to_pcie_num_lanes[12];
+  uint32_t cu_ao_bitmap[4][4];
+  uint64_t high_va_offset, high_va_max;
+  uint32_t pa_sc_tile_steering_override;
+  uint64_t tcc_disabled_mask, min_engine_clock, min_memory_clock;
+  uint32_t tcp_cache_size_to_gl2c_cache_size[6];
+  uint64_t mall_size;
+  uint32_t enabled_rb_pipes_mask_hi, shadow_size, shadow_alignment, csa_size, csa_alignment;
+  uint32_t userq_ip_mask, pad;
+};
+struct InfoRequest {
+  uint64_t return_pointer;
+  uint32_t return_size, query;
+  uint32_t query_union[4];
+};
+
+TEST(Userq, QueryMatchesTheKernelsLayout) {
+  static_assert(offsetof(DevInfo, userq_ip_mask) == kAmdgpuDevInfoUserqMask);
+  static_assert(sizeof(DevInfo) == kAmdgpuDevInfoBytes);
+  EXPECT_EQ(kDrmIoctlAmdgpuInfo, static_cast<unsigned long>(_IOW('d', 0x40 + 0x05, InfoRequest)));
+  // A reply with compute (bit 1) and DMA (bit 3) user queues, and one from a kernel whose struct ends
+  // before the field (it copies only its own size into the zeroed buffer).
+  DevInfo d{};
+  d.csa_alignment = 0xFFFFFFFFu;
+  d.userq_ip_mask = 0xAu;
+  d.pad = 0xFFFFFFFFu;
+  std::vector<uint8_t> bytes(sizeof d);
+  std::memcpy(bytes.data(), &d, sizeof d);
+  EXPECT_EQ(userq_ip_mask(bytes), 0xAu);
+  EXPECT_EQ(userq_ip_mask(std::span<const uint8_t>(bytes).first(offsetof(DevInfo, userq_ip_mask))), 0u);
+}
+
+TEST(Userq, NoRenderNodeIsAReasonNotACrash) {
+  TempDir t;
+  KfdGpu gfx1100, gfx90a;
+  gfx1100.gfx_target_version = 110000;
+  gfx1100.drm_render_minor = 128;
+  gfx90a.gfx_target_version = 90010;
+  gfx90a.drm_render_minor = 129;
+  // Only supported GPUs are asked; with none, the reason says so.
+  const UserqProbe none = probe_userq({gfx90a}, t.path.string());
+  EXPECT_TRUE(none.gpus.empty());
+  EXPECT_FALSE(none.available());
+  EXPECT_NE(none.why.find("no supported GPU"), std::string::npos) << none.why;
+  // A missing render node, then a file that is not one (it opens, the INFO request fails).
+  const UserqProbe missing = probe_userq({gfx90a, gfx1100}, t.path.string());
+  ASSERT_EQ(missing.gpus.size(), 1u);
+  EXPECT_EQ(missing.gpus[0].render_node, (t.path / "renderD128").string());
+  EXPECT_FALSE(missing.available());
+  EXPECT_NE(missing.why.find("gfx1100: no " + (t.path / "renderD128").string()), std::string::npos) << missing.why;
+  std::ofstream(t.path / "renderD128") << "x";
+  const UserqProbe wrong = probe_userq({gfx1100}, t.path.string());
+  EXPECT_FALSE(wrong.available());
+  EXPECT_NE(wrong.why.find("the device-info request failed"), std::string::npos) << wrong.why;
 }
 
 }  // namespace
