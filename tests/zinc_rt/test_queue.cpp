@@ -50,6 +50,12 @@ class RecordingSys final : public Sys {
   std::vector<Call> calls;
   std::map<unsigned long, int> fails;  // request -> -errno
   std::map<int, std::string> fds;      // open descriptors
+  // The process's apertures, one entry a GPU (another GPU's first).
+  std::vector<kfd_process_device_apertures> apertures = {
+      {.lds_base = 0x1000000000000, .lds_limit = 0x10000FFFFFFFF, .scratch_base = 0x2000000000000, .scratch_limit = 0x20000FFFFFFFF,
+       .gpuvm_base = 0x200000, .gpuvm_limit = 0x7FFFFFFFFFFF, .gpu_id = 0x1234, .pad = 0},
+      {.lds_base = 0x1000100000000, .lds_limit = 0x10001FFFFFFFF, .scratch_base = 0x2000100000000, .scratch_limit = 0x20001FFFFFFFF,
+       .gpuvm_base = 0x200000, .gpuvm_limit = 0x7FFFFFFFFFFF, .gpu_id = 0xBEEF, .pad = 0}};
   uint64_t next_handle = 1;
   static constexpr uint64_t kDoorbellOffset = (uint64_t{3} << 56) | 0x808;
   void* doorbell_page = nullptr;
@@ -77,6 +83,16 @@ class RecordingSys final : public Sys {
       case AMDKFD_IOC_GET_VERSION: {
         auto* v = static_cast<kfd_ioctl_get_version_args*>(arg);
         v->major_version = 1, v->minor_version = 17;
+        break;
+      }
+      case AMDKFD_IOC_GET_PROCESS_APERTURES_NEW: {  // (as the driver: the count where none is asked, else up to that many)
+        auto* a = static_cast<kfd_ioctl_get_process_apertures_new_args*>(arg);
+        if (a->num_of_nodes == 0) {
+          a->num_of_nodes = static_cast<uint32_t>(apertures.size());
+        } else {
+          a->num_of_nodes = std::min(a->num_of_nodes, static_cast<uint32_t>(apertures.size()));
+          std::memcpy(reinterpret_cast<void*>(a->kfd_process_device_apertures_ptr), apertures.data(), a->num_of_nodes * sizeof apertures[0]);
+        }
         break;
       }
       case AMDKFD_IOC_ALLOC_MEMORY_OF_GPU: {
@@ -194,6 +210,18 @@ TEST(KfdQueue, SessionAcquiresTheVmAndQueueTakesBuffersAsTheDriverChecksThem) {
     EXPECT_EQ(sys.calls[3].fd, session.kfd_fd());
     ASSERT_EQ(sys.calls[4].request, AMDKFD_IOC_SET_MEMORY_POLICY);
     EXPECT_EQ(sys.calls[4].as<kfd_ioctl_set_memory_policy_args>().gpu_id, 0xBEEFu);
+    // The apertures: the count asked for, then that many entries into memory of the session's own;
+    // this GPU's entry kept (not the first one listed).
+    ASSERT_EQ(sys.calls.size(), 7u);
+    ASSERT_EQ(sys.calls[5].request, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW);
+    ASSERT_EQ(sys.calls[6].request, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW);
+    EXPECT_EQ(sys.calls[5].as<kfd_ioctl_get_process_apertures_new_args>().num_of_nodes, 0u);
+    EXPECT_EQ(sys.calls[6].as<kfd_ioctl_get_process_apertures_new_args>().num_of_nodes, 2u);
+    EXPECT_NE(sys.calls[6].as<kfd_ioctl_get_process_apertures_new_args>().kfd_process_device_apertures_ptr, 0u);
+    EXPECT_EQ(session.apertures().gpuvm_base, 0x200000u);
+    EXPECT_EQ(session.apertures().gpuvm_limit, 0x7FFFFFFFFFFFu);
+    EXPECT_EQ(session.apertures().lds_base, 0x1000100000000u);
+    EXPECT_EQ(session.apertures().scratch_limit, 0x20001FFFFFFFFu);
 
     const size_t before = sys.calls.size();
     {
@@ -405,6 +433,42 @@ TEST(KfdQueue, FailuresSayWhichStepAndUndoWhatWasMade) {
     KfdSession session(sys, gfx1100(), "/fake/kfd", "/fake/dri");
     EXPECT_THROW(ComputeQueue(session, 3000), Error);
     EXPECT_THROW((void)session.alloc(100, mem::kGtt, true), Error);
+  }
+  {
+    // The apertures: refused, or listing only other GPUs, the session says so and closes what it opened.
+    RecordingSys refused;
+    refused.fails[AMDKFD_IOC_GET_PROCESS_APERTURES_NEW] = -EINVAL;
+    try {
+      KfdSession session(refused, gfx1100(), "/fake/kfd", "/fake/dri");
+      FAIL() << "a session without its apertures";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the apertures request failed"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(refused.fds.empty());
+    RecordingSys others;
+    others.apertures.pop_back();
+    try {
+      KfdSession session(others, gfx1100(), "/fake/kfd", "/fake/dri");
+      FAIL() << "a session on a GPU without apertures";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no apertures for GPU 48879"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(others.fds.empty());
+  }
+  {
+    // A GPUVM aperture below the addresses the process reserves: the allocation is refused before the
+    // driver is asked, its reservation given back.
+    RecordingSys sys;
+    sys.apertures.back().gpuvm_limit = 0xFFFFFFFF;
+    KfdSession session(sys, gfx1100(), "/fake/kfd", "/fake/dri");
+    try {
+      (void)session.alloc(4096, mem::kGtt, true);
+      FAIL() << "a buffer outside the GPUVM aperture";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("outside GPU 48879's GPUVM aperture 0x200000..0xffffffff"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(sys.ioctls(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU).size(), 0u);
+    EXPECT_EQ(sys.live(), 0u);
   }
 }
 

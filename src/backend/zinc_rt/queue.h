@@ -2,7 +2,9 @@
 // render node), memory the CPU and the GPU reach at the same address, and a PM4 compute queue rung
 // through its doorbell. The requests and their order follow the kernel's UAPI (linux/kfd_ioctl.h)
 // and the checks the amdkfd driver makes of a queue's buffers:
-//   - the VM acquired with the render node (ACQUIRE_VM) before any allocation or queue;
+//   - the VM acquired with the render node (ACQUIRE_VM) before any allocation or queue, then the
+//     process's apertures for the GPU read (GET_PROCESS_APERTURES_NEW: asked for the count, then the
+//     entries): every buffer's addresses must lie in its GPUVM aperture;
 //   - each buffer reserved in the process's address space first (an anonymous PROT_NONE mapping),
 //     allocated at that address (ALLOC_MEMORY_OF_GPU), mapped for the GPU (MAP_MEMORY_TO_GPU) and,
 //     where the CPU uses it, mapped over its reservation through the render node at the allocation's
@@ -49,6 +51,12 @@ struct QueueSizes {
 };
 QueueSizes queue_sizes(const KfdGpu& g);
 
+// A GPU's apertures in this process (struct kfd_process_device_apertures): where the GPU's virtual
+// addresses may lie, and its LDS and scratch windows.
+struct Apertures {
+  uint64_t gpuvm_base = 0, gpuvm_limit = 0, lds_base = 0, lds_limit = 0, scratch_base = 0, scratch_limit = 0;
+};
+
 struct GpuBuffer {
   uint64_t va = 0, bytes = 0, handle = 0;
   void* reserved = nullptr;  // the reservation holding it (va, aligned within)
@@ -83,11 +91,13 @@ class KfdSession {
   Sys& sys() const { return sys_; }
   int kfd_fd() const { return kfd_; }
   const KfdGpu& gpu() const { return gpu_; }
+  const Apertures& apertures() const { return apertures_; }
 
  private:
   void close_all();
   Sys& sys_;
   KfdGpu gpu_;
+  Apertures apertures_;
   int kfd_ = -1, drm_ = -1;
 };
 

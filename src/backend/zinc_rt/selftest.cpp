@@ -77,8 +77,8 @@ std::vector<Rung> run_selftest(const SelftestOptions& o) {
     KfdSession session(os(), *gpu, o.device, o.dri);
     ComputeQueue q(session);
     rungs[3].state = Rung::State::Passed;
-    rungs[3].detail = fmt::format("queue {} on GPU {}: a ring of {} KiB, doorbell offset {:#x}", q.id(), gpu->gpu_id, q.ring_buffer().bytes / 1024,
-                                  q.doorbell_offset());
+    rungs[3].detail = fmt::format("queue {} on GPU {}: a ring of {} KiB, doorbell offset {:#x}, GPUVM aperture {:#x}..{:#x}", q.id(), gpu->gpu_id,
+                                  q.ring_buffer().bytes / 1024, q.doorbell_offset(), session.apertures().gpuvm_base, session.apertures().gpuvm_limit);
     at = 4;
     struct Release {
       KfdSession& s;
