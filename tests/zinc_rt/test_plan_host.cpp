@@ -7,11 +7,11 @@
 // parameters, the caches from step to step), the packets and the kernels' logic; an AMD GPU runs the
 // same packets (none here).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <deque>
 #include <map>
 #include <span>
 #include <cstring>
@@ -53,14 +53,16 @@ gguf::File quantized(const std::string& fixture, const std::string& mixture, con
   return gguf::File::open(tmp.file("q.gguf"));
 }
 
-// A plan over host memory: built once to learn its size, then again at the memory's address.
+// A plan over host memory: built once to learn its sizes, then again at the memory's addresses.
 struct HostPlan {
-  std::vector<uint64_t> memory;
+  std::vector<uint64_t> memory, weights;
   std::unique_ptr<DecodePlan> plan;
   HostPlan(const graph::Graph& g, const gguf::File& f, int32_t n_ctx) {
-    memory.resize((DecodePlan(g, f, n_ctx, 0).bytes() + 7) / 8);
-    plan = std::make_unique<DecodePlan>(g, f, n_ctx, reinterpret_cast<uintptr_t>(memory.data()));
-    plan->write_weights(f, reinterpret_cast<uint8_t*>(memory.data()));
+    const DecodePlan sizes(g, f, n_ctx, 0, 0);
+    memory.resize((sizes.bytes() + 7) / 8);
+    weights.resize((sizes.weights_bytes() + 7) / 8);
+    plan = std::make_unique<DecodePlan>(g, f, n_ctx, reinterpret_cast<uintptr_t>(memory.data()), reinterpret_cast<uintptr_t>(weights.data()));
+    plan->write_weights(f, reinterpret_cast<uint8_t*>(weights.data()));
   }
   std::vector<float> step(int32_t token, int32_t pos) {
     const std::vector<uint32_t> p = plan->params(token, pos);
@@ -207,7 +209,7 @@ class HostQueue {
   // The kernel whose entry point lies at an address, or null.
   std::function<const KernelInfo*(uint64_t entry)> kernel_at;
   std::string skip_kernel;  // a kernel whose dispatches are dropped (a broken queue the tests must notice)
-  int dispatches = 0;
+  int dispatches = 0, copies = 0;
   bool ordered = true;  // every dispatch after the first followed a flush and an invalidation
 
   void run(const uint32_t* d, size_t n) {
@@ -247,6 +249,14 @@ class HostQueue {
         case 0x15:
           dispatch(b);
           break;
+        case 0x50: {  // DMA_DATA: memory to memory through L2 at both ends (DST_SEL 3, SRC_SEL 3), addresses incrementing
+          ASSERT_EQ(b[0] >> 20 & 3u, 3u) << "DMA_DATA's destination not through L2";
+          ASSERT_EQ(b[0] >> 29 & 3u, 3u) << "DMA_DATA's source not through L2";
+          ASSERT_EQ(b[5] >> 26 & 0xFu, 0u) << "DMA_DATA's addresses not memory, incrementing";
+          std::memmove(host(b[3] | uint64_t{b[4]} << 32), host(b[1] | uint64_t{b[2]} << 32), b[5] & 0x3FFFFFFu);
+          ++copies;
+          break;
+        }
         default:
           FAIL() << "packet opcode " << op << " at dword " << i;
       }
@@ -282,10 +292,13 @@ class HostQueue {
 
 // A Device on the host: memory at host addresses, packets run by a HostQueue, the kernel at an entry
 // point found by comparing an executable buffer with each gfx1100 code object's image (so a wrong
-// image or a wrong entry point finds none).
+// image or a wrong entry point finds none). Its own memory (alloc_device) starts as 0xA5 bytes and is
+// closed to the CPU (PROT_NONE) except while the queue runs, so a CPU write to it faults and a weight
+// never copied reads as garbage.
 class HostDevice final : public Device {
  public:
   HostQueue queue;
+  int device_allocs = 0;
   HostDevice() {
     for (const std::string_view name : code_object_bytes_names())
       if (name.substr(name.find('-') + 1) == "gfx1100") objects_.push_back(parse_code_object(code_object_bytes(name))), images_.push_back(load_image(code_object_bytes(name)));
@@ -298,22 +311,69 @@ class HostDevice final : public Device {
       return nullptr;
     };
   }
+  ~HostDevice() override {
+    for (const auto& [va, bytes] : device_) ::munmap(reinterpret_cast<void*>(static_cast<uintptr_t>(va)), bytes);
+  }
   std::string target() const override { return "gfx1100"; }
   Buffer alloc(uint64_t bytes, bool executable) override {
     const uint64_t size = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
-    memory_.emplace_back(size / 8 + 512, 0);
-    const Buffer b{(reinterpret_cast<uintptr_t>(memory_.back().data()) + 4095) / 4096 * 4096, size};
+    std::vector<uint64_t> m(size / 8 + 512, 0);
+    const Buffer b{(reinterpret_cast<uintptr_t>(m.data()) + 4095) / 4096 * 4096, size};
+    memory_[b.va] = std::move(m);
     if (executable) code_.push_back(b);
     return b;
   }
+  Buffer alloc_device(uint64_t bytes) override {
+    const uint64_t size = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("no host memory for a device buffer");
+    std::memset(p, 0xA5, size);
+    ::mprotect(p, size, PROT_NONE);
+    const Buffer b{reinterpret_cast<uintptr_t>(p), size};
+    device_[b.va] = size;
+    ++device_allocs;
+    return b;
+  }
+  void free(const Buffer& b) override {
+    if (b.va == 0) return;
+    if (const auto it = device_.find(b.va); it != device_.end()) {
+      EXPECT_EQ(it->second, b.bytes);
+      ::munmap(reinterpret_cast<void*>(static_cast<uintptr_t>(b.va)), it->second);
+      device_.erase(it);
+      return;
+    }
+    ASSERT_EQ(memory_.count(b.va), 1u) << "freeing what the device did not allocate";
+    memory_.erase(b.va);
+    std::erase_if(code_, [&](const Buffer& c) { return c.va == b.va; });
+  }
+  size_t live() const { return memory_.size() + device_.size(); }
+  size_t live_device() const { return device_.size(); }
+  // A device buffer's bytes, read as the device would (opened for the copy).
+  std::vector<uint8_t> peek(const Buffer& b) {
+    const Open open(*this);
+    return {b.cpu<uint8_t>(), b.cpu<uint8_t>() + b.bytes};
+  }
   uint64_t fence() const override { return reinterpret_cast<uintptr_t>(&fence_); }
   void run(const pm4::Stream& packets, uint64_t value, int) override {
-    queue.run(packets.dwords().data(), packets.size());
+    {
+      const Open open(*this);
+      queue.run(packets.dwords().data(), packets.size());
+    }
     if (fence_ != value) throw Error("the fence was not written");
   }
 
  private:
-  std::deque<std::vector<uint64_t>> memory_;
+  struct Open {  // the device's own memory readable and writable while it lives
+    const HostDevice& d;
+    explicit Open(const HostDevice& dev) : d(dev) {
+      for (const auto& [va, bytes] : d.device_) ::mprotect(reinterpret_cast<void*>(static_cast<uintptr_t>(va)), bytes, PROT_READ | PROT_WRITE);
+    }
+    ~Open() {
+      for (const auto& [va, bytes] : d.device_) ::mprotect(reinterpret_cast<void*>(static_cast<uintptr_t>(va)), bytes, PROT_NONE);
+    }
+  };
+  std::map<uint64_t, std::vector<uint64_t>> memory_;
+  std::map<uint64_t, uint64_t> device_;
   std::vector<Buffer> code_;
   std::vector<CodeObject> objects_;
   std::vector<std::vector<uint8_t>> images_;
@@ -363,6 +423,71 @@ TEST_P(ZincRtHostPlan, DecodeRungsPassOnTheHost) {
     EXPECT_NE(detail.find(graph ? "24 steps" : "1 step"), std::string::npos) << detail;
     std::printf("%s %s rung on the host: %s\n", GetParam().c_str(), graph ? "decode graph" : "one token", detail.c_str());
   }
+}
+
+TEST(ZincRtHostDevice, WeightsLieOnceInTheDevicesOwnMemory) {
+  // The model's weights in memory only the device reaches, filled by the queue's copies: with a staging
+  // buffer of one page (many pieces, a weight split across submissions), every weight's bytes there are
+  // those the plan writes on the host. The backend loads them once
+  // for all its contexts (two here, each with the CPU's logits), and every buffer goes back to the
+  // device when the contexts and the weights go.
+  if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
+  test::TempDir tmp;
+  const gguf::File f = quantized("llama", "Q4_K_M", tmp);
+  const model::Model m = model::load(f);
+  {
+    HostDevice d;
+    const DeviceWeights w(d, m.graph, f, 4096);
+    EXPECT_EQ(d.device_allocs, 1);
+    EXPECT_EQ(d.live(), 1u);  // (the staging buffer given back)
+    const DecodePlan& layout = w.layout();
+    EXPECT_GT(w.submissions(), static_cast<int>(layout.weights_bytes() / 4096) - 1);
+    EXPECT_GT(d.queue.copies, w.submissions());
+    const std::vector<uint8_t> on_device = d.peek(w.buffer());
+    int weights = 0, odd = 0;
+    layout.each_weight(f, [&](uint64_t offset, std::span<const uint8_t> bytes) {
+      ++weights;
+      odd += bytes.size() % 4 != 0;
+      ASSERT_LE(offset + bytes.size(), on_device.size());
+      EXPECT_EQ(std::memcmp(on_device.data() + offset, bytes.data(), bytes.size()), 0) << "the weight at " << offset;
+    });
+    EXPECT_GE(weights, 10);
+    std::printf("%d weights (%d of a size not a multiple of 4), %llu bytes in %d submissions of %d copies\n", weights, odd,
+                static_cast<unsigned long long>(layout.weights_bytes()), w.submissions(), d.queue.copies);
+  }
+  auto owned = std::make_unique<HostDevice>();
+  HostDevice& d = *owned;
+  auto rt = zinc_rt::make_zinc_rt_backend(std::move(owned), "host");
+  ExecOptions opts;
+  opts.n_ctx = 8;
+  auto cpu = make_cpu_backend(1)->compile(m.graph, f, opts);
+  {
+    const std::shared_ptr<Weights> w = rt->load(m.graph, f);
+    EXPECT_EQ(d.device_allocs, 1);
+    EXPECT_EQ(w->device_bytes(), (DecodePlan(m.graph, f, 1, 0, 0).weights_bytes() + 4095) / 4096 * 4096);
+    const size_t loaded = d.live();
+    {
+      auto a = w->instantiate(opts), b = w->instantiate(opts);
+      EXPECT_EQ(d.device_allocs, 1) << "a context copied the weights";
+      const graph::StepParams step = graph::StepParams::one({5, 9}, 0);
+      cpu->run(step);
+      a->run(step);
+      b->run(graph::StepParams::one({5}, 0));
+      b->run(graph::StepParams::one({9}, 1));
+      float scale = 0, da = 0, db = 0;
+      for (size_t i = 0; i < cpu->logits().size(); ++i) {
+        scale = std::max(scale, std::fabs(cpu->logits()[i]));
+        da = std::max(da, std::fabs(a->logits()[i] - cpu->logits()[i]));
+        db = std::max(db, std::fabs(b->logits()[i] - cpu->logits()[i]));
+      }
+      EXPECT_LE(da, 1e-4f * scale);
+      EXPECT_LE(db, 1e-4f * scale);
+      EXPECT_GT(d.live(), loaded);
+    }
+    EXPECT_EQ(d.live(), loaded) << "a context's buffers were kept after it went";
+    EXPECT_EQ(d.live_device(), 1u);
+  }
+  EXPECT_EQ(d.live_device(), 0u) << "the weights were kept after the model went";
 }
 
 TEST(ZincRtHostDevice, DecodeRungFailsOnABrokenQueue) {
@@ -445,14 +570,14 @@ TEST(ZincRtPlan, RefusesWhatItsKernelsCannotRunNamingTheNode) {
   const gguf::File f = gguf::File::open(tmp.file("f32.gguf"));
   const model::Model m = model::load(f);
   try {
-    DecodePlan(m.graph, f, 16, 0);
+    DecodePlan(m.graph, f, 16, 0, 0);
     FAIL() << "an F32 graph was planned";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZINC_RT cannot run"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
   }
   const gguf::File q = quantized("qwen3", "Q4_K_M", tmp);
-  const DecodePlan p(model::load(q).graph, q, 16, 0);
+  const DecodePlan p(model::load(q).graph, q, 16, 0, 0);
   EXPECT_THROW(p.params(0, 16), Error);
   EXPECT_THROW(p.params(0, -1), Error);
 }
@@ -465,7 +590,7 @@ TEST(ZincRtPlan, OneRotationTableWhateverTheParametersPaddingHolds) {
   test::TempDir tmp;
   const gguf::File q = quantized("qwen3", "Q4_K_M", tmp);
   const model::Model m = model::load(q);
-  const DecodePlan clean(m.graph, q, 16, 0);
+  const DecodePlan clean(m.graph, q, 16, 0, 0);
   graph::Graph g = m.graph;
   unsigned char fill = 0x11;
   int ropes = 0;
@@ -480,7 +605,7 @@ TEST(ZincRtPlan, OneRotationTableWhateverTheParametersPaddingHolds) {
     ++ropes;
   }
   ASSERT_GE(ropes, 4);
-  const DecodePlan scribbled(g, q, 16, 0);
+  const DecodePlan scribbled(g, q, 16, 0, 0);
   EXPECT_EQ(scribbled.params(0, 3), clean.params(0, 3));
   EXPECT_EQ(scribbled.logits_offset(), clean.logits_offset());
 }

@@ -1,5 +1,6 @@
-// Where ZINC_RT runs a plan: memory the CPU and the device reach at one address, and a queue that runs
-// a step's packets to its fence. The KFD's (kfd_device: a session's GTT memory and compute queue) is
+// Where ZINC_RT runs a plan: memory the CPU and the device reach at one address, memory only the
+// device reaches (the weights: VRAM on a GPU, filled by the queue's copies), and a queue that runs a
+// step's packets to its fence. The KFD's (kfd_device: a session's GTT memory and compute queue) is
 // the GPU's; the tests give one whose packets an interpreter runs on the host with the host build of
 // the kernels.
 #pragma once
@@ -30,6 +31,11 @@ class Device {
   // `bytes` of zeroed memory (4096-byte aligned), executable where asked, kept until the device goes.
   // Throws zinc::Error where it cannot.
   virtual Buffer alloc(uint64_t bytes, bool executable) = 0;
+  // `bytes` of memory only the device reaches (4096-byte aligned, no initial value): the CPU must not
+  // touch it; packets fill it (pm4 dma_copy from memory of alloc's). Throws zinc::Error where it cannot.
+  virtual Buffer alloc_device(uint64_t bytes) = 0;
+  // Gives back a buffer of alloc's or alloc_device's (nothing for an empty one).
+  virtual void free(const Buffer& b) = 0;
   // The fence's address: a step's packets end by writing a value there (pm4 release_mem_fence, 64 bits).
   virtual uint64_t fence() const = 0;
   // Submits `packets` and waits until the fence holds `value`; throws zinc::Error, saying how far the
@@ -46,8 +52,8 @@ class Device {
   std::mutex lock_;
 };
 
-// A session's GPU as a Device: buffers in GTT (coherent, uncached; the GPU reads the weights across
-// the bus until a VRAM upload lands), the session's queue. Both must outlive it.
+// A session's GPU as a Device: buffers the CPU reaches in GTT (coherent, uncached), the device's own
+// in VRAM, the session's queue. Both must outlive it.
 std::unique_ptr<Device> kfd_device(KfdSession& session, ComputeQueue& queue);
 
 }  // namespace zinc::backend::zinc_rt

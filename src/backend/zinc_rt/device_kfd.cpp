@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -26,6 +27,18 @@ class KfdDevice final : public Device {
     buffers_.push_back(s_.alloc(size, flags, true));
     std::memset(buffers_.back().cpu<uint8_t>(), 0, size);
     return {buffers_.back().va, size};
+  }
+  Buffer alloc_device(uint64_t bytes) override {
+    const uint64_t size = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
+    buffers_.push_back(s_.alloc(size, mem::kVram | mem::kWritable, false));
+    return {buffers_.back().va, size};
+  }
+  void free(const Buffer& b) override {
+    if (b.va == 0) return;
+    const auto it = std::find_if(buffers_.begin(), buffers_.end(), [&](const GpuBuffer& g) { return g.va == b.va; });
+    if (it == buffers_.end()) throw Error(fmt::format("ZINC_RT: freeing {:#x}, not a buffer of this device", b.va));
+    s_.release(*it);
+    buffers_.erase(it);
   }
   uint64_t fence() const override { return fence_; }
   void run(const pm4::Stream& packets, uint64_t value, int timeout_ms) override {

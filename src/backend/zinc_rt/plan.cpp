@@ -69,14 +69,20 @@ uint64_t DecodePlan::take(uint64_t bytes) {
   return at;
 }
 
+uint64_t DecodePlan::take_weight(uint64_t bytes) {
+  const uint64_t at = weights_bytes_;
+  weights_bytes_ += (bytes + kAlign - 1) / kAlign * kAlign;
+  return at;
+}
+
 uint64_t DecodePlan::weight(const graph::Graph& g, const gguf::File& file, TensorId id, bool as_f32) {
   const graph::Tensor& t = g.tensor(id);
   const gguf::TensorInfo& info = file.tensor(t.name);
   for (const Weight& w : weights_)
-    if (w.info == &info && w.as_f32 == as_f32) return base_ + w.offset;
+    if (w.info == &info && w.as_f32 == as_f32) return weights_base_ + w.offset;
   const uint64_t bytes = as_f32 ? info.n_elements * sizeof(float) : info.n_bytes;
-  weights_.push_back({take(bytes), &info, as_f32});
-  return base_ + weights_.back().offset;
+  weights_.push_back({take_weight(bytes), &info, as_f32});
+  return weights_base_ + weights_.back().offset;
 }
 
 uint64_t DecodePlan::act(const graph::Graph& g, TensorId id) {
@@ -115,8 +121,8 @@ void DecodePlan::launch(const char* kernel, const Args& args, std::array<uint32_
   launches_.push_back(std::move(l));
 }
 
-DecodePlan::DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_ctx, uint64_t base)
-    : base_(base), n_ctx_(n_ctx), n_vocab_(g.n_vocab) {
+DecodePlan::DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_ctx, uint64_t base, uint64_t weights_base)
+    : base_(base), weights_base_(weights_base), n_ctx_(n_ctx), n_vocab_(g.n_vocab) {
   if (n_ctx <= 0) throw Error("a ZINC_RT context needs at least one position");
   for (const graph::Node& n : g.nodes) {
     if (std::string why = unsupported(g, n); !why.empty())
@@ -199,16 +205,32 @@ DecodePlan::DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_
   if (g.logits < 0 || logits_ == 0) throw Error("ZINC_RT runs graphs whose logits come from a product");
 }
 
-void DecodePlan::write_weights(const gguf::File& file, uint8_t* region) const {
+void DecodePlan::each_weight(const gguf::File& file, const std::function<void(uint64_t, std::span<const uint8_t>)>& fn) const {
+  std::vector<float> floats;
   for (const Weight& w : weights_) {
     if (&file.tensor(w.info->name) != w.info) throw Error("a ZINC_RT plan's weights are written from the file it was made from");
     const std::span<const uint8_t> src = file.tensor_data(*w.info);
     if (w.as_f32) {
-      quant::dequantize_row(w.info->type, src.data(), reinterpret_cast<float*>(region + w.offset), static_cast<int64_t>(w.info->n_elements));
+      floats.resize(w.info->n_elements);
+      quant::dequantize_row(w.info->type, src.data(), floats.data(), static_cast<int64_t>(w.info->n_elements));
+      fn(w.offset, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(floats.data()), floats.size() * sizeof(float)));
     } else {
-      std::memcpy(region + w.offset, src.data(), src.size());
+      fn(w.offset, src);
     }
   }
+}
+
+void DecodePlan::write_weights(const gguf::File& file, uint8_t* weights) const {
+  each_weight(file, [&](uint64_t offset, std::span<const uint8_t> bytes) { std::memcpy(weights + offset, bytes.data(), bytes.size()); });
+}
+
+bool DecodePlan::same_weights(const DecodePlan& other) const {
+  if (weights_bytes_ != other.weights_bytes_ || weights_.size() != other.weights_.size()) return false;
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const Weight &a = weights_[i], &b = other.weights_[i];
+    if (a.offset != b.offset || a.info != b.info || a.as_f32 != b.as_f32) return false;
+  }
+  return true;
 }
 
 std::vector<uint32_t> DecodePlan::params(int32_t token, int32_t pos) const {

@@ -1,7 +1,8 @@
 // A model's decode step as ZINC_RT's kernels run it: one token of one sequence a step, every launch
-// (kernel, argument segment, grid) written once from the graph, over one region of memory holding the
-// step's parameters, the weights, the activations, the activations' Q8_K codes and each layer's F16
-// cache. Only the parameters change from one token to the next (the token, its position, the number
+// (kernel, argument segment, grid) written once from the graph, over the weights (their own buffer,
+// laid out from the graph and the file alone, so every context of a model shares one copy) and one
+// region holding the step's parameters, the activations, the activations' Q8_K codes and each layer's
+// F16 cache. Only the parameters change from one token to the next (the token, its position, the number
 // of keys and the rotation's angles): the kernels read them from memory, so the launches, and the
 // packets a queue encodes them into once (dispatch.h step_stream), are never rewritten.
 //
@@ -13,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -40,16 +42,25 @@ class DecodePlan {
   // SwiGLU, adds and the last row's selection: the dense Llama and Qwen3 graphs.
   static std::string unsupported(const graph::Graph& g, const graph::Node& n);
 
-  // Throws zinc::Error naming the first node it cannot run, or a weight the file lacks.
-  DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_ctx, uint64_t base);
+  // The region at `base`, the weights at `weights_base`. Throws zinc::Error naming the first node it
+  // cannot run, or a weight the file lacks.
+  DecodePlan(const graph::Graph& g, const gguf::File& file, int32_t n_ctx, uint64_t base, uint64_t weights_base);
 
-  uint64_t bytes() const { return bytes_; }  // the region's size
+  uint64_t bytes() const { return bytes_; }  // the region's size (the weights not included)
   uint64_t base() const { return base_; }
+  uint64_t weights_bytes() const { return weights_bytes_; }
+  uint64_t weights_base() const { return weights_base_; }
   int32_t n_ctx() const { return n_ctx_; }
   const std::vector<Launch>& launches() const { return launches_; }
-  // The weights into the region from `file` (the one the plan was made from), `region` being its first
-  // byte as the CPU reaches it (the rest of the region, activations and caches, needs no initial value).
-  void write_weights(const gguf::File& file, uint8_t* region) const;
+  // Each weight's bytes as the kernels read them, from `file` (the one the plan was made from), with
+  // its offset from weights_base(): the file's own bytes, or floats for a small weight read as F32
+  // (valid during the call). In offset order; the gaps between them need no value.
+  void each_weight(const gguf::File& file, const std::function<void(uint64_t offset, std::span<const uint8_t> bytes)>& fn) const;
+  // The weights into `weights` (weights_bytes() bytes as the CPU reaches them).
+  void write_weights(const gguf::File& file, uint8_t* weights) const;
+  // Whether another plan reads its weights from the same layout (the same tensors at the same offsets),
+  // so that one copy serves both.
+  bool same_weights(const DecodePlan& other) const;
   // The parameters of a step running `token` at position `pos` (0 <= pos < n_ctx): params_words() words
   // at params_offset() of the region.
   std::vector<uint32_t> params(int32_t token, int32_t pos) const;
@@ -79,6 +90,7 @@ class DecodePlan {
     uint32_t word = 0;           // where its n_rot floats lie in the parameters
   };
   uint64_t take(uint64_t bytes);
+  uint64_t take_weight(uint64_t bytes);
   uint64_t weight(const graph::Graph& g, const gguf::File& file, graph::TensorId id, bool as_f32);
   uint64_t act(const graph::Graph& g, graph::TensorId id);
   // The word where a rotation's table lies; with `add` false (the parameters already laid out) one
@@ -87,7 +99,7 @@ class DecodePlan {
   template <class Args>
   void launch(const char* kernel, const Args& args, std::array<uint32_t, 3> groups, uint32_t block);
 
-  uint64_t base_ = 0, bytes_ = 0, logits_ = 0;
+  uint64_t base_ = 0, bytes_ = 0, logits_ = 0, weights_base_ = 0, weights_bytes_ = 0;
   int32_t n_ctx_ = 0;
   int64_t n_vocab_ = 0;
   uint32_t param_words_ = 4;  // token, position, keys, (unused); then the rotation tables

@@ -19,10 +19,66 @@
 
 namespace zinc::backend::zinc_rt {
 
-PlanRunner::PlanRunner(Device& d, const graph::Graph& g, const gguf::File& f, int32_t n_ctx) : d_(d) {
-  region_ = d.alloc(DecodePlan(g, f, n_ctx, 0).bytes(), false);
-  plan_ = std::make_unique<DecodePlan>(g, f, n_ctx, region_.va);
-  plan_->write_weights(f, region_.cpu<uint8_t>());
+DeviceWeights::DeviceWeights(Device& d, const graph::Graph& g, const gguf::File& f, uint64_t staging_bytes) : d_(d) {
+  if (staging_bytes == 0 || staging_bytes % 4096 != 0) throw Error(fmt::format("ZINC_RT: staging of {} bytes (a multiple of 4096)", staging_bytes));
+  buffer_ = d.alloc_device(std::max<uint64_t>(DecodePlan(g, f, 1, 0, 0).weights_bytes(), 1));
+  Device::Buffer staging;
+  try {
+    staging = d.alloc(staging_bytes, false);
+    layout_ = std::make_unique<DecodePlan>(g, f, 1, 0, buffer_.va);
+    // Pieces of the weights into staging, 4-byte aligned (a weight's last piece rounded up into the
+    // padding after it: weights lie kAlign apart), copied when staging is full and at the end.
+    struct Copy {
+      uint64_t from, to, bytes;
+    };
+    std::vector<Copy> pending;
+    uint64_t used = 0;
+    const auto flush = [&] {
+      if (pending.empty()) return;
+      pm4::Stream s;
+      for (const Copy& c : pending) s.dma_copy(buffer_.va + c.to, staging.va + c.from, c.bytes);
+      const std::lock_guard lock(d.lock());
+      const uint64_t value = d.next_fence_value();
+      s.release_mem_fence(d.fence(), value, true, false);
+      d.run(s, value);
+      ++submissions_;
+      pending.clear();
+      used = 0;
+    };
+    layout_->each_weight(f, [&](uint64_t offset, std::span<const uint8_t> bytes) {
+      for (uint64_t done = 0; done < bytes.size();) {
+        if (used == staging_bytes) flush();
+        const uint64_t n = std::min<uint64_t>(bytes.size() - done, staging_bytes - used), rounded = (n + 3) / 4 * 4;
+        std::memcpy(staging.cpu<uint8_t>(used), bytes.data() + done, n);
+        pending.push_back({used, offset + done, rounded});
+        used += rounded;
+        done += n;
+      }
+    });
+    flush();
+  } catch (...) {
+    d.free(staging);
+    d.free(buffer_);
+    throw;
+  }
+  d.free(staging);
+}
+
+DeviceWeights::~DeviceWeights() { d_.free(buffer_); }
+
+PlanRunner::PlanRunner(Device& d, const graph::Graph& g, const gguf::File& f, int32_t n_ctx, std::shared_ptr<const DeviceWeights> weights)
+    : d_(d), weights_(weights ? std::move(weights) : std::make_shared<const DeviceWeights>(d, g, f)) {
+  struct Undo {  // (a constructor that throws runs no destructor: what it allocated goes back here)
+    PlanRunner* r;
+    ~Undo() {
+      if (r)
+        for (const Device::Buffer& b : r->owned_) r->d_.free(b);
+    }
+  } undo{this};
+  const uint64_t wbase = weights_->buffer().va;
+  region_ = own(d.alloc(DecodePlan(g, f, n_ctx, 0, wbase).bytes(), false));
+  plan_ = std::make_unique<DecodePlan>(g, f, n_ctx, region_.va, wbase);
+  if (!plan_->same_weights(weights_->layout())) throw Error("ZINC_RT: the weights on the device are laid out for another graph");
   // Each kernel the plan launches, from its code object for this target, loaded once.
   std::map<std::string, LoadedKernel, std::less<>> loaded;
   for (const Launch& l : plan_->launches()) {
@@ -34,7 +90,7 @@ PlanRunner::PlanRunner(Device& d, const graph::Graph& g, const gguf::File& f, in
     const KernelInfo* k = co.kernel(l.kernel);
     if (!k) throw Error(fmt::format("ZINC_RT: {} holds no {} kernel", object, l.kernel));
     const std::vector<uint8_t> image = load_image(elf);
-    const Device::Buffer code = d.alloc(image.size(), true);
+    const Device::Buffer code = own(d.alloc(image.size(), true));
     std::memcpy(code.cpu<uint8_t>(), image.data(), image.size());
     loaded[l.kernel] = {*k, code.va};
   }
@@ -44,13 +100,18 @@ PlanRunner::PlanRunner(Device& d, const graph::Graph& g, const gguf::File& f, in
     return it == loaded.end() ? nullptr : &it->second;
   };
   const uint64_t args_bytes = encode_graph(plan_->launches(), find, 4096).kernargs.size();  // (sized at a stand-in address)
-  const Device::Buffer args = d.alloc(args_bytes, false);
+  const Device::Buffer args = own(d.alloc(args_bytes, false));
   const GraphPackets p = encode_graph(plan_->launches(), find, args.va);
   std::memcpy(args.cpu<uint8_t>(), p.kernargs.data(), p.kernargs.size());
   if (p.stream.size() > pm4::kIbMaxDwords) throw Error(fmt::format("ZINC_RT: a graph of {} dwords (an indirect buffer holds at most {})", p.stream.size(), pm4::kIbMaxDwords));
-  graph_ = d.alloc(p.stream.size() * 4, false);
+  graph_ = own(d.alloc(p.stream.size() * 4, false));
   std::memcpy(graph_.cpu<uint32_t>(), p.stream.dwords().data(), p.stream.size() * 4);
   graph_dwords_ = static_cast<uint32_t>(p.stream.size());
+  undo.r = nullptr;
+}
+
+PlanRunner::~PlanRunner() {
+  for (const Device::Buffer& b : owned_) d_.free(b);
 }
 
 std::span<const float> PlanRunner::step(int32_t token, int32_t pos) {

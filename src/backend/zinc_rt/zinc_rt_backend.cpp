@@ -1,6 +1,6 @@
 // The zinc_rt backend: a model's contexts as decode plans on a Device (runner.h). One sequence a
-// context and one token a step (a prompt runs token by token); each context holds its own region of
-// the device's memory, weights included, and an F16 cache.
+// context and one token a step (a prompt runs token by token); the model's weights lie once in the
+// device's own memory, and each context holds its own region (activations, an F16 cache).
 #include <fmt/format.h>
 
 #include <cstring>
@@ -20,7 +20,8 @@ namespace {
 
 class RtExecutable final : public Executable {
  public:
-  RtExecutable(Device& d, const graph::Graph& g, const gguf::File& f, const ExecOptions& opts) : g_(g), opts_(opts), runner_(d, g_, f, opts.n_ctx) {}
+  RtExecutable(std::shared_ptr<Device> d, std::shared_ptr<const DeviceWeights> w, const graph::Graph& g, const gguf::File& f, const ExecOptions& opts)
+      : d_(std::move(d)), g_(g), opts_(opts), runner_(*d_, g_, f, opts.n_ctx, std::move(w)) {}
 
   void run(const graph::StepParams& step) override {
     if (step.seqs.size() != 1 || step.seqs[0].seq != 0) throw Error("a zinc_rt context runs one sequence (sequence 0) a step");
@@ -45,7 +46,7 @@ class RtExecutable final : public Executable {
     const auto* p = reinterpret_cast<const float*>(static_cast<uintptr_t>(runner_.region() + static_cast<uint64_t>(at)));
     return {p, p + g_.tensor(id).ne[0]};
   }
-  uint64_t device_bytes() const override { return runner_.plan().bytes(); }
+  uint64_t device_bytes() const override { return runner_.plan().bytes(); }  // (the weights are the model's)
   std::vector<uint8_t> save_state(int32_t, int32_t) const override { throw Error("zinc_rt contexts do not save their state yet"); }
   void load_state(std::span<const uint8_t>, int32_t) override { throw Error("zinc_rt contexts do not load a saved state yet"); }
   void seq_clear(int32_t seq) override {
@@ -54,6 +55,7 @@ class RtExecutable final : public Executable {
   void seq_copy(int32_t, int32_t, int32_t) override { throw Error("a zinc_rt context holds one sequence"); }
 
  private:
+  std::shared_ptr<Device> d_;  // (kept while the context is: its runner frees its buffers there)
   graph::Graph g_;
   ExecOptions opts_;
   std::vector<float> logits_;
@@ -62,18 +64,21 @@ class RtExecutable final : public Executable {
 
 class RtWeights final : public Weights {
  public:
-  RtWeights(const graph::Graph& g, const gguf::File& f, std::shared_ptr<Device> d) : Weights(g), f_(f), d_(std::move(d)) {}
+  RtWeights(const graph::Graph& g, const gguf::File& f, std::shared_ptr<Device> d)
+      : Weights(g), f_(f), d_(std::move(d)), weights_(std::make_shared<const DeviceWeights>(*d_, g, f)) {}
+  uint64_t device_bytes() const override { return weights_->buffer().bytes; }
 
  protected:
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override {
     if (opts.n_seq != 1) throw Error("a zinc_rt context holds one sequence (n_seq 1)");
     if (opts.kv_type != KvType::F16) throw Error("zinc_rt's cache is F16");
-    return std::make_unique<RtExecutable>(*d_, g, f_, opts);
+    return std::make_unique<RtExecutable>(d_, weights_, g, f_, opts);
   }
 
  private:
   const gguf::File& f_;
   std::shared_ptr<Device> d_;
+  std::shared_ptr<const DeviceWeights> weights_;  // (after d_: freed before the device can go)
 };
 
 class RtBackend final : public Backend {
