@@ -409,16 +409,20 @@ TEST(KfdQueue, FailuresSayWhichStepAndUndoWhatWasMade) {
     EXPECT_EQ(sys.ioctls(AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU).size(), 0u);
     EXPECT_EQ(sys.live(), 0u);
   }
+  // A session that cannot be made: the error says why, and nothing it opened stays open.
+  const auto session_fails = [](RecordingSys& sys, const std::string& why) {
+    try {
+      KfdSession session(sys, gfx1100(), "/fake/kfd", "/fake/dri");
+      ADD_FAILURE() << "a session was made without " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(sys.fds.empty()) << why;
+  };
   {
     RecordingSys sys;
     sys.fails[AMDKFD_IOC_ACQUIRE_VM] = -EBUSY;
-    try {
-      KfdSession session(sys, gfx1100(), "/fake/kfd", "/fake/dri");
-      FAIL() << "a session without its VM";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("acquiring GPU"), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(sys.fds.empty());
+    session_fails(sys, "acquiring GPU");
   }
   {
     RecordingSys sys;
@@ -438,22 +442,10 @@ TEST(KfdQueue, FailuresSayWhichStepAndUndoWhatWasMade) {
     // The apertures: refused, or listing only other GPUs, the session says so and closes what it opened.
     RecordingSys refused;
     refused.fails[AMDKFD_IOC_GET_PROCESS_APERTURES_NEW] = -EINVAL;
-    try {
-      KfdSession session(refused, gfx1100(), "/fake/kfd", "/fake/dri");
-      FAIL() << "a session without its apertures";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("the apertures request failed"), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(refused.fds.empty());
+    session_fails(refused, "the apertures request failed");
     RecordingSys others;
     others.apertures.pop_back();
-    try {
-      KfdSession session(others, gfx1100(), "/fake/kfd", "/fake/dri");
-      FAIL() << "a session on a GPU without apertures";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("no apertures for GPU 48879"), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(others.fds.empty());
+    session_fails(others, "no apertures for GPU 48879");
   }
   {
     // A GPUVM aperture below the addresses the process reserves: the allocation is refused before the
