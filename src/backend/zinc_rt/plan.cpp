@@ -63,17 +63,14 @@ std::string DecodePlan::unsupported(const graph::Graph& g, const graph::Node& n)
   }
 }
 
-uint64_t DecodePlan::take(uint64_t bytes) {
-  const uint64_t at = bytes_;
-  bytes_ += (bytes + kAlign - 1) / kAlign * kAlign;
+// `bytes` at the end of a space `end` long (kAlign apart), which grows by them.
+static uint64_t take_from(uint64_t& end, uint64_t bytes) {
+  const uint64_t at = end;
+  end += (bytes + kAlign - 1) / kAlign * kAlign;
   return at;
 }
 
-uint64_t DecodePlan::take_weight(uint64_t bytes) {
-  const uint64_t at = weights_bytes_;
-  weights_bytes_ += (bytes + kAlign - 1) / kAlign * kAlign;
-  return at;
-}
+uint64_t DecodePlan::take(uint64_t bytes) { return take_from(bytes_, bytes); }
 
 uint64_t DecodePlan::weight(const graph::Graph& g, const gguf::File& file, TensorId id, bool as_f32) {
   const graph::Tensor& t = g.tensor(id);
@@ -81,7 +78,7 @@ uint64_t DecodePlan::weight(const graph::Graph& g, const gguf::File& file, Tenso
   for (const Weight& w : weights_)
     if (w.info == &info && w.as_f32 == as_f32) return weights_base_ + w.offset;
   const uint64_t bytes = as_f32 ? info.n_elements * sizeof(float) : info.n_bytes;
-  weights_.push_back({take_weight(bytes), &info, as_f32});
+  weights_.push_back({take_from(weights_bytes_, bytes), &info, as_f32});
   return weights_base_ + weights_.back().offset;
 }
 

@@ -90,7 +90,6 @@ class DecodePlan {
     uint32_t word = 0;           // where its n_rot floats lie in the parameters
   };
   uint64_t take(uint64_t bytes);
-  uint64_t take_weight(uint64_t bytes);
   uint64_t weight(const graph::Graph& g, const gguf::File& file, graph::TensorId id, bool as_f32);
   uint64_t act(const graph::Graph& g, graph::TensorId id);
   // The word where a rotation's table lies; with `add` false (the parameters already laid out) one

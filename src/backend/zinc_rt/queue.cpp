@@ -101,14 +101,17 @@ KfdSession::KfdSession(Sys& sys, const KfdGpu& gpu, const std::string& kfd, cons
     fail(fmt::format("setting GPU {}'s memory policy: {}", gpu_.gpu_id, errno_text(r)));
   // The apertures: the count of the process's GPUs first, then an entry each.
   kfd_ioctl_get_process_apertures_new_args ap{};
-  if (const int r = sys_.ioctl(kfd_, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &ap); r != 0) fail(fmt::format("{}: the apertures request failed: {}", kfd, errno_text(r)));
+  const auto apertures = [&] {
+    if (const int r = sys_.ioctl(kfd_, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &ap); r != 0) fail(fmt::format("{}: the apertures request failed: {}", kfd, errno_text(r)));
+  };
+  apertures();
   if (ap.num_of_nodes == 0 || ap.num_of_nodes > 1024) fail(fmt::format("{}: the apertures of {} GPUs", kfd, ap.num_of_nodes));
   std::vector<kfd_process_device_apertures> each(ap.num_of_nodes);
   ap.kfd_process_device_apertures_ptr = reinterpret_cast<uint64_t>(each.data());
-  if (const int r = sys_.ioctl(kfd_, AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &ap); r != 0) fail(fmt::format("{}: the apertures request failed: {}", kfd, errno_text(r)));
-  const auto it = std::find_if(each.begin(), each.begin() + std::min<size_t>(ap.num_of_nodes, each.size()),
-                               [&](const kfd_process_device_apertures& a) { return a.gpu_id == gpu_.gpu_id; });
-  if (it == each.begin() + std::min<size_t>(ap.num_of_nodes, each.size())) fail(fmt::format("{} lists no apertures for GPU {}", kfd, gpu_.gpu_id));
+  apertures();
+  each.resize(std::min<size_t>(ap.num_of_nodes, each.size()));  // (the entries it filled)
+  const auto it = std::find_if(each.begin(), each.end(), [&](const kfd_process_device_apertures& a) { return a.gpu_id == gpu_.gpu_id; });
+  if (it == each.end()) fail(fmt::format("{} lists no apertures for GPU {}", kfd, gpu_.gpu_id));
   apertures_ = {it->gpuvm_base, it->gpuvm_limit, it->lds_base, it->lds_limit, it->scratch_base, it->scratch_limit};
   if (apertures_.gpuvm_limit <= apertures_.gpuvm_base) fail(fmt::format("GPU {}'s GPUVM aperture {:#x}..{:#x} is empty", gpu_.gpu_id, apertures_.gpuvm_base, apertures_.gpuvm_limit));
 }
