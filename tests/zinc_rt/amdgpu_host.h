@@ -1,6 +1,6 @@
 // Included (clang -include) before each of shaders/amdgpu/*.cl when the tests compile it for the host:
 // the AMDGPU builtins the kernels use become calls into the runner of amdgpu_host_run.cpp, which runs
-// a workgroup's work-items as threads. The kernels' logic (indexing, reductions, barriers, bounds)
+// a workgroup's work-items as fibers of one thread. The kernels' logic (indexing, reductions, barriers, bounds)
 // is then tested here against the CPU backend; the AMDGPU code generation is not (no AMD GPU here).
 uint zrt_host_group_id(uint dim);
 uint zrt_host_item_id(uint dim);
@@ -12,5 +12,5 @@ void zrt_host_barrier(void);
 #define __builtin_amdgcn_workitem_id_y() zrt_host_item_id(1)
 #define __builtin_amdgcn_workitem_id_z() zrt_host_item_id(2)
 #define __builtin_amdgcn_s_barrier() zrt_host_barrier()
-// (the threads' barrier orders their memory: the fences around it have nothing left to do)
+// (one thread runs the items: the fences around a barrier have nothing to order)
 #define __builtin_amdgcn_fence(order, scope) ((void)0)

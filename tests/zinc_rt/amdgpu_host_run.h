@@ -1,5 +1,5 @@
 // Runs a kernel of shaders/amdgpu/ compiled for the host (amdgpu_host.h): each workgroup's work-items
-// as threads that meet at its barriers, one workgroup after another (a kernel's __local arrays are one
+// as fibers of one thread that meet at its barriers, one workgroup after another (a kernel's __local arrays are one
 // static per kernel on the host, so workgroups must not overlap).
 #pragma once
 

@@ -1,5 +1,5 @@
 // ZINC_RT's kernels (shaders/amdgpu/*.cl) compiled for the host and run by amdgpu_host_run.cpp, each
-// workgroup's work-items as threads: their results against the CPU backend's, as the ladder's kernel
+// workgroup's work-items as fibers of one thread: their results against the CPU backend's, as the ladder's kernel
 // rungs check them on an AMD GPU (zinc rt-selftest). What runs here is the kernels' own logic, not
 // the AMDGPU compiler's code; without clang-19 or later the kernels are not built and the tests skip.
 #include <gtest/gtest.h>
@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "amdgpu_host_run.h"
@@ -18,6 +20,12 @@
 #include "quant/fp16.h"
 #include "quant/quant.h"
 
+extern "C" {
+uint32_t zrt_host_group_id(uint32_t dim);
+uint32_t zrt_host_item_id(uint32_t dim);
+void zrt_host_barrier();
+}
+
 namespace zinc::backend::zinc_rt {
 namespace {
 
@@ -25,6 +33,55 @@ using host::kBuilt;
 
 #define SKIP_UNLESS_BUILT() \
   if (!kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)"
+
+TEST(ZincRtHostRunner, ItemsMeetAtBarriersEachWorkgroupInTurn) {
+  // The runner itself (no kernel needed): each item of a 4x2x1 workgroup writes its slot, and after the
+  // barrier reads its neighbour's; a second barrier, then the slots are written again for the next
+  // workgroup. Every item of every group of a 3x2 grid, with its ids in each dimension, exactly once.
+  constexpr uint32_t kItems = 8;
+  uint32_t slot[kItems] = {};
+  std::vector<uint32_t> seen(6 * kItems, 0);
+  std::vector<int> calls(6 * kItems, 0);
+  host::run({3, 2, 1}, {4, 2, 1}, [&] {
+    const uint32_t g = zrt_host_group_id(0) + 3 * zrt_host_group_id(1), i = zrt_host_item_id(0) + 4 * zrt_host_item_id(1);
+    EXPECT_EQ(zrt_host_group_id(2), 0u);
+    EXPECT_EQ(zrt_host_item_id(2), 0u);
+    slot[i] = 1000 * g + i;
+    zrt_host_barrier();
+    seen[g * kItems + i] = slot[(i + 1) % kItems];
+    ++calls[g * kItems + i];
+    zrt_host_barrier();  // (every item has read before the next workgroup writes)
+  });
+  for (uint32_t g = 0; g < 6; ++g) {
+    for (uint32_t i = 0; i < kItems; ++i) {
+      EXPECT_EQ(calls[g * kItems + i], 1) << "group " << g << " item " << i;
+      EXPECT_EQ(seen[g * kItems + i], 1000 * g + (i + 1) % kItems) << "group " << g << " item " << i;
+    }
+  }
+}
+
+TEST(ZincRtHostRunner, ItemsMissingABarrierAreAnErrorNotAHang) {
+  // Item 0 waits at a barrier the others never reach (a GPU would hang or be undefined): an error naming
+  // it, and the runner runs the next kernel afresh.
+  EXPECT_THROW(
+      {
+        try {
+          host::run({2, 1, 1}, {64, 1, 1}, [] {
+            if (zrt_host_item_id(0) == 0) zrt_host_barrier();
+          });
+        } catch (const std::logic_error& e) {
+          EXPECT_NE(std::string(e.what()).find("63 of 64 ended"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      std::logic_error);
+  std::vector<int> calls(2 * 64, 0);
+  host::run({2, 1, 1}, {64, 1, 1}, [&] {
+    zrt_host_barrier();
+    ++calls[zrt_host_group_id(0) * 64 + zrt_host_item_id(0)];
+  });
+  for (int c : calls) EXPECT_EQ(c, 1);
+}
 
 TEST(ZincRtHostKernels, FillIdsWritesEachIdOnceAndNothingPastN) {
   SKIP_UNLESS_BUILT();

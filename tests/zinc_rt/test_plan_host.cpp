@@ -183,13 +183,13 @@ void expect_each_node(const graph::Graph& g, const gguf::File& f, const HostPlan
 class ZincRtHostPlan : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ZincRtHostPlan, EachNodeIsTheCpusOnItsInputs) {
-  // 12 steps of the fixture's plan (Q4_K_M), every node checked after each (expect_each_node).
+  // 24 steps of the fixture's plan (Q4_K_M), every node checked after each (expect_each_node).
   if (!host::kBuilt) GTEST_SKIP() << "ZINC_RT's kernels were not built (no clang-19 or later with ld.lld: install clang-19 lld-19)";
   test::TempDir tmp;
   const gguf::File f = quantized(GetParam(), "Q4_K_M", tmp);
   const model::Model m = model::load(f);
   HostPlan rt(m.graph, f, 32);
-  for (int32_t pos = 0; pos < 12; ++pos) {
+  for (int32_t pos = 0; pos < 24; ++pos) {
     const int32_t tok = (pos * 131 + 17) % static_cast<int32_t>(m.graph.n_vocab);
     (void)rt.step(tok, pos);
     expect_each_node(m.graph, f, rt, tok, pos, GetParam());
@@ -408,8 +408,8 @@ TEST(ZincRtHostDevice, RunnerStepsAreThePlansSteps) {
 TEST_P(ZincRtHostPlan, DecodeRungsPassOnTheHost) {
   // The ladder's one-token and decode-graph rungs (decode_rung, as zinc rt-selftest climbs them on an
   // AMD GPU: 8 prompt tokens then the CPU's greedy choices fed to both, each step's logits within 8% of
-  // the CPU backend's largest, every clear choice the CPU's) on the host device with the fixture, the
-  // graph rung over 12 positions here (the selftest's 24 take minutes on the host's interpreter). The plan's kernels compute what the CPU computes (the activations' Q8_K codes, integer
+  // the CPU backend's largest, every clear choice the CPU's) on the host device with the fixture. The
+  // plan's kernels compute what the CPU computes (the activations' Q8_K codes, integer
   // block sums, the norm and rotation bit for bit, the same F16 cache), so the logits agree to float
   // rounding until a value the two sum in different orders lands across the rounding boundary of an
   // 8-bit code or of a half in the cache, which on these fixtures moves them by up to a few percent
@@ -419,8 +419,8 @@ TEST_P(ZincRtHostPlan, DecodeRungsPassOnTheHost) {
   (void)quantized(GetParam(), "Q4_K_M", tmp);
   for (const bool graph : {false, true}) {
     HostDevice d;
-    const std::string detail = decode_rung(d, graph, tmp.file("q.gguf"), 12);
-    EXPECT_NE(detail.find(graph ? "12 steps" : "1 step"), std::string::npos) << detail;
+    const std::string detail = decode_rung(d, graph, tmp.file("q.gguf"));
+    EXPECT_NE(detail.find(graph ? "24 steps" : "1 step"), std::string::npos) << detail;
     std::printf("%s %s rung on the host: %s\n", GetParam().c_str(), graph ? "decode graph" : "one token", detail.c_str());
   }
 }

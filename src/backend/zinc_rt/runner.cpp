@@ -122,7 +122,7 @@ std::span<const float> PlanRunner::step(int32_t token, int32_t pos) {
   return {region_.cpu<const float>(plan_->logits_offset()), static_cast<size_t>(plan_->n_vocab())};
 }
 
-std::string decode_rung(Device& d, bool graph, const std::filesystem::path& model, int32_t graph_steps) {
+std::string decode_rung(Device& d, bool graph, const std::filesystem::path& model) {
   std::filesystem::path path = model;
   struct Remove {
     std::filesystem::path p;
@@ -147,8 +147,7 @@ std::string decode_rung(Device& d, bool graph, const std::filesystem::path& mode
   auto exec = cpu->load(m.graph, f, {})->instantiate(opts);
   PlanRunner rt(d, m.graph, f, opts.n_ctx);
   std::vector<int32_t> tokens = {1, 17, 300, 42, 7, 99, 256, 3};
-  if (graph && (graph_steps < 2 || graph_steps > 64)) throw Error(fmt::format("ZINC_RT: a decode graph rung of {} steps (2 to 64)", graph_steps));
-  const int32_t steps = graph ? graph_steps : 1;
+  const int32_t steps = graph ? 24 : 1;
   double worst = 0, step_ms = 0;
   int clear = 0;
   const auto argmax = [](std::span<const float> v) { return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin()); };

@@ -69,14 +69,14 @@ class PlanRunner {
 };
 
 // The ladder's decode rungs (zinc rt-selftest), on `d` against the CPU backend on the same file with
-// the same F16 cache: one token (graph false: position 0), or the decode graph over `graph_steps`
+// the same F16 cache: one token (graph false: position 0), or the decode graph over 24
 // positions, 8 prompt tokens then the CPU's greedy choices fed to both (true). Each step's logits within 8% of the CPU's largest
 // (the GPU backends' bound for K-quant decode: the activations' 8-bit codes can round across a
 // boundary where the two sum in different orders), and wherever the CPU's choice leads its runner-up
 // by more than twice the two differ, the same choice. `model`: a GGUF the plan can run; empty: a
 // synthetic two-layer Qwen3-0.6B (Q4_K_M) written to the temporary directory and removed after.
 // Returns what was measured; throws zinc::Error saying where it differs.
-std::string decode_rung(Device& d, bool graph, const std::filesystem::path& model = {}, int32_t graph_steps = 24);
+std::string decode_rung(Device& d, bool graph, const std::filesystem::path& model = {});
 
 // The zinc_rt backend on `device`: contexts of one sequence, one token a step, for the graphs the plan
 // runs (DecodePlan::unsupported names what it cannot), the model's weights once in the device's own
