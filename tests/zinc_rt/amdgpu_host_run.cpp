@@ -2,8 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
