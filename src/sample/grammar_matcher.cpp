@@ -129,13 +129,24 @@ void GrammarMatcher::add_unique(std::vector<uint32_t>& out, uint32_t stack) cons
 
 // Expands references on top of the stack until a character set is on top, for every alternative
 // (an explicit work list: a chain of rules as long as the grammar allows must not exhaust the C++ stack).
+// Many paths through the rules can reach the same node: empty alternatives all returning to one frame
+// (`"" {1,2000}` twice over is four million ways to the same place), or one rule reached from two
+// alternatives at each of 24 levels. Past the first kSeenFrom nodes of a call, a node already taken
+// (the same position on the same parent) is skipped: each one is then expanded once, and its frames
+// are never made twice, so no parent is duplicated below it either.
 void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>& out) const {
+  constexpr size_t kSeenFrom = 64;  // (most expansions take a handful of nodes: no set for them)
   std::vector<uint32_t>& todo = expand_todo_;
   todo.clear();
   todo.push_back(stack);
+  size_t taken = 0;
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
+    if (++taken > kSeenFrom && !is_marker(s)) {
+      if (taken == kSeenFrom + 1) expand_seen_.clear();
+      if (!expand_seen_.insert({arena_[s].pos, arena_[s].parent}).second) continue;
+    }
     if (is_marker(s) || arena_[s].pos->op != GrammarOp::Ref) {  // empty, cut, or a character set on top
       add_unique(out, s);
       continue;

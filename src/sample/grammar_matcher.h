@@ -34,6 +34,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "sample/grammar.h"
@@ -178,6 +180,13 @@ class GrammarMatcher {
   mutable std::vector<std::string> depth_partial_;
   mutable std::vector<uint32_t> scratch_, expand_todo_, allow_stacks_;
   mutable std::string allow_partial_;
+  // expand's nodes already taken in its current call (position and parent), once it has taken many.
+  struct NodeHash {
+    size_t operator()(const std::pair<const GrammarElem*, uint32_t>& n) const {
+      return std::hash<const void*>()(n.first) ^ (static_cast<size_t>(n.second) * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  mutable std::unordered_set<std::pair<const GrammarElem*, uint32_t>, NodeHash> expand_seen_;
 };
 
 }  // namespace zinc::sample

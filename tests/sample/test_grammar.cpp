@@ -181,6 +181,36 @@ str ::= "\"" ( [a-z b{}] | "é" )* "\"")"}) {
   }
 }
 
+TEST(GrammarMatcher, ManyEmptyWaysToTheSamePlaceAreReadOnce) {
+  // Grammars whose readings reach the same place along very many paths (found by fuzzing: a request's
+  // grammar kept the matcher busy for over a minute, then out of memory). Each path is the same stack,
+  // so expanding it once is enough, and the matcher answers as for the plain grammar.
+  std::string chain = "root ::= g0 \"y\"\n";  // g_k ::= g_k+1 | g_k+1: 2^24 ways to "x"
+  for (int k = 0; k < 24; ++k) chain += "g" + std::to_string(k) + " ::= g" + std::to_string(k + 1) + " | g" + std::to_string(k + 1) + "\n";
+  chain += "g24 ::= \"x\"\n";
+  for (const std::string& text : {std::string(R"(root ::= "x" "" {1,2000} "" {1,2000} ( "" | "" ) {1,2000} "y")"), chain}) {
+    auto g = parse(text);
+    GrammarMatcher m(g, vocab({"</s>", "x", "y", "xy", "a"}));
+    std::vector<uint8_t> mask;
+    m.fill_mask(mask);
+    EXPECT_EQ(mask, (std::vector<uint8_t>{0, 1, 0, 1, 0})) << text.substr(0, 60);
+    m.accept(1);
+    m.fill_mask(mask);
+    EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 0, 0})) << text.substr(0, 60);
+    m.accept(2);
+    EXPECT_TRUE(m.complete());
+  }
+  // Here the readings differ (an "a" in any of 2,000 nested optional places): the clear error for too
+  // many at once, as soon as they are counted, not after four million paths to them.
+  GrammarMatcher m(parse(R"(root ::= "x" ( "a"? ) {0,2000} ( "b"? ) {0,2000} "y")"), vocab({"</s>", "x", "y", "a"}));
+  try {
+    m.accept(1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+}
+
 // A vocabulary with control tokens (no text) beside text tokens, as a Harmony model's: 0 ends
 // generation, 1 <|channel|>, 2 <|message|>, 9 <|call|> (also ends generation).
 std::shared_ptr<const GrammarVocab> control_vocab() {
