@@ -2,7 +2,7 @@
 // (cpu_attention_avx512.cpp, _avx2.cpp, _base.cpp), each compiled for its set; everything here has
 // internal linkage, so the copies never mix. Keys come in tiles of 16 positions transposed (element i
 // of 16 keys in one register), so a row's scores for a tile are hd multiply-adds of its element i
-// broadcast, with no horizontal sums, two rows at a time sharing each tile with 16-float registers;
+// broadcast, with no horizontal sums, up to four rows and several tiles at a time sharing each load;
 // the softmax runs on tiles too, and the weighted sum of value rows 16 elements at a time. Keys and
 // values are read as floats or as fp16 bits converted in registers (exactly, so both give the same
 // numbers). A row's result depends only on the row, its keys and the tile grid (absolute positions),
@@ -38,17 +38,18 @@ typedef int32_t I8 __attribute__((vector_size(32)));
 typedef uint16_t H16 __attribute__((vector_size(32)));  // 16 fp16 bit patterns
 typedef uint16_t H8 __attribute__((vector_size(16)));
 static_assert(kAttendTile == 16);
-// Rows run two at a time (sharing each key and value vector they load); the weighted sums keep
-// kSumVectors vectors of each row in registers.
+// The weighted sums run two rows at a time (sharing each value vector they load) and keep kSumVectors
+// vectors of each row in registers.
+// kScoreSums: the scores' sums a group of rows and tiles keeps in registers.
 struct Wide {
   using F = V16;
   using I = I16;
-  static constexpr int kSumVectors = 8;
+  static constexpr int kSumVectors = 8, kScoreSums = 16;
 };
 struct Narrow {
   using F = V8;
   using I = I8;
-  static constexpr int kSumVectors = 4;
+  static constexpr int kSumVectors = 4, kScoreSums = 8;
 };
 template <class V> struct Ints;
 template <> struct Ints<V16> { using I = I16; using H = H16; };
@@ -64,6 +65,10 @@ template <class V>
 [[gnu::always_inline]] inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 template <class V>
 constexpr int lanes() { return sizeof(V) / sizeof(float); }
+// x in every lane: one broadcast (x − 0 is x for every x, so compilers drop the subtraction; x + 0 is
+// not, for x = −0, and filling the lanes one by one compiles to as many inserts).
+template <class V>
+[[gnu::always_inline]] inline V splat(float x) { return x - V{}; }
 // Keeps v in a register: GCC otherwise folds a vector loaded once but used by two multiply-adds into
 // both as a memory operand, loading it twice (load ports, not multiply-adds, then bound the loop).
 template <class V>
@@ -133,58 +138,107 @@ template <class T>
   return x < zero - 87.0f ? zero : p * scale;
 }
 
-// The scaled (and capped) scores of key tiles [t0, t1] for row r, and row r + 1 when kTwo, masked to
-// each row's keys. Four sums over i ≡ 0..3 (mod 4) per row and vector of the tile, combined in a
-// fixed order. E: the element type of keys and values (float, or uint16_t for fp16 bits).
-template <class T, class E, bool kTwo>
-[[gnu::always_inline]] inline void scores_of(const AttendRows& a, int r, int64_t t0, int64_t t1, float* s0, float* s1) {
+// The scaled (and capped) scores of tiles t .. t + NT − 1 for rows r .. r + NR − 1, masked to each
+// row's keys, into scores + row·width + (tile − t0)·kAttendTile. Each score is one sum over the head's
+// elements in ascending order, a multiply-add each from zero, whatever NR and NT: a row's scores never
+// depend on which rows or tiles share the call. NR·NT·(16 / W) sums in registers are independent
+// chains that hide the multiply-add latency; each key vector is loaded once for the NR rows and each
+// query element broadcast once for the NT tiles (two rows on one tile took three loads for two
+// multiply-adds: the load ports, not the multiply-adds, bounded that loop on CPUs with two).
+template <class T, class E, int NR, int NT>
+[[gnu::always_inline]] inline void score_block(const AttendRows& a, int r, int64_t t, int64_t t0, int64_t width, float* scores) {
   using V = typename T::F;
-  constexpr int W = lanes<V>();
+  constexpr int W = lanes<V>(), NV = kAttendTile / W;
   const int hd = a.hd;
+  V acc[NR][NT][NV];
+#pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 16
+    for (int u = 0; u < NT; ++u)
+#pragma GCC unroll 16
+      for (int h = 0; h < NV; ++h) acc[n][u][h] = V{};
+  const E* kt[NT];
+#pragma GCC unroll 16
+  for (int u = 0; u < NT; ++u) kt[u] = static_cast<const E*>(a.kt[t + u]) + a.kv_offset * kAttendTile;
+  const float* q[NR];
+#pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n) q[n] = a.q[r + n];
+  for (int i = 0; i < hd; ++i) {
+    V qi[NR];
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; ++n) qi[n] = splat<V>(q[n][i]);
+#pragma GCC unroll 16
+    for (int u = 0; u < NT; ++u)
+#pragma GCC unroll 16
+      for (int h = 0; h < NV; ++h) {
+        V k = load<V>(kt[u] + i * kAttendTile + h * W);
+        if constexpr (NR > 1) in_register(k);
+#pragma GCC unroll 16
+        for (int n = 0; n < NR; ++n) acc[n][u][h] += qi[n] * k;
+      }
+  }
+  // The sums out first (every index known at compile time, so they stay in registers), then capped
+  // and masked in place.
+#pragma GCC unroll 16
+  for (int n = 0; n < NR; ++n)
+#pragma GCC unroll 16
+    for (int u = 0; u < NT; ++u)
+#pragma GCC unroll 16
+      for (int h = 0; h < NV; ++h) store<V>(scores + (r + n) * width + (t + u - t0) * kAttendTile + h * W, acc[n][u][h] * a.scale);
   const V minus_inf = V{} - std::numeric_limits<float>::infinity();
   V lane;
   for (int l = 0; l < W; ++l) lane[l] = static_cast<float>(l);
-  const float* q0 = a.q[r];
-  const float* q1 = kTwo ? a.q[r + 1] : q0;
-  for (int64_t t = t0; t <= t1; ++t) {
-    for (int h = 0; h < kAttendTile / W; ++h) {
-      const E* kt = static_cast<const E*>(a.kt[t]) + a.kv_offset * kAttendTile + h * W;
-      V x0 = {}, x1 = {}, x2 = {}, x3 = {}, y0 = {}, y1 = {}, y2 = {}, y3 = {};
-      int i = 0;
-      for (; i + 4 <= hd; i += 4) {
-        V k0 = load<V>(kt + (i + 0) * kAttendTile), k1 = load<V>(kt + (i + 1) * kAttendTile);
-        V k2 = load<V>(kt + (i + 2) * kAttendTile), k3 = load<V>(kt + (i + 3) * kAttendTile);
-        if constexpr (kTwo) in_register(k0), in_register(k1), in_register(k2), in_register(k3);
-        x0 += q0[i] * k0;
-        x1 += q0[i + 1] * k1;
-        x2 += q0[i + 2] * k2;
-        x3 += q0[i + 3] * k3;
-        if constexpr (kTwo) {
-          y0 += q1[i] * k0;
-          y1 += q1[i + 1] * k1;
-          y2 += q1[i + 2] * k2;
-          y3 += q1[i + 3] * k3;
-        }
+  for (int n = 0; n < NR; ++n) {
+    const auto lo = static_cast<float>(a.lo[r + n]), hi = static_cast<float>(a.hi[r + n]);
+    for (int c = 0; c < NT * kAttendTile; c += W) {
+      float* at = scores + (r + n) * width + (t - t0) * kAttendTile + c;
+      V v = load<V>(at);
+      if (a.softcap > 0) {
+        for (int l = 0; l < W; ++l) v[l] = a.softcap * std::tanh(v[l] / a.softcap);
       }
-      for (; i < hd; ++i) {
-        const V k = load<V>(kt + i * kAttendTile);
-        x0 += q0[i] * k;
-        if constexpr (kTwo) y0 += q1[i] * k;
-      }
-      const V pos = lane + static_cast<float>(t * kAttendTile + h * W);
-      for (int w = 0; w < (kTwo ? 2 : 1); ++w) {
-        V v = (w == 0 ? (x0 + x1) + (x2 + x3) : (y0 + y1) + (y2 + y3)) * a.scale;
-        if (a.softcap > 0) {
-          for (int l = 0; l < W; ++l) v[l] = a.softcap * std::tanh(v[l] / a.softcap);
-        }
-        const auto lo = static_cast<float>(a.lo[r + w]), hi = static_cast<float>(a.hi[r + w]);
-        v = (pos >= lo && pos <= hi) ? v : minus_inf;
-        store<V>((w == 0 ? s0 : s1) + (t - t0) * kAttendTile + h * W, v);
-      }
+      const V pos = lane + static_cast<float>(t * kAttendTile + c);
+      store<V>(at, (pos >= lo && pos <= hi) ? v : minus_inf);
     }
   }
 }
 
+// Every row's scores of tiles t .. t + NT − 1: rows in groups that keep T::kScoreSums sums in registers
+// (at most 4), the rest in one smaller group.
+template <class T, class E, int NT>
+[[gnu::always_inline]] inline void score_rows(const AttendRows& a, int64_t t, int64_t t0, int64_t width, float* scores) {
+  constexpr int NV = kAttendTile / lanes<typename T::F>();
+  constexpr int R = std::clamp(T::kScoreSums / (NT * NV), 1, 4);
+  int r = 0;
+  for (; r + R <= a.nq; r += R) score_block<T, E, R, NT>(a, r, t, t0, width, scores);
+  if constexpr (R > 1) {
+    switch (a.nq - r) {
+      case 3: if constexpr (R > 3) score_block<T, E, 3, NT>(a, r, t, t0, width, scores); break;
+      case 2: if constexpr (R > 2) score_block<T, E, 2, NT>(a, r, t, t0, width, scores); break;
+      case 1: score_block<T, E, 1, NT>(a, r, t, t0, width, scores); break;
+      default: break;
+    }
+  }
+}
+
+// Every row's scores of tiles [t0, t1]: tiles in groups as wide as the rows leave registers for (the
+// keys of a group are read from memory once, then from the first-level cache for each group of rows),
+// the rest in groups of 2 and 1.
+template <class T, class E>
+[[gnu::always_inline]] inline void scores_of(const AttendRows& a, int64_t t0, int64_t t1, float* scores) {
+  constexpr int NV = kAttendTile / lanes<typename T::F>();
+  const int64_t width = (t1 - t0 + 1) * kAttendTile;
+  int64_t t = t0;
+  // Tiles a group: as many as one group of rows (at most 4) keeps sums of in T::kScoreSums registers.
+  const int rows = std::min(a.nq, 4);
+  if (rows == 1 && T::kScoreSums / NV >= 8) {
+    for (; t + 8 <= t1 + 1; t += 8) score_rows<T, E, 8>(a, t, t0, width, scores);
+  }
+  if (rows * 4 * NV <= T::kScoreSums) {
+    for (; t + 4 <= t1 + 1; t += 4) score_rows<T, E, 4>(a, t, t0, width, scores);
+  }
+  for (; t + 2 <= t1 + 1; t += 2) score_rows<T, E, 2>(a, t, t0, width, scores);
+  for (; t <= t1; ++t) score_rows<T, E, 1>(a, t, t0, width, scores);
+}
 
 // acc[n][i0, i0 + K·W) += Σ_j p[n][j] · v_j[i0, i0 + K·W) for rows r .. r + NR − 1, over the keys in
 // [jb, je] any of them sees (p is 0 outside a row's keys: adding those terms changes nothing), in NR·K
@@ -270,12 +324,7 @@ template <class T, class E>
   float* acc = buf;
   float* inv = buf + a.nq * sw;
   float* scores = inv + attend_sums_floats(a.nq);
-  for (int64_t t = t0; t <= t1; ++t) {
-    float* st = scores + (t - t0) * kAttendTile;
-    int r = 0;
-    for (; r + 2 <= a.nq; r += 2) scores_of<T, E, true>(a, r, t, t, st + r * width, st + (r + 1) * width);
-    for (; r < a.nq; ++r) scores_of<T, E, false>(a, r, t, t, st + r * width, nullptr);
-  }
+  scores_of<T, E>(a, t0, t1, scores);
   for (int r = 0; r < a.nq; ++r) {  // softmax: scores become exp(s − max), inv[r] = 1 / their sum
     float* s = scores + r * width;
     constexpr int W = lanes<V>();
