@@ -3,6 +3,8 @@
 //! variants-by-type kdot id_ MUL_MV_ID
 //! variants-by-type kdot idc_ MUL_MV_ID,MUL_MV_COMBINE
 //! variants-by-type kdot idg_ MUL_MV_ID,MUL_MV_GLU
+//! variants-by-type kdot rope_ MUL_MV_ROPE
+//! variants-by-type kdot vst_ MUL_MV_VSTORE
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -36,6 +38,18 @@
 // apart) as quantize_q8k.comp makes them. Needs nrows a multiple of 256 and 256 a multiple of
 // ROWS * GROUPS (no workgroup straddles two blocks).
 //
+// MUL_MV_ROPE (variants rope_*, decode's q or k product of one token, NTOK = 1): rope_heads.comp's
+// work on each head done by the last of the head's workgroups (count[count_base + head], binding 7,
+// reset to 0 by it), in place in y (coherent: read back): the per-head RMSNorm (flags & 2; weights,
+// binding 4, where flags & 4), the rotation by the host's cos/sin table (binding 3; NeoX pairs where
+// flags & 1) and, where flags & 8, the rotated head's append to the K cache (binding 6: halves rounded
+// to nearest even, or floats where flags & 16; at cache_row(n_past), the step header at binding 8).
+// The norm's sum and every value are rope_heads's (its 64 invocations' order), so the bits are the
+// same. Needs head_dim at most 128 and a multiple of ROWS * GROUPS (no workgroup straddles two
+// heads), WG >= 64 and subgroups of at most 64 (mul_mv_k_tail_fits).
+// MUL_MV_VSTORE (variants vst_*, decode's v product of one token): each workgroup also appends its
+// rows to the V cache (binding 6, as above; pairs of rows into halves: ROWS * GROUPS even).
+//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
 // 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]; MUL_MV_GLU: 6 U,
@@ -49,6 +63,9 @@
 #if defined(MUL_MV_GLU)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+#extension GL_GOOGLE_include_directive : require
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -70,6 +87,14 @@ layout(std430, binding = 8) coherent restrict buffer Cbuf { uint count[]; };
 const uint HALVES = 2u;  // gate rows, then the same rows of up
 #define WV(i) (up ? u[i] : w[i])
 #define WV4(i) (up ? u4[i] : w4[i])
+#elif defined(MUL_MV_ROPE)
+layout(std430, binding = 2) coherent restrict buffer Ybuf { float y[]; };
+layout(std430, binding = 3) readonly restrict buffer CSbuf { float cs[]; };  // [n_rot]: cos, sin per pair
+layout(std430, binding = 4) readonly restrict buffer NWbuf { float nw[]; };  // head_dim norm weights
+layout(std430, binding = 7) coherent restrict buffer Cbuf { uint count[]; };
+const uint HALVES = 1u;
+#define WV(i) w[i]
+#define WV4(i) w4[i]
 #else
 layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
 const uint HALVES = 1u;
@@ -77,6 +102,12 @@ const uint HALVES = 1u;
 #define WV4(i) w4[i]
 #endif
 const uint RR = ROWS * HALVES;  // rows a group decodes a step
+#if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+layout(std430, binding = 6) writeonly restrict buffer KCbuf { uint kc[]; };  // the cache: halves in pairs, or floats' bits
+layout(std430, binding = 8) readonly restrict buffer Step { uint step[]; };  // word 0: n_past; the block table
+#include "f16_rne.glsl"
+#include "kv_rows.glsl"
+#endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
@@ -100,6 +131,14 @@ layout(push_constant) uniform Params {
   uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
   uint has_bias;       // MUL_MV_ID
   uint out_stride;     // MUL_MV_GLU: words per row of xq_out
+#if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+  uint head_dim;    // MUL_MV_ROPE
+  uint n_rot;       // MUL_MV_ROPE
+  uint flags;       // 1 NeoX, 2 norm, 4 norm weights, 8 append to the cache, 16 a float cache
+  uint count_base;  // MUL_MV_ROPE: the first head's counter
+  float eps;        // MUL_MV_ROPE
+  float offset;     // MUL_MV_ROPE
+#endif
 } p;
 
 // OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
@@ -230,6 +269,94 @@ shared float red[GROUPS * RR * NTOK * (WG / 8u)];  // one partial sum per (group
 #include "q8k.glsl"
 #undef q
 shared bool glu_last;
+#endif
+
+#if defined(MUL_MV_ROPE)
+shared float head_s[128];  // (heads of at most 128: the shared memory every workgroup holds stays small)
+shared float part_s[16];
+shared bool tail_last;
+
+// Element d's rotation partner, whether it is the pair's first, and its (cos, sin) pair's index.
+uvec3 rope_pair(uint d) {
+  const uint half_rot = p.n_rot / 2u;
+  if ((p.flags & 1u) != 0u) {
+    const bool first = d < half_rot;
+    return uvec3(first ? d + half_rot : d - half_rot, first ? 1u : 0u, first ? d : d - half_rot);
+  }
+  const bool first = (d & 1u) == 0u;
+  return uvec3(first ? d + 1u : d - 1u, first ? 1u : 0u, d >> 1);
+}
+
+// Once every workgroup of the head holding row0 has written its rows: by the last of them, the head's
+// norm, rotation and cache append, as rope_heads.comp does them for token 0 (the norm's sums over
+// invocations 0..63 in its order), each invocation then taking a pair of adjacent elements.
+void rope_tail(uint row0, uint tid) {
+  const uint hd = p.head_dim, h = row0 / hd, base = h * hd;
+  memoryBarrierBuffer();
+  barrier();
+  if (tid == 0u) {
+    const uint at = p.count_base + h;
+    tail_last = atomicAdd(count[at], 1u) == hd / (ROWS * ROW_GROUPS) - 1u;
+    if (tail_last) count[at] = 0u;
+  }
+  barrier();
+  if (!tail_last) return;  // uniform: the workgroup's shared flag
+  memoryBarrierBuffer();
+  const bool lane = tid < 64u;
+  float s = 0.0;
+  if (lane) {
+    for (uint e = tid; e < hd; e += 64u) {
+      const float xe = y[base + e];
+      head_s[e] = xe;
+      s += xe * xe;
+    }
+  }
+  if ((p.flags & 2u) != 0u) {
+    s = subgroupAdd(s);
+    if (subgroupElect() && lane) part_s[gl_SubgroupID] = s;
+  }
+  barrier();
+  const uint d = 2u * tid;
+  if (d >= hd) return;  // (no barrier below)
+  vec2 r = vec2(head_s[d], head_s[d + 1u]);
+  if ((p.flags & 2u) != 0u) {
+    float total = 0.0;
+    for (uint i = 0u; i < 64u / gl_SubgroupSize; ++i) total += part_s[i];
+    const float scale = inversesqrt(total / float(hd) + p.eps);
+    const vec2 we = (p.flags & 4u) != 0u ? vec2(nw[d] + p.offset, nw[d + 1u] + p.offset) : vec2(1.0);
+    r = vec2(r.x * scale * we.x, r.y * scale * we.y);
+  }
+  if (d < p.n_rot) {
+    // The partners' values normalised as these are (each invocation from the rows staged above).
+    const uvec3 q0 = rope_pair(d), q1 = rope_pair(d + 1u);
+    vec2 pv = vec2(head_s[q0.x], head_s[q1.x]);
+    if ((p.flags & 2u) != 0u) {
+      float total = 0.0;
+      for (uint i = 0u; i < 64u / gl_SubgroupSize; ++i) total += part_s[i];
+      const float scale = inversesqrt(total / float(hd) + p.eps);
+      const vec2 we = (p.flags & 4u) != 0u ? vec2(nw[q0.x] + p.offset, nw[q1.x] + p.offset) : vec2(1.0);
+      pv = vec2(pv.x * scale * we.x, pv.y * scale * we.y);
+    }
+    const vec2 c0 = vec2(cs[2u * q0.z], cs[2u * q0.z + 1u]), c1 = vec2(cs[2u * q1.z], cs[2u * q1.z + 1u]);
+    r = vec2(q0.y != 0u ? r.x * c0.x - pv.x * c0.y : pv.x * c0.y + r.x * c0.x,
+             q1.y != 0u ? r.y * c1.x - pv.y * c1.y : pv.y * c1.y + r.y * c1.x);
+  }
+  y[base + d] = r.x;
+  y[base + d + 1u] = r.y;
+  if ((p.flags & 8u) != 0u) {
+    const uint row = cache_row(step[0]) * p.nrows + base;
+    if ((p.flags & 16u) != 0u) {
+      kc[row + d] = floatBitsToUint(r.x);
+      kc[row + d + 1u] = floatBitsToUint(r.y);
+    } else {
+      kc[(row + d) / 2u] = pack_half2_rne(r);
+    }
+  }
+}
+#endif
+
+#if defined(MUL_MV_VSTORE)
+shared float vrow[ROWS * ROW_GROUPS];
 #endif
 
 #if defined(MUL_MV_ID)
@@ -370,7 +497,21 @@ void main() {
       const uint tok = set * NTOK + i % NTOK;
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
 #endif
+#if defined(MUL_MV_VSTORE)
+      vrow[i] = s;
+#endif
     }
+#if defined(MUL_MV_ROPE)
+    rope_tail(wg_row0, tid);
+#elif defined(MUL_MV_VSTORE)
+    barrier();
+    const uint crow = cache_row(step[0]) * p.nrows + wg_row0;
+    if ((p.flags & 16u) != 0u) {
+      for (uint i = tid; i < ROWS * ROW_GROUPS; i += WG) kc[crow + i] = floatBitsToUint(vrow[i]);
+    } else {
+      for (uint i = tid; i < ROWS * ROW_GROUPS / 2u; i += WG) kc[crow / 2u + i] = pack_half2_rne(vec2(vrow[2u * i], vrow[2u * i + 1u]));
+    }
+#endif
 #endif
     barrier();
   }

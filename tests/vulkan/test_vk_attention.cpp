@@ -4,6 +4,7 @@
 // kv_store itself is checked against the CPU quantizer byte for byte (up to the last bit of rounding).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -558,6 +559,133 @@ TEST_F(VulkanAttention, RotationWithItsNormMatchesTheDefinitionAndAppendsToTheCa
       ctx_->download(bk, row * n_past, other.data(), std::min(other.size() * 4, row * n_tok));
       EXPECT_TRUE(std::all_of(other.begin(), other.end(), [](float f) { return f == 0.0f; })) << "rows of the unmapped positions";
       for (Buffer* b : {&bx, &bw, &bv, &bc, &by, &bk, &bvc, &rk, &rv}) ctx_->release(*b);
+    }
+  }
+}
+
+TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSeparateDispatches) {
+  // Decode's q / k product doing rope_heads's norm, rotation and k append in its last workgroup of each
+  // head (mul_mv_k_rope, in place), and v's product appending v (mul_mv_k_vstore): bit for bit
+  // mul_mv_k then rope_heads (its rotated rows and both caches' bytes), for each K-quant, both caches,
+  // both pairings, heads of 64 and 128 (a part of them rotated), with and without norm weights, the
+  // counters from a base past 0 and back at zero after (a second run the same).
+  std::mt19937 rng(12);
+  struct Shape {
+    uint32_t head_dim, n_head, n_rot, ncols;
+  };
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
+    if (!has_mul_mv_k(*ctx_, type)) GTEST_SKIP() << "the device has no packed integer dot product or subgroups under 8";
+    for (const Shape sh : {Shape{128, 4, 64, 512}, Shape{64, 8, 64, 256}}) {
+      const uint32_t width = sh.head_dim * sh.n_head;
+      ASSERT_TRUE(mul_mv_k_tail_fits(*ctx_, type, sh.ncols, width, sh.head_dim))
+          << "subgroups of " << ctx_->features().subgroup_size;
+      for (const auto cache : {KvCacheType::F16, KvCacheType::F32}) {
+        for (const bool neox : {false, true}) {
+          const bool weighted = neox == (cache == KvCacheType::F16);
+          SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", heads of " << sh.head_dim << ", "
+                                          << (cache == KvCacheType::F16 ? "F16" : "F32") << (neox ? ", NeoX" : "")
+                                          << (weighted ? ", weighted" : ""));
+          const uint32_t n_past = 37;
+          const size_t rs = quant::row_size(type, sh.ncols);
+          std::vector<uint8_t> wk(rs * width + 16), wv(wk.size());
+          std::vector<float> row(sh.ncols);
+          for (auto* wq : {&wk, &wv}) {
+            for (uint32_t r = 0; r < width; ++r) {
+              for (auto& v : row) v = random_floats(rng, 1)[0] * static_cast<float>(1 + r % 3) + 0.1f * static_cast<float>(r % 5);
+              quant::quantize_row(type, row.data(), wq->data() + r * rs, sh.ncols);
+            }
+          }
+          const std::vector<float> x = random_floats(rng, sh.ncols, 2.0f), nw = random_floats(rng, sh.head_dim);
+          std::vector<float> cs(sh.n_rot);
+          graph::RopeParams rp;
+          rp.base = 1e4f;
+          cpu::rope_cos_sin(static_cast<int>(sh.n_rot), rp, nullptr, static_cast<int32_t>(n_past), cs.data());
+          Step step(*ctx_, 3 * Step::kBlock);
+          step.set(n_past, 1);
+          const size_t cache_bytes = kv_row_bytes(cache, width) * step.rows();
+          Buffer bwk = ctx_->device_buffer(wk.size()), bwv = ctx_->device_buffer(wv.size()), bx = ctx_->device_buffer(x.size() * 4),
+                 bq = ctx_->device_buffer(q8k_row_bytes(sh.ncols)), bnw = ctx_->device_buffer(nw.size() * 4),
+                 bcs = ctx_->device_buffer(cs.size() * 4), count = ctx_->device_buffer(4 * (3 + sh.n_head));
+          std::vector<Buffer> out;  // per path: k, k rotated, v, k cache, v cache
+          for (int i = 0; i < 10; ++i) out.push_back(ctx_->device_buffer(i % 5 < 3 ? width * 4 : cache_bytes));
+          ctx_->upload(bwk, 0, wk.data(), wk.size());
+          ctx_->upload(bwv, 0, wv.data(), wv.size());
+          ctx_->upload(bx, 0, x.data(), x.size() * 4);
+          ctx_->upload(bnw, 0, nw.data(), nw.size() * 4);
+          ctx_->upload(bcs, 0, cs.data(), cs.size() * 4);
+          ctx_->fill_zero(count, 0, count.size);
+          for (Buffer& b : out) ctx_->fill_zero(b, 0, b.size);
+          quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, sh.ncols, 1);
+          // The separate dispatches.
+          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[0]}, sh.ncols, width, 1);
+          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[2]}, sh.ncols, width, 1);
+          RopeHeadsArgs a;
+          a.x = View{&out[0]};
+          a.cs = View{&bcs};
+          a.y = View{&out[1]};
+          a.n_head = sh.n_head;
+          a.head_dim = sh.head_dim;
+          a.n_rot = sh.n_rot;
+          a.n_tokens = 1;
+          a.neox = neox;
+          a.norm = true;
+          a.norm_w = weighted ? View{&bnw} : View{};
+          a.eps = 1e-6f;
+          a.offset = weighted ? 1.0f : 0.0f;
+          a.store = true;
+          a.type = cache;
+          a.v = View{&out[2]};
+          a.k_cache = View{&out[3]};
+          a.v_cache = View{&out[4]};
+          a.step = step.view();
+          rope_heads(*ctx_, ctx_->immediate(), a);
+          // The products with their tails, twice (the counters reset by the last workgroup of each head).
+          MulMvKRope r;
+          r.cs = View{&bcs};
+          r.norm_w = a.norm_w;
+          r.k_cache = View{&out[8]};
+          r.step = step.view();
+          r.count = View{&count};
+          r.head_dim = sh.head_dim;
+          r.n_rot = sh.n_rot;
+          r.count_base = 3;
+          r.neox = neox;
+          r.norm = true;
+          r.store = true;
+          r.f32_cache = cache == KvCacheType::F32;
+          r.eps = a.eps;
+          r.offset = a.offset;
+          for (int run = 0; run < 2; ++run) {
+            mul_mv_k_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[6]}, sh.ncols, width, r);
+            mul_mv_k_vstore(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[7]}, View{&out[9]}, step.view(),
+                            r.f32_cache, sh.ncols, width);
+          }
+          std::vector<std::vector<uint8_t>> got;
+          for (Buffer& b : out) {
+            got.emplace_back(b.size);
+            ctx_->download(b, 0, got.back().data(), b.size);
+          }
+          EXPECT_EQ(got[6], got[1]) << "the rotated rows";
+          EXPECT_EQ(got[7], got[2]) << "v";
+          EXPECT_EQ(got[8], got[3]) << "the k cache";
+          EXPECT_EQ(got[9], got[4]) << "the v cache";
+          EXPECT_NE(got[1], got[0]) << "(the rotation changed the rows)";
+          std::vector<uint32_t> counters(3 + sh.n_head);
+          ctx_->download(count, 0, counters.data(), counters.size() * 4);
+          EXPECT_TRUE(std::all_of(counters.begin(), counters.end(), [](uint32_t c) { return c == 0; }));
+          // Without the append: the same rotated rows, the cache untouched.
+          r.store = false;
+          ctx_->fill_zero(out[8], 0, out[8].size);
+          mul_mv_k_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[5]}, sh.ncols, width, r);
+          std::vector<uint8_t> plain(width * 4), cache_after(out[8].size);
+          ctx_->download(out[5], 0, plain.data(), plain.size());
+          ctx_->download(out[8], 0, cache_after.data(), cache_after.size());
+          EXPECT_EQ(plain, got[1]);
+          EXPECT_TRUE(std::all_of(cache_after.begin(), cache_after.end(), [](uint8_t b) { return b == 0; }));
+          for (Buffer* b : {&bwk, &bwv, &bx, &bq, &bnw, &bcs, &count}) ctx_->release(*b);
+          for (Buffer& b : out) ctx_->release(b);
+        }
+      }
     }
   }
 }

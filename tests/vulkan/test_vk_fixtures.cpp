@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -359,6 +361,38 @@ TEST_P(ZINC_GPU_FIXTURE, Q8_0LogitsStayCloseOverAGreedyDecode) {
 TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
   // Q4_K and Q6_K (the fixtures' 256 and 512 columns take K-quants) through the integer-dot kernels.
   expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M");
+}
+#endif
+
+#if defined(ZINC_GPU_IS_VULKAN)
+TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
+  // Decode's q and k products doing their heads' norm and rotation and k's cache append, v's product
+  // appending v (mul_mv_k_rope and mul_mv_k_vstore, where the heads have a norm and the products are
+  // K-quants: the Q4_K_M files of the fixtures with q and k norms), against the rotations' own
+  // dispatches (ZINC_VULKAN_ROPE_TAIL=0): the same logits bit for bit at every step of a greedy decode,
+  // with an F16 and an F32 cache.
+  const gguf::File f = file("Q4_K_M");
+  for (const auto kv : {backend::KvType::F16, backend::KvType::F32}) {
+    backend::ExecOptions opts;
+    opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 40;
+    opts.max_tokens = 8;
+    opts.kv_type = kv;
+    ::setenv("ZINC_VULKAN_ROPE_TAIL", "0", 1);
+    runtime::Session off(f, *gpu_, opts);
+    ::unsetenv("ZINC_VULKAN_ROPE_TAIL");
+    runtime::Session on(f, *gpu_, opts);
+    off.eval(prompt_);
+    on.eval(prompt_);
+    for (int i = 0; i < 24; ++i) {
+      const auto a = off.executable().logits(), b = on.executable().logits();
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << GetParam() << ", step " << i << (kv == backend::KvType::F16 ? ", F16 cache" : ", F32 cache");
+      const int32_t next = off.last_argmax();
+      off.eval(std::span<const int32_t>(&next, 1));
+      on.eval(std::span<const int32_t>(&next, 1));
+    }
+  }
 }
 #endif
 

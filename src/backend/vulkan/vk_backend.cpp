@@ -204,6 +204,10 @@ class VulkanExecutable final : public SharedDeviceExecutable {
     res_.moe_logits = device(moe_logits_, plan_.moe_logits_bytes);
     res_.moe_ids = device(moe_ids_, plan_.moe_ids_bytes);
     res_.moe_weights = device(moe_weights_, plan_.moe_ids_bytes);
+    if (plan_.head_count_bytes > 0) {
+      res_.head_count = device(head_count_, plan_.head_count_bytes);
+      ctx_.fill_zero(*head_count_, 0, plan_.head_count_bytes);
+    }
     if (plan_.moe_count_bytes > 0) {
       res_.moe_count = device(moe_count_, plan_.moe_count_bytes);
       ctx_.fill_zero(*moe_count_, 0, plan_.moe_count_bytes);
@@ -319,7 +323,7 @@ class VulkanExecutable final : public SharedDeviceExecutable {
   vk::Context& ctx_;
   vk::Plan plan_;
   OwnedBuffer arena_, logits_, hidden_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
-      moe_count_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_route_, argmax_, argmax_scratch_;
+      moe_count_, head_count_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_route_, argmax_, argmax_scratch_;
   std::vector<OwnedBuffer> k_, v_, state_, kept_;  // per layer; per node; per node (ExecOptions::kept_states)
   vk::Buffer empty_;  // what a buffer of no bytes is
   vk::Resources res_;  // the same buffers as the recordings see them

@@ -7,6 +7,7 @@
 #include "backend/vulkan/vk_gemm.h"
 #include "backend/vulkan/vk_misc.h"
 #include "backend/vulkan/vk_quant.h"
+#include "core/knobs.h"
 
 namespace zinc::backend::vk {
 
@@ -105,6 +106,63 @@ void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   }
 }
 
+// An attention's q and k rotations (plan_fusions' norm-and-rotation pairs) done by the K-quant products
+// their norms read (mul_mv_k_rope), and v appended by its product where the k rotation appends k and v
+// (mul_mv_k_vstore): both rotations or neither (one left would keep the stage its dispatch is, and
+// cost the counts; on an H200 qwen3-30b-a3b with only q's taken: 286.0 -> 278.1 tok/s, with both
+// 285.6 -> 291.6). ZINC_VULKAN_ROPE_TAIL=0 keeps the rotations' own dispatches, for measurements.
+void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.mm_rope.assign(nn, -1);
+  p.mm_vstore.assign(nn, -1);
+  p.mm_count_base.assign(nn, 0);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_ROPE_TAIL", 1, 0, 1) == 0) return;
+  std::vector<int> readers(g.tensors.size(), 0), producer(g.tensors.size(), -1);
+  for (size_t i = 0; i < nn; ++i) {
+    for (TensorId t : g.nodes[i].in) ++readers[static_cast<size_t>(t)];
+    producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  }
+  // The one-token K-quant product (no bias) writing t, with workgroups that fit heads of hd, and
+  // (rows_only false) t's one reader; its node, else -1.
+  const auto product = [&](TensorId t, uint32_t hd, bool rows_only) {
+    const int m = producer[static_cast<size_t>(t)];
+    if (m < 0 || (!rows_only && readers[static_cast<size_t>(t)] != 1)) return -1;
+    const Node& mm = g.nodes[static_cast<size_t>(m)];
+    if (mm.op != Op::MatMul || mm.in.size() > 2 || p.skip[static_cast<size_t>(m)]) return -1;
+    const auto& wt = g.tensor(mm.in[0]);
+    return mul_mv_k_tail_fits(ctx, wt.type, static_cast<uint32_t>(wt.ne[0]), static_cast<uint32_t>(wt.ne[1]), hd) ? m : -1;
+  };
+  // The product a rotation's norm reads, where it can take them; else -1.
+  const auto rotating = [&](TensorId t) {
+    const int r = producer[static_cast<size_t>(t)];
+    if (r < 0 || g.nodes[static_cast<size_t>(r)].op != Op::Rope || p.rope_norm[static_cast<size_t>(r)] < 0) return -1;
+    const Node& rot = g.nodes[static_cast<size_t>(r)];
+    const graph::RopeOpParams& rp = rot.rope();
+    if (rp.n_rot > rp.head_dim || rp.n_rot % 2 != 0 || p.rope_index(rot) < 0) return -1;
+    return product(g.nodes[static_cast<size_t>(p.rope_norm[static_cast<size_t>(r)])].in[0], static_cast<uint32_t>(rp.head_dim), false);
+  };
+  uint32_t counters = 0;
+  for (size_t a = 0; a < nn; ++a) {
+    const Node& at = g.nodes[a];
+    if (at.op != Op::Attention) continue;
+    const int qm = rotating(at.in[0]), km = rotating(at.in[1]);
+    if (qm < 0 || km < 0) continue;
+    const int qr = producer[static_cast<size_t>(at.in[0])], kr = producer[static_cast<size_t>(at.in[1])];
+    int vm = -1;
+    if (p.rope_store[static_cast<size_t>(kr)] == static_cast<int>(a)) {  // v's product appends v, or neither is taken
+      vm = product(at.in[2], static_cast<uint32_t>(g.nodes[static_cast<size_t>(kr)].rope().head_dim), true);
+      if (vm < 0) continue;
+    }
+    for (const auto [m, r] : {std::pair{qm, qr}, std::pair{km, kr}}) {
+      p.mm_rope[static_cast<size_t>(m)] = r;
+      p.mm_count_base[static_cast<size_t>(m)] = counters;
+      counters += static_cast<uint32_t>(g.nodes[static_cast<size_t>(r)].rope().n_head);
+    }
+    if (vm >= 0) p.mm_vstore[static_cast<size_t>(vm)] = static_cast<int>(a);
+  }
+  p.head_count_bytes = size_t{4} * counters;
+}
+
 // The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
 // host-visible buffer of their own.
 void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -119,11 +177,27 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
       if (u >= 0) u = std::max(u, static_cast<int>(r));
     }
   }
+  // A rotation done in place by its product (plan_tails): the product's rows live as long as the
+  // rotation's, which take no memory of their own.
+  std::vector<bool> in_place(g.tensors.size(), false);
+  for (size_t m = 0; m < p.mm_rope.size(); ++m) {
+    if (p.mm_rope[m] < 0) continue;
+    const TensorId from = g.nodes[m].out, to = g.nodes[static_cast<size_t>(p.mm_rope[m])].out;
+    auto& u = last_use[static_cast<size_t>(from)];
+    const int v = last_use[static_cast<size_t>(to)];
+    u = (u < 0 || v < 0) ? -1 : std::max(u, v);
+    in_place[static_cast<size_t>(to)] = true;
+  }
   const ArenaPlan arena = plan_arena(
       g, last_use,
-      [&](TensorId t) { return t == g.logits ? 0 : static_cast<size_t>(g.tensor(t).ne[0]) * p.max_rows * 4; }, p.align,
-      opts.keep_activations);
+      [&](TensorId t) {
+        return t == g.logits || in_place[static_cast<size_t>(t)] ? 0 : static_cast<size_t>(g.tensor(t).ne[0]) * p.max_rows * 4;
+      },
+      p.align, opts.keep_activations);
   p.act_offset = arena.offset;
+  for (size_t m = 0; m < p.mm_rope.size(); ++m) {
+    if (p.mm_rope[m] >= 0) p.act_offset[static_cast<size_t>(g.nodes[static_cast<size_t>(p.mm_rope[m])].out)] = p.act_offset[static_cast<size_t>(g.nodes[m].out)];
+  }
   p.arena_bytes = std::max<size_t>(arena.bytes, 4);
   p.logits_bytes = static_cast<size_t>(g.tensor(g.logits).ne[0]) * static_cast<size_t>(opts.max_tokens) * 4;
   if (g.hidden >= 0) p.hidden_bytes = static_cast<size_t>(g.tensor(g.hidden).ne[0]) * static_cast<size_t>(opts.max_tokens) * 4;
@@ -253,8 +327,9 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   p.row_pad = opts.n_seq > 1 ? part_row_alignment(g, p.align) : 1;
   p.max_rows = static_cast<uint32_t>(opts.max_tokens) + static_cast<uint32_t>(opts.n_seq - 1) * (p.row_pad - 1);
   plan_fusions(p, g, opts);
+  plan_step_buffer(p, g, opts);  // (the rotation tables plan_tails needs)
+  plan_tails(p, ctx, g, opts);
   plan_activations(p, g, opts);
-  plan_step_buffer(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   p.state_seq_bytes.assign(state_floats.size(), 0);
   for (size_t i = 0; i < state_floats.size(); ++i) {

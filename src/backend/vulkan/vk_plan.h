@@ -45,6 +45,15 @@ struct Plan {
   // dispatch, whether an attention's cache append is done by its k rotation.
   std::vector<int> rope_norm, rope_store;
   std::vector<bool> skip, kv_stored;
+  // Decode's rotations with a norm done by the q or k product before them, in the product's last
+  // workgroup of each head, in place (mul_mv_k_rope; the product's output and the rotation's share
+  // memory), and the v product appending its row where such a k product appends k (mul_mv_k_vstore).
+  // Per node: the rotation a MatMul does (-1: none), the attention whose v a MatMul appends (-1:
+  // none), a rotating MatMul's first head counter; the counters' bytes. Steps of one token and one
+  // sequence only; the others run the rotation's own dispatch.
+  std::vector<int> mm_rope, mm_vstore;
+  std::vector<uint32_t> mm_count_base;
+  size_t head_count_bytes = 0;
   // A DeltaNet whose q, k and v are contiguous pieces of one tensor's rows (three splits of the conv's
   // output, whose only reader it is) reads them there: the splits are skipped. Per node: that tensor
   // (-1: none) and the pieces' offsets in its rows.

@@ -363,6 +363,76 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
 }
 
+namespace {
+// The tails' products take the one-token shape (on an H200, eight rows a workgroup instead: qwen3-8b
+// 312.7 -> 286.0 tok/s, qwen3-30b-a3b 278.1 -> 265.6, with only q's rotation taken).
+MvkShape tail_shape(gguf::TensorType type, uint32_t nrows, uint32_t ncols) { return mul_mv_k_shape(type, nrows, ncols, 1); }
+}  // namespace
+
+bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
+  if (!has_mul_mv_k(ctx, type) || ncols % 256 != 0 || head_dim == 0 || head_dim > 128 || head_dim % 2 != 0 ||
+      nrows % head_dim != 0 || ctx.features().subgroup_size > 64 || 64 % ctx.features().subgroup_size != 0) {
+    return false;
+  }
+  const MvkShape s = tail_shape(type, nrows, ncols);
+  const uint32_t rows = s.rows * s.groups;  // a workgroup's rows
+  return s.wg >= 64 && rows % 2 == 0 && head_dim % rows == 0;
+}
+
+namespace {
+struct MulMvKTailPush {
+  MulMvKPush base;
+  uint32_t head_dim, n_rot, flags, count_base;
+  float eps, offset;
+};
+
+void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::TensorType type, const std::array<View, 9>& views,
+                   uint32_t ncols, uint32_t nrows, uint32_t head_dim, const MulMvKTailPush& tail) {
+  if (!mul_mv_k_tail_fits(ctx, type, ncols, nrows, head_dim)) {
+    throw Error(fmt::format("Vulkan mul_mv_k_{}: {} rows of {} ({} a head) do not fit", variant, nrows, ncols, head_dim));
+  }
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k tail", type, ncols);
+  check_bytes("mul_mv_k tail", uint64_t{row_bytes} * nrows);
+  const MvkShape s = tail_shape(type, nrows, ncols);
+  const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
+  MulMvKTailPush push = tail;
+  push.base = MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + variant + mul_mv_k_variant(type), 9, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
+  d.dispatch(k, views, &push, gx, gy, 1);
+}
+}  // namespace
+
+void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
+                   uint32_t nrows, const MulMvKRope& r) {
+  if (r.n_rot > r.head_dim || r.n_rot % 2 != 0) throw Error("Vulkan mul_mv_k_rope: the rotated dims do not fit the head");
+  const size_t count_bytes = !r.count.buffer ? 0 : r.count.bytes > 0 ? r.count.bytes : r.count.buffer->size - r.count.offset;
+  if (r.head_dim == 0 || count_bytes < size_t{4} * (r.count_base + nrows / r.head_dim)) {
+    throw Error("Vulkan mul_mv_k_rope: too few counters");
+  }
+  MulMvKTailPush push{};
+  push.head_dim = r.head_dim;
+  push.n_rot = r.n_rot;
+  push.flags = (r.neox ? 1u : 0u) | (r.norm ? 2u : 0u) | (r.norm && r.norm_w.buffer ? 4u : 0u) | (r.store ? 8u : 0u) |
+               (r.f32_cache ? 16u : 0u);
+  push.count_base = r.count_base;
+  push.eps = r.eps;
+  push.offset = r.offset;
+  mul_mv_k_tail(ctx, d, "rope_", type,
+                {w, xq, y, r.cs, r.norm_w.buffer ? r.norm_w : r.cs, y, r.store ? r.k_cache : y, r.count, r.store ? r.step : r.cs},
+                ncols, nrows, r.head_dim, push);
+}
+
+void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
+                     bool f32_cache, uint32_t ncols, uint32_t nrows) {
+  MulMvKTailPush push{};
+  push.flags = 8u | (f32_cache ? 16u : 0u);
+  // (Any head size the rows' workgroups divide: the append is per workgroup.)
+  const MvkShape s = tail_shape(type, nrows, ncols);
+  mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push);
+}
+
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                  uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_id", type, ncols);

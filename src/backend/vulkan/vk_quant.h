@@ -91,6 +91,27 @@ bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vie
                          View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
                          uint32_t n_tokens);
 
+// Decode's q or k product (one token) with rope_heads's work on its heads done by the last workgroup
+// of each head, in place in y: the per-head norm where `norm` (weights norm_w where given), the
+// rotation by cs (the token's [n_rot] cos/sin pairs) and, where `store`, the rotated row's append to
+// k_cache at the step header's n_past (step). count: n_head counters from count_base, zero before and
+// after. The same bits as mul_mv_k then rope_heads. Needs mul_mv_k_tail_fits.
+struct MulMvKRope {
+  View cs, norm_w, k_cache, step, count;
+  uint32_t head_dim = 0, n_rot = 0, count_base = 0;
+  bool neox = false, norm = false, store = false, f32_cache = false;
+  float eps = 0, offset = 0;
+};
+// Whether decode's product of `type` with rows of ncols and nrows of them (heads of head_dim, at most
+// 128) takes the rotation after it (mul_mv_k_rope) or the cache append (mul_mv_k_vstore).
+bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim);
+void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
+                   uint32_t nrows, const MulMvKRope& r);
+// Decode's v product (one token) appending its row to v_cache at the step header's n_past, as
+// rope_heads stores v (halves rounded to nearest even, or floats).
+void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
+                     bool f32_cache, uint32_t ncols, uint32_t nrows);
+
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
 // y[t][k] = W_ids[t][k] . x_(t,k) (+ bias[ids[t][k]]), x_(t,k) = x[t] ([n_tokens][ncols], gate and up)

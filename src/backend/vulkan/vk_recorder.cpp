@@ -42,6 +42,7 @@ class Recorder {
     const uint32_t n_tok = parts.back().row + parts.back().n;
     parts_ = &parts;
     multi_ = parts.size() > 1;
+    tails_ = !multi_ && n_tok == 1 && res_.head_count != nullptr;  // (plan_tails: one token of one sequence)
     Recorded out;
     out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
     vk::Recording& rec = *out.rec;
@@ -221,6 +222,10 @@ class Recorder {
         break;
       }
       case Op::MatMul:
+        if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
+          tail_product(rec, tr, node, index, in(1), out);
+          break;
+        }
         matmul(rec, tr, node, in(1), out, nu);
         break;
       case Op::Add: case Op::Mul:
@@ -626,6 +631,47 @@ class Recorder {
     vk::mul_mm_q(ctx_, rec, kernel, wt.type, w_.raw(node.in[0]), xin, out, bias, ncols, nrows, n, nrows, 0);
   }
 
+  // Decode's q or k product with its heads' norm, rotation (in place: the rotation's output is the
+  // product's, plan_activations) and k's cache append; or v's product with its cache append (plan_tails).
+  void tail_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out) {
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const bool f32_cache = plan_.kv_type == KvCacheType::F32;
+    if (plan_.mm_vstore[index] >= 0) {
+      const View vc{res_.v[static_cast<size_t>(g_.nodes[static_cast<size_t>(plan_.mm_vstore[index])].layer)]};
+      tr.before({xq, header(0)}, {out, vc});
+      vk::mul_mv_k_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, vc, header(0), f32_cache, ncols, nrows);
+      return;
+    }
+    const auto r = static_cast<size_t>(plan_.mm_rope[index]);
+    const Node& rot = g_.nodes[r];
+    const graph::RopeOpParams& rp = rot.rope();
+    const RopeTable& table = plan_.ropes[static_cast<size_t>(plan_.rope_index(rot))];
+    const Node& norm = g_.nodes[static_cast<size_t>(plan_.rope_norm[r])];
+    vk::MulMvKRope a;
+    a.cs = View{res_.step_dev, table.offset, static_cast<size_t>(table.n_rot) * 4};
+    a.head_dim = static_cast<uint32_t>(rp.head_dim);
+    a.n_rot = static_cast<uint32_t>(rp.n_rot);
+    a.neox = rp.mode == graph::RopeMode::NeoX;
+    a.norm = true;
+    a.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    a.eps = norm.norm().eps;
+    a.offset = norm.norm().offset;
+    a.count = View{res_.head_count, 0, res_.head_count->size};
+    a.count_base = plan_.mm_count_base[index];
+    if (plan_.rope_store[r] >= 0) {
+      a.store = true;
+      a.f32_cache = f32_cache;
+      a.k_cache = View{res_.k[static_cast<size_t>(g_.nodes[static_cast<size_t>(plan_.rope_store[r])].layer)]};
+      a.step = header(0);
+    }
+    const View counters{res_.head_count, size_t{4} * a.count_base, size_t{4} * rp.n_head};
+    tr.before({xq, a.cs, a.step}, {out, a.k_cache, counters});
+    vk::mul_mv_k_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, a);
+    done_[r] = true;
+  }
+
   // x (tensor t, n rows of ncols) as the matrix product reads it: itself for the portable kernel; in
   // f16 for the tensor-core one, converted once for every product that reads it (q, k and v; gate and
   // up).
@@ -817,6 +863,7 @@ class Recorder {
   const Resources& res_;
   const std::vector<Part>* parts_ = nullptr;  // the step being recorded
   bool multi_ = false;                         // it has several parts
+  bool tails_ = false;                         // one token of one sequence: products may take their rotations (plan_tails)
   std::vector<int64_t> recorded_argmax_rows_;  // the logits rows it takes the argmax of
   TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of
   TensorId q8_of_ = -1;     // the tensor the 32-element formats' scratch (act_q8) holds the codes of,

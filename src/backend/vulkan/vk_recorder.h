@@ -33,6 +33,7 @@ struct Resources {
   const Buffer *arena = nullptr, *logits = nullptr, *hidden = nullptr, *step_host = nullptr, *step_dev = nullptr;
   const Buffer *attn_scratch = nullptr, *act_q8 = nullptr, *act_q8k = nullptr, *x_f16 = nullptr;
   const Buffer *moe_logits = nullptr, *moe_ids = nullptr, *moe_weights = nullptr;
+  const Buffer* head_count = nullptr;  // mul_mv_k_rope's counters, one per head of each rotating product (zero between steps)
   const Buffer* moe_count = nullptr;  // moe_router's counters, one per token of a decode-sized step (zero between steps)
   const Buffer *moe_gate = nullptr, *moe_up = nullptr, *moe_down = nullptr;
   const Buffer* moe_route = nullptr;  // a prefill step's slots grouped by expert (moe_sort)
