@@ -396,6 +396,37 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
 }
 #endif
 
+#if defined(ZINC_GPU_IS_VULKAN)
+TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
+  // Every device buffer of a context starting as NaNs (ZINC_VULKAN_POISON=1) instead of whatever the
+  // allocation held: the same logits bit for bit over a prompt and a greedy decode, so no kernel of the
+  // step reads memory that nothing wrote (padding, stale scratch) on the Q4_K_M file, in prompt steps
+  // of the decode kernels (8 rows) and of the matrix products (the whole prompt at once).
+  const gguf::File f = file("Q4_K_M");
+  for (const int32_t max_tokens : {8, 64}) {
+    backend::ExecOptions opts;
+    opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 40;
+    opts.max_tokens = max_tokens;
+    ::unsetenv("ZINC_VULKAN_POISON");
+    runtime::Session clean(f, *gpu_, opts);
+    ::setenv("ZINC_VULKAN_POISON", "1", 1);
+    runtime::Session poisoned(f, *gpu_, opts);
+    ::unsetenv("ZINC_VULKAN_POISON");
+    clean.eval(prompt_);
+    poisoned.eval(prompt_);
+    for (int i = 0; i < 16; ++i) {
+      const auto a = clean.executable().logits(), b = poisoned.executable().logits();
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << GetParam() << ", step " << i << ", steps of up to " << max_tokens << " rows";
+      const int32_t next = clean.last_argmax();
+      clean.eval(std::span<const int32_t>(&next, 1));
+      poisoned.eval(std::span<const int32_t>(&next, 1));
+    }
+  }
+}
+#endif
+
 // Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four
 // sequences of different lengths start at different steps, prefill in chunks beside the others'
 // decode tokens, then decode decode_steps() greedy tokens together; one is forked from another mid-way and one is

@@ -23,6 +23,7 @@
 #include "backend/vulkan/vk_recorder.h"
 #include "backend/vulkan/vk_weights.h"
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace zinc::backend {
 
@@ -155,8 +156,12 @@ class VulkanExecutable final : public SharedDeviceExecutable {
   // The buffers the plan asks for (released with the context, or as soon as one fails). One of no
   // bytes is an empty buffer (no memory), as launchers given unused scratch expect.
   void allocate() {
+    // ZINC_VULKAN_POISON=1 (debugging): every device buffer starts as NaNs, so a kernel reading what
+    // nothing wrote shows in the results (the buffers that must start at zero are zeroed below).
+    const bool poison = knob_u32("ZINC_VULKAN_POISON", 0, 0, 1) == 1;
     const auto device = [&](OwnedBuffer& b, size_t bytes) {
       if (bytes > 0) b = ctx_.owned_device_buffer(bytes);
+      if (b && poison) ctx_.fill_words(*b, 0, b->size, 0xffffffffu);
       return b ? b.get() : &empty_;
     };
     res_.arena = device(arena_, plan_.arena_bytes);

@@ -538,14 +538,15 @@ void Context::download(std::span<const HostRun> runs) {
   }
 }
 
-void Context::fill_zero(const Buffer& dst, size_t offset, size_t bytes) {
+void Context::fill_words(const Buffer& dst, size_t offset, size_t bytes, uint32_t word) {
   if (bytes == 0) return;
   if (dst.mapped) {
-    std::memset(static_cast<uint8_t*>(dst.mapped) + offset, 0, bytes);
+    auto* at = static_cast<uint8_t*>(dst.mapped) + offset;
+    for (size_t i = 0; i < bytes; i += 4) std::memcpy(at + i, &word, std::min<size_t>(4, bytes - i));
     return;
   }
   VkCommandBuffer cb = begin_one_shot();
-  vkCmdFillBuffer(cb, dst.buffer, offset, (bytes + 3) & ~size_t{3}, 0);
+  vkCmdFillBuffer(cb, dst.buffer, offset, (bytes + 3) & ~size_t{3}, word);
   submit_one_shot(cb);
 }
 

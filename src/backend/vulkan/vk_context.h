@@ -175,7 +175,9 @@ class Context {
   // Copies through a staging buffer (or directly where the buffer is mapped), waiting until done.
   void upload(const Buffer& dst, size_t offset, const void* src, size_t bytes);
   void download(const Buffer& src, size_t offset, void* dst, size_t bytes);
-  void fill_zero(const Buffer& dst, size_t offset, size_t bytes);
+  void fill_zero(const Buffer& dst, size_t offset, size_t bytes) { fill_words(dst, offset, bytes, 0); }
+  // Every 32-bit word of the range (rounded up to whole words) set to `word`.
+  void fill_words(const Buffer& dst, size_t offset, size_t bytes, uint32_t word);
   // Many runs of bytes between device buffers and host memory in as few submissions as the staging
   // buffer allows, waiting until done.
   struct HostRun {
