@@ -365,6 +365,22 @@ TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseOverAGreedyDecode) {
 #endif
 
 #if defined(ZINC_GPU_IS_VULKAN)
+// Two sessions fed the prompt and then the first's greedy tokens: the same logits bit for bit at each
+// of `steps` steps.
+void expect_same_logits(runtime::Session& a, runtime::Session& b, const std::vector<int32_t>& prompt, int steps,
+                        const std::string& what) {
+  a.eval(prompt);
+  b.eval(prompt);
+  for (int i = 0; i < steps; ++i) {
+    const auto x = a.executable().logits(), y = b.executable().logits();
+    ASSERT_EQ(x.size(), y.size()) << what;
+    ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << what << ", step " << i;
+    const int32_t next = a.last_argmax();
+    a.eval(std::span<const int32_t>(&next, 1));
+    b.eval(std::span<const int32_t>(&next, 1));
+  }
+}
+
 TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
   // Decode's q and k products doing their heads' norm and rotation and k's cache append, v's product
   // appending v (mul_mv_k_rope and mul_mv_k_vstore, where the heads have a norm and the products are
@@ -381,17 +397,7 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
     runtime::Session off(f, *gpu_, opts);
     ::unsetenv("ZINC_VULKAN_ROPE_TAIL");
     runtime::Session on(f, *gpu_, opts);
-    off.eval(prompt_);
-    on.eval(prompt_);
-    for (int i = 0; i < 24; ++i) {
-      const auto a = off.executable().logits(), b = on.executable().logits();
-      ASSERT_EQ(a.size(), b.size());
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << GetParam() << ", step " << i << (kv == backend::KvType::F16 ? ", F16 cache" : ", F32 cache");
-      const int32_t next = off.last_argmax();
-      off.eval(std::span<const int32_t>(&next, 1));
-      on.eval(std::span<const int32_t>(&next, 1));
-    }
+    expect_same_logits(off, on, prompt_, 24, GetParam() + (kv == backend::KvType::F16 ? ", F16 cache" : ", F32 cache"));
   }
 }
 #endif
@@ -412,17 +418,7 @@ TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
     ::setenv("ZINC_VULKAN_POISON", "1", 1);
     runtime::Session poisoned(f, *gpu_, opts);
     ::unsetenv("ZINC_VULKAN_POISON");
-    clean.eval(prompt_);
-    poisoned.eval(prompt_);
-    for (int i = 0; i < 16; ++i) {
-      const auto a = clean.executable().logits(), b = poisoned.executable().logits();
-      ASSERT_EQ(a.size(), b.size());
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
-          << GetParam() << ", step " << i << ", steps of up to " << max_tokens << " rows";
-      const int32_t next = clean.last_argmax();
-      clean.eval(std::span<const int32_t>(&next, 1));
-      poisoned.eval(std::span<const int32_t>(&next, 1));
-    }
+    expect_same_logits(clean, poisoned, prompt_, 16, GetParam() + ", steps of up to " + std::to_string(max_tokens) + " rows");
   }
 }
 #endif
