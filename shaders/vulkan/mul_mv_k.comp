@@ -107,6 +107,7 @@ layout(std430, binding = 6) writeonly restrict buffer KCbuf { uint kc[]; };  // 
 layout(std430, binding = 8) readonly restrict buffer Step { uint step[]; };  // word 0: n_past; the block table
 #include "f16_rne.glsl"
 #include "kv_rows.glsl"
+#include "rope_pair.glsl"
 #endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
@@ -276,17 +277,6 @@ shared float head_s[128];  // (heads of at most 128: the shared memory every wor
 shared float part_s[16];
 shared bool tail_last;
 
-// Element d's rotation partner, whether it is the pair's first, and its (cos, sin) pair's index.
-uvec3 rope_pair(uint d) {
-  const uint half_rot = p.n_rot / 2u;
-  if ((p.flags & 1u) != 0u) {
-    const bool first = d < half_rot;
-    return uvec3(first ? d + half_rot : d - half_rot, first ? 1u : 0u, first ? d : d - half_rot);
-  }
-  const bool first = (d & 1u) == 0u;
-  return uvec3(first ? d + 1u : d - 1u, first ? 1u : 0u, d >> 1);
-}
-
 // Once every workgroup of the head holding row0 has written its rows: by the last of them, the head's
 // norm, rotation and cache append, as rope_heads.comp does them for token 0 (the norm's sums over
 // invocations 0..63 in its order), each invocation then taking a pair of adjacent elements.
@@ -328,18 +318,18 @@ void rope_tail(uint row0, uint tid) {
   }
   if (d < p.n_rot) {
     // The partners' values normalised as these are (each invocation from the rows staged above).
-    const uvec3 q0 = rope_pair(d), q1 = rope_pair(d + 1u);
-    vec2 pv = vec2(head_s[q0.x], head_s[q1.x]);
+    const RopePair q0 = rope_pair(d, p.n_rot, (p.flags & 1u) != 0u), q1 = rope_pair(d + 1u, p.n_rot, (p.flags & 1u) != 0u);
+    vec2 pv = vec2(head_s[q0.partner], head_s[q1.partner]);
     if ((p.flags & 2u) != 0u) {
       float total = 0.0;
       for (uint i = 0u; i < 64u / gl_SubgroupSize; ++i) total += part_s[i];
       const float scale = inversesqrt(total / float(hd) + p.eps);
-      const vec2 we = (p.flags & 4u) != 0u ? vec2(nw[q0.x] + p.offset, nw[q1.x] + p.offset) : vec2(1.0);
+      const vec2 we = (p.flags & 4u) != 0u ? vec2(nw[q0.partner] + p.offset, nw[q1.partner] + p.offset) : vec2(1.0);
       pv = vec2(pv.x * scale * we.x, pv.y * scale * we.y);
     }
-    const vec2 c0 = vec2(cs[2u * q0.z], cs[2u * q0.z + 1u]), c1 = vec2(cs[2u * q1.z], cs[2u * q1.z + 1u]);
-    r = vec2(q0.y != 0u ? r.x * c0.x - pv.x * c0.y : pv.x * c0.y + r.x * c0.x,
-             q1.y != 0u ? r.y * c1.x - pv.y * c1.y : pv.y * c1.y + r.y * c1.x);
+    const vec2 c0 = vec2(cs[2u * q0.i], cs[2u * q0.i + 1u]), c1 = vec2(cs[2u * q1.i], cs[2u * q1.i + 1u]);
+    r = vec2(q0.first ? r.x * c0.x - pv.x * c0.y : pv.x * c0.y + r.x * c0.x,
+             q1.first ? r.y * c1.x - pv.y * c1.y : pv.y * c1.y + r.y * c1.x);
   }
   y[base + d] = r.x;
   y[base + d + 1u] = r.y;

@@ -4,6 +4,8 @@
 // element of a [n_tokens][n_head * head_dim] row block. Pairs are (2i, 2i+1) in the normal form,
 // (i, i + n_rot/2) in the NeoX form; dims from n_rot on pass through. 8 bytes per element plus the
 // table (n_rot floats per token).
+#extension GL_GOOGLE_include_directive : require
+#include "rope_pair.glsl"
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer CS { float cs[]; };  // [n_tokens][n_rot]: cos, sin per pair
@@ -24,18 +26,8 @@ void main() {
     o[e] = x[e];
     return;
   }
-  const uint half_rot = p.n_rot / 2u;
-  uint i, partner;
-  bool first;
-  if (p.neox != 0u) {
-    first = d < half_rot;
-    i = first ? d : d - half_rot;
-    partner = first ? e + half_rot : e - half_rot;
-  } else {
-    first = (d & 1u) == 0u;
-    i = d >> 1;
-    partner = first ? e + 1u : e - 1u;
-  }
-  const float c = cs[t * p.n_rot + 2u * i], s = cs[t * p.n_rot + 2u * i + 1u];
-  o[e] = first ? x[e] * c - x[partner] * s : x[partner] * s + x[e] * c;
+  const RopePair q = rope_pair(d, p.n_rot, p.neox != 0u);
+  const uint partner = e - d + q.partner;
+  const float c = cs[t * p.n_rot + 2u * q.i], s = cs[t * p.n_rot + 2u * q.i + 1u];
+  o[e] = q.first ? x[e] * c - x[partner] * s : x[partner] * s + x[e] * c;
 }

@@ -17,6 +17,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "f16_rne.glsl"
+#include "rope_pair.glsl"
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer CS { float cs[]; };  // [n_tokens][n_rot]: cos, sin per pair
@@ -69,23 +70,12 @@ void main() {
   }
 #endif
   barrier();
-  const uint half_rot = p.n_rot / 2u;
   for (uint d = lid; d < p.head_dim; d += 64u) {
     float r = head[d];
     if (d < p.n_rot) {
-      uint i, partner;
-      bool first;
-      if (p.neox != 0u) {
-        first = d < half_rot;
-        i = first ? d : d - half_rot;
-        partner = first ? d + half_rot : d - half_rot;
-      } else {
-        first = (d & 1u) == 0u;
-        i = d >> 1;
-        partner = first ? d + 1u : d - 1u;
-      }
-      const float c = cs[t * p.n_rot + 2u * i], sn = cs[t * p.n_rot + 2u * i + 1u];
-      r = first ? head[d] * c - head[partner] * sn : head[partner] * sn + head[d] * c;
+      const RopePair q = rope_pair(d, p.n_rot, p.neox != 0u);
+      const float c = cs[t * p.n_rot + 2u * q.i], sn = cs[t * p.n_rot + 2u * q.i + 1u];
+      r = q.first ? head[d] * c - head[q.partner] * sn : head[q.partner] * sn + head[d] * c;
     }
     o[base + d] = r;
     rotated[d] = r;

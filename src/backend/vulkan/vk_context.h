@@ -68,6 +68,8 @@ struct View {
   size_t offset = 0;
   size_t bytes = 0;
 };
+// The bytes a view covers: its own, or (bytes 0) to its buffer's end; 0 without a buffer.
+inline size_t view_bytes(const View& v) { return !v.buffer ? 0 : v.bytes > 0 ? v.bytes : v.buffer->size - v.offset; }
 
 struct Kernel {
   VkShaderModule module = VK_NULL_HANDLE;

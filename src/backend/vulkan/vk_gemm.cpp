@@ -111,7 +111,7 @@ void require_coopmat(const Context& ctx) {
 
 void check_scratch(const View& s, uint32_t ncols, uint32_t n_tokens) {
   const size_t scratch = mul_mm_scratch_bytes(ncols, n_tokens);
-  if (!s.buffer || (s.bytes > 0 ? s.bytes : s.buffer->size - s.offset) < scratch) {
+  if (view_bytes(s) < scratch) {
     throw Error(fmt::format("Vulkan mul_mm_convert_x: the f16 view holds fewer than the {} bytes needed", scratch));
   }
 }

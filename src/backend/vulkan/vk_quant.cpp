@@ -363,18 +363,13 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
 }
 
-namespace {
-// The tails' products take the one-token shape (on an H200, eight rows a workgroup instead: qwen3-8b
-// 312.7 -> 286.0 tok/s, qwen3-30b-a3b 278.1 -> 265.6, with only q's rotation taken).
-MvkShape tail_shape(gguf::TensorType type, uint32_t nrows, uint32_t ncols) { return mul_mv_k_shape(type, nrows, ncols, 1); }
-}  // namespace
-
 bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
   if (!has_mul_mv_k(ctx, type) || ncols % 256 != 0 || head_dim == 0 || head_dim > 128 || head_dim % 2 != 0 ||
       nrows % head_dim != 0 || ctx.features().subgroup_size > 64 || 64 % ctx.features().subgroup_size != 0) {
     return false;
   }
-  const MvkShape s = tail_shape(type, nrows, ncols);
+  // The one-token shape (eight rows a workgroup instead measured slower on an H200: bench/README).
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
   const uint32_t rows = s.rows * s.groups;  // a workgroup's rows
   return s.wg >= 64 && rows % 2 == 0 && head_dim % rows == 0;
 }
@@ -393,7 +388,7 @@ void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::Tenso
   }
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k tail", type, ncols);
   check_bytes("mul_mv_k tail", uint64_t{row_bytes} * nrows);
-  const MvkShape s = tail_shape(type, nrows, ncols);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
   const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
   MulMvKTailPush push = tail;
   push.base = MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
@@ -407,8 +402,7 @@ void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::Tenso
 void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
                    uint32_t nrows, const MulMvKRope& r) {
   if (r.n_rot > r.head_dim || r.n_rot % 2 != 0) throw Error("Vulkan mul_mv_k_rope: the rotated dims do not fit the head");
-  const size_t count_bytes = !r.count.buffer ? 0 : r.count.bytes > 0 ? r.count.bytes : r.count.buffer->size - r.count.offset;
-  if (r.head_dim == 0 || count_bytes < size_t{4} * (r.count_base + nrows / r.head_dim)) {
+  if (r.head_dim == 0 || view_bytes(r.count) < size_t{4} * (r.count_base + nrows / r.head_dim)) {
     throw Error("Vulkan mul_mv_k_rope: too few counters");
   }
   MulMvKTailPush push{};
@@ -429,7 +423,7 @@ void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
   MulMvKTailPush push{};
   push.flags = 8u | (f32_cache ? 16u : 0u);
   // (Any head size the rows' workgroups divide: the append is per workgroup.)
-  const MvkShape s = tail_shape(type, nrows, ncols);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
   mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push);
 }
 
