@@ -402,6 +402,63 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
 }
 #endif
 
+TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
+  // A speculative step (the next token and drafts after it in one step, as `zinc run --spec` and the
+  // server verify drafts) against one-token steps: each row the session stands at, after accepting a
+  // right draft and after forgetting wrong ones, has the same logits bit for bit as the plain decode's
+  // step of that token. Otherwise a greedy text would depend on where drafting happened, which the
+  // automatic mode decides by timing (run to run). The Q4_K_M file (the K-quant decode kernels and
+  // their fusions) and the F32 one, an F16 cache.
+  for (const std::string mixture : {"Q4_K_M", "F32"}) {
+    const gguf::File f = file(mixture);
+    backend::ExecOptions opts;
+    opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 48;
+    opts.max_tokens = 8;
+    opts.kept_states = 4;
+    runtime::Session plain(f, *gpu_, opts), spec(f, *gpu_, opts);
+    constexpr int kSteps = 12;
+    std::vector<std::vector<float>> want;
+    std::vector<int32_t> greedy;
+    plain.eval(prompt_);
+    for (int i = 0; i <= kSteps; ++i) {
+      const auto x = plain.executable().logits();
+      want.emplace_back(x.begin(), x.end());
+      greedy.push_back(plain.last_argmax());
+      plain.eval(std::span<const int32_t>(&greedy.back(), 1));
+    }
+    const auto x = plain.executable().logits();
+    want.emplace_back(x.begin(), x.end());
+    const std::string what = GetParam() + " " + mixture;
+    spec.eval(prompt_);
+    {
+      const auto y = spec.executable().logits();
+      ASSERT_EQ(std::memcmp(y.data(), want[0].data(), y.size() * sizeof(float)), 0) << what << ", the prompt";
+    }
+    // Step i stands after greedy[0..i): the next token, then (every other step) the right draft and a
+    // wrong one, else three wrong ones (the step's own token repeated: a draft the model did not make).
+    for (int i = 0; i + 2 <= kSteps;) {
+      const bool right = i % 2 == 0;
+      const int32_t wrong = (greedy[static_cast<size_t>(i) + 1] + 1) % static_cast<int32_t>(spec.n_vocab());
+      const std::vector<int32_t> step = right ? std::vector<int32_t>{greedy[static_cast<size_t>(i)], greedy[static_cast<size_t>(i) + 1], wrong}
+                                              : std::vector<int32_t>{greedy[static_cast<size_t>(i)], wrong, wrong, wrong};
+      spec.eval_speculative(step);
+      const auto row = [&](int at) {
+        const auto y = spec.last_logits();
+        ASSERT_EQ(y.size(), want[static_cast<size_t>(at)].size());
+        ASSERT_EQ(std::memcmp(y.data(), want[static_cast<size_t>(at)].data(), y.size() * sizeof(float)), 0)
+            << what << ", the row of token " << at << " of the decode, " << (right ? "a right draft" : "wrong drafts");
+      };
+      row(i + 1);
+      if (right) {
+        spec.speculative_accept();
+        row(i + 2);
+      }
+      spec.speculative_end();
+      i += right ? 2 : 1;
+    }
+  }
+}
+
 #if defined(ZINC_GPU_IS_VULKAN)
 TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
   // Every device buffer of a context starting as NaNs (ZINC_VULKAN_POISON=1) instead of whatever the
@@ -504,6 +561,11 @@ TEST_P(ZINC_GPU_FIXTURE, SequencesSteppedTogetherMatchEachAlone) {
   std::printf("%s: %d steps of up to 4 sequences; worst logit gap to each alone %.2e; %d of %d choices clear\n",
               GetParam().c_str(), steps, worst, clear, rows);
   EXPECT_LT(worst, kFloat32Gap) << GetParam();
+#if defined(ZINC_GPU_IS_VULKAN)
+  // Bit for bit, in fact: the decode kernels' sums in a row do not depend on the step's rows, so a
+  // sequence's text does not depend on which others share its steps.
+  EXPECT_EQ(worst, 0.0) << GetParam();
+#endif
   EXPECT_EQ(clear_agree, clear) << GetParam();
   EXPECT_GE(clear, rows * 3 / 4) << GetParam() << ": too few clear choices to judge";
 

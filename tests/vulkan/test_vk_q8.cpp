@@ -469,6 +469,46 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   }
 }
 
+TEST_F(VulkanKQuant, RowsAreTheSameInStepsOfAnyTokens) {
+  // Each token's row of a step of several tokens bit for bit the product of that token alone (a
+  // decode step), for the launcher's shapes: a speculative step's verifying rows and a batch's rows
+  // then give the one-token step's logits. Rows of 17 and 16 blocks (more than the workgroup takes a
+  // step) and 3 blocks (groups of rows).
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
+    for (const auto& [ncols, nrows] : {std::pair{4352u, 70u}, {4096u, 512u}, {768u, 2048u}}) {
+      const size_t rs = quant::row_size(type, ncols), qb = q8k_row_bytes(ncols);
+      std::vector<uint8_t> wq(rs * nrows + 16);
+      std::vector<float> row(ncols);
+      for (uint32_t r = 0; r < nrows; ++r) {
+        for (auto& v : row) v = nd(rng) * (1 + r % 3);
+        quant::quantize_row(type, row.data(), wq.data() + r * rs, ncols);
+      }
+      Buffer bw = ctx_->device_buffer(wq.size());
+      ctx_->upload(bw, 0, wq.data(), wq.size());
+      for (const uint32_t ntok : {3u, 8u}) {
+        const std::vector<float> x = activation_rows(ncols, ntok, rng);
+        Buffer bx = ctx_->device_buffer(x.size() * 4), bq = ctx_->device_buffer(qb * ntok),
+               by = ctx_->device_buffer(static_cast<size_t>(nrows) * ntok * 4), b1 = ctx_->device_buffer(static_cast<size_t>(nrows) * 4);
+        ctx_->upload(bx, 0, x.data(), x.size() * 4);
+        quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, ncols, ntok);
+        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok);
+        std::vector<float> all(static_cast<size_t>(nrows) * ntok), one(nrows);
+        ctx_->download(by, 0, all.data(), all.size() * 4);
+        for (uint32_t t = 0; t < ntok; ++t) {
+          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq, t * qb, qb}, View{&b1}, ncols, nrows, 1);
+          ctx_->download(b1, 0, one.data(), one.size() * 4);
+          EXPECT_EQ(std::memcmp(all.data() + static_cast<size_t>(t) * nrows, one.data(), nrows * 4), 0)
+              << gguf::tensor_type_name(type) << " " << ncols << " x " << nrows << ", token " << t << " of " << ntok;
+        }
+        for (Buffer* b : {&bx, &bq, &by, &b1}) ctx_->release(*b);
+      }
+      ctx_->release(bw);
+    }
+  }
+}
+
 TEST_F(VulkanKQuant, GluOutputAndItsCodesInOneDispatch) {
   // SwiGLU with the Q8_K codes of its result (the down projection's input): the floats as the plain
   // op writes them, the codes as the CPU quantizes those floats.

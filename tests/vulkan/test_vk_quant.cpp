@@ -229,6 +229,32 @@ void QuantFixture::check_mul_mv(TensorType type, const std::vector<MulMvCase>& c
   }
 }
 
+TEST_P(QuantKernels, MulMvRowsAreTheSameInStepsOfAnyTokens) {
+  // Each token's row of a step of several tokens bit for bit the product of that token alone (a
+  // decode step): a speculative step's verifying rows and a batch's rows then give the one-token
+  // step's logits, so greedy text does not depend on where drafts or other sequences joined a step.
+  // Few rows (a router, a gate of one row, a recurrent layer's per-head projections) and many.
+  const TensorType type = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(type) + 31);
+  for (const auto& [ncols, nrows] : {std::pair{1024u, 256u}, {2048u, 32u}, {2048u, 1u}, {512u, 1100u}}) {
+    const Weight w = random_weight(type, ncols, nrows, rng);
+    const Buffer& bw = buffer(w.bytes);
+    for (const uint32_t ntok : {2u, 3u, 5u, 8u}) {
+      const std::vector<float> x = random_floats(static_cast<size_t>(ncols) * ntok, rng);
+      const Buffer& bx = buffer(x);
+      const Buffer& by = buffer(nullptr, static_cast<size_t>(nrows) * ntok * 4);
+      const Buffer& b1 = buffer(nullptr, static_cast<size_t>(nrows) * 4);
+      mul_mv(*ctx_, ctx_->immediate(), type, whole(bw), whole(bx), whole(by), View{}, ncols, nrows, ntok);
+      for (uint32_t t = 0; t < ntok; ++t) {
+        mul_mv(*ctx_, ctx_->immediate(), type, whole(bw), View{&bx, static_cast<size_t>(t) * ncols * 4, static_cast<size_t>(ncols) * 4},
+               whole(b1), View{}, ncols, nrows, 1);
+        EXPECT_EQ(std::memcmp(static_cast<const float*>(by.mapped) + static_cast<size_t>(t) * nrows, b1.mapped, nrows * 4), 0)
+            << ncols << " x " << nrows << ", token " << t << " of " << ntok;
+      }
+    }
+  }
+}
+
 TEST_P(QuantKernels, MulMvIdMatchesTheDequantizedExperts) {
   // 4 experts, 2 per token, 3 tokens (expert 1 chosen twice, expert 0 never; an expert repeated
   // within a token); x shared per token (gate, up) or one per slot (down); with and without the

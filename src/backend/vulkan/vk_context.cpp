@@ -795,14 +795,18 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   vkBeginCommandBuffer(cb_, &bi);
   if (queries_) vkCmdResetQueryPool(cb_, queries_, 0, static_cast<uint32_t>(2 * max_dispatch_));
   barrier();  // the previous submission's writes, visible to this one's reads
-  if (const char* e = knob("ZINC_VULKAN_SKIP")) {
-    std::string list = e;
+  const auto names = [](const char* e, std::vector<std::string>& out) {
+    if (!e) return;
+    const std::string list = e;
     for (size_t at = 0; at <= list.size();) {
       const size_t end = std::min(list.find(',', at), list.size());
-      if (end > at) skip_.push_back(list.substr(at, end - at));
+      if (end > at) out.push_back(list.substr(at, end - at));
       at = end + 1;
     }
-  }
+  };
+  names(knob("ZINC_VULKAN_SKIP"), skip_);
+  names(knob("ZINC_VULKAN_BARRIERS"), barrier_before_);
+  barrier_all_ = std::find(barrier_before_.begin(), barrier_before_.end(), "all") != barrier_before_.end();
 }
 
 Recording::~Recording() {
@@ -819,6 +823,10 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   if (gx == 0 || gy == 0 || gz == 0) return;
   for (const std::string& name : skip_) {
     if (std::string_view(k.name).starts_with(name)) return;
+  }
+  if (barrier_all_ || std::any_of(barrier_before_.begin(), barrier_before_.end(),
+                                   [&](const std::string& n) { return std::string_view(k.name).starts_with(n); })) {
+    barrier();
   }
   const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
   write_set(ctx_.device_, set, bindings);

@@ -145,6 +145,10 @@ class Recording final : public Dispatcher {
   bool finished_ = false;
   // Measuring only (the results are then wrong): kernels left out by name prefix (ZINC_VULKAN_SKIP).
   std::vector<std::string> skip_;
+  // Debugging (ZINC_VULKAN_BARRIERS): a barrier before every dispatch, or before those of the kernels
+  // named by prefix, so a hazard the recorder missed shows as a change of results.
+  bool barrier_all_ = false;
+  std::vector<std::string> barrier_before_;
 };
 
 class Context {

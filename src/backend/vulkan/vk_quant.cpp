@@ -95,9 +95,11 @@ MulMvShape mul_mv_shape(uint32_t nunits, uint32_t nrows, uint32_t n_tokens) {
   s.ntok = std::max(1u, (n_tokens + groups - 1) / std::max(groups, 1u));
   s.rows = nrows >= 8192 && s.ntok <= 2 ? 4 : nrows >= 32 ? 2 : 1;
   // Few rows (a router's 128 of 2048 floats): one row per workgroup of up to 256 invocations, so the
-  // rows spread over more of the device (H200: 8.5 -> 7 us).
-  if (nrows < 1024 && s.ntok <= 2) {
-    s.rows = 1;
+  // rows spread over more of the device (H200: 8.5 -> 7 us). The workgroup's size sets the order of a
+  // row's sums, so it follows the shape alone, never the tokens: each token's row of a step of several
+  // is then bit for bit its one-token product (a speculative step's verifying rows, a batch's rows).
+  if (nrows < 1024) {
+    if (s.ntok <= 2) s.rows = 1;
     if (nunits >= 256) s.wg = 256;
   }
   // Tuning knobs for measurements on a device: ZINC_VULKAN_MV_WG (32, 64, 128, 256), ZINC_VULKAN_MV_ROWS (1..8).
@@ -282,8 +284,8 @@ struct MulMvKPush {
 // mul_mv_k's shape, the fastest measured on an H200 (VulkanKQuant.Throughput and .TokensThroughput).
 // One token: 8 blocks a step and four rows sharing the activation loads for big Q4_K / Q5_K matrices
 // and Q6_K output heads, 16 blocks and two rows for the rest. Several tokens (the steps of many
-// sequences): 8 blocks a step, up to 8 tokens per pass over the weights (split evenly over the
-// passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the rest
+// sequences): the one-token shape's blocks a step, up to 8 tokens per pass over the weights (split
+// evenly over the passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the rest
 // (12288 x 4096 Q4_K at 8 tokens: 34.7 us, against 39.2 us with the big one-token shape, 4 tokens a pass).
 // Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8),
 // ZINC_VULKAN_MVK_TOKENS (1..16).
@@ -305,9 +307,14 @@ uint32_t blocks_per_group(uint32_t nb, uint32_t most) {
 MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens, bool expert = false) {
   const bool q6 = type == TensorType::Q6_K;
   const bool one = n_tokens == 1;
-  const bool four_rows = one ? (q6 ? nrows >= 32768u : nrows >= 4096u) : !q6 && nrows < 8192u;
+  const bool four_rows_one = q6 ? nrows >= 32768u : nrows >= 4096u;
+  const bool four_rows = one ? four_rows_one : !q6 && nrows < 8192u;
   MvkShape s{};
-  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", one && !four_rows && !expert ? 128 : 64, 64, 256) / 8 * 8;
+  // The workgroup's size (the blocks it takes a step, and its groups) sets the order of a row's sums:
+  // the one-token shape's for any tokens, so each token's row of a step of several is bit for bit its
+  // one-token product (a speculative step's verifying rows, a batch's rows). Rows and tokens per
+  // workgroup do not change it.
+  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", !four_rows_one && !expert ? 128 : 64, 64, 256) / 8 * 8;
   s.rows = knob_u32("ZINC_VULKAN_MVK_ROWS", four_rows ? 4 : 2, 1, 8);
   const uint32_t per_pass = std::min(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 8, 1, 16));
   const uint32_t passes = (n_tokens + per_pass - 1) / per_pass;
