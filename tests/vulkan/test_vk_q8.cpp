@@ -392,20 +392,6 @@ TEST_F(VulkanQ8, ActivationCodesAreTheCpus) {
   }
 }
 
-// A K-quant weight of nrows random rows of ncols (row r's values scaled by 1 + r % 3), 16 bytes of
-// slack past the end as the kernels allow.
-std::vector<uint8_t> k_weight(gguf::TensorType type, uint32_t ncols, uint32_t nrows, std::mt19937& rng) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const size_t rs = quant::row_size(type, ncols);
-  std::vector<uint8_t> wq(rs * nrows + 16);
-  std::vector<float> row(ncols);
-  for (uint32_t r = 0; r < nrows; ++r) {
-    for (auto& v : row) v = nd(rng) * (1 + r % 3);
-    quant::quantize_row(type, row.data(), wq.data() + r * rs, ncols);
-  }
-  return wq;
-}
-
 class VulkanKQuant : public VulkanTest {
  protected:
   void SetUp() override {
@@ -441,7 +427,7 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
       for (const uint32_t ntok : {1u, 3u, 6u}) {
         const uint32_t nrows = 70;
         const size_t rs = quant::row_size(type, ncols), qb = q8k_row_bytes(ncols);
-        const std::vector<uint8_t> wq = k_weight(type, ncols, nrows, rng);
+        const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows, rng);
         const std::vector<float> x = activation_rows(ncols, ntok, rng);
         std::vector<uint8_t> act(quant::activation_row_size(type, ncols));
         std::vector<CpuDot> want(static_cast<size_t>(nrows) * ntok);
@@ -486,7 +472,7 @@ TEST_F(VulkanKQuant, RowsAreTheSameInStepsOfAnyTokens) {
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
     for (const auto& [ncols, nrows] : {std::pair{4352u, 70u}, {4096u, 512u}, {768u, 2048u}}) {
       const size_t qb = q8k_row_bytes(ncols);
-      const std::vector<uint8_t> wq = k_weight(type, ncols, nrows, rng);
+      const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows, rng);
       Buffer bw = ctx_->device_buffer(wq.size());
       ctx_->upload(bw, 0, wq.data(), wq.size());
       for (const uint32_t ntok : {3u, 8u}) {
