@@ -25,7 +25,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_PROFILE", "1", "unset", "time every dispatch and print the GPU time per kernel at exit (and the step recordings and pipelines made, with their host time)"},
     {"ZINC_VULKAN_MV_WG", "32..256", "per type", "workgroup size of the float and 32-element-block mat-vec (tuning)"},
     {"ZINC_VULKAN_MV_ROWS", "1..8", "per type", "rows per workgroup of that mat-vec (tuning)"},
-    {"ZINC_VULKAN_MVK_WG", "64..256", "64 or 128 by shape", "workgroup size of the K-quant integer mat-vec (tuning)"},
+    {"ZINC_VULKAN_MVK_WG", "64..256", "64", "workgroup size of the K-quant integer mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by shape", "rows per workgroup of that mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_GROUPS", "1..32", "by row length", "row groups per workgroup of that mat-vec, for rows shorter than a step (tuning)"},
     {"ZINC_VULKAN_MOE_FUSED_DOWN", "0 or 1", "1", "0: the experts' down products and their weighted sum as two dispatches in decode (measuring)"},

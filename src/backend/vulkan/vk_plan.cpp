@@ -153,7 +153,7 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
       vm = product(at.in[2], static_cast<uint32_t>(g.nodes[static_cast<size_t>(kr)].rope().head_dim), true);
       if (vm < 0) continue;
     }
-    for (const auto [m, r] : {std::pair{qm, qr}, std::pair{km, kr}}) {
+    for (const auto& [m, r] : {std::pair{qm, qr}, std::pair{km, kr}}) {
       p.mm_rope[static_cast<size_t>(m)] = r;
       p.mm_count_base[static_cast<size_t>(m)] = counters;
       counters += static_cast<uint32_t>(g.nodes[static_cast<size_t>(r)].rope().n_head);

@@ -282,11 +282,17 @@ struct MulMvKPush {
 };
 
 // mul_mv_k's shape, the fastest measured on an H200 (VulkanKQuant.Throughput and .TokensThroughput).
-// One token: 8 blocks a step and four rows sharing the activation loads for big Q4_K / Q5_K matrices
-// and Q6_K output heads, 16 blocks and two rows for the rest. Several tokens (the steps of many
-// sequences): the one-token shape's blocks a step, up to 8 tokens per pass over the weights (split
-// evenly over the passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the rest
-// (12288 x 4096 Q4_K at 8 tokens: 34.7 us, against 39.2 us with the big one-token shape, 4 tokens a pass).
+// 64 invocations, 8 blocks a step, for any tokens: the workgroup's size (its blocks a step, and its
+// groups) sets the order of a row's sums, so each token's row of a step of several is bit for bit its
+// one-token product (a speculative step's verifying rows, a batch's rows); rows and tokens per
+// workgroup do not change it. (16 blocks a step for one token's smaller matrices, as before, measured
+// the same: qwen3-8b tg128 311.4 / 314.2 against 313.1 / 313.3, qwen3-30b-a3b 293.8 / 293.6 against
+// 293.8 / 293.9; and 8 sequences of qwen3-8b decoding together 3% faster with 8.) One token: four rows
+// sharing the activation loads for big Q4_K / Q5_K matrices and Q6_K output heads, two for the rest.
+// Several tokens (the steps of many sequences): up to 8 tokens per pass over the weights (split
+// evenly over the passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the
+// rest (12288 x 4096 Q4_K at 8 tokens: 34.7 us, against 39.2 us with the big one-token shape, 4 tokens
+// a pass).
 // Knobs for measuring on a device: ZINC_VULKAN_MVK_WG (64..256), ZINC_VULKAN_MVK_ROWS (1..8),
 // ZINC_VULKAN_MVK_TOKENS (1..16).
 // Rows of fewer blocks than the workgroup takes a step (an expert's down product of 768 columns:
@@ -302,19 +308,14 @@ uint32_t blocks_per_group(uint32_t nb, uint32_t most) {
   while (per_group < nb && per_group * 2 <= most) per_group *= 2;
   return per_group;
 }
-// Experts' products (expert: one (token, expert) pair a grid step) take 64 invocations: qwen3-30b-a3b's
-// decode on an H200 288.2 tok/s against 284.8 with 128 (the dense products keep theirs).
-MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens, bool expert = false) {
+// (Experts' products, one (token, expert) pair a grid step: qwen3-30b-a3b's decode on an H200 288.2
+// tok/s with 64 invocations against 284.8 with 128.)
+MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens) {
   const bool q6 = type == TensorType::Q6_K;
   const bool one = n_tokens == 1;
-  const bool four_rows_one = q6 ? nrows >= 32768u : nrows >= 4096u;
-  const bool four_rows = one ? four_rows_one : !q6 && nrows < 8192u;
+  const bool four_rows = one ? (q6 ? nrows >= 32768u : nrows >= 4096u) : !q6 && nrows < 8192u;
   MvkShape s{};
-  // The workgroup's size (the blocks it takes a step, and its groups) sets the order of a row's sums:
-  // the one-token shape's for any tokens, so each token's row of a step of several is bit for bit its
-  // one-token product (a speculative step's verifying rows, a batch's rows). Rows and tokens per
-  // workgroup do not change it.
-  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", !four_rows_one && !expert ? 128 : 64, 64, 256) / 8 * 8;
+  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", 64, 64, 256) / 8 * 8;
   s.rows = knob_u32("ZINC_VULKAN_MVK_ROWS", four_rows ? 4 : 2, 1, 8);
   const uint32_t per_pass = std::min(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 8, 1, 16));
   const uint32_t passes = (n_tokens + per_pass - 1) / per_pass;
@@ -442,7 +443,7 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
   if (uint64_t{n_tokens} * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_k_id: too many (token, expert) pairs for one step");
   check_bytes("mul_mv_k_id", uint64_t{row_bytes} * nrows * n_expert);
   // One (token, expert) pair per z: the shape of one token.
-  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1, true);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
   const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                         n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u, bias.buffer ? 1u : 0u};
@@ -455,7 +456,7 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 namespace {
 // mul_mv_k_id_glu's shape: the gate and up products' alone, each workgroup as many rows of each (on
 // an H200, qwen3-30b-a3b's decode: 287.5 tok/s, against 285.5 with half the rows of each).
-MvkShape glu_shape(TensorType type, uint32_t nrows, uint32_t ncols) { return mul_mv_k_shape(type, nrows, ncols, 1, true); }
+MvkShape glu_shape(TensorType type, uint32_t nrows, uint32_t ncols) { return mul_mv_k_shape(type, nrows, ncols, 1); }
 }  // namespace
 
 bool mul_mv_k_id_glu_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
