@@ -429,11 +429,14 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
     const auto x = plain.executable().logits();
     want.emplace_back(x.begin(), x.end());
     const std::string what = GetParam() + " " + mixture;
+    // The logits `y` against the plain decode's at token `at`, bit for bit.
+    const auto same = [&](std::span<const float> y, int at, const std::string& where) {
+      const std::vector<float>& w = want[static_cast<size_t>(at)];
+      ASSERT_EQ(y.size(), w.size()) << what << where;
+      ASSERT_EQ(std::memcmp(y.data(), w.data(), y.size() * sizeof(float)), 0) << what << where;
+    };
     spec.eval(prompt_);
-    {
-      const auto y = spec.executable().logits();
-      ASSERT_EQ(std::memcmp(y.data(), want[0].data(), y.size() * sizeof(float)), 0) << what << ", the prompt";
-    }
+    same(spec.executable().logits(), 0, ", the prompt");
     // Step i stands after greedy[0..i): the next token, then (every other step) the right draft and a
     // wrong one, else three wrong ones (the step's own token repeated: a draft the model did not make).
     for (int i = 0; i + 2 <= kSteps;) {
@@ -443,10 +446,8 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
                                               : std::vector<int32_t>{greedy[static_cast<size_t>(i)], wrong, wrong, wrong};
       spec.eval_speculative(step);
       const auto row = [&](int at) {
-        const auto y = spec.last_logits();
-        ASSERT_EQ(y.size(), want[static_cast<size_t>(at)].size());
-        ASSERT_EQ(std::memcmp(y.data(), want[static_cast<size_t>(at)].data(), y.size() * sizeof(float)), 0)
-            << what << ", the row of token " << at << " of the decode, " << (right ? "a right draft" : "wrong drafts");
+        same(spec.last_logits(), at,
+             ", the row of token " + std::to_string(at) + " of the decode, " + (right ? "a right draft" : "wrong drafts"));
       };
       row(i + 1);
       if (right) {

@@ -421,7 +421,7 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(12);
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
     // One block, 3 (rows that split the workgroup into groups, the last slot of each idle) and 17
-    // blocks (a row that the workgroup's 16 blocks a step do not divide), rows not a multiple of the
+    // blocks (a row that the workgroup's 8 blocks a step do not divide), rows not a multiple of the
     // rows per workgroup, token counts below, at and above the tokens per workgroup.
     for (const uint32_t ncols : {256u, 768u, 4352u}) {
       for (const uint32_t ntok : {1u, 3u, 6u}) {

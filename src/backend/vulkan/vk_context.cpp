@@ -821,13 +821,11 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   if (n_dispatch_ >= max_dispatch_ || finished_) throw Error("Vulkan: a recording was given more dispatches than planned");
   if (bindings.size() > 12) throw Error("Vulkan: a kernel binds at most 12 buffers");
   if (gx == 0 || gy == 0 || gz == 0) return;
-  for (const std::string& name : skip_) {
-    if (std::string_view(k.name).starts_with(name)) return;
-  }
-  if (barrier_all_ || std::any_of(barrier_before_.begin(), barrier_before_.end(),
-                                   [&](const std::string& n) { return std::string_view(k.name).starts_with(n); })) {
-    barrier();
-  }
+  const auto named = [&](const std::vector<std::string>& prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& n) { return std::string_view(k.name).starts_with(n); });
+  };
+  if (named(skip_)) return;
+  if (barrier_all_ || named(barrier_before_)) barrier();
   const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
   write_set(ctx_.device_, set, bindings);
   const auto q = static_cast<uint32_t>(2 * n_dispatch_);

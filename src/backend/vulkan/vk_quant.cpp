@@ -287,7 +287,9 @@ struct MulMvKPush {
 // one-token product (a speculative step's verifying rows, a batch's rows); rows and tokens per
 // workgroup do not change it. (16 blocks a step for one token's smaller matrices, as before, measured
 // the same: qwen3-8b tg128 311.4 / 314.2 against 313.1 / 313.3, qwen3-30b-a3b 293.8 / 293.6 against
-// 293.8 / 293.9; and 8 sequences of qwen3-8b decoding together 3% faster with 8.) One token: four rows
+// 293.8 / 293.9; and 8 sequences of qwen3-8b decoding together 3% faster with 8. Experts' products, one
+// (token, expert) pair a grid step, had measured 64 faster already: qwen3-30b-a3b 288.2 against 284.8
+// tok/s with 128.) One token: four rows
 // sharing the activation loads for big Q4_K / Q5_K matrices and Q6_K output heads, two for the rest.
 // Several tokens (the steps of many sequences): up to 8 tokens per pass over the weights (split
 // evenly over the passes), and four rows for Q4_K / Q5_K matrices of fewer than 8192 rows, two for the
@@ -308,8 +310,6 @@ uint32_t blocks_per_group(uint32_t nb, uint32_t most) {
   while (per_group < nb && per_group * 2 <= most) per_group *= 2;
   return per_group;
 }
-// (Experts' products, one (token, expert) pair a grid step: qwen3-30b-a3b's decode on an H200 288.2
-// tok/s with 64 invocations against 284.8 with 128.)
 MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens) {
   const bool q6 = type == TensorType::Q6_K;
   const bool one = n_tokens == 1;
