@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     size_t bytes = 0;
     for (const Weights& w : sh.parts) bytes += w.bytes;
     const size_t copies = sh.parts[0].copies.size();
-    for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1},
+    for (const auto& [split, rpw] : {std::pair{0, 0}, {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}, {0, -1},
                                      {1, -1}, {2, -1}, {4, -1}, {8, -1}})
     for (const int groups : {0, 1, 2, 4})
     for (const int tiles : {0, 1, 2}) {

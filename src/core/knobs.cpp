@@ -54,6 +54,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_CUDA_FLASH_ATTENTION", "0", "unset (on)", "0: CUDA prompt attention by the one-row-a-block kernel decode uses instead of tensor-core tiles (measuring)"},
     {"ZINC_CUDA_INT8_PROMPTS", "0", "unset (on)", "0: CUDA prompt products of Q4_K/Q6_K weights on f16 tensor cores against f16-rounded activations instead of integer tensor cores against 8-bit codes (measuring)"},
     {"ZINC_CUDA_MMA_GLU_CAPPED", "0, 2", "unset (1: where measured faster)", "CUDA gate and up with their activation at 9 to 16 rows on tensor cores: 0 lets them take as many registers as they use (fewer warps resident), 2 holds them to fewer wherever they run (measuring)"},
+    {"ZINC_CUDA_MMA_MIN", "1 to 113", "unset (by the products' types)", "CUDA products of K-quant weights against the activations' codes from this many rows on integer tensor cores, fewer on packed dot products (measuring)"},
     {"ZINC_CUDA_MMA_WEIGHTS_STAGED", "0, 2", "unset (1: where measured faster)", "CUDA products of 3 to 8 rows on tensor cores: 0 loads each super-block's weights from memory as it is used, 2 copies them into shared memory a super-block ahead wherever they fit (measuring)"},
     {"ZINC_CUDA_PDL", "0", "unset (on, sm_90 and later)", "0: CUDA decode kernels wait for the previous kernel to finish before they start (no programmatic dependent launch; measuring)"},
     {"ZINC_CUDA_PROFILE", "1", "unset",

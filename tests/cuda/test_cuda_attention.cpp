@@ -274,6 +274,37 @@ void check_decode_attention(TensorType kv, int hd, int n_head, int n_head_kv) {
                 << " head " << h << " element " << e;
         }
     }
+  // A step of up to kSameRows rows splits each row's keys as a step of that row alone does (the
+  // splits and parts a context takes, on an H200's 132 multiprocessors): the three rows together and
+  // each alone, the same bit for bit.
+  ASSERT_LE(n, backend::cuda::kSameRows);
+  const int sms = 132;
+  Dev dpart_all(static_cast<size_t>(n * n_head * backend::cuda::kMaxAttentionSplits * (hd + 4)) * 4), dalone(q.size() * 4);
+  backend::cuda::AttentionArgs a = attention_args(bufs, kv, rb, n, n_head, n_head_kv, hd, AttnCase{0, 0, true});
+  a.part = dpart_all.as<float>();
+  a.count = dcount.as<unsigned>();
+  a.splits = backend::cuda::decode_attention_splits(n, n_head, n_head_kv, hd, sms);
+  a.part_keys = backend::cuda::decode_attention_part_keys(n);
+  backend::cuda::attention(nullptr, a);
+  for (int r = 0; r < n; ++r) {
+    backend::cuda::AttentionArgs b = a;
+    b.n = 1;
+    b.q = a.q + static_cast<int64_t>(r) * a.q_stride;
+    b.pos = a.pos + r;
+    b.table_at = a.table_at + r;
+    b.out = dalone.as<float>() + static_cast<int64_t>(r) * a.q_stride;
+    b.splits = backend::cuda::decode_attention_splits(1, n_head, n_head_kv, hd, sms);
+    b.part_keys = backend::cuda::decode_attention_part_keys(1);
+    backend::cuda::attention(nullptr, b);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> together(q.size()), alone(q.size());
+  ASSERT_EQ(cudaMemcpy(together.data(), dout.p, together.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(alone.data(), dalone.p, alone.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_GT(a.splits, 1);
+  for (size_t i = 0; i < together.size(); ++i)
+    ASSERT_EQ(std::memcmp(&together[i], &alone[i], 4), 0) << "row " << i / static_cast<size_t>(a.q_stride) << " element "
+                                                          << i % static_cast<size_t>(a.q_stride) << ": " << together[i] << " alone " << alone[i];
 }
 
 TEST_P(CudaDecodeAttention, RowsMatchTheSoftmax) {
@@ -403,6 +434,37 @@ void check_formed_heads(TensorType kv, int hd, int n_head, int n_head_kv, bool n
     for (size_t sl = 0; sl < slots; ++sl) {
       quant::dequantize_row(kv, kg.data() + sl * rb, kf.data() + sl * static_cast<size_t>(kw), kw);
       quant::dequantize_row(kv, vg.data() + sl * rb, vf.data() + sl * static_cast<size_t>(kw), kw);
+    }
+    // The heads formed by their own launch (k_heads_norm_rope: steps whose rows are not each its
+    // sequence's one token), then the attention of those: the same output and cache bytes bit for bit.
+    {
+      Dev dqf(q.size() * 4), dkf(k.size() * 4), dout2(q.size() * 4), dk2(kc.size()), dv2(vc.size());
+      upload(dk2, kc.data(), kc.size());
+      upload(dv2, vc.data(), vc.size());
+      backend::cuda::HeadsArgs h2 = h;
+      h2.part[0].out = dqf.as<float>();
+      h2.part[1].out = dkf.as<float>();
+      h2.kc = dk2.as<uint8_t>();
+      h2.vc = dv2.as<uint8_t>();
+      backend::cuda::heads_norm_rope(nullptr, h2, n);
+      const AttnBuffers bufs2{dqf, dk2, dv2, dpos, dat, dtab, dsink, dout2};
+      backend::cuda::AttentionArgs b = attention_args(bufs2, kv, rb, n, n_head, n_head_kv, hd, AttnCase{0, 0, false});
+      b.splits = parts;
+      b.part_keys = keys;
+      b.part = dpart.as<float>();
+      b.count = dcount.as<unsigned>();
+      backend::cuda::attention(nullptr, b);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> got2(q.size());
+      std::vector<uint8_t> kg2(kc.size()), vg2(vc.size());
+      ASSERT_EQ(cudaMemcpy(got2.data(), dout2.p, got2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(kg2.data(), dk2.p, kg2.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(vg2.data(), dv2.p, vg2.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_TRUE(kg2 == kg) << "the keys stored by the heads' own launch differ from those the attention stored";
+      ASSERT_TRUE(vg2 == vg) << "the values stored by the heads' own launch differ";
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &got2[i], 4), 0) << "heads formed by their own launch: element " << i << " " << got2[i] << " against "
+                                                        << got[i];
     }
     const double tol = kv == TensorType::F32 ? 2e-5 : 2e-3;
     for (int r = 0; r < n; ++r) {

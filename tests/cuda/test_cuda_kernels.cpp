@@ -592,6 +592,86 @@ TEST_F(CudaFused, ProductsOfOneInputInOneLaunch) {
   backend::cuda::set_codes_mma_weights_stage(1);
 }
 
+// Steps of 1 to kSameRows tokens (a speculative step's next token and drafts; a few sequences'
+// decode): each token's rows the same bit for bit as in a step of that token alone, on packed dot
+// products (1 and 2 tokens, Q6_K alone up to 4) and on integer tensor cores (more). Otherwise a greedy
+// text would change with where drafting happened or with the other requests being decoded. The
+// products' shapes take each split of a row's super-blocks (1, 2 and 4 warps), products of one input
+// in one launch of mixed types, gate and up with their activation, and biases.
+TEST_F(CudaFused, RowsAreTheSameInStepsOfUpToEightTokens) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  struct Case {
+    std::vector<std::pair<TensorType, int64_t>> products;  // type, rows
+    int64_t cols;
+    backend::cuda::Glu glu;
+    bool bias;
+  };
+  const Case cases[] = {
+      {{{TensorType::Q4_K, 32}}, 2048, backend::cuda::Glu::None, false},
+      {{{TensorType::Q6_K, 4096}}, 2048, backend::cuda::Glu::None, false},
+      {{{TensorType::Q4_K, 4100}}, 4096, backend::cuda::Glu::None, true},
+      {{{TensorType::Q6_K, 1500}}, 4096, backend::cuda::Glu::None, false},
+      {{{TensorType::Q5_K, 300}}, 512, backend::cuda::Glu::None, true},
+      {{{TensorType::Q4_K, 2048}, {TensorType::Q6_K, 512}, {TensorType::Q4_K, 512}}, 2048, backend::cuda::Glu::None, false},
+      {{{TensorType::Q4_K, 700}, {TensorType::Q4_K, 700}}, 1024, backend::cuda::Glu::SwiGLU, true},
+      {{{TensorType::Q6_K, 4096}, {TensorType::Q6_K, 4096}}, 2048, backend::cuda::Glu::GeGLU, false},
+  };
+  const int max_n = backend::cuda::kSameRows;
+  for (const Case& k : cases) {
+    const bool glu = k.glu != backend::cuda::Glu::None;
+    std::vector<float> x(static_cast<size_t>(max_n * k.cols));
+    for (float& v : x) v = dist(rng);
+    Dev dx(x.size() * 4), dq8(backend::cuda::q8_bytes(max_n, k.cols));
+    upload(dx, x.data(), x.size() * 4);
+    std::deque<QuantRows> q;
+    std::deque<Dev> dw, out, one, dbias;
+    std::vector<backend::cuda::Product> p;
+    std::string what;
+    for (const auto& [type, rows] : k.products) {
+      q.emplace_back(type, rows, k.cols, rng);
+      dw.emplace_back(q.back().w.size());
+      upload(dw.back(), q.back().w.data(), q.back().w.size());
+      out.emplace_back(static_cast<size_t>(max_n * rows) * 4);
+      one.emplace_back(static_cast<size_t>(max_n * rows) * 4);
+      std::vector<float> b(static_cast<size_t>(rows));
+      for (float& v : b) v = dist(rng);
+      dbias.emplace_back(b.size() * 4);
+      upload(dbias.back(), b.data(), b.size() * 4);
+      p.push_back({static_cast<int>(type), dw.back().p, q.back().rb, 0, 0, rows, out.back().as<float>(), rows,
+                   k.bias ? dbias.back().as<float>() : nullptr, 0});
+      what += std::string(gguf::tensor_type_name(type)) + " " + std::to_string(rows) + "x" + std::to_string(k.cols) + " ";
+    }
+    const size_t outs = glu ? 1 : p.size();
+    // Each token alone (its output row copied aside), then steps of 2 .. max_n tokens.
+    for (int t = 0; t < max_n; ++t) {
+      backend::cuda::mul_mat_codes(nullptr, p.data(), static_cast<int>(p.size()), k.cols, dx.as<float>() + t * k.cols, k.cols, 1, nullptr, 1,
+                                   dq8.p, false, k.glu);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (size_t i = 0; i < outs; ++i) {
+        const auto rows = static_cast<size_t>(p[i].rows);
+        ASSERT_EQ(cudaMemcpy(one[i].as<float>() + t * rows, out[i].p, rows * 4, cudaMemcpyDeviceToDevice), cudaSuccess);
+      }
+    }
+    for (int n = 2; n <= max_n; ++n) {
+      for (size_t i = 0; i < outs; ++i) ASSERT_EQ(cudaMemset(out[i].p, 0xff, static_cast<size_t>(max_n * p[i].rows) * 4), cudaSuccess);
+      backend::cuda::mul_mat_codes(nullptr, p.data(), static_cast<int>(p.size()), k.cols, dx.as<float>(), k.cols, 1, nullptr, n, dq8.p, false,
+                                   k.glu);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (size_t i = 0; i < outs; ++i) {
+        const auto rows = static_cast<size_t>(p[i].rows) * static_cast<size_t>(n);
+        std::vector<float> got(rows), want(rows);
+        ASSERT_EQ(cudaMemcpy(got.data(), out[i].p, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(want.data(), one[i].p, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t e = 0; e < rows; ++e)
+          ASSERT_EQ(std::memcmp(&got[e], &want[e], 4), 0) << what << (glu ? "with their activation, " : "") << "product " << i << ", " << n
+                                                          << " tokens: token " << e / static_cast<size_t>(p[i].rows) << " row "
+                                                          << e % static_cast<size_t>(p[i].rows) << " " << got[e] << " alone " << want[e];
+      }
+    }
+  }
+}
+
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -401,14 +401,33 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
   }
 }
 
+TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
+  // Every device buffer of a context starting as NaNs (ZINC_VULKAN_POISON=1) instead of whatever the
+  // allocation held: the same logits bit for bit over a prompt and a greedy decode, so no kernel of the
+  // step reads memory that nothing wrote (padding, stale scratch) on the Q4_K_M file, in prompt steps
+  // of the decode kernels (8 rows) and of the matrix products (the whole prompt at once).
+  const gguf::File f = file("Q4_K_M");
+  for (const int32_t max_tokens : {8, 64}) {
+    backend::ExecOptions opts;
+    opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 40;
+    opts.max_tokens = max_tokens;
+    ::unsetenv("ZINC_VULKAN_POISON");
+    runtime::Session clean(f, *gpu_, opts);
+    ::setenv("ZINC_VULKAN_POISON", "1", 1);
+    runtime::Session poisoned(f, *gpu_, opts);
+    ::unsetenv("ZINC_VULKAN_POISON");
+    expect_same_logits(clean, poisoned, prompt_, 16, GetParam() + ", steps of up to " + std::to_string(max_tokens) + " rows");
+  }
+}
+#endif
+
 TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
   // A speculative step (the next token and drafts after it in one step, as `zinc run --spec` and the
   // server verify drafts) against one-token steps: each row the session stands at, after accepting a
   // right draft and after forgetting wrong ones, has the same logits bit for bit as the plain decode's
   // step of that token. Otherwise a greedy text would depend on where drafting happened, which the
   // automatic mode decides by timing (run to run). The Q4_K_M file (the K-quant decode kernels and
-  // their fusions) and the F32 one, an F16 cache. (Vulkan only: CUDA's products of 3 to 8 rows run on
-  // integer tensor cores, which sum a row in another order than its one-token products.)
+  // their fusions) and the F32 one, an F16 cache.
   for (const std::string mixture : {"Q4_K_M", "F32"}) {
     const gguf::File f = file(mixture);
     backend::ExecOptions opts;
@@ -459,26 +478,6 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
     }
   }
 }
-
-TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
-  // Every device buffer of a context starting as NaNs (ZINC_VULKAN_POISON=1) instead of whatever the
-  // allocation held: the same logits bit for bit over a prompt and a greedy decode, so no kernel of the
-  // step reads memory that nothing wrote (padding, stale scratch) on the Q4_K_M file, in prompt steps
-  // of the decode kernels (8 rows) and of the matrix products (the whole prompt at once).
-  const gguf::File f = file("Q4_K_M");
-  for (const int32_t max_tokens : {8, 64}) {
-    backend::ExecOptions opts;
-    opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 40;
-    opts.max_tokens = max_tokens;
-    ::unsetenv("ZINC_VULKAN_POISON");
-    runtime::Session clean(f, *gpu_, opts);
-    ::setenv("ZINC_VULKAN_POISON", "1", 1);
-    runtime::Session poisoned(f, *gpu_, opts);
-    ::unsetenv("ZINC_VULKAN_POISON");
-    expect_same_logits(clean, poisoned, prompt_, 16, GetParam() + ", steps of up to " + std::to_string(max_tokens) + " rows");
-  }
-}
-#endif
 
 // Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four
 // sequences of different lengths start at different steps, prefill in chunks beside the others'

@@ -228,7 +228,9 @@ __device__ __forceinline__ float warp_sum8(const float (&v)[8], int lane) {
 }
 
 // A head's elements as a decode warp holds them (lane l: P l .. P l + P - 1), formed as
-// k_heads_norm_rope forms them: normalised over the head (w: the lane's weights plus the offset), then
+// k_heads_norm_rope forms them, bit for bit (the same sums in the same order, each rounding fixed: a
+// row's heads are formed here in steps of one token a sequence, there in others, such as a speculative
+// step's): normalised over the head (w: the lane's weights plus the offset), then
 // rotated by the row's table (cs: the lane's pairs' cosines and sines; neox: the pair's other half
 // P lanes times half / P away).
 template <int P>
@@ -256,7 +258,7 @@ struct HeadForm {
     if (p.norm) {
       float ss = 0;
 #pragma unroll
-      for (int i = 0; i < P; ++i) ss += x[i] * x[i];
+      for (int i = 0; i < P; ++i) ss = __fmaf_rn(x[i], x[i], ss);
       ss = warp_sum(ss);
       const float scale = 1.0f / sqrtf(ss / static_cast<float>(32 * P) + p.eps);
 #pragma unroll
@@ -271,15 +273,16 @@ struct HeadForm {
       for (int i = 0; i < P; ++i) y[i] = __shfl_sync(0xffffffffu, x[i], (lo ? lane + d : lane - d) & (kWarp - 1));
       if (c0 < h.n_rot) {
 #pragma unroll
-        for (int i = 0; i < P; ++i) x[i] = lo ? x[i] * cs[2 * i] - y[i] * cs[2 * i + 1] : y[i] * cs[2 * i + 1] + x[i] * cs[2 * i];
+        for (int i = 0; i < P; ++i)
+          x[i] = lo ? __fsub_rn(__fmul_rn(x[i], cs[2 * i]), __fmul_rn(y[i], cs[2 * i + 1])) : __fadd_rn(__fmul_rn(y[i], cs[2 * i + 1]), __fmul_rn(x[i], cs[2 * i]));
       }
     } else {
 #pragma unroll
       for (int m = 0; m < P / 2; ++m) {
         if (c0 + 2 * m >= h.n_rot) break;
         const float x0 = x[2 * m], x1 = x[2 * m + 1], cv = cs[2 * m], sv = cs[2 * m + 1];
-        x[2 * m] = x0 * cv - x1 * sv;
-        x[2 * m + 1] = x0 * sv + x1 * cv;
+        x[2 * m] = __fsub_rn(__fmul_rn(x0, cv), __fmul_rn(x1, sv));
+        x[2 * m + 1] = __fadd_rn(__fmul_rn(x0, sv), __fmul_rn(x1, cv));
       }
     }
   }
@@ -842,7 +845,7 @@ int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int 
   // fit in one wave of those (rounded down: a part more that spills into a second wave makes some
   // multiprocessors run two of its blocks one after the other; qwen3-8b 16 rows at depth 2048, three
   // parts against two, 2709 -> 2872 tok/s).
-  const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * n;  // a part's
+  const int blocks = n_head / decode_heads(head_dim, n_head / n_head_kv) * (n <= kSameRows ? 1 : n);  // a part's
   return std::clamp(2 * sms / blocks, 1, kMaxAttentionSplits);
 }
 
@@ -852,7 +855,8 @@ int decode_attention_part_keys(int n) {
   // block's fixed work (the heads formed, the newest key stored) and the merge's round trips, so parts
   // of 256 keys (one part up to depth 256) took qwen3-8b 16 rows through the scheduler (64 to 192
   // deep) from 3259 / 3283 to 3326 / 3327 tok/s, `--parallel 16` from 3923 / 3962 to 3994 / 3995.
-  return n >= 8 ? 4 * kDecMinKeys : kDecMinKeys;
+  // Up to kSameRows rows, one row's parts (each row's arithmetic that of a step of it alone).
+  return n > kSameRows ? 4 * kDecMinKeys : kDecMinKeys;
 }
 
 bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox) {

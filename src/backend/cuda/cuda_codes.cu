@@ -29,196 +29,7 @@ void set_codes_mma_glu_capped(int mode) { g_mma_glu_capped = std::clamp(mode, 0,
 
 namespace {
 
-// ---- decode against 8-bit activation codes (Q4_K, Q6_K) ----------------------------------------
-
-// One warp per (row, super-block), a row read x_div rows of codes apart (expert slots of one token).
-__global__ void k_quantize_q8k(const float* x, int64_t xs, int x_div, int64_t cols, Codes c) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t row = blockIdx.y, b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (b >= cols / 256) return;
-  store_codes_of(x + (row / x_div) * xs + b * 256, row, b, cols, c);
-}
-
-// n bytes from p into L2, without waiting (sm_90: one bulk prefetch of the 16-byte aligned span).
-__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{15};
-  const uint32_t bytes = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(p) + n - at + 15) & ~uintptr_t{15});
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(bytes) : "memory");
-#else
-  for (int64_t i = 0; i < n; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + i));
-#endif
-}
-
-__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
-
-
-// A super-block is read by eight lanes (l8 = lane % 8; Q6_K: four), a warp's groups on consecutive
-// super-blocks; a warp reads R rows at once, each step's activation codes loaded once for all of them.
-// Q4_K: lane l8 holds code bytes 16 l8 .. 16 l8 + 15 (c = l8 / 2: low nibbles are elements
-// 64c + 16(l8 % 2) + i of sub-block 2c, high nibbles the same 32 further, sub-block 2c + 1) and the
-// 16-byte head (d, dmin, the twelve scale bytes). Offsets within a row are 32-bit.
-struct Q4kLane {
-  static constexpr int kBytes = 144, kLanes = 8;
-  struct Lane {
-    int act, sum, sh;  // the lane's codes (low half) and sub-block sums within a super-block; 16 (c % 2)
-    bool low, first;   // c < 2; the lane that adds the minimums' term (l8 even)
-    __device__ explicit Lane(int l8)
-        : act((l8 >> 1) * 64 + (l8 & 1) * 16), sum(2 * (l8 >> 1)), sh(16 * ((l8 >> 1) & 1)), low(l8 < 4), first((l8 & 1) == 0) {}
-  };
-  // One token's activations for the lane's 32 elements of a super-block.
-  struct Act {
-    int4 lo, hi;
-    int x0, x1;
-    float dx;
-  };
-  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
-    Act a;
-    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
-    a.lo = *reinterpret_cast<const int4*>(p);
-    a.hi = *reinterpret_cast<const int4*>(p + 32);
-    const uint32_t xs = *reinterpret_cast<const uint32_t*>(c.s + (t * (cols / 32) + b * 8 + ln.sum));
-    a.x0 = static_cast<int16_t>(xs & 0xffff);
-    a.x1 = static_cast<int16_t>(xs >> 16);
-    a.dx = c.d[t * (cols / 256) + b];
-    return a;
-  }
-  uint4 head, q;
-  __device__ void load(const uint8_t* blk, int l8) {
-    head = ld_stream(blk);
-    q = ld_stream(blk + 16 + 16 * l8);
-  }
-  // The lane's part of the super-block's product with one token, as the CPU's dot product forms a
-  // block (integer sums of scales times code products, and of minimums times code sums, then the two
-  // float scales).
-  __device__ float part(const Lane& ln, const Act& a) const {
-    const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
-                        dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
-    const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
-                         dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
-    return scaled(head, ln, a, sl, shh);
-  }
-  // The lane's part from its two code sums (sub-blocks 2c and 2c + 1): the head's scales and
-  // minimums of those sub-blocks (as the two low bytes of sp and mp), then d and dmin (Q4_K, Q5_K).
-  __device__ static float scaled(const uint4& head, const Lane& ln, const Act& a, int sl, int shh) {
-    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
-    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
-    const int isum = static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh;
-    const int imin = static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1;
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&head.x));
-    return a.dx * (dm.x * static_cast<float>(isum) - dm.y * static_cast<float>(imin));
-  }
-};
-
-// Q5_K: Q4_K's lanes and head (d, dmin, the twelve scale bytes), the code bytes at 48 and each code's
-// fifth bit from qh (bytes 16 .. 47): element 16(l8 % 2) + i of chunk c = l8 / 2 has bit 2c of qh byte
-// 16(l8 % 2) + i for its low nibble, bit 2c + 1 for its high one. 176-byte blocks: 16-byte aligned.
-struct Q5kLane {
-  static constexpr int kBytes = 176, kLanes = 8;
-  using Lane = Q4kLane::Lane;
-  using Act = Q4kLane::Act;
-  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) { return Q4kLane::act(ln, b, c, cols, t); }
-  uint4 head, q, h;
-  __device__ void load(const uint8_t* blk, int l8) {
-    head = ld_stream(blk);
-    h = ld_stream(blk + 16 + 16 * (l8 & 1));
-    q = ld_stream(blk + 48 + 16 * l8);
-  }
-  __device__ float part(const Lane& ln, const Act& a) const {
-    const int b0 = ln.sum;  // 2c: the qh bit of the low nibbles (b0 + 1: the high ones)
-    const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
-    const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
-    const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
-    const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
-    return Q4kLane::scaled(head, ln, a, sl, shh);
-  }
-};
-
-// Q6_K: four lanes a super-block, lane l4 holding elements 128n + 32k + l0 + i (n = l4 / 2, l0 =
-// 16 (l4 % 2), k = 0..3, i < 16): low nibbles (k = 0, 1) and high nibbles (k = 2, 3) of ql bytes 64n +
-// 32(k % 2) + l0 + i, bits 2k of qh byte 32n + l0 + i; scale byte 8n + 2k + l0 / 16. 210-byte blocks
-// are only 2-byte aligned: each 16 bytes come from three aligned 8-byte words (a block's lanes share
-// their lines), 12 loads a lane for 52 bytes (with eight lanes of 8-byte pieces, 13 loads of 4 bytes
-// each: the loads' latency bound the products at 57% of the bandwidth).
-__device__ __forceinline__ uint4 ld16_aligned2(const uint8_t* p) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  const auto* w = reinterpret_cast<const uint2*>(at & ~uintptr_t{7});
-  const uint2 x = __ldg(w), y = __ldg(w + 1), z = __ldg(w + 2);
-  const bool up = at & 4;  // a word further
-  const uint32_t sh = (at & 2) * 8;
-  const uint32_t v0 = up ? x.y : x.x, v1 = up ? y.x : x.y, v2 = up ? y.y : y.x, v3 = up ? z.x : y.y, v4 = up ? z.y : z.x;
-  return make_uint4(__funnelshift_r(v0, v1, sh), __funnelshift_r(v1, v2, sh), __funnelshift_r(v2, v3, sh), __funnelshift_r(v3, v4, sh));
-}
-__device__ __forceinline__ uint2 ld8_aligned2(const uint8_t* p) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  const auto* w = reinterpret_cast<const uint2*>(at & ~uintptr_t{7});
-  const uint2 x = __ldg(w), y = __ldg(w + 1);
-  const bool up = at & 4;
-  const uint32_t sh = (at & 2) * 8;
-  const uint32_t v0 = up ? x.y : x.x, v1 = up ? y.x : x.y, v2 = up ? y.y : y.x;
-  return make_uint2(__funnelshift_r(v0, v1, sh), __funnelshift_r(v1, v2, sh));
-}
-struct Q6kLane {
-  static constexpr int kBytes = 210, kLanes = 4;
-  struct Lane {
-    int act, hs;  // the lane's codes within a super-block; the shift of its scale bytes
-    __device__ explicit Lane(int l4) : act((l4 >> 1) * 128 + (l4 & 1) * 16), hs((l4 & 1) * 8) {}
-  };
-  // k: the lane's sixteen codes of group k; off: -32 times their sum (the codes' offset, taken out
-  // of the products of the weights' unsigned 6-bit codes with them).
-  struct Act {
-    int4 k[4];
-    int off[4];
-    float dx;
-  };
-  __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
-    Act a;
-    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
-    for (int k = 0; k < 4; ++k) {
-      a.k[k] = *reinterpret_cast<const int4*>(p + 32 * k);
-      const int4 v = a.k[k];
-      a.off[k] = -32 * dp4a(0x01010101u, v.w, dp4a(0x01010101u, v.z, dp4a(0x01010101u, v.y, dp4a(0x01010101u, v.x, 0))));
-    }
-    a.dx = c.d[t * (cols / 256) + b];
-    return a;
-  }
-  uint4 la, lb, qh;
-  uint2 sc;
-  uint32_t d;
-  __device__ void load(const uint8_t* blk, int l4) {
-    const int n = l4 >> 1, l0 = (l4 & 1) * 16;
-    la = ld16_aligned2(blk + n * 64 + l0);
-    lb = ld16_aligned2(blk + n * 64 + 32 + l0);
-    qh = ld16_aligned2(blk + 128 + n * 32 + l0);
-    sc = ld8_aligned2(blk + 192 + n * 8);
-    d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
-  }
-  __device__ float part(const Lane& ln, const Act& a) const {
-    const uint32_t wa[4] = {la.x, la.y, la.z, la.w}, wb[4] = {lb.x, lb.y, lb.z, lb.w}, wh[4] = {qh.x, qh.y, qh.z, qh.w};
-    const uint32_t ws[2] = {sc.x, sc.y};
-    int tot = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t x[4] = {static_cast<uint32_t>(a.k[k].x), static_cast<uint32_t>(a.k[k].y), static_cast<uint32_t>(a.k[k].z),
-                             static_cast<uint32_t>(a.k[k].w)};
-      int dot = a.off[k];
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        // Four unsigned 6-bit codes (below 64: the same as signed bytes): nibble k / 2 of ql (a for
-        // even k, b for odd), two bits of qh at 2k above them; their offset of 32 is in a.off.
-        const uint32_t l = k & 1 ? wb[h] : wa[h];
-        const uint32_t code = ((k < 2 ? l : l >> 4) & 0x0F0F0F0Fu) | (((wh[h] >> (2 * k)) & 0x03030303u) << 4);
-        dot = dp4a(code, x[h], dot);
-      }
-      // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
-      tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
-    }
-    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(tot);
-  }
-};
+#include "backend/cuda/cuda_code_lanes.cuh"  // (inside this namespace: the lanes' layouts of a super-block)
 
 // A warp's share of R rows (each nsb super-blocks; L::kLanes lanes a super-block, W = 32 / (H kLanes)
 // super-blocks a step): super-blocks W (ks + S u) + lane / kLanes for u = 0, 1, ...; U steps loaded
@@ -257,11 +68,11 @@ __device__ __forceinline__ void rows_codes(const uint8_t* const* rows, int nsb, 
   }
 }
 
-// Up to three products reading the same codes in one launch (q, k and v; gate and up), each segment
-// its own weights, rows and output; with GLU, the first two segments (gate, up, the same rows) are
-// computed by the same warps and combined into the first's output. Blocks of kMvWarps warps, S warps
-// per group of RW rows (short rows in flight on more warps); NT tokens per block; with ids, one slot
-// per block and its rows' expert. H = 2 (short rows, such as a mixture's down of 768 columns, where
+// Expert slots' products (k_mv_rows takes those without): up to three products reading the same codes
+// in one launch (gate and up), each segment its own weights, rows and output; with GLU, the first two
+// segments (gate, up, the same rows) are computed by the same warps and combined into the first's
+// output. Blocks of kMvWarps warps, S warps per group of RW rows (short rows in flight on more warps);
+// one slot per block and its rows' expert. H = 2 (short rows, such as a mixture's down of 768 columns, where
 // Q6_K's would leave 20 of 32 lanes idle and Q4_K's 8): each half-warp its own RW rows, half the
 // blocks (on an H200, qwen3-30b-a3b tg128 444 -> 455 for the Q6_K rows, then -> 459 with the Q4_K
 // ones too; qwen3.6-35b-a3b 2210 -> 2264).
@@ -274,6 +85,10 @@ struct MvSeg {
   int64_t bias_stride;
   int type;
   unsigned blocks;
+  int split = 0;  // k_mv_rows, k_mv_mma: the warps a row's (a tile's) super-blocks are split over
+  // k_mv_mma up to kSameRows tokens: each warp's streams of super-blocks and the lane groups a warp of
+  // k_mv_rows (W) whose sums it repeats (0: its warps' sums halved).
+  int streams = 1, canon = 0;
 };
 struct MvArgs {
   MvSeg seg[4];
@@ -383,41 +198,43 @@ __global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU, H
   g.out[(t0 + t) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[1]) : y[0];
 }
 
-// The launch shape: RW rows per warp (sharing each step's activation loads) and S warps per group of
-// rows (each a share of the super-blocks), measured with zinc_cuda_matvec_bench on an H200 for one
-// token: at least 4096 rows (counting expert slots), four rows a warp and two warps for rows of 4096
-// columns or more (gate and up together: two rows of each, one warp); 1024 to 4096 rows, two rows and
-// four warps; fewer, one row. Several tokens: two rows a warp from 1024 rows (at most two warps a
-// row group), else one.
-template <int NT, bool GLU>
-void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
-  const int P = GLU ? 1 : a.nseg;
-  int64_t rows = 0;
-  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
-  const int64_t groups_y = (a.n + NT - 1) / NT;
-  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? groups_y : 1);
-  int RW = 1, S = 1;
-  if (work >= 4096) {
-    RW = GLU ? 2 : 4;
-    S = GLU || nsb < 16 ? 1 : 2;
-  } else if (work >= 1024) {
+// The one-token launch shape (k_mv_codes, k_mv_rows): RW rows per warp (sharing each step's activation
+// loads) and S warps per group of rows (each a share of the super-blocks), measured with
+// zinc_cuda_matvec_bench on an H200: at least 4096 rows (expert slots: counted as a token's 8), four
+// rows a warp and two warps for rows of 4096 columns or more (gate and up together: two rows of each,
+// one warp); 1024 to 4096 rows, two rows and four warps where there are 16 super-blocks; fewer, one
+// row, as many warps as leave each 8 super-blocks (up to four).
+void one_token_shape(int64_t rows, int64_t nsb, bool glu, int& S, int& RW) {
+  RW = 1, S = 1;
+  if (rows >= 4096) {
+    RW = glu ? 2 : 4;
+    S = glu || nsb < 16 ? 1 : 2;
+  } else if (rows >= 1024) {
     RW = 2;
     S = nsb >= 16 ? 4 : nsb >= 8 ? 2 : 1;
   } else {
     while (S < 4 && nsb / (2 * S) >= 8) S *= 2;
   }
-  if constexpr (NT > 1) {
-    RW = work >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
-  }
+}
+
+// Expert slots, a block each.
+template <bool GLU>
+void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  // (Expert slots counted as a token's 8, whatever the step's tokens: a slot's shape, and so the order
+  // its row is summed in, that of a step of its token alone.)
+  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? 8 : 1);
+  int RW = 1, S = 1;
+  one_token_shape(work, nsb, GLU, S, RW);
   if (rows_per_warp > 0) RW = rows_per_warp;
   if (RW != 1 && RW != 2 && RW != 4) RW = 1;
   if (split == 1 || split == 2 || split == 4) S = split;
-  // The shapes instantiated: GLU and several tokens at most two rows a warp, then at most two warps.
-  if (GLU || NT > 1) RW = std::min(RW, 2);
-  if (NT > 1 && RW == 2) S = std::min(S, 2);
-  // Half-warp row groups for rows of at most four super-blocks (one token, four rows a warp): at most
-  // two steps a half-warp.
-  const int H = NT == 1 && !GLU && S == 1 && RW == 4 && nsb <= 4 ? 2 : 1;
+  if (GLU) RW = std::min(RW, 2);  // (the shapes instantiated)
+  // Half-warp row groups for rows of at most four super-blocks (four rows a warp): at most two steps a
+  // half-warp.
+  const int H = !GLU && S == 1 && RW == 4 && nsb <= 4 ? 2 : 1;
   // Products of one input: the Q6_K ones' blocks first (their rows take longest; last, they would be
   // the launch's tail).
   if (!GLU) std::stable_partition(a.seg, a.seg + a.nseg, [](const MvSeg& g) { return g.type == kQ6_K; });
@@ -427,18 +244,224 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
     if (i < P) blocks += a.seg[i].blocks;
   }
   if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
-  const dim3 grid(blocks, static_cast<unsigned>(groups_y)), block(kMvWarps * kWarp);
+  const dim3 grid(blocks, static_cast<unsigned>(a.n)), block(kMvWarps * kWarp);
 #define ZINC_MV(SS, RR) \
-  if (S == SS && RW == RR) return launch(k_mv_codes<NT, SS, RR, GLU>, grid, block, s, a);
-  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1) ZINC_MV(1, 2) ZINC_MV(2, 2)
-  if constexpr (NT == 1) {
-    ZINC_MV(4, 2)
-    if constexpr (!GLU) {
-      if (H == 2) return launch(k_mv_codes<1, 1, 4, false, 2>, grid, block, s, a);
-      ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4)
-    }
+  if (S == SS && RW == RR) return launch(k_mv_codes<1, SS, RR, GLU>, grid, block, s, a);
+  ZINC_MV(1, 1) ZINC_MV(2, 1) ZINC_MV(4, 1) ZINC_MV(1, 2) ZINC_MV(2, 2) ZINC_MV(4, 2)
+  if constexpr (!GLU) {
+    if (H == 2) return launch(k_mv_codes<1, 1, 4, false, 2>, grid, block, s, a);
+    ZINC_MV(1, 4) ZINC_MV(2, 4) ZINC_MV(4, 4)
   }
 #undef ZINC_MV
+}
+
+// ---- steps of up to kSameRows rows: each row summed as in a step of its token alone -------------
+//
+// A row's product is the sum of its super-blocks' values (super_value: exact integer sums, then the
+// float scales), summed in one order whatever the step's other rows: T = W S streams (W = 32 / kLanes
+// lane groups a warp, S warps a row group, the one-token shape's), stream j = ks W + g taking
+// super-blocks j, j + T, ... in order; a warp's W streams added as the warp's lanes exchange them
+// (xor 16 first: for W = 4 (a0 + a2) + (a1 + a3)), then the S warps' sums one after the other from 0.
+// k_mv_rows (packed dot products) forms it so for any tokens, k_mv_mma (integer tensor cores) for up
+// to kSameRows tokens (MvSeg::streams), so a speculative step's rows, and a few sequences' rows
+// decoded together, are each that of its token alone bit for bit.
+
+constexpr int kMmaWarps = 8;  // the most warps a tile of k_mv_mma takes
+
+// The first index a lane keeps of scatter_sum<K, M> (l: the lane within its group).
+template <int K, int M>
+__device__ __forceinline__ int scatter_base(int l) {
+  int base = 0, c = M;
+#pragma unroll
+  for (int m = K / 2; m >= 1 && c > 1; m /= 2) {
+    if (l & m) base += c / 2;
+    c /= 2;
+  }
+  return base;
+}
+
+// Each lane's M integers summed over its group of K consecutive lanes (exact) and scattered: the lane
+// keeps the sums of indices scatter_base + j, j < max(1, M / K) (from its bits within the group).
+template <int K, int M>
+__device__ __forceinline__ void scatter_sum(int (&v)[M], int l) {
+  int c = M;
+#pragma unroll
+  for (int m = K / 2; m >= 1; m /= 2) {
+    if (c > 1) {
+      const bool hi = l & m;
+      const int h = c / 2;
+#pragma unroll
+      for (int j = 0; j < M / 2; ++j) {
+        if (j >= h) break;
+        const int send = hi ? v[j] : v[j + h], keep = hi ? v[j + h] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+      }
+      c = h;
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
+    }
+  }
+}
+
+// A warp's R rows (the same for every lane) over its streams' super-blocks (ks W + g, then T further;
+// U steps loaded before any is used), NT tokens: each super-block's integer sums per (row, token)
+// scattered over the group, each lane forming the values of its share and adding them to its own
+// sums, then the groups' sums added across the warp. Returns the lane's first index (row r token t:
+// r NT + t); acc: its OWN sums (the warp's, in every group).
+template <class L, int NT, int R>
+__device__ __forceinline__ int rows_streams(const uint8_t* const* rows, bool any, int nsb, int ks, int S, const Codes& c, int cols, int nt,
+                                            float (&acc)[R * NT >= L::kLanes ? R * NT / L::kLanes : 1]) {
+  constexpr int W = kWarp / L::kLanes, M = R * NT, OWN = M >= L::kLanes ? M / L::kLanes : 1;
+  // (Twice the steps in flight of k_mv_codes: each step's sums wait on the exchanges.)
+  constexpr int U = sizeof(L) * R > 128 ? 1 : sizeof(L) * R > 64 ? 2 : 4;
+  const int lane = threadIdx.x % kWarp, l8 = lane % L::kLanes, grp = lane / L::kLanes;
+  const typename L::Lane ln(l8);
+  const int base = scatter_base<L::kLanes, M>(l8);
+  bool waited = false;
+  for (int b0 = ks * W; any && b0 < nsb; b0 += W * S * U) {
+    L raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = min(b0 + u * W * S + grp, nsb - 1);
+      if (b0 + u * W * S < nsb) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r].load(rows[r] + b * L::kBytes, l8);
+      }
+    }
+    if (!waited) pdl_wait(), waited = true;  // the codes are the previous kernels' output
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (b0 + u * W * S >= nsb) break;
+      const bool valid = b0 + u * W * S + grp < nsb;
+      const int b = min(b0 + u * W * S + grp, nsb - 1);
+      typename L::Whole a[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) a[t] = L::whole(ln, b, c, cols, min(t, nt - 1));
+      int v[M];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) v[r * NT + t] = raw[u][r].isum(ln, a[t]);
+      scatter_sum<L::kLanes, M>(v, l8);
+#pragma unroll
+      for (int j = 0; j < OWN; ++j) {
+        const int i = base + j, ri = i / NT, ti = i % NT;
+        typename L::Head h = raw[u][0].head_of();
+#pragma unroll
+        for (int r = 1; r < R; ++r)
+          if (r == ri) h = raw[u][r].head_of();
+        typename L::Whole at = a[0];
+#pragma unroll
+        for (int t = 1; t < NT; ++t)
+          if (t == ti) at = a[t];
+        const float val = L::value_of(h, at, v[j]);
+        if (valid) acc[j] = __fadd_rn(acc[j], val);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < OWN; ++j)
+#pragma unroll
+    for (int m = kWarp / 2; m >= L::kLanes; m /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], m);
+  return base;
+}
+
+// The warp's sums into part[r NT + t] (the first group's lanes).
+template <class L, int NT, int R>
+__device__ __forceinline__ void rows_part(const uint8_t* const* rows, bool any, int nsb, int ks, int S, const Codes& c, int cols, int nt, float* part) {
+  constexpr int OWN = R * NT >= L::kLanes ? R * NT / L::kLanes : 1;
+  float acc[OWN];
+#pragma unroll
+  for (int j = 0; j < OWN; ++j) acc[j] = 0;
+  const int base = rows_streams<L, NT, R>(rows, any, nsb, ks, S, c, cols, nt, acc);
+  if (threadIdx.x % kWarp < L::kLanes) {
+#pragma unroll
+    for (int j = 0; j < OWN; ++j) part[base + j] = acc[j];
+  }
+}
+
+// Products of one input without expert slots (up to four segments as k_mv_codes; GLU: gate and up on
+// the same warps, combined into the first's output): RW rows a warp, S (MvSeg::split) warps a row
+// group, NT tokens a block.
+template <int NT, int RW, bool GLU>
+__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_rows(const MvArgs a) {
+  pdl_trigger();
+  unsigned bx = blockIdx.x;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const MvSeg& g = a.seg[si];
+  const int S = g.split;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(bx) * (kMvWarps / S) + warp / S) * RW;
+  const int ks = warp % S;
+  const int t0 = blockIdx.y * NT, nt = min(NT, a.n - t0);
+  constexpr int P = GLU ? 2 : 1, R = RW * P;  // row i of product p: index p RW + i
+  const int xr = t0 / a.x_div, cols = static_cast<int>(a.cols);
+  const Codes c{a.c.q + static_cast<int64_t>(xr) * a.cols, a.c.d + xr * (a.cols / 256), a.c.s + xr * (a.cols / 32)};
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const MvSeg& gp = a.seg[GLU ? p : si];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) rows[p * RW + i] = gp.w + (gp.first + min(r0 + i, g.rows - 1)) * gp.row_bytes;
+  }
+  __shared__ float part[kMvWarps][R * NT];
+  const bool any = r0 < g.rows;
+  if (g.type == kQ4_K) rows_part<Q4kLane, NT, R>(rows, any, cols / 256, ks, S, c, cols, nt, part[warp]);
+  else if (g.type == kQ5_K) rows_part<Q5kLane, NT, R>(rows, any, cols / 256, ks, S, c, cols, nt, part[warp]);
+  else rows_part<Q6kLane, NT, R>(rows, any, cols / 256, ks, S, c, cols, nt, part[warp]);
+  pdl_wait();  // (again: warps with no rows)
+  if (S > 1) __syncthreads();
+  else __syncwarp();
+  if (ks != 0 || lane >= NT * RW) return;
+  const int t = lane % NT, i = lane / NT;  // lane: token t of row r0 + i
+  const int64_t r = r0 + i;
+  if (t >= nt || r >= g.rows) return;
+  float y[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    float v = 0;
+    for (int k = 0; k < S; ++k) v += part[warp + k][(p * RW + i) * NT + t];
+    const MvSeg& gp = a.seg[GLU ? p : si];
+    y[p] = v + (gp.bias ? gp.bias[r] : 0.0f);
+  }
+  g.out[(t0 + t) * g.os + r] = GLU ? glu_value(a.glu == Glu::GeGLU, y[0], y[1]) : y[0];
+}
+
+// The split of a launch without expert slots (rows: of its products, or gate's alone), every token
+// count the one-token shape's (split: 1, 2 or 4 for measurements).
+int rows_split(int64_t rows, int64_t nsb, bool glu, int split) {
+  int S = 1, RW = 1;
+  one_token_shape(rows, nsb, glu, S, RW);
+  return split == 1 || split == 2 || split == 4 ? split : S;
+}
+
+template <int NT, bool GLU>
+void launch_mv_rows(Stream s, MvArgs& a, int split, int rows_per_warp) {
+  const int P = GLU ? 1 : a.nseg;
+  int64_t rows = 0;
+  for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
+  const int64_t nsb = a.cols / 256;
+  int S = 1, RW = 1;
+  one_token_shape(rows, nsb, GLU, S, RW);
+  S = rows_split(rows, nsb, GLU, split);
+  if constexpr (NT > 1) RW = rows >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
+  if (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4) RW = rows_per_warp;
+  if (GLU || NT > 1) RW = std::min(RW, 2);  // (the shapes instantiated)
+  if (!GLU) std::stable_partition(a.seg, a.seg + a.nseg, [](const MvSeg& g) { return g.type == kQ6_K; });
+  unsigned blocks = 0;
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].split = S;
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + RW * (kMvWarps / S) - 1) / (RW * (kMvWarps / S)));
+    if (i < P) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;  // the second segment is read through seg[1] by the first's warps
+  const dim3 grid(blocks, static_cast<unsigned>((a.n + NT - 1) / NT)), block(kMvWarps * kWarp);
+  if (RW == 2) return launch(k_mv_rows<NT, 2, GLU>, grid, block, s, a);
+  if constexpr (NT == 1 && !GLU) {
+    if (RW == 4) return launch(k_mv_rows<1, 4, false>, grid, block, s, a);
+  }
+  launch(k_mv_rows<NT, 1, GLU>, grid, block, s, a);
 }
 
 // ---- a few tokens (decode of several sequences, short prompts) on integer tensor cores ----------
@@ -536,7 +559,7 @@ struct Q45Mma {
           m = __dp2a_lo(sp.z, mn1, m);
           m = __dp2a_hi(sp.w, mn1, m);
           const float xd = c.d[static_cast<int64_t>(t) * (cols / 256) + b];
-          acc[j][2 * i + u] += xd * (dm.x * static_cast<float>(isum[j][2 * i + u]) - dm.y * static_cast<float>(m));
+          acc[j][2 * i + u] = __fadd_rn(acc[j][2 * i + u], super_value(xd, dm.x, dm.y, isum[j][2 * i + u], m));
         }
     }
   }
@@ -600,8 +623,8 @@ struct Q6Mma {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const float xd = c.d[static_cast<int64_t>(tk.qd[j][u]) * (cols / 256) + b];
-        acc[j][u] += xd * d[0] * static_cast<float>(isum[j][u]);
-        acc[j][2 + u] += xd * d[1] * static_cast<float>(isum[j][2 + u]);
+        acc[j][u] = __fadd_rn(acc[j][u], super_value(xd, d[0], isum[j][u]));
+        acc[j][2 + u] = __fadd_rn(acc[j][2 + u], super_value(xd, d[1], isum[j][2 + u]));
       }
   }
 };
@@ -667,14 +690,20 @@ struct Stage {
 
 // A warp's share of its tile's super-blocks (ks, ks + S, ...), U of them loaded before any is used;
 // P products of the same rows (gate and up) sharing the activations.
-template <class W, int NJ, int P, bool ST>
+// NS: a warp's streams (MvSeg::streams): its q-th super-block's sums go to acc[q % NS].
+template <class W, int NJ, int P, bool ST, int NS>
 __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Stage<NJ>& st,
-                                         const Codes& c, int cols, float (&acc)[P][NJ][4]) {
+                                         const Codes& c, int cols, float (&acc)[NS][P][NJ][4]) {
   constexpr int U = P == 1 && NJ != 2 ? 2 : 1;  // (16 tokens a warp: within 128 registers)
+  constexpr int G = U > NS ? U : NS;              // super-blocks a round (whole steps of U, whole streams)
   const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
   bool waited = false;
   int k = 0;  // ST: the stage of the next super-block to compute
-  for (int b0 = ks; b0 < nsb; b0 += S * U) {
+  for (int b00 = ks; b00 < nsb; b00 += S * G)
+#pragma unroll
+  for (int i0 = 0; i0 < G; i0 += U) {
+    const int b0 = b00 + i0 * S;
+    if (b0 >= nsb) break;
     W raw[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -704,7 +733,7 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
 #pragma unroll
         for (int j = 0; j < NJ; ++j) xs[j] = tk.q[j] + b * 256;
       }
-      dot_parts<W, NJ, P>(raw[u], b, tq, xs, tk, c, cols, acc);
+      dot_parts<W, NJ, P>(raw[u], b, tq, xs, tk, c, cols, acc[(i0 + u) % NS]);
       if constexpr (ST) {
         __syncwarp();  // (every lane done with stage k before the next copy into it)
         k ^= 1;
@@ -739,16 +768,20 @@ __device__ __forceinline__ void copy_weights(const uint8_t* const (&rows)[P][2],
     }
 }
 
-template <class W, int NJ, int P>
+template <class W, int NJ, int P, int NS>
 __device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][2], int nsb, int ks, int S, const MmaTok& tk, const Stage<NJ>& st,
-                                                uint8_t* wst, int wslot, const Codes& c, int cols, float (&acc)[P][NJ][4]) {
+                                                uint8_t* wst, int wslot, const Codes& c, int cols, float (&acc)[NS][P][NJ][4]) {
   const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
   const int wstage = P * 16 * wslot;
   copy_weights<W, P>(rows, ks, wst, wslot);
   pdl_wait();                   // the codes are the previous kernels' output
   st.copy(c, cols, ks, 0);      // (closes the group, the weights' copies with it)
   int k = 0;
-  for (int b = ks; b < nsb; b += S) {
+  for (int b0 = ks; b0 < nsb; b0 += S * NS)
+#pragma unroll
+  for (int q = 0; q < NS; ++q) {
+    const int b = b0 + q * S;
+    if (b >= nsb) break;
     if (b + S < nsb) {
       copy_weights<W, P>(rows, b + S, wst + (k ^ 1) * wstage, wslot);
       st.copy(c, cols, b + S, k ^ 1);
@@ -772,7 +805,7 @@ __device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][
         blk[i] = wst + k * wstage + (p * 16 + gq + 8 * i) * wslot + mis;
       }
       raw[0].load_staged(blk, tq);
-      dot_parts<W, NJ, 1>(raw, b, tq, xs, tk, c, cols, reinterpret_cast<float(&)[1][NJ][4]>(acc[p]));
+      dot_parts<W, NJ, 1>(raw, b, tq, xs, tk, c, cols, reinterpret_cast<float(&)[1][NJ][4]>(acc[q][p]));
     }
     __syncwarp();  // (every lane done with stage k before the next copies into it)
     k ^= 1;
@@ -783,13 +816,13 @@ __device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][
 // tokens a warp in at most 128 registers: twice the warps resident, measured faster on an H200 (8 and
 // 16 tokens: 10-25%); more tokens a warp spill there, and gate and up with their activation (8 tokens:
 // 26 us uncapped, 30 capped).
-constexpr int kMmaWarps = 8;
 // R: tiles of 16 rows a warp (without an activation), sharing each load of the activations.
 // WS (with ST): the weights staged in shared memory as well (mma_rows_staged; a.wslot bytes a row's
 // super-block). CAP: at most that many registers (0: as the bounds allow).
-template <int NJ, bool GLU, int R, bool ST, bool WS = false, int CAP = 0>
+// NS: each warp's streams (MvSeg::streams; 1 but for up to kSameRows tokens).
+template <int NJ, bool GLU, int R, bool ST, bool WS = false, int CAP = 0, int NS = 1>
 __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ == 2 && R == 1))) || WS ? 2 : 1) __maxnreg__(CAP > 0 ? CAP : 255)
-    k_mv_mma(const MvArgs a, int S) {
+    k_mv_mma(const MvArgs a) {
   static_assert(R == 1 || !GLU);
   static_assert(ST || !WS);
   extern __shared__ __align__(16) uint8_t mma_stage[];
@@ -800,6 +833,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
   const MvSeg& g = a.seg[si];
+  const int S = g.split;  // the tile's warps
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
   const int warps = static_cast<int>(blockDim.x) / kWarp;
   const int64_t r0 = (static_cast<int64_t>(bx) * (warps / S) + warp / S) * 16 * R;
@@ -822,11 +856,14 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
     return a.order ? a.order[base + t] : t;
   };
   constexpr int P = GLU ? 2 : R;  // the parts: gate and up, or R tiles of rows
-  float acc[P][NJ][4];
+  constexpr int streams = NS;
+  float acc[NS][P][NJ][4];
 #pragma unroll
-  for (int p = 0; p < P; ++p)
+  for (int i = 0; i < NS; ++i)
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0;
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) acc[i][p][j][0] = acc[i][p][j][1] = acc[i][p][j][2] = acc[i][p][j][3] = 0;
   const int cols = static_cast<int>(a.cols);
   if (r0 < g.rows) {
     const uint8_t* rows[P][2];
@@ -858,17 +895,64 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
     const int nsb = cols / 256;
     if constexpr (WS) {
       uint8_t* const wst = mine + st_bytes;
-      if (g.type == kQ4_K) mma_rows_staged<Q45Mma<kQ4_K>, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
-      else if (g.type == kQ5_K) mma_rows_staged<Q45Mma<kQ5_K>, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
-      else mma_rows_staged<Q6Mma, NJ, P>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+      if (g.type == kQ4_K) mma_rows_staged<Q45Mma<kQ4_K>, NJ, P, NS>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+      else if (g.type == kQ5_K) mma_rows_staged<Q45Mma<kQ5_K>, NJ, P, NS>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
+      else mma_rows_staged<Q6Mma, NJ, P, NS>(rows, nsb, ks, S, tk, st, wst, a.wslot, a.c, cols, acc);
     } else {
-      if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
-      else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
-      else mma_rows<Q6Mma, NJ, P, ST>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+      if (g.type == kQ4_K) mma_rows<Q45Mma<kQ4_K>, NJ, P, ST, NS>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+      else if (g.type == kQ5_K) mma_rows<Q45Mma<kQ5_K>, NJ, P, ST, NS>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
+      else mma_rows<Q6Mma, NJ, P, ST, NS>(rows, nsb, ks, S, tk, st, a.c, cols, acc);
     }
   }
   pdl_wait();  // (again: warps with no rows or no super-blocks)
-  if (S > 1) {
+  if (g.canon) {
+    // The tile's T = S streams streams (stream j: super-blocks j, j + T, ...) added as k_mv_rows adds
+    // them: for each of the one-token shape's T / W warps, its W streams as the lanes exchange them,
+    // then those sums one after the other (the rows of steps of up to kSameRows tokens each that of
+    // its token alone). acc[i]: stream ks + S i (the rotations undone).
+    static_assert(NS == 1 || (NJ == 1 && R == 1), "streams: steps of up to kSameRows tokens");
+    const int T = S * streams, Wg = g.canon, tile = warp / S;
+    const auto tree = [&](const auto& at, int j) {
+      return Wg == 4 ? (at(j) + at(j + 2)) + (at(j + 1) + at(j + 3))
+                     : ((at(j) + at(j + 4)) + (at(j + 2) + at(j + 6))) + ((at(j + 1) + at(j + 5)) + (at(j + 3) + at(j + 7)));
+    };
+    float res[P][4];
+    if (S == 1) {  // every stream this warp's
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = 0;
+          if constexpr (NS == 4) {
+            if (Wg == 4) v += (acc[0][p][0][e] + acc[2][p][0][e]) + (acc[1][p][0][e] + acc[3][p][0][e]);
+          }
+          res[p][e] = v;
+        }
+    } else {
+      __shared__ float cbuf[kMmaWarps * 4][kWarp];  // (a block's warps times their streams)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+#pragma unroll
+          for (int i = 0; i < NS; ++i)
+            if (i < streams) cbuf[tile * T + ks + S * i][lane] = acc[i][p][0][e];
+          __syncthreads();
+          if (ks == 0) {
+            const auto at = [&](int j) { return cbuf[tile * T + j][lane]; };
+            float v = 0;
+            for (int k = 0; k < T / Wg; ++k) v += tree(at, k * Wg);
+            res[p][e] = v;
+          }
+          __syncthreads();
+        }
+    }
+    if (ks != 0) return;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][p][0][e] = res[p][e];
+  } else if (S > 1) {
     // The tile's S warps' sums halved through shared memory (warps h .. 2h - 1 of the tile to warps
     // 0 .. h - 1) until its first warp holds them.
     __shared__ float part[kMmaWarps / 2][P * NJ * 4][kWarp];
@@ -880,7 +964,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
 #pragma unroll
           for (int j = 0; j < NJ; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[tile * (S / 2) + ks - h][(p * NJ + j) * 4 + e][lane] = acc[p][j][e];
+            for (int e = 0; e < 4; ++e) part[tile * (S / 2) + ks - h][(p * NJ + j) * 4 + e][lane] = acc[0][p][j][e];
       }
       __syncthreads();
       if (ks < h) {
@@ -889,7 +973,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
 #pragma unroll
           for (int j = 0; j < NJ; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[p][j][e] += part[tile * (S / 2) + ks][(p * NJ + j) * 4 + e][lane];
+            for (int e = 0; e < 4; ++e) acc[0][p][j][e] += part[tile * (S / 2) + ks][(p * NJ + j) * 4 + e][lane];
       }
       __syncthreads();
     }
@@ -910,10 +994,10 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
         if constexpr (GLU) {
           float v[2];
 #pragma unroll
-          for (int p = 0; p < 2; ++p) v[p] = acc[p][j][e] + (a.seg[p].bias ? a.seg[p].bias[ex * a.seg[p].bias_stride + r] : 0.0f);
+          for (int p = 0; p < 2; ++p) v[p] = acc[0][p][j][e] + (a.seg[p].bias ? a.seg[p].bias[ex * a.seg[p].bias_stride + r] : 0.0f);
           y = glu_value(a.glu == Glu::GeGLU, v[0], v[1]);
         } else {
-          y = acc[q][j][e] + (g.bias ? g.bias[ex * g.bias_stride + r] : 0.0f);
+          y = acc[0][q][j][e] + (g.bias ? g.bias[ex * g.bias_stride + r] : 0.0f);
         }
         g.out[static_cast<int64_t>(slot(t)) * g.os + r] = y;
       }
@@ -991,6 +1075,37 @@ const std::array<int64_t, 3>& staged_resident_warps() {
 // 20.2 -> 15.1, down Q6_K 32.5 -> 26.3, q/o 10.3 -> 9.2; 32 tokens down Q4_K 31.4 -> 27.4, q/o 14.1 ->
 // 12.8; but 32 tokens with one or two warps a tile (gate 12288 rows; gate and up) 32.7 -> 35.5 and 59.1
 // -> 67.2: there they read from memory.
+// One token group's launch with each warp's streams (2 or 4; up to kSameRows tokens): the codes
+// staged, the weights too where `ws` (their slots' shared memory in `shared`).
+// A kernel allowed all the shared memory a block may opt in to; returns the dynamic bytes it may take.
+template <class K>
+int allow_most_shared(K kernel) {
+  int dev = 0, optin = 0, limit = 0;
+  cudaFuncAttributes at{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+    limit = optin - static_cast<int>(at.sharedSizeBytes);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) != cudaSuccess) limit = 0;
+  }
+  (void)cudaGetLastError();
+  return limit;
+}
+template <bool GLU, int NS>
+void launch_mma_ns(bool ws, dim3 grid, dim3 block, size_t shared, Stream s, const MvArgs& a) {
+  constexpr auto staged = k_mv_mma<1, GLU, 1, true, true, 0, NS>;
+  constexpr auto kernel = k_mv_mma<1, GLU, 1, true, false, 0, NS>;
+  static const int staged_limit = allow_most_shared(staged), limit = allow_most_shared(kernel);
+  if (ws && shared <= static_cast<size_t>(staged_limit)) return launch_shared(staged, grid, block, shared, s, a);
+  MvArgs b = a;
+  b.wslot = 0;
+  launch_shared(kernel, grid, block, std::min<size_t>(block.x / kWarp * Stage<1>::kBytes, static_cast<size_t>(limit)), s, b);
+}
+template <bool GLU>
+void launch_mma_streams(int streams, bool ws, dim3 grid, dim3 block, size_t shared, Stream s, const MvArgs& a) {
+  if (streams == 2) return launch_mma_ns<GLU, 2>(ws, grid, block, shared, s, a);
+  launch_mma_ns<GLU, 4>(ws, grid, block, shared, s, a);
+}
+
 template <int NJ, bool GLU, int R = 1>
 void launch_mv_mma(Stream s, MvArgs& a, int split) {
   const int P = GLU ? 1 : a.nseg;
@@ -1037,10 +1152,38 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
       }
     }
   }
-  const int warps = std::max(S, kMvWarps);
+  // Up to kSameRows tokens (not grouped by expert): the warps a tile that k_mv_rows takes a row (each
+  // row summed in the same order as in a step of its token alone; the shape's other choices, staged or
+  // not, capped or not, keep the order).
+  int warps = std::max(S, kMvWarps);
+  for (int i = 0; i < a.nseg; ++i) a.seg[i].split = S, a.seg[i].streams = 1, a.seg[i].canon = 0;
+  int streams = 1;
+  if constexpr (NJ == 1 && R == 1) {
+    if (!a.order && a.n <= kSameRows && split == 0) {
+      // Each row summed as k_mv_rows sums it with the one-token shape (T = W S streams): at most
+      // kMmaWarps warps a tile, each the rest of the streams in turn.
+      // The launch's streams a warp (1, 2 or 4): the fewest that leave each segment at most kMmaWarps
+      // warps a tile, then more while every segment keeps at least the shape's warps a tile.
+      const int Spk = rows_split(rows, nsb, GLU, 0);
+      const auto lanes_w = [](const MvSeg& g) { return kWarp / (g.type == kQ6_K ? Q6kLane::kLanes : Q4kLane::kLanes); };
+      int t_min = 1 << 30, t_max = 0;
+      for (int i = 0; i < a.nseg; ++i) t_min = std::min(t_min, lanes_w(a.seg[i]) * Spk), t_max = std::max(t_max, lanes_w(a.seg[i]) * Spk);
+      int ns = 1;
+      while (t_max / ns > kMmaWarps) ns *= 2;
+      while (ns < 4 && t_min / (2 * ns) >= S) ns *= 2;
+      streams = ns;
+      warps = std::max(S, kMvWarps);
+      for (int i = 0; i < a.nseg; ++i) {
+        a.seg[i].split = lanes_w(a.seg[i]) * Spk / ns;
+        a.seg[i].streams = ns;
+        a.seg[i].canon = lanes_w(a.seg[i]);
+        warps = std::max(warps, a.seg[i].split);
+      }
+    }
+  }
   unsigned blocks = 0;
-  const int per_block = 16 * R * (warps / S);
   for (int i = 0; i < a.nseg; ++i) {
+    const int per_block = 16 * R * (warps / a.seg[i].split);
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + per_block - 1) / per_block);
     if (i < P) blocks += a.seg[i].blocks;
   }
@@ -1048,8 +1191,11 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   const dim3 grid = a.order ? dim3(blocks, static_cast<unsigned>(a.n_expert), static_cast<unsigned>((a.per_expert + 8 * NJ - 1) / (8 * NJ)))
                             : dim3(static_cast<unsigned>((a.n + 8 * NJ - 1) / (8 * NJ)), blocks);
   a.wslot = slot;
+  if constexpr (NJ == 1 && R == 1) {
+    if (streams > 1) return launch_mma_streams<GLU>(streams, slot != 0, grid, dim3(warps * kWarp), warps * (slot ? per_warp : Stage<1>::kBytes), s, a);
+  }
   if constexpr (NJ == 1) {
-    if (slot) return launch_shared(k_mv_mma<NJ, GLU, R, true, true>, grid, dim3(warps * kWarp), warps * per_warp, s, a, S);
+    if (slot) return launch_shared(k_mv_mma<NJ, GLU, R, true, true>, grid, dim3(warps * kWarp), warps * per_warp, s, a);
   }
   if (kStages && g_mma_stage && (NJ <= 2 || S >= 4)) {
     constexpr auto kernel = k_mv_mma<NJ, GLU, R, kStages>;
@@ -1058,9 +1204,9 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess &&
         cudaFuncSetAttribute(kernel_capped, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaWarps * Stage<NJ>::kBytes) == cudaSuccess;
     (void)allowed;
-    launch_shared(capped ? kernel_capped : kernel, grid, dim3(warps * kWarp), warps * Stage<NJ>::kBytes, s, a, S);
+    launch_shared(capped ? kernel_capped : kernel, grid, dim3(warps * kWarp), warps * Stage<NJ>::kBytes, s, a);
   } else {
-    launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a, S);
+    launch(k_mv_mma<NJ, GLU, R, false>, grid, dim3(warps * kWarp), s, a);
   }
 }
 bool codes_in_blocks_fit(int64_t cols) { return cols % 256 == 0 && cols <= kMvQuantCols; }
@@ -1119,11 +1265,15 @@ void mv_codes(Stream s, MvArgs& a, const float* x, int64_t xs, int x_div, void* 
     else by_groups(std::false_type{}, std::integral_constant<int, 2>{});
     return;
   }
-  a.trigger_late = chain == Chain::First;
-  if (a.ids || a.n == 1) glu ? launch_mv_codes<1, true>(s, a, split, rows_per_warp) : launch_mv_codes<1, false>(s, a, split, rows_per_warp);
-  else if (a.n == 2) glu ? launch_mv_codes<2, true>(s, a, split, rows_per_warp) : launch_mv_codes<2, false>(s, a, split, rows_per_warp);
-  else if (a.n <= 4) glu ? launch_mv_codes<4, true>(s, a, split, rows_per_warp) : launch_mv_codes<4, false>(s, a, split, rows_per_warp);
-  else glu ? launch_mv_codes<8, true>(s, a, split, rows_per_warp) : launch_mv_codes<8, false>(s, a, split, rows_per_warp);
+  if (a.ids) {  // expert slots, each a block's own
+    a.trigger_late = chain == Chain::First;
+    glu ? launch_mv_codes<true>(s, a, split, rows_per_warp) : launch_mv_codes<false>(s, a, split, rows_per_warp);
+    return;
+  }
+  if (a.n == 1) glu ? launch_mv_rows<1, true>(s, a, split, rows_per_warp) : launch_mv_rows<1, false>(s, a, split, rows_per_warp);
+  else if (a.n == 2) glu ? launch_mv_rows<2, true>(s, a, split, rows_per_warp) : launch_mv_rows<2, false>(s, a, split, rows_per_warp);
+  else if (a.n <= 4) glu ? launch_mv_rows<4, true>(s, a, split, rows_per_warp) : launch_mv_rows<4, false>(s, a, split, rows_per_warp);
+  else glu ? launch_mv_rows<8, true>(s, a, split, rows_per_warp) : launch_mv_rows<8, false>(s, a, split, rows_per_warp);
 }
 
 MvArgs products_args(const Product* p, int count, int64_t cols, int n, Glu glu) {

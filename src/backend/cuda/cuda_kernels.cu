@@ -211,7 +211,17 @@ __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
     ss += e * e;
   }
   float scale = 1.0f;
-  if (part.norm) {
+  if (part.norm && a.head_dim % kWarp == 0) {
+    // Every warp the head's sum of squares as the decode attention forms a head (HeadForm: lane l the
+    // squares of elements P l .. P l + P - 1 in order, then across the warp), so that a row's heads are
+    // the same bit for bit whichever launch forms them.
+    __syncthreads();
+    const int P = a.head_dim / kWarp, lane = threadIdx.x % kWarp;
+    ss = 0;
+    for (int i = 0; i < P; ++i) ss = __fmaf_rn(v[P * lane + i], v[P * lane + i], ss);
+    ss = warp_sum(ss);
+    scale = 1.0f / sqrtf(ss / static_cast<float>(a.head_dim) + part.eps);
+  } else if (part.norm) {
     ss = warp_sum(ss);
     if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = ss;
     __syncthreads();
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(128) k_heads_norm_rope(HeadsArgs a) {
   for (int pair = threadIdx.x; pair < half; pair += blockDim.x) {
     const int i0 = a.neox ? pair : 2 * pair, i1 = a.neox ? pair + half : 2 * pair + 1;
     const float cv = c[2 * pair], sv = c[2 * pair + 1], x0 = normed(i0), x1 = normed(i1);
-    const float y0 = x0 * cv - x1 * sv, y1 = x0 * sv + x1 * cv;
+    const float y0 = __fsub_rn(__fmul_rn(x0, cv), __fmul_rn(x1, sv)), y1 = __fadd_rn(__fmul_rn(x0, sv), __fmul_rn(x1, cv));
     o[i0] = y0;
     o[i1] = y1;
     if (kv) store_kv(kv, kv_at + i0, y0, a.kv_type), store_kv(kv, kv_at + i1, y1, a.kv_type);

@@ -265,10 +265,18 @@ bool attention_codes_fit(int head_dim, int n_head, int n_head_kv);
 // pair's halves.
 bool attention_forms_heads(int kv_type, int head_dim, int n_rot, bool neox);
 inline constexpr int kMaxAttentionSplits = 32;
+// Steps of up to this many rows (a speculative step's next token and drafts, a few sequences'
+// decode) give each row the arithmetic of a step of that row alone, bit for bit: attention splits a
+// row's keys by one row's rule (decode_attention_splits) and the products sum a row in the same order
+// whatever the step's other rows. Otherwise a greedy text would change with where drafting happened
+// (which the automatic mode decides by timing) or with the other requests a server is decoding.
+inline constexpr int kSameRows = 8;
 inline constexpr int kKvBlock = 32;
 void attention(Stream s, const AttentionArgs& a);
 // The parts that fill the GPU (sms multiprocessors) twice with decode blocks for n rows, rounded down
 // (one wave); each part of at least decode_attention_part_keys(n) keys (AttentionArgs::part_keys).
+// Steps of up to kSameRows rows take one row's parts: a row's keys are split, and its parts merged,
+// as in a step of that row alone.
 int decode_attention_splits(int n, int n_head, int n_head_kv, int head_dim, int sms);
 int decode_attention_part_keys(int n);
 // The same for rows of one sequence (every row's table that of row 0) on tensor cores, f16 products
