@@ -57,11 +57,15 @@ struct Q4kLane {
     int x0, x1;
     float dx;
   };
+  // The lane's 32 codes of token t's super-block b (low and high nibbles' elements).
+  __device__ static void codes(const Lane& ln, int b, const Codes& c, int cols, int t, int4& lo, int4& hi) {
+    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
+    lo = *reinterpret_cast<const int4*>(p);
+    hi = *reinterpret_cast<const int4*>(p + 32);
+  }
   __device__ static Act act(const Lane& ln, int b, const Codes& c, int cols, int t) {
     Act a;
-    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
-    a.lo = *reinterpret_cast<const int4*>(p);
-    a.hi = *reinterpret_cast<const int4*>(p + 32);
+    codes(ln, b, c, cols, t, a.lo, a.hi);
     const uint32_t xs = *reinterpret_cast<const uint32_t*>(c.s + (t * (cols / 32) + b * 8 + ln.sum));
     a.x0 = static_cast<int16_t>(xs & 0xffff);
     a.x1 = static_cast<int16_t>(xs >> 16);
@@ -77,11 +81,8 @@ struct Q4kLane {
   // block (integer sums of scales times code products, and of minimums times code sums, then the two
   // float scales).
   __device__ float part(const Lane& ln, const Act& a) const {
-    const int sl = dp4a((q.w & 0x0F0F0F0Fu), a.lo.w,
-                        dp4a((q.z & 0x0F0F0F0Fu), a.lo.z, dp4a((q.y & 0x0F0F0F0Fu), a.lo.y, dp4a(q.x & 0x0F0F0F0Fu, a.lo.x, 0))));
-    const int shh = dp4a((q.w >> 4) & 0x0F0F0F0Fu, a.hi.w,
-                         dp4a((q.z >> 4) & 0x0F0F0F0Fu, a.hi.z, dp4a((q.y >> 4) & 0x0F0F0F0Fu, a.hi.y, dp4a((q.x >> 4) & 0x0F0F0F0Fu, a.hi.x, 0))));
-    return scaled(head, ln, a, sl, shh);
+    const int2 d = dots(q, a.lo, a.hi);
+    return scaled(head, ln, a, d.x, d.y);
   }
   // The lane's integer sums from its two code sums (sub-blocks 2c and 2c + 1): the head's scales times
   // them, and (the pair's first lane) those sub-blocks' minimums times their code sums (sp and mp: the
@@ -108,9 +109,7 @@ struct Q4kLane {
   };
   __device__ static Whole whole(const Lane& ln, int b, const Codes& c, int cols, int t) {
     Whole a;
-    const int8_t* p = c.q + (t * cols + b * 256 + ln.act);
-    a.lo = *reinterpret_cast<const int4*>(p);
-    a.hi = *reinterpret_cast<const int4*>(p + 32);
+    codes(ln, b, c, cols, t, a.lo, a.hi);
     a.sums = *reinterpret_cast<const int4*>(c.s + (t * (cols / 32) + b * 8));
     a.dx = c.d[t * (cols / 256) + b];
     return a;
