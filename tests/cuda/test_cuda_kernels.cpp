@@ -672,6 +672,39 @@ TEST_F(CudaFused, RowsAreTheSameInStepsOfUpToEightTokens) {
   }
 }
 
+// The same for the float and 32-element weights' products against float activations (F32, F16, BF16,
+// Q8_0): steps of 2 to 8 tokens, each token's row against the token alone, bit for bit.
+TEST_F(CudaFused, FloatRowsAreTheSameInStepsOfUpToEightTokens) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int max_n = backend::cuda::kSameRows;
+  for (const TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0})
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {1030, 1024}}) {
+    const QuantRows q(type, rows, cols, rng);
+    std::vector<float> x(static_cast<size_t>(max_n * cols));
+    for (float& v : x) v = dist(rng);
+    Dev dw(q.w.size()), dx(x.size() * 4), dout(static_cast<size_t>(max_n * rows) * 4), done(static_cast<size_t>(max_n * rows) * 4);
+    upload(dw, q.w.data(), q.w.size());
+    upload(dx, x.data(), x.size() * 4);
+    for (int t = 0; t < max_n; ++t)
+      backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, q.rb, rows, cols, dx.as<float>() + t * cols, cols, 1,
+                             done.as<float>() + t * rows, rows, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> want(static_cast<size_t>(max_n * rows)), got(want.size());
+    ASSERT_EQ(cudaMemcpy(want.data(), done.p, want.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int n = 2; n <= max_n; ++n) {
+      ASSERT_EQ(cudaMemset(dout.p, 0xff, got.size() * 4), cudaSuccess);
+      backend::cuda::mul_mat(nullptr, static_cast<int>(type), dw.p, q.rb, rows, cols, dx.as<float>(), cols, n, dout.as<float>(), rows, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (size_t e = 0; e < static_cast<size_t>(n * rows); ++e)
+        ASSERT_EQ(std::memcmp(&got[e], &want[e], 4), 0) << gguf::tensor_type_name(type) << " " << rows << "x" << cols << ", " << n
+                                                        << " tokens: token " << e / static_cast<size_t>(rows) << " row " << e % static_cast<size_t>(rows)
+                                                        << " " << got[e] << " alone " << want[e];
+    }
+  }
+}
+
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   std::mt19937 rng(12);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -190,12 +190,15 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const* wr, int64_t cols,
 #pragma unroll
           for (int k = 0; k < P::kRuns; ++k) {
             if constexpr (NT == 1) {
-              for (int i = 0; i < 8; ++i) sum += w[8 * k + i] * xv[8 * k + i];
+              for (int i = 0; i < 8; ++i) sum = __fmaf_rn(w[8 * k + i], xv[8 * k + i], sum);
             } else {
               const float4* xp = reinterpret_cast<const float4*>(xs[t] + P::run(u, k));
               const float4 a = xp[0], b = xp[1];
-              sum += w[8 * k] * a.x + w[8 * k + 1] * a.y + w[8 * k + 2] * a.z + w[8 * k + 3] * a.w + w[8 * k + 4] * b.x +
-                     w[8 * k + 5] * b.y + w[8 * k + 6] * b.z + w[8 * k + 7] * b.w;
+              // (Each product added in turn, as one token's are: a row the same bit for bit in a step
+              // of any tokens.)
+              const float xv4[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+              for (int i = 0; i < 8; ++i) sum = __fmaf_rn(w[8 * k + i], xv4[i], sum);
             }
           }
           acc[r][t] += sum;
