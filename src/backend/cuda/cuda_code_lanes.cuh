@@ -88,12 +88,9 @@ struct Q4kLane {
   // them, and (the pair's first lane) those sub-blocks' minimums times their code sums (sp and mp: the
   // scales and minimums as the two low bytes).
   __device__ static int2 ints_of(const uint4& head, const Lane& ln, const Act& a, int sl, int shh) {
-    const uint32_t lo_s = (head.y >> ln.sh) & 0x3f3fu, lo_m = (head.z >> ln.sh) & 0x3f3fu;
-    const uint32_t hi_s = ((head.w >> ln.sh) & 0x0f0fu) | ((head.y >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
-    const uint32_t sp = ln.low ? lo_s : hi_s, mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
-    return make_int2(static_cast<int>(sp & 0xff) * sl + static_cast<int>(sp >> 8) * shh,
-                     static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1);
+    const uint32_t lo_m = (head.z >> ln.sh) & 0x3f3fu, hi_m = ((head.w >> (ln.sh + 4)) & 0x0f0fu) | ((head.z >> (ln.sh + 2)) & 0x3030u);
+    const uint32_t mp = ln.first ? (ln.low ? lo_m : hi_m) : 0u;
+    return make_int2(isum_of(head, ln, make_int2(sl, shh)), static_cast<int>(mp & 0xff) * a.x0 + static_cast<int>(mp >> 8) * a.x1);
   }
   // The lane's part, then d and dmin (Q4_K, Q5_K).
   __device__ static float scaled(const uint4& head, const Lane& ln, const Act& a, int sl, int shh) {
@@ -154,24 +151,21 @@ struct Q5kLane {
     h = ld_stream(blk + 16 + 16 * (l8 & 1));
     q = ld_stream(blk + 48 + 16 * l8);
   }
-  __device__ float part(const Lane& ln, const Act& a) const {
+  // The lane's two code sums (sub-blocks 2c and 2c + 1) with a token's codes lo and hi.
+  __device__ int2 dots(const Lane& ln, const int4& lo4, const int4& hi4) const {
     const int b0 = ln.sum;  // 2c: the qh bit of the low nibbles (b0 + 1: the high ones)
     const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
     const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
-    const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
-    const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
-    return Q4kLane::scaled(head, ln, a, sl, shh);
+    return make_int2(dp4a(lo(q.w, h.w), lo4.w, dp4a(lo(q.z, h.z), lo4.z, dp4a(lo(q.y, h.y), lo4.y, dp4a(lo(q.x, h.x), lo4.x, 0)))),
+                     dp4a(hi(q.w, h.w), hi4.w, dp4a(hi(q.z, h.z), hi4.z, dp4a(hi(q.y, h.y), hi4.y, dp4a(hi(q.x, h.x), hi4.x, 0)))));
+  }
+  __device__ float part(const Lane& ln, const Act& a) const {
+    const int2 d = dots(ln, a.lo, a.hi);
+    return Q4kLane::scaled(head, ln, a, d.x, d.y);
   }
   using Whole = Q4kLane::Whole;
   __device__ static Whole whole(const Lane& ln, int b, const Codes& c, int cols, int t) { return Q4kLane::whole(ln, b, c, cols, t); }
-  __device__ int isum(const Lane& ln, const Whole& a) const {
-    const int b0 = ln.sum;
-    const auto lo = [&](uint32_t qw, uint32_t hw) { return (qw & 0x0F0F0F0Fu) | (((hw >> b0) & 0x01010101u) << 4); };
-    const auto hi = [&](uint32_t qw, uint32_t hw) { return ((qw >> 4) & 0x0F0F0F0Fu) | (((hw >> (b0 + 1)) & 0x01010101u) << 4); };
-    const int sl = dp4a(lo(q.w, h.w), a.lo.w, dp4a(lo(q.z, h.z), a.lo.z, dp4a(lo(q.y, h.y), a.lo.y, dp4a(lo(q.x, h.x), a.lo.x, 0))));
-    const int shh = dp4a(hi(q.w, h.w), a.hi.w, dp4a(hi(q.z, h.z), a.hi.z, dp4a(hi(q.y, h.y), a.hi.y, dp4a(hi(q.x, h.x), a.hi.x, 0))));
-    return Q4kLane::isum_of(head, ln, make_int2(sl, shh));
-  }
+  __device__ int isum(const Lane& ln, const Whole& a) const { return Q4kLane::isum_of(head, ln, dots(ln, a.lo, a.hi)); }
   using Head = uint4;
   __device__ Head head_of() const { return head; }
   __device__ static float value_of(const uint4& head, const Whole& a, int isum) { return Q4kLane::value_of(head, a, isum); }
@@ -237,16 +231,15 @@ struct Q6kLane {
     d = __ldg(reinterpret_cast<const unsigned short*>(blk + 208));
   }
   __device__ float part(const Lane& ln, const Act& a) const {
-    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(ints(ln, a).x);
+    return a.dx * half_bits(static_cast<uint16_t>(d)) * static_cast<float>(isum(ln, a));
   }
   using Whole = Act;
   __device__ static Whole whole(const Lane& ln, int b, const Codes& c, int cols, int t) { return act(ln, b, c, cols, t); }
-  __device__ int isum(const Lane& ln, const Whole& a) const { return ints(ln, a).x; }
   using Head = uint32_t;  // d
   __device__ Head head_of() const { return d; }
   __device__ static float value_of(uint32_t d, const Whole& a, int isum) { return super_value(a.dx, half_bits(static_cast<uint16_t>(d)), isum); }
-  // The lane's sum of scales times code products (and 0: no minimums).
-  __device__ int2 ints(const Lane& ln, const Act& a) const {
+  // The lane's sum of scales times code products.
+  __device__ int isum(const Lane& ln, const Act& a) const {
     const uint32_t wa[4] = {la.x, la.y, la.z, la.w}, wb[4] = {lb.x, lb.y, lb.z, lb.w}, wh[4] = {qh.x, qh.y, qh.z, qh.w};
     const uint32_t ws[2] = {sc.x, sc.y};
     int tot = 0;
@@ -266,6 +259,6 @@ struct Q6kLane {
       // Scale k: byte 2k + l0 / 16 of the eight (words 0, 1 hold k = 0, 1 and k = 2, 3).
       tot += static_cast<int8_t>((ws[k >> 1] >> (16 * (k & 1) + ln.hs)) & 0xff) * dot;
     }
-    return make_int2(tot, 0);
+    return tot;
   }
 };

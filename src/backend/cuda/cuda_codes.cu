@@ -225,7 +225,7 @@ void launch_mv_codes(Stream s, MvArgs& a, int split, int rows_per_warp) {
   for (int i = 0; i < P; ++i) rows += a.seg[i].rows;
   // (Expert slots counted as a token's 8, whatever the step's tokens: a slot's shape, and so the order
   // its row is summed in, that of a step of its token alone.)
-  const int64_t nsb = a.cols / 256, work = rows * (a.ids ? 8 : 1);
+  const int64_t nsb = a.cols / 256, work = rows * 8;
   int RW = 1, S = 1;
   one_token_shape(work, nsb, GLU, S, RW);
   if (rows_per_warp > 0) RW = rows_per_warp;
@@ -303,6 +303,10 @@ __device__ __forceinline__ void scatter_sum(int (&v)[M], int l) {
   }
 }
 
+// The (row, token) sums each lane keeps of a lane group's R NT (scatter_sum).
+template <class L, int NT, int R>
+constexpr int kOwn = R * NT >= L::kLanes ? R * NT / L::kLanes : 1;
+
 // A warp's R rows (the same for every lane) over its streams' super-blocks (ks W + g, then T further;
 // U steps loaded before any is used), NT tokens: each super-block's integer sums per (row, token)
 // scattered over the group, each lane forming the values of its share and adding them to its own
@@ -310,8 +314,8 @@ __device__ __forceinline__ void scatter_sum(int (&v)[M], int l) {
 // r NT + t); acc: its OWN sums (the warp's, in every group).
 template <class L, int NT, int R>
 __device__ __forceinline__ int rows_streams(const uint8_t* const* rows, bool any, int nsb, int ks, int S, const Codes& c, int cols, int nt,
-                                            float (&acc)[R * NT >= L::kLanes ? R * NT / L::kLanes : 1]) {
-  constexpr int W = kWarp / L::kLanes, M = R * NT, OWN = M >= L::kLanes ? M / L::kLanes : 1;
+                                            float (&acc)[kOwn<L, NT, R>]) {
+  constexpr int W = kWarp / L::kLanes, M = R * NT, OWN = kOwn<L, NT, R>;
   // (Twice the steps in flight of k_mv_codes: each step's sums wait on the exchanges.)
   constexpr int U = sizeof(L) * R > 128 ? 1 : sizeof(L) * R > 64 ? 2 : 4;
   const int lane = threadIdx.x % kWarp, l8 = lane % L::kLanes, grp = lane / L::kLanes;
@@ -369,7 +373,7 @@ __device__ __forceinline__ int rows_streams(const uint8_t* const* rows, bool any
 // The warp's sums into part[r NT + t] (the first group's lanes).
 template <class L, int NT, int R>
 __device__ __forceinline__ void rows_part(const uint8_t* const* rows, bool any, int nsb, int ks, int S, const Codes& c, int cols, int nt, float* part) {
-  constexpr int OWN = R * NT >= L::kLanes ? R * NT / L::kLanes : 1;
+  constexpr int OWN = kOwn<L, NT, R>;
   float acc[OWN];
 #pragma unroll
   for (int j = 0; j < OWN; ++j) acc[j] = 0;
@@ -444,7 +448,7 @@ void launch_mv_rows(Stream s, MvArgs& a, int split, int rows_per_warp) {
   const int64_t nsb = a.cols / 256;
   int S = 1, RW = 1;
   one_token_shape(rows, nsb, GLU, S, RW);
-  S = rows_split(rows, nsb, GLU, split);
+  if (split == 1 || split == 2 || split == 4) S = split;
   if constexpr (NT > 1) RW = rows >= 1024 ? 2 : 1;  // several tokens: two rows a warp share each step's activation loads
   if (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4) RW = rows_per_warp;
   if (GLU || NT > 1) RW = std::min(RW, 2);  // (the shapes instantiated)
