@@ -307,6 +307,7 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
   const int total = pos - lo + 1;
   const int least = a.part_keys > 0 ? a.part_keys : kDecMinKeys;  // keys a part
   const int splits = min(static_cast<int>(gridDim.z), (total + least - 1) / least);
+  if (split >= splits) return;  // (before any load: most of a short row's blocks)
   const int32_t* table = a.tables + a.table_at[r];
   // Forming the heads (pre): the table's row and the norms' weights read before the wait too.
   constexpr bool kForms = (KV == kF32 || KV == kF16) && HD <= 256;
@@ -320,7 +321,6 @@ __global__ void __launch_bounds__(kDecWarps * kWarp) k_attention_keys(AttentionA
     hf.weights(a.pre.part[1], lane, wk);
   }
   pdl_wait();
-  if (split >= splits) return;
   float q[G][P];
 #pragma unroll
   for (int g = 0; g < G; ++g) {

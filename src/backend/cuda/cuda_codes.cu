@@ -26,6 +26,8 @@ int g_mma_weights_stage = 1;  // k_mv_mma's weights copied into shared memory ah
 int g_mma_glu_capped = 1;  // k_mv_mma's gate and up at 16 tokens a warp in kGluRegs registers: 0 never, 1 where it pays, 2 always
 void set_codes_mma_weights_stage(int mode) { g_mma_weights_stage = std::clamp(mode, 0, 2); }
 void set_codes_mma_glu_capped(int mode) { g_mma_glu_capped = std::clamp(mode, 0, 2); }
+int g_mma_streams = 0;  // k_mv_mma's streams a warp up to kSameRows tokens (1, 2, 4); 0: by the shapes
+void set_codes_mma_streams(int streams) { g_mma_streams = streams == 1 || streams == 2 || streams == 4 ? streams : 0; }
 
 namespace {
 
@@ -203,12 +205,16 @@ __global__ void __launch_bounds__(kMvWarps * kWarp, mv_min_blocks<NT, RW, GLU, H
 // zinc_cuda_matvec_bench on an H200: at least 4096 rows (expert slots: counted as a token's 8), four
 // rows a warp and two warps for rows of 4096 columns or more (gate and up together: two rows of each,
 // one warp); 1024 to 4096 rows, two rows and four warps where there are 16 super-blocks; fewer, one
-// row, as many warps as leave each 8 super-blocks (up to four).
+// row, as many warps as leave each 8 super-blocks (up to four). A vocabulary's rows (kWideRows and
+// more) one warp a row group: the logits' 151936x4096 Q6_K 160.3 -> 150.4 us at one token (blocks
+// enough to fill the GPU without splitting a row), and at 8 tokens half the streams for the tensor
+// cores to repeat.
+constexpr int64_t kWideRows = 65536;
 void one_token_shape(int64_t rows, int64_t nsb, bool glu, int& S, int& RW) {
   RW = 1, S = 1;
   if (rows >= 4096) {
     RW = glu ? 2 : 4;
-    S = glu || nsb < 16 ? 1 : 2;
+    S = glu || nsb < 16 || rows >= kWideRows ? 1 : 2;
   } else if (rows >= 1024) {
     RW = 2;
     S = nsb >= 16 ? 4 : nsb >= 8 ? 2 : 1;
@@ -1175,6 +1181,7 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
       int ns = 1;
       while (t_max / ns > kMmaWarps) ns *= 2;
       while (ns < 4 && t_min / (2 * ns) >= S) ns *= 2;
+      if (g_mma_streams > 0) ns = std::clamp(g_mma_streams, (t_max + kMmaWarps - 1) / kMmaWarps, t_min);
       streams = ns;
       warps = std::max(S, kMvWarps);
       for (int i = 0; i < a.nseg; ++i) {

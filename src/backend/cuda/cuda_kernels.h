@@ -76,6 +76,9 @@ void set_codes_mma_weights_stage(int mode);
 // And whether gate and up at 16 tokens a warp are held to fewer registers (more warps resident): 0
 // never, 1 (the default) where measured faster, 2 always (tests).
 void set_codes_mma_glu_capped(int mode);
+// And, for up to kSameRows tokens, each warp's streams of a row's super-blocks (1, 2 or 4; others: by
+// the shapes): the rest of the one-token shape's streams taken by more warps a tile.
+void set_codes_mma_streams(int streams);
 bool int8_tiles(int type);   // Q4_K, Q5_K, Q6_K
 // Whether a product of `type` over n rows takes the prompt tiles against codes: an int8_tiles() type,
 // more than kCodesTokens and at most 65535 rows, unless set_int8_prompts(false).
