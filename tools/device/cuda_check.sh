@@ -1,0 +1,86 @@
+#!/bin/bash
+# The CUDA checks of a change, in one device call (the GPU machine has no network and takes a copy of
+# the tree of at most 64 MiB): `pack` here, then `run` there with carry [".devbin", ".gl"].
+#
+#   tools/device/cuda_check.sh pack        # build/ must be built; moves tests/models/fixtures aside
+#   (device) bash tools/device/cuda_check.sh run [quick]
+#   tools/device/cuda_check.sh unpack      # here again: the fixtures back
+#
+# pack: the zinc binary, the CUDA tests and the products' bench (xz), the shared libraries they link,
+# a subset of the model fixtures (qwen3, gemma3, qwen3_moe, qwen3_next, qwen3_5_moe, gpt_oss,
+# gemma4_moe) and the Vulkan loader's packages (.gl) into .devbin; the fixtures' folder moved to
+# /tmp/zinc_fixtures (the tree's copy must stay small). run: every Cuda* kernel test, the fixture tests
+# of speculative steps, sequences stepped together and Q4_K_M logits on those fixtures, the products'
+# bench at 1 and 8 tokens, the 35b's greedy text with --spec off, on and auto (md5 of the token ids:
+# equal, or a row's arithmetic depends on the step), and qwen3-8b's speed alone, 8 together and through
+# the scheduler at 1, 8 and 16 (quick: the tests only). Logs land in $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mode=${1:-}
+fixtures=(qwen3 gemma3 qwen3_moe qwen3_next qwen3_5_moe gpt_oss gemma4_moe)
+case "$mode" in
+pack)
+  mkdir -p .devbin/lib .devbin/fx .gl
+  xz -T2 -3 -c build/src/zinc > .devbin/zinc.xz
+  xz -T2 -3 -c build/tests/cuda/zinc_cuda_tests > .devbin/cut.xz
+  xz -T2 -3 -c build/bench/zinc_cuda_matvec_bench > .devbin/mvb.xz
+  for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
+             libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    [ -n "$path" ] && cp -L "$path" .devbin/lib/
+  done
+  src=tests/models/fixtures
+  [ -d "$src" ] || src=/tmp/zinc_fixtures
+  for f in "${fixtures[@]}"; do rm -rf ".devbin/fx/$f"; cp -r "$src/$f" .devbin/fx/; done
+  if [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
+    mkdir -p /tmp/amd64/partial
+    o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
+    apt-get "${o[@]}" update > /dev/null
+    (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null)
+  fi
+  if [ -d tests/models/fixtures ]; then rm -rf /tmp/zinc_fixtures; mv tests/models/fixtures /tmp/zinc_fixtures; fi
+  du -sh .devbin .gl
+  ;;
+unpack)
+  if [ -d /tmp/zinc_fixtures ] && [ ! -d tests/models/fixtures ]; then mv /tmp/zinc_fixtures tests/models/fixtures; fi
+  ;;
+run)
+  OUT=${OUT:-/tmp/out}
+  mkdir -p "$OUT"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json LD_LIBRARY_PATH=$PWD/.devbin/lib
+  rm -rf tests/models/fixtures
+  ln -sfn "$PWD/.devbin/fx" tests/models/fixtures
+  for b in zinc cut mvb; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
+  # The fixture parameters' indices (tests/models): qwen3 2, gemma3 3, qwen3_moe 6, qwen3_next 7,
+  # qwen3_5_moe 9, gpt_oss 10, gemma4_moe 12.
+  filter=''
+  for i in 2 3 6 7 9 10 12; do
+    filter="$filter*SpeculativeSteps*/$i:*SequencesSteppedTogetherMatchEachAlone*/$i:*Q4_K_MLogitsStayClose*/$i:"
+  done
+  set +e
+  timeout 200 /tmp/cut --gtest_filter='Cuda*' > "$OUT/kernels.log" 2>&1
+  echo "== kernel tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernels.log" | tr '\n' ' ')"
+  grep -A6 Failure "$OUT/kernels.log" | head -30
+  timeout 200 /tmp/cut --gtest_filter="$filter" > "$OUT/fixtures.log" 2>&1
+  echo "== fixture tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fixtures.log" | tr '\n' ' ')"
+  grep -A6 Failure "$OUT/fixtures.log" | head -30
+  [ "${2:-}" = quick ] && exit 0
+  for n in 1 8; do timeout 120 /tmp/mvb $n 200 > "$OUT/products_$n.txt" 2>&1; done
+  grep -h auto "$OUT"/products_*.txt | head -40
+  cd /tmp
+  /tmp/zinc synth qwen3.6-35b-a3b /tmp/q35.gguf 2>&1 | tail -1
+  for spec in off on auto; do
+    /tmp/zinc --json run -m /tmp/q35.gguf --backend cuda -p "The history of the city" -n 48 --temp 0 --spec $spec > /tmp/o.json 2> /tmp/e.log
+    echo "spec $spec: $(python3 -c 'import json,hashlib; d=json.load(open("/tmp/o.json")); print(hashlib.md5(str(d["tokens"]).encode()).hexdigest()[:8], "drafted", d["draft_tokens"], "%.1f tok/s" % d["timings"]["decode_tokens_per_s"])')"
+  done
+  /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
+  timeout 100 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --runs 2 --parallel 8 2>&1 | grep -E '^\| tg'
+  timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --concurrency 1,8,16 2>&1 | grep -E '^\| (1|8|16) '
+  ;;
+*)
+  sed -n '2,16p' "$0"
+  exit 2
+  ;;
+esac
