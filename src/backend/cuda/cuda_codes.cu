@@ -410,9 +410,10 @@ __device__ __forceinline__ void rows_part(const uint8_t* const* rows, bool any, 
 
 // Products of one input without expert slots (up to four segments as k_mv_codes; GLU: gate and up on
 // the same warps, combined into the first's output): RW rows a warp, S (MvSeg::split) warps a row
-// group, NT tokens a block.
+// group, NT tokens a block. (Gate and up for one token within 128 registers, four blocks a
+// multiprocessor, as before the pairs: 146 without the bound.)
 template <int NT, int RW, bool GLU>
-__global__ void __launch_bounds__(kMvWarps * kWarp) k_mv_rows(const MvArgs a) {
+__global__ void __launch_bounds__(kMvWarps * kWarp, GLU && NT == 1 ? 4 : 0) k_mv_rows(const MvArgs a) {
   pdl_trigger();
   unsigned bx = blockIdx.x;
   int si = 0;
