@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   if (argc > 5) ck::set_codes_mma_glu_capped(std::atoi(argv[5]));  // (0: gate and up at 16 tokens a warp in all their registers)
   // (6: the prompt tiles from this many rows on, measured against split ways 1 and by the shape.)
   const int tiles_min = argc > 6 ? std::atoi(argv[6]) : 0;
+  if (argc > 8) ck::set_codes_wide(std::atoi(argv[8]));  // (33 to 112 tokens: 0 each warp its own tokens' codes; 2, 3 shared tiles)
   if (tiles_min > 0) ck::set_prompt_tiles_min(tiles_min);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");

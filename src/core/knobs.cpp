@@ -58,6 +58,8 @@ constexpr Knob kKnobs[] = {
     {"ZINC_CUDA_MMA_WEIGHTS_STAGED", "0, 2", "unset (1: where measured faster)", "CUDA products of 3 to 8 rows on tensor cores: 0 loads each super-block's weights from memory as it is used, 2 copies them into shared memory a super-block ahead wherever they fit (measuring)"},
     {"ZINC_CUDA_MMA_STREAMS", "1, 2, 4", "unset (by the shapes)",
      "CUDA products of 3 to 8 rows on tensor cores: each warp's streams of a row's super-blocks, the rest of the one-token shape's streams taken by more warps a tile (measuring)"},
+    {"ZINC_CUDA_WIDE", "0, 2, 3", "unset (1: by the shape)",
+     "CUDA products of 33 to 112 rows: 0 on the few-token tensor-core path (each warp its own tokens' codes), 2 or 3 on shared 64-token tiles with one or two groups of warps a block (measuring)"},
     {"ZINC_CUDA_PDL", "0", "unset (on, sm_90 and later)", "0: CUDA decode kernels wait for the previous kernel to finish before they start (no programmatic dependent launch; measuring)"},
     {"ZINC_CUDA_PROFILE", "1", "unset",
      "time every CUDA op by events between nodes (steps launched directly) and print the time per op when a context ends"},

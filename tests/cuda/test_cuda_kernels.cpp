@@ -486,6 +486,72 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   }
 }
 
+// A short prompt's products (33 to kCodesTokens rows) on shared 64-token tiles, one group of warps a
+// block and two (the super-blocks split), and on the few-token path (each warp its own tokens' codes),
+// against the CPU's reference dots: three products of one input (Q4_K, Q6_K, Q4_K: rows past a block's
+// 64 and tokens past a block's 64), then gate and up with their activation and biases (every type; 45
+// rows: past a block's 32).
+TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
+  ThreeProducts f(23, 300, 70, 130, backend::cuda::kCodesTokens);
+  for (const int mode : {2, 3, 0})
+    for (const int n : {33, 64, 65, 100, backend::cuda::kCodesTokens}) {
+      backend::cuda::set_codes_wide(mode);
+      for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
+        ASSERT_EQ(cudaMemset(f.outs[k]->p, 0xff, static_cast<size_t>(f.max_n * f.q3[k]->rows) * 4), cudaSuccess);
+      backend::cuda::mul_mat_codes(nullptr, f.p, 3, f.cols, f.dx.as<float>(), f.cols, 1, nullptr, n, f.dq8.p, false);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int k = 0; k < 3; ++k) {
+        const QuantRows* q = f.q3[k];
+        std::vector<float> got(static_cast<size_t>(n * q->rows));
+        ASSERT_EQ(cudaMemcpy(got.data(), f.outs[k]->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t)
+          for (int64_t r = 0; r < q->rows; ++r)
+            ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], q->dot(r, f.x.data() + t * f.cols), q->bound(r, f.x.data() + t * f.cols))
+                << "mode " << mode << ", product " << k << ", " << n << " tokens, token " << t << " row " << r;
+      }
+    }
+  std::mt19937 rng(24);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t rows = 45, cols = 2048;
+  const int max_n = backend::cuda::kCodesTokens;
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
+    std::vector<float> x(static_cast<size_t>(max_n * cols)), bias(static_cast<size_t>(2 * rows));
+    for (float& v : x) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols)),
+        dout(static_cast<size_t>(max_n * rows) * 4);
+    upload(dg, g.w.data(), g.w.size());
+    upload(du, u.w.data(), u.w.size());
+    upload(dx, x.data(), x.size() * 4);
+    upload(dbias, bias.data(), bias.size() * 4);
+    backend::cuda::Product p[2];
+    p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
+    p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
+    for (const int mode : {2, 3, 1})
+      for (const auto& [glu, n] : {std::pair{backend::cuda::Glu::SwiGLU, 40}, {backend::cuda::Glu::GeGLU, 64}, {backend::cuda::Glu::SwiGLU, max_n}}) {
+        backend::cuda::set_codes_wide(mode);
+        ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(max_n * rows) * 4), cudaSuccess);
+        backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> got(static_cast<size_t>(n * rows));
+        ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (int t = 0; t < n; ++t) {
+          const float* xt = x.data() + t * cols;
+          for (int64_t r = 0; r < rows; ++r) {
+            const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
+            const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
+                                                                 : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
+            const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
+            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
+                << gguf::tensor_type_name(type) << ", mode " << mode << ", " << n << " tokens, token " << t << " row " << r;
+          }
+        }
+      }
+  }
+  backend::cuda::set_codes_wide(1);
+}
+
 // Four products of one input in one launch (a recurrent layer's qkv, gate, beta and alpha): Q4_K,
 // Q6_K, Q5_K and Q4_K of as many rows as a block takes, more, and fewer, for one token and a few, on
 // packed dot products and on integer tensor cores.

@@ -72,6 +72,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     ck::set_codes_mma_weights_stage(static_cast<int>(knob_u32("ZINC_CUDA_MMA_WEIGHTS_STAGED", 1, 0, 2)));
     ck::set_codes_mma_glu_capped(static_cast<int>(knob_u32("ZINC_CUDA_MMA_GLU_CAPPED", 1, 0, 2)));
     ck::set_codes_mma_streams(static_cast<int>(knob_u32("ZINC_CUDA_MMA_STREAMS", 0, 0, 4)));
+    ck::set_codes_wide(static_cast<int>(knob_u32("ZINC_CUDA_WIDE", 1, 0, 3)));
     ck::set_codes_mma_min(static_cast<int>(knob_u32("ZINC_CUDA_MMA_MIN", 0, 0, ck::kCodesTokens + 1)));
     flash_attention_ = knob_u32("ZINC_CUDA_FLASH_ATTENTION", 1, 0, 1) == 1;
     plan_fusions();

@@ -27,15 +27,6 @@ __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t n) {
 
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) { return __dp4a(static_cast<int>(a), static_cast<int>(b), c); }
 
-// A super-block's value from its exact integer sums (the scales times the code products; the minimums
-// times the code sums) and its float scales (the activations' dx, the weights' d and dmin), rounded
-// step by step (no fused multiply-add to choose differently): k_mv_rows and k_mv_mma form every
-// super-block so and sum a row's super-blocks in the same order (rows_split), so a row is the same bit
-// for bit on packed dot products and on integer tensor cores, whatever the step's other rows.
-__device__ __forceinline__ float super_value(float dx, float d, float dmin, int isum, int imin) {
-  return __fmul_rn(dx, __fsub_rn(__fmul_rn(d, static_cast<float>(isum)), __fmul_rn(dmin, static_cast<float>(imin))));
-}
-__device__ __forceinline__ float super_value(float dx, float d, int isum) { return __fmul_rn(__fmul_rn(dx, d), static_cast<float>(isum)); }
 
 
 // A super-block is read by eight lanes (l8 = lane % 8; Q6_K: four), a warp's groups on consecutive

@@ -131,6 +131,14 @@ struct Product {
 void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const float* x, int64_t x_stride, int x_div,
                    const int32_t* ids, int n, void* q8, bool q8_ready, Glu glu = Glu::None, int split = 0,
                    int rows_per_warp = 0, Chain chain = Chain::None);
+// More than 32 and at most kCodesTokens rows of one input (x_div 1, no ids, Q4_K, Q5_K and Q6_K; up
+// to three products, or gate and up with their activation): mul_mat_codes takes mul_mat_codes_wide,
+// blocks of 64 tokens sharing each super-block's codes over 64 weight rows (cuda_codes_wide.cu), unless
+// set_codes_wide(0). Measurements: 2 and 3 force one or two groups of warps a block (splitting the
+// super-blocks), 1 (the default) chooses by the shape.
+void set_codes_wide(int mode);
+bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, Glu glu);
+void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, void* q8, int n, Glu glu);
 // Whether mul_mat_id of slots each of its own row (x_div 1, ids, up to kCodesTokens) leaves q8 as it was.
 bool slot_products_keep_codes(int type, int64_t cols);
 // The prompt tiles of up to three int8_tiles() products against the codes of n > kCodesTokens rows in q8.

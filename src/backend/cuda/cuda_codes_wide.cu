@@ -1,0 +1,311 @@
+// The CUDA backend's products against 8-bit activation codes of more than 32 and at most kCodesTokens
+// rows (short prompts, a prompt's chunks beside decoding sequences) on integer tensor cores: k_mm_wide
+// (declared in cuda_kernels.h as mul_mat_codes_wide).
+//
+// A block takes 64 tokens and KS groups of 8 warps. A group's warps take 4 tiles of 16 weight rows
+// (gate and up with their activation: 2 tiles of each, the same rows) times 2 halves of the tokens (32
+// each: k_mv_mma's dot_parts with 4 groups of 8); group g the super-blocks g, g + KS, ... in order.
+// Each step copies every group's super-block into shared memory: the codes of the block's 64 tokens and
+// the raw blocks of its 64 rows (16-byte asynchronous copies, the next step's while one is computed).
+// So a super-block's codes are read once per 64 weight rows, where k_mv_mma's warps each read their
+// own per 16 rows, and no warp waits on a weight load it issued itself. The groups' sums are added in
+// their order at the end: a row's value does not depend on timing (nor, for KS = 1, on anything but
+// its token: super-blocks summed one after the other).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_device.cuh"
+#include "core/error.h"
+
+namespace zinc::backend::cuda {
+
+int g_wide_mode = 1;  // 0: never; 1: by the shape; 2, 3: with 1 or 2 groups a block (measurements)
+void set_codes_wide(int mode) { g_wide_mode = std::clamp(mode, 0, 3); }
+
+namespace {
+
+#include "backend/cuda/cuda_code_mma.cuh"  // (inside this namespace: a super-block on the tensor cores)
+
+constexpr int kWideTokens = 64, kWideNJ = 4, kWideGroupWarps = 8, kWideTiles = 4, kWideMaxGroups = 2;
+constexpr int kWideRow = 272;  // bytes a token's codes of a super-block take in shared memory (banks spread)
+// A group's stage: the 64 tokens' codes of a super-block, their sums of 32 (16 bytes a token) and scales,
+// then the slots of its 64 rows' blocks.
+constexpr int kWideCodes = kWideTokens * kWideRow, kWideSums = kWideCodes, kWideScales = kWideSums + kWideTokens * 16,
+              kWideSlots = kWideScales + kWideTokens * 4;
+
+struct WideSeg {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t rows, os;
+  float* out;
+  const float* bias;
+  int type;
+  unsigned blocks;
+};
+struct WideArgs {
+  WideSeg seg[3];
+  int nseg, n, cols, groups, wslot;  // wslot: the bytes a row's super-block takes in shared memory
+  Glu glu;
+  Codes c;
+};
+
+__host__ __device__ constexpr int wide_stage_bytes(int wslot) { return kWideSlots + kWideTiles * 16 * wslot; }
+// Group g's stage k.
+__device__ __forceinline__ uint8_t* wide_stage(uint8_t* base, const WideArgs& a, int k, int g) {
+  return base + (k * a.groups + g) * wide_stage_bytes(a.wslot);
+}
+
+// NST stages: the copies of NST - 1 steps in flight while one is computed.
+template <class W, bool GLU, int NST>
+__device__ __forceinline__ void wide_rows(const WideArgs& a, const WideSeg& g, int64_t r0, int t0, uint8_t* shared, float (&acc)[1][kWideNJ][4]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
+  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % kWideTiles, h = wl / kWideTiles;
+  const int lt = threadIdx.x % (kWideGroupWarps * kWarp);  // the thread within its group
+  const int cols = a.cols, nsb = cols / 256, n = a.n;
+  // Row rr (0..63) of the group's tiles: its segment and row (past the segment's rows: its last).
+  const auto row_of = [&](int rr, const WideSeg*& seg) {
+    const int tile = rr / 16;
+    seg = GLU ? &a.seg[tile / 2] : &g;
+    const int64_t r = GLU ? r0 + 16 * (tile % 2) + rr % 16 : r0 + rr;
+    return seg->w + min(r, seg->rows - 1) * static_cast<int64_t>(seg->row_bytes);
+  };
+  constexpr int kChunks = W::kBytes % 16 ? (W::kBytes + 14 + 15) / 16 : W::kBytes / 16;
+  const auto copy_weights = [&](int b, int k) {
+    uint8_t* slots = wide_stage(shared, a, k, grp) + kWideSlots;
+    for (int item = lt; item < 64 * kChunks; item += kWideGroupWarps * kWarp) {
+      const int rr = item / kChunks, ch = item % kChunks;
+      const WideSeg* seg;
+      const uint8_t* blk = row_of(rr, seg) + static_cast<int64_t>(b) * W::kBytes;
+      const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
+      const int have = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : kChunks;
+      if (ch < have) cp_async16(slots + rr * a.wslot + 16 * ch, from + 16 * ch);
+    }
+  };
+  const auto copy_codes = [&](int b, int k) {
+    uint8_t* st = wide_stage(shared, a, k, grp);
+#pragma unroll
+    for (int j = 0; j < kWideTokens * 16 / (kWideGroupWarps * kWarp); ++j) {
+      const int item = lt + kWideGroupWarps * kWarp * j, t = item / 16, ch = item % 16;
+      cp_async16(st + t * kWideRow + 16 * ch, a.c.q + static_cast<int64_t>(min(t0 + t, n - 1)) * cols + b * 256 + 16 * ch);
+    }
+    if (lt < kWideTokens) {
+      const int64_t row = min(t0 + lt, n - 1);
+      cp_async16(st + kWideSums + 16 * lt, a.c.s + row * (cols / 32) + b * 8);
+    } else if (lt < 2 * kWideTokens) {
+      const int64_t row = min(t0 + lt - kWideTokens, n - 1);
+      cp_async4(st + kWideScales + 4 * (lt - kWideTokens), a.c.d + row * (cols / 256) + b);
+    }
+  };
+  const int G = a.groups, steps = (nsb + G - 1) / G;
+  // Step i: super-block i G + grp.
+  const auto copy = [&](int i, bool codes) {
+    const int b = i * G + grp;
+    if (i < steps && b < nsb) {
+      if (codes) copy_codes(b, i % NST);
+      else copy_weights(b, i % NST);
+    }
+  };
+  for (int i = 0; i < NST - 1; ++i) copy(i, false);
+  pdl_wait();  // the codes are the previous kernels' output
+  for (int i = 0; i < NST - 1; ++i) copy(i, true), cp_async_commit();
+  // This warp's rows: tile q's (GLU: gate's or up's tile q % 2).
+  const WideSeg* mine;
+  const uint8_t* rows[2] = {row_of(16 * q + gq, mine), row_of(16 * q + gq + 8, mine)};
+  const int groups8 = min(kWideNJ, (n - t0 - 32 * h + 7) / 8);  // this warp's groups of 8 holding tokens
+  const bool any = (GLU ? r0 + 16 * (q % 2) : r0 + 16 * q) < mine->rows && groups8 > 0;
+  // The finish reads the tokens' sums and scales from the stage: a view of one super-block (b 0,
+  // 256 columns) whose token t is the block's t - t0.
+  MmaTok tk;
+#pragma unroll
+  for (int j = 0; j < kWideNJ; ++j) {
+    tk.qd[j][0] = 32 * h + 8 * j + 2 * tq;
+    tk.qd[j][1] = 32 * h + 8 * j + 2 * tq + 1;
+  }
+  for (int i = 0; i < steps; ++i) {
+    const int k = i % NST, b = i * G + grp;
+    cp_async_wait<NST - 2>();
+    __syncthreads();  // step i's copies landed (every thread's), and every warp is done with step i - 1's stage
+    copy(i + NST - 1, false), copy(i + NST - 1, true);
+    cp_async_commit();
+    if (b < nsb && any) {
+      uint8_t* st = wide_stage(shared, a, k, grp);
+      const int8_t* xs[kWideNJ];
+#pragma unroll
+      for (int j = 0; j < kWideNJ; ++j) xs[j] = reinterpret_cast<const int8_t*>(st + (32 * h + 8 * j + gq) * kWideRow);
+      const uint8_t* blk[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uintptr_t mis = W::kBytes % 16 ? (reinterpret_cast<uintptr_t>(rows[e]) + static_cast<uintptr_t>(b) * W::kBytes) & 15 : 0;
+        blk[e] = st + kWideSlots + (16 * q + gq + 8 * e) * a.wslot + mis;
+      }
+      W raw[1];
+      raw[0].load_staged(blk, tq);
+      const Codes view{nullptr, reinterpret_cast<float*>(st + kWideScales), reinterpret_cast<int16_t*>(st + kWideSums)};
+      // (The groups of 8 holding the step's tokens: a last tile's past them skipped.)
+      if (groups8 > 2) dot_parts<W, kWideNJ, 1>(raw, 0, tq, xs, tk, view, 256, acc);
+      else if (groups8 == 2)
+        dot_parts<W, 2, 1>(raw, 0, tq, reinterpret_cast<const int8_t* const(&)[2]>(xs), tk, view, 256, reinterpret_cast<float(&)[1][2][4]>(acc));
+      else
+        dot_parts<W, 1, 1>(raw, 0, tq, reinterpret_cast<const int8_t* const(&)[1]>(xs), tk, view, 256, reinterpret_cast<float(&)[1][1][4]>(acc));
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // (the stages free for the sums' exchange)
+}
+
+template <bool GLU, int NST>
+__global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k_mm_wide(const WideArgs a) {
+  extern __shared__ __align__(16) uint8_t wide_shared[];
+  pdl_trigger();
+  unsigned bx = blockIdx.y;
+  int si = 0;
+  while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
+  const WideSeg& g = a.seg[si];
+  const int64_t r0 = static_cast<int64_t>(bx) * (GLU ? 32 : 64);
+  const int t0 = static_cast<int>(blockIdx.x) * kWideTokens;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
+  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % kWideTiles, h = wl / kWideTiles;
+  float acc[1][kWideNJ][4] = {};
+  if (g.type == kQ4_K) wide_rows<Q45Mma<kQ4_K>, GLU, NST>(a, g, r0, t0, wide_shared, acc);
+  else if (g.type == kQ5_K) wide_rows<Q45Mma<kQ5_K>, GLU, NST>(a, g, r0, t0, wide_shared, acc);
+  else wide_rows<Q6Mma, GLU, NST>(a, g, r0, t0, wide_shared, acc);
+  // The groups' sums into group 0's (in their order), then (GLU) up's into gate's warps.
+  auto* ex = reinterpret_cast<float*>(wide_shared);  // [warp][16][lane] (the stages are free)
+  const auto put = [&](int w) {
+#pragma unroll
+    for (int j = 0; j < kWideNJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ex[(w * 16 + 4 * j + e) * kWarp + lane] = acc[0][j][e];
+  };
+  if (a.groups > 1) {
+    if (grp > 0) put(warp);
+    __syncthreads();
+    if (grp == 0) {
+      for (int o = 1; o < a.groups; ++o)
+#pragma unroll
+        for (int j = 0; j < kWideNJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[0][j][e] += ex[((o * kWideGroupWarps + wl) * 16 + 4 * j + e) * kWarp + lane];
+    }
+    __syncthreads();
+  }
+  float up[kWideNJ][4];
+  if constexpr (GLU) {
+    if (grp == 0 && q >= 2) put(wl);
+    __syncthreads();
+    if (grp == 0 && q < 2) {
+#pragma unroll
+      for (int j = 0; j < kWideNJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) up[j][e] = ex[((wl + 2) * 16 + 4 * j + e) * kWarp + lane];
+    }
+  }
+  if (grp != 0 || (GLU && q >= 2)) return;
+  // Element e of group j: row gq + 8 (e / 2) of the tile, token t0 + 32 h + 8 j + 2 tq + e % 2.
+  const int64_t rt = r0 + 16 * q;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = rt + gq + 8 * (e / 2);
+    if (r >= g.rows) continue;
+#pragma unroll
+    for (int j = 0; j < kWideNJ; ++j) {
+      const int t = t0 + 32 * h + 8 * j + 2 * tq + e % 2;
+      if (t >= a.n) continue;
+      float y;
+      if constexpr (GLU) {
+        const float v0 = acc[0][j][e] + (a.seg[0].bias ? a.seg[0].bias[r] : 0.0f);
+        const float v1 = up[j][e] + (a.seg[1].bias ? a.seg[1].bias[r] : 0.0f);
+        y = glu_value(a.glu == Glu::GeGLU, v0, v1);
+      } else {
+        y = acc[0][j][e] + (g.bias ? g.bias[r] : 0.0f);
+      }
+      g.out[static_cast<int64_t>(t) * g.os + r] = y;
+    }
+  }
+}
+
+// The groups of warps a block of a launch of `blocks` blocks over `nsb` super-blocks: two where one
+// would leave multiprocessors without a block (each group keeping at least four super-blocks).
+int wide_groups(int64_t blocks, int64_t nsb) { return g_wide_mode == 2 ? 1 : g_wide_mode == 3 ? 2 : blocks < sm_count() && nsb >= 8 ? 2 : 1; }
+
+// The dynamic shared memory a kernel may take (all a block may opt in to, less its static memory).
+template <class K>
+int wide_limit(K kernel) {
+  int dev = 0, optin = 0, l = 0;
+  cudaFuncAttributes at{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+    l = optin - static_cast<int>(at.sharedSizeBytes);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l) != cudaSuccess) l = 0;
+  }
+  (void)cudaGetLastError();
+  return l;
+}
+
+template <bool GLU>
+void launch_wide(Stream s, WideArgs& a) {
+  static const int limit3 = wide_limit(k_mm_wide<GLU, 3>), limit4 = wide_limit(k_mm_wide<GLU, 4>);
+  unsigned blocks = 0;
+  for (int i = 0; i < a.nseg; ++i) {
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + (GLU ? 31 : 63)) / (GLU ? 32 : 64));
+    if (!GLU || i == 0) blocks += a.seg[i].blocks;
+  }
+  if (GLU) a.nseg = 1;
+  const unsigned groups_t = static_cast<unsigned>((a.n + kWideTokens - 1) / kWideTokens);
+  a.groups = wide_groups(static_cast<int64_t>(blocks) * groups_t, a.cols / 256);
+  // Four stages where a block of the groups holds them, else three.
+  const auto bytes = [&](int nst) { return static_cast<size_t>(nst * a.groups * wide_stage_bytes(a.wslot)); };
+  if (bytes(3) > static_cast<size_t>(limit3)) a.groups = 1;
+  const dim3 grid(groups_t, blocks), block(a.groups * kWideGroupWarps * kWarp);
+  if (bytes(4) <= static_cast<size_t>(limit4)) launch_shared(k_mm_wide<GLU, 4>, grid, block, bytes(4), s, a);
+  else launch_shared(k_mm_wide<GLU, 3>, grid, block, bytes(3), s, a);
+}
+
+}  // namespace
+
+// Where the shared tiles take a product: where a step's last tile of 64 tokens holds enough of them
+// (one tile: 56 or more; two: 48 or more in the second), and where the blocks, counting two groups a block, fill the GPU (fewer: each warp's
+// own tokens' codes leaves more warps in flight). Measured with zinc_cuda_matvec_bench on an H200, us,
+// each warp its own -> shared tiles: at 64 tokens gate and up with their activation 2x12288x4096 Q4_K
+// 95.8 -> 77.9 (384 blocks), gate 12288x4096 59.6 -> 45.4 (192), q, k and v 4096+1024+1024 45.0 ->
+// 39.2 (96, two groups), but q/o 4096x4096 19.5 -> 26.5 and down 4096x12288 Q4_K 47.7 -> 76.0 (64
+// blocks; two groups: 128); at 112 tokens gate and up 182.5 -> 145.0, q, k and v 72.6 -> 66.8, down
+// Q6_K 126.2 -> 112.7; at 96 gate and up 153.9 -> 154.1, down Q6_K 125.7 -> 114.1; at 48 gate and up
+// 85.8 -> 103.3, at 40 84.2 -> 120.0. A synthetic qwen3-8b's prompt alone (zinc bench, tok/s): pp64 6483
+// -> 6539, pp112 7107 -> 8046, but pp80 5791 -> 5200 with its second tile of 16 taken.
+bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, Glu glu) {
+  if (g_wide_mode == 0 || n <= 32 || n > kCodesTokens || x_div != 1 || cols % 256 != 0 || cols / 256 < 2) return false;
+  if (glu != Glu::None ? count != 2 || p[0].rows != p[1].rows : count < 1 || count > 3) return false;
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    if (p[i].type != kQ4_K && p[i].type != kQ5_K && p[i].type != kQ6_K) return false;
+    if (p[i].expert_bytes != 0 || p[i].first != 0 || reinterpret_cast<uintptr_t>(p[i].w) % 16 != 0 || p[i].row_bytes % 2 != 0) return false;
+    if (glu == Glu::None || i == 0) blocks += (p[i].rows + (glu != Glu::None ? 31 : 63)) / (glu != Glu::None ? 32 : 64);
+  }
+  if (g_wide_mode >= 2) return true;  // (measurements, tests: wherever it can)
+  const int tiles = (n + kWideTokens - 1) / kWideTokens, last = n - kWideTokens * (tiles - 1);
+  if (last < (tiles == 1 ? 56 : 48)) return false;
+  blocks *= tiles;
+  return 4 * blocks * wide_groups(blocks, cols / 256) >= 5 * sm_count();
+}
+
+void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, void* q8, int n, Glu glu) {
+  WideArgs a{};
+  int slot = 0;
+  for (int i = 0; i < count; ++i) {
+    a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type, 0};
+    slot = std::max(slot, p[i].type == kQ6_K ? 224 : p[i].type == kQ5_K ? 176 : 144);
+  }
+  a.nseg = count;
+  a.n = n;
+  a.cols = static_cast<int>(cols);
+  a.wslot = slot;
+  a.glu = glu;
+  a.c = codes_layout(q8, n, cols);
+  if (glu != Glu::None) launch_wide<true>(s, a);
+  else launch_wide<false>(s, a);
+}
+
+}  // namespace zinc::backend::cuda
