@@ -460,6 +460,51 @@ struct ThreeProducts {
   }
 };
 
+// Gate and up of `rows` rows (one type) with their biases, kCodesTokens rows of input, on the device;
+// check() compares the activation's output with the CPU's reference dots.
+struct GateUpProducts {
+  const int64_t rows, cols;
+  const int max_n = backend::cuda::kCodesTokens;
+  const QuantRows g, u;
+  std::vector<float> x, bias;
+  Dev dg, du, dx, dbias, dq8, dout;
+  backend::cuda::Product p[2];
+  GateUpProducts(TensorType type, int64_t r, int64_t c, std::mt19937& rng)
+      : rows(r), cols(c), g(type, r, c, rng), u(type, r, c, rng), x(static_cast<size_t>(max_n * c)), bias(static_cast<size_t>(2 * r)),
+        dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(max_n, c)),
+        dout(static_cast<size_t>(max_n * r) * 4) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : x) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    upload(dg, g.w.data(), g.w.size());
+    upload(du, u.w.data(), u.w.size());
+    upload(dx, x.data(), x.size() * 4);
+    upload(dbias, bias.data(), bias.size() * 4);
+    p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
+    p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
+  }
+  // n rows through mul_mat_codes (every output NaN before: one left unwritten fails), then checked.
+  void run_and_check(backend::cuda::Glu glu, int n, int split, int rows_per_warp, const std::string& what) {
+    ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(max_n * rows) * 4), cudaSuccess);
+    backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, split, rows_per_warp);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(static_cast<size_t>(n * rows));
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int t = 0; t < n; ++t) {
+      const float* xt = x.data() + t * cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
+        const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
+                                                             : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
+        // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
+        const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
+        ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
+            << gguf::tensor_type_name(g.type) << ", " << n << " tokens, " << what << ", token " << t << " row " << r;
+      }
+    }
+  }
+};
+
 TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   ThreeProducts f(12, 300, 260, 37, 130);
   const int64_t cols = f.cols;
@@ -511,42 +556,12 @@ TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
       }
     }
   std::mt19937 rng(24);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t rows = 45, cols = 2048;
-  const int max_n = backend::cuda::kCodesTokens;
   for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-    const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
-    std::vector<float> x(static_cast<size_t>(max_n * cols)), bias(static_cast<size_t>(2 * rows));
-    for (float& v : x) v = dist(rng);
-    for (float& v : bias) v = dist(rng);
-    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols)),
-        dout(static_cast<size_t>(max_n * rows) * 4);
-    upload(dg, g.w.data(), g.w.size());
-    upload(du, u.w.data(), u.w.size());
-    upload(dx, x.data(), x.size() * 4);
-    upload(dbias, bias.data(), bias.size() * 4);
-    backend::cuda::Product p[2];
-    p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
-    p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
+    GateUpProducts gu(type, 45, 2048, rng);
     for (const int mode : {2, 3, 1})
-      for (const auto& [glu, n] : {std::pair{backend::cuda::Glu::SwiGLU, 40}, {backend::cuda::Glu::GeGLU, 64}, {backend::cuda::Glu::SwiGLU, max_n}}) {
+      for (const auto& [glu, n] : {std::pair{backend::cuda::Glu::SwiGLU, 40}, {backend::cuda::Glu::GeGLU, 64}, {backend::cuda::Glu::SwiGLU, gu.max_n}}) {
         backend::cuda::set_codes_wide(mode);
-        ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(max_n * rows) * 4), cudaSuccess);
-        backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        std::vector<float> got(static_cast<size_t>(n * rows));
-        ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        for (int t = 0; t < n; ++t) {
-          const float* xt = x.data() + t * cols;
-          for (int64_t r = 0; r < rows; ++r) {
-            const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
-            const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
-                                                                 : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
-            const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
-            ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
-                << gguf::tensor_type_name(type) << ", mode " << mode << ", " << n << " tokens, token " << t << " row " << r;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(gu.run_and_check(glu, n, 0, 0, fmt::format("mode {}", mode)));
       }
   }
   backend::cuda::set_codes_wide(1);
@@ -773,24 +788,10 @@ TEST_F(CudaFused, FloatRowsAreTheSameInStepsOfUpToEightTokens) {
 
 TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   std::mt19937 rng(12);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int64_t rows = 45;
   for (const int64_t cols : {int64_t{512}, int64_t{2048}})
   for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-    const QuantRows g(type, rows, cols, rng), u(type, rows, cols, rng);
-    const int max_n = backend::cuda::kCodesTokens;
-    std::vector<float> x(static_cast<size_t>(max_n * cols)), bias(static_cast<size_t>(2 * rows));
-    for (float& v : x) v = dist(rng);
-    for (float& v : bias) v = dist(rng);
-    Dev dg(g.w.size()), du(u.w.size()), dx(x.size() * 4), dbias(bias.size() * 4), dq8(backend::cuda::q8_bytes(max_n, cols)),
-        dout(static_cast<size_t>(max_n * rows) * 4);
-    upload(dg, g.w.data(), g.w.size());
-    upload(du, u.w.data(), u.w.size());
-    upload(dx, x.data(), x.size() * 4);
-    upload(dbias, bias.data(), bias.size() * 4);
-    backend::cuda::Product p[2];
-    p[0] = {static_cast<int>(type), dg.p, g.rb, 0, 0, rows, dout.as<float>(), rows, dbias.as<float>(), 0};
-    p[1] = {static_cast<int>(type), du.p, u.rb, 0, 0, rows, nullptr, rows, dbias.as<float>() + rows, 0};
+    GateUpProducts f(type, 45, cols, rng);
+    const int max_n = f.max_n;
     // Packed dot products (mma_min above n), then integer tensor cores (2 tokens on).
     for (const auto& [glu, n, rows_per_warp, mma_min] :
          {std::tuple{backend::cuda::Glu::SwiGLU, 3, 0, 99}, {backend::cuda::Glu::GeGLU, 3, 0, 99}, {backend::cuda::Glu::SwiGLU, 1, 1, 99},
@@ -804,30 +805,14 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
       // tokens held to fewer registers (capped) or not.
       for (const auto& [stage, ws, capped] : {std::tuple{true, true, true}, {false, true, true}, {true, false, true}, {false, false, true},
                                               {true, true, false}}) {
-      if ((!stage || !ws || !capped) && mma_min != 2) continue;
-      backend::cuda::set_codes_mma_stage(stage);
-      backend::cuda::set_codes_mma_weights_stage(ws ? 2 : 0);
-      backend::cuda::set_codes_mma_glu_capped(capped ? 2 : 0);
-      backend::cuda::set_codes_mma_min(mma_min);
-      backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, mma_min == 2 ? rows_per_warp : 0,
-                                   mma_min == 2 ? 0 : rows_per_warp);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<float> got(static_cast<size_t>(n * rows));
-      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      for (int t = 0; t < n; ++t) {
-        const float* xt = x.data() + t * cols;
-        for (int64_t r = 0; r < rows; ++r) {
-          const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
-          const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
-                                                               : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
-          // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
-          const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
-          ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
-              << gguf::tensor_type_name(type) << ", " << n << " tokens, mma from " << mma_min << (stage ? ", staged" : "")
-              << (ws ? ", weights staged" : "") << (capped ? "" : ", all registers") << ", token " << t
-              << " row " << r;
-        }
-      }
+        if ((!stage || !ws || !capped) && mma_min != 2) continue;
+        backend::cuda::set_codes_mma_stage(stage);
+        backend::cuda::set_codes_mma_weights_stage(ws ? 2 : 0);
+        backend::cuda::set_codes_mma_glu_capped(capped ? 2 : 0);
+        backend::cuda::set_codes_mma_min(mma_min);
+        ASSERT_NO_FATAL_FAILURE(f.run_and_check(glu, n, mma_min == 2 ? rows_per_warp : 0, mma_min == 2 ? 0 : rows_per_warp,
+                                                fmt::format("mma from {}{}{}{}", mma_min, stage ? ", staged" : "", ws ? ", weights staged" : "",
+                                                            capped ? "" : ", all registers")));
       }
     }
   }

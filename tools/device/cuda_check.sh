@@ -26,7 +26,7 @@ pack)
   xz -T2 -3 -c build/bench/zinc_cuda_matvec_bench > .devbin/mvb.xz
   for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
              libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')  # (no early exit: a broken pipe fails pipefail)
     [ -n "$path" ] && cp -L "$path" .devbin/lib/
   done
   src=tests/models/fixtures

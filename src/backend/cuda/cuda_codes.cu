@@ -907,19 +907,6 @@ const std::array<int64_t, 3>& staged_resident_warps() {
 // -> 67.2: there they read from memory.
 // One token group's launch with each warp's streams (2 or 4; up to kSameRows tokens): the codes
 // staged, the weights too where `ws` (their slots' shared memory in `shared`).
-// A kernel allowed all the shared memory a block may opt in to; returns the dynamic bytes it may take.
-template <class K>
-int allow_most_shared(K kernel) {
-  int dev = 0, optin = 0, limit = 0;
-  cudaFuncAttributes at{};
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-    limit = optin - static_cast<int>(at.sharedSizeBytes);
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) != cudaSuccess) limit = 0;
-  }
-  (void)cudaGetLastError();
-  return limit;
-}
 template <bool GLU, int NS>
 void launch_mma_ns(bool ws, dim3 grid, dim3 block, size_t shared, Stream s, const MvArgs& a) {
   constexpr auto staged = k_mv_mma<1, GLU, 1, true, true, 0, NS>;

@@ -35,17 +35,8 @@ constexpr int kWideRow = 272;  // bytes a token's codes of a super-block take in
 constexpr int kWideCodes = kWideTokens * kWideRow, kWideSums = kWideCodes, kWideScales = kWideSums + kWideTokens * 16,
               kWideSlots = kWideScales + kWideTokens * 4;
 
-struct WideSeg {
-  const uint8_t* w;
-  size_t row_bytes;
-  int64_t rows, os;
-  float* out;
-  const float* bias;
-  int type;
-  unsigned blocks;
-};
 struct WideArgs {
-  WideSeg seg[3];
+  CodesSeg seg[3];
   int nseg, n, cols, groups, wslot;  // wslot: the bytes a row's super-block takes in shared memory
   Glu glu;
   Codes c;
@@ -59,13 +50,13 @@ __device__ __forceinline__ uint8_t* wide_stage(uint8_t* base, const WideArgs& a,
 
 // NST stages: the copies of NST - 1 steps in flight while one is computed.
 template <class W, bool GLU, int NST>
-__device__ __forceinline__ void wide_rows(const WideArgs& a, const WideSeg& g, int64_t r0, int t0, uint8_t* shared, float (&acc)[1][kWideNJ][4]) {
+__device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, int64_t r0, int t0, uint8_t* shared, float (&acc)[1][kWideNJ][4]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
   const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % kWideTiles, h = wl / kWideTiles;
   const int lt = threadIdx.x % (kWideGroupWarps * kWarp);  // the thread within its group
   const int cols = a.cols, nsb = cols / 256, n = a.n;
   // Row rr (0..63) of the group's tiles: its segment and row (past the segment's rows: its last).
-  const auto row_of = [&](int rr, const WideSeg*& seg) {
+  const auto row_of = [&](int rr, const CodesSeg*& seg) {
     const int tile = rr / 16;
     seg = GLU ? &a.seg[tile / 2] : &g;
     const int64_t r = GLU ? r0 + 16 * (tile % 2) + rr % 16 : r0 + rr;
@@ -76,7 +67,7 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const WideSeg& g, i
     uint8_t* slots = wide_stage(shared, a, k, grp) + kWideSlots;
     for (int item = lt; item < 64 * kChunks; item += kWideGroupWarps * kWarp) {
       const int rr = item / kChunks, ch = item % kChunks;
-      const WideSeg* seg;
+      const CodesSeg* seg;
       const uint8_t* blk = row_of(rr, seg) + static_cast<int64_t>(b) * W::kBytes;
       const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
       const int have = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : kChunks;
@@ -111,7 +102,7 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const WideSeg& g, i
   pdl_wait();  // the codes are the previous kernels' output
   for (int i = 0; i < NST - 1; ++i) copy(i, true), cp_async_commit();
   // This warp's rows: tile q's (GLU: gate's or up's tile q % 2).
-  const WideSeg* mine;
+  const CodesSeg* mine;
   const uint8_t* rows[2] = {row_of(16 * q + gq, mine), row_of(16 * q + gq + 8, mine)};
   const int groups8 = min(kWideNJ, (n - t0 - 32 * h + 7) / 8);  // this warp's groups of 8 holding tokens
   const bool any = (GLU ? r0 + 16 * (q % 2) : r0 + 16 * q) < mine->rows && groups8 > 0;
@@ -162,7 +153,7 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
   unsigned bx = blockIdx.y;
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
-  const WideSeg& g = a.seg[si];
+  const CodesSeg& g = a.seg[si];
   const int64_t r0 = static_cast<int64_t>(bx) * (GLU ? 32 : 64);
   const int t0 = static_cast<int>(blockIdx.x) * kWideTokens;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
@@ -230,23 +221,9 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
 // would leave multiprocessors without a block (each group keeping at least four super-blocks).
 int wide_groups(int64_t blocks, int64_t nsb) { return g_wide_mode == 2 ? 1 : g_wide_mode == 3 ? 2 : blocks < sm_count() && nsb >= 8 ? 2 : 1; }
 
-// The dynamic shared memory a kernel may take (all a block may opt in to, less its static memory).
-template <class K>
-int wide_limit(K kernel) {
-  int dev = 0, optin = 0, l = 0;
-  cudaFuncAttributes at{};
-  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-    l = optin - static_cast<int>(at.sharedSizeBytes);
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l) != cudaSuccess) l = 0;
-  }
-  (void)cudaGetLastError();
-  return l;
-}
-
 template <bool GLU>
 void launch_wide(Stream s, WideArgs& a) {
-  static const int limit3 = wide_limit(k_mm_wide<GLU, 3>), limit4 = wide_limit(k_mm_wide<GLU, 4>);
+  static const int limit3 = allow_most_shared(k_mm_wide<GLU, 3>), limit4 = allow_most_shared(k_mm_wide<GLU, 4>);
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
     a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + (GLU ? 31 : 63)) / (GLU ? 32 : 64));

@@ -268,6 +268,32 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, Stream s, A&&... args) 
   launch_shared(kernel, grid, block, 0, s, std::forward<A>(args)...);
 }
 
+// One of up to three products of a launch reading the same activation codes (a prompt's q, k and v):
+// its Q4_K, Q5_K or Q6_K weights, rows and output, and the blocks (row tiles) of the launch it takes.
+struct CodesSeg {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t rows, os;
+  float* out;
+  const float* bias;
+  int type;
+  unsigned blocks;
+};
+
+// A kernel allowed all the shared memory a block may opt in to; returns the dynamic bytes it may take.
+template <class K>
+int allow_most_shared(K kernel) {
+  int dev = 0, optin = 0, limit = 0;
+  cudaFuncAttributes at{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+    limit = optin - static_cast<int>(at.sharedSizeBytes);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) != cudaSuccess) limit = 0;
+  }
+  (void)cudaGetLastError();
+  return limit;
+}
+
 // Activation rows as the CPU quantizes them for K-quant dot products (Q8_K): per 256 elements
 // d = amax / 127 and codes round-to-nearest-even(x / d) in [-127, 127]; beside them the sum of each
 // 32 codes (the Q4_K minimums' term). Layout (codes_layout): codes [n][cols], scales [n][cols / 256],

@@ -788,25 +788,16 @@ __global__ void __launch_bounds__(256, 2) k_mul_mm_q8(const uint8_t* w, size_t r
 
 // Up to three products of the same codes in one launch (a prompt's q, k and v): blockIdx.y the row tiles
 // of the first product, then the second's, ...; each product Q4_K, Q5_K or Q6_K.
-struct MqSeg {
-  const uint8_t* w;
-  size_t row_bytes;
-  int64_t rows, os;
-  float* out;
-  const float* bias;
-  int type;
-  unsigned tiles;
-};
 struct MqSegs {
-  MqSeg seg[3];
+  CodesSeg seg[3];
   int nseg;
 };
 __global__ void __launch_bounds__(256, 2) k_mul_mm_q8_segs(const MqSegs a, int64_t cols, Codes c, int n, MqSplit split) {
   extern __shared__ __align__(16) uint8_t mq_raw[];
   unsigned by = blockIdx.y;
   int i = 0;
-  while (i + 1 < a.nseg && by >= a.seg[i].tiles) by -= a.seg[i].tiles, ++i;
-  const MqSeg& g = a.seg[i];
+  while (i + 1 < a.nseg && by >= a.seg[i].blocks) by -= a.seg[i].blocks, ++i;
+  const CodesSeg& g = a.seg[i];
   MqShared& sh = *reinterpret_cast<MqShared*>(mq_raw);
   if (g.type == kQ4_K) mm_q8_tile<kQ4_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by, split);
   else if (g.type == kQ5_K) mm_q8_tile<kQ5_K>(sh, g.w, g.row_bytes, g.rows, cols, c, n, g.out, g.os, g.bias, TcGroups{}, blockIdx.x, by, split);
@@ -870,7 +861,7 @@ void mul_mm_codes_tiles(Stream s, const Product* p, int count, int64_t cols, voi
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type,
                 static_cast<unsigned>((p[i].rows + kMqM - 1) / kMqM)};
-    tiles += a.seg[i].tiles;
+    tiles += a.seg[i].blocks;
     q6 |= p[i].type == kQ6_K;
     q5 |= p[i].type == kQ5_K;
   }
