@@ -217,6 +217,9 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
   }
 }
 
+// The bytes a row's super-block takes in shared memory (a Q6_K block with its offset within 16 bytes).
+int wide_slot(int type) { return type == kQ6_K ? 224 : type == kQ5_K ? 176 : 144; }
+
 // The groups of warps a block of a launch of `blocks` blocks over `nsb` super-blocks: two where one
 // would leave multiprocessors without a block (each group keeping at least four super-blocks).
 int wide_groups(int64_t blocks, int64_t nsb) { return g_wide_mode == 2 ? 1 : g_wide_mode == 3 ? 2 : blocks < sm_count() && nsb >= 8 ? 2 : 1; }
@@ -256,11 +259,16 @@ bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, 
   if (g_wide_mode == 0 || n <= 32 || n > kCodesTokens || x_div != 1 || cols % 256 != 0 || cols / 256 < 2) return false;
   if (glu != Glu::None ? count != 2 || p[0].rows != p[1].rows : count < 1 || count > 3) return false;
   int64_t blocks = 0;
+  int slot = 0;
   for (int i = 0; i < count; ++i) {
     if (p[i].type != kQ4_K && p[i].type != kQ5_K && p[i].type != kQ6_K) return false;
     if (p[i].expert_bytes != 0 || p[i].first != 0 || reinterpret_cast<uintptr_t>(p[i].w) % 16 != 0 || p[i].row_bytes % 2 != 0) return false;
     if (glu == Glu::None || i == 0) blocks += (p[i].rows + (glu != Glu::None ? 31 : 63)) / (glu != Glu::None ? 32 : 64);
+    slot = std::max(slot, wide_slot(p[i].type));
   }
+  // (A device whose blocks hold less shared memory than one group's three stages: never.)
+  static const int limit[2] = {allow_most_shared(k_mm_wide<false, 3>), allow_most_shared(k_mm_wide<true, 3>)};
+  if (3 * wide_stage_bytes(slot) > limit[glu != Glu::None ? 1 : 0]) return false;
   if (g_wide_mode >= 2) return true;  // (measurements, tests: wherever it can)
   const int tiles = (n + kWideTokens - 1) / kWideTokens, last = n - kWideTokens * (tiles - 1);
   if (last < (tiles == 1 ? 56 : 48)) return false;
@@ -273,7 +281,7 @@ void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, voi
   int slot = 0;
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type, 0};
-    slot = std::max(slot, p[i].type == kQ6_K ? 224 : p[i].type == kQ5_K ? 176 : 144);
+    slot = std::max(slot, wide_slot(p[i].type));
   }
   a.nseg = count;
   a.n = n;
