@@ -491,17 +491,31 @@ struct GateUpProducts {
     std::vector<float> got(static_cast<size_t>(n * rows));
     ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     for (int t = 0; t < n; ++t) {
-      const float* xt = x.data() + t * cols;
       for (int64_t r = 0; r < rows; ++r) {
-        const double gv = g.dot(r, xt) + bias[static_cast<size_t>(r)], uv = u.dot(r, xt) + bias[static_cast<size_t>(rows + r)];
+        const Ref& ref = reference(t, r);
+        const double gv = ref.g + bias[static_cast<size_t>(r)], uv = ref.u + bias[static_cast<size_t>(rows + r)];
         const double act = glu == backend::cuda::Glu::SwiGLU ? gv / (1 + std::exp(-gv))
                                                              : 0.5 * gv * (1 + std::tanh(0.7978845608028654 * gv * (1 + 0.044715 * gv * gv)));
         // The activation's slope is at most 1.13: the gate's rounding passes on at most that much.
-        const double tol = 1.2 * g.bound(r, xt) * std::fabs(uv) + std::fabs(act) * u.bound(r, xt) + 1e-6 * std::fabs(act * uv);
+        const double tol = 1.2 * ref.g_bound * std::fabs(uv) + std::fabs(act) * ref.u_bound + 1e-6 * std::fabs(act * uv);
         ASSERT_NEAR(got[static_cast<size_t>(t * rows + r)], act * uv, tol)
             << gguf::tensor_type_name(g.type) << ", " << n << " tokens, " << what << ", token " << t << " row " << r;
       }
     }
+  }
+  // The CPU's reference dots of token t with row r of gate and up, and their bounds (each computed once).
+  struct Ref {
+    double g = 0, u = 0, g_bound = 0, u_bound = 0;
+    bool known = false;
+  };
+  std::vector<Ref> refs = std::vector<Ref>(static_cast<size_t>(max_n * rows));
+  const Ref& reference(int t, int64_t r) {
+    Ref& ref = refs[static_cast<size_t>(t * rows + r)];
+    if (!ref.known) {
+      const float* xt = x.data() + t * cols;
+      ref = {g.dot(r, xt), u.dot(r, xt), g.bound(r, xt), u.bound(r, xt), true};
+    }
+    return ref;
   }
 };
 
@@ -538,6 +552,14 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
 // rows: past a block's 32).
 TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
   ThreeProducts f(23, 300, 70, 130, backend::cuda::kCodesTokens);
+  // The CPU's reference dots and bounds, once for every mode.
+  std::vector<double> want[3], bound[3];
+  for (int k = 0; k < 3; ++k)
+    for (int t = 0; t < f.max_n; ++t)
+      for (int64_t r = 0; r < f.q3[k]->rows; ++r) {
+        want[k].push_back(f.q3[k]->dot(r, f.x.data() + t * f.cols));
+        bound[k].push_back(f.q3[k]->bound(r, f.x.data() + t * f.cols));
+      }
   for (const int mode : {2, 3, 0})
     for (const int n : {33, 64, 65, 100, backend::cuda::kCodesTokens}) {
       backend::cuda::set_codes_wide(mode);
@@ -551,7 +573,8 @@ TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
         ASSERT_EQ(cudaMemcpy(got.data(), f.outs[k]->p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
         for (int t = 0; t < n; ++t)
           for (int64_t r = 0; r < q->rows; ++r)
-            ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], q->dot(r, f.x.data() + t * f.cols), q->bound(r, f.x.data() + t * f.cols))
+            ASSERT_NEAR(got[static_cast<size_t>(t * q->rows + r)], want[k][static_cast<size_t>(t * q->rows + r)],
+                        bound[k][static_cast<size_t>(t * q->rows + r)])
                 << "mode " << mode << ", product " << k << ", " << n << " tokens, token " << t << " row " << r;
       }
     }

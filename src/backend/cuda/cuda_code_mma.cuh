@@ -213,3 +213,23 @@ __device__ __forceinline__ void dot_parts(const W (&w)[P], int b, int tq, const 
   for (int p = 0; p < P; ++p) w[p].template finish<NJ>(b, tk, c, cols, isum[p], acc[p]);
 }
 
+// A row's super-block staged in shared memory (k_mv_mma with its weights staged, k_mm_wide): the 16-byte
+// chunks copied from the 16-byte boundary below it (a Q6_K block is 2-byte aligned: up to 14 bytes
+// more), and the slot bytes that hold them for Q4_K, Q5_K and Q6_K.
+template <class W>
+__host__ __device__ constexpr int staged_chunks() { return W::kBytes % 16 ? (W::kBytes + 14 + 15) / 16 : W::kBytes / 16; }
+constexpr int kWSlots[3] = {144, 176, 224};
+constexpr int staged_slot(int type) { return kWSlots[type == kQ6_K ? 2 : type == kQ5_K ? 1 : 0]; }
+// Where super-block b of a row starting at `row` lies within its slot (its address's offset within 16 bytes).
+template <class W>
+__device__ __forceinline__ uintptr_t staged_offset(const uint8_t* row, int b) {
+  return W::kBytes % 16 ? (reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(b) * W::kBytes) & 15 : 0;
+}
+// Chunk ch of the super-block at blk into its slot at `to` (16 bytes from the 16-byte boundary below the
+// block, asynchronously; past the block's last chunk, nothing).
+template <class W>
+__device__ __forceinline__ void copy_staged_chunk(uint8_t* to, const uint8_t* blk, int ch) {
+  const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
+  const int have = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : staged_chunks<W>();
+  if (ch < have) cp_async16(to + 16 * ch, from + 16 * ch);
+}

@@ -581,20 +581,15 @@ __device__ __forceinline__ void mma_rows(const uint8_t* const (&rows)[P][2], int
 template <class W, int P>
 __device__ __forceinline__ void copy_weights(const uint8_t* const (&rows)[P][2], int b, uint8_t* stage, int wslot) {
   const int tq = threadIdx.x % 4, gq = (threadIdx.x % kWarp) / 4;
-  constexpr int kChunks = W::kBytes % 16 ? (W::kBytes + 14 + 15) / 16 : W::kBytes / 16;  // (misaligned: up to 14 more bytes)
+  constexpr int kChunks = staged_chunks<W>();
 #pragma unroll
   for (int p = 0; p < P; ++p)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint8_t* blk = rows[p][i] + static_cast<int64_t>(b) * W::kBytes;
-      const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
-      const int n = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : kChunks;
       uint8_t* to = stage + (p * 16 + gq + 8 * i) * wslot;
 #pragma unroll
-      for (int m = 0; m < (kChunks + 3) / 4; ++m) {
-        const int ch = tq + 4 * m;
-        if (ch < n) cp_async16(to + 16 * ch, from + 16 * ch);
-      }
+      for (int m = 0; m < (kChunks + 3) / 4; ++m) copy_staged_chunk<W>(to, blk, tq + 4 * m);
     }
 }
 
@@ -631,7 +626,7 @@ __device__ __forceinline__ void mma_rows_staged(const uint8_t* const (&rows)[P][
       const uint8_t* blk[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const uintptr_t mis = W::kBytes % 16 ? (reinterpret_cast<uintptr_t>(rows[p][i]) + static_cast<uintptr_t>(b) * W::kBytes) & 15 : 0;
+        const uintptr_t mis = staged_offset<W>(rows[p][i], b);
         blk[i] = wst + k * wstage + (p * 16 + gq + 8 * i) * wslot + mis;
       }
       raw[0].load_staged(blk, tq);
@@ -862,7 +857,6 @@ int64_t mma_resident_warps() {
 // `slot` bytes a row's super-block, and the warps the GPU holds at once for each slot size (0 where a
 // block of the most warps does not fit in what a block may opt in to, less its static shared memory;
 // that much is allowed once per instantiation).
-constexpr int kWSlots[3] = {144, 176, 224};  // Q4_K, Q5_K, Q6_K (with its misalignment)
 template <int NJ, bool GLU, int R>
 constexpr int staged_warp_bytes(int slot) { return Stage<NJ>::kBytes + 2 * (GLU ? 2 : R) * 16 * slot; }
 template <int NJ, bool GLU, int R>

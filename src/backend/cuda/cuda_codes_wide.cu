@@ -62,16 +62,14 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
     const int64_t r = GLU ? r0 + 16 * (tile % 2) + rr % 16 : r0 + rr;
     return seg->w + min(r, seg->rows - 1) * static_cast<int64_t>(seg->row_bytes);
   };
-  constexpr int kChunks = W::kBytes % 16 ? (W::kBytes + 14 + 15) / 16 : W::kBytes / 16;
+  constexpr int kChunks = staged_chunks<W>();
   const auto copy_weights = [&](int b, int k) {
     uint8_t* slots = wide_stage(shared, a, k, grp) + kWideSlots;
     for (int item = lt; item < 64 * kChunks; item += kWideGroupWarps * kWarp) {
       const int rr = item / kChunks, ch = item % kChunks;
       const CodesSeg* seg;
       const uint8_t* blk = row_of(rr, seg) + static_cast<int64_t>(b) * W::kBytes;
-      const uint8_t* from = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(blk) & ~uintptr_t{15});
-      const int have = W::kBytes % 16 ? static_cast<int>((blk - from) + W::kBytes + 15) / 16 : kChunks;
-      if (ch < have) cp_async16(slots + rr * a.wslot + 16 * ch, from + 16 * ch);
+      copy_staged_chunk<W>(slots + rr * a.wslot, blk, ch);
     }
   };
   const auto copy_codes = [&](int b, int k) {
@@ -128,7 +126,7 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
       const uint8_t* blk[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const uintptr_t mis = W::kBytes % 16 ? (reinterpret_cast<uintptr_t>(rows[e]) + static_cast<uintptr_t>(b) * W::kBytes) & 15 : 0;
+        const uintptr_t mis = staged_offset<W>(rows[e], b);
         blk[e] = st + kWideSlots + (16 * q + gq + 8 * e) * a.wslot + mis;
       }
       W raw[1];
@@ -217,9 +215,6 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
   }
 }
 
-// The bytes a row's super-block takes in shared memory (a Q6_K block with its offset within 16 bytes).
-int wide_slot(int type) { return type == kQ6_K ? 224 : type == kQ5_K ? 176 : 144; }
-
 // The groups of warps a block of a launch of `blocks` blocks over `nsb` super-blocks: two where one
 // would leave multiprocessors without a block (each group keeping at least four super-blocks).
 int wide_groups(int64_t blocks, int64_t nsb) { return g_wide_mode == 2 ? 1 : g_wide_mode == 3 ? 2 : blocks < sm_count() && nsb >= 8 ? 2 : 1; }
@@ -264,7 +259,7 @@ bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, 
     if (p[i].type != kQ4_K && p[i].type != kQ5_K && p[i].type != kQ6_K) return false;
     if (p[i].expert_bytes != 0 || p[i].first != 0 || reinterpret_cast<uintptr_t>(p[i].w) % 16 != 0 || p[i].row_bytes % 2 != 0) return false;
     if (glu == Glu::None || i == 0) blocks += (p[i].rows + (glu != Glu::None ? 31 : 63)) / (glu != Glu::None ? 32 : 64);
-    slot = std::max(slot, wide_slot(p[i].type));
+    slot = std::max(slot, staged_slot(p[i].type));
   }
   // (A device whose blocks hold less shared memory than one group's three stages: never.)
   static const int limit[2] = {allow_most_shared(k_mm_wide<false, 3>), allow_most_shared(k_mm_wide<true, 3>)};
@@ -281,7 +276,7 @@ void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, voi
   int slot = 0;
   for (int i = 0; i < count; ++i) {
     a.seg[i] = {static_cast<const uint8_t*>(p[i].w), p[i].row_bytes, p[i].rows, p[i].out_stride, p[i].out, p[i].bias, p[i].type, 0};
-    slot = std::max(slot, wide_slot(p[i].type));
+    slot = std::max(slot, staged_slot(p[i].type));
   }
   a.nseg = count;
   a.n = n;
