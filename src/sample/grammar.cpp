@@ -334,6 +334,9 @@ class Parser {
   void repeat(const std::string& rule_name, std::vector<GrammarElem>& out, size_t last_start, uint32_t min, uint32_t max) {
     const std::vector<GrammarElem> item(out.begin() + static_cast<std::ptrdiff_t>(last_start), out.end());
     out.resize(last_start);
+    // (Nothing, such as "", repeated any number of times is nothing: no chain of rules that match
+    // nothing, which made every step of a matcher walk them all.)
+    if (item.empty()) return;
     if (static_cast<uint64_t>(item.size()) * std::max<uint64_t>(min, 1) + elements_ > kMaxElements) {
       fail(fmt::format("the grammar is too large (over {} elements)", kMaxElements));
     }

@@ -56,6 +56,16 @@ TEST(Grammar, ParsesEachConstruct) {
   EXPECT_FALSE(sentence(g, "abcx#"));       // a prefix, not a sentence
 }
 
+// Nothing repeated ("" {1,1949}) is nothing: no chain of a thousand rules that match nothing, which the
+// grammar fuzzer found making one matcher step run for seconds.
+TEST(Grammar, RepeatingNothingAddsNoRules) {
+  auto g = parse("root ::= (\"a\" root \"b\")* \"\" {1,1949} \"\" {1,1949}\n");
+  EXPECT_LE(g->rules.size(), 3u);
+  EXPECT_TRUE(sentence(g, ""));
+  EXPECT_TRUE(sentence(g, "aabbab"));
+  EXPECT_FALSE(sentence(g, "aab"));
+}
+
 TEST(Grammar, CountsAndRulesAcrossLines) {
   auto g = parse("root ::= item (\",\" item){1,3}\n"
                  "  | \"none\"\n"
