@@ -545,11 +545,11 @@ TEST_F(CudaFused, PromptProductsOfOneInputInOneLaunch) {
   }
 }
 
-// A short prompt's products (33 to kCodesTokens rows) on shared 64-token tiles, one group of warps a
-// block and two (the super-blocks split), and on the few-token path (each warp its own tokens' codes),
-// against the CPU's reference dots: three products of one input (Q4_K, Q6_K, Q4_K: rows past a block's
-// 64 and tokens past a block's 64), then gate and up with their activation and biases (every type; 45
-// rows: past a block's 32).
+// A short prompt's products (9 to kCodesTokens rows) on shared tiles (of 32 tokens up to 32 rows, of 64
+// past), one group of warps a block and two (the super-blocks split), and on the few-token path (each
+// warp its own tokens' codes), against the CPU's reference dots: three products of one input (Q4_K,
+// Q6_K, Q4_K: rows past a block's and tokens past a block's), then gate and up with their activation
+// and biases (every type; 45 rows: past a block's 32).
 TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
   ThreeProducts f(23, 300, 70, 130, backend::cuda::kCodesTokens);
   // The CPU's reference dots and bounds, once for every mode.
@@ -561,7 +561,7 @@ TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
         bound[k].push_back(f.q3[k]->bound(r, f.x.data() + t * f.cols));
       }
   for (const int mode : {2, 3, 0})
-    for (const int n : {33, 64, 65, 100, backend::cuda::kCodesTokens}) {
+    for (const int n : {17, 28, 32, 33, 64, 65, 100, backend::cuda::kCodesTokens}) {
       backend::cuda::set_codes_wide(mode);
       for (int k = 0; k < 3; ++k)  // (NaN everywhere: a row or token left unwritten fails)
         ASSERT_EQ(cudaMemset(f.outs[k]->p, 0xff, static_cast<size_t>(f.max_n * f.q3[k]->rows) * 4), cudaSuccess);
@@ -582,7 +582,8 @@ TEST_F(CudaFused, ShortPromptProductsOnSharedTiles) {
   for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     GateUpProducts gu(type, 45, 2048, rng);
     for (const int mode : {2, 3, 1})
-      for (const auto& [glu, n] : {std::pair{backend::cuda::Glu::SwiGLU, 40}, {backend::cuda::Glu::GeGLU, 64}, {backend::cuda::Glu::SwiGLU, gu.max_n}}) {
+      for (const auto& [glu, n] : {std::pair{backend::cuda::Glu::SwiGLU, 24}, {backend::cuda::Glu::GeGLU, 32}, {backend::cuda::Glu::SwiGLU, 40},
+                                   {backend::cuda::Glu::GeGLU, 64}, {backend::cuda::Glu::SwiGLU, gu.max_n}}) {
         backend::cuda::set_codes_wide(mode);
         ASSERT_NO_FATAL_FAILURE(gu.run_and_check(glu, n, 0, 0, fmt::format("mode {}", mode)));
       }

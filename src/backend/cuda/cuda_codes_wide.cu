@@ -1,10 +1,11 @@
-// The CUDA backend's products against 8-bit activation codes of more than 32 and at most kCodesTokens
-// rows (short prompts, a prompt's chunks beside decoding sequences) on integer tensor cores: k_mm_wide
-// (declared in cuda_kernels.h as mul_mat_codes_wide).
+// The CUDA backend's products against 8-bit activation codes of more than kSameRows and at most
+// kCodesTokens rows (short prompts, a prompt's chunks beside decoding sequences) on integer tensor
+// cores: k_mm_wide (declared in cuda_kernels.h as mul_mat_codes_wide).
 //
 // A block takes 64 tokens and KS groups of 8 warps. A group's warps take 4 tiles of 16 weight rows
 // (gate and up with their activation: 2 tiles of each, the same rows) times 2 halves of the tokens (32
-// each: k_mv_mma's dot_parts with 4 groups of 8); group g the super-blocks g, g + KS, ... in order.
+// each: k_mv_mma's dot_parts with 4 groups of 8); group g the super-blocks g, g + KS, ... in order. Up
+// to 32 rows, a block takes 32 tokens and a group 8 tiles of 16 rows (WideShape).
 // Each step copies every group's super-block into shared memory: the codes of the block's 64 tokens and
 // the raw blocks of its 64 rows (16-byte asynchronous copies, the next step's while one is computed).
 // So a super-block's codes are read once per 64 weight rows, where k_mv_mma's warps each read their
@@ -28,12 +29,18 @@ namespace {
 
 #include "backend/cuda/cuda_code_mma.cuh"  // (inside this namespace: a super-block on the tensor cores)
 
-constexpr int kWideTokens = 64, kWideNJ = 4, kWideGroupWarps = 8, kWideTiles = 4, kWideMaxGroups = 2;
+constexpr int kWideNJ = 4, kWideGroupWarps = 8, kWideMaxGroups = 2;
 constexpr int kWideRow = 272;  // bytes a token's codes of a super-block take in shared memory (banks spread)
-// A group's stage: the 64 tokens' codes of a super-block, their sums of 32 (16 bytes a token) and scales,
-// then the slots of its 64 rows' blocks.
-constexpr int kWideCodes = kWideTokens * kWideRow, kWideSums = kWideCodes, kWideScales = kWideSums + kWideTokens * 16,
-              kWideSlots = kWideScales + kWideTokens * 4;
+// A group of TL tiles of 16 weight rows (gate and up: TL / 2 of each, the same rows) times 8 / TL halves
+// of 32 tokens, a warp each: TL 4, 64 tokens a block; TL 8, 32. Its stage: the tokens' codes of a
+// super-block, their sums of 32 (16 bytes a token) and scales, then the slots of its rows' blocks.
+template <int TL>
+struct WideShape {
+  static constexpr int kHalves = kWideGroupWarps / TL, kTokens = 32 * kHalves, kRows = 16 * TL;
+  static constexpr int kCodes = kTokens * kWideRow, kSums = kCodes, kScales = kSums + kTokens * 16, kSlots = kScales + kTokens * 4;
+  __host__ __device__ static constexpr int out_rows(bool glu) { return glu ? kRows / 2 : kRows; }
+  __host__ __device__ static constexpr int stage_bytes(int wslot) { return kSlots + kRows * wslot; }
+};
 
 struct WideArgs {
   CodesSeg seg[3];
@@ -42,30 +49,32 @@ struct WideArgs {
   Codes c;
 };
 
-__host__ __device__ constexpr int wide_stage_bytes(int wslot) { return kWideSlots + kWideTiles * 16 * wslot; }
 // Group g's stage k.
+template <int TL>
 __device__ __forceinline__ uint8_t* wide_stage(uint8_t* base, const WideArgs& a, int k, int g) {
-  return base + (k * a.groups + g) * wide_stage_bytes(a.wslot);
+  return base + (k * a.groups + g) * WideShape<TL>::stage_bytes(a.wslot);
 }
 
 // NST stages: the copies of NST - 1 steps in flight while one is computed.
-template <class W, bool GLU, int NST>
+template <class W, bool GLU, int NST, int TL>
 __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, int64_t r0, int t0, uint8_t* shared, float (&acc)[1][kWideNJ][4]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
-  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % kWideTiles, h = wl / kWideTiles;
+  using S = WideShape<TL>;
+  constexpr int kGate = TL / 2;  // (gate and up: the tiles of each)
+  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % TL, h = wl / TL;
   const int lt = threadIdx.x % (kWideGroupWarps * kWarp);  // the thread within its group
   const int cols = a.cols, nsb = cols / 256, n = a.n;
-  // Row rr (0..63) of the group's tiles: its segment and row (past the segment's rows: its last).
+  // Row rr of the group's tiles: its segment and row (past the segment's rows: its last).
   const auto row_of = [&](int rr, const CodesSeg*& seg) {
     const int tile = rr / 16;
-    seg = GLU ? &a.seg[tile / 2] : &g;
-    const int64_t r = GLU ? r0 + 16 * (tile % 2) + rr % 16 : r0 + rr;
+    seg = GLU ? &a.seg[tile / kGate] : &g;
+    const int64_t r = GLU ? r0 + 16 * (tile % kGate) + rr % 16 : r0 + rr;
     return seg->w + min(r, seg->rows - 1) * static_cast<int64_t>(seg->row_bytes);
   };
   constexpr int kChunks = staged_chunks<W>();
   const auto copy_weights = [&](int b, int k) {
-    uint8_t* slots = wide_stage(shared, a, k, grp) + kWideSlots;
-    for (int item = lt; item < 64 * kChunks; item += kWideGroupWarps * kWarp) {
+    uint8_t* slots = wide_stage<TL>(shared, a, k, grp) + S::kSlots;
+    for (int item = lt; item < S::kRows * kChunks; item += kWideGroupWarps * kWarp) {
       const int rr = item / kChunks, ch = item % kChunks;
       const CodesSeg* seg;
       const uint8_t* blk = row_of(rr, seg) + static_cast<int64_t>(b) * W::kBytes;
@@ -73,18 +82,18 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
     }
   };
   const auto copy_codes = [&](int b, int k) {
-    uint8_t* st = wide_stage(shared, a, k, grp);
+    uint8_t* st = wide_stage<TL>(shared, a, k, grp);
 #pragma unroll
-    for (int j = 0; j < kWideTokens * 16 / (kWideGroupWarps * kWarp); ++j) {
+    for (int j = 0; j < S::kTokens * 16 / (kWideGroupWarps * kWarp); ++j) {
       const int item = lt + kWideGroupWarps * kWarp * j, t = item / 16, ch = item % 16;
       cp_async16(st + t * kWideRow + 16 * ch, a.c.q + static_cast<int64_t>(min(t0 + t, n - 1)) * cols + b * 256 + 16 * ch);
     }
-    if (lt < kWideTokens) {
+    if (lt < S::kTokens) {
       const int64_t row = min(t0 + lt, n - 1);
-      cp_async16(st + kWideSums + 16 * lt, a.c.s + row * (cols / 32) + b * 8);
-    } else if (lt < 2 * kWideTokens) {
-      const int64_t row = min(t0 + lt - kWideTokens, n - 1);
-      cp_async4(st + kWideScales + 4 * (lt - kWideTokens), a.c.d + row * (cols / 256) + b);
+      cp_async16(st + S::kSums + 16 * lt, a.c.s + row * (cols / 32) + b * 8);
+    } else if (lt < 2 * S::kTokens) {
+      const int64_t row = min(t0 + lt - S::kTokens, n - 1);
+      cp_async4(st + S::kScales + 4 * (lt - S::kTokens), a.c.d + row * (cols / 256) + b);
     }
   };
   const int G = a.groups, steps = (nsb + G - 1) / G;
@@ -99,11 +108,11 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
   for (int i = 0; i < NST - 1; ++i) copy(i, false);
   pdl_wait();  // the codes are the previous kernels' output
   for (int i = 0; i < NST - 1; ++i) copy(i, true), cp_async_commit();
-  // This warp's rows: tile q's (GLU: gate's or up's tile q % 2).
+  // This warp's rows: tile q's (GLU: gate's or up's tile q % kGate).
   const CodesSeg* mine;
   const uint8_t* rows[2] = {row_of(16 * q + gq, mine), row_of(16 * q + gq + 8, mine)};
   const int groups8 = min(kWideNJ, (n - t0 - 32 * h + 7) / 8);  // this warp's groups of 8 holding tokens
-  const bool any = (GLU ? r0 + 16 * (q % 2) : r0 + 16 * q) < mine->rows && groups8 > 0;
+  const bool any = (GLU ? r0 + 16 * (q % kGate) : r0 + 16 * q) < mine->rows && groups8 > 0;
   // The finish reads the tokens' sums and scales from the stage: a view of one super-block (b 0,
   // 256 columns) whose token t is the block's t - t0.
   MmaTok tk;
@@ -119,7 +128,7 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
     copy(i + NST - 1, false), copy(i + NST - 1, true);
     cp_async_commit();
     if (b < nsb && any) {
-      uint8_t* st = wide_stage(shared, a, k, grp);
+      uint8_t* st = wide_stage<TL>(shared, a, k, grp);
       const int8_t* xs[kWideNJ];
 #pragma unroll
       for (int j = 0; j < kWideNJ; ++j) xs[j] = reinterpret_cast<const int8_t*>(st + (32 * h + 8 * j + gq) * kWideRow);
@@ -127,11 +136,11 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const uintptr_t mis = staged_offset<W>(rows[e], b);
-        blk[e] = st + kWideSlots + (16 * q + gq + 8 * e) * a.wslot + mis;
+        blk[e] = st + S::kSlots + (16 * q + gq + 8 * e) * a.wslot + mis;
       }
       W raw[1];
       raw[0].load_staged(blk, tq);
-      const Codes view{nullptr, reinterpret_cast<float*>(st + kWideScales), reinterpret_cast<int16_t*>(st + kWideSums)};
+      const Codes view{nullptr, reinterpret_cast<float*>(st + S::kScales), reinterpret_cast<int16_t*>(st + S::kSums)};
       // (The groups of 8 holding the step's tokens: a last tile's past them skipped.)
       if (groups8 > 2) dot_parts<W, kWideNJ, 1>(raw, 0, tq, xs, tk, view, 256, acc);
       else if (groups8 == 2)
@@ -144,22 +153,24 @@ __device__ __forceinline__ void wide_rows(const WideArgs& a, const CodesSeg& g, 
   __syncthreads();  // (the stages free for the sums' exchange)
 }
 
-template <bool GLU, int NST>
+template <bool GLU, int NST, int TL>
 __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k_mm_wide(const WideArgs a) {
+  using S = WideShape<TL>;
+  constexpr int kGate = TL / 2;
   extern __shared__ __align__(16) uint8_t wide_shared[];
   pdl_trigger();
   unsigned bx = blockIdx.y;
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
   const CodesSeg& g = a.seg[si];
-  const int64_t r0 = static_cast<int64_t>(bx) * (GLU ? 32 : 64);
-  const int t0 = static_cast<int>(blockIdx.x) * kWideTokens;
+  const int64_t r0 = static_cast<int64_t>(bx) * S::out_rows(GLU);
+  const int t0 = static_cast<int>(blockIdx.x) * S::kTokens;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, gq = lane / 4, tq = lane % 4;
-  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % kWideTiles, h = wl / kWideTiles;
+  const int grp = warp / kWideGroupWarps, wl = warp % kWideGroupWarps, q = wl % TL, h = wl / TL;
   float acc[1][kWideNJ][4] = {};
-  if (g.type == kQ4_K) wide_rows<Q45Mma<kQ4_K>, GLU, NST>(a, g, r0, t0, wide_shared, acc);
-  else if (g.type == kQ5_K) wide_rows<Q45Mma<kQ5_K>, GLU, NST>(a, g, r0, t0, wide_shared, acc);
-  else wide_rows<Q6Mma, GLU, NST>(a, g, r0, t0, wide_shared, acc);
+  if (g.type == kQ4_K) wide_rows<Q45Mma<kQ4_K>, GLU, NST, TL>(a, g, r0, t0, wide_shared, acc);
+  else if (g.type == kQ5_K) wide_rows<Q45Mma<kQ5_K>, GLU, NST, TL>(a, g, r0, t0, wide_shared, acc);
+  else wide_rows<Q6Mma, GLU, NST, TL>(a, g, r0, t0, wide_shared, acc);
   // The groups' sums into group 0's (in their order), then (GLU) up's into gate's warps.
   auto* ex = reinterpret_cast<float*>(wide_shared);  // [warp][16][lane] (the stages are free)
   const auto put = [&](int w) {
@@ -182,16 +193,16 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
   }
   float up[kWideNJ][4];
   if constexpr (GLU) {
-    if (grp == 0 && q >= 2) put(wl);
+    if (grp == 0 && q >= kGate) put(wl);
     __syncthreads();
-    if (grp == 0 && q < 2) {
+    if (grp == 0 && q < kGate) {
 #pragma unroll
       for (int j = 0; j < kWideNJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) up[j][e] = ex[((wl + 2) * 16 + 4 * j + e) * kWarp + lane];
+        for (int e = 0; e < 4; ++e) up[j][e] = ex[((wl + kGate) * 16 + 4 * j + e) * kWarp + lane];
     }
   }
-  if (grp != 0 || (GLU && q >= 2)) return;
+  if (grp != 0 || (GLU && q >= kGate)) return;
   // Element e of group j: row gq + 8 (e / 2) of the tile, token t0 + 32 h + 8 j + 2 tq + e % 2.
   const int64_t rt = r0 + 16 * q;
 #pragma unroll
@@ -219,54 +230,64 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
 // would leave multiprocessors without a block (each group keeping at least four super-blocks).
 int wide_groups(int64_t blocks, int64_t nsb) { return g_wide_mode == 2 ? 1 : g_wide_mode == 3 ? 2 : blocks < sm_count() && nsb >= 8 ? 2 : 1; }
 
-template <bool GLU>
+// The tiles a group takes: 8 (32 tokens a block) for up to 32 rows, else 4 (64).
+int wide_tiles(int n) { return n <= 32 ? 8 : 4; }
+
+template <bool GLU, int TL>
 void launch_wide(Stream s, WideArgs& a) {
-  static const int limit3 = allow_most_shared(k_mm_wide<GLU, 3>), limit4 = allow_most_shared(k_mm_wide<GLU, 4>);
+  using S = WideShape<TL>;
+  static const int limit3 = allow_most_shared(k_mm_wide<GLU, 3, TL>), limit4 = allow_most_shared(k_mm_wide<GLU, 4, TL>);
   unsigned blocks = 0;
   for (int i = 0; i < a.nseg; ++i) {
-    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + (GLU ? 31 : 63)) / (GLU ? 32 : 64));
+    a.seg[i].blocks = static_cast<unsigned>((a.seg[i].rows + S::out_rows(GLU) - 1) / S::out_rows(GLU));
     if (!GLU || i == 0) blocks += a.seg[i].blocks;
   }
   if (GLU) a.nseg = 1;
-  const unsigned groups_t = static_cast<unsigned>((a.n + kWideTokens - 1) / kWideTokens);
+  const unsigned groups_t = static_cast<unsigned>((a.n + S::kTokens - 1) / S::kTokens);
   a.groups = wide_groups(static_cast<int64_t>(blocks) * groups_t, a.cols / 256);
   // Four stages where a block of the groups holds them, else three.
-  const auto bytes = [&](int nst) { return static_cast<size_t>(nst * a.groups * wide_stage_bytes(a.wslot)); };
+  const auto bytes = [&](int nst) { return static_cast<size_t>(nst * a.groups * S::stage_bytes(a.wslot)); };
   if (bytes(3) > static_cast<size_t>(limit3)) a.groups = 1;
   const dim3 grid(groups_t, blocks), block(a.groups * kWideGroupWarps * kWarp);
-  if (bytes(4) <= static_cast<size_t>(limit4)) launch_shared(k_mm_wide<GLU, 4>, grid, block, bytes(4), s, a);
-  else launch_shared(k_mm_wide<GLU, 3>, grid, block, bytes(3), s, a);
+  if (bytes(4) <= static_cast<size_t>(limit4)) launch_shared(k_mm_wide<GLU, 4, TL>, grid, block, bytes(4), s, a);
+  else launch_shared(k_mm_wide<GLU, 3, TL>, grid, block, bytes(3), s, a);
 }
 
 }  // namespace
 
-// Where the shared tiles take a product: where a step's last tile of 64 tokens holds enough of them
-// (one tile: 56 or more; two: 48 or more in the second), and where the blocks, counting two groups a block, fill the GPU (fewer: each warp's
-// own tokens' codes leaves more warps in flight). Measured with zinc_cuda_matvec_bench on an H200, us,
-// each warp its own -> shared tiles: at 64 tokens gate and up with their activation 2x12288x4096 Q4_K
-// 95.8 -> 77.9 (384 blocks), gate 12288x4096 59.6 -> 45.4 (192), q, k and v 4096+1024+1024 45.0 ->
-// 39.2 (96, two groups), but q/o 4096x4096 19.5 -> 26.5 and down 4096x12288 Q4_K 47.7 -> 76.0 (64
-// blocks; two groups: 128); at 112 tokens gate and up 182.5 -> 145.0, q, k and v 72.6 -> 66.8, down
-// Q6_K 126.2 -> 112.7; at 96 gate and up 153.9 -> 154.1, down Q6_K 125.7 -> 114.1; at 48 gate and up
-// 85.8 -> 103.3, at 40 84.2 -> 120.0. A synthetic qwen3-8b's prompt alone (zinc bench, tok/s): pp64 6483
-// -> 6539, pp112 7107 -> 8046, but pp80 5791 -> 5200 with its second tile of 16 taken.
+// Where the shared tiles take a product: where a step's last tile holds enough tokens (of 64: 56 or
+// more, or 48 in a second tile; of 32, for up to 32 rows: 28 or more), and where the blocks, counting two
+// groups a block, fill the GPU (fewer: each warp's own tokens' codes leaves more warps in flight).
+// Measured with zinc_cuda_matvec_bench on an H200, us, each warp its own -> shared tiles of 64 tokens:
+// at 64 tokens gate and up with their activation 2x12288x4096 Q4_K 95.8 -> 77.9 (384 blocks), gate
+// 12288x4096 59.6 -> 45.4 (192), q, k and v 4096+1024+1024 45.0 -> 39.2 (96, two groups), but q/o
+// 4096x4096 19.5 -> 26.5 and down 4096x12288 Q4_K 47.7 -> 76.0 (64 blocks; two groups: 128); at 112
+// tokens gate and up 182.5 -> 145.0, q, k and v 72.6 -> 66.8, down Q6_K 126.2 -> 112.7; at 96 gate and
+// up 153.9 -> 154.1, down Q6_K 125.7 -> 114.1; at 48 gate and up 85.8 -> 103.3, at 40 84.2 -> 120.0. A
+// synthetic qwen3-8b's prompt alone (zinc bench, tok/s): pp64 6483 -> 6539, pp112 7107 -> 8046, but
+// pp80 5791 -> 5200 with its second tile of 16 taken. (Tiles of 32 tokens: not yet measured.)
 bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, Glu glu) {
-  if (g_wide_mode == 0 || n <= 32 || n > kCodesTokens || x_div != 1 || cols % 256 != 0 || cols / 256 < 2) return false;
+  if (g_wide_mode == 0 || n <= kSameRows || n > kCodesTokens || x_div != 1 || cols % 256 != 0 || cols / 256 < 2) return false;
   if (glu != Glu::None ? count != 2 || p[0].rows != p[1].rows : count < 1 || count > 3) return false;
+  const bool small = wide_tiles(n) == 8;
+  const int out_rows = (small ? WideShape<8>::kRows : WideShape<4>::kRows) / (glu != Glu::None ? 2 : 1);
   int64_t blocks = 0;
   int slot = 0;
   for (int i = 0; i < count; ++i) {
     if (p[i].type != kQ4_K && p[i].type != kQ5_K && p[i].type != kQ6_K) return false;
     if (p[i].expert_bytes != 0 || p[i].first != 0 || reinterpret_cast<uintptr_t>(p[i].w) % 16 != 0 || p[i].row_bytes % 2 != 0) return false;
-    if (glu == Glu::None || i == 0) blocks += (p[i].rows + (glu != Glu::None ? 31 : 63)) / (glu != Glu::None ? 32 : 64);
+    if (glu == Glu::None || i == 0) blocks += (p[i].rows + out_rows - 1) / out_rows;
     slot = std::max(slot, staged_slot(p[i].type));
   }
   // (A device whose blocks hold less shared memory than one group's three stages: never.)
-  static const int limit[2] = {allow_most_shared(k_mm_wide<false, 3>), allow_most_shared(k_mm_wide<true, 3>)};
-  if (3 * wide_stage_bytes(slot) > limit[glu != Glu::None ? 1 : 0]) return false;
+  static const int limit[2][2] = {{allow_most_shared(k_mm_wide<false, 3, 4>), allow_most_shared(k_mm_wide<true, 3, 4>)},
+                                  {allow_most_shared(k_mm_wide<false, 3, 8>), allow_most_shared(k_mm_wide<true, 3, 8>)}};
+  const int stage = small ? WideShape<8>::stage_bytes(slot) : WideShape<4>::stage_bytes(slot);
+  if (3 * stage > limit[small ? 1 : 0][glu != Glu::None ? 1 : 0]) return false;
   if (g_wide_mode >= 2) return true;  // (measurements, tests: wherever it can)
-  const int tiles = (n + kWideTokens - 1) / kWideTokens, last = n - kWideTokens * (tiles - 1);
-  if (last < (tiles == 1 ? 56 : 48)) return false;
+  const int per = small ? WideShape<8>::kTokens : WideShape<4>::kTokens;
+  const int tiles = (n + per - 1) / per, last = n - per * (tiles - 1);
+  if (last < (small ? 28 : tiles == 1 ? 56 : 48)) return false;
   blocks *= tiles;
   return 4 * blocks * wide_groups(blocks, cols / 256) >= 5 * sm_count();
 }
@@ -284,8 +305,9 @@ void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, voi
   a.wslot = slot;
   a.glu = glu;
   a.c = codes_layout(q8, n, cols);
-  if (glu != Glu::None) launch_wide<true>(s, a);
-  else launch_wide<false>(s, a);
+  const bool small = wide_tiles(n) == 8;
+  if (glu != Glu::None) small ? launch_wide<true, 8>(s, a) : launch_wide<true, 4>(s, a);
+  else small ? launch_wide<false, 8>(s, a) : launch_wide<false, 4>(s, a);
 }
 
 }  // namespace zinc::backend::cuda
