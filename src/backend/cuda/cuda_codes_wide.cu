@@ -47,6 +47,7 @@ struct WideArgs {
   int nseg, n, cols, groups, wslot;  // wslot: the bytes a row's super-block takes in shared memory
   Glu glu;
   Codes c;
+  bool early_next;  // the next launch let in as the blocks start (else once they are done)
 };
 
 // Group g's stage k.
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kWideMaxGroups * kWideGroupWarps * kWarp, 1) k
   using S = WideShape<TL>;
   constexpr int kGate = TL / 2;
   extern __shared__ __align__(16) uint8_t wide_shared[];
-  pdl_trigger();
+  if (a.early_next) pdl_trigger();
   unsigned bx = blockIdx.y;
   int si = 0;
   while (si + 1 < a.nseg && bx >= a.seg[si].blocks) bx -= a.seg[si].blocks, ++si;
@@ -249,6 +250,11 @@ void launch_wide(Stream s, WideArgs& a) {
   const auto bytes = [&](int nst) { return static_cast<size_t>(nst * a.groups * S::stage_bytes(a.wslot)); };
   if (bytes(3) > static_cast<size_t>(limit3)) a.groups = 1;
   const dim3 grid(groups_t, blocks), block(a.groups * kWideGroupWarps * kWarp);
+  // The next launch in early only past one tile of tokens. Measured on an H200 (synthetic qwen3-8b,
+  // zinc bench, tok/s, next launch in as the blocks start -> once they are done): pp32 4,918 / 4,909
+  // -> 5,233 / 5,233, pp64 6,538 / 6,522 -> 6,818 / 6,802, but pp112 7,952 / 7,944 -> 7,838 / 7,846; in
+  // once the blocks' loops are done: as at the start (pp64 6,526 / 6,516).
+  a.early_next = groups_t > 1;
   if (bytes(4) <= static_cast<size_t>(limit4)) launch_shared(k_mm_wide<GLU, 4, TL>, grid, block, bytes(4), s, a);
   else launch_shared(k_mm_wide<GLU, 3, TL>, grid, block, bytes(3), s, a);
 }
@@ -265,7 +271,9 @@ void launch_wide(Stream s, WideArgs& a) {
 // tokens gate and up 182.5 -> 145.0, q, k and v 72.6 -> 66.8, down Q6_K 126.2 -> 112.7; at 96 gate and
 // up 153.9 -> 154.1, down Q6_K 125.7 -> 114.1; at 48 gate and up 85.8 -> 103.3, at 40 84.2 -> 120.0. A
 // synthetic qwen3-8b's prompt alone (zinc bench, tok/s): pp64 6483 -> 6539, pp112 7107 -> 8046, but
-// pp80 5791 -> 5200 with its second tile of 16 taken. (Tiles of 32 tokens: not yet measured.)
+// pp80 5791 -> 5200 with its second tile of 16 taken. Tiles of 32 tokens over 128 rows, at 32 tokens:
+// gate and up 57.7 -> 49.7, gate 32.7 -> 28.9, the logits' 151936x4096 Q6_K 424 -> 411 (q, k, v, o and
+// down: too few blocks); pp32 5,102 / 5,125 -> 5,233 / 5,233 (the next launch in once they are done).
 bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, Glu glu) {
   if (g_wide_mode == 0 || n <= kSameRows || n > kCodesTokens || x_div != 1 || cols % 256 != 0 || cols / 256 < 2) return false;
   if (glu != Glu::None ? count != 2 || p[0].rows != p[1].rows : count < 1 || count > 3) return false;
