@@ -293,6 +293,11 @@ void forget_stale_step_times(std::span<double> step_s, std::span<const int64_t> 
     if (steps - measured_at[b] > stale_steps && step_s[b] <= limit_s) step_s[b] = 0;
 }
 
+void record_step_time(double& estimate, double t, double limit_s) {
+  estimate = estimate > 0 ? 0.8 * estimate + 0.2 * t : t;
+  if (limit_s > 0 && t > limit_s) estimate = std::max(estimate, t);
+}
+
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
 // while the step has room (max_tokens, and beside decoding slots what decode_latency allows, within
 // the backend's few_rows()): a long prompt arriving does not stall the streams decoding.
@@ -339,7 +344,8 @@ void Engine::run_step() {
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto average = [](double& e, double x) { e = e > 0 ? 0.8 * e + 0.2 * x : x; };
     if (const int b = size_of(static_cast<int64_t>(step.tokens.size())); exe_->few_rows() > 0 && b < kSizes) {
-      average(size_s_[static_cast<size_t>(b)], t);  // (fitted_prompt_room's times: only where steps are fitted)
+      // (fitted_prompt_room's times: only where steps are fitted)
+      record_step_time(size_s_[static_cast<size_t>(b)], t, decode_step_s_ > 0 ? options_.decode_latency * decode_step_s_ : 0.0);
       size_at_[static_cast<size_t>(b)] = counters_.steps;
     }
     if (prompt_tokens == 0) {

@@ -85,6 +85,28 @@ TEST(PromptRoom, ForgetsAgedTimesWithinTheLimitOnly) {
   EXPECT_EQ(t[6], 0.0);
 }
 
+TEST(PromptRoom, OneStepPastTheLimitKeepsItsSizeOut) {
+  using zinc::server::record_step_time;
+  // 64-row steps averaging 9.5 ms against a 10.4 ms limit; then one of 11 ms (the prompt deeper).
+  double e = 0;
+  record_step_time(e, 0.0095, 0.0104);
+  EXPECT_DOUBLE_EQ(e, 0.0095);
+  record_step_time(e, 0.0095, 0.0104);
+  EXPECT_DOUBLE_EQ(e, 0.0095);
+  record_step_time(e, 0.011, 0.0104);
+  EXPECT_DOUBLE_EQ(e, 0.011) << "the average (9.8 ms) would have let the next steps take 64 rows again";
+  std::array<double, 8> t{};
+  t[5] = 0.006, t[6] = e;
+  EXPECT_EQ(zinc::server::fitted_prompt_room(8, 40, 56, t, 0.0104, 8), 24);
+  // Within the limit: the moving average as before (steps near it on both sides settle it).
+  record_step_time(e, 0.009, 0.0104);
+  EXPECT_NEAR(e, 0.8 * 0.011 + 0.2 * 0.009, 1e-12);
+  // No limit (no decoding streams measured yet): the average alone.
+  double f = 0.01;
+  record_step_time(f, 0.02, 0);
+  EXPECT_NEAR(f, 0.012, 1e-12);
+}
+
 TEST(PromptRoom, PromptsAlwaysMove) {
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 256), 8);
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 5), 5);  // never past the step's budget
