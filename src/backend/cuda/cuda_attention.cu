@@ -606,8 +606,8 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 template <int HD, int KV>
 __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
   constexpr int LD = HD + 8;  // halves per shared row
-  __shared__ __align__(16) __half ks[kFaKeys][LD];
-  __shared__ __align__(16) __half vs[kFaKeys][LD];
+  __shared__ __align__(16) __half ks[2][kFaKeys][LD];  // two steps: the next one's copies in flight
+  __shared__ __align__(16) __half vs[2][kFaKeys][LD];
   __shared__ int lo_min, hi_max;
   pdl_trigger();
   pdl_wait();
@@ -665,30 +665,45 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
   }
   const auto* kc = static_cast<const uint8_t*>(a.k);
   const auto* vc = static_cast<const uint8_t*>(a.v);
-  for (int j0 = k_begin; j0 < k_end; j0 += kFaKeys) {
-    // The block's 32 keys and values of head kvh, as f16 (groups of eight elements).
+  // The 32 keys and values of head kvh from key j0 on into stage st, as f16 (groups of eight elements):
+  // F16 rows copied asynchronously (the next step's while this one computes), Q8_0 converted here.
+  // Keys past k_last are not written yet: zeros (a masked score's weight is 0, not 0 x NaN).
+  const auto load = [&](int j0, int st) {
     const size_t slot0 = static_cast<size_t>(table[j0 / kKvBlock]) * kKvBlock;
     for (int e = threadIdx.x; e < kFaKeys * HD / 8; e += blockDim.x) {
       const int key = e / (HD / 8), c = (e % (HD / 8)) * 8;
       const size_t off = (slot0 + key) * a.row_bytes;
-      uint4 kv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      const bool have = j0 + key <= k_last;
+      if constexpr (KV == kF16) {
+        const size_t at = off + (static_cast<size_t>(kvh) * HD + c) * 2;
+        cp_async16_zfill(&ks[st][key][c], kc + at, have);
+        cp_async16_zfill(&vs[st][key][c], vc + at, have);
+      } else {
+        uint4 kv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
 #pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        if (j0 + key > k_last) break;  // not written yet: zeros (a masked score's weight is 0, not 0 x NaN)
-        const uint8_t* row = (w ? vc : kc) + off;
-        if constexpr (KV == kF16) {
-          kv[w] = *reinterpret_cast<const uint4*>(row + (static_cast<size_t>(kvh) * HD + c) * 2);
-        } else {
+        for (int w = 0; w < 2 && have; ++w) {
           const int i = kvh * HD + c;
-          const uint8_t* b = row + (i / 32) * 34;
+          const uint8_t* b = (w ? vc : kc) + off + (i / 32) * 34;
           const float d = half_bits(ld16(b));
           const int8_t* q = reinterpret_cast<const int8_t*>(b + 2 + i % 32);
           kv[w] = make_uint4(pack_half2(d * q[0], d * q[1]), pack_half2(d * q[2], d * q[3]), pack_half2(d * q[4], d * q[5]),
                              pack_half2(d * q[6], d * q[7]));
         }
+        *reinterpret_cast<uint4*>(&ks[st][key][c]) = kv[0];
+        *reinterpret_cast<uint4*>(&vs[st][key][c]) = kv[1];
       }
-      *reinterpret_cast<uint4*>(&ks[key][c]) = kv[0];
-      *reinterpret_cast<uint4*>(&vs[key][c]) = kv[1];
+    }
+    cp_async_commit();
+  };
+  if (k_begin < k_end) load(k_begin, 0);
+  int st = 0;
+  for (int j0 = k_begin; j0 < k_end; j0 += kFaKeys, st ^= 1) {
+    // (Stage st ^ 1 was last read before the previous step's closing barrier.)
+    if (j0 + kFaKeys < k_end) {
+      load(j0 + kFaKeys, st ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
     // S: 16 rows x 32 keys a warp.
@@ -698,8 +713,8 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
       s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[8 * t + gq][16 * kk + 2 * tq]);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ks[8 * t + gq][16 * kk + 8 + 2 * tq]);
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ks[st][8 * t + gq][16 * kk + 2 * tq]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ks[st][8 * t + gq][16 * kk + 8 + 2 * tq]);
         mma_f16(s[t], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
       }
     }
@@ -747,7 +762,7 @@ __global__ void __launch_bounds__(128) k_flash_attention(AttentionArgs a) {
 #pragma unroll
       for (int j = 0; j < HD / 8; j += 2) {
         uint32_t b[4];
-        const __half* addr = &vs[16 * kk + (lane & 15)][8 * j + (lane >= 16 ? 8 : 0)];
+        const __half* addr = &vs[st][16 * kk + (lane & 15)][8 * j + (lane >= 16 ? 8 : 0)];
         const auto sa = static_cast<uint32_t>(__cvta_generic_to_shared(addr));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"

@@ -235,6 +235,10 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) { return stati
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src));
 }
+// The same, or (have false) 16 zero bytes and nothing read.
+__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool have) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src), "r"(have ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async16_l1(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst)), "l"(src));
 }
