@@ -90,6 +90,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shar
 }
 
 void GrammarMatcher::reset() {
+  work_ = 0;
   arena_.clear();
   stacks_.clear();
   partial_.clear();
@@ -117,7 +118,18 @@ bool GrammarMatcher::same_stack(uint32_t a, uint32_t b) const {
   return true;
 }
 
+void GrammarMatcher::spend(uint64_t units) const {
+  work_ += units;
+  if (work_ > max_work_) {
+    throw Error(fmt::format("grammar: over {} steps of work for one token (too ambiguous: it reads the text so far in too many ways at "
+                            "once, as a repetition of something that can be empty or split more than one way does, such as "
+                            "(\"a\"?){{1,1000}} or (word \" \"?){{1,300}})",
+                            max_work_));
+  }
+}
+
 void GrammarMatcher::add_unique(std::vector<uint32_t>& out, uint32_t stack) const {
+  spend(out.size() + 1);
   for (uint32_t s : out) {
     if (same_stack(s, stack)) return;
   }
@@ -143,6 +155,7 @@ void GrammarMatcher::expand(uint32_t stack, std::vector<uint32_t>& out) const {
   while (!todo.empty()) {
     const uint32_t s = todo.back();
     todo.pop_back();
+    spend(1);
     if (++taken > kSeenFrom && !is_marker(s)) {
       if (taken == kSeenFrom + 1) expand_seen_.clear();
       if (!expand_seen_.insert({arena_[s].pos, arena_[s].parent}).second) continue;
@@ -250,6 +263,7 @@ bool GrammarMatcher::complete() const { return std::find(stacks_.begin(), stacks
 bool GrammarMatcher::exhausted() const { return complete() && stacks_.size() == 1; }
 
 bool GrammarMatcher::allows(int32_t token) const {
+  work_ = 0;
   if (token < 0 || static_cast<size_t>(token) >= vocab_->size()) return false;
   if (token_allowed(token)) return true;
   if (vocab_->eog(token)) return complete();
@@ -264,6 +278,7 @@ bool GrammarMatcher::allows(int32_t token) const {
 }
 
 void GrammarMatcher::accept(int32_t token) {
+  work_ = 0;
   if (token < 0 || static_cast<size_t>(token) >= vocab_->size()) throw Error(fmt::format("grammar: token {} is not in the vocabulary", token));
   // Readings where a token element takes the whole token, and readings of its text.
   std::vector<uint32_t> by_token;
@@ -296,6 +311,7 @@ void GrammarMatcher::accept(int32_t token) {
 }
 
 bool GrammarMatcher::accept_text(std::string_view bytes) {
+  work_ = 0;
   const size_t mark = arena_.size();
   std::vector<uint32_t> stacks = stacks_;
   std::string partial = partial_;
@@ -436,6 +452,7 @@ void GrammarMatcher::fill_mask(std::vector<uint8_t>& allowed) const {
 }
 
 void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
+  work_ = 0;
   // The key: each stack's frames above the cut (and whether there is one), and the pending UTF-8 bytes.
   const uint32_t common = common_node();
   const uint32_t cut = common == kEmpty ? kEmpty : arena_[common].parent;
@@ -513,6 +530,7 @@ void GrammarMatcher::fill_mask_bits(std::vector<uint64_t>& bits) const {
 
 GrammarMatcher GrammarMatcher::snapshot() const {
   GrammarMatcher copy(grammar_, vocab_, cache_);
+  copy.max_work_ = max_work_;
   copy.arena_ = arena_;
   copy.stacks_ = stacks_;
   copy.partial_ = partial_;

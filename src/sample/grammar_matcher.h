@@ -187,6 +187,21 @@ class GrammarMatcher {
     }
   };
   mutable std::unordered_set<std::pair<const GrammarElem*, uint32_t>, NodeHash> expand_seen_;
+  // The work of the operation under way (one mask, one token's test or acceptance, or text): nodes
+  // expanded and stacks compared. A grammar that reads the same text many ways at once (a repetition
+  // of something that can be empty or split in more than one way: ("a"?){1,1000}, (word " "?){1,300})
+  // makes each character cost up to kMaxStacks squared; past max_work_ the operation fails with a
+  // clear error instead of holding a request (and what waits on it) for minutes.
+  // (About 2-3 s on one core; a JSON grammar's masks over a 50k vocabulary took at most 1.1 M.)
+  static constexpr uint64_t kMaxWork = uint64_t{1} << 30;
+  uint64_t max_work_ = kMaxWork;
+  mutable uint64_t work_ = 0;
+  void spend(uint64_t units) const;
+
+ public:
+  // The work one operation may take before it fails (kMaxWork; tests set less), and what the last took.
+  void set_max_work(uint64_t units) { max_work_ = units; }
+  uint64_t last_work() const { return work_; }
 };
 
 }  // namespace zinc::sample

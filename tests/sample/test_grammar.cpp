@@ -221,6 +221,56 @@ TEST(GrammarMatcher, ManyEmptyWaysToTheSamePlaceAreReadOnce) {
   }
 }
 
+// Words with an optional space between them, up to 60: "abab" reads as 1 to 4 words, so after a few
+// characters every count of words so far is a reading (dozens at once, each step comparing them all).
+// With 300 words, masks over a real vocabulary took seconds to minutes (a request held, and what waited
+// on it); now an operation past its work fails with the clear error (here a small budget), and the
+// matcher's state is as before it.
+TEST(GrammarMatcher, TooMuchWorkForOneTokenIsAClearErrorAndLosesNothing) {
+  auto g = parse("root ::= ([a-h]* \" \"?){1,60}\n");
+  std::vector<std::string> pieces = {"</s>"};
+  for (const char* p : {"a", "b", "ab", "ba", "abc", " ", "a ", "h", "hh", "abab"}) pieces.push_back(p);
+  std::vector<bool> eog(pieces.size(), false);
+  eog[0] = true;
+  const auto v = std::make_shared<const GrammarVocab>(pieces, std::move(eog));
+  GrammarMatcher m(g, v);
+  ASSERT_TRUE(m.accept_text("ab ab"));
+  m.set_max_work(uint64_t{1} << 18);
+  std::string taken = "ab ab";
+  bool failed = false;
+  for (int i = 0; i < 40 && !failed; ++i) {
+    try {
+      if (!m.accept_text("abab")) break;
+      taken += "abab";
+    } catch (const Error& e) {
+      failed = true;
+      EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+      EXPECT_GT(m.last_work(), uint64_t{1} << 18);
+    }
+  }
+  ASSERT_TRUE(failed) << "160 characters of words within 2^18 steps of work each";
+  // The text taken before the failing piece is all there is: with room to work, the matcher goes on
+  // as one that never failed.
+  m.set_max_work(uint64_t{1} << 40);
+  GrammarMatcher fresh(g, v);
+  ASSERT_TRUE(fresh.accept_text(taken));
+  std::vector<uint8_t> mask, want;
+  for (const char* piece : {"abab", " h", "a "}) {
+    ASSERT_TRUE(m.accept_text(piece));
+    ASSERT_TRUE(fresh.accept_text(piece));
+    m.fill_mask(mask);
+    fresh.fill_mask(want);
+    EXPECT_EQ(mask, want) << piece;
+  }
+  EXPECT_EQ(mask[0], 1);  // complete
+  // A grammar without such readings stays far inside the default: each step's work is small.
+  GrammarMatcher j(parse("root ::= \"[\" ([a-h]+ (\",\" [a-h]+)*)? \"]\"\n"), vocab({"</s>", "[", "]", "ab", ",", "h"}));
+  ASSERT_TRUE(j.accept_text("[ab,h,abab"));
+  j.fill_mask(mask);
+  EXPECT_LT(j.last_work(), 1000u);
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 1}));
+}
+
 // A vocabulary with control tokens (no text) beside text tokens, as a Harmony model's: 0 ends
 // generation, 1 <|channel|>, 2 <|message|>, 9 <|call|> (also ends generation).
 std::shared_ptr<const GrammarVocab> control_vocab() {
