@@ -130,6 +130,9 @@ class GrammarMatcher {
   bool complete() const;
   // Complete, and no character can follow: generation must end.
   bool exhausted() const;
+  // The work one operation may take before it fails (kMaxWork; tests set less), and what the last took.
+  void set_max_work(uint64_t units) { max_work_ = units; }
+  uint64_t last_work() const { return work_; }
   // allowed[t] = allows(t) for every token (resized to the vocabulary).
   void fill_mask(std::vector<uint8_t>& allowed) const;
   // The same as bits: token t allowed when bit t % 64 of bits[t / 64] is set.
@@ -197,11 +200,6 @@ class GrammarMatcher {
   uint64_t max_work_ = kMaxWork;
   mutable uint64_t work_ = 0;
   void spend(uint64_t units) const;
-
- public:
-  // The work one operation may take before it fails (kMaxWork; tests set less), and what the last took.
-  void set_max_work(uint64_t units) { max_work_ = units; }
-  uint64_t last_work() const { return work_; }
 };
 
 }  // namespace zinc::sample

@@ -342,16 +342,15 @@ void Engine::run_step() {
     // The estimates behind decode_latency: a step of decoding slots alone, and what each prompt token
     // beside them adds (moving averages: the step sizes change as requests come and go).
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto average = [](double& e, double x) { e = e > 0 ? 0.8 * e + 0.2 * x : x; };
     if (const int b = size_of(static_cast<int64_t>(step.tokens.size())); exe_->few_rows() > 0 && b < kSizes) {
       // (fitted_prompt_room's times: only where steps are fitted)
       record_step_time(size_s_[static_cast<size_t>(b)], t, decode_step_s_ > 0 ? options_.decode_latency * decode_step_s_ : 0.0);
       size_at_[static_cast<size_t>(b)] = counters_.steps;
     }
     if (prompt_tokens == 0) {
-      average(decode_step_s_, t);
+      record_step_time(decode_step_s_, t, 0);
     } else if (decoding_parts == 0 || decode_step_s_ > 0) {
-      average(prompt_token_s_, std::max(0.0, t - (decoding_parts > 0 ? decode_step_s_ : 0.0)) / prompt_tokens);
+      record_step_time(prompt_token_s_, std::max(0.0, t - (decoding_parts > 0 ? decode_step_s_ : 0.0)) / prompt_tokens, 0);
     }
   } catch (const Error& e) {
     // Not expected (every session checked its tokens): the step's requests fail, their sequences start

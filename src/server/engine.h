@@ -125,7 +125,8 @@ int32_t fitted_prompt_room(int32_t decoding, int32_t linear, int32_t cap, std::s
 void forget_stale_step_times(std::span<double> step_s, std::span<const int64_t> measured_at, int64_t steps, int64_t stale_steps,
                              double limit_s);
 
-// A step's time into its size's estimate (fitted_prompt_room's step_s[b]): a moving average, but a step
+// A step's time into an estimate (the scheduler's moving averages; fitted_prompt_room's step_s[b]
+// with its limit): a moving average, but a step
 // past limit_s (> 0) sets it to at least that time at once, so the size is left out from the next step
 // on; one step near the limit on either side of it no longer takes several over it before the average
 // crosses (a prompt's steps cost more as its depth grows: beside 8 streams, 64-row steps at 9.5-11 ms

@@ -134,8 +134,9 @@ void mul_mat_codes(Stream s, const Product* p, int count, int64_t cols, const fl
 // More than kSameRows and at most kCodesTokens rows of one input (x_div 1, no ids, Q4_K, Q5_K and Q6_K;
 // up to three products, or gate and up with their activation): mul_mat_codes takes mul_mat_codes_wide
 // where it measured faster, blocks of 64 tokens sharing each super-block's codes over 64 weight rows (of
-// 32 tokens over 128 rows for up to 32 rows; cuda_codes_wide.cu), unless set_codes_wide(0). Measurements: 2 and 3 force one or two groups of warps a block (splitting the
-// super-blocks), 1 (the default) chooses by the shape.
+// 32 tokens over 128 rows for up to 32 rows; cuda_codes_wide.cu), unless set_codes_wide(0).
+// Measurements: 2 and 3 force one or two groups of warps a block (splitting the super-blocks), 1 (the
+// default) chooses by the shape.
 void set_codes_wide(int mode);
 bool wide_products(const Product* p, int count, int64_t cols, int n, int x_div, Glu glu);
 void mul_mat_codes_wide(Stream s, const Product* p, int count, int64_t cols, void* q8, int n, Glu glu);
