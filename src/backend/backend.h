@@ -39,6 +39,11 @@ struct ExecOptions {
   // speculative step verifying drafted tokens. Costs that many copies of each sequence's recurrent
   // state; a context without recurrent state keeps nothing and needs none.
   int32_t kept_states = 0;
+  // The context's steps run beside other contexts' of the same weights at a lower priority, instead
+  // of one context's step at a time: a long prompt read beside sequences decoding in another context,
+  // whose steps go first wherever both want the device. Where the backend cannot (the CPU, Vulkan:
+  // one queue), its steps take their turn as any context's do.
+  bool background = false;
 };
 
 class Executable {
@@ -102,6 +107,13 @@ class Executable {
   // state goes back only inside the last step, and only where that step kept the states of seq's part
   // (SeqStep::keep_states): to the state after one of its tokens. Throws zinc::Error otherwise.
   virtual void seq_keep(int32_t seq, int32_t n_tokens);
+  // Sequence `seq` holds what sequence `from_seq` of `from` (a context over the same weights) holds in
+  // its first n_tokens positions, cache rows and recurrent state; what seq held is forgotten. A prompt
+  // read on a context of its own (ExecOptions::background) moved into the context that goes on with it.
+  // Through save_state() and load_state() here; a backend may copy on its device instead.
+  virtual void seq_take(const Executable& from, int32_t from_seq, int32_t seq, int32_t n_tokens) {
+    load_state(from.save_state(n_tokens, from_seq), seq);
+  }
 
   // The KV cache as blocks of positions, for a prefix cache shared by the context's sequences (0: this
   // context does not share blocks; the calls below then throw).

@@ -1,5 +1,7 @@
 #include "backend/exec_common.h"
 
+#include <typeinfo>
+
 namespace zinc::backend {
 
 std::vector<int> last_uses(const graph::Graph& g) {
@@ -204,6 +206,64 @@ void SequencedExecutable::seq_clear(int32_t seq) {
     if (state_floats_[i] > 0) state_write(i, seq, nullptr);
   }
   state_pos_[static_cast<size_t>(seq)] = 0;
+}
+
+bool SequencedExecutable::takes_from(const Executable& from) const {
+  const auto* f = dynamic_cast<const SequencedExecutable*>(&from);
+  return f && typeid(*f) == typeid(*this) && f->kv_row_bytes_ == kv_row_bytes_ && f->kv_storage_ == kv_storage_ &&
+         f->state_floats_ == state_floats_;
+}
+
+void SequencedExecutable::seq_take(const Executable& from, int32_t from_seq, int32_t seq, int32_t n_tokens) {
+  if (!takes_from(from)) return Executable::seq_take(from, from_seq, seq, n_tokens);
+  take_blocks(static_cast<const SequencedExecutable&>(from), from_seq, seq, n_tokens);
+}
+
+void SequencedExecutable::take_blocks(const SequencedExecutable& from, int32_t from_seq, int32_t seq, int32_t n_tokens) {
+  from.check_seq(from_seq);
+  check_seq(seq);
+  if (n_tokens < 0 || n_tokens > from.blocks_.length(from_seq)) {
+    throw Error(fmt::format("cannot take {} positions of a sequence that holds {}", n_tokens, from.blocks_.length(from_seq)));
+  }
+  if (n_tokens > opts_.n_ctx) throw Error(fmt::format("cannot take {} positions into a context of {}", n_tokens, opts_.n_ctx));
+  if (recurrent_ && n_tokens != from.state_pos_[static_cast<size_t>(from_seq)]) {
+    throw Error(fmt::format("the recurrent state of that sequence holds {} tokens; it cannot be taken at {}",
+                            std::max<int64_t>(from.state_pos_[static_cast<size_t>(from_seq)], 0), n_tokens));
+  }
+  kept_count_[static_cast<size_t>(seq)] = 0;
+  blocks_.clear(seq);
+  blocks_.prepare(seq, 0, n_tokens, [](int32_t, int32_t, int32_t) {});
+  std::vector<KvRun> runs;
+  for (size_t l = 0; l < kv_row_bytes_.size(); ++l) {
+    if (kv_row_bytes_[l] == 0) continue;
+    std::vector<std::pair<size_t, size_t>> there;
+    from.for_each_block(l, from_seq, n_tokens, [&](size_t offset, size_t bytes) { there.emplace_back(offset, bytes); });
+    size_t k = 0;
+    for_each_block(l, seq, n_tokens, [&](size_t offset, size_t bytes) {
+      for (const bool v : {false, true}) runs.push_back({l, v, there[k].first, offset, bytes});
+      ++k;
+    });
+  }
+  kv_take(from, runs);
+  for (size_t i = 0; i < state_floats_.size(); ++i) {
+    if (state_floats_[i] > 0) state_take(from, i, from_seq, seq);
+  }
+  state_pos_[static_cast<size_t>(seq)] = n_tokens;
+}
+
+void SequencedExecutable::kv_take(const SequencedExecutable& from, std::span<const KvRun> runs) {
+  std::vector<uint8_t> buf;
+  for (const KvRun& r : runs) {
+    buf.resize(r.bytes);
+    from.kv_read(r.layer, r.v, r.from, buf.data(), r.bytes);
+    kv_write(r.layer, r.v, r.to, buf.data(), r.bytes);
+  }
+}
+
+void SequencedExecutable::state_take(const SequencedExecutable& from, size_t node, int32_t from_seq, int32_t seq) {
+  std::vector<float> st(state_floats_[node]);
+  from.state_read(node, from_seq, st.data());
+  state_write(node, seq, st.data());
 }
 
 void SequencedExecutable::seq_copy(int32_t src, int32_t dst, int32_t n_tokens) {

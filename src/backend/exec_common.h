@@ -337,6 +337,10 @@ class SequencedExecutable : public Executable {
   void seq_clear(int32_t seq) override;
   void seq_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
   void seq_keep(int32_t seq, int32_t n_tokens) override;
+  // From a context of the same class and cache layout (takes_from): the sequence's blocks copied run
+  // by run (kv_take) and its recurrent states (state_take), none of it through the host where the
+  // backend copies on its device; from any other, through saved bytes.
+  void seq_take(const Executable& from, int32_t from_seq, int32_t seq, int32_t n_tokens) override;
   int32_t kv_block_tokens() const override { return kKvBlock; }
   uint64_t kv_block_bytes() const override;
   std::vector<int32_t> seq_blocks(int32_t seq, int32_t n_tokens) const override;
@@ -372,6 +376,23 @@ class SequencedExecutable : public Executable {
   virtual void state_from_kept(int32_t seq, int32_t t) = 0;
   // Regions of kept states per node and sequence (ExecOptions::kept_states; 0 without recurrent state).
   int32_t kept_states() const { return recurrent_ ? opts_.kept_states : 0; }
+
+  // seq_take's parts: whether `from` is a context of this class with this cache and state layout, and
+  // the copy (checked, then made; the caller holds what guards both contexts).
+  bool takes_from(const Executable& from) const;
+  void take_blocks(const SequencedExecutable& from, int32_t from_seq, int32_t seq, int32_t n_tokens);
+  // One run of a layer's K (v false) or V cache: `bytes` from offset `from` of the other context's to
+  // offset `to` of this one's.
+  struct KvRun {
+    size_t layer = 0;
+    bool v = false;
+    size_t from = 0, to = 0, bytes = 0;
+  };
+  // Copies the runs from `from`'s caches (a context of this class: takes_from) into this one's; here
+  // through the host (kv_read there, kv_write here).
+  virtual void kv_take(const SequencedExecutable& from, std::span<const KvRun> runs);
+  // Node `node`'s recurrent state of from_seq in `from` becomes seq's here; through the host here.
+  virtual void state_take(const SequencedExecutable& from, size_t node, int32_t from_seq, int32_t seq);
 
   // Before a step's work: checks the step (check_step; each part's start within what its sequence
   // holds; a recurrent state resumes only where it stopped) before changing anything, then gives each
@@ -424,6 +445,11 @@ class SharedDeviceExecutable : public SequencedExecutable {
   void seq_keep(int32_t seq, int32_t n_tokens) override {
     const std::lock_guard<std::mutex> lock(step_mutex_);
     SequencedExecutable::seq_keep(seq, n_tokens);
+  }
+  void seq_take(const Executable& from, int32_t from_seq, int32_t seq, int32_t n_tokens) override {
+    if (!takes_from(from)) return Executable::seq_take(from, from_seq, seq, n_tokens);  // (save and load hold it themselves)
+    const std::lock_guard<std::mutex> lock(step_mutex_);
+    take_blocks(static_cast<const SequencedExecutable&>(from), from_seq, seq, n_tokens);
   }
   void seq_adopt(int32_t seq, std::span<const int32_t> blocks, int32_t n_tokens, std::span<const float> state) override {
     const std::lock_guard<std::mutex> lock(step_mutex_);

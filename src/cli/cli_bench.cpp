@@ -58,6 +58,7 @@ struct BenchArgs {
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
   double cache_ram_gb = 0;     // and its host tier
   int long_prompt = 0;         // --concurrency: a prompt of this many tokens arriving while the streams decode
+  int prompt_lane = 0;         // --concurrency: the server's --prompt-lane (and a measurement of its two contexts)
   int spec_cost = 0;           // speculative decoding's costs for 1..spec_cost drafted tokens (0: not measured)
   std::string draft;           // and the draft model's step
 };
@@ -92,6 +93,7 @@ server::EngineOptions bench_engine(const BenchArgs& a, int slots, int n_ctx) {
   eo.cache_host_bytes = static_cast<uint64_t>(a.cache_ram_gb * 1e9);
   eo.exec.max_tokens = a.batch_tokens;
   eo.decode_latency = a.decode_latency;
+  eo.prompt_lane = a.prompt_lane;
   eo.exec.kv_type = kv_type_from_name(a.kv_type);
   eo.backend = a.backend;
   eo.device = a.device;
@@ -527,6 +529,16 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                      {"streams_gaps_during", l.gaps_during},
                      {"first_token_ms", l.ttft_loaded * 1e3},
                      {"first_token_ms_alone", l.ttft_alone * 1e3}};
+      if (a.prompt_lane > 0) {
+        const auto lane = runtime::run_prompt_lane(session.weights(), opts, c, a.long_prompt, a.batch_tokens, true, a.runs, a.seed);
+        long_prompt["background_context"] = {{"chunk_tokens", a.batch_tokens},
+                                             {"decode_step_ms_p50_alone", lane.step_p50_alone * 1e3},
+                                             {"decode_step_ms_p50_during", lane.step_p50_during * 1e3},
+                                             {"decode_step_ms_p99_during", lane.step_p99_during * 1e3},
+                                             {"decode_steps_during", lane.steps_during},
+                                             {"prompt_ms", lane.prompt_during * 1e3},
+                                             {"prompt_ms_alone", lane.prompt_alone * 1e3}};
+      }
     }
     concurrency.push_back({{"concurrency", r.concurrency},
                            {"long_prompt", long_prompt},
@@ -594,6 +606,14 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  "({:.2f}×)\n",
                  c["concurrency"].get<int>(), l["tokens"].get<int>(), before, during, before > 0 ? during / before : 0.0,
                  l["streams_gaps_during"].get<int>(), loaded, alone, alone > 0 ? loaded / alone : 0.0);
+      if (!l.contains("background_context")) continue;
+      const auto& b = l["background_context"];
+      const double step = b["decode_step_ms_p50_alone"].get<double>(), p99 = b["decode_step_ms_p99_during"].get<double>();
+      const double read = b["prompt_ms"].get<double>(), read_alone = b["prompt_ms_alone"].get<double>();
+      fmt::print("read on a background context beside theirs (chunks of {}): their decode step p50 {:.1f} ms alone, p50 {:.1f} and "
+                 "p99 {:.1f} while it is read ({:.2f}×, {} steps); the prompt in {:.0f} ms, {:.0f} ms alone ({:.2f}×)\n",
+                 b["chunk_tokens"].get<int>(), step, b["decode_step_ms_p50_during"].get<double>(), p99, step > 0 ? p99 / step : 0.0,
+                 b["decode_steps_during"].get<int>(), read, read_alone, read_alone > 0 ? read / read_alone : 0.0);
     }
     for (const auto& c : concurrency) {
       if (c["shared_prefix_tokens"].get<int>() == 0) continue;
@@ -697,6 +717,12 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "first token (against the same prompt alone) and the streams' inter-token latency while it is read "
                   "(chunked by --batch-tokens and --decode-latency)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prompt-lane", a->prompt_lane,
+                  "With --concurrency: the server's --prompt-lane (longer prompts arriving while others decode are read "
+                  "on a context of their own beside their steps); with --long-prompt also the two contexts measured "
+                  "directly: the streams' decode steps and the prompt read in --batch-tokens chunks beside them, "
+                  "against each alone")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,
                   "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
       ->capture_default_str()

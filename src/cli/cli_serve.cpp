@@ -26,6 +26,7 @@ struct ServeArgs {
   // qwen3-8b, 16 requests at once: 2500-2650 -> 3014-3021 tok/s, their gaps' p99 13.8 -> 4.7 ms).
   int parallel = 1, queue = 32, batch_tokens = 1024;
   double decode_latency = 3;
+  int prompt_lane = 0;
   std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
   std::string models_dir, keep_alive = "5m";
   int max_models = 3;
@@ -46,6 +47,7 @@ int run_serve(ServeArgs& a) {
   eo.exec = a.gen.exec_options();
   eo.exec.max_tokens = a.batch_tokens;
   eo.decode_latency = a.decode_latency;
+  eo.prompt_lane = a.prompt_lane;
   eo.backend = a.gen.backend;
   eo.device = a.gen.device;
   eo.threads = a.gen.threads;
@@ -166,6 +168,12 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
                   "gaps between tokens at most this much; 0 (or 1 and below): prompts take all of --batch-tokens")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--prompt-lane", a->prompt_lane,
+                  "A prompt of more than this many tokens arriving while requests decode is read on a context of its "
+                  "own beside their steps (where the GPU runs both at once: CUDA), then joins its slot; 0: never (it "
+                  "goes in chunks within their steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <cmath>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "quant/quant.h"
@@ -121,6 +124,107 @@ ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>
     if (i >= warmup) r.tps.push_back(static_cast<double>(sequences) * c.generate / secs);
   }
   r.spread = spread(r.tps);
+  return r;
+}
+
+PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts, int32_t sequences,
+                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed) {
+  if (sequences < 1 || prompt < 1 || chunk < 1 || runs < 1) throw Error("a prompt beside decoding sequences needs both and a chunk size");
+  constexpr int32_t kStart = 64, kWarm = 10, kAlone = 50, kMaxSteps = 4096;
+  backend::ExecOptions d = opts;
+  d.n_seq = sequences;
+  d.max_tokens = std::max(d.max_tokens, sequences);
+  d.n_ctx = kStart + kMaxSteps + 2;
+  d.background = false;
+  d.cache_blocks = 0;
+  backend::ExecOptions p = opts;
+  p.n_seq = 1;
+  p.max_tokens = chunk;
+  p.n_ctx = prompt + 2;
+  p.background = background;
+  p.cache_blocks = 0;
+  auto dec = weights->instantiate(d);
+  auto pre = weights->instantiate(p);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(dec->n_vocab() - 1));
+  const auto random_tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = any(rng);
+    return t;
+  };
+  // The decoding sequences: their starts, then steps of one token each (restarted past kMaxSteps).
+  std::vector<int32_t> next(static_cast<size_t>(sequences));
+  int32_t pos = 0;
+  const auto start = [&] {
+    for (int32_t s = 0; s < sequences; ++s) {
+      dec->seq_clear(s);
+      const auto t = random_tokens(kStart);
+      for (int32_t at = 0; at < kStart; at += d.max_tokens) {
+        const int32_t n = std::min(d.max_tokens, kStart - at);
+        graph::StepParams step;
+        step.add(s, at, std::vector<int32_t>(t.begin() + at, t.begin() + at + n));
+        dec->run(step);
+      }
+      next[static_cast<size_t>(s)] = dec->argmax();
+    }
+    pos = kStart;
+  };
+  const auto decode_step = [&] {
+    if (pos >= kStart + kMaxSteps) start();
+    graph::StepParams step;
+    for (int32_t s = 0; s < sequences; ++s) step.add(s, pos, {next[static_cast<size_t>(s)]});
+    const auto t0 = Clock::now();
+    dec->run(step);
+    for (int32_t s = 0; s < sequences; ++s) next[static_cast<size_t>(s)] = dec->argmax(s);
+    ++pos;
+    return since(t0);
+  };
+  const std::vector<int32_t> text = random_tokens(prompt);
+  const auto read_prompt = [&] {
+    pre->seq_clear(0);
+    const auto t0 = Clock::now();
+    for (int32_t at = 0; at < prompt; at += chunk) {
+      const int32_t n = std::min(chunk, prompt - at);
+      pre->run(graph::StepParams::one(std::vector<int32_t>(text.begin() + at, text.begin() + at + n), at));
+    }
+    (void)pre->argmax();
+    return since(t0);
+  };
+  const auto percentile = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+  };
+  PromptLaneResult r;
+  start();
+  for (int i = 0; i < kWarm; ++i) decode_step();
+  std::vector<double> alone;
+  for (int i = 0; i < kAlone; ++i) alone.push_back(decode_step());
+  r.step_p50_alone = percentile(alone, 0.5);
+  (void)read_prompt();  // (its chunks' shapes made first, as the decode steps' were)
+  r.prompt_alone = read_prompt();
+  std::vector<double> during, prompts;
+  for (int round = 0; round < runs; ++round) {
+    std::atomic<bool> done{false};
+    double took = 0;
+    std::exception_ptr failed;
+    std::thread reader([&] {
+      try {
+        took = read_prompt();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      done = true;
+    });
+    while (!done) during.push_back(decode_step());
+    reader.join();
+    if (failed) std::rethrow_exception(failed);
+    prompts.push_back(took);
+  }
+  r.steps_during = static_cast<int>(during.size());
+  r.step_p50_during = percentile(during, 0.5);
+  r.step_p99_during = percentile(during, 0.99);
+  r.prompt_during = percentile(prompts, 0.5);
   return r;
 }
 

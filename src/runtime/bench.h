@@ -45,6 +45,23 @@ struct ParallelDecodeResult {
 ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts,
                                          int32_t sequences, const BenchCase& c, int runs, int warmup, uint32_t seed);
 
+// A prompt read on a context of its own beside sequences decoding in another (both over `weights`):
+// `sequences` sequences each start from 64 random tokens, then step together, one greedy token each a
+// step; a prompt of `prompt` random tokens goes in chunks of `chunk` on a context with
+// ExecOptions::background as given. Measured: the decode steps alone, the prompt alone, then `runs`
+// rounds of the prompt read while the decode steps go on (the steps ending with it). What a server
+// gains by reading a long prompt beside its streams instead of in chunks within their steps: on a GPU
+// whose contexts' steps run side by side, the prompt at nearly its speed alone, the streams' steps
+// slower by what it takes of the device.
+struct PromptLaneResult {
+  double step_p50_alone = 0;                     // a decode step, seconds
+  double step_p50_during = 0, step_p99_during = 0;
+  int steps_during = 0;                          // decode steps that ended while the prompt was read
+  double prompt_alone = 0, prompt_during = 0;    // seconds from the prompt's first chunk to its last one's end (medians)
+};
+PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts, int32_t sequences,
+                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed);
+
 // A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.
 struct ChatBenchCase {

@@ -53,6 +53,17 @@ void Session::committed(int32_t n, int64_t row, int64_t first_token) {
   if (observer_) observer_(at, tokens, speculative, hidden_rows(first_token, n));
 }
 
+void Session::committed_elsewhere(int32_t n) {
+  if (n < 1 || n > static_cast<int32_t>(pending_.size()) || spec_pending_) throw Error("committed tokens that were not pending");
+  if (observer_) throw Error("a session with a step observer runs its tokens in its own context's steps");
+  spec_logits_.clear();
+  n_past_ += n;
+  tokens_evaluated_ += n;
+  history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
+  pending_.erase(pending_.begin(), pending_.begin() + n);
+  row_ = -1;
+}
+
 void Session::commit(int32_t n, int64_t row) {
   if (spec_pending_) {
     // A speculative step, taken whole with a row for each token: the session stands at its first.

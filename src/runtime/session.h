@@ -47,6 +47,11 @@ class Session {
   // speculative step's first), `first_token` the index of its first token among the step's (where the
   // executable's hidden rows are; needed by a step observer).
   void committed(int32_t n, int64_t row, int64_t first_token = -1);
+  // The first n pending tokens went into the context another way (read on a context of their own,
+  // then moved in: backend::Executable::seq_take): the session moves past them, with no logits row
+  // until its next step. Not for a session with a step observer (which needs the steps' hidden rows).
+  void committed_elsewhere(int32_t n);
+  bool observed() const { return static_cast<bool>(observer_); }
   // Forgets the queued tokens (a cancelled request).
   void drop_pending() {
     pending_.clear();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <string>
+#include <thread>
 
 #include "backend/exec_common.h"
 #include "core/error.h"
@@ -57,6 +59,19 @@ void Job::fail(int status, std::string message) {
   cv_.notify_all();
 }
 
+// A long prompt read on a context of its own (ExecOptions::background) beside the slots' steps: the
+// slot's first n pending tokens, at positions [from, from + n) of its sequence, on a thread of its own.
+struct Engine::Lane {
+  std::shared_ptr<backend::Executable> exe;  // one sequence
+  std::thread thread;
+  Slot* slot = nullptr;       // whose prompt it reads (null: idle)
+  std::shared_ptr<Job> job;   // that slot's job as it started (the slot may have moved on since)
+  int32_t from = 0, n = 0;
+  std::vector<int32_t> tokens;
+  std::atomic<bool> done{false}, cancel{false};
+  std::string error;
+};
+
 struct Engine::Slot {
   std::unique_ptr<runtime::Session> session;
   std::unique_ptr<runtime::Session> draft;     // speculative decoding: the draft model's context
@@ -100,6 +115,16 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   }
   exe_ = weights_->instantiate(exec);
   exe_->warm_up();  // a GPU's pipelines made now, not in the first requests' time
+  if (options_.prompt_lane > 0 && exe_->can_rewind()) {  // (a recurrent state's checkpoints come from the slots' own steps)
+    backend::ExecOptions lane = exec;
+    lane.n_seq = 1;
+    lane.cache_blocks = 0;
+    lane.kept_states = 0;
+    lane.background = true;
+    lane_ = std::make_unique<Lane>();
+    lane_->exe = weights_->instantiate(lane);
+    lane_->exe->warm_up();
+  }
   if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes, options_.cache_host_bytes);
   for (int i = 0; i < options_.n_slots; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -125,6 +150,10 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
+  if (lane_ && lane_->thread.joinable()) {
+    lane_->cancel = true;
+    lane_->thread.join();
+  }
   for (auto& job : queue_) job->fail(503, "the server is shutting down");
   for (auto& slot : slots_) {
     if (slot->job) slot->job->fail(503, "the server is shutting down");
@@ -145,7 +174,7 @@ bool Engine::submit(const std::shared_ptr<Job>& job) {
   return true;
 }
 
-uint64_t Engine::contexts_device_bytes() const { return exe_->device_bytes(); }
+uint64_t Engine::contexts_device_bytes() const { return exe_->device_bytes() + (lane_ ? lane_->exe->device_bytes() : 0); }
 
 std::vector<std::vector<float>> Engine::embed(const std::vector<std::vector<int32_t>>& inputs, runtime::Pooling pooling,
                                               bool normalize) {
@@ -244,11 +273,96 @@ void Engine::loop() {
         end_job(*s);
       }
     }
-    run_step();
+    finish_lane();
+    start_lane();
+    if (!run_step() && lane_ && lane_->slot) {  // (nothing but the background prompt: wait for it)
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || lane_->done || !queue_.empty(); });
+    }
   }
 }
 
+void Engine::start_lane() {
+  if (!lane_ || lane_->slot) return;
+  Slot* pick = nullptr;
+  bool decoding = false;
+  for (auto& s : slots_) {
+    if (!s->job) continue;
+    const runtime::Session& ss = *s->session;
+    if (ss.pending().size() == 1 || ss.pending_speculative()) {
+      decoding = true;
+    } else if (!pick && static_cast<int64_t>(ss.pending().size()) > options_.prompt_lane && !ss.observed()) {
+      pick = s.get();
+    }
+  }
+  if (!pick || !decoding) return;  // (alone, a prompt takes whole steps of its own)
+  const runtime::Session& ss = *pick->session;
+  Lane& l = *lane_;
+  l.from = ss.n_past();
+  l.n = static_cast<int32_t>(ss.pending().size()) - 1;  // (the last token in the slot's own step: its logits there)
+  l.tokens.assign(ss.pending().begin(), ss.pending().begin() + l.n);
+  try {
+    if (l.from > 0) {
+      l.exe->seq_take(*exe_, ss.seq(), 0, l.from);  // what the slot holds already (a reused prefix)
+    } else {
+      l.exe->seq_clear(0);
+    }
+  } catch (const Error&) {
+    return;  // (the prompt goes through the slot's own steps)
+  }
+  l.slot = pick;
+  l.job = pick->job;
+  l.done = false;
+  l.cancel = false;
+  l.error.clear();
+  l.thread = std::thread([this, &l] {
+    try {
+      const int32_t chunk = l.exe->options().max_tokens;
+      for (int32_t at = 0; at < l.n && !l.cancel; at += chunk) {
+        const int32_t m = std::min(chunk, l.n - at);
+        graph::StepParams step;
+        step.add(0, l.from + at, std::vector<int32_t>(l.tokens.begin() + at, l.tokens.begin() + at + m));
+        l.exe->run(step);
+      }
+    } catch (const Error& e) {
+      l.error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      l.done = true;
+    }
+    cv_.notify_all();
+  });
+}
+
+void Engine::finish_lane() {
+  if (!lane_ || !lane_->slot || !lane_->done) return;
+  Lane& l = *lane_;
+  l.thread.join();
+  Slot& s = *l.slot;
+  l.slot = nullptr;
+  const std::shared_ptr<Job> job = std::move(l.job);
+  // A job cancelled or ended meanwhile: nothing to move. A failed read: the tokens are still pending,
+  // and the slot's own steps read them.
+  if (s.job != job || l.cancel || !l.error.empty()) return;
+  try {
+    exe_->seq_take(*l.exe, 0, s.session->seq(), l.from + l.n);
+    s.session->committed_elsewhere(l.n);
+  } catch (const Error& e) {
+    // Not expected: the request fails, its sequence starts again from nothing (as a failed step's).
+    s.job->fail(500, e.what());
+    exe_->seq_clear(s.session->seq());
+    s.session->reset();
+    end_job(s);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.lane_tokens += l.n;
+  ++counters_.lane_prompts;
+}
+
 void Engine::end_job(Slot& s) {
+  if (lane_ && lane_->slot == &s) lane_->cancel = true;
   s.session->drop_pending();
   s.generation.reset();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -301,7 +415,7 @@ void record_step_time(double& estimate, double t, double limit_s) {
 // One step over every slot with queued tokens: each decoding slot's token first, then prompt chunks
 // while the step has room (max_tokens, and beside decoding slots what decode_latency allows, within
 // the backend's few_rows()): a long prompt arriving does not stall the streams decoding.
-void Engine::run_step() {
+bool Engine::run_step() {
   graph::StepParams step;
   std::vector<std::pair<Slot*, int32_t>> parts;
   int32_t room = exe_->options().max_tokens, prompt_tokens = 0, decoding_parts = 0, decoding_tokens = 0;
@@ -321,6 +435,7 @@ void Engine::run_step() {
     }
     for (auto& s : slots_) {
       if (!s->job || room == 0) continue;
+      if (lane_ && lane_->slot == s.get() && lane_->job == s->job) continue;  // (its prompt is being read beside)
       const auto& p = s->session->pending();
       // A decoding slot's next token, or its next token and the drafts after it (taken whole, where
       // they fit); then prompts.
@@ -335,7 +450,7 @@ void Engine::run_step() {
       else ++decoding_parts, decoding_tokens += n;
     }
   }
-  if (parts.empty()) return;
+  if (parts.empty()) return false;
   try {
     const auto t0 = std::chrono::steady_clock::now();
     exe_->run(step);
@@ -361,7 +476,7 @@ void Engine::run_step() {
       s->session->reset();
       end_job(*s);
     }
-    return;
+    return true;
   }
   // Each part's logits rows: one, or (a speculative step's) one per token, committed() given the first.
   int64_t row = 0, first = 0;
@@ -378,6 +493,7 @@ void Engine::run_step() {
   counters_.step_tokens += static_cast<int64_t>(step.tokens.size());
   counters_.step_prompt_tokens += prompt_tokens;
   counters_.max_step_sequences = std::max(counters_.max_step_sequences, static_cast<int>(parts.size()));
+  return true;
 }
 
 }  // namespace zinc::server

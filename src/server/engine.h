@@ -50,6 +50,13 @@ struct EngineOptions {
   // arriving raises the streams' gaps between tokens by at most this factor; 0: prompts take the
   // step's whole budget (exec.max_tokens).
   double decode_latency = 3;
+  // A prompt of more than this many tokens arriving while other slots decode is read on a context of
+  // its own (ExecOptions::background), one such prompt at a time, beside the slots' steps instead of in
+  // chunks within them, then moved into its slot's sequence (its last token read there); 0: never. It
+  // pays where the backend runs contexts' steps side by side (CUDA): the prompt at nearly its speed
+  // alone, the streams' steps slower by what it takes of the device. Not for a model with recurrent
+  // state, nor a slot whose drafts need the steps' hidden rows.
+  int prompt_lane = 0;
   // Speculative decoding: a draft model of the same vocabulary (a GGUF path; "" for none), loaded on
   // the same backend with a context per slot, drafting up to draft_max tokens per step.
   std::string draft_model;
@@ -138,6 +145,8 @@ struct EngineStats {
   // Since the start: steps run, the sequences and tokens they carried (prompt tokens among them),
   // the most sequences one step carried.
   int64_t steps = 0, step_sequences = 0, step_tokens = 0, step_prompt_tokens = 0;
+  // Prompt tokens read on the background context (EngineOptions::prompt_lane), and the prompts.
+  int64_t lane_tokens = 0, lane_prompts = 0;
   int max_step_sequences = 0;
   // Speculative decoding, over finished requests: tokens drafted and verified, and of those the ones
   // the model chose.
@@ -173,7 +182,12 @@ class Engine {
   void loop();
   void start_job(Slot& slot, std::shared_ptr<Job> job);
   void end_job(Slot& slot);
-  void run_step();
+  bool run_step();  // false: no slot had tokens for a step
+  // The background context's prompt (prompt_lane): started between steps where a slot's prompt
+  // qualifies, finished (moved into the slot's sequence) once read.
+  struct Lane;
+  void start_lane();
+  void finish_lane();
 
   const tokenizer::Tokenizer& tok_;
   EngineOptions options_;
@@ -204,6 +218,7 @@ class Engine {
   static constexpr int64_t kStaleSteps = 256;
   std::array<double, kSizes> size_s_{};
   std::array<int64_t, kSizes> size_at_{};
+  std::unique_ptr<Lane> lane_;  // (prompt_lane > 0)
 };
 
 }  // namespace zinc::server

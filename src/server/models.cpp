@@ -419,6 +419,8 @@ EngineStats ModelPool::stats(int* loaded) {
     total.step_sequences += s.step_sequences;
     total.step_tokens += s.step_tokens;
     total.step_prompt_tokens += s.step_prompt_tokens;
+    total.lane_tokens += s.lane_tokens;
+    total.lane_prompts += s.lane_prompts;
     total.draft_tokens += s.draft_tokens;
     total.draft_accepted += s.draft_accepted;
     total.max_step_sequences = std::max(total.max_step_sequences, s.max_step_sequences);

@@ -846,6 +846,9 @@ struct Server::Impl {
       counter("zinc_step_tokens_total", "Tokens evaluated by the steps, summed.", static_cast<uint64_t>(s.step_tokens));
       counter("zinc_step_prompt_tokens_total", "Prompt tokens evaluated in chunks beside decoding sequences, summed.",
               static_cast<uint64_t>(s.step_prompt_tokens));
+      counter("zinc_lane_prompts_total", "Prompts read on a context of their own beside decoding sequences (--prompt-lane).",
+              static_cast<uint64_t>(s.lane_prompts));
+      counter("zinc_lane_prompt_tokens_total", "Their tokens, summed.", static_cast<uint64_t>(s.lane_tokens));
       counter("zinc_draft_tokens_total", "Speculative decoding: tokens the draft model proposed and the model verified.",
               static_cast<uint64_t>(s.draft_tokens));
       counter("zinc_draft_accepted_tokens_total",

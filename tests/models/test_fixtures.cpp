@@ -283,6 +283,51 @@ TEST_P(Fixture, SavedContextResumesExactly) {
   EXPECT_THROW(small.restore(snap), Error);
 }
 
+TEST_P(Fixture, SequenceTakenFromAnotherContextContinuesExactly) {
+  // A prompt's 8 tokens read by one context, then taken (Executable::seq_take) into sequence 1 of
+  // another over the same weights, whose sequence 0 holds other tokens: it continues bit for bit as the
+  // first context continuing itself (KV rows and recurrent state alike), and sequence 0 is untouched.
+  const Reference ref = load_reference(kFixtures / GetParam());
+  test::TempDir tmp;
+  const gguf::File f = convert_f32(kFixtures / GetParam(), tmp);
+  const model::Model m = model::load(f);
+  auto backend = backend::make_cpu_backend();
+  auto weights = backend->load(m.graph, f);
+  backend::ExecOptions opts = exact_options();
+  const auto& seq = ref.sequences[2];
+  const std::vector<int32_t> head(seq.begin(), seq.begin() + 8), other(ref.sequences[0].begin(), ref.sequences[0].begin() + 5);
+  auto reader = weights->instantiate(opts);
+  reader->run(graph::StepParams::one(head));
+  opts.n_seq = 2;
+  auto both = weights->instantiate(opts);
+  both->run(graph::StepParams::one(other));
+  const std::vector<float> other_next_want = [&] {
+    auto solo = weights->instantiate(exact_options());
+    solo->run(graph::StepParams::one(other));
+    solo->run(graph::StepParams::one({seq[9]}, 5));
+    return std::vector<float>(solo->logits().begin(), solo->logits().end());
+  }();
+  // More than the sequence holds, or (recurrent state) fewer than its state absorbed: refused.
+  EXPECT_THROW(both->seq_take(*reader, 0, 1, 9), Error) << GetParam();
+  if (!reader->can_rewind()) {
+    EXPECT_THROW(both->seq_take(*reader, 0, 1, 4), Error) << GetParam();
+  }
+  both->seq_take(*reader, 0, 1, 8);
+  for (size_t k = 8; k < 11; ++k) {
+    graph::StepParams step;
+    step.add(1, static_cast<int32_t>(k), {seq[k]});
+    both->run(step);
+    reader->run(graph::StepParams::one({seq[k]}, static_cast<int32_t>(k)));
+    EXPECT_EQ(std::vector<float>(both->logits().begin(), both->logits().end()),
+              std::vector<float>(reader->logits().begin(), reader->logits().end()))
+        << GetParam() << " token " << k;
+  }
+  graph::StepParams step0;
+  step0.add(0, 5, {seq[9]});
+  both->run(step0);
+  EXPECT_EQ(std::vector<float>(both->logits().begin(), both->logits().end()), other_next_want) << GetParam() << ": sequence 0";
+}
+
 TEST(RecurrentState, ResetAndDivergingPromptsStartAgain) {
   // A linear-attention state cannot forget tokens: after reset(), or when a new prompt shares only
   // part of what the session holds, the session must start from position 0 and give exactly the

@@ -2,7 +2,8 @@
 // with different prompts and lengths on --parallel 8, each greedy answer identical to the same request
 // served alone (the CPU backend steps several sequences bit for bit as each alone); the steps really
 // carried several sequences (/metrics); a long prompt arriving while others decode is evaluated in
-// chunks beside them; a stream cancelled mid-way frees its sequence at once.
+// chunks beside them, or (--prompt-lane) on a context of its own beside their steps; a stream
+// cancelled mid-way frees its sequence at once.
 // Usage: node batching.mjs ORACLE_DIR ZINC STORIES.gguf
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -69,6 +70,52 @@ try {
   const stepsLong = metric(m1, "zinc_steps_total") - metric(m0, "zinc_steps_total");
   check(promptChunks >= 300 && stepsLong > 8, "the long prompt went through in several steps",
         `${promptChunks} prompt tokens over ${stepsLong} steps`);
+
+  // The same with --prompt-lane 100: the long prompt is read on a context of its own beside the
+  // streams' steps, then joins its slot; again no answer changes. A long prompt cancelled while it is
+  // read there frees its slot, and the streams beside it keep their answers.
+  const laned = await start(["-c", "512", "--parallel", "8", "--backend", "cpu", "--batch-tokens", "64", "--prompt-lane", "100"]);
+  const lanedClient = new OpenAI({ baseURL: laned.base + "/v1", apiKey: "none", maxRetries: 0 });
+  const askLaned = async (r, signal) => {
+    const stream = await lanedClient.completions.create({ model: "stories260K", prompt: r.prompt, max_tokens: r.max_tokens,
+                                                            temperature: 0, stream: true }, signal ? { signal } : undefined);
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+    return text;
+  };
+  // (Streams of 300 tokens: this model decodes one in well under a millisecond, and they must still be
+  // decoding when the long prompt arrives.)
+  const streams = starts.slice(0, 4).map((prompt) => ({ prompt, max_tokens: 300 }));
+  const streamsAlone = [];
+  for (const r of streams) streamsAlone.push(await askLaned(r));
+  const l0 = await (await fetch(laned.base + "/metrics")).text();
+  const lanedDecoding = streams.map((r) => askLaned(r));
+  await new Promise((r) => setTimeout(r, 5));
+  const [longLaned, ...lanedRest] = await Promise.all([askLaned(long), ...lanedDecoding]);
+  const l1 = await (await fetch(laned.base + "/metrics")).text();
+  check(longLaned === longAlone && lanedRest.every((t, i) => t === streamsAlone[i]),
+        "a long prompt read on a context of its own beside decoding streams changes no answer",
+        JSON.stringify({ longLaned, longAlone }));
+  const lanePrompts = metric(l1, "zinc_lane_prompts_total") - metric(l0, "zinc_lane_prompts_total");
+  const laneTokens = metric(l1, "zinc_lane_prompt_tokens_total") - metric(l0, "zinc_lane_prompt_tokens_total");
+  check(lanePrompts === 1 && laneTokens >= 250, "the long prompt was read beside the streams (--prompt-lane)",
+        `${lanePrompts} prompts, ${laneTokens} tokens`);
+  const abortLong = new AbortController();
+  const beside = streams.slice(0, 3).map((r) => askLaned(r));
+  await new Promise((r) => setTimeout(r, 5));
+  const gone = askLaned({ prompt: long.prompt + "Then", max_tokens: 50 }, abortLong.signal).catch(() => "aborted");
+  await new Promise((r) => setTimeout(r, 5));
+  abortLong.abort();
+  await gone;
+  const besideText = await Promise.all(beside);
+  let lanedIdle = false;
+  for (let i = 0; i < 40 && !lanedIdle; i++) {
+    const h = await (await fetch(laned.base + "/health")).json();
+    lanedIdle = h.slots_busy === 0;
+    if (!lanedIdle) await new Promise((r) => setTimeout(r, 25));
+  }
+  check(lanedIdle && besideText.every((t, i) => t === streamsAlone[i]) && (await askLaned(long)) === longAlone,
+        "a long prompt cancelled while read beside the streams frees its slot; the others keep their answers");
 
   // Cancelling one of several streams mid-way frees its sequence within a step; the others go on.
   const controller = new AbortController();

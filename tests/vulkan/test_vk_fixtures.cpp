@@ -17,9 +17,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "backend/backend.h"
 #if defined(ZINC_GPU_IS_VULKAN)
@@ -165,6 +167,128 @@ TEST_P(ZINC_GPU_FIXTURE, ContextsShareOneCopyOfTheWeights) {
   sessions.clear();
   weights.reset();
   EXPECT_EQ(gpu_->device_bytes_in_use(), start) << GetParam() << ": memory left behind";
+}
+
+TEST_P(ZINC_GPU_FIXTURE, BackgroundContextBesideAnotherKeepsEachOnesLogits) {
+  // A prompt read in chunks on a background context (ExecOptions::background: on CUDA its steps run
+  // beside the other context's, on a stream of its own) while two sequences decode in another context
+  // of the same weights, on two threads: every logits row of both is the one each gave alone, bit for
+  // bit (the same steps' kernels; neither reads the other's memory). Where contexts take turns (Vulkan),
+  // the same holds.
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  auto weights = gpu_->load(m.graph, f);
+  std::vector<int32_t> text;
+  while (text.size() < 24) text.insert(text.end(), sequence_.begin(), sequence_.end());
+  text.resize(24);
+  backend::ExecOptions d;
+  d.n_ctx = 64;
+  d.n_seq = 2;
+  d.max_tokens = 8;
+  d.kv_type = backend::KvType::F32;
+  backend::ExecOptions p = d;
+  p.n_seq = 1;
+  p.background = true;
+  const int steps = 12;
+  // The decoding context: two sequences' 4-token prompts in one step, then steps of a token each.
+  const auto decode = [&](backend::Executable& exe) {
+    std::vector<float> rows;
+    graph::StepParams first;
+    first.add(0, 0, {text.begin(), text.begin() + 4});
+    first.add(1, 0, {text.begin() + 4, text.begin() + 8});
+    exe.run(first);
+    rows.assign(exe.logits().begin(), exe.logits().end());
+    for (int k = 0; k < steps; ++k) {
+      graph::StepParams step;
+      step.add(0, 4 + k, {text[static_cast<size_t>(8 + k)]});
+      step.add(1, 4 + k, {text[static_cast<size_t>(9 + k)]});
+      exe.run(step);
+      rows.insert(rows.end(), exe.logits().begin(), exe.logits().end());
+    }
+    return rows;
+  };
+  // The prompt's context: its 24 tokens in chunks of 8, every row's logits kept.
+  const auto read = [&](backend::Executable& exe) {
+    std::vector<float> rows;
+    exe.seq_clear(0);
+    for (int32_t at = 0; at < 24; at += 8) {
+      exe.run(graph::StepParams::one({text.begin() + at, text.begin() + at + 8}, at, true));
+      rows.insert(rows.end(), exe.logits().begin(), exe.logits().end());
+    }
+    return rows;
+  };
+  auto dec = weights->instantiate(d);
+  auto pre = weights->instantiate(p);
+  const std::vector<float> decode_alone = decode(*dec), read_alone = read(*pre);
+  ASSERT_EQ(read_alone.size(), 24 * static_cast<size_t>(m.graph.n_vocab));
+  dec->seq_clear(0);
+  dec->seq_clear(1);
+  std::vector<std::vector<float>> reads;
+  std::exception_ptr failed;
+  std::thread reader([&] {
+    try {
+      for (int round = 0; round < 2; ++round) reads.push_back(read(*pre));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  const std::vector<float> decode_beside = decode(*dec);
+  reader.join();
+  if (failed) std::rethrow_exception(failed);
+  EXPECT_EQ(decode_beside, decode_alone) << GetParam() << ": the decoding context's logits";
+  ASSERT_EQ(reads.size(), 2u);
+  for (const auto& r : reads) EXPECT_EQ(r, read_alone) << GetParam() << ": the background context's logits";
+}
+
+TEST_P(ZINC_GPU_FIXTURE, SequenceTakenFromAnotherContextContinuesExactly) {
+  // 12 tokens read by one context (two steps), then taken (Executable::seq_take: on the device where
+  // the backend copies there) into sequence 1 of another over the same weights, whose sequence 0 holds
+  // other tokens: it continues bit for bit as the first context continuing itself, KV rows and
+  // recurrent state alike, and sequence 0 as it was. Taken from a CPU context instead (through saved
+  // bytes), it continues within float32 rounding of that.
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  auto weights = gpu_->load(m.graph, f);
+  std::vector<int32_t> text;
+  while (text.size() < 16) text.insert(text.end(), sequence_.begin(), sequence_.end());
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 8;
+  opts.n_seq = 2;
+  opts.kv_type = backend::KvType::F32;
+  const auto read = [&](backend::Executable& exe, int32_t seq) {
+    for (int32_t at = 0; at < 12; at += 6) {
+      graph::StepParams step;
+      step.add(seq, at, {text.begin() + at, text.begin() + at + 6});
+      exe.run(step);
+    }
+  };
+  const auto next = [&](backend::Executable& exe, int32_t seq, int32_t at) {
+    graph::StepParams step;
+    step.add(seq, at, {text[static_cast<size_t>(at)]});
+    exe.run(step);
+    return std::vector<float>(exe.logits().begin(), exe.logits().end());
+  };
+  auto reader = weights->instantiate(opts), both = weights->instantiate(opts);
+  read(*reader, 0);
+  graph::StepParams other;
+  other.add(0, 0, {sequence_.rbegin(), sequence_.rbegin() + 5});
+  both->run(other);
+  EXPECT_THROW(both->seq_take(*reader, 0, 1, 13), Error) << GetParam();
+  both->seq_take(*reader, 0, 1, 12);
+  for (int32_t at = 12; at < 15; ++at) EXPECT_EQ(next(*both, 1, at), next(*reader, 0, at)) << GetParam() << " token " << at;
+  // Sequence 0: as a context that read only its 5 tokens.
+  auto solo = weights->instantiate(opts);
+  solo->run(other);
+  EXPECT_EQ(next(*both, 0, 5), next(*solo, 0, 5)) << GetParam() << ": sequence 0";
+  // From the CPU backend's context of the same file.
+  auto cpu_weights = cpu_->load(m.graph, f);
+  auto cpu_reader = cpu_weights->instantiate(opts);
+  read(*cpu_reader, 0);
+  auto fresh = weights->instantiate(opts);
+  read(*fresh, 0);
+  both->seq_take(*cpu_reader, 0, 1, 12);
+  EXPECT_LT(relative_gap(next(*both, 1, 12), next(*fresh, 0, 12)), kFloat32Gap) << GetParam() << ": taken from the CPU";
 }
 
 TEST_P(ZINC_GPU_FIXTURE, SavedContextMovesBetweenBackends) {

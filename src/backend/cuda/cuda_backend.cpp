@@ -64,7 +64,11 @@ class CudaExecutable final : public SharedDeviceExecutable {
   CudaExecutable(std::shared_ptr<CudaWeights> weights, const graph::Graph& g, const ExecOptions& opts)
       : SharedDeviceExecutable(g, opts, weights->step_mutex), weights_(std::move(weights)) {
     const uint64_t before = g_allocated;
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // (A background context's stream at the least priority, the others' at the greatest: where both
+    // have blocks waiting, the multiprocessors take the others' first.)
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, opts.background ? least : greatest), "cudaStreamCreate");
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
@@ -135,7 +139,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // capture costs more than launching a step once (a server's prompt chunks beside decoding
   // sequences come in shapes that seldom repeat). ZINC_CUDA_GRAPHS=0 launches every step directly.
   void run(const graph::StepParams& step) override {
-    const std::lock_guard<std::mutex> lock(weights_->step_mutex);
+    // (A background context's steps do not wait for the others': everything a step writes is its own
+    // context's, and the weights are only read.)
+    std::unique_lock<std::mutex> lock(weights_->step_mutex, std::defer_lock);
+    if (!opts_.background) lock.lock();
     begin_step(step);
     logits_read_ = false;
     write_step(step);
@@ -1270,6 +1277,21 @@ class CudaExecutable final : public SharedDeviceExecutable {
   void kv_copy(size_t l, size_t from, size_t to, size_t bytes) override {
     check(cudaMemcpyAsync(k_[l].bytes() + to, k_[l].bytes() + from, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy");
     copy(v_[l].bytes() + to, v_[l].bytes() + from, bytes, cudaMemcpyDeviceToDevice);
+  }
+  // A sequence's blocks from another context of the weights (seq_take): one launch copying every run.
+  void kv_take(const SequencedExecutable& from, std::span<const KvRun> runs) override {
+    const auto& f = static_cast<const CudaExecutable&>(from);  // (takes_from: this class)
+    std::vector<ck::CopyRun> list;
+    list.reserve(runs.size());
+    for (const KvRun& r : runs) list.push_back({(r.v ? f.v_ : f.k_)[r.layer].bytes() + r.from, (r.v ? v_ : k_)[r.layer].bytes() + r.to, r.bytes});
+    if (list.empty()) return;
+    const DeviceBuffer dev(list.size() * sizeof(ck::CopyRun));
+    check(cudaMemcpyAsync(dev.get(), list.data(), dev.size(), cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
+    ck::copy_runs(stream_, dev.get<ck::CopyRun>(), static_cast<int>(list.size()));
+    sync("a sequence's blocks taken from another context");
+  }
+  void state_take(const SequencedExecutable& from, size_t node, int32_t from_seq, int32_t seq) override {
+    copy(state_of(node, seq), static_cast<const CudaExecutable&>(from).state_of(node, from_seq), state_floats_[node] * 4, cudaMemcpyDeviceToDevice);
   }
   void kv_read(size_t l, bool v, size_t offset, void* out, size_t bytes) const override {
     copy(out, (v ? v_ : k_)[l].bytes() + offset, bytes, cudaMemcpyDeviceToHost);

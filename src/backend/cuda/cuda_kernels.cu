@@ -315,6 +315,22 @@ __global__ void k_gather_rows(const float* x, const int32_t* rows, int64_t width
     out[r * width + i] = x[static_cast<int64_t>(rows[r]) * width + i];
 }
 
+// One run a block: 16-byte pieces where both addresses and the length allow, else bytes.
+__global__ void k_copy_runs(const CopyRun* runs) {
+  pdl_trigger();
+  pdl_wait();
+  const CopyRun r = runs[blockIdx.x];
+  if (((reinterpret_cast<uintptr_t>(r.from) | reinterpret_cast<uintptr_t>(r.to) | r.bytes) & 15) == 0) {
+    const auto* from = static_cast<const uint4*>(r.from);
+    auto* to = static_cast<uint4*>(r.to);
+    for (uint64_t i = threadIdx.x; i < r.bytes / 16; i += blockDim.x) to[i] = from[i];
+  } else {
+    const auto* from = static_cast<const uint8_t*>(r.from);
+    auto* to = static_cast<uint8_t*>(r.to);
+    for (uint64_t i = threadIdx.x; i < r.bytes; i += blockDim.x) to[i] = from[i];
+  }
+}
+
 // The index of each row's largest value, the first on ties (NaN never taken; -1 when every value is
 // NaN): blocks of kArgmaxSpan columns each (a vocabulary's row is read by many SMs at once). Each
 // thread scans its columns in increasing order, the block's pairs are reduced keeping the larger value,
@@ -619,6 +635,10 @@ void copy_cols(Stream s, const float* x, int64_t in_width, int64_t at, int64_t s
 
 void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, int n, float* out) {
   launch(k_gather_rows, dim3(grid_for(width), static_cast<unsigned>(n)), dim3(256), s, x, rows, width, out);
+}
+
+void copy_runs(Stream s, const CopyRun* runs, int n) {
+  if (n > 0) launch(k_copy_runs, dim3(static_cast<unsigned>(n)), dim3(256), s, runs);
 }
 
 size_t argmax_scratch_bytes(int n) { return static_cast<size_t>(std::max(n, 0)) * 12; }

@@ -231,6 +231,15 @@ void gather_rows(Stream s, const float* x, const int32_t* rows, int64_t width, i
 size_t argmax_scratch_bytes(int n);
 void argmax_rows(Stream s, const float* x, int64_t width, int n, int32_t* out, void* scratch);
 
+// Copies n runs of bytes, each where runs[i] (on the device) says (a sequence's cache blocks moved
+// between two contexts).
+struct CopyRun {
+  const void* from;
+  void* to;
+  uint64_t bytes;
+};
+void copy_runs(Stream s, const CopyRun* runs, int n);
+
 // The KV cache: rows of kv_width elements of type kv_type (F32, F16, Q8_0) at cache rows slots[t].
 void kv_append(Stream s, int kv_type, const float* k, const float* v, int64_t kv_width, int n, const int32_t* slots,
                size_t row_bytes, void* kc, void* vc);

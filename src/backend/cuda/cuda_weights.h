@@ -94,7 +94,7 @@ class CudaWeights final : public Weights {
     const auto it = padded_.find(id);
     return it == padded_.end() ? 0 : it->second;
   }
-  std::mutex step_mutex;  // one step at a time on the device
+  std::mutex step_mutex;  // one step at a time on the device (a background context's steps besides)
 
  protected:
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
