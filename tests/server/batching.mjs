@@ -24,12 +24,22 @@ try {
                   "The sun was", "A bird", "There was a girl named"];
   const requests = Array.from({ length: 16 }, (_, i) => ({
     prompt: starts[i % starts.length] + (i >= 8 ? " and" : ""), max_tokens: 12 + 7 * i }));
-  const ask = async (r, signal) => {
-    const stream = await client.completions.create({ model: "stories260K", prompt: r.prompt, max_tokens: r.max_tokens,
-                                                      temperature: 0, stream: true }, signal ? { signal } : undefined);
+  // A request's streamed greedy text from a server's client.
+  const asker = (c) => async (r, signal) => {
+    const stream = await c.completions.create({ model: "stories260K", prompt: r.prompt, max_tokens: r.max_tokens,
+                                                temperature: 0, stream: true }, signal ? { signal } : undefined);
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
     return text;
+  };
+  const ask = asker(client);
+  // Whether a server's slots all go idle within a second.
+  const idleSoon = async (base) => {
+    for (let i = 0; i < 40; i++) {
+      if ((await (await fetch(base + "/health")).json()).slots_busy === 0) return true;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    return false;
   };
   // Each alone, one after another.
   const alone = [];
@@ -76,13 +86,7 @@ try {
   // read there frees its slot, and the streams beside it keep their answers.
   const laned = await start(["-c", "512", "--parallel", "8", "--backend", "cpu", "--batch-tokens", "64", "--prompt-lane", "100"]);
   const lanedClient = new OpenAI({ baseURL: laned.base + "/v1", apiKey: "none", maxRetries: 0 });
-  const askLaned = async (r, signal) => {
-    const stream = await lanedClient.completions.create({ model: "stories260K", prompt: r.prompt, max_tokens: r.max_tokens,
-                                                            temperature: 0, stream: true }, signal ? { signal } : undefined);
-    let text = "";
-    for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
-    return text;
-  };
+  const askLaned = asker(lanedClient);
   // (Streams of 300 tokens: this model decodes one in well under a millisecond, and they must still be
   // decoding when the long prompt arrives.)
   const streams = starts.slice(0, 4).map((prompt) => ({ prompt, max_tokens: 300 }));
@@ -108,13 +112,7 @@ try {
   abortLong.abort();
   await gone;
   const besideText = await Promise.all(beside);
-  let lanedIdle = false;
-  for (let i = 0; i < 40 && !lanedIdle; i++) {
-    const h = await (await fetch(laned.base + "/health")).json();
-    lanedIdle = h.slots_busy === 0;
-    if (!lanedIdle) await new Promise((r) => setTimeout(r, 25));
-  }
-  check(lanedIdle && besideText.every((t, i) => t === streamsAlone[i]) && (await askLaned(long)) === longAlone,
+  check((await idleSoon(laned.base)) && besideText.every((t, i) => t === streamsAlone[i]) && (await askLaned(long)) === longAlone,
         "a long prompt cancelled while read beside the streams frees its slot; the others keep their answers");
 
   // Cancelling one of several streams mid-way frees its sequence within a step; the others go on.
@@ -133,13 +131,7 @@ try {
   })();
   await cancelled;
   const othersText = await Promise.all(others);
-  let idle = false;
-  for (let i = 0; i < 40 && !idle; i++) {
-    const h = await (await fetch(s.base + "/health")).json();
-    idle = h.slots_busy === 0;
-    if (!idle) await new Promise((r) => setTimeout(r, 25));
-  }
-  check(got >= 5 && idle && othersText.every((t, i) => t === alone[i]),
+  check(got >= 5 && (await idleSoon(s.base)) && othersText.every((t, i) => t === alone[i]),
         "a stream cancelled mid-way frees its sequence; the others finish with their answers");
 } catch (e) {
   check(false, "the batching test ran to the end", e.stack);

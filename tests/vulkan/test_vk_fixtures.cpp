@@ -71,6 +71,13 @@ class ZINC_GPU_FIXTURE : public ::testing::TestWithParam<std::string> {
     quant::quantize_model(gguf::File::open(f32), path, qo);
     return gguf::File::open(path);
   }
+  // The reference sequence repeated to n tokens.
+  std::vector<int32_t> repeated(size_t n) const {
+    std::vector<int32_t> text;
+    while (text.size() < n) text.insert(text.end(), sequence_.begin(), sequence_.end());
+    text.resize(n);
+    return text;
+  }
   std::unique_ptr<backend::Backend> cpu_ = backend::make_cpu_backend(), gpu_;
   std::vector<int32_t> sequence_, prompt_;
   test::TempDir tmp_;
@@ -146,9 +153,7 @@ TEST_P(ZINC_GPU_FIXTURE, ContextsShareOneCopyOfTheWeights) {
   EXPECT_GT(contexts, 0u);
   EXPECT_EQ(gpu_->device_bytes_in_use() - start, weights->device_bytes() + contexts) << GetParam();
   // Two 40-token steps each (the prefill GEMM), interleaved across the contexts.
-  std::vector<int32_t> text;
-  while (text.size() < 80) text.insert(text.end(), sequence_.begin(), sequence_.end());
-  text.resize(80);
+  const std::vector<int32_t> text = repeated(80);
   const std::span<const int32_t> head(text.data(), 40), tail(text.data() + 40, text.size() - 40);
   std::vector<std::vector<float>> got(3);
   const auto run = [&](size_t i, std::span<const int32_t> part) {
@@ -178,9 +183,7 @@ TEST_P(ZINC_GPU_FIXTURE, BackgroundContextBesideAnotherKeepsEachOnesLogits) {
   const gguf::File f = file("F32");
   const model::Model m = model::load(f);
   auto weights = gpu_->load(m.graph, f);
-  std::vector<int32_t> text;
-  while (text.size() < 24) text.insert(text.end(), sequence_.begin(), sequence_.end());
-  text.resize(24);
+  const std::vector<int32_t> text = repeated(24);
   backend::ExecOptions d;
   d.n_ctx = 64;
   d.n_seq = 2;
@@ -249,8 +252,7 @@ TEST_P(ZINC_GPU_FIXTURE, SequenceTakenFromAnotherContextContinuesExactly) {
   const gguf::File f = file("F32");
   const model::Model m = model::load(f);
   auto weights = gpu_->load(m.graph, f);
-  std::vector<int32_t> text;
-  while (text.size() < 16) text.insert(text.end(), sequence_.begin(), sequence_.end());
+  const std::vector<int32_t> text = repeated(16);
   backend::ExecOptions opts;
   opts.n_ctx = 64;
   opts.max_tokens = 8;
