@@ -78,6 +78,15 @@ class ZINC_GPU_FIXTURE : public ::testing::TestWithParam<std::string> {
     text.resize(n);
     return text;
   }
+  // A context of two sequences of 64 positions, steps of up to 8 tokens, an F32 cache.
+  static backend::ExecOptions two_sequences() {
+    backend::ExecOptions o;
+    o.n_ctx = 64;
+    o.n_seq = 2;
+    o.max_tokens = 8;
+    o.kv_type = backend::KvType::F32;
+    return o;
+  }
   std::unique_ptr<backend::Backend> cpu_ = backend::make_cpu_backend(), gpu_;
   std::vector<int32_t> sequence_, prompt_;
   test::TempDir tmp_;
@@ -184,11 +193,7 @@ TEST_P(ZINC_GPU_FIXTURE, BackgroundContextBesideAnotherKeepsEachOnesLogits) {
   const model::Model m = model::load(f);
   auto weights = gpu_->load(m.graph, f);
   const std::vector<int32_t> text = repeated(24);
-  backend::ExecOptions d;
-  d.n_ctx = 64;
-  d.n_seq = 2;
-  d.max_tokens = 8;
-  d.kv_type = backend::KvType::F32;
+  const backend::ExecOptions d = two_sequences();
   backend::ExecOptions p = d;
   p.n_seq = 1;
   p.background = true;
@@ -253,11 +258,7 @@ TEST_P(ZINC_GPU_FIXTURE, SequenceTakenFromAnotherContextContinuesExactly) {
   const model::Model m = model::load(f);
   auto weights = gpu_->load(m.graph, f);
   const std::vector<int32_t> text = repeated(16);
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.max_tokens = 8;
-  opts.n_seq = 2;
-  opts.kv_type = backend::KvType::F32;
+  const backend::ExecOptions opts = two_sequences();
   const auto read = [&](backend::Executable& exe, int32_t seq) {
     for (int32_t at = 0; at < 12; at += 6) {
       graph::StepParams step;
