@@ -10,10 +10,12 @@
 # a subset of the model fixtures (qwen3, gemma3, qwen3_moe, qwen3_next, qwen3_5_moe, gpt_oss,
 # gemma4_moe) and the Vulkan loader's packages (.gl) into .devbin; the fixtures' folder moved to
 # /tmp/zinc_fixtures (the tree's copy must stay small). run: every Cuda* kernel test, the fixture tests
-# of speculative steps, sequences stepped together and Q4_K_M logits on those fixtures, the products'
+# of speculative steps, sequences stepped together, Q4_K_M logits, a background context beside another
+# and a sequence taken from another context on those fixtures, the products'
 # bench at 1 and 8 tokens, the 35b's greedy text with --spec off, on and auto (md5 of the token ids:
 # equal, or a row's arithmetic depends on the step), and qwen3-8b's speed alone, 8 together and through
-# the scheduler at 1, 8 and 16 (quick: the tests only). Logs land in $OUT.
+# the scheduler at 1, 8 and 16, and a 4,096-token prompt beside 8 streams with --prompt-lane 0 and 512
+# (quick: the tests only). Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-}
@@ -58,6 +60,7 @@ run)
   filter=''
   for i in 2 3 6 7 9 10 12; do
     filter="$filter*SpeculativeSteps*/$i:*SequencesSteppedTogetherMatchEachAlone*/$i:*Q4_K_MLogitsStayClose*/$i:"
+    filter="$filter*BackgroundContextBesideAnother*/$i:*SequenceTakenFromAnotherContext*/$i:"
   done
   set +e
   timeout 200 /tmp/cut --gtest_filter='Cuda*' > "$OUT/kernels.log" 2>&1
@@ -78,6 +81,11 @@ run)
   /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
   timeout 100 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --runs 2 --parallel 8 2>&1 | grep -E '^\| tg'
   timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --concurrency 1,8,16 2>&1 | grep -E '^\| (1|8|16) '
+  # A 4,096-token prompt beside 8 streams: chunked within their steps, then read on a context of its own.
+  for lane in 0 512; do
+    timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 64 -n 128 --concurrency 8 --long-prompt 4096 --prompt-lane $lane 2>&1 |
+      grep -E 'concurrency 8:|background'
+  done
   ;;
 *)
   sed -n '2,16p' "$0"
