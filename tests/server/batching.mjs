@@ -65,7 +65,7 @@ try {
   // step's room beside their tokens, and everyone's answer is still their alone answer.
   const long = { prompt: "The cat sat on the mat and looked at the sun. ".repeat(25), max_tokens: 8 };
   // Alone on a server of its own (here its slot would keep the prompt and the second request reuse it).
-  const single = await start(["-c", "512", "--parallel", "1", "--backend", "cpu"]);
+  const single = await start(["-c", "1024", "--parallel", "1", "--backend", "cpu"]);
   const singleClient = new OpenAI({ baseURL: single.base + "/v1", apiKey: "none", maxRetries: 0 });
   const longAlone = (await singleClient.completions.create({ model: "stories260K", prompt: long.prompt,
                                                              max_tokens: long.max_tokens, temperature: 0 })).choices[0].text;
@@ -84,7 +84,7 @@ try {
   // The same with --prompt-lane 100: the long prompt is read on a context of its own beside the
   // streams' steps, then joins its slot; again no answer changes. A long prompt cancelled while it is
   // read there frees its slot, and the streams beside it keep their answers.
-  const laned = await start(["-c", "512", "--parallel", "8", "--backend", "cpu", "--batch-tokens", "64", "--prompt-lane", "100"]);
+  const laned = await start(["-c", "1024", "--parallel", "8", "--backend", "cpu", "--batch-tokens", "64", "--prompt-lane", "100"]);
   const lanedClient = new OpenAI({ baseURL: laned.base + "/v1", apiKey: "none", maxRetries: 0 });
   const askLaned = asker(lanedClient);
   // (Streams of 300 tokens: this model decodes one in well under a millisecond, and they must still be
@@ -104,6 +104,20 @@ try {
   const laneTokens = metric(l1, "zinc_lane_prompt_tokens_total") - metric(l0, "zinc_lane_prompt_tokens_total");
   check(lanePrompts === 1 && laneTokens >= 250, "the long prompt was read beside the streams (--prompt-lane)",
         `${lanePrompts} prompts, ${laneTokens} tokens`);
+  // A longer prompt beginning with the long one (its beginning found in a slot's or the prefix cache:
+  // copied to the background context first, only the rest read there), again beside streams.
+  const longer = { prompt: long.prompt + "The dog ran to the park. ".repeat(12), max_tokens: 8 };
+  const longerAlone = (await singleClient.completions.create({ model: "stories260K", prompt: longer.prompt,
+                                                               max_tokens: longer.max_tokens, temperature: 0 })).choices[0].text;
+  const besideLonger = streams.map((r) => askLaned(r));
+  await new Promise((r) => setTimeout(r, 5));
+  const [longerLaned, ...besideLongerText] = await Promise.all([askLaned(longer), ...besideLonger]);
+  const l2 = await (await fetch(laned.base + "/metrics")).text();
+  const longerTokens = metric(l2, "zinc_lane_prompt_tokens_total") - metric(l1, "zinc_lane_prompt_tokens_total");  // (its new part only)
+  check(longerLaned === longerAlone && besideLongerText.every((t, i) => t === streamsAlone[i]) &&
+          metric(l2, "zinc_lane_prompts_total") - metric(l1, "zinc_lane_prompts_total") === 1 && longerTokens > 100 && longerTokens < 200,
+        "a prompt extending a cached one is read beside the streams from where the cache left it",
+        JSON.stringify({ longerLaned, longerAlone, longerTokens }));
   const abortLong = new AbortController();
   const beside = streams.slice(0, 3).map((r) => askLaned(r));
   await new Promise((r) => setTimeout(r, 5));
