@@ -318,13 +318,13 @@ void Engine::start_lane() {
   l.thread = std::thread([this, &l] {
     try {
       const int32_t chunk = l.exe->options().max_tokens;
-      for (int32_t at = 0; at < l.n && !l.cancel; at += chunk) {
+      for (int32_t at = 0; at < l.n && !l.cancel && !l.job->cancel_.load(); at += chunk) {  // (a client gone: stop)
         const int32_t m = std::min(chunk, l.n - at);
         graph::StepParams step;
         step.add(0, l.from + at, std::vector<int32_t>(l.tokens.begin() + at, l.tokens.begin() + at + m));
         l.exe->run(step);
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       l.error = e.what();
     }
     {
@@ -344,7 +344,7 @@ void Engine::finish_lane() {
   const std::shared_ptr<Job> job = std::move(l.job);
   // A job cancelled or ended meanwhile: nothing to move. A failed read: the tokens are still pending,
   // and the slot's own steps read them.
-  if (s.job != job || l.cancel || !l.error.empty()) return;
+  if (s.job != job || l.cancel || job->cancel_.load() || !l.error.empty()) return;
   try {
     exe_->seq_take(*l.exe, 0, s.session->seq(), l.from + l.n);
     s.session->committed_elsewhere(l.n);
