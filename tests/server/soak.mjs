@@ -1,8 +1,9 @@
 // Soak test of zinc serve over loopback: for SECONDS, well-behaved clients (chat and completions,
 // streamed and not, kept-alive connections) share the server with misbehaving ones (clients that
 // disconnect mid-answer, malformed and deeply nested bodies, compressed bodies, a million headers,
-// slow heads, foreign origins). Every answer must be the one its request deserves: 200 for good
-// requests, or 503 when the queue is full (backpressure, the only error allowed to a good request);
+// slow heads, foreign origins; long prompts, some abandoned while read beside the others). Every
+// answer must be the one its request deserves: 200 for good requests, or 503 when the queue is full
+// (backpressure, the only error allowed to a good request);
 // 400/403/408/413/415/431 for the bad ones. The server's resident memory must stay flat: after the
 // first quarter (warm-up: buffers and the allocator's arenas settle), it may not grow by more than
 // 64 MB.
@@ -12,7 +13,11 @@ import { rawRequest, rssKb, startServer, statusOf } from "./start_server.mjs";
 
 const [zinc, model, secondsArg] = process.argv.slice(2);
 const seconds = Number(secondsArg || 60);
-const s = await startServer(zinc, model, ["-c", "512", "--parallel", "4", "--queue", "8", "-n", "48"]);
+// (--prompt-lane 64: long prompts arriving while others decode are read on a context of their own,
+// and some are abandoned while read there. --cache-mem 0.02: the prefix cache's blocks, which the
+// different long prompts fill, stay within 20 MB; it evicts as it goes.)
+const s = await startServer(zinc, model, ["-c", "512", "--parallel", "4", "--queue", "8", "-n", "48", "--prompt-lane", "64",
+                                          "--cache-mem", "0.02"]);
 const rssMb = () => rssKb(s.proc.pid) / 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const end = Date.now() + seconds * 1000;
@@ -24,6 +29,9 @@ function count(kind, status, allowed) {
   if (!allowed.includes(status) && wrong.length < 20) wrong.push(key);
 }
 const messages = [{ role: "user", content: "Once upon a time" }];
+// A prompt of ~150 tokens, different each time (a repeated one would come from the prefix cache).
+const words = ["the", "cat", "sat", "on", "a", "mat", "and", "looked", "at", "sun", "dog", "ran", "to", "park", "big", "tree"];
+const longPrompt = () => Array.from({ length: 120 }, () => words[Math.floor(Math.random() * words.length)]).join(" ");
 const json = (o) => JSON.stringify(o);
 async function post(path, body, headers = {}, signal) {
   const r = await fetch(s.base + path, { method: "POST", body, headers, signal });
@@ -65,6 +73,16 @@ const clients = {
     } catch {
       count("abandon-stream", "aborted", ["aborted"]);
     }
+  },
+  async long() {
+    count("long", await post("/v1/completions", json({ prompt: longPrompt(), max_tokens: 8 })), good);
+  },
+  async abandonLong() {
+    const a = new AbortController();
+    const p = post("/v1/completions", json({ prompt: longPrompt(), max_tokens: 64 }), {}, a.signal).catch(() => "aborted");
+    await sleep(Math.random() * 20);
+    a.abort();
+    count("abandon-long", await p, ["aborted", 200, 503]);
   },
   async malformed() {
     count("malformed", await post("/v1/chat/completions", "{\"messages\": [", { "Content-Type": "text/plain" }), [400]);
@@ -120,6 +138,8 @@ clearInterval(sampler);
 await sleep(500);
 samples.push(rssMb());
 const alive = (await fetch(s.base + "/health")).status === 200;
+const metrics = alive ? await (await fetch(s.base + "/metrics")).text() : "";
+const lanes = Number((metrics.match(/^zinc_lane_prompts_total ([0-9]+)/m) || [0, 0])[1]);
 s.proc.kill("SIGTERM");
 
 const warm = samples[Math.floor(samples.length / 4)] || samples[0];
@@ -130,7 +150,8 @@ for (const v of tally.values()) total += v;
 console.log(`soak ${seconds} s: ${total} requests; ${[...tally].sort().map(([k, v]) => `${k}: ${v}`).join(", ")}`);
 console.log(`rss: ${samples[0]?.toFixed(0)} MB at start, ${warm.toFixed(0)} after warm-up, ${last.toFixed(0)} at the end, ` +
             `${peak.toFixed(0)} peak`);
-const ok = wrong.length === 0 && flat && alive;
+console.log(`long prompts read beside the others: ${lanes}`);
+const ok = wrong.length === 0 && flat && alive && lanes > 0;
 console.log(`${ok ? "ok" : "FAIL"} soak: ${wrong.length ? "unexpected answers: " + wrong.join(", ") : "every answer as expected"}` +
             `; memory ${flat ? "flat" : "grew"} (${(last - warm).toFixed(1)} MB after warm-up); server ${alive ? "alive" : "dead"}`);
 process.exit(ok ? 0 : 1);
