@@ -176,6 +176,9 @@ class Weights : public std::enable_shared_from_this<Weights> {
   }
   // Bytes these weights occupy on the backend's device (0 where they are read from the mapped file).
   virtual uint64_t device_bytes() const { return 0; }
+  // Whether a background context's steps run beside its other contexts' (ExecOptions::background);
+  // where not, contexts take turns.
+  virtual bool steps_side_by_side() const { return false; }
 
  protected:
   explicit Weights(graph::Graph g) : graph_(std::move(g)) {}

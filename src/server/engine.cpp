@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "backend/exec_common.h"
 #include "core/error.h"
 #include "model/model.h"
@@ -124,6 +126,11 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     lane_ = std::make_unique<Lane>();
     lane_->exe = weights_->instantiate(lane);
     lane_->exe->warm_up();
+    if (!weights_->steps_side_by_side()) {
+      spdlog::warn("--prompt-lane: the {} backend runs one context's step at a time, so a long prompt's chunks read "
+                   "beside the others hold their steps for a whole chunk (it pays where contexts run side by side: CUDA)",
+                   backend_name_);
+    }
   }
   if (options_.cache_bytes > 0) cache_ = std::make_shared<runtime::PrefixCache>(exe_, options_.cache_bytes, options_.cache_host_bytes);
   for (int i = 0; i < options_.n_slots; ++i) {

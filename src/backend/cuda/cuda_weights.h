@@ -85,6 +85,7 @@ class CudaWeights final : public Weights {
   CudaWeights(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress);
 
   uint64_t device_bytes() const override { return bytes_; }
+  bool steps_side_by_side() const override { return true; }  // (streams of their own; a background one's steps take no lock)
   const void* raw(graph::TensorId id) const { return raw_[static_cast<size_t>(id)].get(); }
   const float* f32(graph::TensorId id) const { return f32_[static_cast<size_t>(id)].get<float>(); }
   const float* f32_or_null(const graph::Node& n, size_t k) const { return k < n.in.size() ? f32(n.in[k]) : nullptr; }
