@@ -77,11 +77,7 @@ struct ConcurrencyResult {
   runtime::PrefixCacheStats cache;
 };
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
+using runtime::percentile;
 
 // The benchmark's in-process server: `slots` sequences of n_ctx tokens.
 server::EngineOptions bench_engine(const BenchArgs& a, int slots, int n_ctx) {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <cmath>
+#include <exception>
 #include <random>
 #include <set>
 #include <thread>
@@ -25,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
 
 BenchSpread spread(std::vector<double> v) {
   BenchSpread s;
@@ -189,11 +195,6 @@ PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weight
     }
     (void)pre->argmax();
     return since(t0);
-  };
-  const auto percentile = [](std::vector<double> v, double q) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
   };
   PromptLaneResult r;
   start();

@@ -89,6 +89,8 @@ uint64_t decode_bytes_per_step(const graph::Graph& g, const gguf::File& file, ba
                                int32_t sequences);
 
 BenchSpread spread(std::vector<double> v);
+// The q-quantile of the values (nearest rank; 0 for none).
+double percentile(std::vector<double> v, double q);
 
 // What speculative decoding costs on a model (zinc bench --spec-cost K): after `depth` random tokens,
 // the median seconds of a decode step (one token), of a verifying step of k + 1 tokens for k = 1..K

@@ -56,12 +56,16 @@ void Session::committed(int32_t n, int64_t row, int64_t first_token) {
 void Session::committed_elsewhere(int32_t n) {
   if (n < 1 || n > static_cast<int32_t>(pending_.size()) || spec_pending_) throw Error("committed tokens that were not pending");
   if (observer_) throw Error("a session with a step observer runs its tokens in its own context's steps");
+  advance(n);
+  row_ = -1;
+}
+
+void Session::advance(int32_t n) {
   spec_logits_.clear();
   n_past_ += n;
   tokens_evaluated_ += n;
   history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
   pending_.erase(pending_.begin(), pending_.begin() + n);
-  row_ = -1;
 }
 
 void Session::commit(int32_t n, int64_t row) {
@@ -69,10 +73,7 @@ void Session::commit(int32_t n, int64_t row) {
     // A speculative step, taken whole with a row for each token: the session stands at its first.
     if (n != static_cast<int32_t>(pending_.size())) throw Error("a speculative step's tokens go in one step");
     spec_pending_ = false;
-    n_past_ += n;
-    tokens_evaluated_ += n;
-    history_.insert(history_.end(), pending_.begin(), pending_.end());
-    pending_.clear();
+    advance(n);
     spec_tokens_ = n;
     spec_row0_ = row_ = row;
     // Its rows are read over the next decode turns, while later steps (other sequences') overwrite the
@@ -82,11 +83,7 @@ void Session::commit(int32_t n, int64_t row) {
     spec_logits_.assign(l.begin(), l.end());
     return;
   }
-  spec_logits_.clear();
-  n_past_ += n;
-  tokens_evaluated_ += n;
-  history_.insert(history_.end(), pending_.begin(), pending_.begin() + n);
-  pending_.erase(pending_.begin(), pending_.begin() + n);
+  advance(n);
   row_ = row;
   if (!pending_.empty()) checkpoint_mid_prompt();
 }

@@ -166,6 +166,7 @@ class Session {
   std::span<const float> eval_tokens(std::span<const int32_t> tokens, bool all_logits, const std::atomic<bool>* cancel, bool read);
   void run_step(std::span<const int32_t> tokens, bool all_logits);  // one executable step, then the bookkeeping
   void commit(int32_t n, int64_t row);  // committed()'s bookkeeping
+  void advance(int32_t n);  // the first n pending tokens into the context's history (and the logits kept dropped)
   // The executable's hidden rows of n tokens of the last step from its first_token-th (empty without).
   std::span<const float> hidden_rows(int64_t first_token, int32_t n) const;
   void checkpoint_mid_prompt();  // a recurrent cache's checkpoint at a block boundary inside a prompt
