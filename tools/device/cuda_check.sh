@@ -82,9 +82,12 @@ run)
   timeout 100 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --runs 2 --parallel 8 2>&1 | grep -E '^\| tg'
   timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --concurrency 1,8,16 2>&1 | grep -E '^\| (1|8|16) '
   # A 4,096-token prompt beside 8 streams: chunked within their steps, then read on a context of its own.
+  # (with a lane, a second measurement follows: its two contexts' steps timed directly)
   for lane in 0 512; do
-    timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 64 -n 128 --concurrency 8 --long-prompt 4096 --prompt-lane $lane 2>&1 |
-      grep -E 'concurrency 8:|background'
+    timeout 300 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 64 -n 128 --concurrency 8 --long-prompt 4096 --prompt-lane $lane \
+      > "$OUT/lane_$lane.log" 2>&1
+    echo "lane $lane (exit $?):"
+    grep -E 'concurrency 8:|background' "$OUT/lane_$lane.log" || tail -n 5 "$OUT/lane_$lane.log"
   done
   ;;
 *)

@@ -66,9 +66,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
     const uint64_t before = g_allocated;
     // (A background context's stream at the least priority, the others' at the greatest: where both
     // have blocks waiting, the multiprocessors take the others' first.)
-    int least = 0, greatest = 0;
-    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-    check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, opts.background ? least : greatest), "cudaStreamCreate");
+    stream_ = main_stream_ = weights_->make_stream(opts.background);
+    if (!opts.background) side_stream_ = weights_->make_side_stream();
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
@@ -84,9 +83,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
     device_bytes_ = g_allocated - before;
   }
   ~CudaExecutable() override {
-    if (stream_) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
+    for (cudaStream_t s : {main_stream_, side_stream_}) {
+      if (!s) continue;
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
     }
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (profiling_) std::fputs(profile().c_str(), stderr);
@@ -143,6 +143,18 @@ class CudaExecutable final : public SharedDeviceExecutable {
     // context's, and the weights are only read.)
     std::unique_lock<std::mutex> lock(weights_->step_mutex, std::defer_lock);
     if (!opts_.background) lock.lock();
+    // (A background context's steps counted while they run; the others' then on the multiprocessors
+    // it leaves, where ZINC_CUDA_LANE_SMS split them. Every step ends synchronised, so the stream may
+    // change between steps.)
+    struct Counted {
+      std::atomic<int>* n;
+      ~Counted() {
+        if (n) --*n;
+      }
+    } const counted{opts_.background ? &weights_->background_steps : nullptr};
+    if (opts_.background) ++weights_->background_steps;
+    const bool side = side_stream_ && weights_->background_steps.load() > 0;
+    stream_ = side ? side_stream_ : main_stream_;
     begin_step(step);
     logits_read_ = false;
     write_step(step);
@@ -152,6 +164,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     std::vector<int32_t> key;
     for (const graph::SeqStep& s : step.seqs)
       key.insert(key.end(), {recurrent_ ? s.seq : 0, s.n_tokens, s.all_logits ? 1 : 0, s.keep_states ? 1 : 0});
+    if (side) key.push_back(-1);  // (a graph's launches run in the context of the stream it was captured on)
     auto it = graphs_.find(key);
     const bool once = use_graphs_ && !profiling_ && it == graphs_.end() && seen_once_.insert(key).second;
     if (!use_graphs_ || profiling_ || once) {
@@ -1337,7 +1350,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
   };
 
   std::shared_ptr<CudaWeights> weights_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // (the step's: main_stream_, or side_stream_ beside a background context)
+  cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
   std::vector<size_t> offset_;  // per activation: its bytes in the arena
   DeviceBuffer arena_;
   HostBuffer logits_host_, hidden_host_, step_host_, ids_host_;

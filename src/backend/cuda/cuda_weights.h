@@ -96,6 +96,16 @@ class CudaWeights final : public Weights {
     return it == padded_.end() ? 0 : it->second;
   }
   std::mutex step_mutex;  // one step at a time on the device (a background context's steps besides)
+  // A context's stream: the others' at the greatest priority; a background context's at the least
+  // (ZINC_CUDA_LANE_PRIORITY=1: the greatest too), and with ZINC_CUDA_LANE_SMS=N on a green context of
+  // about N multiprocessors (its blocks run there only), made once for the weights (measured in
+  // bench/README.md: the two sides' work did not overlap, so the default is off).
+  cudaStream_t make_stream(bool background);
+  // With ZINC_CUDA_LANE_SMS: a stream on the other multiprocessors (a foreground context's steps while
+  // a background context's run: background_steps > 0), else null.
+  cudaStream_t make_side_stream();
+  std::atomic<int> background_steps{0};
+  ~CudaWeights() override;
 
  protected:
   std::unique_ptr<Executable> instantiate_graph(const ExecOptions& opts, const graph::Graph& g) override;
@@ -105,6 +115,11 @@ class CudaWeights final : public Weights {
   std::map<graph::TensorId, std::vector<float>> host_f32_;
   std::map<graph::TensorId, int64_t> padded_;
   uint64_t bytes_ = 0;
+  void* green_ = nullptr;  // (CUgreenCtx: the background's multiprocessors, and the others)
+  void* green_rest_ = nullptr;
+  int green_sms_ = 0, rest_sms_ = 0;
+  bool green_tried_ = false;
+  void make_green(uint32_t sms);
 };
 
 }  // namespace zinc::backend::cuda
