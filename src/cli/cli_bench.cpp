@@ -533,7 +533,9 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                                              {"decode_step_ms_p99_during", lane.step_p99_during * 1e3},
                                              {"decode_steps_during", lane.steps_during},
                                              {"prompt_ms", lane.prompt_during * 1e3},
-                                             {"prompt_ms_alone", lane.prompt_alone * 1e3}};
+                                             {"prompt_ms_alone", lane.prompt_alone * 1e3},
+                                             {"rounds", a.runs},
+                                             {"rounds_cut", lane.rounds_cut}};
       }
     }
     concurrency.push_back({{"concurrency", r.concurrency},
@@ -610,6 +612,11 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  "p99 {:.1f} while it is read ({:.2f}×, {} steps); the prompt in {:.0f} ms, {:.0f} ms alone ({:.2f}×)\n",
                  b["chunk_tokens"].get<int>(), step, b["decode_step_ms_p50_during"].get<double>(), p99, step > 0 ? p99 / step : 0.0,
                  b["decode_steps_during"].get<int>(), read, read_alone, read_alone > 0 ? read / read_alone : 0.0);
+      if (const int cut = b["rounds_cut"].get<int>(); cut > 0) {
+        fmt::print("(in {} of {} rounds the prompt was still waiting after 20 s of their steps: those stopped, and it finished "
+                   "alone)\n",
+                   cut, b["rounds"].get<int>());
+      }
     }
     for (const auto& c : concurrency) {
       if (c["shared_prefix_tokens"].get<int>() == 0) continue;

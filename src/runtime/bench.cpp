@@ -134,7 +134,7 @@ ParallelDecodeResult run_parallel_decode(const std::shared_ptr<backend::Weights>
 }
 
 PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts, int32_t sequences,
-                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed) {
+                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed, double max_during_s) {
   if (sequences < 1 || prompt < 1 || chunk < 1 || runs < 1) throw Error("a prompt beside decoding sequences needs both and a chunk size");
   constexpr int32_t kStart = 64, kWarm = 10, kAlone = 50, kMaxSteps = 4096;
   backend::ExecOptions d = opts;
@@ -217,7 +217,14 @@ PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weight
       }
       done = true;
     });
-    while (!done) during.push_back(decode_step());
+    const auto started = Clock::now();
+    while (!done) {
+      if (since(started) > max_during_s) {
+        ++r.rounds_cut;
+        break;
+      }
+      during.push_back(decode_step());
+    }
     reader.join();
     if (failed) std::rethrow_exception(failed);
     prompts.push_back(took);

@@ -58,9 +58,13 @@ struct PromptLaneResult {
   double step_p50_during = 0, step_p99_during = 0;
   int steps_during = 0;                          // decode steps that ended while the prompt was read
   double prompt_alone = 0, prompt_during = 0;    // seconds from the prompt's first chunk to its last one's end (medians)
+  int rounds_cut = 0;  // rounds whose decode steps stopped after max_during_s, the prompt then finishing alone
 };
+// (A round's decode steps stop after max_during_s: a background context at the least priority can wait
+// as long as the others' steps keep the device busy.)
 PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts, int32_t sequences,
-                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed);
+                                 int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed,
+                                 double max_during_s = 20);
 
 // A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.
