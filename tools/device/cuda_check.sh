@@ -3,7 +3,7 @@
 # the tree of at most 64 MiB): `pack` here, then `run` there with carry [".devbin", ".gl"].
 #
 #   tools/device/cuda_check.sh pack        # build/ must be built; moves tests/models/fixtures aside
-#   (device) bash tools/device/cuda_check.sh run [quick]
+#   (device) bash tools/device/cuda_check.sh run [quick | lane]
 #   tools/device/cuda_check.sh unpack      # here again: the fixtures back
 #
 # pack: the zinc binary, the CUDA tests and the products' bench (xz), the shared libraries they link,
@@ -15,7 +15,7 @@
 # bench at 1 and 8 tokens, the 35b's greedy text with --spec off, on and auto (md5 of the token ids:
 # equal, or a row's arithmetic depends on the step), and qwen3-8b's speed alone, 8 together and through
 # the scheduler at 1, 8 and 16, and a 4,096-token prompt beside 8 streams with --prompt-lane 0 and 512
-# (quick: the tests only). Logs land in $OUT.
+# (quick: the tests only; lane: the tests, then the long prompt also on green contexts). Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-}
@@ -62,6 +62,18 @@ run)
     filter="$filter*SpeculativeSteps*/$i:*SequencesSteppedTogetherMatchEachAlone*/$i:*Q4_K_MLogitsStayClose*/$i:"
     filter="$filter*BackgroundContextBesideAnother*/$i:*SequenceTakenFromAnotherContext*/$i:"
   done
+  # A 4,096-token prompt beside 8 streams: chunked within their steps (lane 0) or read on a context of
+  # its own (then its two contexts' steps also timed directly); the tag, the lane, then knobs.
+  long_prompt() {
+    local tag=$1 lane=$2
+    shift 2
+    env "$@" timeout 200 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 64 -n 128 --concurrency 8 --long-prompt 4096 \
+      --prompt-lane "$lane" > "$OUT/$tag.log" 2>&1
+    echo "$tag $* (exit $?):"
+    local got
+    got=$(grep -E 'concurrency 8:|background|rounds|multiprocessors' "$OUT/$tag.log" | sort -u)
+    if [ -n "$got" ]; then echo "$got"; else tail -n 5 "$OUT/$tag.log"; fi
+  }
   set +e
   timeout 200 /tmp/cut --gtest_filter='Cuda*' > "$OUT/kernels.log" 2>&1
   echo "== kernel tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernels.log" | tr '\n' ' ')"
@@ -70,6 +82,16 @@ run)
   echo "== fixture tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fixtures.log" | tr '\n' ' ')"
   grep -A6 Failure "$OUT/fixtures.log" | head -30
   [ "${2:-}" = quick ] && exit 0
+  if [ "${2:-}" = lane ]; then
+    cd /tmp
+    /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
+    long_prompt lane_0 0
+    long_prompt lane_512 512
+    long_prompt lane_512_sms88 512 ZINC_CUDA_LANE_SMS=88
+    long_prompt lane_512_sms64 512 ZINC_CUDA_LANE_SMS=64
+    long_prompt lane_512_sms88_equal 512 ZINC_CUDA_LANE_SMS=88 ZINC_CUDA_LANE_PRIORITY=1
+    exit 0
+  fi
   for n in 1 8; do timeout 120 /tmp/mvb $n 200 > "$OUT/products_$n.txt" 2>&1; done
   grep -h auto "$OUT"/products_*.txt | head -40
   cd /tmp
@@ -81,14 +103,8 @@ run)
   /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
   timeout 100 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --runs 2 --parallel 8 2>&1 | grep -E '^\| tg'
   timeout 150 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 0 -n 128 --concurrency 1,8,16 2>&1 | grep -E '^\| (1|8|16) '
-  # A 4,096-token prompt beside 8 streams: chunked within their steps, then read on a context of its own.
-  # (with a lane, a second measurement follows: its two contexts' steps timed directly)
-  for lane in 0 512; do
-    timeout 300 /tmp/zinc bench -m /tmp/q8.gguf --backend cuda -p 64 -n 128 --concurrency 8 --long-prompt 4096 --prompt-lane $lane \
-      > "$OUT/lane_$lane.log" 2>&1
-    echo "lane $lane (exit $?):"
-    grep -E 'concurrency 8:|background' "$OUT/lane_$lane.log" || tail -n 5 "$OUT/lane_$lane.log"
-  done
+  long_prompt lane_0 0
+  long_prompt lane_512 512
   ;;
 *)
   sed -n '2,16p' "$0"
