@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "cuda_bench_check.h"
 #include "gguf/types.h"
 #include "quant/quant.h"
 
@@ -24,13 +25,6 @@ namespace ck = zinc::backend::cuda;
 using zinc::gguf::TensorType;
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 struct Weights {
   TensorType type;

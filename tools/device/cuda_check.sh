@@ -6,16 +6,17 @@
 #   (device) bash tools/device/cuda_check.sh run [quick | lane]
 #   tools/device/cuda_check.sh unpack      # here again: the fixtures back
 #
-# pack: the zinc binary, the CUDA tests and the products' bench (xz), the shared libraries they link,
-# a subset of the model fixtures (qwen3, gemma3, qwen3_moe, qwen3_next, qwen3_5_moe, gpt_oss,
-# gemma4_moe) and the Vulkan loader's packages (.gl) into .devbin; the fixtures' folder moved to
+# pack: the zinc binary, the CUDA tests, the products' and the overlap benches (xz), the shared
+# libraries they link, a subset of the model fixtures (qwen3, gemma3, qwen3_moe, qwen3_next,
+# qwen3_5_moe, gpt_oss, gemma4_moe) and the Vulkan loader's packages (.gl) into .devbin; the fixtures' folder moved to
 # /tmp/zinc_fixtures (the tree's copy must stay small). run: every Cuda* kernel test, the fixture tests
 # of speculative steps, sequences stepped together, Q4_K_M logits, a background context beside another
 # and a sequence taken from another context on those fixtures, the products'
 # bench at 1 and 8 tokens, the 35b's greedy text with --spec off, on and auto (md5 of the token ids:
 # equal, or a row's arithmetic depends on the step), and qwen3-8b's speed alone, 8 together and through
 # the scheduler at 1, 8 and 16, and a 4,096-token prompt beside 8 streams with --prompt-lane 0 and 512
-# (quick: the tests only; lane: the tests, then the long prompt also on green contexts). Logs land in $OUT.
+# (quick: the tests only; lane: the tests, a prompt's product and decode's side by side on two streams and
+# on green contexts, then the long prompt also on green contexts). Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-}
@@ -26,6 +27,7 @@ pack)
   xz -T2 -3 -c build/src/zinc > .devbin/zinc.xz
   xz -T2 -3 -c build/tests/cuda/zinc_cuda_tests > .devbin/cut.xz
   xz -T2 -3 -c build/bench/zinc_cuda_matvec_bench > .devbin/mvb.xz
+  xz -T2 -3 -c build/bench/zinc_cuda_overlap_bench > .devbin/ovb.xz
   for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
              libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')  # (no early exit: a broken pipe fails pipefail)
@@ -54,7 +56,7 @@ run)
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json LD_LIBRARY_PATH=$PWD/.devbin/lib
   rm -rf tests/models/fixtures
   ln -sfn "$PWD/.devbin/fx" tests/models/fixtures
-  for b in zinc cut mvb; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
+  for b in zinc cut mvb ovb; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
   # The fixture parameters' indices (tests/models): qwen3 2, gemma3 3, qwen3_moe 6, qwen3_next 7,
   # qwen3_5_moe 9, gpt_oss 10, gemma4_moe 12.
   filter=''
@@ -84,6 +86,7 @@ run)
   [ "${2:-}" = quick ] && exit 0
   if [ "${2:-}" = lane ]; then
     cd /tmp
+    timeout 120 /tmp/ovb 200 88 64 40 2>&1 | tee "$OUT/overlap.txt"
     /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
     long_prompt lane_0 0
     long_prompt lane_512 512

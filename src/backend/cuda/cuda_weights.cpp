@@ -113,52 +113,67 @@ F driver_entry(const char* name) {
   }
   return reinterpret_cast<F>(fn);
 }
+}  // namespace
 
-// Green contexts of at least `sms` multiprocessors (the driver rounds to its granularity) and of the
-// rest, or an error's text.
-std::string make_greens(int sms, CUgreenCtx* part_out, int* part_sms, CUgreenCtx* rest_out, int* rest_sms) {
+GreenPair make_green_pair(int sms) {
+  GreenPair g;
   const auto get_resource = driver_entry<decltype(&cuDeviceGetDevResource)>("cuDeviceGetDevResource");
   const auto split = driver_entry<decltype(&cuDevSmResourceSplitByCount)>("cuDevSmResourceSplitByCount");
   const auto describe = driver_entry<decltype(&cuDevResourceGenerateDesc)>("cuDevResourceGenerateDesc");
   const auto create = driver_entry<decltype(&cuGreenCtxCreate)>("cuGreenCtxCreate");
-  if (!get_resource || !split || !describe || !create) return "the driver has no green contexts";
+  if (!get_resource || !split || !describe || !create) {
+    g.error = "the driver has no green contexts";
+    return g;
+  }
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
   CUdevResource all{}, part{}, rest{};
   unsigned int groups = 1;
-  if (get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) return "cuDeviceGetDevResource failed";
-  if (split(&part, &groups, &all, &rest, 0, static_cast<unsigned>(sms)) != CUDA_SUCCESS || groups < 1 || rest.sm.smCount == 0)
-    return fmt::format("the device's {} multiprocessors do not split into {} and more", all.sm.smCount, sms);
   CUdevResourceDesc desc{}, rest_desc{};
-  if (describe(&desc, &part, 1) != CUDA_SUCCESS || describe(&rest_desc, &rest, 1) != CUDA_SUCCESS) return "cuDevResourceGenerateDesc failed";
-  if (create(part_out, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS) return "cuGreenCtxCreate failed";
-  if (create(rest_out, rest_desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS) return "cuGreenCtxCreate failed";
-  *part_sms = static_cast<int>(part.sm.smCount);
-  *rest_sms = static_cast<int>(rest.sm.smCount);
-  return "";
+  CUgreenCtx made[2] = {nullptr, nullptr};
+  if (get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) {
+    g.error = "cuDeviceGetDevResource failed";
+  } else if (split(&part, &groups, &all, &rest, 0, static_cast<unsigned>(sms)) != CUDA_SUCCESS || groups < 1 || rest.sm.smCount == 0) {
+    g.error = fmt::format("the device's {} multiprocessors do not split into {} and more", all.sm.smCount, sms);
+  } else if (describe(&desc, &part, 1) != CUDA_SUCCESS || describe(&rest_desc, &rest, 1) != CUDA_SUCCESS) {
+    g.error = "cuDevResourceGenerateDesc failed";
+  } else if (create(&made[0], desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS ||
+             create(&made[1], rest_desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS) {
+    g.error = "cuGreenCtxCreate failed";
+    destroy_green(made[0]);
+  } else {
+    g.part = made[0];
+    g.rest = made[1];
+    g.part_sms = static_cast<int>(part.sm.smCount);
+    g.rest_sms = static_cast<int>(rest.sm.smCount);
+  }
+  return g;
 }
 
-CUstream green_stream(void* ctx, int priority) {
+cudaStream_t green_stream(void* green, int priority) {
   const auto stream_create = driver_entry<decltype(&cuGreenCtxStreamCreate)>("cuGreenCtxStreamCreate");
   CUstream s = nullptr;
-  if (!ctx || !stream_create || stream_create(&s, static_cast<CUgreenCtx>(ctx), CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS)
+  if (!green || !stream_create || stream_create(&s, static_cast<CUgreenCtx>(green), CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS)
     return nullptr;
   return s;
 }
-}  // namespace
+
+void destroy_green(void* green) {
+  if (!green) return;
+  if (const auto destroy = driver_entry<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")) destroy(static_cast<CUgreenCtx>(green));
+}
 
 void CudaWeights::make_green(uint32_t sms) {
   std::lock_guard<std::mutex> lock(step_mutex);
   if (green_tried_) return;
   green_tried_ = true;
-  CUgreenCtx part = nullptr, rest = nullptr;
-  if (const std::string why = make_greens(static_cast<int>(sms), &part, &green_sms_, &rest, &rest_sms_); !why.empty()) {
-    spdlog::warn("ZINC_CUDA_LANE_SMS={}: {}; the background context's stream takes every multiprocessor", sms, why);
+  green_ = make_green_pair(static_cast<int>(sms));
+  if (!green_.error.empty()) {
+    spdlog::warn("ZINC_CUDA_LANE_SMS={}: {}; the background context's stream takes every multiprocessor", sms, green_.error);
     return;
   }
-  green_ = part;
-  green_rest_ = rest;
-  spdlog::warn("CUDA: a background context's steps run on {} multiprocessors, the others' beside them on {}", green_sms_, rest_sms_);
+  spdlog::warn("CUDA: a background context's steps run on {} multiprocessors, the others' beside them on {}", green_.part_sms,
+               green_.rest_sms);
 }
 
 cudaStream_t CudaWeights::make_stream(bool background) {
@@ -167,7 +182,7 @@ cudaStream_t CudaWeights::make_stream(bool background) {
   const int priority = background && knob_u32("ZINC_CUDA_LANE_PRIORITY", 0, 0, 1) == 0 ? least : greatest;
   if (const uint32_t sms = background ? knob_u32("ZINC_CUDA_LANE_SMS", 0, 0, 4096) : 0; sms > 0) {
     make_green(sms);
-    if (CUstream s = green_stream(green_, priority)) return s;
+    if (cudaStream_t s = green_stream(green_.part, priority)) return s;
   }
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority), "cudaStreamCreate");
@@ -180,15 +195,12 @@ cudaStream_t CudaWeights::make_side_stream() {
   make_green(sms);
   int least = 0, greatest = 0;
   check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-  return green_stream(green_rest_, greatest);
+  return green_stream(green_.rest, greatest);
 }
 
 CudaWeights::~CudaWeights() {
-  if (!green_) return;
-  if (const auto destroy = driver_entry<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")) {
-    destroy(static_cast<CUgreenCtx>(green_));
-    destroy(static_cast<CUgreenCtx>(green_rest_));
-  }
+  destroy_green(green_.part);
+  destroy_green(green_.rest);
 }
 
 }  // namespace cuda

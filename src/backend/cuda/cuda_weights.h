@@ -74,6 +74,19 @@ using HostBuffer = Owned<false>;
 
 inline int64_t elements(const graph::Tensor& t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
+// Green contexts: the device's multiprocessors parted into about `sms` of them (the driver rounds to
+// its granularity) and the rest; part and rest are CUgreenCtx handles, error says why not (then both
+// null). A stream on one of them runs its blocks on its multiprocessors only.
+struct GreenPair {
+  void* part = nullptr;
+  void* rest = nullptr;
+  int part_sms = 0, rest_sms = 0;
+  std::string error;
+};
+GreenPair make_green_pair(int sms);
+cudaStream_t green_stream(void* green, int priority);  // null where it cannot be made
+void destroy_green(void* green);
+
 // Why the kernels cannot run node `n`, or "".
 std::string cuda_unsupported(const graph::Graph& g, const graph::Node& n);
 
@@ -115,9 +128,7 @@ class CudaWeights final : public Weights {
   std::map<graph::TensorId, std::vector<float>> host_f32_;
   std::map<graph::TensorId, int64_t> padded_;
   uint64_t bytes_ = 0;
-  void* green_ = nullptr;  // (CUgreenCtx: the background's multiprocessors, and the others)
-  void* green_rest_ = nullptr;
-  int green_sms_ = 0, rest_sms_ = 0;
+  GreenPair green_;  // (the background's multiprocessors, and the others')
   bool green_tried_ = false;
   void make_green(uint32_t sms);
 };
