@@ -613,9 +613,9 @@ int run_bench(const BenchArgs& a, const GlobalOptions& global) {
                  b["chunk_tokens"].get<int>(), step, b["decode_step_ms_p50_during"].get<double>(), p99, step > 0 ? p99 / step : 0.0,
                  b["decode_steps_during"].get<int>(), read, read_alone, read_alone > 0 ? read / read_alone : 0.0);
       if (const int cut = b["rounds_cut"].get<int>(); cut > 0) {
-        fmt::print("(in {} of {} rounds the prompt was still waiting after 20 s of their steps: those stopped, and it finished "
-                   "alone)\n",
-                   cut, b["rounds"].get<int>());
+        fmt::print("(in {} of {} rounds the prompt was still waiting after {:.0f} s of their steps: those stopped, and it "
+                   "finished alone)\n",
+                   cut, b["rounds"].get<int>(), runtime::kPromptLaneMaxDuringS);
       }
     }
     for (const auto& c : concurrency) {

@@ -62,9 +62,10 @@ struct PromptLaneResult {
 };
 // (A round's decode steps stop after max_during_s: a background context at the least priority can wait
 // as long as the others' steps keep the device busy.)
+constexpr double kPromptLaneMaxDuringS = 20;
 PromptLaneResult run_prompt_lane(const std::shared_ptr<backend::Weights>& weights, const backend::ExecOptions& opts, int32_t sequences,
                                  int32_t prompt, int32_t chunk, bool background, int runs, uint32_t seed,
-                                 double max_during_s = 20);
+                                 double max_during_s = kPromptLaneMaxDuringS);
 
 // A multi-turn chat with a long shared system prompt: each turn appends a user message and generates
 // an answer; the context keeps what it holds, so a turn evaluates only its new tokens.

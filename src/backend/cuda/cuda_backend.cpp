@@ -148,11 +148,13 @@ class CudaExecutable final : public SharedDeviceExecutable {
     // change between steps.)
     struct Counted {
       std::atomic<int>* n;
+      explicit Counted(std::atomic<int>* count) : n(count) {
+        if (n) ++*n;
+      }
       ~Counted() {
         if (n) --*n;
       }
-    } const counted{opts_.background ? &weights_->background_steps : nullptr};
-    if (opts_.background) ++weights_->background_steps;
+    } const counted(opts_.background ? &weights_->background_steps : nullptr);
     const bool side = side_stream_ && weights_->background_steps.load() > 0;
     stream_ = side ? side_stream_ : main_stream_;
     begin_step(step);

@@ -163,40 +163,40 @@ void destroy_green(void* green) {
   if (const auto destroy = driver_entry<decltype(&cuGreenCtxDestroy)>("cuGreenCtxDestroy")) destroy(static_cast<CUgreenCtx>(green));
 }
 
-void CudaWeights::make_green(uint32_t sms) {
-  std::lock_guard<std::mutex> lock(step_mutex);
-  if (green_tried_) return;
-  green_tried_ = true;
-  green_ = make_green_pair(static_cast<int>(sms));
-  if (!green_.error.empty()) {
-    spdlog::warn("ZINC_CUDA_LANE_SMS={}: {}; the background context's stream takes every multiprocessor", sms, green_.error);
-    return;
-  }
-  spdlog::warn("CUDA: a background context's steps run on {} multiprocessors, the others' beside them on {}", green_.part_sms,
-               green_.rest_sms);
+namespace {
+// The device's least stream priority (a background context's), or its greatest.
+int stream_priority(bool least) {
+  int lo = 0, hi = 0;
+  check(cudaDeviceGetStreamPriorityRange(&lo, &hi), "cudaDeviceGetStreamPriorityRange");
+  return least ? lo : hi;
+}
+uint32_t lane_sms() { return knob_u32("ZINC_CUDA_LANE_SMS", 0, 0, 4096); }
+}  // namespace
+
+const GreenPair& CudaWeights::green() {
+  std::call_once(green_once_, [&] {
+    green_ = make_green_pair(static_cast<int>(lane_sms()));
+    if (!green_.error.empty()) {
+      spdlog::warn("ZINC_CUDA_LANE_SMS={}: {}; the background context's stream takes every multiprocessor", lane_sms(), green_.error);
+    } else {
+      spdlog::warn("CUDA: a background context's steps run on {} multiprocessors, the others' beside them on {}", green_.part_sms,
+                   green_.rest_sms);
+    }
+  });
+  return green_;
 }
 
 cudaStream_t CudaWeights::make_stream(bool background) {
-  int least = 0, greatest = 0;
-  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-  const int priority = background && knob_u32("ZINC_CUDA_LANE_PRIORITY", 0, 0, 1) == 0 ? least : greatest;
-  if (const uint32_t sms = background ? knob_u32("ZINC_CUDA_LANE_SMS", 0, 0, 4096) : 0; sms > 0) {
-    make_green(sms);
-    if (cudaStream_t s = green_stream(green_.part, priority)) return s;
+  const int priority = stream_priority(background && knob_u32("ZINC_CUDA_LANE_PRIORITY", 0, 0, 1) == 0);
+  if (background && lane_sms() > 0) {
+    if (cudaStream_t s = green_stream(green().part, priority)) return s;
   }
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority), "cudaStreamCreate");
   return s;
 }
 
-cudaStream_t CudaWeights::make_side_stream() {
-  const uint32_t sms = knob_u32("ZINC_CUDA_LANE_SMS", 0, 0, 4096);
-  if (sms == 0) return nullptr;
-  make_green(sms);
-  int least = 0, greatest = 0;
-  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-  return green_stream(green_.rest, greatest);
-}
+cudaStream_t CudaWeights::make_side_stream() { return lane_sms() > 0 ? green_stream(green().rest, stream_priority(false)) : nullptr; }
 
 CudaWeights::~CudaWeights() {
   destroy_green(green_.part);

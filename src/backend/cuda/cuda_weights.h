@@ -128,9 +128,9 @@ class CudaWeights final : public Weights {
   std::map<graph::TensorId, std::vector<float>> host_f32_;
   std::map<graph::TensorId, int64_t> padded_;
   uint64_t bytes_ = 0;
-  GreenPair green_;  // (the background's multiprocessors, and the others')
-  bool green_tried_ = false;
-  void make_green(uint32_t sms);
+  GreenPair green_;  // (the background's multiprocessors, and the others': made once, by green())
+  std::once_flag green_once_;
+  const GreenPair& green();
 };
 
 }  // namespace zinc::backend::cuda
