@@ -58,7 +58,7 @@ struct BenchArgs {
   double cache_mem_gb = 1.0;   // --concurrency: the server's prefix cache
   double cache_ram_gb = 0;     // and its host tier
   int long_prompt = 0;         // --concurrency: a prompt of this many tokens arriving while the streams decode
-  int prompt_lane = 0;         // --concurrency: the server's --prompt-lane (and a measurement of its two contexts)
+  int prompt_lane = -1;        // --concurrency: the server's --prompt-lane (and, set, a measurement of its two contexts)
   int spec_cost = 0;           // speculative decoding's costs for 1..spec_cost drafted tokens (0: not measured)
   std::string draft;           // and the draft model's step
 };
@@ -724,8 +724,9 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "With --concurrency: the server's --prompt-lane (longer prompts arriving while others decode are read "
                   "on a context of their own beside their steps); with --long-prompt also the two contexts measured "
                   "directly: the streams' decode steps and the prompt read in --batch-tokens chunks beside them, "
-                  "against each alone")
-      ->check(CLI::Range(0, 1 << 20));
+                  "against each alone; -1: the server's default (512 where the backend runs both at once, else never)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,
                   "GB for the prefix cache of --concurrency's server and of --suite's chats (0: off)")
       ->capture_default_str()

@@ -26,7 +26,7 @@ struct ServeArgs {
   // qwen3-8b, 16 requests at once: 2500-2650 -> 3014-3021 tok/s, their gaps' p99 13.8 -> 4.7 ms).
   int parallel = 1, queue = 32, batch_tokens = 1024;
   double decode_latency = 3;
-  int prompt_lane = 0;
+  int prompt_lane = -1;  // (auto: server::kAutoPromptLane where contexts step side by side)
   std::vector<std::string> aliases;  // NAME (the -m model's name) or NAME=MODEL
   std::string models_dir, keep_alive = "5m";
   int max_models = 3;
@@ -170,10 +170,11 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
       ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--prompt-lane", a->prompt_lane,
                   "A prompt of more than this many tokens arriving while requests decode is read on a context of its "
-                  "own beside their steps (where the GPU runs both at once: CUDA), then joins its slot; 0: never (it "
-                  "goes in chunks within their steps)")
+                  "own beside their steps (where the GPU runs both at once: CUDA, the prompt on 8 in 11 of the "
+                  "multiprocessors and their steps on the rest), then joins its slot; 0: never (it goes in chunks "
+                  "within their steps); -1: 512 where the backend runs both at once, else never")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));

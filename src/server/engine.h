@@ -55,14 +55,19 @@ struct EngineOptions {
   // chunks within them, then moved into its slot's sequence (its last token read there); 0: never. It
   // pays where the backend runs contexts' steps side by side (CUDA): the prompt at nearly its speed
   // alone, the streams' steps slower by what it takes of the device. Not for a model with recurrent
-  // state, nor a slot whose drafts need the steps' hidden rows.
-  int prompt_lane = 0;
+  // state, nor a slot whose drafts need the steps' hidden rows. -1: kAutoPromptLane where the backend
+  // runs contexts' steps side by side, else never.
+  int prompt_lane = -1;
   // Speculative decoding: a draft model of the same vocabulary (a GGUF path; "" for none), loaded on
   // the same backend with a context per slot, drafting up to draft_max tokens per step.
   std::string draft_model;
   int draft_max = 6;
   runtime::SpecMode spec = runtime::SpecMode::Auto;
 };
+
+// The prompt lane's threshold where EngineOptions::prompt_lane is -1 and the backend runs contexts'
+// steps side by side (CUDA: a 4,096-token prompt beside 8 decoding streams meets both of its bounds).
+constexpr int kAutoPromptLane = 512;
 
 class Job {
  public:
@@ -176,6 +181,9 @@ class Engine {
   std::vector<std::vector<float>> embed(const std::vector<std::vector<int32_t>>& inputs, runtime::Pooling pooling,
                                         bool normalize);
   int32_t n_ctx() const { return options_.exec.n_ctx; }
+  // The prompts read on a context of their own: those of more than this many tokens (0: none), as
+  // EngineOptions::prompt_lane resolved for the backend.
+  int prompt_lane() const { return options_.prompt_lane; }
 
  private:
   struct Slot;

@@ -1,9 +1,13 @@
-// The scheduler's budget for prompt tokens beside decoding slots (server::prompt_room).
+// The scheduler's budget for prompt tokens beside decoding slots (server::prompt_room), and the
+// prompt lane's default for the backend.
 #include <gtest/gtest.h>
 
 #include <array>
 
+#include "gguf/reader.h"
+#include "raw_gguf.h"
 #include "server/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -110,6 +114,25 @@ TEST(PromptRoom, OneStepPastTheLimitKeepsItsSizeOut) {
 TEST(PromptRoom, PromptsAlwaysMove) {
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 256), 8);
   EXPECT_EQ(prompt_room(0.013, 0.1, 3, 8, 5), 5);  // never past the step's budget
+}
+
+// --prompt-lane left to its default: a context of its own for long prompts only where the backend
+// runs two contexts' steps side by side (CUDA), so none on the CPU; set, it stands.
+TEST(PromptLaneDefault, NoneWhereContextsTakeTurns) {
+  ZINC_REQUIRE_TESTDATA();
+  const zinc::gguf::File f = zinc::gguf::File::open(zinc::test::testdata_dir() / "models/stories260K.gguf");
+  const zinc::tokenizer::Tokenizer tok = zinc::tokenizer::Tokenizer::from_gguf(f);
+  zinc::server::EngineOptions o;
+  o.exec.n_ctx = 256;
+  o.threads = 1;
+  ASSERT_EQ(o.prompt_lane, -1);
+  {
+    const zinc::server::Engine e(f, tok, o);
+    EXPECT_EQ(e.prompt_lane(), 0);
+  }
+  o.prompt_lane = 100;
+  const zinc::server::Engine e(f, tok, o);
+  EXPECT_EQ(e.prompt_lane(), 100);
 }
 
 }  // namespace

@@ -16,7 +16,8 @@
 # equal, or a row's arithmetic depends on the step), and qwen3-8b's speed alone, 8 together and through
 # the scheduler at 1, 8 and 16, and a 4,096-token prompt beside 8 streams with --prompt-lane 0 and 512
 # (quick: the tests only; lane: the tests, a prompt's product and decode's side by side on two streams and
-# on green contexts, then the long prompt also on green contexts). Logs land in $OUT.
+# on green contexts, then the long prompt chunked, on its own context (the default green context of 8 in
+# 11 multiprocessors), sharing every multiprocessor, and on 88 and 104). Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-}
@@ -90,9 +91,9 @@ run)
     /tmp/zinc synth qwen3-8b /tmp/q8.gguf 2>&1 | tail -1
     long_prompt lane_0 0
     long_prompt lane_512 512
+    long_prompt lane_512_shared 512 ZINC_CUDA_LANE_SMS=0
     long_prompt lane_512_sms88 512 ZINC_CUDA_LANE_SMS=88
-    long_prompt lane_512_sms64 512 ZINC_CUDA_LANE_SMS=64
-    long_prompt lane_512_sms88_equal 512 ZINC_CUDA_LANE_SMS=88 ZINC_CUDA_LANE_PRIORITY=1
+    long_prompt lane_512_sms104 512 ZINC_CUDA_LANE_SMS=104
     exit 0
   fi
   for n in 1 8; do timeout 120 /tmp/mvb $n 200 > "$OUT/products_$n.txt" 2>&1; done

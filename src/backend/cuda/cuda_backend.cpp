@@ -67,7 +67,6 @@ class CudaExecutable final : public SharedDeviceExecutable {
     // (A background context's stream at the least priority, the others' at the greatest: where both
     // have blocks waiting, the multiprocessors take the others' first.)
     stream_ = main_stream_ = weights_->make_stream(opts.background);
-    if (!opts.background) side_stream_ = weights_->make_side_stream();
     ck::set_programmatic_launch(knob_u32("ZINC_CUDA_PDL", 1, 0, 1) == 1);
     int8_prompts_ = knob_u32("ZINC_CUDA_INT8_PROMPTS", 1, 0, 1) == 1;
     ck::set_int8_prompts(int8_prompts_);
@@ -155,6 +154,8 @@ class CudaExecutable final : public SharedDeviceExecutable {
         if (n) --*n;
       }
     } const counted(opts_.background ? &weights_->background_steps : nullptr);
+    // (The side stream made the first time a background context's step runs beside this one's.)
+    if (!opts_.background && !side_made_ && weights_->background_steps.load() > 0) side_stream_ = weights_->make_side_stream(), side_made_ = true;
     const bool side = side_stream_ && weights_->background_steps.load() > 0;
     stream_ = side ? side_stream_ : main_stream_;
     begin_step(step);
@@ -1354,6 +1355,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
   std::shared_ptr<CudaWeights> weights_;
   cudaStream_t stream_ = nullptr;  // (the step's: main_stream_, or side_stream_ beside a background context)
   cudaStream_t main_stream_ = nullptr, side_stream_ = nullptr;
+  bool side_made_ = false;
   std::vector<size_t> offset_;  // per activation: its bytes in the arena
   DeviceBuffer arena_;
   HostBuffer logits_host_, hidden_host_, step_host_, ids_host_;

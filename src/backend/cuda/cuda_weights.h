@@ -110,12 +110,13 @@ class CudaWeights final : public Weights {
   }
   std::mutex step_mutex;  // one step at a time on the device (a background context's steps besides)
   // A context's stream: the others' at the greatest priority; a background context's at the least
-  // (ZINC_CUDA_LANE_PRIORITY=1: the greatest too), and with ZINC_CUDA_LANE_SMS=N on a green context of
-  // about N multiprocessors (its blocks run there only), made once for the weights (measured in
-  // bench/README.md: the two sides' work did not overlap, so the default is off).
+  // (ZINC_CUDA_LANE_PRIORITY=1: the greatest too) on a green context of 8 in 11 of the
+  // multiprocessors (ZINC_CUDA_LANE_SMS=N: about N; 0: every one), made once for the weights: a long
+  // prompt's compute-bound steps there and the decoding contexts' memory-bound ones on the rest run
+  // side by side (measured in bench/README.md).
   cudaStream_t make_stream(bool background);
-  // With ZINC_CUDA_LANE_SMS: a stream on the other multiprocessors (a foreground context's steps while
-  // a background context's run: background_steps > 0), else null.
+  // A stream on the multiprocessors a background context leaves (a foreground context's steps while
+  // one runs: background_steps > 0), else null (no green contexts, or ZINC_CUDA_LANE_SMS=0).
   cudaStream_t make_side_stream();
   std::atomic<int> background_steps{0};
   ~CudaWeights() override;
