@@ -117,7 +117,8 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   }
   exe_ = weights_->instantiate(exec);
   exe_->warm_up();  // a GPU's pipelines made now, not in the first requests' time
-  if (options_.prompt_lane < 0) options_.prompt_lane = weights_->steps_side_by_side() ? kAutoPromptLane : 0;
+  const bool auto_lane = options_.prompt_lane < 0;
+  if (auto_lane) options_.prompt_lane = weights_->steps_side_by_side() ? kAutoPromptLane : 0;
   if (options_.prompt_lane > 0 && exe_->can_rewind()) {  // (a recurrent state's checkpoints come from the slots' own steps)
     backend::ExecOptions lane = exec;
     lane.n_seq = 1;
@@ -125,9 +126,17 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
     lane.kept_states = 0;
     lane.background = true;
     lane_ = std::make_unique<Lane>();
-    lane_->exe = weights_->instantiate(lane);
-    lane_->exe->warm_up();
-    if (!weights_->steps_side_by_side()) {
+    try {
+      lane_->exe = weights_->instantiate(lane);
+      lane_->exe->warm_up();
+    } catch (const Error& e) {
+      if (!auto_lane) throw;
+      // (By default the lane is a convenience: a device without room for its context serves as before.)
+      spdlog::warn("no room for the prompt lane's context ({}): long prompts go in chunks within the decoding steps", e.what());
+      lane_.reset();
+      options_.prompt_lane = 0;
+    }
+    if (lane_ && !weights_->steps_side_by_side()) {
       spdlog::warn("--prompt-lane: the {} backend runs one context's step at a time, so a long prompt's chunks read "
                    "beside the others hold their steps for a whole chunk (it pays where contexts run side by side: CUDA)",
                    backend_name_);
