@@ -155,7 +155,10 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     } const counted(opts_.background ? &weights_->background_steps : nullptr);
     // (The side stream made the first time a background context's step runs beside this one's.)
-    if (!opts_.background && !side_made_ && weights_->background_steps.load() > 0) side_stream_ = weights_->make_side_stream(), side_made_ = true;
+    if (!opts_.background && !side_made_ && weights_->background_steps.load() > 0) {
+      side_stream_ = weights_->make_side_stream();
+      side_made_ = true;
+    }
     const bool side = side_stream_ && weights_->background_steps.load() > 0;
     stream_ = side ? side_stream_ : main_stream_;
     begin_step(step);
