@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_weights.h"
 #include "cuda_test_util.h"
 #include "core/error.h"
 #include "quant/dot.h"
@@ -1306,6 +1307,50 @@ TEST(CudaMoe, AddNormCombinesTheSlotsAsTheCombineLaunch) {
       EXPECT_GT(moved, 1.0);
     }
   }
+}
+
+// Green contexts (a long prompt's context on 8 in 11 of the multiprocessors, the others' steps on the
+// rest): both parts made, a stream on each, and a kernel on each stream giving the bytes it gives on
+// an ordinary stream. (Driver entry points asked for by too old a version once left every green
+// stream unmade, and the lane silently on every multiprocessor.)
+TEST(CudaGreen, AKernelRunsOnEachPart) {
+  ZINC_NEED_CUDA_DEVICE();
+  int dev = 0, sms = 0, least = 0, greatest = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  const backend::cuda::GreenPair g = backend::cuda::make_green_pair(8 * sms / 11);
+  if (g.error == "the driver has no green contexts") GTEST_SKIP() << g.error;
+  ASSERT_TRUE(g.error.empty()) << g.error;
+  EXPECT_GE(g.part_sms, 8 * sms / 11);
+  EXPECT_GT(g.rest_sms, 0);
+  EXPECT_LE(g.part_sms + g.rest_sms, sms);
+  cudaStream_t streams[2] = {backend::cuda::green_stream(g.part, least), backend::cuda::green_stream(g.rest, greatest)};
+  ASSERT_NE(streams[0], nullptr);
+  ASSERT_NE(streams[1], nullptr);
+  const int64_t cols = 4096;
+  const int rows = 64;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::mt19937 rng(41);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  const size_t bytes = backend::cuda::q8_bytes(rows, cols);
+  Dev dx(x.size() * 4), want(bytes), got0(bytes), got1(bytes);
+  upload(dx, x.data(), x.size() * 4);
+  backend::cuda::quantize_codes(nullptr, dx.as<float>(), cols, 1, cols, rows, want.p);
+  backend::cuda::quantize_codes(streams[0], dx.as<float>(), cols, 1, cols, rows, got0.p);
+  backend::cuda::quantize_codes(streams[1], dx.as<float>(), cols, 1, cols, rows, got1.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> w(bytes), a(bytes), b(bytes);
+  ASSERT_EQ(cudaMemcpy(w.data(), want.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(a.data(), got0.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b.data(), got1.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(a, w) << "the lane's part";
+  EXPECT_EQ(b, w) << "the rest";
+  EXPECT_NE(std::count(w.begin(), w.end(), 0), static_cast<std::ptrdiff_t>(bytes));  // (the kernel wrote something)
+  for (cudaStream_t s : streams) cudaStreamDestroy(s);
+  backend::cuda::destroy_green(g.part);
+  backend::cuda::destroy_green(g.rest);
 }
 
 TEST(CudaBackend, SaysWhyWhereItCannotStart) {
