@@ -724,7 +724,8 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, Runner& run) 
                   "With --concurrency: the server's --prompt-lane (longer prompts arriving while others decode are read "
                   "on a context of their own beside their steps); with --long-prompt also the two contexts measured "
                   "directly: the streams' decode steps and the prompt read in --batch-tokens chunks beside them, "
-                  "against each alone; -1: the server's default (512 where the backend runs both at once, else never)")
+                  "against each alone; -1: the server's default (512 where the backend runs both at once and there "
+                  "is more than one slot, else never)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--cache-mem", a->cache_mem_gb,

@@ -172,7 +172,8 @@ void add_serve_command(CLI::App& app, const GlobalOptions&, Runner& run) {
                   "A prompt of more than this many tokens arriving while requests decode is read on a context of its "
                   "own beside their steps (where the GPU runs both at once: CUDA, the prompt on 8 in 11 of the "
                   "multiprocessors and their steps on the rest), then joins its slot; 0: never (it goes in chunks "
-                  "within their steps); -1: 512 where the backend runs both at once, else never")
+                  "within their steps); -1: 512 where the backend runs both at once and --parallel is above 1, "
+                  "else never")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
   cmd->add_option("--queue", a->queue, "Requests that may wait for a slot before the server answers 503")

@@ -118,7 +118,8 @@ Engine::Engine(const gguf::File& file, const tokenizer::Tokenizer& tok, EngineOp
   exe_ = weights_->instantiate(exec);
   exe_->warm_up();  // a GPU's pipelines made now, not in the first requests' time
   const bool auto_lane = options_.prompt_lane < 0;
-  if (auto_lane) options_.prompt_lane = weights_->steps_side_by_side() ? kAutoPromptLane : 0;
+  // (One slot never decodes beside another's prompt: no lane then.)
+  if (auto_lane) options_.prompt_lane = weights_->steps_side_by_side() && options_.n_slots > 1 ? kAutoPromptLane : 0;
   if (options_.prompt_lane > 0 && exe_->can_rewind()) {  // (a recurrent state's checkpoints come from the slots' own steps)
     backend::ExecOptions lane = exec;
     lane.n_seq = 1;

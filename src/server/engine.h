@@ -56,7 +56,7 @@ struct EngineOptions {
   // pays where the backend runs contexts' steps side by side (CUDA): the prompt at nearly its speed
   // alone, the streams' steps slower by what it takes of the device. Not for a model with recurrent
   // state, nor a slot whose drafts need the steps' hidden rows. -1: kAutoPromptLane where the backend
-  // runs contexts' steps side by side, else never.
+  // runs contexts' steps side by side and there is more than one slot, else never.
   int prompt_lane = -1;
   // Speculative decoding: a draft model of the same vocabulary (a GGUF path; "" for none), loaded on
   // the same backend with a context per slot, drafting up to draft_max tokens per step.

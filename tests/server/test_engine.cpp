@@ -117,7 +117,8 @@ TEST(PromptRoom, PromptsAlwaysMove) {
 }
 
 // --prompt-lane left to its default: a context of its own for long prompts only where the backend
-// runs two contexts' steps side by side (CUDA), so none on the CPU; set, it stands.
+// runs two contexts' steps side by side (CUDA) and there are slots to decode beside it, so none on the
+// CPU, with one slot or several; set, it stands.
 TEST(PromptLaneDefault, NoneWhereContextsTakeTurns) {
   ZINC_REQUIRE_TESTDATA();
   const zinc::gguf::File f = zinc::gguf::File::open(zinc::test::testdata_dir() / "models/stories260K.gguf");
@@ -126,9 +127,10 @@ TEST(PromptLaneDefault, NoneWhereContextsTakeTurns) {
   o.exec.n_ctx = 256;
   o.threads = 1;
   ASSERT_EQ(o.prompt_lane, -1);
-  {
+  for (const int slots : {1, 4}) {
+    o.n_slots = slots;
     const zinc::server::Engine e(f, tok, o);
-    EXPECT_EQ(e.prompt_lane(), 0);
+    EXPECT_EQ(e.prompt_lane(), 0) << slots << " slots";
   }
   o.prompt_lane = 100;
   const zinc::server::Engine e(f, tok, o);
