@@ -155,11 +155,12 @@ class CudaExecutable final : public SharedDeviceExecutable {
       }
     } const counted(opts_.background ? &weights_->background_steps : nullptr);
     // (The side stream made the first time a background context's step runs beside this one's.)
-    if (!opts_.background && !side_made_ && weights_->background_steps.load() > 0) {
+    const bool beside = !opts_.background && weights_->background_steps.load() > 0;
+    if (beside && !side_made_) {
       side_stream_ = weights_->make_side_stream();
       side_made_ = true;
     }
-    const bool side = side_stream_ && weights_->background_steps.load() > 0;
+    const bool side = beside && side_stream_;
     stream_ = side ? side_stream_ : main_stream_;
     begin_step(step);
     logits_read_ = false;
