@@ -5,7 +5,8 @@
 // Usage: zinc_cuda_matvec_bench [tokens] [iterations] [codes staged in shared memory: 1 (default) or 0]
 //        [weights staged in shared memory: 1 (default: where faster), 2 (wherever they fit) or 0]
 //        [gate and up at 16 tokens a warp held to fewer registers: 1 (default: where faster), 2 (always) or 0]
-//        [prompt tiles from this many rows on (0: as built)] [only the shapes whose names contain this]
+//        [prompt tiles from this many rows on (0: as built)] [only the shapes whose names contain this;
+//        moe[:experts:used:between]: a mixture's products instead]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -83,6 +84,72 @@ double time_graph(cudaStream_t s, int iters, F launch) {
   return 1000.0 * ms / iters;
 }
 
+
+// A mixture's products at n rows (by default qwen3-30b-a3b's shape: 128 experts, 8 a row, 2048 wide,
+// 768 between; gate and up Q4_K, down Q6_K), each row's experts drawn at random as an untrained router
+// sends them: each slot its own (gate and up with the activation, then down) and grouped by expert;
+// GB/s of the distinct experts' bytes.
+void moe_bench(cudaStream_t s, int n, int iters, double copy_gbs, std::mt19937& rng, int ne, int k, int64_t ff) {
+  constexpr int64_t d = 2048;
+  const Weights g = make(TensorType::Q4_K, ne * ff, d, rng), u = make(TensorType::Q4_K, ne * ff, d, rng),
+                dn = make(TensorType::Q6_K, ne * d, ff, rng);
+  const size_t g_row = zinc::quant::row_size(g.type, d), d_row = zinc::quant::row_size(dn.type, ff);
+  const int slots = n * k;
+  std::vector<int32_t> ids(static_cast<size_t>(slots));
+  std::vector<int> all(ne);
+  for (int e = 0; e < ne; ++e) all[static_cast<size_t>(e)] = e;
+  std::vector<bool> used(ne);
+  for (int t = 0; t < n; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + k);
+    for (int i = 0; i < k; ++i) ids[static_cast<size_t>(t * k + i)] = all[static_cast<size_t>(i)], used[static_cast<size_t>(all[static_cast<size_t>(i)])] = true;
+  }
+  const auto distinct = std::count(used.begin(), used.end(), true);
+  const double bytes = static_cast<double>(distinct) * static_cast<double>(2 * ff * g_row + d * d_row);
+  float *x, *gate, *up, *y;
+  int32_t *dids, *order, *offsets;
+  void* q8;
+  check(cudaMalloc(reinterpret_cast<void**>(&x), static_cast<size_t>(n * d) * 4), "cudaMalloc");
+  check(cudaMemset(x, 0, static_cast<size_t>(n * d) * 4), "memset");
+  check(cudaMalloc(reinterpret_cast<void**>(&gate), static_cast<size_t>(slots * ff) * 4), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&up), static_cast<size_t>(slots * ff) * 4), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&y), static_cast<size_t>(slots * d) * 4), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&dids), static_cast<size_t>(slots) * 4), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&order), static_cast<size_t>(slots) * 4), "cudaMalloc");
+  check(cudaMalloc(reinterpret_cast<void**>(&offsets), static_cast<size_t>(ne + 1) * 4), "cudaMalloc");
+  check(cudaMalloc(&q8, ck::q8_bytes(slots, d)), "cudaMalloc");
+  check(cudaMemcpy(dids, ids.data(), static_cast<size_t>(slots) * 4, cudaMemcpyHostToDevice), "upload");
+  std::printf("mixture of %d rows, %d of %d experts a row, %lld between: %lld distinct experts, %.1f MB a layer\n| path | us per layer | GB/s | %% of copy |\n|---|---|---|---|\n", n, k, ne,
+              static_cast<long long>(ff), static_cast<long long>(distinct), bytes / 1e6);
+  const auto prods = [&](int i, ck::Product (&p)[2], ck::Product& down) {
+    p[0] = {static_cast<int>(g.type), g.copies[static_cast<size_t>(i) % g.copies.size()], g_row, g_row * ff, 0, ff, gate, ff, nullptr, 0};
+    p[1] = {static_cast<int>(u.type), u.copies[static_cast<size_t>(i) % u.copies.size()], g_row, g_row * ff, 0, ff, up, ff, nullptr, 0};
+    down = {static_cast<int>(dn.type), dn.copies[static_cast<size_t>(i) % dn.copies.size()], d_row, d_row * d, 0, d, y, d, nullptr, 0};
+  };
+  ck::moe_group(s, dids, slots, ne, order, offsets);
+  for (const int path : {0, 1})
+  for (const int part : {0, 1, 2}) {  // (both products; gate and up alone; down alone)
+    if (path == 1 && n < 2) continue;
+    const double us = time_graph(s, iters, [&](int i) {
+      ck::Product p[2], down;
+      prods(i, p, down);
+      if (path == 0) {
+        if (part != 2) ck::mul_mat_codes(s, p, 2, d, x, d, k, dids, slots, q8, false, ck::Glu::SwiGLU, 0, 0, part == 0 ? ck::Chain::First : ck::Chain::None);
+        if (part != 1) ck::mul_mat_id(s, static_cast<int>(dn.type), down.w, d_row, d_row * d, 0, d, ff, gate, ff, 1, dids, slots, y, d, nullptr, 0, q8, false,
+                       part == 0 ? ck::Chain::Second : ck::Chain::None);
+      } else {
+        if (part == 0) ck::moe_group(s, dids, slots, ne, order, offsets);
+        if (part != 2) ck::grouped_mul_mat_codes(s, p, 2, d, x, d, k, order, offsets, ne, n, slots, q8, false, ck::Glu::SwiGLU);
+        if (part != 1) ck::grouped_mul_mat_codes(s, &down, 1, ff, gate, ff, 1, order, offsets, ne, n, slots, q8, false);
+      }
+    });
+    const double b = part == 0 ? bytes : part == 1 ? bytes * 2 * ff * g_row / (2 * ff * g_row + d * d_row) : bytes * d * d_row / (2 * ff * g_row + d * d_row);
+    std::printf("| %s%s | %.2f | %.0f | %.0f%% |\n", path == 0 ? "each slot its own" : "grouped by expert",
+                part == 0 ? "" : part == 1 ? ": gate and up" : ": down", us, b / (us * 1e3), 100.0 * b / (us * 1e3) / copy_gbs);
+  }
+  check(cudaGetLastError(), "kernels");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +183,12 @@ int main(int argc, char** argv) {
   std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; %d token(s)\n\n", prop.name, prop.multiProcessorCount, copy_gbs, n);
 
   std::mt19937 rng(1);
+  if (argc > 7 && std::string(argv[7]).starts_with("moe")) {  // (moe[:experts:used:between])
+    int ne = 128, k = 8, ff = 768;
+    std::sscanf(argv[7], "moe:%d:%d:%d", &ne, &k, &ff);
+    moe_bench(s, n, iters, copy_gbs, rng, ne, k, ff);
+    return 0;
+  }
   struct Shape {
     std::string name;
     std::vector<Weights> parts;

@@ -1337,16 +1337,31 @@ TEST(CudaGreen, AKernelRunsOnEachPart) {
   const size_t bytes = backend::cuda::q8_bytes(rows, cols);
   Dev dx(x.size() * 4), want(bytes), got0(bytes), got1(bytes);
   upload(dx, x.data(), x.size() * 4);
+  // (The copy and the buffers' zeroing done before the green streams read and write them: those streams
+  // do not wait for the default stream's work, and a copy from pageable memory may return before its
+  // last bytes land.)
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   backend::cuda::quantize_codes(nullptr, dx.as<float>(), cols, 1, cols, rows, want.p);
   backend::cuda::quantize_codes(streams[0], dx.as<float>(), cols, 1, cols, rows, got0.p);
   backend::cuda::quantize_codes(streams[1], dx.as<float>(), cols, 1, cols, rows, got1.p);
+  // (Each stream waited on: a green context's work is not the primary context's, which a device-wide
+  // synchronize waits for.)
+  for (cudaStream_t s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> w(bytes), a(bytes), b(bytes);
   ASSERT_EQ(cudaMemcpy(w.data(), want.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(a.data(), got0.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(b.data(), got1.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(a, w) << "the lane's part";
-  EXPECT_EQ(b, w) << "the rest";
+  // (Where they differ: the first byte, how many, and the region, codes then scales then sums.)
+  const auto differ = [&](const std::vector<uint8_t>& got) {
+    size_t first = bytes, count = 0;
+    for (size_t i = 0; i < bytes; ++i)
+      if (got[i] != w[i]) first = std::min(first, i), ++count;
+    return count == 0 ? std::string() : "first at byte " + std::to_string(first) + " of " + std::to_string(bytes) + " (codes end at " +
+                                            std::to_string(rows * cols) + "), " + std::to_string(count) + " bytes";
+  };
+  EXPECT_EQ(differ(a), "") << "the lane's part";
+  EXPECT_EQ(differ(b), "") << "the rest";
   EXPECT_NE(std::count(w.begin(), w.end(), 0), static_cast<std::ptrdiff_t>(bytes));  // (the kernel wrote something)
   for (cudaStream_t s : streams) cudaStreamDestroy(s);
   backend::cuda::destroy_green(g.part);

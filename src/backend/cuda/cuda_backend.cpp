@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -815,8 +816,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
                                                                        : ck::Elementwise::SwiGLU;
     const auto grouped = [](gguf::TensorType t) { return ck::grouped_mul_mat_supported(static_cast<int>(t)); };
     const bool codes = q8_.get() && gt.type == ut.type && ck::uses_codes(static_cast<int>(gt.type)) && mp.glu != graph::MoeGlu::SwiGLUClamped;
-    const bool codes_grouped = codes && n > kMoeSlotRows && n <= ck::kCodesTokens && ck::uses_codes(static_cast<int>(dt.type));
-    if (n > kMoeSlotRows && !codes_grouped && grouped(gt.type) && grouped(ut.type) && grouped(dt.type)) {
+    const bool codes_apart = codes && n <= ck::kCodesTokens && slots_apart(n, k, ne);
+    const bool codes_grouped = codes && !codes_apart && n <= ck::kCodesTokens && ck::uses_codes(static_cast<int>(dt.type));
+    if (n > kMoeSlotRows && !codes_apart && !codes_grouped && grouped(gt.type) && grouped(ut.type) && grouped(dt.type)) {
       // A prompt: the slots grouped by expert, each expert's three products one tiled product over its
       // slots (its weights read once per 64 of them, not once per slot).
       auto* order = moe_order_.get<int32_t>();
@@ -1368,6 +1370,24 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // in prompt tiles of 64 slots. Measured on an H200, qwen3-30b-a3b, decode of 8 / 16 / 32 sequences:
   // slot by slot 1292 / 1046 tok/s; the prompt tiles 576 at 16, 978 at 32; on tensor cores 1738 at 32.
   static constexpr int kMoeSlotRows = 8;
+  // Against codes, slot by slot also past kMoeSlotRows while a step's slots are at most twice the
+  // experts its rows are expected to reach (k of n_expert each, drawn evenly: n_expert (1 - (1 -
+  // k / n_expert)^n)): grouping then saves few reads of an expert and costs more than it saves.
+  // zinc_cuda_matvec_bench ROWS 40 1 1 1 0 moe:E:K:FF on an H200, us a layer, slot by slot / grouped:
+  // 128 of 8 (qwen3-30b-a3b) 16 rows 139.9 / 178.6, 24 204.7 / 223.0, 32 268.7 / 256.2; 256 of 8 (512
+  // between) 48 322.2 / 377.6, 64 426.5 / 447.3; 32 of 4, 12 59.5 / 67.3, 16 74.9 / 72.7. A router that
+  // sends rows to fewer experts than evenly (a trained one) makes the grouping pay sooner.
+  // ZINC_CUDA_MOE_APART=ROWS: slot by slot up to that many rows instead (0: up to kMoeSlotRows).
+  static bool slots_apart(int n, int k, int n_expert) {
+    static const int forced = [] {
+      const char* v = knob("ZINC_CUDA_MOE_APART");
+      return v && *v ? std::atoi(v) : -1;
+    }();
+    if (forced >= 0) return n <= std::max(forced, kMoeSlotRows);
+    if (n <= kMoeSlotRows) return true;
+    const double reached = n_expert * (1.0 - std::pow(1.0 - static_cast<double>(k) / n_expert, n));
+    return static_cast<double>(n) * k <= 2.0 * reached;
+  }
   static constexpr int kSplitRows = 32;  // decode attention splits each row's keys for steps of up to this many rows
   DeviceBuffer ids_dev_;               // each logits row's argmax (read back with the step)
   DeviceBuffer argmax_scratch_;        // the argmax launch's keys and counts (zero between launches)
