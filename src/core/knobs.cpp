@@ -64,7 +64,7 @@ constexpr Knob kKnobs[] = {
      "1: a background context's CUDA stream (--prompt-lane) at the greatest priority, as the others' (measuring)"},
     {"ZINC_CUDA_LANE_SMS", "N, 0", "unset (8 in 11 of the multiprocessors: 96 of 132)",
      "a background context's CUDA steps (--prompt-lane) on a green context of about N multiprocessors, and while one runs the other contexts' steps on the rest; 0: both share every multiprocessor (measuring)"},
-    {"ZINC_CUDA_MOE_APART", "N", "unset (while a step's slots are at most twice the experts its rows reach, drawn evenly)",
+    {"ZINC_CUDA_MOE_APART", "N", "unset (while a step's slots are at most 1.5 times the experts its rows reach, drawn evenly)",
      "CUDA mixtures against codes: each slot its expert's rows for steps of up to N rows (at least 8), grouped by expert past that (measuring)"},
     {"ZINC_CUDA_PDL", "0", "unset (on, sm_90 and later)", "0: CUDA decode kernels wait for the previous kernel to finish before they start (no programmatic dependent launch; measuring)"},
     {"ZINC_CUDA_PROFILE", "1", "unset",

@@ -488,6 +488,22 @@ struct GateUpProducts {
   void run_and_check(backend::cuda::Glu glu, int n, int split, int rows_per_warp, const std::string& what) {
     ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(max_n * rows) * 4), cudaSuccess);
     backend::cuda::mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, nullptr, n, dq8.p, false, glu, split, rows_per_warp);
+    check(glu, n, what);
+  }
+  // The same n rows as the slots of n_expert experts that share these weights (expert_bytes 0; slot t
+  // to expert 5 t mod n_expert), grouped by expert (each expert's slots in groups of 8).
+  void run_grouped_and_check(backend::cuda::Glu glu, int n, int n_expert, const std::string& what) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int t = 0; t < n; ++t) ids[static_cast<size_t>(t)] = (5 * t) % n_expert;
+    Dev dids(ids.size() * 4), dorder(ids.size() * 4), doffsets(static_cast<size_t>(n_expert + 1) * 4);
+    upload(dids, ids.data(), ids.size() * 4);
+    backend::cuda::moe_group(nullptr, dids.as<int32_t>(), n, n_expert, dorder.as<int32_t>(), doffsets.as<int32_t>());
+    ASSERT_EQ(cudaMemset(dout.p, 0xff, static_cast<size_t>(max_n * rows) * 4), cudaSuccess);
+    backend::cuda::grouped_mul_mat_codes(nullptr, p, 2, cols, dx.as<float>(), cols, 1, dorder.as<int32_t>(), doffsets.as<int32_t>(), n_expert, n, n,
+                                         dq8.p, false, glu);
+    check(glu, n, what);
+  }
+  void check(backend::cuda::Glu glu, int n, const std::string& what) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> got(static_cast<size_t>(n * rows));
     ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -844,6 +860,22 @@ TEST_F(CudaFused, GateAndUpWithTheirActivation) {
   backend::cuda::set_codes_mma_min(0);
   backend::cuda::set_codes_mma_stage(true);
   backend::cuda::set_codes_mma_weights_stage(1);
+  backend::cuda::set_codes_mma_glu_capped(1);
+}
+
+// Gate and up with their activation over a mixture's slots grouped by expert (one expert or three, 1 to
+// 3 groups of 8 slots an expert), held to fewer registers (the default) or in all of them.
+TEST_F(CudaFused, GateAndUpGroupedByExpert) {
+  std::mt19937 rng(14);
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+    GateUpProducts f(type, 45, 2048, rng);
+    for (const auto& [glu, n, n_expert] : {std::tuple{backend::cuda::Glu::SwiGLU, 5, 1}, {backend::cuda::Glu::GeGLU, 13, 1},
+                                           {backend::cuda::Glu::SwiGLU, 40, 3}, {backend::cuda::Glu::SwiGLU, 3, 3}})
+      for (const int capped : {1, 0}) {
+        backend::cuda::set_codes_mma_glu_capped(capped);
+        ASSERT_NO_FATAL_FAILURE(f.run_grouped_and_check(glu, n, n_expert, fmt::format("grouped, {} experts{}", n_expert, capped ? "" : ", all registers")));
+      }
+  }
   backend::cuda::set_codes_mma_glu_capped(1);
 }
 

@@ -1370,13 +1370,15 @@ class CudaExecutable final : public SharedDeviceExecutable {
   // in prompt tiles of 64 slots. Measured on an H200, qwen3-30b-a3b, decode of 8 / 16 / 32 sequences:
   // slot by slot 1292 / 1046 tok/s; the prompt tiles 576 at 16, 978 at 32; on tensor cores 1738 at 32.
   static constexpr int kMoeSlotRows = 8;
-  // Against codes, slot by slot also past kMoeSlotRows while a step's slots are at most twice the
+  // Against codes, slot by slot also past kMoeSlotRows while a step's slots are at most 1.5 times the
   // experts its rows are expected to reach (k of n_expert each, drawn evenly: n_expert (1 - (1 -
   // k / n_expert)^n)): grouping then saves few reads of an expert and costs more than it saves.
-  // zinc_cuda_matvec_bench ROWS 40 1 1 1 0 moe:E:K:FF on an H200, us a layer, slot by slot / grouped:
-  // 128 of 8 (qwen3-30b-a3b) 16 rows 139.9 / 178.6, 24 204.7 / 223.0, 32 268.7 / 256.2; 256 of 8 (512
-  // between) 48 322.2 / 377.6, 64 426.5 / 447.3; 32 of 4, 12 59.5 / 67.3, 16 74.9 / 72.7. A router that
-  // sends rows to fewer experts than evenly (a trained one) makes the grouping pay sooner.
+  // zinc_cuda_matvec_bench ROWS 40 1 1 1 0 moe:E:K:FF on an H100, us a layer, slot by slot / grouped:
+  // 128 of 8 (qwen3-30b-a3b) 12 rows 120.1 / 136.1, 16 155.5 / 154.8, 24 227.1 / 194.7; 256 of 8 (512
+  // between) 24 179.8 / 197.2, 32 236.1 / 246.3, 48 348.7 / 332.0; 32 of 4, 12 65.0 / 65.3, 16 82.8 /
+  // 67.9. In the step the grouping did better than there: qwen3-30b-a3b, 16 requests, 1656.0 tok/s slot
+  // by slot against 1787.5 grouped (ZINC_CUDA_MOE_APART=0). A router that sends rows to fewer experts
+  // than evenly (a trained one) makes the grouping pay sooner.
   // ZINC_CUDA_MOE_APART=ROWS: slot by slot up to that many rows instead (0: up to kMoeSlotRows).
   static bool slots_apart(int n, int k, int n_expert) {
     static const int forced = [] {
@@ -1386,7 +1388,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (forced >= 0) return n <= std::max(forced, kMoeSlotRows);
     if (n <= kMoeSlotRows) return true;
     const double reached = n_expert * (1.0 - std::pow(1.0 - static_cast<double>(k) / n_expert, n));
-    return static_cast<double>(n) * k <= 2.0 * reached;
+    return static_cast<double>(n) * k <= 1.5 * reached;
   }
   static constexpr int kSplitRows = 32;  // decode attention splits each row's keys for steps of up to this many rows
   DeviceBuffer ids_dev_;               // each logits row's argmax (read back with the step)

@@ -23,7 +23,7 @@ void set_codes_mma_groups(int groups) { g_mma_groups = groups == 1 || groups == 
 bool g_mma_stage = true;  // k_mv_mma's codes staged in shared memory
 void set_codes_mma_stage(bool on) { g_mma_stage = on; }
 int g_mma_weights_stage = 1;  // k_mv_mma's weights copied into shared memory ahead of their use: 0 never, 1 where it pays, 2 where it fits
-int g_mma_glu_capped = 1;  // k_mv_mma's gate and up at 16 tokens a warp in kGluRegs registers: 0 never, 1 where it pays, 2 always
+int g_mma_glu_capped = 1;  // k_mv_mma's gate and up at 16 tokens a warp (8 grouped by expert) held to fewer registers: 0 never, 1 where it pays, 2 always
 void set_codes_mma_weights_stage(int mode) { g_mma_weights_stage = std::clamp(mode, 0, 2); }
 void set_codes_mma_glu_capped(int mode) { g_mma_glu_capped = std::clamp(mode, 0, 2); }
 int g_mma_streams = 0;  // k_mv_mma's streams a warp up to kSameRows tokens (1, 2, 4); 0: by the shapes
@@ -834,8 +834,14 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp, (!GLU && (NJ == 1 || (NJ ==
 // 2 x 12288 x 4096 Q4_K, us): 38.1 -> 31.8 with two warps a tile (the warps' budget from these
 // registers chooses two), though 50.2 with one; 12 tokens 37.0 -> 30.8.
 constexpr int kGluRegs = 168;
+// And at 8 tokens a warp grouped by expert (a mixture's few slots an expert): in at most kGluRegs1
+// (195 as the bounds allow: 8 warps an SM; at 128, 16). zinc_cuda_matvec_bench N 40 1 1 C 0 moe on
+// an H100, gate and up of qwen3-30b-a3b's experts, us, uncapped -> 128: 8 rows 65.1 -> 50.3, 16 105.9
+// -> 76.2, 32 155.8 -> 114.9, 64 212.6 -> 157.3; at 96 and 80 registers slower again (16 rows 85.9,
+// 93.3), and so was capping the down product (128 registers) to those (73.5 -> 91.9, 107.9).
+constexpr int kGluRegs1 = 128;
 template <int NJ, bool GLU, bool ST>
-constexpr int mma_cap() { return GLU && NJ == 2 && ST ? kGluRegs : 0; }
+constexpr int mma_cap() { return GLU && ST ? (NJ == 2 ? kGluRegs : NJ == 1 ? kGluRegs1 : 0) : 0; }
 
 // The warps of a k_mv_mma instantiation the GPU holds at once (its registers and shared memory).
 template <int NJ, bool GLU, int R, int CAP = 0>
@@ -935,9 +941,10 @@ void launch_mv_mma(Stream s, MvArgs& a, int split) {
   constexpr bool kStages = NJ <= 2 || !GLU;  // (gate and up at 32 tokens a warp take one or two warps a tile)
   constexpr int kCap = mma_cap<NJ, GLU, kStages>();
   // (Capped where the launch's warps are at least half of those the GPU holds uncapped: measured on
-  // qwen3-8b's, not on small ones.)
+  // qwen3-8b's, not on small ones; at 8 tokens a warp, grouped by expert only.)
   const bool capped = kCap != 0 && g_mma_stage &&
-                      (g_mma_glu_capped == 2 || (g_mma_glu_capped == 1 && tiles * groups * 2 >= mma_resident_warps<NJ, GLU, R>()));
+                      (g_mma_glu_capped == 2 ||
+                       (g_mma_glu_capped == 1 && (NJ == 1 ? a.order != nullptr : tiles * groups * 2 >= mma_resident_warps<NJ, GLU, R>())));
   int S = choose_s(capped ? mma_resident_warps<NJ, GLU, R, kCap>() : mma_resident_warps<NJ, GLU, R>(), !(GLU && groups == 1));
   // Up to 8 tokens (not grouped by expert), the weights staged too (WS) where the launch's warps are at
   // least half of those the GPU holds and a block of the most warps holds them in shared memory (slots

@@ -73,8 +73,8 @@ void set_codes_mma_stage(bool on);
 // And whether its weights are copied into shared memory a super-block ahead of their use: 0 never, 1
 // (the default) where measured faster, 2 wherever a block holds them (tests).
 void set_codes_mma_weights_stage(int mode);
-// And whether gate and up at 16 tokens a warp are held to fewer registers (more warps resident): 0
-// never, 1 (the default) where measured faster, 2 always (tests).
+// And whether gate and up at 16 tokens a warp (at 8, grouped by expert) are held to fewer registers
+// (more warps resident): 0 never, 1 (the default) where measured faster, 2 always (tests).
 void set_codes_mma_glu_capped(int mode);
 // And, for up to kSameRows tokens, each warp's streams of a row's super-blocks (1, 2 or 4; others: by
 // the shapes): the rest of the one-token shape's streams taken by more warps a tile.
