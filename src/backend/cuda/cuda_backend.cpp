@@ -348,7 +348,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     ids_host_ = HostBuffer(rows * 4);
     ids_dev_ = DeviceBuffer(rows * 4);
     argmax_scratch_ = DeviceBuffer(ck::argmax_scratch_bytes(opts_.max_tokens));
-    check(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.size()), "cudaMemset");
+    check(cudaMemsetAsync(argmax_scratch_.get(), 0, argmax_scratch_.size(), stream_), "cudaMemset");
     if (g_.hidden >= 0) hidden_host_ = HostBuffer(rows * static_cast<size_t>(hidden_width()) * 4);
     // The caches: every block any sequence's table may name.
     k_.resize(kv_row_bytes_.size());
@@ -358,15 +358,15 @@ class CudaExecutable final : public SharedDeviceExecutable {
       const size_t bytes = kv_row_bytes_[l] * kKvBlock * static_cast<size_t>(blocks_.n_blocks());
       k_[l] = DeviceBuffer(bytes);
       v_[l] = DeviceBuffer(bytes);
-      check(cudaMemset(k_[l].get(), 0, bytes), "cudaMemset");
-      check(cudaMemset(v_[l].get(), 0, bytes), "cudaMemset");
+      check(cudaMemsetAsync(k_[l].get(), 0, bytes, stream_), "cudaMemset");
+      check(cudaMemsetAsync(v_[l].get(), 0, bytes, stream_), "cudaMemset");
     }
     state_.resize(g_.nodes.size());
     kept_.resize(g_.nodes.size());
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (state_floats_[i] == 0) continue;
       state_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq));
-      check(cudaMemset(state_[i].get(), 0, state_[i].size()), "cudaMemset");
+      check(cudaMemsetAsync(state_[i].get(), 0, state_[i].size(), stream_), "cudaMemset");
       if (kept_states() > 0) kept_[i] = DeviceBuffer(state_floats_[i] * 4 * static_cast<size_t>(opts_.n_seq * kept_states()));
     }
     // Scratch: the experts' rows, sized for the widest node.
@@ -399,7 +399,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (q8 > 0 && rows > static_cast<size_t>(ck::kCodesTokens)) {
       split_part_ = DeviceBuffer(ck::kSplitBytes);
       split_count_ = DeviceBuffer(static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned));
-      check(cudaMemset(split_count_.get(), 0, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned)), "cudaMemset");
+      check(cudaMemsetAsync(split_count_.get(), 0, static_cast<size_t>(ck::kSplitCounters) * sizeof(unsigned), stream_), "cudaMemset");
     }
     // The inputs of products whose weights are padded rows, each row padded with zeros as its weight.
     size_t pad = 0;
@@ -407,7 +407,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
       if (n.op == Op::MatMul) pad = std::max(pad, rows * static_cast<size_t>(weights_->padded_cols(n.in[0])) * 4);
     if (pad > 0) {
       pad_x_ = DeviceBuffer(pad);
-      check(cudaMemset(pad_x_.get(), 0, pad), "cudaMemset");
+      check(cudaMemsetAsync(pad_x_.get(), 0, pad, stream_), "cudaMemset");
     }
     // Attention's keys split over blocks (ck::AttentionArgs::splits): the partial results of up to
     // kSplitRows decode rows (and of the prompt tiles' rows, ck::kFlashPartRows over their splits) and
@@ -424,7 +424,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     if (att_count > 0) {
       att_part_ = DeviceBuffer(att_part);
       att_count_ = DeviceBuffer(att_count);
-      check(cudaMemset(att_count_.get(), 0, att_count), "cudaMemset");
+      check(cudaMemsetAsync(att_count_.get(), 0, att_count, stream_), "cudaMemset");
       int dev = 0;
       check(cudaGetDevice(&dev), "cudaGetDevice");
       check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
@@ -439,7 +439,7 @@ class CudaExecutable final : public SharedDeviceExecutable {
     moe_logits_ = DeviceBuffer(moe_logits * 4);
     if (moe_logits > 0) {
       moe_count_ = DeviceBuffer(static_cast<size_t>(ck::kCodesTokens) * sizeof(unsigned));
-      check(cudaMemset(moe_count_.get(), 0, moe_count_.size()), "cudaMemset");
+      check(cudaMemsetAsync(moe_count_.get(), 0, moe_count_.size(), stream_), "cudaMemset");
     }
     if (moe_logits > 0) moe_shared_g_ = DeviceBuffer(static_cast<size_t>(ck::kCodesTokens) * 4);
     // The step buffer, at its largest (layout).
@@ -451,6 +451,9 @@ class CudaExecutable final : public SharedDeviceExecutable {
     step_bytes_ = layout(rows, static_cast<size_t>(opts_.n_seq));
     step_host_ = HostBuffer(step_bytes_);
     step_dev_ = DeviceBuffer(step_bytes_);
+    // (The zeroing above on the context's own stream, done before any step: a green context's stream
+    // does not wait for the default stream's work.)
+    sync("zeroing the context's buffers");
   }
 
   // Rotations with the same angles share one table of (cos, sin) per row.
