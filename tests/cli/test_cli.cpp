@@ -567,6 +567,23 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   ASSERT_GT(j["tensors"].size(), 20u);
   for (const auto& t : j["tensors"]) EXPECT_EQ(t["max_abs_err"].get<double>(), 0.0) << t.dump();
   EXPECT_EQ(j["tensors"][0]["tensor"], "inp_embd");
+  // Float weights (stories260K is F32): the tight tolerance; quantized (the same model in Q8_0): 2%.
+  EXPECT_EQ(j["tolerance"].get<double>(), 1e-4);
+  EXPECT_EQ(j["tolerance_basis"], "float weights");
+  {
+    zinc::test::TempDir tmp;
+    const std::string q8 = tmp.file("stories-q8_0.gguf").string();
+    const RunResult made = zinc({"quantize", stories(), q8, "Q8_0"});
+    ASSERT_EQ(made.status, 0) << made.err;
+    const RunResult quantized = zinc({"validate", "--json", "-m", q8, "--backend", "cpu", "-p", "Once upon a time"});
+    ASSERT_EQ(quantized.status, 0) << quantized.err;
+    const json jq = json::parse(quantized.out);
+    EXPECT_EQ(jq["tolerance"].get<double>(), 0.02);
+    EXPECT_EQ(jq["tolerance_basis"], "quantized weights");
+    const RunResult given = zinc({"validate", "--json", "-m", q8, "--backend", "cpu", "--tolerance", "0.5"});
+    ASSERT_EQ(given.status, 0) << given.err;
+    EXPECT_EQ(json::parse(given.out)["tolerance_basis"], "given");
+  }
   // A tolerance below zero flags the first tensor, and the exit status says so.
   const RunResult strict = zinc({"validate", "-m", stories(), "--backend", "cpu", "--tolerance", "-1"});
   EXPECT_EQ(strict.status, 1);
@@ -595,8 +612,8 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   // of a few reductions of at most n = 512 terms (stories260K's widest is 172), each within n·u of its
   // terms' magnitudes on either side (Higham §4.2, u = 2^-24; 1.0e-5 at n = 172), and Vulkan's exp within
   // 3 + 2|x| ulps adds less than 1e-6: 1e-4 of a tensor's scale allows about five such worst cases on each
-  // side, as the fixtures' float32 comparison does. The prompt kernels round to f16 and stay within the
-  // default 2%.
+  // side, as the fixtures' float32 comparison does. The prompt kernels take float weights in float too,
+  // so the default for float weights (the same 1e-4) holds for a whole-prompt step.
   if (!std::filesystem::exists("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json") && std::getenv("ZINC_VULKAN_DEVICE") == nullptr) {
     GTEST_SKIP() << "no Vulkan device to compare (install mesa-vulkan-drivers)";
   }
@@ -605,6 +622,7 @@ TEST(Cli, ValidateComparesABackendWithTheCpu) {
   EXPECT_TRUE(json::parse(vk.out)["same_next_token"].get<bool>());
   const RunResult gemm = zinc({"validate", "-m", stories(), "--backend", "vulkan"});
   EXPECT_EQ(gemm.status, 0) << gemm.out << gemm.err;
+  EXPECT_TRUE(contains(gemm.out, "tolerance 0.0001, float weights")) << gemm.out;
 }
 
 // Runs a bash script; returns its stdout.
