@@ -42,10 +42,12 @@ struct TensorGap {
 
 // The tolerance where none is given. Every matrix F32, F16 or BF16: 1e-4, since both sides multiply
 // float activations by the same weights and part only by the order of float sums (the fixtures of
-// eight architectures through lavapipe: at most 1.0e-5), while activations rounded to f16 in a prompt's
-// products part by ~1e-3, which it must catch. Quantized weights: 2%. There the CPU multiplies by its
-// activations' 8-bit codes, as decode on a GPU does (Q8_0 fixtures in steps of one token: 3e-7), but a
-// GPU's prompt products may take the float activations (the same fixtures' prompts: up to 0.17).
+// eight architectures through lavapipe: at most 1.0e-5), while activations rounded to f16 in a
+// prompt's products part by ~1e-3, which it must catch. Quantized weights: 2%. There the CPU multiplies
+// by its activations' 8-bit codes, as decode on a GPU does (the Q8_0 fixtures in steps of one token: at
+// most 1.0e-6, but 8e-3 where one code rounds the other way), while a GPU's prompt products may take the
+// float activations: the same fixtures' prompts part by 2-5e-2, and by up to 0.85 past a mixture
+// whose routing then chose another expert for a token.
 struct Tolerance {
   double value;
   const char* basis;

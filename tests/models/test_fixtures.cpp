@@ -427,6 +427,32 @@ TEST(Convert, RejectsRopeScalingItCannotRepresent) {
   EXPECT_FALSE(std::filesystem::exists(tmp.file("out.gguf")));
 }
 
+TEST(Convert, RoutersStayF32WhateverTheOutputType) {
+  // Every mixture's router in F32 (the reference converter's rule), the experts in the asked type.
+  for (const char* arch : {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "gemma4_moe", "gpt_oss"}) {
+    for (const char* outtype : {"q8_0", "f16", "bf16"}) {
+      test::TempDir tmp;
+      convert::ConvertOptions copts;
+      copts.outtype = outtype;
+      convert::convert_hf(kFixtures / arch, tmp.file("m.gguf"), copts);
+      const auto file = gguf::File::open(tmp.file("m.gguf"));
+      int routers = 0, experts = 0;
+      for (const gguf::TensorInfo& t : file.tensors()) {
+        if (t.name.ends_with("ffn_gate_inp.weight")) {
+          ++routers;
+          EXPECT_EQ(t.type, gguf::TensorType::F32) << arch << " " << outtype << ": " << t.name;
+        }
+        if (t.name.ends_with("ffn_gate_exps.weight") || t.name.ends_with("ffn_gate_up_exps.weight")) {
+          ++experts;
+          EXPECT_NE(t.type, gguf::TensorType::F32) << arch << " " << outtype << ": " << t.name;
+        }
+      }
+      EXPECT_GT(routers, 0) << arch;
+      EXPECT_EQ(routers, experts) << arch << " " << outtype;
+    }
+  }
+}
+
 TEST(ModelLoad, RejectsUnknownRopeScalingType) {
   test::TempDir tmp;
   const gguf::File f = convert_f32(kFixtures / "qwen3", tmp);
