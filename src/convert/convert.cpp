@@ -404,8 +404,7 @@ ConvertReport convert_hf(const std::filesystem::path& dir, const std::filesystem
     TensorType type = TensorType::F32;
     // (A mixture's router stays F32 whatever the output type, as the reference converter and quantizer
     // keep it: its logits choose the experts, and quantized or halved they choose others at near ties.)
-    const bool router = p.gguf_name.ends_with("ffn_gate_inp.weight") || p.gguf_name.ends_with("ffn_gate_inp_shexp.weight");
-    if (ne.size() >= 2 && !p.keep_f32 && !router) {
+    if (ne.size() >= 2 && !p.keep_f32 && !p.gguf_name.ends_with("ffn_gate_inp.weight")) {
       if (outtype == "f32") type = TensorType::F32;
       else if (outtype == "bf16") type = TensorType::BF16;
       else if (outtype == "f16") type = TensorType::F16;
