@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -535,16 +536,20 @@ Case ssm_conv(int64_t width, int K, int first, int second) {
 // its own sum and codes of h; out = Σ w y by Σ(w·Δy + Δw·|y|) + (k + 2)·u·Σ|w y|. A token whose k-th
 // and next expert are closer than their probabilities' error could be routed either way: it is left
 // out (the reference must not decide a tie), and at most half of them may be.
-Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t ff = 256) {
+// A block-format router (older converters' files) adds the codes' worst-case error to every logit,
+// carried the same way; at d = 256 that leaves most tokens at a near tie (BlockRouter compares such
+// routers between backends instead).
+Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t ff = 256, TensorType router = TensorType::F32) {
   Case c;
-  c.name = fmt::format("moe/{}/{}of{}/n{}{}", gguf::tensor_type_name(type), k, n_expert, n,
-                       d == 256 && ff == 256 ? "" : fmt::format("/d{}/ff{}", d, ff));
+  c.name = fmt::format("moe/{}/{}of{}/n{}{}{}", gguf::tensor_type_name(type), k, n_expert, n,
+                       d == 256 && ff == 256 ? "" : fmt::format("/d{}/ff{}", d, ff),
+                       router == TensorType::F32 ? "" : fmt::format("/router_{}", gguf::tensor_type_name(router)));
   c.n = n;
   c.weight_type = type;
   c.f16_above = kMvMaxTokens;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId x = t.input(b, "x", d, n);
-    const TensorId r = t.weight(b, "router", TensorType::F32, {d, n_expert, 1, 1}, -0.2f, 0.2f);
+    const TensorId r = t.weight(b, "router", router, {d, n_expert, 1, 1}, -0.2f, 0.2f);
     const TensorId g = t.weight(b, "gate", type, {d, ff, n_expert, 1}, -0.2f, 0.2f);
     const TensorId u = t.weight(b, "up", type, {d, ff, n_expert, 1}, -0.2f, 0.2f);
     const TensorId dn = t.weight(b, "down", type, {ff, d, n_expert, 1}, -0.2f, 0.2f);
@@ -564,14 +569,15 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
       std::vector<double> logit(static_cast<size_t>(n_expert));
       double er = 0;
       for (int j = 0; j < n_expert; ++j) {
-        double s = 0, mag = 0;
+        double s = 0, mag = 0, coded = 0;
         for (int64_t i = 0; i < d; ++i) {
-          const double p = t.values("router")[static_cast<size_t>(j * d + i)] * x[static_cast<size_t>(i)];
-          s += p;
-          mag += std::fabs(p);
+          const double rw = t.values("router")[static_cast<size_t>(j * d + i)];
+          s += rw * x[static_cast<size_t>(i)];
+          mag += std::fabs(rw * x[static_cast<size_t>(i)]);
+          coded += std::fabs(rw) * xe[static_cast<size_t>(i)];
         }
         logit[static_cast<size_t>(j)] = s;
-        er = std::max(er, (d + 4) * kU * mag);
+        er = std::max(er, (d + 4) * kU * mag + (router == TensorType::F32 ? 0.0 : coded));
       }
       const double mx = *std::max_element(logit.begin(), logit.end());
       std::vector<double> prob(logit.size());
@@ -846,6 +852,50 @@ std::vector<PerfRow>& perf_rows() {
   return rows;
 }
 
+// A case's graph on a backend (its data seeded by the case's name, independent of the other cases),
+// ready to run its steps; `why` says why the backend cannot (then nothing is loaded, nor where narrow).
+struct CaseRun {
+  CaseRun(const Case& c, backend::Backend& be) : t(static_cast<uint32_t>(std::hash<std::string>{}(c.name))) {
+    Builder b(g);
+    g.logits = c.build(b, t);
+    g.n_layer = 1;
+    g.n_vocab = g.tensor(g.logits).ne[0];
+    if ((narrow = g.n_vocab < c.n)) return;
+    if (why = be.why_unsupported(g); !why.empty()) return;
+    file.emplace(t.write(tmp.file("case.gguf")));
+    weights = be.load(g, *file);
+    backend::ExecOptions opts;
+    opts.n_ctx = std::max(64, c.n);
+    opts.max_tokens = c.n;
+    opts.kv_type = c.kv;
+    exe = weights->instantiate(opts);
+    steps = c.steps.empty() ? std::vector<int>{c.n} : c.steps;
+  }
+  // Every step's output rows, one after another.
+  std::vector<float> run() {
+    std::vector<float> got;
+    int32_t at = 0;
+    for (int s : steps) {
+      if (s == 0) continue;
+      std::vector<int32_t> tokens(static_cast<size_t>(s));
+      for (int i = 0; i < s; ++i) tokens[static_cast<size_t>(i)] = at + i;
+      exe->run(graph::StepParams::one(tokens, at, true));
+      got.insert(got.end(), exe->logits().begin(), exe->logits().end());
+      at += s;
+    }
+    return got;
+  }
+  Tables t;
+  graph::Graph g;
+  test::TempDir tmp;
+  std::optional<gguf::File> file;  // the weights may read it while they live
+  std::shared_ptr<backend::Weights> weights;
+  std::unique_ptr<backend::Executable> exe;
+  std::vector<int> steps;
+  std::string why;
+  bool narrow = false;  // the output narrower than the tokens (ids are checked against it): a wrong case
+};
+
 class OpSuite : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
 
 TEST_P(OpSuite, MatchesTheDefinition) {
@@ -857,36 +907,12 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   } catch (const Error& e) {
     GTEST_SKIP() << backend_name << " cannot start: " << e.what();
   }
-  Tables t(static_cast<uint32_t>(std::hash<std::string>{}(c.name)));  // a case's data does not depend on the others
-  graph::Graph g;
-  Builder b(g);
-  g.logits = c.build(b, t);
-  g.n_layer = 1;
-  g.n_vocab = g.tensor(g.logits).ne[0];
-  ASSERT_GE(g.n_vocab, c.n) << "the output must be at least as wide as the tokens (ids are checked against it)";
-  if (const std::string why = be->why_unsupported(g); !why.empty()) GTEST_SKIP() << why;
-  test::TempDir tmp;
-  const gguf::File f = t.write(tmp.file("case.gguf"));
-  auto weights = be->load(g, f);
-  backend::ExecOptions opts;
-  opts.n_ctx = std::max(64, c.n);
-  opts.max_tokens = c.n;
-  opts.kv_type = c.kv;
-  auto exe = weights->instantiate(opts);
-  const std::vector<int> steps = c.steps.empty() ? std::vector<int>{c.n} : c.steps;
-  std::vector<float> got;
-  const auto run_all = [&](bool keep) {
-    int32_t at = 0;
-    for (int s : steps) {
-      if (s == 0) continue;
-      std::vector<int32_t> tokens(static_cast<size_t>(s));
-      for (int i = 0; i < s; ++i) tokens[static_cast<size_t>(i)] = at + i;
-      exe->run(graph::StepParams::one(tokens, at, true));
-      if (keep) got.insert(got.end(), exe->logits().begin(), exe->logits().end());
-      at += s;
-    }
-  };
-  run_all(true);
+  CaseRun run(c, *be);
+  ASSERT_FALSE(run.narrow) << "the output must be at least as wide as the tokens";
+  if (!run.why.empty()) GTEST_SKIP() << run.why;
+  const Tables& t = run.t;
+  const std::vector<int>& steps = run.steps;
+  const std::vector<float> got = run.run();
   Expect e = c.reference(t);
   ASSERT_EQ(got.size(), e.want.size());
   const int most = *std::max_element(steps.begin(), steps.end());
@@ -917,7 +943,7 @@ TEST_P(OpSuite, MatchesTheDefinition) {
   if (g_perf) {
     const int reps = 20;
     const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) run_all(false);
+    for (int r = 0; r < reps; ++r) run.run();
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
     perf_rows().push_back({backend_name, c.name, us});
   }
@@ -934,6 +960,34 @@ std::string case_name(const ::testing::TestParamInfo<OpSuite::ParamType>& info) 
 INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
                          ::testing::Combine(::testing::Values("cpu", "vulkan", "cuda"), ::testing::Range<size_t>(0, cases().size())),
                          case_name);
+
+// A block-format router in decode steps on the Vulkan backend: the CPU's arithmetic (8-bit codes of the
+// router's input, integer sums per block, the CPU's float expression per block), so the mixture's output
+// is the CPU's to float rounding. With float activations the logits move by the codes' error (about
+// 1e-3 of a logit), the routing weights with them and the output by about that much.
+TEST(BlockRouter, VulkanDecodeStepsAreTheCpus) {
+  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
+  try {
+    vk = backend::make_backend("vulkan", -1, 2);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "vulkan cannot start: " << e.what();
+  }
+  for (const TensorType router : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    Case c = moe(TensorType::Q8_0, 16, 4, 4, 256, 256, router);
+    c.steps = {1, 1, 2};
+    CaseRun on_cpu(c, *cpu), on_vk(c, *vk);
+    ASSERT_TRUE(on_cpu.why.empty() && on_vk.why.empty()) << on_cpu.why << on_vk.why;
+    const std::vector<float> want = on_cpu.run(), got = on_vk.run();
+    ASSERT_EQ(got.size(), want.size());
+    double gap = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      gap = std::max(gap, std::fabs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    }
+    std::printf("%s: largest gap to the CPU %.2e of the largest output\n", c.name.c_str(), gap / scale);
+    EXPECT_LT(gap, 1e-5 * scale) << c.name;
+  }
+}
 
 // What "auto" takes from the probes' reports: CUDA with a GPU first, then Vulkan on a device that is
 // not a CPU implementation (lavapipe is slower than the CPU backend), then the CPU.

@@ -266,6 +266,13 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
                                  mul_mv_q8_bytes(static_cast<uint32_t>(ff)) * q8_rows});
       p.act_q8k_bytes = std::max({p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * q8_rows,
                                   q8k_row_bytes(static_cast<uint32_t>(ff)) * q8_rows});
+      // A block-format router takes codes of its input in steps of up to kDirectMaxTokens (as MatMul).
+      const auto& rt = g.tensor(n.in[1]);
+      const size_t direct_rows = std::min<uint32_t>(max_rows, kDirectMaxTokens);
+      if (has_mul_mv_q8(rt.type)) p.act_q8_bytes = std::max(p.act_q8_bytes, mul_mv_q8_bytes(static_cast<uint32_t>(d)) * direct_rows);
+      if (has_mul_mv_k(ctx, rt.type) && d % 256 == 0) {
+        p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(d)) * direct_rows);
+      }
       // Decode-sized steps read x's codes as its norm writes them.
       if (has_mul_mv_q8(gt.type) && has_mul_mv_q8(g.tensor(n.in[3]).type)) {
         q8_reader(n.in[0], gt.type);

@@ -598,25 +598,7 @@ class Recorder {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
-    if (vk::has_mul_mv_q8(wt.type) && n <= kDirectMaxTokens) {
-      // The 32-element formats as the CPU computes them (quantized activations, integer sums, its float
-      // expression per block): the same greedy tokens.
-      // The activation codes once for every product that reads them (q, k and v), the bias added by
-      // the product.
-      const View xq = q8_codes(rec, tr, wt.type, node.in[1], x, ncols, n);
-      tr.before({xq}, {out});
-      vk::mul_mv_q8_codes(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
-      return;
-    }
-    if (n <= kDirectMaxTokens && vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0) {
-      // K-quants as the CPU computes them: activations quantized once for every product that reads
-      // them (q, k and v; gate and up), integer sums per block.
-      const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, n);
-      tr.before({xq}, {out});
-      vk::mul_mv_k(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, n);
-      add_bias(rec, tr, bias, out, nrows, n);
-      return;
-    }
+    if (coded_product(rec, tr, wt.type, w_.raw(node.in[0]), node.in[1], x, out, bias, ncols, nrows, n)) return;
     if (n <= kDirectMaxTokens || ncols % 32 != 0) {  // the matrix product takes K in steps of 32
       tr.before({x}, {out});
       vk::mul_mv(ctx_, rec, wt.type, w_.raw(node.in[0]), x, out, bias, ncols, nrows, n);
@@ -629,6 +611,27 @@ class Recorder {
     const View xin = gemm_x(rec, tr, kernel, node.in[1], x, ncols, n);
     tr.before({xin}, {out});
     vk::mul_mm_q(ctx_, rec, kernel, wt.type, w_.raw(node.in[0]), xin, out, bias, ncols, nrows, n, nrows, 0);
+  }
+
+  // Steps of few tokens over a block format, as the CPU computes them: x (tensor t) quantized to 8-bit
+  // codes once for every product that reads it (q, k and v; gate and up; a mixture's router), integer
+  // sums per block, the CPU's float expression per block; the same greedy tokens. False where the type
+  // or the step takes another product.
+  bool coded_product(vk::Recording& rec, Tracker& tr, gguf::TensorType type, View w, TensorId t, View x, View out, View bias,
+                     uint32_t ncols, uint32_t nrows, uint32_t n) {
+    if (n > kDirectMaxTokens) return false;
+    if (vk::has_mul_mv_q8(type)) {  // the 32-element formats; the bias added by the product
+      const View xq = q8_codes(rec, tr, type, t, x, ncols, n);
+      tr.before({xq}, {out});
+      vk::mul_mv_q8_codes(ctx_, rec, type, w, xq, out, bias, ncols, nrows, n);
+      return true;
+    }
+    if (!vk::has_mul_mv_k(ctx_, type) || ncols % 256 != 0) return false;
+    const View xq = q8k_codes(rec, tr, t, x, ncols, n);  // the K-quants
+    tr.before({xq}, {out});
+    vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n);
+    add_bias(rec, tr, bias, out, nrows, n);
+    return true;
   }
 
   // Decode's q or k product with its heads' norm, rotation (in place: the rotation's output is the
@@ -724,7 +727,10 @@ class Recorder {
                         vk::moe_router(ctx_, rec, w_.raw(node.in[1]), router_x, logits, bias(0), escale, ids, wts, count, d,
                                        ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
     if (!routed) {
-      vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
+      // A block-format router (files of older converters) as the CPU computes it, else float activations.
+      if (!coded_product(rec, tr, rt.type, w_.raw(node.in[1]), rin, router_x, logits, View{}, d, ne, n)) {
+        vk::mul_mv(ctx_, rec, rt.type, w_.raw(node.in[1]), router_x, logits, View{}, d, ne, n);
+      }
       tr.before({logits}, {ids, wts});
       vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
     }
