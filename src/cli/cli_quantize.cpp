@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -22,6 +24,9 @@ struct QuantizeArgs {
   std::string in, out, type;
   unsigned threads = 0;
   bool allow_requantize = false;
+  std::vector<std::string> tensor_types;  // PATTERN=TYPE
+  std::string output_type, token_embd_type;
+  bool pure = false, leave_output = false;
 };
 
 int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
@@ -34,11 +39,18 @@ int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
   if (std::filesystem::exists(a.out) && std::filesystem::equivalent(a.in, a.out)) {
     throw Error("the output file must differ from the input file");
   }
-  const gguf::File in = gguf::File::open(hub::resolve_model_path(a.in));
   quant::QuantizeOptions opts;
   opts.mixture = *mixture;
   opts.threads = a.threads;
   opts.allow_requantize = a.allow_requantize;
+  // The user's types, checked before the source is read.
+  for (const auto& spec : a.tensor_types) opts.overrides.tensors.push_back(quant::parse_tensor_type(spec));
+  if (!a.output_type.empty()) opts.overrides.output = quant::parse_type_name(a.output_type, "--output-tensor-type");
+  if (!a.token_embd_type.empty()) opts.overrides.token_embd = quant::parse_type_name(a.token_embd_type, "--token-embedding-type");
+  opts.overrides.pure = a.pure;
+  opts.overrides.leave_output = a.leave_output;
+  if (a.leave_output && opts.overrides.output) throw Error("--leave-output-tensor and --output-tensor-type contradict each other");
+  const gguf::File in = gguf::File::open(hub::resolve_model_path(a.in));
   Progress bar("quantize");
   uint64_t total = 0;
   if (!global.json) {
@@ -100,6 +112,15 @@ void add_quantize_command(CLI::App& app, const GlobalOptions& global, Runner& ru
   cmd->add_option("type", a->type, "Mixture: " + types)->required();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all)")->check(threads_range());
   cmd->add_flag("--allow-requantize", a->allow_requantize, "Accept already-quantized source tensors");
+  cmd->add_option("--tensor-type", a->tensor_types,
+                  "PATTERN=TYPE: matrices whose name contains a match of the regular expression get TYPE (repeatable; "
+                  "the first match wins), e.g. attn_v=q8_0 or 'blk\\.[0-3]\\.ffn_down=q6_k'")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--output-tensor-type", a->output_type, "Type of output.weight (e.g. q8_0, f16)");
+  cmd->add_option("--token-embedding-type", a->token_embd_type, "Type of token_embd.weight");
+  cmd->add_flag("--pure", a->pure, "Every matrix in the mixture's base type, without its per-tensor choices");
+  cmd->add_flag("--leave-output-tensor", a->leave_output, "Copy output.weight as it is");
   cmd->callback([a, &global, &run] { run = [a, &global] { return run_quantize(*a, global); }; });
 }
 

@@ -22,7 +22,7 @@ bool is_float_type(gguf::TensorType t) {
 
 QuantizeReport quantize_model(const gguf::File& in, const std::filesystem::path& out, const QuantizeOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
-  TypeSelector selector(opts.mixture, model_facts(in));
+  TypeSelector selector(opts.mixture, model_facts(in), opts.overrides);
   gguf::Writer w(in.version());
   for (const auto& kv : in.metadata()) w.metadata().set(kv.key, gguf::Value::copy_of(kv.value));
   w.metadata().set("general.file_type", gguf::Value::u32(opts.mixture.file_type));

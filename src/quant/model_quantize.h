@@ -25,6 +25,7 @@ struct QuantizeOptions {
   Mixture mixture;
   unsigned threads = 0;          // 0: all hardware threads
   bool allow_requantize = false;  // accept already-quantized sources (quality suffers)
+  TypeOverrides overrides;        // the user's types over the mixture's
   std::function<void(const QuantizeProgress&)> progress;
 };
 

@@ -166,11 +166,52 @@ TensorType TypeSelector::recipe_type(const std::string& name, const gguf::Tensor
   return type;
 }
 
+gguf::TensorType parse_type_name(std::string_view name, std::string_view what) {
+  const auto type = gguf::tensor_type_from_name(name);
+  if (!type || !can_quantize(*type) || *type == TensorType::Q8_K) {  // (Q8_K: activations' codes only)
+    throw Error(fmt::format("{}: '{}' is not a type zinc can write (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                            "Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4)",
+                            what, name));
+  }
+  return *type;
+}
+
+TypeOverrides::Pattern parse_tensor_type(std::string_view spec) {
+  const size_t eq = spec.rfind('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size()) {
+    throw Error(fmt::format("--tensor-type '{}': expected PATTERN=TYPE, e.g. attn_v=q8_0", spec));
+  }
+  TypeOverrides::Pattern p{std::string(spec.substr(0, eq)), parse_type_name(spec.substr(eq + 1), fmt::format("--tensor-type '{}'", spec))};
+  try {
+    std::regex check(p.regex);
+  } catch (const std::regex_error& e) {
+    throw Error(fmt::format("--tensor-type '{}': '{}' is not a valid regular expression ({})", spec, p.regex, e.what()));
+  }
+  return p;
+}
+
+TypeSelector::TypeSelector(const Mixture& mixture, ModelFacts facts, TypeOverrides overrides)
+    : mix_(mixture), f_(std::move(facts)), ov_(std::move(overrides)) {
+  for (const auto& p : ov_.tensors) patterns_.emplace_back(p.regex);
+}
+
 TensorChoice TypeSelector::choose(const gguf::TensorInfo& t) {
   TensorChoice c;
   if (!is_quantizable(t)) return c;
   const std::string name(t.name);
-  TensorType type = mix_.quantized ? recipe_type(name, t) : mix_.base;
+  TensorType type = mix_.quantized ? recipe_type(name, t) : mix_.base;  // (counted even where overridden)
+  if (ov_.pure) type = mix_.base;
+  for (size_t i = 0; i < patterns_.size(); ++i) {
+    if (std::regex_search(name, patterns_[i])) {
+      type = ov_.tensors[i].type;
+      break;
+    }
+  }
+  if (name == "token_embd.weight" && ov_.token_embd) type = *ov_.token_embd;
+  if (name == "output.weight") {
+    if (ov_.leave_output) return c;
+    if (ov_.output) type = *ov_.output;
+  }
   const auto cols = static_cast<int64_t>(t.ne[0]);
   if (cols % block_of(type) != 0) {
     TensorType fb;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,9 +45,31 @@ ModelFacts model_facts(const gguf::File& model);
 
 // Chooses target types tensor by tensor. Call choose() for every tensor in file order: the recipes
 // count attn_v and ffn_down tensors as they go, as the established tool does.
+// A user's choices over a mixture's (zinc quantize's --tensor-type, --output-tensor-type,
+// --token-embedding-type, --pure and --leave-output-tensor, as the GGUF ecosystem's quantizer takes
+// them). They apply to the matrices a mixture may convert (is_quantizable: never a router or a norm);
+// rows that do not fill the chosen type's blocks still fall back.
+struct TypeOverrides {
+  struct Pattern {
+    std::string regex;  // searched for in the tensor's name (ECMAScript syntax)
+    gguf::TensorType type;
+  };
+  std::vector<Pattern> tensors;  // the first pattern found in a name gives the tensor its type
+  std::optional<gguf::TensorType> output, token_embd;  // output.weight's, token_embd.weight's type
+  bool pure = false;          // every matrix in the mixture's base type, without its per-tensor choices
+  bool leave_output = false;  // output.weight copied as it is
+};
+
+// "PATTERN=TYPE" into a pattern (the type by its GGUF name, any case). Throws zinc::Error for a spec
+// without '=', an invalid regex, or a type zinc cannot write.
+TypeOverrides::Pattern parse_tensor_type(std::string_view spec);
+// A type a user names for a tensor (--output-tensor-type ...): throws zinc::Error where zinc cannot
+// write it, naming `what`.
+gguf::TensorType parse_type_name(std::string_view name, std::string_view what);
+
 class TypeSelector {
  public:
-  TypeSelector(const Mixture& mixture, ModelFacts facts) : mix_(mixture), f_(std::move(facts)) {}
+  TypeSelector(const Mixture& mixture, ModelFacts facts, TypeOverrides overrides = {});
   TensorChoice choose(const gguf::TensorInfo& t);
 
  private:
@@ -54,6 +77,8 @@ class TypeSelector {
 
   Mixture mix_;
   ModelFacts f_;
+  TypeOverrides ov_;
+  std::vector<std::regex> patterns_;  // ov_.tensors' regexes, compiled
   int i_attn_v_ = 0, i_ffn_down_ = 0;
 };
 

@@ -710,6 +710,51 @@ TEST(Cli, LongWritesShowTheirProgress) {
   EXPECT_FALSE(contains(j.err, "%")) << j.err;
 }
 
+// The user's types over a mixture's: the written file holds them (its header, as zinc inspect reads it, not
+// the quantizer's report), it loads and runs; a spec that cannot be taken is a clear error before anything is
+// written.
+TEST(Cli, QuantizeTakesTheUsersTensorTypes) {
+  ZINC_REQUIRE_TESTDATA();
+  zinc::test::TempDir tmp;
+  const std::string out = tmp.file("q.gguf").string();
+  const RunResult r = zinc({"quantize", "--tensor-type", "attn_v=q8_0", stories(), out, "Q4_0", "--tensor-type",
+                            R"(blk\.[0-1]\.attn_q=q5_1)", "--output-tensor-type", "F16", "--token-embedding-type", "q8_0"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const RunResult inspect = zinc({"--json", "inspect", out});
+  ASSERT_EQ(inspect.status, 0) << inspect.err;
+  const json header = json::parse(inspect.out);
+  int attn_v = 0;
+  for (const json& t : header["tensors"]) {
+    const std::string n = t["name"], type = t["type"];
+    if (contains(n, "attn_v.weight")) {
+      EXPECT_EQ(type, std::string("Q8_0")) << n;
+      ++attn_v;
+    }
+    std::string want;
+    if (contains(n, "attn_q.weight")) want = n.starts_with("blk.0.") || n.starts_with("blk.1.") ? "Q5_1" : "Q4_0";
+    if (contains(n, "attn_k.weight")) want = "Q4_0";  // the mixture's
+    if (n == "output.weight") want = "F16";
+    if (n == "token_embd.weight") want = "Q8_0";
+    if (!want.empty()) {
+      EXPECT_EQ(type, want) << n;
+    }
+  }
+  EXPECT_EQ(attn_v, 5);
+  const RunResult run = zinc({"run", "-m", out, "-p", "Once upon a time", "-n", "8", "--temp", "0"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(contains(run.out, "Once upon a time,")) << run.out;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--tensor-type", "attn_v"}, {"--tensor-type", "attn_v=q3_q"}, {"--tensor-type", "(=f16"},
+        {"--output-tensor-type", "int4"}, {"--leave-output-tensor", "--output-tensor-type", "f16"}}) {
+    std::vector<std::string> args{"quantize", stories(), tmp.file("bad.gguf").string(), "Q4_0"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const RunResult b = zinc(args);
+    EXPECT_NE(b.status, 0) << bad[1];
+    EXPECT_TRUE(contains(b.err, "error: ")) << b.err;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("bad.gguf"))) << bad[1];
+  }
+}
+
 TEST(Cli, BenchReportsSpeedBandwidthAndRatios) {
   ZINC_REQUIRE_TESTDATA();
   zinc::test::TempDir home;

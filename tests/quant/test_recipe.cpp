@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "core/error.h"
 #include "quant/recipe.h"
 
 namespace zinc::quant {
@@ -140,6 +141,73 @@ TEST(Recipe, RowsThatDoNotFillBlocksFallBack) {
   EXPECT_EQ(q6.choose(info("blk.0.ffn_up.weight", 96, 64)).type, TensorType::Q8_0);
   TypeSelector iq(*mixture_by_name("IQ4_XS"), llama32());
   EXPECT_EQ(iq.choose(info("blk.0.ffn_up.weight", 96, 64)).type, TensorType::IQ4_NL);
+}
+
+// The user's types (zinc quantize's --tensor-type, --output-tensor-type, --token-embedding-type, --pure,
+// --leave-output-tensor), as the GGUF ecosystem's quantizer documents them: a regex searched for in the
+// name, the first matching pattern winning; output and embedding types by name; routers and norms never
+// converted; rows that do not fill the user's type's blocks still fall back.
+TEST(Recipe, UserTypesOverTheMixture) {
+  TypeOverrides o;
+  o.tensors = {parse_tensor_type("attn_v=q8_0"), parse_tensor_type(R"(blk\.(1|3)\.ffn_down=Q5_K)"),
+               parse_tensor_type("ffn_down=q4_k"), parse_tensor_type("ffn_gate_inp=q8_0"), parse_tensor_type("norm=q8_0")};
+  o.output = parse_type_name("f16", "--output-tensor-type");
+  o.token_embd = parse_type_name("Q8_0", "--token-embedding-type");
+  TypeSelector s(*mixture_by_name("Q4_K_M"), llama32(), o);
+  EXPECT_EQ(s.choose(info("blk.0.attn_v.weight", 4096, 1024)).type, TensorType::Q8_0);  // the recipe: Q6_K
+  EXPECT_EQ(s.choose(info("blk.0.ffn_down.weight", 14336, 4096)).type, TensorType::Q4_K);  // the recipe: Q6_K
+  EXPECT_EQ(s.choose(info("blk.1.ffn_down.weight", 14336, 4096)).type, TensorType::Q5_K);  // first match
+  EXPECT_EQ(s.choose(info("blk.13.ffn_down.weight", 14336, 4096)).type, TensorType::Q4_K);  // not blk.1.
+  EXPECT_EQ(s.choose(info("blk.0.attn_q.weight", 4096, 4096)).type, TensorType::Q4_K);     // the recipe's
+  EXPECT_EQ(s.choose(info("output.weight", 4096, 32000)).type, TensorType::F16);
+  EXPECT_EQ(s.choose(info("token_embd.weight", 4096, 32000)).type, TensorType::Q8_0);
+  EXPECT_FALSE(s.choose(info("blk.0.ffn_gate_inp.weight", 4096, 8, TensorType::F32)).convert);
+  EXPECT_FALSE(s.choose(info("blk.0.attn_norm.weight", 4096, 0, TensorType::F32)).convert);
+  const auto fb = s.choose(info("blk.1.ffn_down.weight", 4160, 64));  // 4160 does not fill Q5_K's blocks
+  EXPECT_EQ(fb.type, TensorType::Q5_1);
+  EXPECT_FALSE(fb.fallback.empty());
+  // The recipe still counts the layers an override took: blk.1's attn_v is the second of 32.
+  TypeOverrides v0;
+  v0.tensors = {parse_tensor_type(R"(blk\.0\.attn_v=q8_0)")};
+  TypeSelector counted(*mixture_by_name("Q4_K_M"), llama32(), v0);
+  const auto types = per_layer(counted, "attn_v");
+  TypeSelector plain(*mixture_by_name("Q4_K_M"), llama32());
+  auto want = per_layer(plain, "attn_v");
+  want[0] = TensorType::Q8_0;
+  EXPECT_EQ(types, want);
+}
+
+TEST(Recipe, PureAndLeftOutput) {
+  TypeOverrides o;
+  o.pure = true;
+  TypeSelector s(*mixture_by_name("Q4_K_M"), llama32(), o);
+  for (const char* n : {"output.weight", "token_embd.weight", "blk.0.attn_v.weight", "blk.0.ffn_down.weight"}) {
+    EXPECT_EQ(s.choose(info(n, 4096, 4096)).type, TensorType::Q4_K) << n;
+  }
+  TypeOverrides left;
+  left.leave_output = true;
+  TypeSelector l(*mixture_by_name("Q4_K_M"), llama32(), left);
+  EXPECT_FALSE(l.choose(info("output.weight", 4096, 32000)).convert);
+  EXPECT_EQ(l.choose(info("blk.0.attn_q.weight", 4096, 4096)).type, TensorType::Q4_K);
+}
+
+TEST(Recipe, UserTypesThatCannotBeTakenAreClearErrors) {
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message([] { parse_tensor_type("attn_v"); }).find("expected PATTERN=TYPE"), std::string::npos);
+  EXPECT_NE(message([] { parse_tensor_type("=q8_0"); }).find("expected PATTERN=TYPE"), std::string::npos);
+  EXPECT_NE(message([] { parse_tensor_type("attn_v="); }).find("expected PATTERN=TYPE"), std::string::npos);
+  EXPECT_NE(message([] { parse_tensor_type("blk.(0=q8_0"); }).find("not a valid regular expression"), std::string::npos);
+  EXPECT_NE(message([] { parse_tensor_type("attn_v=q9_0"); }).find("'q9_0' is not a type zinc can write"), std::string::npos);
+  EXPECT_NE(message([] { parse_tensor_type("attn_v=q8_k"); }).find("not a type zinc can write"), std::string::npos);
+  EXPECT_NE(message([] { parse_type_name("int4", "--output-tensor-type"); }).find("--output-tensor-type: 'int4'"), std::string::npos);
+  EXPECT_EQ(parse_tensor_type("a=b=bf16").regex, "a=b");  // the type after the last '='
 }
 
 TEST(Recipe, UnknownMixture) {
