@@ -28,6 +28,8 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_MVK_WG", "64..256", "64", "workgroup size of the K-quant integer mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by shape", "rows per workgroup of that mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_GROUPS", "1..32", "by row length", "row groups per workgroup of that mat-vec, for rows shorter than a step (tuning)"},
+    {"ZINC_VULKAN_MVK_EXPERT_WG", "64..256", "that mat-vec's", "workgroup size of the experts' gate and up products in decode steps (tuning)"},
+    {"ZINC_VULKAN_MVK_EXPERT_ROWS", "1..8", "that mat-vec's", "rows of gate (and of up) per workgroup of those products (tuning)"},
     {"ZINC_VULKAN_MOE_FUSED_DOWN", "0 or 1", "1", "0: the experts' down products and their weighted sum as two dispatches in decode (measuring)"},
     {"ZINC_VULKAN_MOE_NARROW", "0..65536", "24", "prompt steps whose experts get at most this many tokens each on average take the tensor-core kernel's narrow tiles (256 rows x 32 tokens; 0: never)"},
     {"ZINC_VULKAN_MOE_NARROW_BM", "128 or 256", "256", "W rows per narrow expert tile (measuring)"},

@@ -455,8 +455,20 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 
 namespace {
 // mul_mv_k_id_glu's shape: the gate and up products' alone, each workgroup as many rows of each (on
-// an H200, qwen3-30b-a3b's decode: 287.5 tok/s, against 285.5 with half the rows of each).
-MvkShape glu_shape(TensorType type, uint32_t nrows, uint32_t ncols) { return mul_mv_k_shape(type, nrows, ncols, 1); }
+// an H200, qwen3-30b-a3b's decode: 287.5 tok/s, against 285.5 with half the rows of each). For
+// measuring on a device, ZINC_VULKAN_MVK_EXPERT_WG (64..256) and ZINC_VULKAN_MVK_EXPERT_ROWS (1..8)
+// set it apart from the dense products' (64 invocations take two rows of gate and two of up, where
+// the CUDA backend gives a warp of 32 lanes as many; fewer than 64 would leave the last workgroup's
+// codes of a 256-row block, 4 values an invocation, half written).
+MvkShape glu_shape(TensorType type, uint32_t nrows, uint32_t ncols) {
+  MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  if (const uint32_t wg = knob_u32("ZINC_VULKAN_MVK_EXPERT_WG", 0, 0, 256) / 8 * 8; wg >= 64) {
+    s.wg = wg;
+    s.groups = wg / 8 / blocks_per_group(ncols / 256, wg / 8);
+  }
+  s.rows = knob_u32("ZINC_VULKAN_MVK_EXPERT_ROWS", s.rows, 1, 8);
+  return s;
+}
 }  // namespace
 
 bool mul_mv_k_id_glu_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
