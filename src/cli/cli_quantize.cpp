@@ -63,6 +63,9 @@ int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
   const quant::QuantizeReport report = quant::quantize_model(in, a.out, opts);
   if (total > 0) bar.update(total, total);  // the last tensors may report no progress of their own
   bar.finish();
+  for (const auto& p : report.unmatched_patterns) {
+    spdlog::warn("--tensor-type '{}' matched no matrix (routers and norms are never converted)", p);
+  }
 
   std::map<std::string, std::pair<int, uint64_t>> by_type;
   for (const auto& t : report.tensors) {
@@ -90,6 +93,7 @@ int run_quantize(const QuantizeArgs& a, const GlobalOptions& global) {
       tensors.push_back(std::move(e));
     }
     j["tensors"] = tensors;
+    j["unmatched_tensor_types"] = report.unmatched_patterns;
     fmt::print("{}\n", dump_json(j));
     return 0;
   }

@@ -88,6 +88,7 @@ QuantizeReport quantize_model(const gguf::File& in, const std::filesystem::path&
   report.file_size = w.file_size();
   w.write_file(out);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.unmatched_patterns = selector.unmatched_patterns();
   return report;
 }
 

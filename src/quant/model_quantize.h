@@ -41,6 +41,7 @@ struct QuantizeReport {
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor data only
   uint64_t file_size = 0;
   double seconds = 0;
+  std::vector<std::string> unmatched_patterns;  // --tensor-type patterns that matched no matrix
 };
 
 // Throws zinc::Error (nothing is left at `out`) for unsupported source types, already-quantized

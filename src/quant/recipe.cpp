@@ -193,6 +193,15 @@ TypeOverrides::Pattern parse_tensor_type(std::string_view spec) {
 TypeSelector::TypeSelector(const Mixture& mixture, ModelFacts facts, TypeOverrides overrides)
     : mix_(mixture), f_(std::move(facts)), ov_(std::move(overrides)) {
   for (const auto& p : ov_.tensors) patterns_.emplace_back(p.regex);
+  matched_.assign(patterns_.size(), 0);
+}
+
+std::vector<std::string> TypeSelector::unmatched_patterns() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < patterns_.size(); ++i) {
+    if (matched_[i] == 0) out.push_back(ov_.tensors[i].regex);
+  }
+  return out;
 }
 
 TensorChoice TypeSelector::choose(const gguf::TensorInfo& t) {
@@ -204,6 +213,7 @@ TensorChoice TypeSelector::choose(const gguf::TensorInfo& t) {
   for (size_t i = 0; i < patterns_.size(); ++i) {
     if (std::regex_search(name, patterns_[i])) {
       type = ov_.tensors[i].type;
+      ++matched_[i];
       break;
     }
   }

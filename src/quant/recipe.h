@@ -71,6 +71,8 @@ class TypeSelector {
  public:
   TypeSelector(const Mixture& mixture, ModelFacts facts, TypeOverrides overrides = {});
   TensorChoice choose(const gguf::TensorInfo& t);
+  // The --tensor-type patterns no matrix chosen so far matched (a misspelt name, or a router or norm).
+  std::vector<std::string> unmatched_patterns() const;
 
  private:
   gguf::TensorType recipe_type(const std::string& name, const gguf::TensorInfo& t);
@@ -79,6 +81,7 @@ class TypeSelector {
   ModelFacts f_;
   TypeOverrides ov_;
   std::vector<std::regex> patterns_;  // ov_.tensors' regexes, compiled
+  std::vector<int> matched_;          // matrices each pattern gave its type
   int i_attn_v_ = 0, i_ffn_down_ = 0;
 };
 

@@ -718,8 +718,11 @@ TEST(Cli, QuantizeTakesTheUsersTensorTypes) {
   zinc::test::TempDir tmp;
   const std::string out = tmp.file("q.gguf").string();
   const RunResult r = zinc({"quantize", "--tensor-type", "attn_v=q8_0", stories(), out, "Q4_0", "--tensor-type",
-                            R"(blk\.[0-1]\.attn_q=q5_1)", "--output-tensor-type", "F16", "--token-embedding-type", "q8_0"});
+                            R"(blk\.[0-1]\.attn_q=q5_1)", "--output-tensor-type", "F16", "--token-embedding-type", "q8_0",
+                            "--tensor-type", "atn_k=q8_0"});
   ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "--tensor-type 'atn_k' matched no matrix")) << r.err;  // misspelt: said, not fatal
+  EXPECT_FALSE(contains(r.err, "'attn_v' matched no")) << r.err;
   const RunResult inspect = zinc({"--json", "inspect", out});
   ASSERT_EQ(inspect.status, 0) << inspect.err;
   const json header = json::parse(inspect.out);

@@ -163,6 +163,7 @@ TEST(Recipe, UserTypesOverTheMixture) {
   EXPECT_EQ(s.choose(info("token_embd.weight", 4096, 32000)).type, TensorType::Q8_0);
   EXPECT_FALSE(s.choose(info("blk.0.ffn_gate_inp.weight", 4096, 8, TensorType::F32)).convert);
   EXPECT_FALSE(s.choose(info("blk.0.attn_norm.weight", 4096, 0, TensorType::F32)).convert);
+  EXPECT_EQ(s.unmatched_patterns(), (std::vector<std::string>{"ffn_gate_inp", "norm"}));  // never converted
   const auto fb = s.choose(info("blk.1.ffn_down.weight", 4160, 64));  // 4160 does not fill Q5_K's blocks
   EXPECT_EQ(fb.type, TensorType::Q5_1);
   EXPECT_FALSE(fb.fallback.empty());
