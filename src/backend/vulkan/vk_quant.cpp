@@ -310,12 +310,13 @@ uint32_t blocks_per_group(uint32_t nb, uint32_t most) {
   while (per_group < nb && per_group * 2 <= most) per_group *= 2;
   return per_group;
 }
-MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens) {
+// wg > 0: that workgroup size instead of ZINC_VULKAN_MVK_WG's (the experts' own knob, glu_shape).
+MvkShape mul_mv_k_shape(TensorType type, uint32_t nrows, uint32_t ncols, uint32_t n_tokens, uint32_t wg = 0) {
   const bool q6 = type == TensorType::Q6_K;
   const bool one = n_tokens == 1;
   const bool four_rows = one ? (q6 ? nrows >= 32768u : nrows >= 4096u) : !q6 && nrows < 8192u;
   MvkShape s{};
-  s.wg = knob_u32("ZINC_VULKAN_MVK_WG", 64, 64, 256) / 8 * 8;
+  s.wg = wg > 0 ? wg : knob_u32("ZINC_VULKAN_MVK_WG", 64, 64, 256) / 8 * 8;
   s.rows = knob_u32("ZINC_VULKAN_MVK_ROWS", four_rows ? 4 : 2, 1, 8);
   const uint32_t per_pass = std::min(n_tokens, knob_u32("ZINC_VULKAN_MVK_TOKENS", 8, 1, 16));
   const uint32_t passes = (n_tokens + per_pass - 1) / per_pass;
@@ -461,11 +462,8 @@ namespace {
 // the CUDA backend gives a warp of 32 lanes as many; fewer than 64 would leave the last workgroup's
 // codes of a 256-row block, 4 values an invocation, half written).
 MvkShape glu_shape(TensorType type, uint32_t nrows, uint32_t ncols) {
-  MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
-  if (const uint32_t wg = knob_u32("ZINC_VULKAN_MVK_EXPERT_WG", 0, 0, 256) / 8 * 8; wg >= 64) {
-    s.wg = wg;
-    s.groups = wg / 8 / blocks_per_group(ncols / 256, wg / 8);
-  }
+  const uint32_t wg = knob_u32("ZINC_VULKAN_MVK_EXPERT_WG", 0, 0, 256) / 8 * 8;
+  MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1, wg >= 64 ? wg : 0);
   s.rows = knob_u32("ZINC_VULKAN_MVK_EXPERT_ROWS", s.rows, 1, 8);
   return s;
 }
