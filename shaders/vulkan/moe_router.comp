@@ -17,7 +17,11 @@
 // token's workgroups resets it to 0 (for the next dispatch) and routes.
 // Bindings 0..4 as moe_route.comp (logits coherent here: written by the workgroups of this dispatch,
 // read by one of them); 5 R [n_expert][d] F32; 6 x [n_tokens][d] F32; 7 count [n_tokens] uint, zero
-// before the dispatch and after it. Preconditions: d a multiple of 4, n_expert <= 256, n_used <= 16.
+// before the dispatch and after it; with norm_blocks > 0 (x the residual sum h whose whole-row RMSNorm
+// the router reads, left to it by the product before: mul_mv_k.comp's MUL_MV_NORM, or rms_norm_row's
+// factored form), 8 that norm's partial sums of h^2 (norm_blocks floats a token) and 9 its weights: x = h * (w + offset) and
+// each logit times 1 / sqrt(sum / d + norm_eps), the norm's scale taken out of the sum.
+// Preconditions: d a multiple of 4, n_expert <= 256, n_used <= 16.
 #define WG_SIZE 256
 #define MAX_EXPERT 256
 #define MAX_USED 16
@@ -33,6 +37,8 @@ layout(std430, binding = 4) writeonly buffer W { float weights[]; };
 layout(std430, binding = 5) readonly restrict buffer R { vec4 r4[]; };
 layout(std430, binding = 6) readonly restrict buffer X { vec4 x4[]; };
 layout(std430, binding = 7) coherent buffer C { uint count[]; };
+layout(std430, binding = 8) readonly restrict buffer NP { float npart[]; };
+layout(std430, binding = 9) readonly restrict buffer NW { vec4 nw4[]; };
 layout(push_constant) uniform Params {
   uint n_expert;  // <= 256
   uint n_used;    // <= 16, <= n_expert
@@ -40,6 +46,10 @@ layout(push_constant) uniform Params {
   uint flags;     // as moe_route.comp
   float logit_scale;
   uint d;         // the router's columns, a multiple of 4
+  uint norm_blocks;  // 0: x is the router's input as it is
+  float norm_eps;
+  float norm_offset;
+  uint norm_has_w;
 } p;
 
 #include "moe_route.glsl"
@@ -52,13 +62,21 @@ void main() {
   const uint e0 = gl_WorkGroupID.x * RPW, e = min(e0 + grp, p.n_expert - 1u);
   const uint d4 = p.d / 4u;
   // UNROLL steps' loads issued before their sums (a 2,048-wide row: one such pass).
-  float acc = 0.0;
+  float acc = 0.0, ns = 1.0;
+  if (p.norm_blocks != 0u) {
+    float total = 0.0;
+    for (uint i = 0u; i < p.norm_blocks; ++i) total += npart[t * p.norm_blocks + i];
+    precise const float mean = total / float(p.d) + p.norm_eps;
+    ns = 1.0 / sqrt(mean);
+  }
+  const bool weighted = p.norm_blocks != 0u && p.norm_has_w != 0u;
   for (uint c0 = lid % GSIZE; c0 < d4; c0 += GSIZE * UNROLL) {
     vec4 rv[UNROLL], xv[UNROLL];
     [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
       const uint c = min(c0 + u * GSIZE, d4 - 1u);
       rv[u] = r4[e * d4 + c];
       xv[u] = x4[t * d4 + c];
+      if (weighted) xv[u] *= nw4[c] + p.norm_offset;
     }
     [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
       if (c0 + u * GSIZE < d4) acc += dot(rv[u], xv[u]);
@@ -75,7 +93,7 @@ void main() {
     for (uint g = 0u; g < RPW && e0 + g < p.n_expert; ++g) {
       float s = 0.0;
       for (uint sg = 0u; sg < gl_NumSubgroups; ++sg) s += red[g * WG_SIZE + sg];
-      logits[t * p.n_expert + e0 + g] = s;
+      logits[t * p.n_expert + e0 + g] = s * ns;
     }
     memoryBarrierBuffer();
     last = atomicAdd(count[t], 1u) == gl_NumWorkGroups.x - 1u;

@@ -5,6 +5,8 @@
 //! variants-by-type kdot idg_ MUL_MV_ID,MUL_MV_GLU
 //! variants-by-type kdot rope_ MUL_MV_ROPE
 //! variants-by-type kdot vst_ MUL_MV_VSTORE
+//! variants-by-type kdot nrm_ MUL_MV_NORM
+//! variants-by-type kdot idcn_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -50,6 +52,22 @@
 // MUL_MV_VSTORE (variants vst_*, decode's v product of one token): each workgroup also appends its
 // rows to the V cache (binding 6, as above; pairs of rows into halves: ROWS * GROUPS even).
 //
+// MUL_MV_NORM (variants nrm_ and idcn_, decode's product of one token or the experts' combined down
+// product, followed by a residual add and a whole-row RMSNorm): y[t][r] = product + res[t][r] (binding
+// 10; may be y itself), the residual sum h; then each workgroup counts itself in count[t][r / 256]
+// (binding 8) and the last of a 256-row block's workgroups resets that count, writes the block's Q8_K
+// codes of h * (w + offset) (the norm's weights w, binding 11, where norm_has_w) into xq_out (binding
+// 7, q8k.glsl's block writer) and the block's sum of h^2 into npart_out[t][r / 256] (binding 9). The
+// norm's own scale 1 / sqrt(mean(h^2) + eps) is a factor of the whole row, so its codes are those of
+// the unscaled row (up to rounding) and the products that read them multiply their sums by it:
+// norm_blocks > 0 (any other variant) reads those partial sums (binding 9, norm_blocks floats a token;
+// the experts' gate and up: their pair's token) and scales each row's sum by 1 / sqrt(sum / ncols +
+// norm_eps) before anything else uses it (the bias, the SwiGLU, the rotation's norm, the cache
+// append). One dispatch and the barrier before it fewer than the product, then the add and norm's
+// rms_norm_row. (Steps of more tokens get the same codes and sums from rms_norm_row's `factored`
+// form, so each row's arithmetic is the one-token step's.) Needs nrows a multiple of 256, 256
+// a multiple of a workgroup's rows and WG >= 64 (mul_mv_k_norm_fits).
+//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
 // 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]; MUL_MV_GLU: 6 U,
@@ -60,7 +78,7 @@
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#if defined(MUL_MV_GLU)
+#if defined(MUL_MV_GLU) || defined(MUL_MV_NORM)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
@@ -95,11 +113,24 @@ layout(std430, binding = 7) coherent restrict buffer Cbuf { uint count[]; };
 const uint HALVES = 1u;
 #define WV(i) w[i]
 #define WV4(i) w4[i]
+#elif defined(MUL_MV_NORM)
+layout(std430, binding = 2) coherent buffer Ybuf { float y[]; };  // (res may be y: no restrict)
+layout(std430, binding = 7) writeonly restrict buffer Obuf { uint qo[]; };
+layout(std430, binding = 8) coherent restrict buffer Cbuf { uint count[]; };
+layout(std430, binding = 9) writeonly restrict buffer NPObuf { float npart_out[]; };
+layout(std430, binding = 10) readonly buffer Resbuf { float res[]; };
+layout(std430, binding = 11) readonly restrict buffer NWbuf { float nw[]; };
+const uint HALVES = 1u;
+#define WV(i) w[i]
+#define WV4(i) w4[i]
 #else
 layout(std430, binding = 2) writeonly restrict buffer Ybuf { float y[]; };
 const uint HALVES = 1u;
 #define WV(i) w[i]
 #define WV4(i) w4[i]
+#endif
+#if !defined(MUL_MV_NORM)
+layout(std430, binding = 9) readonly restrict buffer NPbuf { float npart[]; };  // norm_blocks > 0: the norm's partial sums
 #endif
 const uint RR = ROWS * HALVES;  // rows a group decodes a step
 #if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
@@ -131,7 +162,11 @@ layout(push_constant) uniform Params {
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
   uint has_bias;       // MUL_MV_ID
-  uint out_stride;     // MUL_MV_GLU: words per row of xq_out
+  uint out_stride;     // MUL_MV_GLU, MUL_MV_NORM: words per row of xq_out
+  uint norm_blocks;    // the norm's partial sums to scale by (0: none)
+  float norm_eps;
+  float norm_offset;   // MUL_MV_NORM: added to each norm weight
+  uint norm_has_w;     // MUL_MV_NORM: 0: the norm has no weights (nw unread)
 #if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
   uint head_dim;    // MUL_MV_ROPE
   uint n_rot;       // MUL_MV_ROPE
@@ -272,6 +307,60 @@ shared float red[GROUPS * RR * NTOK * (WG / 8u)];  // one partial sum per (group
 shared bool glu_last;
 #endif
 
+#if defined(MUL_MV_NORM)
+// The Q8_K codes of the norm's weighted row (q8k.glsl's block writer, into xq_out).
+#define Q8K_BLOCK_WRITER
+#define q qo
+#include "q8k.glsl"
+#undef q
+shared bool norm_last;
+shared float norm_ss[64];
+
+// Once every workgroup of the 256-row block holding row wg_row0 has written its rows of h: by the last
+// of them, the block's codes of h * (w + offset) and its sum of h^2 (the first 64 invocations hold 4
+// values each).
+void norm_tail(uint set, uint wg_row0, uint tid) {
+  memoryBarrierBuffer();
+  barrier();
+  const uint nblk = p.nrows / 256u, blk = wg_row0 / 256u, per_block = 256u / (ROWS * ROW_GROUPS);
+  if (tid == 0u) {
+    const uint at = set * nblk + blk;
+    norm_last = atomicAdd(count[at], 1u) == per_block - 1u;
+    if (norm_last) count[at] = 0u;
+  }
+  barrier();
+  if (!norm_last) return;  // uniform: the workgroup's shared flag
+  memoryBarrierBuffer();
+  const uint lid = tid % 64u, c = blk * 256u + 4u * lid, e = set * p.nrows + c;
+  const bool mine = tid < 64u;
+  vec4 h = vec4(0.0), wv = vec4(1.0);
+  if (mine) {
+    h = vec4(y[e], y[e + 1u], y[e + 2u], y[e + 3u]);
+    if (p.norm_has_w != 0u) wv = vec4(nw[c], nw[c + 1u], nw[c + 2u], nw[c + 3u]) + p.norm_offset;
+  }
+  precise const vec4 v = h * wv;
+  q8k_write_block(v, lid, set * p.out_stride, p.nrows, blk, mine);
+  precise const float sq = h.x * h.x + h.y * h.y + h.z * h.z + h.w * h.w;
+  const float ss = subgroupAdd(sq);
+  if (subgroupElect()) norm_ss[gl_SubgroupID] = ss;
+  barrier();
+  if (tid == 0u) {
+    float t = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) t += norm_ss[i];
+    npart_out[set * nblk + blk] = t;
+  }
+}
+#else
+// The scale of token tok's norm whose partial sums the products read (1 where norm_blocks is 0).
+float norm_scale(uint tok) {
+  if (p.norm_blocks == 0u) return 1.0;
+  float t = 0.0;
+  for (uint i = 0u; i < p.norm_blocks; ++i) t += npart[tok * p.norm_blocks + i];
+  precise const float mean = t / float(p.ncols) + p.norm_eps;
+  return 1.0 / sqrt(mean);
+}
+#endif
+
 #if defined(MUL_MV_ROPE)
 shared float head_s[128];  // (heads of at most 128: the shared memory every workgroup holds stays small)
 shared float part_s[16];
@@ -387,6 +476,16 @@ void main() {
     const uint wb = 0u;
 #endif
     [[unroll]] for (uint r = 0u; r < RR; ++r) rb[r] = wb + min(row0 + r % ROWS, p.nrows - 1u) * p.row_bytes;
+#if !defined(MUL_MV_NORM)
+    float ns[NTOK];  // each token's norm scale (loaded now, used at the end)
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+#if defined(MUL_MV_ID)
+      ns[t] = norm_scale(set / p.n_used);  // (x shared by a token's slots where a norm is left to them)
+#else
+      ns[t] = norm_scale(min(set * NTOK + t, p.n_tokens - 1u));
+#endif
+    }
+#endif
     float acc[RR * NTOK];
     [[unroll]] for (uint i = 0u; i < RR * NTOK; ++i) acc[i] = 0.0;
     for (uint b = (tid >> 3) % slots; b < nb; b += slots) {
@@ -441,8 +540,14 @@ void main() {
       if (row >= p.nrows) continue;
       float total = 0.0;
       for (uint g = 0u; g < GROUPS; ++g) total += weighted[g * ROWS + i];
+#if defined(MUL_MV_NORM)
+      total += res[set * p.nrows + row];
+#endif
       y[set * p.nrows + row] = total;
     }
+#if defined(MUL_MV_NORM)
+    norm_tail(set, wg_row0, tid);
+#endif
 #elif defined(MUL_MV_GLU)
     // Each (group, row)'s gate and up sums, the activation; then the count of the rows' block.
     for (uint i = tid; i < GROUPS * ROWS; i += WG) {
@@ -453,6 +558,8 @@ void main() {
         gs += red[(g * RR + r) * nsub + sg];
         us += red[(g * RR + ROWS + r) * nsub + sg];
       }
+      gs *= ns[0];
+      us *= ns[0];
       y[set * p.nrows + wg_row0 + i] = gs / (1.0 + exp(-gs)) * us;
     }
     memoryBarrierBuffer();
@@ -481,11 +588,17 @@ void main() {
       for (uint g = 0u; g < gl_NumSubgroups; ++g) s += red[i * nsub + g];
 #endif
       const uint row = wg_row0 + i / NTOK;
+#if defined(MUL_MV_NORM)
+      const uint tok = set * NTOK + i % NTOK;
+      if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s + res[tok * p.nrows + row];
+#else
+      s *= ns[i % NTOK];
 #if defined(MUL_MV_ID)
       if (row < p.nrows) y[set * p.nrows + row] = s + (p.has_bias != 0u ? bias[e * p.nrows + row] : 0.0);
 #else
       const uint tok = set * NTOK + i % NTOK;
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
+#endif
 #endif
 #if defined(MUL_MV_VSTORE)
       vrow[i] = s;
@@ -493,6 +606,8 @@ void main() {
     }
 #if defined(MUL_MV_ROPE)
     rope_tail(wg_row0, tid);
+#elif defined(MUL_MV_NORM)
+    norm_tail(set, wg_row0, tid);
 #elif defined(MUL_MV_VSTORE)
     barrier();
     const uint crow = cache_row(step[0]) * p.nrows + wg_row0;

@@ -14,6 +14,12 @@
 //    formats' products (q8_format 0: ACT_Q8_0, 1: ACT_Q8_1; rows q8_words words apart in xq, the same
 //    bytes): the eight invocations holding a block of 32 share its max and code sum by shuffles.
 //    Needs width a multiple of 32 and subgroups of 8 invocations or more; not with q8k_stride.
+//  - factored (ADD_INPUT and Q8_K output only): the norm left to the K-quant kernels that read it, as
+//    mul_mv_k.comp's MUL_MV_NORM leaves it in a one-token step: y is not written, the codes are those
+//    of the unscaled weighted row s * (w + offset), and partials (binding 6) gets each row's sums of
+//    s^2 per 256 values in that kernel's order (per invocation its 4 values' squares in order, the
+//    subgroup's sum, the block's subgroups in order), so that every row of a step of several tokens
+//    has the codes and sums of a one-token step. Needs subgroups of at most 64 invocations dividing 64.
 // SUM_F64 reproduces the CPU backend bit for bit (rms_norm.comp says how); SUM_F32 is the float sum.
 // Needs width a multiple of 4 (of 256 with the Q8_K output) and at most CHUNKS * WGS * 4; the Q8_K
 // output needs full subgroups of 4 invocations or more.
@@ -43,6 +49,7 @@ layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 #if defined(ADD_INPUT)
 layout(std430, binding = 4) readonly buffer B { vec4 b4[]; };
 layout(std430, binding = 5) writeonly buffer S { vec4 s4[]; };
+layout(std430, binding = 6) writeonly buffer P { float partials[]; };
 #endif
 layout(push_constant) uniform Params {
   uint width;
@@ -52,6 +59,7 @@ layout(push_constant) uniform Params {
   uint q8k_stride;  // words per quantized row; 0: no Q8_K output (xq is not written)
   uint q8_words;    // words per row of 32-element activation codes; 0: none
   uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
+  uint factored;    // 1: the factored form (ADD_INPUT, Q8_K output)
 } p;
 
 const uint BPC = WGS / 64u;  // Q8_K blocks per chunk
@@ -59,6 +67,7 @@ shared ACC partial[WGS];
 shared uint part_max[CHUNKS * WGS / 4u];  // per chunk and run of invocations (runs of 4 or more)
 shared float block_d[CHUNKS * BPC], block_id[CHUNKS * BPC];
 shared float row_scale;
+shared float part_ss[CHUNKS * WGS];  // per chunk and subgroup (sized for subgroups of one invocation)
 
 void main() {
   const uint lid = gl_LocalInvocationID.x, row = gl_WorkGroupID.x, n4 = p.width / 4u, base = row * n4;
@@ -95,11 +104,35 @@ void main() {
   }
   barrier();
   const float scale = row_scale;
-  [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
-    const uint i = c * WGS + lid;
-    precise const vec4 r = v[c] * scale * wv[c];  // the CPU's order: (x * scale) * w
-    v[c] = r;
-    if (i < n4) y4[base + i] = r;
+#if defined(ADD_INPUT)
+  if (p.factored != 0u) {  // uniform
+    // Each block's sum of squares as mul_mv_k.comp's norm_tail adds it, then the unscaled row.
+    const uint nsg = WGS / gl_SubgroupSize;
+    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+      precise const float sq = v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+      const float ss = subgroupAdd(sq);
+      if (subgroupElect()) part_ss[c * nsg + gl_SubgroupID] = ss;
+    }
+    barrier();
+    if (lid < CHUNKS * BPC && (lid / BPC) * WGS + (lid % BPC) * 64u < n4) {
+      const uint per = 64u / gl_SubgroupSize, first = (lid / BPC) * nsg + (lid % BPC) * per;
+      float t = 0.0;
+      for (uint g = 0u; g < per; ++g) t += part_ss[first + g];
+      partials[row * (p.width / 256u) + lid] = t;  // (block lid of the row)
+    }
+    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+      precise const vec4 r = v[c] * wv[c];
+      v[c] = r;
+    }
+  } else
+#endif
+  {
+    [[unroll]] for (uint c = 0u; c < CHUNKS; ++c) {
+      const uint i = c * WGS + lid;
+      precise const vec4 r = v[c] * scale * wv[c];  // the CPU's order: (x * scale) * w
+      v[c] = r;
+      if (i < n4) y4[base + i] = r;
+    }
   }
   if (p.q8_words != 0u) {  // uniform
     // Chunk c's invocation lid holds elements 4 i.. (i = c WGS + lid): word i % 8 of block i / 8.

@@ -844,6 +844,69 @@ TEST_P(VulkanDecodeCodes, ComeFromTheOpBeforeTheProducts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanDecodeCodes, ::testing::Values("qwen3", "gpt_oss"));
+
+// Decode's residual add and whole-row norm done by the K-quant product before them, the norm's scale
+// left to its readers (ZINC_VULKAN_NORM_TAIL, Plan::mm_norm): on the Q4_K_M files whose rows are whole
+// 256-value blocks (qwen2's o and down products before the norms; qwen3_moe's mixture and o before
+// them), a one-token step records at least one dispatch a layer fewer than with the norms' own
+// dispatches, and over a greedy decode fed the same tokens the logits stay within a few code
+// roundings of those (the codes of the unscaled row may round the other way: 1-2% on these random
+// weights) and every clear choice is the same.
+class VulkanNormTails : public VulkanFixture {};
+
+TEST_P(VulkanNormTails, LeaveTheNormToItsReaders) {
+  const gguf::File f = file("Q4_K_M");
+  const model::Model m = model::load(f);
+  backend::ExecOptions opts;
+  opts.n_ctx = static_cast<int32_t>(prompt_.size()) + 40;
+  opts.max_tokens = 8;
+  const auto ctx = backend::vk::Context::shared();
+  uint64_t recorded[2] = {0, 0};
+  std::vector<std::vector<float>> logits[2];
+  std::vector<int32_t> fed;
+  for (int tails = 0; tails < 2; ++tails) {
+    setenv("ZINC_VULKAN_NORM_TAIL", tails ? "1" : "0", 1);
+    runtime::Session s(f, *gpu_, opts);
+    s.eval(prompt_);
+    for (int i = 0; i < 24; ++i) {
+      const auto l = s.executable().logits();
+      logits[tails].emplace_back(l.begin(), l.end());
+      if (tails == 0) fed.push_back(s.last_argmax());
+      const uint64_t before = ctx->dispatches_recorded();
+      s.eval(std::span<const int32_t>(&fed[static_cast<size_t>(i)], 1));
+      if (i == 0) recorded[tails] = ctx->dispatches_recorded() - before;  // the one-token step, recorded here
+    }
+  }
+  unsetenv("ZINC_VULKAN_NORM_TAIL");
+  EXPECT_GT(recorded[1], 0u) << GetParam();
+  EXPECT_GE(recorded[0], recorded[1] + static_cast<uint64_t>(m.graph.n_layer))
+      << GetParam() << ": " << recorded[0] << " dispatches with the norms', " << recorded[1] << " with them in the products";
+  double worst = 0;
+  int clear = 0, agree = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    const std::vector<float>& a = logits[0][i];
+    const std::vector<float>& b = logits[1][i];
+    double gap = 0, scale = 0;
+    for (size_t v = 0; v < a.size(); ++v) {
+      gap = std::max(gap, std::fabs(static_cast<double>(a[v]) - b[v]));
+      scale = std::max(scale, std::fabs(static_cast<double>(a[v])));
+    }
+    worst = std::max(worst, gap / scale);
+    std::vector<float> sorted = a;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] > 2 * gap) {
+      ++clear;
+      agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+    }
+  }
+  std::printf("%s: worst logit gap with the norms in the products %.2e, %d of %zu steps clear\n", GetParam().c_str(), worst, clear,
+              logits[0].size());
+  EXPECT_LT(worst, 0.05) << GetParam();
+  EXPECT_EQ(agree, clear) << GetParam();
+  EXPECT_GE(clear, 12) << GetParam() << ": too few clear choices to judge";
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanNormTails, ::testing::Values("qwen2", "qwen3_moe"));
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,

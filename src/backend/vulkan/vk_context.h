@@ -71,6 +71,16 @@ struct View {
 // The bytes a view covers: its own, or (bytes 0) to its buffer's end; 0 without a buffer.
 inline size_t view_bytes(const View& v) { return !v.buffer ? 0 : v.bytes > 0 ? v.bytes : v.buffer->size - v.offset; }
 
+// A whole-row RMSNorm left to the kernels that read its output (mul_mv_k.comp's MUL_MV_NORM wrote the
+// residual sum h, the codes of h * (w + offset) and `blocks` partial sums of h^2, one per 256 values,
+// in `partials`): they multiply their sums by 1 / sqrt(sum / width + eps). moe_router, which reads h as
+// floats, also takes the weights (none: an empty view) and offset. partials.buffer == nullptr: no norm.
+struct NormScale {
+  View partials, weights;
+  uint32_t blocks = 0;
+  float eps = 0, offset = 0;
+};
+
 struct Kernel {
   VkShaderModule module = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;

@@ -39,22 +39,28 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
 
 bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
                 View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
-                bool topk_softmax, bool norm_topk, float logit_scale) {
+                bool topk_softmax, bool norm_topk, float logit_scale, const NormScale& ns) {
   if (d_model == 0 || d_model % 4 != 0 || n_expert == 0 || n_expert > 256 || n_used == 0 || n_used > 16 ||
       n_used > n_expert || n_tokens > 65535) {  // (tokens in grid y: the limit every device has)
     return false;
   }
   if (n_tokens == 0) return true;
-  const Kernel& k = ctx.pipeline("moe_router", 8, 24);
+  if (ns.partials.buffer && (ns.blocks * 256 != d_model || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens)) {
+    throw Error("Vulkan moe_router: a norm left to it takes whole 256-value blocks and their sums for every token");
+  }
+  const Kernel& k = ctx.pipeline("moe_router", 10, 40);
   struct {
     uint32_t n_expert, n_used, n_tokens, flags;
     float logit_scale;
-    uint32_t d;
+    uint32_t d, norm_blocks;
+    float norm_eps, norm_offset;
+    uint32_t norm_has_w;
   } push{n_expert, n_used, n_tokens,
          route_flags(topk_softmax, norm_topk, bias, expert_scale),
-         logit_scale, d_model};
+         logit_scale, d_model, ns.partials.buffer ? ns.blocks : 0u, ns.eps, ns.offset, ns.weights.buffer ? 1u : 0u};
   const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
-                           weights, router, x, count};
+                           weights, router, x, count, ns.partials.buffer ? ns.partials : logits,
+                           ns.weights.buffer ? ns.weights : router};
   d.dispatch(k, bindings, &push, (n_expert + 1) / 2, n_tokens);  // two experts a workgroup (the shader's RPW)
   return true;
 }

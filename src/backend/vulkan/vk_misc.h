@@ -28,10 +28,11 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
 // The router's product and the routing in one dispatch (decode-sized steps): logits = R x for R
 // [n_expert][d] F32 and x [n_tokens][d], then moe_route's ids and weights from them, by the last of a
 // token's workgroups (count: n_tokens uint32 counters, zero before and after). False (nothing
-// recorded) where it does not apply: d not a multiple of 4, or moe_route's limits.
+// recorded) where it does not apply: d not a multiple of 4, or moe_route's limits. ns (one token): x is
+// the residual sum whose norm (NormScale) the router reads.
 bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
                 View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
-                bool topk_softmax, bool norm_topk, float logit_scale);
+                bool topk_softmax, bool norm_topk, float logit_scale, const NormScale& ns = {});
 
 // out[t][i] = sum_k weights[t][k] * y[t][k][i]; y [n_tokens][n_used][width], out [n_tokens][width].
 void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,

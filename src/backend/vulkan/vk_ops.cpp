@@ -22,8 +22,17 @@ bool rms_norm_row_q8_fits(const Context& ctx, uint32_t width) {
   return rms_norm_row_fits(width) && width % 32 == 0 && ctx.features().subgroup_size >= 8;
 }
 
+bool rms_norm_row_factored_fits(const Context& ctx, uint32_t width) {
+  const uint32_t sg = ctx.features().subgroup_size;
+  return rms_norm_row_fits(width) && width % 256 == 0 && sg >= 4 && sg <= 64 && 64 % sg == 0;
+}
+
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset, View q8, uint32_t q8_format) {
+                  uint32_t n_tokens, float eps, float offset, View q8, uint32_t q8_format, View partials) {
+  if (partials.buffer && (!b.buffer || !xq.buffer || !rms_norm_row_factored_fits(ctx, width) ||
+                          view_bytes(partials) < size_t{4} * (width / 256) * n_tokens)) {
+    throw Error(fmt::format("Vulkan rms_norm_row: no factored form for rows of {} here", width));
+  }
   if (!rms_norm_row_fits(width)) throw Error(fmt::format("Vulkan rms_norm_row: rows of {} floats do not fit", width));
   if (xq.buffer && (width % 256 != 0 || ctx.features().subgroup_size < 4)) {
     throw Error(fmt::format("Vulkan rms_norm_row: no Q8_K output for rows of {} on this device", width));
@@ -47,19 +56,21 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   struct {
     uint32_t width, has_weight;
     float eps, offset;
-    uint32_t q8k_stride, q8_words, q8_format;
+    uint32_t q8k_stride, q8_words, q8_format, factored;
   } push{width,
          w.buffer ? 1u : 0u,
          eps,
          offset,
          xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u,
          q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4) : 0u,
-         q8_format};
-  const Kernel& k = ctx.pipeline(name, b.buffer ? 6 : 4, sizeof(push), spec);
+         q8_format,
+         partials.buffer ? 1u : 0u};
+  const Kernel& k = ctx.pipeline(name, b.buffer ? 7 : 4, sizeof(push), spec);
   const View any = x;  // unused bindings
   const View codes = xq.buffer ? xq : q8.buffer ? q8 : y;
-  const std::array<View, 6> bindings{x, w.buffer ? w : any, y, codes, b.buffer ? b : any, sum.buffer ? sum : y};
-  d.dispatch(k, std::span<const View>(bindings.data(), b.buffer ? 6 : 4), &push, n_tokens);
+  const std::array<View, 7> bindings{x, w.buffer ? w : any, y, codes, b.buffer ? b : any, sum.buffer ? sum : y,
+                                     partials.buffer ? partials : y};
+  d.dispatch(k, std::span<const View>(bindings.data(), b.buffer ? 7 : 4), &push, n_tokens);
 }
 
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,

@@ -25,8 +25,13 @@ bool rms_norm_row_fits(uint32_t width);
 // (q8_act_format), the bytes quantize_q8_act writes (rows mul_mv_q8_bytes apart), where
 // rms_norm_row_q8_fits.
 bool rms_norm_row_q8_fits(const Context& ctx, uint32_t width);
+// With partials (b and xq given; rms_norm_row_factored_fits): the factored form, the norm left to the
+// K-quant kernels that read it (NormScale) as mul_mv_k_norm leaves it in a one-token step: y is not
+// written, xq gets the codes of the unscaled weighted sum (x + b) * (w + offset) and partials each
+// row's width / 256 sums of squares of x + b, in that kernel's order.
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset, View q8 = {}, uint32_t q8_format = 0);
+                  uint32_t n_tokens, float eps, float offset, View q8 = {}, uint32_t q8_format = 0, View partials = {});
+bool rms_norm_row_factored_fits(const Context& ctx, uint32_t width);
 
 // A per-head norm (rms_norm with group < width) and the SwiGLU that reads it, in one dispatch
 // (rms_norm_glu.comp): y as rms_norm writes it, out = silu(z) * y, and with xq out's Q8_K codes (rows

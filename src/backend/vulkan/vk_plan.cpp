@@ -6,6 +6,7 @@
 #include "backend/exec_common.h"
 #include "backend/vulkan/vk_gemm.h"
 #include "backend/vulkan/vk_misc.h"
+#include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/knobs.h"
 
@@ -161,6 +162,79 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
     if (vm >= 0) p.mm_vstore[static_cast<size_t>(vm)] = static_cast<int>(a);
   }
   p.head_count_bytes = size_t{4} * counters;
+}
+
+// Whether every reader of t (a norm's output) takes the norm's scale instead of its rows (Plan::mm_norm).
+bool scale_readers(const Context& ctx, const graph::Graph& g, TensorId t) {
+  if (t == g.hidden || t == g.logits) return false;
+  bool any = false;
+  for (const Node& n : g.nodes) {
+    if (std::find(n.in.begin(), n.in.end(), t) == n.in.end()) continue;
+    any = true;
+    if (n.op == Op::MatMul) {
+      const auto& wt = g.tensor(n.in[0]);
+      if (n.in[0] == t || !has_mul_mv_k(ctx, wt.type) || wt.ne[0] % 256 != 0) return false;
+      continue;
+    }
+    if (n.op != Op::MoE || n.in[0] != t) return false;
+    const graph::MoeParams& mp = n.moe();
+    const MoeShape shape = moe_shape(g, n);
+    const auto& gt = g.tensor(n.in[2]);
+    const auto d = static_cast<uint32_t>(shape.d), ff = static_cast<uint32_t>(shape.ff);
+    const bool router_x = mp.router_in < 0 || n.in[static_cast<size_t>(mp.router_in)] == t;
+    for (size_t k = 1; k < n.in.size(); ++k) {
+      if (n.in[k] == t && !(mp.router_in >= 0 && k == static_cast<size_t>(mp.router_in))) return false;
+    }
+    if (!router_x || g.tensor(n.in[1]).type != gguf::TensorType::F32 || shape.fused || mp.bias >= 0 ||
+        mp.glu != graph::MoeGlu::SwiGLU || gt.type != g.tensor(n.in[3]).type || mp.n_expert_used > 32 ||
+        !mul_mv_k_id_glu_fits(ctx, gt.type, d, ff) || !has_mul_mv_k(ctx, g.tensor(n.in[4]).type) || ff % 256 != 0) {
+      return false;
+    }
+  }
+  return any;
+}
+
+// Plan::mm_norm: a one-token K-quant product (or a mixture whose down product combines its slots),
+// the residual add of its output as the next node (its output's one reader), and the whole-row norm
+// of the sum as the node after, every reader of which takes the norm's scale.
+void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.mm_norm.assign(nn, -1);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 1, 0, 1) == 0) return;
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+  }
+  uint32_t blocks = 0;
+  for (size_t m = 0; m + 2 < nn; ++m) {
+    const Node& mm = g.nodes[m];
+    const Node& add = g.nodes[m + 1];
+    const Node& norm = g.nodes[m + 2];
+    if (p.skip[m] || p.skip[m + 1] || p.skip[m + 2] || p.mm_rope[m] >= 0 || p.mm_vstore[m] >= 0) continue;
+    if (add.op != Op::Add || add.in.size() != 2 || (add.in[0] == mm.out) == (add.in[1] == mm.out) ||
+        readers[static_cast<size_t>(mm.out)] != 1 || mm.out == g.hidden) {
+      continue;
+    }
+    if (norm.op != Op::RmsNorm || norm.in[0] != add.out || norm.norm().group > 0) continue;
+    const auto width = static_cast<uint32_t>(g.tensor(add.out).ne[0]);
+    if (width % 256 != 0 || !rms_norm_row_fits(width) || g.tensor(norm.out).ne[0] != width) continue;
+    if (norm.in.size() > 1 && g.tensor(norm.in[1]).ne[0] != width) continue;
+    bool fits = false;
+    if (mm.op == Op::MatMul && mm.in.size() == 2) {
+      const auto& wt = g.tensor(mm.in[0]);
+      fits = wt.ne[1] == width && mul_mv_k_norm_fits(ctx, wt.type, static_cast<uint32_t>(wt.ne[0]), width);
+    } else if (mm.op == Op::MoE && mm.moe().bias < 0) {
+      const MoeShape shape = moe_shape(g, mm);
+      fits = shape.d == width && mul_mv_k_id_combine_norm_fits(ctx, g.tensor(mm.in[4]).type, static_cast<uint32_t>(shape.ff),
+                                                                width, static_cast<uint32_t>(mm.moe().n_expert_used));
+    }
+    if (!fits || !scale_readers(ctx, g, norm.out)) continue;
+    p.mm_norm[m] = static_cast<int>(m + 2);
+    blocks = std::max(blocks, width / 256);
+  }
+  p.norm_blocks = blocks;
+  // A counter per block, then the partial sums per block of each row of a decode-sized step.
+  p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
 }
 
 // The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
@@ -336,8 +410,13 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_fusions(p, g, opts);
   plan_step_buffer(p, g, opts);  // (the rotation tables plan_tails needs)
   plan_tails(p, ctx, g, opts);
+  plan_norm_tails(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
+  if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes
+    p.norm_codes_offset = align_up(p.act_q8k_bytes, p.align);
+    p.act_q8k_bytes = p.norm_codes_offset + q8k_row_bytes(p.norm_blocks * 256);
+  }
   p.state_seq_bytes.assign(state_floats.size(), 0);
   for (size_t i = 0; i < state_floats.size(); ++i) {
     if (state_floats[i] > 0) p.state_seq_bytes[i] = align_up(state_floats[i] * 4, p.align);

@@ -54,6 +54,18 @@ struct Plan {
   std::vector<int> mm_rope, mm_vstore;
   std::vector<uint32_t> mm_count_base;
   size_t head_count_bytes = 0;
+  // Decode's residual add and the whole-row norm of its sum done by the K-quant product before them
+  // (mul_mv_k_norm; a mixture's combined down product, mul_mv_k_id_combine_norm), where every reader of
+  // the norm takes its scale (NormScale: K-quant products, an F32 router with K-quant experts). Per
+  // node: the norm a MatMul or MoE does (-1: none); where in act_q8k the norm's codes go (past the
+  // product's own input codes); the counters' and then the partial sums' bytes (norm_tail). Steps of
+  // one token and one sequence only; the norm's own dispatch takes the same factored form in the other
+  // decode-sized steps (rms_norm_row's partials), so every row's arithmetic is the one-token step's.
+  // ZINC_VULKAN_NORM_TAIL=0 keeps the norm's own dispatch in its usual form.
+  std::vector<int> mm_norm;
+  size_t norm_codes_offset = 0;
+  uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks
+  size_t norm_tail_bytes = 0;
   // A DeltaNet whose q, k and v are contiguous pieces of one tensor's rows (three splits of the conv's
   // output, whose only reader it is) reads them there: the splits are skipped. Per node: that tensor
   // (-1: none) and the pieces' offsets in its rows.

@@ -278,8 +278,24 @@ const char* mul_mv_k_variant(TensorType type) {
 
 struct MulMvKPush {
   uint32_t ncols, nrows, row_bytes, n_tokens, xstride, n_used, n_expert, expert_stride, x_per_slot, has_bias;
-  uint32_t out_stride = 0;  // mul_mv_k_id_glu: words per row of its codes
+  uint32_t out_stride = 0;  // mul_mv_k_id_glu, mul_mv_k_norm: words per row of their codes
+  uint32_t norm_blocks = 0;  // the norm's partial sums the products scale by (NormScale); 0: none
+  float norm_eps = 0, norm_offset = 0;
+  uint32_t norm_has_w = 0;   // mul_mv_k_norm: whether the norm has weights
 };
+// Every variant but the norm's producers binds the partial sums at 9; 10 bindings in all.
+constexpr uint32_t kMvkBindings = 10;
+
+// The push constants and binding 9 of a product that reads a norm's unscaled codes (ns), or none.
+void set_norm_scale(MulMvKPush& push, const NormScale& ns, uint32_t ncols, uint32_t n_tokens) {
+  if (!ns.partials.buffer) return;
+  if (ns.blocks * 256 != ncols || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens) {
+    throw Error("Vulkan mul_mv_k: a norm left to the product takes whole 256-value blocks and their sums for every token");
+  }
+  push.norm_blocks = ns.blocks;
+  push.norm_eps = ns.eps;
+}
+View norm_partials(const NormScale& ns, View any) { return ns.partials.buffer ? ns.partials : any; }
 
 // mul_mv_k's shape, the fastest measured on an H200 (VulkanKQuant.Throughput and .TokensThroughput).
 // 64 invocations, 8 blocks a step, for any tokens: the workgroup's size (its blocks a step, and its
@@ -359,17 +375,55 @@ void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, 
 }
 
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-              uint32_t nrows, uint32_t n_tokens) {
+              uint32_t nrows, uint32_t n_tokens, const NormScale& ns) {
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k", type, ncols);
   if (nrows == 0 || n_tokens == 0) return;
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
   const MvkShape s = mul_mv_k_shape(type, nrows, ncols, n_tokens);
   const uint32_t spec[] = {s.wg, s.rows, s.ntok, s.groups};
-  const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), 3, sizeof(push), spec);
+  MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
+  set_norm_scale(push, ns, ncols, n_tokens);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, (nrows + s.rows * s.groups - 1) / (s.rows * s.groups), &gx, &gy);
-  d.dispatch(k, std::array<View, 3>{w, xq, y}, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
+  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, y, y, y, y, y, y, norm_partials(ns, y)}, &push, gx, gy,
+             std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
+}
+
+bool mul_mv_k_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
+  if (!has_mul_mv_k(ctx, type) || ncols % 256 != 0 || nrows == 0 || nrows % 256 != 0) return false;
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  return s.wg >= 64 && 256 % (s.rows * s.groups) == 0;
+}
+
+namespace {
+void check_norm(const char* op, const MulMvKNorm& n, uint32_t nrows) {
+  if (!n.res.buffer || !n.xq_out.buffer || !n.partials.buffer || view_bytes(n.count) < size_t{4} * (nrows / 256) ||
+      view_bytes(n.partials) < size_t{4} * (nrows / 256) || view_bytes(n.xq_out) < q8k_row_bytes(nrows)) {
+    throw Error(fmt::format("Vulkan {}: the residual, codes, counters or partial sums are missing or short", op));
+  }
+}
+}  // namespace
+
+void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View h, uint32_t ncols, uint32_t nrows,
+                   const MulMvKNorm& n) {
+  if (!mul_mv_k_norm_fits(ctx, type, ncols, nrows)) {
+    throw Error(fmt::format("Vulkan mul_mv_k_norm: {} rows of {} do not fit", nrows, ncols));
+  }
+  check_norm("mul_mv_k_norm", n, nrows);
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_norm", type, ncols);
+  check_bytes("mul_mv_k_norm", uint64_t{row_bytes} * nrows);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
+  MulMvKPush push{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
+  push.out_stride = static_cast<uint32_t>(q8k_row_bytes(nrows) / 4);
+  push.norm_offset = n.offset;
+  push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_nrm_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
+  d.dispatch(k, std::array<View, 12>{w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h},
+             &push, gx, gy, 1);
 }
 
 bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
@@ -391,7 +445,7 @@ struct MulMvKTailPush {
 };
 
 void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::TensorType type, const std::array<View, 9>& views,
-                   uint32_t ncols, uint32_t nrows, uint32_t head_dim, const MulMvKTailPush& tail) {
+                   uint32_t ncols, uint32_t nrows, uint32_t head_dim, const MulMvKTailPush& tail, const NormScale& ns) {
   if (!mul_mv_k_tail_fits(ctx, type, ncols, nrows, head_dim)) {
     throw Error(fmt::format("Vulkan mul_mv_k_{}: {} rows of {} ({} a head) do not fit", variant, nrows, ncols, head_dim));
   }
@@ -401,15 +455,19 @@ void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::Tenso
   const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
   MulMvKTailPush push = tail;
   push.base = MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + variant + mul_mv_k_variant(type), 9, sizeof(push), spec);
+  set_norm_scale(push.base, ns, ncols, 1);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + variant + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
-  d.dispatch(k, views, &push, gx, gy, 1);
+  std::array<View, kMvkBindings> all{};
+  std::copy(views.begin(), views.end(), all.begin());
+  all[9] = norm_partials(ns, views[2]);
+  d.dispatch(k, all, &push, gx, gy, 1);
 }
 }  // namespace
 
 void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-                   uint32_t nrows, const MulMvKRope& r) {
+                   uint32_t nrows, const MulMvKRope& r, const NormScale& ns) {
   if (r.n_rot > r.head_dim || r.n_rot % 2 != 0) throw Error("Vulkan mul_mv_k_rope: the rotated dims do not fit the head");
   if (r.head_dim == 0 || view_bytes(r.count) < size_t{4} * (r.count_base + nrows / r.head_dim)) {
     throw Error("Vulkan mul_mv_k_rope: too few counters");
@@ -424,16 +482,16 @@ void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
   push.offset = r.offset;
   mul_mv_k_tail(ctx, d, "rope_", type,
                 {w, xq, y, r.cs, r.norm_w.buffer ? r.norm_w : r.cs, y, r.store ? r.k_cache : y, r.count, r.store ? r.step : r.cs},
-                ncols, nrows, r.head_dim, push);
+                ncols, nrows, r.head_dim, push, ns);
 }
 
 void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
-                     bool f32_cache, uint32_t ncols, uint32_t nrows) {
+                     bool f32_cache, uint32_t ncols, uint32_t nrows, const NormScale& ns) {
   MulMvKTailPush push{};
   push.flags = 8u | (f32_cache ? 16u : 0u);
   // (Any head size the rows' workgroups divide: the append is per workgroup.)
   const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
-  mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push);
+  mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push, ns);
 }
 
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
@@ -448,10 +506,11 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
   const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                         n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u, bias.buffer ? 1u : 0u};
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_id_") + mul_mv_k_variant(type), 5, sizeof(push), spec);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_id_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, (nrows + s.rows * s.groups - 1) / (s.rows * s.groups), &gx, &gy);
-  d.dispatch(k, std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, gx, gy, n_tokens * n_used);
+  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, ids, bias.buffer ? bias : y, y, y, y, y, y}, &push, gx, gy,
+             n_tokens * n_used);
 }
 
 namespace {
@@ -477,7 +536,7 @@ bool mul_mv_k_id_glu_fits(const Context& ctx, gguf::TensorType type, uint32_t nc
 
 void mul_mv_k_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View gate, View up, View ids, View xq, View act,
                      View xq_out, View count, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
-                     uint32_t n_tokens) {
+                     uint32_t n_tokens, const NormScale& ns) {
   if (!mul_mv_k_id_glu_fits(ctx, type, ncols, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_k_id_glu: experts of {} rows of {} do not fit", nrows, ncols));
   }
@@ -492,11 +551,24 @@ void mul_mv_k_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View ga
   MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                   n_expert, row_bytes * nrows, 0u, 0u};
   push.out_stride = static_cast<uint32_t>(q8k_row_bytes(nrows) / 4);
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idg_") + mul_mv_k_variant(type), 9, sizeof(push), spec);
+  set_norm_scale(push, ns, ncols, n_tokens);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idg_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
-  d.dispatch(k, std::array<View, 9>{gate, xq, act, ids, act, act, up, xq_out, count}, &push, gx, gy, n_tokens * n_used);
+  d.dispatch(k, std::array<View, kMvkBindings>{gate, xq, act, ids, act, act, up, xq_out, count, norm_partials(ns, act)}, &push,
+             gx, gy, n_tokens * n_used);
 }
+
+namespace {
+// The combined down product's shape: one group of invocations per slot, each as many blocks a step as
+// a row has (up to a power of two), 256 invocations at most.
+struct CombineShape {
+  uint32_t wg, rows;
+};
+CombineShape combine_shape(uint32_t ncols, uint32_t n_used) {
+  return {8 * n_used * blocks_per_group(ncols / 256, 256 / (8 * n_used)), knob_u32("ZINC_VULKAN_MVK_ROWS", 2, 1, 8)};
+}
+}  // namespace
 
 bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
                          View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
@@ -507,17 +579,46 @@ bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vie
   if (n_expert == 0) throw Error("Vulkan mul_mv_k_id_combine: no experts");
   if (n_tokens > kMaxGroupsYZ) throw Error("Vulkan mul_mv_k_id_combine: too many tokens for one step");
   check_bytes("mul_mv_k_id_combine", uint64_t{row_bytes} * nrows * n_expert);
-  // One group of invocations per slot, each as many blocks a step as a row has (up to a power of
-  // two), 256 invocations at most.
-  const uint32_t wg = 8 * n_used * blocks_per_group(ncols / 256, 256 / (8 * n_used)), rows = knob_u32("ZINC_VULKAN_MVK_ROWS", 2, 1, 8);
-  const uint32_t spec[] = {wg, rows, 1, n_used};
+  const CombineShape cs = combine_shape(ncols, n_used);
+  const uint32_t spec[] = {cs.wg, cs.rows, 1, n_used};
   const MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
                         n_expert, row_bytes * nrows, 1u, bias.buffer ? 1u : 0u};
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idc_") + mul_mv_k_variant(type), 6, sizeof(push), spec);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idc_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
-  grid(ctx, (nrows + rows - 1) / rows, &gx, &gy);
-  d.dispatch(k, std::array<View, 6>{w, xq, y, ids, bias.buffer ? bias : y, weights}, &push, gx, gy, n_tokens);
+  grid(ctx, (nrows + cs.rows - 1) / cs.rows, &gx, &gy);
+  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, ids, bias.buffer ? bias : y, weights, y, y, y, y}, &push, gx, gy,
+             n_tokens);
   return true;
+}
+
+bool mul_mv_k_id_combine_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_used) {
+  if (!has_mul_mv_k(ctx, type) || ncols % 256 != 0 || nrows == 0 || nrows % 256 != 0 || n_used == 0 || n_used > 32) return false;
+  const CombineShape cs = combine_shape(ncols, n_used);
+  return cs.wg >= 64 && 256 % cs.rows == 0;
+}
+
+void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
+                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n) {
+  if (!mul_mv_k_id_combine_norm_fits(ctx, type, ncols, nrows, n_used)) {
+    throw Error(fmt::format("Vulkan mul_mv_k_id_combine_norm: {} experts' {} rows of {} do not fit", n_used, nrows, ncols));
+  }
+  if (n_expert == 0) throw Error("Vulkan mul_mv_k_id_combine_norm: no experts");
+  check_norm("mul_mv_k_id_combine_norm", n, nrows);
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_id_combine_norm", type, ncols);
+  check_bytes("mul_mv_k_id_combine_norm", uint64_t{row_bytes} * nrows * n_expert);
+  const CombineShape cs = combine_shape(ncols, n_used);
+  const uint32_t spec[] = {cs.wg, cs.rows, 1, n_used};
+  MulMvKPush push{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), n_used,
+                  n_expert, row_bytes * nrows, 1u, 0u};
+  push.out_stride = static_cast<uint32_t>(q8k_row_bytes(nrows) / 4);
+  push.norm_offset = n.offset;
+  push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcn_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, nrows / cs.rows, &gx, &gy);
+  d.dispatch(k, std::array<View, 12>{w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res,
+                                     n.norm_w.buffer ? n.norm_w : h},
+             &push, gx, gy, 1);
 }
 
 }  // namespace zinc::backend::vk

@@ -67,8 +67,9 @@ size_t q8k_row_bytes(uint32_t ncols);
 // rows rows of x [rows][ncols] into xq (q8k_row_bytes each). No barrier after it.
 void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows);
 // y[t][r] = W[r] . xq[t]: W {ncols, nrows}, xq n_tokens rows from quantize_q8k, y [n_tokens][nrows].
+// ns (one token): xq holds the codes of a norm's unscaled row, each sum is scaled by its scale.
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-              uint32_t nrows, uint32_t n_tokens);
+              uint32_t nrows, uint32_t n_tokens, const NormScale& ns = {});
 // The same for K-quant experts, laid out and selected as mul_mv_id's; xq: quantize_q8k's rows of x (n_tokens
 // rows, or n_tokens * n_used with x_per_slot).
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
@@ -83,13 +84,30 @@ void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, Vie
 bool mul_mv_k_id_glu_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
 void mul_mv_k_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View gate, View up, View ids, View xq, View act,
                      View xq_out, View count, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
-                     uint32_t n_tokens);
+                     uint32_t n_tokens, const NormScale& ns = {});
 // The down product and the combine in one dispatch: y[t][r] = sum over slots k, in order, of
 // weights[t][k] * (W_ids[t][k] . xq[t][k] (+ bias)), xq per slot; y [n_tokens][nrows]. False (nothing
 // recorded) for more than 32 slots (mul_mv_k_id and moe_combine then).
 bool mul_mv_k_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
                          View y, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used,
                          uint32_t n_tokens);
+
+// Decode's product of one token (mul_mv_k; or, with ids, the experts' down product and combine as
+// mul_mv_k_id_combine) with the residual add and the whole-row RMSNorm after it: h = product + res (res
+// may be h itself) into h, and per 256 rows, by the last workgroup of each, the Q8_K codes of
+// h * (w + offset) (norm_w empty: no weights) into xq_out and the sum of h^2 into partials[r / 256],
+// for the products that read the norm with NormScale. count: nrows / 256 uint32 counters, zero before
+// and after. Needs mul_mv_k_norm_fits (and, for the experts, their combine's conditions).
+struct MulMvKNorm {
+  View res, norm_w, xq_out, count, partials;
+  float offset = 0;
+};
+bool mul_mv_k_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
+void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View h, uint32_t ncols, uint32_t nrows,
+                   const MulMvKNorm& n);
+bool mul_mv_k_id_combine_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_used);
+void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
+                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n);
 
 // Decode's q or k product (one token) with rope_heads's work on its heads done by the last workgroup
 // of each head, in place in y: the per-head norm where `norm` (weights norm_w where given), the
@@ -106,11 +124,11 @@ struct MulMvKRope {
 // 128) takes the rotation after it (mul_mv_k_rope) or the cache append (mul_mv_k_vstore).
 bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim);
 void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-                   uint32_t nrows, const MulMvKRope& r);
+                   uint32_t nrows, const MulMvKRope& r, const NormScale& ns = {});
 // Decode's v product (one token) appending its row to v_cache at the step header's n_past, as
 // rope_heads stores v (halves rounded to nearest even, or floats).
 void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
-                     bool f32_cache, uint32_t ncols, uint32_t nrows);
+                     bool f32_cache, uint32_t ncols, uint32_t nrows, const NormScale& ns = {});
 
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:

@@ -43,11 +43,14 @@ class Recorder {
     parts_ = &parts;
     multi_ = parts.size() > 1;
     tails_ = !multi_ && n_tok == 1 && res_.head_count != nullptr;  // (plan_tails: one token of one sequence)
+    norm_tails_ = !multi_ && n_tok == 1 && res_.norm_tail != nullptr;  // (plan_norm_tails: likewise)
+    deferred_ = Deferred{};
     Recorded out;
     out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
     vk::Recording& rec = *out.rec;
     Tracker tr(rec);
     q8k_of_ = -1;
+    q8k_at_ = View{};
     q8_of_ = -1;
     x16_of_ = -1;
     done_.assign(g_.nodes.size(), false);
@@ -197,6 +200,7 @@ class Recorder {
     const auto nu = static_cast<uint32_t>(n);
     const View out = act(node.out, n);
     const auto in = [&](size_t k) { return act(node.in[k], in_rows(k)); };
+    if (deferred_.active && node.op != Op::MoE && reads(node, deferred_.y) && !takes_scale(node)) materialize(rec, tr);
     switch (node.op) {
       case Op::Embed: {
         const auto& wt = g_.tensor(node.in[0]);
@@ -222,6 +226,7 @@ class Recorder {
         break;
       }
       case Op::MatMul:
+        if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) break;
         if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
           break;
@@ -424,7 +429,7 @@ class Recorder {
         break;
       }
       case Op::MoE:
-        moe(rec, tr, node, rows, out, nu);
+        moe(rec, tr, node, index, rows, out, nu);
         break;
     }
     // Greedy decoding reads one id per sequence: the argmax of its last logits row, on the device.
@@ -487,7 +492,8 @@ class Recorder {
   View q8k_out(TensorId t, uint32_t width, uint32_t n) {
     if (!plan_.q8k_input[static_cast<size_t>(t)] || n > kDirectMaxTokens) return View{};
     q8k_of_ = t;
-    return q8k_view(width, n);
+    q8k_at_ = q8k_view(width, n);
+    return q8k_at_;
   }
 
   View q8k_view(uint32_t width, uint32_t n) const { return View{res_.act_q8k, 0, vk::q8k_row_bytes(width) * n}; }
@@ -521,14 +527,101 @@ class Recorder {
     return xq;
   }
 
-  // The codes of t (rows x) for a K-quant product: those its producer wrote, else quantized here.
+  // The codes of t (rows x) for a K-quant product: those its producer wrote, else quantized here (a
+  // norm left to its readers written first: its rows were not).
   View q8k_codes(vk::Recording& rec, Tracker& tr, TensorId t, View x, uint32_t width, uint32_t n) {
+    if (q8k_of_ != t && deferred_.active && deferred_.y == t) materialize(rec, tr);
     if (q8k_of_ != t) {
       tr.before({x}, {q8k_view(width, n)});
       vk::quantize_q8k(ctx_, rec, x, q8k_view(width, n), width, n);
       q8k_of_ = t;
+      q8k_at_ = q8k_view(width, n);
     }
-    return q8k_view(width, n);
+    return q8k_at_;
+  }
+
+  // --- A residual add and whole-row norm left to the readers of the norm (Plan::mm_norm) ---
+
+  static bool reads(const Node& node, TensorId t) { return std::find(node.in.begin(), node.in.end(), t) != node.in.end(); }
+
+  // The scale of the norm whose unscaled codes the Q8_K scratch holds for t (none: empty).
+  vk::NormScale scale_of(TensorId t) const {
+    return deferred_.active && deferred_.y == t && q8k_of_ == t ? deferred_.ns : vk::NormScale{};
+  }
+
+  // Whether node (not a MoE: moe() decides) reads the deferred norm through its scale: a K-quant
+  // product of one token on its codes.
+  bool takes_scale(const Node& node) const {
+    if (node.op != Op::MatMul || node.in[1] != deferred_.y || node.in[0] == deferred_.y) return false;
+    const auto& wt = g_.tensor(node.in[0]);
+    return vk::has_mul_mv_k(ctx_, wt.type) && wt.ne[0] % 256 == 0 && !vk::has_mul_mv_q8(wt.type);
+  }
+
+  // The deferred norm's rows (and codes) written by the norm's own kernel from the residual sum, for a
+  // reader that takes rows: the norm is no longer left to anyone.
+  void materialize(vk::Recording& rec, Tracker& tr) {
+    if (!deferred_.active) return;
+    deferred_.active = false;
+    const TensorId t = deferred_.y;
+    const uint32_t width = deferred_.width, n = deferred_.rows;
+    const View y = act(t, n);
+    const View xq = q8k_out(t, width, n);
+    const View q8 = xq.buffer ? View{} : q8_out(t, width, n, vk::rms_norm_row_q8_fits(ctx_, width));
+    if (!xq.buffer && q8k_of_ == t) q8k_of_ = -1;  // (the unscaled codes are no codes of t)
+    tr.before({deferred_.h}, {y, xq, q8});
+    vk::rms_norm_row(ctx_, rec, deferred_.h, View{}, View{}, deferred_.ns.weights, y, xq, width, n, deferred_.ns.eps,
+                     deferred_.ns.offset, q8, q8_format_);
+  }
+
+  // The residual add after node `index` and the norm after that, as the product records them.
+  struct NormTail {
+    TensorId y = -1;
+    View res, h, codes, count;
+    vk::NormScale ns;
+    uint32_t width = 0;
+  };
+  bool norm_tail(size_t index, const std::vector<int64_t>& rows, NormTail& nt) const {
+    const Node& add = g_.nodes[index + 1];
+    const Node& norm = g_.nodes[static_cast<size_t>(plan_.mm_norm[index])];
+    const TensorId r = add.in[0] == g_.nodes[index].out ? add.in[1] : add.in[0];
+    if (rows[static_cast<size_t>(r)] != 1) return false;
+    nt.width = static_cast<uint32_t>(g_.tensor(add.out).ne[0]);
+    nt.res = act(r, 1);
+    nt.h = act(add.out, 1);
+    if (clashes(nt.res, nt.h)) return false;
+    const uint32_t blocks = nt.width / 256;
+    nt.y = norm.out;
+    nt.codes = View{res_.act_q8k, plan_.norm_codes_offset, vk::q8k_row_bytes(nt.width)};
+    nt.count = View{res_.norm_tail, 0, size_t{4} * blocks};
+    nt.ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks};
+    nt.ns.weights = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    nt.ns.blocks = blocks;
+    nt.ns.eps = norm.norm().eps;
+    nt.ns.offset = norm.norm().offset;
+    return true;
+  }
+  // After the product: the add and the norm recorded, the norm left to its readers.
+  void norm_tail_done(size_t index, const NormTail& nt) {
+    done_[index + 1] = true;
+    done_[static_cast<size_t>(plan_.mm_norm[index])] = true;
+    deferred_ = Deferred{nt.y, nt.h, nt.ns, nt.width, 1, true};
+    q8k_of_ = nt.y;
+    q8k_at_ = nt.codes;
+  }
+
+  // A MatMul with the residual add and norm after it (Plan::mm_norm); false where this step cannot.
+  bool norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows) {
+    NormTail nt;
+    if (rows[static_cast<size_t>(node.in[1])] != 1 || !norm_tail(index, rows, nt)) return false;
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+    if (deferred_.active && deferred_.y == node.in[1]) materialize(rec, tr);  // (reads a norm left to it: rows)
+    const View xq = q8k_codes(rec, tr, node.in[1], act(node.in[1], 1), ncols, 1);
+    tr.before({xq, nt.res}, {nt.h, nt.codes, nt.count, nt.ns.partials});
+    vk::mul_mv_k_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, nt.h, ncols, nt.width,
+                      vk::MulMvKNorm{nt.res, nt.ns.weights, nt.codes, nt.count, nt.ns.partials, nt.ns.offset});
+    norm_tail_done(index, nt);
+    return true;
   }
 
   // A gate followed by an add of its output to another row of its width (a shared expert's gated output
@@ -584,6 +677,28 @@ class Recorder {
     const View y = act(norm.out, n);
     if (clashes(a, y) || clashes(b, y)) return false;
     const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    // A norm the product before leaves to its readers in one-token steps (Plan::mm_norm): in the other
+    // decode-sized steps the same codes and sums from this dispatch (its factored form), so each row's
+    // arithmetic is the one-token step's.
+    if (index >= 1 && plan_.mm_norm[index - 1] == static_cast<int>(index + 1) && n <= vk::kMvMaxTokens &&
+        vk::rms_norm_row_factored_fits(ctx_, width)) {
+      if (deferred_.active && (deferred_.y == g_.nodes[index].in[0] || deferred_.y == g_.nodes[index].in[1])) materialize(rec, tr);
+      const View xq = q8k_out(norm.out, width, n);
+      if (xq.buffer) {
+        const uint32_t blocks = width / 256;
+        vk::NormScale ns;
+        ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks * n};
+        ns.weights = w;
+        ns.blocks = blocks;
+        ns.eps = norm.norm().eps;
+        ns.offset = norm.norm().offset;
+        tr.before({a, b}, {sum, xq, ns.partials});
+        vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, ns.eps, ns.offset, View{}, 0, ns.partials);
+        done_[index + 1] = true;
+        deferred_ = Deferred{norm.out, sum, ns, width, n, true};
+        return true;
+      }
+    }
     const View xq = q8k_out(norm.out, width, n);
     const View q8 = xq.buffer ? View{} : q8_out(norm.out, width, n, vk::rms_norm_row_q8_fits(ctx_, width));
     tr.before({a, b}, {sum, y, xq, q8});
@@ -628,8 +743,9 @@ class Recorder {
     }
     if (!vk::has_mul_mv_k(ctx_, type) || ncols % 256 != 0) return false;
     const View xq = q8k_codes(rec, tr, t, x, ncols, n);  // the K-quants
-    tr.before({xq}, {out});
-    vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n);
+    const vk::NormScale ns = scale_of(t);
+    tr.before({xq, ns.partials}, {out});
+    vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n, ns);
     add_bias(rec, tr, bias, out, nrows, n);
     return true;
   }
@@ -640,11 +756,12 @@ class Recorder {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const vk::NormScale ns = scale_of(node.in[1]);
     const bool f32_cache = plan_.kv_type == KvCacheType::F32;
     if (plan_.mm_vstore[index] >= 0) {
       const View vc{res_.v[static_cast<size_t>(g_.nodes[static_cast<size_t>(plan_.mm_vstore[index])].layer)]};
-      tr.before({xq, header(0)}, {out, vc});
-      vk::mul_mv_k_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, vc, header(0), f32_cache, ncols, nrows);
+      tr.before({xq, header(0), ns.partials}, {out, vc});
+      vk::mul_mv_k_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, vc, header(0), f32_cache, ncols, nrows, ns);
       return;
     }
     const auto r = static_cast<size_t>(plan_.mm_rope[index]);
@@ -670,8 +787,8 @@ class Recorder {
       a.step = header(0);
     }
     const View counters{res_.head_count, size_t{4} * a.count_base, size_t{4} * rp.n_head};
-    tr.before({xq, a.cs, a.step}, {out, a.k_cache, counters});
-    vk::mul_mv_k_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, a);
+    tr.before({xq, a.cs, a.step, ns.partials}, {out, a.k_cache, counters});
+    vk::mul_mv_k_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, a, ns);
     done_[r] = true;
   }
 
@@ -697,7 +814,8 @@ class Recorder {
 
   // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
   // the selected experts' gate/up products, the activation, their down products, the weighted sum.
-  void moe(vk::Recording& rec, Tracker& tr, const Node& node, const std::vector<int64_t>& rows, View out, uint32_t n) {
+  void moe(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows, View out,
+           uint32_t n) {
     const graph::MoeParams& mp = node.moe();
     const auto& rt = g_.tensor(node.in[1]);
     const auto& gt = g_.tensor(node.in[2]);
@@ -719,13 +837,40 @@ class Recorder {
     };
     const View escale = mp.expert_scale >= 0 ? w_.f32(node.in[static_cast<size_t>(mp.expert_scale)]) : View{};
     const bool topk_softmax = mp.routing == graph::MoeRouting::TopKSoftmax;
+    const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
+    const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
+    // Steps of many tokens: the slots grouped by expert once, then each expert's weight read once per
+    // tile of its tokens (tensor cores where the device has them, but float weights stay in float).
+    const bool grouped = n > kMvMaxTokens && ne <= vk::kMoeSortMaxExperts && groupable(gt.type, d) && groupable(ut.type, d) &&
+                         groupable(dt.type, ff);
+    const auto kdot = [&](gguf::TensorType t, uint32_t cols) {
+      return !grouped && n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, t);
+    };
+    // The down product adds the slots' outputs itself (one dispatch fewer), where its codes come from
+    // the activation's kernel.
+    const bool fused_down = kdot(dt.type, ff) && k <= 32 && knob_u32("ZINC_VULKAN_MOE_FUSED_DOWN", 1, 0, 1) == 1;
+    // With it, gate, up, the SwiGLU and its codes can be one dispatch too (the codes in moe_up, unused
+    // then: that kernel reads x's codes in act_q8k).
+    const bool glu = fused_down && !fused && mp.glu == graph::MoeGlu::SwiGLU && gt.type == ut.type && kdot(gt.type, d) &&
+                     !bias(1).buffer && !bias(2).buffer && res_.moe_count && knob_u32("ZINC_VULKAN_MOE_GLU", 1, 0, 1) == 1 &&
+                     vk::mul_mv_k_id_glu_fits(ctx_, gt.type, d, ff);
     // Decode-sized steps with an F32 router: its product and the routing as one dispatch.
+    const bool one_router = n <= vk::kMvMaxTokens && rt.type == gguf::TensorType::F32 && res_.moe_count &&
+                            knob_u32("ZINC_VULKAN_MOE_ROUTER", 1, 0, 1) == 1;
+    // x a norm the product before left to its readers: the router (reading the residual sum and the
+    // norm's weights) and the gate and up products take its scale; any other form reads its rows.
+    if (deferred_.active && deferred_.y == x_id &&
+        !(glu && one_router && rin == x_id && d % 4 == 0 && ne <= 256 && k <= 16 && k <= ne)) {
+      materialize(rec, tr);
+    }
+    if (deferred_.active && reads(node, deferred_.y) && deferred_.y != x_id) materialize(rec, tr);
+    const vk::NormScale xs = deferred_.active && deferred_.y == x_id ? deferred_.ns : vk::NormScale{};
     const View count{res_.moe_count, 0, res_.moe_count ? res_.moe_count->size : 0};
-    tr.before({router_x}, {logits, ids, wts, count});
-    const bool routed = n <= vk::kMvMaxTokens && rt.type == gguf::TensorType::F32 && res_.moe_count &&
-                        knob_u32("ZINC_VULKAN_MOE_ROUTER", 1, 0, 1) == 1 &&
-                        vk::moe_router(ctx_, rec, w_.raw(node.in[1]), router_x, logits, bias(0), escale, ids, wts, count, d,
-                                       ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
+    const View rx = xs.partials.buffer ? deferred_.h : router_x;
+    tr.before({rx, xs.partials, xs.weights}, {logits, ids, wts, count});
+    const bool routed = one_router && vk::moe_router(ctx_, rec, w_.raw(node.in[1]), rx, logits, bias(0), escale, ids, wts, count,
+                                                     d, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs);
+    if (xs.partials.buffer && !routed) throw Error("Vulkan MoE: the router did not take the norm left to it");
     if (!routed) {
       // A block-format router (files of older converters) as the CPU computes it, else float activations.
       if (!coded_product(rec, tr, rt.type, w_.raw(node.in[1]), rin, router_x, logits, View{}, d, ne, n)) {
@@ -734,12 +879,6 @@ class Recorder {
       tr.before({logits}, {ids, wts});
       vk::moe_route(ctx_, rec, logits, bias(0), escale, ids, wts, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale);
     }
-    const size_t slot_bytes = static_cast<size_t>(k) * n * 4;
-    const View g{res_.moe_gate, 0, slot_bytes * ff}, u{res_.moe_up, 0, slot_bytes * ff}, y{res_.moe_down, 0, slot_bytes * d};
-    // Steps of many tokens: the slots grouped by expert once, then each expert's weight read once per
-    // tile of its tokens (tensor cores where the device has them, but float weights stay in float).
-    const bool grouped = n > kMvMaxTokens && ne <= vk::kMoeSortMaxExperts && groupable(gt.type, d) && groupable(ut.type, d) &&
-                         groupable(dt.type, ff);
     const bool float_experts =
         quant::block_size(gt.type) == 1 || quant::block_size(ut.type) == 1 || quant::block_size(dt.type) == 1;
     const vk::MulMmKernel kernel = grouped && !float_experts ? vk::mul_mm_kernel(ctx_) : vk::MulMmKernel::Tiled;
@@ -753,9 +892,6 @@ class Recorder {
     // Experts of the 32-element formats in decode-sized steps: the CPU's arithmetic (quantized
     // activations), as for MatMul.
     const auto exact = [&](gguf::TensorType t) { return vk::has_mul_mv_q8(t) && n <= kMvMaxTokens; };
-    const auto kdot = [&](gguf::TensorType t, uint32_t cols) {
-      return !grouped && n <= kMvMaxTokens && cols % 256 == 0 && vk::has_mul_mv_k(ctx_, t);
-    };
     // The down product's codes written by the GLU itself (one dispatch fewer, and none between them).
     const bool down_codes = kdot(dt.type, ff);
     const View down_xq = down_codes ? View{res_.act_q8k, 0, vk::q8k_row_bytes(ff) * k * n} : View{};
@@ -807,20 +943,14 @@ class Recorder {
         vk::mul_mv_id(ctx_, rec, type, w, ids, xin, yout, b, cols, rows_out, ne, k, n, per_slot);
       }
     };
-    // The down product adds the slots' outputs itself (one dispatch fewer), where its codes come from
-    // the activation's kernel.
-    const bool fused_down = down_codes && k <= 32 && knob_u32("ZINC_VULKAN_MOE_FUSED_DOWN", 1, 0, 1) == 1;
-    // With it, gate, up, the SwiGLU and its codes can be one dispatch too (the codes in moe_up, unused
-    // then: that kernel reads x's codes in act_q8k).
-    const bool glu = fused_down && !fused && mp.glu == graph::MoeGlu::SwiGLU && gt.type == ut.type && kdot(gt.type, d) &&
-                     !bias(1).buffer && !bias(2).buffer && res_.moe_count && knob_u32("ZINC_VULKAN_MOE_GLU", 1, 0, 1) == 1 &&
-                     vk::mul_mv_k_id_glu_fits(ctx_, gt.type, d, ff);
     View dxq = down_xq;
     if (glu) {
       const View xq = q8k_codes(rec, tr, x_id, x, d, n);
+      const vk::NormScale ns = scale_of(x_id);
       dxq = View{res_.moe_up, 0, vk::q8k_row_bytes(ff) * k * n};
-      tr.before({xq, ids}, {g, dxq, count});
-      vk::mul_mv_k_id_glu(ctx_, rec, gt.type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, dxq, count, d, ff, ne, k, n);
+      tr.before({xq, ids, ns.partials}, {g, dxq, count});
+      vk::mul_mv_k_id_glu(ctx_, rec, gt.type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, dxq, count, d, ff, ne, k, n,
+                          ns);
     } else {
       // Each product waits only for what it reads and writes: gate and up from the same codes run
       // side by side.
@@ -845,6 +975,15 @@ class Recorder {
                   down_q8v, down_format);
     }
     if (down_codes) q8k_of_ = -1;  // the scratch holds the activation's codes, no graph tensor's
+    NormTail nt;
+    if (fused_down && norm_tails_ && plan_.mm_norm[index] >= 0 && n == 1 && !bias(3).buffer && norm_tail(index, rows, nt)) {
+      // The residual add and the norm after the mixture, left to the norm's readers.
+      tr.before({dxq, ids, wts, nt.res}, {nt.h, nt.codes, nt.count, nt.ns.partials});
+      vk::mul_mv_k_id_combine_norm(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, dxq, nt.h, ff, d, ne, k,
+                                   vk::MulMvKNorm{nt.res, nt.ns.weights, nt.codes, nt.count, nt.ns.partials, nt.ns.offset});
+      norm_tail_done(index, nt);
+      return;
+    }
     if (fused_down) {
       tr.before({dxq, ids, wts}, {out});
       if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, dxq, out, bias(3), ff, d, ne, k, n)) return;
@@ -871,7 +1010,19 @@ class Recorder {
   bool multi_ = false;                         // it has several parts
   bool tails_ = false;                         // one token of one sequence: products may take their rotations (plan_tails)
   std::vector<int64_t> recorded_argmax_rows_;  // the logits rows it takes the argmax of
-  TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of
+  TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of,
+  View q8k_at_{};           // there (the norm's codes a product wrote sit past the others)
+  bool norm_tails_ = false;  // one token of one sequence: products may take the add and norm after them (plan_norm_tails)
+  // The norm a product left to its readers: its output y (never written while active), the residual
+  // sum h it normalises, its scale, width.
+  struct Deferred {
+    TensorId y = -1;
+    View h{};
+    vk::NormScale ns{};
+    uint32_t width = 0, rows = 0;
+    bool active = false;
+  };
+  Deferred deferred_;
   TensorId q8_of_ = -1;     // the tensor the 32-element formats' scratch (act_q8) holds the codes of,
   uint32_t q8_format_ = 0;  // in this activation format (vk::q8_act_format)
   TensorId x16_of_ = -1;    // the tensor x_f16 holds in f16
