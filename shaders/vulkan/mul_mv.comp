@@ -1,6 +1,9 @@
 #version 450
 //! variants-by-type all
 //! variants-by-type all id_ MUL_MV_ID
+//! variant nrm_f32 TYPE_F32,MUL_MV_NORM
+//! variant nrm_f16 TYPE_F16,MUL_MV_NORM
+//! variant nrm_bf16 TYPE_BF16,MUL_MV_NORM
 // Matrix-vector products over a GGUF weight for decode (graph Op::MatMul with few tokens, and the MoE
 // expert projections): y[t][r] = W[r] . x[t] (+ bias[r]) for every row r of a weight stored in one
 // type (a variant per TYPE_*, dequantized by quant.glsl), x and y float32 rows [n_tokens][ncols] and
@@ -18,6 +21,12 @@
 // bytes apart, ids [n_tokens][n_used] picks one per (token, slot) pair, and
 // y[t][k][r] = W_ids[t][k][r] . x_(t,k) + bias[ids[t][k]][r], with x_(t,k) = x[t] (shared) or x[t][k]
 // (x_per_slot). One pair per workgroup and grid z step (NTOK = 1).
+//
+// MUL_MV_NORM (variants nrm_f32, nrm_f16, nrm_bf16): x is the residual sum h whose whole-row RMSNorm
+// the product reads, the norm left to its readers (mul_mv_k.comp's MUL_MV_NORM, rms_norm_row's
+// factored form): each x run is multiplied by the norm's weights plus offset (binding 6, where
+// norm_has_w) before its dots, and each token's sums by 1 / sqrt(sum / ncols + norm_eps) from its
+// norm_blocks partial sums of h^2 (binding 5) before the bias, as moe_router takes it.
 //
 // Bindings: 0 W (raw blocks), 1 x (float, read as vec4), 2 y, 3 bias (floats; bound to anything when
 // has_bias = 0), 4 ids (uint, MUL_MV_ID). Grid: x*y = ceil(nrows / ROWS) workgroups (split in y past
@@ -52,7 +61,25 @@ layout(push_constant) uniform Params {
   uint n_expert;       // MUL_MV_ID: ids are clamped below it
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: x[t][k], 0: x[t]
+#if defined(MUL_MV_NORM)
+  uint norm_blocks;
+  float norm_eps;
+  float norm_offset;
+  uint norm_has_w;
+#endif
 } p;
+#if defined(MUL_MV_NORM)
+layout(std430, binding = 5) readonly restrict buffer NPbuf { float npart[]; };
+layout(std430, binding = 6) readonly restrict buffer NWbuf { vec4 nw4[]; };
+
+// Token tok's norm scale.
+float norm_scale(uint tok) {
+  float t = 0.0;
+  for (uint i = 0u; i < p.norm_blocks; ++i) t += npart[tok * p.norm_blocks + i];
+  precise const float mean = t / float(p.ncols) + p.norm_eps;
+  return 1.0 / sqrt(mean);
+}
+#endif
 
 // One partial sum per (row, token) and subgroup; WG subgroups at most (a subgroup size of 1).
 shared float red[ROWS * NTOK * WG];
@@ -80,6 +107,10 @@ void main() {
     const uint wb = 0u;
 #endif
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
+#if defined(MUL_MV_NORM)
+    float ns[NTOK];
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) ns[t] = norm_scale(min(set * NTOK + t, p.n_tokens - 1u));
+#endif
     float acc[ROWS * NTOK];
     [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
 
@@ -96,8 +127,15 @@ void main() {
       }
       [[unroll]] for (uint k = 0u; k < UR; ++k) {
         const uint col4 = unit_col(u, k) >> 2;
+#if defined(MUL_MV_NORM)
+        const vec4 wn = p.norm_has_w != 0u ? nw4[col4] + p.norm_offset : vec4(1.0);
+#endif
         [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+#if defined(MUL_MV_NORM)
+          precise const vec4 xv = x4[xo[t] + col4] * wn;
+#else
           const vec4 xv = x4[xo[t] + col4];
+#endif
           [[unroll]] for (uint r = 0u; r < ROWS; ++r) {
 #if defined(HAS_B)
             acc[r * NTOK + t] += dot(q[r][k], xv);
@@ -125,6 +163,9 @@ void main() {
       }
 #else
       const uint tok = set * NTOK + i % NTOK;
+#if defined(MUL_MV_NORM)
+      s *= ns[i % NTOK];
+#endif
       if (row < p.nrows && tok < p.n_tokens) {
         if (p.has_bias != 0u) s += bias[row];
         y[tok * p.nrows + row] = s;

@@ -15,6 +15,7 @@
 #include "backend/vulkan/vk_misc.h"
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
+#include "quant/fp16.h"
 #include "quant/quant.h"
 #include "vk_test_util.h"
 
@@ -75,7 +76,8 @@ std::vector<float> weighted(const std::vector<float>& h, const std::vector<float
 }
 
 TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
-  // o = W x, h = o + r, the norm of h read by a K-quant product (and by an F32 router with routing):
+  // o = W x, h = o + r, the norm of h read by a K-quant product, a float product (F32 and F16 weights,
+  // on h itself) and an F32 router with routing:
   // the product's form against mul_mv_k, rms_norm_row (with the add), and the readers on its output.
   // The residual is large, so the norm's scale (about 0.1) is far from 1: a reader that left it out
   // would be ten times off.
@@ -89,6 +91,10 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
       const std::vector<uint8_t> wo = weight(type, ncols, width), wc = weight(type, width, nout);
       const std::vector<float> x = randoms(ncols, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
                                router = randoms(static_cast<size_t>(n_expert) * width, 0.2f);
+      const uint32_t nf = 3;  // a float weight's rows (a shared expert's gate: one)
+      const std::vector<float> wf = randoms(static_cast<size_t>(nf) * width, 0.3f);
+      std::vector<uint16_t> wh(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wh[i] = quant::f32_to_fp16(wf[i]);
       Buffer bwo = upload(wo.data(), wo.size()), bwc = upload(wc.data(), wc.size()), bx = upload(x.data(), x.size() * 4),
              bnw = upload(nw.data(), nw.size() * 4), brt = upload(router.data(), router.size() * 4);
       Buffer bxq = zeros(q8k_row_bytes(ncols)), bo = zeros(width * 4), bres = upload(r.data(), r.size() * 4),
@@ -96,12 +102,15 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
       Buffer bh_b = upload(r.data(), r.size() * 4), bq_b = zeros(q8k_row_bytes(width)), bout_b = zeros(nout * 4),
              tail = zeros(8 * blocks), count = zeros(4);
       Buffer logits = zeros(n_expert * 4 * 2), ids = zeros(n_used * 4 * 2), wts = zeros(n_used * 4 * 2);
+      Buffer bwf = upload(wf.data(), wf.size() * 4), bwh = upload(wh.data(), wh.size() * 2 + 4), fout = zeros(4 * nf * 4);
       quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bxq}, ncols, 1);
       // The dispatches the product replaces.
       mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&bo}, ncols, width, 1);
       rms_norm_row(*ctx_, ctx_->immediate(), View{&bo}, View{&bres}, View{&bh_a}, View{&bnw}, View{&by}, View{&bq_a}, width, 1,
                    eps, offset);
       mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwc}, View{&bq_a}, View{&bout_a}, width, nout, 1);
+      mul_mv(*ctx_, ctx_->immediate(), gguf::TensorType::F32, View{&bwf}, View{&by}, View{&fout, 0, 4 * nf}, View{}, width, nf, 1);
+      mul_mv(*ctx_, ctx_->immediate(), gguf::TensorType::F16, View{&bwh}, View{&by}, View{&fout, 4 * nf, 4 * nf}, View{}, width, nf, 1);
       ASSERT_TRUE(moe_router(*ctx_, ctx_->immediate(), View{&brt}, View{&by}, View{&logits, 0, n_expert * 4}, View{}, View{},
                              View{&ids, 0, n_used * 4}, View{&wts, 0, n_used * 4}, View{&count}, width, n_expert, n_used, 1,
                              true, true, 1.0f));
@@ -118,6 +127,11 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
                       MulMvKNorm{View{&bh_b}, View{&bnw}, View{&bq_b}, View{&tail, 0, 4 * blocks}, ns.partials, offset});
       }
       mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwc}, View{&bq_b}, View{&bout_b}, width, nout, 1, ns);
+      ASSERT_TRUE(mul_mv_norm_fits(gguf::TensorType::F32, width));
+      mul_mv(*ctx_, ctx_->immediate(), gguf::TensorType::F32, View{&bwf}, View{&bh_b}, View{&fout, 8 * nf, 4 * nf}, View{}, width,
+             nf, 1, ns);
+      mul_mv(*ctx_, ctx_->immediate(), gguf::TensorType::F16, View{&bwh}, View{&bh_b}, View{&fout, 12 * nf, 4 * nf}, View{}, width,
+             nf, 1, ns);
       ASSERT_TRUE(moe_router(*ctx_, ctx_->immediate(), View{&brt}, View{&bh_b}, View{&logits, n_expert * 4, n_expert * 4},
                              View{}, View{}, View{&ids, n_used * 4, n_used * 4}, View{&wts, n_used * 4, n_used * 4},
                              View{&count}, width, n_expert, n_used, 1, true, true, 1.0f, ns));
@@ -141,10 +155,16 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
       const std::vector<float> lg = download<float>(logits, 2 * n_expert);
       const std::vector<float> la(lg.begin(), lg.begin() + n_expert), lb(lg.begin() + n_expert, lg.end());
       EXPECT_LT(worst_gap(lb, la), 1e-5) << "the router's logits (float activations: no codes)";
+      const std::vector<float> fo = download<float>(fout, 4 * nf);
+      for (uint32_t k = 0; k < 2; ++k) {
+        const std::vector<float> a(fo.begin() + k * nf, fo.begin() + (k + 1) * nf);
+        const std::vector<float> b(fo.begin() + (k + 2) * nf, fo.begin() + (k + 3) * nf);
+        EXPECT_LT(worst_gap(b, a), 1e-5) << (k == 0 ? "the F32" : "the F16") << " product on the residual sum";
+      }
       const std::vector<uint32_t> id = download<uint32_t>(ids, 2 * n_used);
       EXPECT_TRUE(std::equal(id.begin(), id.begin() + n_used, id.begin() + n_used)) << "the chosen experts";
       for (Buffer* b : {&bwo, &bwc, &bx, &bnw, &brt, &bxq, &bo, &bres, &bh_a, &by, &bq_a, &bout_a, &bh_b, &bq_b, &bout_b, &tail,
-                        &count, &logits, &ids, &wts}) {
+                        &count, &logits, &ids, &wts, &bwf, &bwh, &fout}) {
         ctx_->release(*b);
       }
     }

@@ -173,7 +173,8 @@ bool scale_readers(const Context& ctx, const graph::Graph& g, TensorId t) {
     any = true;
     if (n.op == Op::MatMul) {
       const auto& wt = g.tensor(n.in[0]);
-      if (n.in[0] == t || !has_mul_mv_k(ctx, wt.type) || wt.ne[0] % 256 != 0) return false;
+      const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+      if (n.in[0] == t || !((has_mul_mv_k(ctx, wt.type) && ncols % 256 == 0) || mul_mv_norm_fits(wt.type, ncols))) return false;
       continue;
     }
     if (n.op != Op::MoE || n.in[0] != t) return false;
@@ -200,7 +201,7 @@ bool scale_readers(const Context& ctx, const graph::Graph& g, TensorId t) {
 void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.mm_norm.assign(nn, -1);
-  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 1, 0, 1) == 0) return;
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 0, 0, 1) == 0) return;
   std::vector<int> readers(g.tensors.size(), 0);
   for (const Node& n : g.nodes) {
     for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
@@ -414,6 +415,13 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes
+    for (size_t m = 0; m < p.mm_norm.size(); ++m) {  // (steps of several tokens: the factored norm's codes)
+      if (p.mm_norm[m] < 0) continue;
+      const TensorId y = g.nodes[static_cast<size_t>(p.mm_norm[m])].out;
+      p.q8k_input[static_cast<size_t>(y)] = true;
+      p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(g.tensor(y).ne[0])) *
+                                                      std::min<uint32_t>(p.max_rows, kMvMaxTokens));
+    }
     p.norm_codes_offset = align_up(p.act_q8k_bytes, p.align);
     p.act_q8k_bytes = p.norm_codes_offset + q8k_row_bytes(p.norm_blocks * 256);
   }

@@ -116,14 +116,36 @@ struct MulMvPush {
 
 bool has_quant_kernels(gguf::TensorType type) { return find_type(type) != nullptr; }
 
+bool mul_mv_norm_fits(gguf::TensorType type, uint32_t ncols) {
+  return (type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16) && ncols % 256 == 0;
+}
+
 void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
-            uint32_t nrows, uint32_t n_tokens) {
+            uint32_t nrows, uint32_t n_tokens, const NormScale& ns) {
   uint32_t row_bytes = 0;
   const QuantType& t = checked("mul_mv", type, ncols, &row_bytes);
   if (nrows == 0 || n_tokens == 0 || ncols == 0) return;
   check_bytes("mul_mv", uint64_t{row_bytes} * nrows);
   const MulMvShape s = mul_mv_shape(ncols / t.unit, nrows, n_tokens);
   const uint32_t spec[] = {s.wg, s.rows, s.ntok};
+  if (ns.partials.buffer) {
+    if (!mul_mv_norm_fits(type, ncols) || ns.blocks * 256 != ncols || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens) {
+      throw Error(fmt::format("Vulkan mul_mv: no norm left to a product of {} with rows of {}", t.name, ncols));
+    }
+    struct {
+      MulMvPush base;
+      uint32_t norm_blocks;
+      float norm_eps, norm_offset;
+      uint32_t norm_has_w;
+    } push{{ncols, nrows, row_bytes, n_tokens, bias.buffer ? 1u : 0u, 0, 0, 0, 0}, ns.blocks, ns.eps, ns.offset,
+           ns.weights.buffer ? 1u : 0u};
+    const Kernel& k = ctx.pipeline(std::string("mul_mv_nrm_") + t.name, 7, sizeof(push), spec);
+    const View bindings[] = {w, x, y, bias.buffer ? bias : x, x, ns.partials, ns.weights.buffer ? ns.weights : x};
+    uint32_t gx = 0, gy = 0;
+    grid(ctx, (nrows + s.rows - 1) / s.rows, &gx, &gy);
+    d.dispatch(k, bindings, &push, gx, gy, std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
+    return;
+  }
   const Kernel& k = ctx.pipeline(std::string("mul_mv_") + t.name, 4, sizeof(MulMvPush), spec);
   const MulMvPush push{ncols, nrows, row_bytes, n_tokens, bias.buffer ? 1u : 0u, 0, 0, 0, 0};
   const View bindings[] = {w, x, y, bias.buffer ? bias : x};

@@ -25,8 +25,10 @@ bool has_quant_kernels(gguf::TensorType type);
 // y[t][r] = W[r] . x[t] (+ bias[r]): W {ncols, nrows} (rows of ncols), x [n_tokens][ncols],
 // y [n_tokens][nrows], bias nrows floats (bias.buffer == nullptr: none). Any n_tokens; the weight is
 // read once per 8 tokens, so this is the decode path (prefill belongs to a GEMM).
+// ns (float weights, mul_mv_norm_fits): x is the residual sum whose norm (NormScale) the product reads.
 void mul_mv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View y, View bias, uint32_t ncols,
-            uint32_t nrows, uint32_t n_tokens);
+            uint32_t nrows, uint32_t n_tokens, const NormScale& ns = {});
+bool mul_mv_norm_fits(gguf::TensorType type, uint32_t ncols);
 
 // The 32-element formats the CPU's way (has_mul_mv_q8: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4): x
 // quantized into `xq` (mul_mv_q8_bytes per row) to the activation format the CPU pairs with the type

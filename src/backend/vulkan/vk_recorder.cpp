@@ -550,11 +550,13 @@ class Recorder {
   }
 
   // Whether node (not a MoE: moe() decides) reads the deferred norm through its scale: a K-quant
-  // product of one token on its codes.
+  // product on its codes, or a float weight's on the residual sum.
   bool takes_scale(const Node& node) const {
     if (node.op != Op::MatMul || node.in[1] != deferred_.y || node.in[0] == deferred_.y) return false;
     const auto& wt = g_.tensor(node.in[0]);
-    return vk::has_mul_mv_k(ctx_, wt.type) && wt.ne[0] % 256 == 0 && !vk::has_mul_mv_q8(wt.type);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+    return (vk::has_mul_mv_k(ctx_, wt.type) && ncols % 256 == 0 && !vk::has_mul_mv_q8(wt.type)) ||
+           vk::mul_mv_norm_fits(wt.type, ncols);
   }
 
   // The deferred norm's rows (and codes) written by the norm's own kernel from the residual sum, for a
@@ -713,6 +715,13 @@ class Recorder {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
+    if (deferred_.active && deferred_.y == node.in[1] && vk::mul_mv_norm_fits(wt.type, ncols)) {
+      // A float weight on a norm left to its readers: the residual sum, weighted and scaled in the product.
+      const vk::NormScale& ns = deferred_.ns;
+      tr.before({deferred_.h, ns.partials, ns.weights}, {out});
+      vk::mul_mv(ctx_, rec, wt.type, w_.raw(node.in[0]), deferred_.h, out, bias, ncols, nrows, n, ns);
+      return;
+    }
     if (coded_product(rec, tr, wt.type, w_.raw(node.in[0]), node.in[1], x, out, bias, ncols, nrows, n)) return;
     if (n <= kDirectMaxTokens || ncols % 32 != 0) {  // the matrix product takes K in steps of 32
       tr.before({x}, {out});
@@ -974,7 +983,9 @@ class Recorder {
       vk::eltwise(ctx_, rec, op, g, u, g, ff, ff, k * n, false, clamped ? mp.glu_alpha : 0, clamped ? mp.glu_limit : 0, down_xq,
                   down_q8v, down_format);
     }
-    if (down_codes) q8k_of_ = -1;  // the scratch holds the activation's codes, no graph tensor's
+    // The scratch holds the activation's codes, no graph tensor's (the fused GLU writes them in moe_up:
+    // x's codes stay, for a shared expert's products that read x too).
+    if (down_codes && !glu) q8k_of_ = -1;
     NormTail nt;
     if (fused_down && norm_tails_ && plan_.mm_norm[index] >= 0 && n == 1 && !bias(3).buffer && norm_tail(index, rows, nt)) {
       // The residual add and the norm after the mixture, left to the norm's readers.
