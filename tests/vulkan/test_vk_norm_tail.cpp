@@ -56,6 +56,29 @@ class VulkanNormTail : public VulkanTest {
     ctx_->download(b, 0, v.data(), n * sizeof(T));
     return v;
   }
+  // The producer's outputs against the norm's own dispatch's: the residual sum h (bh) bit for bit
+  // theirs (h_a), its codes (bq) the CPU quantizer's of the unscaled weighted row, the partial sums
+  // (past the counters in tail) those of h^2 per 256 values to float rounding, the counters zero.
+  void expect_norm_outputs(const Buffer& bh, const std::vector<float>& h_a, const Buffer& bq, const Buffer& tail,
+                           const std::vector<float>& nw, float offset) {
+    const auto width = static_cast<uint32_t>(h_a.size()), blocks = width / 256;
+    const std::vector<float> h = download<float>(bh, width);
+    EXPECT_EQ(h, h_a) << "the residual sum";
+    expect_codes_of(weighted(h, nw, offset), download<uint8_t>(bq, q8k_row_bytes(width)), width, 1);
+    const std::vector<float> part = download<float>(tail, 2 * blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      double exact = 0;
+      for (uint32_t i = 0; i < 256; ++i) exact += static_cast<double>(h[b * 256 + i]) * h[b * 256 + i];
+      EXPECT_NEAR(part[blocks + b], exact, 1e-5 * exact) << "block " << b;
+      EXPECT_EQ(part[b], 0.0f) << "counter " << b;
+    }
+  }
+  // The norm's weighted row as the producer codes it: h * (w + offset) in float.
+  static std::vector<float> weighted(const std::vector<float>& h, const std::vector<float>& nw, float offset) {
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = h[i] * (nw[i] + offset);
+    return v;
+  }
   static double worst_gap(const std::vector<float>& a, const std::vector<float>& b) {
     double gap = 0, scale = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -67,13 +90,6 @@ class VulkanNormTail : public VulkanTest {
 
   std::mt19937 rng_{21};
 };
-
-// The norm's weighted row as the producer codes it: h * (w + offset) in float.
-std::vector<float> weighted(const std::vector<float>& h, const std::vector<float>& nw, float offset) {
-  std::vector<float> v(h.size());
-  for (size_t i = 0; i < h.size(); ++i) v[i] = h[i] * (nw[i] + offset);
-  return v;
-}
 
 TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
   // o = W x, h = o + r, the norm of h read by a K-quant product, a float product (F32 and F16 weights,
@@ -136,18 +152,7 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
                              View{}, View{}, View{&ids, n_used * 4, n_used * 4}, View{&wts, n_used * 4, n_used * 4},
                              View{&count}, width, n_expert, n_used, 1, true, true, 1.0f, ns));
 
-      const std::vector<float> h_a = download<float>(bh_a, width), h_b = download<float>(bh_b, width);
-      EXPECT_EQ(h_b, h_a) << "the residual sum";
-      // The codes: the CPU quantizer's of the unscaled weighted row.
-      expect_codes_of(weighted(h_b, nw, offset), download<uint8_t>(bq_b, q8k_row_bytes(width)), width, 1);
-      // The partial sums: sum h^2 per 256 values (float sums; to float rounding of the exact ones).
-      const std::vector<float> part = download<float>(tail, 2 * blocks);
-      for (uint32_t b = 0; b < blocks; ++b) {
-        double exact = 0;
-        for (uint32_t i = 0; i < 256; ++i) exact += static_cast<double>(h_b[b * 256 + i]) * h_b[b * 256 + i];
-        EXPECT_NEAR(part[blocks + b], exact, 1e-5 * exact) << "block " << b;
-        EXPECT_EQ(part[b], 0.0f) << "counter " << b;
-      }
+      expect_norm_outputs(bh_b, download<float>(bh_a, width), bq_b, tail, nw, offset);
       // The readers: within a few code roundings (a code of the unscaled row may round the other way
       // than the scaled row's); without the scale they would be about ten times off.
       const std::vector<float> out_a = download<float>(bout_a, nout), out_b = download<float>(bout_b, nout);
@@ -207,16 +212,7 @@ TEST_F(VulkanNormTail, CombinedDownProductTakesTheAddAndNorm) {
                              MulMvKNorm{View{&bres}, View{&bnw}, View{&bq_b}, View{&tail, 0, 4 * blocks}, ns.partials, offset});
   }
   mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwc}, View{&bq_b}, View{&bout_b}, width, nout, 1, ns);
-  const std::vector<float> h_a = download<float>(bh_a, width), h_b = download<float>(bh_b, width);
-  EXPECT_EQ(h_b, h_a) << "the residual sum";
-  expect_codes_of(weighted(h_b, nw, offset), download<uint8_t>(bq_b, q8k_row_bytes(width)), width, 1);
-  const std::vector<float> part = download<float>(tail, 2 * blocks);
-  for (uint32_t b = 0; b < blocks; ++b) {
-    double exact = 0;
-    for (uint32_t i = 0; i < 256; ++i) exact += static_cast<double>(h_b[b * 256 + i]) * h_b[b * 256 + i];
-    EXPECT_NEAR(part[blocks + b], exact, 1e-5 * exact) << "block " << b;
-    EXPECT_EQ(part[b], 0.0f) << "counter " << b;
-  }
+  expect_norm_outputs(bh_b, download<float>(bh_a, width), bq_b, tail, nw, offset);
   EXPECT_LT(worst_gap(download<float>(bout_b, nout), download<float>(bout_a, nout)), 5e-3) << "the reading product";
   for (Buffer* b : {&bwd, &bwc, &bact, &bnw, &bids, &bsw, &bres, &bxq, &bo, &bh_a, &by, &bq_a, &bout_a, &bh_b, &bq_b, &bout_b, &tail}) {
     ctx_->release(*b);
