@@ -218,7 +218,8 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
     }
     if (norm.op != Op::RmsNorm || norm.in[0] != add.out || norm.norm().group > 0) continue;
     const auto width = static_cast<uint32_t>(g.tensor(add.out).ne[0]);
-    if (width % 256 != 0 || !rms_norm_row_fits(width) || g.tensor(norm.out).ne[0] != width) continue;
+    // (rms_norm_row_factored_fits: steps of several tokens must take the same arithmetic)
+    if (!rms_norm_row_factored_fits(ctx, width) || g.tensor(norm.out).ne[0] != width) continue;
     if (norm.in.size() > 1 && g.tensor(norm.in[1]).ne[0] != width) continue;
     bool fits = false;
     if (mm.op == Op::MatMul && mm.in.size() == 2) {
