@@ -684,7 +684,6 @@ class Recorder {
     // arithmetic is the one-token step's.
     if (index >= 1 && plan_.mm_norm[index - 1] == static_cast<int>(index + 1) && n <= vk::kMvMaxTokens &&
         vk::rms_norm_row_factored_fits(ctx_, width)) {
-      if (deferred_.active && (deferred_.y == g_.nodes[index].in[0] || deferred_.y == g_.nodes[index].in[1])) materialize(rec, tr);
       const View xq = q8k_out(norm.out, width, n);
       if (xq.buffer) {
         const uint32_t blocks = width / 256;
