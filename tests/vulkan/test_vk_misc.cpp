@@ -19,6 +19,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_misc.h"
 #include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "sample/sampler.h"
@@ -196,6 +197,23 @@ TEST_F(VulkanMisc, MoeRoutingMatchesTheCpu) {
                Error);
 }
 
+TEST_F(VulkanMisc, RepeatRecordsANamedKernelTwice) {
+  // ZINC_VULKAN_REPEAT (measuring): a named kernel's dispatch runs twice, a barrier between, so an
+  // in-place add adds twice; another kernel's once.
+  const std::vector<float> x{1.0f, 2.0f, 3.0f, 4.0f}, y0{10.0f, 20.0f, 30.0f, 40.0f};
+  for (const char* names : {"", "eltwise_add", "eltwise_mul,rms_norm"}) {
+    ScopedEnv e("ZINC_VULKAN_REPEAT", names);
+    Buf bx(*ctx_, x), by(*ctx_, y0);
+    Recording rec(*ctx_, 1);
+    eltwise(*ctx_, rec, Eltwise::Add, by.view(), bx.view(), by.view(), 4, 4, 1);
+    rec.finish();
+    rec.submit_and_wait();
+    const float times = std::string(names) == "eltwise_add" ? 2.0f : 1.0f;
+    const auto y = by.read<float>(4);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], y0[i] + times * x[i]) << "'" << names << "' element " << i;
+  }
+}
+
 TEST_F(VulkanMisc, MoeRoutingLatency) {
   // One token's routing as a decode step runs it (each after the one before): wall time per dispatch of
   // a recording of 100, best of 3, beside an element-wise add of one 2048-float row (a dispatch's floor).
@@ -216,6 +234,26 @@ TEST_F(VulkanMisc, MoeRoutingLatency) {
       moe_route(*ctx_, r, bl.view(), View{}, View{}, bi.view(), bw.view(), ne, k, 1, topk_first, true, 1.0f);
     });
     std::printf("| moe_route | %u | %u | %.2f |\n", ne, k, t * 1e6);
+  }
+  // The router's product and the routing as one dispatch (moe_router), beside its product alone (a
+  // float mat-vec of the router's rows), for a 2,048-wide row; everything in device memory.
+  for (const uint32_t ne : {128u, 256u}) {
+    std::vector<float> r(size_t{ne} * 2048);
+    for (auto& v : r) v = nd(rng) * 0.05f;
+    Buffer br = ctx_->device_buffer(r.size() * 4), bx = ctx_->device_buffer(row.size() * 4), bd = ctx_->device_buffer(4096);
+    ctx_->upload(br, 0, r.data(), r.size() * 4);
+    ctx_->upload(bx, 0, row.data(), row.size() * 4);
+    ctx_->fill_zero(bd, 0, bd.size);
+    const View lv{&bd, 0, 1024}, iv{&bd, 1024, 256}, wv{&bd, 1280, 256}, cv{&bd, 1536, 16};
+    const double product = seconds_per_rep(*ctx_, 100, 1, [&](Recording& rec) {
+      mul_mv(*ctx_, rec, gguf::TensorType::F32, View{&br}, View{&bx}, lv, View{}, 2048, ne, 1);
+    });
+    std::printf("| mul_mv_f32 (the router's product) | %u | - | %.2f |\n", ne, product * 1e6);
+    const double both = seconds_per_rep(*ctx_, 100, 1, [&](Recording& rec) {
+      moe_router(*ctx_, rec, View{&br}, View{&bx}, lv, View{}, View{}, iv, wv, cv, 2048, ne, 8, 1, false, true, 1.0f, NormScale{});
+    });
+    std::printf("| moe_router (product and routing) | %u | 8 | %.2f |\n", ne, both * 1e6);
+    for (Buffer* b : {&br, &bx, &bd}) ctx_->release(*b);
   }
 }
 

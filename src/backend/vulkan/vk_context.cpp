@@ -805,6 +805,7 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
     }
   };
   names(knob("ZINC_VULKAN_SKIP"), skip_);
+  names(knob("ZINC_VULKAN_REPEAT"), repeat_);
   names(knob("ZINC_VULKAN_BARRIERS"), barrier_before_);
   barrier_all_ = std::find(barrier_before_.begin(), barrier_before_.end(), "all") != barrier_before_.end();
 }
@@ -837,6 +838,10 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   }
   ++n_dispatch_;
   ++ctx_.dispatches_recorded_;
+  if (named(repeat_)) {  // measuring: the same dispatch again, behind a barrier
+    barrier();
+    record_dispatch(cb_, k, set, push, gx, gy, gz);
+  }
 }
 
 void Recording::barrier() {

@@ -155,6 +155,9 @@ class Recording final : public Dispatcher {
   bool finished_ = false;
   // Measuring only (the results are then wrong): kernels left out by name prefix (ZINC_VULKAN_SKIP).
   std::vector<std::string> skip_;
+  // Measuring only: kernels recorded twice, a barrier between (ZINC_VULKAN_REPEAT): what each costs
+  // in a real step, its inputs then warm in the caches.
+  std::vector<std::string> repeat_;
   // Debugging (ZINC_VULKAN_BARRIERS): a barrier before every dispatch, or before those of the kernels
   // named by prefix, so a hazard the recorder missed shows as a change of results.
   bool barrier_all_ = false;
