@@ -56,19 +56,17 @@ layout(push_constant) uniform Params {
 
 shared float red[RPW * WG_SIZE];  // per (expert, subgroup): sized for subgroups of one invocation
 shared bool last;
+shared float np_sh[WG_SIZE];  // a norm's partial sums (norm_blocks <= WG_SIZE: d <= 65,536)
 
 void main() {
   const uint t = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x, grp = lid / GSIZE;
   const uint e0 = gl_WorkGroupID.x * RPW, e = min(e0 + grp, p.n_expert - 1u);
   const uint d4 = p.d / 4u;
   // UNROLL steps' loads issued before their sums (a 2,048-wide row: one such pass).
-  float acc = 0.0, ns = 1.0;
-  if (p.norm_blocks != 0u) {
-    float total = 0.0;
-    for (uint i = 0u; i < p.norm_blocks; ++i) total += npart[t * p.norm_blocks + i];
-    precise const float mean = total / float(p.d) + p.norm_eps;
-    ns = 1.0 / sqrt(mean);
-  }
+  float acc = 0.0;
+  // A norm's partial sums loaded now, one an invocation, and added in block order by the invocation
+  // that writes the logits (no wait for them before the router's first loads).
+  const float npv = lid < p.norm_blocks ? npart[t * p.norm_blocks + lid] : 0.0;
   const bool weighted = p.norm_blocks != 0u && p.norm_has_w != 0u;
   for (uint c0 = lid % GSIZE; c0 < d4; c0 += GSIZE * UNROLL) {
     vec4 rv[UNROLL], xv[UNROLL];
@@ -87,9 +85,17 @@ void main() {
     const float s = subgroupAdd(grp == g ? acc : 0.0);
     if (subgroupElect()) red[g * WG_SIZE + gl_SubgroupID] = s;
   }
+  if (lid < p.norm_blocks) np_sh[lid] = npv;
   barrier();
   // One invocation writes the workgroup's logits, makes them visible and counts the workgroup.
   if (lid == 0u) {
+    float ns = 1.0;
+    if (p.norm_blocks != 0u) {
+      float total = 0.0;
+      for (uint i = 0u; i < p.norm_blocks; ++i) total += np_sh[i];
+      precise const float mean = total / float(p.d) + p.norm_eps;
+      ns = 1.0 / sqrt(mean);
+    }
     for (uint g = 0u; g < RPW && e0 + g < p.n_expert; ++g) {
       float s = 0.0;
       for (uint sg = 0u; sg < gl_NumSubgroups; ++sg) s += red[g * WG_SIZE + sg];

@@ -351,14 +351,30 @@ void norm_tail(uint set, uint wg_row0, uint tid) {
   }
 }
 #else
+// A norm's scale from the sum of its partial sums.
+float norm_scale_of(float total) {
+  precise const float mean = total / float(p.ncols) + p.norm_eps;
+  return 1.0 / sqrt(mean);
+}
+
 // The scale of token tok's norm whose partial sums the products read (1 where norm_blocks is 0).
 float norm_scale(uint tok) {
   if (p.norm_blocks == 0u) return 1.0;
   float t = 0.0;
   for (uint i = 0u; i < p.norm_blocks; ++i) t += npart[tok * p.norm_blocks + i];
-  precise const float mean = t / float(p.ncols) + p.norm_eps;
-  return 1.0 / sqrt(mean);
+  return norm_scale_of(t);
 }
+
+// The token whose norm product set `set`'s token t reads (the experts' slots: their pair's token).
+uint norm_token(uint set, uint t) {
+#if defined(MUL_MV_ID)
+  return set / p.n_used;  // (x shared by a token's slots where a norm is left to them)
+#else
+  return min(set * NTOK + t, p.n_tokens - 1u);
+#endif
+}
+
+shared float np_sh[2u * WG];  // the partial sums, in the order the scale adds them
 #endif
 
 #if defined(MUL_MV_ROPE)
@@ -477,13 +493,17 @@ void main() {
 #endif
     [[unroll]] for (uint r = 0u; r < RR; ++r) rb[r] = wb + min(row0 + r % ROWS, p.nrows - 1u) * p.row_bytes;
 #if !defined(MUL_MV_NORM)
-    float ns[NTOK];  // each token's norm scale (loaded now, used at the end)
-    [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
-#if defined(MUL_MV_ID)
-      ns[t] = norm_scale(set / p.n_used);  // (x shared by a token's slots where a norm is left to them)
-#else
-      ns[t] = norm_scale(min(set * NTOK + t, p.n_tokens - 1u));
-#endif
+    // A norm left to this product: its partial sums loaded now, one or two an invocation, and added in
+    // block order (norm_scale's arithmetic) through shared memory once the sums are in, so that no
+    // invocation waits for them before its first weight loads (qwen3-30b-a3b on an H100: each reader
+    // took ~1.7 us a layer longer when it added them here). More than 2 WG of them: norm_scale at the end.
+    const uint np_n = p.norm_blocks * NTOK;
+    const bool np_early = np_n <= 2u * WG;
+    float npv[2];
+    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
+      const uint i = tid + k * WG;
+      npv[k] = 0.0;
+      if (np_early && i < np_n) npv[k] = npart[norm_token(set, i / p.norm_blocks) * p.norm_blocks + i % p.norm_blocks];
     }
 #endif
     float acc[RR * NTOK];
@@ -523,7 +543,26 @@ void main() {
         }
       }
     }
+#if !defined(MUL_MV_NORM)
+    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
+      if (np_early && tid + k * WG < np_n) np_sh[tid + k * WG] = npv[k];
+    }
+#endif
     barrier();
+#if !defined(MUL_MV_NORM)
+    float ns[NTOK];  // each token's norm scale
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
+      if (p.norm_blocks == 0u) {
+        ns[t] = 1.0;
+      } else if (np_early) {
+        float total = 0.0;
+        for (uint i = 0u; i < p.norm_blocks; ++i) total += np_sh[t * p.norm_blocks + i];
+        ns[t] = norm_scale_of(total);
+      } else {
+        ns[t] = norm_scale(norm_token(set, t));
+      }
+    }
+#endif
 #if defined(MUL_MV_COMBINE)
     // Each (slot, row)'s product, weighted, by its own invocation; then each row's slots in order.
     for (uint i = tid; i < GROUPS * ROWS; i += WG) {

@@ -37,7 +37,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_Q8_ROWS", "1, 2, 4 or 8", "4", "rows per workgroup of the 32-element formats' decode products (mul_mv_q8; tuning)"},
     {"ZINC_VULKAN_MOE_GLU", "0 or 1", "1", "0: the experts' gate and up products, their SwiGLU and its codes as three dispatches in decode (measuring)"},
     {"ZINC_VULKAN_MOE_ROUTER", "0 or 1", "1", "0: the experts' router product and the routing as two dispatches in decode (measuring)"},
-    {"ZINC_VULKAN_NORM_TAIL", "0 or 1", "0", "1: decode's residual add and whole-row norm after a K-quant product (o, down, a mixture's combined down) done by that product's last workgroup of each 256 rows, the norm's scale left to the kernels that read it, instead of a dispatch of their own (off until measured on a GPU)"},
+    {"ZINC_VULKAN_NORM_TAIL", "0 or 1", "1", "1: decode's residual add and whole-row norm after a K-quant product (o, down, a mixture's combined down) done by that product's last workgroup of each 256 rows, the norm's scale left to the kernels that read it; 0: a dispatch of their own (measuring)"},
     {"ZINC_VULKAN_ROPE_TAIL", "0 or 1", "1", "0: decode's per-head q and k norms and rotations (and the cache append) as a dispatch after the q, k and v products, not done by those products' last workgroups (measuring)"},
     {"ZINC_VULKAN_POISON", "1", "unset", "every Vulkan context's device buffers start as NaNs instead of what the allocation held, so a kernel reading memory nothing wrote shows (debugging)"},
     {"ZINC_VULKAN_BARRIERS", "all, or kernel name prefixes, comma-separated", "unset", "a pipeline barrier before every dispatch, or before the dispatches of those kernels, so a hazard the step recorder missed shows as a change of results (debugging)"},

@@ -45,7 +45,7 @@ bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, V
     return false;
   }
   if (n_tokens == 0) return true;
-  if (ns.partials.buffer && (ns.blocks * 256 != d_model || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens)) {
+  if (ns.partials.buffer && (ns.blocks * 256 != d_model || ns.blocks > 256 || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens)) {
     throw Error("Vulkan moe_router: a norm left to it takes whole 256-value blocks and their sums for every token");
   }
   const Kernel& k = ctx.pipeline("moe_router", 10, 40);

@@ -201,7 +201,7 @@ bool scale_readers(const Context& ctx, const graph::Graph& g, TensorId t) {
 void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.mm_norm.assign(nn, -1);
-  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 0, 0, 1) == 0) return;
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 1, 0, 1) == 0) return;
   std::vector<int> readers(g.tensors.size(), 0);
   for (const Node& n : g.nodes) {
     for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];

@@ -61,8 +61,8 @@ struct Plan {
   // product's own input codes); the counters' and then the partial sums' bytes (norm_tail). Steps of
   // one token and one sequence only; the norm's own dispatch takes the same factored form in the other
   // decode-sized steps (rms_norm_row's partials), so every row's arithmetic is the one-token step's.
-  // ZINC_VULKAN_NORM_TAIL=1 takes it (0, the default until it is measured on a GPU: the norm's own
-  // dispatch in its usual form).
+  // ZINC_VULKAN_NORM_TAIL=0 leaves every norm its own dispatch in its usual form (1, the default:
+  // bench/README, "The norm's partial sums loaded ahead").
   std::vector<int> mm_norm;
   size_t norm_codes_offset = 0;
   uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks
