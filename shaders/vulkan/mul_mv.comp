@@ -72,20 +72,10 @@ layout(push_constant) uniform Params {
 layout(std430, binding = 5) readonly restrict buffer NPbuf { float npart[]; };
 layout(std430, binding = 6) readonly restrict buffer NWbuf { vec4 nw4[]; };
 
-// A norm's scale from the sum of its partial sums.
-float norm_scale_of(float total) {
-  precise const float mean = total / float(p.ncols) + p.norm_eps;
-  return 1.0 / sqrt(mean);
-}
+// The token of set `set`'s t-th row.
+uint norm_token(uint set, uint t) { return min(set * NTOK + t, p.n_tokens - 1u); }
 
-// Token tok's norm scale.
-float norm_scale(uint tok) {
-  float t = 0.0;
-  for (uint i = 0u; i < p.norm_blocks; ++i) t += npart[tok * p.norm_blocks + i];
-  return norm_scale_of(t);
-}
-
-shared float np_sh[2u * WG];  // the partial sums, in the order the scale adds them
+#include "norm_partials.glsl"
 #endif
 
 // One partial sum per (row, token) and subgroup; WG subgroups at most (a subgroup size of 1).
@@ -115,15 +105,7 @@ void main() {
 #endif
     [[unroll]] for (uint r = 0u; r < ROWS; ++r) rb[r] = wb + min(row0 + r, p.nrows - 1u) * p.row_bytes;
 #if defined(MUL_MV_NORM)
-    // The norm's partial sums loaded now, one or two an invocation, and added in block order through
-    // shared memory once the sums are in (mul_mv_k.comp does the same); more than 2 WG: at the end.
-    const uint np_n = p.norm_blocks * NTOK;
-    const bool np_early = np_n <= 2u * WG;
-    float npv[2];
-    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
-      const uint i = tid + k * WG;
-      npv[k] = np_early && i < np_n ? npart[min(set * NTOK + i / p.norm_blocks, p.n_tokens - 1u) * p.norm_blocks + i % p.norm_blocks] : 0.0;
-    }
+    const NormPartials np = np_load(set, tid);  // (norm_partials.glsl)
 #endif
     float acc[ROWS * NTOK];
     [[unroll]] for (uint i = 0u; i < ROWS * NTOK; ++i) acc[i] = 0.0;
@@ -166,22 +148,12 @@ void main() {
       if (subgroupElect()) red[i * WG + gl_SubgroupID] = s;
     }
 #if defined(MUL_MV_NORM)
-    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
-      if (np_early && tid + k * WG < np_n) np_sh[tid + k * WG] = npv[k];
-    }
+    np_stage(np, tid);
 #endif
     barrier();
 #if defined(MUL_MV_NORM)
     float ns[NTOK];
-    [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
-      if (np_early) {
-        float total = 0.0;
-        for (uint i = 0u; i < p.norm_blocks; ++i) total += np_sh[t * p.norm_blocks + i];
-        ns[t] = norm_scale_of(total);
-      } else {
-        ns[t] = norm_scale(min(set * NTOK + t, p.n_tokens - 1u));
-      }
-    }
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) ns[t] = np_scale(np, set, t);
 #endif
     for (uint i = tid; i < ROWS * NTOK; i += WG) {
       float s = 0.0;

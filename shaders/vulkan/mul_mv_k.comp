@@ -78,12 +78,9 @@
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_GOOGLE_include_directive : require
 #if defined(MUL_MV_GLU) || defined(MUL_MV_NORM)
-#extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#endif
-#if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
-#extension GL_GOOGLE_include_directive : require
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -351,20 +348,6 @@ void norm_tail(uint set, uint wg_row0, uint tid) {
   }
 }
 #else
-// A norm's scale from the sum of its partial sums.
-float norm_scale_of(float total) {
-  precise const float mean = total / float(p.ncols) + p.norm_eps;
-  return 1.0 / sqrt(mean);
-}
-
-// The scale of token tok's norm whose partial sums the products read (1 where norm_blocks is 0).
-float norm_scale(uint tok) {
-  if (p.norm_blocks == 0u) return 1.0;
-  float t = 0.0;
-  for (uint i = 0u; i < p.norm_blocks; ++i) t += npart[tok * p.norm_blocks + i];
-  return norm_scale_of(t);
-}
-
 // The token whose norm product set `set`'s token t reads (the experts' slots: their pair's token).
 uint norm_token(uint set, uint t) {
 #if defined(MUL_MV_ID)
@@ -374,7 +357,7 @@ uint norm_token(uint set, uint t) {
 #endif
 }
 
-shared float np_sh[2u * WG];  // the partial sums, in the order the scale adds them
+#include "norm_partials.glsl"
 #endif
 
 #if defined(MUL_MV_ROPE)
@@ -493,18 +476,7 @@ void main() {
 #endif
     [[unroll]] for (uint r = 0u; r < RR; ++r) rb[r] = wb + min(row0 + r % ROWS, p.nrows - 1u) * p.row_bytes;
 #if !defined(MUL_MV_NORM)
-    // A norm left to this product: its partial sums loaded now, one or two an invocation, and added in
-    // block order (norm_scale's arithmetic) through shared memory once the sums are in, so that no
-    // invocation waits for them before its first weight loads (qwen3-30b-a3b on an H100: each reader
-    // took ~1.7 us a layer longer when it added them here). More than 2 WG of them: norm_scale at the end.
-    const uint np_n = p.norm_blocks * NTOK;
-    const bool np_early = np_n <= 2u * WG;
-    float npv[2];
-    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
-      const uint i = tid + k * WG;
-      npv[k] = 0.0;
-      if (np_early && i < np_n) npv[k] = npart[norm_token(set, i / p.norm_blocks) * p.norm_blocks + i % p.norm_blocks];
-    }
+    const NormPartials np = np_load(set, tid);  // a norm left to this product (norm_partials.glsl)
 #endif
     float acc[RR * NTOK];
     [[unroll]] for (uint i = 0u; i < RR * NTOK; ++i) acc[i] = 0.0;
@@ -544,24 +516,12 @@ void main() {
       }
     }
 #if !defined(MUL_MV_NORM)
-    [[unroll]] for (uint k = 0u; k < 2u; ++k) {
-      if (np_early && tid + k * WG < np_n) np_sh[tid + k * WG] = npv[k];
-    }
+    np_stage(np, tid);
 #endif
     barrier();
 #if !defined(MUL_MV_NORM)
     float ns[NTOK];  // each token's norm scale
-    [[unroll]] for (uint t = 0u; t < NTOK; ++t) {
-      if (p.norm_blocks == 0u) {
-        ns[t] = 1.0;
-      } else if (np_early) {
-        float total = 0.0;
-        for (uint i = 0u; i < p.norm_blocks; ++i) total += np_sh[t * p.norm_blocks + i];
-        ns[t] = norm_scale_of(total);
-      } else {
-        ns[t] = norm_scale(norm_token(set, t));
-      }
-    }
+    [[unroll]] for (uint t = 0u; t < NTOK; ++t) ns[t] = np_scale(np, set, t);
 #endif
 #if defined(MUL_MV_COMBINE)
     // Each (slot, row)'s product, weighted, by its own invocation; then each row's slots in order.
