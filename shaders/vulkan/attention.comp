@@ -23,11 +23,14 @@
 //   - Per tile of TK keys: the K tile is staged in shared memory as floats, DC head dims at a time;
 //     the scores (NR x TK) are register tiles of RS rows x KS keys per invocation; each row's max is
 //     a subgroup reduction across the NKT invocations that share the row (through shared memory only
-//     where a subgroup is narrower than NKT); p = exp(s - m) goes to shared memory; then each
-//     invocation scales and accumulates RV rows x CV dims of the output with V read straight from the
-//     cache (consecutive invocations read consecutive dims of a row), VB rows of V at a time, the
-//     first VB issued as soon as the tile's block table is known (they travel while the scores are
-//     computed).
+//     where a subgroup is narrower than NKT); p = exp(s - m) goes to shared memory (4 keys a vec4),
+//     and each score invocation adds its own p to its part of the row's l (the parts added once,
+//     after the last tile); then each invocation scales and accumulates RV rows x CV dims of the
+//     output with V read straight from the cache (consecutive invocations read consecutive dims of a
+//     row; an F16 cache's halves held packed until used), VB rows of V at a time, the first VB issued
+//     as soon as the tile's block table is known (they travel while the scores are computed). For a
+//     decode step of qwen3-30b-a3b's heads on an H100 that is 170 registers (234 with V as floats and
+//     l added by every output invocation; ZINC_VULKAN_PIPELINE_STATS prints them).
 //   - One split: the workgroup writes out (applying the sink and 1 / l). Several: it writes (m, l) and
 //     the unnormalised acc per row to scratch and attention_reduce.comp merges the splits.
 // Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
@@ -56,7 +59,7 @@ const uint KS = TK / NKT;                     // score keys per invocation
 const uint NVD = HD / CV;                     // output dim groups
 const uint RV = NR / NVR;                     // output rows per invocation
 const uint KSTRIDE = DC / 4 + 1;              // vec4s per staged K row (padded against bank conflicts)
-const uint PSTRIDE = TK + 1;
+const uint PSTRIDE4 = TK / 4u + 1u;           // vec4s per row of Ps (padded against bank conflicts)
 const uint NKL = (TK * DC / 4u + 127u) / 128u;  // K loads per invocation per chunk
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q4[]; };
@@ -99,9 +102,9 @@ layout(push_constant) uniform Params {
 
 shared vec4 Qs[NR * HD / 4];     // the rows' q, times scale
 shared vec4 Ks[TK * KSTRIDE];    // K tile, DC dims
-shared float Ps[NR * PSTRIDE];   // p of the tile
+shared vec4 Ps[NR * PSTRIDE4];   // p of the tile, 4 keys a vec4 (read as such)
 shared float Alpha[NR];          // exp(m_old - m_new) of the tile
-shared float Mfin[NR];
+shared float Mfin[NR], Lfin[NR];
 shared float Red[RS * 128];      // per-subgroup row maxima, where a subgroup is narrower than NKT
 
 const float MASKED = -1.0e38;    // a score outside the row's range (and m before any key)
@@ -161,12 +164,27 @@ float load1(bool v, uint row, uint col) {
 }
 #endif
 
-// CV elements of V row `row` from column col (the rest of the vec4 zero).
-vec4 load_v(uint row, uint col) {
+// CV elements of V row `row` from column col as they are held until used (VRaw; v_float gives the
+// floats, the first CV of the vec4 meaningful): an F16 cache's halves stay packed, half the registers
+// of floats (VB rows of them are in flight an invocation).
+#if defined(TYPE_F16)
+#define VRaw uvec2
+VRaw load_v(uint row, uint col) {
+  const uint e = row * p.kv_width + col;
+  if (CV == 4u) return vc2[e >> 2];
+  if (CV == 2u) return uvec2(vc1[e >> 1], 0u);
+  return uvec2(vc1[e >> 1] >> ((e & 1u) * 16u), 0u);
+}
+vec4 v_float(VRaw r) { return vec4(unpackHalf2x16(r.x), unpackHalf2x16(r.y)); }
+#else
+#define VRaw vec4
+VRaw load_v(uint row, uint col) {
   if (CV == 4u) return load4(true, row, col);
   if (CV == 2u) return vec4(load2(true, row, col), 0.0, 0.0);
   return vec4(load1(true, row, col), 0.0, 0.0, 0.0);
 }
+vec4 v_float(VRaw r) { return r; }
+#endif
 
 // tanh without exp overflow for large |x|.
 float tanh_safe(float x) {
@@ -230,16 +248,19 @@ void main() {
   }
 
   int lo[RS], hi[RS];  // the score rows' visible keys (hi = -1: a padding row)
-  float m_run[RS];
+  // m_run: the rows' running maxima; l_part: the sum of p over this invocation's keys of them (at
+  // m_run), added over the row's NKT invocations after the last tile: the output invocations only
+  // scale and add V.
+  float m_run[RS], l_part[RS];
   for (uint a = 0u; a < RS; ++a) {
     const uint gi = row0 + rt * RS + a;
     const uint pos = n_past + gi / G;
     hi[a] = gi < n_rows ? int(pos) : -1;
     lo[a] = int(first_key(pos));
     m_run[a] = MASKED;
+    l_part[a] = 0.0;
   }
-  float l_run[RV], acc[RV * CV];
-  for (uint a = 0u; a < RV; ++a) l_run[a] = 0.0;
+  float acc[RV * CV];
   for (uint i = 0u; i < RV * CV; ++i) acc[i] = 0.0;
 
   for (uint key0 = k_begin; key0 < k_end; key0 += p.n_split * TK) {
@@ -249,9 +270,9 @@ void main() {
     // The first VB of this invocation's V rows of the tile, in flight from here (keys past k_end have
     // p = 0 and read the range's last row).
     const uint col = hk * HD + dg * CV;
-    vec4 v[VB];
+    VRaw v[VB];
     [[unroll]] for (uint k = 0u; k < VB; ++k) {
-      v[k] = v_on ? load_v(tile_row(tb, min(key0 + k, k_end - 1u) - key0), col) : vec4(0.0);
+      v[k] = v_on ? load_v(tile_row(tb, min(key0 + k, k_end - 1u) - key0), col) : VRaw(0);
     }
     float s[RS * KS];
     for (uint i = 0u; i < RS * KS; ++i) s[i] = 0.0;
@@ -309,20 +330,24 @@ void main() {
     }
     for (uint a = 0u; a < RS; ++a) {
       const uint r = rt * RS + a;
-      const float m_new = max(m_run[a], mx[a]);
-      if (kt == 0u) Alpha[r] = exp(m_run[a] - m_new);
+      const float m_new = max(m_run[a], mx[a]), al = exp(m_run[a] - m_new);
+      if (kt == 0u) Alpha[r] = al;
       m_run[a] = m_new;
+      float l = l_part[a] * al;
       for (uint b = 0u; b < KS; ++b) {
         const float x = s[a * KS + b];
-        Ps[r * PSTRIDE + kt + b * NKT] = x == MASKED ? 0.0 : exp(x - m_new);
+        const uint key = kt + b * NKT;
+        const float pj = x == MASKED ? 0.0 : exp(x - m_new);
+        Ps[r * PSTRIDE4 + key / 4u][key % 4u] = pj;
+        l += pj;
       }
+      l_part[a] = l;
     }
     barrier();
 
     if (v_on) {
       for (uint a = 0u; a < RV; ++a) {
         const float al = Alpha[rg * RV + a];
-        l_run[a] *= al;
         for (uint c = 0u; c < CV; ++c) acc[a * CV + c] *= al;
       }
       // The tile's keys VB at a time (the first VB loaded above), each batch's loads issued before
@@ -331,19 +356,45 @@ void main() {
         if (j0 > 0u) {
           [[unroll]] for (uint k = 0u; k < VB; ++k) v[k] = load_v(tile_row(tb, min(key0 + j0 + k, k_end - 1u) - key0), col);
         }
-        [[unroll]] for (uint k = 0u; k < VB; ++k) {
-          for (uint a = 0u; a < RV; ++a) {
-            const float pj = Ps[(rg * RV + a) * PSTRIDE + j0 + k];
-            l_run[a] += pj;
-            for (uint c = 0u; c < CV; ++c) acc[a * CV + c] += pj * v[k][c];
+        [[unroll]] for (uint k4 = 0u; k4 < VB / 4u; ++k4) {
+          vec4 pj[RV];
+          for (uint a = 0u; a < RV; ++a) pj[a] = Ps[(rg * RV + a) * PSTRIDE4 + j0 / 4u + k4];
+          [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+            const vec4 vf = v_float(v[4u * k4 + k]);
+            for (uint a = 0u; a < RV; ++a) {
+              for (uint c = 0u; c < CV; ++c) acc[a * CV + c] += pj[a][k] * vf[c];
+            }
           }
         }
       }
     }
   }
 
+  // Each row's l: its NKT invocations' parts added (as its maximum was taken).
+  for (uint a = 0u; a < RS; ++a) {
+    if (NKT >= gl_SubgroupSize) {
+      l_part[a] = subgroupAdd(l_part[a]);
+    } else {
+      for (uint off = 1u; off < NKT; off <<= 1) l_part[a] += subgroupShuffleXor(l_part[a], off);
+    }
+  }
+  if (NKT > gl_SubgroupSize) {  // Red's last readers passed the tile's last barrier
+    const uint per = NKT / gl_SubgroupSize;
+    if (gl_SubgroupInvocationID == 0u) {
+      for (uint a = 0u; a < RS; ++a) Red[a * 128u + gl_SubgroupID] = l_part[a];
+    }
+    barrier();
+    for (uint a = 0u; a < RS; ++a) {
+      float l = 0.0;
+      for (uint i = 0u; i < per; ++i) l += Red[a * 128u + rt * per + i];
+      l_part[a] = l;
+    }
+  }
   if (kt == 0u) {
-    for (uint a = 0u; a < RS; ++a) Mfin[rt * RS + a] = m_run[a];
+    for (uint a = 0u; a < RS; ++a) {
+      Mfin[rt * RS + a] = m_run[a];
+      Lfin[rt * RS + a] = l_part[a];
+    }
   }
   barrier();
   if (!v_on) return;
@@ -352,7 +403,7 @@ void main() {
     if (gi >= n_rows) continue;
     const uint h = hk * G + gi % G, orow = (gi / G) * p.n_head + h;
     if (p.n_split == 1u) {
-      float m = Mfin[r], l = l_run[a], f = 1.0;
+      float m = Mfin[r], l = Lfin[r], f = 1.0;
       if (p.has_sinks != 0u) {
         const float sink = sinks[h], m2 = max(m, sink);
         f = exp(m - m2);
@@ -362,7 +413,7 @@ void main() {
       for (uint c = 0u; c < CV; ++c) o[orow * HD + dg * CV + c] = acc[a * CV + c] * f;
     } else {
       const uint sr = split * rows_all + orow;
-      if (dg == 0u) sc2[sr] = vec2(Mfin[r], l_run[a]);
+      if (dg == 0u) sc2[sr] = vec2(Mfin[r], Lfin[r]);
       const uint base = 2u * p.n_split * rows_all + sr * HD + dg * CV;
       for (uint c = 0u; c < CV; ++c) sc[base + c] = acc[a * CV + c];
     }

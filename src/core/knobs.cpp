@@ -23,6 +23,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_WAIT", "block", "spin on a GPU, block on a CPU device", "how the host waits for a submitted step"},
     {"ZINC_VULKAN_SKIP", "kernel name prefixes, comma-separated", "unset", "dispatches of those kernels left out of the step recordings: what each costs in a real step (measuring only; the results are wrong)"},
     {"ZINC_VULKAN_REPEAT", "kernel name prefixes, comma-separated", "unset", "dispatches of those kernels recorded twice, a barrier between, in the step recordings: what each costs in a real step (measuring only)"},
+    {"ZINC_VULKAN_PIPELINE_STATS", "1", "unset", "print each compute pipeline's compiler statistics (registers, spills, as the driver names them) to stderr when it is made, where the device has VK_KHR_pipeline_executable_properties (measuring only)"},
     {"ZINC_VULKAN_PROFILE", "1", "unset", "time every dispatch and print the GPU time per kernel at exit (and the step recordings and pipelines made, with their host time)"},
     {"ZINC_VULKAN_MV_WG", "32..256", "per type", "workgroup size of the float and 32-element-block mat-vec (tuning)"},
     {"ZINC_VULKAN_MV_ROWS", "1..8", "per type", "rows per workgroup of that mat-vec (tuning)"},

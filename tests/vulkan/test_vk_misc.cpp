@@ -12,7 +12,9 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -211,6 +213,34 @@ TEST_F(VulkanMisc, RepeatRecordsANamedKernelTwice) {
     const float times = std::string(names) == "eltwise_add" ? 2.0f : 1.0f;
     const auto y = by.read<float>(4);
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], y0[i] + times * x[i]) << "'" << names << "' element " << i;
+  }
+}
+
+TEST_F(VulkanMisc, PipelineStatsPrintsEachPipelineOrSaysWhyNot) {
+  // ZINC_VULKAN_PIPELINE_STATS (measuring): a context made with it prints, for each pipeline it
+  // makes, a line naming the shader and its specialization with the driver's statistics; where the
+  // device lacks the extension it says so once and makes its pipelines as ever.
+  ScopedEnv e("ZINC_VULKAN_PIPELINE_STATS", "1");
+  testing::internal::CaptureStderr();
+  std::unique_ptr<Context> ctx = Context::create();
+  const std::vector<float> x{1.0f, 2.0f, 3.0f, 4.0f}, y0{10.0f, 20.0f, 30.0f, 40.0f};
+  {
+    Buf bx(*ctx, x), by(*ctx, y0);
+    Recording rec(*ctx, 1);
+    eltwise(*ctx, rec, Eltwise::Add, by.view(), bx.view(), by.view(), 4, 4, 1);
+    rec.finish();
+    rec.submit_and_wait();
+    const auto y = by.read<float>(4);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], y0[i] + x[i]) << "element " << i;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (err.find("has no VK_KHR_pipeline_executable_properties") != std::string::npos) {
+    EXPECT_EQ(err.find("pipeline eltwise"), std::string::npos) << err;
+  } else {
+    const size_t at = err.find("pipeline eltwise_add");
+    ASSERT_NE(at, std::string::npos) << err;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    EXPECT_NE(line.find(" | "), std::string::npos) << "no statistics: " << line;
   }
 }
 

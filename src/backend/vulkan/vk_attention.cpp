@@ -36,7 +36,7 @@ struct AttentionPlan {
 // Shared memory of attention.comp for a plan, in bytes (its `shared` declarations).
 size_t shared_bytes(const AttentionPlan& p) {
   const size_t rs = p.nr / (128 / p.nkt);
-  return 4 * (static_cast<size_t>(p.nr) * p.hd + static_cast<size_t>(p.tk) * (p.dc + 4) + p.nr * (p.tk + 1) + 2 * p.nr +
+  return 4 * (static_cast<size_t>(p.nr) * p.hd + static_cast<size_t>(p.tk) * (p.dc + 4) + p.nr * (p.tk + 4) + 3 * p.nr +
               rs * 128);
 }
 

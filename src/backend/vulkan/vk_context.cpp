@@ -143,7 +143,21 @@ std::unique_ptr<Context> Context::create(int device) {
   std::vector<const char*> extensions;
   if (f.coopmat_nv) {
     *tail = &ecm;
+    tail = &ecm.pNext;
     extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  }
+  // ZINC_VULKAN_PIPELINE_STATS: the compiler's statistics of each pipeline (measuring only).
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR epe{};
+  epe.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+  if (const char* e = knob("ZINC_VULKAN_PIPELINE_STATS"); e && *e != '0') {
+    if (has_extension(c->physical_, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME)) {
+      epe.pipelineExecutableInfo = VK_TRUE;
+      *tail = &epe;
+      extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+      c->pipeline_stats_ = true;
+    } else {
+      fmt::print(stderr, "ZINC_VULKAN_PIPELINE_STATS: {} has no {}\n", c->name_, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    }
   }
 
   VkPhysicalDeviceSubgroupProperties sub{};
@@ -654,9 +668,43 @@ Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t pu
   cpci.stage.pName = "main";
   cpci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
   cpci.layout = k.layout;
+  if (pipeline_stats_) cpci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
   check(vkCreateComputePipelines(device_, pipeline_cache_, 1, &cpci, nullptr, &k.pipeline), "creating a compute pipeline");
   pipeline_cache_dirty_ = true;
+  if (pipeline_stats_) print_pipeline_stats(k.pipeline, shader, spec);
   return k;
+}
+
+void Context::print_pipeline_stats(VkPipeline pipeline, std::string_view shader, std::span<const uint32_t> spec) const {
+  std::string line = fmt::format("pipeline {}", shader);
+  for (uint32_t s : spec) line += fmt::format(":{}", s);
+  VkPipelineInfoKHR pi{};
+  pi.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR;
+  pi.pipeline = pipeline;
+  uint32_t n_exec = 0;
+  vkGetPipelineExecutablePropertiesKHR(device_, &pi, &n_exec, nullptr);
+  for (uint32_t i = 0; i < n_exec; ++i) {
+    VkPipelineExecutableInfoKHR ei{};
+    ei.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR;
+    ei.pipeline = pipeline;
+    ei.executableIndex = i;
+    uint32_t n = 0;
+    vkGetPipelineExecutableStatisticsKHR(device_, &ei, &n, nullptr);
+    std::vector<VkPipelineExecutableStatisticKHR> stats(n);
+    for (auto& st : stats) st.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+    vkGetPipelineExecutableStatisticsKHR(device_, &ei, &n, stats.data());
+    for (uint32_t j = 0; j < n; ++j) {
+      const VkPipelineExecutableStatisticKHR& st = stats[j];
+      switch (st.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: line += fmt::format(" | {}: {}", st.name, st.value.b32 ? 1 : 0); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: line += fmt::format(" | {}: {}", st.name, st.value.i64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: line += fmt::format(" | {}: {}", st.name, st.value.u64); break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: line += fmt::format(" | {}: {}", st.name, st.value.f64); break;
+        default: break;
+      }
+    }
+  }
+  fmt::print(stderr, "{}\n", line);
 }
 
 void Context::release(Kernel& k) {

@@ -256,6 +256,8 @@ class Context {
   VkPhysicalDevice physical_device() const { return physical_; }
 
  private:
+  // ZINC_VULKAN_PIPELINE_STATS: the driver's statistics of a pipeline made with them, one line to stderr.
+  void print_pipeline_stats(VkPipeline pipeline, std::string_view shader, std::span<const uint32_t> spec) const;
   friend class Recording;
   Context() = default;
   uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags avoid = 0) const;
@@ -287,6 +289,7 @@ class Context {
   std::unique_ptr<Dispatcher> immediate_;
   double copy_bandwidth_ = 0;
   bool profiling_ = false;
+  bool pipeline_stats_ = false;  // ZINC_VULKAN_PIPELINE_STATS, where the extension is there
   float timestamp_ns_ = 1;  // nanoseconds per timestamp tick
   struct KernelTime {
     double ns = 0;
