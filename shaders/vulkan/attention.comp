@@ -186,6 +186,34 @@ VRaw load_v(uint row, uint col) {
 vec4 v_float(VRaw r) { return r; }
 #endif
 
+// The invocation's RS score rows (row group rt), each reduced across the NKT invocations that hold it:
+// the maximum, or with `sum` the sum (subgroups in order). Through Red where a subgroup is narrower
+// than NKT: a barrier then, which every invocation reaches (NKT and the subgroup size are uniform).
+void rows_reduce(inout float v[RS], uint rt, bool sum) {
+  for (uint a = 0u; a < RS; ++a) {
+    if (NKT >= gl_SubgroupSize) {
+      v[a] = sum ? subgroupAdd(v[a]) : subgroupMax(v[a]);
+    } else {
+      for (uint off = 1u; off < NKT; off <<= 1) {
+        const float o = subgroupShuffleXor(v[a], off);
+        v[a] = sum ? v[a] + o : max(v[a], o);
+      }
+    }
+  }
+  if (NKT > gl_SubgroupSize) {
+    const uint per = NKT / gl_SubgroupSize;
+    if (gl_SubgroupInvocationID == 0u) {
+      for (uint a = 0u; a < RS; ++a) Red[a * 128u + gl_SubgroupID] = v[a];
+    }
+    barrier();
+    for (uint a = 0u; a < RS; ++a) {
+      float r = Red[a * 128u + rt * per];
+      for (uint i = 1u; i < per; ++i) r = sum ? r + Red[a * 128u + rt * per + i] : max(r, Red[a * 128u + rt * per + i]);
+      v[a] = r;
+    }
+  }
+}
+
 // tanh without exp overflow for large |x|.
 float tanh_safe(float x) {
   const float e = exp(-2.0 * abs(x));
@@ -312,22 +340,8 @@ void main() {
         s[a * KS + b] = x;
         mx[a] = max(mx[a], x);
       }
-      if (NKT >= gl_SubgroupSize) {
-        mx[a] = subgroupMax(mx[a]);
-      } else {
-        for (uint off = 1u; off < NKT; off <<= 1) mx[a] = max(mx[a], subgroupShuffleXor(mx[a], off));
-      }
     }
-    if (NKT > gl_SubgroupSize) {
-      const uint per = NKT / gl_SubgroupSize;
-      if (gl_SubgroupInvocationID == 0u) {
-        for (uint a = 0u; a < RS; ++a) Red[a * 128u + gl_SubgroupID] = mx[a];
-      }
-      barrier();
-      for (uint a = 0u; a < RS; ++a) {
-        for (uint i = 0u; i < per; ++i) mx[a] = max(mx[a], Red[a * 128u + rt * per + i]);
-      }
-    }
+    rows_reduce(mx, rt, false);
     for (uint a = 0u; a < RS; ++a) {
       const uint r = rt * RS + a;
       const float m_new = max(m_run[a], mx[a]), al = exp(m_run[a] - m_new);
@@ -370,26 +384,8 @@ void main() {
     }
   }
 
-  // Each row's l: its NKT invocations' parts added (as its maximum was taken).
-  for (uint a = 0u; a < RS; ++a) {
-    if (NKT >= gl_SubgroupSize) {
-      l_part[a] = subgroupAdd(l_part[a]);
-    } else {
-      for (uint off = 1u; off < NKT; off <<= 1) l_part[a] += subgroupShuffleXor(l_part[a], off);
-    }
-  }
-  if (NKT > gl_SubgroupSize) {  // Red's last readers passed the tile's last barrier
-    const uint per = NKT / gl_SubgroupSize;
-    if (gl_SubgroupInvocationID == 0u) {
-      for (uint a = 0u; a < RS; ++a) Red[a * 128u + gl_SubgroupID] = l_part[a];
-    }
-    barrier();
-    for (uint a = 0u; a < RS; ++a) {
-      float l = 0.0;
-      for (uint i = 0u; i < per; ++i) l += Red[a * 128u + rt * per + i];
-      l_part[a] = l;
-    }
-  }
+  // Each row's l: its NKT invocations' parts added (Red's last readers passed the tile's last barrier).
+  rows_reduce(l_part, rt, true);
   if (kt == 0u) {
     for (uint a = 0u; a < RS; ++a) {
       Mfin[rt * RS + a] = m_run[a];

@@ -619,6 +619,16 @@ double Context::copy_bandwidth_gbs() {
   return copy_bandwidth_ = best;
 }
 
+// A pipeline's name with its specialization: the key of Context::pipeline's cache, and how the
+// profile and the statistics name it.
+namespace {
+std::string pipeline_key(std::string_view shader, std::span<const uint32_t> spec) {
+  std::string key(shader);
+  for (uint32_t s : spec) key += fmt::format(":{}", s);
+  return key;
+}
+}  // namespace
+
 Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes, std::span<const uint32_t> spec) {
   const auto code = spirv(shader);
   if (code.empty()) throw Error(fmt::format("Vulkan: no shader named '{}' is built in", shader));
@@ -676,8 +686,7 @@ Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t pu
 }
 
 void Context::print_pipeline_stats(VkPipeline pipeline, std::string_view shader, std::span<const uint32_t> spec) const {
-  std::string line = fmt::format("pipeline {}", shader);
-  for (uint32_t s : spec) line += fmt::format(":{}", s);
+  std::string line = "pipeline " + pipeline_key(shader, spec);
   VkPipelineInfoKHR pi{};
   pi.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR;
   pi.pipeline = pipeline;
@@ -717,8 +726,7 @@ void Context::release(Kernel& k) {
 
 const Kernel& Context::pipeline(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes,
                                 std::span<const uint32_t> spec) {
-  std::string key(shader);
-  for (uint32_t s : spec) key += fmt::format(":{}", s);
+  const std::string key = pipeline_key(shader, spec);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
   const auto t0 = std::chrono::steady_clock::now();
   const Kernel& k = pipelines_.emplace(key, kernel(shader, n_bindings, push_bytes, spec)).first->second;
