@@ -31,8 +31,13 @@
 //     as soon as the tile's block table is known (they travel while the scores are computed). For a
 //     decode step of qwen3-30b-a3b's heads on an H100 that is 170 registers (234 with V as floats and
 //     l added by every output invocation; ZINC_VULKAN_PIPELINE_STATS prints them).
-//   - One split: the workgroup writes out (applying the sink and 1 / l). Several: it writes (m, l) and
-//     the unnormalised acc per row to scratch and attention_reduce.comp merges the splits.
+//   - One split: the workgroup writes out (applying the sink and 1 / l), and with q8k_stride > 0 also
+//     its rows as Q8_K codes (q8k.glsl's layout, rows q8k_stride words apart) for the product that
+//     reads them: its rows are then whole consecutive heads of one token, NR * HD a multiple of 256
+//     and subgroups of at most 64 (the launcher checks), two blocks at a time by groups of 64
+//     invocations, through Qs. That is quantize_q8k's arithmetic on the same floats, without a dispatch of its own (3.1 us a
+//     layer on an H100). Several: it writes (m, l) and the unnormalised acc per row to scratch and
+//     attention_reduce.comp merges the splits.
 // Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
 // and the out or scratch rows. The score-row to invocation mapping is taken in subgroup order
 // (gl_SubgroupID, gl_SubgroupInvocationID), so the reductions are right for any subgroup size, given
@@ -41,7 +46,7 @@
 // type (TYPE_F32, TYPE_F16 packed halves, TYPE_Q8_0 GGUF blocks), position i of the sequence in row
 // cache_row(i) (kv_rows.glsl); 3 sinks [n_head] floats; 4 step (the part's header: word 0 n_past, and
 // its block table); 5 out [n_tokens][n_head * HD]; 6 scratch: (m, l) [n_split][n_tokens * n_head]
-// then acc [n_split][n_tokens * n_head][HD].
+// then acc [n_split][n_tokens * n_head][HD]; 7 codes (q8k_stride > 0).
 // Grid: (n_split, ceil(n_tokens * G / NR), n_head_kv).
 layout(local_size_x = 128) in;
 
@@ -98,7 +103,11 @@ layout(push_constant) uniform Params {
   uint has_sinks;
   float scale;
   float softcap;   // 0: none
+  uint q8k_stride; // words per row of Q8_K codes (one split); 0: none
 } p;
+layout(std430, binding = 7) writeonly buffer Codes { uint q[]; };
+#define Q8K_BLOCK_WRITER
+#include "q8k.glsl"
 
 shared vec4 Qs[NR * HD / 4];     // the rows' q, times scale
 shared vec4 Ks[TK * KSTRIDE];    // K tile, DC dims
@@ -234,6 +243,20 @@ uint tile_row(uint tb[NTB], uint kk) {
 
 // First cache row visible at position pos.
 uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
+
+// The rows' Q8_K codes from their outputs in Qs (row r's at Qs[r * HD / 4..]; every invocation calls
+// it): block j of the workgroup's NR * HD consecutive outputs (from element e0 of token t's row) is
+// Qs[64 j, 64 j + 64), taken by the group of 64 invocations j % 2 (in subgroup order).
+void write_codes(uint row0, uint hk, uint G) {
+  barrier();
+  const uint role = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID, grp = role / 64u, l64 = role % 64u;
+  const uint t = row0 / G, e0 = (hk * G + row0 % G) * HD, nb = NR * HD / 256u;
+  for (uint j0 = 0u; j0 < nb; j0 += 2u) {
+    if (j0 > 0u) barrier();  // q8k_part_max's readers of the blocks before
+    const uint j = j0 + grp;
+    q8k_write_block(j < nb ? Qs[j * 64u + l64] : vec4(0.0), l64, t * p.q8k_stride, p.n_head * HD, e0 / 256u + j, j < nb);
+  }
+}
 
 void main() {
   const uint tid = gl_LocalInvocationIndex;
@@ -393,8 +416,7 @@ void main() {
     }
   }
   barrier();
-  if (!v_on) return;
-  for (uint a = 0u; a < RV; ++a) {
+  for (uint a = 0u; a < RV && v_on; ++a) {
     const uint r = rg * RV + a, gi = row0 + r;
     if (gi >= n_rows) continue;
     const uint h = hk * G + gi % G, orow = (gi / G) * p.n_head + h;
@@ -406,7 +428,12 @@ void main() {
         l = l * f + exp(sink - m2);
       }
       f /= l;
-      for (uint c = 0u; c < CV; ++c) o[orow * HD + dg * CV + c] = acc[a * CV + c] * f;
+      for (uint c = 0u; c < CV; ++c) {
+        const float x = acc[a * CV + c] * f;
+        const uint e = r * HD + dg * CV + c;
+        o[orow * HD + dg * CV + c] = x;
+        if (p.q8k_stride != 0u) Qs[e / 4u][e % 4u] = x;  // (Qs's last readers passed the barrier above)
+      }
     } else {
       const uint sr = split * rows_all + orow;
       if (dg == 0u) sc2[sr] = vec2(Mfin[r], Lfin[r]);
@@ -414,4 +441,5 @@ void main() {
       for (uint c = 0u; c < CV; ++c) sc[base + c] = acc[a * CV + c];
     }
   }
+  if (p.n_split == 1u && p.q8k_stride != 0u) write_codes(row0, hk, G);  // uniform
 }

@@ -37,15 +37,17 @@ uint q8k_pack(ivec4 c) {
 shared uint q8k_part_max[64];
 
 // Block b of the row at word `base` (ncols per row) from v, elements 4 lid.. of the block, lid the
-// invocation's index in a workgroup of 64: the maximum over the workgroup (subgroups, then shared
-// memory), then the codes, each 16 codes' sum (4 invocations) and d. In a larger workgroup (at most
-// 64 subgroups) the invocations that hold no part of the block call it too (all of them reach its
-// barrier), with v = 0, lid their index modulo 64 and writes false.
+// invocation's index in its group of 64 (subgroups of at most 64, whole subgroups a group, lid in
+// subgroup order): the maximum over the group (subgroups, then shared memory), then the codes, each 16
+// codes' sum (4 invocations) and d. In a larger workgroup (at most 64 subgroups) every group calls it
+// (all reach its barrier), each with a block of its own or v = 0 and writes false; a second call
+// needs a barrier before it (q8k_part_max's readers).
 void q8k_write_block(vec4 v, uint lid, uint base, uint ncols, uint b, bool writes) {
   uint m = subgroupMax(max(max(q8k_abs_bits(v.x), q8k_abs_bits(v.y)), max(q8k_abs_bits(v.z), q8k_abs_bits(v.w))));
   if (subgroupElect()) q8k_part_max[gl_SubgroupID] = m;
   barrier();
-  for (uint i = 0u; i < gl_NumSubgroups; ++i) m = max(m, q8k_part_max[i]);
+  const uint per = max(64u / gl_SubgroupSize, 1u), first = gl_SubgroupID / per * per;
+  for (uint i = 0u; i < per; ++i) m = max(m, q8k_part_max[first + i]);
   float id;
   const float d = q8k_scale(m, id);
   const ivec4 c = ivec4(q8k_code(v.x, id), q8k_code(v.y, id), q8k_code(v.z, id), q8k_code(v.w, id));

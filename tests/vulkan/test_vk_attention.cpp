@@ -426,6 +426,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"at 37, 16 splits, most empty, codes", KvCacheType::F16, 8, 2, 128, 1, 37, 0, 0, false, 16, true},
                       Case{"at 700, sinks, F16", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, true},
                       Case{"at 700, one split, F16, codes", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 1, true},
+                      // One split writes its codes itself (blocks of 256 of 8 heads of 128; of 4 of 64).
+                      Case{"at 300, GQA 8:1 (qwen3-30b-a3b's heads), one split, sinks, F16, codes", KvCacheType::F16, 32, 4,
+                           128, 1, 300, 0, 0, true, 1, true},
+                      Case{"at 300, GQA 4:1, hd 64, one split, window 100, Q8_0, codes", KvCacheType::Q8_0, 16, 4, 64, 1, 300,
+                           100, 0, false, 1, true},
                       Case{"at 700, window 100, F32, codes", KvCacheType::F32, 4, 1, 64, 1, 700, 100, 0, false, 0, true},
                       Case{"at 37, hd 512, 4 splits, F16, codes", KvCacheType::F16, 4, 2, 512, 1, 37, 0, 0, false, 4, true},
                       Case{"at 37, GQA 3:1, F16", KvCacheType::F16, 6, 2, 128, 1, 37},

@@ -33,11 +33,12 @@ struct AttentionPlan {
   uint32_t n_blk, n_split;
 };
 
-// Shared memory of attention.comp for a plan, in bytes (its `shared` declarations).
+// Shared memory of attention.comp for a plan, in bytes (its `shared` declarations, q8k.glsl's 64
+// maxima among them).
 size_t shared_bytes(const AttentionPlan& p) {
   const size_t rs = p.nr / (128 / p.nkt);
   return 4 * (static_cast<size_t>(p.nr) * p.hd + static_cast<size_t>(p.tk) * (p.dc + 4) + p.nr * (p.tk + 4) + 3 * p.nr +
-              rs * 128);
+              rs * 128 + 64);
 }
 
 // Query rows per workgroup: the GQA group of every token in the block, up to 64 rows and 4096 floats
@@ -255,8 +256,9 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   struct {
     uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
     float scale, softcap;
+    uint32_t q8k_stride;
   } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
-         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap};
+         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap, 0};
   const View sinks = a.sinks.buffer ? a.sinks : a.q;
   if (coop_attention(ctx, a)) {
     const uint32_t blocks = (a.n_tokens * (a.n_head / a.n_head_kv) + kCoopRows - 1) / kCoopRows;
@@ -275,7 +277,15 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
         fmt::format("Vulkan attention: {} tokens need {} row blocks, over the device's limit", a.n_tokens, p.n_blk));
   }
   const uint32_t spec[] = {p.hd, p.nr, p.tk, p.dc, p.nkt, p.cv, p.nvr, p.vb};
-  const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 7, sizeof(push), spec);
+  const Kernel& k = ctx.pipeline(std::string("attention_") + type_suffix(a.type), 8, sizeof(push), spec);
+  const uint32_t width = a.n_head * a.head_dim;
+  // One split writes its own Q8_K codes where its workgroups' rows are whole heads of one token making
+  // whole blocks (decode's GQA groups of 2 or more heads of 128; ZINC_VULKAN_FA_CODES=0 leaves them to
+  // quantize_q8k, for measuring).
+  const uint32_t group = a.n_head / a.n_head_kv, sg = ctx.features().subgroup_size;
+  const bool codes = a.xq.buffer && p.n_split == 1 && group % p.nr == 0 && p.nr * p.hd % 256 == 0 && sg <= 64 &&
+                     knob_u32("ZINC_VULKAN_FA_CODES", 1, 0, 1) == 1;
+  if (codes) push.q8k_stride = static_cast<uint32_t>(q8k_row_bytes(width) / 4);
   push.n_split = p.n_split;
   const View scratch = p.n_split > 1 ? a.scratch : a.q;
   if (p.n_split > 1) {
@@ -288,11 +298,10 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
                               need, have));
     }
   }
-  const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch};
+  const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch, codes ? a.xq : a.q};
   if (a.phase != 2) d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
-  const uint32_t width = a.n_head * a.head_dim;
   if (p.n_split == 1) {
-    if (!a.xq.buffer) return;
+    if (!a.xq.buffer || codes) return;
     d.barrier();
     quantize_q8k(ctx, d, a.out, a.xq, width, a.n_tokens);
     return;

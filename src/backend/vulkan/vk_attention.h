@@ -99,8 +99,8 @@ bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim);
 
 // Causal attention of q over the cache (graph Op::Attention after kv_store): out rows as q's, each head
 // the softmax-weighted sum of its kv head's V rows. Records one dispatch, or two (with a barrier
-// between) when the key range is split; with xq the merge of the splits writes the codes (else one
-// more dispatch does).
+// between) when the key range is split; with xq the merge of the splits writes the codes, and one
+// split writes them itself where its rows make whole blocks (else one more dispatch does).
 void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a);
 
 }  // namespace zinc::backend::vk
