@@ -35,9 +35,9 @@
 //     its rows as Q8_K codes (q8k.glsl's layout, rows q8k_stride words apart) for the product that
 //     reads them: its rows are then whole consecutive heads of one token, NR * HD a multiple of 256
 //     and subgroups of at most 64 (the launcher checks), two blocks at a time by groups of 64
-//     invocations, through Qs. That is quantize_q8k's arithmetic on the same floats, without a dispatch of its own (3.1 us a
-//     layer on an H100). Several: it writes (m, l) and the unnormalised acc per row to scratch and
-//     attention_reduce.comp merges the splits.
+//     invocations, through Qs. That is quantize_q8k's arithmetic on the same floats without a
+//     dispatch of its own (3.1 us a layer on an H100). Several: it writes (m, l) and the unnormalised
+//     acc per row to scratch and attention_reduce.comp merges the splits.
 // Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
 // and the out or scratch rows. The score-row to invocation mapping is taken in subgroup order
 // (gl_SubgroupID, gl_SubgroupInvocationID), so the reductions are right for any subgroup size, given
@@ -246,10 +246,11 @@ uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1
 
 // The rows' Q8_K codes from their outputs in Qs (row r's at Qs[r * HD / 4..]; every invocation calls
 // it): block j of the workgroup's NR * HD consecutive outputs (from element e0 of token t's row) is
-// Qs[64 j, 64 j + 64), taken by the group of 64 invocations j % 2 (in subgroup order).
-void write_codes(uint row0, uint hk, uint G) {
+// Qs[64 j, 64 j + 64), taken by the group of 64 invocations j % 2 (by role, the index in subgroup
+// order).
+void write_codes(uint role, uint row0, uint hk, uint G) {
   barrier();
-  const uint role = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID, grp = role / 64u, l64 = role % 64u;
+  const uint grp = role / 64u, l64 = role % 64u;
   const uint t = row0 / G, e0 = (hk * G + row0 % G) * HD, nb = NR * HD / 256u;
   for (uint j0 = 0u; j0 < nb; j0 += 2u) {
     if (j0 > 0u) barrier();  // q8k_part_max's readers of the blocks before
@@ -441,5 +442,5 @@ void main() {
       for (uint c = 0u; c < CV; ++c) sc[base + c] = acc[a * CV + c];
     }
   }
-  if (p.n_split == 1u && p.q8k_stride != 0u) write_codes(row0, hk, G);  // uniform
+  if (p.n_split == 1u && p.q8k_stride != 0u) write_codes(role, row0, hk, G);  // uniform
 }
