@@ -38,6 +38,12 @@
 //     invocations, through Qs. That is quantize_q8k's arithmetic on the same floats without a
 //     dispatch of its own (3.1 us a layer on an H100). Several: it writes (m, l) and the unnormalised
 //     acc per row to scratch and attention_reduce.comp merges the splits.
+//   - One split by the key count (one_keys > 0, decode-sized steps whose workgroups' rows are one
+//     token's): a workgroup whose key range [k_lo, k_end) is at most one_keys keys long computes its
+//     rows as one split does (split 0 walks every tile; the others write nothing) and writes out, and
+//     (m, -1) as split 0's (m, l): the merge then takes out as it is. So a row is the same bits whatever
+//     the split count it was recorded with, and a launcher that knows every row's range is that short
+//     records one split and no merge.
 // Bytes moved per workgroup: its key range of K and V once (kv head slice, cache type), the q rows,
 // and the out or scratch rows. The score-row to invocation mapping is taken in subgroup order
 // (gl_SubgroupID, gl_SubgroupInvocationID), so the reductions are right for any subgroup size, given
@@ -104,6 +110,7 @@ layout(push_constant) uniform Params {
   float scale;
   float softcap;   // 0: none
   uint q8k_stride; // words per row of Q8_K codes (one split); 0: none
+  uint one_keys;   // with n_split > 1: a workgroup of at most this many keys computes its rows as one split (0: none)
 } p;
 layout(std430, binding = 7) writeonly buffer Codes { uint q[]; };
 #define Q8K_BLOCK_WRITER
@@ -275,6 +282,9 @@ void main() {
   const uint last_row = min(row0 + NR, n_rows) - 1u;
   const uint k_end = n_past + last_row / G + 1u;  // exclusive
   const uint k_lo = first_key(n_past + row0 / G) / KV_BLOCK * KV_BLOCK;
+  const bool one = p.n_split > 1u && p.one_keys != 0u && k_end - k_lo <= p.one_keys;  // uniform
+  if (one && split > 0u) return;
+  const uint nsp = one ? 1u : p.n_split;
   const uint k_begin = k_lo + split * TK;
   if (k_begin >= k_end) {
     // An empty split (short sequence): l = 0 tells the reduction to skip it.
@@ -315,7 +325,7 @@ void main() {
   float acc[RV * CV];
   for (uint i = 0u; i < RV * CV; ++i) acc[i] = 0.0;
 
-  for (uint key0 = k_begin; key0 < k_end; key0 += p.n_split * TK) {
+  for (uint key0 = k_begin; key0 < k_end; key0 += nsp * TK) {
     // The tile's NTB blocks (key0 is a block's first key): table entries read once per tile.
     uint tb[NTB];
     for (uint i = 0u; i < NTB; ++i) tb[i] = (step[4u + min(key0 / KV_BLOCK + i, (k_end - 1u) / KV_BLOCK)] - i) * KV_BLOCK;
@@ -421,8 +431,9 @@ void main() {
     const uint r = rg * RV + a, gi = row0 + r;
     if (gi >= n_rows) continue;
     const uint h = hk * G + gi % G, orow = (gi / G) * p.n_head + h;
-    if (p.n_split == 1u) {
+    if (nsp == 1u) {
       float m = Mfin[r], l = Lfin[r], f = 1.0;
+      if (one && dg == 0u) sc2[orow] = vec2(m, -1.0);  // split 0's: out is written
       if (p.has_sinks != 0u) {
         const float sink = sinks[h], m2 = max(m, sink);
         f = exp(m - m2);
@@ -442,5 +453,5 @@ void main() {
       for (uint c = 0u; c < CV; ++c) sc[base + c] = acc[a * CV + c];
     }
   }
-  if (p.n_split == 1u && p.q8k_stride != 0u) write_codes(role, row0, hk, G);  // uniform
+  if (nsp == 1u && p.q8k_stride != 0u) write_codes(role, row0, hk, G);  // uniform
 }

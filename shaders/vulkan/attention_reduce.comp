@@ -7,7 +7,9 @@
 // (their acc, never written, is read and not used). Reads n_split * (4 + head_dim) floats per row and
 // writes head_dim (a multiple of 4). Each invocation merges its share of the splits in one pass
 // (splits_merge), then the groups' parts are brought to the row's M and added in group order
-// (groups_merge).
+// (groups_merge). A row whose split 0 has l < 0 was computed whole by attention.comp (its one_keys),
+// which wrote out: it is read back, not merged (its codes are still written here). A token's rows are
+// all merged or all read back.
 //  - rows: one workgroup per row, head_dim / 4 invocations a group (4 dims each), 128 / that groups
 //    over the splits. Grid: x * y >= n_rows.
 //  - q8k: one workgroup per 256 outputs of a token (the heads they span, or part of one head): NG
@@ -42,7 +44,7 @@ shared vec4 part_a[128];
 layout(std430, binding = 0) readonly buffer Scratch { float sc[]; };
 layout(std430, binding = 0) readonly buffer Scratch2 { vec2 sc2[]; };
 layout(std430, binding = 1) readonly buffer Sinks { float sinks[]; };
-layout(std430, binding = 2) writeonly buffer Out { vec4 o4[]; };
+layout(std430, binding = 2) buffer Out { vec4 o4[]; };
 layout(push_constant) uniform Params {
   uint n_split;
   uint n_rows;      // n_tokens * n_head
@@ -148,13 +150,17 @@ void main() {
   const uint lid = gl_LocalInvocationID.x, own = lid % 64u, g = lid / 64u, b = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
   const uint width = p.n_head * p.head_dim, e = b * 256u + own * 4u;  // e: the first of 4 dims in the token's row
   const uint row = t * p.n_head + e / p.head_dim, d = e % p.head_dim;
-  float l;
-  vec4 a;
-  groups_merge(row, d, g, NG, 64u, own, lid, l, a);
   vec4 v = vec4(0.0);
-  if (g == 0u) {
-    v = a * (1.0 / l);
-    o4[(t * width + e) / 4u] = v;
+  if (sc2[row].y < 0.0) {  // uniform: the token's rows were computed whole
+    if (g == 0u) v = o4[(t * width + e) / 4u];
+  } else {
+    float l;
+    vec4 a;
+    groups_merge(row, d, g, NG, 64u, own, lid, l, a);
+    if (g == 0u) {
+      v = a * (1.0 / l);
+      o4[(t * width + e) / 4u] = v;
+    }
   }
   q8k_write_block(v, own, t * p.q8k_stride, width, b, g == 0u);
 #else
@@ -164,13 +170,17 @@ void main() {
   // group order through shared memory (the invocations past NGR groups only join the codes' shuffles).
   const uint nd = p.head_dim / 4u, ngr = 128u / nd;
   const uint lid = gl_LocalInvocationID.x, own = lid % nd, g = lid / nd, d = own * 4u;
-  float l;
-  vec4 a;
-  groups_merge(row, d, g, ngr, nd, own, lid, l, a);
   vec4 v = vec4(0.0);
-  if (g == 0u) {
-    v = a * (1.0 / l);
-    o4[(row * p.head_dim + d) / 4u] = v;
+  if (sc2[row].y < 0.0) {  // uniform: computed whole
+    if (g == 0u) v = o4[(row * p.head_dim + d) / 4u];
+  } else {
+    float l;
+    vec4 a;
+    groups_merge(row, d, g, ngr, nd, own, lid, l, a);
+    if (g == 0u) {
+      v = a * (1.0 / l);
+      o4[(row * p.head_dim + d) / 4u] = v;
+    }
   }
   if (p.q8_words != 0u) {  // uniform (every invocation: the codes' shuffles need the whole subgroup)
     const uint e = (row % p.n_head) * p.head_dim + d;  // the first of v's dims in the token's row

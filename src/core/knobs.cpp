@@ -49,6 +49,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_FA_COOPMAT", "0, 1", "1", "prompt attention on tensor cores where the device has them (0: the portable kernel, for measurements)"},
     {"ZINC_VULKAN_FA_TK", "32, 64, 128 or 256", "32", "keys per tile of the portable attention kernel (tuning)"},
     {"ZINC_VULKAN_FA_CODES", "0 or 1", "1", "0: a one-split decode attention's Q8_K output codes made by a dispatch of their own, not by the attention (measuring)"},
+    {"ZINC_VULKAN_FA_ONE_KEYS", "0..65536", "128", "decode attention rows of at most this many keys computed as one split, and steps whose rows all are recorded with one split and no merge (0: never; tuning)"},
     {"ZINC_VULKAN_FA_SPLITS", "1..128", "by workgroups and cache size", "key-range splits of the portable attention kernel (decode; tuning)"},
     {"ZINC_VULKAN_MM_WARPS", "4, 8", "8", "subgroups per tile of the cooperative-matrix GEMM (tuning)"},
     {"ZINC_VULKAN_NORM_Q8", "0 or 1", "1", "0: the activation codes of the 32-element formats' decode products made by a dispatch of their own, not by the norm, activation or attention merge that writes their input (measuring)"},

@@ -749,6 +749,97 @@ TEST_F(VulkanAttention, ARecordedStepFollowsNPastFromTheStepBuffer) {
   ctx_->release(scratch);
 }
 
+TEST_F(VulkanAttention, ARowOfFewKeysIsTheSameBitsWhateverItsSplitsAndStep) {
+  // Decode-sized steps compute a row of at most attention_one_keys() keys as one split (the others
+  // write nothing; the merge reads its output back and writes only its codes). So a row is the same
+  // bits (output and codes) in a step of one token or four, recorded with the splits of a large
+  // context or (max_keys within the bound) with one split and no merge. Four tokens at 125..128 of a
+  // 4,096-position context: the first rows have 126..128 keys, the last 129 (merged from its splits).
+  if (attention_one_keys() < 128) GTEST_SKIP() << "ZINC_VULKAN_FA_ONE_KEYS is under 128";
+  struct Shape {
+    const char* name;
+    KvCacheType type;
+    uint32_t n_head, n_head_kv, head_dim, window;
+    bool sinks;
+    gguf::TensorType act;  // F32: Q8_K codes of the output; else that 32-element format's
+  };
+  for (const Shape& sh : {Shape{"qwen3-30b-a3b's heads, F16, sinks, Q8_K codes", KvCacheType::F16, 32, 4, 128, 0, true, gguf::TensorType::F32},
+                          Shape{"gpt-oss heads, window 100, Q8_0 cache, Q8_0 codes", KvCacheType::Q8_0, 64, 8, 64, 100, true, gguf::TensorType::Q8_0},
+                          Shape{"heads of 256, F32", KvCacheType::F32, 8, 2, 256, 0, false, gguf::TensorType::F32}}) {
+    SCOPED_TRACE(sh.name);
+    std::mt19937 rng(11);
+    const uint32_t hd = sh.head_dim, kw = sh.n_head_kv * hd, qw = sh.n_head * hd, n_ctx = 4096, n0 = 125, nt = 4;
+    Step step(*ctx_, n_ctx);
+    Caches caches(*ctx_, sh.type, kw, step.rows());
+    Dispatcher& d = ctx_->immediate();
+    Floats hk(*ctx_, random_floats(rng, static_cast<size_t>(n0 + nt) * kw)), hv(*ctx_, random_floats(rng, static_cast<size_t>(n0 + nt) * kw));
+    step.set(0, n0 + nt);
+    kv_store(*ctx_, d, sh.type, hk.view(), hv.view(), caches.k(), caches.v(), step.view(), kw, n0 + nt);
+    const std::vector<float> qv = random_floats(rng, static_cast<size_t>(nt) * qw);
+    Floats sinks(*ctx_, random_floats(rng, sh.n_head, 2.0f));
+    Buffer scratch = ctx_->host_buffer(attention_scratch_bytes(*ctx_, sh.n_head, sh.n_head_kv, hd, nt, n_ctx));
+    const bool q8k = sh.act == gguf::TensorType::F32;
+    const size_t code_bytes = q8k ? q8k_row_bytes(qw) : mul_mv_q8_bytes(qw);
+    // The step of `n` tokens from q's row `first` at n_past, its rows' outputs and codes (none: empty).
+    const auto run = [&](uint32_t first, uint32_t n, uint32_t max_keys, std::vector<float>* out, std::vector<uint8_t>* codes) {
+      Floats q(*ctx_, std::vector<float>(qv.begin() + first * qw, qv.begin() + (first + n) * qw)), o(*ctx_, static_cast<size_t>(n) * qw);
+      Buffer xq = ctx_->host_buffer(code_bytes * n);
+      AttentionArgs a;
+      a.type = sh.type;
+      a.q = q.view();
+      a.k_cache = caches.k();
+      a.v_cache = caches.v();
+      if (sh.sinks) a.sinks = sinks.view();
+      a.step = step.view();
+      a.out = o.view();
+      a.scratch = {&scratch, 0, 0};
+      a.n_head = sh.n_head;
+      a.n_head_kv = sh.n_head_kv;
+      a.head_dim = hd;
+      a.n_tokens = n;
+      a.n_ctx = n_ctx;
+      a.max_keys = max_keys;
+      a.sliding_window = sh.window;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      if (q8k) {
+        if (attention_q8k_fits(*ctx_, sh.n_head, hd)) a.xq = {&xq, 0, 0};
+      } else {
+        a.q8_format = q8_act_format(sh.act);
+        if (attention_q8_fits(*ctx_, a)) a.q8 = {&xq, 0, 0};
+      }
+      step.set(n0 + first, n);
+      attention(*ctx_, d, a);
+      out->assign(o.data(), o.data() + static_cast<size_t>(n) * qw);
+      codes->clear();
+      if (a.xq.buffer || a.q8.buffer) codes->assign(static_cast<const uint8_t*>(xq.mapped), static_cast<const uint8_t*>(xq.mapped) + code_bytes * n);
+      ctx_->release(xq);
+      return attention_splits(*ctx_, a);
+    };
+    std::vector<float> all, one;
+    std::vector<uint8_t> all_codes, one_codes;
+    EXPECT_GT(run(0, nt, 0, &all, &all_codes), 1u);
+    if (!q8k && !all_codes.empty()) {
+      std::string first;
+      EXPECT_EQ(codes_unlike_the_cpus(sh.act, all, all_codes, qw, first), 0) << "activation codes, first at " << first;
+    }
+    if (q8k && !all_codes.empty()) expect_codes_of(all, all_codes, qw, nt);
+    for (uint32_t t = 0; t < nt; ++t) {
+      const uint32_t keys = n0 + t + 1;
+      for (const uint32_t max_keys : {0u, 128u}) {
+        if (max_keys != 0 && keys > max_keys) continue;
+        const uint32_t splits = run(t, 1, max_keys, &one, &one_codes);
+        EXPECT_EQ(splits == 1, max_keys != 0) << "row " << t;
+        const std::string where = "row " + std::to_string(t) + " (" + std::to_string(keys) + " keys) alone, " + std::to_string(splits) + " splits";
+        EXPECT_EQ(std::memcmp(one.data(), all.data() + t * qw, qw * 4), 0) << where;
+        if (!one_codes.empty() && !all_codes.empty()) {
+          EXPECT_EQ(std::memcmp(one_codes.data(), all_codes.data() + t * code_bytes, code_bytes), 0) << where << ": codes";
+        }
+      }
+    }
+    ctx_->release(scratch);
+  }
+}
+
 TEST_F(VulkanAttention, BadShapesAreClearErrors) {
   AttentionArgs a;
   a.n_head = 6;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/vulkan/vk_gemm.h"
+#include "backend/vulkan/vk_plan.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "core/knobs.h"
@@ -49,6 +50,23 @@ size_t shared_bytes(const AttentionPlan& p) {
 // computes it; one block of all their rows, with the tiles that suit prompts, is several times slower
 // at depth (measured: 137 us more per layer for 3 tokens than for 2 at 4,096 positions, H200).
 constexpr uint32_t kFewTokens = 8;
+
+// The threshold of attention.comp's one_keys for a plan of automatic splits: decode-sized steps whose
+// workgroups' rows are one token's (a GQA group divided into whole blocks), else 0. A row's result
+// then depends on its own key count alone, not on the split count a context size or a step's
+// recording chose: one-token, speculative and several sequences' steps agree bit for bit.
+uint32_t one_keys(const AttentionPlan& p, const AttentionArgs& a) {
+  const uint32_t group = a.n_head / a.n_head_kv;
+  return a.n_split == 0 && a.n_tokens <= kFewTokens && group % p.nr == 0 ? attention_one_keys() : 0;
+}
+
+// The caller's bound on a row's keys (AttentionArgs::max_keys), within a sliding window's: a row at
+// position pos attends from the block of pos + 1 - window, at most window + KV_BLOCK - 1 keys.
+uint32_t max_keys(const AttentionArgs& a) {
+  uint32_t most = a.max_keys != 0 ? a.max_keys : UINT32_MAX;
+  if (a.sliding_window > 0) most = std::min(most, a.sliding_window + static_cast<uint32_t>(kKvBlockRows) - 1);
+  return most;
+}
 
 AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
   if (a.n_tokens > 1 && a.n_tokens <= kFewTokens && a.n_split == 0) {
@@ -109,6 +127,7 @@ AttentionPlan make_plan(const Features& f, const AttentionArgs& a) {
     const uint32_t most = std::clamp(a.n_ctx / (2 * p.tk), 1u, 128u);
     p.n_split = std::clamp((256 + wgs - 1) / wgs, 1u, most);
     p.n_split = knob_u32("ZINC_VULKAN_FA_SPLITS", p.n_split, 1, 128);
+    if (p.n_split > 1 && one_keys(p, a) != 0 && max_keys(a) <= one_keys(p, a)) p.n_split = 1;
   }
   return p;
 }
@@ -206,6 +225,9 @@ void rope_heads(Context& ctx, Dispatcher& d, const RopeHeadsArgs& a) {
 
 bool attention_uses_coopmat(const Context& ctx, const AttentionArgs& a) { return coop_attention(ctx, a); }
 
+// 128 keys (four tiles of 32): H100, qwen3-30b-a3b, see bench/README.
+uint32_t attention_one_keys() { return knob_u32("ZINC_VULKAN_FA_ONE_KEYS", 128, 0, 65536); }
+
 uint32_t attention_splits(const Context& ctx, const AttentionArgs& a) {
   check_args(a);
   return coop_attention(ctx, a) ? 1 : make_plan(ctx.features(), a).n_split;
@@ -256,9 +278,9 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   struct {
     uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
     float scale, softcap;
-    uint32_t q8k_stride;
+    uint32_t q8k_stride, one_keys;
   } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
-         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap, 0};
+         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap, 0, 0};
   const View sinks = a.sinks.buffer ? a.sinks : a.q;
   if (coop_attention(ctx, a)) {
     const uint32_t blocks = (a.n_tokens * (a.n_head / a.n_head_kv) + kCoopRows - 1) / kCoopRows;
@@ -287,6 +309,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
                      knob_u32("ZINC_VULKAN_FA_CODES", 1, 0, 1) == 1;
   if (codes) push.q8k_stride = static_cast<uint32_t>(q8k_row_bytes(width) / 4);
   push.n_split = p.n_split;
+  if (p.n_split > 1) push.one_keys = one_keys(p, a);
   const View scratch = p.n_split > 1 ? a.scratch : a.q;
   if (p.n_split > 1) {
     const size_t need = attention_scratch_bytes(p.n_split, a.n_head, a.head_dim, a.n_tokens);

@@ -67,6 +67,9 @@ struct AttentionArgs {
   uint32_t sliding_window = 0;   // 0: full causal
   float scale = 1, softcap = 0;  // softcap 0: none
   uint32_t n_split = 0;          // key-range splits; 0: chosen from the sizes (what the scratch size assumes)
+  // A bound the caller knows on every row's keys at run time (from its first key's cache block to its
+  // own), or 0: none. With automatic splits, a bound within attention_one_keys() records one split.
+  uint32_t max_keys = 0;
   // 0: the whole op. Several attentions recorded side by side (one per sequence of a step, each with
   // its own scratch) share one barrier: 1 records each one's key-range pass, then after a barrier 2
   // records each one's merge of its splits (nothing where it has one split). No Q8_K output then.
@@ -93,6 +96,12 @@ size_t attention_scratch_bytes(uint32_t n_split, uint32_t n_head, uint32_t head_
 // executor allocates this once per model.
 size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                uint32_t max_tokens, uint32_t n_ctx);
+
+// With automatic splits, decode-sized steps (up to 8 tokens) compute each row whose keys (from its
+// first key's cache block) are at most this many as one split computes it, whatever the split count
+// recorded (ZINC_VULKAN_FA_ONE_KEYS; 0: never): where AttentionArgs::max_keys is within it, the step
+// records one split and no merge.
+uint32_t attention_one_keys();
 
 // Whether attention() can write Q8_K codes of its output (rows of n_head * head_dim, a multiple of 256).
 bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim);

@@ -92,11 +92,20 @@ class VulkanExecutable final : public SharedDeviceExecutable {
       row += static_cast<uint32_t>(s.n_tokens);
     }
     write_step(step, parts);
+    // A step of one sequence whose rows all attend few enough keys (the first positions of a
+    // sequence) takes its own recording with one attention split and no merge; its rows are the same
+    // bits as in a recording of several splits (vk::attention_one_keys).
+    const uint32_t one_keys = vk::attention_one_keys();
+    if (parts.size() == 1 && parts[0].n <= 8 && static_cast<uint32_t>(parts[0].n_past) + parts[0].n <= one_keys) {
+      parts[0].max_keys = one_keys;
+    }
     // Recordings are keyed by the step's shape: which sequences, how many tokens each, which want
     // every row's logits, which keep their recurrent states (their cache and state offsets are
-    // recorded; positions come from the step buffer).
+    // recorded; positions come from the step buffer), and the bound on their keys.
     std::vector<uint32_t> key;
-    for (const vk::Part& p : parts) key.insert(key.end(), {static_cast<uint32_t>(p.seq), p.n, p.all ? 1u : 0u, p.keep ? 1u : 0u});
+    for (const vk::Part& p : parts) {
+      key.insert(key.end(), {static_cast<uint32_t>(p.seq), p.n, p.all ? 1u : 0u, p.keep ? 1u : 0u, p.max_keys});
+    }
     auto it = recordings_.find(key);
     if (it == recordings_.end()) {
       // Keep the decode shapes (one token per sequence) and a few others; a new shape beyond that
@@ -147,7 +156,7 @@ class VulkanExecutable final : public SharedDeviceExecutable {
   static constexpr size_t kMaxRecordings = 16;
 
   static bool decode_shape(const std::vector<uint32_t>& key) {
-    for (size_t i = 1; i < key.size(); i += 4) {
+    for (size_t i = 1; i < key.size(); i += 5) {
       if (key[i] != 1) return false;
     }
     return true;

@@ -290,6 +290,7 @@ class Recorder {
           a.head_dim = static_cast<uint32_t>(ap.head_dim);
           a.n_tokens = p.n;
           a.n_ctx = static_cast<uint32_t>(opts_.n_ctx);
+          a.max_keys = p.max_keys;
           a.sliding_window = static_cast<uint32_t>(std::max(0, ap.sliding_window));
           a.scale = ap.scale;
           a.softcap = ap.softcap;

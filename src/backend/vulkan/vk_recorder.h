@@ -25,6 +25,8 @@ struct Part {
   bool all;  // every row's logits
   uint32_t row;
   bool keep = false;  // the recurrent states after each token are kept (SeqStep::keep_states)
+  // Every replay's rows attend at most this many keys (AttentionArgs::max_keys), or 0: no bound.
+  uint32_t max_keys = 0;
 };
 
 // The buffers of a context that its recordings bind (the context owns them and outlives its
