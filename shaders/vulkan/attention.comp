@@ -273,6 +273,14 @@ void main() {
   const uint n_rows = p.n_tokens * G;    // query rows of this kv head
   const uint rows_all = p.n_tokens * p.n_head;
   const uint row0 = blk * NR;
+  // The rows' q, times scale, loaded before n_past is known (they do not depend on it): their round
+  // trip overlaps n_past's, and they go to Qs after the empty-split test.
+  const uint NQL = (NR * HD / 4u + 127u) / 128u;
+  vec4 ql[NQL];
+  [[unroll]] for (uint m = 0u; m < NQL; ++m) {
+    const uint i = tid + 128u * m, r = i / (HD / 4u), c = i % (HD / 4u), gi = row0 + r;
+    ql[m] = i < NR * HD / 4u && gi < n_rows ? q4[((gi / G) * p.n_head + hk * G + gi % G) * (HD / 4u) + c] * p.scale : vec4(0.0);
+  }
   const uint n_past = step[0];
 
   // The union of the rows' key ranges from the first key's block on [k_lo, k_end), in tiles of TK keys,
@@ -302,11 +310,8 @@ void main() {
   const uint dg = tid % NVD, rg = tid / NVD;
   const bool v_on = rg < NVR;
 
-  for (uint i = tid; i < NR * HD / 4u; i += 128u) {
-    const uint r = i / (HD / 4u), c = i % (HD / 4u), gi = row0 + r;
-    vec4 x = vec4(0.0);
-    if (gi < n_rows) x = q4[((gi / G) * p.n_head + hk * G + gi % G) * (HD / 4u) + c] * p.scale;
-    Qs[i] = x;
+  [[unroll]] for (uint m = 0u; m < NQL; ++m) {
+    if (tid + 128u * m < NR * HD / 4u) Qs[tid + 128u * m] = ql[m];
   }
 
   int lo[RS], hi[RS];  // the score rows' visible keys (hi = -1: a padding row)

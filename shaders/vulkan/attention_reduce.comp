@@ -21,9 +21,13 @@
 //  - rows with q8_words > 0 (head_dim a multiple of 32, subgroups of 8 or more): the
 //    token's outputs also as the 32-element formats' activation codes (q8_act.glsl, format q8_format,
 //    rows q8_words words apart) for the product that reads them: eight invocations a block.
+// With tk > 0 (decode-sized steps whose attention blocks are one token's rows) a token's splits past
+// its tiles (those attention.comp left empty: split s takes tiles s, s + n_split, ...) are not read:
+// its position from the step buffer, its key range from its first key's cache block, as there. The
+// same sums, since an empty split adds nothing.
 // Bindings: 0 scratch: (m, l) [n_split][n_rows] then acc [n_split][n_rows][head_dim]; 1 sinks [n_head];
 // 2 out [n_rows][head_dim] (= [n_tokens][n_head * head_dim]); 3 codes (q8k: rows q8k_stride words
-// apart).
+// apart); 4 step (the part's header: word 0 n_past).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -54,7 +58,10 @@ layout(push_constant) uniform Params {
   uint q8k_stride;  // q8k: words per quantized row
   uint q8_words;    // rows: words per row of activation codes; 0: none
   uint q8_format;
+  uint tk;      // attention.comp's keys per tile where a token's empty splits are skipped; 0: all read
+  uint window;  // sliding window (0: full causal)
 } p;
+layout(std430, binding = 4) readonly buffer Step { uint step[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 #if defined(Q8K_OUT)
 #define Q8K_BLOCK_WRITER
@@ -75,17 +82,18 @@ const uint CH = 8u;
 // stays -1e38 where none did), and their l and acc (dims d..d+3) weighted by e^(m_s - m), added in
 // split order to l and a. Each chunk's largest m is taken before its splits are added, and what was
 // added before it rescaled by e^(m_old - m_new) where it grows (one memory round trip a chunk).
-void splits_merge(uint row, uint d, uint first, uint step, out float m, out float l, out vec4 a) {
+// Splits [ns, n_split) are empty and not read.
+void splits_merge(uint row, uint d, uint first, uint step, uint ns, out float m, out float l, out vec4 a) {
   const uint acc0 = 2u * p.n_split * p.n_rows;
   m = -1.0e38;
   l = 0.0;
   a = vec4(0.0);
-  for (uint s0 = first; s0 < p.n_split; s0 += CH * step) {
+  for (uint s0 = first; s0 < ns; s0 += CH * step) {
     vec2 ml[CH];
     vec4 x[CH];  // an empty split's acc was never written: read, never used
     [[unroll]] for (uint k = 0u; k < CH; ++k) {
-      const uint s = min(s0 + k * step, p.n_split - 1u), at = acc0 + (s * p.n_rows + row) * p.head_dim + d;
-      ml[k] = s0 + k * step < p.n_split ? sc2[s * p.n_rows + row] : vec2(0.0);
+      const uint s = min(s0 + k * step, ns - 1u), at = acc0 + (s * p.n_rows + row) * p.head_dim + d;
+      ml[k] = s0 + k * step < ns ? sc2[s * p.n_rows + row] : vec2(0.0);
       x[k] = vec4(sc[at], sc[at + 1u], sc[at + 2u], sc[at + 3u]);
     }
     float cm = m;
@@ -108,6 +116,14 @@ void splits_merge(uint row, uint d, uint first, uint step, out float m, out floa
   }
 }
 
+// The splits of token t's rows that saw keys: all but those past its tiles (with tk > 0).
+uint active_splits(uint t) {
+  if (p.tk == 0u) return p.n_split;
+  const uint pos = step[0] + t, first = p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u;
+  const uint keys = pos + 1u - first / 32u * 32u;  // from the first key's cache block (KV_BLOCK)
+  return min(p.n_split, (keys + p.tk - 1u) / p.tk);
+}
+
 // The sink's weight e^(sink - M) where the row has one (M raised to it), else 0.
 float sink_weight(uint row, inout float m) {
   if (p.has_sinks == 0u) return 0.0;
@@ -120,11 +136,11 @@ float sink_weight(uint row, inout float m) {
 // workgroup, its slot of part_*): each group's splits merged (splits_merge; groups past ng none), their
 // parts brought to the row's M (the sink's weight in group 0's) and added in group order. Group 0's
 // invocations get the sums l and a; the others 0. Every invocation calls it (barriers).
-void groups_merge(uint row, uint d, uint g, uint ng, uint width, uint own, uint lid, out float l, out vec4 a) {
+void groups_merge(uint row, uint d, uint g, uint ng, uint width, uint own, uint lid, uint ns, out float l, out vec4 a) {
   float mg = -1.0e38;
   l = 0.0;
   a = vec4(0.0);
-  if (g < ng) splits_merge(row, d, g, ng, mg, l, a);
+  if (g < ng) splits_merge(row, d, g, ng, ns, mg, l, a);
   part_m[lid] = mg;
   barrier();
   float m = part_m[own];
@@ -156,7 +172,7 @@ void main() {
   } else {
     float l;
     vec4 a;
-    groups_merge(row, d, g, NG, 64u, own, lid, l, a);
+    groups_merge(row, d, g, NG, 64u, own, lid, active_splits(t), l, a);
     if (g == 0u) {
       v = a * (1.0 / l);
       o4[(t * width + e) / 4u] = v;
@@ -176,7 +192,7 @@ void main() {
   } else {
     float l;
     vec4 a;
-    groups_merge(row, d, g, ngr, nd, own, lid, l, a);
+    groups_merge(row, d, g, ngr, nd, own, lid, active_splits(row / p.n_head), l, a);
     if (g == 0u) {
       v = a * (1.0 / l);
       o4[(row * p.head_dim + d) / 4u] = v;

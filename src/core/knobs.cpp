@@ -29,6 +29,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_MV_ROWS", "1..8", "per type", "rows per workgroup of that mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_WG", "64..256", "64", "workgroup size of the K-quant integer mat-vec (tuning)"},
     {"ZINC_VULKAN_MVK_ROWS", "1..8", "4 or 2 by shape", "rows per workgroup of that mat-vec (tuning)"},
+    {"ZINC_VULKAN_MVK_COMBINE_ROWS", "1..8", "2", "rows per workgroup of the experts' combined down product (tuning)"},
     {"ZINC_VULKAN_MVK_GROUPS", "1..32", "by row length", "row groups per workgroup of that mat-vec, for rows shorter than a step (tuning)"},
     {"ZINC_VULKAN_MVK_EXPERT_WG", "64..256", "that mat-vec's", "workgroup size of the experts' gate and up products in decode steps (tuning)"},
     {"ZINC_VULKAN_MVK_EXPERT_ROWS", "1..8", "that mat-vec's", "rows of gate (and of up) per workgroup of those products (tuning)"},

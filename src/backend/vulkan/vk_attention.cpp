@@ -339,21 +339,23 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
                             a.sinks.buffer ? 1u : 0u,
                             static_cast<uint32_t>(q8k_row_bytes(width) / 4),
                             a.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4) : 0u,
-                            a.q8_format};
+                            a.q8_format,
+                            group % p.nr == 0 ? p.tk : 0u,  // blocks of one token's rows: its empty splits skipped
+                            a.sliding_window};
   if (a.xq.buffer) {
-    const View rbind[] = {a.scratch, sinks, a.out, a.xq};
+    const View rbind[] = {a.scratch, sinks, a.out, a.xq, a.step};
     // Eight groups of 64 over the splits where subgroups of 8 or more keep q8k_write_block's maxima
     // within its 64 slots (H200, 30b at depth 4,096 with 128 splits: 16 groups no faster), else four.
     const Features& f = ctx.features();
     const uint32_t wg = f.subgroup_size >= 8 && f.max_invocations >= 512 ? 512 : 256;
     const uint32_t rspec[] = {wg};
-    d.dispatch(ctx.pipeline("attention_reduce_q8k", 4, sizeof(rpush), rspec), rbind, rpush, width / 256, a.n_tokens);
+    d.dispatch(ctx.pipeline("attention_reduce_q8k", 5, sizeof(rpush), rspec), rbind, rpush, width / 256, a.n_tokens);
     return;
   }
-  const View rbind[] = {a.scratch, sinks, a.out, a.q8.buffer ? a.q8 : a.out};
+  const View rbind[] = {a.scratch, sinks, a.out, a.q8.buffer ? a.q8 : a.out, a.step};
   uint32_t gx = 0, gy = 0;
   grid(ctx, n_rows, &gx, &gy);
-  d.dispatch(ctx.pipeline("attention_reduce_rows", 4, sizeof(rpush)), rbind, rpush, gx, gy);
+  d.dispatch(ctx.pipeline("attention_reduce_rows", 5, sizeof(rpush)), rbind, rpush, gx, gy);
 }
 
 }  // namespace zinc::backend::vk

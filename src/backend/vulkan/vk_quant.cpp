@@ -588,7 +588,7 @@ struct CombineShape {
   uint32_t wg, rows;
 };
 CombineShape combine_shape(uint32_t ncols, uint32_t n_used) {
-  return {8 * n_used * blocks_per_group(ncols / 256, 256 / (8 * n_used)), knob_u32("ZINC_VULKAN_MVK_ROWS", 2, 1, 8)};
+  return {8 * n_used * blocks_per_group(ncols / 256, 256 / (8 * n_used)), knob_u32("ZINC_VULKAN_MVK_COMBINE_ROWS", 2, 1, 8)};
 }
 }  // namespace
 
