@@ -226,6 +226,29 @@ int outside(const float* got, const Reference& want, const std::string& what) {
   return bad;
 }
 
+// The launcher's arguments for case c's shape (its n_tokens) over `caches`, the part's header `step`
+// and a context of n_ctx positions; q, out and the sinks (used where c has them) given.
+AttentionArgs case_args(const Case& c, const Caches& caches, View step, View q, View out, View sinks, uint32_t n_ctx, float scale) {
+  AttentionArgs a;
+  a.type = c.type;
+  a.q = q;
+  a.k_cache = caches.k();
+  a.v_cache = caches.v();
+  if (c.sinks) a.sinks = sinks;
+  a.step = step;
+  a.out = out;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.n_tokens = c.n_tokens;
+  a.n_ctx = n_ctx;
+  a.sliding_window = c.window;
+  a.scale = scale;
+  a.softcap = c.softcap;
+  a.n_split = c.n_split;
+  return a;
+}
+
 // Writes a history of n_past rows and then the step's rows through kv_store, runs attention and
 // compares with the reference over the cache as stored.
 void run_case(Context& ctx, const Case& c, uint32_t seed) {
@@ -251,23 +274,7 @@ void run_case(Context& ctx, const Case& c, uint32_t seed) {
   step.set(c.n_past, c.n_tokens);
   kv_store(ctx, d, c.type, k.view(), v.view(), caches.k(), caches.v(), step.view(), kw, c.n_tokens);
 
-  AttentionArgs a;
-  a.type = c.type;
-  a.q = q.view();
-  a.k_cache = caches.k();
-  a.v_cache = caches.v();
-  if (c.sinks) a.sinks = sinks.view();
-  a.step = step.view();
-  a.out = out.view();
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = hd;
-  a.n_tokens = c.n_tokens;
-  a.n_ctx = n_ctx;
-  a.sliding_window = c.window;
-  a.scale = scale;
-  a.softcap = c.softcap;
-  a.n_split = c.n_split;
+  AttentionArgs a = case_args(c, caches, step.view(), q.view(), out.view(), sinks.view(), n_ctx, scale);
   const uint32_t splits = attention_splits(ctx, a);
   const size_t scratch_bytes = attention_scratch_bytes(splits, c.n_head, hd, c.n_tokens);
   if (c.n_split == 0) {
@@ -756,16 +763,11 @@ TEST_F(VulkanAttention, ARowOfFewKeysIsTheSameBitsWhateverItsSplitsAndStep) {
   // context or (max_keys within the bound) with one split and no merge. Four tokens at 125..128 of a
   // 4,096-position context: the first rows have 126..128 keys, the last 129 (merged from its splits).
   if (attention_one_keys() < 128) GTEST_SKIP() << "ZINC_VULKAN_FA_ONE_KEYS is under 128";
-  struct Shape {
-    const char* name;
-    KvCacheType type;
-    uint32_t n_head, n_head_kv, head_dim, window;
-    bool sinks;
-    gguf::TensorType act;  // F32: Q8_K codes of the output; else that 32-element format's
-  };
-  for (const Shape& sh : {Shape{"qwen3-30b-a3b's heads, F16, sinks, Q8_K codes", KvCacheType::F16, 32, 4, 128, 0, true, gguf::TensorType::F32},
-                          Shape{"gpt-oss heads, window 100, Q8_0 cache, Q8_0 codes", KvCacheType::Q8_0, 64, 8, 64, 100, true, gguf::TensorType::Q8_0},
-                          Shape{"heads of 256, F32", KvCacheType::F32, 8, 2, 256, 0, false, gguf::TensorType::F32}}) {
+  // Shapes (act F32: Q8_K codes of the output; else that 32-element format's).
+  for (const Case& sh : {Case{"qwen3-30b-a3b's heads, F16, sinks, Q8_K codes", KvCacheType::F16, 32, 4, 128, 1, 0, 0, 0, true},
+                         Case{"gpt-oss heads, window 100, Q8_0 cache, Q8_0 codes", KvCacheType::Q8_0, 64, 8, 64, 1, 0, 100, 0, true, 0,
+                              false, gguf::TensorType::Q8_0},
+                         Case{"heads of 256, F32", KvCacheType::F32, 8, 2, 256, 1, 0}}) {
     SCOPED_TRACE(sh.name);
     std::mt19937 rng(11);
     const uint32_t hd = sh.head_dim, kw = sh.n_head_kv * hd, qw = sh.n_head * hd, n_ctx = 4096, n0 = 125, nt = 4;
@@ -784,23 +786,11 @@ TEST_F(VulkanAttention, ARowOfFewKeysIsTheSameBitsWhateverItsSplitsAndStep) {
     const auto run = [&](uint32_t first, uint32_t n, uint32_t max_keys, std::vector<float>* out, std::vector<uint8_t>* codes) {
       Floats q(*ctx_, std::vector<float>(qv.begin() + first * qw, qv.begin() + (first + n) * qw)), o(*ctx_, static_cast<size_t>(n) * qw);
       Buffer xq = ctx_->host_buffer(code_bytes * n);
-      AttentionArgs a;
-      a.type = sh.type;
-      a.q = q.view();
-      a.k_cache = caches.k();
-      a.v_cache = caches.v();
-      if (sh.sinks) a.sinks = sinks.view();
-      a.step = step.view();
-      a.out = o.view();
+      Case c = sh;
+      c.n_tokens = n;
+      AttentionArgs a = case_args(c, caches, step.view(), q.view(), o.view(), sinks.view(), n_ctx, 1.0f / std::sqrt(static_cast<float>(hd)));
       a.scratch = {&scratch, 0, 0};
-      a.n_head = sh.n_head;
-      a.n_head_kv = sh.n_head_kv;
-      a.head_dim = hd;
-      a.n_tokens = n;
-      a.n_ctx = n_ctx;
       a.max_keys = max_keys;
-      a.sliding_window = sh.window;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
       if (q8k) {
         if (attention_q8k_fits(*ctx_, sh.n_head, hd)) a.xq = {&xq, 0, 0};
       } else {
