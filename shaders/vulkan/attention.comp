@@ -249,7 +249,7 @@ uint tile_row(uint tb[NTB], uint kk) {
 }
 
 // First cache row visible at position pos.
-uint first_key(uint pos) { return p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u; }
+uint first_key(uint pos) { return window_start(pos, p.window); }
 
 // The rows' Q8_K codes from their outputs in Qs (row r's at Qs[r * HD / 4..]; every invocation calls
 // it): block j of the workgroup's NR * HD consecutive outputs (from element e0 of token t's row) is

@@ -62,6 +62,7 @@ layout(push_constant) uniform Params {
   uint window;  // sliding window (0: full causal)
 } p;
 layout(std430, binding = 4) readonly buffer Step { uint step[]; };
+#include "kv_rows.glsl"
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 #if defined(Q8K_OUT)
 #define Q8K_BLOCK_WRITER
@@ -119,8 +120,7 @@ void splits_merge(uint row, uint d, uint first, uint step, uint ns, out float m,
 // The splits of token t's rows that saw keys: all but those past its tiles (with tk > 0).
 uint active_splits(uint t) {
   if (p.tk == 0u) return p.n_split;
-  const uint pos = step[0] + t, first = p.window > 0u && pos + 1u > p.window ? pos + 1u - p.window : 0u;
-  const uint keys = pos + 1u - first / 32u * 32u;  // from the first key's cache block (KV_BLOCK)
+  const uint pos = step[0] + t, keys = pos + 1u - window_start(pos, p.window) / KV_BLOCK * KV_BLOCK;
   return min(p.n_split, (keys + p.tk - 1u) / p.tk);
 }
 

@@ -5,5 +5,8 @@
 // and table) before including this.
 const uint KV_BLOCK = 32u;  // positions per block: VulkanExecutable::kKvBlock
 
+// The first position visible from position pos under a sliding window of `window` positions (0: none).
+uint window_start(uint pos, uint window) { return window > 0u && pos + 1u > window ? pos + 1u - window : 0u; }
+
 // The cache row holding position pos of the part's sequence.
 uint cache_row(uint pos) { return step[4u + pos / KV_BLOCK] * KV_BLOCK + pos % KV_BLOCK; }

@@ -228,6 +228,11 @@ bool attention_uses_coopmat(const Context& ctx, const AttentionArgs& a) { return
 // 128 keys (four tiles of 32): H100, qwen3-30b-a3b, see bench/README.
 uint32_t attention_one_keys() { return knob_u32("ZINC_VULKAN_FA_ONE_KEYS", 128, 0, 65536); }
 
+uint32_t attention_keys_bound(uint32_t n_past, uint32_t n_tokens) {
+  const uint32_t most = attention_one_keys();
+  return n_tokens <= kFewTokens && n_past + n_tokens <= most ? most : 0;
+}
+
 uint32_t attention_splits(const Context& ctx, const AttentionArgs& a) {
   check_args(a);
   return coop_attention(ctx, a) ? 1 : make_plan(ctx.features(), a).n_split;

@@ -102,6 +102,9 @@ size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_h
 // recorded (ZINC_VULKAN_FA_ONE_KEYS; 0: never): where AttentionArgs::max_keys is within it, the step
 // records one split and no merge.
 uint32_t attention_one_keys();
+// The bound to give AttentionArgs::max_keys for a step of n_tokens from n_past that every replay of
+// its recording shares (its rows within attention_one_keys()), or 0: none.
+uint32_t attention_keys_bound(uint32_t n_past, uint32_t n_tokens);
 
 // Whether attention() can write Q8_K codes of its output (rows of n_head * head_dim, a multiple of 256).
 bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim);

@@ -95,10 +95,7 @@ class VulkanExecutable final : public SharedDeviceExecutable {
     // A step of one sequence whose rows all attend few enough keys (the first positions of a
     // sequence) takes its own recording with one attention split and no merge; its rows are the same
     // bits as in a recording of several splits (vk::attention_one_keys).
-    const uint32_t one_keys = vk::attention_one_keys();
-    if (parts.size() == 1 && parts[0].n <= 8 && static_cast<uint32_t>(parts[0].n_past) + parts[0].n <= one_keys) {
-      parts[0].max_keys = one_keys;
-    }
+    if (parts.size() == 1) parts[0].max_keys = vk::attention_keys_bound(static_cast<uint32_t>(parts[0].n_past), parts[0].n);
     // Recordings are keyed by the step's shape: which sequences, how many tokens each, which want
     // every row's logits, which keep their recurrent states (their cache and state offsets are
     // recorded; positions come from the step buffer), and the bound on their keys.
