@@ -42,6 +42,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_NORM_TAIL", "0 or 1", "1", "1: decode's residual add and whole-row norm after a K-quant product (o, down, a mixture's combined down) done by that product's last workgroup of each 256 rows, the norm's scale left to the kernels that read it; 0: a dispatch of their own (measuring)"},
     {"ZINC_VULKAN_ROPE_TAIL", "0 or 1", "1", "0: decode's per-head q and k norms and rotations (and the cache append) as a dispatch after the q, k and v products, not done by those products' last workgroups (measuring)"},
     {"ZINC_VULKAN_POISON", "1", "unset", "every Vulkan context's device buffers start as NaNs instead of what the allocation held, so a kernel reading memory nothing wrote shows (debugging)"},
+    {"ZINC_VULKAN_UNORDERED", "kernel name prefixes, comma-separated", "unset", "the pipeline barrier before each dispatch of those kernels left out in the step recordings, so each runs beside the one before: what that dependency costs (measuring only; the results are wrong)"},
     {"ZINC_VULKAN_BARRIERS", "all, or kernel name prefixes, comma-separated", "unset", "a pipeline barrier before every dispatch, or before the dispatches of those kernels, so a hazard the step recorder missed shows as a change of results (debugging)"},
     {"ZINC_VULKAN_NORM_GLU", "0 or 1", "1", "0: a gated DeltaNet's per-head norm and the SwiGLU after it as two dispatches (measuring)"},
     {"ZINC_VULKAN_MVK_TOKENS", "1..16", "8", "tokens that mat-vec takes per pass over a weight (tuning)"},

@@ -850,7 +850,7 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
   vkBeginCommandBuffer(cb_, &bi);
   if (queries_) vkCmdResetQueryPool(cb_, queries_, 0, static_cast<uint32_t>(2 * max_dispatch_));
-  barrier();  // the previous submission's writes, visible to this one's reads
+  record_barrier();  // the previous submission's writes, visible to this one's reads
   const auto names = [](const char* e, std::vector<std::string>& out) {
     if (!e) return;
     const std::string list = e;
@@ -863,6 +863,7 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   names(knob("ZINC_VULKAN_SKIP"), skip_);
   names(knob("ZINC_VULKAN_REPEAT"), repeat_);
   names(knob("ZINC_VULKAN_BARRIERS"), barrier_before_);
+  names(knob("ZINC_VULKAN_UNORDERED"), unordered_);
   barrier_all_ = std::find(barrier_before_.begin(), barrier_before_.end(), "all") != barrier_before_.end();
 }
 
@@ -883,6 +884,13 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   };
   if (named(skip_)) return;
   if (barrier_all_ || named(barrier_before_)) barrier();
+  if (barrier_pending_) {
+    if (named(unordered_)) {
+      barrier_pending_ = false;  // measuring: this dispatch runs beside the one before
+    } else {
+      record_barrier();
+    }
+  }
   const VkDescriptorSet set = allocate_set(ctx_.device_, pool_, k);
   write_set(ctx_.device_, set, bindings);
   const auto q = static_cast<uint32_t>(2 * n_dispatch_);
@@ -895,12 +903,22 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   ++n_dispatch_;
   ++ctx_.dispatches_recorded_;
   if (named(repeat_)) {  // measuring: the same dispatch again, behind a barrier
-    barrier();
+    record_barrier();
     record_dispatch(cb_, k, set, push, gx, gy, gz);
   }
 }
 
 void Recording::barrier() {
+  if (!unordered_.empty()) {
+    barrier_pending_ = true;
+    return;
+  }
+  record_barrier();
+}
+
+void Recording::record_barrier() {
+  barrier_pending_ = false;
+  ++n_barrier_;
   VkMemoryBarrier mb{};
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -911,6 +929,7 @@ void Recording::barrier() {
 
 void Recording::finish() {
   if (finished_) return;
+  if (barrier_pending_) record_barrier();
   host_barrier(cb_);
   check(vkEndCommandBuffer(cb_), "ending a command buffer");
   finished_ = true;

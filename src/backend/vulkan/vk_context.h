@@ -142,6 +142,8 @@ class Recording final : public Dispatcher {
   // Submits and waits until the device has run it (a timeline semaphore value per submission).
   void submit_and_wait();
   size_t dispatches() const { return n_dispatch_; }
+  // Pipeline barriers recorded between dispatches (and the one at its start).
+  size_t barriers() const { return n_barrier_; }
 
  private:
   void collect_profile();
@@ -151,7 +153,7 @@ class Recording final : public Dispatcher {
   std::vector<const Kernel*> profiled_;
   VkCommandBuffer cb_ = VK_NULL_HANDLE;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
-  size_t n_dispatch_ = 0, max_dispatch_ = 0;
+  size_t n_dispatch_ = 0, max_dispatch_ = 0, n_barrier_ = 0;
   bool finished_ = false;
   // Measuring only (the results are then wrong): kernels left out by name prefix (ZINC_VULKAN_SKIP).
   std::vector<std::string> skip_;
@@ -162,6 +164,13 @@ class Recording final : public Dispatcher {
   // named by prefix, so a hazard the recorder missed shows as a change of results.
   bool barrier_all_ = false;
   std::vector<std::string> barrier_before_;
+  // Measuring only (the results are then wrong): the barrier before the dispatches of the kernels
+  // named by prefix left out (ZINC_VULKAN_UNORDERED), so each runs beside the one before it: what
+  // that dependency costs the step, the most a fusion that removes it could gain. A barrier is then
+  // pending until the next dispatch, which records it or, named, drops it.
+  std::vector<std::string> unordered_;
+  bool barrier_pending_ = false;
+  void record_barrier();
 };
 
 class Context {
