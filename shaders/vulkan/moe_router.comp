@@ -21,6 +21,13 @@
 // the router reads, left to it by the product before: mul_mv_k.comp's MUL_MV_NORM, or rms_norm_row's
 // factored form), 8 that norm's partial sums of h^2 (norm_blocks floats a token) and 9 its weights: x = h * (w + offset) and
 // each logit times 1 / sqrt(sum / d + norm_eps), the norm's scale taken out of the sum.
+// x_q8k = 1: x is Q8_K rows (q8k.glsl's layout, xstride words a token; d a multiple of 256), each
+// value its code times its block's d. add_base = 1: each logit is the sum plus the value logits held
+// before the dispatch (another product's part, written before it). flags & 16 (the router split from
+// the norm, moe_router_split in vk_misc.h): the experts are ranked by logit * logit_scale alone (no
+// softmax: the order of the norm-scaled probabilities for any positive scale) and only their ids are
+// written; moe_route.comp's flags & 32 later gives them their weights. flags & 64: the logits alone
+// (no count, no routing; bindings 0..4 and 7 then any).
 // Preconditions: d a multiple of 4, n_expert <= 256, n_used <= 16.
 #define WG_SIZE 256
 #define MAX_EXPERT 256
@@ -32,10 +39,11 @@ layout(local_size_x = WG_SIZE) in;
 layout(std430, binding = 0) coherent buffer L { float logits[]; };
 layout(std430, binding = 1) readonly buffer RB { float router_b[]; };
 layout(std430, binding = 2) readonly buffer ES { float expert_scale[]; };
-layout(std430, binding = 3) writeonly buffer I { uint ids[]; };
+layout(std430, binding = 3) buffer I { uint ids[]; };
 layout(std430, binding = 4) writeonly buffer W { float weights[]; };
 layout(std430, binding = 5) readonly restrict buffer R { vec4 r4[]; };
 layout(std430, binding = 6) readonly restrict buffer X { vec4 x4[]; };
+layout(std430, binding = 6) readonly restrict buffer XQ { uint xq[]; };
 layout(std430, binding = 7) coherent buffer C { uint count[]; };
 layout(std430, binding = 8) readonly restrict buffer NP { float npart[]; };
 layout(std430, binding = 9) readonly restrict buffer NW { vec4 nw4[]; };
@@ -50,8 +58,12 @@ layout(push_constant) uniform Params {
   float norm_eps;
   float norm_offset;
   uint norm_has_w;
+  uint x_q8k;     // 1: x as Q8_K rows, xstride words apart
+  uint xstride;
+  uint add_base;  // 1: each logit adds the value logits held before
 } p;
 
+float route_scale(uint t) { return 1.0; }  // (flags & 32 is moe_route.comp's)
 #include "moe_route.glsl"
 
 shared float red[RPW * WG_SIZE];  // per (expert, subgroup): sized for subgroups of one invocation
@@ -73,7 +85,13 @@ void main() {
     [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
       const uint c = min(c0 + u * GSIZE, d4 - 1u);
       rv[u] = r4[e * d4 + c];
-      xv[u] = x4[t * d4 + c];
+      if (p.x_q8k != 0u) {
+        const int w = int(xq[t * p.xstride + c]);
+        const float dq = uintBitsToFloat(xq[t * p.xstride + d4 + d4 / 4u + c / 64u]);
+        xv[u] = vec4((w << 24) >> 24, (w << 16) >> 24, (w << 8) >> 24, w >> 24) * dq;
+      } else {
+        xv[u] = x4[t * d4 + c];
+      }
       if (weighted) xv[u] *= nw4[c] + p.norm_offset;
     }
     [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
@@ -99,11 +117,16 @@ void main() {
     for (uint g = 0u; g < RPW && e0 + g < p.n_expert; ++g) {
       float s = 0.0;
       for (uint sg = 0u; sg < gl_NumSubgroups; ++sg) s += red[g * WG_SIZE + sg];
-      logits[t * p.n_expert + e0 + g] = s * ns;
+      const uint at = t * p.n_expert + e0 + g;
+      logits[at] = p.add_base != 0u ? logits[at] + s * ns : s * ns;
     }
-    memoryBarrierBuffer();
-    last = atomicAdd(count[t], 1u) == gl_NumWorkGroups.x - 1u;
-    if (last) count[t] = 0u;
+    if ((p.flags & 64u) != 0u) {
+      last = false;  // the product alone
+    } else {
+      memoryBarrierBuffer();
+      last = atomicAdd(count[t], 1u) == gl_NumWorkGroups.x - 1u;
+      if (last) count[t] = 0u;
+    }
   }
   barrier();
   if (!last) return;  // uniform: the workgroup's shared flag

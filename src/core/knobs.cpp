@@ -39,6 +39,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_Q8_ROWS", "1, 2, 4 or 8", "4", "rows per workgroup of the 32-element formats' decode products (mul_mv_q8; tuning)"},
     {"ZINC_VULKAN_MOE_GLU", "0 or 1", "1", "0: the experts' gate and up products, their SwiGLU and its codes as three dispatches in decode (measuring)"},
     {"ZINC_VULKAN_MOE_ROUTER", "0 or 1", "1", "0: the experts' router product and the routing as two dispatches in decode (measuring)"},
+    {"ZINC_VULKAN_ROUTER_SPLIT", "0 or 1", "1", "1: decode's bias-free F32 routers that read the norm of a K-quant product's residual sum choose their experts beside that product (logits s (R_w r + M a), R_w and M made at load) and weigh them after it; 0: the router waits for the product and its norm, and nothing is made at load (measuring)"},
     {"ZINC_VULKAN_NORM_TAIL", "0 or 1", "1", "1: decode's residual add and whole-row norm after a K-quant product (o, down, a mixture's combined down) done by that product's last workgroup of each 256 rows, the norm's scale left to the kernels that read it; 0: a dispatch of their own (measuring)"},
     {"ZINC_VULKAN_ROPE_TAIL", "0 or 1", "1", "0: decode's per-head q and k norms and rotations (and the cache append) as a dispatch after the q, k and v products, not done by those products' last workgroups (measuring)"},
     {"ZINC_VULKAN_POISON", "1", "unset", "every Vulkan context's device buffers start as NaNs instead of what the allocation held, so a kernel reading memory nothing wrote shows (debugging)"},

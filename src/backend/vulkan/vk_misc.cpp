@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 
 namespace zinc::backend::vk {
@@ -17,25 +18,40 @@ uint32_t route_flags(bool topk_softmax, bool norm_topk, View bias, View expert_s
 
 void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
                uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
-               float logit_scale) {
+               float logit_scale, const NormScale& given) {
   if (n_expert == 0 || n_expert > 256 || n_used == 0 || n_used > 16 || n_used > n_expert) {
     throw Error(fmt::format("Vulkan moe_route: {} of {} experts is outside the kernel's limits (n_expert <= 256, "
                             "n_used <= 16)", n_used, n_expert));
   }
   if (n_tokens == 0) return;
-  const Kernel& k = ctx.pipeline("moe_route", 5, 20);
+  if (given.partials.buffer && (given.blocks == 0 || view_bytes(given.partials) < size_t{4} * given.blocks * n_tokens)) {
+    throw Error("Vulkan moe_route: the norm's partial sums do not cover every token");
+  }
+  const Kernel& k = ctx.pipeline("moe_route", 6, 32);
   struct {
     uint32_t n_expert, n_used, n_tokens, flags;
     float logit_scale;
+    uint32_t norm_blocks, width;
+    float norm_eps;
   } push{n_expert, n_used, n_tokens,
-         route_flags(topk_softmax, norm_topk, bias, expert_scale),
-         logit_scale};
+         route_flags(topk_softmax, norm_topk, bias, expert_scale) | (given.partials.buffer ? 32u : 0u),
+         logit_scale, given.blocks, given.blocks * 256, given.eps};
   const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
-                           weights};
+                           weights, given.partials.buffer ? given.partials : logits};
   uint32_t gx = 0, gy = 0;
   grid(ctx, n_tokens, &gx, &gy);
   d.dispatch(k, bindings, &push, gx, gy);
 }
+
+namespace {
+struct RouterPush {  // moe_router.comp's push constants
+  uint32_t n_expert, n_used, n_tokens, flags;
+  float logit_scale;
+  uint32_t d, norm_blocks;
+  float norm_eps, norm_offset;
+  uint32_t norm_has_w, x_q8k = 0, xstride = 0, add_base = 0;
+};
+}  // namespace
 
 bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
                 View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
@@ -48,20 +64,49 @@ bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, V
   if (ns.partials.buffer && (ns.blocks * 256 != d_model || ns.blocks > 256 || view_bytes(ns.partials) < size_t{4} * ns.blocks * n_tokens)) {
     throw Error("Vulkan moe_router: a norm left to it takes whole 256-value blocks and their sums for every token");
   }
-  const Kernel& k = ctx.pipeline("moe_router", 10, 40);
-  struct {
-    uint32_t n_expert, n_used, n_tokens, flags;
-    float logit_scale;
-    uint32_t d, norm_blocks;
-    float norm_eps, norm_offset;
-    uint32_t norm_has_w;
-  } push{n_expert, n_used, n_tokens,
-         route_flags(topk_softmax, norm_topk, bias, expert_scale),
-         logit_scale, d_model, ns.partials.buffer ? ns.blocks : 0u, ns.eps, ns.offset, ns.weights.buffer ? 1u : 0u};
+  const Kernel& k = ctx.pipeline("moe_router", 10, sizeof(RouterPush));
+  const RouterPush push{n_expert, n_used, n_tokens,
+                        route_flags(topk_softmax, norm_topk, bias, expert_scale),
+                        logit_scale, d_model, ns.partials.buffer ? ns.blocks : 0u, ns.eps, ns.offset,
+                        ns.weights.buffer ? 1u : 0u};
   const View bindings[] = {logits, bias.buffer ? bias : logits, expert_scale.buffer ? expert_scale : logits, ids,
                            weights, router, x, count, ns.partials.buffer ? ns.partials : logits,
                            ns.weights.buffer ? ns.weights : router};
   d.dispatch(k, bindings, &push, (n_expert + 1) / 2, n_tokens);  // two experts a workgroup (the shader's RPW)
+  return true;
+}
+
+void moe_router_product(Context& ctx, Dispatcher& d, View router, View x, View logits, uint32_t d_model, uint32_t n_expert,
+                        uint32_t n_tokens) {
+  if (d_model == 0 || d_model % 4 != 0 || n_expert == 0 || n_expert > 256 || n_tokens > 65535) {
+    throw Error(fmt::format("Vulkan moe_router_product: {} experts of {} columns do not fit", n_expert, d_model));
+  }
+  if (n_tokens == 0) return;
+  const Kernel& k = ctx.pipeline("moe_router", 10, sizeof(RouterPush));
+  const RouterPush push{n_expert, 1, n_tokens, 64u, 1.0f, d_model, 0u, 0.0f, 0.0f, 0u};
+  const View bindings[] = {logits, logits, logits, logits, logits, router, x, logits, logits, router};
+  d.dispatch(k, bindings, &push, (n_expert + 1) / 2, n_tokens);
+}
+
+bool moe_router_split(Context& ctx, Dispatcher& d, View m, View xq, View base, View ids, View count, uint32_t d_in,
+                      uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, float logit_scale) {
+  if (d_in == 0 || d_in % 256 != 0 || n_expert == 0 || n_expert > 256 || n_used == 0 || n_used > 16 || n_used > n_expert ||
+      n_tokens > 65535) {
+    return false;
+  }
+  if (n_tokens == 0) return true;
+  const size_t row_words = q8k_row_bytes(d_in) / 4;
+  if (view_bytes(xq) < row_words * 4 * n_tokens || view_bytes(base) < size_t{4} * n_expert * n_tokens) {
+    throw Error("Vulkan moe_router_split: the codes or the logits do not cover every token");
+  }
+  const Kernel& k = ctx.pipeline("moe_router", 10, sizeof(RouterPush));
+  RouterPush push{n_expert, n_used, n_tokens, route_flags(topk_softmax, false, View{}, View{}) | 16u, logit_scale, d_in,
+                  0u, 0.0f, 0.0f, 0u};
+  push.x_q8k = 1;
+  push.xstride = static_cast<uint32_t>(row_words);
+  push.add_base = 1;
+  const View bindings[] = {base, base, base, ids, base, m, xq, count, base, m};
+  d.dispatch(k, bindings, &push, (n_expert + 1) / 2, n_tokens);
   return true;
 }
 

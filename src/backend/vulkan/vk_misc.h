@@ -21,9 +21,12 @@ namespace zinc::backend::vk {
 // softmax-then-top-k (topk_softmax false) or top-k-then-softmax (true), then / top-k sum when
 // norm_topk, then * expert_scale[e]. bias and expert_scale ({n_expert} F32) may be empty views.
 // n_expert <= 256, n_used <= 16 (throws otherwise).
+// given (ns.partials set: the router split from its norm, moe_router_split): the slots are those in
+// ids already, and each logit is first multiplied by the token's norm scale 1 / sqrt(sum / width + eps)
+// (ns: its partial sums of h^2, blocks a token); only the weights are written.
 void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_scale, View ids, View weights,
                uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, bool norm_topk,
-               float logit_scale);
+               float logit_scale, const NormScale& given = {});
 
 // The router's product and the routing in one dispatch (decode-sized steps): logits = R x for R
 // [n_expert][d] F32 and x [n_tokens][d], then moe_route's ids and weights from them, by the last of a
@@ -33,6 +36,21 @@ void moe_route(Context& ctx, Dispatcher& d, View logits, View bias, View expert_
 bool moe_router(Context& ctx, Dispatcher& d, View router, View x, View logits, View bias, View expert_scale, View ids,
                 View weights, View count, uint32_t d_model, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
                 bool topk_softmax, bool norm_topk, float logit_scale, const NormScale& ns = {});
+
+// The router split from the norm it reads (decode-sized steps, routers without a bias), for a
+// product o = W_o a before the residual add h = o + r and the whole-row norm x = s * (w + offset) * h
+// the router reads: its logits are s * z, z = R_w r + M a with R_w = R diag(w + offset) and M = R_w
+// W_o (both F32, made at load). With `base` holding R_w r (a product recorded beside an earlier
+// dispatch), this adds M a, a the Q8_K rows o reads (xq, d_in columns a row), and ranks the experts by
+// z * logit_scale: the slots of the norm-scaled logits for any scale s > 0. ids only; moe_route's
+// `given` form then writes the weights once s is known. count as moe_router's. False (nothing
+// recorded) where it does not apply: d_in not a multiple of 256, or moe_route's limits.
+// logits = R x alone, as moe_router computes them (its arithmetic for any n_tokens): R [n_expert][d] F32,
+// x [n_tokens][d], d a multiple of 4, n_expert <= 256 (throws otherwise).
+void moe_router_product(Context& ctx, Dispatcher& d, View router, View x, View logits, uint32_t d_model, uint32_t n_expert,
+                        uint32_t n_tokens);
+bool moe_router_split(Context& ctx, Dispatcher& d, View m, View xq, View base, View ids, View count, uint32_t d_in,
+                      uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool topk_softmax, float logit_scale);
 
 // out[t][i] = sum_k weights[t][k] * y[t][k][i]; y [n_tokens][n_used][width], out [n_tokens][width].
 void moe_combine(Context& ctx, Dispatcher& d, View y, View weights, View out, uint32_t width, uint32_t n_used,

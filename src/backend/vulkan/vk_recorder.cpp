@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 
 #include "backend/exec_common.h"
 #include "backend/vulkan/vk_attention.h"
@@ -11,6 +12,7 @@
 #include "backend/vulkan/vk_misc.h"
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
+#include "backend/vulkan/vk_router_split.h"
 #include "core/error.h"
 #include "core/knobs.h"
 #include "quant/quant.h"
@@ -35,7 +37,11 @@ class Recorder {
  public:
   Recorder(Context& ctx, const graph::Graph& g, const ExecOptions& opts, const Plan& plan, const VulkanWeights& w,
            const Resources& res)
-      : ctx_(ctx), g_(g), opts_(opts), plan_(plan), w_(w), res_(res) {}
+      : ctx_(ctx), g_(g), opts_(opts), plan_(plan), w_(w), res_(res) {
+    for (const RouterSite& site : router_sites(g)) {
+      if (w.router_split(g.nodes[site.moe].in[1], g.nodes[site.o].in[0])) sites_.emplace(site.o, site);
+    }
+  }
 
   // Records the step of `parts`.
   Recorded record(const std::vector<Part>& parts) {
@@ -45,6 +51,7 @@ class Recorder {
     tails_ = !multi_ && n_tok == 1 && res_.head_count != nullptr;  // (plan_tails: one token of one sequence)
     norm_tails_ = !multi_ && n_tok == 1 && res_.norm_tail != nullptr;  // (plan_norm_tails: likewise)
     deferred_ = Deferred{};
+    split_moe_ = -1;
     Recorded out;
     out.rec = std::make_unique<vk::Recording>(ctx_, g_.nodes.size() * 8 + 64);
     vk::Recording& rec = *out.rec;
@@ -225,14 +232,17 @@ class Recorder {
         vk::rms_norm(ctx_, rec, in(0), w, out, width, group, nu, node.norm().eps, node.norm().offset);
         break;
       }
-      case Op::MatMul:
-        if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) break;
-        if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
+      case Op::MatMul: {
+        const View split_codes = router_base(rec, tr, node, index, rows, nu);
+        if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) {
+        } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
-          break;
+        } else {
+          matmul(rec, tr, node, in(1), out, nu);
         }
-        matmul(rec, tr, node, in(1), out, nu);
+        if (split_codes.buffer) router_slots(rec, tr, index, split_codes, nu);
         break;
+      }
       case Op::Add: case Op::Mul:
         if (node.op == Op::Add && add_norm(rec, tr, index, in(0), in(1), out, width, nu)) break;
         tr.before({in(0), in(1)}, {out});
@@ -821,6 +831,56 @@ class Recorder {
     vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
   }
 
+  // --- The router split from its norm (vk_router_split.h) ---
+
+  // Before product `index` where it is a split router's o in a decode-sized step: R_w r into the
+  // logits, recorded beside the dispatch before (it reads only r, which o's add may then overwrite),
+  // and o's input codes made now (o reads the same). Returns those codes (empty: no split here).
+  View router_base(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows,
+                   uint32_t n) {
+    const auto it = sites_.find(index);
+    if (it == sites_.end() || n > kMvMaxTokens || knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 0) return View{};
+    const RouterSite& site = it->second;
+    const Node& moe = g_.nodes[site.moe];
+    if (rows[static_cast<size_t>(site.r)] != int64_t{n} || rows[static_cast<size_t>(node.in[1])] != int64_t{n}) return View{};
+    const auto ncols = static_cast<uint32_t>(g_.tensor(node.in[0]).ne[0]);
+    if (!vk::has_mul_mv_k(ctx_, g_.tensor(node.in[0]).type) || ncols % 256 != 0) return View{};
+    const auto ne = static_cast<uint32_t>(moe.moe().n_expert), d = static_cast<uint32_t>(g_.tensor(site.r).ne[0]);
+    const VulkanWeights::RouterSplit& rs = *w_.router_split(moe.in[1], node.in[0]);
+    const View r = act(site.r, n), logits{res_.moe_logits, 0, size_t{4} * ne * n};
+    const View count{res_.moe_count, 0, res_.moe_count ? res_.moe_count->size : 0};
+    if (!res_.moe_count || d % 4 != 0) return View{};
+    // Only where the mixture takes the norm left to it (its fused gate and up; else moe() would choose
+    // the experts again from the norm's rows).
+    const MoeShape shape = moe_shape(g_, moe);
+    const auto gate = g_.tensor(moe.in[2]).type;
+    if (shape.fused || gate != g_.tensor(moe.in[3]).type || moe.moe().glu != graph::MoeGlu::SwiGLU ||
+        !vk::mul_mv_k_id_glu_fits(ctx_, gate, d, static_cast<uint32_t>(shape.ff))) {
+      return View{};
+    }
+    tr.before({r}, {logits, count});
+    vk::moe_router_product(ctx_, rec, View{rs.rw.get(), 0, 0}, r, logits, d, ne, n);
+    return q8k_codes(rec, tr, node.in[1], act(node.in[1], n), ncols, n);
+  }
+
+  // After o: M a added to the logits and the experts chosen (beside o: it reads o's input codes).
+  void router_slots(vk::Recording& rec, Tracker& tr, size_t index, View codes, uint32_t n) {
+    const RouterSite& site = sites_.at(index);
+    const Node& moe = g_.nodes[site.moe];
+    const graph::MoeParams& mp = moe.moe();
+    const auto ne = static_cast<uint32_t>(mp.n_expert), k = static_cast<uint32_t>(mp.n_expert_used);
+    const auto d_in = static_cast<uint32_t>(g_.tensor(g_.nodes[index].in[0]).ne[0]);
+    const VulkanWeights::RouterSplit& rs = *w_.router_split(moe.in[1], g_.nodes[index].in[0]);
+    const View logits{res_.moe_logits, 0, size_t{4} * ne * n}, ids{res_.moe_ids, 0, size_t{4} * k * n};
+    const View count{res_.moe_count, 0, res_.moe_count->size}, m{rs.m.get(), 0, 0};
+    tr.before({codes, logits, m}, {logits, ids, count});
+    if (!vk::moe_router_split(ctx_, rec, m, codes, logits, ids, count, d_in, ne, k, n,
+                              mp.routing == graph::MoeRouting::TopKSoftmax, mp.logit_scale)) {
+      throw Error("Vulkan MoE: the router split from its norm did not fit the kernel");
+    }
+    split_moe_ = static_cast<int64_t>(site.moe);
+  }
+
   // Mixture of experts: router logits (a mat-vec), routing on the device (ids and weights per token),
   // the selected experts' gate/up products, the activation, their down products, the weighted sum.
   void moe(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows, View out,
@@ -876,9 +936,17 @@ class Recorder {
     const vk::NormScale xs = deferred_.active && deferred_.y == x_id ? deferred_.ns : vk::NormScale{};
     const View count{res_.moe_count, 0, res_.moe_count ? res_.moe_count->size : 0};
     const View rx = xs.partials.buffer ? deferred_.h : router_x;
-    tr.before({rx, xs.partials, xs.weights}, {logits, ids, wts, count});
-    const bool routed = one_router && vk::moe_router(ctx_, rec, w_.raw(node.in[1]), rx, logits, bias(0), escale, ids, wts, count,
-                                                     d, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs);
+    // The experts chosen beside o's product (router_slots): their weights, now the norm's scale is known.
+    const bool split = split_moe_ == static_cast<int64_t>(index) && xs.partials.buffer && n <= vk::kMvMaxTokens;
+    split_moe_ = -1;
+    if (split) {
+      tr.before({logits, ids, xs.partials}, {wts});
+      vk::moe_route(ctx_, rec, logits, View{}, escale, ids, wts, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs);
+    } else {
+      tr.before({rx, xs.partials, xs.weights}, {logits, ids, wts, count});
+    }
+    const bool routed = split || (one_router && vk::moe_router(ctx_, rec, w_.raw(node.in[1]), rx, logits, bias(0), escale, ids, wts, count,
+                                                     d, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs));
     if (xs.partials.buffer && !routed) throw Error("Vulkan MoE: the router did not take the norm left to it");
     if (!routed) {
       // A block-format router (files of older converters) as the CPU computes it, else float activations.
@@ -1038,6 +1106,8 @@ class Recorder {
   uint32_t q8_format_ = 0;  // in this activation format (vk::q8_act_format)
   TensorId x16_of_ = -1;    // the tensor x_f16 holds in f16
   std::vector<bool> done_;  // per node: recorded with an earlier node
+  std::map<size_t, RouterSite> sites_;  // routers split from their norms, by their product's node
+  int64_t split_moe_ = -1;              // the MoE node whose experts router_slots chose
 };
 
 }  // namespace

@@ -6,7 +6,10 @@
 
 #include "backend/exec_common.h"
 #include "backend/vulkan/vk_quant.h"
+#include "backend/vulkan/vk_router_split.h"
 #include "core/error.h"
+#include "core/knobs.h"
+#include "core/thread_pool.h"
 #include "quant/quant.h"
 
 namespace zinc::backend::vk {
@@ -51,6 +54,57 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
         bytes_ += b->device_bytes;
         host_f32_.emplace(id, std::move(f));
       });
+  if (knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 1) make_router_splits(g, file);
+}
+
+// R_w and M of each router split from its norm whose product decode reads as Q8_K codes (the only
+// form moe_router_split takes), a few layers at a time: each thread one, then uploaded in order.
+void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& file) {
+  std::vector<RouterSite> sites;
+  for (const RouterSite& s : router_sites(g)) {
+    const auto& wo = g.tensor(g.nodes[s.o].in[0]);
+    if (has_mul_mv_k(*ctx_, wo.type) && wo.ne[0] % 256 == 0 && quant::can_dequantize(wo.type)) sites.push_back(s);
+  }
+  if (sites.empty()) return;
+  const auto floats = [&](graph::TensorId id) {
+    const auto& t = g.tensor(id);
+    return weight_floats(t, file.tensor_data(file.tensor(t.name)));
+  };
+  ThreadPool pool(std::min<unsigned>(8, std::max(1u, std::thread::hardware_concurrency())));
+  struct Made {
+    std::vector<float> rw, m;
+  };
+  std::vector<Made> made(pool.size());
+  for (size_t b = 0; b < sites.size(); b += made.size()) {
+    const size_t n = std::min(made.size(), sites.size() - b);
+    pool.parallel_for(static_cast<int64_t>(n), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const RouterSite& s = sites[b + static_cast<size_t>(i)];
+        const graph::Node& moe = g.nodes[s.moe];
+        const graph::Node& norm = g.nodes[s.norm];
+        const auto& wo = g.tensor(g.nodes[s.o].in[0]);
+        const auto ne = static_cast<size_t>(moe.moe().n_expert), d = static_cast<size_t>(wo.ne[1]),
+                   d_in = static_cast<size_t>(wo.ne[0]);
+        const std::vector<float> r = floats(moe.in[1]), o = floats(g.nodes[s.o].in[0]);
+        const std::vector<float> w = norm.in.size() > 1 ? floats(norm.in[1]) : std::vector<float>{};
+        Made& out = made[static_cast<size_t>(i)];
+        out.rw.resize(ne * d);
+        out.m.resize(ne * d_in);
+        router_split_matrices(r.data(), w.empty() ? nullptr : w.data(), norm.norm().offset, o.data(), ne, d, d_in,
+                              out.rw.data(), out.m.data());
+      }
+    });
+    for (size_t i = 0; i < n; ++i) {
+      const RouterSite& s = sites[b + i];
+      RouterSplit& rs = splits_[g.nodes[s.moe].in[1]];
+      rs.wo = g.nodes[s.o].in[0];
+      for (auto [buf, v] : {std::pair{&rs.rw, &made[i].rw}, std::pair{&rs.m, &made[i].m}}) {
+        *buf = ctx_->owned_device_buffer(v->size() * 4);
+        ctx_->upload(**buf, 0, v->data(), v->size() * 4);
+        bytes_ += (*buf)->device_bytes;
+      }
+    }
+  }
 }
 
 }  // namespace zinc::backend::vk

@@ -32,11 +32,23 @@ class VulkanWeights final : public Weights {
   View raw(graph::TensorId id) const { return View{raw_[static_cast<size_t>(id)].get(), 0, 0}; }
   View f32(graph::TensorId id) const { return View{f32_[static_cast<size_t>(id)].get(), 0, 0}; }
   const std::vector<float>& host_f32(graph::TensorId id) const { return host_f32_.at(id); }
+  // A router split from its norm (vk_router_split.h): R_w and M of the router `router` with the
+  // product whose weight is `wo` (nullptr: none made).
+  struct RouterSplit {
+    graph::TensorId wo = -1;
+    OwnedBuffer rw, m;
+  };
+  const RouterSplit* router_split(graph::TensorId router, graph::TensorId wo) const {
+    const auto it = splits_.find(router);
+    return it != splits_.end() && it->second.wo == wo ? &it->second : nullptr;
+  }
 
  private:
   std::shared_ptr<Context> ctx_;
   std::vector<OwnedBuffer> raw_, f32_;  // per tensor (empty where not read that way)
   std::map<graph::TensorId, std::vector<float>> host_f32_;
+  std::map<graph::TensorId, RouterSplit> splits_;  // by router
+  void make_router_splits(const graph::Graph& g, const gguf::File& file);
   uint64_t bytes_ = 0;
 };
 
