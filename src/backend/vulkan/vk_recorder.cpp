@@ -848,7 +848,6 @@ class Recorder {
     const auto ne = static_cast<uint32_t>(moe.moe().n_expert), d = static_cast<uint32_t>(g_.tensor(site.r).ne[0]);
     const VulkanWeights::RouterSplit& rs = *w_.router_split(moe.in[1], node.in[0]);
     const View r = act(site.r, n), logits{res_.moe_logits, 0, size_t{4} * ne * n};
-    const View count{res_.moe_count, 0, res_.moe_count ? res_.moe_count->size : 0};
     if (!res_.moe_count || d % 4 != 0) return View{};
     // Only where the mixture takes the norm left to it (its fused gate and up; else moe() would choose
     // the experts again from the norm's rows).
@@ -858,7 +857,7 @@ class Recorder {
         !vk::mul_mv_k_id_glu_fits(ctx_, gate, d, static_cast<uint32_t>(shape.ff))) {
       return View{};
     }
-    tr.before({r}, {logits, count});
+    tr.before({r}, {logits});
     vk::moe_router_product(ctx_, rec, View{rs.rw.get(), 0, 0}, r, logits, d, ne, n);
     return q8k_codes(rec, tr, node.in[1], act(node.in[1], n), ncols, n);
   }
