@@ -528,6 +528,16 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
   }
 }
 
+TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseWithTheRouterSplit) {
+  // The mixtures' routers split from the norms they read (ZINC_VULKAN_ROUTER_SPLIT=1: the experts chosen
+  // beside o's product from s (R_w r + M a), weighed after it): within the quantized decode's bounds of
+  // the CPU, as the router after the norm is.
+  if (GetParam().find("moe") == std::string::npos) GTEST_SKIP() << "not a mixture of experts";
+  ::setenv("ZINC_VULKAN_ROUTER_SPLIT", "1", 1);
+  expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M, router split");
+  ::unsetenv("ZINC_VULKAN_ROUTER_SPLIT");
+}
+
 TEST_P(ZINC_GPU_FIXTURE, NoKernelReadsMemoryNothingWrote) {
   // Every device buffer of a context starting as NaNs (ZINC_VULKAN_POISON=1) instead of whatever the
   // allocation held: the same logits bit for bit over a prompt and a greedy decode, so no kernel of the
@@ -555,12 +565,18 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
   // step of that token. Otherwise a greedy text would depend on where drafting happened, which the
   // automatic mode decides by timing (run to run). The Q4_K_M file (the K-quant decode kernels and
   // their fusions; Vulkan's also with each norm a dispatch of its own, ZINC_VULKAN_NORM_TAIL=0, where
-  // by default the norms are left to their readers) and the F32 one, an F16 cache.
-  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "F32"}) {
+  // by default the norms are left to their readers; and with the mixtures' routers split from their
+  // norms, ZINC_VULKAN_ROUTER_SPLIT=1) and the F32 one, an F16 cache.
+  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "Q4_K_M, router split", "F32"}) {
     if (mixture.find("dispatches") != std::string::npos) {
       setenv("ZINC_VULKAN_NORM_TAIL", "0", 1);
     } else {
       unsetenv("ZINC_VULKAN_NORM_TAIL");
+    }
+    if (mixture.find("split") != std::string::npos) {
+      setenv("ZINC_VULKAN_ROUTER_SPLIT", "1", 1);
+    } else {
+      unsetenv("ZINC_VULKAN_ROUTER_SPLIT");
     }
     const gguf::File f = file(mixture.substr(0, mixture.find(',')));
     backend::ExecOptions opts;
@@ -611,6 +627,7 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
     }
   }
   unsetenv("ZINC_VULKAN_NORM_TAIL");
+  unsetenv("ZINC_VULKAN_ROUTER_SPLIT");
 }
 
 // Several sequences in one step (the CPU's SequencesSteppedTogetherMatchEachAlone on the device): four

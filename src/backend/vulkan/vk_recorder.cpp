@@ -839,7 +839,7 @@ class Recorder {
   View router_base(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows,
                    uint32_t n) {
     const auto it = sites_.find(index);
-    if (it == sites_.end() || n > kMvMaxTokens || knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 0) return View{};
+    if (it == sites_.end() || n > kMvMaxTokens || knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 0, 0, 1) == 0) return View{};
     const RouterSite& site = it->second;
     const Node& moe = g_.nodes[site.moe];
     if (rows[static_cast<size_t>(site.r)] != int64_t{n} || rows[static_cast<size_t>(node.in[1])] != int64_t{n}) return View{};
