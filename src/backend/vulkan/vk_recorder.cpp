@@ -838,13 +838,14 @@ class Recorder {
   // and o's input codes made now (o reads the same). Returns those codes (empty: no split here).
   View router_base(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, const std::vector<int64_t>& rows,
                    uint32_t n) {
+    // (sites_ holds only the sites the weights made R_w and M for: the knob on at load, o a K-quant
+    // product on Q8_K codes.)
     const auto it = sites_.find(index);
-    if (it == sites_.end() || n > kMvMaxTokens || knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 0, 0, 1) == 0) return View{};
+    if (it == sites_.end() || n > kMvMaxTokens) return View{};
     const RouterSite& site = it->second;
     const Node& moe = g_.nodes[site.moe];
     if (rows[static_cast<size_t>(site.r)] != int64_t{n} || rows[static_cast<size_t>(node.in[1])] != int64_t{n}) return View{};
     const auto ncols = static_cast<uint32_t>(g_.tensor(node.in[0]).ne[0]);
-    if (!vk::has_mul_mv_k(ctx_, g_.tensor(node.in[0]).type) || ncols % 256 != 0) return View{};
     const auto ne = static_cast<uint32_t>(moe.moe().n_expert), d = static_cast<uint32_t>(g_.tensor(site.r).ne[0]);
     const VulkanWeights::RouterSplit& rs = *w_.router_split(moe.in[1], node.in[0]);
     const View r = act(site.r, n), logits{res_.moe_logits, 0, size_t{4} * ne * n};
