@@ -63,12 +63,14 @@ class Tables {
     put(name, type, {ne[0], ne[1] * ne[2] * ne[3]}, lo, hi);
     return b.weight(name, type, ne);
   }
-  // An F32 table's values moved to multiples of 2^-7 below 1 with 127/128 first in every 32: their
-  // 8-bit codes, 32 or 256 to a block, are exact (scale 2^-7 in f16 or f32, codes the multiples).
+  // An F32 table's values moved to multiples of 2^-7 below 1, every 32 starting 127/128, -127/128:
+  // their 8-bit codes, 32 or 256 to a block, are exact (scale 2^-7 in f16 or f32, codes the
+  // multiples), and so are a 32-block's sums in f16 (|sum| / 2^-7 of 30 codes stays below 2048).
   void exact_codes(const std::string& name) {
     T& t = t_.at(name);
     for (size_t i = 0; i < t.values.size(); ++i) {
-      t.values[i] = i % 32 == 0 ? 127.0f / 128 : std::clamp(std::nearbyint(t.values[i] * 127), -127.0f, 127.0f) / 128;
+      const float q = i % 32 == 0 ? 127.0f : i % 32 == 1 ? -127.0f : std::clamp(std::nearbyint(t.values[i] * 127), -127.0f, 127.0f);
+      t.values[i] = q / 128;
     }
     std::memcpy(t.bytes.data(), t.values.data(), t.values.size() * sizeof(float));
   }
@@ -929,7 +931,7 @@ std::vector<Case> all_cases() {
   // The mixture after a product and its norm, one-token and several-token steps; on Vulkan also with
   // the router split from that norm.
   for (const bool split : {false, true}) cs.push_back(moe_after_product(16, 4, {1, 1, 4}, 0.0f, split));
-  cs.push_back(moe_after_product(32, 4, {1, 3, 1}, 1.0f, true));
+  cs.push_back(moe_after_product(32, 4, {1, 3, 1, 3}, 1.0f, true));
   cs.push_back(delta_net(2, 4, 64, 64, false, {1, 1, 1, 1, 1, 1}));
   cs.push_back(delta_net(2, 4, 64, 64, true, {1, 1, 1, 1}));
   cs.push_back(delta_net(4, 4, 128, 64, false, {1, 1, 1}));
