@@ -1,0 +1,117 @@
+#!/bin/bash
+# The Vulkan checks and knob measurements of a change, in one device call (the GPU machine has no
+# network and takes a copy of the tree of at most 64 MiB): `pack` here, then `run` there with carry
+# [".devbin", ".gl"].
+#
+#   tools/device/vulkan_check.sh pack      # build/ must be built; moves tests/models/fixtures aside
+#   (device) bash tools/device/vulkan_check.sh run tests
+#   (device) bash tools/device/vulkan_check.sh run ab PRESET DEPTHS KNOB V1 V2 [V...]
+#   tools/device/vulkan_check.sh unpack    # here again: the fixtures back
+#
+# pack: the zinc binary, the Vulkan and op-suite tests (xz), the shared libraries they link, a subset
+# of the model fixtures (qwen3, qwen3_moe, qwen3_5_moe, gpt_oss, gemma4_moe) and the Vulkan loader's
+# packages (.gl) into .devbin; the fixtures' folder moved to /tmp/zinc_fixtures.
+# run tests: every Vulkan kernel test, the fixture tests on that subset, the op suite on Vulkan.
+# run ab: `zinc synth PRESET` (Q4_K_M), then for each depth of DEPTHS (comma-separated) `zinc bench
+# -p 0 -n 64 --runs 2` with KNOB at each value in turn, the whole round twice (so a drifting clock
+# shows), then the md5 of 32 greedy token ids with each value (equal: the knob changed no choice).
+# A value `-` leaves KNOB unset. For example, the router split on the 30b:
+#   run ab qwen3-30b-a3b 0,4096 ZINC_VULKAN_ROUTER_SPLIT 0 1
+# Logs land in $OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+fixtures=(qwen3 qwen3_moe qwen3_5_moe gpt_oss gemma4_moe)
+indices=(2 6 9 10 12)  # their places in the fixture suites' parameter list (tests/vulkan/test_vk_fixtures.cpp)
+case "${1:-}" in
+pack)
+  mkdir -p .devbin/lib .devbin/fx .gl
+  xz -T2 -6 -c build/src/zinc > .devbin/zinc.xz
+  xz -T2 -6 -c build/tests/vulkan/zinc_vulkan_tests > .devbin/vt.xz
+  xz -T2 -6 -c build/tests/ops/zinc_op_tests > .devbin/ops.xz
+  for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
+             libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')  # (no early exit: a broken pipe fails pipefail)
+    [ -n "$path" ] && cp -L "$path" .devbin/lib/
+  done
+  src=tests/models/fixtures
+  [ -d "$src" ] || src=/tmp/zinc_fixtures
+  rm -rf .devbin/fx/*
+  for f in "${fixtures[@]}"; do cp -r "$src/$f" .devbin/fx/; done
+  if [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
+    mkdir -p /tmp/amd64/partial
+    o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
+    apt-get "${o[@]}" update > /dev/null
+    (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null)
+  fi
+  if [ -d tests/models/fixtures ]; then rm -rf /tmp/zinc_fixtures; mv tests/models/fixtures /tmp/zinc_fixtures; fi
+  du -sh .devbin .gl
+  ;;
+unpack)
+  if [ -L tests/models/fixtures ]; then rm tests/models/fixtures; fi  # (a local `run`'s link)
+  if [ -d /tmp/zinc_fixtures ] && [ ! -d tests/models/fixtures ]; then mv /tmp/zinc_fixtures tests/models/fixtures; fi
+  ;;
+run)
+  OUT=${OUT:-/tmp/out}
+  mkdir -p "$OUT"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json LD_LIBRARY_PATH=$PWD/.devbin/lib
+  rm -rf tests/models/fixtures
+  ln -sfn "$PWD/.devbin/fx" tests/models/fixtures
+  for b in zinc vt ops; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+  set +e
+  case "${2:-}" in
+  tests)
+    # Suites parameterised by fixture name run on the packed subset only (qwen3_5 and qwen3_next left out).
+    timeout 300 /tmp/vt --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan' > "$OUT/kernels.log" 2>&1
+    echo "== kernel tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernels.log" | tr '\n' ' ')"
+    grep -A6 Failure "$OUT/kernels.log" | head -30
+    filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:'
+    for i in "${indices[@]}"; do filter="${filter}*VulkanFixture.*/$i:"; done
+    timeout 300 /tmp/vt --gtest_filter="$filter" > "$OUT/fixtures.log" 2>&1
+    echo "== fixture tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fixtures.log" | tr '\n' ' ')"
+    grep -A6 Failure "$OUT/fixtures.log" | head -30
+    timeout 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*' > "$OUT/ops.log" 2>&1
+    echo "== op suite on Vulkan: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ops.log" | tr '\n' ' ')"
+    grep -A6 Failure "$OUT/ops.log" | head -30
+    ;;
+  ab)
+    preset=${3:?preset}
+    depths=${4:?depths}
+    knob=${5:?knob}
+    shift 5
+    [ $# -ge 1 ] || { echo "values?"; exit 2; }
+    cd /tmp
+    /tmp/zinc synth "$preset" /tmp/ab.gguf > "$OUT/synth.log" 2>&1 || { tail -3 "$OUT/synth.log"; exit 1; }
+    with() {  # with VALUE command...: the command with the knob at VALUE (- unset)
+      local v=$1
+      shift
+      if [ "$v" = - ]; then env -u "$knob" "$@"; else env "$knob=$v" "$@"; fi
+    }
+    for d in ${depths//,/ }; do
+      for round in 1 2; do
+        for v in "$@"; do
+          row=$(with "$v" /tmp/zinc bench -m /tmp/ab.gguf --backend vulkan -p 0 -n 64 --depth "$d" --runs 2 2>&1 | tee -a "$OUT/bench.log" |
+                grep -E '^\| *tg' | head -1)
+          echo "$preset depth $d round $round $knob=$v: $row"
+        done
+      done
+    done
+    for v in "$@"; do
+      ids=$(with "$v" /tmp/zinc --json run -m /tmp/ab.gguf --backend vulkan -p "The history of the city" -n 32 --temp 0 2>> "$OUT/run.log" |
+            python3 -c 'import json,sys,hashlib; print(hashlib.md5(str(json.load(sys.stdin)["tokens"]).encode()).hexdigest()[:8])')
+      echo "$preset greedy ids $knob=$v: $ids"
+    done
+    ;;
+  *)
+    sed -n '2,22p' "$0"
+    exit 2
+    ;;
+  esac
+  ;;
+*)
+  sed -n '2,22p' "$0"
+  exit 2
+  ;;
+esac
