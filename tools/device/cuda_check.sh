@@ -20,44 +20,24 @@
 # 11 multiprocessors), sharing every multiprocessor, and on 88 and 104). Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/device/common.sh
 mode=${1:-}
 fixtures=(qwen3 gemma3 qwen3_moe qwen3_next qwen3_5_moe gpt_oss gemma4_moe)
 case "$mode" in
 pack)
-  mkdir -p .devbin/lib .devbin/fx .gl
+  mkdir -p .devbin
   xz -T2 -3 -c build/src/zinc > .devbin/zinc.xz
   xz -T2 -3 -c build/tests/cuda/zinc_cuda_tests > .devbin/cut.xz
   xz -T2 -3 -c build/bench/zinc_cuda_matvec_bench > .devbin/mvb.xz
   xz -T2 -3 -c build/bench/zinc_cuda_overlap_bench > .devbin/ovb.xz
-  for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
-             libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')  # (no early exit: a broken pipe fails pipefail)
-    [ -n "$path" ] && cp -L "$path" .devbin/lib/
-  done
-  src=tests/models/fixtures
-  [ -d "$src" ] || src=/tmp/zinc_fixtures
-  for f in "${fixtures[@]}"; do rm -rf ".devbin/fx/$f"; cp -r "$src/$f" .devbin/fx/; done
-  if [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
-    mkdir -p /tmp/amd64/partial
-    o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
-    apt-get "${o[@]}" update > /dev/null
-    (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null)
-  fi
-  if [ -d tests/models/fixtures ]; then rm -rf /tmp/zinc_fixtures; mv tests/models/fixtures /tmp/zinc_fixtures; fi
-  du -sh .devbin .gl
+  device_pack_libs
+  device_pack_fixtures_and_gl "${fixtures[@]}"
   ;;
 unpack)
-  if [ -d /tmp/zinc_fixtures ] && [ ! -d tests/models/fixtures ]; then mv /tmp/zinc_fixtures tests/models/fixtures; fi
+  device_unpack
   ;;
 run)
-  OUT=${OUT:-/tmp/out}
-  mkdir -p "$OUT"
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json LD_LIBRARY_PATH=$PWD/.devbin/lib
-  rm -rf tests/models/fixtures
-  ln -sfn "$PWD/.devbin/fx" tests/models/fixtures
-  for b in zinc cut mvb ovb; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
+  device_prepare zinc cut mvb ovb
   # The fixture parameters' indices (tests/models): qwen3 2, gemma3 3, qwen3_moe 6, qwen3_next 7,
   # qwen3_5_moe 9, gpt_oss 10, gemma4_moe 12.
   filter=''
@@ -78,12 +58,8 @@ run)
     if [ -n "$got" ]; then echo "$got"; else tail -n 5 "$OUT/$tag.log"; fi
   }
   set +e
-  timeout 200 /tmp/cut --gtest_filter='Cuda*' > "$OUT/kernels.log" 2>&1
-  echo "== kernel tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernels.log" | tr '\n' ' ')"
-  grep -A6 Failure "$OUT/kernels.log" | head -30
-  timeout 200 /tmp/cut --gtest_filter="$filter" > "$OUT/fixtures.log" 2>&1
-  echo "== fixture tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fixtures.log" | tr '\n' ' ')"
-  grep -A6 Failure "$OUT/fixtures.log" | head -30
+  device_tests "kernel tests" kernels.log 200 /tmp/cut --gtest_filter='Cuda*'
+  device_tests "fixture tests" fixtures.log 200 /tmp/cut --gtest_filter="$filter"
   [ "${2:-}" = quick ] && exit 0
   if [ "${2:-}" = lane ]; then
     cd /tmp

@@ -20,61 +20,35 @@
 # Logs land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/device/common.sh
 fixtures=(qwen3 qwen3_moe qwen3_5_moe gpt_oss gemma4_moe)
 indices=(2 6 9 10 12)  # their places in the fixture suites' parameter list (tests/vulkan/test_vk_fixtures.cpp)
 case "${1:-}" in
 pack)
-  mkdir -p .devbin/lib .devbin/fx .gl
+  mkdir -p .devbin
   xz -T2 -6 -c build/src/zinc > .devbin/zinc.xz
   xz -T2 -6 -c build/tests/vulkan/zinc_vulkan_tests > .devbin/vt.xz
   xz -T2 -6 -c build/tests/ops/zinc_op_tests > .devbin/ops.xz
-  for lib in libspdlog.so.1.10 libfmt.so.9 libcpp-httplib.so.0.11 libedit.so.2 libbrotlidec.so.1 libbrotlienc.so.1 \
-             libbrotlicommon.so.1 libbsd.so.0 libmd.so.0 libtinfo.so.6; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')  # (no early exit: a broken pipe fails pipefail)
-    [ -n "$path" ] && cp -L "$path" .devbin/lib/
-  done
-  src=tests/models/fixtures
-  [ -d "$src" ] || src=/tmp/zinc_fixtures
-  rm -rf .devbin/fx/*
-  for f in "${fixtures[@]}"; do cp -r "$src/$f" .devbin/fx/; done
-  if [ -z "$(ls .gl/*.deb 2>/dev/null)" ]; then
-    mkdir -p /tmp/amd64/partial
-    o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
-    apt-get "${o[@]}" update > /dev/null
-    (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 > /dev/null)
-  fi
-  if [ -d tests/models/fixtures ]; then rm -rf /tmp/zinc_fixtures; mv tests/models/fixtures /tmp/zinc_fixtures; fi
-  du -sh .devbin .gl
+  device_pack_libs
+  rm -rf .devbin/fx
+  device_pack_fixtures_and_gl "${fixtures[@]}"
   ;;
 unpack)
-  if [ -L tests/models/fixtures ]; then rm tests/models/fixtures; fi  # (a local `run`'s link)
-  if [ -d /tmp/zinc_fixtures ] && [ ! -d tests/models/fixtures ]; then mv /tmp/zinc_fixtures tests/models/fixtures; fi
+  device_unpack
   ;;
 run)
-  OUT=${OUT:-/tmp/out}
-  mkdir -p "$OUT"
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json LD_LIBRARY_PATH=$PWD/.devbin/lib
-  rm -rf tests/models/fixtures
-  ln -sfn "$PWD/.devbin/fx" tests/models/fixtures
-  for b in zinc vt ops; do xz -dc ".devbin/$b.xz" > "/tmp/$b" && chmod +x "/tmp/$b"; done
+  device_prepare zinc vt ops
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
   set +e
   case "${2:-}" in
   tests)
     # Suites parameterised by fixture name run on the packed subset only (qwen3_5 and qwen3_next left out).
-    timeout 300 /tmp/vt --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan' > "$OUT/kernels.log" 2>&1
-    echo "== kernel tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/kernels.log" | tr '\n' ' ')"
-    grep -A6 Failure "$OUT/kernels.log" | head -30
+    device_tests "kernel tests" kernels.log 300 /tmp/vt \
+      --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan'
     filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:'
     for i in "${indices[@]}"; do filter="${filter}*VulkanFixture.*/$i:"; done
-    timeout 300 /tmp/vt --gtest_filter="$filter" > "$OUT/fixtures.log" 2>&1
-    echo "== fixture tests: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/fixtures.log" | tr '\n' ' ')"
-    grep -A6 Failure "$OUT/fixtures.log" | head -30
-    timeout 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*' > "$OUT/ops.log" 2>&1
-    echo "== op suite on Vulkan: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/ops.log" | tr '\n' ' ')"
-    grep -A6 Failure "$OUT/ops.log" | head -30
+    device_tests "fixture tests" fixtures.log 300 /tmp/vt --gtest_filter="$filter"
+    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*'
     ;;
   ab)
     preset=${3:?preset}
