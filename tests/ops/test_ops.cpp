@@ -1091,6 +1091,19 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpSuite,
                          ::testing::Combine(::testing::Values("cpu", "vulkan", "cuda"), ::testing::Range<size_t>(0, cases().size())),
                          case_name);
 
+// The largest element gap between two backends' outputs, and the largest output it is measured against.
+struct Gap {
+  double gap = 0, scale = 0;
+};
+Gap largest_gap(const std::vector<float>& got, const std::vector<float>& want) {
+  Gap g;
+  for (size_t i = 0; i < want.size(); ++i) {
+    g.gap = std::max(g.gap, std::fabs(static_cast<double>(got[i]) - want[i]));
+    g.scale = std::max(g.scale, std::fabs(static_cast<double>(want[i])));
+  }
+  return g;
+}
+
 // A block-format router in decode steps on the Vulkan backend: the CPU's arithmetic (8-bit codes of the
 // router's input, integer sums per block, the CPU's float expression per block), so the mixture's output
 // is the CPU's to float rounding. With float activations the logits move by the codes' error (about
@@ -1109,13 +1122,9 @@ TEST(BlockRouter, VulkanDecodeStepsAreTheCpus) {
     ASSERT_TRUE(on_cpu.why.empty() && on_vk.why.empty()) << on_cpu.why << on_vk.why;
     const std::vector<float> want = on_cpu.run(), got = on_vk.run();
     ASSERT_EQ(got.size(), want.size());
-    double gap = 0, scale = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      gap = std::max(gap, std::fabs(static_cast<double>(got[i]) - want[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-    }
-    std::printf("%s: largest gap to the CPU %.2e of the largest output\n", c.name.c_str(), gap / scale);
-    EXPECT_LT(gap, 1e-5 * scale) << c.name;
+    const Gap g = largest_gap(got, want);
+    std::printf("%s: largest gap to the CPU %.2e of the largest output\n", c.name.c_str(), g.gap / g.scale);
+    EXPECT_LT(g.gap, 1e-5 * g.scale) << c.name;
   }
 }
 
@@ -1123,7 +1132,7 @@ TEST(BlockRouter, VulkanDecodeStepsAreTheCpus) {
 // rounding only: the mixture after a product and its norm stays the CPU's to the float rounding of
 // x (which may move an expert input's 8-bit code by one step), with the split and without. The
 // definition's bounds above carry the codes' worst case, too loose to see a routing weight off by a
-// few percent; this comparison sees one off by 0.1%.
+// few percent; this comparison fails for an R_w offset off by 0.01.
 TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
   std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
   try {
@@ -1140,16 +1149,11 @@ TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
     const std::vector<float> want = on_cpu.run(), got = on_vk.run(), whole = on_vk_whole.run();
     ASSERT_EQ(got.size(), want.size());
     ASSERT_EQ(whole.size(), want.size());
-    double gap = 0, gap_whole = 0, scale = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      gap = std::max(gap, std::fabs(static_cast<double>(got[i]) - want[i]));
-      gap_whole = std::max(gap_whole, std::fabs(static_cast<double>(whole[i]) - want[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-    }
+    const Gap split = largest_gap(got, want), no_split = largest_gap(whole, want);
     std::printf("%s: largest gap to the CPU %.2e of the largest output with the split, %.2e without\n", c.name.c_str(),
-                gap / scale, gap_whole / scale);
-    EXPECT_LT(gap, 2e-4 * scale) << c.name;
-    EXPECT_LT(gap_whole, 2e-4 * scale) << c.name;
+                split.gap / split.scale, no_split.gap / no_split.scale);
+    EXPECT_LT(split.gap, 2e-4 * split.scale) << c.name;
+    EXPECT_LT(no_split.gap, 2e-4 * no_split.scale) << c.name;
   }
 }
 
