@@ -45,6 +45,7 @@ constexpr Knob kKnobs[] = {
     {"ZINC_VULKAN_POISON", "1", "unset", "every Vulkan context's device buffers start as NaNs instead of what the allocation held, so a kernel reading memory nothing wrote shows (debugging)"},
     {"ZINC_VULKAN_UNORDERED", "kernel name prefixes, comma-separated", "unset", "the pipeline barrier before each dispatch of those kernels left out in the step recordings, so each runs beside the one before: what that dependency costs (measuring only; the results are wrong)"},
     {"ZINC_VULKAN_BARRIERS", "all, or kernel name prefixes, comma-separated", "unset", "a pipeline barrier before every dispatch, or before the dispatches of those kernels, so a hazard the step recorder missed shows as a change of results (debugging)"},
+    {"ZINC_VULKAN_GATE_ADD", "0 or 1", "1", "0: a gate's output and its add to another row (a shared expert's gated output added to the experts') as two dispatches (measuring)"},
     {"ZINC_VULKAN_NORM_GLU", "0 or 1", "1", "0: a gated DeltaNet's per-head norm and the SwiGLU after it as two dispatches (measuring)"},
     {"ZINC_VULKAN_MVK_TOKENS", "1..16", "8", "tokens that mat-vec takes per pass over a weight (tuning)"},
     {"ZINC_VULKAN_MM_BM", "64, 128", "by tile count", "rows per tile of the prefill GEMM (tuning)"},

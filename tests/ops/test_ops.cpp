@@ -478,15 +478,19 @@ Case scale(int64_t width, bool scalar) {
 
 // SigmoidMul with one gate per token (b one value wide, a product of a as in Qwen3-Next's shared
 // expert gate): a * sigmoid(g), g = wg · a. g's float sum is off by (width + 4)·u·Σ|wg a| and
-// sigmoid's slope is at most 1/4.
-Case sigmoid_gate(int64_t width) {
+// sigmoid's slope is at most 1/4. `added`: then added to another row, e + a * sigmoid(g) (the
+// experts' output plus the shared expert's, one dispatch on Vulkan: sigmoid_mul_add), one more
+// rounding of the sum.
+Case sigmoid_gate(int64_t width, bool added = false) {
   Case c;
-  c.name = fmt::format("sigmoid_mul/{}/per_token", width);
+  c.name = fmt::format("sigmoid_mul/{}/per_token{}", width, added ? "/added" : "");
   c.n = 4;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId a = t.input(b, "a", width, 4, -3, 3);
+    const TensorId e = added ? t.input(b, "e", width, 4, -3, 3) : -1;
     const TensorId g = b.matmul(t.weight(b, "wg", TensorType::F32, {width, 1, 1, 1}, -0.3f, 0.3f), a, "gate", 0);
-    return b.sigmoid_mul(a, g, "out", 0);
+    const TensorId y = b.sigmoid_mul(a, g, added ? "gated" : "out", 0);
+    return added ? b.add(e, y, "out", 0) : y;
   };
   c.reference = [=](const Tables& t) {
     Expect e;
@@ -498,9 +502,11 @@ Case sigmoid_gate(int64_t width) {
       }
       for (int64_t i = 0; i < width; ++i) {
         const double a = row(t, "a", r)[i];
-        e.want.push_back(a / (1 + std::exp(-g)));
-        e.bound.push_back(transcendental_ulps(g) * kU * std::fabs(e.want.back()) +
-                          std::fabs(a) / 4 * (static_cast<double>(width) + 4) * kU * mag);
+        const double gated = a / (1 + std::exp(-g));
+        const double bound = transcendental_ulps(g) * kU * std::fabs(gated) + std::fabs(a) / 4 * (static_cast<double>(width) + 4) * kU * mag;
+        const double plus = added ? static_cast<double>(row(t, "e", r)[i]) : 0.0;
+        e.want.push_back(plus + gated);
+        e.bound.push_back(bound + (added ? kU * (std::fabs(plus) + std::fabs(gated) + bound) : 0.0));
       }
     }
     return e;
@@ -875,6 +881,8 @@ std::vector<Case> all_cases() {
     cs.push_back(elementwise(fmt::format("sigmoid_mul/n{}", n), Op::SigmoidMul, 96, n));
   }
   cs.push_back(sigmoid_gate(64));
+  cs.push_back(sigmoid_gate(64, true));
+  cs.push_back(sigmoid_gate(2048, true));
   cs.push_back(scale(96, false));
   cs.push_back(scale(96, true));
   cs.push_back(split_concat(64));

@@ -933,6 +933,43 @@ TEST_P(VulkanNormTails, LeaveTheNormToItsReaders) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanNormTails, ::testing::Values("qwen2", "qwen3_moe"));
+
+// A shared expert's gated output and its add to the experts' output (SigmoidMul, then Add) as one
+// dispatch (sigmoid_mul_add). The plan keeps the gate's inputs alive until the add, so the sum never
+// takes the gate's memory and the recorder can fuse them. A one-token step of the F32 file records at
+// least one dispatch a mixture layer fewer than with ZINC_VULKAN_GATE_ADD=0, and its logits stay within
+// the float32 gap of the two dispatches' (the fused kernel may round the product and the add as one).
+class VulkanGateAdd : public VulkanFixture {};
+
+TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  uint64_t n_moe = 0;
+  for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
+  ASSERT_GT(n_moe, 0u) << GetParam();
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 4;
+  const auto ctx = backend::vk::Context::shared();
+  uint64_t recorded[2] = {0, 0};
+  std::vector<float> logits[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    setenv("ZINC_VULKAN_GATE_ADD", fused ? "1" : "0", 1);
+    runtime::Session s(f, *gpu_, opts);
+    s.eval(std::span<const int32_t>(sequence_.data(), 3), true);
+    const uint64_t before = ctx->dispatches_recorded();
+    const auto l = s.eval(std::span<const int32_t>(&sequence_[3], 1));  // the one-token step, recorded here
+    recorded[fused] = ctx->dispatches_recorded() - before;
+    logits[fused].assign(l.begin(), l.end());
+  }
+  unsetenv("ZINC_VULKAN_GATE_ADD");
+  EXPECT_GT(recorded[1], 0u) << GetParam();
+  EXPECT_GE(recorded[0], recorded[1] + n_moe) << GetParam() << ": " << recorded[0] << " dispatches with the adds' own, "
+                                              << recorded[1] << " with them in the gates'";
+  EXPECT_LT(relative_gap(logits[1], logits[0]), kFloat32Gap) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanGateAdd, ::testing::Values("qwen3_5_moe", "qwen3_next"));
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,

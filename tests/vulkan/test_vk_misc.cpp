@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/vulkan/vk_misc.h"
 #include "backend/vulkan/vk_ops.h"
+#include "backend/vulkan/vk_plan.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -356,6 +357,45 @@ TEST_F(VulkanMisc, DependentDispatchLatency) {
                   static_cast<double>(stage_bytes) / best / 1e9);
     }
     for (Buffer* b : {&w, &x, &d}) ctx_->release(*b);
+  }
+}
+
+TEST_F(VulkanMisc, AGateAddedNextKeepsItsInputsApartFromTheSum) {
+  // A shared expert's shape: b a per-row gate, a its gated rows, c the experts' rows, then
+  // sum = c + a * sigmoid(b) (one dispatch: sigmoid_mul_add), read by a product. First-fit would put
+  // the sum over the gate once the gate's last reader ran, and the recorder then refuses the fusion
+  // (each invocation reads its row's gate while others write the sum); the plan keeps the gate's
+  // inputs alive until the add. Where the sum is normalised next, the add goes with the norm instead.
+  for (const bool normed : {false, true}) {
+    graph::Graph g;
+    graph::Builder b(g);
+    const int64_t w = 256;
+    using gguf::TensorType;
+    const graph::TensorId x = b.input(w, "x");
+    const graph::TensorId gate = b.matmul(b.weight("gate", TensorType::F32, {w, 1, 1, 1}), x, "gate_out", 0);
+    const graph::TensorId a = b.matmul(b.weight("a", TensorType::F32, {w, w, 1, 1}), x, "a_out", 0);
+    const graph::TensorId c = b.matmul(b.weight("c", TensorType::F32, {w, w, 1, 1}), x, "c_out", 0);
+    const graph::TensorId gated = b.sigmoid_mul(a, gate, "gated", 0);
+    graph::TensorId sum = b.add(c, gated, "sum", 0);
+    if (normed) sum = b.rms_norm(sum, b.weight("norm", TensorType::F32, {w, 1, 1, 1}), 1e-6f, 0.0f, "normed", 0);
+    g.logits = b.matmul(b.weight("out", TensorType::F32, {w, w, 1, 1}), sum, "logits", 0);
+    const size_t at = 4;  // the SigmoidMul's node
+    ASSERT_EQ(g.nodes[at].op, graph::Op::SigmoidMul);
+    EXPECT_EQ(gate_then_add(g, at), !normed);
+    if (normed) continue;
+    ExecOptions opts;
+    opts.n_ctx = 32;
+    opts.max_tokens = 4;
+    const Plan p = make_plan(*ctx_, g, opts, std::vector<size_t>(g.nodes.size(), 0));
+    const auto range = [&](graph::TensorId t) {
+      const size_t from = p.act_offset[static_cast<size_t>(t)];
+      return std::pair{from, from + static_cast<size_t>(g.tensor(t).ne[0]) * p.max_rows * 4};
+    };
+    const auto [s0, s1] = range(g.nodes[at + 1].out);
+    for (const graph::TensorId in : {gate, a}) {
+      const auto [i0, i1] = range(in);
+      EXPECT_TRUE(i1 <= s0 || s1 <= i0) << g.tensor(in).name << " at [" << i0 << ", " << i1 << "), the sum at [" << s0 << ", " << s1 << ")";
+    }
   }
 }
 

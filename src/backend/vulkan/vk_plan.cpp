@@ -239,6 +239,19 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
 }
 
+}  // namespace
+
+bool gate_then_add(const graph::Graph& g, size_t i) {
+  if (i + 1 >= g.nodes.size() || g.nodes[i].op != Op::SigmoidMul) return false;
+  const Node& add = g.nodes[i + 1];
+  const TensorId me = g.nodes[i].out;
+  if (add.op != Op::Add || (add.in[0] == me) == (add.in[1] == me) || g.tensor(add.out).ne[0] != g.tensor(me).ne[0]) return false;
+  // (where the add's sum is normalised next, the add goes with the norm instead: add_norm)
+  return !(i + 2 < g.nodes.size() && g.nodes[i + 2].op == Op::RmsNorm && g.nodes[i + 2].in[0] == add.out);
+}
+
+namespace {
+
 // The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
 // host-visible buffer of their own.
 void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -251,6 +264,17 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
     if (p.delta_qkv[r].src >= 0) {  // read by the DeltaNet itself
       auto& u = last_use[static_cast<size_t>(p.delta_qkv[r].src)];
       if (u >= 0) u = std::max(u, static_cast<int>(r));
+    }
+  }
+  // A gate whose output is added to another row next (a shared expert's gated output added to the
+  // experts': the recorder's sigmoid_mul_add, one dispatch for both): the gate's inputs live until the
+  // add, so the sum never takes their memory (each invocation reads its row's gate while the others
+  // write the sum).
+  for (size_t i = 0; i + 1 < g.nodes.size(); ++i) {
+    if (!gate_then_add(g, i)) continue;
+    for (const TensorId t : g.nodes[i].in) {
+      auto& u = last_use[static_cast<size_t>(t)];
+      if (u >= 0) u = std::max(u, static_cast<int>(i + 1));
     }
   }
   // A rotation done in place by its product (plan_tails): the product's rows live as long as the

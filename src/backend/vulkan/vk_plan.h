@@ -113,6 +113,11 @@ struct Plan {
   int rope_index(const graph::Node& n) const;
 };
 
+// Whether node i is a SigmoidMul whose output the next node adds to another row of its width, the sum
+// not normalised next: the recorder does both in one dispatch (sigmoid_mul_add), and the plan keeps
+// the gate's inputs alive until the add.
+bool gate_then_add(const graph::Graph& g, size_t i);
+
 // Throws zinc::Error when the options cannot work with the graph (a KV type the heads do not fit).
 Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opts, const std::vector<size_t>& state_floats);
 

@@ -643,11 +643,9 @@ class Recorder {
   // row-wise input (element for element in place is fine: each invocation reads its element first).
   bool sigmoid_mul_add(vk::Recording& rec, Tracker& tr, size_t index, View a, View b, View out, uint32_t width, uint32_t bw,
                        uint32_t n, const std::vector<int64_t>& rows) {
-    if (index + 1 >= g_.nodes.size()) return false;
+    if (!vk::gate_then_add(g_, index) || knob_u32("ZINC_VULKAN_GATE_ADD", 1, 0, 1) == 0) return false;
     const Node& add = g_.nodes[index + 1];
     const TensorId me = g_.nodes[index].out;
-    if (add.op != Op::Add || (add.in[0] == me) == (add.in[1] == me) || g_.tensor(add.out).ne[0] != width) return false;
-    if (index + 2 < g_.nodes.size() && g_.nodes[index + 2].op == Op::RmsNorm && g_.nodes[index + 2].in[0] == add.out) return false;
     const TensorId other = add.in[0] == me ? add.in[1] : add.in[0];
     if (rows[static_cast<size_t>(other)] != static_cast<int64_t>(n)) return false;
     const View c = act(other, n), sum = act(add.out, n);
