@@ -836,6 +836,31 @@ TEST_P(VulkanWarmUp, StepsOfAnySizeMakeNoPipelineAfterIt) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanWarmUp, ::testing::Values("qwen3", "qwen3_moe", "qwen3_5", "gpt_oss"));
 
+// A one-token step (after a 3-token prompt) of f with `knob` off and on: the dispatches its recording
+// holds and its logits, [0] off and [1] on.
+struct KnobSteps {
+  uint64_t recorded[2] = {0, 0};
+  std::vector<float> logits[2];
+};
+KnobSteps one_token_steps(const gguf::File& f, backend::Backend& gpu, std::span<const int32_t> sequence, const char* knob) {
+  backend::ExecOptions opts;
+  opts.n_ctx = 64;
+  opts.max_tokens = 4;
+  const auto ctx = backend::vk::Context::shared();
+  KnobSteps r;
+  for (int on = 0; on < 2; ++on) {
+    setenv(knob, on ? "1" : "0", 1);
+    runtime::Session s(f, gpu, opts);
+    s.eval(sequence.first(3), true);
+    const uint64_t before = ctx->dispatches_recorded();
+    const auto l = s.eval(sequence.subspan(3, 1));  // the one-token step, recorded here
+    r.recorded[on] = ctx->dispatches_recorded() - before;
+    r.logits[on].assign(l.begin(), l.end());
+  }
+  unsetenv(knob);
+  return r;
+}
+
 // Decode's activation codes for the products of the 32-element formats come from the kernel that writes
 // their input (the whole-row norm, the GLU, the attention merge), not from quantizing dispatches of
 // their own: a one-token step of a Q8_0 model records at least two dispatches a layer fewer (its two
@@ -845,22 +870,7 @@ class VulkanDecodeCodes : public VulkanFixture {};
 TEST_P(VulkanDecodeCodes, ComeFromTheOpBeforeTheProducts) {
   const gguf::File f = file("Q8_0");
   const model::Model m = model::load(f);
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.max_tokens = 4;
-  const auto ctx = backend::vk::Context::shared();
-  uint64_t recorded[2] = {0, 0};
-  std::vector<float> logits[2];
-  for (int fused = 0; fused < 2; ++fused) {
-    setenv("ZINC_VULKAN_NORM_Q8", fused ? "1" : "0", 1);
-    runtime::Session s(f, *gpu_, opts);
-    s.eval(std::span<const int32_t>(sequence_.data(), 3), true);
-    const uint64_t before = ctx->dispatches_recorded();
-    const auto l = s.eval(std::span<const int32_t>(&sequence_[3], 1));  // the one-token step, recorded here
-    recorded[fused] = ctx->dispatches_recorded() - before;
-    logits[fused].assign(l.begin(), l.end());
-  }
-  unsetenv("ZINC_VULKAN_NORM_Q8");
+  const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_NORM_Q8");
   EXPECT_GT(recorded[1], 0u) << GetParam();
   EXPECT_GE(recorded[0], recorded[1] + 2 * static_cast<uint64_t>(m.graph.n_layer))
       << GetParam() << ": " << recorded[0] << " dispatches with the quantizations, " << recorded[1] << " without";
@@ -947,22 +957,7 @@ TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
   uint64_t n_moe = 0;
   for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
   ASSERT_GT(n_moe, 0u) << GetParam();
-  backend::ExecOptions opts;
-  opts.n_ctx = 64;
-  opts.max_tokens = 4;
-  const auto ctx = backend::vk::Context::shared();
-  uint64_t recorded[2] = {0, 0};
-  std::vector<float> logits[2];
-  for (int fused = 0; fused < 2; ++fused) {
-    setenv("ZINC_VULKAN_GATE_ADD", fused ? "1" : "0", 1);
-    runtime::Session s(f, *gpu_, opts);
-    s.eval(std::span<const int32_t>(sequence_.data(), 3), true);
-    const uint64_t before = ctx->dispatches_recorded();
-    const auto l = s.eval(std::span<const int32_t>(&sequence_[3], 1));  // the one-token step, recorded here
-    recorded[fused] = ctx->dispatches_recorded() - before;
-    logits[fused].assign(l.begin(), l.end());
-  }
-  unsetenv("ZINC_VULKAN_GATE_ADD");
+  const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_GATE_ADD");
   EXPECT_GT(recorded[1], 0u) << GetParam();
   EXPECT_GE(recorded[0], recorded[1] + n_moe) << GetParam() << ": " << recorded[0] << " dispatches with the adds' own, "
                                               << recorded[1] << " with them in the gates'";
