@@ -239,19 +239,6 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
 }
 
-}  // namespace
-
-bool gate_then_add(const graph::Graph& g, size_t i) {
-  if (i + 1 >= g.nodes.size() || g.nodes[i].op != Op::SigmoidMul) return false;
-  const Node& add = g.nodes[i + 1];
-  const TensorId me = g.nodes[i].out;
-  if (add.op != Op::Add || (add.in[0] == me) == (add.in[1] == me) || g.tensor(add.out).ne[0] != g.tensor(me).ne[0]) return false;
-  // (where the add's sum is normalised next, the add goes with the norm instead: add_norm)
-  return !(i + 2 < g.nodes.size() && g.nodes[i + 2].op == Op::RmsNorm && g.nodes[i + 2].in[0] == add.out);
-}
-
-namespace {
-
 // The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
 // host-visible buffer of their own.
 void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -411,6 +398,15 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
 }
 
 }  // namespace
+
+bool gate_then_add(const graph::Graph& g, size_t i) {
+  if (i + 1 >= g.nodes.size() || g.nodes[i].op != Op::SigmoidMul) return false;
+  const Node& add = g.nodes[i + 1];
+  const TensorId me = g.nodes[i].out;
+  if (add.op != Op::Add || (add.in[0] == me) == (add.in[1] == me) || g.tensor(add.out).ne[0] != g.tensor(me).ne[0]) return false;
+  // (where the add's sum is normalised next, the add goes with the norm instead: add_norm)
+  return !(i + 2 < g.nodes.size() && g.nodes[i + 2].op == Op::RmsNorm && g.nodes[i + 2].in[0] == add.out);
+}
 
 int Plan::rope_index(const Node& n) const {
   const TensorId factors = n.in.size() > 1 ? n.in[1] : -1;
