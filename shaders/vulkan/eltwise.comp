@@ -68,7 +68,8 @@ float value(uint i) {
 #elif defined(OP_GEGLU)
   return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * x * (1.0 + 0.044715 * x * x))) * y;
 #elif defined(OP_SIGMOID_MUL)
-  return x / (1.0 + exp(-y));
+  precise const float r = x / (1.0 + exp(-y));  // (precise: rms_norm_row.comp's gated add rounds it alike)
+  return r;
 #elif defined(OP_SOFTCAP)
   return p.p0 * tanh(x / p.p0);
 #elif defined(OP_SWIGLU_CLAMPED)
@@ -100,7 +101,8 @@ void main() {
       const float v = value(i);
       o[i] = v;
 #if defined(ADD_AFTER)
-      s[i] = c[i] + v;
+      precise const float t = c[i] + v;
+      s[i] = t;
 #endif
     }
     return;

@@ -3,11 +3,17 @@
 //! variant f64_add SUM_F64,ADD_INPUT
 //! variant f32 SUM_F32
 //! variant f32_add SUM_F32,ADD_INPUT
+//! variant f64_gadd SUM_F64,ADD_INPUT,ADD_GATED
+//! variant f32_gadd SUM_F32,ADD_INPUT,ADD_GATED
 // RMSNorm of whole rows (graph Op::RmsNorm over the model width): y = x / sqrt(mean(x^2) + eps) *
 // (w + offset), one workgroup per row. Each invocation loads its CHUNKS vec4s of the row at once (the
 // loads overlap instead of following each other through a loop) and keeps them in registers for the
 // scaling, so the row is read once. Two optional fusions, each saving a dispatch in decode:
 //  - ADD_INPUT: the row is a + b (the residual sum before the norm), written to s as well;
+//  - ADD_GATED (with ADD_INPUT): the row is a + (b + ga * sigmoid(gg)), a gated row added to b before
+//    the residual add (a shared expert's gated output added to the experts' output, then to the
+//    residual: eltwise.comp's sigmoid_mul_add and this kernel's add in one dispatch, the same roundings;
+//    gg one value per row where gate_row, else a row like ga);
 //  - q8k_stride > 0: y is also quantized to Q8_K (q8k.glsl: the layout and arithmetic, rows
 //    q8k_stride words apart in xq) for the K-quant products that read it;
 //  - q8_words > 0: y is also quantized as quantize_q8.comp quantizes the activations of the 32-element
@@ -51,6 +57,10 @@ layout(std430, binding = 4) readonly buffer B { vec4 b4[]; };
 layout(std430, binding = 5) writeonly buffer S { vec4 s4[]; };
 layout(std430, binding = 6) writeonly buffer P { float partials[]; };
 #endif
+#if defined(ADD_GATED)
+layout(std430, binding = 7) readonly buffer GA { vec4 ga4[]; };
+layout(std430, binding = 8) readonly buffer GG { float gg[]; };
+#endif
 layout(push_constant) uniform Params {
   uint width;
   uint has_weight;  // 0: no weight (w is not read)
@@ -60,6 +70,7 @@ layout(push_constant) uniform Params {
   uint q8_words;    // words per row of 32-element activation codes; 0: none
   uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
   uint factored;    // 1: the factored form (ADD_INPUT, Q8_K output)
+  uint gate_row;    // ADD_GATED: 1: one gate value per row, 0: a gate per element
 } p;
 
 const uint BPC = WGS / 64u;  // Q8_K blocks per chunk
@@ -78,7 +89,15 @@ void main() {
     wv[c] = p.has_weight != 0u && i < n4 ? w4[i] + p.offset : vec4(1.0);  // loaded with the row, used after the sum
 #if defined(ADD_INPUT)
     if (i < n4) {
+#if defined(ADD_GATED)
+      const uint e = 4u * (base + i);
+      const vec4 g = p.gate_row != 0u ? vec4(gg[row]) : vec4(gg[e], gg[e + 1u], gg[e + 2u], gg[e + 3u]);
+      precise const vec4 gated = ga4[base + i] / (1.0 + exp(-g));  // eltwise.comp's a * sigmoid(b)
+      precise const vec4 t = b4[base + i] + gated;
+      v[c] += t;
+#else
       v[c] += b4[base + i];
+#endif
       s4[base + i] = v[c];
     }
 #endif

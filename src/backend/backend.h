@@ -206,6 +206,13 @@ class Backend {
   virtual double measured_bandwidth_gbs() { return 0; }
   // Device memory held now by everything this backend's device has allocated (0 for the CPU).
   virtual uint64_t device_bytes_in_use() const { return 0; }
+  // Kernel dispatches and the barriers between them that this backend's device has recorded into
+  // step recordings so far (Vulkan; {0, 0} elsewhere): a step's barriers are its chain of dependent
+  // stages, what a fusion or reordering shortens.
+  struct RecordedCounts {
+    uint64_t dispatches = 0, barriers = 0;
+  };
+  virtual RecordedCounts recorded_counts() const { return {}; }
   // Why this backend cannot run `node` of `g` with the node's weight types, or "" when it can. Asked
   // before anything is uploaded: load() refuses a graph with an unsupported node, and backend
   // selection ("auto") passes over a backend that would.

@@ -476,40 +476,105 @@ Case scale(int64_t width, bool scalar) {
   return c;
 }
 
+// The rows of s (its values and bounds) added to the residual rows x and normalised with weights w:
+// h = x + s with s's error plus one rounding; y = h / sqrt(mean(h^2) + eps) * w with the norm's own
+// (width + 16)·u|y| and h's error carried through the scale, inv·|w_i|·Δh_i + |y_i|·Σ|h_j|Δh_j / Σh_j².
+Expect normed_after(const Tables& t, const Expect& s, int64_t width, int n) {
+  Expect y;
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<double> h(static_cast<size_t>(width)), dh(h.size());
+    double ss = 0, carried = 0;
+    for (size_t i = 0; i < h.size(); ++i) {
+      const size_t k = static_cast<size_t>(r * width) + i;
+      const double x = row(t, "x", r)[i];
+      h[i] = x + s.want[k];
+      dh[i] = s.bound[k] + kU * (std::fabs(x) + std::fabs(s.want[k]) + s.bound[k]);
+      ss += h[i] * h[i];
+      carried += std::fabs(h[i]) * dh[i];
+    }
+    const double inv = 1 / std::sqrt(ss / static_cast<double>(width) + 1e-6);
+    for (size_t i = 0; i < h.size(); ++i) {
+      const double w = t.values("w")[i], v = h[i] * inv * w;
+      y.want.push_back(v);
+      y.bound.push_back((static_cast<double>(width) + 16) * kU * std::fabs(v) + inv * std::fabs(w) * dh[i] + std::fabs(v) * carried / ss);
+    }
+  }
+  return y;
+}
+
+// sigmoid_gate's sums before any norm: a * sigmoid(g), plus e where `added`.
+Expect sigmoid_gate_sums(const Tables& t, int64_t width, bool added) {
+  Expect e;
+  for (int64_t r = 0; r < 4; ++r) {
+    double g = 0, mag = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      g += static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i];
+      mag += std::fabs(static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i]);
+    }
+    for (int64_t i = 0; i < width; ++i) {
+      const double a = row(t, "a", r)[i];
+      const double gated = a / (1 + std::exp(-g));
+      const double bound = transcendental_ulps(g) * kU * std::fabs(gated) + std::fabs(a) / 4 * (static_cast<double>(width) + 4) * kU * mag;
+      const double plus = added ? static_cast<double>(row(t, "e", r)[i]) : 0.0;
+      e.want.push_back(plus + gated);
+      e.bound.push_back(bound + (added ? kU * (std::fabs(plus) + std::fabs(gated) + bound) : 0.0));
+    }
+  }
+  return e;
+}
+
 // SigmoidMul with one gate per token (b one value wide, a product of a as in Qwen3-Next's shared
 // expert gate): a * sigmoid(g), g = wg · a. g's float sum is off by (width + 4)·u·Σ|wg a| and
 // sigmoid's slope is at most 1/4. `added`: then added to another row, e + a * sigmoid(g) (the
 // experts' output plus the shared expert's, one dispatch on Vulkan: sigmoid_mul_add), one more
-// rounding of the sum.
-Case sigmoid_gate(int64_t width, bool added = false) {
+// rounding of the sum. `normed` (with added): that sum then added to a residual row x and the result
+// normalised, y = rms_norm(x + (e + a * sigmoid(g))) * w (Qwen3.5/3.6's and Qwen3-Next's mixture
+// tail and the next layer's norm; one dispatch on Vulkan: rms_norm_row's gated add; normed_after).
+Case sigmoid_gate(int64_t width, bool added = false, bool normed = false) {
   Case c;
-  c.name = fmt::format("sigmoid_mul/{}/per_token{}", width, added ? "/added" : "");
+  c.name = fmt::format("sigmoid_mul/{}/per_token{}{}", width, added ? "/added" : "", normed ? "/normed" : "");
   c.n = 4;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId a = t.input(b, "a", width, 4, -3, 3);
     const TensorId e = added ? t.input(b, "e", width, 4, -3, 3) : -1;
+    const TensorId x = normed ? t.input(b, "x", width, 4, -3, 3) : -1;
     const TensorId g = b.matmul(t.weight(b, "wg", TensorType::F32, {width, 1, 1, 1}, -0.3f, 0.3f), a, "gate", 0);
     const TensorId y = b.sigmoid_mul(a, g, added ? "gated" : "out", 0);
-    return added ? b.add(e, y, "out", 0) : y;
+    if (!added) return y;
+    const TensorId s = b.add(e, y, normed ? "ffn" : "out", 0);
+    if (!normed) return s;
+    return b.rms_norm(b.add(x, s, "h", 0), t.weight(b, "w", TensorType::F32, {width, 1, 1, 1}), 1e-6f, 0.0f, "out", 0);
   };
   c.reference = [=](const Tables& t) {
-    Expect e;
-    for (int64_t r = 0; r < 4; ++r) {
-      double g = 0, mag = 0;
+    const Expect e = sigmoid_gate_sums(t, width, added);
+    return normed ? normed_after(t, e, width, 4) : e;
+  };
+  return c;
+}
+
+// The same gated add and norm with a gate per element (g a row like a, as wide):
+// rms_norm(x + (e + a * sigmoid(g))) * w. The gate's error is sigmoid's own.
+Case gated_norm_per_element(int64_t width) {
+  Case c;
+  c.name = fmt::format("sigmoid_mul/{}/per_element/added/normed", width);
+  c.n = 3;
+  c.build = [=](Builder& b, Tables& t) {
+    const TensorId a = t.input(b, "a", width, 3, -3, 3), g = t.input(b, "g", width, 3, -4, 4);
+    const TensorId e = t.input(b, "e", width, 3, -3, 3), x = t.input(b, "x", width, 3, -3, 3);
+    const TensorId s = b.add(e, b.sigmoid_mul(a, g, "gated", 0), "ffn", 0);
+    return b.rms_norm(b.add(x, s, "h", 0), t.weight(b, "w", TensorType::F32, {width, 1, 1, 1}), 1e-6f, 0.0f, "out", 0);
+  };
+  c.reference = [=](const Tables& t) {
+    Expect s;
+    for (int64_t r = 0; r < 3; ++r) {
       for (int64_t i = 0; i < width; ++i) {
-        g += static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i];
-        mag += std::fabs(static_cast<double>(t.values("wg")[static_cast<size_t>(i)]) * row(t, "a", r)[i]);
-      }
-      for (int64_t i = 0; i < width; ++i) {
-        const double a = row(t, "a", r)[i];
-        const double gated = a / (1 + std::exp(-g));
-        const double bound = transcendental_ulps(g) * kU * std::fabs(gated) + std::fabs(a) / 4 * (static_cast<double>(width) + 4) * kU * mag;
-        const double plus = added ? static_cast<double>(row(t, "e", r)[i]) : 0.0;
-        e.want.push_back(plus + gated);
-        e.bound.push_back(bound + (added ? kU * (std::fabs(plus) + std::fabs(gated) + bound) : 0.0));
+        const double a = row(t, "a", r)[i], g = row(t, "g", r)[i], plus = row(t, "e", r)[i];
+        const double gated = a / (1 + std::exp(-g)), bound = transcendental_ulps(g) * kU * std::fabs(gated);
+        s.want.push_back(plus + gated);
+        s.bound.push_back(bound + kU * (std::fabs(plus) + std::fabs(gated) + bound));
       }
     }
-    return e;
+    return normed_after(t, s, width, 3);
   };
   return c;
 }
@@ -694,7 +759,7 @@ Case moe(TensorType type, int n_expert, int k, int n, int64_t d = 256, int64_t f
 
 // A mixture reading the norm of a product's residual sum, as a transformer layer's: h = W_o a + r,
 // x = h / sqrt(mean(h^2) + eps) * (w + offset), then moe(x) with an F32 router and K-quant experts, in
-// decode-sized steps. With `split` (ZINC_VULKAN_ROUTER_SPLIT=1) Vulkan chooses the experts from s·(R_w r
+// decode-sized steps. With `split` (ZINC_VULKAN_ROUTER_SPLIT=1, the default) Vulkan chooses the experts from s·(R_w r
 // + M a), M = R_w W_o made at load, beside o's product, and weighs them from the norm's sums after it.
 // a is on the grid whose 8-bit codes are exact (the codes' worst case would leave most tokens at a
 // near tie). Errors carried into x: h's sum over d_in terms and its add, (d_in + 4)·u·Σ|W_o a| + u|h|;
@@ -711,7 +776,7 @@ Case moe_after_product(int n_expert, int k, std::vector<int> steps, float offset
   c.steps = steps;
   c.weight_type = TensorType::Q4_K;
   c.f16_above = kMvMaxTokens;
-  if (split) c.env = {{"ZINC_VULKAN_ROUTER_SPLIT", "1"}};
+  c.env = {{"ZINC_VULKAN_ROUTER_SPLIT", split ? "1" : "0"}};
   constexpr float kEps = 1e-6f;
   c.build = [=](Builder& b, Tables& t) {
     const TensorId a = t.input(b, "a", d_in, n);
@@ -883,6 +948,9 @@ std::vector<Case> all_cases() {
   cs.push_back(sigmoid_gate(64));
   cs.push_back(sigmoid_gate(64, true));
   cs.push_back(sigmoid_gate(2048, true));
+  cs.push_back(sigmoid_gate(64, true, true));
+  cs.push_back(sigmoid_gate(2048, true, true));
+  cs.push_back(gated_norm_per_element(96));
   cs.push_back(scale(96, false));
   cs.push_back(scale(96, true));
   cs.push_back(split_concat(64));
@@ -1151,7 +1219,7 @@ TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
   for (const float offset : {0.0f, 1.0f}) {
     Case c = moe_after_product(32, 4, {1, 1, 3, 1}, offset, true);
     CaseRun on_cpu(c, *cpu), on_vk(c, *vk);
-    c.env.clear();
+    c.env = {{"ZINC_VULKAN_ROUTER_SPLIT", "0"}};
     CaseRun on_vk_whole(c, *vk);
     ASSERT_TRUE(on_cpu.why.empty() && on_vk.why.empty() && on_vk_whole.why.empty()) << on_cpu.why << on_vk.why;
     const std::vector<float> want = on_cpu.run(), got = on_vk.run(), whole = on_vk_whole.run();
@@ -1163,6 +1231,68 @@ TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
     EXPECT_LT(split.gap, 2e-4 * split.scale) << c.name;
     EXPECT_LT(no_split.gap, 2e-4 * no_split.scale) << c.name;
   }
+}
+
+// Qwen3.5/3.6's mixture layer tail in decode-sized steps: the experts (Q4_K, their fused gate, up and
+// SwiGLU on Vulkan), a shared expert (Q4_K gate, up, SwiGLU, down) gated by sigmoid(wg · x), both added,
+// then the residual add and the next norm. Vulkan records the shared expert's products between the
+// experts' gate and up products and their down product (Plan::moe_early) so they run beside those: a
+// reordering only, so the same bits as ZINC_VULKAN_SHARED_EARLY=0, as many dispatches, a barrier
+// fewer in each step's recording, and the CPU's result to the float rounding of the codes' inputs.
+TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
+  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
+  try {
+    vk = backend::make_backend("vulkan", -1, 2);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "vulkan cannot start: " << e.what();
+  }
+  constexpr int64_t d = 256, ff = 256;
+  Case c;
+  c.name = "moe_shared_expert";
+  c.steps = {1, 1, 3, 1};
+  c.n = 6;
+  c.build = [&](Builder& b, Tables& t) {
+    const TensorId x = t.input(b, "x", d, c.n), r = t.input(b, "r", d, c.n, -2, 2);
+    const TensorId rt = t.weight(b, "router", TensorType::F32, {d, 8, 1, 1}, -0.2f, 0.2f);
+    const TensorId g = t.weight(b, "gate", TensorType::Q4_K, {d, ff, 8, 1}, -0.2f, 0.2f);
+    const TensorId u = t.weight(b, "up", TensorType::Q4_K, {d, ff, 8, 1}, -0.2f, 0.2f);
+    const TensorId dn = t.weight(b, "down", TensorType::Q4_K, {ff, d, 8, 1}, -0.2f, 0.2f);
+    const TensorId moe = b.moe(x, rt, g, u, dn, 2, true, "moe", 0);
+    const TensorId su = b.matmul(t.weight(b, "shared_up", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "shared_up", 0);
+    const TensorId sg = b.matmul(t.weight(b, "shared_gate", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "shared_gate", 0);
+    const TensorId act = b.swiglu(sg, su, "shared_act", 0);
+    const TensorId shared = b.matmul(t.weight(b, "shared_down", TensorType::Q4_K, {ff, d, 1, 1}, -0.2f, 0.2f), act, "shared", 0);
+    const TensorId wg = b.matmul(t.weight(b, "shared_wg", TensorType::F32, {d, 1, 1, 1}, -0.2f, 0.2f), x, "shared_weight", 0);
+    const TensorId ffn = b.add(moe, b.sigmoid_mul(shared, wg, "shared_gated", 0), "ffn", 0);
+    return b.rms_norm(b.add(r, ffn, "h", 0), t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "out", 0);
+  };
+  CaseRun on_cpu(c, *cpu);
+  ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
+  const std::vector<float> want = on_cpu.run();
+  std::vector<float> got[2];
+  backend::Backend::RecordedCounts counts[2];
+  for (int early = 0; early < 2; ++early) {
+    setenv("ZINC_VULKAN_SHARED_EARLY", early ? "1" : "0", 1);
+    CaseRun on_vk(c, *vk);
+    ASSERT_TRUE(on_vk.why.empty()) << on_vk.why;
+    const backend::Backend::RecordedCounts before = vk->recorded_counts();
+    got[early] = on_vk.run();
+    const backend::Backend::RecordedCounts after = vk->recorded_counts();
+    counts[early] = {after.dispatches - before.dispatches, after.barriers - before.barriers};
+    unsetenv("ZINC_VULKAN_SHARED_EARLY");
+  }
+  std::printf("moe_shared_expert: %llu dispatches and %llu barriers in its steps after the mixture, %llu and %llu beside it\n",
+              static_cast<unsigned long long>(counts[0].dispatches), static_cast<unsigned long long>(counts[0].barriers),
+              static_cast<unsigned long long>(counts[1].dispatches), static_cast<unsigned long long>(counts[1].barriers));
+  EXPECT_EQ(counts[0].dispatches, counts[1].dispatches);
+  // (A recording per step shape, 1 and 3 tokens: a barrier fewer in each.)
+  EXPECT_GE(counts[0].barriers, counts[1].barriers + 2);
+  ASSERT_EQ(got[0].size(), want.size());
+  ASSERT_EQ(got[1].size(), want.size());
+  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), want.size() * sizeof(float)), 0);
+  const Gap g = largest_gap(got[1], want);
+  std::printf("moe_shared_expert: largest gap to the CPU %.2e of the largest output\n", g.gap / g.scale);
+  EXPECT_LT(g.gap, 2e-3 * g.scale);
 }
 
 // What "auto" takes from the probes' reports: CUDA with a GPU first, then Vulkan on a device that is

@@ -528,13 +528,13 @@ TEST_P(ZINC_GPU_FIXTURE, DecodeIsTheSameWithTheRotationsInTheProducts) {
   }
 }
 
-TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseWithTheRouterSplit) {
-  // The mixtures' routers split from the norms they read (ZINC_VULKAN_ROUTER_SPLIT=1: the experts chosen
-  // beside o's product from s (R_w r + M a), weighed after it): within the quantized decode's bounds of
-  // the CPU, as the router after the norm is.
+TEST_P(ZINC_GPU_FIXTURE, Q4_K_MLogitsStayCloseWithoutTheRouterSplit) {
+  // By default the mixtures' routers split from the norms they read (ZINC_VULKAN_ROUTER_SPLIT=1: the
+  // experts chosen beside o's product from s (R_w r + M a), weighed after it), and the Q4_K_M tests
+  // above take it. The router after its norm (=0) stays within the same bounds of the CPU.
   if (GetParam().find("moe") == std::string::npos) GTEST_SKIP() << "not a mixture of experts";
-  ::setenv("ZINC_VULKAN_ROUTER_SPLIT", "1", 1);
-  expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M, router split");
+  ::setenv("ZINC_VULKAN_ROUTER_SPLIT", "0", 1);
+  expect_close_quantized_decode(file("Q4_K_M"), *cpu_, *gpu_, prompt_, GetParam() + " Q4_K_M, no router split");
   ::unsetenv("ZINC_VULKAN_ROUTER_SPLIT");
 }
 
@@ -565,16 +565,16 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
   // step of that token. Otherwise a greedy text would depend on where drafting happened, which the
   // automatic mode decides by timing (run to run). The Q4_K_M file (the K-quant decode kernels and
   // their fusions; Vulkan's also with each norm a dispatch of its own, ZINC_VULKAN_NORM_TAIL=0, where
-  // by default the norms are left to their readers; and with the mixtures' routers split from their
-  // norms, ZINC_VULKAN_ROUTER_SPLIT=1) and the F32 one, an F16 cache.
-  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "Q4_K_M, router split", "F32"}) {
+  // by default the norms are left to their readers; and with the mixtures' routers after their norms,
+  // ZINC_VULKAN_ROUTER_SPLIT=0, where by default they split from them) and the F32 one, an F16 cache.
+  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "Q4_K_M, no router split", "F32"}) {
     if (mixture.find("dispatches") != std::string::npos) {
       setenv("ZINC_VULKAN_NORM_TAIL", "0", 1);
     } else {
       unsetenv("ZINC_VULKAN_NORM_TAIL");
     }
     if (mixture.find("split") != std::string::npos) {
-      setenv("ZINC_VULKAN_ROUTER_SPLIT", "1", 1);
+      setenv("ZINC_VULKAN_ROUTER_SPLIT", "0", 1);
     } else {
       unsetenv("ZINC_VULKAN_ROUTER_SPLIT");
     }
@@ -949,6 +949,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, VulkanNormTails, ::testing::Values("qwen
 // takes the gate's memory and the recorder can fuse them. A one-token step of the F32 file records at
 // least one dispatch a mixture layer fewer than with ZINC_VULKAN_GATE_ADD=0, and its logits stay within
 // the float32 gap of the two dispatches' (the fused kernel may round the product and the add as one).
+// With ZINC_VULKAN_GATE_NORM=0: by default the layers a norm follows take the gated add and norm below.
 class VulkanGateAdd : public VulkanFixture {};
 
 TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
@@ -957,7 +958,9 @@ TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
   uint64_t n_moe = 0;
   for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
   ASSERT_GT(n_moe, 0u) << GetParam();
+  setenv("ZINC_VULKAN_GATE_NORM", "0", 1);
   const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_GATE_ADD");
+  unsetenv("ZINC_VULKAN_GATE_NORM");
   EXPECT_GT(recorded[1], 0u) << GetParam();
   EXPECT_GE(recorded[0], recorded[1] + n_moe) << GetParam() << ": " << recorded[0] << " dispatches with the adds' own, "
                                               << recorded[1] << " with them in the gates'";
@@ -965,6 +968,30 @@ TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanGateAdd, ::testing::Values("qwen3_5_moe", "qwen3_next"));
+
+// A shared expert's gated output added to the experts', that sum added to the residual and the next
+// layer's norm (SigmoidMul, Add, Add, RmsNorm) as one dispatch: rms_norm_row's gated add (Plan::
+// gate_norm). A one-token step of the F32 file records a dispatch fewer for each mixture layer a norm
+// follows (all but the last) than with ZINC_VULKAN_GATE_NORM=0 (sigmoid_mul_add, then the add and
+// norm), and gives the same logits bit for bit: the same roundings in the same order.
+class VulkanGateNorm : public VulkanFixture {};
+
+TEST_P(VulkanGateNorm, AddsTheResidualAndNormalisesInTheGatesDispatch) {
+  const gguf::File f = file("F32");
+  const model::Model m = model::load(f);
+  uint64_t n_moe = 0;
+  for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
+  ASSERT_GE(n_moe, 2u) << GetParam();
+  const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_GATE_NORM");
+  EXPECT_GT(recorded[1], 0u) << GetParam();
+  EXPECT_GE(recorded[0], recorded[1] + n_moe - 1) << GetParam() << ": " << recorded[0] << " dispatches with the norms' own, "
+                                                  << recorded[1] << " with them in the gates'";
+  ASSERT_EQ(logits[0].size(), logits[1].size()) << GetParam();
+  EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanGateNorm, ::testing::Values("qwen3_5_moe", "qwen3_next"));
+
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,

@@ -399,6 +399,49 @@ TEST_F(VulkanMisc, AGateAddedNextKeepsItsInputsApartFromTheSum) {
   }
 }
 
+TEST_F(VulkanMisc, AGatedAddAndNormKeepsItsInputsApartFromItsOutputs) {
+  // The mixture tail of Qwen3.5/3.6 and Qwen3-Next: sum = c + a * sigmoid(gate), h = x + sum, then h's
+  // norm (one dispatch: rms_norm_row's gated add, Plan::gate_norm). Each workgroup reads its row's
+  // inputs and writes its row of h and of the norm, so neither may lie over another row of an input
+  // (over the per-row gate not at all); the plan keeps all four nodes' inputs alive until the norm.
+  graph::Graph g;
+  graph::Builder b(g);
+  const int64_t w = 256;
+  using gguf::TensorType;
+  const graph::TensorId in = b.input(w, "in");
+  const graph::TensorId x = b.matmul(b.weight("x", TensorType::F32, {w, w, 1, 1}), in, "x_out", 0);
+  const graph::TensorId gate = b.matmul(b.weight("gate", TensorType::F32, {w, 1, 1, 1}), x, "gate_out", 0);
+  const graph::TensorId a = b.matmul(b.weight("a", TensorType::F32, {w, w, 1, 1}), x, "a_out", 0);
+  const graph::TensorId c = b.matmul(b.weight("c", TensorType::F32, {w, w, 1, 1}), x, "c_out", 0);
+  const graph::TensorId gated = b.sigmoid_mul(a, gate, "gated", 0);
+  const graph::TensorId h = b.add(x, b.add(c, gated, "sum", 0), "h", 0);
+  const graph::TensorId y = b.rms_norm(h, b.weight("norm", TensorType::F32, {w, 1, 1, 1}), 1e-6f, 0.0f, "normed", 0);
+  g.logits = b.matmul(b.weight("out", TensorType::F32, {w, w, 1, 1}), y, "logits", 0);
+  const size_t at = 5;  // the SigmoidMul's node
+  ASSERT_EQ(g.nodes[at].op, graph::Op::SigmoidMul);
+  ExecOptions opts;
+  opts.n_ctx = 32;
+  opts.max_tokens = 4;
+  const Plan p = make_plan(*ctx_, g, opts, std::vector<size_t>(g.nodes.size(), 0));
+  ASSERT_TRUE(p.gate_norm[at]);
+  const auto range = [&](graph::TensorId t) {
+    const size_t from = p.act_offset[static_cast<size_t>(t)];
+    return std::pair{from, from + static_cast<size_t>(g.tensor(t).ne[0]) * p.max_rows * 4};
+  };
+  for (const graph::TensorId out : {h, y}) {
+    const auto [o0, o1] = range(out);
+    for (const graph::TensorId t : {gate, a, c, x}) {
+      const auto [i0, i1] = range(t);
+      const bool apart = i1 <= o0 || o1 <= i0, same_rows = i0 == o0 && t != gate;
+      EXPECT_TRUE(apart || same_rows) << g.tensor(t).name << " at [" << i0 << ", " << i1 << "), " << g.tensor(out).name << " at [" << o0
+                                      << ", " << o1 << ")";
+    }
+  }
+  setenv("ZINC_VULKAN_GATE_NORM", "0", 1);
+  EXPECT_FALSE(make_plan(*ctx_, g, opts, std::vector<size_t>(g.nodes.size(), 0)).gate_norm[at]);
+  unsetenv("ZINC_VULKAN_GATE_NORM");
+}
+
 TEST_F(VulkanMisc, MoeCombineIsTheWeightedSumOfTheExperts) {
   std::mt19937 rng(22);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -14,7 +14,8 @@
 # run tests: every Vulkan kernel test, the fixture tests on that subset, the op suite on Vulkan.
 # run ab: `zinc synth PRESET` (Q4_K_M), then for each depth of DEPTHS (comma-separated) `zinc bench
 # -p 0 -n 64 --runs 2` with KNOB at each value in turn, the whole round twice (so a drifting clock
-# shows), then the md5 of 32 greedy token ids with each value (equal: the knob changed no choice).
+# shows), then the md5 of 32 greedy token ids with each value (equal: the knob changed no choice) and
+# how many of them are the CPU backend's.
 # A value `-` leaves KNOB unset. For example, the router split on the 30b:
 #   run ab qwen3-30b-a3b 0,4096 ZINC_VULKAN_ROUTER_SPLIT 0 1
 # Logs land in $OUT.
@@ -44,15 +45,16 @@ run)
   tests)
     # Suites parameterised by fixture name run on the packed subset only (qwen3_5 and qwen3_next left out).
     device_tests "kernel tests" kernels.log 300 /tmp/vt \
-      --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*VulkanGateAdd.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan'
-    filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:*VulkanGateAdd.*/0:'
+      --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*VulkanGateAdd.*:*VulkanGateNorm.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan'
+    filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:*VulkanGateAdd.*/0:*VulkanGateNorm.*/0:'
     for i in "${indices[@]}"; do filter="${filter}*VulkanFixture.*/$i:"; done
     device_tests "fixture tests" fixtures.log 300 /tmp/vt --gtest_filter="$filter"
-    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*'
+    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*:SharedExpertEarly.*'
     ;;
   ab)
     preset=${3:?preset}
     depths=${4:?depths}
+    [ "$depths" = - ] && depths=  # (- : no speed rows, the greedy ids only)
     knob=${5:?knob}
     shift 5
     [ $# -ge 1 ] || { echo "values?"; exit 2; }
@@ -72,10 +74,20 @@ run)
         done
       done
     done
+    greedy() {  # greedy VALUE BACKEND: the 32 greedy token ids with KNOB at VALUE, one line
+      with "$1" /tmp/zinc --json run -m /tmp/ab.gguf --backend "$2" -p "The history of the city" -n 32 --temp 0 2>> "$OUT/run.log" |
+        python3 -c 'import json,sys; print(*json.load(sys.stdin)["tokens"])'
+    }
+    greedy - cpu > "$OUT/ids.cpu" || true
     for v in "$@"; do
-      ids=$(with "$v" /tmp/zinc --json run -m /tmp/ab.gguf --backend vulkan -p "The history of the city" -n 32 --temp 0 2>> "$OUT/run.log" |
-            python3 -c 'import json,sys,hashlib; print(hashlib.md5(str(json.load(sys.stdin)["tokens"]).encode()).hexdigest()[:8])')
-      echo "$preset greedy ids $knob=$v: $ids"
+      greedy "$v" vulkan > "$OUT/ids.$v"
+      python3 - "$OUT/ids.$v" "$OUT/ids.cpu" "$preset greedy ids $knob=$v" <<'PY'
+import hashlib, sys
+got, cpu = (open(f).read().split() for f in sys.argv[1:3])
+first = next((i for i, (a, b) in enumerate(zip(got, cpu)) if a != b), None)
+agree = "all 32 the CPU's" if cpu and first is None else f"the CPU's up to token {first}" if cpu else "no CPU ids"
+print(f"{sys.argv[3]}: {hashlib.md5(str([int(t) for t in got]).encode()).hexdigest()[:8]} ({agree})")
+PY
     done
     ;;
   *)

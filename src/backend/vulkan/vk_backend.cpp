@@ -357,6 +357,7 @@ class VulkanBackend final : public Backend {
   bool software_device() const override { return ctx_->features().cpu_device; }
   double measured_bandwidth_gbs() override { return ctx_->copy_bandwidth_gbs(); }
   uint64_t device_bytes_in_use() const override { return ctx_->device_bytes_in_use(); }
+  RecordedCounts recorded_counts() const override { return {ctx_->dispatches_recorded(), ctx_->barriers_recorded()}; }
   std::string unsupported(const graph::Graph& g, const Node& n) const override { return vk::unsupported(g, n); }
   using Backend::load;
   std::shared_ptr<Weights> load(const graph::Graph& g, const gguf::File& file, const LoadProgress& progress) override {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -865,6 +866,7 @@ Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispa
   names(knob("ZINC_VULKAN_BARRIERS"), barrier_before_);
   names(knob("ZINC_VULKAN_UNORDERED"), unordered_);
   barrier_all_ = std::find(barrier_before_.begin(), barrier_before_.end(), "all") != barrier_before_.end();
+  tracing_ = knob("ZINC_VULKAN_TRACE") != nullptr;
 }
 
 Recording::~Recording() {
@@ -896,6 +898,7 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   const auto q = static_cast<uint32_t>(2 * n_dispatch_);
   if (queries_) vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, q);
   record_dispatch(cb_, k, set, push, gx, gy, gz);
+  if (tracing_) trace_ += fmt::format("{} ", k.name);
   if (queries_) {
     vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, q + 1);
     profiled_.push_back(&k);
@@ -919,6 +922,8 @@ void Recording::barrier() {
 void Recording::record_barrier() {
   barrier_pending_ = false;
   ++n_barrier_;
+  ++ctx_.barriers_recorded_;
+  if (tracing_) trace_ += "| ";
   VkMemoryBarrier mb{};
   mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -930,6 +935,7 @@ void Recording::record_barrier() {
 void Recording::finish() {
   if (finished_) return;
   if (barrier_pending_) record_barrier();
+  if (tracing_) std::fprintf(stderr, "vulkan recording: %zu dispatches, %zu barriers: %s\n", n_dispatch_, n_barrier_, trace_.c_str());
   host_barrier(cb_);
   check(vkEndCommandBuffer(cb_), "ending a command buffer");
   finished_ = true;

@@ -170,6 +170,10 @@ class Recording final : public Dispatcher {
   // pending until the next dispatch, which records it or, named, drops it.
   std::vector<std::string> unordered_;
   bool barrier_pending_ = false;
+  // Debugging (ZINC_VULKAN_TRACE): the kernels in recording order, "|" where a barrier stands, printed
+  // to stderr when the recording ends: which dispatches a step's chain holds, stage by stage.
+  bool tracing_ = false;
+  std::string trace_;
   void record_barrier();
 };
 
@@ -251,6 +255,8 @@ class Context {
   uint64_t pipelines_made() const { return pipelines_made_; }
   // Dispatches recorded into Recordings on this context so far (what a step's recording holds, for tests).
   uint64_t dispatches_recorded() const { return dispatches_recorded_; }
+  // Pipeline barriers recorded into recordings so far (each step's chain of dependent stages).
+  uint64_t barriers_recorded() const { return barriers_recorded_; }
   // A step recorded (a shape seen for the first time, or again after its recording was evicted), for
   // the profile: how many, and the host time they took.
   void note_recording(double seconds) {
@@ -309,6 +315,7 @@ class Context {
   uint64_t submissions_ = 0;
   uint64_t recordings_ = 0, pipelines_made_ = 0;
   std::atomic<uint64_t> dispatches_recorded_{0};
+  std::atomic<uint64_t> barriers_recorded_{0};
   std::string pipeline_log_;  // profiling: each pipeline made, when
   double recording_ns_ = 0, pipeline_ns_ = 0;
 };

@@ -28,7 +28,7 @@ bool rms_norm_row_factored_fits(const Context& ctx, uint32_t width) {
 }
 
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset, View q8, uint32_t q8_format, View partials) {
+                  uint32_t n_tokens, float eps, float offset, View q8, uint32_t q8_format, View partials, const RowGate& gate) {
   if (partials.buffer && (!b.buffer || !xq.buffer || !rms_norm_row_factored_fits(ctx, width) ||
                           view_bytes(partials) < size_t{4} * (width / 256) * n_tokens)) {
     throw Error(fmt::format("Vulkan rms_norm_row: no factored form for rows of {} here", width));
@@ -40,10 +40,13 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   if (q8.buffer && (xq.buffer || !rms_norm_row_q8_fits(ctx, width) || q8_format > 1)) {
     throw Error(fmt::format("Vulkan rms_norm_row: no activation codes (format {}) for rows of {} here", q8_format, width));
   }
+  if (gate.a.buffer && (!b.buffer || !gate.g.buffer || partials.buffer)) {
+    throw Error("Vulkan rms_norm_row: a gated add needs the row it is added to, its gate and no factored form");
+  }
   if (n_tokens == 0) return;
   const bool exact = ctx.features().fp64;
   std::string name = exact ? "rms_norm_row_f64" : "rms_norm_row_f32";
-  if (b.buffer) name += "_add";
+  if (b.buffer) name += gate.a.buffer ? "_gadd" : "_add";
   // One 4-float chunk per invocation where the row allows (4096 floats: 1024 invocations), so the
   // serial steps between the barriers are one chunk long. ZINC_VULKAN_NORM_WG (64..1024) for measurements.
   const uint32_t most = std::min<uint32_t>(1024, ctx.features().max_invocations);
@@ -56,7 +59,7 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   struct {
     uint32_t width, has_weight;
     float eps, offset;
-    uint32_t q8k_stride, q8_words, q8_format, factored;
+    uint32_t q8k_stride, q8_words, q8_format, factored, gate_row;
   } push{width,
          w.buffer ? 1u : 0u,
          eps,
@@ -64,13 +67,15 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
          xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(width) / 4) : 0u,
          q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4) : 0u,
          q8_format,
-         partials.buffer ? 1u : 0u};
-  const Kernel& k = ctx.pipeline(name, b.buffer ? 7 : 4, sizeof(push), spec);
+         partials.buffer ? 1u : 0u,
+         gate.per_row ? 1u : 0u};
+  const size_t n_bind = gate.a.buffer ? 9 : b.buffer ? 7 : 4;
+  const Kernel& k = ctx.pipeline(name, n_bind, sizeof(push), spec);
   const View any = x;  // unused bindings
   const View codes = xq.buffer ? xq : q8.buffer ? q8 : y;
-  const std::array<View, 7> bindings{x, w.buffer ? w : any, y, codes, b.buffer ? b : any, sum.buffer ? sum : y,
-                                     partials.buffer ? partials : y};
-  d.dispatch(k, std::span<const View>(bindings.data(), b.buffer ? 7 : 4), &push, n_tokens);
+  const std::array<View, 9> bindings{x, w.buffer ? w : any, y, codes, b.buffer ? b : any, sum.buffer ? sum : y,
+                                     partials.buffer ? partials : y, gate.a, gate.g};
+  d.dispatch(k, std::span<const View>(bindings.data(), n_bind), &push, n_tokens);
 }
 
 void rms_norm(Context& ctx, Dispatcher& d, View x, View w, View y, uint32_t width, uint32_t group, uint32_t n_tokens,

@@ -29,8 +29,17 @@ bool rms_norm_row_q8_fits(const Context& ctx, uint32_t width);
 // K-quant kernels that read it (NormScale) as mul_mv_k_norm leaves it in a one-token step: y is not
 // written, xq gets the codes of the unscaled weighted sum (x + b) * (w + offset) and partials each
 // row's width / 256 sums of squares of x + b, in that kernel's order.
+// With a gate (b given, no partials): x + (b + gate.a * sigmoid(gate.g)) in place of x + b, each sum
+// rounded as sigmoid_mul_add's (a shared expert's gated output added to the experts', then to the
+// residual); gate.g holds one value per row where per_row, else rows like a. Rows of y and sum may not
+// share memory with gate.a or gate.g other than row for row at the same offset (per_row: not at all).
+struct RowGate {
+  View a, g;
+  bool per_row = false;
+};
 void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w, View y, View xq, uint32_t width,
-                  uint32_t n_tokens, float eps, float offset, View q8 = {}, uint32_t q8_format = 0, View partials = {});
+                  uint32_t n_tokens, float eps, float offset, View q8 = {}, uint32_t q8_format = 0, View partials = {},
+                  const RowGate& gate = {});
 bool rms_norm_row_factored_fits(const Context& ctx, uint32_t width);
 
 // A per-head norm (rms_norm with group < width) and the SwiGLU that reads it, in one dispatch

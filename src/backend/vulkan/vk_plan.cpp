@@ -239,6 +239,56 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
 }
 
+void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.gate_norm.assign(nn, false);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_GATE_NORM", 1, 0, 1) == 0) return;
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+  }
+  const auto once = [&](const Node& n, TensorId t) { return (n.in[0] == t) != (n.in[1] == t) && readers[static_cast<size_t>(t)] == 1; };
+  for (size_t i = 0; i + 3 < nn; ++i) {
+    const Node &gate = g.nodes[i], &add1 = g.nodes[i + 1], &add2 = g.nodes[i + 2], &norm = g.nodes[i + 3];
+    if (gate.op != Op::SigmoidMul || add1.op != Op::Add || add2.op != Op::Add || norm.op != Op::RmsNorm) continue;
+    if (p.skip[i] || p.skip[i + 1] || p.skip[i + 2] || p.skip[i + 3]) continue;
+    if (add1.in.size() != 2 || add2.in.size() != 2 || !once(add1, gate.out) || !once(add2, add1.out) || norm.in[0] != add2.out) continue;
+    const int64_t width = g.tensor(norm.out).ne[0], gw = g.tensor(gate.in[1]).ne[0];
+    if (norm.norm().group > 0 && norm.norm().group != width) continue;
+    if (!rms_norm_row_fits(static_cast<uint32_t>(width)) || (gw != 1 && gw != width)) continue;
+    bool same = norm.in.size() < 2 || g.tensor(norm.in[1]).ne[0] == width;
+    for (const TensorId t : {gate.in[0], gate.out, add1.in[0], add1.in[1], add2.in[0], add2.in[1], add2.out}) {
+      same = same && g.tensor(t).ne[0] == width;
+    }
+    for (const TensorId t : {gate.out, add1.out}) same = same && t != g.logits && t != g.hidden;
+    p.gate_norm[i] = same;
+  }
+}
+
+void plan_moe_early(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.moe_early.assign(nn, 0);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_SHARED_EARLY", 1, 0, 1) == 0) return;
+  for (size_t m = 0; m < nn; ++m) {
+    if (g.nodes[m].op != Op::MoE) continue;
+    std::vector<TensorId> ready{g.nodes[m].in[0]};  // what the run may read
+    int run = 0;
+    bool product = false;
+    for (size_t j = m + 1; j < nn && run < 6; ++j) {
+      const Node& n = g.nodes[j];
+      if (p.skip[j] || p.gate_norm[j] || (n.op != Op::MatMul && n.op != Op::SwiGLU && n.op != Op::GeGLU)) break;
+      const bool reads_ready = std::all_of(n.in.begin(), n.in.end(), [&](TensorId t) {
+        return g.tensor(t).kind != graph::TensorKind::Act || std::find(ready.begin(), ready.end(), t) != ready.end();
+      });
+      if (!reads_ready || n.out == g.logits || n.out == g.hidden) break;
+      ready.push_back(n.out);
+      product = product || n.op == Op::MatMul;
+      ++run;
+    }
+    if (product) p.moe_early[m] = run;
+  }
+}
+
 // The arena (plan_arena), reading a fused norm's input alive until its rotation runs; the logits have a
 // host-visible buffer of their own.
 void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -262,6 +312,26 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
     for (const TensorId t : g.nodes[i].in) {
       auto& u = last_use[static_cast<size_t>(t)];
       if (u >= 0) u = std::max(u, static_cast<int>(i + 1));
+    }
+  }
+  // The gated add and norm (gate_norm): every input of the four nodes lives until the norm, so neither
+  // the sum nor the norm's rows take their memory.
+  for (size_t i = 0; i < p.gate_norm.size(); ++i) {
+    if (!p.gate_norm[i]) continue;
+    for (size_t k = i; k <= i + 2; ++k) {
+      for (const TensorId t : g.nodes[k].in) {
+        auto& u = last_use[static_cast<size_t>(t)];
+        if (u >= 0) u = std::max(u, static_cast<int>(i + 3));
+      }
+    }
+  }
+  // A mixture whose next nodes may record before its down product (moe_early): its inputs live until
+  // the last of them, so none of their outputs takes the memory of what the mixture still reads.
+  for (size_t m = 0; m < p.moe_early.size(); ++m) {
+    if (p.moe_early[m] == 0) continue;
+    for (const TensorId t : g.nodes[m].in) {
+      auto& u = last_use[static_cast<size_t>(t)];
+      if (u >= 0) u = std::max(u, static_cast<int>(m) + p.moe_early[m]);
     }
   }
   // A rotation done in place by its product (plan_tails): the product's rows live as long as the
@@ -433,6 +503,8 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_step_buffer(p, g, opts);  // (the rotation tables plan_tails needs)
   plan_tails(p, ctx, g, opts);
   plan_norm_tails(p, ctx, g, opts);
+  plan_gate_norms(p, g, opts);
+  plan_moe_early(p, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes

@@ -64,6 +64,18 @@ struct Plan {
   // ZINC_VULKAN_NORM_TAIL=0 leaves every norm its own dispatch in its usual form (1, the default:
   // bench/README, "The norm's partial sums loaded ahead").
   std::vector<int> mm_norm;
+  // A gate whose output is added to a row, that sum to the residual, and the sum normalised next (a
+  // shared expert's gated output added to the experts' output, then the residual add and the next
+  // layer's norm): per SigmoidMul node, whether rms_norm_row's gated add does all four in one dispatch
+  // (the three nodes after it skipped; the gate's output and the first sum, whose only reader is the
+  // next node, never written). Their inputs live until the norm. ZINC_VULKAN_GATE_NORM=0: none.
+  std::vector<bool> gate_norm;
+  // A mixture whose next nodes read only its input (a shared expert's gate and up products, its
+  // activation, its down product): per MoE node, how many of the nodes right after it the recorder
+  // may record between the experts' gate and up products and their down product, so they run beside
+  // those instead of after the whole mixture (0: none). Their inputs and the mixture's live until the
+  // last of them. ZINC_VULKAN_SHARED_EARLY=0: none.
+  std::vector<int> moe_early;
   size_t norm_codes_offset = 0;
   uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks
   size_t norm_tail_bytes = 0;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <map>
 
@@ -79,6 +80,19 @@ class Recorder {
         continue;
       }
       rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, rows);
+      if (down_later_) {
+        // A mixture left its down product for after the nodes that read only its input (moe_early):
+        // those first, beside its gate and up products, then the down product.
+        const size_t last = i + static_cast<size_t>(plan_.moe_early[i]);
+        for (size_t j = i + 1; j <= last; ++j) {
+          if (done_[j] || plan_.skip[j]) continue;
+          rows[static_cast<size_t>(g_.nodes[j].out)] = emit(rec, tr, g_.nodes[j], j, n_tok, rows);
+          done_[j] = true;
+        }
+        const auto down = std::move(down_later_);
+        down_later_ = nullptr;
+        down(rec, tr);
+      }
     }
     out.logit_rows = rows[static_cast<size_t>(g_.logits)];
     if (g_.hidden >= 0) out.hidden_rows = copy_hidden(tr, rec, rows[static_cast<size_t>(g_.hidden)], n_tok);
@@ -348,6 +362,7 @@ class Recorder {
         break;
       case Op::SigmoidMul: {
         const auto bw = static_cast<uint32_t>(g_.tensor(node.in[1]).ne[0]);
+        if (gate_add_norm(rec, tr, index, in(0), in(1), bw, nu, rows)) break;
         if (sigmoid_mul_add(rec, tr, index, in(0), in(1), out, width, bw, nu, rows)) break;
         tr.before({in(0), in(1)}, {out});
         vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu);
@@ -653,6 +668,36 @@ class Recorder {
     tr.before({a, b, c}, {out, sum});
     vk::sigmoid_mul_add(ctx_, rec, a, b, c, out, sum, width, bw, n);
     done_[index + 1] = true;
+    return true;
+  }
+
+  // A gate, the add of its output to a row, that sum's add to the residual and the norm of the result
+  // (Plan::gate_norm): one dispatch for all four (rms_norm_row's gated add), the three nodes after the
+  // gate then skipped. False where the rows or the memory do not allow it (the plan keeps the inputs
+  // apart from the outputs, so the shapes it took record here).
+  bool gate_add_norm(vk::Recording& rec, Tracker& tr, size_t index, View a, View gv, uint32_t bw, uint32_t n,
+                     const std::vector<int64_t>& rows) {
+    if (!plan_.gate_norm[index]) return false;
+    const Node &add1 = g_.nodes[index + 1], &add2 = g_.nodes[index + 2], &norm = g_.nodes[index + 3];
+    const TensorId e = add1.in[0] == g_.nodes[index].out ? add1.in[1] : add1.in[0];
+    const TensorId r = add2.in[0] == add1.out ? add2.in[1] : add2.in[0];
+    const auto width = static_cast<uint32_t>(g_.tensor(norm.out).ne[0]);
+    for (const TensorId t : {e, r}) {
+      if (rows[static_cast<size_t>(t)] != static_cast<int64_t>(n)) return false;
+      if (deferred_.active && deferred_.y == t) materialize(rec, tr);  // (a norm left to its readers: its rows)
+    }
+    const View c = act(e, n), x = act(r, n), sum = act(add2.out, n), y = act(norm.out, n);
+    const bool per_row = bw == 1;
+    for (const View& out : {sum, y}) {
+      if (clashes(a, out) || clashes(c, out) || clashes(x, out) || (per_row ? shares(gv, out) : clashes(gv, out))) return false;
+    }
+    const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    const View xq = q8k_out(norm.out, width, n);
+    const View q8 = xq.buffer ? View{} : q8_out(norm.out, width, n, vk::rms_norm_row_q8_fits(ctx_, width));
+    tr.before({a, gv, c, x}, {sum, y, xq, q8});
+    vk::rms_norm_row(ctx_, rec, x, c, sum, w, y, xq, width, n, norm.norm().eps, norm.norm().offset, q8, q8_format_, View{},
+                     vk::RowGate{a, gv, per_row});
+    for (size_t k = index + 1; k <= index + 3; ++k) done_[k] = true;
     return true;
   }
 
@@ -1061,6 +1106,19 @@ class Recorder {
       norm_tail_done(index, nt);
       return;
     }
+    if (fused_down && glu && plan_.moe_early[index] > 0) {
+      // The nodes after the mixture that read only its input go first (record()); the fused GLU left
+      // its codes in moe_up, which they do not touch.
+      const gguf::TensorType type = dt.type;
+      const View w = w_.raw(node.in[4]), b = bias(3);
+      down_later_ = [=, this](vk::Recording& r, Tracker& t) {
+        t.before({dxq, ids, wts}, {out});
+        if (!vk::mul_mv_k_id_combine(ctx_, r, type, w, ids, wts, dxq, out, b, ff, d, ne, k, n)) {
+          throw Error("Vulkan MoE: the down product of the fused activation did not run");
+        }
+      };
+      return;
+    }
     if (fused_down) {
       tr.before({dxq, ids, wts}, {out});
       if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, dxq, out, bias(3), ff, d, ne, k, n)) return;
@@ -1106,6 +1164,8 @@ class Recorder {
   std::vector<bool> done_;  // per node: recorded with an earlier node
   std::map<size_t, RouterSite> sites_;  // routers split from their norms, by their product's node
   int64_t split_moe_ = -1;              // the MoE node whose experts router_slots chose
+  // A mixture's down product, left for after the nodes that read only its input (Plan::moe_early).
+  std::function<void(vk::Recording&, Tracker&)> down_later_;
 };
 
 }  // namespace

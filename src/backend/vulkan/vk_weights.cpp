@@ -54,7 +54,7 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
         bytes_ += b->device_bytes;
         host_f32_.emplace(id, std::move(f));
       });
-  if (knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 0, 0, 1) == 1) make_router_splits(g, file);
+  if (knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 1) make_router_splits(g, file);
 }
 
 // R_w and M of each router split from its norm whose product decode reads as Q8_K codes (the only
