@@ -1295,6 +1295,72 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
   EXPECT_LT(g.gap, 2e-3 * g.scale);
 }
 
+// A dense FFN in decode-sized steps: out = W_d (silu(W_g x) * (W_u x)), Q4_K, d = ff = 256; x an input,
+// or (`normed`) the norm of a product's residual sum, which one-token steps leave to its readers (the
+// norm tail) so the fused kernel takes its scale. With ZINC_VULKAN_DENSE_GLU=1 Vulkan does the gate
+// and up products, the SwiGLU and the down product's codes in one dispatch: two dispatches and a
+// barrier fewer in each step's recording, and the CPU's output to the float rounding of the codes'
+// inputs, as with the knob at 0. Each row of the 3-token step is bit for bit that token's row in
+// one-token steps (speculative steps rely on it).
+TEST(DenseGlu, VulkanDecodeStepsAreTheCpus) {
+  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
+  try {
+    vk = backend::make_backend("vulkan", -1, 2);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "vulkan cannot start: " << e.what();
+  }
+  constexpr int64_t d = 256, ff = 256;
+  for (const bool normed : {false, true}) {
+    Case c;
+    c.name = normed ? "dense_glu_normed" : "dense_glu";
+    c.steps = {1, 1, 3, 1};
+    c.n = 6;
+    c.build = [&](Builder& b, Tables& t) {
+      TensorId x = t.input(b, "x", d, c.n);
+      if (normed) {
+        const TensorId wo = t.weight(b, "wo", TensorType::Q4_K, {d, d, 1, 1}, -0.1f, 0.1f);
+        const TensorId h = b.add(b.matmul(wo, x, "o", 0), t.input(b, "r", d, c.n, -2, 2), "h", 0);
+        x = b.rms_norm(h, t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "x_normed", 0);
+      }
+      const TensorId up = b.matmul(t.weight(b, "up", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "up", 0);
+      const TensorId gate = b.matmul(t.weight(b, "gate", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "gate", 0);
+      const TensorId act = b.swiglu(gate, up, "act", 0);
+      return b.matmul(t.weight(b, "down", TensorType::Q4_K, {ff, d, 1, 1}, -0.2f, 0.2f), act, "out", 0);
+    };
+    CaseRun on_cpu(c, *cpu);
+    ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
+    const std::vector<float> want = on_cpu.run();
+    std::vector<float> got[2];
+    backend::Backend::RecordedCounts counts[2];
+    Case singles = c;
+    singles.steps = {1, 1, 1, 1, 1, 1};
+    for (int fused = 0; fused < 2; ++fused) {
+      setenv("ZINC_VULKAN_DENSE_GLU", fused ? "1" : "0", 1);
+      CaseRun on_vk(c, *vk), one_by_one(singles, *vk);
+      ASSERT_TRUE(on_vk.why.empty()) << on_vk.why;
+      const backend::Backend::RecordedCounts before = vk->recorded_counts();
+      got[fused] = on_vk.run();
+      const backend::Backend::RecordedCounts after = vk->recorded_counts();
+      counts[fused] = {after.dispatches - before.dispatches, after.barriers - before.barriers};
+      const std::vector<float> single = one_by_one.run();
+      unsetenv("ZINC_VULKAN_DENSE_GLU");
+      ASSERT_EQ(single.size(), got[fused].size());
+      EXPECT_EQ(std::memcmp(single.data(), got[fused].data(), single.size() * sizeof(float)), 0) << c.name << " knob " << fused;
+    }
+    // (A recording per step shape, 1 and 3 tokens.)
+    EXPECT_GE(counts[0].dispatches, counts[1].dispatches + 4) << c.name;
+    EXPECT_GE(counts[0].barriers, counts[1].barriers + 2) << c.name;
+    for (int fused = 0; fused < 2; ++fused) {
+      ASSERT_EQ(got[fused].size(), want.size());
+      const Gap g = largest_gap(got[fused], want);
+      std::printf("%s: %llu dispatches, %llu barriers; largest gap to the CPU %.2e of the largest output (knob %d)\n", c.name.c_str(),
+                  static_cast<unsigned long long>(counts[fused].dispatches), static_cast<unsigned long long>(counts[fused].barriers),
+                  g.gap / g.scale, fused);
+      EXPECT_LT(g.gap, 2e-3 * g.scale) << c.name << " knob " << fused;
+    }
+  }
+}
+
 // What "auto" takes from the probes' reports: CUDA with a GPU first, then Vulkan on a device that is
 // not a CPU implementation (lavapipe is slower than the CPU backend), then the CPU.
 TEST(AutoBackend, PrefersCudaThenAVulkanGpuThenTheCpu) {

@@ -265,6 +265,33 @@ void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   }
 }
 
+void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.dense_glu.assign(nn, false);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_DENSE_GLU", 0, 0, 1) == 0) return;
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+  }
+  uint32_t widest = 0;
+  for (size_t j = 0; j + 2 < nn; ++j) {
+    const Node &a = g.nodes[j], &b = g.nodes[j + 1], &glu = g.nodes[j + 2];
+    if (a.op != Op::MatMul || b.op != Op::MatMul || glu.op != Op::SwiGLU || a.in.size() != 2 || b.in.size() != 2) continue;
+    if (p.skip[j] || p.skip[j + 1] || p.skip[j + 2] || a.in[1] != b.in[1] || glu.in.size() != 2) continue;
+    const bool pair = (glu.in[0] == a.out && glu.in[1] == b.out) || (glu.in[0] == b.out && glu.in[1] == a.out);
+    if (!pair || readers[static_cast<size_t>(a.out)] != 1 || readers[static_cast<size_t>(b.out)] != 1) continue;
+    const auto &wa = g.tensor(a.in[0]), &wb = g.tensor(b.in[0]);
+    const auto d = static_cast<uint32_t>(wa.ne[0]), ff = static_cast<uint32_t>(wa.ne[1]);
+    if (wa.type != wb.type || wb.ne[0] != wa.ne[0] || wb.ne[1] != wa.ne[1] || g.tensor(glu.out).ne[0] != wa.ne[1]) continue;
+    if (!has_mul_mv_k(ctx, wa.type) || has_mul_mv_q8(wa.type) || d % 256 != 0 || !mul_mv_k_id_glu_fits(ctx, wa.type, d, ff)) continue;
+    p.dense_glu[j] = true;
+    widest = std::max(widest, ff);
+  }
+  if (widest == 0) return;
+  // The zero ids of a step's tokens, then a counter per token and 256 rows.
+  p.glu_count_bytes = size_t{4} * kMvMaxTokens * (1 + (widest + 255) / 256);
+}
+
 void plan_moe_early(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.moe_early.assign(nn, 0);
@@ -505,6 +532,7 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_norm_tails(p, ctx, g, opts);
   plan_gate_norms(p, g, opts);
   plan_moe_early(p, g, opts);
+  plan_dense_glus(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes
@@ -517,6 +545,14 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
     }
     p.norm_codes_offset = align_up(p.act_q8k_bytes, p.align);
     p.act_q8k_bytes = p.norm_codes_offset + q8k_row_bytes(p.norm_blocks * 256);
+  }
+  if (p.glu_count_bytes > 0) {  // the dense GLUs' codes after everything else's in act_q8k
+    uint32_t widest = 0;
+    for (size_t j = 0; j < p.dense_glu.size(); ++j) {
+      if (p.dense_glu[j]) widest = std::max(widest, static_cast<uint32_t>(g.tensor(g.nodes[j].in[0]).ne[1]));
+    }
+    p.glu_codes_offset = align_up(p.act_q8k_bytes, p.align);
+    p.act_q8k_bytes = p.glu_codes_offset + q8k_row_bytes(widest) * std::min<uint32_t>(p.max_rows, kMvMaxTokens);
   }
   p.state_seq_bytes.assign(state_floats.size(), 0);
   for (size_t i = 0; i < state_floats.size(); ++i) {

@@ -76,6 +76,13 @@ struct Plan {
   // those instead of after the whole mixture (0: none). Their inputs and the mixture's live until the
   // last of them. ZINC_VULKAN_SHARED_EARLY=0: none.
   std::vector<int> moe_early;
+  // Two K-quant products of the same rows followed by the SwiGLU of theirs (a dense FFN's or a shared
+  // expert's gate and up): per node of the first product, whether decode-sized steps do all three and
+  // the down product's codes in one dispatch (mul_mv_k_id_glu as one expert, ids all 0; the next two
+  // nodes skipped). Its counters and the zero ids (glu_count_bytes) and its codes' place in act_q8k
+  // (glu_codes_offset). ZINC_VULKAN_DENSE_GLU=1 (off by default until timed on a GPU).
+  std::vector<bool> dense_glu;
+  size_t glu_count_bytes = 0, glu_codes_offset = 0;
   size_t norm_codes_offset = 0;
   uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks
   size_t norm_tail_bytes = 0;

@@ -85,8 +85,9 @@ class Recorder {
         // those first, beside its gate and up products, then the down product.
         const size_t last = i + static_cast<size_t>(plan_.moe_early[i]);
         for (size_t j = i + 1; j <= last; ++j) {
-          if (done_[j] || plan_.skip[j]) continue;
-          rows[static_cast<size_t>(g_.nodes[j].out)] = emit(rec, tr, g_.nodes[j], j, n_tok, rows);
+          const Node& early = g_.nodes[j];
+          rows[static_cast<size_t>(early.out)] =
+              done_[j] || plan_.skip[j] ? step_rows(early, n_tok, rows) : emit(rec, tr, early, j, n_tok, rows);
           done_[j] = true;
         }
         const auto down = std::move(down_later_);
@@ -249,6 +250,7 @@ class Recorder {
       case Op::MatMul: {
         const View split_codes = router_base(rec, tr, node, index, rows, nu);
         if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) {
+        } else if (dense_glu(rec, tr, index, rows, nu)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
         } else {
@@ -668,6 +670,32 @@ class Recorder {
     tr.before({a, b, c}, {out, sum});
     vk::sigmoid_mul_add(ctx_, rec, a, b, c, out, sum, width, bw, n);
     done_[index + 1] = true;
+    return true;
+  }
+
+  // Two K-quant products of the same rows and the SwiGLU of theirs (Plan::dense_glu) in a decode-sized
+  // step: one dispatch of the experts' GLU kernel as a single expert (ids all 0), which also writes the
+  // down product's codes (at glu_codes_offset: x's codes stay where they are). The next two nodes are
+  // then skipped. False where the step is longer.
+  bool dense_glu(vk::Recording& rec, Tracker& tr, size_t index, const std::vector<int64_t>& rows, uint32_t n) {
+    if (!plan_.dense_glu[index] || n > kMvMaxTokens || !res_.glu_count) return false;
+    const Node &a = g_.nodes[index], &glu = g_.nodes[index + 2];
+    const Node& up = g_.nodes[glu.in[1] == a.out ? index : index + 1];
+    const Node& gate = g_.nodes[glu.in[0] == a.out ? index : index + 1];
+    const TensorId x_id = a.in[1];
+    if (rows[static_cast<size_t>(x_id)] != static_cast<int64_t>(n)) return false;
+    const auto& wt = g_.tensor(a.in[0]);
+    const auto d = static_cast<uint32_t>(wt.ne[0]), ff = static_cast<uint32_t>(wt.ne[1]);
+    const View xq = q8k_codes(rec, tr, x_id, act(x_id, n), d, n);
+    const vk::NormScale ns = scale_of(x_id);
+    const View ids{res_.glu_count, 0, size_t{4} * kMvMaxTokens};
+    const View count{res_.glu_count, size_t{4} * kMvMaxTokens, res_.glu_count->size - size_t{4} * kMvMaxTokens};
+    const View out = act(glu.out, n), codes{res_.act_q8k, plan_.glu_codes_offset, vk::q8k_row_bytes(ff) * n};
+    tr.before({xq, ids, ns.partials}, {out, codes, count});
+    vk::mul_mv_k_id_glu(ctx_, rec, wt.type, w_.raw(gate.in[0]), w_.raw(up.in[0]), ids, xq, out, codes, count, d, ff, 1, 1, n, ns);
+    done_[index + 1] = done_[index + 2] = true;
+    q8k_of_ = glu.out;
+    q8k_at_ = codes;
     return true;
   }
 
