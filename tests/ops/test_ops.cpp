@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -1180,17 +1181,28 @@ Gap largest_gap(const std::vector<float>& got, const std::vector<float>& want) {
   return g;
 }
 
+// The CPU backend and Vulkan's, or (no Vulkan device here) why there is none.
+struct CpuAndVulkan {
+  std::unique_ptr<backend::Backend> cpu, vk;
+  std::string why;
+};
+CpuAndVulkan cpu_and_vulkan() {
+  CpuAndVulkan b{backend::make_cpu_backend(2), nullptr, ""};
+  try {
+    b.vk = backend::make_backend("vulkan", -1, 2);
+  } catch (const Error& e) {
+    b.why = e.what();
+  }
+  return b;
+}
+
 // A block-format router in decode steps on the Vulkan backend: the CPU's arithmetic (8-bit codes of the
 // router's input, integer sums per block, the CPU's float expression per block), so the mixture's output
 // is the CPU's to float rounding. With float activations the logits move by the codes' error (about
 // 1e-3 of a logit), the routing weights with them and the output by about that much.
 TEST(BlockRouter, VulkanDecodeStepsAreTheCpus) {
-  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
-  try {
-    vk = backend::make_backend("vulkan", -1, 2);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "vulkan cannot start: " << e.what();
-  }
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   for (const TensorType router : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
     Case c = moe(TensorType::Q8_0, 16, 4, 4, 256, 256, router);
     c.steps = {1, 1, 2};
@@ -1210,12 +1222,8 @@ TEST(BlockRouter, VulkanDecodeStepsAreTheCpus) {
 // definition's bounds above carry the codes' worst case, too loose to see a routing weight off by a
 // few percent; this comparison fails for an R_w offset off by 0.01.
 TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
-  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
-  try {
-    vk = backend::make_backend("vulkan", -1, 2);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "vulkan cannot start: " << e.what();
-  }
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   for (const float offset : {0.0f, 1.0f}) {
     Case c = moe_after_product(32, 4, {1, 1, 3, 1}, offset, true);
     CaseRun on_cpu(c, *cpu), on_vk(c, *vk);
@@ -1233,6 +1241,38 @@ TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
   }
 }
 
+// Case c on Vulkan with `knob` at 0 and at 1 ([0], [1]): its output and the dispatches and barriers its
+// steps recorded. With `alone`, also c's tokens each a step of its own, whose rows must be bit for bit
+// those of c's steps (no case here reads another token's row).
+struct KnobRun {
+  std::vector<float> got;
+  backend::Backend::RecordedCounts counts;
+};
+std::array<KnobRun, 2> vulkan_knob_runs(const Case& c, backend::Backend& vk, const char* knob, bool alone) {
+  std::array<KnobRun, 2> runs;
+  Case singles = c;
+  singles.steps.assign(static_cast<size_t>(c.n), 1);
+  for (int on = 0; on < 2; ++on) {
+    setenv(knob, on ? "1" : "0", 1);
+    CaseRun run(c, vk);
+    EXPECT_TRUE(run.why.empty()) << run.why;
+    const backend::Backend::RecordedCounts before = vk.recorded_counts();
+    runs[static_cast<size_t>(on)].got = run.why.empty() ? run.run() : std::vector<float>{};
+    const backend::Backend::RecordedCounts after = vk.recorded_counts();
+    runs[static_cast<size_t>(on)].counts = {after.dispatches - before.dispatches, after.barriers - before.barriers};
+    if (alone && run.why.empty()) {
+      const std::vector<float> single = CaseRun(singles, vk).run(), &got = runs[static_cast<size_t>(on)].got;
+      EXPECT_TRUE(single.size() == got.size() && std::memcmp(single.data(), got.data(), got.size() * sizeof(float)) == 0)
+          << c.name << ": the tokens alone, " << knob << "=" << on;
+    }
+    unsetenv(knob);
+  }
+  std::printf("%s: %s=0 %llu dispatches and %llu barriers, =1 %llu and %llu\n", c.name.c_str(), knob,
+              static_cast<unsigned long long>(runs[0].counts.dispatches), static_cast<unsigned long long>(runs[0].counts.barriers),
+              static_cast<unsigned long long>(runs[1].counts.dispatches), static_cast<unsigned long long>(runs[1].counts.barriers));
+  return runs;
+}
+
 // Qwen3.5/3.6's mixture layer tail in decode-sized steps: the experts (Q4_K, their fused gate, up and
 // SwiGLU on Vulkan), a shared expert (Q4_K gate, up, SwiGLU, down) gated by sigmoid(wg · x), both added,
 // then the residual add and the next norm. Vulkan records the shared expert's products between the
@@ -1240,12 +1280,8 @@ TEST(RouterSplit, VulkanDecodeStepsAreTheCpus) {
 // reordering only, so the same bits as ZINC_VULKAN_SHARED_EARLY=0, as many dispatches, a barrier
 // fewer in each step's recording, and the CPU's result to the float rounding of the codes' inputs.
 TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
-  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
-  try {
-    vk = backend::make_backend("vulkan", -1, 2);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "vulkan cannot start: " << e.what();
-  }
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   constexpr int64_t d = 256, ff = 256;
   Case c;
   c.name = "moe_shared_expert";
@@ -1269,28 +1305,14 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
   CaseRun on_cpu(c, *cpu);
   ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
   const std::vector<float> want = on_cpu.run();
-  std::vector<float> got[2];
-  backend::Backend::RecordedCounts counts[2];
-  for (int early = 0; early < 2; ++early) {
-    setenv("ZINC_VULKAN_SHARED_EARLY", early ? "1" : "0", 1);
-    CaseRun on_vk(c, *vk);
-    ASSERT_TRUE(on_vk.why.empty()) << on_vk.why;
-    const backend::Backend::RecordedCounts before = vk->recorded_counts();
-    got[early] = on_vk.run();
-    const backend::Backend::RecordedCounts after = vk->recorded_counts();
-    counts[early] = {after.dispatches - before.dispatches, after.barriers - before.barriers};
-    unsetenv("ZINC_VULKAN_SHARED_EARLY");
-  }
-  std::printf("moe_shared_expert: %llu dispatches and %llu barriers in its steps after the mixture, %llu and %llu beside it\n",
-              static_cast<unsigned long long>(counts[0].dispatches), static_cast<unsigned long long>(counts[0].barriers),
-              static_cast<unsigned long long>(counts[1].dispatches), static_cast<unsigned long long>(counts[1].barriers));
-  EXPECT_EQ(counts[0].dispatches, counts[1].dispatches);
+  const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_SHARED_EARLY", false);
+  EXPECT_EQ(r[0].counts.dispatches, r[1].counts.dispatches);
   // (A recording per step shape, 1 and 3 tokens: a barrier fewer in each.)
-  EXPECT_GE(counts[0].barriers, counts[1].barriers + 2);
-  ASSERT_EQ(got[0].size(), want.size());
-  ASSERT_EQ(got[1].size(), want.size());
-  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), want.size() * sizeof(float)), 0);
-  const Gap g = largest_gap(got[1], want);
+  EXPECT_GE(r[0].counts.barriers, r[1].counts.barriers + 2);
+  ASSERT_EQ(r[0].got.size(), want.size());
+  ASSERT_EQ(r[1].got.size(), want.size());
+  EXPECT_EQ(std::memcmp(r[0].got.data(), r[1].got.data(), want.size() * sizeof(float)), 0);
+  const Gap g = largest_gap(r[1].got, want);
   std::printf("moe_shared_expert: largest gap to the CPU %.2e of the largest output\n", g.gap / g.scale);
   EXPECT_LT(g.gap, 2e-3 * g.scale);
 }
@@ -1303,12 +1325,8 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
 // inputs, as with the knob at 0. Each row of the 3-token step is bit for bit that token's row in
 // one-token steps (speculative steps rely on it).
 TEST(DenseGlu, VulkanDecodeStepsAreTheCpus) {
-  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend(2), vk;
-  try {
-    vk = backend::make_backend("vulkan", -1, 2);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "vulkan cannot start: " << e.what();
-  }
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   constexpr int64_t d = 256, ff = 256;
   for (const bool normed : {false, true}) {
     Case c;
@@ -1330,32 +1348,14 @@ TEST(DenseGlu, VulkanDecodeStepsAreTheCpus) {
     CaseRun on_cpu(c, *cpu);
     ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
     const std::vector<float> want = on_cpu.run();
-    std::vector<float> got[2];
-    backend::Backend::RecordedCounts counts[2];
-    Case singles = c;
-    singles.steps = {1, 1, 1, 1, 1, 1};
-    for (int fused = 0; fused < 2; ++fused) {
-      setenv("ZINC_VULKAN_DENSE_GLU", fused ? "1" : "0", 1);
-      CaseRun on_vk(c, *vk), one_by_one(singles, *vk);
-      ASSERT_TRUE(on_vk.why.empty()) << on_vk.why;
-      const backend::Backend::RecordedCounts before = vk->recorded_counts();
-      got[fused] = on_vk.run();
-      const backend::Backend::RecordedCounts after = vk->recorded_counts();
-      counts[fused] = {after.dispatches - before.dispatches, after.barriers - before.barriers};
-      const std::vector<float> single = one_by_one.run();
-      unsetenv("ZINC_VULKAN_DENSE_GLU");
-      ASSERT_EQ(single.size(), got[fused].size());
-      EXPECT_EQ(std::memcmp(single.data(), got[fused].data(), single.size() * sizeof(float)), 0) << c.name << " knob " << fused;
-    }
+    const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_DENSE_GLU", true);
     // (A recording per step shape, 1 and 3 tokens.)
-    EXPECT_GE(counts[0].dispatches, counts[1].dispatches + 4) << c.name;
-    EXPECT_GE(counts[0].barriers, counts[1].barriers + 2) << c.name;
+    EXPECT_GE(r[0].counts.dispatches, r[1].counts.dispatches + 4) << c.name;
+    EXPECT_GE(r[0].counts.barriers, r[1].counts.barriers + 2) << c.name;
     for (int fused = 0; fused < 2; ++fused) {
-      ASSERT_EQ(got[fused].size(), want.size());
-      const Gap g = largest_gap(got[fused], want);
-      std::printf("%s: %llu dispatches, %llu barriers; largest gap to the CPU %.2e of the largest output (knob %d)\n", c.name.c_str(),
-                  static_cast<unsigned long long>(counts[fused].dispatches), static_cast<unsigned long long>(counts[fused].barriers),
-                  g.gap / g.scale, fused);
+      ASSERT_EQ(r[static_cast<size_t>(fused)].got.size(), want.size());
+      const Gap g = largest_gap(r[static_cast<size_t>(fused)].got, want);
+      std::printf("%s: largest gap to the CPU %.2e of the largest output (knob %d)\n", c.name.c_str(), g.gap / g.scale, fused);
       EXPECT_LT(g.gap, 2e-3 * g.scale) << c.name << " knob " << fused;
     }
   }

@@ -861,6 +861,13 @@ KnobSteps one_token_steps(const gguf::File& f, backend::Backend& gpu, std::span<
   return r;
 }
 
+// How many mixture-of-experts nodes f's graph has.
+uint64_t mixture_layers(const gguf::File& f) {
+  const model::Model m = model::load(f);
+  const auto moe = [](const graph::Node& n) { return n.op == graph::Op::MoE; };
+  return static_cast<uint64_t>(std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(), moe));
+}
+
 // Decode's activation codes for the products of the 32-element formats come from the kernel that writes
 // their input (the whole-row norm, the GLU, the attention merge), not from quantizing dispatches of
 // their own: a one-token step of a Q8_0 model records at least two dispatches a layer fewer (its two
@@ -954,9 +961,7 @@ class VulkanGateAdd : public VulkanFixture {};
 
 TEST_P(VulkanGateAdd, AddsTheSharedExpertInTheGatesDispatch) {
   const gguf::File f = file("F32");
-  const model::Model m = model::load(f);
-  uint64_t n_moe = 0;
-  for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
+  const uint64_t n_moe = mixture_layers(f);
   ASSERT_GT(n_moe, 0u) << GetParam();
   setenv("ZINC_VULKAN_GATE_NORM", "0", 1);
   const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_GATE_ADD");
@@ -978,9 +983,7 @@ class VulkanGateNorm : public VulkanFixture {};
 
 TEST_P(VulkanGateNorm, AddsTheResidualAndNormalisesInTheGatesDispatch) {
   const gguf::File f = file("F32");
-  const model::Model m = model::load(f);
-  uint64_t n_moe = 0;
-  for (const graph::Node& n : m.graph.nodes) n_moe += n.op == graph::Op::MoE;
+  const uint64_t n_moe = mixture_layers(f);
   ASSERT_GE(n_moe, 2u) << GetParam();
   const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, "ZINC_VULKAN_GATE_NORM");
   EXPECT_GT(recorded[1], 0u) << GetParam();

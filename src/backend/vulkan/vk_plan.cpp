@@ -164,6 +164,15 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
   p.head_count_bytes = size_t{4} * counters;
 }
 
+// Per tensor: how many node inputs name it.
+std::vector<int> reader_counts(const graph::Graph& g) {
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+  }
+  return readers;
+}
+
 // Whether every reader of t (a norm's output) takes the norm's scale instead of its rows (Plan::mm_norm).
 bool scale_readers(const Context& ctx, const graph::Graph& g, TensorId t) {
   if (t == g.hidden || t == g.logits) return false;
@@ -202,10 +211,7 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   const size_t nn = g.nodes.size();
   p.mm_norm.assign(nn, -1);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 1, 0, 1) == 0) return;
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const Node& n : g.nodes) {
-    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   uint32_t blocks = 0;
   for (size_t m = 0; m + 2 < nn; ++m) {
     const Node& mm = g.nodes[m];
@@ -243,10 +249,7 @@ void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.gate_norm.assign(nn, false);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_GATE_NORM", 1, 0, 1) == 0) return;
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const Node& n : g.nodes) {
-    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   const auto once = [&](const Node& n, TensorId t) { return (n.in[0] == t) != (n.in[1] == t) && readers[static_cast<size_t>(t)] == 1; };
   for (size_t i = 0; i + 3 < nn; ++i) {
     const Node &gate = g.nodes[i], &add1 = g.nodes[i + 1], &add2 = g.nodes[i + 2], &norm = g.nodes[i + 3];
@@ -269,10 +272,7 @@ void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const E
   const size_t nn = g.nodes.size();
   p.dense_glu.assign(nn, false);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_DENSE_GLU", 0, 0, 1) == 0) return;
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const Node& n : g.nodes) {
-    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   uint32_t widest = 0;
   for (size_t j = 0; j + 2 < nn; ++j) {
     const Node &a = g.nodes[j], &b = g.nodes[j + 1], &glu = g.nodes[j + 2];
