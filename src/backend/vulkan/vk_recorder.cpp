@@ -1134,24 +1134,22 @@ class Recorder {
       norm_tail_done(index, nt);
       return;
     }
+    // The down product with the combine folded in; false where its kernel does not fit.
+    const gguf::TensorType type = dt.type;
+    const View dw = w_.raw(node.in[4]), db = bias(3);
+    const auto combine = [=, this](vk::Recording& r, Tracker& t) {
+      t.before({dxq, ids, wts}, {out});
+      const bool ran = vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, db, ff, d, ne, k, n);
+      if (!ran && glu) throw Error("Vulkan MoE: the down product of the fused activation did not run");
+      return ran;
+    };
     if (fused_down && glu && plan_.moe_early[index] > 0) {
       // The nodes after the mixture that read only its input go first (record()); the fused GLU left
       // its codes in moe_up, which they do not touch.
-      const gguf::TensorType type = dt.type;
-      const View w = w_.raw(node.in[4]), b = bias(3);
-      down_later_ = [=, this](vk::Recording& r, Tracker& t) {
-        t.before({dxq, ids, wts}, {out});
-        if (!vk::mul_mv_k_id_combine(ctx_, r, type, w, ids, wts, dxq, out, b, ff, d, ne, k, n)) {
-          throw Error("Vulkan MoE: the down product of the fused activation did not run");
-        }
-      };
+      down_later_ = [combine](vk::Recording& r, Tracker& t) { combine(r, t); };
       return;
     }
-    if (fused_down) {
-      tr.before({dxq, ids, wts}, {out});
-      if (vk::mul_mv_k_id_combine(ctx_, rec, dt.type, w_.raw(node.in[4]), ids, wts, dxq, out, bias(3), ff, d, ne, k, n)) return;
-      if (glu) throw Error("Vulkan MoE: the down product of the fused activation did not run");
-    }
+    if (fused_down && combine(rec, tr)) return;
     tr.before({g, ids}, {y});
     expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
     tr.before({y, wts}, {out});
