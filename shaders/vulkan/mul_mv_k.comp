@@ -7,6 +7,7 @@
 //! variants-by-type kdot vst_ MUL_MV_VSTORE
 //! variants-by-type kdot nrm_ MUL_MV_NORM
 //! variants-by-type kdot idcn_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM
+//! variants-by-type kdot cnv_ MUL_MV_CONV
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -51,6 +52,12 @@
 // heads), WG >= 64 and subgroups of at most 64 (mul_mv_k_tail_fits).
 // MUL_MV_VSTORE (variants vst_*, decode's v product of one token): each workgroup also appends its
 // rows to the V cache (binding 6, as above; pairs of rows into halves: ROWS * GROUPS even).
+//
+// MUL_MV_CONV (variants cnv_, decode's product of one token whose one reader is a short causal
+// convolution, graph Op::SsmConv): each row's invocation also does ssm_conv.comp's work on its channel,
+// in its order of sums: y[r] = silu(sum_k cw[r][k] * (state, product)[k]), then the state (binding 4,
+// [taps - 1][nrows]) shifted by one row with the product last; cw (binding 3) is [nrows][taps] floats.
+// y is the convolution's output; the product itself is written nowhere.
 //
 // MUL_MV_NORM (variants nrm_ and idcn_, decode's product of one token or the experts' combined down
 // product, followed by a residual add and a whole-row RMSNorm): y[t][r] = product + res[t][r] (binding
@@ -137,6 +144,10 @@ layout(std430, binding = 8) readonly restrict buffer Step { uint step[]; };  // 
 #include "kv_rows.glsl"
 #include "rope_pair.glsl"
 #endif
+#if defined(MUL_MV_CONV)
+layout(std430, binding = 3) readonly restrict buffer CWbuf { float cw[]; };
+layout(std430, binding = 4) restrict buffer CSTbuf { float cstate[]; };
+#endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
@@ -171,6 +182,8 @@ layout(push_constant) uniform Params {
   uint count_base;  // MUL_MV_ROPE: the first head's counter
   float eps;        // MUL_MV_ROPE
   float offset;     // MUL_MV_ROPE
+#elif defined(MUL_MV_CONV)
+  uint taps;        // the convolution's width in time (its state holds taps - 1 rows)
 #endif
 } p;
 
@@ -596,7 +609,19 @@ void main() {
       if (row < p.nrows) y[set * p.nrows + row] = s + (p.has_bias != 0u ? bias[e * p.nrows + row] : 0.0);
 #else
       const uint tok = set * NTOK + i % NTOK;
+#if defined(MUL_MV_CONV)
+      if (row < p.nrows && tok == 0u) {  // (one token)
+        const uint taps = p.taps, wr = row * taps;
+        precise float c = 0.0;
+        for (uint k = 0u; k + 1u < taps; ++k) c += cw[wr + k] * cstate[k * p.nrows + row];
+        c += cw[wr + taps - 1u] * s;
+        for (uint k = 0u; k + 2u < taps; ++k) cstate[k * p.nrows + row] = cstate[(k + 1u) * p.nrows + row];
+        if (taps > 1u) cstate[(taps - 2u) * p.nrows + row] = s;
+        y[row] = c / (1.0 + exp(-c));
+      }
+#else
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
+#endif
 #endif
 #endif
 #if defined(MUL_MV_VSTORE)

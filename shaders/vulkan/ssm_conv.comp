@@ -37,7 +37,7 @@ void main() {
   if (c >= p.width) return;
   const uint t0 = gl_WorkGroupID.y * p.block, t1 = min(t0 + p.block, p.n_tokens);
   for (uint t = t0; t < t1; ++t) {
-    float s = 0.0;
+    precise float s = 0.0;  // (no contraction: mul_mv_k.comp's MUL_MV_CONV sums the same way)
     for (uint j = 0u; j < p.kernel; ++j) s += w[c * p.kernel + j] * row(t + j, c);
     o[t * p.width + c] = s / (1.0 + exp(-s));
     // Rows t + 1 + r >= kernel - 1 of any block but 0 are x's; block 0 rewrites the state only below.

@@ -1361,6 +1361,46 @@ TEST(DenseGlu, VulkanDecodeStepsAreTheCpus) {
   }
 }
 
+// A recurrent layer's q, k and v product and the short causal convolution over it, in decode-sized steps
+// that carry the convolution's state: out = silu(conv(state, W x)), Q4_K, 256 channels, 4 taps; x an
+// input or the norm a product left to its readers. With ZINC_VULKAN_CONV_TAIL=1 a one-token step does
+// the convolution in the product's dispatch: a dispatch and a barrier fewer, the same bits as with the
+// knob at 0 (and as the 3-token step's own convolution), and the CPU's output to the float rounding of
+// the codes' inputs.
+TEST(ConvTail, VulkanDecodeStepsAreTheCpus) {
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
+  constexpr int64_t d = 256;
+  for (const bool normed : {false, true}) {
+    Case c;
+    c.name = normed ? "conv_tail_normed" : "conv_tail";
+    c.steps = {1, 1, 3, 1};
+    c.n = 6;
+    c.build = [&](Builder& b, Tables& t) {
+      TensorId x = t.input(b, "x", d, c.n);
+      if (normed) {
+        const TensorId h = b.add(b.matmul(t.weight(b, "wo", TensorType::Q4_K, {d, d, 1, 1}, -0.1f, 0.1f), x, "o", 0),
+                                 t.input(b, "r", d, c.n, -2, 2), "h", 0);
+        x = b.rms_norm(h, t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "x_normed", 0);
+      }
+      const TensorId qkv = b.matmul(t.weight(b, "qkv", TensorType::Q4_K, {d, d, 1, 1}, -0.2f, 0.2f), x, "qkv", 0);
+      return b.ssm_conv(qkv, t.weight(b, "conv", TensorType::F32, {4, d, 1, 1}, -0.5f, 0.5f), "out", 0);
+    };
+    CaseRun on_cpu(c, *cpu);
+    ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
+    const std::vector<float> want = on_cpu.run();
+    const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_CONV_TAIL", true);
+    EXPECT_GE(r[0].counts.dispatches, r[1].counts.dispatches + 1) << c.name;
+    EXPECT_GE(r[0].counts.barriers, r[1].counts.barriers + 1) << c.name;
+    ASSERT_EQ(r[0].got.size(), want.size());
+    ASSERT_EQ(r[1].got.size(), want.size());
+    EXPECT_EQ(std::memcmp(r[0].got.data(), r[1].got.data(), want.size() * sizeof(float)), 0) << c.name;
+    const Gap g = largest_gap(r[1].got, want);
+    std::printf("%s: largest gap to the CPU %.2e of the largest output\n", c.name.c_str(), g.gap / g.scale);
+    EXPECT_LT(g.gap, 2e-3 * g.scale) << c.name;
+  }
+}
+
 // What "auto" takes from the probes' reports: CUDA with a GPU first, then Vulkan on a device that is
 // not a CPU implementation (lavapipe is slower than the CPU backend), then the CPU.
 TEST(AutoBackend, PrefersCudaThenAVulkanGpuThenTheCpu) {

@@ -316,8 +316,9 @@ TEST_F(VulkanMisc, DependentDispatchLatency) {
   // What orders a decode step's dependent dispatches, measured (dispatch_chain.comp): a chain of
   // stages, each reading its own chunk of weights and a value the stage before wrote, ordered by a
   // pipeline barrier after each (mode 0) or by counts the next stage's workgroups wait on with no
-  // barrier between (1: wait, then load; 2: load, then wait). Wall time per stage of the chain, best
-  // of 3, and GB/s of the weights. No wait may give up (done[stages] stays 0).
+  // barrier between (1: wait, then load; 2: load, then wait), or the whole chain in one dispatch whose
+  // workgroups wait for each other between stages (4: load, then a grid-wide wait). Wall time per
+  // stage of the chain, best of 3, and GB/s of the weights. No wait may give up (done[stages] stays 0).
   if (!std::getenv("ZINC_TEST_VULKAN_BENCH")) GTEST_SKIP() << "set ZINC_TEST_VULKAN_BENCH=1 for the latency table";
   const Kernel& k = ctx_->pipeline("dispatch_chain", 3, 16);
   std::printf("| workgroups | bytes a stage | stages | mode | us a stage | GB/s |\n|---|---|---|---|---|---|\n");
@@ -332,12 +333,12 @@ TEST_F(VulkanMisc, DependentDispatchLatency) {
     ctx_->fill_zero(x, 0, x.size);
     ctx_->fill_zero(d, 0, d.size);
     const View views[] = {View{&w}, View{&x}, View{&d}};
-    for (const uint32_t mode : {0u, 1u, 2u}) {
+    for (const uint32_t mode : {0u, 1u, 2u, 4u}) {
       Recording r(*ctx_, stages + 1);
       const uint32_t reset[4] = {0, 0, 3, stages};
       r.dispatch(k, views, reset, 1);
       r.barrier();
-      for (uint32_t s = 0; s < stages; ++s) {
+      for (uint32_t s = 0; s < (mode == 4 ? 1 : stages); ++s) {
         const uint32_t push[4] = {s, words, mode, stages};
         r.dispatch(k, views, push, groups);
         if (mode == 0) r.barrier();

@@ -271,7 +271,11 @@ void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
 void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.dense_glu.assign(nn, false);
-  if (opts.keep_activations || knob_u32("ZINC_VULKAN_DENSE_GLU", 0, 0, 1) == 0) return;
+  // 1: GLUs of at most kNarrowGlu rows (a shared expert's), where the experts' kernel's shape fits;
+  // 2: every width (a dense FFN's 12,288 rows too).
+  const uint32_t mode = knob_u32("ZINC_VULKAN_DENSE_GLU", 0, 0, 2);
+  if (opts.keep_activations || mode == 0) return;
+  constexpr uint32_t kNarrowGlu = 4096;
   const std::vector<int> readers = reader_counts(g);
   uint32_t widest = 0;
   for (size_t j = 0; j + 2 < nn; ++j) {
@@ -284,12 +288,38 @@ void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const E
     const auto d = static_cast<uint32_t>(wa.ne[0]), ff = static_cast<uint32_t>(wa.ne[1]);
     if (wa.type != wb.type || wb.ne[0] != wa.ne[0] || wb.ne[1] != wa.ne[1] || g.tensor(glu.out).ne[0] != wa.ne[1]) continue;
     if (!has_mul_mv_k(ctx, wa.type) || has_mul_mv_q8(wa.type) || d % 256 != 0 || !mul_mv_k_id_glu_fits(ctx, wa.type, d, ff)) continue;
+    if (mode == 1 && ff > kNarrowGlu) continue;
     p.dense_glu[j] = true;
     widest = std::max(widest, ff);
   }
   if (widest == 0) return;
   // The zero ids of a step's tokens, then a counter per token and 256 rows.
   p.glu_count_bytes = size_t{4} * kMvMaxTokens * (1 + (widest + 255) / 256);
+}
+
+void plan_conv_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.mm_conv.assign(nn, -1);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_CONV_TAIL", 1, 0, 1) == 0) return;
+  const std::vector<int> readers = reader_counts(g);
+  std::vector<int> producer(g.tensors.size(), -1);
+  for (size_t i = 0; i < nn; ++i) producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  for (size_t c = 0; c < nn; ++c) {
+    const Node& conv = g.nodes[c];
+    if (conv.op != Op::SsmConv || p.skip[c] || conv.in.size() != 2) continue;
+    const int m = producer[static_cast<size_t>(conv.in[0])];
+    if (m < 0 || readers[static_cast<size_t>(conv.in[0])] != 1) continue;
+    const auto mi = static_cast<size_t>(m);
+    const Node& mm = g.nodes[mi];
+    if (mm.op != Op::MatMul || mm.in.size() != 2 || p.skip[mi] || p.mm_rope[mi] >= 0 || p.mm_vstore[mi] >= 0 ||
+        p.mm_norm[mi] >= 0 || p.dense_glu[mi]) {
+      continue;
+    }
+    const auto& wt = g.tensor(mm.in[0]);
+    const auto& cw = g.tensor(conv.in[1]);
+    if (!has_mul_mv_k(ctx, wt.type) || wt.ne[0] % 256 != 0 || cw.ne[0] < 1 || cw.ne[1] != wt.ne[1]) continue;
+    p.mm_conv[mi] = static_cast<int>(c);
+  }
 }
 
 void plan_moe_early(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -359,6 +389,21 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
     for (const TensorId t : g.nodes[m].in) {
       auto& u = last_use[static_cast<size_t>(t)];
       if (u >= 0) u = std::max(u, static_cast<int>(m) + p.moe_early[m]);
+    }
+  }
+  // A convolution done by its product (plan_conv_tails) writes its output at the product: what the
+  // nodes from the product to the convolution read or write lives until the convolution.
+  for (size_t m = 0; m < p.mm_conv.size(); ++m) {
+    if (p.mm_conv[m] < 0) continue;
+    const auto c = static_cast<size_t>(p.mm_conv[m]);
+    for (size_t k = m; k < c; ++k) {
+      std::vector<TensorId> ts = g.nodes[k].in;
+      ts.push_back(g.nodes[k].out);
+      for (const TensorId t : ts) {
+        if (g.tensor(t).kind != graph::TensorKind::Act) continue;
+        auto& u = last_use[static_cast<size_t>(t)];
+        if (u >= 0) u = std::max(u, static_cast<int>(c));
+      }
     }
   }
   // A rotation done in place by its product (plan_tails): the product's rows live as long as the
@@ -533,6 +578,7 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_gate_norms(p, g, opts);
   plan_moe_early(p, g, opts);
   plan_dense_glus(p, ctx, g, opts);
+  plan_conv_tails(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes

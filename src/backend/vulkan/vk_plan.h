@@ -82,6 +82,13 @@ struct Plan {
   // nodes skipped). Its counters and the zero ids (glu_count_bytes) and its codes' place in act_q8k
   // (glu_codes_offset). ZINC_VULKAN_DENSE_GLU=1 (off by default until timed on a GPU).
   std::vector<bool> dense_glu;
+  // A short causal convolution (graph Op::SsmConv: a recurrent layer's, over its q, k and v) whose
+  // input is a K-quant product's and that product's only reader: per node of the product, the
+  // convolution's node a one-token step of one sequence does in the product's dispatch (mul_mv_k_conv,
+  // writing the convolution's output; the convolution's node then records nothing), else -1. Every
+  // tensor the nodes between them read or write lives until the convolution, so its output, written
+  // that early, takes none of their memory. ZINC_VULKAN_CONV_TAIL=0: none.
+  std::vector<int> mm_conv;
   size_t glu_count_bytes = 0, glu_codes_offset = 0;
   size_t norm_codes_offset = 0;
   uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks

@@ -516,6 +516,25 @@ void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
   mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push, ns);
 }
 
+void mul_mv_k_conv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View conv_w, View state, View y,
+                   uint32_t ncols, uint32_t nrows, uint32_t taps, const NormScale& ns) {
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_conv", type, ncols);
+  if (taps == 0) throw Error("Vulkan mul_mv_k_conv: a convolution of 0 taps");
+  if (nrows == 0) return;
+  check_bytes("mul_mv_k_conv", uint64_t{row_bytes} * nrows);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  const uint32_t spec[] = {s.wg, s.rows, 1, s.groups};
+  struct {
+    MulMvKPush base;
+    uint32_t taps;
+  } push{MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0}, taps};
+  set_norm_scale(push.base, ns, ncols, 1);
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_cnv_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, (nrows + s.rows * s.groups - 1) / (s.rows * s.groups), &gx, &gy);
+  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, conv_w, state, y, y, y, y, norm_partials(ns, y)}, &push, gx, gy, 1);
+}
+
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                  uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool x_per_slot) {
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_id", type, ncols);

@@ -132,6 +132,13 @@ void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
 void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
                      bool f32_cache, uint32_t ncols, uint32_t nrows, const NormScale& ns = {});
 
+// Decode's product of one token followed by the short causal convolution that is its one reader
+// (graph Op::SsmConv, ssm_conv's work on each row's channel, the same bits): y = silu(conv(state,
+// product)) with conv_w [nrows][taps] floats, and state ([taps - 1][nrows] floats) shifted by the
+// product's row. The product itself is written nowhere.
+void mul_mv_k_conv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View conv_w, View state, View y,
+                   uint32_t ncols, uint32_t nrows, uint32_t taps, const NormScale& ns = {});
+
 // Mixture of experts: W {ncols, nrows, n_expert} (expert e's rows from byte e * row_size * nrows),
 // ids [n_tokens][n_used] uint32 expert indices (clamped to n_expert - 1), y [n_tokens][n_used][nrows]:
 // y[t][k] = W_ids[t][k] . x_(t,k) (+ bias[ids[t][k]]), x_(t,k) = x[t] ([n_tokens][ncols], gate and up)

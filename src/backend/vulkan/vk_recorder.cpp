@@ -253,6 +253,8 @@ class Recorder {
         } else if (dense_glu(rec, tr, index, rows, nu)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
+        } else if (!multi_ && n_tok == 1 && plan_.mm_conv[index] >= 0 && !parts.front().keep) {
+          conv_product(rec, tr, node, index, in(1));
         } else {
           matmul(rec, tr, node, in(1), out, nu);
         }
@@ -838,6 +840,22 @@ class Recorder {
     vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n, ns);
     add_bias(rec, tr, bias, out, nrows, n);
     return true;
+  }
+
+  // Decode's product with the short convolution that reads it (plan_conv_tails): the convolution's
+  // output and its sequence's state, written by the product's dispatch; the convolution's node is done.
+  void conv_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x) {
+    const auto c = static_cast<size_t>(plan_.mm_conv[index]);
+    const Node& conv = g_.nodes[c];
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const vk::NormScale ns = scale_of(node.in[1]);
+    const View st = state(c, parts_->front().seq), cw = w_.f32(conv.in[1]), y = act(conv.out, 1);
+    tr.before({xq, ns.partials, st}, {y, st});
+    vk::mul_mv_k_conv(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, cw, st, y, ncols, nrows,
+                      static_cast<uint32_t>(g_.tensor(conv.in[1]).ne[0]), ns);
+    done_[c] = true;
   }
 
   // Decode's q or k product with its heads' norm, rotation (in place: the rotation's output is the
