@@ -1,4 +1,6 @@
 #version 450
+//! variant plain DELTA_PLAIN
+//! variant nglu NORM_GLU
 // Gated delta rule (graph Op::DeltaNet, CpuExecutable::delta_net then cpu::gated_delta_rule), token by
 // token: per token t and v head h, with beta = sigmoid(b), g = A[h] * softplus(a + dt_bias[h]), k and q
 // L2-normalised (x / sqrt(sum x^2 + 1e-6)), q also scaled by 1/sqrt(dk):
@@ -19,20 +21,42 @@
 // keep_stride > 0, the state after each token t also written at kept[t * keep_stride...] (a speculative
 // step's states, to go back to one of them).
 // Grid: (ceil(dv / 32), n_head_v). Specialisation constant 0: RPT = ceil(dk / 8); 1-5 the row layout.
+// NORM_GLU (variant nglu; one token, dv a multiple of 32 dividing 256, q, k and v pieces of one
+// buffer's rows, no kept states; bindings below): the per-head RMSNorm and the SwiGLU after it
+// (rms_norm_glu.comp's work, norm_glu.glsl) done by the last of each 256-element block's 8
+// workgroups (count[block], reset to 0 by it), reading the block's out back (coherent).
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #define COLS 32
 #define RG 8
 layout(local_size_x = COLS, local_size_y = RG) in;
 layout(constant_id = 0) const uint RPT = 16;
+#if defined(NORM_GLU)
+// q, k and v pieces of one buffer's rows (binding 0); then a 1, b 2, A 3, dt_bias 4, state 5, out 6,
+// the counters 7, the norm's weights 8, z 9, the SwiGLU's output 10 and its codes 11 (at most 12
+// buffers a kernel; the norm's own output, read by the SwiGLU alone, is not written).
+#define B_K 0
+#define B_V 0
+#define B_A 1
+#else
+#define B_K 1
+#define B_V 2
+#define B_A 3
+#endif
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
-layout(std430, binding = 1) readonly buffer K { float k[]; };
-layout(std430, binding = 2) readonly buffer V { float v[]; };
-layout(std430, binding = 3) readonly buffer Ga { float a[]; };
-layout(std430, binding = 4) readonly buffer Gb { float b[]; };
-layout(std430, binding = 5) readonly buffer GA { float A[]; };
-layout(std430, binding = 6) readonly buffer Gd { float dt_bias[]; };
-layout(std430, binding = 7) buffer St { float state[]; };
+layout(std430, binding = B_K) readonly buffer K { float k[]; };
+layout(std430, binding = B_V) readonly buffer V { float v[]; };
+layout(std430, binding = B_A) readonly buffer Ga { float a[]; };
+layout(std430, binding = B_A + 1) readonly buffer Gb { float b[]; };
+layout(std430, binding = B_A + 2) readonly buffer GA { float A[]; };
+layout(std430, binding = B_A + 3) readonly buffer Gd { float dt_bias[]; };
+layout(std430, binding = B_A + 4) buffer St { float state[]; };
+#if defined(NORM_GLU)
+layout(std430, binding = 6) coherent buffer O { float o[]; };
+#else
 layout(std430, binding = 8) writeonly buffer O { float o[]; };
 layout(std430, binding = 9) writeonly buffer Kp { float kept[]; };
+#endif
 layout(push_constant) uniform Params {
   uint n_head_k;
   uint n_head_v;
@@ -41,6 +65,12 @@ layout(push_constant) uniform Params {
   uint tiled;  // 1: v head h reads q/k head h % n_head_k, else h / (n_head_v / n_head_k)
   uint n_tokens;
   uint keep_stride;  // floats between the kept states of consecutive tokens (0: none kept)
+#if defined(NORM_GLU)
+  uint has_weight;  // the norm's weights (binding 8; 0: none)
+  float eps;
+  float offset;     // added to every norm weight
+  uint q8k_stride;  // words per quantized row; 0: no codes
+#endif
 } p;
 // Rows of q, k and v as pieces of wider rows: floats between tokens' rows of q and k (0: dense,
 // n_head_k * dk) and of v (0: n_head_v * dv), and from a row's start to each piece.
@@ -52,6 +82,25 @@ layout(constant_id = 5) const uint V_OFF = 0;
 
 shared float part_k[RG][COLS], part_q[RG][COLS];  // per row group: S^T k, S^T q partial sums
 shared float norm_k[RG], norm_q[RG];               // per row group: sum of k^2, of q^2
+
+#if defined(NORM_GLU)
+layout(std430, binding = 7) coherent buffer Cnt { uint count[]; };
+layout(std430, binding = 8) readonly buffer NW { float nw[]; };
+layout(std430, binding = 9) readonly buffer Z { float z[]; };
+layout(std430, binding = 10) writeonly buffer GO { float go[]; };
+layout(std430, binding = 11) writeonly buffer QO { uint qo[]; };
+#define Q8K_BLOCK256_WRITER
+#define q qo
+#include "q8k.glsl"
+#undef q
+#define NG_X(i) o[i]
+#define NG_W(i) nw[i]
+#define NG_Z(i) z[i]
+#define NG_Y(i, v)
+#define NG_O(i, v) go[i] = v
+#include "norm_glu.glsl"
+shared bool ng_last;
+#endif
 
 // log(1 + u) without losing small u (GLSL has no log1p).
 float log1p_(float u) {
@@ -124,15 +173,31 @@ void main() {
       }
       o[out_at] = sq * (q_scale * inversesqrt(nq + 1e-6));
     }
+#if !defined(NORM_GLU)
     if (p.keep_stride != 0u) {
       for (uint m = 0u; m < RPT; ++m) {
         const uint i = m * RG + r;
         if (live && i < p.dk) kept[t * p.keep_stride + s_base + i * p.dv] = S[m];
       }
     }
+#endif
   }
   for (uint m = 0u; m < RPT; ++m) {
     const uint i = m * RG + r;
     if (live && i < p.dk) state[s_base + i * p.dv] = S[m];
   }
+#if defined(NORM_GLU)
+  // Once the block's 8 workgroups have written their columns: the last of them normalises its heads.
+  const uint width = p.n_head_v * p.dv, blk = (h * p.dv + gl_WorkGroupID.x * COLS) / 256u, lid = r * COLS + c;
+  memoryBarrierBuffer();
+  barrier();
+  if (lid == 0u) {
+    ng_last = atomicAdd(count[blk], 1u) == 256u / COLS - 1u;
+    if (ng_last) count[blk] = 0u;
+  }
+  barrier();
+  if (!ng_last) return;  // uniform: the workgroup's shared flag
+  memoryBarrierBuffer();
+  norm_glu_block(lid, blk * 256u + lid, p.dv, p.has_weight != 0u, p.eps, p.offset, width, p.q8k_stride);
+#endif
 }

@@ -1248,6 +1248,12 @@ struct KnobRun {
   std::vector<float> got;
   backend::Backend::RecordedCounts counts;
 };
+// The CPU backend's output of c (empty, and a failure, where it refuses the case).
+std::vector<float> cpu_result(const Case& c, backend::Backend& cpu) {
+  CaseRun run(c, cpu);
+  EXPECT_TRUE(run.why.empty()) << run.why;
+  return run.why.empty() ? run.run() : std::vector<float>{};
+}
 std::array<KnobRun, 2> vulkan_knob_runs(const Case& c, backend::Backend& vk, const char* knob, bool alone) {
   std::array<KnobRun, 2> runs;
   Case singles = c;
@@ -1302,9 +1308,7 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
     const TensorId ffn = b.add(moe, b.sigmoid_mul(shared, wg, "shared_gated", 0), "ffn", 0);
     return b.rms_norm(b.add(r, ffn, "h", 0), t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "out", 0);
   };
-  CaseRun on_cpu(c, *cpu);
-  ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
-  const std::vector<float> want = on_cpu.run();
+  const std::vector<float> want = cpu_result(c, *cpu);
   const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_SHARED_EARLY", false);
   EXPECT_EQ(r[0].counts.dispatches, r[1].counts.dispatches);
   // (A recording per step shape, 1 and 3 tokens: a barrier fewer in each.)
@@ -1315,6 +1319,25 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
   const Gap g = largest_gap(r[1].got, want);
   std::printf("moe_shared_expert: largest gap to the CPU %.2e of the largest output\n", g.gap / g.scale);
   EXPECT_LT(g.gap, 2e-3 * g.scale);
+}
+
+// A case of decode-sized steps, 1, 1, 3 and 1 tokens.
+Case decode_steps(const char* name) {
+  Case c;
+  c.name = name;
+  c.steps = {1, 1, 3, 1};
+  c.n = 6;
+  return c;
+}
+
+// Its input of width d: x, or (`normed`) the norm of a Q4_K product's residual sum, which one-token
+// steps leave to its readers (the norm tail) so the next product takes its scale.
+TensorId decode_input(Builder& b, Tables& t, int64_t d, int n, bool normed) {
+  const TensorId x = t.input(b, "x", d, n);
+  if (!normed) return x;
+  const TensorId h = b.add(b.matmul(t.weight(b, "wo", TensorType::Q4_K, {d, d, 1, 1}, -0.1f, 0.1f), x, "o", 0),
+                           t.input(b, "r", d, n, -2, 2), "h", 0);
+  return b.rms_norm(h, t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "x_normed", 0);
 }
 
 // A dense FFN in decode-sized steps: out = W_d (silu(W_g x) * (W_u x)), Q4_K, d = ff = 256; x an input,
@@ -1329,25 +1352,15 @@ TEST(DenseGlu, VulkanDecodeStepsAreTheCpus) {
   if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   constexpr int64_t d = 256, ff = 256;
   for (const bool normed : {false, true}) {
-    Case c;
-    c.name = normed ? "dense_glu_normed" : "dense_glu";
-    c.steps = {1, 1, 3, 1};
-    c.n = 6;
+    Case c = decode_steps(normed ? "dense_glu_normed" : "dense_glu");
     c.build = [&](Builder& b, Tables& t) {
-      TensorId x = t.input(b, "x", d, c.n);
-      if (normed) {
-        const TensorId wo = t.weight(b, "wo", TensorType::Q4_K, {d, d, 1, 1}, -0.1f, 0.1f);
-        const TensorId h = b.add(b.matmul(wo, x, "o", 0), t.input(b, "r", d, c.n, -2, 2), "h", 0);
-        x = b.rms_norm(h, t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "x_normed", 0);
-      }
+      const TensorId x = decode_input(b, t, d, c.n, normed);
       const TensorId up = b.matmul(t.weight(b, "up", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "up", 0);
       const TensorId gate = b.matmul(t.weight(b, "gate", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "gate", 0);
       const TensorId act = b.swiglu(gate, up, "act", 0);
       return b.matmul(t.weight(b, "down", TensorType::Q4_K, {ff, d, 1, 1}, -0.2f, 0.2f), act, "out", 0);
     };
-    CaseRun on_cpu(c, *cpu);
-    ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
-    const std::vector<float> want = on_cpu.run();
+    const std::vector<float> want = cpu_result(c, *cpu);
     const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_DENSE_GLU", true);
     // (A recording per step shape, 1 and 3 tokens.)
     EXPECT_GE(r[0].counts.dispatches, r[1].counts.dispatches + 4) << c.name;
@@ -1372,23 +1385,13 @@ TEST(ConvTail, VulkanDecodeStepsAreTheCpus) {
   if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
   constexpr int64_t d = 256;
   for (const bool normed : {false, true}) {
-    Case c;
-    c.name = normed ? "conv_tail_normed" : "conv_tail";
-    c.steps = {1, 1, 3, 1};
-    c.n = 6;
+    Case c = decode_steps(normed ? "conv_tail_normed" : "conv_tail");
     c.build = [&](Builder& b, Tables& t) {
-      TensorId x = t.input(b, "x", d, c.n);
-      if (normed) {
-        const TensorId h = b.add(b.matmul(t.weight(b, "wo", TensorType::Q4_K, {d, d, 1, 1}, -0.1f, 0.1f), x, "o", 0),
-                                 t.input(b, "r", d, c.n, -2, 2), "h", 0);
-        x = b.rms_norm(h, t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "x_normed", 0);
-      }
+      const TensorId x = decode_input(b, t, d, c.n, normed);
       const TensorId qkv = b.matmul(t.weight(b, "qkv", TensorType::Q4_K, {d, d, 1, 1}, -0.2f, 0.2f), x, "qkv", 0);
       return b.ssm_conv(qkv, t.weight(b, "conv", TensorType::F32, {4, d, 1, 1}, -0.5f, 0.5f), "out", 0);
     };
-    CaseRun on_cpu(c, *cpu);
-    ASSERT_TRUE(on_cpu.why.empty()) << on_cpu.why;
-    const std::vector<float> want = on_cpu.run();
+    const std::vector<float> want = cpu_result(c, *cpu);
     const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_CONV_TAIL", true);
     EXPECT_GE(r[0].counts.dispatches, r[1].counts.dispatches + 1) << c.name;
     EXPECT_GE(r[0].counts.barriers, r[1].counts.barriers + 1) << c.name;

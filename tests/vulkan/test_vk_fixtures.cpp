@@ -995,6 +995,35 @@ TEST_P(VulkanGateNorm, AddsTheResidualAndNormalisesInTheGatesDispatch) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, VulkanGateNorm, ::testing::Values("qwen3_5_moe", "qwen3_next"));
 
+// A recurrent layer's work after its products in fewer dispatches, each with the same roundings in the
+// same order: a one-token step records a dispatch fewer a recurrent layer than with the knob at 0, and
+// the same logits bit for bit.
+// - ZINC_VULKAN_CONV_TAIL (a K-quant file): the short convolution by its q, k and v product (mul_mv_k_cnv).
+// - ZINC_VULKAN_DELTA_NORM (the F32 file): the per-head norm and the output gate by the last workgroup
+//   of each 256 values of the delta rule's dispatch (delta_net's NORM_GLU tail).
+class VulkanRecurrentTails : public VulkanFixture {
+ protected:
+  void check(const std::string& mixture, const char* knob) {
+    const gguf::File f = file(mixture);
+    const model::Model m = model::load(f);
+    const auto recurrent = static_cast<uint64_t>(std::count_if(m.graph.nodes.begin(), m.graph.nodes.end(),
+                                                               [](const graph::Node& n) { return n.op == graph::Op::DeltaNet; }));
+    ASSERT_GE(recurrent, 1u) << GetParam();
+    const auto [recorded, logits] = one_token_steps(f, *gpu_, sequence_, knob);
+    EXPECT_GT(recorded[1], 0u) << GetParam();
+    EXPECT_GE(recorded[0], recorded[1] + recurrent) << GetParam() << " " << knob << ": " << recorded[0] << " dispatches at 0, "
+                                                    << recorded[1] << " at 1";
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << GetParam();
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0) << GetParam() << " " << knob;
+  }
+};
+
+TEST_P(VulkanRecurrentTails, TheConvolutionInTheProductsDispatch) { check("Q4_K_M", "ZINC_VULKAN_CONV_TAIL"); }
+
+TEST_P(VulkanRecurrentTails, TheNormAndGateInTheDeltaRulesDispatch) { check("F32", "ZINC_VULKAN_DELTA_NORM"); }
+
+INSTANTIATE_TEST_SUITE_P(Architectures, VulkanRecurrentTails, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZINC_GPU_FIXTURE,

@@ -45,11 +45,11 @@ run)
   tests)
     # Suites parameterised by fixture name run on the packed subset only (qwen3_5 and qwen3_next left out).
     device_tests "kernel tests" kernels.log 300 /tmp/vt \
-      --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*VulkanGateAdd.*:*VulkanGateNorm.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan'
-    filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:*VulkanGateAdd.*/0:*VulkanGateNorm.*/0:'
+      --gtest_filter='-*VulkanFixture.*:*VulkanWarmUp.*:*VulkanDecodeCodes.*:*VulkanNormTails.*:*VulkanGateAdd.*:*VulkanGateNorm.*:*VulkanRecurrentTails.*:*/qwen3_5_vulkan:*/qwen3_next_vulkan'
+    filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:*VulkanGateAdd.*/0:*VulkanGateNorm.*/0:*VulkanRecurrentTails.*/1:'
     for i in "${indices[@]}"; do filter="${filter}*VulkanFixture.*/$i:"; done
     device_tests "fixture tests" fixtures.log 300 /tmp/vt --gtest_filter="$filter"
-    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*:SharedExpertEarly.*:DenseGlu.*'
+    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*:SharedExpertEarly.*:DenseGlu.*:ConvTail.*'
     ;;
   ab)
     preset=${3:?preset}

@@ -231,6 +231,10 @@ class VulkanExecutable final : public SharedDeviceExecutable {
       res_.glu_count = device(glu_count_, plan_.glu_count_bytes);
       ctx_.fill_zero(*glu_count_, 0, plan_.glu_count_bytes);
     }
+    if (plan_.delta_count_bytes > 0) {
+      res_.delta_count = device(delta_count_, plan_.delta_count_bytes);
+      ctx_.fill_zero(*delta_count_, 0, plan_.delta_count_bytes);
+    }
     res_.moe_gate = device(moe_gate_, plan_.moe_slot_bytes);
     res_.moe_up = device(moe_up_, plan_.moe_slot_bytes);
     res_.moe_down = device(moe_down_, plan_.moe_slot_bytes);
@@ -342,7 +346,7 @@ class VulkanExecutable final : public SharedDeviceExecutable {
   vk::Context& ctx_;
   vk::Plan plan_;
   OwnedBuffer arena_, logits_, hidden_, step_, step_dev_, attn_scratch_, act_q8_, act_q8k_, x_f16_, moe_logits_, moe_ids_,
-      moe_count_, head_count_, norm_tail_, glu_count_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_route_, argmax_, argmax_scratch_;
+      moe_count_, head_count_, norm_tail_, glu_count_, delta_count_, moe_weights_, moe_gate_, moe_up_, moe_down_, moe_route_, argmax_, argmax_scratch_;
   std::vector<OwnedBuffer> k_, v_, state_, kept_;  // per layer; per node; per node (ExecOptions::kept_states)
   vk::Buffer empty_;  // what a buffer of no bytes is
   vk::Resources res_;  // the same buffers as the recordings see them

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/error.h"
 
@@ -137,7 +138,7 @@ void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out,
 
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens, const Kept& kept, const DeltaNetRows& rows) {
+               uint32_t n_tokens, const Kept& kept, const DeltaNetRows& rows, const DeltaNormGlu* ng) {
   if (n_head_k == 0 || (!tiled && n_head_v % n_head_k != 0) || dk == 0 || dk > 1024 || dv == 0) {
     throw Error(fmt::format("Vulkan delta_net: {} v heads over {} q/k heads of {} x {} is not supported", n_head_v,
                             n_head_k, dk, dv));
@@ -147,10 +148,33 @@ void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View
   // The row layout as constants: the dense form compiles to the index arithmetic it always had (the
   // per-token loop is latency-bound: a prompt's steps slowed by 2% with them as push constants).
   const uint32_t spec[] = {(dk + 7) / 8, rows.qk_row, rows.v_row, rows.q_off, rows.k_off, rows.v_off};
-  const Kernel& kn = ctx.pipeline("delta_net", 10, 28, spec);
+  if (ng) {
+    if (!delta_norm_glu_fits(ctx, n_head_v, dv) || n_tokens != 1 || kept.stride_bytes > 0) {
+      throw Error(fmt::format("Vulkan delta_net: the norm and SwiGLU after it do not fit {} heads of {} in a one-token step", n_head_v, dv));
+    }
+    struct {
+      uint32_t n_head_k, n_head_v, dk, dv, tiled, n_tokens, keep_stride, has_weight;
+      float eps, offset;
+      uint32_t q8k_stride;
+    } push{n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, 1, 0, ng->w.buffer ? 1u : 0u, ng->eps, ng->offset,
+           ng->xq.buffer ? static_cast<uint32_t>(q8k_row_bytes(n_head_v * dv) / 4) : 0u};
+    if (q.buffer != k.buffer || q.buffer != v.buffer || q.offset != k.offset || q.offset != v.offset || rows.qk_row == 0) {
+      throw Error("Vulkan delta_net: the norm's tail takes q, k and v as pieces of one tensor's rows");
+    }
+    const Kernel& kn = ctx.pipeline("delta_net_nglu", 12, sizeof(push), spec);
+    const View bindings[] = {q, a, b, A, dt_bias, state, out, ng->count, ng->w.buffer ? ng->w : ng->z, ng->z, ng->out,
+                             ng->xq.buffer ? ng->xq : ng->out};
+    d.dispatch(kn, bindings, &push, dv / 32, n_head_v);
+    return;
+  }
+  const Kernel& kn = ctx.pipeline("delta_net_plain", 10, 28, spec);
   const uint32_t push[] = {n_head_k, n_head_v, dk, dv, tiled ? 1u : 0u, n_tokens, kept.stride_bytes / 4};
   const View bindings[] = {q, k, v, a, b, A, dt_bias, state, out, kept.stride_bytes > 0 ? kept.view : state};
   d.dispatch(kn, bindings, push, (dv + 31) / 32, n_head_v);
+}
+
+bool delta_norm_glu_fits(const Context& ctx, uint32_t n_head_v, uint32_t dv) {
+  return dv % 32 == 0 && rms_norm_glu_fits(ctx, n_head_v * dv, dv);
 }
 
 void copy_rows(Context& ctx, Dispatcher& d, View in, View out, uint32_t n_tokens, uint32_t in_row0, uint32_t in_stride,

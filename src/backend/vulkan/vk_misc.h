@@ -78,9 +78,19 @@ void ssm_conv(Context& ctx, Dispatcher& d, View x, View w, View state, View out,
 struct DeltaNetRows {
   uint32_t qk_row = 0, v_row = 0, q_off = 0, k_off = 0, v_off = 0;
 };
+// With ng (a one-token step, q, k and v pieces of one tensor's rows): the per-head RMSNorm of out
+// (heads of dv, weights w or none) and the SwiGLU silu(z) * norm after it, as rms_norm_glu does them
+// (the same bits), by the last workgroup of each 256-element block (count: a zero counter a block,
+// zero again after); out the SwiGLU's output, xq its Q8_K codes where given. The norm's own output is
+// not written. Needs delta_norm_glu_fits.
+struct DeltaNormGlu {
+  View w, z, out, xq, count;
+  float eps = 0, offset = 0;
+};
+bool delta_norm_glu_fits(const Context& ctx, uint32_t n_head_v, uint32_t dv);
 void delta_net(Context& ctx, Dispatcher& d, View q, View k, View v, View a, View b, View A, View dt_bias, View state,
                View out, uint32_t n_head_k, uint32_t n_head_v, uint32_t dk, uint32_t dv, bool tiled,
-               uint32_t n_tokens, const Kept& kept = {}, const DeltaNetRows& rows = {});
+               uint32_t n_tokens, const Kept& kept = {}, const DeltaNetRows& rows = {}, const DeltaNormGlu* ng = nullptr);
 
 // out[t * out_stride + out_offset + g * piece + i] = in[(t + in_row0) * in_stride + in_offset + g * group_stride + i]
 // for t < n_tokens, g < n_groups, i < piece (all in floats). Split: one call; Concat: one call per

@@ -271,9 +271,10 @@ void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
 void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.dense_glu.assign(nn, false);
-  // 1: GLUs of at most kNarrowGlu rows (a shared expert's), where the experts' kernel's shape fits;
-  // 2: every width (a dense FFN's 12,288 rows too).
-  const uint32_t mode = knob_u32("ZINC_VULKAN_DENSE_GLU", 0, 0, 2);
+  // 1 (the default): GLUs of at most kNarrowGlu rows (a shared expert's: on an H100 qwen3.6-35b-a3b
+  // tg64 265.0 -> 281.7 tok/s); 2: every width (qwen3-8b's 12,288 rows: 299.4 -> 288.7, so not by
+  // default); 0: none.
+  const uint32_t mode = knob_u32("ZINC_VULKAN_DENSE_GLU", 1, 0, 2);
   if (opts.keep_activations || mode == 0) return;
   constexpr uint32_t kNarrowGlu = 4096;
   const std::vector<int> readers = reader_counts(g);
@@ -320,6 +321,28 @@ void plan_conv_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
     if (!has_mul_mv_k(ctx, wt.type) || wt.ne[0] % 256 != 0 || cw.ne[0] < 1 || cw.ne[1] != wt.ne[1]) continue;
     p.mm_conv[mi] = static_cast<int>(c);
   }
+}
+
+void plan_delta_norms(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.delta_norm_glu.assign(nn, false);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_DELTA_NORM", 0, 0, 1) == 0) return;
+  const std::vector<int> readers = reader_counts(g);
+  size_t blocks = 0;
+  for (size_t i = 0; i + 2 < nn; ++i) {
+    const Node &dn = g.nodes[i], &norm = g.nodes[i + 1], &glu = g.nodes[i + 2];
+    if (dn.op != Op::DeltaNet || norm.op != Op::RmsNorm || glu.op != Op::SwiGLU || p.skip[i] || p.skip[i + 1] || p.skip[i + 2]) continue;
+    const auto hv = static_cast<uint32_t>(dn.delta_net().n_head_v), dv = static_cast<uint32_t>(dn.delta_net().dv);
+    if (norm.in[0] != dn.out || norm.norm().group != static_cast<int64_t>(dv) || glu.in.size() != 2 || glu.in[1] != norm.out ||
+        glu.in[0] == norm.out || g.tensor(glu.out).ne[0] != g.tensor(dn.out).ne[0] || !delta_norm_glu_fits(ctx, hv, dv)) {
+      continue;
+    }
+    if (norm.in.size() > 1 && g.tensor(norm.in[1]).ne[0] != static_cast<int64_t>(dv)) continue;
+    if (readers[static_cast<size_t>(norm.out)] != 1 || p.delta_qkv[i].src < 0) continue;  // (the norm's rows are not written)
+    p.delta_norm_glu[i] = true;
+    blocks = std::max<size_t>(blocks, size_t{hv} * dv / 256);
+  }
+  p.delta_count_bytes = 4 * blocks;
 }
 
 void plan_moe_early(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -579,6 +602,7 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_moe_early(p, g, opts);
   plan_dense_glus(p, ctx, g, opts);
   plan_conv_tails(p, ctx, g, opts);
+  plan_delta_norms(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes

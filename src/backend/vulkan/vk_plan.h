@@ -80,7 +80,8 @@ struct Plan {
   // expert's gate and up): per node of the first product, whether decode-sized steps do all three and
   // the down product's codes in one dispatch (mul_mv_k_id_glu as one expert, ids all 0; the next two
   // nodes skipped). Its counters and the zero ids (glu_count_bytes) and its codes' place in act_q8k
-  // (glu_codes_offset). ZINC_VULKAN_DENSE_GLU=1 (off by default until timed on a GPU).
+  // (glu_codes_offset). ZINC_VULKAN_DENSE_GLU: 1 (the default) GLUs of at most 4,096 rows, 2 every
+  // width, 0 none.
   std::vector<bool> dense_glu;
   // A short causal convolution (graph Op::SsmConv: a recurrent layer's, over its q, k and v) whose
   // input is a K-quant product's and that product's only reader: per node of the product, the
@@ -89,6 +90,13 @@ struct Plan {
   // tensor the nodes between them read or write lives until the convolution, so its output, written
   // that early, takes none of their memory. ZINC_VULKAN_CONV_TAIL=0: none.
   std::vector<int> mm_conv;
+  // A DeltaNet followed by the per-head norm of its output and the SwiGLU reading that norm (the gated
+  // DeltaNet's output gate): per DeltaNet node, whether a one-token step of one sequence does both in
+  // the DeltaNet's dispatch (delta_net's NormGlu tail; the two nodes after it then record nothing), and
+  // its counters' bytes (one per 256 values of the widest such output). ZINC_VULKAN_DELTA_NORM=1 (off
+  // by default until timed on a GPU).
+  std::vector<bool> delta_norm_glu;
+  size_t delta_count_bytes = 0;
   size_t glu_count_bytes = 0, glu_codes_offset = 0;
   size_t norm_codes_offset = 0;
   uint32_t norm_blocks = 0;  // the widest such norm's 256-value blocks

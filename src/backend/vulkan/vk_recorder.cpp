@@ -443,6 +443,10 @@ class Recorder {
             }
           }
         }
+        if (!multi_ && n_tok == 1 && !parts.front().keep && plan_.delta_norm_glu[index] && res_.delta_count &&
+            delta_norm(rec, tr, node, index, from_src ? act(dq.src, rows[static_cast<size_t>(dq.src)]) : View{}, qkv_rows, out)) {
+          break;
+        }
         for (const Part& p : parts) {
           const View st = state(index, p.seq), y = part_rows(out, node.out, p);
           const auto x = [&](size_t k) {
@@ -748,6 +752,32 @@ class Recorder {
     const Node& norm = g_.nodes[index];
     vk::rms_norm_glu(ctx_, rec, x, w, z, y, out, xq, width, group, n, norm.norm().eps, norm.norm().offset);
     done_[index + 1] = true;
+    return true;
+  }
+
+  // A one-token step's DeltaNet with the per-head norm and the SwiGLU after it (Plan::delta_norm_glu)
+  // in its dispatch; false where their rows' memory clashes (each then gets its own dispatch).
+  bool delta_norm(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View src, const vk::DeltaNetRows& qkv_rows,
+                  View out) {
+    const Node &norm = g_.nodes[index + 1], &glu = g_.nodes[index + 2];
+    const graph::DeltaNetParams& dp = node.delta_net();
+    const auto width = static_cast<uint32_t>(g_.tensor(node.out).ne[0]);
+    vk::DeltaNormGlu ng;
+    ng.w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    ng.z = act(glu.in[0], 1);
+    ng.out = act(glu.out, 1);
+    if (!src.buffer || clashes(out, ng.out) || clashes(ng.z, ng.out)) return false;
+    ng.xq = q8k_out(glu.out, width, 1);
+    ng.count = View{res_.delta_count, 0, res_.delta_count->size};
+    ng.eps = norm.norm().eps;
+    ng.offset = norm.norm().offset;
+    const View st = state(index, parts_->front().seq);
+    const auto x = [&](size_t k) { return k < 3 ? src : act(node.in[k], 1); };
+    tr.before({x(0), x(1), x(2), x(3), x(4), st, ng.z}, {out, st, ng.out, ng.xq, ng.count});
+    vk::delta_net(ctx_, rec, x(0), x(1), x(2), x(3), x(4), w_.f32(node.in[5]), w_.f32(node.in[6]), st, out,
+                  static_cast<uint32_t>(dp.n_head_k), static_cast<uint32_t>(dp.n_head_v), static_cast<uint32_t>(dp.dk),
+                  static_cast<uint32_t>(dp.dv), dp.tiled_heads, 1, {}, qkv_rows, &ng);
+    done_[index + 1] = done_[index + 2] = true;
     return true;
   }
 

@@ -39,6 +39,7 @@ struct Resources {
   const Buffer* moe_count = nullptr;  // moe_router's counters, one per token of a decode-sized step (zero between steps)
   const Buffer* norm_tail = nullptr;  // mul_mv_k_norm's counters (zero between steps), then its partial sums
   const Buffer* glu_count = nullptr;  // the dense GLUs' zero ids, then their counters (zero between steps)
+  const Buffer* delta_count = nullptr;  // delta_net's norm tail counters (zero between steps)
   const Buffer *moe_gate = nullptr, *moe_up = nullptr, *moe_down = nullptr;
   const Buffer* moe_route = nullptr;  // a prefill step's slots grouped by expert (moe_sort)
   const Buffer *argmax = nullptr, *argmax_scratch = nullptr;  // per part: an id (plan.align apart) and its scratch
