@@ -45,6 +45,22 @@ uint32_t part_row_alignment(const graph::Graph& g, size_t align) {
   return static_cast<uint32_t>(a);
 }
 
+// Per tensor: how many node inputs name it.
+std::vector<int> reader_counts(const graph::Graph& g) {
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Node& n : g.nodes) {
+    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
+  }
+  return readers;
+}
+
+// Per tensor: the node that writes it (-1: none, an input or a weight).
+std::vector<int> producers(const graph::Graph& g) {
+  std::vector<int> producer(g.tensors.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  return producer;
+}
+
 // A per-head norm whose one reader is a rotation is done by the rotation's dispatch, and the rotation
 // of an attention's k also appends k and v to the cache when v is computed by then.
 void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -55,11 +71,7 @@ void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   p.kv_stored.assign(nn, false);
   p.delta_qkv.assign(nn, {});
   if (opts.keep_activations) return;
-  std::vector<int> readers(g.tensors.size(), 0), producer(g.tensors.size(), -1);
-  for (size_t i = 0; i < nn; ++i) {
-    for (TensorId t : g.nodes[i].in) ++readers[static_cast<size_t>(t)];
-    producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
-  }
+  const std::vector<int> readers = reader_counts(g), producer = producers(g);
   for (size_t i = 0; i < nn; ++i) {
     const Node& dn = g.nodes[i];
     if (dn.op != Op::DeltaNet) continue;
@@ -118,11 +130,7 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
   p.mm_vstore.assign(nn, -1);
   p.mm_count_base.assign(nn, 0);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_ROPE_TAIL", 1, 0, 1) == 0) return;
-  std::vector<int> readers(g.tensors.size(), 0), producer(g.tensors.size(), -1);
-  for (size_t i = 0; i < nn; ++i) {
-    for (TensorId t : g.nodes[i].in) ++readers[static_cast<size_t>(t)];
-    producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
-  }
+  const std::vector<int> readers = reader_counts(g), producer = producers(g);
   // The one-token K-quant product (no bias) writing t, with workgroups that fit heads of hd, and
   // (rows_only false) t's one reader; its node, else -1.
   const auto product = [&](TensorId t, uint32_t hd, bool rows_only) {
@@ -162,15 +170,6 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
     if (vm >= 0) p.mm_vstore[static_cast<size_t>(vm)] = static_cast<int>(a);
   }
   p.head_count_bytes = size_t{4} * counters;
-}
-
-// Per tensor: how many node inputs name it.
-std::vector<int> reader_counts(const graph::Graph& g) {
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const Node& n : g.nodes) {
-    for (TensorId t : n.in) ++readers[static_cast<size_t>(t)];
-  }
-  return readers;
 }
 
 // Whether every reader of t (a norm's output) takes the norm's scale instead of its rows (Plan::mm_norm).
@@ -302,9 +301,7 @@ void plan_conv_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   const size_t nn = g.nodes.size();
   p.mm_conv.assign(nn, -1);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_CONV_TAIL", 1, 0, 1) == 0) return;
-  const std::vector<int> readers = reader_counts(g);
-  std::vector<int> producer(g.tensors.size(), -1);
-  for (size_t i = 0; i < nn; ++i) producer[static_cast<size_t>(g.nodes[i].out)] = static_cast<int>(i);
+  const std::vector<int> readers = reader_counts(g), producer = producers(g);
   for (size_t c = 0; c < nn; ++c) {
     const Node& conv = g.nodes[c];
     if (conv.op != Op::SsmConv || p.skip[c] || conv.in.size() != 2) continue;

@@ -51,6 +51,7 @@ class Recorder {
     multi_ = parts.size() > 1;
     tails_ = !multi_ && n_tok == 1 && res_.head_count != nullptr;  // (plan_tails: one token of one sequence)
     norm_tails_ = !multi_ && n_tok == 1 && res_.norm_tail != nullptr;  // (plan_norm_tails: likewise)
+    one_plain_ = !multi_ && n_tok == 1 && !parts.front().keep;  // (plan_conv_tails, plan_delta_norms)
     deferred_ = Deferred{};
     split_moe_ = -1;
     Recorded out;
@@ -253,7 +254,7 @@ class Recorder {
         } else if (dense_glu(rec, tr, index, rows, nu)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
-        } else if (!multi_ && n_tok == 1 && plan_.mm_conv[index] >= 0 && !parts.front().keep) {
+        } else if (one_plain_ && plan_.mm_conv[index] >= 0) {
           conv_product(rec, tr, node, index, in(1));
         } else {
           matmul(rec, tr, node, in(1), out, nu);
@@ -443,7 +444,7 @@ class Recorder {
             }
           }
         }
-        if (!multi_ && n_tok == 1 && !parts.front().keep && plan_.delta_norm_glu[index] && res_.delta_count &&
+        if (one_plain_ && plan_.delta_norm_glu[index] && res_.delta_count &&
             delta_norm(rec, tr, node, index, from_src ? act(dq.src, rows[static_cast<size_t>(dq.src)]) : View{}, qkv_rows, out)) {
           break;
         }
@@ -1222,6 +1223,7 @@ class Recorder {
   TensorId q8k_of_ = -1;    // the tensor the Q8_K scratch holds the codes of,
   View q8k_at_{};           // there (the norm's codes a product wrote sit past the others)
   bool norm_tails_ = false;  // one token of one sequence: products may take the add and norm after them (plan_norm_tails)
+  bool one_plain_ = false;   // one token of one sequence keeping no states: the conv and delta tails apply
   // The norm a product left to its readers: its output y (never written while active), the residual
   // sum h it normalises, its scale, width.
   struct Deferred {
