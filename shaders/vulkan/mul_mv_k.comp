@@ -8,6 +8,8 @@
 //! variants-by-type kdot nrm_ MUL_MV_NORM
 //! variants-by-type kdot idcn_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM
 //! variants-by-type kdot cnv_ MUL_MV_CONV
+//! variants-by-type kdot gnrm_ MUL_MV_NORM,MUL_MV_GTAIL
+//! variants-by-type kdot idcg_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM,MUL_MV_GTAIL
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -74,6 +76,14 @@
 // rms_norm_row. (Steps of more tokens get the same codes and sums from rms_norm_row's `factored`
 // form, so each row's arithmetic is the one-token step's.) Needs nrows a multiple of 256, 256
 // a multiple of a workgroup's rows and WG >= 64 (mul_mv_k_norm_fits).
+// MUL_MV_GTAIL (variants gnrm_ and idcg_, with MUL_MV_NORM: a shared expert's down product and the
+// experts' combined down product, two dispatches side by side, and the gated add, the residual add
+// and the norm after them): each writes its own part to y without the residual, and the two count
+// themselves in the same counters, tail_count arrivals a 256-row block in all; the last of a block,
+// of either dispatch, reads both parts (the other's at binding 12), the shared part's gate (binding
+// 13, one value a token) and the residual, and makes h = res + (c + a * sigmoid(g)) (c the experts'
+// part, a the shared one; own_shared: y holds a) as rms_norm_row's gated add does, writes it to
+// binding 14 and goes on as MUL_MV_NORM's tail does with h.
 //
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
@@ -124,6 +134,11 @@ layout(std430, binding = 8) coherent restrict buffer Cbuf { uint count[]; };
 layout(std430, binding = 9) writeonly restrict buffer NPObuf { float npart_out[]; };
 layout(std430, binding = 10) readonly buffer Resbuf { float res[]; };
 layout(std430, binding = 11) readonly restrict buffer NWbuf { float nw[]; };
+#if defined(MUL_MV_GTAIL)
+layout(std430, binding = 12) coherent readonly restrict buffer PTbuf { float partner[]; };  // the other dispatch's part
+layout(std430, binding = 13) readonly restrict buffer GTbuf { float gate[]; };  // the shared part's gate, one a token
+layout(std430, binding = 14) writeonly restrict buffer HSbuf { float hsum[]; };  // the residual sum h
+#endif
 const uint HALVES = 1u;
 #define WV(i) w[i]
 #define WV4(i) w4[i]
@@ -184,6 +199,9 @@ layout(push_constant) uniform Params {
   float offset;     // MUL_MV_ROPE
 #elif defined(MUL_MV_CONV)
   uint taps;        // the convolution's width in time (its state holds taps - 1 rows)
+#elif defined(MUL_MV_GTAIL)
+  uint tail_count;  // both dispatches' workgroups a 256-row block
+  uint own_shared;  // 1: y is the shared (gated) part, 0: the experts'
 #endif
 } p;
 
@@ -332,7 +350,12 @@ shared float norm_ss[64];
 void norm_tail(uint set, uint wg_row0, uint tid) {
   memoryBarrierBuffer();
   barrier();
-  const uint nblk = p.nrows / 256u, blk = wg_row0 / 256u, per_block = 256u / (ROWS * ROW_GROUPS);
+#if defined(MUL_MV_GTAIL)
+  const uint per_block = p.tail_count;
+#else
+  const uint per_block = 256u / (ROWS * ROW_GROUPS);
+#endif
+  const uint nblk = p.nrows / 256u, blk = wg_row0 / 256u;
   if (tid == 0u) {
     const uint at = set * nblk + blk;
     norm_last = atomicAdd(count[at], 1u) == per_block - 1u;
@@ -345,7 +368,21 @@ void norm_tail(uint set, uint wg_row0, uint tid) {
   const bool mine = tid < 64u;
   vec4 h = vec4(0.0), wv = vec4(1.0);
   if (mine) {
+#if defined(MUL_MV_GTAIL)
+    const vec4 own = vec4(y[e], y[e + 1u], y[e + 2u], y[e + 3u]);
+    const vec4 other = vec4(partner[e], partner[e + 1u], partner[e + 2u], partner[e + 3u]);
+    const vec4 a = p.own_shared != 0u ? own : other, cx = p.own_shared != 0u ? other : own;
+    precise const vec4 gated = a / (1.0 + exp(-vec4(gate[set])));  // rms_norm_row's gated add, in its order
+    precise const vec4 t = cx + gated;
+    precise const vec4 hs = vec4(res[e], res[e + 1u], res[e + 2u], res[e + 3u]) + t;
+    h = hs;
+    hsum[e] = h.x;
+    hsum[e + 1u] = h.y;
+    hsum[e + 2u] = h.z;
+    hsum[e + 3u] = h.w;
+#else
     h = vec4(y[e], y[e + 1u], y[e + 2u], y[e + 3u]);
+#endif
     if (p.norm_has_w != 0u) wv = vec4(nw[c], nw[c + 1u], nw[c + 2u], nw[c + 3u]) + p.norm_offset;
   }
   precise const vec4 v = h * wv;
@@ -552,7 +589,7 @@ void main() {
       if (row >= p.nrows) continue;
       float total = 0.0;
       for (uint g = 0u; g < GROUPS; ++g) total += weighted[g * ROWS + i];
-#if defined(MUL_MV_NORM)
+#if defined(MUL_MV_NORM) && !defined(MUL_MV_GTAIL)
       total += res[set * p.nrows + row];
 #endif
       y[set * p.nrows + row] = total;
@@ -602,7 +639,11 @@ void main() {
       const uint row = wg_row0 + i / NTOK;
 #if defined(MUL_MV_NORM)
       const uint tok = set * NTOK + i % NTOK;
+#if defined(MUL_MV_GTAIL)
+      if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
+#else
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s + res[tok * p.nrows + row];
+#endif
 #else
       s *= ns[i % NTOK];
 #if defined(MUL_MV_ID)

@@ -1279,35 +1279,43 @@ std::array<KnobRun, 2> vulkan_knob_runs(const Case& c, backend::Backend& vk, con
   return runs;
 }
 
-// Qwen3.5/3.6's mixture layer tail in decode-sized steps: the experts (Q4_K, their fused gate, up and
-// SwiGLU on Vulkan), a shared expert (Q4_K gate, up, SwiGLU, down) gated by sigmoid(wg · x), both added,
-// then the residual add and the next norm. Vulkan records the shared expert's products between the
-// experts' gate and up products and their down product (Plan::moe_early) so they run beside those: a
-// reordering only, so the same bits as ZINC_VULKAN_SHARED_EARLY=0, as many dispatches, a barrier
-// fewer in each step's recording, and the CPU's result to the float rounding of the codes' inputs.
-TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
-  auto [cpu, vk, why] = cpu_and_vulkan();
-  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
+// Qwen3.5/3.6's mixture layer tail in decode-sized steps: the experts (Q4_K, 8 of 16, their fused gate,
+// up and SwiGLU on Vulkan), a shared expert (Q4_K gate, up, SwiGLU, down) gated by sigmoid(wg · x), both added,
+// then the residual add and the next norm; with `read`, that norm read by a Q4_K product (the output).
+Case shared_expert_case(bool read) {
   constexpr int64_t d = 256, ff = 256;
   Case c;
-  c.name = "moe_shared_expert";
+  c.name = read ? "moe_shared_expert_read" : "moe_shared_expert";
   c.steps = {1, 1, 3, 1};
   c.n = 6;
-  c.build = [&](Builder& b, Tables& t) {
+  c.build = [=](Builder& b, Tables& t) {
     const TensorId x = t.input(b, "x", d, c.n), r = t.input(b, "r", d, c.n, -2, 2);
-    const TensorId rt = t.weight(b, "router", TensorType::F32, {d, 8, 1, 1}, -0.2f, 0.2f);
-    const TensorId g = t.weight(b, "gate", TensorType::Q4_K, {d, ff, 8, 1}, -0.2f, 0.2f);
-    const TensorId u = t.weight(b, "up", TensorType::Q4_K, {d, ff, 8, 1}, -0.2f, 0.2f);
-    const TensorId dn = t.weight(b, "down", TensorType::Q4_K, {ff, d, 8, 1}, -0.2f, 0.2f);
-    const TensorId moe = b.moe(x, rt, g, u, dn, 2, true, "moe", 0);
+    const TensorId rt = t.weight(b, "router", TensorType::F32, {d, 16, 1, 1}, -0.2f, 0.2f);
+    const TensorId g = t.weight(b, "gate", TensorType::Q4_K, {d, ff, 16, 1}, -0.2f, 0.2f);
+    const TensorId u = t.weight(b, "up", TensorType::Q4_K, {d, ff, 16, 1}, -0.2f, 0.2f);
+    const TensorId dn = t.weight(b, "down", TensorType::Q4_K, {ff, d, 16, 1}, -0.2f, 0.2f);
+    const TensorId moe = b.moe(x, rt, g, u, dn, 8, true, "moe", 0);
     const TensorId su = b.matmul(t.weight(b, "shared_up", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "shared_up", 0);
     const TensorId sg = b.matmul(t.weight(b, "shared_gate", TensorType::Q4_K, {d, ff, 1, 1}, -0.2f, 0.2f), x, "shared_gate", 0);
     const TensorId act = b.swiglu(sg, su, "shared_act", 0);
     const TensorId shared = b.matmul(t.weight(b, "shared_down", TensorType::Q4_K, {ff, d, 1, 1}, -0.2f, 0.2f), act, "shared", 0);
     const TensorId wg = b.matmul(t.weight(b, "shared_wg", TensorType::F32, {d, 1, 1, 1}, -0.2f, 0.2f), x, "shared_weight", 0);
     const TensorId ffn = b.add(moe, b.sigmoid_mul(shared, wg, "shared_gated", 0), "ffn", 0);
-    return b.rms_norm(b.add(r, ffn, "h", 0), t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f, 0.0f, "out", 0);
+    const TensorId y = b.rms_norm(b.add(r, ffn, "h", 0), t.weight(b, "norm", TensorType::F32, {d, 1, 1, 1}, 0.5f, 1.5f), 1e-6f,
+                                  0.0f, read ? "normed" : "out", 0);
+    return read ? b.matmul(t.weight(b, "next", TensorType::Q4_K, {d, d, 1, 1}, -0.2f, 0.2f), y, "out", 0) : y;
   };
+  return c;
+}
+
+// Vulkan records the shared expert's products between the experts' gate and up products and their
+// down product (Plan::moe_early) so they run beside those: a reordering only, so the same bits as
+// ZINC_VULKAN_SHARED_EARLY=0, as many dispatches, a barrier fewer in each step's recording, and the
+// CPU's result to the float rounding of the codes' inputs.
+TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
+  const Case c = shared_expert_case(false);
   const std::vector<float> want = cpu_result(c, *cpu);
   const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_SHARED_EARLY", false);
   EXPECT_EQ(r[0].counts.dispatches, r[1].counts.dispatches);
@@ -1319,6 +1327,27 @@ TEST(SharedExpertEarly, VulkanRecordsItBesideTheExpertsWithTheSameBits) {
   const Gap g = largest_gap(r[1].got, want);
   std::printf("moe_shared_expert: largest gap to the CPU %.2e of the largest output\n", g.gap / g.scale);
   EXPECT_LT(g.gap, 2e-3 * g.scale);
+}
+
+// With the norm read by a product, ZINC_VULKAN_GATE_TAIL=1 has the one-token step's two down products
+// (the shared expert's and the experts' combined one, side by side) do the gated add, the residual add
+// and the norm's codes and sums in their last workgroups: a dispatch and a barrier fewer, the 3-token
+// step's rows (rms_norm_row's factored gated add) bit for bit those of one-token steps, and the CPU's
+// output to the float rounding of the codes' inputs, as with the knob at 0.
+TEST(GateTail, VulkanDecodeStepsAreTheCpus) {
+  auto [cpu, vk, why] = cpu_and_vulkan();
+  if (!vk) GTEST_SKIP() << "vulkan cannot start: " << why;
+  const Case c = shared_expert_case(true);
+  const std::vector<float> want = cpu_result(c, *cpu);
+  const std::array<KnobRun, 2> r = vulkan_knob_runs(c, *vk, "ZINC_VULKAN_GATE_TAIL", true);
+  EXPECT_GE(r[0].counts.dispatches, r[1].counts.dispatches + 1);
+  EXPECT_GE(r[0].counts.barriers, r[1].counts.barriers + 1);
+  for (int tail = 0; tail < 2; ++tail) {
+    ASSERT_EQ(r[static_cast<size_t>(tail)].got.size(), want.size());
+    const Gap g = largest_gap(r[static_cast<size_t>(tail)].got, want);
+    std::printf("%s: largest gap to the CPU %.2e of the largest output (knob %d)\n", c.name.c_str(), g.gap / g.scale, tail);
+    EXPECT_LT(g.gap, 2e-3 * g.scale) << c.name << " knob " << tail;
+  }
 }
 
 // A case of decode-sized steps, 1, 1, 3 and 1 tokens.

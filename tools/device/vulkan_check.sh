@@ -49,7 +49,7 @@ run)
     filter='*VulkanDecodeCodes.*/0:*VulkanDecodeCodes.*/1:*VulkanNormTails.*/1:*VulkanWarmUp.*/0:*VulkanWarmUp.*/1:*VulkanWarmUp.*/3:*VulkanGateAdd.*/0:*VulkanGateNorm.*/0:*VulkanRecurrentTails.*/1:'
     for i in "${indices[@]}"; do filter="${filter}*VulkanFixture.*/$i:"; done
     device_tests "fixture tests" fixtures.log 300 /tmp/vt --gtest_filter="$filter"
-    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*:SharedExpertEarly.*:DenseGlu.*:ConvTail.*'
+    device_tests "op suite on Vulkan" ops.log 300 /tmp/ops --gtest_filter='Ops/OpSuite.*/vulkan_*:RouterSplit.*:BlockRouter.*:SharedExpertEarly.*:DenseGlu.*:ConvTail.*:GateTail.*'
     ;;
   ab)
     preset=${3:?preset}

@@ -171,6 +171,8 @@ std::unique_ptr<Context> Context::create(int device) {
   f.max_groups_x = props.limits.maxComputeWorkGroupCount[0];
   f.max_invocations = std::min(props.limits.maxComputeWorkGroupInvocations, props.limits.maxComputeWorkGroupSize[0]);
   f.max_storage_range = props.limits.maxStorageBufferRange;
+  f.max_bindings = std::min<uint32_t>(16, std::min(props.limits.maxPerStageDescriptorStorageBuffers,
+                                                   props.limits.maxPerStageResources));
   f.offset_alignment = std::max<uint64_t>(16, props.limits.minStorageBufferOffsetAlignment);
   f.shared_memory = props.limits.maxComputeSharedMemorySize;
   f.cpu_device = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -633,6 +635,9 @@ std::string pipeline_key(std::string_view shader, std::span<const uint32_t> spec
 Kernel Context::kernel(std::string_view shader, uint32_t n_bindings, uint32_t push_bytes, std::span<const uint32_t> spec) {
   const auto code = spirv(shader);
   if (code.empty()) throw Error(fmt::format("Vulkan: no shader named '{}' is built in", shader));
+  if (n_bindings > features_.max_bindings) {
+    throw Error(fmt::format("Vulkan: '{}' binds {} buffers, this device at most {}", shader, n_bindings, features_.max_bindings));
+  }
   std::vector<uint32_t> words(code.size() / 4);
   std::memcpy(words.data(), code.data(), words.size() * 4);
   Kernel k;
@@ -833,7 +838,7 @@ Dispatcher& Context::immediate() {
 }
 
 Recording::Recording(Context& ctx, size_t max_dispatches) : ctx_(ctx), max_dispatch_(max_dispatches) {
-  pool_ = make_pool(ctx_.device_, max_dispatches, max_dispatches * 12);
+  pool_ = make_pool(ctx_.device_, max_dispatches, max_dispatches * 16);
   if (ctx_.profiling_) {
     VkQueryPoolCreateInfo qci{};
     qci.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
@@ -879,7 +884,7 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
                          uint32_t gz) {
   check_bindings(k, bindings.size());
   if (n_dispatch_ >= max_dispatch_ || finished_) throw Error("Vulkan: a recording was given more dispatches than planned");
-  if (bindings.size() > 12) throw Error("Vulkan: a kernel binds at most 12 buffers");
+  if (bindings.size() > 16) throw Error("Vulkan: a kernel binds at most 16 buffers");
   if (gx == 0 || gy == 0 || gz == 0) return;
   const auto named = [&](const std::vector<std::string>& prefixes) {
     return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& n) { return std::string_view(k.name).starts_with(n); });

@@ -105,6 +105,7 @@ struct Features {
   uint64_t max_storage_range = 1u << 27;
   uint64_t offset_alignment = 256;  // minStorageBufferOffsetAlignment, at least 16
   uint32_t shared_memory = 16384;   // maxComputeSharedMemorySize
+  uint32_t max_bindings = 12;       // storage buffers a kernel may bind: maxPerStageDescriptorStorageBuffers, at most 16
   bool unified_memory = false;      // every device-local type is also host-visible (lavapipe, APUs)
   bool cpu_device = false;          // VK_PHYSICAL_DEVICE_TYPE_CPU: a software device (lavapipe)
 };

@@ -40,8 +40,8 @@ void rms_norm_row(Context& ctx, Dispatcher& d, View x, View b, View sum, View w,
   if (q8.buffer && (xq.buffer || !rms_norm_row_q8_fits(ctx, width) || q8_format > 1)) {
     throw Error(fmt::format("Vulkan rms_norm_row: no activation codes (format {}) for rows of {} here", q8_format, width));
   }
-  if (gate.a.buffer && (!b.buffer || !gate.g.buffer || partials.buffer)) {
-    throw Error("Vulkan rms_norm_row: a gated add needs the row it is added to, its gate and no factored form");
+  if (gate.a.buffer && (!b.buffer || !gate.g.buffer)) {
+    throw Error("Vulkan rms_norm_row: a gated add needs the row it is added to and its gate");
   }
   if (n_tokens == 0) return;
   const bool exact = ctx.features().fp64;

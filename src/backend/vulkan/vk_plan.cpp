@@ -267,6 +267,55 @@ void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   }
 }
 
+// Plan::gated_tail: a gate_norm (SigmoidMul s, its adds, the norm) whose gated row is a shared
+// expert's K-quant down product D and whose other addend is a mixture m's output, both of the
+// mixture's early run (moe_early, with D's gate product G reading only the mixture's input, so it can
+// go first), every reader of the norm taking its scale.
+void plan_gated_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.gated_tail.assign(nn, -1);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_NORM_TAIL", 1, 0, 1) == 0 || knob_u32("ZINC_VULKAN_GATE_TAIL", 1, 0, 1) == 0 ||
+      ctx.features().max_bindings < 15) {
+    return;
+  }
+  const std::vector<int> readers = reader_counts(g), producer = producers(g);
+  uint32_t blocks = p.norm_blocks;
+  for (size_t s = 0; s + 3 < nn; ++s) {
+    if (!p.gate_norm[s]) continue;
+    const Node &sig = g.nodes[s], &add1 = g.nodes[s + 1], &norm = g.nodes[s + 3];
+    const TensorId a = sig.in[0], gate = sig.in[1], c = add1.in[0] == sig.out ? add1.in[1] : add1.in[0];
+    const auto width = static_cast<uint32_t>(g.tensor(norm.out).ne[0]);
+    const int m = producer[static_cast<size_t>(c)], dn = producer[static_cast<size_t>(a)], gn = producer[static_cast<size_t>(gate)];
+    if (m < 0 || dn < 0 || gn < 0 || g.tensor(gate).ne[0] != 1 || readers[static_cast<size_t>(a)] != 1 ||
+        readers[static_cast<size_t>(c)] != 1 || !rms_norm_row_factored_fits(ctx, width)) {
+      continue;
+    }
+    const Node &moe = g.nodes[static_cast<size_t>(m)], &down = g.nodes[static_cast<size_t>(dn)], &gp = g.nodes[static_cast<size_t>(gn)];
+    const int last = m + p.moe_early[static_cast<size_t>(m)];
+    if (moe.op != Op::MoE || moe.moe().bias >= 0 || last == m || dn <= m || dn > last || gn <= m || gn > last) continue;
+    if (down.op != Op::MatMul || down.in.size() != 2 || p.skip[static_cast<size_t>(dn)] || p.dense_glu[static_cast<size_t>(dn)] ||
+        p.mm_norm[static_cast<size_t>(dn)] >= 0) {
+      continue;
+    }
+    if (gp.op != Op::MatMul || std::any_of(gp.in.begin() + 1, gp.in.end(), [&](TensorId t) { return t != moe.in[0]; })) continue;
+    const auto& dw = g.tensor(down.in[0]);
+    const MoeShape shape = moe_shape(g, moe);
+    if (dw.ne[1] != width || has_mul_mv_q8(dw.type) || !mul_mv_k_norm_fits(ctx, dw.type, static_cast<uint32_t>(dw.ne[0]), width) ||
+        shape.d != width ||
+        !mul_mv_k_id_combine_norm_fits(ctx, g.tensor(moe.in[4]).type, static_cast<uint32_t>(shape.ff), width,
+                                       static_cast<uint32_t>(moe.moe().n_expert_used)) ||
+        !scale_readers(ctx, g, norm.out)) {
+      continue;
+    }
+    p.gated_tail[s] = m;
+    p.gated_tail[static_cast<size_t>(m)] = static_cast<int>(s);
+    p.gated_tail[static_cast<size_t>(dn)] = static_cast<int>(s);
+    blocks = std::max(blocks, width / 256);
+  }
+  p.norm_blocks = blocks;
+  p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
+}
+
 void plan_dense_glus(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.dense_glu.assign(nn, false);
@@ -323,7 +372,7 @@ void plan_conv_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
 void plan_delta_norms(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
   const size_t nn = g.nodes.size();
   p.delta_norm_glu.assign(nn, false);
-  if (opts.keep_activations || knob_u32("ZINC_VULKAN_DELTA_NORM", 0, 0, 1) == 0) return;
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_DELTA_NORM", 1, 0, 1) == 0) return;
   const std::vector<int> readers = reader_counts(g);
   size_t blocks = 0;
   for (size_t i = 0; i + 2 < nn; ++i) {
@@ -380,6 +429,14 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
       if (u >= 0) u = std::max(u, static_cast<int>(r));
     }
   }
+  // A split's input (an attention's q and gate from one product) lives until three nodes after the
+  // split, so the products recorded next (k and v) do not take its memory and run beside the split's
+  // copies instead of behind a barrier.
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (g.nodes[i].op != Op::Split || p.skip[i]) continue;
+    auto& u = last_use[static_cast<size_t>(g.nodes[i].in[0])];
+    if (u >= 0) u = std::max(u, static_cast<int>(i + 3));
+  }
   // A gate whose output is added to another row next (a shared expert's gated output added to the
   // experts': the recorder's sigmoid_mul_add, one dispatch for both): the gate's inputs live until the
   // add, so the sum never takes their memory (each invocation reads its row's gate while the others
@@ -402,13 +459,23 @@ void plan_activations(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
       }
     }
   }
-  // A mixture whose next nodes may record before its down product (moe_early): its inputs live until
-  // the last of them, so none of their outputs takes the memory of what the mixture still reads.
+  // A mixture whose next nodes may record before its down product (moe_early), those reading only its
+  // input first: what the mixture and they read or write lives until the last of them, so none of
+  // their outputs takes the memory of what another still reads. With a gated tail (gated_tail) the
+  // sum is written by the down products: what the nodes from the mixture to the norm read or write
+  // lives until the norm.
   for (size_t m = 0; m < p.moe_early.size(); ++m) {
     if (p.moe_early[m] == 0) continue;
-    for (const TensorId t : g.nodes[m].in) {
-      auto& u = last_use[static_cast<size_t>(t)];
-      if (u >= 0) u = std::max(u, static_cast<int>(m) + p.moe_early[m]);
+    const int s = g.nodes[m].op == Op::MoE ? p.gated_tail[m] : -1;
+    const size_t until = s >= 0 ? static_cast<size_t>(s) + 3 : m + static_cast<size_t>(p.moe_early[m]);
+    for (size_t k = m; k <= until; ++k) {
+      std::vector<TensorId> ts = g.nodes[k].in;
+      if (k > m) ts.push_back(g.nodes[k].out);
+      for (const TensorId t : ts) {
+        if (g.tensor(t).kind != graph::TensorKind::Act) continue;
+        auto& u = last_use[static_cast<size_t>(t)];
+        if (u >= 0) u = std::max(u, static_cast<int>(until));
+      }
     }
   }
   // A convolution done by its product (plan_conv_tails) writes its output at the product: what the
@@ -600,12 +667,14 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_dense_glus(p, ctx, g, opts);
   plan_conv_tails(p, ctx, g, opts);
   plan_delta_norms(p, ctx, g, opts);
+  plan_gated_tails(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes
     for (size_t m = 0; m < p.mm_norm.size(); ++m) {  // (steps of several tokens: the factored norm's codes)
-      if (p.mm_norm[m] < 0) continue;
-      const TensorId y = g.nodes[static_cast<size_t>(p.mm_norm[m])].out;
+      const bool gated = p.gated_tail[m] >= 0 && g.nodes[m].op == Op::SigmoidMul;
+      if (p.mm_norm[m] < 0 && !gated) continue;
+      const TensorId y = g.nodes[gated ? m + 3 : static_cast<size_t>(p.mm_norm[m])].out;
       p.q8k_input[static_cast<size_t>(y)] = true;
       p.act_q8k_bytes = std::max(p.act_q8k_bytes, q8k_row_bytes(static_cast<uint32_t>(g.tensor(y).ne[0])) *
                                                       std::min<uint32_t>(p.max_rows, kMvMaxTokens));

@@ -93,9 +93,18 @@ struct Plan {
   // A DeltaNet followed by the per-head norm of its output and the SwiGLU reading that norm (the gated
   // DeltaNet's output gate): per DeltaNet node, whether a one-token step of one sequence does both in
   // the DeltaNet's dispatch (delta_net's NormGlu tail; the two nodes after it then record nothing), and
-  // its counters' bytes (one per 256 values of the widest such output). ZINC_VULKAN_DELTA_NORM=1 (off
-  // by default until timed on a GPU).
+  // its counters' bytes (one per 256 values of the widest such output). ZINC_VULKAN_DELTA_NORM=0: none
+  // (1, the default: on an H100 qwen3.6-35b-a3b tg64 281.0, 282.1 -> 285.6, 286.8 tok/s).
   std::vector<bool> delta_norm_glu;
+  // A shared expert's gated output added to the experts', the residual add and the norm (a gate_norm)
+  // done by the two down products' last workgroups in one-token steps of one sequence: the shared
+  // expert's (mul_mv_k_norm) and the experts' combined one (mul_mv_k_id_combine_norm), side by side
+  // with a GatedTail, the shared gate's product recorded before them (plan_moe_early's nodes that
+  // read only the mixture's input go first), the norm left to its readers as mm_norm leaves it (the
+  // other decode-sized steps take rms_norm_row's factored form). Per node: for the SigmoidMul its
+  // mixture, for the mixture and the shared down product the SigmoidMul (-1: none). What the nodes
+  // from the mixture to the norm read or write lives until the norm. ZINC_VULKAN_GATE_TAIL=0: none.
+  std::vector<int> gated_tail;
   size_t delta_count_bytes = 0;
   size_t glu_count_bytes = 0, glu_codes_offset = 0;
   size_t norm_codes_offset = 0;

@@ -425,10 +425,29 @@ void check_norm(const char* op, const MulMvKNorm& n, uint32_t nrows) {
     throw Error(fmt::format("Vulkan {}: the residual, codes, counters or partial sums are missing or short", op));
   }
 }
+
+// The push constants of a gated tail's kernels (mul_mv_k.comp's MUL_MV_GTAIL), and their bindings'
+// count: the norm's 12 then the partner's part, the gate and the sum.
+struct MulMvKGatedPush {
+  MulMvKPush base;
+  uint32_t tail_count = 0, own_shared = 0;
+};
+constexpr uint32_t kGatedBindings = 15;
+void check_gated(const char* op, const GatedTail& g, uint32_t nrows) {
+  if (!g.partner.buffer || !g.gate.buffer || !g.sum.buffer || view_bytes(g.partner) < size_t{4} * nrows ||
+      view_bytes(g.sum) < size_t{4} * nrows || view_bytes(g.gate) < 4 || g.arrivals == 0) {
+    throw Error(fmt::format("Vulkan {}: the gated tail's other part, gate, sum or count is missing or short", op));
+  }
+}
 }  // namespace
 
+uint32_t mul_mv_k_norm_groups(gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  return 256 / (s.rows * s.groups);
+}
+
 void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View h, uint32_t ncols, uint32_t nrows,
-                   const MulMvKNorm& n) {
+                   const MulMvKNorm& n, const GatedTail* gated) {
   if (!mul_mv_k_norm_fits(ctx, type, ncols, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_k_norm: {} rows of {} do not fit", nrows, ncols));
   }
@@ -441,9 +460,18 @@ void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
   push.out_stride = static_cast<uint32_t>(q8k_row_bytes(nrows) / 4);
   push.norm_offset = n.offset;
   push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_nrm_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
+  if (gated) {
+    check_gated("mul_mv_k_norm", *gated, nrows);
+    const MulMvKGatedPush gp{push, gated->arrivals, gated->shared ? 1u : 0u};
+    const Kernel& k = ctx.pipeline(std::string("mul_mv_k_gnrm_") + mul_mv_k_variant(type), kGatedBindings, sizeof(gp), spec);
+    d.dispatch(k, std::array<View, kGatedBindings>{w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res,
+                                                   n.norm_w.buffer ? n.norm_w : h, gated->partner, gated->gate, gated->sum},
+               &gp, gx, gy, 1);
+    return;
+  }
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_nrm_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
   d.dispatch(k, std::array<View, 12>{w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h},
              &push, gx, gy, 1);
 }
@@ -638,8 +666,11 @@ bool mul_mv_k_id_combine_norm_fits(const Context& ctx, gguf::TensorType type, ui
   return cs.wg >= 64 && 256 % cs.rows == 0;
 }
 
+uint32_t mul_mv_k_id_combine_norm_groups(uint32_t ncols, uint32_t n_used) { return 256 / combine_shape(ncols, n_used).rows; }
+
 void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
-                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n) {
+                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n,
+                              const GatedTail* gated) {
   if (!mul_mv_k_id_combine_norm_fits(ctx, type, ncols, nrows, n_used)) {
     throw Error(fmt::format("Vulkan mul_mv_k_id_combine_norm: {} experts' {} rows of {} do not fit", n_used, nrows, ncols));
   }
@@ -654,9 +685,18 @@ void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type
   push.out_stride = static_cast<uint32_t>(q8k_row_bytes(nrows) / 4);
   push.norm_offset = n.offset;
   push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcn_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / cs.rows, &gx, &gy);
+  if (gated) {
+    check_gated("mul_mv_k_id_combine_norm", *gated, nrows);
+    const MulMvKGatedPush gp{push, gated->arrivals, gated->shared ? 1u : 0u};
+    const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcg_") + mul_mv_k_variant(type), kGatedBindings, sizeof(gp), spec);
+    d.dispatch(k, std::array<View, kGatedBindings>{w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res,
+                                                   n.norm_w.buffer ? n.norm_w : h, gated->partner, gated->gate, gated->sum},
+               &gp, gx, gy, 1);
+    return;
+  }
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcn_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
   d.dispatch(k, std::array<View, 12>{w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res,
                                      n.norm_w.buffer ? n.norm_w : h},
              &push, gx, gy, 1);

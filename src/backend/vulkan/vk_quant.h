@@ -106,10 +106,25 @@ struct MulMvKNorm {
 };
 bool mul_mv_k_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
 void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View h, uint32_t ncols, uint32_t nrows,
-                   const MulMvKNorm& n);
+                   const MulMvKNorm& n, const struct GatedTail* gated = nullptr);
 bool mul_mv_k_id_combine_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_used);
 void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
-                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n);
+                              View h, uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, const MulMvKNorm& n,
+                              const struct GatedTail* gated = nullptr);
+// A shared expert's down product (mul_mv_k_norm) and the experts' combined down product
+// (mul_mv_k_id_combine_norm), recorded side by side with the same counters, each writing only its
+// own part (h above) and the last workgroup of each 256-row block, of either, doing the gated add
+// sum = res + (experts' + shared * sigmoid(gate)) as rms_norm_row's gated add does, writing it to
+// `sum`, then the norm's codes and partial sums as above. partner: the other's part; gate: one value
+// a token; arrivals: both dispatches' workgroups a block (mul_mv_k_norm_groups +
+// mul_mv_k_id_combine_norm_groups); shared: this dispatch is the shared expert's. One token.
+struct GatedTail {
+  View partner, gate, sum;
+  uint32_t arrivals = 0;
+  bool shared = false;
+};
+uint32_t mul_mv_k_norm_groups(gguf::TensorType type, uint32_t ncols, uint32_t nrows);
+uint32_t mul_mv_k_id_combine_norm_groups(uint32_t ncols, uint32_t n_used);
 
 // Decode's q or k product (one token) with rope_heads's work on its heads done by the last workgroup
 // of each head, in place in y: the per-head norm where `norm` (weights norm_w where given), the

@@ -83,13 +83,22 @@ class Recorder {
       rows[static_cast<size_t>(node.out)] = emit(rec, tr, node, i, n_tok, rows);
       if (down_later_) {
         // A mixture left its down product for after the nodes that read only its input (moe_early):
-        // those first, beside its gate and up products, then the down product.
+        // those first, beside its gate and up products, then the down product. Of them, those that
+        // read nothing but the mixture's input go first (a shared expert's gate product, before its
+        // down product; the plan keeps what they all read or write alive until the last of them).
         const size_t last = i + static_cast<size_t>(plan_.moe_early[i]);
-        for (size_t j = i + 1; j <= last; ++j) {
-          const Node& early = g_.nodes[j];
-          rows[static_cast<size_t>(early.out)] =
-              done_[j] || plan_.skip[j] ? step_rows(early, n_tok, rows) : emit(rec, tr, early, j, n_tok, rows);
-          done_[j] = true;
+        const auto first = [&](const Node& n) {
+          return std::all_of(n.in.begin(), n.in.end(),
+                             [&](TensorId t) { return g_.tensor(t).kind != graph::TensorKind::Act || t == node.in[0]; });
+        };
+        for (const bool pass : {true, false}) {
+          for (size_t j = i + 1; j <= last; ++j) {
+            const Node& early = g_.nodes[j];
+            if (first(early) != pass) continue;
+            rows[static_cast<size_t>(early.out)] =
+                done_[j] || plan_.skip[j] ? step_rows(early, n_tok, rows) : emit(rec, tr, early, j, n_tok, rows);
+            done_[j] = true;
+          }
         }
         const auto down = std::move(down_later_);
         down_later_ = nullptr;
@@ -251,6 +260,7 @@ class Recorder {
       case Op::MatMul: {
         const View split_codes = router_base(rec, tr, node, index, rows, nu);
         if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) {
+        } else if (gated_.active && gated_.down == index && gated_down(rec, tr, node)) {
         } else if (dense_glu(rec, tr, index, rows, nu)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
@@ -369,8 +379,10 @@ class Recorder {
         const auto bw = static_cast<uint32_t>(g_.tensor(node.in[1]).ne[0]);
         if (gate_add_norm(rec, tr, index, in(0), in(1), bw, nu, rows)) break;
         if (sigmoid_mul_add(rec, tr, index, in(0), in(1), out, width, bw, nu, rows)) break;
-        tr.before({in(0), in(1)}, {out});
-        vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu);
+        // (the codes of a K-quant product reading it, in this dispatch: an attention's output gate's, o's)
+        const View xq = width % 256 == 0 ? q8k_out(node.out, width, nu) : View{};
+        tr.before({in(0), in(1)}, {out, xq});
+        vk::eltwise(ctx_, rec, vk::Eltwise::SigmoidMul, in(0), in(1), out, width, bw, nu, false, 0, 0, xq);
         break;
       }
       case Op::Scale: {
@@ -706,6 +718,75 @@ class Recorder {
     return true;
   }
 
+  // --- A shared expert's gated add and the norm after it by the two down products (Plan::gated_tail) ---
+
+  struct GatedState {
+    bool active = false, down_done = false;
+    size_t sig = 0, down = 0;  // the SigmoidMul's node, the shared down product's
+    NormTail nt;               // the residual, the sum, the norm's codes, counters and sums
+    View shared_part, experts_part, gate;
+    uint32_t arrivals = 0;
+  };
+
+  // The mixture at `moe` (writing `out`) takes the gated tail of its SigmoidMul: the state both down
+  // products record from; false where the rows or the memory do not allow it.
+  bool gated_tail(size_t moe, const std::vector<int64_t>& rows, View out, uint32_t ff, uint32_t n_used) {
+    const auto sig = static_cast<size_t>(plan_.gated_tail[moe]);
+    const Node &sn = g_.nodes[sig], &add1 = g_.nodes[sig + 1], &add2 = g_.nodes[sig + 2], &norm = g_.nodes[sig + 3];
+    const TensorId r = add2.in[0] == add1.out ? add2.in[1] : add2.in[0];
+    int down = -1;
+    for (size_t j = moe + 1; j < sig; ++j) {
+      if (g_.nodes[j].out == sn.in[0]) down = static_cast<int>(j);
+    }
+    if (down < 0 || rows[static_cast<size_t>(r)] != 1 || done_[static_cast<size_t>(down)]) return false;
+    GatedState gs;
+    gs.sig = sig;
+    gs.down = static_cast<size_t>(down);
+    NormTail& nt = gs.nt;
+    nt.width = static_cast<uint32_t>(g_.tensor(norm.out).ne[0]);
+    nt.res = act(r, 1);
+    nt.h = act(add2.out, 1);
+    gs.shared_part = act(sn.in[0], 1);
+    gs.experts_part = out;
+    gs.gate = act(sn.in[1], 1);
+    for (const View& v : {nt.res, gs.shared_part, gs.experts_part, gs.gate}) {
+      if (clashes(v, nt.h)) return false;
+    }
+    const uint32_t blocks = nt.width / 256;
+    nt.y = norm.out;
+    nt.codes = View{res_.act_q8k, plan_.norm_codes_offset, vk::q8k_row_bytes(nt.width)};
+    nt.count = View{res_.norm_tail, 0, size_t{4} * blocks};
+    nt.ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks};
+    nt.ns.weights = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    nt.ns.blocks = blocks;
+    nt.ns.eps = norm.norm().eps;
+    nt.ns.offset = norm.norm().offset;
+    const auto& dw = g_.tensor(g_.nodes[gs.down].in[0]);
+    gs.arrivals = vk::mul_mv_k_norm_groups(dw.type, static_cast<uint32_t>(dw.ne[0]), nt.width) +
+                  vk::mul_mv_k_id_combine_norm_groups(ff, n_used);
+    gs.active = true;
+    gated_ = gs;
+    return true;
+  }
+
+  // The shared expert's down product of a gated tail (gated_tail), first of the two; false where its
+  // input is not the one-token step's codes (the experts' product then records the plain way).
+  bool gated_down(vk::Recording& rec, Tracker& tr, const Node& node) {
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+    if (deferred_.active && deferred_.y == node.in[1]) return false;
+    const View xq = q8k_codes(rec, tr, node.in[1], act(node.in[1], 1), ncols, 1);
+    const NormTail& nt = gated_.nt;
+    // This dispatch declares the sum, codes, counters and sums both write; the experts' declares only
+    // its part, so no barrier comes between them (neither reads what the other declares).
+    tr.before({xq, gated_.gate, nt.res}, {gated_.shared_part, nt.h, nt.codes, nt.count, nt.ns.partials});
+    const vk::GatedTail gt{gated_.experts_part, gated_.gate, nt.h, gated_.arrivals, true};
+    vk::mul_mv_k_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, gated_.shared_part, ncols, nt.width,
+                      vk::MulMvKNorm{nt.res, nt.ns.weights, nt.codes, nt.count, nt.ns.partials, nt.ns.offset}, &gt);
+    gated_.down_done = true;
+    return true;
+  }
+
   // A gate, the add of its output to a row, that sum's add to the residual and the norm of the result
   // (Plan::gate_norm): one dispatch for all four (rms_norm_row's gated add), the three nodes after the
   // gate then skipped. False where the rows or the memory do not allow it (the plan keeps the inputs
@@ -728,6 +809,22 @@ class Recorder {
     }
     const View w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
     const View xq = q8k_out(norm.out, width, n);
+    // A gated tail's norm (Plan::gated_tail) where the down products did not take it: in decode-sized
+    // steps the same codes and sums as theirs (the factored form), left to the norm's readers.
+    if (plan_.gated_tail[index] >= 0 && n <= vk::kMvMaxTokens && xq.buffer && vk::rms_norm_row_factored_fits(ctx_, width)) {
+      vk::NormScale ns;
+      ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * (width / 256) * n};
+      ns.weights = w;
+      ns.blocks = width / 256;
+      ns.eps = norm.norm().eps;
+      ns.offset = norm.norm().offset;
+      tr.before({a, gv, c, x}, {sum, xq, ns.partials});
+      vk::rms_norm_row(ctx_, rec, x, c, sum, w, y, xq, width, n, ns.eps, ns.offset, View{}, 0, ns.partials,
+                       vk::RowGate{a, gv, per_row});
+      for (size_t k = index + 1; k <= index + 3; ++k) done_[k] = true;
+      deferred_ = Deferred{norm.out, sum, ns, width, n, true};
+      return true;
+    }
     const View q8 = xq.buffer ? View{} : q8_out(norm.out, width, n, vk::rms_norm_row_q8_fits(ctx_, width));
     tr.before({a, gv, c, x}, {sum, y, xq, q8});
     vk::rms_norm_row(ctx_, rec, x, c, sum, w, y, xq, width, n, norm.norm().eps, norm.norm().offset, q8, q8_format_, View{},
@@ -1186,6 +1283,35 @@ class Recorder {
     // The down product with the combine folded in; false where its kernel does not fit.
     const gguf::TensorType type = dt.type;
     const View dw = w_.raw(node.in[4]), db = bias(3);
+    if (fused_down && glu && plan_.moe_early[index] > 0 && plan_.gated_tail[index] >= 0 && norm_tails_ && n == 1 && !db.buffer &&
+        gated_tail(index, rows, out, ff, k)) {
+      // The shared expert's down product and this one side by side, the gated add and norm by the
+      // last workgroups of either (Plan::gated_tail): the shared one records first (gated_down).
+      down_later_ = [=, this](vk::Recording& r, Tracker& t) {
+        if (!gated_.down_done) {  // (the shared product took its own dispatch: the gated add and norm take theirs)
+          gated_.active = false;
+          t.before({dxq, ids, wts}, {out});
+          if (!vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, View{}, ff, d, ne, k, 1)) {
+            throw Error("Vulkan MoE: the down product of the fused activation did not run");
+          }
+          return;
+        }
+        const GatedState& gs = gated_;
+        // (what the shared product's dispatch declared covers the sum, codes, counts and sums both write)
+        t.before({dxq, ids, wts}, {out});
+        const vk::GatedTail tail{gs.shared_part, gs.gate, gs.nt.h, gs.arrivals, false};
+        vk::mul_mv_k_id_combine_norm(ctx_, r, type, dw, ids, wts, dxq, out, ff, d, ne, k,
+                                     vk::MulMvKNorm{gs.nt.res, gs.nt.ns.weights, gs.nt.codes, gs.nt.count, gs.nt.ns.partials,
+                                                    gs.nt.ns.offset},
+                                     &tail);
+        for (size_t j = gs.sig; j <= gs.sig + 3; ++j) done_[j] = true;
+        deferred_ = Deferred{gs.nt.y, gs.nt.h, gs.nt.ns, gs.nt.width, 1, true};
+        q8k_of_ = gs.nt.y;
+        q8k_at_ = gs.nt.codes;
+        gated_.active = false;
+      };
+      return;
+    }
     const auto combine = [=, this](vk::Recording& r, Tracker& t) {
       t.before({dxq, ids, wts}, {out});
       const bool ran = vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, db, ff, d, ne, k, n);
@@ -1242,6 +1368,7 @@ class Recorder {
   int64_t split_moe_ = -1;              // the MoE node whose experts router_slots chose
   // A mixture's down product, left for after the nodes that read only its input (Plan::moe_early).
   std::function<void(vk::Recording&, Tracker&)> down_later_;
+  GatedState gated_;  // a gated tail between its mixture and its experts' down product (Plan::gated_tail)
 };
 
 }  // namespace
