@@ -73,8 +73,9 @@ struct Plan {
   // A mixture whose next nodes read only its input (a shared expert's gate and up products, its
   // activation, its down product): per MoE node, how many of the nodes right after it the recorder
   // may record between the experts' gate and up products and their down product, so they run beside
-  // those instead of after the whole mixture (0: none). Their inputs and the mixture's live until the
-  // last of them. ZINC_VULKAN_SHARED_EARLY=0: none.
+  // those instead of after the whole mixture (0: none); of them, those reading nothing but the
+  // mixture's input first. What the mixture and they read or write lives until the last of them.
+  // ZINC_VULKAN_SHARED_EARLY=0: none.
   std::vector<int> moe_early;
   // Two K-quant products of the same rows followed by the SwiGLU of theirs (a dense FFN's or a shared
   // expert's gate and up): per node of the first product, whether decode-sized steps do all three and

@@ -433,11 +433,29 @@ struct MulMvKGatedPush {
   uint32_t tail_count = 0, own_shared = 0;
 };
 constexpr uint32_t kGatedBindings = 15;
-void check_gated(const char* op, const GatedTail& g, uint32_t nrows) {
+// A norm tail's product (kernel mul_mv_k_PREFIX_TYPE, its 12 bindings), or with a gated tail the
+// gated variant (mul_mv_k_GATED_TYPE: those and the other part, the gate and the sum).
+void dispatch_norm(Context& ctx, Dispatcher& d, const char* op, const char* prefix, const char* gated_prefix, gguf::TensorType type,
+                   std::span<const uint32_t> spec, const MulMvKPush& push, uint32_t gx, uint32_t gy,
+                   const std::array<View, 12>& b, uint32_t nrows, const GatedTail* gated) {
+  if (!gated) {
+    const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + prefix + mul_mv_k_variant(type), 12, sizeof(push), spec);
+    d.dispatch(k, b, &push, gx, gy, 1);
+    return;
+  }
+  const GatedTail& g = *gated;
   if (!g.partner.buffer || !g.gate.buffer || !g.sum.buffer || view_bytes(g.partner) < size_t{4} * nrows ||
       view_bytes(g.sum) < size_t{4} * nrows || view_bytes(g.gate) < 4 || g.arrivals == 0) {
     throw Error(fmt::format("Vulkan {}: the gated tail's other part, gate, sum or count is missing or short", op));
   }
+  const MulMvKGatedPush gp{push, g.arrivals, g.shared ? 1u : 0u};
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + gated_prefix + mul_mv_k_variant(type), kGatedBindings, sizeof(gp), spec);
+  std::array<View, kGatedBindings> all{};
+  std::copy(b.begin(), b.end(), all.begin());
+  all[12] = g.partner;
+  all[13] = g.gate;
+  all[14] = g.sum;
+  d.dispatch(k, all, &gp, gx, gy, 1);
 }
 }  // namespace
 
@@ -462,18 +480,8 @@ void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
   push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / (s.rows * s.groups), &gx, &gy);
-  if (gated) {
-    check_gated("mul_mv_k_norm", *gated, nrows);
-    const MulMvKGatedPush gp{push, gated->arrivals, gated->shared ? 1u : 0u};
-    const Kernel& k = ctx.pipeline(std::string("mul_mv_k_gnrm_") + mul_mv_k_variant(type), kGatedBindings, sizeof(gp), spec);
-    d.dispatch(k, std::array<View, kGatedBindings>{w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res,
-                                                   n.norm_w.buffer ? n.norm_w : h, gated->partner, gated->gate, gated->sum},
-               &gp, gx, gy, 1);
-    return;
-  }
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_nrm_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
-  d.dispatch(k, std::array<View, 12>{w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h},
-             &push, gx, gy, 1);
+  dispatch_norm(ctx, d, "mul_mv_k_norm", "nrm_", "gnrm_", type, spec, push, gx, gy,
+                {w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h}, nrows, gated);
 }
 
 bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
@@ -687,19 +695,8 @@ void mul_mv_k_id_combine_norm(Context& ctx, Dispatcher& d, gguf::TensorType type
   push.norm_has_w = n.norm_w.buffer ? 1u : 0u;
   uint32_t gx = 0, gy = 0;
   grid(ctx, nrows / cs.rows, &gx, &gy);
-  if (gated) {
-    check_gated("mul_mv_k_id_combine_norm", *gated, nrows);
-    const MulMvKGatedPush gp{push, gated->arrivals, gated->shared ? 1u : 0u};
-    const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcg_") + mul_mv_k_variant(type), kGatedBindings, sizeof(gp), spec);
-    d.dispatch(k, std::array<View, kGatedBindings>{w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res,
-                                                   n.norm_w.buffer ? n.norm_w : h, gated->partner, gated->gate, gated->sum},
-               &gp, gx, gy, 1);
-    return;
-  }
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_idcn_") + mul_mv_k_variant(type), 12, sizeof(push), spec);
-  d.dispatch(k, std::array<View, 12>{w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res,
-                                     n.norm_w.buffer ? n.norm_w : h},
-             &push, gx, gy, 1);
+  dispatch_norm(ctx, d, "mul_mv_k_id_combine_norm", "idcn_", "idcg_", type, spec, push, gx, gy,
+                {w, xq, h, ids, h, weights, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h}, nrows, gated);
 }
 
 }  // namespace zinc::backend::vk

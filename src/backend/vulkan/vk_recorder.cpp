@@ -638,6 +638,11 @@ class Recorder {
     nt.res = act(r, 1);
     nt.h = act(add.out, 1);
     if (clashes(nt.res, nt.h)) return false;
+    tail_views(nt, norm);
+    return true;
+  }
+  // A one-token norm tail's output (nt.width wide): the norm's codes, counters, partial sums and scale.
+  void tail_views(NormTail& nt, const Node& norm) const {
     const uint32_t blocks = nt.width / 256;
     nt.y = norm.out;
     nt.codes = View{res_.act_q8k, plan_.norm_codes_offset, vk::q8k_row_bytes(nt.width)};
@@ -647,7 +652,6 @@ class Recorder {
     nt.ns.blocks = blocks;
     nt.ns.eps = norm.norm().eps;
     nt.ns.offset = norm.norm().offset;
-    return true;
   }
   // After the product: the add and the norm recorded, the norm left to its readers.
   void norm_tail_done(size_t index, const NormTail& nt) {
@@ -752,15 +756,7 @@ class Recorder {
     for (const View& v : {nt.res, gs.shared_part, gs.experts_part, gs.gate}) {
       if (clashes(v, nt.h)) return false;
     }
-    const uint32_t blocks = nt.width / 256;
-    nt.y = norm.out;
-    nt.codes = View{res_.act_q8k, plan_.norm_codes_offset, vk::q8k_row_bytes(nt.width)};
-    nt.count = View{res_.norm_tail, 0, size_t{4} * blocks};
-    nt.ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks};
-    nt.ns.weights = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
-    nt.ns.blocks = blocks;
-    nt.ns.eps = norm.norm().eps;
-    nt.ns.offset = norm.norm().offset;
+    tail_views(nt, norm);
     const auto& dw = g_.tensor(g_.nodes[gs.down].in[0]);
     gs.arrivals = vk::mul_mv_k_norm_groups(dw.type, static_cast<uint32_t>(dw.ne[0]), nt.width) +
                   vk::mul_mv_k_id_combine_norm_groups(ff, n_used);
