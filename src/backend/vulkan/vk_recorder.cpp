@@ -647,16 +647,27 @@ class Recorder {
     nt.y = norm.out;
     nt.codes = View{res_.act_q8k, plan_.norm_codes_offset, vk::q8k_row_bytes(nt.width)};
     nt.count = View{res_.norm_tail, 0, size_t{4} * blocks};
-    nt.ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks};
-    nt.ns.weights = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
-    nt.ns.blocks = blocks;
-    nt.ns.eps = norm.norm().eps;
-    nt.ns.offset = norm.norm().offset;
+    nt.ns = factored_scale(norm, norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{}, nt.width, 1);
   }
   // After the product: the add and the norm recorded, the norm left to its readers.
   void norm_tail_done(size_t index, const NormTail& nt) {
     done_[index + 1] = true;
     done_[static_cast<size_t>(plan_.mm_norm[index])] = true;
+    defer_norm(nt);
+  }
+  // The scale of a norm (weights w) that rms_norm_row's factored form leaves to its readers in a
+  // decode-sized step of n rows: its partial sums where the one-token tails put theirs.
+  vk::NormScale factored_scale(const Node& norm, View w, uint32_t width, uint32_t n) const {
+    vk::NormScale ns;
+    ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * (width / 256) * n};
+    ns.weights = w;
+    ns.blocks = width / 256;
+    ns.eps = norm.norm().eps;
+    ns.offset = norm.norm().offset;
+    return ns;
+  }
+  // A one-token norm tail's norm left to its readers, its unscaled codes where the tail wrote them.
+  void defer_norm(const NormTail& nt) {
     deferred_ = Deferred{nt.y, nt.h, nt.ns, nt.width, 1, true};
     q8k_of_ = nt.y;
     q8k_at_ = nt.codes;
@@ -808,12 +819,7 @@ class Recorder {
     // A gated tail's norm (Plan::gated_tail) where the down products did not take it: in decode-sized
     // steps the same codes and sums as theirs (the factored form), left to the norm's readers.
     if (plan_.gated_tail[index] >= 0 && n <= vk::kMvMaxTokens && xq.buffer && vk::rms_norm_row_factored_fits(ctx_, width)) {
-      vk::NormScale ns;
-      ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * (width / 256) * n};
-      ns.weights = w;
-      ns.blocks = width / 256;
-      ns.eps = norm.norm().eps;
-      ns.offset = norm.norm().offset;
+      const vk::NormScale ns = factored_scale(norm, w, width, n);
       tr.before({a, gv, c, x}, {sum, xq, ns.partials});
       vk::rms_norm_row(ctx_, rec, x, c, sum, w, y, xq, width, n, ns.eps, ns.offset, View{}, 0, ns.partials,
                        vk::RowGate{a, gv, per_row});
@@ -894,13 +900,7 @@ class Recorder {
         vk::rms_norm_row_factored_fits(ctx_, width)) {
       const View xq = q8k_out(norm.out, width, n);
       if (xq.buffer) {
-        const uint32_t blocks = width / 256;
-        vk::NormScale ns;
-        ns.partials = View{res_.norm_tail, size_t{4} * plan_.norm_blocks, size_t{4} * blocks * n};
-        ns.weights = w;
-        ns.blocks = blocks;
-        ns.eps = norm.norm().eps;
-        ns.offset = norm.norm().offset;
+        const vk::NormScale ns = factored_scale(norm, w, width, n);
         tr.before({a, b}, {sum, xq, ns.partials});
         vk::rms_norm_row(ctx_, rec, a, b, sum, w, y, xq, width, n, ns.eps, ns.offset, View{}, 0, ns.partials);
         done_[index + 1] = true;
@@ -1279,6 +1279,12 @@ class Recorder {
     // The down product with the combine folded in; false where its kernel does not fit.
     const gguf::TensorType type = dt.type;
     const View dw = w_.raw(node.in[4]), db = bias(3);
+    const auto combine = [=, this](vk::Recording& r, Tracker& t) {
+      t.before({dxq, ids, wts}, {out});
+      const bool ran = vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, db, ff, d, ne, k, n);
+      if (!ran && glu) throw Error("Vulkan MoE: the down product of the fused activation did not run");
+      return ran;
+    };
     if (fused_down && glu && plan_.moe_early[index] > 0 && plan_.gated_tail[index] >= 0 && norm_tails_ && n == 1 && !db.buffer &&
         gated_tail(index, rows, out, ff, k)) {
       // The shared expert's down product and this one side by side, the gated add and norm by the
@@ -1286,10 +1292,7 @@ class Recorder {
       down_later_ = [=, this](vk::Recording& r, Tracker& t) {
         if (!gated_.down_done) {  // (the shared product took its own dispatch: the gated add and norm take theirs)
           gated_.active = false;
-          t.before({dxq, ids, wts}, {out});
-          if (!vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, View{}, ff, d, ne, k, 1)) {
-            throw Error("Vulkan MoE: the down product of the fused activation did not run");
-          }
+          combine(r, t);
           return;
         }
         const GatedState& gs = gated_;
@@ -1301,19 +1304,11 @@ class Recorder {
                                                     gs.nt.ns.offset},
                                      &tail);
         for (size_t j = gs.sig; j <= gs.sig + 3; ++j) done_[j] = true;
-        deferred_ = Deferred{gs.nt.y, gs.nt.h, gs.nt.ns, gs.nt.width, 1, true};
-        q8k_of_ = gs.nt.y;
-        q8k_at_ = gs.nt.codes;
+        defer_norm(gs.nt);
         gated_.active = false;
       };
       return;
     }
-    const auto combine = [=, this](vk::Recording& r, Tracker& t) {
-      t.before({dxq, ids, wts}, {out});
-      const bool ran = vk::mul_mv_k_id_combine(ctx_, r, type, dw, ids, wts, dxq, out, db, ff, d, ne, k, n);
-      if (!ran && glu) throw Error("Vulkan MoE: the down product of the fused activation did not run");
-      return ran;
-    };
     if (fused_down && glu && plan_.moe_early[index] > 0) {
       // The nodes after the mixture that read only its input go first (record()); the fused GLU left
       // its codes in moe_up, which they do not touch.
