@@ -166,6 +166,9 @@ layout(std430, binding = 4) restrict buffer CSTbuf { float cstate[]; };
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly restrict buffer Ibuf { uint ids[]; };
 layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };
+#elif !defined(MUL_MV_ROPE) && !defined(MUL_MV_VSTORE) && !defined(MUL_MV_CONV) && !defined(MUL_MV_NORM)
+#define PLAIN_BIAS
+layout(std430, binding = 4) readonly restrict buffer Bbuf { float bias[]; };  // has_bias: bias[row], added last
 #endif
 #if defined(MUL_MV_COMBINE)
 layout(std430, binding = 5) readonly restrict buffer Wtbuf { float slot_w[]; };
@@ -184,7 +187,7 @@ layout(push_constant) uniform Params {
   uint n_expert;       // MUL_MV_ID: ids are clamped below it
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: xq[pair], 0: xq[pair / n_used]
-  uint has_bias;       // MUL_MV_ID
+  uint has_bias;       // MUL_MV_ID, and the plain product (bias[row])
   uint out_stride;     // MUL_MV_GLU, MUL_MV_NORM: words per row of xq_out
   uint norm_blocks;    // the norm's partial sums to scale by (0: none)
   float norm_eps;
@@ -660,6 +663,9 @@ void main() {
         if (taps > 1u) cstate[(taps - 2u) * p.nrows + row] = s;
         y[row] = c / (1.0 + exp(-c));
       }
+#elif defined(PLAIN_BIAS)
+      // (the graph's Add after the product: one float add)
+      if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s + (p.has_bias != 0u ? bias[row] : 0.0);
 #else
       if (row < p.nrows && tok < p.n_tokens) y[tok * p.nrows + row] = s;
 #endif

@@ -1,6 +1,10 @@
 #version 450
 //! variants-by-type q8 mat_ MUL_MV_MAT
 //! variants-by-type q8 id_ MUL_MV_ID
+//! variants-by-type q8 dmat_ MUL_MV_MAT,INT_DOT
+//! variants-by-type q8 did_ MUL_MV_ID,INT_DOT
+//! variants-by-type q8 didc_ MUL_MV_ID,MUL_MV_COMBINE,INT_DOT
+//! variants-by-type q8 didg_ MUL_MV_ID,MUL_MV_GLU,INT_DOT
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
 // (quantize_q8.comp; quant/dot.h pairs Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 with Q8_0 activations, Q4_1
 // and Q5_1 with Q8_1): per block the integer sum of 32 code products, then the float expression the
@@ -14,13 +18,55 @@
 // a matrix expert_stride bytes further on, x is the token's row (shared by its slots) or the pair's
 // own (x_per_slot), and the expert's bias row (nrows floats) is added when has_bias (without
 // MUL_MV_ID: bias[row], the product's own bias, added after its sum as the graph's Add would).
+// INT_DOT (variants dmat_*, did_*; devices with shaderIntegerDotProduct): each word's four code
+// products summed by one packed 4 x 8 dot product, the weight's codes first made signed bytes (the
+// nibble formats' offset subtracted per byte, the codebooks' values packed): the same integer sums.
+// MUL_MV_COMBINE (variants didc_*, the down product with the combine folded in): each workgroup also
+// counts itself in count[token][row group] (binding 6, coherent); the last of a token's n_used pairs
+// over the same rows resets the count to 0 and writes out[token][r] (binding 7) = the sum over slots
+// in slot order of weights[token][slot] (binding 5) * y[pair][r], y read back (coherent), each
+// product rounded before it is added, as mul_mv_k's MUL_MV_COMBINE adds them.
+// MUL_MV_GLU (variants didg_*, a mixture's gate and up products with their GLU and the down product's
+// codes folded in; x per token): each workgroup takes the same ROWS rows of the gate matrix (binding 0,
+// bias binding 4 where has_bias & 1) and the up matrix (binding 5, the same layout; bias binding 8
+// where has_bias & 2), writes y[pair][r] = the GLU of the two sums (eltwise.comp's OP_SWIGLU, or
+// OP_SWIGLU_CLAMPED with alpha and limit where clamped) and counts itself in count[pair][r / 32]
+// (binding 6, coherent); the last of a block's 32 / ROWS workgroups resets the count and writes the
+// block's codes into q_out (binding 7; rows out_words apart, format out_format) as quantize_q8.comp
+// makes them from y (coherent: read back). nrows a multiple of 32.
 // Bindings: 0 W, 1 codes, 2 y, 3 ids (MUL_MV_ID), 4 bias (bound to anything when has_bias = 0).
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_GOOGLE_include_directive : require
+#if defined(INT_DOT)
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint ROWS = 1;  // rows per workgroup: 1, 2, 4 or 8
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer Q { uint q[]; };
+#if defined(MUL_MV_COMBINE)
+layout(std430, binding = 2) coherent buffer Y { float y[]; };
+layout(std430, binding = 5) readonly buffer Wt { float slot_w[]; };
+layout(std430, binding = 6) coherent buffer C { uint count[]; };
+layout(std430, binding = 7) writeonly buffer O { float o[]; };
+shared bool last_one;
+#elif defined(MUL_MV_GLU)
+layout(std430, binding = 2) coherent buffer Y { float y[]; };
+layout(std430, binding = 5) readonly buffer U { uint wu[]; };
+layout(std430, binding = 6) coherent buffer C { uint count[]; };
+layout(std430, binding = 7) writeonly buffer QO { uint q_out[]; };
+layout(std430, binding = 8) readonly buffer UBias { float ubias[]; };
+shared bool last_one;
+#define Q8_ACT_WRITER
+#define q q_out
+#include "f16_rne.glsl"
+#include "div_rn.glsl"
+#include "q8_act.glsl"
+#undef q
+#else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+#endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
 #endif
@@ -33,7 +79,13 @@ layout(push_constant) uniform Params {
   uint n_expert;       // MUL_MV_ID: ids are clamped below it
   uint expert_stride;  // MUL_MV_ID: bytes between experts' matrices
   uint x_per_slot;     // MUL_MV_ID: 1: x row per pair, 0: per token
-  uint has_bias;       // bias[row] (MUL_MV_ID: the expert's bias row) is added
+  uint has_bias;       // bias[row] (MUL_MV_ID: the expert's bias row) is added (MUL_MV_GLU: 1 gate's, 2 up's)
+#if defined(MUL_MV_GLU)
+  uint clamped;        // 1: OP_SWIGLU_CLAMPED
+  float alpha, limit;  // its parameters
+  uint out_words;      // words per row of q_out
+  uint out_format;     // 0: Q8_0 codes, 1: Q8_1
+#endif
 } p;
 
 // BLOCK_BYTES per block (quant/blocks.h); NW words hold a block wherever it starts (blocks of an even
@@ -74,6 +126,18 @@ shared int codebook[16];
 #endif
 
 shared float partial[ROWS * 128];  // per (row, subgroup): sized for subgroups of one invocation
+#if defined(MUL_MV_GLU)
+shared float partial_u[ROWS * 128];  // the up rows'
+
+// eltwise.comp's OP_SWIGLU or OP_SWIGLU_CLAMPED of gate x and up y.
+float glu(float x, float y) {
+  if (p.clamped != 0u) {
+    const float g = min(x, p.limit), u = clamp(y, -p.limit, p.limit);
+    return g / (1.0 + exp(-p.alpha * g)) * (u + 1.0);
+  }
+  return x / (1.0 + exp(-x)) * y;
+}
+#endif
 
 // The 32 bits at byte o of a block whose words blk[i] are its bytes 4i..4i+3 (o + 3 < BLOCK_BYTES, or
 // the bits past the block are only masked out; blk[NW] is a zero, so both sides of the select stay in
@@ -100,6 +164,109 @@ uint high_bits(uint qh, uint i) {
 
 float f16(uint h) { return unpackHalf2x16(h).x; }
 
+#if defined(INT_DOT)
+// OpSDot on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot_4x8(uint a, uint b, spirv_literal int packed_format);
+
+// Four codes of 0..2 OFFSET - 1 (bytes of c) less OFFSET, as signed bytes: flipping the offset's bit
+// gives code - OFFSET modulo 2 OFFSET, and where that bit is then set (code < OFFSET) the bits above it
+// make the byte negative. No byte carries into the next.
+uint signed_codes(uint c) {
+#if defined(OFFSET)
+#if OFFSET != 0
+  const uint bit = uint(OFFSET) * 0x01010101u, v = c ^ bit;
+  return v | (v & bit) * (256u / uint(OFFSET) - 2u);
+#else
+  return c;
+#endif
+#else
+  return c;
+#endif
+}
+#endif
+
+// Block b's value against activation row xrow (blk: its words, funnel-shifted as in main).
+float block_value(uint blk[NW + 1], uint xrow, uint b) {
+  // Activation block (quantize_q8.comp): Q8_0: 8 words of codes, then d as a float; Q8_1: the CPU's
+  // BlockQ8_1 bytes (halves d and s, then 8 words of codes).
+  const uint qa = (xrow * p.nblocks + b) * 9u;
+#if defined(ACT_Q8_1)
+  const uint xcodes = qa + 1u;
+#else
+  const uint xcodes = qa;
+#endif
+  // The weight's codes as 8 words of bytes (element 4i + k in byte k of word i): signed (Q8_0),
+  // nibbles (plus bit 4 for Q5) or codebook indices.
+  uint cw[8];
+#if defined(TYPE_Q8_0)
+  for (uint i = 0u; i < 8u; ++i) cw[i] = b32(blk, 2u + 4u * i);
+#else
+#if defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
+  const uint qs[4] = uint[4](b32(blk, 2u), b32(blk, 6u), b32(blk, 10u), b32(blk, 14u));
+#elif defined(TYPE_Q4_1)
+  const uint qs[4] = uint[4](b32(blk, 4u), b32(blk, 8u), b32(blk, 12u), b32(blk, 16u));
+#elif defined(TYPE_Q5_0)
+  const uint qh = b32(blk, 2u);
+  const uint qs[4] = uint[4](b32(blk, 6u), b32(blk, 10u), b32(blk, 14u), b32(blk, 18u));
+#elif defined(TYPE_Q5_1)
+  const uint qh = b32(blk, 4u);
+  const uint qs[4] = uint[4](b32(blk, 8u), b32(blk, 12u), b32(blk, 16u), b32(blk, 20u));
+#elif defined(TYPE_MXFP4)
+  const uint qs[4] = uint[4](b32(blk, 1u), b32(blk, 5u), b32(blk, 9u), b32(blk, 13u));
+#endif
+  for (uint i = 0u; i < 8u; ++i) {
+    cw[i] = nibbles(qs, i);
+#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
+    cw[i] |= high_bits(qh, i);
+#endif
+  }
+#endif
+  int sumi = 0;
+#if defined(INT_DOT)
+  for (uint i = 0u; i < 8u; ++i) {
+#if defined(HAS_CODEBOOK)
+    const uint c = cw[i];
+    const uint sc = (uint(codebook[c & 0xffu]) & 0xffu) | ((uint(codebook[(c >> 8) & 0xffu]) & 0xffu) << 8) |
+                    ((uint(codebook[(c >> 16) & 0xffu]) & 0xffu) << 16) | (uint(codebook[c >> 24]) << 24);
+#else
+    const uint sc = signed_codes(cw[i]);
+#endif
+    sumi += sdot_4x8(sc, q[xcodes + i], 0);
+  }
+#else
+  for (uint i = 0u; i < 8u; ++i) {
+    const uint xw = q[xcodes + i];
+    for (uint k = 0u; k < 4u; ++k) {
+#if defined(TYPE_Q8_0)
+      sumi += sbyte(cw[i], k) * sbyte(xw, k);
+#elif defined(HAS_CODEBOOK)
+      sumi += codebook[ubyte(cw[i], k)] * sbyte(xw, k);
+#else
+      sumi += (ubyte(cw[i], k) - OFFSET) * sbyte(xw, k);
+#endif
+    }
+  }
+#endif
+  // The block's value as dot_ref computes it (left to right, each product rounded).
+  const uint head = b32(blk, 0u);
+#if defined(ACT_Q8_1)
+  // d_w * d_x * sumi + m_w * s_x (Q8_1's s = d_x * the sum of its codes).
+  const uint xds = q[qa];
+  precise const float v = f16(head & 0xffffu) * f16(xds & 0xffffu) * float(sumi) + f16(head >> 16) * f16(xds >> 16);
+#else
+#if defined(TYPE_MXFP4)
+  // The E8M0 exponent e as 2^(e-127) / 2 (the codebook is doubled): quant/fp16.h's e8m0_to_f32_half.
+  const uint ex = head & 0xffu;
+  const float dw = uintBitsToFloat(ex < 2u ? 0x00200000u << ex : (ex - 1u) << 23);
+#else
+  const float dw = f16(head & 0xffffu);
+#endif
+  precise const float v = dw * uintBitsToFloat(q[qa + 8u]) * float(sumi);
+#endif
+  return v;
+}
+
 void main() {
   const uint lid = gl_LocalInvocationID.x;
 #if defined(TYPE_IQ4_NL)
@@ -124,6 +291,9 @@ void main() {
   const uint xrow = tok;
 #endif
   float s = 0.0;
+#if defined(MUL_MV_GLU)
+  float su = 0.0;  // the up row's
+#endif
   for (uint b = lid % per_row; b < p.nblocks; b += per_row) {
     const uint off = wbase + b * BLOCK_BYTES;
     // The NW words holding the block (none past the word of its last byte), funnel-shifted so that
@@ -132,79 +302,58 @@ void main() {
     uint raw[NW + 1];
     for (uint i = 0u; i < uint(NW); ++i) raw[i] = w[w0 + i];
     raw[NW] = 0u;
+#if defined(MUL_MV_GLU)
+    uint rawu[NW + 1];
+    for (uint i = 0u; i < uint(NW); ++i) rawu[i] = wu[w0 + i];
+    rawu[NW] = 0u;
+#endif
     uint blk[NW + 1];
     for (uint i = 0u; i < uint(NW); ++i) blk[i] = (raw[i] >> sh) | ((raw[i + 1u] << 1) << (31u - sh));
     blk[NW] = 0u;
-    // Activation block (quantize_q8.comp): Q8_0: 8 words of codes, then d as a float; Q8_1: the CPU's
-    // BlockQ8_1 bytes (halves d and s, then 8 words of codes).
-    const uint qa = (xrow * p.nblocks + b) * 9u;
-#if defined(ACT_Q8_1)
-    const uint xcodes = qa + 1u;
-#else
-    const uint xcodes = qa;
+    s += block_value(blk, xrow, b);
+#if defined(MUL_MV_GLU)
+    for (uint i = 0u; i < uint(NW); ++i) blk[i] = (rawu[i] >> sh) | ((rawu[i + 1u] << 1) << (31u - sh));
+    su += block_value(blk, xrow, b);
 #endif
-    // The weight's codes as 8 words of bytes (element 4i + k in byte k of word i): signed (Q8_0),
-    // nibbles (plus bit 4 for Q5) or codebook indices.
-    uint cw[8];
-#if defined(TYPE_Q8_0)
-    for (uint i = 0u; i < 8u; ++i) cw[i] = b32(blk, 2u + 4u * i);
-#else
-#if defined(TYPE_Q4_0) || defined(TYPE_IQ4_NL)
-    const uint qs[4] = uint[4](b32(blk, 2u), b32(blk, 6u), b32(blk, 10u), b32(blk, 14u));
-#elif defined(TYPE_Q4_1)
-    const uint qs[4] = uint[4](b32(blk, 4u), b32(blk, 8u), b32(blk, 12u), b32(blk, 16u));
-#elif defined(TYPE_Q5_0)
-    const uint qh = b32(blk, 2u);
-    const uint qs[4] = uint[4](b32(blk, 6u), b32(blk, 10u), b32(blk, 14u), b32(blk, 18u));
-#elif defined(TYPE_Q5_1)
-    const uint qh = b32(blk, 4u);
-    const uint qs[4] = uint[4](b32(blk, 8u), b32(blk, 12u), b32(blk, 16u), b32(blk, 20u));
-#elif defined(TYPE_MXFP4)
-    const uint qs[4] = uint[4](b32(blk, 1u), b32(blk, 5u), b32(blk, 9u), b32(blk, 13u));
-#endif
-    for (uint i = 0u; i < 8u; ++i) {
-      cw[i] = nibbles(qs, i);
-#if defined(TYPE_Q5_0) || defined(TYPE_Q5_1)
-      cw[i] |= high_bits(qh, i);
-#endif
-    }
-#endif
-    int sumi = 0;
-    for (uint i = 0u; i < 8u; ++i) {
-      const uint xw = q[xcodes + i];
-      for (uint k = 0u; k < 4u; ++k) {
-#if defined(TYPE_Q8_0)
-        sumi += sbyte(cw[i], k) * sbyte(xw, k);
-#elif defined(HAS_CODEBOOK)
-        sumi += codebook[ubyte(cw[i], k)] * sbyte(xw, k);
-#else
-        sumi += (ubyte(cw[i], k) - OFFSET) * sbyte(xw, k);
-#endif
-      }
-    }
-    // The block's value as dot_ref computes it (left to right, each product rounded).
-    const uint head = b32(blk, 0u);
-#if defined(ACT_Q8_1)
-    // d_w * d_x * sumi + m_w * s_x (Q8_1's s = d_x * the sum of its codes).
-    const uint xds = q[qa];
-    precise const float v = f16(head & 0xffffu) * f16(xds & 0xffffu) * float(sumi) + f16(head >> 16) * f16(xds >> 16);
-#else
-#if defined(TYPE_MXFP4)
-    // The E8M0 exponent e as 2^(e-127) / 2 (the codebook is doubled): quant/fp16.h's e8m0_to_f32_half.
-    const uint ex = head & 0xffu;
-    const float dw = uintBitsToFloat(ex < 2u ? 0x00200000u << ex : (ex - 1u) << 23);
-#else
-    const float dw = f16(head & 0xffffu);
-#endif
-    precise const float v = dw * uintBitsToFloat(q[qa + 8u]) * float(sumi);
-#endif
-    s += v;
   }
   for (uint g = 0u; g < ROWS; ++g) {
     const float sg = subgroupAdd(grp == g ? s : 0.0);
     if (gl_SubgroupInvocationID == 0u) partial[g * 128u + gl_SubgroupID] = sg;
+#if defined(MUL_MV_GLU)
+    const float su_g = subgroupAdd(grp == g ? su : 0.0);
+    if (gl_SubgroupInvocationID == 0u) partial_u[g * 128u + gl_SubgroupID] = su_g;
+#endif
   }
   barrier();
+#if defined(MUL_MV_GLU)
+  if (lid < ROWS) {  // (nrows a multiple of 32: every row of the workgroup is one)
+    const uint row = row0 + lid;
+    float t = 0.0, tu = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) t += partial[lid * 128u + i];
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) tu += partial_u[lid * 128u + i];
+    if ((p.has_bias & 1u) != 0u) t += bias[e * p.nrows + row];
+    if ((p.has_bias & 2u) != 0u) tu += ubias[e * p.nrows + row];
+    y[tok * p.nrows + row] = glu(t, tu);
+  }
+  // The last of a 32-row block's workgroups writes its codes (the others' rows visible once counted).
+  memoryBarrierBuffer();
+  barrier();
+  const uint blocks = p.nrows / 32u, blk = row0 / 32u;
+  if (lid == 0u) {
+    const uint at = tok * blocks + blk;
+    last_one = atomicAdd(count[at], 1u) == 32u / ROWS - 1u;
+    if (last_one) count[at] = 0u;
+  }
+  barrier();
+  if (!last_one) return;
+  memoryBarrierBuffer();
+  barrier();  // (lavapipe read stale rows without it)
+  if (gl_SubgroupID == 0u) {  // lanes 0..7: four values each; the others shuffle among themselves
+    const uint lane = gl_SubgroupInvocationID, j = lane % 8u, at = tok * p.nrows + blk * 32u + 4u * j;
+    const vec4 v = lane < 8u ? vec4(y[at], y[at + 1u], y[at + 2u], y[at + 3u]) : vec4(0.0);
+    q8_act_write(v, j, tok * p.out_words + blk * 9u, p.out_format, lane < 8u);
+  }
+#else
   if (lid < ROWS && row0 + lid < p.nrows) {
     const uint row = row0 + lid;
     float t = 0.0;
@@ -216,4 +365,31 @@ void main() {
 #endif
     y[tok * p.nrows + row] = t;
   }
+#endif
+#if defined(MUL_MV_COMBINE)
+  // The token's last pair over these rows adds the slots (the others' rows visible once counted).
+  const uint token = tok / p.n_used, group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  const uint groups = (p.nrows + ROWS - 1u) / ROWS;
+  memoryBarrierBuffer();
+  barrier();
+  if (lid == 0u) {
+    const uint at = token * groups + group;
+    last_one = atomicAdd(count[at], 1u) == p.n_used - 1u;
+    if (last_one) count[at] = 0u;
+  }
+  barrier();
+  if (!last_one) return;
+  memoryBarrierBuffer();
+  barrier();  // (lavapipe read stale rows without it)
+  if (lid < ROWS && row0 + lid < p.nrows) {
+    const uint row = row0 + lid;
+    float total = 0.0;
+    for (uint k = 0u; k < p.n_used; ++k) {
+      const uint pair = token * p.n_used + k;
+      precise const float v = slot_w[pair] * y[pair * p.nrows + row];
+      total += v;
+    }
+    o[token * p.nrows + row] = total;
+  }
+#endif
 }

@@ -241,6 +241,23 @@ TEST_F(VulkanMisc, UnorderedLeavesOutOnlyTheBarriersBeforeANamedKernel) {
   }
 }
 
+TEST_F(VulkanMisc, ABarrierRightAfterAnotherIsNotRecorded) {
+  // Barriers with no dispatch between them (as around a dispatch of no workgroups) order nothing the
+  // first did not: one is recorded. Two dependent adds with three barriers between them: the
+  // recording's first barrier and one more, and the sums exact.
+  const std::vector<float> x{1.0f, 2.0f, 3.0f, 4.0f}, y0{10.0f, 20.0f, 30.0f, 40.0f};
+  Buf bx(*ctx_, x), by(*ctx_, y0);
+  Recording rec(*ctx_, 2);
+  eltwise(*ctx_, rec, Eltwise::Add, by.view(), bx.view(), by.view(), 4, 4, 1);
+  for (int i = 0; i < 3; ++i) rec.barrier();
+  eltwise(*ctx_, rec, Eltwise::Add, by.view(), bx.view(), by.view(), 4, 4, 1);
+  rec.finish();
+  EXPECT_EQ(rec.barriers(), 2u);
+  rec.submit_and_wait();
+  const auto y = by.read<float>(4);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], y0[i] + 2.0f * x[i]) << "element " << i;
+}
+
 TEST_F(VulkanMisc, PipelineStatsPrintsEachPipelineOrSaysWhyNot) {
   // ZINC_VULKAN_PIPELINE_STATS (measuring): a context made with it prints, for each pipeline it
   // makes, a line naming the shader and its specialization with the driver's statistics; where the

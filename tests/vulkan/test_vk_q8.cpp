@@ -209,7 +209,10 @@ TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
   std::mt19937 rng(11);
   // One block, 37 (MXFP4 rows at odd bytes) and 133 (more blocks than invocations: some take two);
   // one row a workgroup (ZINC_VULKAN_Q8_ROWS=1) and the default 4 (32 invocations a row, 70 rows: the
-  // last workgroup's two rows past the end repeat a row and store nothing).
+  // last workgroup's two rows past the end repeat a row and store nothing). Each with the packed dot
+  // product (where the device has it) and without (ZINC_VULKAN_Q8_DOT=0).
+  for (const char* dot : {"0", ""}) {
+  ScopedEnv dot_env("ZINC_VULKAN_Q8_DOT", dot);
   for (const char* rows_per_group : {"1", ""}) {
     ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
     for (const auto type : kQ8Types) {
@@ -239,6 +242,7 @@ TEST_F(VulkanQ8, ProductEqualsTheCpusQuantizedProduct) {
       }
     }
   }
+  }
 }
 
 TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
@@ -251,7 +255,10 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
   for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;  // distinct within a token
   std::vector<float> bias(static_cast<size_t>(nrows) * n_expert);
   for (auto& v : bias) v = nd(rng);
-  // One row a workgroup, two (37 rows: one past the end) and the default 4 (three past it).
+  // One row a workgroup, two (37 rows: one past the end) and the default 4 (three past it); with the
+  // packed dot product and without.
+  for (const char* dot : {"0", ""}) {
+  ScopedEnv dot_env("ZINC_VULKAN_Q8_DOT", dot);
   for (const char* rows_per_group : {"1", "2", ""}) {
     ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
     for (const auto type : kQ8Types) {
@@ -270,6 +277,136 @@ TEST_F(VulkanQ8, ExpertProductsEqualTheCpusQuantizedProducts) {
       }
     }
   }
+  }
+}
+
+TEST_F(VulkanQ8, DownProductAddsItsSlotsItself) {
+  // mul_mv_q8_id_combine: y as the down product without the combine writes it, and each token's row the
+  // slots' weighted sum in slot order, each product rounded; the counters left zero for the next call.
+  if (!ctx_->features().int_dot) GTEST_SKIP() << "the device has no packed integer dot product";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const uint32_t nrows = 37, n_expert = 5, n_used = 3, ntok = 4;
+  std::vector<uint32_t> ids(ntok * n_used);
+  for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;
+  std::vector<float> bias(static_cast<size_t>(nrows) * n_expert), wts(ntok * n_used);
+  for (auto& v : bias) v = nd(rng);
+  for (auto& v : wts) v = std::fabs(nd(rng));
+  Buffer bwt = ctx_->device_buffer(wts.size() * 4), bout = ctx_->device_buffer(size_t{4} * nrows * ntok),
+         bcount = ctx_->device_buffer(size_t{4} * nrows * ntok);  // (one row a group: the most counters)
+  ctx_->upload(bwt, 0, wts.data(), wts.size() * 4);
+  ctx_->fill_zero(bcount, 0, bcount.size);
+  // One row a workgroup, two (a group past the end) and the default 4.
+  for (const char* rows_per_group : {"1", "2", ""}) {
+    ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
+    ASSERT_LE(4 * mul_mv_q8_combine_counts(nrows, ntok), bcount.size);
+    for (const auto type : {gguf::TensorType::Q5_0, gguf::TensorType::Q4_1, gguf::TensorType::Q8_0, gguf::TensorType::MXFP4}) {
+      for (const uint32_t ncols : {64u, 1184u}) {
+        for (const bool biased : {false, true}) {
+          const std::vector<uint8_t> wq = weight_rows(type, ncols, nrows * n_expert, rng);
+          const std::vector<float> x = q8_activation_rows(ncols, ntok * n_used, rng);
+          ExpertBuffers b(*ctx_, wq, x, mul_mv_q8_bytes(ncols) * ntok * n_used, size_t{nrows} * ntok * n_used, ids, bias);
+          const View bv = biased ? View{&b.bias} : View{};
+          mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&b.y}, bv, ncols,
+                       nrows, n_expert, n_used, ntok, true);
+          const std::vector<float> plain = b.result(size_t{nrows} * ntok * n_used);
+          for (int round = 0; round < 2; ++round) {  // the second on the counters the first left
+            const std::vector<float> nan(size_t{nrows} * ntok * n_used, std::nanf(""));
+            ctx_->upload(b.y, 0, nan.data(), nan.size() * 4);
+            ASSERT_TRUE(mul_mv_q8_id_combine(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&bwt}, View{&b.xq},
+                                             View{&b.y}, View{&bout}, View{&bcount}, bv, ncols, nrows, n_expert, n_used, ntok));
+            const std::string what = fmt::format("{} cols {} rows/group '{}'{} round {}", gguf::tensor_type_name(type), ncols,
+                                                 rows_per_group, biased ? " biased" : "", round);
+            EXPECT_EQ(b.result(plain.size()), plain) << what;
+            std::vector<float> out(size_t{nrows} * ntok);
+            ctx_->download(bout, 0, out.data(), out.size() * 4);
+            for (uint32_t t = 0; t < ntok; ++t) {
+              for (uint32_t r = 0; r < nrows; ++r) {
+                float total = 0.0f;
+                for (uint32_t k = 0; k < n_used; ++k) {
+                  volatile const float v = wts[t * n_used + k] * plain[(t * n_used + k) * nrows + r];  // rounded, no fused add
+                  total += v;
+                }
+                ASSERT_EQ(out[t * nrows + r], total) << what << ": token " << t << " row " << r;
+              }
+            }
+          }
+          std::vector<uint32_t> counts(mul_mv_q8_combine_counts(nrows, ntok));
+          ctx_->download(bcount, 0, counts.data(), counts.size() * 4);
+          EXPECT_EQ(counts, std::vector<uint32_t>(counts.size(), 0u)) << gguf::tensor_type_name(type);
+        }
+      }
+    }
+  }
+  for (Buffer* b : {&bwt, &bout, &bcount}) ctx_->release(*b);
+}
+
+TEST_F(VulkanQ8, GateUpAndTheirGluInOneDispatch) {
+  // mul_mv_q8_id_glu against its three dispatches (the gate and up products, then eltwise's GLU with
+  // the down product's codes): the activation's floats and codes bit for bit, with and without the
+  // biases, SwiGLU and the clamped form, and again on the counters the first call left.
+  if (!ctx_->features().int_dot || !eltwise_q8_fits(*ctx_, 96)) GTEST_SKIP() << "no packed integer dot product or subgroups under 8";
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const uint32_t nrows = 96, n_expert = 5, n_used = 3, ntok = 2, pairs = ntok * n_used;
+  std::vector<uint32_t> ids(pairs);
+  for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = (i * 2 + i / n_used) % n_expert;
+  std::vector<float> gbias(size_t{nrows} * n_expert), ubias(gbias.size());
+  for (auto& v : gbias) v = nd(rng);
+  for (auto& v : ubias) v = nd(rng);
+  const size_t qb = mul_mv_q8_bytes(nrows) * pairs;
+  Buffer bu = ctx_->device_buffer(size_t{4} * nrows * pairs), bg0 = ctx_->device_buffer(size_t{4} * nrows * pairs),
+         bq0 = ctx_->device_buffer(qb), bq = ctx_->device_buffer(qb), bub = ctx_->device_buffer(ubias.size() * 4),
+         bcount = ctx_->device_buffer(4 * mul_mv_q8_glu_counts(nrows, pairs));
+  ctx_->upload(bub, 0, ubias.data(), ubias.size() * 4);
+  ctx_->fill_zero(bcount, 0, bcount.size);
+  for (const char* rows_per_group : {"1", "", "8"}) {
+    ScopedEnv rows_env("ZINC_VULKAN_Q8_ROWS", rows_per_group);
+    for (const auto type : {gguf::TensorType::Q5_0, gguf::TensorType::Q4_1, gguf::TensorType::Q8_0, gguf::TensorType::MXFP4}) {
+      for (const uint32_t ncols : {64u, 1184u}) {
+        for (const bool biased : {false, true}) {
+          for (const bool clamped : {false, true}) {
+            const std::vector<uint8_t> wg = weight_rows(type, ncols, nrows * n_expert, rng);
+            const std::vector<uint8_t> wu = weight_rows(type, ncols, nrows * n_expert, rng);
+            const std::vector<float> x = q8_activation_rows(ncols, ntok, rng);
+            ExpertBuffers b(*ctx_, wg, x, mul_mv_q8_bytes(ncols) * ntok, size_t{nrows} * pairs, ids, gbias);
+            Buffer bwu = ctx_->device_buffer(wu.size());
+            ctx_->upload(bwu, 0, wu.data(), wu.size());
+            const View gb = biased ? View{&b.bias} : View{}, ub = biased ? View{&bub} : View{};
+            const uint32_t format = q8_act_format(type);
+            // The three dispatches (gate's codes of x left in xq by the first).
+            mul_mv_q8_id(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&b.ids}, View{&b.x}, View{&b.xq}, View{&bg0}, gb, ncols,
+                         nrows, n_expert, n_used, ntok, false);
+            mul_mv_q8_id_codes(*ctx_, ctx_->immediate(), type, View{&bwu}, View{&b.ids}, View{&b.xq}, View{&bu}, ub, ncols, nrows,
+                               n_expert, n_used, ntok, false);
+            const Eltwise op = clamped ? Eltwise::SwiGLUClamped : Eltwise::SwiGLU;
+            eltwise(*ctx_, ctx_->immediate(), op, View{&bg0}, View{&bu}, View{&bg0}, nrows, nrows, pairs, false, clamped ? 1.702f : 0,
+                    clamped ? 1.5f : 0, View{}, View{&bq0}, format);
+            std::vector<float> want(size_t{nrows} * pairs);
+            std::vector<uint8_t> want_codes(qb), codes(qb);
+            ctx_->download(bg0, 0, want.data(), want.size() * 4);
+            ctx_->download(bq0, 0, want_codes.data(), qb);
+            for (int round = 0; round < 2; ++round) {
+              const std::string what = fmt::format("{} cols {} rows/group '{}'{}{} round {}", gguf::tensor_type_name(type), ncols,
+                                                   rows_per_group, biased ? " biased" : "", clamped ? " clamped" : "", round);
+              ASSERT_TRUE(mul_mv_q8_id_glu(*ctx_, ctx_->immediate(), type, View{&b.w}, View{&bwu}, View{&b.ids}, View{&b.xq},
+                                           View{&b.y}, View{&bq}, View{&bcount}, gb, ub, ncols, nrows, n_expert, n_used, ntok,
+                                           clamped, 1.702f, 1.5f, format))
+                  << what;
+              EXPECT_EQ(b.result(want.size()), want) << what;
+              ctx_->download(bq, 0, codes.data(), qb);
+              EXPECT_EQ(codes, want_codes) << what;
+            }
+            ctx_->release(bwu);
+          }
+        }
+      }
+    }
+  }
+  std::vector<uint32_t> counts(mul_mv_q8_glu_counts(nrows, pairs));
+  ctx_->download(bcount, 0, counts.data(), counts.size() * 4);
+  EXPECT_EQ(counts, std::vector<uint32_t>(counts.size(), 0u));
+  for (Buffer* buf : {&bu, &bg0, &bq0, &bq, &bub, &bcount}) ctx_->release(*buf);
 }
 
 // An op run with the 32-element formats' codes of its output (rows of width, `type`'s activation
@@ -457,7 +594,21 @@ TEST_F(VulkanKQuant, ProductEqualsTheCpusQuantizedProduct) {
                                        ntok, wg, rows, tpw, groups, i % nrows, i / nrows));
           }
         }
-        for (Buffer* b : {&bw, &bx, &bq, &by}) ctx_->release(*b);
+        // With a bias (the graph's Add after the product, now the product's): each sum plus bias[row],
+        // one float add, the sums those of the product without it.
+        std::vector<float> bias(nrows), plain(want.size()), biased(want.size());
+        for (uint32_t r = 0; r < nrows; ++r) bias[r] = 0.37f * static_cast<float>(r % 7) - 1.1f;
+        Buffer bb = ctx_->device_buffer(bias.size() * 4), by2 = ctx_->device_buffer(want.size() * 4);
+        ctx_->upload(bb, 0, bias.data(), bias.size() * 4);
+        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by}, ncols, nrows, ntok);
+        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bq}, View{&by2}, ncols, nrows, ntok, NormScale{}, View{&bb});
+        ctx_->download(by, 0, plain.data(), plain.size() * 4);
+        ctx_->download(by2, 0, biased.data(), biased.size() * 4);
+        for (size_t i = 0; i < plain.size(); ++i) {
+          ASSERT_EQ(biased[i], plain[i] + bias[i % nrows]) << gguf::tensor_type_name(type) << " cols " << ncols << " tokens " << ntok
+                                                             << ": row " << i % nrows << " token " << i / nrows << " with a bias";
+        }
+        for (Buffer* b : {&bw, &bx, &bq, &by, &bb, &by2}) ctx_->release(*b);
       }
     }
   }

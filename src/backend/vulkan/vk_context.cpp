@@ -903,6 +903,7 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   const auto q = static_cast<uint32_t>(2 * n_dispatch_);
   if (queries_) vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, q);
   record_dispatch(cb_, k, set, push, gx, gy, gz);
+  idle_ = false;
   if (tracing_) trace_ += fmt::format("{} ", k.name);
   if (queries_) {
     vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, q + 1);
@@ -913,6 +914,7 @@ void Recording::dispatch(const Kernel& k, std::span<const View> bindings, const 
   if (named(repeat_)) {  // measuring: the same dispatch again, behind a barrier
     record_barrier();
     record_dispatch(cb_, k, set, push, gx, gy, gz);
+    idle_ = false;
   }
 }
 
@@ -926,6 +928,8 @@ void Recording::barrier() {
 
 void Recording::record_barrier() {
   barrier_pending_ = false;
+  if (idle_) return;  // (a barrier right after another, as around a dispatch of no workgroups)
+  idle_ = true;
   ++n_barrier_;
   ++ctx_.barriers_recorded_;
   if (tracing_) trace_ += "| ";

@@ -171,6 +171,7 @@ class Recording final : public Dispatcher {
   // pending until the next dispatch, which records it or, named, drops it.
   std::vector<std::string> unordered_;
   bool barrier_pending_ = false;
+  bool idle_ = false;  // no dispatch since the last barrier: another would order nothing
   // Debugging (ZINC_VULKAN_TRACE): the kernels in recording order, "|" where a barrier stands, printed
   // to stderr when the recording ends: which dispatches a step's chain holds, stage by stage.
   bool tracing_ = false;

@@ -573,6 +573,17 @@ void plan_scratch(Plan& p, const Context& ctx, const graph::Graph& g, const Exec
       // A token's counter (moe_router), or one per slot and 256 rows of the activation (mul_mv_k_id_glu).
       p.moe_count_bytes = std::max(p.moe_count_bytes, size_t{4} * kMvMaxTokens *
                                                           std::max<size_t>(1, static_cast<size_t>(n.moe().n_expert_used) * ((ff + 255) / 256)));
+      // The 32-element formats' down product adding its slots (mul_mv_q8_id_combine): a counter per
+      // token and group of rows.
+      if (has_mul_mv_q8(g.tensor(n.in[4]).type)) {
+        p.moe_count_bytes = std::max(p.moe_count_bytes, 4 * mul_mv_q8_combine_counts(static_cast<uint32_t>(d), kMvMaxTokens));
+      }
+      // Their gate and up products with the GLU and the down product's codes (mul_mv_q8_id_glu): one
+      // per pair and 32 rows.
+      if (has_mul_mv_q8(gt.type) && ff % 32 == 0) {
+        p.moe_count_bytes = std::max(p.moe_count_bytes, 4 * mul_mv_q8_glu_counts(static_cast<uint32_t>(ff),
+                                                                                 kMvMaxTokens * static_cast<uint32_t>(n.moe().n_expert_used)));
+      }
       p.moe_slot_bytes = std::max(p.moe_slot_bytes, static_cast<size_t>(n.moe().n_expert_used) * max_rows *
                                                         static_cast<size_t>(std::max(2 * ff, d)) * 4);
       // Experts of the 32-element formats (mul_mv_q8_id): activation codes for the decode-sized steps

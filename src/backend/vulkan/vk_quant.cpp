@@ -191,7 +191,8 @@ void get_rows(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View i
 
 namespace {
 
-// The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME): the types that pair with
+// The variants of mul_mv_q8.comp (mul_mv_q8_mat_NAME, mul_mv_q8_id_NAME; dmat_, did_ with the packed
+// integer dot product where the device has it): the types that pair with
 // Q8_0 activation codes (quantize_q8_0) or with Q8_1 (quantize_q8_1).
 const QuantType* q8_find(TensorType type) {
   const QuantType* t = find_type(type);
@@ -222,6 +223,13 @@ struct MulMvQ8Push {
 // Rows per workgroup of mul_mv_q8.comp (its 128 invocations split among them): 4 unless
 // ZINC_VULKAN_Q8_ROWS says otherwise (1, 2, 4 or 8). On an H200, gpt-oss-20b's decode (Q5_0 experts,
 // Q8_0 projections) made 302.0 / 304.9 / 306.5 / 302.8 tok/s with 1 / 2 / 4 / 8 (two rounds each).
+// The packed dot product's variants where the device has it, unless ZINC_VULKAN_Q8_DOT=0 (the kernel
+// tests run both).
+const char* q8_variant(const Context& ctx, bool id) {
+  const bool dot = ctx.features().int_dot && knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 1;
+  return id ? (dot ? "mul_mv_q8_did_" : "mul_mv_q8_id_") : (dot ? "mul_mv_q8_dmat_" : "mul_mv_q8_mat_");
+}
+
 uint32_t q8_rows() {
   uint32_t r = 1;
   while (r * 2 <= knob_u32("ZINC_VULKAN_Q8_ROWS", 4, 1, 8)) r *= 2;
@@ -252,7 +260,7 @@ void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u};
   const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
   const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_mat_") + t.name, 5, sizeof(push), spec),
+  d.dispatch(ctx.pipeline(std::string(q8_variant(ctx, false)) + t.name, 5, sizeof(push), spec),
              std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens);
 }
 
@@ -277,8 +285,73 @@ void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View
                          bias.buffer ? 1u : 0u};
   const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
   const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_id_") + t.name, 5, sizeof(push), spec),
+  d.dispatch(ctx.pipeline(std::string(q8_variant(ctx, true)) + t.name, 5, sizeof(push), spec),
              std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens * n_used);
+}
+
+size_t mul_mv_q8_combine_counts(uint32_t nrows, uint32_t n_tokens) {
+  return size_t{n_tokens} * ((nrows + q8_rows() - 1) / q8_rows());
+}
+
+bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
+                          View y, View out, View count, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                          uint32_t n_used, uint32_t n_tokens) {
+  const QuantType& t = q8_type("mul_mv_q8_id_combine", type, ncols);
+  if (!ctx.features().int_dot || knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 0 || knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 0) {
+    return false;
+  }
+  if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return true;
+  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id_combine: no experts");
+  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id_combine: too many (token, expert) pairs for one step");
+  if (view_bytes(count) < 4 * mul_mv_q8_combine_counts(nrows, n_tokens)) {
+    throw Error("Vulkan mul_mv_q8_id_combine: the counters are short");
+  }
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_q8_id_combine", uint64_t{row_bytes} * nrows * n_expert);
+  const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, 1u, bias.buffer ? 1u : 0u};
+  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_didc_") + t.name, 8, sizeof(push), spec),
+             std::array<View, 8>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out}, &push, (groups + ry - 1) / ry, ry,
+             n_tokens * n_used);
+  return true;
+}
+
+size_t mul_mv_q8_glu_counts(uint32_t nrows, uint32_t n_pairs) { return size_t{n_pairs} * (nrows / 32); }
+
+bool mul_mv_q8_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View wg, View wu, View ids, View xq, View y,
+                      View q_out, View count, View gate_bias, View up_bias, uint32_t ncols, uint32_t nrows,
+                      uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool clamped, float alpha, float limit,
+                      uint32_t q8_format) {
+  const QuantType& t = q8_type("mul_mv_q8_id_glu", type, ncols);
+  if (!ctx.features().int_dot || ctx.features().subgroup_size < 8 || knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 0 ||
+      knob_u32("ZINC_VULKAN_Q8_GLU", 1, 0, 1) == 0) {
+    return false;
+  }
+  if (nrows % 32 != 0) throw Error(fmt::format("Vulkan mul_mv_q8_id_glu: {} rows is not a multiple of 32", nrows));
+  if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return true;
+  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id_glu: no experts");
+  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id_glu: too many (token, expert) pairs for one step");
+  if (view_bytes(count) < 4 * mul_mv_q8_glu_counts(nrows, n_tokens * n_used) ||
+      view_bytes(q_out) < mul_mv_q8_bytes(nrows) * n_tokens * n_used) {
+    throw Error("Vulkan mul_mv_q8_id_glu: the counters or the codes are short");
+  }
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_q8_id_glu", uint64_t{row_bytes} * nrows * n_expert);
+  struct {
+    MulMvQ8Push base;
+    uint32_t clamped;
+    float alpha, limit;
+    uint32_t out_words, out_format;
+  } push{{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, 0u,
+          (gate_bias.buffer ? 1u : 0u) | (up_bias.buffer ? 2u : 0u)},
+         clamped ? 1u : 0u, alpha, limit, static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4), q8_format};
+  const uint32_t spec[] = {q8_rows()}, groups = nrows / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_didg_") + t.name, 9, sizeof(push), spec),
+             std::array<View, 9>{wg, xq, y, ids, gate_bias.buffer ? gate_bias : y, wu, count, q_out, up_bias.buffer ? up_bias : y},
+             &push, (groups + ry - 1) / ry, ry, n_tokens * n_used);
+  return true;
 }
 
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,
@@ -397,18 +470,19 @@ void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, 
 }
 
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-              uint32_t nrows, uint32_t n_tokens, const NormScale& ns) {
+              uint32_t nrows, uint32_t n_tokens, const NormScale& ns, View bias) {
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k", type, ncols);
   if (nrows == 0 || n_tokens == 0) return;
   check_bytes("mul_mv_k", uint64_t{row_bytes} * nrows);
   const MvkShape s = mul_mv_k_shape(type, nrows, ncols, n_tokens);
   const uint32_t spec[] = {s.wg, s.rows, s.ntok, s.groups};
-  MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0, 0};
+  MulMvKPush push{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0,
+                  bias.buffer ? 1u : 0u};
   set_norm_scale(push, ns, ncols, n_tokens);
   const Kernel& k = ctx.pipeline(std::string("mul_mv_k_") + mul_mv_k_variant(type), kMvkBindings, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
   grid(ctx, (nrows + s.rows * s.groups - 1) / (s.rows * s.groups), &gx, &gy);
-  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, y, y, y, y, y, y, norm_partials(ns, y)}, &push, gx, gy,
+  d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, y, bias.buffer ? bias : y, y, y, y, y, norm_partials(ns, y)}, &push, gx, gy,
              std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
 }
 

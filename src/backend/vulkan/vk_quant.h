@@ -58,6 +58,26 @@ void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
 void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                         uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
                         bool x_per_slot);
+// The down product of codes per slot (x_per_slot) with the combine folded in: y as mul_mv_q8_id_codes
+// writes it, and out[t][r] = the sum over slots in order of weights[t][slot] * y[t][slot][r] (as
+// moe_combine, each product rounded), by the last of a token's slots over each group of rows; count:
+// mul_mv_q8_combine_counts words, zero (and left zero). False (nothing recorded) where the device has
+// no packed integer dot product or ZINC_VULKAN_Q8_COMBINE=0.
+size_t mul_mv_q8_combine_counts(uint32_t nrows, uint32_t n_tokens);
+// A mixture's gate and up products of codes per token with their GLU (SwiGLU, or the clamped form
+// where clamped, with alpha and limit) and the down product's codes folded in: y[pair][r] = the GLU of
+// the two rows (gate's and up's biases added where given), and q_out the codes of y's rows in
+// q8_format (rows mul_mv_q8_bytes(nrows) apart), by the last workgroup of each 32 rows; count:
+// mul_mv_q8_glu_counts words, zero (and left zero). nrows a multiple of 32. False (nothing recorded)
+// where the device has no packed integer dot product or ZINC_VULKAN_Q8_GLU=0.
+size_t mul_mv_q8_glu_counts(uint32_t nrows, uint32_t n_pairs);
+bool mul_mv_q8_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View wg, View wu, View ids, View xq, View y,
+                      View q_out, View count, View gate_bias, View up_bias, uint32_t ncols, uint32_t nrows,
+                      uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool clamped, float alpha, float limit,
+                      uint32_t q8_format);
+bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
+                          View y, View out, View count, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                          uint32_t n_used, uint32_t n_tokens);
 
 // K-quant weights (Q4_K, Q5_K, Q6_K) the CPU's way: x quantized to Q8_K by quantize_q8k (the CPU's
 // codes, scales and 16-code sums, q8k_row_bytes per row), then mul_mv_k's integer block sums with one
@@ -69,9 +89,10 @@ size_t q8k_row_bytes(uint32_t ncols);
 // rows rows of x [rows][ncols] into xq (q8k_row_bytes each). No barrier after it.
 void quantize_q8k(Context& ctx, Dispatcher& d, View x, View xq, uint32_t ncols, uint32_t rows);
 // y[t][r] = W[r] . xq[t]: W {ncols, nrows}, xq n_tokens rows from quantize_q8k, y [n_tokens][nrows].
-// ns (one token): xq holds the codes of a norm's unscaled row, each sum is scaled by its scale.
+// ns (one token): xq holds the codes of a norm's unscaled row, each sum is scaled by its scale. bias
+// (nrows floats, optional): added to each row's sum.
 void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
-              uint32_t nrows, uint32_t n_tokens, const NormScale& ns = {});
+              uint32_t nrows, uint32_t n_tokens, const NormScale& ns = {}, View bias = {});
 // The same for K-quant experts, laid out and selected as mul_mv_id's; xq: quantize_q8k's rows of x (n_tokens
 // rows, or n_tokens * n_used with x_per_slot).
 void mul_mv_k_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,

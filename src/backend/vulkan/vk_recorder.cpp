@@ -960,9 +960,8 @@ class Recorder {
     if (!vk::has_mul_mv_k(ctx_, type) || ncols % 256 != 0) return false;
     const View xq = q8k_codes(rec, tr, t, x, ncols, n);  // the K-quants
     const vk::NormScale ns = scale_of(t);
-    tr.before({xq, ns.partials}, {out});
-    vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n, ns);
-    add_bias(rec, tr, bias, out, nrows, n);
+    tr.before({xq, ns.partials, bias}, {out});
+    vk::mul_mv_k(ctx_, rec, type, w, xq, out, ncols, nrows, n, ns, bias);  // the bias added by the product too
     return true;
   }
 
@@ -1038,11 +1037,6 @@ class Recorder {
     return xs;
   }
 
-  void add_bias(vk::Recording& rec, Tracker& tr, View bias, View out, uint32_t nrows, uint32_t n) {
-    if (!bias.buffer) return;
-    tr.before({out}, {out});
-    vk::eltwise(ctx_, rec, vk::Eltwise::Add, out, bias, out, nrows, nrows, n, true);
-  }
 
   // --- The router split from its norm (vk_router_split.h) ---
 
@@ -1187,7 +1181,7 @@ class Recorder {
     const View down_xq = down_codes ? View{res_.act_q8k, 0, vk::q8k_row_bytes(ff) * k * n} : View{};
     // Or the 32-element formats' codes of it, likewise (ZINC_VULKAN_NORM_Q8=0: a dispatch of their own).
     const bool down_q8 = !down_codes && exact(dt.type) && vk::eltwise_q8_fits(ctx_, ff) && codes_from_producer();
-    const View down_q8v = down_q8 ? View{res_.act_q8, 0, vk::mul_mv_q8_bytes(ff) * n * k} : View{};
+    View down_q8v = down_q8 ? View{res_.act_q8, 0, vk::mul_mv_q8_bytes(ff) * n * k} : View{};
     const uint32_t down_format = down_q8 ? vk::q8_act_format(dt.type) : 0;
     const auto expert_product = [&](gguf::TensorType type, View w, View xin, View yout, View b, uint32_t cols,
                                     uint32_t rows_out, bool per_slot) {
@@ -1217,6 +1211,7 @@ class Recorder {
       } else if (exact(type)) {
         // x's codes once for gate and up; the activation's per slot.
         View xq{res_.act_q8, 0, vk::mul_mv_q8_bytes(cols) * n * (per_slot ? k : 1)};
+        if (per_slot && down_q8) xq = down_q8v;  // (where the GLU wrote them)
         if (per_slot) {
           if (!down_q8) {
             tr.before({xin}, {xq});
@@ -1241,6 +1236,10 @@ class Recorder {
       tr.before({xq, ids, ns.partials}, {g, dxq, count});
       vk::mul_mv_k_id_glu(ctx_, rec, gt.type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, dxq, count, d, ff, ne, k, n,
                           ns);
+    } else if (down_q8 && q8_glu(rec, tr, node, x_id, x, g, ids, View{res_.moe_up, 0, vk::mul_mv_q8_bytes(ff) * n * k},
+                                 down_format, d, ff, ne, k, n)) {
+      // (the codes in moe_up, unused then: that kernel reads x's codes in act_q8)
+      down_q8v = View{res_.moe_up, 0, vk::mul_mv_q8_bytes(ff) * n * k};
     } else {
       // Each product waits only for what it reads and writes: gate and up from the same codes run
       // side by side.
@@ -1316,10 +1315,39 @@ class Recorder {
       return;
     }
     if (fused_down && combine(rec, tr)) return;
+    // The 32-element formats' down product from the GLU's codes, adding the slots itself.
+    if (down_q8 && res_.moe_count && res_.moe_count->size >= 4 * vk::mul_mv_q8_combine_counts(d, n)) {
+      const View count{res_.moe_count, 0, res_.moe_count->size};
+      tr.before({down_q8v, ids, wts, db}, {y, out, count});
+      q8_of_ = -1;
+      if (vk::mul_mv_q8_id_combine(ctx_, rec, dt.type, dw, ids, wts, down_q8v, y, out, count, db, ff, d, ne, k, n)) return;
+    }
     tr.before({g, ids}, {y});
     expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
     tr.before({y, wts}, {out});
     vk::moe_combine(ctx_, rec, y, wts, out, d, k, n);
+  }
+
+  // A decode-sized mixture's gate and up products of the 32-element formats, its GLU and the down
+  // product's codes (down_q8v, in down_format) as one dispatch; false (nothing recorded) where they
+  // do not fit.
+  bool q8_glu(vk::Recording& rec, Tracker& tr, const Node& node, TensorId x_id, View x, View g, View ids, View down_q8v,
+              uint32_t down_format, uint32_t d, uint32_t ff, uint32_t ne, uint32_t k, uint32_t n) {
+    const graph::MoeParams& mp = node.moe();
+    const gguf::TensorType type = g_.tensor(node.in[2]).type;
+    const bool clamped = mp.glu == graph::MoeGlu::SwiGLUClamped;
+    if (!down_q8v.buffer || node.in[2] == node.in[3] || g_.tensor(node.in[3]).type != type || !vk::has_mul_mv_q8(type) ||
+        n > kMvMaxTokens || (mp.glu != graph::MoeGlu::SwiGLU && !clamped) || ff % 32 != 0 || !res_.moe_count ||
+        res_.moe_count->size < 4 * vk::mul_mv_q8_glu_counts(ff, n * k)) {
+      return false;
+    }
+    const View gb = mp.bias >= 0 ? w_.f32(node.in[static_cast<size_t>(mp.bias + 1)]) : View{};
+    const View ub = mp.bias >= 0 ? w_.f32(node.in[static_cast<size_t>(mp.bias + 2)]) : View{};
+    const View xq = q8_codes(rec, tr, type, x_id, x, d, n);
+    const View count{res_.moe_count, 0, res_.moe_count->size};
+    tr.before({xq, ids, gb, ub}, {g, down_q8v, count});
+    return vk::mul_mv_q8_id_glu(ctx_, rec, type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, down_q8v, count, gb, ub,
+                                d, ff, ne, k, n, clamped, clamped ? mp.glu_alpha : 0, clamped ? mp.glu_limit : 0, down_format);
   }
 
   // Whether experts of `type` with rows of `cols` can take the grouped matrix product.
