@@ -220,16 +220,16 @@ struct MulMvQ8Push {
   uint32_t nblocks, nrows, row_bytes, n_used, n_expert, expert_stride, x_per_slot, has_bias;
 };
 
+// The packed dot product's variants (and the fused ones, which have no other) where the device has
+// it, unless ZINC_VULKAN_Q8_DOT=0 (the kernel tests run both).
+bool q8_dot(const Context& ctx) { return ctx.features().int_dot && knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 1; }
+const char* q8_variant(const Context& ctx, bool id) {
+  return id ? (q8_dot(ctx) ? "mul_mv_q8_did_" : "mul_mv_q8_id_") : (q8_dot(ctx) ? "mul_mv_q8_dmat_" : "mul_mv_q8_mat_");
+}
+
 // Rows per workgroup of mul_mv_q8.comp (its 128 invocations split among them): 4 unless
 // ZINC_VULKAN_Q8_ROWS says otherwise (1, 2, 4 or 8). On an H200, gpt-oss-20b's decode (Q5_0 experts,
 // Q8_0 projections) made 302.0 / 304.9 / 306.5 / 302.8 tok/s with 1 / 2 / 4 / 8 (two rounds each).
-// The packed dot product's variants where the device has it, unless ZINC_VULKAN_Q8_DOT=0 (the kernel
-// tests run both).
-const char* q8_variant(const Context& ctx, bool id) {
-  const bool dot = ctx.features().int_dot && knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 1;
-  return id ? (dot ? "mul_mv_q8_did_" : "mul_mv_q8_id_") : (dot ? "mul_mv_q8_dmat_" : "mul_mv_q8_mat_");
-}
-
 uint32_t q8_rows() {
   uint32_t r = 1;
   while (r * 2 <= knob_u32("ZINC_VULKAN_Q8_ROWS", 4, 1, 8)) r *= 2;
@@ -272,21 +272,35 @@ void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View 
   mul_mv_q8_codes(ctx, d, type, w, xq, y, View{}, ncols, nrows, n_tokens);
 }
 
+namespace {
+// The checks and launch every expert variant of mul_mv_q8.comp shares (op names it in errors): kernel
+// `kernel` + the type's name with `bindings` and push constants `push` over nrows rows of row_bytes
+// and every (token, slot) pair.
+template <size_t N, typename Push>
+bool launch_q8_id(Context& ctx, Dispatcher& d, const char* op, const char* kernel, gguf::TensorType type,
+                  const std::array<View, N>& bindings, const Push& push, uint32_t row_bytes, uint32_t nrows, uint32_t n_expert,
+                  uint32_t pairs) {
+  const QuantType& t = *q8_find(type);
+  if (n_expert == 0) throw Error(fmt::format("Vulkan {}: no experts", op));
+  if (pairs > kMaxGroupsYZ) throw Error(fmt::format("Vulkan {}: too many (token, expert) pairs for one step", op));
+  check_bytes(op, uint64_t{row_bytes} * nrows * n_expert);
+  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
+  d.dispatch(ctx.pipeline(std::string(kernel) + t.name, N, sizeof(push), spec), bindings, &push, (groups + ry - 1) / ry, ry, pairs);
+  return true;
+}
+}  // namespace
+
 void mul_mv_q8_id_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View xq, View y, View bias,
                         uint32_t ncols, uint32_t nrows, uint32_t n_expert, uint32_t n_used, uint32_t n_tokens,
                         bool x_per_slot) {
-  const QuantType& t = q8_type("mul_mv_q8_id", type, ncols);
+  q8_type("mul_mv_q8_id", type, ncols);
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return;
-  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id: no experts");
-  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id: too many (token, expert) pairs for one step");
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
-  check_bytes("mul_mv_q8_id", uint64_t{row_bytes} * nrows * n_expert);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, x_per_slot ? 1u : 0u,
                          bias.buffer ? 1u : 0u};
-  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(std::string(q8_variant(ctx, true)) + t.name, 5, sizeof(push), spec),
-             std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens * n_used);
+  launch_q8_id(ctx, d, "mul_mv_q8_id", q8_variant(ctx, true), type, std::array<View, 5>{w, xq, y, ids, bias.buffer ? bias : y},
+               push, row_bytes, nrows, n_expert, n_tokens * n_used);
 }
 
 size_t mul_mv_q8_combine_counts(uint32_t nrows, uint32_t n_tokens) {
@@ -296,25 +310,17 @@ size_t mul_mv_q8_combine_counts(uint32_t nrows, uint32_t n_tokens) {
 bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
                           View y, View out, View count, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
                           uint32_t n_used, uint32_t n_tokens) {
-  const QuantType& t = q8_type("mul_mv_q8_id_combine", type, ncols);
-  if (!ctx.features().int_dot || knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 0 || knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 0) {
-    return false;
-  }
+  q8_type("mul_mv_q8_id_combine", type, ncols);
+  if (!q8_dot(ctx) || knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 0) return false;
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return true;
-  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id_combine: no experts");
-  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id_combine: too many (token, expert) pairs for one step");
   if (view_bytes(count) < 4 * mul_mv_q8_combine_counts(nrows, n_tokens)) {
     throw Error("Vulkan mul_mv_q8_id_combine: the counters are short");
   }
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
-  check_bytes("mul_mv_q8_id_combine", uint64_t{row_bytes} * nrows * n_expert);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, 1u, bias.buffer ? 1u : 0u};
-  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_didc_") + t.name, 8, sizeof(push), spec),
-             std::array<View, 8>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out}, &push, (groups + ry - 1) / ry, ry,
-             n_tokens * n_used);
-  return true;
+  return launch_q8_id(ctx, d, "mul_mv_q8_id_combine", "mul_mv_q8_didc_", type,
+                      std::array<View, 8>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out}, push, row_bytes, nrows,
+                      n_expert, n_tokens * n_used);
 }
 
 size_t mul_mv_q8_glu_counts(uint32_t nrows, uint32_t n_pairs) { return size_t{n_pairs} * (nrows / 32); }
@@ -323,21 +329,15 @@ bool mul_mv_q8_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View w
                       View q_out, View count, View gate_bias, View up_bias, uint32_t ncols, uint32_t nrows,
                       uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool clamped, float alpha, float limit,
                       uint32_t q8_format) {
-  const QuantType& t = q8_type("mul_mv_q8_id_glu", type, ncols);
-  if (!ctx.features().int_dot || ctx.features().subgroup_size < 8 || knob_u32("ZINC_VULKAN_Q8_DOT", 1, 0, 1) == 0 ||
-      knob_u32("ZINC_VULKAN_Q8_GLU", 1, 0, 1) == 0) {
-    return false;
-  }
+  q8_type("mul_mv_q8_id_glu", type, ncols);
+  if (!q8_dot(ctx) || ctx.features().subgroup_size < 8 || knob_u32("ZINC_VULKAN_Q8_GLU", 1, 0, 1) == 0) return false;
   if (nrows % 32 != 0) throw Error(fmt::format("Vulkan mul_mv_q8_id_glu: {} rows is not a multiple of 32", nrows));
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return true;
-  if (n_expert == 0) throw Error("Vulkan mul_mv_q8_id_glu: no experts");
-  if (n_tokens * n_used > kMaxGroupsYZ) throw Error("Vulkan mul_mv_q8_id_glu: too many (token, expert) pairs for one step");
   if (view_bytes(count) < 4 * mul_mv_q8_glu_counts(nrows, n_tokens * n_used) ||
       view_bytes(q_out) < mul_mv_q8_bytes(nrows) * n_tokens * n_used) {
     throw Error("Vulkan mul_mv_q8_id_glu: the counters or the codes are short");
   }
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
-  check_bytes("mul_mv_q8_id_glu", uint64_t{row_bytes} * nrows * n_expert);
   struct {
     MulMvQ8Push base;
     uint32_t clamped;
@@ -346,12 +346,10 @@ bool mul_mv_q8_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View w
   } push{{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, 0u,
           (gate_bias.buffer ? 1u : 0u) | (up_bias.buffer ? 2u : 0u)},
          clamped ? 1u : 0u, alpha, limit, static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4), q8_format};
-  const uint32_t spec[] = {q8_rows()}, groups = nrows / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_didg_") + t.name, 9, sizeof(push), spec),
-             std::array<View, 9>{wg, xq, y, ids, gate_bias.buffer ? gate_bias : y, wu, count, q_out, up_bias.buffer ? up_bias : y},
-             &push, (groups + ry - 1) / ry, ry, n_tokens * n_used);
-  return true;
+  return launch_q8_id(ctx, d, "mul_mv_q8_id_glu", "mul_mv_q8_didg_", type,
+                      std::array<View, 9>{wg, xq, y, ids, gate_bias.buffer ? gate_bias : y, wu, count, q_out,
+                                          up_bias.buffer ? up_bias : y},
+                      push, row_bytes, nrows, n_expert, n_tokens * n_used);
 }
 
 void mul_mv_q8_id(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View x, View xq, View y,

@@ -1037,7 +1037,6 @@ class Recorder {
     return xs;
   }
 
-
   // --- The router split from its norm (vk_router_split.h) ---
 
   // Before product `index` where it is a split router's o in a decode-sized step: R_w r into the
@@ -1236,10 +1235,9 @@ class Recorder {
       tr.before({xq, ids, ns.partials}, {g, dxq, count});
       vk::mul_mv_k_id_glu(ctx_, rec, gt.type, w_.raw(node.in[2]), w_.raw(node.in[3]), ids, xq, g, dxq, count, d, ff, ne, k, n,
                           ns);
-    } else if (down_q8 && q8_glu(rec, tr, node, x_id, x, g, ids, View{res_.moe_up, 0, vk::mul_mv_q8_bytes(ff) * n * k},
-                                 down_format, d, ff, ne, k, n)) {
-      // (the codes in moe_up, unused then: that kernel reads x's codes in act_q8)
-      down_q8v = View{res_.moe_up, 0, vk::mul_mv_q8_bytes(ff) * n * k};
+    } else if (const View glu_codes{res_.moe_up, 0, vk::mul_mv_q8_bytes(ff) * n * k};
+               down_q8 && q8_glu(rec, tr, node, x_id, x, g, ids, glu_codes, down_format, d, ff, ne, k, n)) {
+      down_q8v = glu_codes;  // (in moe_up, unused then: that kernel reads x's codes in act_q8)
     } else {
       // Each product waits only for what it reads and writes: gate and up from the same codes run
       // side by side.
