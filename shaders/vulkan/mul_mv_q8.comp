@@ -5,6 +5,8 @@
 //! variants-by-type q8 did_ MUL_MV_ID,INT_DOT
 //! variants-by-type q8 didc_ MUL_MV_ID,MUL_MV_COMBINE,INT_DOT
 //! variants-by-type q8 didg_ MUL_MV_ID,MUL_MV_GLU,INT_DOT
+//! variants-by-type q8 drope_ MUL_MV_MAT,INT_DOT,MUL_MV_ROPE
+//! variants-by-type q8 dvst_ MUL_MV_MAT,INT_DOT,MUL_MV_VSTORE
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
 // (quantize_q8.comp; quant/dot.h pairs Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 with Q8_0 activations, Q4_1
 // and Q5_1 with Q8_1): per block the integer sum of 32 code products, then the float expression the
@@ -34,7 +36,14 @@
 // (binding 6, coherent); the last of a block's 32 / ROWS workgroups resets the count and writes the
 // block's codes into q_out (binding 7; rows out_words apart, format out_format) as quantize_q8.comp
 // makes them from y (coherent: read back). nrows a multiple of 32.
+// MUL_MV_ROPE (variants drope_*, decode's q or k product of one token) and MUL_MV_VSTORE (dvst_*, v's):
+// mul_mv_k.comp's tails of the same names (mv_tails.glsl), after the bias: the last workgroup of each
+// head rotates it in place (the per-head norm too where flags & 2) and, where flags & 8, appends it to
+// the K cache; a v product's workgroups append their rows to the V cache. Bindings 3 cs, 5 norm
+// weights, 6 the cache, 7 the heads' counters, 8 the step header. Needs head_dim at most 128 and a
+// multiple of ROWS, subgroups of at most 64 (mul_mv_q8_tail_fits).
 // Bindings: 0 W, 1 codes, 2 y, 3 ids (MUL_MV_ID), 4 bias (bound to anything when has_bias = 0).
+#extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_GOOGLE_include_directive : require
@@ -64,6 +73,13 @@ shared bool last_one;
 #include "div_rn.glsl"
 #include "q8_act.glsl"
 #undef q
+#elif defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+layout(std430, binding = 2) coherent buffer Y { float y[]; };
+layout(std430, binding = 3) readonly buffer CS { float cs[]; };  // [n_rot]: cos, sin per pair
+layout(std430, binding = 5) readonly buffer NW { float nw[]; };  // head_dim norm weights
+layout(std430, binding = 6) writeonly buffer KC { uint kc[]; };  // the cache: halves in pairs, or floats' bits
+layout(std430, binding = 7) coherent buffer C { uint count[]; };
+layout(std430, binding = 8) readonly buffer Step { uint step[]; };  // word 0: n_past; the block table
 #else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #endif
@@ -85,8 +101,23 @@ layout(push_constant) uniform Params {
   float alpha, limit;  // its parameters
   uint out_words;      // words per row of q_out
   uint out_format;     // 0: Q8_0 codes, 1: Q8_1
+#elif defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+  uint head_dim;    // MUL_MV_ROPE
+  uint n_rot;       // MUL_MV_ROPE
+  uint flags;       // 1 NeoX, 2 norm, 4 norm weights, 8 append to the cache, 16 a float cache
+  uint count_base;  // MUL_MV_ROPE: the first head's counter
+  float eps;        // MUL_MV_ROPE
+  float offset;     // MUL_MV_ROPE
 #endif
 } p;
+
+#if defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
+#include "f16_rne.glsl"
+#include "kv_rows.glsl"
+#include "rope_pair.glsl"
+#define TAIL_ROWS ROWS
+#include "mv_tails.glsl"
+#endif
 
 // BLOCK_BYTES per block (quant/blocks.h); NW words hold a block wherever it starts (blocks of an even
 // size start at even bytes, MXFP4's 17 at any); nibble formats subtract OFFSET from their codes.
@@ -364,7 +395,15 @@ void main() {
     if (p.has_bias != 0u) t += bias[row];
 #endif
     y[tok * p.nrows + row] = t;
+#if defined(MUL_MV_VSTORE)
+    vrow[lid] = t;
+#endif
   }
+#if defined(MUL_MV_ROPE)
+  rope_tail(row0, lid);
+#elif defined(MUL_MV_VSTORE)
+  append_rows(row0, lid, 128u);
+#endif
 #endif
 #if defined(MUL_MV_COMBINE)
   // The token's last pair over these rows adds the slots (the others' rows visible once counted).

@@ -577,26 +577,31 @@ TEST_F(VulkanAttention, RotationWithItsNormMatchesTheDefinitionAndAppendsToTheCa
 
 TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSeparateDispatches) {
   // Decode's q / k product doing rope_heads's norm, rotation and k append in its last workgroup of each
-  // head (mul_mv_k_rope, in place), and v's product appending v (mul_mv_k_vstore): bit for bit
-  // mul_mv_k then rope_heads (its rotated rows and both caches' bytes), for each K-quant, both caches,
-  // both pairings, heads of 64 and 128 (a part of them rotated), with and without norm weights, the
-  // counters from a base past 0 and back at zero after (a second run the same).
+  // head (mul_mv_k_rope / mul_mv_q8_rope, in place), and v's product appending v (mul_mv_k_vstore /
+  // mul_mv_q8_vstore): bit for bit the product then rope_heads (its rotated rows and both caches'
+  // bytes), for each K-quant and three 32-element formats (with biases; Q4_1 on Q8_1 codes), both
+  // caches, both pairings, heads of 64 and 128 (a part of them rotated), with and without the heads'
+  // norm and its weights, the counters from a base past 0 and back at zero after (a second run the same).
   std::mt19937 rng(12);
   struct Shape {
     uint32_t head_dim, n_head, n_rot, ncols;
   };
-  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
-    if (!has_mul_mv_k(*ctx_, type)) GTEST_SKIP() << "the device has no packed integer dot product or subgroups under 8";
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K, gguf::TensorType::Q5_0,
+                          gguf::TensorType::Q8_0, gguf::TensorType::Q4_1}) {
+    const bool q8 = has_mul_mv_q8(type);
+    if (!has_mul_mv_k(*ctx_, type) && !q8) GTEST_SKIP() << "the device has no packed integer dot product or subgroups under 8";
     for (const Shape sh : {Shape{128, 4, 64, 512}, Shape{64, 8, 64, 256}}) {
       const uint32_t width = sh.head_dim * sh.n_head;
-      ASSERT_TRUE(mul_mv_k_tail_fits(*ctx_, type, sh.ncols, width, sh.head_dim))
+      if (q8 && !ctx_->features().int_dot) GTEST_SKIP() << "the device has no packed integer dot product";
+      ASSERT_TRUE(q8 ? mul_mv_q8_tail_fits(*ctx_, type, sh.ncols, width, sh.head_dim)
+                     : mul_mv_k_tail_fits(*ctx_, type, sh.ncols, width, sh.head_dim))
           << "subgroups of " << ctx_->features().subgroup_size;
       for (const auto cache : {KvCacheType::F16, KvCacheType::F32}) {
         for (const bool neox : {false, true}) {
-          const bool weighted = neox == (cache == KvCacheType::F16);
+          const bool weighted = neox == (cache == KvCacheType::F16), normed = neox || cache == KvCacheType::F32;
           SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", heads of " << sh.head_dim << ", "
                                           << (cache == KvCacheType::F16 ? "F16" : "F32") << (neox ? ", NeoX" : "")
-                                          << (weighted ? ", weighted" : ""));
+                                          << (normed ? ", normed" : "") << (weighted ? ", weighted" : ""));
           const uint32_t n_past = 37;
           const size_t rs = quant::row_size(type, sh.ncols);
           std::vector<uint8_t> wk(rs * width + 16), wv(wk.size());
@@ -616,7 +621,8 @@ TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSepara
           step.set(n_past, 1);
           const size_t cache_bytes = kv_row_bytes(cache, width) * step.rows();
           Buffer bwk = ctx_->device_buffer(wk.size()), bwv = ctx_->device_buffer(wv.size()), bx = ctx_->device_buffer(x.size() * 4),
-                 bq = ctx_->device_buffer(q8k_row_bytes(sh.ncols)), bnw = ctx_->device_buffer(nw.size() * 4),
+                 bq = ctx_->device_buffer(q8 ? mul_mv_q8_bytes(sh.ncols) : q8k_row_bytes(sh.ncols)),
+                 bnw = ctx_->device_buffer(nw.size() * 4), bb = ctx_->device_buffer(2 * width * 4),
                  bcs = ctx_->device_buffer(cs.size() * 4), count = ctx_->device_buffer(4 * (3 + sh.n_head));
           std::vector<Buffer> out;  // per path: k, k rotated, v, k cache, v cache
           for (int i = 0; i < 10; ++i) out.push_back(ctx_->device_buffer(i % 5 < 3 ? width * 4 : cache_bytes));
@@ -625,12 +631,21 @@ TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSepara
           ctx_->upload(bx, 0, x.data(), x.size() * 4);
           ctx_->upload(bnw, 0, nw.data(), nw.size() * 4);
           ctx_->upload(bcs, 0, cs.data(), cs.size() * 4);
+          const std::vector<float> biases = random_floats(rng, 2 * width);
+          ctx_->upload(bb, 0, biases.data(), biases.size() * 4);
+          const View kb = q8 ? View{&bb, 0, width * 4} : View{}, vb = q8 ? View{&bb, width * 4, width * 4} : View{};
           ctx_->fill_zero(count, 0, count.size);
           for (Buffer& b : out) ctx_->fill_zero(b, 0, b.size);
-          quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, sh.ncols, 1);
           // The separate dispatches.
-          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[0]}, sh.ncols, width, 1);
-          mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[2]}, sh.ncols, width, 1);
+          if (q8) {
+            quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bq}, sh.ncols, 1);
+            mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[0]}, kb, sh.ncols, width, 1);
+            mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[2]}, vb, sh.ncols, width, 1);
+          } else {
+            quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bq}, sh.ncols, 1);
+            mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[0]}, sh.ncols, width, 1);
+            mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[2]}, sh.ncols, width, 1);
+          }
           RopeHeadsArgs a;
           a.x = View{&out[0]};
           a.cs = View{&bcs};
@@ -640,7 +655,7 @@ TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSepara
           a.n_rot = sh.n_rot;
           a.n_tokens = 1;
           a.neox = neox;
-          a.norm = true;
+          a.norm = normed;
           a.norm_w = weighted ? View{&bnw} : View{};
           a.eps = 1e-6f;
           a.offset = weighted ? 1.0f : 0.0f;
@@ -662,15 +677,24 @@ TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSepara
           r.n_rot = sh.n_rot;
           r.count_base = 3;
           r.neox = neox;
-          r.norm = true;
+          r.norm = normed;
           r.store = true;
           r.f32_cache = cache == KvCacheType::F32;
           r.eps = a.eps;
           r.offset = a.offset;
+          const auto rotating = [&](View y) {
+            if (q8) mul_mv_q8_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, y, kb, sh.ncols, width, r);
+            else mul_mv_k_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, y, sh.ncols, width, r);
+          };
           for (int run = 0; run < 2; ++run) {
-            mul_mv_k_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[6]}, sh.ncols, width, r);
-            mul_mv_k_vstore(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[7]}, View{&out[9]}, step.view(),
-                            r.f32_cache, sh.ncols, width);
+            rotating(View{&out[6]});
+            if (q8) {
+              mul_mv_q8_vstore(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[7]}, vb, View{&out[9]},
+                               step.view(), r.f32_cache, sh.ncols, width);
+            } else {
+              mul_mv_k_vstore(*ctx_, ctx_->immediate(), type, View{&bwv}, View{&bq}, View{&out[7]}, View{&out[9]}, step.view(),
+                              r.f32_cache, sh.ncols, width);
+            }
           }
           std::vector<std::vector<uint8_t>> got;
           for (Buffer& b : out) {
@@ -688,13 +712,13 @@ TEST_F(VulkanAttention, ProductsWithTheirHeadsRotationAndCacheAppendAreTheSepara
           // Without the append: the same rotated rows, the cache untouched.
           r.store = false;
           ctx_->fill_zero(out[8], 0, out[8].size);
-          mul_mv_k_rope(*ctx_, ctx_->immediate(), type, View{&bwk}, View{&bq}, View{&out[5]}, sh.ncols, width, r);
+          rotating(View{&out[5]});
           std::vector<uint8_t> plain(width * 4), cache_after(out[8].size);
           ctx_->download(out[5], 0, plain.data(), plain.size());
           ctx_->download(out[8], 0, cache_after.data(), cache_after.size());
           EXPECT_EQ(plain, got[1]);
           EXPECT_TRUE(std::all_of(cache_after.begin(), cache_after.end(), [](uint8_t b) { return b == 0; }));
-          for (Buffer* b : {&bwk, &bwv, &bx, &bq, &bnw, &bcs, &count}) ctx_->release(*b);
+          for (Buffer* b : {&bwk, &bwv, &bx, &bq, &bnw, &bcs, &count, &bb}) ctx_->release(*b);
           for (Buffer& b : out) ctx_->release(b);
         }
       }

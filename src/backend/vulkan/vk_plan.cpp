@@ -119,9 +119,9 @@ void plan_fusions(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
   }
 }
 
-// An attention's q and k rotations (plan_fusions' norm-and-rotation pairs) done by the K-quant products
-// their norms read (mul_mv_k_rope), and v appended by its product where the k rotation appends k and v
-// (mul_mv_k_vstore): both rotations or neither (one left would keep the stage its dispatch is, and
+// An attention's q and k rotations (with plan_fusions' per-head norms where they have them) done by
+// the products they read (mul_mv_k_rope, mul_mv_q8_rope), and v appended by its product where the k
+// rotation appends k and v (mul_mv_k_vstore, mul_mv_q8_vstore): both rotations or neither (one left would keep the stage its dispatch is, and
 // cost the counts; on an H200 qwen3-30b-a3b with only q's taken: 286.0 -> 278.1 tok/s, with both
 // 285.6 -> 291.6). ZINC_VULKAN_ROPE_TAIL=0 keeps the rotations' own dispatches, for measurements.
 void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
@@ -131,24 +131,28 @@ void plan_tails(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOp
   p.mm_count_base.assign(nn, 0);
   if (opts.keep_activations || knob_u32("ZINC_VULKAN_ROPE_TAIL", 1, 0, 1) == 0) return;
   const std::vector<int> readers = reader_counts(g), producer = producers(g);
-  // The one-token K-quant product (no bias) writing t, with workgroups that fit heads of hd, and
-  // (rows_only false) t's one reader; its node, else -1.
+  // The one-token product writing t (a K-quant's without a bias; a 32-element format's, with one or
+  // not), with workgroups that fit heads of hd, and (rows_only false) t's one reader; its node, else -1.
   const auto product = [&](TensorId t, uint32_t hd, bool rows_only) {
     const int m = producer[static_cast<size_t>(t)];
     if (m < 0 || (!rows_only && readers[static_cast<size_t>(t)] != 1)) return -1;
     const Node& mm = g.nodes[static_cast<size_t>(m)];
-    if (mm.op != Op::MatMul || mm.in.size() > 2 || p.skip[static_cast<size_t>(m)]) return -1;
+    if (mm.op != Op::MatMul || mm.in.size() > 3 || p.skip[static_cast<size_t>(m)]) return -1;
     const auto& wt = g.tensor(mm.in[0]);
-    return mul_mv_k_tail_fits(ctx, wt.type, static_cast<uint32_t>(wt.ne[0]), static_cast<uint32_t>(wt.ne[1]), hd) ? m : -1;
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    if (has_mul_mv_q8(wt.type)) return mul_mv_q8_tail_fits(ctx, wt.type, ncols, nrows, hd) ? m : -1;
+    return mm.in.size() == 2 && mul_mv_k_tail_fits(ctx, wt.type, ncols, nrows, hd) ? m : -1;
   };
-  // The product a rotation's norm reads, where it can take them; else -1.
+  // The product a rotation reads (through its per-head norm where it has one), where it can take
+  // them; else -1.
   const auto rotating = [&](TensorId t) {
     const int r = producer[static_cast<size_t>(t)];
-    if (r < 0 || g.nodes[static_cast<size_t>(r)].op != Op::Rope || p.rope_norm[static_cast<size_t>(r)] < 0) return -1;
+    if (r < 0 || g.nodes[static_cast<size_t>(r)].op != Op::Rope) return -1;
     const Node& rot = g.nodes[static_cast<size_t>(r)];
     const graph::RopeOpParams& rp = rot.rope();
     if (rp.n_rot > rp.head_dim || rp.n_rot % 2 != 0 || p.rope_index(rot) < 0) return -1;
-    return product(g.nodes[static_cast<size_t>(p.rope_norm[static_cast<size_t>(r)])].in[0], static_cast<uint32_t>(rp.head_dim), false);
+    const int norm = p.rope_norm[static_cast<size_t>(r)];
+    return product(norm >= 0 ? g.nodes[static_cast<size_t>(norm)].in[0] : rot.in[0], static_cast<uint32_t>(rp.head_dim), false);
   };
   uint32_t counters = 0;
   for (size_t a = 0; a < nn; ++a) {

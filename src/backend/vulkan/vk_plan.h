@@ -45,9 +45,10 @@ struct Plan {
   // dispatch, whether an attention's cache append is done by its k rotation.
   std::vector<int> rope_norm, rope_store;
   std::vector<bool> skip, kv_stored;
-  // Decode's rotations with a norm done by the q or k product before them, in the product's last
-  // workgroup of each head, in place (mul_mv_k_rope; the product's output and the rotation's share
-  // memory), and the v product appending its row where such a k product appends k (mul_mv_k_vstore).
+  // Decode's rotations (and their per-head norms) done by the q or k product before them, in the
+  // product's last workgroup of each head, in place (mul_mv_k_rope, mul_mv_q8_rope; the product's
+  // output and the rotation's share memory), and the v product appending its row where such a k
+  // product appends k (mul_mv_k_vstore, mul_mv_q8_vstore).
   // Per node: the rotation a MatMul does (-1: none), the attention whose v a MatMul appends (-1:
   // none), a rotating MatMul's first head counter; the counters' bytes. Steps of one token and one
   // sequence only; the others run the rotation's own dispatch.

@@ -556,6 +556,28 @@ void mul_mv_k_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
                 {w, xq, h, h, h, h, h, n.xq_out, n.count, n.partials, n.res, n.norm_w.buffer ? n.norm_w : h}, nrows, gated);
 }
 
+namespace {
+// The push constants both kinds of product's rotation and cache tails read (mv_tails.glsl).
+struct RopeTailPush {
+  uint32_t head_dim, n_rot, flags, count_base;
+  float eps, offset;
+};
+
+RopeTailPush rope_tail_push(const MulMvKRope& r) {
+  return RopeTailPush{r.head_dim, r.n_rot,
+                      (r.neox ? 1u : 0u) | (r.norm ? 2u : 0u) | (r.norm && r.norm_w.buffer ? 4u : 0u) | (r.store ? 8u : 0u) |
+                          (r.f32_cache ? 16u : 0u),
+                      r.count_base, r.eps, r.offset};
+}
+
+void check_rope_tail(const char* op, const MulMvKRope& r, uint32_t nrows) {
+  if (r.n_rot > r.head_dim || r.n_rot % 2 != 0) throw Error(fmt::format("Vulkan {}: the rotated dims do not fit the head", op));
+  if (r.head_dim == 0 || view_bytes(r.count) < size_t{4} * (r.count_base + nrows / r.head_dim)) {
+    throw Error(fmt::format("Vulkan {}: too few counters", op));
+  }
+}
+}  // namespace
+
 bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
   if (!has_mul_mv_k(ctx, type) || ncols % 256 != 0 || head_dim == 0 || head_dim > 128 || head_dim % 2 != 0 ||
       nrows % head_dim != 0 || ctx.features().subgroup_size > 64 || 64 % ctx.features().subgroup_size != 0) {
@@ -570,8 +592,7 @@ bool mul_mv_k_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncol
 namespace {
 struct MulMvKTailPush {
   MulMvKPush base;
-  uint32_t head_dim, n_rot, flags, count_base;
-  float eps, offset;
+  RopeTailPush tail;
 };
 
 void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::TensorType type, const std::array<View, 9>& views,
@@ -598,18 +619,9 @@ void mul_mv_k_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::Tenso
 
 void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, uint32_t ncols,
                    uint32_t nrows, const MulMvKRope& r, const NormScale& ns) {
-  if (r.n_rot > r.head_dim || r.n_rot % 2 != 0) throw Error("Vulkan mul_mv_k_rope: the rotated dims do not fit the head");
-  if (r.head_dim == 0 || view_bytes(r.count) < size_t{4} * (r.count_base + nrows / r.head_dim)) {
-    throw Error("Vulkan mul_mv_k_rope: too few counters");
-  }
+  check_rope_tail("mul_mv_k_rope", r, nrows);
   MulMvKTailPush push{};
-  push.head_dim = r.head_dim;
-  push.n_rot = r.n_rot;
-  push.flags = (r.neox ? 1u : 0u) | (r.norm ? 2u : 0u) | (r.norm && r.norm_w.buffer ? 4u : 0u) | (r.store ? 8u : 0u) |
-               (r.f32_cache ? 16u : 0u);
-  push.count_base = r.count_base;
-  push.eps = r.eps;
-  push.offset = r.offset;
+  push.tail = rope_tail_push(r);
   mul_mv_k_tail(ctx, d, "rope_", type,
                 {w, xq, y, r.cs, r.norm_w.buffer ? r.norm_w : r.cs, y, r.store ? r.k_cache : y, r.count, r.store ? r.step : r.cs},
                 ncols, nrows, r.head_dim, push, ns);
@@ -618,10 +630,54 @@ void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
 void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
                      bool f32_cache, uint32_t ncols, uint32_t nrows, const NormScale& ns) {
   MulMvKTailPush push{};
-  push.flags = 8u | (f32_cache ? 16u : 0u);
+  push.tail.flags = 8u | (f32_cache ? 16u : 0u);
   // (Any head size the rows' workgroups divide: the append is per workgroup.)
   const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
   mul_mv_k_tail(ctx, d, "vst_", type, {w, xq, y, step, step, y, v_cache, step, step}, ncols, nrows, s.rows * s.groups, push, ns);
+}
+
+bool mul_mv_q8_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim) {
+  const uint32_t rows = q8_rows(), sg = ctx.features().subgroup_size;
+  return q8_dot(ctx) && has_mul_mv_q8(type) && ncols % 32 == 0 && head_dim > 0 && head_dim <= 128 && head_dim % 2 == 0 &&
+         nrows % head_dim == 0 && rows % 2 == 0 && head_dim % rows == 0 && sg > 0 && sg <= 64 && 64 % sg == 0;
+}
+
+namespace {
+void mul_mv_q8_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::TensorType type, const std::array<View, 9>& views,
+                    uint32_t ncols, uint32_t nrows, uint32_t head_dim, RopeTailPush tail, bool has_bias) {
+  if (!mul_mv_q8_tail_fits(ctx, type, ncols, nrows, head_dim)) {
+    throw Error(fmt::format("Vulkan mul_mv_q8_{}: {} rows of {} ({} a head) do not fit", variant, nrows, ncols, head_dim));
+  }
+  const QuantType& t = *q8_find(type);
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_q8 tail", uint64_t{row_bytes} * nrows);
+  const struct {
+    MulMvQ8Push base;
+    RopeTailPush tail;
+  } push{{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, has_bias ? 1u : 0u}, tail};
+  const uint32_t spec[] = {q8_rows()}, groups = nrows / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
+  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_") + variant + t.name, 9, sizeof(push), spec), views, &push,
+             (groups + ry - 1) / ry, ry, 1);
+}
+}  // namespace
+
+void mul_mv_q8_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                    uint32_t nrows, const MulMvKRope& r) {
+  check_rope_tail("mul_mv_q8_rope", r, nrows);
+  mul_mv_q8_tail(ctx, d, "drope_", type,
+                 {w, xq, y, r.cs, bias.buffer ? bias : y, r.norm_w.buffer ? r.norm_w : r.cs, r.store ? r.k_cache : y, r.count,
+                  r.store ? r.step : r.cs},
+                 ncols, nrows, r.head_dim, rope_tail_push(r), bias.buffer != nullptr);
+}
+
+void mul_mv_q8_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, View v_cache,
+                      View step, bool f32_cache, uint32_t ncols, uint32_t nrows) {
+  RopeTailPush tail{};
+  tail.flags = 8u | (f32_cache ? 16u : 0u);
+  // (Any head size the rows' workgroups divide: the append is per workgroup.)
+  mul_mv_q8_tail(ctx, d, "dvst_", type, {w, xq, y, step, bias.buffer ? bias : y, step, v_cache, step, step}, ncols, nrows,
+                 q8_rows(), tail, bias.buffer != nullptr);
 }
 
 void mul_mv_k_conv(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View conv_w, View state, View y,

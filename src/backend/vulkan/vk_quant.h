@@ -167,6 +167,15 @@ void mul_mv_k_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, V
 // rope_heads stores v (halves rounded to nearest even, or floats).
 void mul_mv_k_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View v_cache, View step,
                      bool f32_cache, uint32_t ncols, uint32_t nrows, const NormScale& ns = {});
+// The same two tails for the 32-element formats' products of one token (mul_mv_q8_codes's, xq the
+// codes; bias added before the tail where given): the same bits as mul_mv_q8_codes then rope_heads
+// (or the cache append). mul_mv_q8_tail_fits says where they apply: the packed dot product, heads of
+// at most 128 that a workgroup's rows divide.
+bool mul_mv_q8_tail_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t head_dim);
+void mul_mv_q8_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                    uint32_t nrows, const MulMvKRope& r);
+void mul_mv_q8_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, View v_cache,
+                      View step, bool f32_cache, uint32_t ncols, uint32_t nrows);
 
 // Decode's product of one token followed by the short causal convolution that is its one reader
 // (graph Op::SsmConv, ssm_conv's work on each row's channel, the same bits): y = silu(conv(state,

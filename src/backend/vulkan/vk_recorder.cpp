@@ -280,7 +280,10 @@ class Recorder {
       case Op::Rope: {
         const auto& r = plan_.ropes[static_cast<size_t>(plan_.rope_index(node))];
         const View cs{res_.step_dev, r.offset, static_cast<size_t>(r.n_rot) * n_tok * 4};
-        if (plan_.rope_norm[index] >= 0 || (plan_.rope_store[index] >= 0 && !multi_)) {
+        // (In place where a one-token step's product rotates it (plan_tails): rope_heads stages each
+        // head before it writes, rope.comp would read partners already rotated.)
+        const bool in_place = in(0).buffer == out.buffer && in(0).offset == out.offset;
+        if (plan_.rope_norm[index] >= 0 || (plan_.rope_store[index] >= 0 && !multi_) || in_place) {
           rope_heads(rec, tr, node, index, cs, out, rows, nu);
           break;
         }
@@ -986,29 +989,37 @@ class Recorder {
   void tail_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out) {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
-    const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
-    const vk::NormScale ns = scale_of(node.in[1]);
+    const bool q8 = vk::has_mul_mv_q8(wt.type);  // (with its bias, where it has one)
+    const View xq = q8 ? q8_codes(rec, tr, wt.type, node.in[1], x, ncols, 1) : q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
+    const vk::NormScale ns = q8 ? vk::NormScale{} : scale_of(node.in[1]);
     const bool f32_cache = plan_.kv_type == KvCacheType::F32;
     if (plan_.mm_vstore[index] >= 0) {
       const View vc{res_.v[static_cast<size_t>(g_.nodes[static_cast<size_t>(plan_.mm_vstore[index])].layer)]};
       tr.before({xq, header(0), ns.partials}, {out, vc});
-      vk::mul_mv_k_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, vc, header(0), f32_cache, ncols, nrows, ns);
+      if (q8) {
+        vk::mul_mv_q8_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, vc, header(0), f32_cache, ncols, nrows);
+      } else {
+        vk::mul_mv_k_vstore(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, vc, header(0), f32_cache, ncols, nrows, ns);
+      }
       return;
     }
     const auto r = static_cast<size_t>(plan_.mm_rope[index]);
     const Node& rot = g_.nodes[r];
     const graph::RopeOpParams& rp = rot.rope();
     const RopeTable& table = plan_.ropes[static_cast<size_t>(plan_.rope_index(rot))];
-    const Node& norm = g_.nodes[static_cast<size_t>(plan_.rope_norm[r])];
     vk::MulMvKRope a;
     a.cs = View{res_.step_dev, table.offset, static_cast<size_t>(table.n_rot) * 4};
     a.head_dim = static_cast<uint32_t>(rp.head_dim);
     a.n_rot = static_cast<uint32_t>(rp.n_rot);
     a.neox = rp.mode == graph::RopeMode::NeoX;
-    a.norm = true;
-    a.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
-    a.eps = norm.norm().eps;
-    a.offset = norm.norm().offset;
+    if (plan_.rope_norm[r] >= 0) {  // the heads' norm before the rotation
+      const Node& norm = g_.nodes[static_cast<size_t>(plan_.rope_norm[r])];
+      a.norm = true;
+      a.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+      a.eps = norm.norm().eps;
+      a.offset = norm.norm().offset;
+    }
     a.count = View{res_.head_count, 0, res_.head_count->size};
     a.count_base = plan_.mm_count_base[index];
     if (plan_.rope_store[r] >= 0) {
@@ -1019,7 +1030,11 @@ class Recorder {
     }
     const View counters{res_.head_count, size_t{4} * a.count_base, size_t{4} * rp.n_head};
     tr.before({xq, a.cs, a.step, ns.partials}, {out, a.k_cache, counters});
-    vk::mul_mv_k_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, a, ns);
+    if (q8) {
+      vk::mul_mv_q8_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, a);
+    } else {
+      vk::mul_mv_k_rope(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, ncols, nrows, a, ns);
+    }
     done_[r] = true;
   }
 
