@@ -10,6 +10,7 @@
 //! variants-by-type kdot cnv_ MUL_MV_CONV
 //! variants-by-type kdot gnrm_ MUL_MV_NORM,MUL_MV_GTAIL
 //! variants-by-type kdot idcg_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM,MUL_MV_GTAIL
+//! variants-by-type kdot art_ MUL_MV_ROWNORM
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -85,6 +86,12 @@
 // part, a the shared one; own_shared: y holds a) as rms_norm_row's gated add does, writes it to
 // binding 14 and goes on as MUL_MV_NORM's tail does with h.
 //
+// MUL_MV_ROWNORM (variants art_, decode's product of one token, its bias added, followed by a residual
+// add and a whole-row RMSNorm whose width is no multiple of 256): the last workgroup to finish does
+// rms_norm_row's add and norm on the token's row (row_norm_tail.glsl): the residual (binding 3), the
+// sum (5), the norm's output (6), its codes for the 32-element formats (7), the counter (8), the
+// norm's weights (10). Needs shaderFloat64 (mul_mv_k_row_norm_fits).
+//
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
 // 4 bias [n_expert][nrows] floats; MUL_MV_COMBINE: 5 weights [n_tokens][n_used]; MUL_MV_GLU: 6 U,
@@ -96,8 +103,11 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_GOOGLE_include_directive : require
-#if defined(MUL_MV_GLU) || defined(MUL_MV_NORM)
+#if defined(MUL_MV_GLU) || defined(MUL_MV_NORM) || defined(MUL_MV_ROWNORM)
 #extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#if defined(MUL_MV_ROWNORM)
+#extension GL_ARB_gpu_shader_fp64 : require
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -139,6 +149,18 @@ layout(std430, binding = 12) coherent readonly restrict buffer PTbuf { float par
 layout(std430, binding = 13) readonly restrict buffer GTbuf { float gate[]; };  // the shared part's gate, one a token
 layout(std430, binding = 14) writeonly restrict buffer HSbuf { float hsum[]; };  // the residual sum h
 #endif
+const uint HALVES = 1u;
+#define WV(i) w[i]
+#define WV4(i) w4[i]
+#elif defined(MUL_MV_ROWNORM)
+layout(std430, binding = 2) coherent restrict buffer Ybuf { float y[]; };
+layout(std430, binding = 2) coherent restrict buffer Ybuf4 { vec4 ra4[]; };
+layout(std430, binding = 3) readonly restrict buffer RBbuf { vec4 rb4[]; };
+layout(std430, binding = 5) restrict buffer RSbuf { vec4 rs4[]; };
+layout(std430, binding = 6) writeonly restrict buffer RYbuf { vec4 ry4[]; };
+layout(std430, binding = 7) writeonly restrict buffer RQbuf { uint rq[]; };
+layout(std430, binding = 8) coherent restrict buffer RCbuf { uint rcount[]; };
+layout(std430, binding = 10) readonly restrict buffer RWbuf { vec4 rw4[]; };
 const uint HALVES = 1u;
 #define WV(i) w[i]
 #define WV4(i) w4[i]
@@ -202,6 +224,9 @@ layout(push_constant) uniform Params {
   float offset;     // MUL_MV_ROPE
 #elif defined(MUL_MV_CONV)
   uint taps;        // the convolution's width in time (its state holds taps - 1 rows)
+#elif defined(MUL_MV_ROWNORM)
+  uint q8_format;   // the codes' format: 0 ACT_Q8_0, 1 ACT_Q8_1 (out_stride words a row; 0: none)
+  uint arrivals;    // the dispatch's workgroups a token
 #elif defined(MUL_MV_GTAIL)
   uint tail_count;  // both dispatches' workgroups a 256-row block
   uint own_shared;  // 1: y is the shared (gated) part, 0: the experts'
@@ -418,6 +443,11 @@ uint norm_token(uint set, uint t) {
 #define TAIL_ROWS (ROWS * ROW_GROUPS)
 #include "mv_tails.glsl"
 #endif
+#if defined(MUL_MV_ROWNORM)
+#include "f16_rne.glsl"
+#include "div_rn.glsl"
+#include "row_norm_tail.glsl"
+#endif
 
 #if defined(MUL_MV_ID)
 // The subgroups group g's partial sums are in: its own (groups of whole subgroups, `own`), else all.
@@ -610,6 +640,8 @@ void main() {
     norm_tail(set, wg_row0, tid);
 #elif defined(MUL_MV_VSTORE)
     append_rows(wg_row0, tid, WG);
+#elif defined(MUL_MV_ROWNORM)
+    row_norm_tail(set, tid, WG);  // (NTOK = 1: set is the token)
 #endif
 #endif
     barrier();

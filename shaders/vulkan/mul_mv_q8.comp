@@ -5,6 +5,7 @@
 //! variants-by-type q8 did_ MUL_MV_ID,INT_DOT
 //! variants-by-type q8 didc_ MUL_MV_ID,MUL_MV_COMBINE,INT_DOT
 //! variants-by-type q8 didg_ MUL_MV_ID,MUL_MV_GLU,INT_DOT
+//! variants-by-type q8 didcr_ MUL_MV_ID,MUL_MV_COMBINE,INT_DOT,MUL_MV_ROWNORM
 //! variants-by-type q8 drope_ MUL_MV_MAT,INT_DOT,MUL_MV_ROPE
 //! variants-by-type q8 dvst_ MUL_MV_MAT,INT_DOT,MUL_MV_VSTORE
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
@@ -28,6 +29,10 @@
 // over the same rows resets the count to 0 and writes out[token][r] (binding 7) = the sum over slots
 // in slot order of weights[token][slot] (binding 5) * y[pair][r], y read back (coherent), each
 // product rounded before it is added, as mul_mv_k's MUL_MV_COMBINE adds them.
+// MUL_MV_ROWNORM (variants didcr_*, with MUL_MV_COMBINE, a token at a time: the combined rows followed
+// by a residual add and a whole-row RMSNorm): the last of the token's combining workgroups to finish
+// does rms_norm_row's add and norm on out's row (row_norm_tail.glsl): the residual (binding 8), the
+// sum (9), the norm's output (10), its codes (11), the counter (12), the norm's weights (13).
 // MUL_MV_GLU (variants didg_*, a mixture's gate and up products with their GLU and the down product's
 // codes folded in; x per token): each workgroup takes the same ROWS rows of the gate matrix (binding 0,
 // bias binding 4 where has_bias & 1) and the up matrix (binding 5, the same layout; bias binding 8
@@ -50,6 +55,9 @@
 #if defined(INT_DOT)
 #extension GL_EXT_spirv_intrinsics : require
 #endif
+#if defined(MUL_MV_ROWNORM)
+#extension GL_ARB_gpu_shader_fp64 : require
+#endif
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint ROWS = 1;  // rows per workgroup: 1, 2, 4 or 8
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
@@ -58,7 +66,18 @@ layout(std430, binding = 1) readonly buffer Q { uint q[]; };
 layout(std430, binding = 2) coherent buffer Y { float y[]; };
 layout(std430, binding = 5) readonly buffer Wt { float slot_w[]; };
 layout(std430, binding = 6) coherent buffer C { uint count[]; };
+#if defined(MUL_MV_ROWNORM)
+layout(std430, binding = 7) coherent buffer O { float o[]; };
+layout(std430, binding = 7) coherent buffer O4 { vec4 ra4[]; };
+layout(std430, binding = 8) readonly buffer RB { vec4 rb4[]; };
+layout(std430, binding = 9) buffer RS { vec4 rs4[]; };
+layout(std430, binding = 10) writeonly buffer RY { vec4 ry4[]; };
+layout(std430, binding = 11) writeonly buffer RQ { uint rq[]; };
+layout(std430, binding = 12) coherent buffer RC { uint rcount[]; };
+layout(std430, binding = 13) readonly buffer RW { vec4 rw4[]; };
+#else
 layout(std430, binding = 7) writeonly buffer O { float o[]; };
+#endif
 shared bool last_one;
 #elif defined(MUL_MV_GLU)
 layout(std430, binding = 2) coherent buffer Y { float y[]; };
@@ -101,6 +120,12 @@ layout(push_constant) uniform Params {
   float alpha, limit;  // its parameters
   uint out_words;      // words per row of q_out
   uint out_format;     // 0: Q8_0 codes, 1: Q8_1
+#elif defined(MUL_MV_ROWNORM)
+  float norm_eps, norm_offset;
+  uint norm_has_w;  // 0: the norm has no weights (binding 13 unread)
+  uint out_stride;  // words per row of the norm's codes (0: none)
+  uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
+  uint arrivals;    // the token's combining workgroups: its groups of rows
 #elif defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
   uint head_dim;    // MUL_MV_ROPE
   uint n_rot;       // MUL_MV_ROPE
@@ -117,6 +142,11 @@ layout(push_constant) uniform Params {
 #include "rope_pair.glsl"
 #define TAIL_ROWS ROWS
 #include "mv_tails.glsl"
+#endif
+#if defined(MUL_MV_ROWNORM)
+#include "f16_rne.glsl"
+#include "div_rn.glsl"
+#include "row_norm_tail.glsl"
 #endif
 
 // BLOCK_BYTES per block (quant/blocks.h); NW words hold a block wherever it starts (blocks of an even
@@ -430,5 +460,8 @@ void main() {
     }
     o[token * p.nrows + row] = total;
   }
+#if defined(MUL_MV_ROWNORM)
+  row_norm_tail(token, lid, 128u);
+#endif
 #endif
 }

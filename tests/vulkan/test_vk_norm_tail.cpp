@@ -182,6 +182,103 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
   }
 }
 
+TEST_F(VulkanNormTail, RowNormInTheProductsLastWorkgroupIsTheNormsDispatch) {
+  // o = W x + bias, then h = o + r and the norm of h with its 32-element codes, done by the product's
+  // last workgroup (mul_mv_k_row_norm): bit for bit mul_mv_k then rms_norm_row with the add, for widths
+  // no multiple of 256 (gpt-oss's 2,880), with and without norm weights, both code formats and none;
+  // twice, the counter back at zero. The residual is large, so the scale is far from 1.
+  for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
+    if (!has_mul_mv_k(*ctx_, type)) GTEST_SKIP() << "the device has no packed integer dot product or subgroups under 8";
+    for (const uint32_t width : {2880u, 96u}) {
+      const uint32_t ncols = 512;
+      if (!mul_mv_k_row_norm_fits(*ctx_, type, ncols, width)) GTEST_SKIP() << "no shaderFloat64 or too few bindings";
+      for (const int codes : {-1, 0, 1}) {
+        const bool has_w = codes != 0;
+        SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", rows of " << width << ", codes " << codes
+                                        << (has_w ? ", weighted" : ""));
+        const float eps = 1e-5f, offset = has_w ? 0.25f : 0.0f;
+        const std::vector<uint8_t> wo = weight(type, ncols, width);
+        const std::vector<float> x = randoms(ncols, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
+                                 bias = randoms(width, 1.0f);
+        const size_t qbytes = mul_mv_q8_bytes(width);
+        Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
+               bb = upload(bias.data(), bias.size() * 4), bres = upload(r.data(), r.size() * 4), bxq = zeros(q8k_row_bytes(ncols));
+        std::vector<Buffer> out;  // per path: o, h, y, codes
+        for (int i = 0; i < 8; ++i) out.push_back(zeros(i % 4 == 3 ? qbytes : width * 4));
+        Buffer count = zeros(8);
+        const View w = has_w ? View{&bnw} : View{};
+        quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bxq}, ncols, 1);
+        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[0]}, ncols, width, 1, {}, View{&bb});
+        rms_norm_row(*ctx_, ctx_->immediate(), View{&out[0]}, View{&bres}, View{&out[1]}, w, View{&out[2]}, View{}, width, 1, eps,
+                     offset, codes >= 0 ? View{&out[3]} : View{}, codes >= 0 ? static_cast<uint32_t>(codes) : 0u);
+        MulMvKRowNorm n{View{&bres}, View{&out[5]}, View{&out[6]}, w, codes >= 0 ? View{&out[7]} : View{}, View{&count, 4, 4},
+                        eps, offset, codes >= 0 ? static_cast<uint32_t>(codes) : 0u};
+        for (int run = 0; run < 2; ++run) {
+          mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, n);
+        }
+        EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the product";
+        EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
+        EXPECT_EQ(download<float>(out[6], width), download<float>(out[2], width)) << "the norm's output";
+        EXPECT_EQ(download<uint8_t>(out[7], qbytes), download<uint8_t>(out[3], qbytes)) << "the codes";
+        EXPECT_NE(download<float>(out[6], width), download<float>(out[5], width)) << "(the norm changed the row)";
+        EXPECT_EQ(download<uint32_t>(count, 2), (std::vector<uint32_t>{0, 0})) << "the counter, and the word before it";
+        for (Buffer* b : {&bwo, &bx, &bnw, &bb, &bres, &bxq, &count}) ctx_->release(*b);
+        for (Buffer& b : out) ctx_->release(b);
+      }
+    }
+  }
+}
+
+TEST_F(VulkanNormTail, RowNormAfterTheCombinedQ8DownProductIsTheNormsDispatch) {
+  // The 32-element formats' down product adding its slots (mul_mv_q8_id_combine) with the residual add
+  // and whole-row norm after it done by its last workgroup: bit for bit the combine without them then
+  // rms_norm_row with the add (sum, output, codes), for Q5_0 (Q8_0 codes) and Q4_1 (Q8_1), expert
+  // biases, rows of 2,880 and 96, twice (the counters back at zero).
+  const uint32_t ncols = 256, n_expert = 8, n_used = 4;
+  for (const auto type : {gguf::TensorType::Q5_0, gguf::TensorType::Q4_1}) {
+    for (const uint32_t width : {2880u, 96u}) {
+      if (!mul_mv_q8_combine_row_norm_fits(*ctx_, width)) GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
+      for (const int codes : {-1, 0, 1}) {
+        SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", rows of " << width << ", codes " << codes);
+        const float eps = 1e-5f, offset = 0.0f;
+        const std::vector<uint8_t> wd = weight(type, ncols, width, n_expert);
+        const std::vector<float> x = randoms(size_t{ncols} * n_used, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
+                                 bias = randoms(size_t{width} * n_expert, 1.0f), wts = {0.4f, 0.3f, 0.2f, 0.1f};
+        const std::vector<uint32_t> ids = {5, 1, 6, 2};
+        const size_t qbytes = mul_mv_q8_bytes(width);
+        Buffer bw = upload(wd.data(), wd.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
+               bb = upload(bias.data(), bias.size() * 4), bres = upload(r.data(), r.size() * 4),
+               bids = upload(ids.data(), ids.size() * 4), bwts = upload(wts.data(), wts.size() * 4),
+               bxq = zeros(mul_mv_q8_bytes(ncols) * n_used), by = zeros(size_t{4} * width * n_used),
+               count = zeros(4 * mul_mv_q8_combine_counts(width, 1)), rcount = zeros(4);
+        std::vector<Buffer> out;  // per path: the combined rows, h, the norm's output, codes
+        for (int i = 0; i < 8; ++i) out.push_back(zeros(i % 4 == 3 ? qbytes : width * 4));
+        const View q8a = codes >= 0 ? View{&out[3]} : View{}, q8b = codes >= 0 ? View{&out[7]} : View{};
+        const auto format = static_cast<uint32_t>(std::max(codes, 0));
+        quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, n_used);
+        ASSERT_TRUE(mul_mv_q8_id_combine(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bids}, View{&bwts}, View{&bxq}, View{&by},
+                                         View{&out[0]}, View{&count}, View{&bb}, ncols, width, n_expert, n_used, 1));
+        rms_norm_row(*ctx_, ctx_->immediate(), View{&out[0]}, View{&bres}, View{&out[1]}, View{&bnw}, View{&out[2]}, View{}, width, 1,
+                     eps, offset, q8a, format);
+        const MulMvKRowNorm rn{View{&bres}, View{&out[5]}, View{&out[6]}, View{&bnw}, q8b, View{&rcount}, eps, offset, format};
+        for (int run = 0; run < 2; ++run) {
+          ASSERT_TRUE(mul_mv_q8_id_combine(*ctx_, ctx_->immediate(), type, View{&bw}, View{&bids}, View{&bwts}, View{&bxq},
+                                           View{&by}, View{&out[4]}, View{&count}, View{&bb}, ncols, width, n_expert, n_used, 1, &rn));
+        }
+        EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the combined rows";
+        EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
+        EXPECT_EQ(download<float>(out[6], width), download<float>(out[2], width)) << "the norm's output";
+        EXPECT_EQ(download<uint8_t>(out[7], qbytes), download<uint8_t>(out[3], qbytes)) << "the codes";
+        EXPECT_EQ(download<uint32_t>(rcount, 1)[0], 0u) << "the row norm's counter";
+        const std::vector<uint32_t> counts = download<uint32_t>(count, mul_mv_q8_combine_counts(width, 1));
+        EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) << "the combine's counters";
+        for (Buffer* b : {&bw, &bx, &bnw, &bb, &bres, &bids, &bwts, &bxq, &by, &count, &rcount}) ctx_->release(*b);
+        for (Buffer& b : out) ctx_->release(b);
+      }
+    }
+  }
+}
+
 TEST_F(VulkanNormTail, CombinedDownProductTakesTheAddAndNorm) {
   // The experts' down products and their weighted sum (mul_mv_k_id_combine), the residual add and the
   // norm: mul_mv_k_id_combine_norm's residual sum bit for bit theirs, its codes the CPU's of the

@@ -9,6 +9,7 @@
 #include "backend/vulkan/vk_ops.h"
 #include "backend/vulkan/vk_quant.h"
 #include "core/knobs.h"
+#include "quant/quant.h"
 
 namespace zinc::backend::vk {
 
@@ -246,6 +247,72 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   p.norm_blocks = blocks;
   // A counter per block, then the partial sums per block of each row of a decode-sized step.
   p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
+}
+
+// Plan::mm_row_norm: a one-token K-quant product that no other tail takes, the residual add of its
+// output as the next node (its output's one reader), and the whole-row norm of the sum after it, whose
+// readers take floats or the 32-element formats' codes (not Q8_K codes, which the tail does not write).
+// ZINC_VULKAN_ROW_NORM=0 keeps the norm's own dispatch, for measurements.
+void plan_row_norms(Plan& p, const Context& ctx, const graph::Graph& g, const ExecOptions& opts) {
+  const size_t nn = g.nodes.size();
+  p.mm_row_norm.assign(nn, -1);
+  if (opts.keep_activations || knob_u32("ZINC_VULKAN_ROW_NORM", 1, 0, 1) == 0) return;
+  const std::vector<int> readers = reader_counts(g);
+  const auto float_weight = [](gguf::TensorType t) { return quant::block_size(t) == 1; };
+  // Whether every reader of t takes floats or 32-element codes.
+  const auto coded_readers = [&](TensorId t) {
+    for (const Node& n : g.nodes) {
+      if (std::find(n.in.begin(), n.in.end(), t) == n.in.end()) continue;
+      if (n.op == Op::MatMul) {
+        const gguf::TensorType wt = g.tensor(n.in[0]).type;
+        if (n.in[0] == t || !(has_mul_mv_q8(wt) || float_weight(wt))) return false;
+      } else if (n.op == Op::MoE) {
+        for (const size_t k : {size_t{2}, size_t{3}}) {
+          const gguf::TensorType et = g.tensor(n.in[k]).type;
+          if (!(has_mul_mv_q8(et) || float_weight(et))) return false;
+        }
+      } else {
+        return false;
+      }
+    }
+    return true;
+  };
+  bool any = false;
+  for (size_t m = 0; m + 2 < nn; ++m) {
+    const Node &mm = g.nodes[m], &add = g.nodes[m + 1], &norm = g.nodes[m + 2];
+    if ((mm.op != Op::MatMul && mm.op != Op::MoE) || p.skip[m] || p.skip[m + 1] || p.skip[m + 2] || p.mm_norm[m] >= 0) continue;
+    if (mm.op == Op::MatMul && (mm.in.size() > 3 || p.mm_rope[m] >= 0 || p.mm_vstore[m] >= 0)) continue;
+    if (add.op != Op::Add || add.in.size() != 2 || (add.in[0] == mm.out) == (add.in[1] == mm.out) ||
+        readers[static_cast<size_t>(mm.out)] != 1 || mm.out == g.hidden) {
+      continue;
+    }
+    if (norm.op != Op::RmsNorm || norm.in[0] != add.out || norm.norm().group > 0 || norm.out == g.logits) continue;
+    const auto width = static_cast<uint32_t>(g.tensor(add.out).ne[0]);
+    if (g.tensor(norm.out).ne[0] != width || (norm.in.size() > 1 && g.tensor(norm.in[1]).ne[0] != width) ||
+        !rms_norm_row_fits(width) || !coded_readers(norm.out)) {
+      continue;
+    }
+    if (mm.op == Op::MatMul) {
+      const auto& wt = g.tensor(mm.in[0]);
+      if (wt.ne[1] != width || !mul_mv_k_row_norm_fits(ctx, wt.type, static_cast<uint32_t>(wt.ne[0]), width)) continue;
+    } else {
+      // The 32-element formats' experts whose down product adds the slots (mul_mv_q8_id_combine):
+      // their gate and up products (mul_mv_q8_id_glu) leave it the codes.
+      const MoeShape shape = moe_shape(g, mm);
+      const gguf::TensorType gt = g.tensor(mm.in[2]).type;
+      if (shape.fused || shape.d != width || shape.ff % 32 != 0 || gt != g.tensor(mm.in[3]).type || !has_mul_mv_q8(gt) ||
+          !has_mul_mv_q8(g.tensor(mm.in[4]).type) || p.moe_early[m] > 0 || p.gated_tail[m] >= 0 ||
+          !mul_mv_q8_combine_row_norm_fits(ctx, width)) {
+        continue;
+      }
+    }
+    p.mm_row_norm[m] = static_cast<int>(m + 2);
+    any = true;
+  }
+  if (any) {
+    p.row_norm_counter = static_cast<uint32_t>(p.head_count_bytes / 4);
+    p.head_count_bytes += 4;
+  }
 }
 
 void plan_gate_norms(Plan& p, const graph::Graph& g, const ExecOptions& opts) {
@@ -683,6 +750,7 @@ Plan make_plan(const Context& ctx, const graph::Graph& g, const ExecOptions& opt
   plan_conv_tails(p, ctx, g, opts);
   plan_delta_norms(p, ctx, g, opts);
   plan_gated_tails(p, ctx, g, opts);
+  plan_row_norms(p, ctx, g, opts);
   plan_activations(p, g, opts);
   plan_scratch(p, ctx, g, opts);
   if (p.norm_blocks > 0) {  // the norm's codes after the product's own input codes

@@ -55,6 +55,11 @@ struct Plan {
   std::vector<int> mm_rope, mm_vstore;
   std::vector<uint32_t> mm_count_base;
   size_t head_count_bytes = 0;
+  // Decode's residual add and whole-row norm after a K-quant product, done by the product's last
+  // workgroup (mul_mv_k_row_norm; widths mm_norm does not take): per node, the norm a MatMul does
+  // (-1: none); its counter's place among the head counters (one counter serves every such product).
+  std::vector<int> mm_row_norm;
+  uint32_t row_norm_counter = 0;
   // Decode's residual add and the whole-row norm of its sum done by the K-quant product before them
   // (mul_mv_k_norm; a mixture's combined down product, mul_mv_k_id_combine_norm), where every reader of
   // the norm takes its scale (NormScale: K-quant products, an F32 router with K-quant experts). Per

@@ -309,7 +309,7 @@ size_t mul_mv_q8_combine_counts(uint32_t nrows, uint32_t n_tokens) {
 
 bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
                           View y, View out, View count, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
-                          uint32_t n_used, uint32_t n_tokens) {
+                          uint32_t n_used, uint32_t n_tokens, const MulMvKRowNorm* rn) {
   q8_type("mul_mv_q8_id_combine", type, ncols);
   if (!q8_dot(ctx) || knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 0) return false;
   if (nrows == 0 || n_tokens == 0 || ncols == 0 || n_used == 0) return true;
@@ -318,9 +318,35 @@ bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vi
   }
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, n_used, n_expert, row_bytes * nrows, 1u, bias.buffer ? 1u : 0u};
-  return launch_q8_id(ctx, d, "mul_mv_q8_id_combine", "mul_mv_q8_didc_", type,
-                      std::array<View, 8>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out}, push, row_bytes, nrows,
-                      n_expert, n_tokens * n_used);
+  if (!rn) {
+    return launch_q8_id(ctx, d, "mul_mv_q8_id_combine", "mul_mv_q8_didc_", type,
+                        std::array<View, 8>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out}, push, row_bytes, nrows,
+                        n_expert, n_tokens * n_used);
+  }
+  if (n_tokens != 1 || !mul_mv_q8_combine_row_norm_fits(ctx, nrows)) {
+    throw Error(fmt::format("Vulkan mul_mv_q8_id_combine: no row norm after {} rows of {} tokens here", nrows, n_tokens));
+  }
+  if (!rn->res.buffer || !rn->sum.buffer || !rn->y.buffer || view_bytes(rn->count) < 4 ||
+      (rn->q8.buffer && (view_bytes(rn->q8) < mul_mv_q8_bytes(nrows) || rn->q8_format > 1))) {
+    throw Error("Vulkan mul_mv_q8_id_combine: the residual, sum, output, codes or counter are missing or short");
+  }
+  const struct {
+    MulMvQ8Push base;
+    float eps, offset;
+    uint32_t has_w, out_stride, q8_format, arrivals;
+  } rpush{push, rn->eps, rn->offset, rn->norm_w.buffer ? 1u : 0u,
+          rn->q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u, rn->q8_format,
+          (nrows + q8_rows() - 1) / q8_rows()};
+  return launch_q8_id(ctx, d, "mul_mv_q8_id_combine", "mul_mv_q8_didcr_", type,
+                      std::array<View, 14>{w, xq, y, ids, bias.buffer ? bias : y, weights, count, out, rn->res, rn->sum, rn->y,
+                                           rn->q8.buffer ? rn->q8 : out, rn->count, rn->norm_w.buffer ? rn->norm_w : out},
+                      rpush, row_bytes, nrows, n_expert, n_used);
+}
+
+bool mul_mv_q8_combine_row_norm_fits(const Context& ctx, uint32_t nrows) {
+  const Features& f = ctx.features();
+  return q8_dot(ctx) && knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 1 && nrows > 0 && nrows % 32 == 0 && f.fp64 &&
+         f.subgroup_size >= 8 && f.max_bindings >= 14;
 }
 
 size_t mul_mv_q8_glu_counts(uint32_t nrows, uint32_t n_pairs) { return size_t{n_pairs} * (nrows / 32); }
@@ -482,6 +508,43 @@ void mul_mv_k(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x
   grid(ctx, (nrows + s.rows * s.groups - 1) / (s.rows * s.groups), &gx, &gy);
   d.dispatch(k, std::array<View, kMvkBindings>{w, xq, y, y, bias.buffer ? bias : y, y, y, y, y, norm_partials(ns, y)}, &push, gx, gy,
              std::min((n_tokens + s.ntok - 1) / s.ntok, kMaxGroupsYZ));
+}
+
+bool mul_mv_k_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
+  const Features& f = ctx.features();
+  return has_mul_mv_k(ctx, type) && ncols % 256 == 0 && nrows > 0 && nrows % 32 == 0 && f.fp64 && f.subgroup_size >= 8 &&
+         f.max_bindings >= 11;
+}
+
+void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                       uint32_t nrows, const MulMvKRowNorm& n) {
+  if (!mul_mv_k_row_norm_fits(ctx, type, ncols, nrows)) {
+    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} rows of {} do not fit this device", nrows, ncols));
+  }
+  if (!n.res.buffer || !n.sum.buffer || !n.y.buffer || view_bytes(n.count) < 4 ||
+      (n.q8.buffer && (view_bytes(n.q8) < mul_mv_q8_bytes(nrows) || n.q8_format > 1))) {
+    throw Error("Vulkan mul_mv_k_row_norm: the residual, sum, output, codes or counter are missing or short");
+  }
+  const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_row_norm", type, ncols);
+  check_bytes("mul_mv_k_row_norm", uint64_t{row_bytes} * nrows);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  const uint32_t spec[] = {s.wg, s.rows, 1, s.groups}, groups = (nrows + s.rows * s.groups - 1) / (s.rows * s.groups);
+  struct {
+    MulMvKPush base;
+    uint32_t q8_format, arrivals;
+  } push{MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0,
+                    bias.buffer ? 1u : 0u},
+         n.q8_format, groups};
+  push.base.out_stride = n.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u;
+  push.base.norm_eps = n.eps;
+  push.base.norm_offset = n.offset;
+  push.base.norm_has_w = n.norm_w.buffer ? 1u : 0u;
+  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_art_") + mul_mv_k_variant(type), 11, sizeof(push), spec);
+  uint32_t gx = 0, gy = 0;
+  grid(ctx, groups, &gx, &gy);
+  d.dispatch(k, std::array<View, 11>{w, xq, y, n.res, bias.buffer ? bias : y, n.sum, n.y, n.q8.buffer ? n.q8 : y, n.count, y,
+                                     n.norm_w.buffer ? n.norm_w : y},
+             &push, gx, gy, 1);
 }
 
 bool mul_mv_k_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {

@@ -75,9 +75,13 @@ bool mul_mv_q8_id_glu(Context& ctx, Dispatcher& d, gguf::TensorType type, View w
                       View q_out, View count, View gate_bias, View up_bias, uint32_t ncols, uint32_t nrows,
                       uint32_t n_expert, uint32_t n_used, uint32_t n_tokens, bool clamped, float alpha, float limit,
                       uint32_t q8_format);
+// With rn (one token; mul_mv_q8_combine_row_norm_fits): the residual add and whole-row norm after
+// the combined rows too, by the last workgroup to finish (as mul_mv_k_row_norm).
+struct MulMvKRowNorm;
+bool mul_mv_q8_combine_row_norm_fits(const Context& ctx, uint32_t nrows);
 bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View ids, View weights, View xq,
                           View y, View out, View count, View bias, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
-                          uint32_t n_used, uint32_t n_tokens);
+                          uint32_t n_used, uint32_t n_tokens, const MulMvKRowNorm* rn = nullptr);
 
 // K-quant weights (Q4_K, Q5_K, Q6_K) the CPU's way: x quantized to Q8_K by quantize_q8k (the CPU's
 // codes, scales and 16-code sums, q8k_row_bytes per row), then mul_mv_k's integer block sums with one
@@ -176,6 +180,20 @@ void mul_mv_q8_rope(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, 
                     uint32_t nrows, const MulMvKRope& r);
 void mul_mv_q8_vstore(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, View v_cache,
                       View step, bool f32_cache, uint32_t ncols, uint32_t nrows);
+
+// Decode's product of one token (its bias added) followed by a residual add and a whole-row RMSNorm,
+// both done by the last of its workgroups to finish (rms_norm_row's f64_add form on the row, the same
+// bits): sum = y + res, the norm's output, and where q8 is given its 32-element formats' activation
+// codes in q8_format (as rms_norm_row writes them). count: one counter, zero before and after. For
+// widths the K-quant norm tail (mul_mv_k_norm) does not take; needs mul_mv_k_row_norm_fits.
+struct MulMvKRowNorm {
+  View res, sum, y, norm_w, q8, count;
+  float eps = 0, offset = 0;
+  uint32_t q8_format = 0;
+};
+bool mul_mv_k_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
+void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                       uint32_t nrows, const MulMvKRowNorm& n);
 
 // Decode's product of one token followed by the short causal convolution that is its one reader
 // (graph Op::SsmConv, ssm_conv's work on each row's channel, the same bits): y = silu(conv(state,

@@ -262,6 +262,7 @@ class Recorder {
         if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) {
         } else if (gated_.active && gated_.down == index && gated_down(rec, tr, node)) {
         } else if (dense_glu(rec, tr, index, rows, nu)) {
+        } else if (tails_ && plan_.mm_row_norm[index] >= 0 && row_norm_product(rec, tr, node, index, in(1), out)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
         } else if (one_plain_ && plan_.mm_conv[index] >= 0) {
@@ -919,6 +920,40 @@ class Recorder {
     return true;
   }
 
+  // Decode's K-quant product with the residual add and whole-row norm after it done by its last
+  // workgroup (Plan::mm_row_norm); the norm's codes for the 32-element formats' readers where they
+  // share a format. False (nothing recorded) where the product reads a norm left to it.
+  bool row_norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out) {
+    const auto& wt = g_.tensor(node.in[0]);
+    const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
+    if (scale_of(node.in[1]).partials.buffer || (deferred_.active && deferred_.y == node.in[1])) return false;
+    const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const vk::MulMvKRowNorm n = row_norm_views(index, nrows);
+    const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
+    tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
+    vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+    return true;
+  }
+
+  // The add and norm after node `index` (Plan::mm_row_norm) as its product's tail takes them, those
+  // two nodes done, the norm's codes (where its readers share a format) in act_q8.
+  vk::MulMvKRowNorm row_norm_views(size_t index, uint32_t width) {
+    const Node &add = g_.nodes[index + 1], &norm = g_.nodes[index + 2];
+    vk::MulMvKRowNorm n;
+    n.res = act(add.in[0] == g_.nodes[index].out ? add.in[1] : add.in[0], 1);
+    n.sum = act(add.out, 1);
+    n.y = act(norm.out, 1);
+    n.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
+    n.eps = norm.norm().eps;
+    n.offset = norm.norm().offset;
+    n.count = View{res_.head_count, size_t{4} * plan_.row_norm_counter, 4};
+    n.q8 = q8_out(norm.out, width, 1, true);
+    n.q8_format = q8_format_;
+    done_[index + 1] = true;
+    done_[index + 2] = true;
+    return n;
+  }
+
   // Few tokens: the weights multiply the rows directly. Many: a matrix product that decodes the stored
   // weight as it stages its tiles (tensor cores where the device has them).
   void matmul(vk::Recording& rec, Tracker& tr, const Node& node, View x, View out, uint32_t n) {
@@ -1331,9 +1366,17 @@ class Recorder {
     // The 32-element formats' down product from the GLU's codes, adding the slots itself.
     if (down_q8 && res_.moe_count && res_.moe_count->size >= 4 * vk::mul_mv_q8_combine_counts(d, n)) {
       const View count{res_.moe_count, 0, res_.moe_count->size};
-      tr.before({down_q8v, ids, wts, db}, {y, out, count});
       q8_of_ = -1;
-      if (vk::mul_mv_q8_id_combine(ctx_, rec, dt.type, dw, ids, wts, down_q8v, y, out, count, db, ff, d, ne, k, n)) return;
+      // With the residual add and norm after it (Plan::mm_row_norm) in a one-token step.
+      vk::MulMvKRowNorm rn;
+      const bool row_norm = tails_ && n == 1 && plan_.mm_row_norm[index] >= 0 && vk::mul_mv_q8_combine_row_norm_fits(ctx_, d);
+      if (row_norm) rn = row_norm_views(index, d);
+      tr.before({down_q8v, ids, wts, db, rn.res}, {y, out, count, rn.sum, rn.y, rn.q8, rn.count});
+      if (vk::mul_mv_q8_id_combine(ctx_, rec, dt.type, dw, ids, wts, down_q8v, y, out, count, db, ff, d, ne, k, n,
+                                   row_norm ? &rn : nullptr)) {
+        return;
+      }
+      if (row_norm) throw Error("Vulkan: a mixture's row norm planned where its down product does not add its slots");
     }
     tr.before({g, ids}, {y});
     expert_product(dt.type, w_.raw(node.in[4]), g, y, bias(3), ff, d, true);
