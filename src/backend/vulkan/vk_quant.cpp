@@ -236,6 +236,24 @@ uint32_t q8_rows() {
   return r;
 }
 
+// The views a row norm tail (MulMvKRowNorm) writes and reads, for rows of width nrows.
+void check_row_norm(const char* op, const MulMvKRowNorm& n, uint32_t nrows) {
+  if (!n.res.buffer || !n.sum.buffer || !n.y.buffer || view_bytes(n.count) < 4 ||
+      (n.q8.buffer && (view_bytes(n.q8) < mul_mv_q8_bytes(nrows) || n.q8_format > 1))) {
+    throw Error(fmt::format("Vulkan {}: the residual, sum, output, codes or counter are missing or short", op));
+  }
+}
+
+// A mul_mv_q8.comp kernel over nrows rows (q8_rows() a workgroup, the groups past x in y) and z
+// tokens or (token, slot) pairs.
+template <size_t N, typename Push>
+void dispatch_q8(Context& ctx, Dispatcher& d, const std::string& kernel, const std::array<View, N>& bindings, const Push& push,
+                 uint32_t nrows, uint32_t z) {
+  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
+  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;
+  d.dispatch(ctx.pipeline(kernel, N, sizeof(push), spec), bindings, &push, (groups + ry - 1) / ry, ry, z);
+}
+
 }  // namespace
 
 bool has_mul_mv_q8(gguf::TensorType type) { return q8_find(type) != nullptr; }
@@ -258,10 +276,8 @@ void mul_mv_q8_codes(Context& ctx, Dispatcher& d, gguf::TensorType type, View w,
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8", uint64_t{row_bytes} * nrows);
   const MulMvQ8Push push{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u};
-  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
-  d.dispatch(ctx.pipeline(std::string(q8_variant(ctx, false)) + t.name, 5, sizeof(push), spec),
-             std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y}, &push, (groups + ry - 1) / ry, ry, n_tokens);
+  dispatch_q8(ctx, d, std::string(q8_variant(ctx, false)) + t.name, std::array<View, 5>{w, xq, y, y, bias.buffer ? bias : y},
+              push, nrows, n_tokens);
 }
 
 void mul_mv_q8(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View x, View xq, View y, uint32_t ncols,
@@ -284,9 +300,7 @@ bool launch_q8_id(Context& ctx, Dispatcher& d, const char* op, const char* kerne
   if (n_expert == 0) throw Error(fmt::format("Vulkan {}: no experts", op));
   if (pairs > kMaxGroupsYZ) throw Error(fmt::format("Vulkan {}: too many (token, expert) pairs for one step", op));
   check_bytes(op, uint64_t{row_bytes} * nrows * n_expert);
-  const uint32_t spec[] = {q8_rows()}, groups = (nrows + spec[0] - 1) / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
-  d.dispatch(ctx.pipeline(std::string(kernel) + t.name, N, sizeof(push), spec), bindings, &push, (groups + ry - 1) / ry, ry, pairs);
+  dispatch_q8(ctx, d, std::string(kernel) + t.name, bindings, push, nrows, pairs);
   return true;
 }
 }  // namespace
@@ -326,10 +340,7 @@ bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vi
   if (n_tokens != 1 || !mul_mv_q8_combine_row_norm_fits(ctx, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_q8_id_combine: no row norm after {} rows of {} tokens here", nrows, n_tokens));
   }
-  if (!rn->res.buffer || !rn->sum.buffer || !rn->y.buffer || view_bytes(rn->count) < 4 ||
-      (rn->q8.buffer && (view_bytes(rn->q8) < mul_mv_q8_bytes(nrows) || rn->q8_format > 1))) {
-    throw Error("Vulkan mul_mv_q8_id_combine: the residual, sum, output, codes or counter are missing or short");
-  }
+  check_row_norm("mul_mv_q8_id_combine", *rn, nrows);
   const struct {
     MulMvQ8Push base;
     float eps, offset;
@@ -521,10 +532,7 @@ void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View 
   if (!mul_mv_k_row_norm_fits(ctx, type, ncols, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} rows of {} do not fit this device", nrows, ncols));
   }
-  if (!n.res.buffer || !n.sum.buffer || !n.y.buffer || view_bytes(n.count) < 4 ||
-      (n.q8.buffer && (view_bytes(n.q8) < mul_mv_q8_bytes(nrows) || n.q8_format > 1))) {
-    throw Error("Vulkan mul_mv_k_row_norm: the residual, sum, output, codes or counter are missing or short");
-  }
+  check_row_norm("mul_mv_k_row_norm", n, nrows);
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_row_norm", type, ncols);
   check_bytes("mul_mv_k_row_norm", uint64_t{row_bytes} * nrows);
   const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
@@ -718,10 +726,7 @@ void mul_mv_q8_tail(Context& ctx, Dispatcher& d, const char* variant, gguf::Tens
     MulMvQ8Push base;
     RopeTailPush tail;
   } push{{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, has_bias ? 1u : 0u}, tail};
-  const uint32_t spec[] = {q8_rows()}, groups = nrows / spec[0];
-  const uint32_t max_x = ctx.features().max_groups_x, ry = (groups + max_x - 1) / max_x;  // groups past x go to y
-  d.dispatch(ctx.pipeline(std::string("mul_mv_q8_") + variant + t.name, 9, sizeof(push), spec), views, &push,
-             (groups + ry - 1) / ry, ry, 1);
+  dispatch_q8(ctx, d, std::string("mul_mv_q8_") + variant + t.name, views, push, nrows, 1);
 }
 }  // namespace
 
