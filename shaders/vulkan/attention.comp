@@ -36,8 +36,11 @@
 //     reads them: its rows are then whole consecutive heads of one token, NR * HD a multiple of 256
 //     and subgroups of at most 64 (the launcher checks), two blocks at a time by groups of 64
 //     invocations, through Qs. That is quantize_q8k's arithmetic on the same floats without a
-//     dispatch of its own (3.1 us a layer on an H100). Several: it writes (m, l) and the unnormalised
-//     acc per row to scratch and attention_reduce.comp merges the splits.
+//     dispatch of its own (3.1 us a layer on an H100). With q8_words > 0 it writes the 32-element
+//     formats' codes of its rows instead (q8_act.glsl, as attention_reduce.comp's merge writes them;
+//     heads of a multiple of 32, subgroups of 8 or more): eight invocations a block of 32, through Qs.
+//     Several: it writes (m, l) and the unnormalised acc per row to scratch and attention_reduce.comp
+//     merges the splits.
 //   - One split by the key count (one_keys > 0, decode-sized steps whose workgroups' rows are one
 //     token's): a workgroup whose key range [k_lo, k_end) is at most one_keys keys long computes its
 //     rows as one split does (split 0 walks every tile; the others write nothing) and writes out, and
@@ -52,7 +55,7 @@
 // type (TYPE_F32, TYPE_F16 packed halves, TYPE_Q8_0 GGUF blocks), position i of the sequence in row
 // cache_row(i) (kv_rows.glsl); 3 sinks [n_head] floats; 4 step (the part's header: word 0 n_past, and
 // its block table); 5 out [n_tokens][n_head * HD]; 6 scratch: (m, l) [n_split][n_tokens * n_head]
-// then acc [n_split][n_tokens * n_head][HD]; 7 codes (q8k_stride > 0).
+// then acc [n_split][n_tokens * n_head][HD]; 7 codes (q8k_stride or q8_words > 0).
 // Grid: (n_split, ceil(n_tokens * G / NR), n_head_kv).
 layout(local_size_x = 128) in;
 
@@ -111,10 +114,15 @@ layout(push_constant) uniform Params {
   float softcap;   // 0: none
   uint q8k_stride; // words per row of Q8_K codes (one split); 0: none
   uint one_keys;   // with n_split > 1: a workgroup of at most this many keys computes its rows as one split (0: none)
+  uint q8_words;   // words per row of the 32-element formats' codes (one split); 0: none
+  uint q8_format;  // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
 } p;
 layout(std430, binding = 7) writeonly buffer Codes { uint q[]; };
 #define Q8K_BLOCK_WRITER
 #include "q8k.glsl"
+#include "f16_rne.glsl"
+#define Q8_ACT_WRITER
+#include "q8_act.glsl"
 
 shared vec4 Qs[NR * HD / 4];     // the rows' q, times scale
 shared vec4 Ks[TK * KSTRIDE];    // K tile, DC dims
@@ -263,6 +271,21 @@ void write_codes(uint role, uint row0, uint hk, uint G) {
     if (j0 > 0u) barrier();  // q8k_part_max's readers of the blocks before
     const uint j = j0 + grp;
     q8k_write_block(j < nb ? Qs[j * 64u + l64] : vec4(0.0), l64, t * p.q8k_stride, p.n_head * HD, e0 / 256u + j, j < nb);
+  }
+}
+
+// The rows' 32-element formats' codes (q8_act.glsl) from their outputs in Qs (as write_codes): block
+// b of the workgroup's NR * HD outputs is Qs[8 b, 8 b + 8), taken by the eight invocations b % 16 of
+// a pass (by role), and lands in its token's row at its head's place. Heads of a multiple of 32: no
+// block straddles two rows.
+void write_q8_codes(uint role, uint row0, uint hk, uint G, uint n_rows) {
+  barrier();
+  const uint nb = NR * HD / 32u, j = role % 8u;
+  for (uint b0 = 0u; b0 < nb; b0 += 16u) {  // (uniform: every invocation takes part in the shuffles)
+    const uint b = b0 + role / 8u, gi = row0 + b * 32u / HD;
+    const bool live = b < nb && gi < n_rows;
+    const uint e = (hk * G + gi % G) * HD + b * 32u % HD;  // the block's first element in its token's row
+    q8_act_write(live ? Qs[b * 8u + j] : vec4(0.0), j, (gi / G) * p.q8_words + (e / 32u) * 9u, p.q8_format, live);
   }
 }
 
@@ -449,7 +472,7 @@ void main() {
         const float x = acc[a * CV + c] * f;
         const uint e = r * HD + dg * CV + c;
         o[orow * HD + dg * CV + c] = x;
-        if (p.q8k_stride != 0u) Qs[e / 4u][e % 4u] = x;  // (Qs's last readers passed the barrier above)
+        if (p.q8k_stride != 0u || p.q8_words != 0u) Qs[e / 4u][e % 4u] = x;  // (Qs's last readers passed the barrier above)
       }
     } else {
       const uint sr = split * rows_all + orow;
@@ -459,4 +482,5 @@ void main() {
     }
   }
   if (nsp == 1u && p.q8k_stride != 0u) write_codes(role, row0, hk, G);  // uniform
+  if (nsp == 1u && p.q8_words != 0u) write_q8_codes(role, row0, hk, G, n_rows);  // uniform
 }

@@ -8,6 +8,7 @@
 //! variants-by-type q8 didcr_ MUL_MV_ID,MUL_MV_COMBINE,INT_DOT,MUL_MV_ROWNORM
 //! variants-by-type q8 drope_ MUL_MV_MAT,INT_DOT,MUL_MV_ROPE
 //! variants-by-type q8 dvst_ MUL_MV_MAT,INT_DOT,MUL_MV_VSTORE
+//! variants-by-type q8 drn_ MUL_MV_MAT,INT_DOT,MUL_MV_ROWNORM
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
 // (quantize_q8.comp; quant/dot.h pairs Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 with Q8_0 activations, Q4_1
 // and Q5_1 with Q8_1): per block the integer sum of 32 code products, then the float expression the
@@ -32,7 +33,9 @@
 // MUL_MV_ROWNORM (variants didcr_*, with MUL_MV_COMBINE, a token at a time: the combined rows followed
 // by a residual add and a whole-row RMSNorm): the last of the token's combining workgroups to finish
 // does rms_norm_row's add and norm on out's row (row_norm_tail.glsl): the residual (binding 8), the
-// sum (9), the norm's output (10), its codes (11), the counter (12), the norm's weights (13).
+// sum (9), the norm's output (10), its codes (11), the counter (12), the norm's weights (13). Variants
+// drn_* (a plain product, its bias added): the same on y's row (binding 2, coherent) by the last of
+// the token's workgroups.
 // MUL_MV_GLU (variants didg_*, a mixture's gate and up products with their GLU and the down product's
 // codes folded in; x per token): each workgroup takes the same ROWS rows of the gate matrix (binding 0,
 // bias binding 4 where has_bias & 1) and the up matrix (binding 5, the same layout; bias binding 8
@@ -69,12 +72,6 @@ layout(std430, binding = 6) coherent buffer C { uint count[]; };
 #if defined(MUL_MV_ROWNORM)
 layout(std430, binding = 7) coherent buffer O { float o[]; };
 layout(std430, binding = 7) coherent buffer O4 { vec4 ra4[]; };
-layout(std430, binding = 8) readonly buffer RB { vec4 rb4[]; };
-layout(std430, binding = 9) buffer RS { vec4 rs4[]; };
-layout(std430, binding = 10) writeonly buffer RY { vec4 ry4[]; };
-layout(std430, binding = 11) writeonly buffer RQ { uint rq[]; };
-layout(std430, binding = 12) coherent buffer RC { uint rcount[]; };
-layout(std430, binding = 13) readonly buffer RW { vec4 rw4[]; };
 #else
 layout(std430, binding = 7) writeonly buffer O { float o[]; };
 #endif
@@ -99,8 +96,19 @@ layout(std430, binding = 5) readonly buffer NW { float nw[]; };  // head_dim nor
 layout(std430, binding = 6) writeonly buffer KC { uint kc[]; };  // the cache: halves in pairs, or floats' bits
 layout(std430, binding = 7) coherent buffer C { uint count[]; };
 layout(std430, binding = 8) readonly buffer Step { uint step[]; };  // word 0: n_past; the block table
+#elif defined(MUL_MV_ROWNORM)
+layout(std430, binding = 2) coherent buffer Y { float y[]; };
+layout(std430, binding = 2) coherent buffer Y4 { vec4 ra4[]; };
 #else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+#endif
+#if defined(MUL_MV_ROWNORM)
+layout(std430, binding = 8) readonly buffer RB { vec4 rb4[]; };
+layout(std430, binding = 9) buffer RS { vec4 rs4[]; };
+layout(std430, binding = 10) writeonly buffer RY { vec4 ry4[]; };
+layout(std430, binding = 11) writeonly buffer RQ { uint rq[]; };
+layout(std430, binding = 12) coherent buffer RC { uint rcount[]; };
+layout(std430, binding = 13) readonly buffer RW { vec4 rw4[]; };
 #endif
 #if defined(MUL_MV_ID)
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
@@ -125,7 +133,7 @@ layout(push_constant) uniform Params {
   uint norm_has_w;  // 0: the norm has no weights (binding 13 unread)
   uint out_stride;  // words per row of the norm's codes (0: none)
   uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
-  uint arrivals;    // the token's combining workgroups: its groups of rows
+  uint arrivals;    // the token's combining workgroups (drn_: its workgroups): its groups of rows
 #elif defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
   uint head_dim;    // MUL_MV_ROPE
   uint n_rot;       // MUL_MV_ROPE
@@ -433,6 +441,8 @@ void main() {
   rope_tail(row0, lid);
 #elif defined(MUL_MV_VSTORE)
   append_rows(row0, lid, 128u);
+#elif defined(MUL_MV_ROWNORM) && !defined(MUL_MV_COMBINE)
+  row_norm_tail(tok, lid, 128u);
 #endif
 #endif
 #if defined(MUL_MV_COMBINE)

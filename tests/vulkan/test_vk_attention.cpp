@@ -451,7 +451,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"at 700, GQA 4:1, Q8_1 activation codes", KvCacheType::F16, 8, 2, 128, 1, 700, 0, 0, false, 0, false,
                            gguf::TensorType::Q4_1},
                       Case{"at 37, hd 96, 3 splits, Q8_0 activation codes", KvCacheType::F16, 8, 2, 96, 1, 37, 0, 0, false, 3,
-                           false, gguf::TensorType::Q8_0}),
+                           false, gguf::TensorType::Q8_0},
+                      // One split writes the activation codes itself (gpt-oss's heads; blocks of 3 a head).
+                      Case{"at 300, gpt-oss heads, one split, sinks, Q8_0 activation codes", KvCacheType::F16, 64, 8, 64, 1, 300,
+                           0, 0, true, 1, false, gguf::TensorType::MXFP4},
+                      Case{"at 37, GQA 2:1, hd 96, one split, Q8_1 activation codes", KvCacheType::F16, 6, 3, 96, 1, 37, 0, 0,
+                           false, 1, false, gguf::TensorType::Q4_1}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(
@@ -467,7 +472,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"7 at 33, hd 512, F16", KvCacheType::F16, 2, 1, 512, 7, 33},
                       // A verifying step's few tokens: each token's rows as a decode step takes them.
                       Case{"4 at 1500, GQA 4:1, F16, codes", KvCacheType::F16, 8, 2, 128, 4, 1500, 0, 0, false, 0, true},
-                      Case{"8 at 700, window 100, sinks, GQA 4:1, F32", KvCacheType::F32, 8, 2, 64, 8, 700, 100, 0, true}),
+                      Case{"8 at 700, window 100, sinks, GQA 4:1, F32", KvCacheType::F32, 8, 2, 64, 8, 700, 100, 0, true},
+                      // A workgroup's rows over several tokens and past the last: one split's activation codes.
+                      Case{"3 at 40, GQA 3:1, hd 64, one split, Q8_0 activation codes", KvCacheType::F16, 6, 2, 64, 3, 40, 0, 0,
+                           false, 1, false, gguf::TensorType::Q8_0}),
     case_name);
 
 INSTANTIATE_TEST_SUITE_P(Q8_0, VulkanAttentionCase,

@@ -144,6 +144,10 @@ bool coop_attention(const Context& ctx, const AttentionArgs& a) {
          knob_u32("ZINC_VULKAN_FA_COOPMAT", 1, 0, 1) == 1;
 }
 
+// Whether one split writes its rows' codes itself (ZINC_VULKAN_FA_CODES=0 leaves them to a quantizing
+// dispatch, for measurements).
+bool one_split_codes() { return knob_u32("ZINC_VULKAN_FA_CODES", 1, 0, 1) == 1; }
+
 void check_args(const AttentionArgs& a) {
   if (a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0) {
     throw Error(fmt::format("Vulkan attention: {} heads do not group over {} kv heads", a.n_head, a.n_head_kv));
@@ -263,7 +267,7 @@ size_t attention_scratch_bytes(const Context& ctx, uint32_t n_head, uint32_t n_h
 bool attention_q8_fits(const Context& ctx, const AttentionArgs& a) {
   check_args(a);
   return !a.xq.buffer && a.phase == 0 && a.q8_format <= 1 && a.head_dim % 32 == 0 && ctx.features().subgroup_size >= 8 &&
-         !coop_attention(ctx, a) && make_plan(ctx.features(), a).n_split > 1;
+         !coop_attention(ctx, a) && (make_plan(ctx.features(), a).n_split > 1 || one_split_codes());
 }
 
 bool attention_q8k_fits(const Context& ctx, uint32_t n_head, uint32_t head_dim) {
@@ -283,9 +287,9 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   struct {
     uint32_t n_tokens, n_head, n_head_kv, kv_width, row_bytes, window, n_split, has_sinks;
     float scale, softcap;
-    uint32_t q8k_stride, one_keys;
+    uint32_t q8k_stride, one_keys, q8_words, q8_format;
   } push{a.n_tokens, a.n_head, a.n_head_kv, kv_width, static_cast<uint32_t>(kv_row_bytes(a.type, kv_width)),
-         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap, 0, 0};
+         a.sliding_window, 1, a.sinks.buffer ? 1u : 0u, a.scale, a.softcap, 0, 0, 0, a.q8_format};
   const View sinks = a.sinks.buffer ? a.sinks : a.q;
   if (coop_attention(ctx, a)) {
     const uint32_t blocks = (a.n_tokens * (a.n_head / a.n_head_kv) + kCoopRows - 1) / kCoopRows;
@@ -311,8 +315,11 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
   // quantize_q8k, for measuring).
   const uint32_t group = a.n_head / a.n_head_kv, sg = ctx.features().subgroup_size;
   const bool codes = a.xq.buffer && p.n_split == 1 && group % p.nr == 0 && p.nr * p.hd % 256 == 0 && sg <= 64 &&
-                     knob_u32("ZINC_VULKAN_FA_CODES", 1, 0, 1) == 1;
+                     one_split_codes();
   if (codes) push.q8k_stride = static_cast<uint32_t>(q8k_row_bytes(width) / 4);
+  // Or the 32-element formats' codes (attention_q8_fits promised them): any rows, heads of 32s.
+  const bool q8_codes = a.q8.buffer && p.n_split == 1;
+  if (q8_codes) push.q8_words = static_cast<uint32_t>(mul_mv_q8_bytes(width) / 4);
   push.n_split = p.n_split;
   if (p.n_split > 1) push.one_keys = one_keys(p, a);
   const View scratch = p.n_split > 1 ? a.scratch : a.q;
@@ -326,7 +333,7 @@ void attention(Context& ctx, Dispatcher& d, const AttentionArgs& a) {
                               need, have));
     }
   }
-  const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch, codes ? a.xq : a.q};
+  const View bindings[] = {a.q, a.k_cache, a.v_cache, sinks, a.step, a.out, scratch, codes ? a.xq : q8_codes ? a.q8 : a.q};
   if (a.phase != 2) d.dispatch(k, bindings, &push, p.n_split, p.n_blk, a.n_head_kv);
   if (p.n_split == 1) {
     if (!a.xq.buffer || codes) return;

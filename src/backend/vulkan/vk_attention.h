@@ -80,8 +80,9 @@ struct AttentionArgs {
   uint32_t q8_format = 0;
 };
 
-// Whether attention() writes q8 for these arguments (q8 and q8_format aside): the key range split
-// (its merge writes them), heads of a multiple of 32, no Q8_K output, the whole op.
+// Whether attention() writes q8 for these arguments (q8 and q8_format aside): heads of a multiple of
+// 32, no Q8_K output, the whole op, not the tensor-core kernel; the merge of the key range's splits
+// writes them, or one split itself (unless ZINC_VULKAN_FA_CODES=0).
 bool attention_q8_fits(const Context& ctx, const AttentionArgs& a);
 
 // Splits attention() uses for these sizes (n_split = 0: its own choice) and the scratch they need:

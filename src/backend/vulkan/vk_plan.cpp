@@ -249,7 +249,7 @@ void plan_norm_tails(Plan& p, const Context& ctx, const graph::Graph& g, const E
   p.norm_tail_bytes = size_t{4} * blocks * (1 + kMvMaxTokens);
 }
 
-// Plan::mm_row_norm: a one-token K-quant product that no other tail takes, the residual add of its
+// Plan::mm_row_norm: a one-token K-quant or 32-element product that no other tail takes, the residual add of its
 // output as the next node (its output's one reader), and the whole-row norm of the sum after it, whose
 // readers take floats or the 32-element formats' codes (not Q8_K codes, which the tail does not write).
 // ZINC_VULKAN_ROW_NORM=0 keeps the norm's own dispatch, for measurements.
@@ -294,7 +294,11 @@ void plan_row_norms(Plan& p, const Context& ctx, const graph::Graph& g, const Ex
     }
     if (mm.op == Op::MatMul) {
       const auto& wt = g.tensor(mm.in[0]);
-      if (wt.ne[1] != width || !mul_mv_k_row_norm_fits(ctx, wt.type, static_cast<uint32_t>(wt.ne[0]), width)) continue;
+      const auto ncols = static_cast<uint32_t>(wt.ne[0]);
+      if (wt.ne[1] != width ||
+          !(mul_mv_k_row_norm_fits(ctx, wt.type, ncols, width) || mul_mv_q8_row_norm_fits(ctx, wt.type, ncols, width))) {
+        continue;
+      }
     } else {
       // The 32-element formats' experts whose down product adds the slots (mul_mv_q8_id_combine):
       // their gate and up products (mul_mv_q8_id_glu) leave it the codes.

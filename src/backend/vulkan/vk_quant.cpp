@@ -354,6 +354,37 @@ bool mul_mv_q8_id_combine(Context& ctx, Dispatcher& d, gguf::TensorType type, Vi
                       rpush, row_bytes, nrows, n_expert, n_used);
 }
 
+bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {
+  return has_mul_mv_q8(type) && ncols > 0 && ncols % 32 == 0 && q8_dot(ctx) && nrows > 0 && nrows % 32 == 0 &&
+         ctx.features().fp64 && ctx.features().subgroup_size >= 8 && ctx.features().max_bindings >= 14;
+}
+
+void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                        uint32_t nrows, const MulMvKRowNorm& n) {
+  if (!mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows)) {
+    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: {} rows of {} do not fit this device", nrows, ncols));
+  }
+  check_row_norm("mul_mv_q8_row_norm", n, nrows);
+  const QuantType& t = *q8_find(type);
+  const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
+  check_bytes("mul_mv_q8_row_norm", uint64_t{row_bytes} * nrows);
+  const struct {
+    MulMvQ8Push base;
+    float eps, offset;
+    uint32_t has_w, out_stride, q8_format, arrivals;
+  } push{{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u},
+         n.eps,
+         n.offset,
+         n.norm_w.buffer ? 1u : 0u,
+         n.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u,
+         n.q8_format,
+         (nrows + q8_rows() - 1) / q8_rows()};
+  dispatch_q8(ctx, d, std::string("mul_mv_q8_drn_") + t.name,
+              std::array<View, 14>{w, xq, y, y, bias.buffer ? bias : y, y, y, y, n.res, n.sum, n.y, n.q8.buffer ? n.q8 : y,
+                                   n.count, n.norm_w.buffer ? n.norm_w : y},
+              push, nrows, 1);
+}
+
 bool mul_mv_q8_combine_row_norm_fits(const Context& ctx, uint32_t nrows) {
   const Features& f = ctx.features();
   return q8_dot(ctx) && knob_u32("ZINC_VULKAN_Q8_COMBINE", 1, 0, 1) == 1 && nrows > 0 && nrows % 32 == 0 && f.fp64 &&

@@ -194,6 +194,11 @@ struct MulMvKRowNorm {
 bool mul_mv_k_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
 void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
                        uint32_t nrows, const MulMvKRowNorm& n);
+// The same for the 32-element formats' product on activation codes (mul_mv_q8_codes' xq): gpt-oss's
+// Q8_0 o in files with MXFP4 experts. Needs mul_mv_q8_row_norm_fits (the packed dot product).
+bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
+void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                        uint32_t nrows, const MulMvKRowNorm& n);
 
 // Decode's product of one token followed by the short causal convolution that is its one reader
 // (graph Op::SsmConv, ssm_conv's work on each row's channel, the same bits): y = silu(conv(state,

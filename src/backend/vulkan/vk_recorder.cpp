@@ -920,18 +920,23 @@ class Recorder {
     return true;
   }
 
-  // Decode's K-quant product with the residual add and whole-row norm after it done by its last
-  // workgroup (Plan::mm_row_norm); the norm's codes for the 32-element formats' readers where they
-  // share a format. False (nothing recorded) where the product reads a norm left to it.
+  // Decode's K-quant or 32-element product with the residual add and whole-row norm after it done by
+  // its last workgroup (Plan::mm_row_norm); the norm's codes for the 32-element formats' readers where
+  // they share a format. False (nothing recorded) where the product reads a norm left to it.
   bool row_norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out) {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     if (scale_of(node.in[1]).partials.buffer || (deferred_.active && deferred_.y == node.in[1])) return false;
-    const View xq = q8k_codes(rec, tr, node.in[1], x, ncols, 1);
+    const bool k_quant = vk::mul_mv_k_row_norm_fits(ctx_, wt.type, ncols, nrows);
+    const View xq = k_quant ? q8k_codes(rec, tr, node.in[1], x, ncols, 1) : q8_codes(rec, tr, wt.type, node.in[1], x, ncols, 1);
     const vk::MulMvKRowNorm n = row_norm_views(index, nrows);
     const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
     tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
-    vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+    if (k_quant) {
+      vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+    } else {
+      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+    }
     return true;
   }
 
