@@ -9,6 +9,7 @@
 //! variants-by-type q8 drope_ MUL_MV_MAT,INT_DOT,MUL_MV_ROPE
 //! variants-by-type q8 dvst_ MUL_MV_MAT,INT_DOT,MUL_MV_VSTORE
 //! variants-by-type q8 drn_ MUL_MV_MAT,INT_DOT,MUL_MV_ROWNORM
+//! variants-by-type q8 drnr_ MUL_MV_MAT,INT_DOT,MUL_MV_ROWNORM,MUL_MV_ROUTE
 // Weights of the 32-element formats times activations quantized as the CPU quantizes them
 // (quantize_q8.comp; quant/dot.h pairs Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4 with Q8_0 activations, Q4_1
 // and Q5_1 with Q8_1): per block the integer sum of 32 code products, then the float expression the
@@ -36,6 +37,14 @@
 // sum (9), the norm's output (10), its codes (11), the counter (12), the norm's weights (13). Variants
 // drn_* (a plain product, its bias added): the same on y's row (binding 2, coherent) by the last of
 // the token's workgroups.
+// MUL_MV_ROUTE (variants drnr_*, with drn_'s tail: a mixture's router reading the norm, routed in the
+// same dispatch): n_expert more workgroups after the product's o_groups, one an expert, each making
+// z[e] = M[e] . a + R_w[e] . r + c[e] (binding 3: per expert M's d_in floats then R_w's nrows, then c;
+// a the product's activation codes, r the residual) into logits (binding 5, coherent), and counted
+// with the product's workgroups (arrivals: both). The last to finish, after the norm, scales each
+// logit by the norm's scale s (R y = s z: y = s (w + offset) h, h = W a + bias + r, R_w = R diag(w +
+// offset), M = R_w W, c = R_w bias) and routes as moe_route.comp does (moe_route.glsl; flags, the
+// router's bias at binding 6, ids 7, weights 14; no expert scale). n_expert <= 128.
 // MUL_MV_GLU (variants didg_*, a mixture's gate and up products with their GLU and the down product's
 // codes folded in; x per token): each workgroup takes the same ROWS rows of the gate matrix (binding 0,
 // bias binding 4 where has_bias & 1) and the up matrix (binding 5, the same layout; bias binding 8
@@ -60,6 +69,9 @@
 #endif
 #if defined(MUL_MV_ROWNORM)
 #extension GL_ARB_gpu_shader_fp64 : require
+#endif
+#if defined(MUL_MV_ROUTE)
+#extension GL_EXT_control_flow_attributes : enable
 #endif
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint ROWS = 1;  // rows per workgroup: 1, 2, 4 or 8
@@ -102,6 +114,15 @@ layout(std430, binding = 2) coherent buffer Y4 { vec4 ra4[]; };
 #else
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 #endif
+#if defined(MUL_MV_ROUTE)
+layout(std430, binding = 3) readonly buffer MR { vec4 mr4[]; };
+layout(std430, binding = 3) readonly buffer MR1 { float mr[]; };
+layout(std430, binding = 5) coherent buffer L { float logits[]; };
+layout(std430, binding = 6) readonly buffer RBias { float router_b[]; };
+layout(std430, binding = 6) readonly buffer ES { float expert_scale[]; };  // (flags & 8 never set)
+layout(std430, binding = 7) buffer I { uint ids[]; };
+layout(std430, binding = 14) writeonly buffer RWt { float weights[]; };
+#endif
 #if defined(MUL_MV_ROWNORM)
 layout(std430, binding = 8) readonly buffer RB { vec4 rb4[]; };
 layout(std430, binding = 9) buffer RS { vec4 rs4[]; };
@@ -134,6 +155,11 @@ layout(push_constant) uniform Params {
   uint out_stride;  // words per row of the norm's codes (0: none)
   uint q8_format;   // their format: 0 ACT_Q8_0, 1 ACT_Q8_1
   uint arrivals;    // the token's combining workgroups (drn_: its workgroups): its groups of rows
+#if defined(MUL_MV_ROUTE)
+  uint o_groups;    // the product's workgroups (the experts' follow)
+  uint flags;       // moe_route.comp's
+  float logit_scale;
+#endif
 #elif defined(MUL_MV_ROPE) || defined(MUL_MV_VSTORE)
   uint head_dim;    // MUL_MV_ROPE
   uint n_rot;       // MUL_MV_ROPE
@@ -155,6 +181,13 @@ layout(push_constant) uniform Params {
 #include "f16_rne.glsl"
 #include "div_rn.glsl"
 #include "row_norm_tail.glsl"
+#endif
+#if defined(MUL_MV_ROUTE)
+#define WG_SIZE 128
+#define MAX_EXPERT 128
+#define MAX_USED 16
+float route_scale(uint t) { return 1.0; }  // (flags & 32 is moe_route.comp's)
+#include "moe_route.glsl"
 #endif
 
 // BLOCK_BYTES per block (quant/blocks.h); NW words hold a block wherever it starts (blocks of an even
@@ -336,6 +369,46 @@ float block_value(uint blk[NW + 1], uint xrow, uint b) {
   return v;
 }
 
+#if defined(MUL_MV_ROUTE)
+// Expert e's z for token tok (its workgroup), then its arrival at the norm's tail.
+void expert_logit(uint e, uint tok, uint lid) {
+  const uint d_in4 = p.nblocks * 8u, d4 = p.nrows / 4u, row4 = e * (d_in4 + d4);
+  float acc = 0.0;
+  for (uint b = lid; b < p.nblocks; b += 128u) {  // M[e] . a, a block of 32 an invocation
+    const uint qa = (tok * p.nblocks + b) * 9u;
+#if defined(ACT_Q8_1)
+    const uint xc = qa + 1u;
+    const float dx = f16(q[qa] & 0xffffu);
+#else
+    const uint xc = qa;
+    const float dx = uintBitsToFloat(q[qa + 8u]);
+#endif
+    float sb = 0.0;
+    for (uint i = 0u; i < 8u; ++i) {
+      const uint xw = q[xc + i];
+      sb += dot(mr4[row4 + b * 8u + i], vec4(sbyte(xw, 0u), sbyte(xw, 1u), sbyte(xw, 2u), sbyte(xw, 3u)));
+    }
+    acc += dx * sb;
+  }
+  for (uint i = lid; i < d4; i += 128u) acc += dot(mr4[row4 + d_in4 + i], rb4[tok * d4 + i]);  // R_w[e] . r
+  const float sg = subgroupAdd(acc);
+  if (gl_SubgroupInvocationID == 0u) partial[gl_SubgroupID] = sg;
+  barrier();
+  if (lid == 0u) {
+    float z = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) z += partial[i];
+    logits[tok * p.n_expert + e] = z + mr[p.n_expert * (d_in4 + d4) * 4u + e];
+  }
+}
+
+// After row_norm_tail, in its last workgroup: the logits scaled by the norm's scale, then routed.
+void route_after_norm(uint tok, uint lid) {
+  if (!rn_last) return;  // uniform
+  if (lid < p.n_expert) logits[tok * p.n_expert + lid] *= rn_scale;  // (route_token reads its own)
+  route_token(tok);
+}
+#endif
+
 void main() {
   const uint lid = gl_LocalInvocationID.x;
 #if defined(TYPE_IQ4_NL)
@@ -348,7 +421,16 @@ void main() {
   barrier();
 #endif
   const uint per_row = 128u / ROWS, grp = lid / per_row;
-  const uint row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS, tok = gl_WorkGroupID.z;
+  const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, row0 = wg * ROWS, tok = gl_WorkGroupID.z;
+#if defined(MUL_MV_ROUTE)
+  if (wg >= p.o_groups) {  // uniform: an expert's workgroup
+    if (wg - p.o_groups >= p.n_expert) return;
+    expert_logit(wg - p.o_groups, tok, lid);
+    row_norm_tail(tok, lid, 128u);
+    route_after_norm(tok, lid);
+    return;
+  }
+#endif
   if (row0 >= p.nrows) return;  // uniform across the workgroup
   const uint row = min(row0 + grp, p.nrows - 1u);  // rows past the end repeat the last (not stored)
 #if defined(MUL_MV_ID)
@@ -443,6 +525,9 @@ void main() {
   append_rows(row0, lid, 128u);
 #elif defined(MUL_MV_ROWNORM) && !defined(MUL_MV_COMBINE)
   row_norm_tail(tok, lid, 128u);
+#if defined(MUL_MV_ROUTE)
+  route_after_norm(tok, lid);
+#endif
 #endif
 #endif
 #if defined(MUL_MV_COMBINE)

@@ -566,8 +566,9 @@ TEST_P(ZINC_GPU_FIXTURE, SpeculativeStepsGiveTheOneTokenStepsLogits) {
   // automatic mode decides by timing (run to run). The Q4_K_M file (the K-quant decode kernels and
   // their fusions; Vulkan's also with each norm a dispatch of its own, ZINC_VULKAN_NORM_TAIL=0, where
   // by default the norms are left to their readers; and with the mixtures' routers after their norms,
-  // ZINC_VULKAN_ROUTER_SPLIT=0, where by default they split from them) and the F32 one, an F16 cache.
-  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "Q4_K_M, no router split", "F32"}) {
+  // ZINC_VULKAN_ROUTER_SPLIT=0, where by default they split from them), the Q8_0 one (the 32-element
+  // kernels; gpt_oss's router folded into o's dispatch) and the F32 one, an F16 cache.
+  for (const std::string mixture : {"Q4_K_M", "Q4_K_M, norm dispatches", "Q4_K_M, no router split", "Q8_0", "F32"}) {
     if (mixture.find("dispatches") != std::string::npos) {
       setenv("ZINC_VULKAN_NORM_TAIL", "0", 1);
     } else {

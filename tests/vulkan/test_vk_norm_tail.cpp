@@ -261,7 +261,7 @@ TEST_F(VulkanNormTail, RowNormInTheQ8ProductsLastWorkgroupIsTheNormsDispatch) {
         MulMvKRowNorm n{View{&bres}, View{&out[5]}, View{&out[6]}, w, codes >= 0 ? View{&out[7]} : View{}, View{&count, 4, 4},
                         eps, offset, format};
         for (int run = 0; run < 2; ++run) {
-          mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, n);
+          mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, 1, n);
         }
         EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the product";
         EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
@@ -274,6 +274,93 @@ TEST_F(VulkanNormTail, RowNormInTheQ8ProductsLastWorkgroupIsTheNormsDispatch) {
       }
     }
   }
+}
+
+TEST_F(VulkanNormTail, RouterFoldedIntoTheQ8ProductRoutesItsNorm) {
+  // gpt-oss's o (Q8_0, a bias) with the residual add, the norm and the mixture's router (F32, a bias)
+  // in one dispatch (mul_mv_q8_row_norm with a RowRoute, router_fold_matrices): the sum and the norm's
+  // output bit for bit those of the product then rms_norm_row; the logits within float rounding of
+  // moe_router's on that output, the same experts and their weights; both routings (top-k then softmax,
+  // softmax then top-k with renormalised weights). A step of 3 tokens: each row, logits, experts and
+  // weights bit for bit a one-token dispatch's; the counters back at zero.
+  const auto type = gguf::TensorType::Q8_0;
+  const uint32_t ncols = 512, width = 2880, ne = 32, k = 4, nt = 3;
+  if (!mul_mv_q8_row_route_fits(*ctx_, type, ncols, width, ne, k)) GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
+  const float eps = 1e-5f, offset = 0.0f;
+  const std::vector<uint8_t> wo = weight(type, ncols, width);
+  std::vector<float> wo_f(size_t{ncols} * width);
+  for (uint32_t r = 0; r < width; ++r) {
+    quant::dequantize_row(type, wo.data() + r * quant::row_size(type, ncols), wo_f.data() + size_t{r} * ncols, ncols);
+  }
+  const std::vector<float> x = randoms(size_t{ncols} * nt, 1.0f), r = randoms(size_t{width} * nt, 10.0f), nw = randoms(width, 1.0f),
+                           bias = randoms(width, 1.0f), router = randoms(size_t{ne} * width, 0.05f), rbias = randoms(ne, 0.5f);
+  std::vector<float> fold(size_t{ne} * (ncols + width + 1));
+  router_fold_matrices(router.data(), nw.data(), offset, wo_f.data(), bias.data(), ne, width, ncols, fold.data());
+  const size_t qbytes = mul_mv_q8_bytes(width);
+  Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
+         bb = upload(bias.data(), bias.size() * 4), bxq = zeros(mul_mv_q8_bytes(ncols) * nt), brt = upload(router.data(), router.size() * 4),
+         brb = upload(rbias.data(), rbias.size() * 4), bfold = upload(fold.data(), fold.size() * 4), rcount = zeros(4 * (nt + 1)),
+         mcount = zeros(4);
+  quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, nt);
+  for (const bool topk_softmax : {true, false}) {
+    SCOPED_TRACE(topk_softmax ? "top-k then softmax" : "softmax then top-k, renormalised");
+    // The reference: the product, rms_norm_row with the add, moe_router on its output (token 0).
+    Buffer o = zeros(width * 4), h = upload(r.data(), width * 4), y = zeros(width * 4), lg = zeros(ne * 4), ids = zeros(k * 4),
+           wts = zeros(k * 4);
+    mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&o}, View{&bb}, ncols, width, 1);
+    rms_norm_row(*ctx_, ctx_->immediate(), View{&o}, View{&h}, View{&h}, View{&bnw}, View{&y}, View{}, width, 1, eps, offset);
+    ASSERT_TRUE(moe_router(*ctx_, ctx_->immediate(), View{&brt}, View{&y}, View{&lg}, View{&brb}, View{}, View{&ids}, View{&wts},
+                           View{&mcount}, width, ne, k, 1, topk_softmax, !topk_softmax, 1.0f));
+    // The fold: 3 tokens at once, then each alone.
+    std::vector<Buffer> got;  // per run: o, h, y, codes, logits, ids, weights
+    for (const uint32_t n : {nt, 1u, 1u, 1u}) {
+      const size_t at = got.size() / 7 == 0 ? 0 : got.size() / 7 - 1;  // the alone runs: tokens 0, 1, 2
+      for (const size_t bytes : {size_t{width} * 4 * n, size_t{width} * 4 * n, size_t{width} * 4 * n, qbytes * n,
+                                 size_t{ne} * 4 * n, size_t{k} * 4 * n, size_t{k} * 4 * n}) {
+        got.push_back(zeros(bytes));
+      }
+      Buffer* g = &got[got.size() - 7];
+      ctx_->upload(g[1], 0, r.data() + at * width, size_t{width} * 4 * n);  // h over the residual, in place
+      const View xq{&bxq, mul_mv_q8_bytes(ncols) * at, mul_mv_q8_bytes(ncols) * n};
+      const MulMvKRowNorm rn{View{&g[1]}, View{&g[1]}, View{&g[2]}, View{&bnw}, n == 1 ? View{&g[3]} : View{},
+                             View{&rcount, 4, 4 * n}, eps, offset, 0};
+      RowRoute route;
+      route.fold = View{&bfold};
+      route.logits = View{&g[4]};
+      route.bias = View{&brb};
+      route.ids = View{&g[5]};
+      route.weights = View{&g[6]};
+      route.n_expert = ne;
+      route.n_used = k;
+      route.topk_softmax = topk_softmax;
+      route.norm_topk = !topk_softmax;
+      mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, xq, View{&g[0]}, View{&bb}, ncols, width, n, rn, &route);
+    }
+    EXPECT_EQ(download<float>(got[8], width), download<float>(h, width)) << "the residual sum";
+    EXPECT_EQ(download<float>(got[9], width), download<float>(y, width)) << "the norm's output";
+    const std::vector<float> want_l = download<float>(lg, ne), got_l = download<float>(got[11], ne);
+    EXPECT_LT(worst_gap(got_l, want_l), 2e-5) << "the logits";
+    EXPECT_EQ(download<uint32_t>(got[12], k), download<uint32_t>(ids, k)) << "the experts";
+    EXPECT_LT(worst_gap(download<float>(got[13], k), download<float>(wts, k)), 1e-5) << "their weights";
+    for (uint32_t t = 0; t < nt; ++t) {
+      Buffer* alone = &got[7 * (t + 1)];
+      const auto row = [&](int i, size_t words) {
+        const std::vector<uint32_t> all = download<uint32_t>(got[static_cast<size_t>(i)], words * nt);
+        return std::vector<uint32_t>(all.begin() + static_cast<std::ptrdiff_t>(words * t),
+                                     all.begin() + static_cast<std::ptrdiff_t>(words * (t + 1)));
+      };
+      EXPECT_EQ(row(1, width), download<uint32_t>(alone[1], width)) << "token " << t << ": the residual sum";
+      EXPECT_EQ(row(2, width), download<uint32_t>(alone[2], width)) << "token " << t << ": the norm's output";
+      EXPECT_EQ(row(4, ne), download<uint32_t>(alone[4], ne)) << "token " << t << ": the logits";
+      EXPECT_EQ(row(5, k), download<uint32_t>(alone[5], k)) << "token " << t << ": the experts";
+      EXPECT_EQ(row(6, k), download<uint32_t>(alone[6], k)) << "token " << t << ": their weights";
+    }
+    const std::vector<uint32_t> counts = download<uint32_t>(rcount, nt + 1);
+    EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](uint32_t c) { return c == 0; })) << "the counters";
+    for (Buffer* b : {&o, &h, &y, &lg, &ids, &wts}) ctx_->release(*b);
+    for (Buffer& b : got) ctx_->release(b);
+  }
+  for (Buffer* b : {&bwo, &bx, &bnw, &bb, &bxq, &brt, &brb, &bfold, &rcount, &mcount}) ctx_->release(*b);
 }
 
 TEST_F(VulkanNormTail, RowNormAfterTheCombinedQ8DownProductIsTheNormsDispatch) {
@@ -550,6 +637,14 @@ TEST(RouterSites, AreTheBiasFreeFloatRoutersOfAProductsNorm) {
   EXPECT_EQ(g.nodes[sites[0].norm].op, graph::Op::RmsNorm);
   EXPECT_EQ(g.nodes[sites[0].moe].op, graph::Op::MoE);
   EXPECT_EQ(g.tensor(sites[0].r).name, "h");
+  EXPECT_FALSE(sites[0].router_bias);
+  // With biases (the router folded into o's dispatch): the biased router's layer too, flagged.
+  const std::vector<RouterSite> biased = router_sites(g, true);
+  ASSERT_EQ(biased.size(), 2u);
+  EXPECT_EQ(biased[0].o, sites[0].o);
+  EXPECT_EQ(g.tensor(g.nodes[biased[1].o].in[0]).name, "blk.1.o");
+  EXPECT_TRUE(biased[1].router_bias);
+  EXPECT_EQ(biased[1].o_bias, -1);
 }
 
 }  // namespace

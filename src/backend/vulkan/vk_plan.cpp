@@ -315,7 +315,7 @@ void plan_row_norms(Plan& p, const Context& ctx, const graph::Graph& g, const Ex
   }
   if (any) {
     p.row_norm_counter = static_cast<uint32_t>(p.head_count_bytes / 4);
-    p.head_count_bytes += 4;
+    p.head_count_bytes += size_t{4} * kMvMaxTokens;  // (a counter a token: mul_mv_q8_row_norm takes decode-sized steps)
   }
 }
 

@@ -55,9 +55,10 @@ struct Plan {
   std::vector<int> mm_rope, mm_vstore;
   std::vector<uint32_t> mm_count_base;
   size_t head_count_bytes = 0;
-  // Decode's residual add and whole-row norm after a K-quant product, done by the product's last
-  // workgroup (mul_mv_k_row_norm; widths mm_norm does not take): per node, the norm a MatMul does
-  // (-1: none); its counter's place among the head counters (one counter serves every such product).
+  // Decode's residual add and whole-row norm after a K-quant or 32-element product, done by the
+  // product's last workgroup (mul_mv_k_row_norm, mul_mv_q8_row_norm; widths mm_norm does not take):
+  // per node, the norm a MatMul does (-1: none); its counters' place among the head counters (one a
+  // token, kMvMaxTokens, shared by every such product).
   std::vector<int> mm_row_norm;
   uint32_t row_norm_counter = 0;
   // Decode's residual add and the whole-row norm of its sum done by the K-quant product before them

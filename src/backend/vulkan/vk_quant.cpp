@@ -359,30 +359,67 @@ bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t
          ctx.features().fp64 && ctx.features().subgroup_size >= 8 && ctx.features().max_bindings >= 14;
 }
 
+bool mul_mv_q8_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                              uint32_t n_used) {
+  return mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows) && n_expert > 0 && n_expert <= 128 && n_used > 0 && n_used <= 16 &&
+         n_used <= n_expert && ctx.features().max_bindings >= 15 && knob_u32("ZINC_VULKAN_ROW_ROUTE", 1, 0, 1) == 1;
+}
+
 void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
-                        uint32_t nrows, const MulMvKRowNorm& n) {
+                        uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route) {
   if (!mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: {} rows of {} do not fit this device", nrows, ncols));
+  }
+  if (n_tokens == 0) return;
+  if (n_tokens > kMvMaxTokens || view_bytes(n.count) < size_t{4} * n_tokens) {
+    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: {} tokens over its limit or its counters", n_tokens));
   }
   check_row_norm("mul_mv_q8_row_norm", n, nrows);
   const QuantType& t = *q8_find(type);
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8_row_norm", uint64_t{row_bytes} * nrows);
-  const struct {
+  const uint32_t o_groups = (nrows + q8_rows() - 1) / q8_rows();
+  const MulMvQ8Push base{ncols / 32, nrows, row_bytes, route ? route->n_used : 0u, route ? route->n_expert : 0u, 0, 0,
+                         bias.buffer ? 1u : 0u};
+  struct RowNormPush {
     MulMvQ8Push base;
     float eps, offset;
     uint32_t has_w, out_stride, q8_format, arrivals;
-  } push{{ncols / 32, nrows, row_bytes, 0, 0, 0, 0, bias.buffer ? 1u : 0u},
-         n.eps,
-         n.offset,
-         n.norm_w.buffer ? 1u : 0u,
-         n.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u,
-         n.q8_format,
-         (nrows + q8_rows() - 1) / q8_rows()};
-  dispatch_q8(ctx, d, std::string("mul_mv_q8_drn_") + t.name,
-              std::array<View, 14>{w, xq, y, y, bias.buffer ? bias : y, y, y, y, n.res, n.sum, n.y, n.q8.buffer ? n.q8 : y,
-                                   n.count, n.norm_w.buffer ? n.norm_w : y},
-              push, nrows, 1);
+  };
+  const RowNormPush rn{base,
+                       n.eps,
+                       n.offset,
+                       n.norm_w.buffer ? 1u : 0u,
+                       n.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u,
+                       n.q8_format,
+                       o_groups + (route ? route->n_expert : 0u)};
+  if (!route) {
+    dispatch_q8(ctx, d, std::string("mul_mv_q8_drn_") + t.name,
+                std::array<View, 14>{w, xq, y, y, bias.buffer ? bias : y, y, y, y, n.res, n.sum, n.y, n.q8.buffer ? n.q8 : y,
+                                     n.count, n.norm_w.buffer ? n.norm_w : y},
+                rn, nrows, n_tokens);
+    return;
+  }
+  const RowRoute& r = *route;
+  if (!mul_mv_q8_row_route_fits(ctx, type, ncols, nrows, r.n_expert, r.n_used)) {
+    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: no routing of {} of {} experts here", r.n_used, r.n_expert));
+  }
+  if (view_bytes(r.fold) < size_t{4} * r.n_expert * (ncols + nrows + 1) ||
+      view_bytes(r.logits) < size_t{4} * r.n_expert * n_tokens || view_bytes(r.ids) < size_t{4} * r.n_used * n_tokens ||
+      view_bytes(r.weights) < size_t{4} * r.n_used * n_tokens) {
+    throw Error("Vulkan mul_mv_q8_row_norm: the router's fold, logits, ids or weights are short");
+  }
+  const struct {
+    RowNormPush rn;
+    uint32_t o_groups, flags;
+    float logit_scale;
+  } push{rn, o_groups,
+         (r.topk_softmax ? 1u : 0u) | (r.norm_topk ? 2u : 0u) | (r.bias.buffer ? 4u : 0u), r.logit_scale};
+  // The product's groups of rows, then one workgroup an expert (q8_rows() rows each: the grid's count).
+  dispatch_q8(ctx, d, std::string("mul_mv_q8_drnr_") + t.name,
+              std::array<View, 15>{w, xq, y, r.fold, bias.buffer ? bias : y, r.logits, r.bias.buffer ? r.bias : r.logits, r.ids,
+                                   n.res, n.sum, n.y, n.q8.buffer ? n.q8 : y, n.count, n.norm_w.buffer ? n.norm_w : y, r.weights},
+              push, (o_groups + r.n_expert) * q8_rows(), n_tokens);
 }
 
 bool mul_mv_q8_combine_row_norm_fits(const Context& ctx, uint32_t nrows) {

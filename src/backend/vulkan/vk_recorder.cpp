@@ -39,8 +39,10 @@ class Recorder {
   Recorder(Context& ctx, const graph::Graph& g, const ExecOptions& opts, const Plan& plan, const VulkanWeights& w,
            const Resources& res)
       : ctx_(ctx), g_(g), opts_(opts), plan_(plan), w_(w), res_(res) {
-    for (const RouterSite& site : router_sites(g)) {
-      if (w.router_split(g.nodes[site.moe].in[1], g.nodes[site.o].in[0])) sites_.emplace(site.o, site);
+    for (const RouterSite& site : router_sites(g, true)) {
+      const VulkanWeights::RouterSplit* rs = w.router_split(g.nodes[site.moe].in[1], g.nodes[site.o].in[0]);
+      if (rs && rs->rw) sites_.emplace(site.o, site);
+      if (rs && rs->fold) folds_.emplace(site.o, site);
     }
   }
 
@@ -262,7 +264,7 @@ class Recorder {
         if (norm_tails_ && plan_.mm_norm[index] >= 0 && norm_product(rec, tr, node, index, rows)) {
         } else if (gated_.active && gated_.down == index && gated_down(rec, tr, node)) {
         } else if (dense_glu(rec, tr, index, rows, nu)) {
-        } else if (tails_ && plan_.mm_row_norm[index] >= 0 && row_norm_product(rec, tr, node, index, in(1), out)) {
+        } else if (plan_.mm_row_norm[index] >= 0 && row_norm_product(rec, tr, node, index, in(1), out, nu)) {
         } else if (tails_ && (plan_.mm_rope[index] >= 0 || plan_.mm_vstore[index] >= 0)) {
           tail_product(rec, tr, node, index, in(1), out);
         } else if (one_plain_ && plan_.mm_conv[index] >= 0) {
@@ -923,36 +925,66 @@ class Recorder {
   // Decode's K-quant or 32-element product with the residual add and whole-row norm after it done by
   // its last workgroup (Plan::mm_row_norm); the norm's codes for the 32-element formats' readers where
   // they share a format. False (nothing recorded) where the product reads a norm left to it.
-  bool row_norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out) {
+  // K-quant products take one token of one sequence (tails_); the 32-element formats' any decode-sized
+  // step, each row as a one-token step makes it.
+  bool row_norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out, uint32_t n_tok) {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
     if (scale_of(node.in[1]).partials.buffer || (deferred_.active && deferred_.y == node.in[1])) return false;
-    const bool k_quant = vk::mul_mv_k_row_norm_fits(ctx_, wt.type, ncols, nrows);
-    const View xq = k_quant ? q8k_codes(rec, tr, node.in[1], x, ncols, 1) : q8_codes(rec, tr, wt.type, node.in[1], x, ncols, 1);
-    const vk::MulMvKRowNorm n = row_norm_views(index, nrows);
+    const bool k_quant = tails_ && n_tok == 1 && vk::mul_mv_k_row_norm_fits(ctx_, wt.type, ncols, nrows);
+    if (!k_quant && (n_tok > kMvMaxTokens || !vk::mul_mv_q8_row_norm_fits(ctx_, wt.type, ncols, nrows))) return false;
+    const View xq =
+        k_quant ? q8k_codes(rec, tr, node.in[1], x, ncols, 1) : q8_codes(rec, tr, wt.type, node.in[1], x, ncols, n_tok);
+    const vk::MulMvKRowNorm n = row_norm_views(index, nrows, n_tok);
     const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
-    tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
     if (k_quant) {
+      tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
       vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+    } else if (const vk::RowRoute route = row_route(index, wt.type, ncols, nrows, n_tok); route.fold.buffer) {
+      // With the mixture's routing after the norm (its router folded in: the MoE node takes the ids
+      // and weights as they are).
+      tr.before({xq, n.res, route.fold}, {out, n.sum, n.y, n.q8, n.count, route.logits, route.ids, route.weights});
+      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n, &route);
+      folded_moe_ = static_cast<int64_t>(folds_.at(index).moe);
     } else {
-      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
+      tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
+      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n);
     }
     return true;
   }
 
+  // The routing of the mixture reading the norm after product `index` (a decode-sized step of n
+  // tokens), folded into the product's dispatch (vk::RowRoute) where its weights made the fold and the
+  // kernel takes it; else empty.
+  vk::RowRoute row_route(size_t index, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n) {
+    const auto it = folds_.find(index);
+    if (it == folds_.end() || it->second.norm != index + 2) return {};
+    const Node& moe = g_.nodes[it->second.moe];
+    const graph::MoeParams& mp = moe.moe();
+    const auto ne = static_cast<uint32_t>(mp.n_expert), k = static_cast<uint32_t>(mp.n_expert_used);
+    if (!vk::mul_mv_q8_row_route_fits(ctx_, type, ncols, nrows, ne, k) || mp.expert_scale >= 0 || !res_.moe_logits) return {};
+    return vk::RowRoute{View{w_.router_split(moe.in[1], g_.nodes[index].in[0])->fold.get(), 0, 0},
+                        View{res_.moe_logits, 0, size_t{4} * ne * n},
+                        mp.bias >= 0 ? w_.f32(moe.in[static_cast<size_t>(mp.bias)]) : View{},
+                        View{res_.moe_ids, 0, size_t{4} * k * n}, View{res_.moe_weights, 0, size_t{4} * k * n}, ne, k,
+                        mp.routing == graph::MoeRouting::TopKSoftmax, mp.norm_topk, mp.logit_scale};
+  }
+
   // The add and norm after node `index` (Plan::mm_row_norm) as its product's tail takes them, those
   // two nodes done, the norm's codes (where its readers share a format) in act_q8.
-  vk::MulMvKRowNorm row_norm_views(size_t index, uint32_t width) {
+  vk::MulMvKRowNorm row_norm_views(size_t index, uint32_t width, uint32_t n_tok = 1) {
     const Node &add = g_.nodes[index + 1], &norm = g_.nodes[index + 2];
     vk::MulMvKRowNorm n;
-    n.res = act(add.in[0] == g_.nodes[index].out ? add.in[1] : add.in[0], 1);
-    n.sum = act(add.out, 1);
-    n.y = act(norm.out, 1);
+    n.res = act(add.in[0] == g_.nodes[index].out ? add.in[1] : add.in[0], n_tok);
+    n.sum = act(add.out, n_tok);
+    n.y = act(norm.out, n_tok);
     n.norm_w = norm.in.size() > 1 ? w_.f32(norm.in[1]) : View{};
     n.eps = norm.norm().eps;
     n.offset = norm.norm().offset;
-    n.count = View{res_.head_count, size_t{4} * plan_.row_norm_counter, 4};
-    n.q8 = q8_out(norm.out, width, 1, true);
+    n.count = View{res_.head_count, size_t{4} * plan_.row_norm_counter, size_t{4} * n_tok};
+    // (One token: the codes land on the product's input codes once all have read them. Several: a
+    // token's tail could overwrite another's still being read; the readers quantize the rows.)
+    n.q8 = n_tok == 1 ? q8_out(norm.out, width, 1, true) : View{};
     n.q8_format = q8_format_;
     done_[index + 1] = true;
     done_[index + 2] = true;
@@ -1200,13 +1232,16 @@ class Recorder {
     // The experts chosen beside o's product (router_slots): their weights, now the norm's scale is known.
     const bool split = split_moe_ == static_cast<int64_t>(index) && xs.partials.buffer && n <= vk::kMvMaxTokens;
     split_moe_ = -1;
+    // Or routed by o's dispatch, its router folded in (row_route): ids and weights written.
+    const bool folded = folded_moe_ == static_cast<int64_t>(index);
+    folded_moe_ = -1;
     if (split) {
       tr.before({logits, ids, xs.partials}, {wts});
       vk::moe_route(ctx_, rec, logits, View{}, escale, ids, wts, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs);
-    } else {
+    } else if (!folded) {
       tr.before({rx, xs.partials, xs.weights}, {logits, ids, wts, count});
     }
-    const bool routed = split || (one_router && vk::moe_router(ctx_, rec, w_.raw(node.in[1]), rx, logits, bias(0), escale, ids, wts, count,
+    const bool routed = split || folded || (one_router && vk::moe_router(ctx_, rec, w_.raw(node.in[1]), rx, logits, bias(0), escale, ids, wts, count,
                                                      d, ne, k, n, topk_softmax, mp.norm_topk, mp.logit_scale, xs));
     if (xs.partials.buffer && !routed) throw Error("Vulkan MoE: the router did not take the norm left to it");
     if (!routed) {
@@ -1446,6 +1481,8 @@ class Recorder {
   std::vector<bool> done_;  // per node: recorded with an earlier node
   std::map<size_t, RouterSite> sites_;  // routers split from their norms, by their product's node
   int64_t split_moe_ = -1;              // the MoE node whose experts router_slots chose
+  std::map<size_t, RouterSite> folds_;  // routers folded into their product's dispatch, by that node
+  int64_t folded_moe_ = -1;             // the MoE node a product's dispatch routed (row_route)
   // A mixture's down product, left for after the nodes that read only its input (Plan::moe_early).
   std::function<void(vk::Recording&, Tracker&)> down_later_;
   GatedState gated_;  // a gated tail between its mixture and its experts' down product (Plan::gated_tail)

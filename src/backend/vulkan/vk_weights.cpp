@@ -54,16 +54,28 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
         bytes_ += b->device_bytes;
         host_f32_.emplace(id, std::move(f));
       });
-  if (knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 1) make_router_splits(g, file);
+  make_router_splits(g, file);
 }
 
 // R_w and M of each router split from its norm whose product decode reads as Q8_K codes (the only
-// form moe_router_split takes), a few layers at a time: each thread one, then uploaded in order.
+// form moe_router_split takes; ZINC_VULKAN_ROUTER_SPLIT), and the fold of each router whose product is
+// of the 32-element formats (mul_mv_q8_row_norm's RowRoute; ZINC_VULKAN_ROW_ROUTE), a few layers at a
+// time: each thread one, then uploaded in order.
 void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& file) {
+  const bool split = knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 1, fold = knob_u32("ZINC_VULKAN_ROW_ROUTE", 1, 0, 1) == 1;
   std::vector<RouterSite> sites;
-  for (const RouterSite& s : router_sites(g)) {
+  std::vector<bool> folded;
+  for (const RouterSite& s : router_sites(g, true)) {
     const auto& wo = g.tensor(g.nodes[s.o].in[0]);
-    if (has_mul_mv_k(*ctx_, wo.type) && wo.ne[0] % 256 == 0 && quant::can_dequantize(wo.type)) sites.push_back(s);
+    const graph::MoeParams& mp = g.nodes[s.moe].moe();
+    if (!quant::can_dequantize(wo.type)) continue;
+    if (split && s.o_bias < 0 && !s.router_bias && has_mul_mv_k(*ctx_, wo.type) && wo.ne[0] % 256 == 0) {
+      sites.push_back(s);
+      folded.push_back(false);
+    } else if (fold && has_mul_mv_q8(wo.type) && wo.ne[0] % 32 == 0 && mp.expert_scale < 0 && mp.n_expert <= 128) {
+      sites.push_back(s);
+      folded.push_back(true);
+    }
   }
   if (sites.empty()) return;
   const auto floats = [&](graph::TensorId id) {
@@ -72,7 +84,7 @@ void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& 
   };
   ThreadPool pool(std::min<unsigned>(8, std::max(1u, std::thread::hardware_concurrency())));
   struct Made {
-    std::vector<float> rw, m;
+    std::vector<float> rw, m, fold;
   };
   std::vector<Made> made(pool.size());
   for (size_t b = 0; b < sites.size(); b += made.size()) {
@@ -88,6 +100,14 @@ void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& 
         const std::vector<float> r = floats(moe.in[1]), o = floats(g.nodes[s.o].in[0]);
         const std::vector<float> w = norm.in.size() > 1 ? floats(norm.in[1]) : std::vector<float>{};
         Made& out = made[static_cast<size_t>(i)];
+        out = Made{};
+        if (folded[b + static_cast<size_t>(i)]) {
+          const std::vector<float> bias = s.o_bias >= 0 ? floats(s.o_bias) : std::vector<float>{};
+          out.fold.resize(ne * (d_in + d + 1));
+          router_fold_matrices(r.data(), w.empty() ? nullptr : w.data(), norm.norm().offset, o.data(),
+                               bias.empty() ? nullptr : bias.data(), ne, d, d_in, out.fold.data());
+          continue;
+        }
         out.rw.resize(ne * d);
         out.m.resize(ne * d_in);
         router_split_matrices(r.data(), w.empty() ? nullptr : w.data(), norm.norm().offset, o.data(), ne, d, d_in,
@@ -98,7 +118,8 @@ void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& 
       const RouterSite& s = sites[b + i];
       RouterSplit& rs = splits_[g.nodes[s.moe].in[1]];
       rs.wo = g.nodes[s.o].in[0];
-      for (auto [buf, v] : {std::pair{&rs.rw, &made[i].rw}, std::pair{&rs.m, &made[i].m}}) {
+      for (auto [buf, v] : {std::pair{&rs.rw, &made[i].rw}, std::pair{&rs.m, &made[i].m}, std::pair{&rs.fold, &made[i].fold}}) {
+        if (v->empty()) continue;
         *buf = ctx_->owned_device_buffer(v->size() * 4);
         ctx_->upload(**buf, 0, v->data(), v->size() * 4);
         bytes_ += (*buf)->device_bytes;

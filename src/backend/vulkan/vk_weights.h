@@ -33,10 +33,11 @@ class VulkanWeights final : public Weights {
   View f32(graph::TensorId id) const { return View{f32_[static_cast<size_t>(id)].get(), 0, 0}; }
   const std::vector<float>& host_f32(graph::TensorId id) const { return host_f32_.at(id); }
   // A router split from its norm (vk_router_split.h): R_w and M of the router `router` with the
-  // product whose weight is `wo` (nullptr: none made).
+  // product whose weight is `wo` (nullptr: none made); or, for a 32-element product (biases allowed),
+  // its fold (router_fold_matrices) alone.
   struct RouterSplit {
     graph::TensorId wo = -1;
-    OwnedBuffer rw, m;
+    OwnedBuffer rw, m, fold;
   };
   const RouterSplit* router_split(graph::TensorId router, graph::TensorId wo) const {
     const auto it = splits_.find(router);
