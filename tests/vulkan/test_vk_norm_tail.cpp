@@ -94,6 +94,8 @@ class VulkanNormTail : public VulkanTest {
     return gap / scale;
   }
 
+  void expect_row_norm_product(gguf::TensorType type, uint32_t width, int codes);
+
   std::mt19937 rng_{21};
 };
 
@@ -182,96 +184,75 @@ TEST_F(VulkanNormTail, ProductTakesTheAddAndNormAndItsReadersTheScale) {
   }
 }
 
+// o = W x + bias, then h = o + r and the norm of h with its 32-element codes (codes -1: none, else
+// their format), done by the product's last workgroup (mul_mv_k_row_norm for the K-quants,
+// mul_mv_q8_row_norm for the 32-element formats): bit for bit the product then rms_norm_row with the
+// add, twice, the counter back at zero. The residual is large, so the scale is far from 1.
+void VulkanNormTail::expect_row_norm_product(gguf::TensorType type, uint32_t width, int codes) {
+  const uint32_t ncols = 512;
+  const bool has_w = codes != 0, k_quant = has_mul_mv_k(*ctx_, type);
+  SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", rows of " << width << ", codes " << codes
+                                  << (has_w ? ", weighted" : ""));
+  const float eps = 1e-5f, offset = has_w ? 0.25f : 0.0f;
+  const std::vector<uint8_t> wo = weight(type, ncols, width);
+  const std::vector<float> x = randoms(ncols, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
+                           bias = randoms(width, 1.0f);
+  const size_t qbytes = mul_mv_q8_bytes(width);
+  Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
+         bb = upload(bias.data(), bias.size() * 4), bres = upload(r.data(), r.size() * 4),
+         bxq = zeros(k_quant ? q8k_row_bytes(ncols) : mul_mv_q8_bytes(ncols));
+  std::vector<Buffer> out;  // per path: o, h, y, codes
+  for (int i = 0; i < 8; ++i) out.push_back(zeros(i % 4 == 3 ? qbytes : width * 4));
+  Buffer count = zeros(8);
+  const View w = has_w ? View{&bnw} : View{};
+  const auto format = static_cast<uint32_t>(std::max(codes, 0));
+  if (k_quant) {
+    quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bxq}, ncols, 1);
+    mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[0]}, ncols, width, 1, {}, View{&bb});
+  } else {
+    quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, 1);
+    mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[0]}, View{&bb}, ncols, width, 1);
+  }
+  rms_norm_row(*ctx_, ctx_->immediate(), View{&out[0]}, View{&bres}, View{&out[1]}, w, View{&out[2]}, View{}, width, 1, eps, offset,
+               codes >= 0 ? View{&out[3]} : View{}, format);
+  const MulMvKRowNorm n{View{&bres}, View{&out[5]}, View{&out[6]}, w, codes >= 0 ? View{&out[7]} : View{}, View{&count, 4, 4},
+                        eps, offset, format};
+  for (int run = 0; run < 2; ++run) {
+    if (k_quant) {
+      mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, n);
+    } else {
+      mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, 1, n);
+    }
+  }
+  EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the product";
+  EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
+  EXPECT_EQ(download<float>(out[6], width), download<float>(out[2], width)) << "the norm's output";
+  EXPECT_EQ(download<uint8_t>(out[7], qbytes), download<uint8_t>(out[3], qbytes)) << "the codes";
+  EXPECT_NE(download<float>(out[6], width), download<float>(out[5], width)) << "(the norm changed the row)";
+  EXPECT_EQ(download<uint32_t>(count, 2), (std::vector<uint32_t>{0, 0})) << "the counter, and the word before it";
+  for (Buffer* b : {&bwo, &bx, &bnw, &bb, &bres, &bxq, &count}) ctx_->release(*b);
+  for (Buffer& b : out) ctx_->release(b);
+}
+
 TEST_F(VulkanNormTail, RowNormInTheProductsLastWorkgroupIsTheNormsDispatch) {
-  // o = W x + bias, then h = o + r and the norm of h with its 32-element codes, done by the product's
-  // last workgroup (mul_mv_k_row_norm): bit for bit mul_mv_k then rms_norm_row with the add, for widths
-  // no multiple of 256 (gpt-oss's 2,880), with and without norm weights, both code formats and none;
-  // twice, the counter back at zero. The residual is large, so the scale is far from 1.
+  // The K-quants (gpt-oss's Q4_K o in Q4_K_M files), for widths no multiple of 256 (its 2,880), with
+  // and without norm weights, both code formats and none.
   for (const auto type : {gguf::TensorType::Q4_K, gguf::TensorType::Q6_K}) {
     if (!has_mul_mv_k(*ctx_, type)) GTEST_SKIP() << "the device has no packed integer dot product or subgroups under 8";
     for (const uint32_t width : {2880u, 96u}) {
-      const uint32_t ncols = 512;
-      if (!mul_mv_k_row_norm_fits(*ctx_, type, ncols, width)) GTEST_SKIP() << "no shaderFloat64 or too few bindings";
-      for (const int codes : {-1, 0, 1}) {
-        const bool has_w = codes != 0;
-        SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", rows of " << width << ", codes " << codes
-                                        << (has_w ? ", weighted" : ""));
-        const float eps = 1e-5f, offset = has_w ? 0.25f : 0.0f;
-        const std::vector<uint8_t> wo = weight(type, ncols, width);
-        const std::vector<float> x = randoms(ncols, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
-                                 bias = randoms(width, 1.0f);
-        const size_t qbytes = mul_mv_q8_bytes(width);
-        Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
-               bb = upload(bias.data(), bias.size() * 4), bres = upload(r.data(), r.size() * 4), bxq = zeros(q8k_row_bytes(ncols));
-        std::vector<Buffer> out;  // per path: o, h, y, codes
-        for (int i = 0; i < 8; ++i) out.push_back(zeros(i % 4 == 3 ? qbytes : width * 4));
-        Buffer count = zeros(8);
-        const View w = has_w ? View{&bnw} : View{};
-        quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bxq}, ncols, 1);
-        mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[0]}, ncols, width, 1, {}, View{&bb});
-        rms_norm_row(*ctx_, ctx_->immediate(), View{&out[0]}, View{&bres}, View{&out[1]}, w, View{&out[2]}, View{}, width, 1, eps,
-                     offset, codes >= 0 ? View{&out[3]} : View{}, codes >= 0 ? static_cast<uint32_t>(codes) : 0u);
-        MulMvKRowNorm n{View{&bres}, View{&out[5]}, View{&out[6]}, w, codes >= 0 ? View{&out[7]} : View{}, View{&count, 4, 4},
-                        eps, offset, codes >= 0 ? static_cast<uint32_t>(codes) : 0u};
-        for (int run = 0; run < 2; ++run) {
-          mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, n);
-        }
-        EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the product";
-        EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
-        EXPECT_EQ(download<float>(out[6], width), download<float>(out[2], width)) << "the norm's output";
-        EXPECT_EQ(download<uint8_t>(out[7], qbytes), download<uint8_t>(out[3], qbytes)) << "the codes";
-        EXPECT_NE(download<float>(out[6], width), download<float>(out[5], width)) << "(the norm changed the row)";
-        EXPECT_EQ(download<uint32_t>(count, 2), (std::vector<uint32_t>{0, 0})) << "the counter, and the word before it";
-        for (Buffer* b : {&bwo, &bx, &bnw, &bb, &bres, &bxq, &count}) ctx_->release(*b);
-        for (Buffer& b : out) ctx_->release(b);
-      }
+      if (!mul_mv_k_row_norm_fits(*ctx_, type, 512, width)) GTEST_SKIP() << "no shaderFloat64 or too few bindings";
+      for (const int codes : {-1, 0, 1}) expect_row_norm_product(type, width, codes);
     }
   }
 }
 
 TEST_F(VulkanNormTail, RowNormInTheQ8ProductsLastWorkgroupIsTheNormsDispatch) {
-  // The same for the 32-element formats' product (mul_mv_q8_row_norm: gpt-oss's Q8_0 o beside MXFP4
-  // experts): bit for bit mul_mv_q8_codes with its bias then rms_norm_row with the add, Q8_0 (Q8_0
-  // codes) and Q4_1 (Q8_1), rows of 2,880 and 96, with and without norm weights, both code formats of
-  // the norm's output and none; twice, the counter back at zero.
-  const uint32_t ncols = 512;
+  // The 32-element formats (mul_mv_q8_row_norm: gpt-oss's Q8_0 o beside MXFP4 experts), Q8_0 (Q8_0
+  // codes) and Q4_1 (Q8_1), likewise.
   for (const auto type : {gguf::TensorType::Q8_0, gguf::TensorType::Q4_1}) {
     for (const uint32_t width : {2880u, 96u}) {
-      if (!mul_mv_q8_row_norm_fits(*ctx_, type, ncols, width)) GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
-      for (const int codes : {-1, 0, 1}) {
-        const bool has_w = codes != 0;
-        SCOPED_TRACE(testing::Message() << gguf::tensor_type_name(type) << ", rows of " << width << ", codes " << codes
-                                        << (has_w ? ", weighted" : ""));
-        const float eps = 1e-6f, offset = has_w ? 0.25f : 0.0f;
-        const std::vector<uint8_t> wo = weight(type, ncols, width);
-        const std::vector<float> x = randoms(ncols, 1.0f), r = randoms(width, 10.0f), nw = randoms(width, 1.0f),
-                                 bias = randoms(width, 1.0f);
-        const size_t qbytes = mul_mv_q8_bytes(width);
-        Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
-               bb = upload(bias.data(), bias.size() * 4), bres = upload(r.data(), r.size() * 4), bxq = zeros(mul_mv_q8_bytes(ncols));
-        std::vector<Buffer> out;  // per path: o, h, y, codes
-        for (int i = 0; i < 8; ++i) out.push_back(zeros(i % 4 == 3 ? qbytes : width * 4));
-        Buffer count = zeros(8);
-        const View w = has_w ? View{&bnw} : View{};
-        const auto format = static_cast<uint32_t>(std::max(codes, 0));
-        quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, 1);
-        mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[0]}, View{&bb}, ncols, width, 1);
-        rms_norm_row(*ctx_, ctx_->immediate(), View{&out[0]}, View{&bres}, View{&out[1]}, w, View{&out[2]}, View{}, width, 1, eps,
-                     offset, codes >= 0 ? View{&out[3]} : View{}, format);
-        MulMvKRowNorm n{View{&bres}, View{&out[5]}, View{&out[6]}, w, codes >= 0 ? View{&out[7]} : View{}, View{&count, 4, 4},
-                        eps, offset, format};
-        for (int run = 0; run < 2; ++run) {
-          mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, 1, n);
-        }
-        EXPECT_EQ(download<float>(out[4], width), download<float>(out[0], width)) << "the product";
-        EXPECT_EQ(download<float>(out[5], width), download<float>(out[1], width)) << "the residual sum";
-        EXPECT_EQ(download<float>(out[6], width), download<float>(out[2], width)) << "the norm's output";
-        EXPECT_EQ(download<uint8_t>(out[7], qbytes), download<uint8_t>(out[3], qbytes)) << "the codes";
-        EXPECT_NE(download<float>(out[6], width), download<float>(out[5], width)) << "(the norm changed the row)";
-        EXPECT_EQ(download<uint32_t>(count, 2), (std::vector<uint32_t>{0, 0})) << "the counter, and the word before it";
-        for (Buffer* b : {&bwo, &bx, &bnw, &bb, &bres, &bxq, &count}) ctx_->release(*b);
-        for (Buffer& b : out) ctx_->release(b);
-      }
+      if (!mul_mv_q8_row_norm_fits(*ctx_, type, 512, width)) GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
+      for (const int codes : {-1, 0, 1}) expect_row_norm_product(type, width, codes);
     }
   }
 }
