@@ -11,6 +11,7 @@
 //! variants-by-type kdot gnrm_ MUL_MV_NORM,MUL_MV_GTAIL
 //! variants-by-type kdot idcg_ MUL_MV_ID,MUL_MV_COMBINE,MUL_MV_NORM,MUL_MV_GTAIL
 //! variants-by-type kdot art_ MUL_MV_ROWNORM
+//! variants-by-type kdot artr_ MUL_MV_ROWNORM,MUL_MV_ROUTE
 // K-quant weights times Q8_K activations (quantize_q8k.comp), as the CPU backend's dot products compute
 // them (src/quant/dot_ref.cpp): per 256-element block the integer sums of code products (packed 4x8
 // integer dot products) and of scales times them, then the CPU's float expression of the block, here
@@ -90,7 +91,11 @@
 // add and a whole-row RMSNorm whose width is no multiple of 256): the last workgroup to finish does
 // rms_norm_row's add and norm on the token's row (row_norm_tail.glsl): the residual (binding 3), the
 // sum (5), the norm's output (6), its codes for the 32-element formats (7), the counter (8), the
-// norm's weights (10). Needs shaderFloat64 (mul_mv_k_row_norm_fits).
+// norm's weights (10). Needs shaderFloat64 (mul_mv_k_row_norm_fits). Tokens over z (NTOK = 1), a
+// counter each.
+// MUL_MV_ROUTE (variants artr_, with MUL_MV_ROWNORM): mul_mv_q8.comp's MUL_MV_ROUTE for this product,
+// the experts' workgroups reading x's Q8_K codes (each word's four codes times its block's d): the fold
+// (binding 11), logits (12), the router's bias (13), ids (14), weights (15). WG <= 256, n_expert <= WG.
 //
 // Bindings: 0 W (raw blocks; rows row_bytes apart, 16-byte aligned for Q4_K / Q5_K, 2-byte for Q6_K),
 // 1 xq (quantized rows xstride words apart, q8k.glsl's layout), 2 y [n_tokens][nrows]; MUL_MV_ID: 3 ids,
@@ -161,6 +166,15 @@ layout(std430, binding = 6) writeonly restrict buffer RYbuf { vec4 ry4[]; };
 layout(std430, binding = 7) writeonly restrict buffer RQbuf { uint rq[]; };
 layout(std430, binding = 8) coherent restrict buffer RCbuf { uint rcount[]; };
 layout(std430, binding = 10) readonly restrict buffer RWbuf { vec4 rw4[]; };
+#if defined(MUL_MV_ROUTE)
+layout(std430, binding = 11) readonly restrict buffer MRbuf { vec4 mr4[]; };
+layout(std430, binding = 11) readonly restrict buffer MR1buf { float mr[]; };
+layout(std430, binding = 12) coherent buffer Lbuf { float logits[]; };
+layout(std430, binding = 13) readonly buffer RBiasbuf { float router_b[]; };
+layout(std430, binding = 13) readonly buffer ESbuf { float expert_scale[]; };  // (flags & 8 never set)
+layout(std430, binding = 14) buffer Idbuf { uint ids[]; };
+layout(std430, binding = 15) writeonly buffer RWtbuf { float weights[]; };
+#endif
 const uint HALVES = 1u;
 #define WV(i) w[i]
 #define WV4(i) w4[i]
@@ -227,6 +241,11 @@ layout(push_constant) uniform Params {
 #elif defined(MUL_MV_ROWNORM)
   uint q8_format;   // the codes' format: 0 ACT_Q8_0, 1 ACT_Q8_1 (out_stride words a row; 0: none)
   uint arrivals;    // the dispatch's workgroups a token
+#if defined(MUL_MV_ROUTE)
+  uint o_groups;    // the product's workgroups (the experts' follow)
+  uint flags;       // moe_route.comp's
+  float logit_scale;
+#endif
 #elif defined(MUL_MV_GTAIL)
   uint tail_count;  // both dispatches' workgroups a 256-row block
   uint own_shared;  // 1: y is the shared (gated) part, 0: the experts'
@@ -448,6 +467,41 @@ uint norm_token(uint set, uint t) {
 #include "div_rn.glsl"
 #include "row_norm_tail.glsl"
 #endif
+#if defined(MUL_MV_ROUTE)
+#define WG_SIZE WG
+#define MAX_EXPERT 256
+#define MAX_USED 16
+float route_scale(uint t) { return 1.0; }  // (flags & 32 is moe_route.comp's)
+#include "moe_route.glsl"
+
+// Expert e's z for token tok (its workgroup): M[e] . x from x's Q8_K codes, R_w[e] . r, c[e].
+void expert_logit(uint e, uint tok, uint tid) {
+  const uint d_in4 = p.ncols / 4u, d4 = p.nrows / 4u, row4 = e * (d_in4 + d4), xr = tok * p.xstride;
+  const uint d0 = d_in4 + p.ncols / 16u;
+  float acc = 0.0;
+  for (uint c = tid; c < d_in4; c += WG) {  // a word of four codes an invocation
+    const int wv = int(q[xr + c]);
+    const float dx = uintBitsToFloat(q[xr + d0 + c / 64u]);
+    acc += dot(mr4[row4 + c], vec4((wv << 24) >> 24, (wv << 16) >> 24, (wv << 8) >> 24, wv >> 24)) * dx;
+  }
+  for (uint i = tid; i < d4; i += WG) acc += dot(mr4[row4 + d_in4 + i], rb4[tok * d4 + i]);
+  const float sg = subgroupAdd(acc);
+  if (subgroupElect()) red[gl_SubgroupID] = sg;
+  barrier();
+  if (tid == 0u) {
+    float z = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) z += red[i];
+    logits[tok * p.n_expert + e] = z + mr[p.n_expert * (d_in4 + d4) * 4u + e];
+  }
+}
+
+// After row_norm_tail, in its last workgroup: the logits scaled by the norm's scale, then routed.
+void route_after_norm(uint tok, uint tid) {
+  if (!rn_last) return;  // uniform
+  if (tid < p.n_expert) logits[tok * p.n_expert + tid] *= rn_scale;  // (route_token reads its own)
+  route_token(tok);
+}
+#endif
 
 #if defined(MUL_MV_ID)
 // The subgroups group g's partial sums are in: its own (groups of whole subgroups, `own`), else all.
@@ -458,7 +512,19 @@ uvec2 group_subgroups(uint g, bool own, uint gsize) {
 
 void main() {
   const uint tid = gl_LocalInvocationID.x, j = tid & 7u, slots = WG / 8u / GROUPS;
-  const uint wg_row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS * ROW_GROUPS;
+  const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x, wg_row0 = wg * ROWS * ROW_GROUPS;
+#if defined(MUL_MV_ROUTE)
+  if (wg >= p.o_groups) {  // uniform: an expert's workgroup
+    if (wg - p.o_groups >= p.n_expert) return;
+    for (uint tok = gl_WorkGroupID.z; tok < p.n_tokens; tok += gl_NumWorkGroups.z) {
+      expert_logit(wg - p.o_groups, tok, tid);
+      row_norm_tail(tok, tid, WG);
+      route_after_norm(tok, tid);
+      barrier();
+    }
+    return;
+  }
+#endif
   if (wg_row0 >= p.nrows) return;  // the grid's padding: the whole workgroup leaves
   // Short rows (fewer blocks than the workgroup takes a step): the slots split into GROUPS groups of
   // `slots`, each its own ROWS rows.
@@ -642,6 +708,9 @@ void main() {
     append_rows(wg_row0, tid, WG);
 #elif defined(MUL_MV_ROWNORM)
     row_norm_tail(set, tid, WG);  // (NTOK = 1: set is the token)
+#if defined(MUL_MV_ROUTE)
+    route_after_norm(set, tid);
+#endif
 #endif
 #endif
     barrier();

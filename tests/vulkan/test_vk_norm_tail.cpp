@@ -95,6 +95,7 @@ class VulkanNormTail : public VulkanTest {
   }
 
   void expect_row_norm_product(gguf::TensorType type, uint32_t width, int codes);
+  void expect_folded_router(gguf::TensorType type);
 
   std::mt19937 rng_{21};
 };
@@ -219,7 +220,7 @@ void VulkanNormTail::expect_row_norm_product(gguf::TensorType type, uint32_t wid
                         eps, offset, format};
   for (int run = 0; run < 2; ++run) {
     if (k_quant) {
-      mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, n);
+      mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, 1, n);
     } else {
       mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&out[4]}, View{&bb}, ncols, width, 1, n);
     }
@@ -257,16 +258,27 @@ TEST_F(VulkanNormTail, RowNormInTheQ8ProductsLastWorkgroupIsTheNormsDispatch) {
   }
 }
 
-TEST_F(VulkanNormTail, RouterFoldedIntoTheQ8ProductRoutesItsNorm) {
-  // gpt-oss's o (Q8_0, a bias) with the residual add, the norm and the mixture's router (F32, a bias)
-  // in one dispatch (mul_mv_q8_row_norm with a RowRoute, router_fold_matrices): the sum and the norm's
-  // output bit for bit those of the product then rms_norm_row; the logits within float rounding of
-  // moe_router's on that output, the same experts and their weights; both routings (top-k then softmax,
-  // softmax then top-k with renormalised weights). A step of 3 tokens: each row, logits, experts and
-  // weights bit for bit a one-token dispatch's; the counters back at zero.
-  const auto type = gguf::TensorType::Q8_0;
+TEST_F(VulkanNormTail, RouterFoldedIntoTheProductRoutesItsNorm) {
+  // gpt-oss's o (Q8_0 beside MXFP4 experts, Q4_K in Q4_K_M files; a bias) with the residual add, the
+  // norm and the mixture's router (F32, a bias) in one dispatch (mul_mv_q8_row_norm or
+  // mul_mv_k_row_norm with a RowRoute, router_fold_matrices): the sum and the norm's output bit for bit
+  // those of the product then rms_norm_row; the logits within float rounding of moe_router's on that
+  // output, the same experts and their weights; both routings (top-k then softmax, softmax then top-k
+  // with renormalised weights). A step of 3 tokens: each row, logits, experts and weights bit for bit
+  // a one-token dispatch's; the counters back at zero.
+  for (const auto type : {gguf::TensorType::Q8_0, gguf::TensorType::Q4_K}) {
+    SCOPED_TRACE(gguf::tensor_type_name(type));
+    expect_folded_router(type);
+  }
+}
+
+void VulkanNormTail::expect_folded_router(gguf::TensorType type) {
   const uint32_t ncols = 512, width = 2880, ne = 32, k = 4, nt = 3;
-  if (!mul_mv_q8_row_route_fits(*ctx_, type, ncols, width, ne, k)) GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
+  const bool k_quant = has_mul_mv_k(*ctx_, type);
+  if (!(k_quant ? mul_mv_k_row_route_fits(*ctx_, type, ncols, width, ne, k) : mul_mv_q8_row_route_fits(*ctx_, type, ncols, width, ne, k))) {
+    GTEST_SKIP() << "no packed dot product, shaderFloat64 or bindings";
+  }
+  const size_t xbytes = k_quant ? q8k_row_bytes(ncols) : mul_mv_q8_bytes(ncols);
   const float eps = 1e-5f, offset = 0.0f;
   const std::vector<uint8_t> wo = weight(type, ncols, width);
   std::vector<float> wo_f(size_t{ncols} * width);
@@ -279,16 +291,24 @@ TEST_F(VulkanNormTail, RouterFoldedIntoTheQ8ProductRoutesItsNorm) {
   router_fold_matrices(router.data(), nw.data(), offset, wo_f.data(), bias.data(), ne, width, ncols, fold.data());
   const size_t qbytes = mul_mv_q8_bytes(width);
   Buffer bwo = upload(wo.data(), wo.size()), bx = upload(x.data(), x.size() * 4), bnw = upload(nw.data(), nw.size() * 4),
-         bb = upload(bias.data(), bias.size() * 4), bxq = zeros(mul_mv_q8_bytes(ncols) * nt), brt = upload(router.data(), router.size() * 4),
+         bb = upload(bias.data(), bias.size() * 4), bxq = zeros(xbytes * nt), brt = upload(router.data(), router.size() * 4),
          brb = upload(rbias.data(), rbias.size() * 4), bfold = upload(fold.data(), fold.size() * 4), rcount = zeros(4 * (nt + 1)),
          mcount = zeros(4);
-  quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, nt);
+  if (k_quant) {
+    quantize_q8k(*ctx_, ctx_->immediate(), View{&bx}, View{&bxq}, ncols, nt);
+  } else {
+    quantize_q8_act(*ctx_, ctx_->immediate(), type, View{&bx}, View{&bxq}, ncols, nt);
+  }
   for (const bool topk_softmax : {true, false}) {
     SCOPED_TRACE(topk_softmax ? "top-k then softmax" : "softmax then top-k, renormalised");
     // The reference: the product, rms_norm_row with the add, moe_router on its output (token 0).
     Buffer o = zeros(width * 4), h = upload(r.data(), width * 4), y = zeros(width * 4), lg = zeros(ne * 4), ids = zeros(k * 4),
            wts = zeros(k * 4);
-    mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq}, View{&o}, View{&bb}, ncols, width, 1);
+    if (k_quant) {
+      mul_mv_k(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq, 0, xbytes}, View{&o}, ncols, width, 1, {}, View{&bb});
+    } else {
+      mul_mv_q8_codes(*ctx_, ctx_->immediate(), type, View{&bwo}, View{&bxq, 0, xbytes}, View{&o}, View{&bb}, ncols, width, 1);
+    }
     rms_norm_row(*ctx_, ctx_->immediate(), View{&o}, View{&h}, View{&h}, View{&bnw}, View{&y}, View{}, width, 1, eps, offset);
     ASSERT_TRUE(moe_router(*ctx_, ctx_->immediate(), View{&brt}, View{&y}, View{&lg}, View{&brb}, View{}, View{&ids}, View{&wts},
                            View{&mcount}, width, ne, k, 1, topk_softmax, !topk_softmax, 1.0f));
@@ -302,7 +322,7 @@ TEST_F(VulkanNormTail, RouterFoldedIntoTheQ8ProductRoutesItsNorm) {
       }
       Buffer* g = &got[got.size() - 7];
       ctx_->upload(g[1], 0, r.data() + at * width, size_t{width} * 4 * n);  // h over the residual, in place
-      const View xq{&bxq, mul_mv_q8_bytes(ncols) * at, mul_mv_q8_bytes(ncols) * n};
+      const View xq{&bxq, xbytes * at, xbytes * n};
       const MulMvKRowNorm rn{View{&g[1]}, View{&g[1]}, View{&g[2]}, View{&bnw}, n == 1 ? View{&g[3]} : View{},
                              View{&rcount, 4, 4 * n}, eps, offset, 0};
       RowRoute route;
@@ -315,7 +335,11 @@ TEST_F(VulkanNormTail, RouterFoldedIntoTheQ8ProductRoutesItsNorm) {
       route.n_used = k;
       route.topk_softmax = topk_softmax;
       route.norm_topk = !topk_softmax;
-      mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, xq, View{&g[0]}, View{&bb}, ncols, width, n, rn, &route);
+      if (k_quant) {
+        mul_mv_k_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, xq, View{&g[0]}, View{&bb}, ncols, width, n, rn, &route);
+      } else {
+        mul_mv_q8_row_norm(*ctx_, ctx_->immediate(), type, View{&bwo}, xq, View{&g[0]}, View{&bb}, ncols, width, n, rn, &route);
+      }
     }
     EXPECT_EQ(download<float>(got[8], width), download<float>(h, width)) << "the residual sum";
     EXPECT_EQ(download<float>(got[9], width), download<float>(y, width)) << "the norm's output";

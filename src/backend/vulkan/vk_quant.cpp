@@ -359,6 +359,22 @@ bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t
          ctx.features().fp64 && ctx.features().subgroup_size >= 8 && ctx.features().max_bindings >= 14;
 }
 
+namespace {
+// moe_route.comp's flags for a folded router (no expert scale).
+uint32_t route_flags(const RowRoute& r) {
+  return (r.topk_softmax ? 1u : 0u) | (r.norm_topk ? 2u : 0u) | (r.bias.buffer ? 4u : 0u);
+}
+
+// A RowRoute's views for rows of nrows from ncols columns and n_tokens tokens.
+void check_row_route(const char* op, const RowRoute& r, uint32_t ncols, uint32_t nrows, uint32_t n_tokens) {
+  if (view_bytes(r.fold) < size_t{4} * r.n_expert * (ncols + nrows + 1) ||
+      view_bytes(r.logits) < size_t{4} * r.n_expert * n_tokens || view_bytes(r.ids) < size_t{4} * r.n_used * n_tokens ||
+      view_bytes(r.weights) < size_t{4} * r.n_used * n_tokens) {
+    throw Error(fmt::format("Vulkan {}: the router's fold, logits, ids or weights are short", op));
+  }
+}
+}  // namespace
+
 bool mul_mv_q8_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
                               uint32_t n_used) {
   return mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows) && n_expert > 0 && n_expert <= 128 && n_used > 0 && n_used <= 16 &&
@@ -404,17 +420,12 @@ void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View
   if (!mul_mv_q8_row_route_fits(ctx, type, ncols, nrows, r.n_expert, r.n_used)) {
     throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: no routing of {} of {} experts here", r.n_used, r.n_expert));
   }
-  if (view_bytes(r.fold) < size_t{4} * r.n_expert * (ncols + nrows + 1) ||
-      view_bytes(r.logits) < size_t{4} * r.n_expert * n_tokens || view_bytes(r.ids) < size_t{4} * r.n_used * n_tokens ||
-      view_bytes(r.weights) < size_t{4} * r.n_used * n_tokens) {
-    throw Error("Vulkan mul_mv_q8_row_norm: the router's fold, logits, ids or weights are short");
-  }
+  check_row_route("mul_mv_q8_row_norm", r, ncols, nrows, n_tokens);
   const struct {
     RowNormPush rn;
     uint32_t o_groups, flags;
     float logit_scale;
-  } push{rn, o_groups,
-         (r.topk_softmax ? 1u : 0u) | (r.norm_topk ? 2u : 0u) | (r.bias.buffer ? 4u : 0u), r.logit_scale};
+  } push{rn, o_groups, route_flags(r), r.logit_scale};
   // The product's groups of rows, then one workgroup an expert (q8_rows() rows each: the grid's count).
   dispatch_q8(ctx, d, std::string("mul_mv_q8_drnr_") + t.name,
               std::array<View, 15>{w, xq, y, r.fold, bias.buffer ? bias : y, r.logits, r.bias.buffer ? r.bias : r.logits, r.ids,
@@ -595,32 +606,57 @@ bool mul_mv_k_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t 
          f.max_bindings >= 11;
 }
 
+bool mul_mv_k_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                             uint32_t n_used) {
+  return mul_mv_k_row_norm_fits(ctx, type, ncols, nrows) && n_expert > 0 && n_used > 0 && n_used <= 16 && n_used <= n_expert &&
+         n_expert <= mul_mv_k_shape(type, nrows, ncols, 1).wg && ctx.features().max_bindings >= 16 &&
+         knob_u32("ZINC_VULKAN_ROW_ROUTE", 1, 0, 1) == 1;
+}
+
 void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
-                       uint32_t nrows, const MulMvKRowNorm& n) {
+                       uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route) {
   if (!mul_mv_k_row_norm_fits(ctx, type, ncols, nrows)) {
     throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} rows of {} do not fit this device", nrows, ncols));
   }
+  if (n_tokens == 0) return;
+  if (n_tokens > kMvMaxTokens || view_bytes(n.count) < size_t{4} * n_tokens) {
+    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} tokens over its limit or its counters", n_tokens));
+  }
   check_row_norm("mul_mv_k_row_norm", n, nrows);
+  if (route) check_row_route("mul_mv_k_row_norm", *route, ncols, nrows, n_tokens);
+  if (route && !mul_mv_k_row_route_fits(ctx, type, ncols, nrows, route->n_expert, route->n_used)) {
+    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: no routing of {} of {} experts here", route->n_used, route->n_expert));
+  }
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_row_norm", type, ncols);
   check_bytes("mul_mv_k_row_norm", uint64_t{row_bytes} * nrows);
-  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);
+  const MvkShape s = mul_mv_k_shape(type, nrows, ncols, 1);  // (a token a workgroup: each row a one-token step's)
   const uint32_t spec[] = {s.wg, s.rows, 1, s.groups}, groups = (nrows + s.rows * s.groups - 1) / (s.rows * s.groups);
+  const uint32_t ne = route ? route->n_expert : 0u;
   struct {
     MulMvKPush base;
-    uint32_t q8_format, arrivals;
-  } push{MulMvKPush{ncols, nrows, row_bytes, 1, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), 0, 0, 0, 0,
-                    bias.buffer ? 1u : 0u},
-         n.q8_format, groups};
+    uint32_t q8_format, arrivals, o_groups, flags;
+    float logit_scale;
+  } push{MulMvKPush{ncols, nrows, row_bytes, n_tokens, static_cast<uint32_t>(q8k_row_bytes(ncols) / 4), route ? route->n_used : 0u,
+                    ne, 0, 0, bias.buffer ? 1u : 0u},
+         n.q8_format, groups + ne, groups, route ? route_flags(*route) : 0u, route ? route->logit_scale : 1.0f};
   push.base.out_stride = n.q8.buffer ? static_cast<uint32_t>(mul_mv_q8_bytes(nrows) / 4) : 0u;
   push.base.norm_eps = n.eps;
   push.base.norm_offset = n.offset;
   push.base.norm_has_w = n.norm_w.buffer ? 1u : 0u;
-  const Kernel& k = ctx.pipeline(std::string("mul_mv_k_art_") + mul_mv_k_variant(type), 11, sizeof(push), spec);
   uint32_t gx = 0, gy = 0;
-  grid(ctx, groups, &gx, &gy);
-  d.dispatch(k, std::array<View, 11>{w, xq, y, n.res, bias.buffer ? bias : y, n.sum, n.y, n.q8.buffer ? n.q8 : y, n.count, y,
-                                     n.norm_w.buffer ? n.norm_w : y},
-             &push, gx, gy, 1);
+  grid(ctx, groups + ne, &gx, &gy);
+  const std::array<View, 11> views{w, xq, y, n.res, bias.buffer ? bias : y, n.sum, n.y, n.q8.buffer ? n.q8 : y, n.count, y,
+                                   n.norm_w.buffer ? n.norm_w : y};
+  const std::string variant = mul_mv_k_variant(type);
+  if (!route) {
+    const size_t size = sizeof(push) - 3 * sizeof(uint32_t);  // (art_ reads no routing constants)
+    d.dispatch(ctx.pipeline("mul_mv_k_art_" + variant, 11, size, spec), views, &push, gx, gy, n_tokens);
+    return;
+  }
+  const RowRoute& r = *route;
+  const std::array<View, 16> all{views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8],
+                                 views[9], views[10], r.fold, r.logits, r.bias.buffer ? r.bias : r.logits, r.ids, r.weights};
+  d.dispatch(ctx.pipeline("mul_mv_k_artr_" + variant, 16, sizeof(push), spec), all, &push, gx, gy, n_tokens);
 }
 
 bool mul_mv_k_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows) {

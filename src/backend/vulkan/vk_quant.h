@@ -192,26 +192,29 @@ struct MulMvKRowNorm {
   uint32_t q8_format = 0;
 };
 bool mul_mv_k_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
-void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
-                       uint32_t nrows, const MulMvKRowNorm& n);
-// The same for the 32-element formats' product on activation codes (mul_mv_q8_codes' xq): gpt-oss's
-// Q8_0 o in files with MXFP4 experts. Needs mul_mv_q8_row_norm_fits (the packed dot product).
-bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
-// With route (mul_mv_q8_row_route_fits): also the routing of a mixture whose F32 router R (n_expert
-// rows, bias optional) reads the norm, in the same dispatch: fold holds, per expert, M[e] = (R_w W)[e]
-// (ncols floats) then R_w[e] (nrows), then c = R_w bias (n_expert floats; zeros without a bias), R_w
-// = R diag(w + offset) (router_fold_matrices); logits, ids and weights as moe_route writes them (the
-// logits those of R times the norm's output, up to the order of sums). No expert scale.
+// With route (mul_mv_k_row_route_fits, mul_mv_q8_row_route_fits): also the routing of a mixture whose
+// F32 router R (n_expert rows, bias optional) reads the norm, in the same dispatch: fold holds, per
+// expert, M[e] = (R_w W)[e] (ncols floats) then R_w[e] (nrows), then c = R_w bias (n_expert floats;
+// zeros without a bias), R_w = R diag(w + offset) (router_fold_matrices); logits, ids and weights as
+// moe_route writes them (the logits those of R times the norm's output, up to the order of sums). No
+// expert scale.
 struct RowRoute {
   View fold, logits, bias, ids, weights;
   uint32_t n_expert = 0, n_used = 0;
   bool topk_softmax = false, norm_topk = false;
   float logit_scale = 1;
 };
+bool mul_mv_k_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
+                             uint32_t n_used);
+// Decode-sized steps (n_tokens <= kMvMaxTokens, a counter a token), each row's arithmetic that of a
+// one-token step.
+void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
+                       uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route = nullptr);
+// The same for the 32-element formats' product on activation codes (mul_mv_q8_codes' xq): gpt-oss's
+// Q8_0 o in files with MXFP4 experts. Needs mul_mv_q8_row_norm_fits (the packed dot product).
+bool mul_mv_q8_row_norm_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows);
 bool mul_mv_q8_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
                               uint32_t n_used);
-// Either form takes decode-sized steps (n_tokens <= kMvMaxTokens, a counter a token), each row's
-// arithmetic that of a one-token step.
 void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
                         uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route = nullptr);
 

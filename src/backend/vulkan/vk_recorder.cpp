@@ -925,44 +925,45 @@ class Recorder {
   // Decode's K-quant or 32-element product with the residual add and whole-row norm after it done by
   // its last workgroup (Plan::mm_row_norm); the norm's codes for the 32-element formats' readers where
   // they share a format. False (nothing recorded) where the product reads a norm left to it.
-  // K-quant products take one token of one sequence (tails_); the 32-element formats' any decode-sized
-  // step, each row as a one-token step makes it.
+  // Any decode-sized step, each row as a one-token step makes it.
   bool row_norm_product(vk::Recording& rec, Tracker& tr, const Node& node, size_t index, View x, View out, uint32_t n_tok) {
     const auto& wt = g_.tensor(node.in[0]);
     const auto ncols = static_cast<uint32_t>(wt.ne[0]), nrows = static_cast<uint32_t>(wt.ne[1]);
-    if (scale_of(node.in[1]).partials.buffer || (deferred_.active && deferred_.y == node.in[1])) return false;
-    const bool k_quant = tails_ && n_tok == 1 && vk::mul_mv_k_row_norm_fits(ctx_, wt.type, ncols, nrows);
-    if (!k_quant && (n_tok > kMvMaxTokens || !vk::mul_mv_q8_row_norm_fits(ctx_, wt.type, ncols, nrows))) return false;
+    if (n_tok > kMvMaxTokens || scale_of(node.in[1]).partials.buffer || (deferred_.active && deferred_.y == node.in[1])) return false;
+    const bool k_quant = vk::mul_mv_k_row_norm_fits(ctx_, wt.type, ncols, nrows);
+    if (!k_quant && !vk::mul_mv_q8_row_norm_fits(ctx_, wt.type, ncols, nrows)) return false;
     const View xq =
-        k_quant ? q8k_codes(rec, tr, node.in[1], x, ncols, 1) : q8_codes(rec, tr, wt.type, node.in[1], x, ncols, n_tok);
+        k_quant ? q8k_codes(rec, tr, node.in[1], x, ncols, n_tok) : q8_codes(rec, tr, wt.type, node.in[1], x, ncols, n_tok);
     const vk::MulMvKRowNorm n = row_norm_views(index, nrows, n_tok);
     const View bias = node.in.size() > 2 ? w_.f32(node.in[2]) : View{};
+    // With the mixture's routing after the norm where its router is folded in (the MoE node then takes
+    // the ids and weights as they are).
+    const vk::RowRoute route = row_route(index, wt.type, k_quant, ncols, nrows, n_tok);
+    const vk::RowRoute* rp = route.fold.buffer ? &route : nullptr;
+    tr.before({xq, n.res, route.fold}, {out, n.sum, n.y, n.q8, n.count, route.logits, route.ids, route.weights});
     if (k_quant) {
-      tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
-      vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n);
-    } else if (const vk::RowRoute route = row_route(index, wt.type, ncols, nrows, n_tok); route.fold.buffer) {
-      // With the mixture's routing after the norm (its router folded in: the MoE node takes the ids
-      // and weights as they are).
-      tr.before({xq, n.res, route.fold}, {out, n.sum, n.y, n.q8, n.count, route.logits, route.ids, route.weights});
-      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n, &route);
-      folded_moe_ = static_cast<int64_t>(folds_.at(index).moe);
+      vk::mul_mv_k_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n, rp);
     } else {
-      tr.before({xq, n.res}, {out, n.sum, n.y, n.q8, n.count});
-      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n);
+      vk::mul_mv_q8_row_norm(ctx_, rec, wt.type, w_.raw(node.in[0]), xq, out, bias, ncols, nrows, n_tok, n, rp);
     }
+    if (rp) folded_moe_ = static_cast<int64_t>(folds_.at(index).moe);
     return true;
   }
 
   // The routing of the mixture reading the norm after product `index` (a decode-sized step of n
   // tokens), folded into the product's dispatch (vk::RowRoute) where its weights made the fold and the
   // kernel takes it; else empty.
-  vk::RowRoute row_route(size_t index, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n) {
+  vk::RowRoute row_route(size_t index, gguf::TensorType type, bool k_quant, uint32_t ncols, uint32_t nrows, uint32_t n) {
     const auto it = folds_.find(index);
     if (it == folds_.end() || it->second.norm != index + 2) return {};
     const Node& moe = g_.nodes[it->second.moe];
     const graph::MoeParams& mp = moe.moe();
     const auto ne = static_cast<uint32_t>(mp.n_expert), k = static_cast<uint32_t>(mp.n_expert_used);
-    if (!vk::mul_mv_q8_row_route_fits(ctx_, type, ncols, nrows, ne, k) || mp.expert_scale >= 0 || !res_.moe_logits) return {};
+    if (!(k_quant ? vk::mul_mv_k_row_route_fits(ctx_, type, ncols, nrows, ne, k)
+                  : vk::mul_mv_q8_row_route_fits(ctx_, type, ncols, nrows, ne, k)) ||
+        mp.expert_scale >= 0 || !res_.moe_logits) {
+      return {};
+    }
     return vk::RowRoute{View{w_.router_split(moe.in[1], g_.nodes[index].in[0])->fold.get(), 0, 0},
                         View{res_.moe_logits, 0, size_t{4} * ne * n},
                         mp.bias >= 0 ? w_.f32(moe.in[static_cast<size_t>(mp.bias)]) : View{},

@@ -58,9 +58,9 @@ VulkanWeights::VulkanWeights(std::shared_ptr<Context> ctx, const graph::Graph& g
 }
 
 // R_w and M of each router split from its norm whose product decode reads as Q8_K codes (the only
-// form moe_router_split takes; ZINC_VULKAN_ROUTER_SPLIT), and the fold of each router whose product is
-// of the 32-element formats (mul_mv_q8_row_norm's RowRoute; ZINC_VULKAN_ROW_ROUTE), a few layers at a
-// time: each thread one, then uploaded in order.
+// form moe_router_split takes; ZINC_VULKAN_ROUTER_SPLIT), and the fold of each other router whose
+// product decode takes (the row norm tails' RowRoute; ZINC_VULKAN_ROW_ROUTE), a few layers at a time:
+// each thread one, then uploaded in order.
 void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& file) {
   const bool split = knob_u32("ZINC_VULKAN_ROUTER_SPLIT", 1, 0, 1) == 1, fold = knob_u32("ZINC_VULKAN_ROW_ROUTE", 1, 0, 1) == 1;
   std::vector<RouterSite> sites;
@@ -72,7 +72,9 @@ void VulkanWeights::make_router_splits(const graph::Graph& g, const gguf::File& 
     if (split && s.o_bias < 0 && !s.router_bias && has_mul_mv_k(*ctx_, wo.type) && wo.ne[0] % 256 == 0) {
       sites.push_back(s);
       folded.push_back(false);
-    } else if (fold && has_mul_mv_q8(wo.type) && wo.ne[0] % 32 == 0 && mp.expert_scale < 0 && mp.n_expert <= 128) {
+    } else if (fold && mp.expert_scale < 0 && mp.n_expert <= 128 && wo.ne[0] % 32 == 0 &&
+               (has_mul_mv_q8(wo.type) ||  // (K-quant products: where the row norm tail, not mm_norm's, takes the norm)
+                (has_mul_mv_k(*ctx_, wo.type) && wo.ne[0] % 256 == 0 && wo.ne[1] % 256 != 0))) {
       sites.push_back(s);
       folded.push_back(true);
     }
