@@ -373,6 +373,22 @@ void check_row_route(const char* op, const RowRoute& r, uint32_t ncols, uint32_t
     throw Error(fmt::format("Vulkan {}: the router's fold, logits, ids or weights are short", op));
   }
 }
+
+// The checks a row norm tail's launch shares (op names it; fits, route_fits: the kernels take the shapes
+// and the routing where route is given). False: nothing to launch (no tokens).
+bool check_row_norm_launch(const char* op, bool fits, bool route_fits, uint32_t ncols, uint32_t nrows, uint32_t n_tokens,
+                           const MulMvKRowNorm& n, const RowRoute* route) {
+  if (!fits) throw Error(fmt::format("Vulkan {}: {} rows of {} do not fit this device", op, nrows, ncols));
+  if (n_tokens == 0) return false;
+  if (n_tokens > kMvMaxTokens || view_bytes(n.count) < size_t{4} * n_tokens) {
+    throw Error(fmt::format("Vulkan {}: {} tokens over its limit or its counters", op, n_tokens));
+  }
+  check_row_norm(op, n, nrows);
+  if (!route) return true;
+  check_row_route(op, *route, ncols, nrows, n_tokens);
+  if (!route_fits) throw Error(fmt::format("Vulkan {}: no routing of {} of {} experts here", op, route->n_used, route->n_expert));
+  return true;
+}
 }  // namespace
 
 bool mul_mv_q8_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t ncols, uint32_t nrows, uint32_t n_expert,
@@ -383,14 +399,11 @@ bool mul_mv_q8_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_
 
 void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
                         uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route) {
-  if (!mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows)) {
-    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: {} rows of {} do not fit this device", nrows, ncols));
+  if (!check_row_norm_launch("mul_mv_q8_row_norm", mul_mv_q8_row_norm_fits(ctx, type, ncols, nrows),
+                             !route || mul_mv_q8_row_route_fits(ctx, type, ncols, nrows, route->n_expert, route->n_used), ncols,
+                             nrows, n_tokens, n, route)) {
+    return;
   }
-  if (n_tokens == 0) return;
-  if (n_tokens > kMvMaxTokens || view_bytes(n.count) < size_t{4} * n_tokens) {
-    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: {} tokens over its limit or its counters", n_tokens));
-  }
-  check_row_norm("mul_mv_q8_row_norm", n, nrows);
   const QuantType& t = *q8_find(type);
   const auto row_bytes = static_cast<uint32_t>(quant::row_size(type, ncols));
   check_bytes("mul_mv_q8_row_norm", uint64_t{row_bytes} * nrows);
@@ -417,10 +430,6 @@ void mul_mv_q8_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View
     return;
   }
   const RowRoute& r = *route;
-  if (!mul_mv_q8_row_route_fits(ctx, type, ncols, nrows, r.n_expert, r.n_used)) {
-    throw Error(fmt::format("Vulkan mul_mv_q8_row_norm: no routing of {} of {} experts here", r.n_used, r.n_expert));
-  }
-  check_row_route("mul_mv_q8_row_norm", r, ncols, nrows, n_tokens);
   const struct {
     RowNormPush rn;
     uint32_t o_groups, flags;
@@ -615,17 +624,10 @@ bool mul_mv_k_row_route_fits(const Context& ctx, gguf::TensorType type, uint32_t
 
 void mul_mv_k_row_norm(Context& ctx, Dispatcher& d, gguf::TensorType type, View w, View xq, View y, View bias, uint32_t ncols,
                        uint32_t nrows, uint32_t n_tokens, const MulMvKRowNorm& n, const RowRoute* route) {
-  if (!mul_mv_k_row_norm_fits(ctx, type, ncols, nrows)) {
-    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} rows of {} do not fit this device", nrows, ncols));
-  }
-  if (n_tokens == 0) return;
-  if (n_tokens > kMvMaxTokens || view_bytes(n.count) < size_t{4} * n_tokens) {
-    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: {} tokens over its limit or its counters", n_tokens));
-  }
-  check_row_norm("mul_mv_k_row_norm", n, nrows);
-  if (route) check_row_route("mul_mv_k_row_norm", *route, ncols, nrows, n_tokens);
-  if (route && !mul_mv_k_row_route_fits(ctx, type, ncols, nrows, route->n_expert, route->n_used)) {
-    throw Error(fmt::format("Vulkan mul_mv_k_row_norm: no routing of {} of {} experts here", route->n_used, route->n_expert));
+  if (!check_row_norm_launch("mul_mv_k_row_norm", mul_mv_k_row_norm_fits(ctx, type, ncols, nrows),
+                             !route || mul_mv_k_row_route_fits(ctx, type, ncols, nrows, route->n_expert, route->n_used), ncols,
+                             nrows, n_tokens, n, route)) {
+    return;
   }
   const uint32_t row_bytes = checked_k_row_bytes(ctx, "mul_mv_k_row_norm", type, ncols);
   check_bytes("mul_mv_k_row_norm", uint64_t{row_bytes} * nrows);
